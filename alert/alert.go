@@ -1,0 +1,75 @@
+// Package alert raises alerts: things a person must look at because herald
+// chose not to guess (UNKNOWN outcomes, stale claims, expired or failed rows).
+// An alert carries ids and reason codes only, never personal data.
+package alert
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+)
+
+// Alert is one event worth a person's attention.
+type Alert struct {
+	// Kind is a stable code: UNKNOWN_OUTCOME, STALE_CLAIM, OUTBOX_EXPIRED…
+	Kind      string
+	MessageID string
+	Tenant    string
+	Reason    string
+}
+
+// Alert kinds.
+const (
+	UnknownOutcome = "UNKNOWN_OUTCOME"
+	StaleClaim     = "STALE_CLAIM"
+	OutboxExpired  = "OUTBOX_EXPIRED"
+	OutboxFailed   = "OUTBOX_FAILED"
+	DispatchSlow   = "DISPATCH_RETRYING" // the 5th failed dispatch attempt of a row
+	RecordFailed   = "RECORD_FAILED"     // a provider result could not be written
+	RetryExhausted = "RETRY_EXHAUSTED"
+)
+
+// Sink receives alerts.
+type Sink interface {
+	Alert(ctx context.Context, a Alert)
+}
+
+// Log writes alerts to a slog logger at error level.
+type Log struct{ Logger *slog.Logger }
+
+// Alert logs a.
+func (l Log) Alert(ctx context.Context, a Alert) {
+	l.Logger.LogAttrs(ctx, slog.LevelError, "alert",
+		slog.String("alert", a.Kind), slog.String("message_id", a.MessageID),
+		slog.String("tenant", a.Tenant), slog.String("reason", a.Reason))
+}
+
+// Recorder keeps alerts in memory, for tests.
+type Recorder struct {
+	mu     sync.Mutex
+	alerts []Alert
+}
+
+// Alert records a.
+func (r *Recorder) Alert(_ context.Context, a Alert) {
+	r.mu.Lock()
+	r.alerts = append(r.alerts, a)
+	r.mu.Unlock()
+}
+
+// Alerts returns what was recorded.
+func (r *Recorder) Alerts() []Alert {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Alert(nil), r.alerts...)
+}
+
+// Multi sends every alert to each sink.
+type Multi []Sink
+
+// Alert fans a out.
+func (m Multi) Alert(ctx context.Context, a Alert) {
+	for _, s := range m {
+		s.Alert(ctx, a)
+	}
+}

@@ -1,0 +1,238 @@
+// Package app wires a Config into a running herald: store, providers,
+// sender, the transport's dispatchers, sweeps and the HTTP API. cmd/herald
+// and the in-process tests both start herald through it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/intake"
+	"github.com/heraldhq/herald/lookup"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/sim"
+	"github.com/heraldhq/herald/provider/webhook"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/sqlite"
+	"github.com/heraldhq/herald/sweep"
+)
+
+// Options are the seams tests use; production leaves them zero.
+type Options struct {
+	Logger *slog.Logger
+	Clock  clock.Clock
+	// Providers replaces configured providers by name.
+	Providers map[string]provider.Provider
+	Alerts    alert.Sink
+	Hooks     sender.Hooks
+	// Listener, when set, is used instead of listening on cfg.Listen.
+	Listener net.Listener
+}
+
+// App is a wired herald.
+type App struct {
+	cfg      *config.Config
+	logger   *slog.Logger
+	store    store.Store
+	sender   *sender.Sender
+	metrics  *metrics.Metrics
+	registry *provider.Registry
+	sims     map[string]*sim.Sim
+	handler  http.Handler
+	listener net.Listener
+	owner    string
+	draining atomic.Bool
+	alerts   alert.Sink
+	clock    clock.Clock
+}
+
+// New opens the store and wires every component. It does not start anything.
+func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
+	a := &App{cfg: cfg, logger: opts.Logger, clock: opts.Clock, sims: map[string]*sim.Sim{}}
+	if a.logger == nil {
+		a.logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if a.clock == nil {
+		a.clock = clock.Real{}
+	}
+	a.alerts = opts.Alerts
+	if a.alerts == nil {
+		a.alerts = alert.Log{Logger: a.logger}
+	}
+	host, _ := os.Hostname()
+	a.owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano()%1e6, 36))
+
+	cat, err := catalog.New(cfg.Kinds)
+	if err != nil {
+		return nil, err
+	}
+	a.registry = provider.NewRegistry()
+	for _, p := range cfg.Providers {
+		impl, ok := opts.Providers[p.Name]
+		if !ok {
+			switch p.Type {
+			case "webhook":
+				impl = webhook.New(webhook.Config{URL: p.URL, Timeout: p.Timeout.D()})
+			case "sim":
+				s := sim.New(sim.Config{Latency: p.Latency.D(), NotSent: p.Faults.NotSent, Permanent: p.Faults.Permanent, Unknown: p.Faults.Unknown})
+				a.sims[p.Name] = s
+				impl = s
+			}
+		}
+		a.registry.Register(heraldtype.Channel(p.Channel), p.Name, impl)
+	}
+
+	a.store, err = openStore(ctx, cfg, a.clock)
+	if err != nil {
+		return nil, err
+	}
+	a.metrics = metrics.New(a.store.OutboxBacklog)
+	a.sender = sender.New(sender.Config{
+		Store: a.store, Providers: a.registry, Catalog: cat, Clock: a.clock,
+		Retry: sender.RetryPolicy{
+			Quick: cfg.Retry.Quick, QuickDelay: cfg.Retry.QuickDelay.D(),
+			Slow: cfg.Retry.Slow, SlowDelay: cfg.Retry.SlowDelay.D(),
+		},
+		Owner: a.owner, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Hooks: opts.Hooks,
+	})
+	keys := map[string]string{}
+	for _, k := range cfg.APIKeys {
+		keys[k.Key] = k.Tenant
+	}
+	a.handler = httpapi.New(httpapi.Config{
+		Keys: auth.NewKeys(keys),
+		Intake: &intake.Handler{
+			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(),
+			Logger: a.logger, Metrics: a.metrics,
+		},
+		Lookup:   &lookup.Handler{Store: a.store, Logger: a.logger},
+		Store:    a.store,
+		Metrics:  a.metrics,
+		Logger:   a.logger,
+		Draining: &a.draining,
+	})
+	a.listener = opts.Listener
+	return a, nil
+}
+
+func openStore(ctx context.Context, cfg *config.Config, clk clock.Clock) (store.Store, error) {
+	driver, dsn, err := cfg.DatabaseDriver()
+	if err != nil {
+		return nil, err
+	}
+	switch driver {
+	case "sqlite":
+		return sqlite.Open(ctx, dsn, sqlite.Options{Clock: clk})
+	}
+	return nil, fmt.Errorf("database driver %q is not available in this build", driver)
+}
+
+// Store returns the store (tests inspect it).
+func (a *App) Store() store.Store { return a.store }
+
+// Sim returns the simulated provider of that name, if one was built.
+func (a *App) Sim(name string) *sim.Sim { return a.sims[name] }
+
+// Handler returns the HTTP handler.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Listen binds the HTTP address (unless a listener was given) and returns it.
+func (a *App) Listen() (net.Addr, error) {
+	if a.listener == nil {
+		l, err := net.Listen("tcp", a.cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+		}
+		a.listener = l
+	}
+	return a.listener.Addr(), nil
+}
+
+// Run serves until ctx is cancelled, then drains: it stops accepting HTTP
+// requests and claiming rows, lets in-flight sends finish and record, and
+// closes the store. It returns nil after a clean drain.
+func (a *App) Run(ctx context.Context) error {
+	if _, err := a.Listen(); err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn)}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(a.listener) }()
+
+	work, stopWork := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	if a.cfg.Transport == "db" {
+		for _, lane := range heraldtype.Lanes {
+			c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+				Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Sender: a.sender, Owner: a.owner,
+				Concurrency: a.cfg.LaneConcurrency(lane), Lease: a.cfg.Lease.D(), PollInterval: a.cfg.PollInterval.D(),
+				MaxAttempts: a.cfg.DispatchMaxAttempts, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
+			})
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Run(work) }()
+		}
+	} else {
+		stopWork()
+		_ = srv.Close()
+		return fmt.Errorf("transport %q is not available in this build", a.cfg.Transport)
+	}
+	sw := sweep.New(sweep.Config{
+		Store: a.store, StaleClaimAfter: a.cfg.StaleClaimAfter.D(), Interval: a.cfg.SweepInterval.D(),
+		Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
+	})
+	wg.Add(1)
+	go func() { defer wg.Done(); sw.Run(work) }()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = fmt.Errorf("http server: %w", err)
+	}
+
+	a.logger.Info("herald: draining")
+	a.draining.Store(true)
+	deadline := time.Now().Add(a.cfg.ShutdownTimeout.D())
+	sctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	// Stop accepting requests first (in-flight intake requests finish and
+	// commit), then stop claiming and wait for the sends in flight.
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		a.logger.Warn("herald: http shutdown", slog.Any("error", err))
+	}
+	stopWork()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-sctx.Done():
+		runErr = errors.Join(runErr, errors.New("drain timed out; unfinished claims will be swept"))
+	}
+	if err := a.store.Close(); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("close store: %w", err))
+	}
+	a.logger.Info("herald: stopped")
+	return runErr
+}
+
+// Close releases the store of an App that was never Run.
+func (a *App) Close() error { return a.store.Close() }

@@ -1,0 +1,152 @@
+// Package catalog holds the configured notification kinds and renders their
+// templates. Intake renders every channel once to refuse a request whose
+// params a template cannot fill (422); the sender renders again at send time.
+package catalog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/template"
+
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/heraldtype"
+)
+
+// Kind is a compiled kind.
+type Kind struct {
+	Name     string
+	Lane     heraldtype.Lane
+	Channels []heraldtype.Channel
+	tmpl     map[heraldtype.Channel]pair
+}
+
+type pair struct{ title, body *template.Template }
+
+// Catalog maps kind names to compiled kinds.
+type Catalog struct {
+	kinds map[string]*Kind
+}
+
+// New compiles every kind's templates; an error names the kind and channel.
+func New(kinds []config.Kind) (*Catalog, error) {
+	c := &Catalog{kinds: make(map[string]*Kind, len(kinds))}
+	for _, k := range kinds {
+		ck := &Kind{Name: k.Name, Lane: heraldtype.Lane(k.Category), tmpl: map[heraldtype.Channel]pair{}}
+		for _, ch := range k.Channels {
+			t := k.Templates[ch]
+			title, err := parse(k.Name+"/"+ch+"/title", t.Title)
+			if err != nil {
+				return nil, fmt.Errorf("config: kinds %q templates.%s.title: %w", k.Name, ch, err)
+			}
+			body, err := parse(k.Name+"/"+ch+"/body", t.Body)
+			if err != nil {
+				return nil, fmt.Errorf("config: kinds %q templates.%s.body: %w", k.Name, ch, err)
+			}
+			ck.Channels = append(ck.Channels, heraldtype.Channel(ch))
+			ck.tmpl[heraldtype.Channel(ch)] = pair{title, body}
+		}
+		c.kinds[k.Name] = ck
+	}
+	return c, nil
+}
+
+func parse(name, text string) (*template.Template, error) {
+	return template.New(name).Option("missingkey=error").Parse(text)
+}
+
+// Kind returns the named kind, or nil.
+func (c *Catalog) Kind(name string) *Kind { return c.kinds[name] }
+
+// Names returns every kind's name.
+func (c *Catalog) Names() []string {
+	out := make([]string, 0, len(c.kinds))
+	for n := range c.kinds {
+		out = append(out, n)
+	}
+	return out
+}
+
+// ErrNoTemplate is returned when the kind has no template for a channel.
+var ErrNoTemplate = errors.New("no template for channel")
+
+// MissingParamError says which param a template referenced that the request lacks.
+type MissingParamError struct {
+	Channel heraldtype.Channel
+	Param   string
+}
+
+func (e *MissingParamError) Error() string {
+	return fmt.Sprintf("template for channel %s needs param %q", e.Channel, e.Param)
+}
+
+// RenderError is a template that failed for a reason other than a missing param.
+type RenderError struct {
+	Channel heraldtype.Channel
+	Err     error
+}
+
+func (e *RenderError) Error() string {
+	return fmt.Sprintf("template for channel %s: %v", e.Channel, e.Err)
+}
+
+func (e *RenderError) Unwrap() error { return e.Err }
+
+var noEntry = regexp.MustCompile(`map has no entry for key "([^"]*)"`)
+
+// Render fills the channel's title and body with params.
+func (k *Kind) Render(ch heraldtype.Channel, params map[string]any) (title, body string, err error) {
+	p, ok := k.tmpl[ch]
+	if !ok {
+		return "", "", ErrNoTemplate
+	}
+	if params == nil {
+		params = map[string]any{}
+	}
+	if title, err = execute(ch, p.title, params); err != nil {
+		return "", "", err
+	}
+	if body, err = execute(ch, p.body, params); err != nil {
+		return "", "", err
+	}
+	return title, body, nil
+}
+
+// Check renders every channel and returns the first error.
+func (k *Kind) Check(params map[string]any) error {
+	for _, ch := range k.Channels {
+		if _, _, err := k.Render(ch, params); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func execute(ch heraldtype.Channel, t *template.Template, params map[string]any) (string, error) {
+	var b bytes.Buffer
+	if err := t.Execute(&b, params); err != nil {
+		if m := noEntry.FindStringSubmatch(err.Error()); m != nil {
+			return "", &MissingParamError{Channel: ch, Param: m[1]}
+		}
+		return "", &RenderError{Channel: ch, Err: err}
+	}
+	return b.String(), nil
+}
+
+// DecodeParams decodes a JSON object of params, keeping numbers exact.
+// Empty input is an empty map.
+func DecodeParams(raw []byte) (map[string]any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("params must be a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return m, nil
+}

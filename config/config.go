@@ -1,0 +1,466 @@
+// Package config turns a YAML file and HERALD_* environment variables into a
+// validated Config. Unknown keys and bad values are refused at start with a
+// message naming the key; nothing is guessed.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/heraldhq/herald/heraldtype"
+)
+
+// Config is everything `herald serve` needs. Each field's comment ends with
+// its default.
+type Config struct {
+	// Listen is the HTTP address. Defaults to 127.0.0.1:8080.
+	Listen string `yaml:"listen"`
+	// Database is "sqlite:PATH" or a postgres:// URL. Defaults to sqlite:./herald.db.
+	Database string `yaml:"database"`
+	// Transport is "db" (senders claim outbox rows) or "rabbitmq". Defaults to db.
+	Transport string `yaml:"transport"`
+	// RabbitMQURL is the broker for transport rabbitmq. No default.
+	RabbitMQURL string `yaml:"rabbitmq_url"`
+	// StaleClaimAfter turns a SENDING delivery older than this into UNKNOWN.
+	// Defaults to 10 minutes.
+	StaleClaimAfter Duration `yaml:"stale_claim_after"`
+	// APIKeys map bearer keys to tenants. Defaults to one development key when
+	// herald runs without a config file, none otherwise.
+	APIKeys []APIKey `yaml:"api_keys"`
+	// Providers are the adapters that reach recipients. Defaults to a
+	// simulated provider per channel when herald runs without a config file.
+	Providers []Provider `yaml:"providers"`
+	// Kinds are the notifications callers may send. Defaults to a few example
+	// kinds when herald runs without a config file.
+	Kinds []Kind `yaml:"kinds"`
+	// Lanes sets per-lane sender concurrency. Defaults per lane: alert 16,
+	// transactional 32, marketing 16, internal 8.
+	Lanes map[string]Lane `yaml:"lanes"`
+	// Lease is how long a claimer owns an outbox row. It must exceed every
+	// provider timeout. Defaults to 1 minute.
+	Lease Duration `yaml:"lease"`
+	// PollInterval is how often an idle claimer looks for due rows it was not
+	// woken for (scheduled sends, retries). Defaults to 500 milliseconds.
+	PollInterval Duration `yaml:"poll_interval"`
+	// SweepInterval is how often the sweeps (stale claims, expired leases,
+	// expired idempotency keys, expired rows) run. Defaults to 1 minute.
+	SweepInterval Duration `yaml:"sweep_interval"`
+	// IdempotencyTTL is how long an Idempotency-Key is remembered. Defaults to 24 hours.
+	IdempotencyTTL Duration `yaml:"idempotency_ttl"`
+	// Retry is the schedule for definite non-sends. Defaults: 2 quick tries
+	// 1 second apart, then 3 tries 10 minutes apart.
+	Retry Retry `yaml:"retry"`
+	// DispatchMaxAttempts is how many times the dispatcher backs a row off
+	// (1, 2, 4, 8, 16, then 30 minutes) before it marks it FAILED. Defaults to 20.
+	DispatchMaxAttempts int `yaml:"dispatch_max_attempts"`
+	// ShutdownTimeout bounds the drain on SIGTERM. Defaults to 25 seconds.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+
+	// Dev is set when herald runs on its built-in defaults (no config file).
+	Dev bool `yaml:"-"`
+}
+
+// APIKey maps a bearer key to a tenant.
+type APIKey struct {
+	Key    string `yaml:"key"`
+	Tenant string `yaml:"tenant"`
+}
+
+// Provider configures one adapter.
+type Provider struct {
+	// Name identifies the provider in logs and metrics.
+	Name string `yaml:"name"`
+	// Type is "webhook" or "sim".
+	Type string `yaml:"type"`
+	// Channel is the channel this provider serves.
+	Channel string `yaml:"channel"`
+	// URL is where a webhook provider POSTs.
+	URL string `yaml:"url"`
+	// Timeout bounds one provider call. Defaults to 10 seconds.
+	Timeout Duration `yaml:"timeout"`
+	// Latency is the simulated provider's delay per call. Defaults to 0.
+	Latency Duration `yaml:"latency"`
+	// Faults is the simulated provider's fault mix. Defaults to none.
+	Faults Faults `yaml:"faults"`
+}
+
+// Faults are fractions (0..1) of calls the simulated provider answers with
+// each failure class.
+type Faults struct {
+	NotSent   float64 `yaml:"not_sent"`
+	Permanent float64 `yaml:"permanent"`
+	Unknown   float64 `yaml:"unknown"`
+}
+
+// Kind is a notification kind: its lane and what it says on each channel.
+type Kind struct {
+	Name      string              `yaml:"name"`
+	Category  string              `yaml:"category"`
+	Channels  []string            `yaml:"channels"`
+	Templates map[string]Template `yaml:"templates"`
+}
+
+// Template is a Go text/template pair over the request's params.
+type Template struct {
+	Title string `yaml:"title"`
+	Body  string `yaml:"body"`
+}
+
+// Lane configures one lane.
+type Lane struct {
+	// Concurrency is the number of sends in flight at once on this lane.
+	Concurrency int `yaml:"concurrency"`
+}
+
+// Retry is the schedule for definite non-sends (DESIGN §2).
+type Retry struct {
+	Quick      int      `yaml:"quick"`
+	QuickDelay Duration `yaml:"quick_delay"`
+	Slow       int      `yaml:"slow"`
+	SlowDelay  Duration `yaml:"slow_delay"`
+}
+
+// Duration is a time.Duration written as "10m", "1.5s" in YAML.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (try \"10s\" or \"5m\")", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Environment variables that override the file.
+const (
+	EnvDatabase    = "HERALD_DATABASE"
+	EnvListen      = "HERALD_LISTEN"
+	EnvTransport   = "HERALD_TRANSPORT"
+	EnvRabbitMQURL = "HERALD_RABBITMQ_URL"
+)
+
+// Load reads path (empty: the built-in development config), applies the
+// environment, fills defaults and validates.
+func Load(path string, getenv func(string) string) (*Config, error) {
+	var c *Config
+	if path == "" {
+		c = Dev()
+	} else {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read config: %w", err)
+		}
+		c, err = Parse(raw)
+		if err != nil {
+			return nil, err
+		}
+	}
+	c.applyEnv(getenv)
+	c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type (\S+)`)
+
+// Parse decodes YAML strictly: an unknown key is an error naming it.
+func Parse(raw []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) { // an empty file is an empty config
+			return &c, nil
+		}
+		msg := err.Error()
+		msg = strings.TrimPrefix(msg, "yaml: unmarshal errors:\n  ")
+		msg = unknownField.ReplaceAllString(msg, `line $1: unknown key "$2"`)
+		msg = strings.ReplaceAll(msg, "\n  ", "; ")
+		return nil, fmt.Errorf("config: %s", msg)
+	}
+	return &c, nil
+}
+
+func (c *Config) applyEnv(getenv func(string) string) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	set := func(dst *string, key string) {
+		if v := getenv(key); v != "" {
+			*dst = v
+		}
+	}
+	set(&c.Database, EnvDatabase)
+	set(&c.Listen, EnvListen)
+	set(&c.Transport, EnvTransport)
+	set(&c.RabbitMQURL, EnvRabbitMQURL)
+}
+
+// DefaultLaneConcurrency is the sender concurrency of each lane unless configured.
+var DefaultLaneConcurrency = map[heraldtype.Lane]int{
+	heraldtype.LaneAlert:         16,
+	heraldtype.LaneTransactional: 32,
+	heraldtype.LaneMarketing:     16,
+	heraldtype.LaneInternal:      8,
+}
+
+// WithDefaults fills every unset field with its documented default.
+func (c *Config) WithDefaults() *Config {
+	def := func(d *Duration, v time.Duration) {
+		if *d == 0 {
+			*d = Duration(v)
+		}
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Database == "" {
+		c.Database = "sqlite:./herald.db"
+	}
+	if c.Transport == "" {
+		c.Transport = "db"
+	}
+	def(&c.StaleClaimAfter, 10*time.Minute)
+	def(&c.Lease, time.Minute)
+	def(&c.PollInterval, 500*time.Millisecond)
+	def(&c.SweepInterval, time.Minute)
+	def(&c.IdempotencyTTL, 24*time.Hour)
+	def(&c.ShutdownTimeout, 25*time.Second)
+	if c.Retry == (Retry{}) {
+		c.Retry = Retry{Quick: 2, QuickDelay: Duration(time.Second), Slow: 3, SlowDelay: Duration(10 * time.Minute)}
+	}
+	if c.DispatchMaxAttempts == 0 {
+		c.DispatchMaxAttempts = 20
+	}
+	for i := range c.Providers {
+		def(&c.Providers[i].Timeout, 10*time.Second)
+	}
+	if c.Lanes == nil {
+		c.Lanes = map[string]Lane{}
+	}
+	for _, l := range heraldtype.Lanes {
+		lc := c.Lanes[string(l)]
+		if lc.Concurrency == 0 {
+			lc.Concurrency = DefaultLaneConcurrency[l]
+		}
+		c.Lanes[string(l)] = lc
+	}
+	return c
+}
+
+// LaneConcurrency returns the configured concurrency of l.
+func (c *Config) LaneConcurrency(l heraldtype.Lane) int { return c.Lanes[string(l)].Concurrency }
+
+// MaxProviderTimeout is the longest timeout of any configured provider.
+func (c *Config) MaxProviderTimeout() time.Duration {
+	var m time.Duration
+	for _, p := range c.Providers {
+		m = max(m, p.Timeout.D())
+	}
+	return m
+}
+
+// Validate returns the first problem found, naming the key.
+func (c *Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("config: listen: %q is not host:port", c.Listen)
+	}
+	if _, _, err := c.DatabaseDriver(); err != nil {
+		return err
+	}
+	switch c.Transport {
+	case "db":
+	case "rabbitmq":
+		if c.RabbitMQURL == "" {
+			return errors.New("config: rabbitmq_url: required when transport is rabbitmq")
+		}
+		if u, err := url.Parse(c.RabbitMQURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+			return fmt.Errorf("config: rabbitmq_url: %q is not an amqp:// URL", c.RabbitMQURL)
+		}
+	default:
+		return fmt.Errorf("config: transport: %q is not db or rabbitmq", c.Transport)
+	}
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{
+		{"stale_claim_after", c.StaleClaimAfter}, {"lease", c.Lease}, {"poll_interval", c.PollInterval},
+		{"sweep_interval", c.SweepInterval}, {"idempotency_ttl", c.IdempotencyTTL},
+		{"shutdown_timeout", c.ShutdownTimeout}, {"retry.quick_delay", c.Retry.QuickDelay},
+		{"retry.slow_delay", c.Retry.SlowDelay},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("config: %s: must be positive, got %s", d.key, d.v.D())
+		}
+	}
+	if c.Retry.Quick < 1 || c.Retry.Slow < 0 {
+		return fmt.Errorf("config: retry: quick must be at least 1 and slow at least 0, got %d and %d", c.Retry.Quick, c.Retry.Slow)
+	}
+	if c.DispatchMaxAttempts < 1 {
+		return fmt.Errorf("config: dispatch_max_attempts: must be at least 1, got %d", c.DispatchMaxAttempts)
+	}
+	for name, l := range c.Lanes {
+		if !heraldtype.Lane(name).Valid() {
+			return fmt.Errorf("config: lanes.%s: not a lane (alert, transactional, marketing, internal)", name)
+		}
+		if l.Concurrency < 1 || l.Concurrency > 4096 {
+			return fmt.Errorf("config: lanes.%s.concurrency: must be 1..4096, got %d", name, l.Concurrency)
+		}
+	}
+	keys := map[string]bool{}
+	for i, k := range c.APIKeys {
+		if k.Key == "" || k.Tenant == "" {
+			return fmt.Errorf("config: api_keys[%d]: key and tenant are required", i)
+		}
+		if keys[k.Key] {
+			return fmt.Errorf("config: api_keys[%d].key: duplicate key", i)
+		}
+		keys[k.Key] = true
+	}
+	if err := c.validateProviders(); err != nil {
+		return err
+	}
+	// A lease must outlive the one provider call made under it, or a second
+	// claimer could take the row while the first is still calling.
+	if c.Lease.D() <= c.MaxProviderTimeout() {
+		return fmt.Errorf("config: lease: %s must be longer than the longest provider timeout (%s)", c.Lease.D(), c.MaxProviderTimeout())
+	}
+	// The stale sweep must not turn a call that is still in flight into UNKNOWN.
+	if c.StaleClaimAfter.D() <= c.MaxProviderTimeout() {
+		return fmt.Errorf("config: stale_claim_after: %s must be longer than the longest provider timeout (%s)", c.StaleClaimAfter.D(), c.MaxProviderTimeout())
+	}
+	return c.validateKinds()
+}
+
+func (c *Config) validateProviders() error {
+	names := map[string]bool{}
+	for i, p := range c.Providers {
+		key := fmt.Sprintf("providers[%d]", i)
+		if p.Name == "" {
+			return fmt.Errorf("config: %s.name: required", key)
+		}
+		if names[p.Name] {
+			return fmt.Errorf("config: %s.name: duplicate provider %q", key, p.Name)
+		}
+		names[p.Name] = true
+		if !heraldtype.Channel(p.Channel).Valid() {
+			return fmt.Errorf("config: %s.channel: %q is not one of %s", key, p.Channel, channelList())
+		}
+		if p.Timeout <= 0 {
+			return fmt.Errorf("config: %s.timeout: must be positive", key)
+		}
+		switch p.Type {
+		case "webhook":
+			u, err := url.Parse(p.URL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("config: %s.url: %q is not an http(s) URL", key, p.URL)
+			}
+		case "sim":
+			f := p.Faults
+			for _, v := range []float64{f.NotSent, f.Permanent, f.Unknown} {
+				if v < 0 || v > 1 {
+					return fmt.Errorf("config: %s.faults: each fraction must be within 0..1", key)
+				}
+			}
+			if f.NotSent+f.Permanent+f.Unknown > 1 {
+				return fmt.Errorf("config: %s.faults: fractions add up to more than 1", key)
+			}
+			if p.Latency < 0 {
+				return fmt.Errorf("config: %s.latency: must not be negative", key)
+			}
+		default:
+			return fmt.Errorf("config: %s.type: %q is not webhook or sim", key, p.Type)
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateKinds() error {
+	served := map[string]bool{}
+	for _, p := range c.Providers {
+		served[p.Channel] = true
+	}
+	names := map[string]bool{}
+	for i, k := range c.Kinds {
+		key := fmt.Sprintf("kinds[%d]", i)
+		if k.Name == "" {
+			return fmt.Errorf("config: %s.name: required", key)
+		}
+		if names[k.Name] {
+			return fmt.Errorf("config: %s.name: duplicate kind %q", key, k.Name)
+		}
+		names[k.Name] = true
+		if !heraldtype.Lane(k.Category).Valid() {
+			return fmt.Errorf("config: %s.category: %q is not one of alert, transactional, marketing, internal", key, k.Category)
+		}
+		if len(k.Channels) == 0 {
+			return fmt.Errorf("config: %s.channels: at least one channel is required", key)
+		}
+		seen := map[string]bool{}
+		for j, ch := range k.Channels {
+			if !heraldtype.Channel(ch).Valid() {
+				return fmt.Errorf("config: %s.channels[%d]: %q is not one of %s", key, j, ch, channelList())
+			}
+			if seen[ch] {
+				return fmt.Errorf("config: %s.channels[%d]: %q is listed twice", key, j, ch)
+			}
+			seen[ch] = true
+			if !served[ch] {
+				return fmt.Errorf("config: %s.channels[%d]: no provider serves channel %q", key, j, ch)
+			}
+			if _, ok := k.Templates[ch]; !ok {
+				return fmt.Errorf("config: %s.templates.%s: missing (every channel needs a template)", key, ch)
+			}
+		}
+		for ch := range k.Templates {
+			if !seen[ch] {
+				return fmt.Errorf("config: %s.templates.%s: channel %q is not in channels", key, ch, ch)
+			}
+		}
+	}
+	return nil
+}
+
+// DatabaseDriver splits Database into driver ("sqlite" or "postgres") and the
+// driver's own data source.
+func (c *Config) DatabaseDriver() (driver, dsn string, err error) {
+	switch {
+	case strings.HasPrefix(c.Database, "sqlite:"):
+		p := strings.TrimPrefix(c.Database, "sqlite:")
+		if p == "" {
+			return "", "", errors.New("config: database: sqlite: needs a file path (sqlite:./herald.db)")
+		}
+		return "sqlite", p, nil
+	case strings.HasPrefix(c.Database, "postgres://"), strings.HasPrefix(c.Database, "postgresql://"):
+		return "postgres", c.Database, nil
+	}
+	return "", "", fmt.Errorf("config: database: %q is neither sqlite:PATH nor a postgres:// URL", c.Database)
+}
+
+func channelList() string {
+	s := make([]string, len(heraldtype.Channels))
+	for i, c := range heraldtype.Channels {
+		s[i] = string(c)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,228 @@
+// Package dispatch moves outbox rows to the sender. With the db transport a
+// Claimer per lane leases due rows straight from the outbox and hands each to
+// the sender; with the rabbitmq transport the relay publishes them instead.
+//
+// Each lane has its own Claimer and its own slots (sender concurrency), so a
+// marketing backlog never occupies a slot a payment notification needs.
+//
+// A Claimer writes only the outbox, and every write after the claim is fenced
+// by the row's token and live lease: if this process stalled past its lease
+// and another took the row, its late write changes nothing.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
+)
+
+// Backoff is the dispatcher's wait before the n-th retry of a row (1-based):
+// 1, 2, 4, 8, 16, then 30 minutes.
+func Backoff(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	if n > 5 {
+		return 30 * time.Minute
+	}
+	return time.Duration(1<<(n-1)) * time.Minute
+}
+
+// AlertAfterAttempts is the failed dispatch attempt that raises an alert.
+const AlertAfterAttempts = 5
+
+// Sender is the one sender algorithm, as the claimer uses it.
+type Sender interface {
+	Send(ctx context.Context, job heraldtype.Job) sender.Result
+}
+
+// ClaimerConfig configures one lane's claimer.
+type ClaimerConfig struct {
+	Lane  heraldtype.Lane
+	Store store.Outbox
+	// Wake carries "rows became due" signals for this lane.
+	Wake   <-chan struct{}
+	Sender Sender
+	// Owner names this process in claims.
+	Owner string
+	// Concurrency is the number of sends in flight on this lane.
+	Concurrency int
+	Lease       time.Duration
+	// PollInterval is how often an idle claimer looks for due rows unbidden.
+	PollInterval time.Duration
+	// MaxAttempts is the failed dispatch attempts after which a row is FAILED.
+	MaxAttempts int
+	Logger      *slog.Logger
+	Alerts      alert.Sink
+	Metrics     *metrics.Metrics
+	// SettleTimeout bounds the fenced write after a send. Defaults to 10 seconds.
+	SettleTimeout time.Duration
+}
+
+// Claimer leases a lane's due rows and runs the sender on each.
+type Claimer struct {
+	ClaimerConfig
+	slots chan struct{}
+	freed chan struct{}
+	wg    sync.WaitGroup
+}
+
+// NewClaimer returns a claimer.
+func NewClaimer(cfg ClaimerConfig) *Claimer {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Alerts == nil {
+		cfg.Alerts = alert.Log{Logger: cfg.Logger}
+	}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = 10 * time.Second
+	}
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = 1
+	}
+	return &Claimer{ClaimerConfig: cfg, slots: make(chan struct{}, cfg.Concurrency), freed: make(chan struct{}, 1)}
+}
+
+// Run claims and sends until ctx is cancelled, then stops claiming and waits
+// for the sends in flight. Rows claimed but not yet started go back to PENDING
+// at once.
+func (c *Claimer) Run(ctx context.Context) {
+	defer c.wg.Wait()
+	poll := time.NewTicker(c.PollInterval)
+	defer poll.Stop()
+	errWait := time.Duration(0)
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		free := cap(c.slots) - len(c.slots)
+		full := false
+		if free > 0 {
+			rows, err := c.Store.OutboxClaim(ctx, store.OutboxClaimParams{
+				Lane: c.Lane, Owner: c.Owner, Limit: free, Lease: c.Lease,
+			})
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				errWait = min(max(2*errWait, 100*time.Millisecond), 5*time.Second)
+				c.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: claim failed",
+					slog.String("lane", string(c.Lane)), slog.Duration("retry_in", errWait), slog.Any("error", err))
+				if !sleep(ctx, errWait) {
+					return
+				}
+				continue
+			}
+			errWait = 0
+			for _, row := range rows {
+				c.slots <- struct{}{}
+				c.wg.Add(1)
+				go c.process(ctx, row)
+			}
+			full = len(rows) == free
+		}
+		if full {
+			continue // more may be waiting
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.Wake:
+		case <-poll.C:
+		case <-c.freed:
+		}
+	}
+}
+
+func (c *Claimer) process(ctx context.Context, row store.Claimed) {
+	defer func() {
+		<-c.slots
+		select {
+		case c.freed <- struct{}{}:
+		default:
+		}
+		c.wg.Done()
+	}()
+	res := c.Sender.Send(ctx, row.Job)
+	c.settle(ctx, row, res)
+}
+
+// settle records the sender's verdict on the outbox row, fenced.
+func (c *Claimer) settle(ctx context.Context, row store.Claimed, res sender.Result) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.SettleTimeout)
+	defer cancel()
+	var (
+		ok     bool
+		err    error
+		result string
+	)
+	switch res.Verdict {
+	case sender.Done, sender.Park:
+		result = "done"
+		ok, err = c.Store.OutboxComplete(wctx, row.Fence, heraldtype.OutboxDone, res.Reason)
+	case sender.Retry:
+		result = "retry"
+		ok, err = c.Store.OutboxRetry(wctx, store.OutboxRetryParams{Fence: row.Fence, Delay: res.Delay, Reason: res.Reason})
+	default: // Backoff
+		if ctx.Err() != nil && errors.Is(res.Err, ctx.Err()) {
+			// Shutting down before the claim: give the row back at once.
+			result = "released"
+			ok, err = c.Store.OutboxRetry(wctx, store.OutboxRetryParams{Fence: row.Fence, Reason: "SHUTDOWN"})
+			break
+		}
+		attempt := row.Attempts + 1
+		if attempt >= c.MaxAttempts {
+			result = "failed"
+			ok, err = c.Store.OutboxComplete(wctx, row.Fence, heraldtype.OutboxFailed, res.Reason)
+			if ok {
+				c.raise(wctx, alert.OutboxFailed, row, res.Reason)
+			}
+			break
+		}
+		result = "backoff"
+		c.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: send attempt failed, backing off",
+			slog.String("message_id", row.MessageID), slog.Int("attempt", attempt), slog.Any("error", res.Err))
+		ok, err = c.Store.OutboxRetry(wctx, store.OutboxRetryParams{
+			Fence: row.Fence, Delay: Backoff(attempt), Reason: res.Reason, Failed: true,
+		})
+		if ok && attempt == AlertAfterAttempts {
+			c.raise(wctx, alert.DispatchSlow, row, res.Reason)
+		}
+	}
+	c.Metrics.Dispatch(c.Lane, result)
+	switch {
+	case err != nil:
+		// The lease will run out and the row will be claimed again; the
+		// delivery row keeps that from becoming a second send.
+		c.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: could not settle outbox row",
+			slog.String("message_id", row.MessageID), slog.String("result", result), slog.Any("error", err))
+	case !ok:
+		c.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: lease lost before settling; write fenced off",
+			slog.String("message_id", row.MessageID), slog.Int64("token", row.Fence.Token))
+	}
+}
+
+func (c *Claimer) raise(ctx context.Context, kind string, row store.Claimed, reason string) {
+	c.Metrics.Alert(kind)
+	c.Alerts.Alert(ctx, alert.Alert{Kind: kind, MessageID: row.MessageID, Tenant: row.Tenant, Reason: reason})
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,159 @@
+// Package heraldtype holds the small vocabulary every other herald package
+// shares: lanes, channels, the outbox and delivery state machines, reason
+// codes and the Job a transport hands to the sender. It imports nothing of
+// herald's own, so any package may import it without cycles.
+package heraldtype
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Lane is a priority class. Each lane has its own claim query (or queue) and
+// its own sender concurrency, so one lane's backlog cannot delay another.
+type Lane string
+
+const (
+	LaneAlert         Lane = "alert"
+	LaneTransactional Lane = "transactional"
+	LaneMarketing     Lane = "marketing"
+	LaneInternal      Lane = "internal"
+)
+
+// Lanes lists every lane in the order claimers start.
+var Lanes = []Lane{LaneAlert, LaneTransactional, LaneMarketing, LaneInternal}
+
+// Valid reports whether l is one of the four lanes.
+func (l Lane) Valid() bool {
+	switch l {
+	case LaneAlert, LaneTransactional, LaneMarketing, LaneInternal:
+		return true
+	}
+	return false
+}
+
+// Channel is a way to reach a recipient.
+type Channel string
+
+const (
+	ChannelPush     Channel = "push"
+	ChannelSMS      Channel = "sms"
+	ChannelAlimTalk Channel = "alimtalk"
+	ChannelEmail    Channel = "email"
+	ChannelWebhook  Channel = "webhook"
+)
+
+// Channels lists the channels herald knows.
+var Channels = []Channel{ChannelPush, ChannelSMS, ChannelAlimTalk, ChannelEmail, ChannelWebhook}
+
+// Valid reports whether c is a known channel.
+func (c Channel) Valid() bool {
+	for _, k := range Channels {
+		if c == k {
+			return true
+		}
+	}
+	return false
+}
+
+// NeedsAddress reports whether sending on c requires a destination from the
+// recipient's profile. A webhook goes to the provider's configured URL.
+func (c Channel) NeedsAddress() bool { return c != ChannelWebhook }
+
+// OutboxState is the dispatcher-owned state of an outbox row.
+type OutboxState string
+
+const (
+	OutboxPending    OutboxState = "PENDING"
+	OutboxClaimed    OutboxState = "CLAIMED"    // db transport: a claimer holds the lease
+	OutboxPublishing OutboxState = "PUBLISHING" // rabbitmq transport: the relay holds the lease
+	OutboxDone       OutboxState = "DONE"       // db transport: the sender finished with it
+	OutboxPublished  OutboxState = "PUBLISHED"  // rabbitmq transport: the broker confirmed it
+	OutboxSkipped    OutboxState = "SKIPPED"
+	OutboxFailed     OutboxState = "FAILED"  // gave up after backoff
+	OutboxExpired    OutboxState = "EXPIRED" // its expires_at passed before it was sent
+)
+
+// Terminal reports whether the dispatcher is finished with the row.
+func (s OutboxState) Terminal() bool {
+	switch s {
+	case OutboxDone, OutboxPublished, OutboxSkipped, OutboxFailed, OutboxExpired:
+		return true
+	}
+	return false
+}
+
+// DeliveryState is the sender-owned state of one message_id.
+type DeliveryState string
+
+const (
+	DeliverySending          DeliveryState = "SENDING"    // claimed; a provider call may be in flight
+	DeliveryRetryWait        DeliveryState = "RETRY_WAIT" // a definite non-send, retried at next_attempt_at
+	DeliveryParked           DeliveryState = "PARKED"     // the same failure would recur; a person requeues it
+	DeliveryProviderAccepted DeliveryState = "PROVIDER_ACCEPTED"
+	DeliveryDelivered        DeliveryState = "DELIVERED"
+	DeliveryPermanentFailure DeliveryState = "PERMANENT_FAILURE"
+	DeliveryRetryExhausted   DeliveryState = "RETRY_EXHAUSTED"
+	DeliveryUnknown          DeliveryState = "UNKNOWN"
+	DeliverySuppressed       DeliveryState = "SUPPRESSED"
+)
+
+// Terminal reports whether no automatic step will change the state again
+// (a callback may still turn PROVIDER_ACCEPTED into DELIVERED).
+func (s DeliveryState) Terminal() bool {
+	switch s {
+	case DeliveryProviderAccepted, DeliveryDelivered, DeliveryPermanentFailure,
+		DeliveryRetryExhausted, DeliveryUnknown, DeliverySuppressed:
+		return true
+	}
+	return false
+}
+
+// States shown by the read API before the sender has written a delivery row.
+const (
+	ViewScheduled = "SCHEDULED" // its send_at is ahead
+	ViewPending   = "PENDING"   // waiting for a sender to claim it
+)
+
+// Reason codes. They are stable strings: dashboards, alerts and the action
+// queue key on them. They never carry personal data or raw provider errors.
+const (
+	ReasonConsentDenied          = "CONSENT_DENIED"
+	ReasonDestinationUnavailable = "DESTINATION_UNAVAILABLE"
+	ReasonQuietHours             = "QUIET_HOURS"
+	ReasonDuplicateEvent         = "DUPLICATE_EVENT"
+	ReasonReminderWindowMissed   = "REMINDER_WINDOW_MISSED"
+	ReasonGatePaused             = "GATE_PAUSED"
+
+	ReasonClaimExpired     = "CLAIM_EXPIRED"     // an outbox lease ran out
+	ReasonStaleClaim       = "STALE_CLAIM"       // SENDING for longer than stale_claim_after
+	ReasonExpired          = "EXPIRED"           // expires_at passed
+	ReasonUnknownKind      = "UNKNOWN_KIND"      // the kind is no longer configured
+	ReasonTemplateMissing  = "TEMPLATE_MISSING"  // no template for the channel
+	ReasonTemplateFailed   = "TEMPLATE_FAILED"   // the template no longer renders with these params
+	ReasonNoProvider       = "NO_PROVIDER"       // no provider serves the channel
+	ReasonMessageIDTooLong = "MESSAGE_ID_TOO_LONG"
+	ReasonStoreUnavailable = "STORE_UNAVAILABLE"
+	ReasonRequeued         = "REQUEUED"
+)
+
+// MaxMessageIDLen is the longest message_id herald will claim; providers take
+// it as their reference and most cap references at 100 characters.
+const MaxMessageIDLen = 100
+
+// Job is one planned send as a transport hands it to the sender: the outbox
+// row joined with its notification. With the rabbitmq transport it is the
+// message body, so it is plain JSON.
+type Job struct {
+	MessageID      string          `json:"message_id"`
+	OutboxID       int64           `json:"outbox_id"`
+	NotificationID string          `json:"notification_id"`
+	Tenant         string          `json:"tenant"`
+	Recipient      string          `json:"recipient"`
+	EventID        string          `json:"event_id"`
+	Kind           string          `json:"kind"`
+	Lane           Lane            `json:"lane"`
+	Channel        Channel         `json:"channel"`
+	Params         json.RawMessage `json:"params"`
+	ExpiresAt      *time.Time      `json:"expires_at,omitempty"`
+}

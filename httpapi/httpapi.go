@@ -1,0 +1,168 @@
+// Package httpapi assembles herald's HTTP surface: authentication, the intake
+// and read endpoints, recipient profiles, health and metrics. Every error is
+// application/problem+json.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/intake"
+	"github.com/heraldhq/herald/lookup"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/store"
+)
+
+// Config wires the API.
+type Config struct {
+	Keys    *auth.Keys
+	Intake  *intake.Handler
+	Lookup  *lookup.Handler
+	Store   store.Store
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	// Draining reports that shutdown has begun (readyz answers 503).
+	Draining *atomic.Bool
+}
+
+// New returns the router.
+func New(cfg Config) http.Handler {
+	mux := http.NewServeMux()
+	authed := func(h http.Handler) http.Handler { return requireTenant(cfg.Keys, h) }
+	mux.Handle("POST /v1/notifications", authed(cfg.Intake))
+	mux.Handle("GET /v1/notifications/{id}", authed(cfg.Lookup))
+	pr := &profiles{store: cfg.Store, logger: cfg.Logger}
+	mux.Handle("PUT /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.put)))
+	mux.Handle("GET /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.get)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Draining != nil && cfg.Draining.Load() {
+			problem.New(w, http.StatusServiceUnavailable, "shutting down")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := cfg.Store.Ping(ctx); err != nil {
+			problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ready"}`+"\n")
+	})
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem.New(w, http.StatusNotFound, "no such endpoint")
+	})
+	return recoverer(cfg.Logger, mux)
+}
+
+func requireTenant(keys *auth.Keys, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant, ok := keys.Lookup(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
+			problem.New(w, http.StatusUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(auth.WithTenant(r.Context(), tenant)))
+	})
+}
+
+func recoverer(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				logger.LogAttrs(r.Context(), slog.LevelError, "http: handler panicked", slog.String("path", r.URL.Path), slog.Any("panic", v))
+				problem.New(w, http.StatusInternalServerError, "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// profiles serves a recipient's contact points and consent.
+type profiles struct {
+	store  store.Store
+	logger *slog.Logger
+}
+
+type profileBody struct {
+	Addresses map[string]string `json:"addresses"`
+	Consent   map[string]bool   `json:"consent"`
+	Language  string            `json:"language,omitempty"`
+	TimeZone  string            `json:"time_zone,omitempty"`
+}
+
+func (p *profiles) put(w http.ResponseWriter, r *http.Request) {
+	var body profileBody
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		problem.New(w, http.StatusBadRequest, "the body is not a valid profile: "+err.Error())
+		return
+	}
+	prof := store.Profile{
+		Tenant: auth.Tenant(r.Context()), Recipient: r.PathValue("recipient"),
+		Addresses: map[heraldtype.Channel]string{}, Consent: map[heraldtype.Channel]bool{},
+		Language: body.Language, TimeZone: body.TimeZone,
+	}
+	for ch, a := range body.Addresses {
+		if !heraldtype.Channel(ch).Valid() {
+			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "unknown channel " + ch, Param: "addresses." + ch})
+			return
+		}
+		prof.Addresses[heraldtype.Channel(ch)] = a
+	}
+	for ch, c := range body.Consent {
+		if !heraldtype.Channel(ch).Valid() {
+			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "unknown channel " + ch, Param: "consent." + ch})
+			return
+		}
+		prof.Consent[heraldtype.Channel(ch)] = c
+	}
+	if tz := body.TimeZone; tz != "" {
+		if _, err := time.LoadLocation(tz); err != nil {
+			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "unknown time zone", Param: "time_zone"})
+			return
+		}
+	}
+	if err := p.store.ProfilePut(r.Context(), prof); err != nil {
+		p.logger.LogAttrs(r.Context(), slog.LevelError, "profiles: store unavailable", slog.Any("error", err))
+		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (p *profiles) get(w http.ResponseWriter, r *http.Request) {
+	prof, err := p.store.ProfileGet(r.Context(), auth.Tenant(r.Context()), r.PathValue("recipient"))
+	if errors.Is(err, store.ErrNotFound) {
+		problem.New(w, http.StatusNotFound, "no profile for this recipient")
+		return
+	}
+	if err != nil {
+		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(prof)
+}

@@ -1,0 +1,234 @@
+// Package intake answers POST /v1/notifications: it validates the request,
+// checks that every template of the kind renders with the given params, and
+// writes the idempotency key, the notification and one outbox row per channel
+// in one transaction. A 202 means all of that is committed.
+//
+// Idempotency: the key is scoped to the tenant and stored with a SHA-256 of
+// the request body in canonical form (keys sorted, numbers as written), so a
+// retried request replays the first 202 body even if the client reordered
+// its JSON; a different body under the same key is 409. Concurrent identical
+// requests race on the key's unique index inside the store, not on a read.
+package intake
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/store"
+)
+
+// MaxBody is the largest request body accepted.
+const MaxBody = 64 << 10
+
+// Limits on identifiers, so message ids and keys stay small.
+const (
+	maxKeyLen       = 255
+	maxRecipientLen = 200
+	maxEventIDLen   = 200
+)
+
+// Handler serves POST /v1/notifications.
+type Handler struct {
+	Store          store.Notifications
+	Catalog        *catalog.Catalog
+	Clock          clock.Clock
+	IdempotencyTTL time.Duration
+	Logger         *slog.Logger
+	Metrics        *metrics.Metrics
+}
+
+// Request is the body of POST /v1/notifications.
+type Request struct {
+	Recipient string          `json:"recipient"`
+	EventID   string          `json:"event_id"`
+	Kind      string          `json:"kind"`
+	Params    json.RawMessage `json:"params"`
+	SendAt    *time.Time      `json:"send_at,omitempty"`
+	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+}
+
+// Accepted is the 202 body.
+type Accepted struct {
+	ID string `json:"id"`
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	code := h.serve(w, r)
+	h.Metrics.IntakeResponse(fmt.Sprint(code))
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
+	fail := func(status int, detail, param string) int {
+		problem.Write(w, problem.Problem{Status: status, Detail: detail, Param: param})
+		return status
+	}
+	tenant := auth.Tenant(r.Context())
+	key := r.Header.Get("Idempotency-Key")
+	switch {
+	case key == "":
+		return fail(http.StatusBadRequest, "the Idempotency-Key header is required", "Idempotency-Key")
+	case len(key) > maxKeyLen || !printable(key):
+		return fail(http.StatusBadRequest, fmt.Sprintf("Idempotency-Key must be 1..%d printable characters", maxKeyLen), "Idempotency-Key")
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBody), "")
+		}
+		return fail(http.StatusBadRequest, "could not read the body", "")
+	}
+	req, canonical, err := decode(raw)
+	if err != nil {
+		return fail(http.StatusBadRequest, err.Error(), "")
+	}
+	kind, params, perr := h.validate(req)
+	if perr != nil {
+		problem.Write(w, *perr)
+		return perr.Status
+	}
+
+	now := h.Clock.Now()
+	id := ids.New("ntf", now)
+	body, _ := json.Marshal(Accepted{ID: id})
+	sum := sha256.Sum256(canonical)
+	res, err := h.Store.NotificationCreate(r.Context(), store.NotificationCreateParams{
+		Tenant: tenant, IdempotencyKey: key, RequestHash: hex.EncodeToString(sum[:]), IdempotencyTTL: h.IdempotencyTTL,
+		Response: body, ID: id, Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
+		Lane: kind.Lane, Params: params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
+	})
+	if err != nil {
+		h.Logger.LogAttrs(r.Context(), slog.LevelError, "intake: store unavailable", slog.String("tenant", tenant), slog.Any("error", err))
+		w.Header().Set("Retry-After", "1")
+		return fail(http.StatusServiceUnavailable, "the store is unavailable; retry with the same Idempotency-Key", "")
+	}
+	switch res.Outcome {
+	case store.Conflict:
+		return fail(http.StatusConflict, "this Idempotency-Key was used with a different request body", "Idempotency-Key")
+	case store.Replayed:
+		w.Header().Set("Idempotent-Replayed", "true")
+		body = res.Response
+		var a Accepted
+		if json.Unmarshal(body, &a) == nil {
+			id = a.ID
+		}
+	case store.Created:
+		h.Metrics.Accepted(kind.Lane)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/v1/notifications/"+id)
+	w.WriteHeader(http.StatusAccepted)
+	_, _ = w.Write(body)
+	return http.StatusAccepted
+}
+
+// decode parses the body strictly and returns it with its canonical form.
+func decode(raw []byte) (Request, []byte, error) {
+	var req Request
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, nil, fmt.Errorf("the body is not a valid notification request: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return req, nil, errors.New("the body must hold exactly one JSON object")
+	}
+	canonical, err := Canonical(raw)
+	if err != nil {
+		return req, nil, err
+	}
+	return req, canonical, nil
+}
+
+// Canonical re-encodes a JSON document with object keys sorted and numbers
+// kept as written, so two encodings of the same request hash alike.
+func Canonical(raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("the body is not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // encoding/json sorts map keys
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func (h *Handler) validate(req Request) (*catalog.Kind, json.RawMessage, *problem.Problem) {
+	bad := func(detail, param string) (*catalog.Kind, json.RawMessage, *problem.Problem) {
+		return nil, nil, &problem.Problem{Status: http.StatusUnprocessableEntity, Detail: detail, Param: param}
+	}
+	switch {
+	case req.Recipient == "":
+		return bad("recipient is required", "recipient")
+	case len(req.Recipient) > maxRecipientLen || !printable(req.Recipient):
+		return bad(fmt.Sprintf("recipient must be 1..%d printable characters", maxRecipientLen), "recipient")
+	case req.EventID == "":
+		return bad("event_id is required", "event_id")
+	case len(req.EventID) > maxEventIDLen || !printable(req.EventID):
+		return bad(fmt.Sprintf("event_id must be 1..%d printable characters", maxEventIDLen), "event_id")
+	case req.Kind == "":
+		return bad("kind is required", "kind")
+	}
+	kind := h.Catalog.Kind(req.Kind)
+	if kind == nil {
+		return bad(fmt.Sprintf("unknown kind %q", req.Kind), "kind")
+	}
+	now := h.Clock.Now()
+	if req.ExpiresAt != nil {
+		if !req.ExpiresAt.After(now) {
+			return bad("expires_at is already past", "expires_at")
+		}
+		if req.SendAt != nil && !req.ExpiresAt.After(*req.SendAt) {
+			return bad("expires_at must be after send_at", "expires_at")
+		}
+	}
+	params, err := catalog.DecodeParams(req.Params)
+	if err != nil {
+		return bad(err.Error(), "params")
+	}
+	if err := kind.Check(params); err != nil {
+		var missing *catalog.MissingParamError
+		if errors.As(err, &missing) {
+			return bad(fmt.Sprintf("kind %q needs param %q (template for channel %s)", req.Kind, missing.Param, missing.Channel), "params."+missing.Param)
+		}
+		return bad(fmt.Sprintf("kind %q cannot render with these params: %v", req.Kind, err), "params")
+	}
+	stored := req.Params
+	if len(bytes.TrimSpace(stored)) == 0 || string(bytes.TrimSpace(stored)) == "null" {
+		stored = json.RawMessage("{}")
+	}
+	return kind, stored, nil
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}

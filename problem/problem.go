@@ -1,0 +1,36 @@
+// Package problem writes RFC 9457 application/problem+json errors.
+package problem
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// Problem is an error answer.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Param names the offending field or template param, when there is one.
+	Param string `json:"param,omitempty"`
+}
+
+// Write sends p.
+func Write(w http.ResponseWriter, p Problem) {
+	if p.Type == "" {
+		p.Type = "about:blank"
+	}
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// New writes a problem of the given status with a detail message.
+func New(w http.ResponseWriter, status int, detail string) {
+	Write(w, Problem{Status: status, Detail: detail})
+}

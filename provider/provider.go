@@ -1,0 +1,114 @@
+// Package provider is the boundary between herald and the services that reach
+// people (APNs, FCM, SMS gateways, AlimTalk, e-mail, webhooks). An adapter
+// answers every call with exactly one of four classes; the sender switches on
+// the class and never guesses from error text.
+//
+// The classes follow DESIGN §2:
+//
+//	Accepted   the provider answered 2xx                     → PROVIDER_ACCEPTED
+//	NotSent    definitely not sent (no request reached it,   → release the claim, retry
+//	           or it refused with 401/403/429)
+//	Permanent  refused for good (400/404/410/413/422)        → PERMANENT_FAILURE
+//	Unknown    it may or may not have gone out (timeout after → UNKNOWN, never resent
+//	           the request was written, reset mid-response,
+//	           5xx, anything else)
+package provider
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+)
+
+// Class is what an adapter knows about a call's effect.
+type Class int
+
+const (
+	Accepted Class = iota + 1
+	NotSent
+	Permanent
+	Unknown
+)
+
+func (c Class) String() string {
+	switch c {
+	case Accepted:
+		return "accepted"
+	case NotSent:
+		return "not_sent"
+	case Permanent:
+		return "permanent"
+	case Unknown:
+		return "unknown"
+	}
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// Outcome is the classified answer to one call.
+type Outcome struct {
+	Class Class
+	// Reason is a stable, low-cardinality code (HTTP_503, TIMEOUT,
+	// CONNECTION_REFUSED…). Never a raw provider message.
+	Reason string
+	// RetryAfter is the provider's own hint for NotSent (429 Retry-After).
+	RetryAfter time.Duration
+	// ProviderRef is the provider's id for the message, when it returns one.
+	ProviderRef string
+}
+
+// Outcome constructors keep adapters terse.
+func AcceptedOutcome(ref string) Outcome { return Outcome{Class: Accepted, ProviderRef: ref} }
+func NotSentOutcome(reason string, retryAfter time.Duration) Outcome {
+	return Outcome{Class: NotSent, Reason: reason, RetryAfter: retryAfter}
+}
+func PermanentOutcome(reason string) Outcome { return Outcome{Class: Permanent, Reason: reason} }
+func UnknownOutcome(reason string) Outcome   { return Outcome{Class: Unknown, Reason: reason} }
+
+// Message is what an adapter sends. MessageID is the provider reference on
+// every copy, so a provider look-up can reconcile an UNKNOWN.
+type Message struct {
+	MessageID string             `json:"message_id"`
+	Tenant    string             `json:"-"`
+	Recipient string             `json:"recipient"`
+	Kind      string             `json:"kind"`
+	Channel   heraldtype.Channel `json:"channel"`
+	// Address is the destination from the recipient's profile (phone number,
+	// device token, e-mail address); empty for channels that need none.
+	Address string `json:"-"`
+	Title   string `json:"title"`
+	Body    string `json:"body"`
+}
+
+// Provider sends one message.
+type Provider interface {
+	Send(ctx context.Context, m Message) Outcome
+}
+
+// Registry maps channels to the provider serving them, built explicitly at start.
+type Registry struct {
+	byChannel map[heraldtype.Channel]Named
+}
+
+// Named is a provider and its configured name.
+type Named struct {
+	Name string
+	Provider
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{byChannel: map[heraldtype.Channel]Named{}} }
+
+// Register makes p serve ch. The first provider registered for a channel wins.
+func (r *Registry) Register(ch heraldtype.Channel, name string, p Provider) {
+	if _, ok := r.byChannel[ch]; !ok {
+		r.byChannel[ch] = Named{Name: name, Provider: p}
+	}
+}
+
+// For returns the provider serving ch.
+func (r *Registry) For(ch heraldtype.Channel) (Named, bool) {
+	n, ok := r.byChannel[ch]
+	return n, ok
+}

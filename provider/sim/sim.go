@@ -1,0 +1,152 @@
+// Package sim is a simulated provider: configurable latency and fault mix, and
+// a record of every message it was asked to send. The default configuration,
+// the tests and the benchmarks use it.
+package sim
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/provider"
+)
+
+// Config sets the simulated behaviour.
+type Config struct {
+	// Latency is added to every call.
+	Latency time.Duration
+	// NotSent, Permanent and Unknown are the fractions of calls answered with
+	// that class; the rest are accepted.
+	NotSent, Permanent, Unknown float64
+	// Seed makes the fault mix repeatable. Defaults to 1.
+	Seed uint64
+	// Keep bounds the record: past it the oldest half is forgotten, so a
+	// long-running development server does not grow without end.
+	// Defaults to 500,000 calls.
+	Keep int
+}
+
+// Call is one recorded call.
+type Call struct {
+	Message provider.Message
+	At      time.Time
+	Outcome provider.Outcome
+}
+
+// Sim is the simulated provider.
+type Sim struct {
+	cfg Config
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	calls  []Call
+	counts map[string]int
+	// OnCall, when set, runs at the start of every call (tests use it as a
+	// barrier or to force an outcome). A non-zero returned class overrides
+	// the fault mix.
+	onCall func(ctx context.Context, m provider.Message) provider.Outcome
+}
+
+var _ provider.Provider = (*Sim)(nil)
+
+// New returns a simulated provider.
+func New(cfg Config) *Sim {
+	if cfg.Seed == 0 {
+		cfg.Seed = 1
+	}
+	if cfg.Keep == 0 {
+		cfg.Keep = 500_000
+	}
+	return &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed)), counts: map[string]int{}}
+}
+
+// OnCall installs a hook run at the start of every call. Its outcome, when its
+// Class is set, replaces the simulated one.
+func (s *Sim) OnCall(f func(ctx context.Context, m provider.Message) provider.Outcome) {
+	s.mu.Lock()
+	s.onCall = f
+	s.mu.Unlock()
+}
+
+// Send records the call and answers with the configured mix.
+func (s *Sim) Send(ctx context.Context, m provider.Message) provider.Outcome {
+	s.mu.Lock()
+	hook := s.onCall
+	s.mu.Unlock()
+	var forced provider.Outcome
+	if hook != nil {
+		forced = hook(ctx, m)
+	}
+	if s.cfg.Latency > 0 {
+		t := time.NewTimer(s.cfg.Latency)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := forced
+	if out.Class == 0 {
+		out = s.roll()
+	}
+	if len(s.calls) >= s.cfg.Keep {
+		half := len(s.calls) / 2
+		for _, c := range s.calls[:half] {
+			delete(s.counts, c.Message.MessageID)
+		}
+		s.calls = append(s.calls[:0:0], s.calls[half:]...)
+	}
+	s.calls = append(s.calls, Call{Message: m, At: time.Now(), Outcome: out})
+	s.counts[m.MessageID]++
+	return out
+}
+
+func (s *Sim) roll() provider.Outcome {
+	r := s.rng.Float64()
+	switch {
+	case r < s.cfg.NotSent:
+		return provider.NotSentOutcome("SIM_NOT_SENT", 0)
+	case r < s.cfg.NotSent+s.cfg.Permanent:
+		return provider.PermanentOutcome("SIM_PERMANENT")
+	case r < s.cfg.NotSent+s.cfg.Permanent+s.cfg.Unknown:
+		return provider.UnknownOutcome("SIM_UNKNOWN")
+	}
+	return provider.AcceptedOutcome("")
+}
+
+// Calls returns a copy of every recorded call.
+func (s *Sim) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.calls...)
+}
+
+// CallCount returns how many calls were made for messageID.
+func (s *Sim) CallCount(messageID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[messageID]
+}
+
+// Total returns how many calls were made in all.
+func (s *Sim) Total() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.calls)
+}
+
+// Duplicates returns the message ids that were called more than once.
+func (s *Sim) Duplicates() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var d []string
+	for id, n := range s.counts {
+		if n > 1 {
+			d = append(d, id)
+		}
+	}
+	return d
+}

@@ -1,0 +1,190 @@
+// Package webhook is the provider that POSTs a message as JSON to a URL.
+//
+// It is the reference for how every adapter classifies an answer (DESIGN §2):
+// the one fact that decides between "definitely not sent" and "unknown" is
+// whether the whole request was written to the connection. An
+// httptrace.WroteRequest hook records that moment; any failure before it
+// cannot have reached the receiver, any failure after it might have.
+//
+// net/http replays a request on its own when it believes the request is
+// idempotent, and a request carrying an Idempotency-Key header qualifies.
+// A replay is a second call herald did not decide to make, so the adapter
+// clears Request.GetBody, which makes the request impossible to replay.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/heraldhq/herald/provider"
+)
+
+// Config configures a webhook provider.
+type Config struct {
+	// URL receives the POST.
+	URL string
+	// Timeout bounds the whole call. Defaults to 10 seconds.
+	Timeout time.Duration
+	// Client overrides the HTTP client (tests use it for TLS). Its redirect
+	// policy is replaced: a redirect is answered, never followed.
+	Client *http.Client
+}
+
+// Webhook posts messages to one URL.
+type Webhook struct {
+	url     string
+	timeout time.Duration
+	client  *http.Client
+}
+
+var _ provider.Provider = (*Webhook)(nil)
+
+// New returns a webhook provider.
+func New(cfg Config) *Webhook {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	c := cfg.Client
+	if c == nil {
+		c = &http.Client{Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 128,
+			IdleConnTimeout:     60 * time.Second,
+			TLSHandshakeTimeout: 5 * time.Second,
+		}}
+	} else {
+		cp := *c
+		c = &cp
+	}
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Webhook{url: cfg.URL, timeout: cfg.Timeout, client: c}
+}
+
+type payload struct {
+	MessageID string `json:"message_id"`
+	Recipient string `json:"recipient"`
+	Kind      string `json:"kind"`
+	Channel   string `json:"channel"`
+	Title     string `json:"title"`
+	Body      string `json:"body"`
+}
+
+// Send posts m and classifies the answer.
+func (w *Webhook) Send(ctx context.Context, m provider.Message) provider.Outcome {
+	body, err := json.Marshal(payload{
+		MessageID: m.MessageID, Recipient: m.Recipient, Kind: m.Kind,
+		Channel: string(m.Channel), Title: m.Title, Body: m.Body,
+	})
+	if err != nil {
+		return provider.PermanentOutcome("ENCODE_FAILED")
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+
+	var written atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			written.Store(true)
+		}
+	}}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, w.url, bytes.NewReader(body))
+	if err != nil {
+		return provider.PermanentOutcome("BAD_URL")
+	}
+	req.GetBody = nil // see the package comment: never replayed by net/http
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", m.MessageID)
+	req.Header.Set("X-Herald-Message-Id", m.MessageID)
+
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return ClassifyError(err, written.Load())
+	}
+	// Drain a little so the connection can be reused; the status decides.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return ClassifyStatus(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
+}
+
+// ClassifyStatus maps an HTTP status to an outcome (DESIGN §2).
+func ClassifyStatus(code int, retryAfter string, now time.Time) provider.Outcome {
+	reason := "HTTP_" + strconv.Itoa(code)
+	switch {
+	case code >= 200 && code < 300:
+		return provider.AcceptedOutcome("")
+	case code == http.StatusUnauthorized, code == http.StatusForbidden:
+		return provider.NotSentOutcome(reason, 0)
+	case code == http.StatusTooManyRequests:
+		return provider.NotSentOutcome(reason, parseRetryAfter(retryAfter, now))
+	case code == http.StatusBadRequest, code == http.StatusNotFound, code == http.StatusGone,
+		code == http.StatusRequestEntityTooLarge, code == http.StatusUnprocessableEntity:
+		return provider.PermanentOutcome(reason)
+	}
+	return provider.UnknownOutcome(reason)
+}
+
+// ClassifyError maps a transport error to an outcome. written says whether
+// the whole request had been written when the error happened.
+func ClassifyError(err error, written bool) provider.Outcome {
+	if written {
+		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+			return provider.UnknownOutcome("TIMEOUT")
+		}
+		if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return provider.UnknownOutcome("CONNECTION_RESET")
+		}
+		return provider.UnknownOutcome("TRANSPORT_ERROR")
+	}
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var unknownAuth x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var recErr tls.RecordHeaderError
+	switch {
+	case errors.As(err, &dnsErr):
+		return provider.NotSentOutcome("DNS_FAILURE", 0)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return provider.NotSentOutcome("CONNECTION_REFUSED", 0)
+	case errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr), errors.As(err, &recErr):
+		return provider.NotSentOutcome("TLS_FAILURE", 0)
+	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		return provider.NotSentOutcome("CONNECT_TIMEOUT", 0)
+	}
+	return provider.NotSentOutcome("CONNECTION_FAILED", 0)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// String names the provider in logs.
+func (w *Webhook) String() string { return fmt.Sprintf("webhook(%s)", w.url) }

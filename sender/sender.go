@@ -1,0 +1,425 @@
+// Package sender is the one sender algorithm (DESIGN §3). Both transports
+// hand it a Job and act on its Result: the db transport's claimers and the
+// rabbitmq transport's consumers call the very same Send.
+//
+// The steps, and why each is where it is:
+//
+//  1. Peek. A delivery row for the message already exists → nothing to do.
+//     This is a fast path only: two copies can pass it together.
+//  2. Pre-checks, none of which writes a claim: expiry, the kind, the
+//     recipient's profile read now (consent, address), the provider, the
+//     template, the message_id length. A decision not to send is recorded as
+//     SUPPRESSED; a failure that would recur as PARKED.
+//  3. Claim: insert the SENDING row (unique on message_id), or move a due
+//     RETRY_WAIT row to SENDING. Only the winner goes on; a loser acks.
+//  4. Call the provider with message_id as its reference, on a context that
+//     shutdown does not cancel: a claim left without a result would block
+//     the message for good.
+//  5. Record the result, conditional on the row still being SENDING at this
+//     attempt. A definite non-send releases the claim into RETRY_WAIT with
+//     its next attempt time; everything the provider might have acted on
+//     (timeouts, 5xx) becomes UNKNOWN and is never resent automatically.
+package sender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/store"
+)
+
+// Store is what the sender reads and writes: its own deliveries table and
+// the recipients' profiles.
+type Store interface {
+	store.Deliveries
+	store.Profiles
+}
+
+// Verdict tells the transport what to do with the message.
+type Verdict int
+
+const (
+	// Done: nothing more for the transport to do (ack).
+	Done Verdict = iota + 1
+	// Retry: a definite non-send; the claim was released into RETRY_WAIT.
+	// Offer the message again after Delay.
+	Retry
+	// Park: the same failure would recur; the delivery is PARKED with Reason.
+	// A person fixes the cause and requeues it.
+	Park
+	// Backoff: nothing was decided (the store failed before a claim, or the
+	// sender is shutting down); offer the message again later. Err says why.
+	Backoff
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Done:
+		return "done"
+	case Retry:
+		return "retry"
+	case Park:
+		return "park"
+	case Backoff:
+		return "backoff"
+	}
+	return "verdict(?)"
+}
+
+// Result is the sender's answer for one Job.
+type Result struct {
+	Verdict Verdict
+	// State is the delivery's state as far as this call knows it.
+	State  heraldtype.DeliveryState
+	Reason string
+	// Delay is when to offer the message again (Retry, Backoff).
+	Delay time.Duration
+	Err   error
+}
+
+// RetryPolicy is the schedule for definite non-sends.
+type RetryPolicy struct {
+	// Quick tries are QuickDelay apart; then Slow tries SlowDelay apart; a
+	// definite non-send on the last try is RETRY_EXHAUSTED.
+	Quick      int
+	QuickDelay time.Duration
+	Slow       int
+	SlowDelay  time.Duration
+}
+
+// Attempts is the number of provider calls the policy allows.
+func (p RetryPolicy) Attempts() int { return p.Quick + p.Slow }
+
+// DelayAfter returns the wait after the given failed attempt (1-based) and
+// whether another attempt is allowed.
+func (p RetryPolicy) DelayAfter(attempt int) (time.Duration, bool) {
+	switch {
+	case attempt < p.Quick:
+		return p.QuickDelay, true
+	case attempt < p.Attempts():
+		return p.SlowDelay, true
+	}
+	return 0, false
+}
+
+// Hooks are test seams. Each may be nil.
+type Hooks struct {
+	// AfterPeek runs after the peek found no row, before the pre-checks.
+	AfterPeek func(ctx context.Context, job heraldtype.Job)
+	// AfterClaim runs after a claim was won, before the provider call.
+	AfterClaim func(ctx context.Context, job heraldtype.Job)
+}
+
+// Config wires a sender.
+type Config struct {
+	Store     Store
+	Providers *provider.Registry
+	Catalog   *catalog.Catalog
+	Clock     clock.Clock
+	Retry     RetryPolicy
+	// Owner names this process in claims and the attempt log.
+	Owner   string
+	Logger  *slog.Logger
+	Alerts  alert.Sink
+	Metrics *metrics.Metrics
+	Hooks   Hooks
+	// RecordTimeout bounds the writes after a provider call (with retries).
+	// Defaults to 30 seconds.
+	RecordTimeout time.Duration
+}
+
+// Sender runs the algorithm.
+type Sender struct {
+	Config
+}
+
+// New returns a sender.
+func New(cfg Config) *Sender {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Alerts == nil {
+		cfg.Alerts = alert.Log{Logger: cfg.Logger}
+	}
+	if cfg.RecordTimeout <= 0 {
+		cfg.RecordTimeout = 30 * time.Second
+	}
+	if cfg.Retry.Quick == 0 {
+		cfg.Retry = RetryPolicy{Quick: 2, QuickDelay: time.Second, Slow: 3, SlowDelay: 10 * time.Minute}
+	}
+	return &Sender{Config: cfg}
+}
+
+// Send runs the algorithm for one job. ctx is the transport's: when it is
+// cancelled before the claim, Send gives the job back (Backoff) without
+// writing; after the claim it no longer matters.
+func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
+	// 1. Peek.
+	d, err := s.Store.DeliveryGet(ctx, job.MessageID)
+	switch {
+	case err == nil:
+		if r, stop := s.existing(d); stop {
+			return r
+		}
+	case errors.Is(err, store.ErrNotFound):
+	default:
+		return backoff(fmt.Errorf("peek: %w", err))
+	}
+	if h := s.Hooks.AfterPeek; h != nil {
+		h(ctx, job)
+	}
+
+	// 2. Pre-checks.
+	msg, named, decision := s.prepare(ctx, job)
+	if decision != nil {
+		return s.decide(ctx, job, *decision)
+	}
+	if err := ctx.Err(); err != nil {
+		return backoff(err)
+	}
+
+	// 3. Claim. From here on, shutdown does not cancel: the claim, the call
+	// and the record form one unit.
+	work := context.WithoutCancel(ctx)
+	claim, err := s.Store.DeliveryClaim(work, store.DeliveryClaimParams{
+		MessageID: job.MessageID, NotificationID: job.NotificationID, Tenant: job.Tenant,
+		Channel: job.Channel, Provider: named.Name, Owner: s.Owner,
+	})
+	if err != nil {
+		// If the claim did commit, the row stays SENDING and the stale sweep
+		// turns it UNKNOWN: never a second call.
+		return backoff(fmt.Errorf("claim: %w", err))
+	}
+	if !claim.Claimed {
+		return s.blocked(*claim.Current)
+	}
+	s.Metrics.Delivery(job.Lane, job.Channel, heraldtype.DeliverySending)
+	if h := s.Hooks.AfterClaim; h != nil {
+		h(work, job)
+	}
+
+	// 4. Call.
+	started := s.Clock.Now()
+	out := named.Send(work, msg)
+	took := s.Clock.Now().Sub(started)
+	s.Metrics.ProviderCall(named.Name, out.Class.String(), took)
+
+	// 5. Record.
+	return s.record(work, job, claim.Attempt, out, started, took)
+}
+
+// existing turns a delivery row found by the peek (or one that blocked the
+// claim) into a result. stop is false when the row is a due RETRY_WAIT,
+// which this copy may try to claim.
+func (s *Sender) existing(d store.Delivery) (Result, bool) {
+	switch d.State {
+	case heraldtype.DeliveryRetryWait:
+		if d.NextAttemptAt == nil {
+			return Result{Verdict: Done, State: d.State, Reason: d.Reason}, true
+		}
+		if wait := d.NextAttemptAt.Sub(s.Clock.Now()); wait > 0 {
+			return Result{Verdict: Retry, State: d.State, Reason: d.Reason, Delay: wait}, true
+		}
+		return Result{}, false
+	case heraldtype.DeliveryParked:
+		return Result{Verdict: Park, State: d.State, Reason: d.Reason}, true
+	}
+	// SENDING (another copy holds the claim, or a crash left it for the
+	// stale sweep) or terminal: this copy has nothing to do.
+	return Result{Verdict: Done, State: d.State, Reason: d.Reason}, true
+}
+
+// blocked is the result for a copy that lost a write to the row d: it leaves
+// the message to whoever holds it, or offers it again if d is a due retry.
+func (s *Sender) blocked(d store.Delivery) Result {
+	if r, stop := s.existing(d); stop {
+		return r
+	}
+	return Result{Verdict: Retry, State: d.State, Reason: d.Reason}
+}
+
+type decision struct {
+	state  heraldtype.DeliveryState
+	reason string
+	err    error // a transient failure: decide nothing, back off
+}
+
+// prepare runs the pre-checks and builds the provider message.
+func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Message, provider.Named, *decision) {
+	var none provider.Named
+	suppress := func(reason string) (provider.Message, provider.Named, *decision) {
+		return provider.Message{}, none, &decision{state: heraldtype.DeliverySuppressed, reason: reason}
+	}
+	park := func(reason string) (provider.Message, provider.Named, *decision) {
+		return provider.Message{}, none, &decision{state: heraldtype.DeliveryParked, reason: reason}
+	}
+	if len(job.MessageID) > heraldtype.MaxMessageIDLen {
+		return park(heraldtype.ReasonMessageIDTooLong)
+	}
+	if job.ExpiresAt != nil && !s.Clock.Now().Before(*job.ExpiresAt) {
+		return suppress(heraldtype.ReasonExpired)
+	}
+	kind := s.Catalog.Kind(job.Kind)
+	if kind == nil {
+		return park(heraldtype.ReasonUnknownKind)
+	}
+	named, ok := s.Providers.For(job.Channel)
+	if !ok {
+		return park(heraldtype.ReasonNoProvider)
+	}
+	// The profile is read now, not at intake: consent may have been withdrawn
+	// and the address changed since the notification was accepted.
+	profile, err := s.Store.ProfileGet(ctx, job.Tenant, job.Recipient)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return provider.Message{}, none, &decision{err: fmt.Errorf("read profile: %w", err)}
+	}
+	if job.Lane == heraldtype.LaneMarketing && !profile.Consent[job.Channel] {
+		return suppress(heraldtype.ReasonConsentDenied)
+	}
+	address := profile.Addresses[job.Channel]
+	if job.Channel.NeedsAddress() && address == "" {
+		return suppress(heraldtype.ReasonDestinationUnavailable)
+	}
+	params, err := catalog.DecodeParams(job.Params)
+	if err != nil {
+		return park(heraldtype.ReasonTemplateFailed)
+	}
+	title, body, err := kind.Render(job.Channel, params)
+	switch {
+	case errors.Is(err, catalog.ErrNoTemplate):
+		return park(heraldtype.ReasonTemplateMissing)
+	case err != nil:
+		return park(heraldtype.ReasonTemplateFailed)
+	}
+	return provider.Message{
+		MessageID: job.MessageID, Tenant: job.Tenant, Recipient: job.Recipient, Kind: job.Kind,
+		Channel: job.Channel, Address: address, Title: title, Body: body,
+	}, named, nil
+}
+
+// decide records a pre-check decision (SUPPRESSED, PARKED) without a claim.
+func (s *Sender) decide(ctx context.Context, job heraldtype.Job, dec decision) Result {
+	if dec.err != nil {
+		return backoff(dec.err)
+	}
+	ok, err := s.Store.DeliveryDecide(ctx, store.DeliveryDecideParams{
+		MessageID: job.MessageID, NotificationID: job.NotificationID, Tenant: job.Tenant,
+		Channel: job.Channel, State: dec.state, Reason: dec.reason,
+	})
+	if err != nil {
+		return backoff(fmt.Errorf("record %s: %w", dec.state, err))
+	}
+	if !ok {
+		// Another copy got there first; whatever it wrote stands.
+		cur, err := s.Store.DeliveryGet(ctx, job.MessageID)
+		if err != nil {
+			return backoff(fmt.Errorf("read delivery after lost decision: %w", err))
+		}
+		return s.blocked(cur)
+	}
+	s.Metrics.Delivery(job.Lane, job.Channel, dec.state)
+	s.Logger.LogAttrs(ctx, slog.LevelInfo, "sender: decided not to send",
+		slog.String("message_id", job.MessageID), slog.String("state", string(dec.state)), slog.String("reason", dec.reason))
+	if dec.state == heraldtype.DeliveryParked {
+		return Result{Verdict: Park, State: dec.state, Reason: dec.reason}
+	}
+	return Result{Verdict: Done, State: dec.state, Reason: dec.reason}
+}
+
+// record writes the outcome of a claimed call.
+func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, out provider.Outcome, started time.Time, took time.Duration) Result {
+	res := Result{Verdict: Done, Reason: out.Reason}
+	switch out.Class {
+	case provider.Accepted:
+		res.State = heraldtype.DeliveryProviderAccepted
+	case provider.Permanent:
+		res.State = heraldtype.DeliveryPermanentFailure
+	case provider.NotSent:
+		if delay, again := s.Retry.DelayAfter(attempt); again {
+			res = Result{Verdict: Retry, State: heraldtype.DeliveryRetryWait, Reason: out.Reason, Delay: max(delay, out.RetryAfter)}
+		} else {
+			res.State = heraldtype.DeliveryRetryExhausted
+		}
+	default:
+		// Unknown, or a class this sender does not know: it may have gone
+		// out, so it is never sent again automatically.
+		res.State = heraldtype.DeliveryUnknown
+		if res.Reason == "" {
+			res.Reason = "UNCLASSIFIED"
+		}
+	}
+	params := store.DeliveryRecordParams{
+		MessageID: job.MessageID, Attempt: attempt, State: res.State, Reason: res.Reason, RetryDelay: res.Delay,
+		Owner: s.Owner, Class: out.Class.String(), StartedAt: started, Duration: took,
+	}
+	ok, err := s.recordWithRetry(ctx, params)
+	if err != nil {
+		// The result is lost; the row stays SENDING, which blocks every copy,
+		// and the stale sweep turns it UNKNOWN. Never a second call.
+		s.alert(ctx, alert.RecordFailed, job, string(res.State))
+		s.Logger.LogAttrs(ctx, slog.LevelError, "sender: could not record provider result",
+			slog.String("message_id", job.MessageID), slog.String("state", string(res.State)), slog.Any("error", err))
+		return Result{Verdict: Done, State: heraldtype.DeliverySending, Reason: heraldtype.ReasonStoreUnavailable}
+	}
+	if !ok {
+		// The stale sweep (or an operator) settled the row first; theirs stands.
+		s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: claim no longer SENDING when recording",
+			slog.String("message_id", job.MessageID), slog.Int("attempt", attempt))
+		return Result{Verdict: Done, State: heraldtype.DeliveryUnknown, Reason: heraldtype.ReasonStaleClaim}
+	}
+	s.Metrics.Delivery(job.Lane, job.Channel, res.State)
+	switch res.State {
+	case heraldtype.DeliveryUnknown:
+		s.alert(ctx, alert.UnknownOutcome, job, res.Reason)
+	case heraldtype.DeliveryRetryExhausted:
+		s.alert(ctx, alert.RetryExhausted, job, res.Reason)
+	}
+	return res
+}
+
+func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordParams) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.RecordTimeout)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		ok, err := s.Store.DeliveryRecord(ctx, p)
+		if err == nil {
+			return ok, nil
+		}
+		s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: record failed, retrying",
+			slog.String("message_id", p.MessageID), slog.Any("error", err))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, err
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+func (s *Sender) alert(ctx context.Context, kind string, job heraldtype.Job, reason string) {
+	s.Metrics.Alert(kind)
+	s.Alerts.Alert(ctx, alert.Alert{Kind: kind, MessageID: job.MessageID, Tenant: job.Tenant, Reason: reason})
+}
+
+func backoff(err error) Result {
+	reason := heraldtype.ReasonStoreUnavailable
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		reason = "SHUTDOWN"
+	}
+	return Result{Verdict: Backoff, Err: err, Reason: reason}
+}

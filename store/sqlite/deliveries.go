@@ -1,0 +1,185 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// DeliveryGet reads the delivery of messageID.
+func (s *Store) DeliveryGet(ctx context.Context, messageID string) (store.Delivery, error) {
+	d, err := scanDelivery(s.rdb.QueryRowContext(ctx, qDeliveryGet, messageID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return d, store.ErrNotFound
+	}
+	if err != nil {
+		return d, fmt.Errorf("read delivery: %w", err)
+	}
+	return d, nil
+}
+
+func scanDelivery(row interface{ Scan(...any) error }) (store.Delivery, error) {
+	var d store.Delivery
+	var ch, state string
+	var claimed, next sql.NullInt64
+	var created, updated int64
+	err := row.Scan(&d.MessageID, &d.NotificationID, &d.Tenant, &ch, &d.Provider, &state, &d.Reason, &d.Attempts,
+		&claimed, &next, &created, &updated)
+	if err != nil {
+		return d, err
+	}
+	d.Channel, d.State = heraldtype.Channel(ch), heraldtype.DeliveryState(state)
+	d.ClaimedAt, d.NextAttemptAt = fromNullMs(claimed), fromNullMs(next)
+	d.CreatedAt, d.UpdatedAt = fromMs(created), fromMs(updated)
+	return d, nil
+}
+
+// DeliveryClaim inserts SENDING for a new message or takes a due RETRY_WAIT row.
+func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+	var res store.DeliveryClaimResult
+	err := s.w.do(ctx, func(tx *sql.Tx) error {
+		res = store.DeliveryClaimResult{}
+		now := s.now()
+		r, err := tx.Exec(qDeliveryClaimInsert, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner, now, now, now)
+		if err != nil {
+			return fmt.Errorf("insert claim: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n == 1 {
+			res = store.DeliveryClaimResult{Claimed: true, Attempt: 1}
+			return nil
+		}
+		var attempt int
+		err = tx.QueryRow(qDeliveryClaimRetry, p.Provider, p.Owner, now, now, p.MessageID, now).Scan(&attempt)
+		if err == nil {
+			res = store.DeliveryClaimResult{Claimed: true, Attempt: attempt}
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("claim retry: %w", err)
+		}
+		cur, err := scanDelivery(tx.QueryRow(qDeliveryGet, p.MessageID))
+		if err != nil {
+			return fmt.Errorf("read blocking delivery: %w", err)
+		}
+		res.Current = &cur
+		return nil
+	})
+	if err != nil {
+		return store.DeliveryClaimResult{}, fmt.Errorf("claim delivery %s: %w", p.MessageID, err)
+	}
+	return res, nil
+}
+
+// DeliveryRecord writes the outcome of a claimed attempt and its log row.
+func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (bool, error) {
+	var ok bool
+	err := s.w.do(ctx, func(tx *sql.Tx) error {
+		now := s.now()
+		var next any
+		if p.State == heraldtype.DeliveryRetryWait {
+			next = now + p.RetryDelay.Milliseconds()
+		}
+		r, err := tx.Exec(qDeliveryRecord, string(p.State), p.Reason, next, now, p.MessageID, p.Attempt)
+		if err != nil {
+			return fmt.Errorf("record result: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		ok = n == 1
+		finished := p.StartedAt.Add(p.Duration)
+		if _, err := tx.Exec(qAttemptInsert, p.MessageID, p.Attempt, p.Owner, ms(p.StartedAt), ms(finished),
+			p.Class, p.Reason, p.Duration.Milliseconds()); err != nil {
+			return fmt.Errorf("log attempt: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("record delivery %s: %w", p.MessageID, err)
+	}
+	return ok, nil
+}
+
+// DeliveryDecide records SUPPRESSED or PARKED for a message not yet claimed.
+func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams) (bool, error) {
+	var ok bool
+	err := s.w.do(ctx, func(tx *sql.Tx) error {
+		now := s.now()
+		r, err := tx.Exec(qDeliveryDecide, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason, now, now)
+		if err != nil {
+			return err
+		}
+		n, _ := r.RowsAffected()
+		ok = n == 1
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("decide delivery %s: %w", p.MessageID, err)
+	}
+	return ok, nil
+}
+
+// DeliverySweepStale turns SENDING rows older than olderThan into UNKNOWN.
+func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]string, error) {
+	var ids []string
+	err := s.w.do(ctx, func(tx *sql.Tx) error {
+		ids = ids[:0]
+		now := s.now()
+		rows, err := tx.Query(qDeliverySweepStale, now, now-olderThan.Milliseconds())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sweep stale claims: %w", err)
+	}
+	return ids, nil
+}
+
+// ProfileGet reads a recipient's profile.
+func (s *Store) ProfileGet(ctx context.Context, tenant, recipient string) (store.Profile, error) {
+	var data string
+	var updated int64
+	err := s.rdb.QueryRowContext(ctx, qProfileGet, tenant, recipient).Scan(&data, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Profile{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Profile{}, fmt.Errorf("read profile: %w", err)
+	}
+	var p store.Profile
+	if err := json.Unmarshal([]byte(data), &p); err != nil {
+		return store.Profile{}, fmt.Errorf("decode profile: %w", err)
+	}
+	p.Tenant, p.Recipient, p.UpdatedAt = tenant, recipient, fromMs(updated)
+	return p, nil
+}
+
+// ProfilePut creates or replaces a recipient's profile.
+func (s *Store) ProfilePut(ctx context.Context, p store.Profile) error {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode profile: %w", err)
+	}
+	err = s.w.do(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(qProfilePut, p.Tenant, p.Recipient, string(data), s.now())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write profile: %w", err)
+	}
+	return nil
+}

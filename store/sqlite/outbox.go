@@ -1,0 +1,184 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// OutboxClaim leases up to p.Limit due rows of p.Lane.
+func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	var out []store.Claimed
+	err := s.w.do(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		now := s.now()
+		rows, err := tx.Query(qOutboxClaim, p.Owner, now+p.Lease.Milliseconds(), now, string(p.Lane), now, now, p.Limit)
+		if err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		byNotification := map[string][]int{}
+		var ids []string
+		for rows.Next() {
+			var c store.Claimed
+			var ch string
+			if err := rows.Scan(&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts); err != nil {
+				rows.Close()
+				return fmt.Errorf("scan claimed row: %w", err)
+			}
+			c.OutboxID, c.Channel, c.Lane = c.Fence.ID, heraldtype.Channel(ch), p.Lane
+			if _, ok := byNotification[c.NotificationID]; !ok {
+				ids = append(ids, c.NotificationID)
+			}
+			byNotification[c.NotificationID] = append(byNotification[c.NotificationID], len(out))
+			out = append(out, c)
+		}
+		if err := rows.Close(); err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		idList, _ := json.Marshal(ids)
+		jrows, err := tx.Query(qOutboxJobs, string(idList))
+		if err != nil {
+			return fmt.Errorf("read claimed notifications: %w", err)
+		}
+		defer jrows.Close()
+		for jrows.Next() {
+			var id, tenant, recipient, eventID, kind, params string
+			var expires sql.NullInt64
+			if err := jrows.Scan(&id, &tenant, &recipient, &eventID, &kind, &params, &expires); err != nil {
+				return fmt.Errorf("scan claimed notification: %w", err)
+			}
+			for _, i := range byNotification[id] {
+				j := &out[i].Job
+				j.Tenant, j.Recipient, j.EventID, j.Kind = tenant, recipient, eventID, kind
+				j.Params, j.ExpiresAt = json.RawMessage(params), fromNullMs(expires)
+			}
+		}
+		return jrows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	return out, nil
+}
+
+// OutboxComplete moves a claimed row to a terminal state, fenced.
+func (s *Store) OutboxComplete(ctx context.Context, f store.Fence, state heraldtype.OutboxState, reason string) (bool, error) {
+	ok, err := s.fenced(ctx, qOutboxComplete, func(now int64) []any {
+		return []any{string(state), reason, now, f.ID, f.Token, now}
+	})
+	if err != nil {
+		return false, fmt.Errorf("complete outbox row %d: %w", f.ID, err)
+	}
+	return ok, nil
+}
+
+// OutboxRetry returns a claimed row to PENDING after p.Delay, fenced.
+func (s *Store) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (bool, error) {
+	failed := 0
+	if p.Failed {
+		failed = 1
+	}
+	ok, err := s.fenced(ctx, qOutboxRetry, func(now int64) []any {
+		return []any{now + p.Delay.Milliseconds(), p.Reason, failed, now, p.Fence.ID, p.Fence.Token, now}
+	})
+	if err != nil {
+		return false, fmt.Errorf("retry outbox row %d: %w", p.Fence.ID, err)
+	}
+	if ok && p.Delay <= 0 {
+		// Due at once: let the claimers know.
+		for _, l := range heraldtype.Lanes {
+			s.wakeups.Notify(l)
+		}
+	}
+	return ok, nil
+}
+
+func (s *Store) fenced(ctx context.Context, q string, args func(now int64) []any) (bool, error) {
+	var n int64
+	err := s.w.do(ctx, func(tx *sql.Tx) error {
+		r, err := tx.Exec(q, args(s.now())...)
+		if err != nil {
+			return err
+		}
+		n, _ = r.RowsAffected()
+		return nil
+	})
+	return n == 1, err
+}
+
+// OutboxReclaimExpired returns rows whose lease ran out to PENDING.
+func (s *Store) OutboxReclaimExpired(ctx context.Context) (int, error) {
+	var n int64
+	err := s.w.do(ctx, func(tx *sql.Tx) error {
+		now := s.now()
+		r, err := tx.Exec(qOutboxReclaim, now, now)
+		if err != nil {
+			return err
+		}
+		n, _ = r.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reclaim expired leases: %w", err)
+	}
+	if n > 0 {
+		for _, l := range heraldtype.Lanes {
+			s.wakeups.Notify(l)
+		}
+	}
+	return int(n), nil
+}
+
+// OutboxExpire marks PENDING rows past expires_at EXPIRED.
+func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
+	var out []store.Expired
+	err := s.w.do(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		now := s.now()
+		rows, err := tx.Query(qOutboxExpire, now, now)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e store.Expired
+			var lane string
+			if err := rows.Scan(&e.ID, &e.MessageID, &e.Tenant, &lane); err != nil {
+				return err
+			}
+			e.Lane = heraldtype.Lane(lane)
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expire outbox rows: %w", err)
+	}
+	return out, nil
+}
+
+// OutboxBacklog counts due PENDING rows per lane.
+func (s *Store) OutboxBacklog(ctx context.Context) (map[heraldtype.Lane]int, error) {
+	rows, err := s.rdb.QueryContext(ctx, qOutboxBacklog, s.now())
+	if err != nil {
+		return nil, fmt.Errorf("count outbox backlog: %w", err)
+	}
+	defer rows.Close()
+	out := map[heraldtype.Lane]int{}
+	for rows.Next() {
+		var lane string
+		var n int
+		if err := rows.Scan(&lane, &n); err != nil {
+			return nil, err
+		}
+		out[heraldtype.Lane(lane)] = n
+	}
+	return out, rows.Err()
+}

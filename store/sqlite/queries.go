@@ -1,0 +1,88 @@
+package sqlite
+
+// SQL run by the SQLite driver, grouped by table. Parameters are positional;
+// times are Unix milliseconds from the store's clock.
+
+// Notifications and idempotency keys.
+const (
+	qIdemInsert = `INSERT INTO idempotency_keys (tenant, key, request_hash, notification_id, response, created_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, key) DO NOTHING`
+	qIdemGet     = `SELECT request_hash, response, expires_at FROM idempotency_keys WHERE tenant = ? AND key = ?`
+	qIdemReplace = `UPDATE idempotency_keys SET request_hash = ?, notification_id = ?, response = ?, created_at = ?, expires_at = ?
+WHERE tenant = ? AND key = ?`
+	qIdemSweep = `DELETE FROM idempotency_keys WHERE expires_at <= ?`
+
+	qNotificationInsert = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
+	qNotificationByDedup = `SELECT id FROM notifications WHERE tenant = ? AND dedup_key = ?`
+	qOutboxInsert        = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?)`
+
+	qNotificationGet = `SELECT id, tenant, recipient, event_id, kind, lane, send_at, expires_at, created_at
+FROM notifications WHERE id = ? AND tenant = ?`
+	qNotificationSends = `SELECT o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
+       d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at
+FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
+WHERE o.notification_id = ? ORDER BY o.id`
+)
+
+// Outbox: claims and fenced writes.
+const (
+	// One statement flips the due rows to CLAIMED with a fresh token and
+	// returns them; SQLite's single writer makes it atomic.
+	qOutboxClaim = `UPDATE outbox
+SET state = 'CLAIMED', claimed_by = ?, claimed_until = ?, token = token + 1, updated_at = ?
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE lane = ? AND state = 'PENDING' AND available_at <= ? AND (expires_at IS NULL OR expires_at > ?)
+    ORDER BY available_at, id LIMIT ?)
+RETURNING id, token, notification_id, message_id, channel, attempts`
+	qOutboxJobs = `SELECT id, tenant, recipient, event_id, kind, params, expires_at
+FROM notifications WHERE id IN (SELECT value FROM json_each(?))`
+
+	// A fenced write names the token and requires the lease to be live.
+	qOutboxComplete = `UPDATE outbox
+SET state = ?, last_reason = ?, claimed_by = NULL, claimed_until = NULL, updated_at = ?
+WHERE id = ? AND token = ? AND state = 'CLAIMED' AND claimed_until >= ?`
+	qOutboxRetry = `UPDATE outbox
+SET state = 'PENDING', available_at = ?, last_reason = ?, attempts = attempts + ?, claimed_by = NULL, claimed_until = NULL, updated_at = ?
+WHERE id = ? AND token = ? AND state = 'CLAIMED' AND claimed_until >= ?`
+	qOutboxReclaim = `UPDATE outbox
+SET state = 'PENDING', last_reason = 'CLAIM_EXPIRED', claimed_by = NULL, claimed_until = NULL, updated_at = ?
+WHERE state IN ('CLAIMED', 'PUBLISHING') AND claimed_until < ?`
+	qOutboxExpire = `UPDATE outbox SET state = 'EXPIRED', last_reason = 'EXPIRED', updated_at = ?
+WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= ?
+RETURNING id, message_id, tenant, lane`
+	qOutboxBacklog = `SELECT lane, count(*) FROM outbox WHERE state = 'PENDING' AND available_at <= ? GROUP BY lane`
+)
+
+// Deliveries: the claim, the conditional result write, decisions, the stale sweep.
+const (
+	qDeliveryGet = `SELECT message_id, notification_id, tenant, channel, provider, state, reason, attempts, claimed_at, next_attempt_at, created_at, updated_at
+FROM deliveries WHERE message_id = ?`
+	qDeliveryClaimInsert = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, 'SENDING', 1, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`
+	qDeliveryClaimRetry = `UPDATE deliveries
+SET state = 'SENDING', attempts = attempts + 1, provider = ?, claimed_by = ?, claimed_at = ?, next_attempt_at = NULL, reason = '', updated_at = ?
+WHERE message_id = ? AND state = 'RETRY_WAIT' AND next_attempt_at <= ?
+RETURNING attempts`
+	qDeliveryRecord = `UPDATE deliveries
+SET state = ?, reason = ?, next_attempt_at = ?, claimed_by = NULL, updated_at = ?
+WHERE message_id = ? AND state = 'SENDING' AND attempts = ?`
+	qAttemptInsert = `INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	qDeliveryDecide = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
+WHERE deliveries.state IN ('RETRY_WAIT', 'PARKED')`
+	qDeliverySweepStale = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = ?
+WHERE state = 'SENDING' AND claimed_at < ?
+RETURNING message_id`
+)
+
+// Profiles.
+const (
+	qProfileGet = `SELECT data, updated_at FROM profiles WHERE tenant = ? AND recipient = ?`
+	qProfilePut = `INSERT INTO profiles (tenant, recipient, data, updated_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`
+)

@@ -1,0 +1,351 @@
+// Package sqlite is herald's embedded store: one SQLite file through
+// modernc.org/sqlite (pure Go), WAL, synchronous=FULL, a busy timeout, and
+// versioned migrations embedded in the binary.
+//
+// Every write goes through one writer goroutine that commits whatever is
+// waiting in one transaction (see writer.go); reads use a separate pool of
+// read-only connections, which WAL lets run beside the writer. Times are
+// stored as Unix milliseconds taken from the store's clock.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options tune the store.
+type Options struct {
+	// Clock supplies "now". Defaults to the system clock.
+	Clock clock.Clock
+	// MaxBatch caps the operations committed together. Defaults to 256.
+	MaxBatch int
+	// Readers is the size of the read pool. Defaults to 8.
+	Readers int
+}
+
+// Store is the SQLite driver.
+type Store struct {
+	w       *writer
+	wdb     *sql.DB
+	rdb     *sql.DB
+	clock   clock.Clock
+	wakeups *store.Wakeups
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database at path and migrates it.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	if opts.Readers <= 0 {
+		opts.Readers = 8
+	}
+	wdb, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	if err := migrate(ctx, wdb); err != nil {
+		wdb.Close()
+		return nil, err
+	}
+	rdb, err := sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("open sqlite %s for reading: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(opts.Readers)
+	rdb.SetMaxIdleConns(opts.Readers)
+	return &Store{
+		w: newWriter(wdb, opts.MaxBatch), wdb: wdb, rdb: rdb,
+		clock: opts.Clock, wakeups: store.NewWakeups(),
+	}, nil
+}
+
+// Migrate applies pending migrations to the database at path and returns the
+// schema version.
+func Migrate(ctx context.Context, path string) (int, error) {
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return 0, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if err := migrate(ctx, db); err != nil {
+		return 0, err
+	}
+	var v int
+	err = db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v)
+	return v, err
+}
+
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		// BEGIN IMMEDIATE: take the write lock at the start of a write
+		// transaction, so a second process waits (busy_timeout) instead of
+		// failing halfway.
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+func migrate(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: name must start with a version number", base)
+		}
+		if err := applyMigration(ctx, db, v, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func applyMigration(ctx context.Context, db *sql.DB, version int, name string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migration %d: begin: %w", version, err)
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil {
+		return fmt.Errorf("migration %d: %w", version, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	body, err := migrations.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+		return fmt.Errorf("migration %d (%s): %w", version, name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, version, time.Now().UnixMilli()); err != nil {
+		return fmt.Errorf("migration %d: record: %w", version, err)
+	}
+	return tx.Commit()
+}
+
+// Close stops the writer and closes the database.
+func (s *Store) Close() error {
+	s.w.close()
+	return errors.Join(s.rdb.Close(), s.wdb.Close())
+}
+
+// Wakeups returns the in-process wake-up signals.
+func (s *Store) Wakeups() *store.Wakeups { return s.wakeups }
+
+// Ping runs an empty write transaction through the writer.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.w.do(ctx, func(tx *sql.Tx) error { return nil })
+}
+
+func (s *Store) now() int64 { return s.clock.Now().UnixMilli() }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func msPtr(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+func fromMs(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+func fromNullMs(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMs(v.Int64)
+	return &t
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// NotificationCreate writes key, notification and outbox rows in one transaction.
+func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
+	var res store.NotificationCreateResult
+	err := s.w.do(ctx, func(tx *sql.Tx) error {
+		res = store.NotificationCreateResult{}
+		now := s.now()
+		if p.IdempotencyKey != "" {
+			r, err := tx.Exec(qIdemInsert, p.Tenant, p.IdempotencyKey, p.RequestHash, p.ID, p.Response, now, now+p.IdempotencyTTL.Milliseconds())
+			if err != nil {
+				return fmt.Errorf("insert idempotency key: %w", err)
+			}
+			if n, _ := r.RowsAffected(); n == 0 {
+				var hash string
+				var resp []byte
+				var expires int64
+				if err := tx.QueryRow(qIdemGet, p.Tenant, p.IdempotencyKey).Scan(&hash, &resp, &expires); err != nil {
+					return fmt.Errorf("read idempotency key: %w", err)
+				}
+				switch {
+				case expires <= now:
+					// Expired but not yet swept: the key is free again.
+					if _, err := tx.Exec(qIdemReplace, p.RequestHash, p.ID, p.Response, now, now+p.IdempotencyTTL.Milliseconds(), p.Tenant, p.IdempotencyKey); err != nil {
+						return fmt.Errorf("replace expired idempotency key: %w", err)
+					}
+				case hash == p.RequestHash:
+					res = store.NotificationCreateResult{Outcome: store.Replayed, Response: resp}
+					return nil
+				default:
+					res = store.NotificationCreateResult{Outcome: store.Conflict}
+					return nil
+				}
+			}
+		}
+		r, err := tx.Exec(qNotificationInsert, p.ID, p.Tenant, p.Recipient, p.EventID, p.Kind, string(p.Lane),
+			string(paramsOrEmpty(p.Params)), nullString(p.DedupKey), msPtr(p.SendAt), msPtr(p.ExpiresAt), now)
+		if err != nil {
+			return fmt.Errorf("insert notification: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n == 0 {
+			var id string
+			if err := tx.QueryRow(qNotificationByDedup, p.Tenant, p.DedupKey).Scan(&id); err != nil {
+				return fmt.Errorf("read deduplicated notification: %w", err)
+			}
+			res = store.NotificationCreateResult{Outcome: store.Deduplicated, ID: id}
+			return nil
+		}
+		available := now
+		if p.SendAt != nil && p.SendAt.UnixMilli() > now {
+			available = p.SendAt.UnixMilli()
+		}
+		for _, ch := range p.Channels {
+			if _, err := tx.Exec(qOutboxInsert, p.ID, store.MessageID(p.ID, ch), p.Tenant, string(p.Lane), string(ch),
+				available, msPtr(p.ExpiresAt), now, now); err != nil {
+				return fmt.Errorf("insert outbox row: %w", err)
+			}
+		}
+		res = store.NotificationCreateResult{Outcome: store.Created, ID: p.ID, Response: p.Response}
+		return nil
+	})
+	if err != nil {
+		return store.NotificationCreateResult{}, fmt.Errorf("create notification: %w", err)
+	}
+	if res.Outcome == store.Created {
+		s.wakeups.Notify(p.Lane)
+	}
+	return res, nil
+}
+
+func paramsOrEmpty(p json.RawMessage) json.RawMessage {
+	if len(p) == 0 {
+		return json.RawMessage("{}")
+	}
+	return p
+}
+
+// NotificationGet reads a notification of tenant with its planned sends.
+func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.NotificationView, error) {
+	var v store.NotificationView
+	var sendAt, expiresAt sql.NullInt64
+	var created int64
+	var lane string
+	err := s.rdb.QueryRowContext(ctx, qNotificationGet, id, tenant).Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return v, store.ErrNotFound
+	}
+	if err != nil {
+		return v, fmt.Errorf("read notification: %w", err)
+	}
+	v.Lane, v.SendAt, v.ExpiresAt, v.CreatedAt = heraldtype.Lane(lane), fromNullMs(sendAt), fromNullMs(expiresAt), fromMs(created)
+	v.Now = s.clock.Now()
+	rows, err := s.rdb.QueryContext(ctx, qNotificationSends, id)
+	if err != nil {
+		return v, fmt.Errorf("read planned sends: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var dv store.DeliveryView
+		var ch, ostate string
+		var avail, oupd int64
+		var dNotif, dTenant, dProvider, dState, dReason sql.NullString
+		var dAttempts, dClaimed, dNext, dCreated, dUpdated sql.NullInt64
+		if err := rows.Scan(&dv.MessageID, &ch, &ostate, &dv.OutboxReason, &avail, &oupd,
+			&dNotif, &dTenant, &dProvider, &dState, &dReason, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated); err != nil {
+			return v, fmt.Errorf("scan planned send: %w", err)
+		}
+		dv.Channel, dv.OutboxState = heraldtype.Channel(ch), heraldtype.OutboxState(ostate)
+		dv.AvailableAt, dv.OutboxUpdated = fromMs(avail), fromMs(oupd)
+		if dState.Valid {
+			dv.Delivery = &store.Delivery{
+				MessageID: dv.MessageID, NotificationID: dNotif.String, Tenant: dTenant.String, Channel: dv.Channel,
+				Provider: dProvider.String, State: heraldtype.DeliveryState(dState.String), Reason: dReason.String,
+				Attempts: int(dAttempts.Int64), ClaimedAt: fromNullMs(dClaimed), NextAttemptAt: fromNullMs(dNext),
+				CreatedAt: fromMs(dCreated.Int64), UpdatedAt: fromMs(dUpdated.Int64),
+			}
+		}
+		v.Deliveries = append(v.Deliveries, dv)
+	}
+	return v, rows.Err()
+}
+
+// IdempotencyKeysSweep deletes expired keys.
+func (s *Store) IdempotencyKeysSweep(ctx context.Context) (int, error) {
+	var n int64
+	err := s.w.do(ctx, func(tx *sql.Tx) error {
+		r, err := tx.Exec(qIdemSweep, s.now())
+		if err != nil {
+			return err
+		}
+		n, _ = r.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sweep idempotency keys: %w", err)
+	}
+	return int(n), nil
+}

@@ -1,0 +1,296 @@
+// Package store defines what herald keeps and how it may change it. Two
+// drivers implement Store: store/sqlite (the embedded default) and
+// store/postgres (production). store/storetest is the conformance suite both
+// run, so a behaviour tested once holds for every driver.
+//
+// Ownership follows DESIGN §1: the dispatcher alone writes outbox rows
+// (Outbox*), the sender alone writes deliveries (Delivery*). Every outbox
+// write after a claim is fenced: it names the row's token and succeeds only
+// while that token still holds an unexpired lease, so a claimer that stalled
+// past its lease writes nothing. Every delivery write after a claim is
+// conditional on the row still being SENDING, so a result is never written
+// over another.
+//
+// Times that decide ownership (leases, due times, staleness) come from the
+// store's clock: the database server's for PostgreSQL, so clock skew between
+// herald processes cannot hand one row to two owners.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+)
+
+// ErrNotFound is returned when a row does not exist (or belongs to another tenant).
+var ErrNotFound = errors.New("store: not found")
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("store: closed")
+
+// Store is everything herald keeps.
+type Store interface {
+	Notifications
+	Outbox
+	Deliveries
+	Profiles
+	// Wakeups carries "a row became due on this lane" signals, from this
+	// process and (PostgreSQL) from every other process on the database.
+	Wakeups() *Wakeups
+	// Ping checks that the store can be written.
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// Notifications is the intake side and the read side of notification rows.
+type Notifications interface {
+	// NotificationCreate writes the idempotency key, the notification and its
+	// outbox rows in one transaction, or reports why it wrote nothing.
+	NotificationCreate(ctx context.Context, p NotificationCreateParams) (NotificationCreateResult, error)
+	// NotificationGet returns a tenant's notification with one entry per planned send.
+	NotificationGet(ctx context.Context, tenant, id string) (NotificationView, error)
+	// IdempotencyKeysSweep deletes expired idempotency keys.
+	IdempotencyKeysSweep(ctx context.Context) (int, error)
+}
+
+// Outbox is the dispatcher's table.
+type Outbox interface {
+	// OutboxClaim leases up to Limit due PENDING rows of a lane and returns them
+	// joined with their notifications.
+	OutboxClaim(ctx context.Context, p OutboxClaimParams) ([]Claimed, error)
+	// OutboxComplete moves a claimed row to a terminal state (DONE, FAILED…), fenced.
+	OutboxComplete(ctx context.Context, f Fence, state heraldtype.OutboxState, reason string) (bool, error)
+	// OutboxRetry returns a claimed row to PENDING, due after Delay, fenced.
+	OutboxRetry(ctx context.Context, p OutboxRetryParams) (bool, error)
+	// OutboxReclaimExpired returns rows whose lease ran out to PENDING (CLAIM_EXPIRED).
+	OutboxReclaimExpired(ctx context.Context) (int, error)
+	// OutboxExpire marks PENDING rows whose expires_at passed EXPIRED and returns them.
+	OutboxExpire(ctx context.Context) ([]Expired, error)
+	// OutboxBacklog counts PENDING rows that are due, per lane.
+	OutboxBacklog(ctx context.Context) (map[heraldtype.Lane]int, error)
+}
+
+// Deliveries is the sender's table: one row per message_id.
+type Deliveries interface {
+	// DeliveryGet returns the delivery of messageID, or ErrNotFound.
+	DeliveryGet(ctx context.Context, messageID string) (Delivery, error)
+	// DeliveryClaim inserts a SENDING row for the message (or turns a due
+	// RETRY_WAIT row into SENDING). Only the caller that gets Claimed may call
+	// the provider.
+	DeliveryClaim(ctx context.Context, p DeliveryClaimParams) (DeliveryClaimResult, error)
+	// DeliveryRecord writes the outcome of a claimed attempt, conditional on
+	// the row still being SENDING at that attempt, with its attempt log row.
+	DeliveryRecord(ctx context.Context, p DeliveryRecordParams) (bool, error)
+	// DeliveryDecide records a decision not to send now (SUPPRESSED, PARKED)
+	// for a message that has no row yet or is waiting (RETRY_WAIT, PARKED).
+	DeliveryDecide(ctx context.Context, p DeliveryDecideParams) (bool, error)
+	// DeliverySweepStale turns SENDING rows claimed more than olderThan ago
+	// into UNKNOWN and returns their message ids.
+	DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]string, error)
+}
+
+// Profiles are recipients' contact points and consent, read at send time.
+type Profiles interface {
+	ProfileGet(ctx context.Context, tenant, recipient string) (Profile, error)
+	ProfilePut(ctx context.Context, p Profile) error
+}
+
+// NotificationCreateParams is one accepted request.
+type NotificationCreateParams struct {
+	Tenant string
+	// IdempotencyKey and RequestHash come from the HTTP request; empty for
+	// the Go API, which deduplicates by DedupKey instead.
+	IdempotencyKey string
+	RequestHash    string
+	IdempotencyTTL time.Duration
+	// Response is the 202 body stored with the key and replayed.
+	Response []byte
+	// DedupKey, when set, makes the business event unique per tenant:
+	// creating it again adds nothing.
+	DedupKey string
+
+	ID        string
+	Recipient string
+	EventID   string
+	Kind      string
+	Lane      heraldtype.Lane
+	Params    json.RawMessage
+	SendAt    *time.Time
+	ExpiresAt *time.Time
+	Channels  []heraldtype.Channel
+}
+
+// CreateOutcome says what NotificationCreate did.
+type CreateOutcome int
+
+const (
+	// Created: the notification and its outbox rows were written.
+	Created CreateOutcome = iota + 1
+	// Replayed: the key was seen with the same request; Response is the first answer.
+	Replayed
+	// Conflict: the key was seen with a different request; nothing written.
+	Conflict
+	// Deduplicated: the DedupKey exists; nothing written, ID is the existing one.
+	Deduplicated
+)
+
+// NotificationCreateResult is the answer to NotificationCreate.
+type NotificationCreateResult struct {
+	Outcome  CreateOutcome
+	ID       string
+	Response []byte
+}
+
+// MessageID is the message id of a notification's send on one channel. It is
+// derived from the outbox row alone, so every copy, republish and requeue of
+// the row carries the same one.
+func MessageID(notificationID string, ch heraldtype.Channel) string {
+	return notificationID + "." + string(ch)
+}
+
+// NotificationView is a notification as the read API shows it.
+type NotificationView struct {
+	ID         string
+	Tenant     string
+	Recipient  string
+	EventID    string
+	Kind       string
+	Lane       heraldtype.Lane
+	CreatedAt  time.Time
+	SendAt     *time.Time
+	ExpiresAt  *time.Time
+	Deliveries []DeliveryView
+	// Now is the store's time when it read the view, to tell SCHEDULED from PENDING.
+	Now time.Time
+}
+
+// DeliveryView is one planned send: the outbox row and, once the sender has
+// written one, its delivery row.
+type DeliveryView struct {
+	MessageID     string
+	Channel       heraldtype.Channel
+	OutboxState   heraldtype.OutboxState
+	OutboxReason  string
+	AvailableAt   time.Time
+	OutboxUpdated time.Time
+	// Delivery is nil until the sender writes a row.
+	Delivery *Delivery
+}
+
+// Fence identifies one claim of one outbox row.
+type Fence struct {
+	ID    int64
+	Token int64
+}
+
+// OutboxClaimParams selects and leases due rows.
+type OutboxClaimParams struct {
+	Lane  heraldtype.Lane
+	Owner string
+	Limit int
+	Lease time.Duration
+}
+
+// Claimed is a leased outbox row with its job.
+type Claimed struct {
+	heraldtype.Job
+	Fence Fence
+	// Attempts counts the dispatcher's earlier failed attempts on the row.
+	Attempts int
+}
+
+// OutboxRetryParams puts a claimed row back.
+type OutboxRetryParams struct {
+	Fence  Fence
+	Delay  time.Duration
+	Reason string
+	// Failed counts the attempt toward the dispatcher's backoff (an error
+	// before any delivery decision). A retry the sender scheduled
+	// (RETRY_WAIT) does not count.
+	Failed bool
+}
+
+// Expired is an outbox row that passed its expires_at unsent.
+type Expired struct {
+	ID        int64
+	MessageID string
+	Tenant    string
+	Lane      heraldtype.Lane
+}
+
+// Delivery is the sender's row for one message_id.
+type Delivery struct {
+	MessageID      string
+	NotificationID string
+	Tenant         string
+	Channel        heraldtype.Channel
+	Provider       string
+	State          heraldtype.DeliveryState
+	Reason         string
+	Attempts       int
+	ClaimedAt      *time.Time
+	NextAttemptAt  *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// DeliveryClaimParams claims a message_id.
+type DeliveryClaimParams struct {
+	MessageID      string
+	NotificationID string
+	Tenant         string
+	Channel        heraldtype.Channel
+	Provider       string
+	Owner          string
+}
+
+// DeliveryClaimResult says whether the caller won the claim.
+type DeliveryClaimResult struct {
+	Claimed bool
+	// Attempt is the number of this provider call (1 for the first).
+	Attempt int
+	// Current is the row that blocked the claim when Claimed is false.
+	Current *Delivery
+}
+
+// DeliveryRecordParams is the result of one claimed attempt.
+type DeliveryRecordParams struct {
+	MessageID string
+	Attempt   int
+	State     heraldtype.DeliveryState
+	Reason    string
+	// RetryDelay sets next_attempt_at when State is RETRY_WAIT.
+	RetryDelay time.Duration
+
+	// The attempt log row.
+	Owner     string
+	Class     string
+	StartedAt time.Time
+	Duration  time.Duration
+}
+
+// DeliveryDecideParams records a decision not to send now.
+type DeliveryDecideParams struct {
+	MessageID      string
+	NotificationID string
+	Tenant         string
+	Channel        heraldtype.Channel
+	State          heraldtype.DeliveryState // SUPPRESSED or PARKED
+	Reason         string
+}
+
+// Profile is what herald knows of a recipient, read at send time.
+type Profile struct {
+	Tenant    string `json:"-"`
+	Recipient string `json:"-"`
+	// Addresses holds a destination per channel (phone, device token, e-mail).
+	Addresses map[heraldtype.Channel]string `json:"addresses,omitempty"`
+	// Consent records marketing consent per channel; absent means no consent.
+	Consent   map[heraldtype.Channel]bool `json:"consent,omitempty"`
+	Language  string                      `json:"language,omitempty"`
+	TimeZone  string                      `json:"time_zone,omitempty"`
+	UpdatedAt time.Time                   `json:"-"`
+}

@@ -1,0 +1,124 @@
+// Package sweep runs the periodic repairs that keep the promise when a
+// process dies mid-step: expired outbox leases go back to PENDING, rows past
+// their expires_at become EXPIRED, SENDING claims older than
+// stale_claim_after become UNKNOWN (never resent), and expired idempotency
+// keys are deleted. Each sweep is a conditional write, so running one twice,
+// or in two processes at once, is harmless; with PostgreSQL a leader lock
+// still keeps it to one process.
+package sweep
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/store"
+)
+
+// Config configures the sweeper.
+type Config struct {
+	Store store.Store
+	// StaleClaimAfter is the age at which a SENDING claim becomes UNKNOWN.
+	StaleClaimAfter time.Duration
+	// Interval is how often the stale-claim and idempotency sweeps run.
+	Interval time.Duration
+	// LeaseInterval is how often expired leases and expired rows are swept.
+	// Defaults to Interval, at most 5 seconds.
+	LeaseInterval time.Duration
+	// IsLeader, when set, gates every sweep (PostgreSQL's advisory lock).
+	IsLeader func() bool
+	Logger   *slog.Logger
+	Alerts   alert.Sink
+	Metrics  *metrics.Metrics
+}
+
+// Sweeper runs the sweeps.
+type Sweeper struct{ Config }
+
+// New returns a sweeper.
+func New(cfg Config) *Sweeper {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Alerts == nil {
+		cfg.Alerts = alert.Log{Logger: cfg.Logger}
+	}
+	if cfg.LeaseInterval <= 0 {
+		cfg.LeaseInterval = min(cfg.Interval, 5*time.Second)
+	}
+	return &Sweeper{Config: cfg}
+}
+
+// Run sweeps until ctx is cancelled.
+func (s *Sweeper) Run(ctx context.Context) {
+	slow := time.NewTicker(s.Interval)
+	defer slow.Stop()
+	fast := time.NewTicker(s.LeaseInterval)
+	defer fast.Stop()
+	s.Leases(ctx)
+	s.Claims(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-fast.C:
+			s.Leases(ctx)
+		case <-slow.C:
+			s.Claims(ctx)
+		}
+	}
+}
+
+func (s *Sweeper) leader() bool { return s.IsLeader == nil || s.IsLeader() }
+
+// Leases returns expired leases to PENDING and expires overdue rows.
+func (s *Sweeper) Leases(ctx context.Context) {
+	if !s.leader() {
+		return
+	}
+	if n, err := s.Store.OutboxReclaimExpired(ctx); err != nil {
+		s.warn(ctx, "reclaim expired leases", err)
+	} else if n > 0 {
+		s.Logger.LogAttrs(ctx, slog.LevelInfo, "sweep: returned expired leases", slog.Int("rows", n))
+	}
+	expired, err := s.Store.OutboxExpire(ctx)
+	if err != nil {
+		s.warn(ctx, "expire outbox rows", err)
+	}
+	for _, e := range expired {
+		s.raise(ctx, alert.Alert{Kind: alert.OutboxExpired, MessageID: e.MessageID, Tenant: e.Tenant, Reason: "EXPIRED"})
+	}
+}
+
+// Claims turns stale SENDING claims into UNKNOWN and deletes expired keys.
+func (s *Sweeper) Claims(ctx context.Context) {
+	if !s.leader() {
+		return
+	}
+	stale, err := s.Store.DeliverySweepStale(ctx, s.StaleClaimAfter)
+	if err != nil {
+		s.warn(ctx, "sweep stale claims", err)
+	}
+	for _, id := range stale {
+		s.raise(ctx, alert.Alert{Kind: alert.StaleClaim, MessageID: id, Reason: "STALE_CLAIM"})
+	}
+	if n, err := s.Store.IdempotencyKeysSweep(ctx); err != nil {
+		s.warn(ctx, "sweep idempotency keys", err)
+	} else if n > 0 {
+		s.Logger.LogAttrs(ctx, slog.LevelInfo, "sweep: deleted expired idempotency keys", slog.Int("keys", n))
+	}
+}
+
+func (s *Sweeper) raise(ctx context.Context, a alert.Alert) {
+	s.Metrics.Alert(a.Kind)
+	s.Alerts.Alert(ctx, a)
+}
+
+func (s *Sweeper) warn(ctx context.Context, what string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	s.Logger.LogAttrs(ctx, slog.LevelWarn, "sweep: "+what+" failed", slog.Any("error", err))
+}
