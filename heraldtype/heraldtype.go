@@ -125,13 +125,13 @@ const (
 	ReasonReminderWindowMissed   = "REMINDER_WINDOW_MISSED"
 	ReasonGatePaused             = "GATE_PAUSED"
 
-	ReasonClaimExpired     = "CLAIM_EXPIRED"     // an outbox lease ran out
-	ReasonStaleClaim       = "STALE_CLAIM"       // SENDING for longer than stale_claim_after
-	ReasonExpired          = "EXPIRED"           // expires_at passed
-	ReasonUnknownKind      = "UNKNOWN_KIND"      // the kind is no longer configured
-	ReasonTemplateMissing  = "TEMPLATE_MISSING"  // no template for the channel
-	ReasonTemplateFailed   = "TEMPLATE_FAILED"   // the template no longer renders with these params
-	ReasonNoProvider       = "NO_PROVIDER"       // no provider serves the channel
+	ReasonClaimExpired     = "CLAIM_EXPIRED"    // an outbox lease ran out
+	ReasonStaleClaim       = "STALE_CLAIM"      // SENDING for longer than stale_claim_after
+	ReasonExpired          = "EXPIRED"          // expires_at passed
+	ReasonUnknownKind      = "UNKNOWN_KIND"     // the kind is no longer configured
+	ReasonTemplateMissing  = "TEMPLATE_MISSING" // no template for the channel
+	ReasonTemplateFailed   = "TEMPLATE_FAILED"  // the template no longer renders with these params
+	ReasonNoProvider       = "NO_PROVIDER"      // no provider serves the channel
 	ReasonMessageIDTooLong = "MESSAGE_ID_TOO_LONG"
 	ReasonStoreUnavailable = "STORE_UNAVAILABLE"
 	ReasonRequeued         = "REQUEUED"
