@@ -86,6 +86,10 @@ type Result struct {
 	Err   error
 }
 
+// MaxRetryAfterHint caps how long a provider's Retry-After can push a retry
+// out; past it the policy's own schedule applies.
+const MaxRetryAfterHint = time.Hour
+
 // RetryPolicy is the schedule for definite non-sends.
 type RetryPolicy struct {
 	// Quick tries are QuickDelay apart; then Slow tries SlowDelay apart; a
@@ -348,7 +352,8 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 		res.State = heraldtype.DeliveryPermanentFailure
 	case provider.NotSent:
 		if delay, again := s.Retry.DelayAfter(attempt); again {
-			res = Result{Verdict: Retry, State: heraldtype.DeliveryRetryWait, Reason: out.Reason, Delay: max(delay, out.RetryAfter)}
+			hint := min(out.RetryAfter, MaxRetryAfterHint)
+			res = Result{Verdict: Retry, State: heraldtype.DeliveryRetryWait, Reason: out.Reason, Delay: max(delay, hint)}
 		} else {
 			res.State = heraldtype.DeliveryRetryExhausted
 		}

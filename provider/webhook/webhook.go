@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -64,7 +65,11 @@ func New(cfg Config) *Webhook {
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:        256,
 			MaxIdleConnsPerHost: 128,
-			IdleConnTimeout:     60 * time.Second,
+			// Shorter than common server keep-alive timeouts (Node's is 5 s):
+			// reusing a connection the server is closing can make a call
+			// UNKNOWN, because the request may count as written before the
+			// close is seen.
+			IdleConnTimeout: 4 * time.Second,
 			TLSHandshakeTimeout: 5 * time.Second,
 		}}
 	} else {
@@ -173,11 +178,22 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+const (
+	maxRetryAfter        = time.Duration(math.MaxInt64)
+	maxRetryAfterSeconds = int(maxRetryAfter / time.Second)
+)
+
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+	if s, err := strconv.Atoi(v); (err == nil || errors.Is(err, strconv.ErrRange)) && s >= 0 {
+		// Saturate rather than overflow: time.Duration(s)*time.Second wraps
+		// for s above ~292 years and would turn a long wait into a negative
+		// or arbitrary one. (Atoi returns the largest int on ErrRange.)
+		if s > maxRetryAfterSeconds {
+			return maxRetryAfter
+		}
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {

@@ -1,0 +1,325 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/sim"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/sqlite"
+)
+
+var epoch = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+
+type bundle struct {
+	store  *sqlite.Store
+	clk    *clock.Fake
+	sim    *sim.Sim
+	reg    *provider.Registry
+	cat    *catalog.Catalog
+	alerts *alert.Recorder
+	ctx    context.Context
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "h.db"), sqlite.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	tmpl := map[string]config.Template{"webhook": {Title: "t", Body: "b"}}
+	cat, _ := catalog.New([]config.Kind{
+		{Name: "pay", Category: "transactional", Channels: []string{"webhook"}, Templates: tmpl},
+		{Name: "promo", Category: "marketing", Channels: []string{"webhook"}, Templates: tmpl},
+	})
+	b := bundle{store: s, clk: clk, sim: sim.New(sim.Config{}), reg: provider.NewRegistry(), cat: cat, alerts: &alert.Recorder{}, ctx: context.Background()}
+	b.reg.Register(heraldtype.ChannelWebhook, "sim", b.sim)
+	return b
+}
+
+func (b bundle) sender(hooks sender.Hooks) *sender.Sender {
+	return b.senderOn(b.store, hooks)
+}
+
+func (b bundle) senderOn(s sender.Store, hooks sender.Hooks) *sender.Sender {
+	return sender.New(sender.Config{Store: s, Providers: b.reg, Catalog: b.cat, Clock: b.clk, Owner: "test", Hooks: hooks, Alerts: b.alerts})
+}
+
+func (b bundle) claimer(lane heraldtype.Lane, out store.Outbox, snd dispatch.Sender, concurrency int) *dispatch.Claimer {
+	return dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: lane, Store: out, Wake: b.store.Wakeups().C(lane), Sender: snd, Owner: "c",
+		Concurrency: concurrency, Lease: time.Minute, PollInterval: 5 * time.Millisecond, MaxAttempts: 3, Alerts: b.alerts,
+	})
+}
+
+func (b bundle) notify(t *testing.T, kind string, lane heraldtype.Lane) string {
+	t.Helper()
+	id := ids.New("ntf", b.clk.Now())
+	_, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
+		Tenant: "t1", ID: id, Recipient: "r1", EventID: id, Kind: kind, Lane: lane,
+		Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// run starts c and returns a function that stops it and waits.
+func run(c *dispatch.Claimer) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	return func() { cancel(); <-done }
+}
+
+// eventually polls cond until it holds; it waits for background work, it is
+// not used to order a race.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (b bundle) entry(t *testing.T, id string) store.DeliveryView {
+	t.Helper()
+	v, err := b.store.NotificationGet(b.ctx, "t1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Deliveries[0]
+}
+
+func TestClaimerSendsAndCompletes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stop := run(b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 4))
+	defer stop()
+	id := b.notify(t, "pay", heraldtype.LaneTransactional)
+	eventually(t, "outbox DONE", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
+	if d := b.entry(t, id).Delivery; d == nil || d.State != heraldtype.DeliveryProviderAccepted {
+		t.Fatalf("delivery %+v", d)
+	}
+}
+
+// settleLog wraps the outbox to record whether each fenced write took.
+type settleLog struct {
+	store.Outbox
+	mu      sync.Mutex
+	results []bool
+}
+
+func (l *settleLog) record(ok bool) {
+	l.mu.Lock()
+	l.results = append(l.results, ok)
+	l.mu.Unlock()
+}
+
+func (l *settleLog) OutboxComplete(ctx context.Context, f store.Fence, s heraldtype.OutboxState, r string) (bool, error) {
+	ok, err := l.Outbox.OutboxComplete(ctx, f, s, r)
+	l.record(ok)
+	return ok, err
+}
+
+func (l *settleLog) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (bool, error) {
+	ok, err := l.Outbox.OutboxRetry(ctx, p)
+	l.record(ok)
+	return ok, err
+}
+
+func (l *settleLog) get() []bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]bool(nil), l.results...)
+}
+
+func TestStalledClaimerIsFencedAndAnotherTakesTheRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stalled := make(chan struct{})
+	resume := make(chan struct{})
+	a := &settleLog{Outbox: b.store}
+	stopA := run(b.claimer(heraldtype.LaneTransactional, a, b.sender(sender.Hooks{AfterPeek: func(context.Context, heraldtype.Job) {
+		close(stalled)
+		<-resume // claimer A stalls past its lease here (a GC pause, a frozen VM)
+	}}), 1))
+	defer stopA()
+	id := b.notify(t, "pay", heraldtype.LaneTransactional)
+	<-stalled
+
+	b.clk.Advance(2 * time.Minute) // A's lease runs out
+	if n, err := b.store.OutboxReclaimExpired(b.ctx); err != nil || n != 1 {
+		t.Fatalf("reclaimed %d (%v)", n, err)
+	}
+	stopB := run(b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 1))
+	defer stopB()
+	eventually(t, "claimer B to send and settle", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
+
+	close(resume)
+	eventually(t, "claimer A to try to settle", func() bool { return len(a.get()) == 1 })
+	if got := a.get(); got[0] {
+		t.Fatal("the stalled claimer's write took effect after its lease ran out")
+	}
+	if n := b.sim.CallCount(store.MessageID(id, heraldtype.ChannelWebhook)); n != 1 {
+		t.Fatalf("provider called %d times, want 1", n)
+	}
+}
+
+func TestDefiniteNonSendIsRetriedThroughTheOutbox(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	calls := 0
+	b.sim.OnCall(func(context.Context, provider.Message) provider.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 1 {
+			return provider.NotSentOutcome("CONNECTION_REFUSED", 0)
+		}
+		return provider.Outcome{}
+	})
+	stop := run(b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 2))
+	defer stop()
+	id := b.notify(t, "pay", heraldtype.LaneTransactional)
+	eventually(t, "RETRY_WAIT", func() bool {
+		e := b.entry(t, id)
+		return e.Delivery != nil && e.Delivery.State == heraldtype.DeliveryRetryWait && e.OutboxState == heraldtype.OutboxPending
+	})
+	if e := b.entry(t, id); !e.AvailableAt.Equal(epoch.Add(time.Second)) {
+		t.Fatalf("retry due at %s, want one second later", e.AvailableAt)
+	}
+	b.clk.Advance(time.Second)
+	eventually(t, "second attempt", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
+	if d := b.entry(t, id).Delivery; d.State != heraldtype.DeliveryProviderAccepted || d.Attempts != 2 {
+		t.Fatalf("delivery %+v", d)
+	}
+}
+
+type failingProfiles struct{ *sqlite.Store }
+
+func (failingProfiles) ProfileGet(context.Context, string, string) (store.Profile, error) {
+	return store.Profile{}, errors.New("connection refused")
+}
+
+func TestTransientFailuresBackOffThenFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stop := run(b.claimer(heraldtype.LaneTransactional, b.store, b.senderOn(failingProfiles{b.store}, sender.Hooks{}), 1))
+	defer stop()
+	id := b.notify(t, "pay", heraldtype.LaneTransactional)
+	for attempt := 1; attempt < 3; attempt++ {
+		want := epoch.Add(dispatch.Backoff(1))
+		if attempt == 2 {
+			want = b.clk.Now().Add(dispatch.Backoff(2))
+		}
+		eventually(t, "backoff", func() bool {
+			e := b.entry(t, id)
+			return e.OutboxState == heraldtype.OutboxPending && e.AvailableAt.Equal(want)
+		})
+		b.clk.Advance(dispatch.Backoff(attempt))
+	}
+	eventually(t, "FAILED after 3 attempts", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxFailed })
+	if e := b.entry(t, id); e.Delivery != nil {
+		t.Fatalf("a delivery row was written: %+v", e.Delivery)
+	}
+	if got := b.alerts.Alerts(); len(got) != 1 || got[0].Kind != alert.OutboxFailed {
+		t.Fatalf("alerts %+v", got)
+	}
+	if b.sim.Total() != 0 {
+		t.Fatal("provider called")
+	}
+}
+
+func TestBackoffSchedule(t *testing.T) {
+	t.Parallel()
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 30 * time.Minute, 30 * time.Minute}
+	for i, w := range want {
+		if got := dispatch.Backoff(i + 1); got != w {
+			t.Errorf("Backoff(%d) = %s, want %s", i+1, got, w)
+		}
+	}
+}
+
+func TestABlockedLaneDoesNotDelayAnother(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	stuck := make(chan struct{})
+	var once sync.Once
+	b.sim.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
+		if m.Kind == "promo" {
+			once.Do(func() { close(stuck) })
+			<-release // the marketing provider hangs
+		}
+		return provider.Outcome{}
+	})
+	snd := b.sender(sender.Hooks{})
+	b.store.ProfilePut(b.ctx, store.Profile{Tenant: "t1", Recipient: "r1", Consent: map[heraldtype.Channel]bool{heraldtype.ChannelWebhook: true}})
+	stopM := run(b.claimer(heraldtype.LaneMarketing, b.store, snd, 1))
+	defer stopM()
+	stopT := run(b.claimer(heraldtype.LaneTransactional, b.store, snd, 1))
+	defer stopT()
+	defer close(release) // runs first: unblock the campaign before stopping
+	b.notify(t, "promo", heraldtype.LaneMarketing)
+	b.notify(t, "promo", heraldtype.LaneMarketing)
+	<-stuck // the marketing lane's only slot is now taken
+	id := b.notify(t, "pay", heraldtype.LaneTransactional)
+	eventually(t, "the payment to be sent past the stuck campaign", func() bool {
+		return b.entry(t, id).OutboxState == heraldtype.OutboxDone
+	})
+}
+
+func TestShutdownFinishesInFlightSends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	inCall := make(chan struct{})
+	finish := make(chan struct{})
+	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
+		close(inCall)
+		<-finish
+		if ctx.Err() != nil {
+			return provider.UnknownOutcome("CANCELLED")
+		}
+		return provider.Outcome{}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	c := b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 1)
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	id := b.notify(t, "pay", heraldtype.LaneTransactional)
+	<-inCall
+	cancel() // SIGTERM while the provider call is in flight
+	select {
+	case <-done:
+		t.Fatal("Run returned before the in-flight send finished")
+	default:
+	}
+	close(finish)
+	<-done
+	e := b.entry(t, id)
+	if e.OutboxState != heraldtype.OutboxDone || e.Delivery.State != heraldtype.DeliveryProviderAccepted {
+		t.Fatalf("after drain: outbox %s delivery %+v", e.OutboxState, e.Delivery)
+	}
+}

@@ -1,0 +1,385 @@
+package sender_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/sim"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/sqlite"
+)
+
+var epoch = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+
+type bundle struct {
+	store  *sqlite.Store
+	clk    *clock.Fake
+	sims   map[heraldtype.Channel]*sim.Sim
+	alerts *alert.Recorder
+	ctx    context.Context
+}
+
+func kinds() []config.Kind {
+	tmpl := map[string]config.Template{}
+	for _, ch := range []string{"webhook", "sms", "push"} {
+		tmpl[ch] = config.Template{Title: "Paid", Body: "Paid {{.amount}} won"}
+	}
+	return []config.Kind{
+		{Name: "payment", Category: "transactional", Channels: []string{"webhook", "sms", "push"}, Templates: tmpl},
+		{Name: "promo", Category: "marketing", Channels: []string{"webhook", "sms", "push"}, Templates: tmpl},
+	}
+}
+
+func setup(t *testing.T, hooks sender.Hooks) (*sender.Sender, bundle) {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "h.db"), sqlite.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	cat, err := catalog.New(kinds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bundle{store: s, clk: clk, sims: map[heraldtype.Channel]*sim.Sim{}, alerts: &alert.Recorder{}, ctx: context.Background()}
+	reg := provider.NewRegistry()
+	for _, ch := range []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelSMS, heraldtype.ChannelPush} {
+		b.sims[ch] = sim.New(sim.Config{})
+		reg.Register(ch, "sim-"+string(ch), b.sims[ch])
+	}
+	snd := sender.New(sender.Config{
+		Store: s, Providers: reg, Catalog: cat, Clock: clk, Owner: "test", Alerts: b.alerts, Hooks: hooks,
+		Retry: sender.RetryPolicy{Quick: 2, QuickDelay: time.Second, Slow: 3, SlowDelay: 10 * time.Minute},
+	})
+	return snd, b
+}
+
+func job(id string, ch heraldtype.Channel) heraldtype.Job {
+	return heraldtype.Job{
+		MessageID: id + "." + string(ch), NotificationID: id, Tenant: "t1", Recipient: "r1", EventID: "e1",
+		Kind: "payment", Lane: heraldtype.LaneTransactional, Channel: ch, Params: json.RawMessage(`{"amount":12000}`),
+	}
+}
+
+func delivery(t *testing.T, b bundle, id string) store.Delivery {
+	t.Helper()
+	d, err := b.store.DeliveryGet(b.ctx, id)
+	if err != nil {
+		t.Fatalf("DeliveryGet(%s): %v", id, err)
+	}
+	return d
+}
+
+func force(s *sim.Sim, out provider.Outcome) {
+	s.OnCall(func(context.Context, provider.Message) provider.Outcome { return out })
+}
+
+func TestTwoCopiesPastThePeekMakeOneCall(t *testing.T) {
+	t.Parallel()
+	// Both copies are held after the peek until both have passed it, so both
+	// saw "no row" — the case the peek cannot prevent. The unique claim must.
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	release := make(chan struct{})
+	go func() { arrived.Wait(); close(release) }()
+	snd, b := setup(t, sender.Hooks{AfterPeek: func(context.Context, heraldtype.Job) {
+		arrived.Done()
+		<-release
+	}})
+	j := job("n1", heraldtype.ChannelWebhook)
+	results := make([]sender.Result, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i] = snd.Send(b.ctx, j) }()
+	}
+	wg.Wait()
+	if n := b.sims[heraldtype.ChannelWebhook].CallCount(j.MessageID); n != 1 {
+		t.Fatalf("provider called %d times, want 1", n)
+	}
+	for _, r := range results {
+		if r.Verdict != sender.Done {
+			t.Fatalf("verdict %v, want both Done (one sent, one acked)", r.Verdict)
+		}
+	}
+	if d := delivery(t, b, j.MessageID); d.State != heraldtype.DeliveryProviderAccepted || d.Attempts != 1 {
+		t.Fatalf("delivery %+v", d)
+	}
+}
+
+func TestOutcomeClasses(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		out   provider.Outcome
+		state heraldtype.DeliveryState
+		alert string
+	}{
+		{"AcceptedIsProviderAccepted", provider.AcceptedOutcome(""), heraldtype.DeliveryProviderAccepted, ""},
+		{"PermanentIsPermanentFailure", provider.PermanentOutcome("HTTP_410"), heraldtype.DeliveryPermanentFailure, ""},
+		{"UnknownIsUnknownAndAlerted", provider.UnknownOutcome("TIMEOUT"), heraldtype.DeliveryUnknown, alert.UnknownOutcome},
+		{"NotSentReleasesIntoRetryWait", provider.NotSentOutcome("CONNECTION_REFUSED", 0), heraldtype.DeliveryRetryWait, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			snd, b := setup(t, sender.Hooks{})
+			force(b.sims[heraldtype.ChannelWebhook], c.out)
+			j := job("n1", heraldtype.ChannelWebhook)
+			res := snd.Send(b.ctx, j)
+			d := delivery(t, b, j.MessageID)
+			if res.State != c.state || d.State != c.state || d.Reason != c.out.Reason {
+				t.Fatalf("result %+v, delivery %+v, want %s", res, d, c.state)
+			}
+			if got := b.alerts.Alerts(); (c.alert == "") != (len(got) == 0) || (c.alert != "" && got[0].Kind != c.alert) {
+				t.Fatalf("alerts %+v, want %q", got, c.alert)
+			}
+			// A later copy never calls again, whatever the outcome was.
+			snd.Send(b.ctx, j)
+			if n := b.sims[heraldtype.ChannelWebhook].CallCount(j.MessageID); n != 1 {
+				t.Fatalf("%d calls", n)
+			}
+		})
+	}
+}
+
+func TestDefiniteNonSendRetrySchedule(t *testing.T) {
+	t.Parallel()
+	snd, b := setup(t, sender.Hooks{})
+	s := b.sims[heraldtype.ChannelWebhook]
+	force(s, provider.NotSentOutcome("HTTP_429", 0))
+	j := job("n1", heraldtype.ChannelWebhook)
+	want := []time.Duration{time.Second, 10 * time.Minute, 10 * time.Minute, 10 * time.Minute}
+	for i, delay := range want {
+		res := snd.Send(b.ctx, j)
+		if res.Verdict != sender.Retry || res.Delay != delay {
+			t.Fatalf("attempt %d: %+v, want Retry after %s", i+1, res, delay)
+		}
+		// A copy that arrives before the retry is due does not call.
+		if early := snd.Send(b.ctx, j); early.Verdict != sender.Retry || early.Delay != delay {
+			t.Fatalf("early copy after attempt %d: %+v", i+1, early)
+		}
+		b.clk.Advance(delay)
+	}
+	res := snd.Send(b.ctx, j)
+	if res.Verdict != sender.Done || res.State != heraldtype.DeliveryRetryExhausted {
+		t.Fatalf("last attempt: %+v, want RETRY_EXHAUSTED", res)
+	}
+	if n := s.CallCount(j.MessageID); n != 5 {
+		t.Fatalf("%d calls, want 5 (2 quick + 3 slow)", n)
+	}
+	if d := delivery(t, b, j.MessageID); d.Attempts != 5 || d.State != heraldtype.DeliveryRetryExhausted {
+		t.Fatalf("delivery %+v", d)
+	}
+}
+
+func TestRetryAfterHintIsHonoured(t *testing.T) {
+	t.Parallel()
+	snd, b := setup(t, sender.Hooks{})
+	force(b.sims[heraldtype.ChannelWebhook], provider.NotSentOutcome("HTTP_429", 30*time.Second))
+	if res := snd.Send(b.ctx, job("n1", heraldtype.ChannelWebhook)); res.Delay != 30*time.Second {
+		t.Fatalf("delay %s, want the provider's 30s", res.Delay)
+	}
+}
+
+func TestCrashAfterClaimIsNeverSentAgain(t *testing.T) {
+	t.Parallel()
+	snd, b := setup(t, sender.Hooks{})
+	j := job("n1", heraldtype.ChannelWebhook)
+	// A process claimed the message and died before calling or recording.
+	res, err := b.store.DeliveryClaim(b.ctx, store.DeliveryClaimParams{MessageID: j.MessageID, NotificationID: "n1", Tenant: "t1", Channel: j.Channel, Owner: "dead"})
+	if err != nil || !res.Claimed {
+		t.Fatalf("claim %+v %v", res, err)
+	}
+	if r := snd.Send(b.ctx, j); r.Verdict != sender.Done || r.State != heraldtype.DeliverySending {
+		t.Fatalf("redelivery: %+v, want Done while SENDING", r)
+	}
+	b.clk.Advance(10*time.Minute + time.Second)
+	stale, err := b.store.DeliverySweepStale(b.ctx, 10*time.Minute)
+	if err != nil || len(stale) != 1 {
+		t.Fatalf("stale %v %v", stale, err)
+	}
+	if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliveryUnknown {
+		t.Fatalf("after sweep: %+v", r)
+	}
+	if n := b.sims[heraldtype.ChannelWebhook].Total(); n != 0 {
+		t.Fatalf("provider called %d times for a crashed claim", n)
+	}
+}
+
+func TestPreChecks(t *testing.T) {
+	t.Parallel()
+	t.Run("NoProfileWebhookSends", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		if r := snd.Send(b.ctx, job("n1", heraldtype.ChannelWebhook)); r.State != heraldtype.DeliveryProviderAccepted {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("NoProfileSMSIsDestinationUnavailable", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		r := snd.Send(b.ctx, job("n1", heraldtype.ChannelSMS))
+		if r.State != heraldtype.DeliverySuppressed || r.Reason != heraldtype.ReasonDestinationUnavailable {
+			t.Fatalf("%+v", r)
+		}
+		if d := delivery(t, b, "n1.sms"); d.State != heraldtype.DeliverySuppressed || d.Attempts != 0 {
+			t.Fatalf("%+v", d)
+		}
+	})
+	t.Run("MarketingWithoutConsentIsConsentDenied", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		j := job("n1", heraldtype.ChannelWebhook)
+		j.Kind, j.Lane = "promo", heraldtype.LaneMarketing
+		if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliverySuppressed || r.Reason != heraldtype.ReasonConsentDenied {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("ProfileIsReadAtSendTime", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		p := store.Profile{Tenant: "t1", Recipient: "r1",
+			Addresses: map[heraldtype.Channel]string{heraldtype.ChannelSMS: "+8210"},
+			Consent:   map[heraldtype.Channel]bool{heraldtype.ChannelSMS: true}}
+		b.store.ProfilePut(b.ctx, p)
+		j := job("n1", heraldtype.ChannelSMS)
+		j.Kind, j.Lane = "promo", heraldtype.LaneMarketing
+		if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliveryProviderAccepted {
+			t.Fatalf("with consent: %+v", r)
+		}
+		if got := b.sims[heraldtype.ChannelSMS].Calls()[0].Message; got.Address != "+8210" || got.Body != "Paid 12000 won" {
+			t.Fatalf("message %+v", got)
+		}
+		p.Consent[heraldtype.ChannelSMS] = false // withdrawn after intake
+		b.store.ProfilePut(b.ctx, p)
+		j2 := job("n2", heraldtype.ChannelSMS)
+		j2.Kind, j2.Lane = "promo", heraldtype.LaneMarketing
+		if r := snd.Send(b.ctx, j2); r.Reason != heraldtype.ReasonConsentDenied {
+			t.Fatalf("after withdrawal: %+v", r)
+		}
+	})
+	t.Run("UnknownKindIsParked", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		j := job("n1", heraldtype.ChannelWebhook)
+		j.Kind = "gone"
+		if r := snd.Send(b.ctx, j); r.Verdict != sender.Park || r.Reason != heraldtype.ReasonUnknownKind {
+			t.Fatalf("%+v", r)
+		}
+		if d := delivery(t, b, j.MessageID); d.State != heraldtype.DeliveryParked {
+			t.Fatalf("%+v", d)
+		}
+	})
+	t.Run("TemplateThatNoLongerRendersIsParked", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		j := job("n1", heraldtype.ChannelWebhook)
+		j.Params = json.RawMessage(`{}`)
+		if r := snd.Send(b.ctx, j); r.Verdict != sender.Park || r.Reason != heraldtype.ReasonTemplateFailed {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("LongMessageIDIsParkedBeforeAnyClaim", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		j := job(strings.Repeat("x", 100), heraldtype.ChannelWebhook)
+		if r := snd.Send(b.ctx, j); r.Verdict != sender.Park || r.Reason != heraldtype.ReasonMessageIDTooLong {
+			t.Fatalf("%+v", r)
+		}
+		if b.sims[heraldtype.ChannelWebhook].Total() != 0 {
+			t.Fatal("called the provider")
+		}
+	})
+	t.Run("ExpiredIsSuppressed", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		j := job("n1", heraldtype.ChannelWebhook)
+		past := epoch.Add(-time.Second)
+		j.ExpiresAt = &past
+		if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliverySuppressed || r.Reason != heraldtype.ReasonExpired {
+			t.Fatalf("%+v", r)
+		}
+	})
+}
+
+// failingProfiles makes the profile read fail, as a database outage would.
+type failingProfiles struct{ *sqlite.Store }
+
+func (failingProfiles) ProfileGet(context.Context, string, string) (store.Profile, error) {
+	return store.Profile{}, errors.New("connection refused")
+}
+
+func TestStoreFailureBeforeClaimWritesNothing(t *testing.T) {
+	t.Parallel()
+	snd, b := setup(t, sender.Hooks{})
+	snd.Store = failingProfiles{b.store}
+	j := job("n1", heraldtype.ChannelWebhook)
+	if r := snd.Send(b.ctx, j); r.Verdict != sender.Backoff || r.Err == nil {
+		t.Fatalf("%+v, want Backoff", r)
+	}
+	if _, err := b.store.DeliveryGet(b.ctx, j.MessageID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a row was written: %v", err)
+	}
+}
+
+func TestShutdown(t *testing.T) {
+	t.Parallel()
+	t.Run("BeforeTheClaimGivesTheJobBack", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		ctx, cancel := context.WithCancel(b.ctx)
+		cancel()
+		j := job("n1", heraldtype.ChannelWebhook)
+		if r := snd.Send(ctx, j); r.Verdict != sender.Backoff || !errors.Is(r.Err, context.Canceled) {
+			t.Fatalf("%+v", r)
+		}
+		if b.sims[heraldtype.ChannelWebhook].Total() != 0 {
+			t.Fatal("called the provider")
+		}
+	})
+	t.Run("AfterTheClaimFinishesTheSend", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		snd, b := setup(t, sender.Hooks{AfterClaim: func(context.Context, heraldtype.Job) { cancel() }})
+		s := b.sims[heraldtype.ChannelWebhook]
+		s.OnCall(func(callCtx context.Context, _ provider.Message) provider.Outcome {
+			if callCtx.Err() != nil {
+				return provider.UnknownOutcome("CANCELLED")
+			}
+			return provider.AcceptedOutcome("")
+		})
+		j := job("n1", heraldtype.ChannelWebhook)
+		if r := snd.Send(ctx, j); r.State != heraldtype.DeliveryProviderAccepted {
+			t.Fatalf("%+v: shutdown cancelled the claimed send", r)
+		}
+	})
+}
+
+func TestRetryPolicy(t *testing.T) {
+	t.Parallel()
+	p := sender.RetryPolicy{Quick: 2, QuickDelay: time.Second, Slow: 3, SlowDelay: 10 * time.Minute}
+	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 10 * time.Minute, 3: 10 * time.Minute, 4: 10 * time.Minute} {
+		if d, ok := p.DelayAfter(attempt); !ok || d != want {
+			t.Errorf("after attempt %d: %s %v, want %s", attempt, d, ok, want)
+		}
+	}
+	if _, ok := p.DelayAfter(5); ok {
+		t.Error("a sixth attempt was allowed")
+	}
+}

@@ -1,0 +1,676 @@
+// Package storetest is the conformance suite every store driver runs. A
+// driver's test calls Run with a Harness that opens a fresh, migrated store;
+// adding a driver means adding that one call.
+//
+// The suite moves time with a clock.Fake, which every driver must honour for
+// the times that decide ownership (leases, due times, staleness).
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/store"
+)
+
+// Harness opens stores for the suite.
+type Harness struct {
+	// Open returns a fresh, empty, migrated store whose clock is clk. The
+	// harness closes it when the test ends.
+	Open func(t *testing.T, clk clock.Clock) store.Store
+}
+
+// Epoch is where every test's fake clock starts.
+var Epoch = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+
+type bundle struct {
+	s   store.Store
+	clk *clock.Fake
+	ctx context.Context
+}
+
+func setup(t *testing.T, h Harness) bundle {
+	t.Helper()
+	clk := clock.NewFake(Epoch)
+	return bundle{s: h.Open(t, clk), clk: clk, ctx: context.Background()}
+}
+
+// Run runs every conformance test against the harness's driver.
+func Run(t *testing.T, h Harness) {
+	t.Run("Intake", func(t *testing.T) { testIntake(t, h) })
+	t.Run("Outbox", func(t *testing.T) { testOutbox(t, h) })
+	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, h) })
+	t.Run("Profiles", func(t *testing.T) { testProfiles(t, h) })
+}
+
+// create is a NotificationCreate with sensible defaults; mutate adjusts it.
+func create(t *testing.T, b bundle, mutate func(p *store.NotificationCreateParams)) (store.NotificationCreateParams, store.NotificationCreateResult) {
+	t.Helper()
+	id := ids.New("ntf", b.clk.Now())
+	p := store.NotificationCreateParams{
+		Tenant: "t1", IdempotencyKey: "key-" + id, RequestHash: "h1", IdempotencyTTL: 24 * time.Hour,
+		Response: []byte(`{"id":"` + id + `"}`), ID: id, Recipient: "r1", EventID: "e1", Kind: "k",
+		Lane: heraldtype.LaneTransactional, Params: json.RawMessage(`{"a":1}`),
+		Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+	}
+	if mutate != nil {
+		mutate(&p)
+	}
+	res, err := b.s.NotificationCreate(b.ctx, p)
+	if err != nil {
+		t.Fatalf("NotificationCreate: %v", err)
+	}
+	return p, res
+}
+
+func claim(t *testing.T, b bundle, lane heraldtype.Lane, limit int) []store.Claimed {
+	t.Helper()
+	rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: lane, Owner: "w1", Limit: limit, Lease: time.Minute})
+	if err != nil {
+		t.Fatalf("OutboxClaim: %v", err)
+	}
+	return rows
+}
+
+func testIntake(t *testing.T, h Harness) {
+	t.Run("CreatedIsReadableWithOneEntryPerChannel", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p, res := create(t, b, func(p *store.NotificationCreateParams) {
+			p.Channels = []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelPush}
+		})
+		if res.Outcome != store.Created || res.ID != p.ID {
+			t.Fatalf("outcome %v id %q, want Created %q", res.Outcome, res.ID, p.ID)
+		}
+		v, err := b.s.NotificationGet(b.ctx, "t1", p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Kind != "k" || v.Recipient != "r1" || v.EventID != "e1" || len(v.Deliveries) != 2 {
+			t.Fatalf("view = %+v", v)
+		}
+		for _, d := range v.Deliveries {
+			if d.OutboxState != heraldtype.OutboxPending || d.Delivery != nil {
+				t.Errorf("entry %+v, want PENDING without delivery", d)
+			}
+			if d.MessageID != store.MessageID(p.ID, d.Channel) {
+				t.Errorf("message id %q", d.MessageID)
+			}
+		}
+	})
+	t.Run("OtherTenantCannotRead", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p, _ := create(t, b, nil)
+		if _, err := b.s.NotificationGet(b.ctx, "t2", p.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("SameKeySameHashReplays", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		first, _ := create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "k" })
+		_, res := create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "k" })
+		if res.Outcome != store.Replayed || string(res.Response) != string(first.Response) {
+			t.Fatalf("got %v %s, want Replayed %s", res.Outcome, res.Response, first.Response)
+		}
+	})
+	t.Run("SameKeyDifferentHashConflicts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "k" })
+		p, res := create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "k"; p.RequestHash = "h2" })
+		if res.Outcome != store.Conflict {
+			t.Fatalf("outcome %v, want Conflict", res.Outcome)
+		}
+		if _, err := b.s.NotificationGet(b.ctx, "t1", p.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("conflicting request wrote a notification (err %v)", err)
+		}
+	})
+	t.Run("KeysAreScopedPerTenant", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "k" })
+		_, res := create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "k"; p.Tenant = "t2" })
+		if res.Outcome != store.Created {
+			t.Fatalf("outcome %v, want Created", res.Outcome)
+		}
+	})
+	t.Run("ExpiredKeyIsFreeAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "k"; p.IdempotencyTTL = time.Hour })
+		b.clk.Advance(time.Hour + time.Second)
+		_, res := create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "k"; p.RequestHash = "h2" })
+		if res.Outcome != store.Created {
+			t.Fatalf("outcome %v, want Created after expiry", res.Outcome)
+		}
+	})
+	t.Run("SweepDeletesOnlyExpiredKeys", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "old"; p.IdempotencyTTL = time.Hour })
+		b.clk.Advance(30 * time.Minute)
+		create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "new"; p.IdempotencyTTL = time.Hour })
+		b.clk.Advance(31 * time.Minute)
+		n, err := b.s.IdempotencyKeysSweep(b.ctx)
+		if err != nil || n != 1 {
+			t.Fatalf("swept %d (%v), want 1", n, err)
+		}
+		_, res := create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = "new" })
+		if res.Outcome != store.Replayed {
+			t.Fatalf("live key: outcome %v, want Replayed", res.Outcome)
+		}
+	})
+	t.Run("ConcurrentIdenticalRequestsCreateOne", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		const n = 50
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var created atomic.Int32
+		responses := make([]string, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := ids.New("ntf", b.clk.Now())
+				<-start
+				res, err := b.s.NotificationCreate(b.ctx, store.NotificationCreateParams{
+					Tenant: "t1", IdempotencyKey: "same", RequestHash: "h", IdempotencyTTL: time.Hour,
+					Response: []byte(id), ID: id, Recipient: "r", EventID: "e", Kind: "k",
+					Lane: heraldtype.LaneTransactional, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+				})
+				errs[i] = err
+				if res.Outcome == store.Created {
+					created.Add(1)
+				}
+				responses[i] = string(res.Response)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if created.Load() != 1 {
+			t.Fatalf("%d requests created a notification, want 1", created.Load())
+		}
+		for _, r := range responses {
+			if r != responses[0] {
+				t.Fatalf("responses differ: %q vs %q", r, responses[0])
+			}
+		}
+		if rows := claim(t, b, heraldtype.LaneTransactional, 100); len(rows) != 1 {
+			t.Fatalf("%d outbox rows, want 1", len(rows))
+		}
+	})
+	t.Run("DedupKeyAddsNothingTheSecondTime", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		first, _ := create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = ""; p.DedupKey = "booking-1:confirm" })
+		_, res := create(t, b, func(p *store.NotificationCreateParams) { p.IdempotencyKey = ""; p.DedupKey = "booking-1:confirm" })
+		if res.Outcome != store.Deduplicated || res.ID != first.ID {
+			t.Fatalf("got %v %q, want Deduplicated %q", res.Outcome, res.ID, first.ID)
+		}
+		if rows := claim(t, b, heraldtype.LaneTransactional, 100); len(rows) != 1 {
+			t.Fatalf("%d outbox rows, want 1", len(rows))
+		}
+	})
+}
+
+func testOutbox(t *testing.T, h Harness) {
+	t.Run("ClaimReturnsTheJob", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		exp := Epoch.Add(time.Hour)
+		p, _ := create(t, b, func(p *store.NotificationCreateParams) { p.ExpiresAt = &exp })
+		rows := claim(t, b, heraldtype.LaneTransactional, 10)
+		if len(rows) != 1 {
+			t.Fatalf("claimed %d, want 1", len(rows))
+		}
+		j := rows[0].Job
+		if j.MessageID != store.MessageID(p.ID, heraldtype.ChannelWebhook) || j.NotificationID != p.ID || j.Tenant != "t1" ||
+			j.Recipient != "r1" || j.EventID != "e1" || j.Kind != "k" || j.Lane != heraldtype.LaneTransactional ||
+			j.Channel != heraldtype.ChannelWebhook || j.ExpiresAt == nil || !j.ExpiresAt.Equal(exp) {
+			t.Fatalf("job = %+v", j)
+		}
+		var params map[string]any
+		if err := json.Unmarshal(j.Params, &params); err != nil || params["a"] != float64(1) {
+			t.Fatalf("params %s (%v)", j.Params, err)
+		}
+		if rows[0].Fence.Token == 0 || rows[0].Attempts != 0 {
+			t.Fatalf("fence %+v attempts %d", rows[0].Fence, rows[0].Attempts)
+		}
+	})
+	t.Run("ClaimedRowIsNotClaimedAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, nil)
+		if n := len(claim(t, b, heraldtype.LaneTransactional, 10)); n != 1 {
+			t.Fatalf("first claim %d", n)
+		}
+		if n := len(claim(t, b, heraldtype.LaneTransactional, 10)); n != 0 {
+			t.Fatalf("second claim took %d rows", n)
+		}
+	})
+	t.Run("LanesAreSeparate", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, func(p *store.NotificationCreateParams) { p.Lane = heraldtype.LaneMarketing })
+		if n := len(claim(t, b, heraldtype.LaneTransactional, 10)); n != 0 {
+			t.Fatalf("transactional claimer took %d marketing rows", n)
+		}
+		if n := len(claim(t, b, heraldtype.LaneMarketing, 10)); n != 1 {
+			t.Fatalf("marketing claimer took %d", n)
+		}
+	})
+	t.Run("LimitAndOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		var want []string
+		for range 5 {
+			p, _ := create(t, b, nil)
+			want = append(want, p.ID)
+			b.clk.Advance(time.Millisecond)
+		}
+		rows := claim(t, b, heraldtype.LaneTransactional, 3)
+		if len(rows) != 3 {
+			t.Fatalf("claimed %d, want 3", len(rows))
+		}
+		for i, r := range rows {
+			if r.NotificationID != want[i] {
+				t.Fatalf("row %d is %s, want oldest first %s", i, r.NotificationID, want[i])
+			}
+		}
+	})
+	t.Run("ConcurrentClaimersTakeDisjointRows", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for range 40 {
+			create(t, b, nil)
+		}
+		var mu sync.Mutex
+		seen := map[int64]int{}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for {
+					rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: fmt.Sprint("w", w), Limit: 3, Lease: time.Minute})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if len(rows) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, r := range rows {
+						seen[r.Fence.ID]++
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if len(seen) != 40 {
+			t.Fatalf("claimed %d distinct rows, want 40", len(seen))
+		}
+		for id, n := range seen {
+			if n != 1 {
+				t.Fatalf("row %d claimed %d times", id, n)
+			}
+		}
+	})
+	t.Run("SendAtDefersTheClaim", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		at := Epoch.Add(10 * time.Minute)
+		create(t, b, func(p *store.NotificationCreateParams) { p.SendAt = &at })
+		if n := len(claim(t, b, heraldtype.LaneTransactional, 10)); n != 0 {
+			t.Fatalf("claimed %d before send_at", n)
+		}
+		b.clk.Advance(10 * time.Minute)
+		if n := len(claim(t, b, heraldtype.LaneTransactional, 10)); n != 1 {
+			t.Fatalf("claimed %d at send_at, want 1", n)
+		}
+	})
+	t.Run("CompleteIsFenced", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, nil)
+		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		stale := row.Fence
+		stale.Token--
+		if ok, err := b.s.OutboxComplete(b.ctx, stale, heraldtype.OutboxDone, ""); err != nil || ok {
+			t.Fatalf("wrong token completed the row (ok %v, err %v)", ok, err)
+		}
+		if ok, err := b.s.OutboxComplete(b.ctx, row.Fence, heraldtype.OutboxDone, ""); err != nil || !ok {
+			t.Fatalf("owner could not complete (ok %v, err %v)", ok, err)
+		}
+		if ok, _ := b.s.OutboxComplete(b.ctx, row.Fence, heraldtype.OutboxDone, ""); ok {
+			t.Fatal("completed twice")
+		}
+	})
+	t.Run("WriteAfterLeaseRanOutIsRefusedEvenUntaken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, nil)
+		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		b.clk.Advance(time.Minute + time.Second)
+		if ok, err := b.s.OutboxComplete(b.ctx, row.Fence, heraldtype.OutboxDone, ""); err != nil || ok {
+			t.Fatalf("write after the lease ran out succeeded (ok %v, err %v)", ok, err)
+		}
+	})
+	t.Run("StalledClaimerIsFencedAndRowIsClaimedAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, nil)
+		first := claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		b.clk.Advance(2 * time.Minute)
+		n, err := b.s.OutboxReclaimExpired(b.ctx)
+		if err != nil || n != 1 {
+			t.Fatalf("reclaimed %d (%v), want 1", n, err)
+		}
+		v, _ := b.s.NotificationGet(b.ctx, "t1", first.NotificationID)
+		if v.Deliveries[0].OutboxState != heraldtype.OutboxPending || v.Deliveries[0].OutboxReason != heraldtype.ReasonClaimExpired {
+			t.Fatalf("after reclaim: %+v", v.Deliveries[0])
+		}
+		second := claim(t, b, heraldtype.LaneTransactional, 1)
+		if len(second) != 1 || second[0].Fence.Token == first.Fence.Token {
+			t.Fatalf("second claim %+v", second)
+		}
+		// The first claimer wakes up and tries to settle with its old token.
+		if ok, _ := b.s.OutboxComplete(b.ctx, first.Fence, heraldtype.OutboxDone, ""); ok {
+			t.Fatal("stalled claimer's write succeeded")
+		}
+		if ok, _ := b.s.OutboxRetry(b.ctx, store.OutboxRetryParams{Fence: first.Fence}); ok {
+			t.Fatal("stalled claimer's retry succeeded")
+		}
+		if ok, err := b.s.OutboxComplete(b.ctx, second[0].Fence, heraldtype.OutboxDone, ""); !ok || err != nil {
+			t.Fatalf("new owner could not complete (ok %v, err %v)", ok, err)
+		}
+	})
+	t.Run("RetryDelaysAndCountsFailures", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, nil)
+		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		ok, err := b.s.OutboxRetry(b.ctx, store.OutboxRetryParams{Fence: row.Fence, Delay: time.Minute, Reason: "X", Failed: true})
+		if err != nil || !ok {
+			t.Fatalf("retry: ok %v err %v", ok, err)
+		}
+		if n := len(claim(t, b, heraldtype.LaneTransactional, 1)); n != 0 {
+			t.Fatal("claimed before the delay passed")
+		}
+		b.clk.Advance(time.Minute)
+		again := claim(t, b, heraldtype.LaneTransactional, 1)
+		if len(again) != 1 || again[0].Attempts != 1 {
+			t.Fatalf("after delay: %+v", again)
+		}
+		// A retry the sender scheduled does not count as a dispatch failure.
+		b.s.OutboxRetry(b.ctx, store.OutboxRetryParams{Fence: again[0].Fence, Delay: 0, Reason: "RETRY_WAIT"})
+		third := claim(t, b, heraldtype.LaneTransactional, 1)
+		if len(third) != 1 || third[0].Attempts != 1 {
+			t.Fatalf("after uncounted retry: %+v", third)
+		}
+	})
+	t.Run("ExpiredRowsAreNotClaimedAndBecomeExpired", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		exp := Epoch.Add(time.Minute)
+		p, _ := create(t, b, func(p *store.NotificationCreateParams) { p.ExpiresAt = &exp })
+		b.clk.Advance(time.Minute)
+		if n := len(claim(t, b, heraldtype.LaneTransactional, 1)); n != 0 {
+			t.Fatal("claimed an expired row")
+		}
+		expired, err := b.s.OutboxExpire(b.ctx)
+		if err != nil || len(expired) != 1 || expired[0].MessageID != store.MessageID(p.ID, heraldtype.ChannelWebhook) {
+			t.Fatalf("expired %+v (%v)", expired, err)
+		}
+		v, _ := b.s.NotificationGet(b.ctx, "t1", p.ID)
+		if v.Deliveries[0].OutboxState != heraldtype.OutboxExpired {
+			t.Fatalf("state %s", v.Deliveries[0].OutboxState)
+		}
+	})
+	t.Run("BacklogCountsDueRowsPerLane", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		later := Epoch.Add(time.Hour)
+		create(t, b, nil)
+		create(t, b, nil)
+		create(t, b, func(p *store.NotificationCreateParams) { p.SendAt = &later })
+		create(t, b, func(p *store.NotificationCreateParams) { p.Lane = heraldtype.LaneAlert })
+		got, err := b.s.OutboxBacklog(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[heraldtype.LaneTransactional] != 2 || got[heraldtype.LaneAlert] != 1 || got[heraldtype.LaneMarketing] != 0 {
+			t.Fatalf("backlog %v", got)
+		}
+	})
+	t.Run("CreateWakesTheLane", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, func(p *store.NotificationCreateParams) { p.Lane = heraldtype.LaneAlert })
+		select {
+		case <-b.s.Wakeups().C(heraldtype.LaneAlert):
+		case <-time.After(5 * time.Second):
+			t.Fatal("no wake-up for the alert lane")
+		}
+	})
+}
+
+func claimParams(id string) store.DeliveryClaimParams {
+	return store.DeliveryClaimParams{MessageID: id, NotificationID: "n", Tenant: "t1", Channel: heraldtype.ChannelSMS, Provider: "p", Owner: "w"}
+}
+
+func record(t *testing.T, b bundle, id string, attempt int, state heraldtype.DeliveryState, delay time.Duration) bool {
+	t.Helper()
+	ok, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{
+		MessageID: id, Attempt: attempt, State: state, RetryDelay: delay, Owner: "w", Class: "x", StartedAt: b.clk.Now(),
+	})
+	if err != nil {
+		t.Fatalf("DeliveryRecord: %v", err)
+	}
+	return ok
+}
+
+func testDeliveries(t *testing.T, h Harness) {
+	t.Run("OnlyOneConcurrentClaimWins", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		const n = 20
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := b.s.DeliveryClaim(b.ctx, claimParams("m1"))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Claimed {
+					wins.Add(1)
+				} else if res.Current == nil || res.Current.State != heraldtype.DeliverySending {
+					t.Errorf("loser saw %+v", res.Current)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%d claims won, want 1", wins.Load())
+		}
+	})
+	t.Run("RecordIsConditionalOnSending", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		res, _ := b.s.DeliveryClaim(b.ctx, claimParams("m1"))
+		if !res.Claimed || res.Attempt != 1 {
+			t.Fatalf("claim %+v", res)
+		}
+		if record(t, b, "m1", 2, heraldtype.DeliveryProviderAccepted, 0) {
+			t.Fatal("recorded with the wrong attempt")
+		}
+		if !record(t, b, "m1", 1, heraldtype.DeliveryProviderAccepted, 0) {
+			t.Fatal("could not record the claimed attempt")
+		}
+		if record(t, b, "m1", 1, heraldtype.DeliveryUnknown, 0) {
+			t.Fatal("overwrote a terminal result")
+		}
+		d, err := b.s.DeliveryGet(b.ctx, "m1")
+		if err != nil || d.State != heraldtype.DeliveryProviderAccepted || d.Attempts != 1 {
+			t.Fatalf("delivery %+v (%v)", d, err)
+		}
+		if res, _ := b.s.DeliveryClaim(b.ctx, claimParams("m1")); res.Claimed {
+			t.Fatal("claimed a finished message again")
+		}
+	})
+	t.Run("RetryWaitIsClaimedAgainOnlyWhenDue", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		b.s.DeliveryClaim(b.ctx, claimParams("m1"))
+		if !record(t, b, "m1", 1, heraldtype.DeliveryRetryWait, time.Second) {
+			t.Fatal("record RETRY_WAIT")
+		}
+		d, _ := b.s.DeliveryGet(b.ctx, "m1")
+		if d.State != heraldtype.DeliveryRetryWait || d.NextAttemptAt == nil || !d.NextAttemptAt.Equal(Epoch.Add(time.Second)) {
+			t.Fatalf("delivery %+v", d)
+		}
+		res, _ := b.s.DeliveryClaim(b.ctx, claimParams("m1"))
+		if res.Claimed || res.Current == nil || res.Current.State != heraldtype.DeliveryRetryWait {
+			t.Fatalf("early claim %+v", res)
+		}
+		b.clk.Advance(time.Second)
+		res, _ = b.s.DeliveryClaim(b.ctx, claimParams("m1"))
+		if !res.Claimed || res.Attempt != 2 {
+			t.Fatalf("due claim %+v", res)
+		}
+		if res, _ := b.s.DeliveryClaim(b.ctx, claimParams("m1")); res.Claimed {
+			t.Fatal("a second copy claimed the retry too")
+		}
+	})
+	t.Run("DecideNeverOverwritesAClaimOrResult", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		decide := func(id string, state heraldtype.DeliveryState, reason string) bool {
+			ok, err := b.s.DeliveryDecide(b.ctx, store.DeliveryDecideParams{MessageID: id, NotificationID: "n", Tenant: "t1", Channel: heraldtype.ChannelSMS, State: state, Reason: reason})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		if !decide("new", heraldtype.DeliverySuppressed, heraldtype.ReasonConsentDenied) {
+			t.Fatal("could not suppress a new message")
+		}
+		if decide("new", heraldtype.DeliveryParked, "X") {
+			t.Fatal("overwrote SUPPRESSED")
+		}
+		b.s.DeliveryClaim(b.ctx, claimParams("sending"))
+		if decide("sending", heraldtype.DeliverySuppressed, "X") {
+			t.Fatal("overwrote SENDING")
+		}
+		b.s.DeliveryClaim(b.ctx, claimParams("waiting"))
+		record(t, b, "waiting", 1, heraldtype.DeliveryRetryWait, time.Minute)
+		if !decide("waiting", heraldtype.DeliverySuppressed, heraldtype.ReasonConsentDenied) {
+			t.Fatal("could not suppress a waiting retry")
+		}
+		d, _ := b.s.DeliveryGet(b.ctx, "waiting")
+		if d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonConsentDenied || d.Attempts != 1 {
+			t.Fatalf("delivery %+v", d)
+		}
+	})
+	t.Run("StaleSendingBecomesUnknown", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		b.s.DeliveryClaim(b.ctx, claimParams("old"))
+		b.clk.Advance(9 * time.Minute)
+		b.s.DeliveryClaim(b.ctx, claimParams("young"))
+		b.clk.Advance(time.Minute + time.Second)
+		ids, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute)
+		if err != nil || len(ids) != 1 || ids[0] != "old" {
+			t.Fatalf("swept %v (%v), want [old]", ids, err)
+		}
+		d, _ := b.s.DeliveryGet(b.ctx, "old")
+		if d.State != heraldtype.DeliveryUnknown || d.Reason != heraldtype.ReasonStaleClaim {
+			t.Fatalf("old = %+v", d)
+		}
+		if d, _ := b.s.DeliveryGet(b.ctx, "young"); d.State != heraldtype.DeliverySending {
+			t.Fatalf("young = %+v", d)
+		}
+		// The crashed sender's late result is refused.
+		if record(t, b, "old", 1, heraldtype.DeliveryProviderAccepted, 0) {
+			t.Fatal("late record overwrote UNKNOWN")
+		}
+	})
+	t.Run("GetMissingIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		if _, err := b.s.DeliveryGet(b.ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("ViewJoinsTheDelivery", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p, _ := create(t, b, nil)
+		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		b.s.DeliveryClaim(b.ctx, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: p.ID, Tenant: "t1", Channel: row.Channel, Provider: "p", Owner: "w"})
+		record(t, b, row.MessageID, 1, heraldtype.DeliveryProviderAccepted, 0)
+		v, _ := b.s.NotificationGet(b.ctx, "t1", p.ID)
+		d := v.Deliveries[0].Delivery
+		if d == nil || d.State != heraldtype.DeliveryProviderAccepted || d.Attempts != 1 || d.Provider != "p" {
+			t.Fatalf("view delivery %+v", d)
+		}
+	})
+}
+
+func testProfiles(t *testing.T, h Harness) {
+	t.Run("PutThenGet", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		if _, err := b.s.ProfileGet(b.ctx, "t1", "r1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("missing profile: %v", err)
+		}
+		p := store.Profile{Tenant: "t1", Recipient: "r1",
+			Addresses: map[heraldtype.Channel]string{heraldtype.ChannelSMS: "+821000000000"},
+			Consent:   map[heraldtype.Channel]bool{heraldtype.ChannelSMS: true}, Language: "ko", TimeZone: "Asia/Seoul"}
+		if err := b.s.ProfilePut(b.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.s.ProfileGet(b.ctx, "t1", "r1")
+		if err != nil || got.Addresses[heraldtype.ChannelSMS] != "+821000000000" || !got.Consent[heraldtype.ChannelSMS] || got.TimeZone != "Asia/Seoul" {
+			t.Fatalf("profile %+v (%v)", got, err)
+		}
+		if _, err := b.s.ProfileGet(b.ctx, "t2", "r1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatal("profile leaked to another tenant")
+		}
+		p.Consent[heraldtype.ChannelSMS] = false
+		b.s.ProfilePut(b.ctx, p)
+		if got, _ := b.s.ProfileGet(b.ctx, "t1", "r1"); got.Consent[heraldtype.ChannelSMS] {
+			t.Fatal("consent withdrawal not stored")
+		}
+	})
+}
