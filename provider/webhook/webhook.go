@@ -69,7 +69,7 @@ func New(cfg Config) *Webhook {
 			// reusing a connection the server is closing can make a call
 			// UNKNOWN, because the request may count as written before the
 			// close is seen.
-			IdleConnTimeout: 4 * time.Second,
+			IdleConnTimeout:     4 * time.Second,
 			TLSHandshakeTimeout: 5 * time.Second,
 		}}
 	} else {
