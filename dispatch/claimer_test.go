@@ -244,6 +244,7 @@ func TestTransientFailuresBackOffThenFail(t *testing.T) {
 	if e := b.entry(t, id); e.Delivery != nil {
 		t.Fatalf("a delivery row was written: %+v", e.Delivery)
 	}
+	eventually(t, "the alert", func() bool { return len(b.alerts.Alerts()) > 0 })
 	if got := b.alerts.Alerts(); len(got) != 1 || got[0].Kind != alert.OutboxFailed {
 		t.Fatalf("alerts %+v", got)
 	}

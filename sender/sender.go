@@ -121,6 +121,8 @@ type Hooks struct {
 	AfterPeek func(ctx context.Context, job heraldtype.Job)
 	// AfterClaim runs after a claim was won, before the provider call.
 	AfterClaim func(ctx context.Context, job heraldtype.Job)
+	// AfterRecord runs after a provider result was written.
+	AfterRecord func(ctx context.Context, job heraldtype.Job, res Result)
 }
 
 // Config wires a sender.
@@ -221,7 +223,11 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	s.Metrics.ProviderCall(named.Name, out.Class.String(), took)
 
 	// 5. Record.
-	return s.record(work, job, claim.Attempt, out, started, took)
+	res := s.record(work, job, claim.Attempt, out, started, took)
+	if h := s.Hooks.AfterRecord; h != nil {
+		h(work, job, res)
+	}
+	return res
 }
 
 // existing turns a delivery row found by the peek (or one that blocked the

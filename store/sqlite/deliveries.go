@@ -14,7 +14,7 @@ import (
 
 // DeliveryGet reads the delivery of messageID.
 func (s *Store) DeliveryGet(ctx context.Context, messageID string) (store.Delivery, error) {
-	d, err := scanDelivery(s.rdb.QueryRowContext(ctx, qDeliveryGet, messageID))
+	d, err := scanDelivery(s.queryRow(ctx, qDeliveryGet, messageID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, store.ErrNotFound
 	}
@@ -43,7 +43,7 @@ func scanDelivery(row interface{ Scan(...any) error }) (store.Delivery, error) {
 // DeliveryClaim inserts SENDING for a new message or takes a due RETRY_WAIT row.
 func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var res store.DeliveryClaimResult
-	err := s.w.do(ctx, func(tx *sql.Tx) error {
+	err := s.w.do(ctx, func(tx wtx) error {
 		res = store.DeliveryClaimResult{}
 		now := s.now()
 		r, err := tx.Exec(qDeliveryClaimInsert, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner, now, now, now)
@@ -79,7 +79,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 // DeliveryRecord writes the outcome of a claimed attempt and its log row.
 func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (bool, error) {
 	var ok bool
-	err := s.w.do(ctx, func(tx *sql.Tx) error {
+	err := s.w.do(ctx, func(tx wtx) error {
 		now := s.now()
 		var next any
 		if p.State == heraldtype.DeliveryRetryWait {
@@ -107,7 +107,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 // DeliveryDecide records SUPPRESSED or PARKED for a message not yet claimed.
 func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams) (bool, error) {
 	var ok bool
-	err := s.w.do(ctx, func(tx *sql.Tx) error {
+	err := s.w.do(ctx, func(tx wtx) error {
 		now := s.now()
 		r, err := tx.Exec(qDeliveryDecide, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason, now, now)
 		if err != nil {
@@ -126,7 +126,7 @@ func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams
 // DeliverySweepStale turns SENDING rows older than olderThan into UNKNOWN.
 func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]string, error) {
 	var ids []string
-	err := s.w.do(ctx, func(tx *sql.Tx) error {
+	err := s.w.do(ctx, func(tx wtx) error {
 		ids = ids[:0]
 		now := s.now()
 		rows, err := tx.Query(qDeliverySweepStale, now, now-olderThan.Milliseconds())
@@ -153,7 +153,7 @@ func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration)
 func (s *Store) ProfileGet(ctx context.Context, tenant, recipient string) (store.Profile, error) {
 	var data string
 	var updated int64
-	err := s.rdb.QueryRowContext(ctx, qProfileGet, tenant, recipient).Scan(&data, &updated)
+	err := s.queryRow(ctx, qProfileGet, tenant, recipient).Scan(&data, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Profile{}, store.ErrNotFound
 	}
@@ -174,7 +174,7 @@ func (s *Store) ProfilePut(ctx context.Context, p store.Profile) error {
 	if err != nil {
 		return fmt.Errorf("encode profile: %w", err)
 	}
-	err = s.w.do(ctx, func(tx *sql.Tx) error {
+	err = s.w.do(ctx, func(tx wtx) error {
 		_, err := tx.Exec(qProfilePut, p.Tenant, p.Recipient, string(data), s.now())
 		return err
 	})

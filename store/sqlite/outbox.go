@@ -13,7 +13,7 @@ import (
 // OutboxClaim leases up to p.Limit due rows of p.Lane.
 func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
 	var out []store.Claimed
-	err := s.w.do(ctx, func(tx *sql.Tx) error {
+	err := s.w.do(ctx, func(tx wtx) error {
 		out = out[:0]
 		now := s.now()
 		rows, err := tx.Query(qOutboxClaim, p.Owner, now+p.Lease.Milliseconds(), now, string(p.Lane), now, now, p.Limit)
@@ -102,7 +102,7 @@ func (s *Store) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (boo
 
 func (s *Store) fenced(ctx context.Context, q string, args func(now int64) []any) (bool, error) {
 	var n int64
-	err := s.w.do(ctx, func(tx *sql.Tx) error {
+	err := s.w.do(ctx, func(tx wtx) error {
 		r, err := tx.Exec(q, args(s.now())...)
 		if err != nil {
 			return err
@@ -116,7 +116,7 @@ func (s *Store) fenced(ctx context.Context, q string, args func(now int64) []any
 // OutboxReclaimExpired returns rows whose lease ran out to PENDING.
 func (s *Store) OutboxReclaimExpired(ctx context.Context) (int, error) {
 	var n int64
-	err := s.w.do(ctx, func(tx *sql.Tx) error {
+	err := s.w.do(ctx, func(tx wtx) error {
 		now := s.now()
 		r, err := tx.Exec(qOutboxReclaim, now, now)
 		if err != nil {
@@ -139,7 +139,7 @@ func (s *Store) OutboxReclaimExpired(ctx context.Context) (int, error) {
 // OutboxExpire marks PENDING rows past expires_at EXPIRED.
 func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
 	var out []store.Expired
-	err := s.w.do(ctx, func(tx *sql.Tx) error {
+	err := s.w.do(ctx, func(tx wtx) error {
 		out = out[:0]
 		now := s.now()
 		rows, err := tx.Query(qOutboxExpire, now, now)
@@ -166,7 +166,7 @@ func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
 
 // OutboxBacklog counts due PENDING rows per lane.
 func (s *Store) OutboxBacklog(ctx context.Context) (map[heraldtype.Lane]int, error) {
-	rows, err := s.rdb.QueryContext(ctx, qOutboxBacklog, s.now())
+	rows, err := s.query(ctx, qOutboxBacklog, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("count outbox backlog: %w", err)
 	}

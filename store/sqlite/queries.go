@@ -86,3 +86,12 @@ const (
 	qProfilePut = `INSERT INTO profiles (tenant, recipient, data, updated_at) VALUES (?, ?, ?, ?)
 ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`
 )
+
+// writeQueries are prepared on the writer's connection at open.
+var writeQueries = []string{
+	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
+	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
+	qOutboxClaim, qOutboxJobs, qOutboxComplete, qOutboxRetry, qOutboxReclaim, qOutboxExpire,
+	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
+	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
+}

@@ -47,6 +47,7 @@ type Store struct {
 	w       *writer
 	wdb     *sql.DB
 	rdb     *sql.DB
+	rst     *stmts
 	clock   clock.Clock
 	wakeups *store.Wakeups
 }
@@ -83,8 +84,15 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	rdb.SetMaxOpenConns(opts.Readers)
 	rdb.SetMaxIdleConns(opts.Readers)
+	wst, err := newStmts(wdb, writeQueries...)
+	if err != nil {
+		wdb.Close()
+		rdb.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	rst, _ := newStmts(rdb)
 	return &Store{
-		w: newWriter(wdb, opts.MaxBatch), wdb: wdb, rdb: rdb,
+		w: newWriter(wdb, wst, opts.MaxBatch), wdb: wdb, rdb: rdb, rst: rst,
 		clock: opts.Clock, wakeups: store.NewWakeups(),
 	}, nil
 }
@@ -174,6 +182,7 @@ func applyMigration(ctx context.Context, db *sql.DB, version int, name string) e
 // Close stops the writer and closes the database.
 func (s *Store) Close() error {
 	s.w.close()
+	s.rst.close()
 	return errors.Join(s.rdb.Close(), s.wdb.Close())
 }
 
@@ -182,7 +191,7 @@ func (s *Store) Wakeups() *store.Wakeups { return s.wakeups }
 
 // Ping runs an empty write transaction through the writer.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.w.do(ctx, func(tx *sql.Tx) error { return nil })
+	return s.w.do(ctx, func(tx wtx) error { return nil })
 }
 
 func (s *Store) now() int64 { return s.clock.Now().UnixMilli() }
@@ -216,7 +225,7 @@ func nullString(s string) any {
 // NotificationCreate writes key, notification and outbox rows in one transaction.
 func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
 	var res store.NotificationCreateResult
-	err := s.w.do(ctx, func(tx *sql.Tx) error {
+	err := s.w.do(ctx, func(tx wtx) error {
 		res = store.NotificationCreateResult{}
 		now := s.now()
 		if p.IdempotencyKey != "" {
@@ -294,7 +303,7 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	var sendAt, expiresAt sql.NullInt64
 	var created int64
 	var lane string
-	err := s.rdb.QueryRowContext(ctx, qNotificationGet, id, tenant).Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created)
+	err := s.queryRow(ctx, qNotificationGet, id, tenant).Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return v, store.ErrNotFound
 	}
@@ -303,7 +312,7 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	}
 	v.Lane, v.SendAt, v.ExpiresAt, v.CreatedAt = heraldtype.Lane(lane), fromNullMs(sendAt), fromNullMs(expiresAt), fromMs(created)
 	v.Now = s.clock.Now()
-	rows, err := s.rdb.QueryContext(ctx, qNotificationSends, id)
+	rows, err := s.query(ctx, qNotificationSends, id)
 	if err != nil {
 		return v, fmt.Errorf("read planned sends: %w", err)
 	}
@@ -336,7 +345,7 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 // IdempotencyKeysSweep deletes expired keys.
 func (s *Store) IdempotencyKeysSweep(ctx context.Context) (int, error) {
 	var n int64
-	err := s.w.do(ctx, func(tx *sql.Tx) error {
+	err := s.w.do(ctx, func(tx wtx) error {
 		r, err := tx.Exec(qIdemSweep, s.now())
 		if err != nil {
 			return err

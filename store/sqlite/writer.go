@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -14,17 +15,20 @@ import (
 // SQLite admits one writer at a time, and with synchronous=FULL every commit
 // is an fsync. So every write goes through one goroutine that owns the only
 // write connection: it takes whatever operations are waiting (up to
-// maxBatch), runs each inside its own SAVEPOINT in one transaction, and
-// commits once. An operation that fails rolls back to its savepoint and
-// fails alone; a failed commit fails them all. Nothing waits for a timer: an
-// operation that arrives while the writer is idle is committed at once, and
-// operations that arrive during a commit share the next one.
+// maxBatch), runs them in one transaction and commits once. If any operation
+// fails, the whole batch is rolled back and each operation runs again alone,
+// in its own transaction, so one failure cannot undo or half-apply another
+// (operations therefore reset their outputs when they start). A failed
+// commit fails the batch. Nothing waits for a timer: an operation that
+// arrives while the writer is idle is committed at once, and operations that
+// arrive during a commit share the next one.
 //
 // A caller always waits for its operation's result, even if its context is
 // cancelled after the operation was queued: it must know whether it committed.
 // An operation whose context is already done when its turn comes is skipped.
 type writer struct {
 	db       *sql.DB
+	st       *stmts
 	ops      chan *writeOp
 	maxBatch int
 
@@ -34,14 +38,15 @@ type writer struct {
 }
 
 type writeOp struct {
-	ctx context.Context
-	fn  func(tx *sql.Tx) error
-	err chan error
+	ctx     context.Context
+	fn      func(tx wtx) error
+	err     chan error
+	soloErr error
 }
 
-func newWriter(db *sql.DB, maxBatch int) *writer {
+func newWriter(db *sql.DB, st *stmts, maxBatch int) *writer {
 	w := &writer{
-		db: db, ops: make(chan *writeOp, 4*maxBatch), maxBatch: maxBatch,
+		db: db, st: st, ops: make(chan *writeOp, 4*maxBatch), maxBatch: maxBatch,
 		quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	go w.loop()
@@ -50,7 +55,7 @@ func newWriter(db *sql.DB, maxBatch int) *writer {
 
 // do runs fn in a write transaction shared with other operations and returns
 // once that transaction committed or failed.
-func (w *writer) do(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (w *writer) do(ctx context.Context, fn func(tx wtx) error) error {
 	op := &writeOp{ctx: ctx, fn: fn, err: make(chan error, 1)}
 	select {
 	case w.ops <- op:
@@ -112,49 +117,57 @@ func (w *writer) drain() {
 
 func (w *writer) commit(batch []*writeOp) {
 	errs := make([]error, len(batch))
-	tx, err := w.db.BeginTx(context.Background(), nil)
-	if err != nil {
-		for _, op := range batch {
-			op.err <- fmt.Errorf("begin write transaction: %w", err)
-		}
-		return
-	}
-	ran := 0
+	live := batch[:0:0]
 	for i, op := range batch {
 		if err := op.ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
-		errs[i] = runInSavepoint(tx, op.fn)
-		ran++
+		live = append(live, op)
 	}
-	if ran == 0 {
-		_ = tx.Rollback()
-	} else if err := tx.Commit(); err != nil {
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = fmt.Errorf("commit write transaction: %w", err)
+	if len(live) > 0 {
+		if err := w.run(live); err != nil {
+			if errors.Is(err, errOpFailed) {
+				// Rerun each alone so the failure stays with its operation.
+				for _, op := range live {
+					op.soloErr = w.run([]*writeOp{op})
+				}
+			} else {
+				for _, op := range live {
+					op.soloErr = err
+				}
 			}
 		}
 	}
 	for i, op := range batch {
+		if errs[i] == nil {
+			errs[i] = op.soloErr
+		}
 		op.err <- errs[i]
 	}
 }
 
-func runInSavepoint(tx *sql.Tx, fn func(tx *sql.Tx) error) error {
-	if _, err := tx.Exec("SAVEPOINT op"); err != nil {
-		return fmt.Errorf("savepoint: %w", err)
+var errOpFailed = errors.New("an operation failed")
+
+// run executes ops in one transaction. For a single op it returns the op's
+// own error; for several, errOpFailed if any op failed (nothing committed).
+func (w *writer) run(ops []*writeOp) error {
+	tx, err := w.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		return fmt.Errorf("begin write transaction: %w", err)
 	}
-	if err := fn(tx); err != nil {
-		if _, rbErr := tx.Exec("ROLLBACK TO op"); rbErr != nil {
-			return fmt.Errorf("%w (and rollback to savepoint: %v)", err, rbErr)
+	t := wtx{tx: tx, st: w.st}
+	for _, op := range ops {
+		if err := op.fn(t); err != nil {
+			_ = tx.Rollback()
+			if len(ops) == 1 {
+				return err
+			}
+			return errOpFailed
 		}
-		_, _ = tx.Exec("RELEASE op")
-		return err
 	}
-	if _, err := tx.Exec("RELEASE op"); err != nil {
-		return fmt.Errorf("release savepoint: %w", err)
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit write transaction: %w", err)
 	}
 	return nil
 }
@@ -162,4 +175,5 @@ func runInSavepoint(tx *sql.Tx, fn func(tx *sql.Tx) error) error {
 func (w *writer) close() {
 	w.closeOnce.Do(func() { close(w.quit) })
 	<-w.done
+	w.st.close()
 }

@@ -1,0 +1,184 @@
+// Package bench measures herald end to end, in process, over real HTTP:
+//
+//	go test ./bench -run '^$' -bench . -benchtime 20000x   # throughput
+//	go test ./bench -run '^$' -bench IdleLatency -benchtime 500x
+//
+// HERALD_BENCH_DATABASE selects the store (default: a fresh SQLite file).
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/app"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/sim"
+	"github.com/heraldhq/herald/sender"
+)
+
+type env struct {
+	base    string
+	sim     *sim.Sim
+	records atomic.Int64
+	// called receives the time of each provider call, when set.
+	called chan time.Time
+}
+
+// start runs an in-process herald with a 0 ms simulated webhook provider.
+func start(b *testing.B) *env {
+	b.Helper()
+	e := &env{}
+	db := os.Getenv("HERALD_BENCH_DATABASE")
+	if db == "" {
+		db = "sqlite:" + filepath.Join(b.TempDir(), "bench.db")
+	}
+	cfg := config.Dev()
+	cfg.Database = db
+	cfg.Kinds = []config.Kind{{
+		Name: "bench", Category: "transactional", Channels: []string{"webhook"},
+		Templates: map[string]config.Template{"webhook": {Title: "Paid", Body: "Paid {{.amount}} won"}},
+	}}
+	cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
+	cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	e.sim = sim.New(sim.Config{})
+	e.sim.OnCall(func(context.Context, provider.Message) provider.Outcome {
+		if e.called != nil {
+			e.called <- time.Now()
+		}
+		return provider.Outcome{}
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := app.New(context.Background(), cfg, app.Options{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Providers: map[string]provider.Provider{"sim-webhook": e.sim},
+		Listener:  l,
+		Hooks: sender.Hooks{AfterRecord: func(_ context.Context, _ heraldtype.Job, r sender.Result) {
+			if r.State == heraldtype.DeliveryProviderAccepted {
+				e.records.Add(1)
+			}
+		}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	})
+	e.base = "http://" + l.Addr().String()
+	return e
+}
+
+var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
+
+func post(base string, i int) error {
+	body := fmt.Appendf(nil, `{"recipient":"user-%d","event_id":"evt-%d","kind":"bench","params":{"amount":%d}}`, i%1000, i, i)
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/notifications", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+config.DevAPIKey)
+	req.Header.Set("Idempotency-Key", fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i))
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// BenchmarkEndToEnd: b.N notifications posted by 16 concurrent clients, timed
+// from the first POST until the last delivery is recorded PROVIDER_ACCEPTED.
+func BenchmarkEndToEnd(b *testing.B) {
+	e := start(b)
+	const clients = 16
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	b.ResetTimer()
+	began := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if err := post(e.base, int(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	intake := time.Since(began)
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	for e.records.Load() < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	total := time.Since(began)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/total.Seconds(), "notifications/s")
+	b.ReportMetric(float64(b.N)/intake.Seconds(), "accepted/s")
+}
+
+// BenchmarkIdleLatency: one notification at a time on an idle server; the
+// time from receiving the 202 to the provider call, as p50 and p99.
+func BenchmarkIdleLatency(b *testing.B) {
+	e := start(b)
+	e.called = make(chan time.Time, 1)
+	lat := make([]time.Duration, 0, b.N)
+	// Warm up the connection and the store.
+	if err := post(e.base, -1); err != nil {
+		b.Fatal(err)
+	}
+	<-e.called
+	b.ResetTimer()
+	for i := range b.N {
+		time.Sleep(5 * time.Millisecond) // let the server go idle between sends
+		if err := post(e.base, i); err != nil {
+			b.Fatal(err)
+		}
+		accepted := time.Now()
+		called := <-e.called
+		lat = append(lat, max(called.Sub(accepted), 0))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(pct(1.00), "max-ms")
+}
