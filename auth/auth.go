@@ -36,8 +36,9 @@ func NewKeys(m map[string]string) *Keys {
 
 // Lookup returns the tenant of an Authorization header value.
 func (k *Keys) Lookup(header string) (string, bool) {
-	token, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok || token == "" {
+	// The scheme is case-insensitive (RFC 9110 §11.1): "bearer" is "Bearer".
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return "", false
 	}
 	// Looking up the digest, not the key, keeps lookup time independent of

@@ -137,7 +137,8 @@ func execute(ch heraldtype.Channel, t *template.Template, params map[string]any)
 }
 
 // DecodeParams decodes a JSON object of params, keeping numbers exact.
-// Empty input is an empty map.
+// Empty input is an empty map. A null value counts as absent, so a template
+// that needs it fails as a missing param instead of printing "<no value>".
 func DecodeParams(raw []byte) (map[string]any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return map[string]any{}, nil
@@ -148,5 +149,17 @@ func DecodeParams(raw []byte) (map[string]any, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("params must be a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
+	dropNulls(m)
 	return m, nil
+}
+
+func dropNulls(m map[string]any) {
+	for k, v := range m {
+		switch v := v.(type) {
+		case nil:
+			delete(m, k)
+		case map[string]any:
+			dropNulls(v)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -181,9 +182,13 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	return c, nil
 }
 
-var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type (\S+)`)
+var (
+	lineMsg      = regexp.MustCompile(`^line (\d+): (.*)$`)
+	unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+)
 
-// Parse decodes YAML strictly: an unknown key is an error naming it.
+// Parse decodes YAML strictly: an unknown key or a bad value is an error
+// naming the key by its path (providers[0].url) and line.
 func Parse(raw []byte) (*Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
@@ -192,13 +197,92 @@ func Parse(raw []byte) (*Config, error) {
 		if errors.Is(err, io.EOF) { // an empty file is an empty config
 			return &c, nil
 		}
-		msg := err.Error()
-		msg = strings.TrimPrefix(msg, "yaml: unmarshal errors:\n  ")
-		msg = unknownField.ReplaceAllString(msg, `line $1: unknown key "$2"`)
-		msg = strings.ReplaceAll(msg, "\n  ", "; ")
-		return nil, fmt.Errorf("config: %s", msg)
+		msgs := []string{err.Error()}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			msgs = te.Errors
+		}
+		keys := indexKeys(raw)
+		for i, m := range msgs {
+			msgs[i] = keys.name(m)
+		}
+		return nil, fmt.Errorf("config: %s", strings.Join(msgs, "; "))
 	}
 	return &c, nil
+}
+
+// keyAt is one mapping key of the file: where it is and its full path.
+type keyAt struct {
+	line, valueLine int
+	scalar          bool
+	name, path      string
+}
+
+type keyIndex []keyAt
+
+// indexKeys lists every mapping key of raw with its path, so a decoder
+// message that only has a line can name the key it is about.
+func indexKeys(raw []byte) keyIndex {
+	var doc yaml.Node
+	if yaml.Unmarshal(raw, &doc) != nil {
+		return nil
+	}
+	var out keyIndex
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, v := range n.Content {
+				walk(v, path)
+			}
+		case yaml.SequenceNode:
+			for i, v := range n.Content {
+				walk(v, fmt.Sprintf("%s[%d]", path, i))
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := k.Value
+				if path != "" {
+					p = path + "." + k.Value
+				}
+				out = append(out, keyAt{line: k.Line, valueLine: v.Line, scalar: v.Kind == yaml.ScalarNode, name: k.Value, path: p})
+				walk(v, p)
+			}
+		}
+	}
+	walk(&doc, "")
+	return out
+}
+
+// name rewrites one decoder message ("line 7: ...") to name the key.
+func (ix keyIndex) name(msg string) string {
+	m := lineMsg.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	line, _ := strconv.Atoi(m[1])
+	rest := m[2]
+	if f := unknownField.FindStringSubmatch(rest); f != nil {
+		key := f[1]
+		for _, k := range ix {
+			if k.line == line && k.name == f[1] {
+				key = k.path
+				break
+			}
+		}
+		return fmt.Sprintf("line %d: unknown key %q", line, key)
+	}
+	// A bad value: name the key whose value sits on that line, preferring
+	// a scalar (the value itself) over a block that starts there.
+	for _, scalar := range []bool{true, false} {
+		for _, k := range ix {
+			if k.valueLine == line && k.scalar == scalar {
+				return fmt.Sprintf("line %d: %s: %s", line, k.path, rest)
+			}
+		}
+	}
+	return msg
 }
 
 func (c *Config) applyEnv(getenv func(string) string) {

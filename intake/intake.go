@@ -146,7 +146,9 @@ func decode(raw []byte) (Request, []byte, error) {
 	if err := dec.Decode(&req); err != nil {
 		return req, nil, fmt.Errorf("the body is not a valid notification request: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	if dec.More() {
+	// Anything after the object but white space is refused. (dec.More alone
+	// would let a stray closing '}' or ']' through.)
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return req, nil, errors.New("the body must hold exactly one JSON object")
 	}
 	canonical, err := Canonical(raw)

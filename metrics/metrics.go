@@ -48,6 +48,11 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 			Name: "herald_alerts_total", Help: "Alerts raised, by kind.",
 		}, []string{"kind"}),
 	}
+	// Every lane's acceptance counter exists from the start, at 0, so the
+	// series is scrapeable (and rate() works) before the first 202.
+	for _, l := range heraldtype.Lanes {
+		m.accepted.WithLabelValues(string(l))
+	}
 	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if backlog != nil {

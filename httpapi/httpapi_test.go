@@ -1,0 +1,254 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/intake"
+	"github.com/heraldhq/herald/lookup"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/sqlite"
+)
+
+const (
+	keyA = "key-a" // tenant a
+	keyB = "key-b" // tenant b
+)
+
+type bundle struct {
+	url      string
+	client   *http.Client
+	draining *atomic.Bool
+}
+
+type options struct {
+	// lookupStore replaces the store behind GET /v1/notifications/{id}.
+	lookupStore store.Notifications
+}
+
+// setup serves the router over a real SQLite store in t.TempDir().
+func setup(t *testing.T, opts options) *bundle {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	cat, err := catalog.New(config.Dev().Kinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
+	m := metrics.New(st.OutboxBacklog)
+	var lookupStore store.Notifications = st
+	if opts.lookupStore != nil {
+		lookupStore = opts.lookupStore
+	}
+	draining := &atomic.Bool{}
+	h := httpapi.New(httpapi.Config{
+		Keys:     auth.NewKeys(map[string]string{keyA: "a", keyB: "b"}),
+		Intake:   &intake.Handler{Store: st, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour, Logger: logger, Metrics: m},
+		Lookup:   &lookup.Handler{Store: lookupStore, Logger: logger},
+		Store:    st,
+		Metrics:  m,
+		Logger:   logger,
+		Draining: draining,
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &bundle{url: srv.URL, client: srv.Client(), draining: draining}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (b *bundle) do(t *testing.T, method, path, authz, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, b.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	}
+	res, err := b.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: res.StatusCode, header: res.Header, body: raw}
+}
+
+func wantProblem(t *testing.T, r response, status int) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type = %q, want application/problem+json", ct)
+	}
+	var p struct {
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+	}
+	if err := json.Unmarshal(r.body, &p); err != nil || p.Status != status || p.Title == "" {
+		t.Errorf("problem body %s: status %d title %q (%v)", r.body, p.Status, p.Title, err)
+	}
+}
+
+func TestReadyz(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReadyWithAStore", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		if r := b.do(t, http.MethodGet, "/readyz", "", ""); r.status != http.StatusOK {
+			t.Errorf("readyz = %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("DrainingIs503", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		b.draining.Store(true)
+		wantProblem(t, b.do(t, http.MethodGet, "/readyz", "", ""), http.StatusServiceUnavailable)
+		if r := b.do(t, http.MethodGet, "/healthz", "", ""); r.status != http.StatusOK {
+			t.Errorf("healthz while draining = %d, want 200", r.status)
+		}
+	})
+}
+
+func TestAuthorization(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		header string
+		status int
+	}{
+		{"NoHeaderIs401", "", http.StatusUnauthorized},
+		{"BasicSchemeIs401", "Basic a2V5LWE6", http.StatusUnauthorized},
+		{"EmptyTokenIs401", "Bearer ", http.StatusUnauthorized},
+		{"UnknownKeyIs401", "Bearer key-c", http.StatusUnauthorized},
+		{"KeyPrefixIs401", "Bearer key-", http.StatusUnauthorized},
+		{"KnownKeyPasses", "Bearer " + keyA, http.StatusNotFound},
+		{"SchemeIsCaseInsensitive", "bearer " + keyA, http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, options{})
+			// The notification does not exist: an authorised caller gets 404.
+			wantProblem(t, b.do(t, http.MethodGet, "/v1/notifications/ntf_X", tc.header, ""), tc.status)
+		})
+	}
+}
+
+func TestProfiles(t *testing.T) {
+	t.Parallel()
+	const profile = `{"addresses":{"sms":"+821012345678","email":"u@example.com"},"consent":{"sms":true},"language":"ko","time_zone":"Asia/Seoul"}`
+
+	t.Run("PutThenGet", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		if r := b.do(t, http.MethodPut, "/v1/recipients/user-1/profile", "Bearer "+keyA, profile); r.status != http.StatusNoContent {
+			t.Fatalf("PUT = %d %s", r.status, r.body)
+		}
+		r := b.do(t, http.MethodGet, "/v1/recipients/user-1/profile", "Bearer "+keyA, "")
+		if r.status != http.StatusOK {
+			t.Fatalf("GET = %d %s", r.status, r.body)
+		}
+		var got struct {
+			Addresses map[string]string `json:"addresses"`
+			Consent   map[string]bool   `json:"consent"`
+			Language  string            `json:"language"`
+			TimeZone  string            `json:"time_zone"`
+		}
+		if err := json.Unmarshal(r.body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Addresses["sms"] != "+821012345678" || got.Addresses["email"] != "u@example.com" ||
+			!got.Consent["sms"] || got.Language != "ko" || got.TimeZone != "Asia/Seoul" {
+			t.Errorf("GET = %s", r.body)
+		}
+	})
+
+	t.Run("OtherTenantSeesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		if r := b.do(t, http.MethodPut, "/v1/recipients/user-1/profile", "Bearer "+keyA, profile); r.status != http.StatusNoContent {
+			t.Fatalf("PUT = %d %s", r.status, r.body)
+		}
+		wantProblem(t, b.do(t, http.MethodGet, "/v1/recipients/user-1/profile", "Bearer "+keyB, ""), http.StatusNotFound)
+	})
+
+	t.Run("UnknownChannelIs422", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		wantProblem(t, b.do(t, http.MethodPut, "/v1/recipients/user-1/profile", "Bearer "+keyA, `{"addresses":{"fax":"123"}}`), http.StatusUnprocessableEntity)
+		wantProblem(t, b.do(t, http.MethodPut, "/v1/recipients/user-1/profile", "Bearer "+keyA, `{"consent":{"fax":true}}`), http.StatusUnprocessableEntity)
+	})
+
+	t.Run("UnknownTimeZoneIs422", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		wantProblem(t, b.do(t, http.MethodPut, "/v1/recipients/user-1/profile", "Bearer "+keyA, `{"time_zone":"Mars/Olympus"}`), http.StatusUnprocessableEntity)
+	})
+
+	t.Run("UnknownFieldIs400", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		wantProblem(t, b.do(t, http.MethodPut, "/v1/recipients/user-1/profile", "Bearer "+keyA, `{"phone":"123"}`), http.StatusBadRequest)
+	})
+
+	t.Run("NeedsAPIKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		wantProblem(t, b.do(t, http.MethodPut, "/v1/recipients/user-1/profile", "", profile), http.StatusUnauthorized)
+	})
+}
+
+// panicking is a store whose reads panic, to exercise the recoverer.
+type panicking struct{ store.Notifications }
+
+func (panicking) NotificationGet(context.Context, string, string) (store.NotificationView, error) {
+	panic("boom")
+}
+
+func TestHandlerPanicIs500Problem(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{lookupStore: panicking{}})
+	wantProblem(t, b.do(t, http.MethodGet, "/v1/notifications/ntf_X", "Bearer "+keyA, ""), http.StatusInternalServerError)
+	// The server keeps serving.
+	if r := b.do(t, http.MethodGet, "/healthz", "", ""); r.status != http.StatusOK {
+		t.Errorf("healthz after a panic = %d", r.status)
+	}
+}
+
+func TestUnknownRoutesAreProblems(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	wantProblem(t, b.do(t, http.MethodGet, "/v2/notifications", "Bearer "+keyA, ""), http.StatusNotFound)
+	wantProblem(t, b.do(t, http.MethodGet, "/v1/notifications", "Bearer "+keyA, ""), http.StatusNotFound)
+}

@@ -1,0 +1,133 @@
+package lookup_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/lookup"
+	"github.com/heraldhq/herald/store"
+)
+
+var (
+	now       = time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC)
+	outboxAt  = now.Add(-2 * time.Minute)
+	deliverAt = now.Add(-time.Minute)
+)
+
+// one builds a view of a notification with a single planned send.
+func one(sendAt *time.Time, ostate heraldtype.OutboxState, oreason string, d *store.Delivery) store.NotificationView {
+	return store.NotificationView{
+		ID: "ntf_1", Kind: "payment.approved", Recipient: "user-1", EventID: "evt-1", CreatedAt: outboxAt,
+		SendAt: sendAt, Now: now,
+		Deliveries: []store.DeliveryView{{
+			MessageID: "ntf_1.sms", Channel: heraldtype.ChannelSMS,
+			OutboxState: ostate, OutboxReason: oreason, OutboxUpdated: outboxAt, Delivery: d,
+		}},
+	}
+}
+
+func delivery(s heraldtype.DeliveryState, reason string, attempts int) *store.Delivery {
+	return &store.Delivery{MessageID: "ntf_1.sms", State: s, Reason: reason, Attempts: attempts, UpdatedAt: deliverAt}
+}
+
+func TestViewState(t *testing.T) {
+	t.Parallel()
+	future, past := now.Add(time.Hour), now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name      string
+		view      store.NotificationView
+		state     string
+		reason    string
+		attempts  int
+		updatedAt time.Time
+	}{
+		{
+			name:  "NoDeliveryRowIsPending",
+			view:  one(nil, heraldtype.OutboxPending, "", nil),
+			state: "PENDING", updatedAt: outboxAt,
+		},
+		{
+			name:  "ClaimedButNotYetSentIsPending",
+			view:  one(nil, heraldtype.OutboxClaimed, "", nil),
+			state: "PENDING", updatedAt: outboxAt,
+		},
+		{
+			name:  "SendAtAheadIsScheduled",
+			view:  one(&future, heraldtype.OutboxPending, "", nil),
+			state: "SCHEDULED", updatedAt: outboxAt,
+		},
+		{
+			name:  "SendAtPassedIsPending",
+			view:  one(&past, heraldtype.OutboxPending, "", nil),
+			state: "PENDING", updatedAt: outboxAt,
+		},
+		{
+			name:  "SendingShowsTheDelivery",
+			view:  one(nil, heraldtype.OutboxClaimed, "", delivery(heraldtype.DeliverySending, "", 1)),
+			state: "SENDING", attempts: 1, updatedAt: deliverAt,
+		},
+		{
+			name:  "RetryWaitShowsTheDelivery",
+			view:  one(nil, heraldtype.OutboxPending, "", delivery(heraldtype.DeliveryRetryWait, "HTTP_429", 2)),
+			state: "RETRY_WAIT", reason: "HTTP_429", attempts: 2, updatedAt: deliverAt,
+		},
+		{
+			name:  "TerminalDeliveryWins",
+			view:  one(nil, heraldtype.OutboxDone, "", delivery(heraldtype.DeliveryProviderAccepted, "", 1)),
+			state: "PROVIDER_ACCEPTED", attempts: 1, updatedAt: deliverAt,
+		},
+		{
+			name:  "TerminalDeliveryWinsOverExpiredOutbox",
+			view:  one(nil, heraldtype.OutboxExpired, heraldtype.ReasonExpired, delivery(heraldtype.DeliveryUnknown, heraldtype.ReasonStaleClaim, 1)),
+			state: "UNKNOWN", reason: heraldtype.ReasonStaleClaim, attempts: 1, updatedAt: deliverAt,
+		},
+		{
+			name:  "ExpiredOutboxWinsOverWaitingDelivery",
+			view:  one(nil, heraldtype.OutboxExpired, heraldtype.ReasonExpired, delivery(heraldtype.DeliveryRetryWait, "HTTP_429", 1)),
+			state: "EXPIRED", reason: heraldtype.ReasonExpired, attempts: 1, updatedAt: outboxAt,
+		},
+		{
+			name:  "ExpiredBeforeAnySendWinsOverScheduled",
+			view:  one(&future, heraldtype.OutboxExpired, heraldtype.ReasonExpired, nil),
+			state: "EXPIRED", reason: heraldtype.ReasonExpired, updatedAt: outboxAt,
+		},
+		{
+			name:  "FailedOutbox",
+			view:  one(nil, heraldtype.OutboxFailed, heraldtype.ReasonStoreUnavailable, nil),
+			state: "FAILED", reason: heraldtype.ReasonStoreUnavailable, updatedAt: outboxAt,
+		},
+		{
+			name:  "SuppressedWithReason",
+			view:  one(nil, heraldtype.OutboxDone, "", delivery(heraldtype.DeliverySuppressed, heraldtype.ReasonDestinationUnavailable, 0)),
+			state: "SUPPRESSED", reason: heraldtype.ReasonDestinationUnavailable, updatedAt: deliverAt,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := lookup.View(tc.view)
+			if n.ID != "ntf_1" || n.Kind != "payment.approved" || n.Recipient != "user-1" {
+				t.Errorf("header = %q %q %q", n.ID, n.Kind, n.Recipient)
+			}
+			if len(n.Deliveries) != 1 {
+				t.Fatalf("deliveries = %d, want 1", len(n.Deliveries))
+			}
+			d := n.Deliveries[0]
+			if d.MessageID != "ntf_1.sms" || d.Channel != "sms" {
+				t.Errorf("entry = %q on %q", d.MessageID, d.Channel)
+			}
+			if d.State != tc.state || d.Reason != tc.reason || d.Attempts != tc.attempts || !d.UpdatedAt.Equal(tc.updatedAt) {
+				t.Errorf("entry = %s/%q attempts %d at %s, want %s/%q attempts %d at %s",
+					d.State, d.Reason, d.Attempts, d.UpdatedAt, tc.state, tc.reason, tc.attempts, tc.updatedAt)
+			}
+		})
+	}
+}
+
+func TestViewWithNoPlannedSendsIsAnEmptyList(t *testing.T) {
+	t.Parallel()
+	n := lookup.View(store.NotificationView{ID: "ntf_1", Now: now})
+	if n.Deliveries == nil || len(n.Deliveries) != 0 {
+		t.Errorf("deliveries = %#v, want an empty list (JSON [] not null)", n.Deliveries)
+	}
+}
