@@ -4,9 +4,9 @@
 // in one transaction. A 202 means all of that is committed.
 //
 // Idempotency: the key is scoped to the tenant and stored with a SHA-256 of
-// the request body in canonical form (keys sorted, numbers as written), so a
-// retried request replays the first 202 body even if the client reordered
-// its JSON; a different body under the same key is 409. Concurrent identical
+// the request body in canonical form (package canonical: keys sorted, numbers
+// as written), so a retried request replays the first 202 body even if the
+// client reordered its JSON; a different body under the same key is 409. Concurrent identical
 // requests race on the key's unique index inside the store, not on a read.
 package intake
 
@@ -25,6 +25,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/canonical"
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/ids"
@@ -94,7 +95,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 		}
 		return fail(http.StatusBadRequest, "could not read the body", "")
 	}
-	req, canonical, err := decode(raw)
+	req, canonicalBody, err := decode(raw)
 	if err != nil {
 		return fail(http.StatusBadRequest, err.Error(), "")
 	}
@@ -107,7 +108,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 	now := h.Clock.Now()
 	id := ids.New("ntf", now)
 	body, _ := json.Marshal(Accepted{ID: id})
-	sum := sha256.Sum256(canonical)
+	sum := sha256.Sum256(canonicalBody)
 	res, err := h.Store.NotificationCreate(r.Context(), store.NotificationCreateParams{
 		Tenant: tenant, IdempotencyKey: key, RequestHash: hex.EncodeToString(sum[:]), IdempotencyTTL: h.IdempotencyTTL,
 		Response: body, ID: id, Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
@@ -151,29 +152,11 @@ func decode(raw []byte) (Request, []byte, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return req, nil, errors.New("the body must hold exactly one JSON object")
 	}
-	canonical, err := Canonical(raw)
+	c, err := canonical.JSON(raw)
 	if err != nil {
-		return req, nil, err
+		return req, nil, fmt.Errorf("the body is not valid JSON: %w", err)
 	}
-	return req, canonical, nil
-}
-
-// Canonical re-encodes a JSON document with object keys sorted and numbers
-// kept as written, so two encodings of the same request hash alike.
-func Canonical(raw []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("the body is not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil { // encoding/json sorts map keys
-		return nil, err
-	}
-	return b.Bytes(), nil
+	return req, c, nil
 }
 
 func (h *Handler) validate(req Request) (*catalog.Kind, json.RawMessage, *problem.Problem) {
