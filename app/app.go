@@ -32,6 +32,7 @@ import (
 	"github.com/heraldhq/herald/provider/webhook"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/store/sqlite"
 	"github.com/heraldhq/herald/sweep"
 )
@@ -101,7 +102,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		a.registry.Register(heraldtype.Channel(p.Channel), p.Name, impl)
 	}
 
-	a.store, err = openStore(ctx, cfg, a.clock)
+	a.store, err = openStore(ctx, cfg, a.clock, a.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	return a, nil
 }
 
-func openStore(ctx context.Context, cfg *config.Config, clk clock.Clock) (store.Store, error) {
+func openStore(ctx context.Context, cfg *config.Config, clk clock.Clock, logger *slog.Logger) (store.Store, error) {
 	driver, dsn, err := cfg.DatabaseDriver()
 	if err != nil {
 		return nil, err
@@ -142,9 +143,23 @@ func openStore(ctx context.Context, cfg *config.Config, clk clock.Clock) (store.
 	switch driver {
 	case "sqlite":
 		return sqlite.Open(ctx, dsn, sqlite.Options{Clock: clk})
+	case "postgres":
+		// With clock.Real the store takes every ownership time from the
+		// database server's clock.
+		return postgres.Open(ctx, dsn, postgres.Options{Clock: clk, Logger: logger})
 	}
 	return nil, fmt.Errorf("database driver %q is not available in this build", driver)
 }
+
+// leaderElector is a store shared by several processes that elects one of
+// them to run the leader-only sweeps (PostgreSQL's advisory lock). A store
+// without it (SQLite: one process) is always the leader.
+type leaderElector interface {
+	RunLeaderElection(ctx context.Context) error
+	IsLeader() bool
+}
+
+var _ leaderElector = (*postgres.Store)(nil)
 
 // Store returns the store (tests inspect it).
 func (a *App) Store() store.Store { return a.store }
@@ -195,9 +210,20 @@ func (a *App) Run(ctx context.Context) error {
 		_ = srv.Close()
 		return fmt.Errorf("transport %q is not available in this build", a.cfg.Transport)
 	}
+	var isLeader func() bool
+	if le, ok := a.store.(leaderElector); ok {
+		isLeader = le.IsLeader
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := le.RunLeaderElection(work); err != nil {
+				a.logger.Warn("herald: leader election stopped", slog.Any("error", err))
+			}
+		}()
+	}
 	sw := sweep.New(sweep.Config{
 		Store: a.store, StaleClaimAfter: a.cfg.StaleClaimAfter.D(), Interval: a.cfg.SweepInterval.D(),
-		Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
+		IsLeader: isLeader, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
 	})
 	wg.Add(1)
 	go func() { defer wg.Done(); sw.Run(work) }()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/store/sqlite"
 )
 
@@ -133,6 +134,8 @@ func migrate(args []string, stdout, stderr io.Writer) int {
 	switch driver {
 	case "sqlite":
 		v, err = sqlite.Migrate(ctx, dsn)
+	case "postgres":
+		v, err = postgres.Migrate(ctx, dsn)
 	default:
 		err = errors.New("database driver " + driver + " is not available in this build")
 	}

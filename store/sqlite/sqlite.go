@@ -266,7 +266,9 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 				return fmt.Errorf("read deduplicated notification: %w", err)
 			}
 			res = store.NotificationCreateResult{Outcome: store.Deduplicated, ID: id}
-			return nil
+			// Deduplicated writes nothing: roll back the idempotency key
+			// this request may have taken above.
+			return errWroteNothing
 		}
 		available := now
 		if p.SendAt != nil && p.SendAt.UnixMilli() > now {
@@ -281,6 +283,9 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 		res = store.NotificationCreateResult{Outcome: store.Created, ID: p.ID, Response: p.Response}
 		return nil
 	})
+	if errors.Is(err, errWroteNothing) {
+		err = nil
+	}
 	if err != nil {
 		return store.NotificationCreateResult{}, fmt.Errorf("create notification: %w", err)
 	}
@@ -289,6 +294,10 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 	}
 	return res, nil
 }
+
+// errWroteNothing makes the writer roll an operation back after it decided
+// its outcome (the writer then reruns it alone, and it rolls back again).
+var errWroteNothing = errors.New("rolled back: nothing to write")
 
 func paramsOrEmpty(p json.RawMessage) json.RawMessage {
 	if len(p) == 0 {

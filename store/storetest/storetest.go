@@ -229,6 +229,23 @@ func testIntake(t *testing.T, h Harness) {
 			t.Fatalf("%d outbox rows, want 1", len(rows))
 		}
 	})
+	t.Run("DedupHitWritesNothingNotEvenTheKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		first, _ := create(t, b, func(p *store.NotificationCreateParams) { p.DedupKey = "booking-1:confirm" })
+		second, res := create(t, b, func(p *store.NotificationCreateParams) { p.DedupKey = "booking-1:confirm" })
+		if res.Outcome != store.Deduplicated || res.ID != first.ID {
+			t.Fatalf("got %v %q, want Deduplicated %q", res.Outcome, res.ID, first.ID)
+		}
+		// Had the deduplicated request kept its idempotency key, this would
+		// replay an answer naming a notification that was never written.
+		_, res = create(t, b, func(p *store.NotificationCreateParams) {
+			p.IdempotencyKey, p.DedupKey = second.IdempotencyKey, "booking-2:confirm"
+		})
+		if res.Outcome != store.Created {
+			t.Fatalf("outcome %v, want Created: the deduplicated request kept its key", res.Outcome)
+		}
+	})
 }
 
 func testOutbox(t *testing.T, h Harness) {

@@ -1,0 +1,179 @@
+// Package testpg gives tests a PostgreSQL to work in: the machine's server
+// (HERALD_TEST_POSTGRES_URL, default postgres://postgres@127.0.0.1:5432/postgres),
+// with a fresh schema or database per test that is dropped when the test ends.
+//
+// When the server cannot be reached, tests that need it are skipped with a
+// one-line reason; with CI=true they fail instead, so a CI job cannot pass by
+// skipping everything.
+package testpg
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvURL names the environment variable that overrides DefaultURL.
+const EnvURL = "HERALD_TEST_POSTGRES_URL"
+
+// DefaultURL is the server tests use when EnvURL is unset.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// BaseURL returns the server's URL (a postgres:// URL) from EnvURL or DefaultURL.
+func BaseURL() string {
+	if u := os.Getenv(EnvURL); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+var reach struct {
+	once sync.Once
+	err  error
+}
+
+// Require returns BaseURL if the server answers. Otherwise it ends the test:
+// t.Skip, or t.Fatal when the environment has CI=true. The server is probed
+// once per test binary.
+func Require(t testing.TB) string {
+	t.Helper()
+	reach.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, BaseURL())
+		if err == nil {
+			err = conn.Ping(ctx)
+			conn.Close(ctx)
+		}
+		reach.err = err
+	})
+	if reach.err != nil {
+		msg := fmt.Sprintf("PostgreSQL unreachable at %s (set %s): %s", Redact(BaseURL()), EnvURL,
+			strings.ReplaceAll(reach.err.Error(), "\n", " "))
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return BaseURL()
+}
+
+// Schema creates a fresh, empty schema in the server's database and returns
+// a URL whose connections work in it (search_path is set to it as a runtime
+// parameter). The schema and everything in it are dropped when the test
+// ends; register it before opening stores on it, so they close first.
+func Schema(t testing.TB) string {
+	t.Helper()
+	base := Require(t)
+	name := "h_" + randomSuffix()
+	Exec(t, base, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
+	t.Cleanup(func() {
+		execCleanup(t, base, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+	})
+	return WithParams(base, "search_path", name)
+}
+
+// Database creates a fresh, empty database and returns its URL, for tests
+// that need a whole database (several processes, several schemas). It is
+// dropped (with any connections still open to it) when the test ends.
+func Database(t testing.TB) string {
+	t.Helper()
+	base := Require(t)
+	name := "herald_test_" + randomSuffix()
+	Exec(t, base, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	t.Cleanup(func() {
+		execCleanup(t, base, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("testpg: %s is not a URL: %v", EnvURL, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// Exec runs sql (no parameters, several statements allowed) on a short-lived
+// connection to rawURL and fails the test on error.
+func Exec(t testing.TB, rawURL, sql string) {
+	t.Helper()
+	if err := execSQL(rawURL, sql); err != nil {
+		t.Fatalf("testpg: %s: %v", sql, err)
+	}
+}
+
+// TerminateBackends ends every server session whose application_name is
+// appName (pg_terminate_backend), to simulate a dropped connection. It
+// returns how many it ended.
+func TerminateBackends(t testing.TB, appName string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, BaseURL())
+	if err != nil {
+		t.Fatalf("testpg: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`, appName).Scan(&n)
+	if err != nil {
+		t.Fatalf("testpg: terminate %q: %v", appName, err)
+	}
+	return n
+}
+
+// WithParams returns rawURL with the query parameters kv (name, value, …) set.
+func WithParams(rawURL string, kv ...string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		panic(fmt.Sprintf("testpg: %v", err))
+	}
+	q := u.Query()
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Redact hides the password of a URL.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+func execSQL(rawURL, sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, rawURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+func execCleanup(t testing.TB, rawURL, sql string) {
+	if err := execSQL(rawURL, sql); err != nil {
+		t.Errorf("testpg: cleanup: %s: %v", sql, err)
+	}
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

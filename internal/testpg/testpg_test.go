@@ -1,0 +1,100 @@
+package testpg
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestUnreachableServerSkipsOrFails runs TestHelperRequire in a child
+// process pointed at a closed port: without CI it skips, with CI=true it fails.
+func TestUnreachableServerSkipsOrFails(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, ci string
+		wantOK   bool
+		want     string
+	}{
+		{"SkipsLocally", "", true, "--- SKIP: TestHelperRequire"},
+		{"FailsInCI", "true", false, "--- FAIL: TestHelperRequire"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperRequire$", "-test.v")
+			cmd.Env = append(os.Environ(), "TESTPG_HELPER=1", "CI="+c.ci,
+				EnvURL+"=postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2")
+			out, err := cmd.CombinedOutput()
+			if (err == nil) != c.wantOK || !strings.Contains(string(out), c.want) {
+				t.Fatalf("err %v, output:\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "PostgreSQL unreachable at postgres://postgres@127.0.0.1:1/") {
+				t.Errorf("the reason does not name the server:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestHelperRequire(t *testing.T) {
+	if os.Getenv("TESTPG_HELPER") != "1" {
+		t.Skip("run by TestUnreachableServerSkipsOrFails")
+	}
+	Require(t)
+	t.Log("reached the server")
+}
+
+func TestSchemaIsFreshAndDropped(t *testing.T) {
+	t.Parallel()
+	var schema string
+	t.Run("Use", func(t *testing.T) {
+		u := Schema(t)
+		parsed, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schema = parsed.Query().Get("search_path")
+		Exec(t, u, "CREATE TABLE x (id int)") // lands in the fresh schema
+		if n := count(t, `SELECT count(*) FROM pg_tables WHERE schemaname = $1`, schema); n != 1 {
+			t.Fatalf("%d tables in %s, want 1", n, schema)
+		}
+	})
+	if n := count(t, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema); n != 0 {
+		t.Fatalf("schema %q still exists after its test", schema)
+	}
+}
+
+func count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, Require(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestDatabaseIsFreshAndDropped(t *testing.T) {
+	t.Parallel()
+	var name string
+	t.Run("Use", func(t *testing.T) {
+		u := Database(t)
+		parsed, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name = strings.TrimPrefix(parsed.Path, "/")
+		Exec(t, u, "CREATE TABLE x (id int)")
+	})
+	if n := count(t, `SELECT count(*) FROM pg_database WHERE datname = $1`, name); n != 0 {
+		t.Fatalf("database %q still exists after its test", name)
+	}
+}

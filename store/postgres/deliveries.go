@@ -1,0 +1,154 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// DeliveryGet reads the delivery of messageID.
+func (s *Store) DeliveryGet(ctx context.Context, messageID string) (store.Delivery, error) {
+	d, err := scanDelivery(s.pool.QueryRow(ctx, qDeliveryGet, messageID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, store.ErrNotFound
+	}
+	if err != nil {
+		return d, s.fail("read delivery", err)
+	}
+	return d, nil
+}
+
+func scanDelivery(row pgx.Row) (store.Delivery, error) {
+	var d store.Delivery
+	var ch, state string
+	var claimed, next *time.Time
+	err := row.Scan(&d.MessageID, &d.NotificationID, &d.Tenant, &ch, &d.Provider, &state, &d.Reason, &d.Attempts,
+		&claimed, &next, &d.CreatedAt, &d.UpdatedAt)
+	if err != nil {
+		return store.Delivery{}, err
+	}
+	d.Channel, d.State = heraldtype.Channel(ch), heraldtype.DeliveryState(state)
+	d.ClaimedAt, d.NextAttemptAt = utcPtr(claimed), utcPtr(next)
+	d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
+	return d, nil
+}
+
+// DeliveryClaim inserts SENDING for a new message or takes a due RETRY_WAIT
+// row, in one autocommitted statement (see qDeliveryClaim). Only a caller
+// that gets Claimed may call the provider.
+func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+	var (
+		attempt *int
+		stale   *bool
+		msgID   *string
+		cur     struct {
+			notif, tenant, ch, prov, state, reason *string
+			attempts                               *int
+			claimed, next, created, updated        *time.Time
+		}
+	)
+	err := s.pool.QueryRow(ctx, qDeliveryClaim, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).
+		Scan(&attempt, &stale, &msgID, &cur.notif, &cur.tenant, &cur.ch, &cur.prov, &cur.state, &cur.reason, &cur.attempts,
+			&cur.claimed, &cur.next, &cur.created, &cur.updated)
+	if err != nil {
+		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s", p.MessageID), err)
+	}
+	if attempt != nil {
+		return store.DeliveryClaimResult{Claimed: true, Attempt: *attempt}, nil
+	}
+	if msgID != nil && !deref(stale) {
+		return store.DeliveryClaimResult{Current: &store.Delivery{
+			MessageID: *msgID, NotificationID: deref(cur.notif), Tenant: deref(cur.tenant), Channel: heraldtype.Channel(deref(cur.ch)),
+			Provider: deref(cur.prov), State: heraldtype.DeliveryState(deref(cur.state)), Reason: deref(cur.reason),
+			Attempts: deref(cur.attempts), ClaimedAt: utcPtr(cur.claimed), NextAttemptAt: utcPtr(cur.next),
+			CreatedAt: utc(deref(cur.created)), UpdatedAt: utc(deref(cur.updated)),
+		}}, nil
+	}
+	// The blocking row is not in the statement's snapshot (a concurrent
+	// claim inserted it), or the snapshot shows a due retry that a concurrent
+	// claim took first: read it as it is now.
+	d, err := scanDelivery(s.pool.QueryRow(ctx, qDeliveryGet, p.MessageID))
+	if err != nil {
+		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s: read blocking row", p.MessageID), err)
+	}
+	return store.DeliveryClaimResult{Current: &d}, nil
+}
+
+// DeliveryRecord writes the outcome of a claimed attempt, conditional on the
+// row still being SENDING at that attempt, with its attempt log row, in one
+// statement.
+func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (bool, error) {
+	var delay any
+	if p.State == heraldtype.DeliveryRetryWait {
+		delay = p.RetryDelay
+	}
+	var n int64
+	err := s.pool.QueryRow(ctx, qDeliveryRecord, s.now(), string(p.State), p.Reason, delay, p.MessageID, p.Attempt,
+		p.Owner, p.StartedAt, p.StartedAt.Add(p.Duration), p.Class, p.Duration.Milliseconds()).Scan(&n)
+	if err != nil {
+		return false, s.fail(fmt.Sprintf("record delivery %s", p.MessageID), err)
+	}
+	return n == 1, nil
+}
+
+// DeliveryDecide records SUPPRESSED or PARKED for a message that has no row
+// yet or is waiting (RETRY_WAIT, PARKED).
+func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams) (bool, error) {
+	tag, err := s.pool.Exec(ctx, qDeliveryDecide, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason)
+	if err != nil {
+		return false, s.fail(fmt.Sprintf("decide delivery %s", p.MessageID), err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// DeliverySweepStale turns SENDING rows claimed more than olderThan ago into
+// UNKNOWN (STALE_CLAIM) and returns their message ids.
+func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]string, error) {
+	rows, err := s.pool.Query(ctx, qDeliverySweepStale, s.now(), olderThan)
+	if err != nil {
+		return nil, s.fail("sweep stale claims", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, s.fail("sweep stale claims", err)
+	}
+	return ids, nil
+}
+
+// ProfileGet reads a recipient's profile.
+func (s *Store) ProfileGet(ctx context.Context, tenant, recipient string) (store.Profile, error) {
+	var data []byte
+	var updated time.Time
+	err := s.pool.QueryRow(ctx, qProfileGet, tenant, recipient).Scan(&data, &updated)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Profile{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Profile{}, s.fail("read profile", err)
+	}
+	var p store.Profile
+	if err := json.Unmarshal(data, &p); err != nil {
+		return store.Profile{}, fmt.Errorf("decode profile: %w", err)
+	}
+	p.Tenant, p.Recipient, p.UpdatedAt = tenant, recipient, updated.UTC()
+	return p, nil
+}
+
+// ProfilePut creates or replaces a recipient's profile.
+func (s *Store) ProfilePut(ctx context.Context, p store.Profile) error {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode profile: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, qProfilePut, s.now(), p.Tenant, p.Recipient, string(data)); err != nil {
+		return s.fail("write profile", err)
+	}
+	return nil
+}

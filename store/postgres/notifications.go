@@ -1,0 +1,240 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// createAttempts bounds how often NotificationCreate starts over when the
+// key that blocked it is gone by the time it reads it (swept, or replaced
+// after expiring, in between).
+const createAttempts = 3
+
+// createRow is what qNotificationCreate reports.
+type createRow struct {
+	keyTaken  bool
+	createdID *string
+	due       bool // an outbox row is due now
+	notified  bool // the statement sent the lane's NOTIFY
+	priorHash *string
+	priorResp []byte
+	priorLive *bool
+	dupID     *string
+}
+
+// NotificationCreate writes the idempotency key, the notification and its
+// outbox rows in one transaction, or reports why it wrote nothing.
+//
+// The common cases are one autocommitted statement (qNotificationCreate): a
+// new request, and a replay of a key committed before it. A request that
+// waited for a concurrent one with the same key reads that key with one more
+// statement. A request with both an idempotency key and a dedup key runs the
+// statement in an explicit transaction, so that a dedup hit can roll the key
+// back: Deduplicated writes nothing.
+func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
+	res, err := s.notificationCreate(ctx, p)
+	if err != nil {
+		return store.NotificationCreateResult{}, s.fail("create notification", err)
+	}
+	if res.Outcome == store.Created {
+		s.wakeups.Notify(p.Lane)
+	}
+	return res, nil
+}
+
+func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
+	channels := make([]string, len(p.Channels))
+	messageIDs := make([]string, len(p.Channels))
+	for i, ch := range p.Channels {
+		channels[i], messageIDs[i] = string(ch), store.MessageID(p.ID, ch)
+	}
+	response := p.Response
+	if response == nil {
+		response = []byte{}
+	}
+	params := p.Params
+	if len(params) == 0 {
+		params = json.RawMessage("{}")
+	}
+	for range createAttempts {
+		args := []any{s.now(), p.Tenant, p.IdempotencyKey, p.RequestHash, p.IdempotencyTTL, response,
+			p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params), nullString(p.DedupKey),
+			p.SendAt, p.ExpiresAt, channels, messageIDs, s.notify.inStatement(p.Lane)}
+		var row createRow
+		var err error
+		if p.IdempotencyKey != "" && p.DedupKey != "" {
+			row, err = s.createInTx(ctx, args)
+		} else {
+			row, err = scanCreate(s.pool.QueryRow(ctx, qNotificationCreate, args...))
+		}
+		if err != nil {
+			return store.NotificationCreateResult{}, err
+		}
+		res, done, err := s.createOutcome(ctx, p, row)
+		if res.Outcome == store.Created && row.due && !row.notified {
+			s.notify.committed(p.Lane)
+		}
+		if err != nil || done {
+			return res, err
+		}
+	}
+	return store.NotificationCreateResult{}, fmt.Errorf("the idempotency key changed under each of %d attempts", createAttempts)
+}
+
+func scanCreate(r pgx.Row) (createRow, error) {
+	var c createRow
+	var notified int64
+	err := r.Scan(&c.keyTaken, &c.createdID, &c.due, &notified, &c.priorHash, &c.priorResp, &c.priorLive, &c.dupID)
+	if err != nil {
+		return c, fmt.Errorf("write notification: %w", err)
+	}
+	c.notified = notified > 0
+	return c, nil
+}
+
+// createInTx runs qNotificationCreate in a transaction it commits only if
+// the notification was written.
+func (s *Store) createInTx(ctx context.Context, args []any) (createRow, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return createRow{}, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	row, err := scanCreate(tx.QueryRow(ctx, qNotificationCreate, args...))
+	if err != nil {
+		return row, err
+	}
+	if row.createdID == nil {
+		// A live key (Replayed/Conflict) or a dedup hit after taking the key
+		// (Deduplicated): either way nothing may stay written.
+		if err := tx.Rollback(ctx); err != nil {
+			return row, fmt.Errorf("roll back: %w", err)
+		}
+		return row, nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return row, fmt.Errorf("commit: %w", err)
+	}
+	return row, nil
+}
+
+// createOutcome turns the statement's report into a result. done is false
+// when the row that blocked the write vanished before it could be read, and
+// the caller should start over.
+func (s *Store) createOutcome(ctx context.Context, p store.NotificationCreateParams, row createRow) (res store.NotificationCreateResult, done bool, err error) {
+	if p.IdempotencyKey != "" && !row.keyTaken {
+		hash, resp, live := deref(row.priorHash), row.priorResp, deref(row.priorLive)
+		if row.priorHash == nil || !live {
+			// Not in the statement's snapshot: the key was committed by a
+			// transaction the statement waited for. A new statement sees it.
+			var found bool
+			found, hash, resp, live, err = s.readKey(ctx, p)
+			if err != nil || !found || !live {
+				return res, false, err
+			}
+		}
+		if hash != p.RequestHash {
+			return store.NotificationCreateResult{Outcome: store.Conflict}, true, nil
+		}
+		return store.NotificationCreateResult{Outcome: store.Replayed, Response: resp}, true, nil
+	}
+	if row.createdID != nil {
+		return store.NotificationCreateResult{Outcome: store.Created, ID: p.ID, Response: p.Response}, true, nil
+	}
+	if p.DedupKey == "" {
+		return res, true, errors.New("write notification: no row written and no reason why")
+	}
+	id := deref(row.dupID)
+	if row.dupID == nil {
+		err := s.pool.QueryRow(ctx, qNotificationByDedup, p.Tenant, p.DedupKey).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return res, false, nil
+		}
+		if err != nil {
+			return res, true, fmt.Errorf("read deduplicated notification: %w", err)
+		}
+	}
+	return store.NotificationCreateResult{Outcome: store.Deduplicated, ID: id}, true, nil
+}
+
+func (s *Store) readKey(ctx context.Context, p store.NotificationCreateParams) (found bool, hash string, resp []byte, live bool, err error) {
+	err = s.pool.QueryRow(ctx, qIdemGet, p.Tenant, p.IdempotencyKey, s.now()).Scan(&hash, &resp, &live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, "", nil, false, nil
+	}
+	if err != nil {
+		return false, "", nil, false, fmt.Errorf("read idempotency key: %w", err)
+	}
+	return true, hash, resp, live, nil
+}
+
+// NotificationGet reads a tenant's notification with its planned sends, in
+// one statement.
+func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.NotificationView, error) {
+	rows, err := s.pool.Query(ctx, qNotificationGet, id, tenant, s.now())
+	if err != nil {
+		return store.NotificationView{}, s.fail("read notification", err)
+	}
+	defer rows.Close()
+	var v store.NotificationView
+	found := false
+	for rows.Next() {
+		var (
+			lane                                  string
+			sendAt, expiresAt                     *time.Time
+			created, now                          time.Time
+			msgID, ch, ostate, oreason            *string
+			avail, oupd                           *time.Time
+			dNotif, dTenant, dProv, dState, dReas *string
+			dAttempts                             *int
+			dClaimed, dNext, dCreated, dUpdated   *time.Time
+		)
+		if err := rows.Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &now,
+			&msgID, &ch, &ostate, &oreason, &avail, &oupd,
+			&dNotif, &dTenant, &dProv, &dState, &dReas, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated); err != nil {
+			return store.NotificationView{}, s.fail("scan notification", err)
+		}
+		found = true
+		v.Lane, v.SendAt, v.ExpiresAt, v.CreatedAt, v.Now = heraldtype.Lane(lane), utcPtr(sendAt), utcPtr(expiresAt), utc(created), utc(now)
+		if msgID == nil {
+			continue // a notification without planned sends
+		}
+		dv := store.DeliveryView{
+			MessageID: *msgID, Channel: heraldtype.Channel(deref(ch)), OutboxState: heraldtype.OutboxState(deref(ostate)),
+			OutboxReason: deref(oreason), AvailableAt: utc(deref(avail)), OutboxUpdated: utc(deref(oupd)),
+		}
+		if dState != nil {
+			dv.Delivery = &store.Delivery{
+				MessageID: dv.MessageID, NotificationID: deref(dNotif), Tenant: deref(dTenant), Channel: dv.Channel,
+				Provider: deref(dProv), State: heraldtype.DeliveryState(*dState), Reason: deref(dReas),
+				Attempts: deref(dAttempts), ClaimedAt: utcPtr(dClaimed), NextAttemptAt: utcPtr(dNext),
+				CreatedAt: utc(deref(dCreated)), UpdatedAt: utc(deref(dUpdated)),
+			}
+		}
+		v.Deliveries = append(v.Deliveries, dv)
+	}
+	if err := rows.Err(); err != nil {
+		return store.NotificationView{}, s.fail("read notification", err)
+	}
+	if !found {
+		return store.NotificationView{}, store.ErrNotFound
+	}
+	return v, nil
+}
+
+// IdempotencyKeysSweep deletes expired keys.
+func (s *Store) IdempotencyKeysSweep(ctx context.Context) (int, error) {
+	tag, err := s.pool.Exec(ctx, qIdemSweep, s.now())
+	if err != nil {
+		return 0, s.fail("sweep idempotency keys", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1,0 +1,148 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// OutboxClaim leases up to p.Limit due rows of p.Lane in one autocommitted
+// statement (see qOutboxClaim) and returns them oldest first.
+func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, qOutboxClaim, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease)
+	if err != nil {
+		return nil, s.fail("claim outbox batch", err)
+	}
+	defer rows.Close()
+	var out []store.Claimed
+	for rows.Next() {
+		var c store.Claimed
+		var ch, params string
+		var expires *time.Time
+		if err := rows.Scan(&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts,
+			&c.Tenant, &c.Recipient, &c.EventID, &c.Kind, &params, &expires); err != nil {
+			return nil, s.fail("claim outbox batch: scan", err)
+		}
+		c.OutboxID, c.Lane, c.Channel = c.Fence.ID, p.Lane, heraldtype.Channel(ch)
+		c.Params, c.ExpiresAt = []byte(params), utcPtr(expires)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		// The statement may have committed before the connection failed;
+		// those rows come back when their lease runs out.
+		return nil, s.fail("claim outbox batch", err)
+	}
+	return out, nil
+}
+
+// OutboxComplete moves a claimed row to a terminal state, fenced.
+func (s *Store) OutboxComplete(ctx context.Context, f store.Fence, state heraldtype.OutboxState, reason string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, qOutboxComplete, s.now(), string(state), reason, f.ID, f.Token)
+	if err != nil {
+		return false, s.fail(fmt.Sprintf("complete outbox row %d", f.ID), err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// OutboxRetry returns a claimed row to PENDING after p.Delay, fenced.
+func (s *Store) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (bool, error) {
+	failed := 0
+	if p.Failed {
+		failed = 1
+	}
+	var lane string
+	err := s.pool.QueryRow(ctx, qOutboxRetry, s.now(), p.Delay, p.Reason, failed, p.Fence.ID, p.Fence.Token).Scan(&lane)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.fail(fmt.Sprintf("retry outbox row %d", p.Fence.ID), err)
+	}
+	if p.Delay <= 0 {
+		// Due at once: let this process's claimer know.
+		s.wakeups.Notify(heraldtype.Lane(lane))
+	}
+	return true, nil
+}
+
+// OutboxReclaimExpired returns rows whose lease ran out to PENDING
+// (CLAIM_EXPIRED) and wakes their lanes' claimers in this process.
+func (s *Store) OutboxReclaimExpired(ctx context.Context) (int, error) {
+	rows, err := s.pool.Query(ctx, qOutboxReclaim, s.now())
+	if err != nil {
+		return 0, s.fail("reclaim expired leases", err)
+	}
+	defer rows.Close()
+	total := 0
+	var lanes []heraldtype.Lane
+	for rows.Next() {
+		var lane string
+		var n int
+		if err := rows.Scan(&lane, &n); err != nil {
+			return 0, s.fail("reclaim expired leases: scan", err)
+		}
+		total += n
+		lanes = append(lanes, heraldtype.Lane(lane))
+	}
+	if err := rows.Err(); err != nil {
+		return 0, s.fail("reclaim expired leases", err)
+	}
+	for _, l := range lanes {
+		s.wakeups.Notify(l)
+	}
+	return total, nil
+}
+
+// OutboxExpire marks PENDING rows past expires_at EXPIRED and returns them.
+func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
+	rows, err := s.pool.Query(ctx, qOutboxExpire, s.now())
+	if err != nil {
+		return nil, s.fail("expire outbox rows", err)
+	}
+	defer rows.Close()
+	var out []store.Expired
+	for rows.Next() {
+		var e store.Expired
+		var lane string
+		if err := rows.Scan(&e.ID, &e.MessageID, &e.Tenant, &lane); err != nil {
+			return nil, s.fail("expire outbox rows: scan", err)
+		}
+		e.Lane = heraldtype.Lane(lane)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("expire outbox rows", err)
+	}
+	return out, nil
+}
+
+// OutboxBacklog counts due PENDING rows per lane.
+func (s *Store) OutboxBacklog(ctx context.Context) (map[heraldtype.Lane]int, error) {
+	rows, err := s.pool.Query(ctx, qOutboxBacklog, s.now())
+	if err != nil {
+		return nil, s.fail("count outbox backlog", err)
+	}
+	defer rows.Close()
+	out := map[heraldtype.Lane]int{}
+	for rows.Next() {
+		var lane string
+		var n int
+		if err := rows.Scan(&lane, &n); err != nil {
+			return nil, s.fail("count outbox backlog: scan", err)
+		}
+		out[heraldtype.Lane(lane)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("count outbox backlog", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,341 @@
+// Package postgres is herald's production store: PostgreSQL through pgx v5
+// (pgxpool), with versioned migrations embedded in the binary. Several
+// herald processes may share one database; everything below is written so
+// they can.
+//
+// # The claim
+//
+// OutboxClaim is one autocommitted statement:
+//
+//	UPDATE outbox SET state = 'CLAIMED', claimed_by = $owner,
+//	       claimed_until = now + lease, token = token + 1
+//	WHERE id IN (SELECT id FROM outbox
+//	             WHERE lane = $lane AND state = 'PENDING' AND available_at <= now
+//	               AND (expires_at IS NULL OR expires_at > now)
+//	             ORDER BY available_at, id LIMIT $n
+//	             FOR UPDATE SKIP LOCKED)
+//	RETURNING … joined with the notifications
+//
+// The inner SELECT walks the partial index (lane, available_at, id) WHERE
+// state = 'PENDING'. SKIP LOCKED makes concurrent claimers take disjoint rows
+// without queueing behind each other, and no row lock outlives the
+// statement: afterwards ownership is the lease and the fencing token alone.
+// Every later outbox write is conditional on
+// id = $id AND token = $token AND state = 'CLAIMED' AND claimed_until >= now,
+// and every delivery write on the row still being SENDING (at that attempt).
+//
+// # The clock seam
+//
+// Ownership times (leases, due times, staleness, key expiry) come from one
+// clock, the database server's, so clock skew between herald processes cannot
+// hand one row to two owners. Each statement that needs "now" reads it as
+// coalesce($1::timestamptz, now()): the store passes NULL when Options.Clock
+// is nil or clock.Real, and the fake clock's time otherwise, which is how the
+// conformance suite moves time. NotificationView.Now is that same value.
+//
+// # Wake-ups: LISTEN/NOTIFY
+//
+// NotificationCreate calls pg_notify on the lane's channel inside its own
+// statement when a row is due now; PostgreSQL delivers it at commit, so a
+// wake-up never announces a row that is not there. Because PostgreSQL
+// serialises the commits of notifying transactions, a burst shares one: at
+// most one create per lane and NotifyInterval notifies in its statement, and
+// one trailing pg_notify after the interval covers the creates that did not
+// (see notifier). Local claimers are woken after every create. Each Store keeps one
+// dedicated connection (not from the pool) that LISTENs on every lane's
+// channel and feeds Wakeups; it reconnects with backoff when the connection
+// drops, and wakes every lane after each (re)connect because notifications
+// sent while it was away are lost. Channel names carry a hash of the database
+// and schema, so stores in different schemas of one database do not wake
+// each other. Wake-ups are hints: claimers poll as well.
+//
+// # The leader lock
+//
+// RunLeaderElection holds a session-level pg_try_advisory_lock on a second
+// dedicated connection, keyed by a constant and the database and schema
+// names. The lock lives exactly as long as that session: if the process dies
+// or the connection breaks, PostgreSQL releases it and another process takes
+// it on its next try. IsLeader reports whether this store holds it; it turns
+// false as soon as the store sees its connection fail (a check every
+// LeaderInterval), so for at most that long two processes may both run the
+// leader-only sweeps, which are conditional writes and harmless twice.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// Options tune the store.
+type Options struct {
+	// Clock supplies "now" for tests. Nil or clock.Real means the database
+	// server's clock, which production must use. Defaults to nil.
+	Clock clock.Clock
+	// MaxConns caps the connection pool. Defaults to the URL's
+	// pool_max_conns, else 16.
+	MaxConns int32
+	// LeaderInterval is how often leader election retries the lock and
+	// checks the connection that holds it. Defaults to 5 seconds.
+	LeaderInterval time.Duration
+	// NotifyInterval is the least time between two NOTIFYs of one lane from
+	// this store: creates inside it share one trailing NOTIFY at its end
+	// instead of each sending its own (see notifier). Defaults to 10
+	// milliseconds.
+	NotifyInterval time.Duration
+	// Logger receives connection-state changes of the listener and the
+	// leader election. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// tracer, when set, traces every pool query (tests count round trips).
+	tracer pgx.QueryTracer
+}
+
+// DefaultMaxConns is the pool size when neither Options nor the URL set one.
+const DefaultMaxConns = 16
+
+// Store is the PostgreSQL driver.
+type Store struct {
+	pool    *pgxpool.Pool
+	connCfg *pgx.ConnConfig // for the dedicated listener and leader connections
+	clock   clock.Clock     // nil: the database server's clock
+	logger  *slog.Logger
+	wakeups *store.Wakeups
+
+	channels       map[heraldtype.Lane]string
+	lanes          map[string]heraldtype.Lane
+	notify         *notifier
+	leaderKey      int64
+	leaderInterval time.Duration
+
+	leader      atomic.Bool
+	leaderLost  atomic.Int64 // times leadership was lost (tests)
+	listenConns atomic.Int64 // successful listener (re)connects (tests)
+	listening   atomic.Bool
+
+	life   context.Context // cancelled by Close
+	cancel context.CancelFunc
+	mu     sync.Mutex // guards closed and wg.Add
+	closed bool
+	wg     sync.WaitGroup
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the database at url (a postgres:// URL; pool_max_conns,
+// search_path and other runtime parameters may be set in its query), applies
+// pending migrations and starts the wake-up listener.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	cfg, err := poolConfig(url, opts)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres pool: %w", err)
+	}
+	s, err := newStore(ctx, pool, cfg.ConnConfig, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.listen()
+	return s, nil
+}
+
+func poolConfig(url string, opts Options) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx redacts the password from the URL it quotes.
+		return nil, fmt.Errorf("parse postgres url: %w", err)
+	}
+	switch {
+	case opts.MaxConns > 0:
+		cfg.MaxConns = opts.MaxConns
+	case !strings.Contains(url, "pool_max_conns"):
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "herald"
+	}
+	if opts.tracer != nil {
+		cfg.ConnConfig.Tracer = opts.tracer
+	}
+	return cfg, nil
+}
+
+func newStore(ctx context.Context, pool *pgxpool.Pool, connCfg *pgx.ConnConfig, opts Options) (*Store, error) {
+	s := &Store{pool: pool, logger: opts.Logger, wakeups: store.NewWakeups(), leaderInterval: opts.LeaderInterval}
+	if opts.Clock != nil && !clock.IsReal(opts.Clock) {
+		s.clock = opts.Clock
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	if s.leaderInterval <= 0 {
+		s.leaderInterval = 5 * time.Second
+	}
+	if opts.NotifyInterval <= 0 {
+		opts.NotifyInterval = 10 * time.Millisecond
+	}
+	s.notify = newNotifier(s, opts.NotifyInterval)
+	s.connCfg = connCfg.Copy()
+	s.connCfg.Tracer = nil
+	s.life, s.cancel = context.WithCancel(context.Background())
+
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Release()
+	if _, err := migrate(ctx, conn.Conn()); err != nil {
+		return nil, err
+	}
+	db, schema, err := where(ctx, conn.Conn())
+	if err != nil {
+		return nil, err
+	}
+	s.leaderKey = lockKey("leader", db, schema)
+	s.channels, s.lanes = wakeChannels(db, schema)
+	return s, nil
+}
+
+// where names the database and schema the store works in.
+func where(ctx context.Context, conn *pgx.Conn) (db, schema string, err error) {
+	var sch *string
+	if err := conn.QueryRow(ctx, qWhere).Scan(&db, &sch); err != nil {
+		return "", "", fmt.Errorf("read current schema: %w", err)
+	}
+	if sch == nil {
+		return "", "", errors.New("read current schema: no schema of search_path exists")
+	}
+	return db, *sch, nil
+}
+
+// lockKey is the advisory lock key for purpose in one database and schema.
+func lockKey(purpose, db, schema string) int64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "herald:%s:%s.%s", purpose, db, schema)
+	return int64(h.Sum64())
+}
+
+// wakeChannels names each lane's NOTIFY channel, suffixed with a hash of the
+// database and schema (a channel name is an identifier: at most 63 bytes).
+func wakeChannels(db, schema string) (map[heraldtype.Lane]string, map[string]heraldtype.Lane) {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s.%s", db, schema)
+	suffix := fmt.Sprintf("%08x", h.Sum32())
+	byLane := make(map[heraldtype.Lane]string, len(heraldtype.Lanes))
+	byName := make(map[string]heraldtype.Lane, len(heraldtype.Lanes))
+	for _, l := range heraldtype.Lanes {
+		name := "herald_wake_" + suffix + "_" + string(l)
+		byLane[l], byName[name] = name, l
+	}
+	return byLane, byName
+}
+
+// Close stops the listener and leader election (releasing the leader lock)
+// and closes the pool. Calls in flight finish first.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.notify.stop()
+	s.wg.Wait()
+	s.pool.Close()
+	return nil
+}
+
+// goBackground registers a background loop with Close, or reports ErrClosed.
+func (s *Store) goBackground() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	s.wg.Add(1)
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// fail wraps err with what was being done; after Close it is ErrClosed.
+func (s *Store) fail(what string, err error) error {
+	if s.isClosed() {
+		return fmt.Errorf("%s: %w", what, store.ErrClosed)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// Wakeups returns the wake-up signals: local ones and, through LISTEN, those
+// of every process on this database and schema.
+func (s *Store) Wakeups() *store.Wakeups { return s.wakeups }
+
+// Ping checks that the database answers and accepts writes.
+func (s *Store) Ping(ctx context.Context) error {
+	var writable bool
+	if err := s.pool.QueryRow(ctx, qPing).Scan(&writable); err != nil {
+		return s.fail("ping postgres", err)
+	}
+	if !writable {
+		return errors.New("ping postgres: the server is read-only")
+	}
+	return nil
+}
+
+// now is the $1 of every statement that needs the time: NULL (the server's
+// clock) unless a test clock was given.
+func (s *Store) now() any {
+	if s.clock == nil {
+		return nil
+	}
+	return s.clock.Now()
+}
+
+func utc(t time.Time) time.Time { return t.UTC() }
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

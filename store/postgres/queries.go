@@ -1,0 +1,275 @@
+package postgres
+
+// SQL run by the PostgreSQL driver, grouped by table. Every statement that
+// needs "now" reads it as coalesce($1::timestamptz, now()): $1 is NULL in
+// production, so the database server's clock decides, and the fake clock's
+// time in tests. Every parameter carries an explicit cast so its type never
+// depends on inference.
+//
+// Most methods are one statement, autocommitted: data-modifying CTEs make a
+// multi-table write atomic without BEGIN/COMMIT round trips.
+
+// Notifications and idempotency keys.
+const (
+	// qNotificationCreate is the whole intake write in one statement:
+	//
+	//   k  takes the idempotency key: inserts it, or replaces it if it has
+	//      expired (ON CONFLICT … DO UPDATE … WHERE expired). A live key makes
+	//      k return nothing, and then nothing else is written. A key another
+	//      transaction is inserting makes k wait for it to commit or roll back.
+	//   n  inserts the notification if the key was taken (or there is none);
+	//      a dedup_key that exists makes it return nothing.
+	//   o  inserts one PENDING outbox row per channel, in channel order.
+	//   w  NOTIFYs the lane's channel if a row is due now and $18 names one
+	//      (see notifier); PostgreSQL delivers it when the statement's
+	//      transaction commits.
+	//
+	// The final SELECT reports what happened, plus the key and dedup rows as
+	// the statement's snapshot saw them, so a plain replay needs no second
+	// round trip. A row committed by a concurrent transaction after the
+	// snapshot is not in it; the caller then reads it with a new statement.
+	//
+	// $1 now, $2 tenant, $3 idempotency key ('' for none), $4 request hash,
+	// $5 key TTL, $6 response, $7 id, $8 recipient, $9 event id, $10 kind,
+	// $11 lane, $12 params, $13 dedup key, $14 send_at, $15 expires_at,
+	// $16 channels, $17 message ids (parallel to $16), $18 wake-up channel ('' for none).
+	qNotificationCreate = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+k AS (
+    INSERT INTO idempotency_keys AS ik (tenant, key, request_hash, notification_id, response, created_at, expires_at)
+    SELECT $2::text, $3::text, $4::text, $7::text, $6::bytea, t.now, t.now + $5::interval FROM t
+    WHERE $3::text <> ''
+    ON CONFLICT (tenant, key) DO UPDATE
+        SET request_hash = excluded.request_hash, notification_id = excluded.notification_id, response = excluded.response,
+            created_at = excluded.created_at, expires_at = excluded.expires_at
+        WHERE ik.expires_at <= excluded.created_at
+    RETURNING 1
+),
+n AS (
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
+    SELECT $7::text, $2::text, $8::text, $9::text, $10::text, $11::text, $12::json, $13::text, $14::timestamptz, $15::timestamptz, t.now
+    FROM t
+    WHERE $3::text = '' OR EXISTS (SELECT 1 FROM k)
+    ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING id, created_at
+),
+o AS (
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
+    SELECT n.id, c.message_id, $2::text, $11::text, c.channel, 'PENDING',
+           greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at
+    FROM n, unnest($16::text[], $17::text[]) WITH ORDINALITY AS c (channel, message_id, ord)
+    ORDER BY c.ord
+    RETURNING available_at <= created_at AS due
+),
+w AS (SELECT pg_notify($18::text, '') FROM o WHERE o.due AND $18::text <> '' LIMIT 1)
+SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w),
+       prior.request_hash, prior.response, prior.expires_at > t.now, dup.id
+FROM t
+LEFT JOIN idempotency_keys prior ON prior.tenant = $2::text AND prior.key = $3::text
+LEFT JOIN notifications dup ON dup.tenant = $2::text AND dup.dedup_key = $13::text`
+
+	// qIdemGet reads a key in a new statement (so a new snapshot, under READ
+	// COMMITTED): it sees a key a concurrent transaction committed while
+	// qNotificationCreate waited for it.
+	qIdemGet = `SELECT request_hash, response, expires_at > coalesce($3::timestamptz, now())
+FROM idempotency_keys WHERE tenant = $1::text AND key = $2::text`
+	qIdemSweep = `DELETE FROM idempotency_keys WHERE expires_at <= coalesce($1::timestamptz, now())`
+
+	qNotificationByDedup = `SELECT id FROM notifications WHERE tenant = $1::text AND dedup_key = $2::text`
+
+	// qNotificationGet reads the notification, its planned sends and their
+	// deliveries from one snapshot, with the time it read them.
+	qNotificationGet = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at,
+       coalesce($3::timestamptz, now()),
+       o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
+       d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at
+FROM notifications n
+LEFT JOIN outbox o ON o.notification_id = n.id
+LEFT JOIN deliveries d ON d.message_id = o.message_id
+WHERE n.id = $1::text AND n.tenant = $2::text
+ORDER BY o.id`
+)
+
+// Outbox: the claim and the fenced writes.
+const (
+	// qOutboxClaim leases due rows in one autocommitted statement. The inner
+	// SELECT walks the partial index outbox_due in order, from the lane's
+	// oldest row to the first not yet due (now is written out, not taken from
+	// a CTE, so it bounds the index scan), and locks up to LIMIT rows with
+	// FOR UPDATE SKIP LOCKED, so concurrent claimers (in any process) take
+	// disjoint rows without waiting for each other; it is MATERIALIZED so it
+	// runs exactly once. A row another claimer flipped after this statement's
+	// snapshot is re-checked under its lock and dropped (it is no longer
+	// PENDING). The UPDATE bumps the fencing token; the outer SELECT joins
+	// the jobs and returns them oldest first.
+	//
+	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease.
+	qOutboxClaim = `WITH due AS MATERIALIZED (
+    SELECT id FROM outbox
+    WHERE lane = $2::text AND state = 'PENDING' AND available_at <= coalesce($1::timestamptz, now())
+      AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
+    ORDER BY available_at, id
+    LIMIT $3::integer
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE outbox o
+    SET state = 'CLAIMED', claimed_by = $4::text, claimed_until = coalesce($1::timestamptz, now()) + $5::interval,
+        token = o.token + 1, updated_at = coalesce($1::timestamptz, now())
+    WHERE o.id IN (SELECT id FROM due)
+    RETURNING o.id, o.token, o.notification_id, o.message_id, o.channel, o.attempts, o.available_at
+)
+SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
+       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at
+FROM claimed c JOIN notifications n ON n.id = c.notification_id
+ORDER BY c.available_at, c.id`
+
+	// A fenced write names the token and requires the lease to be live by
+	// the database's clock: a claimer that returns after its lease ran out
+	// writes nothing, even if nobody has taken the row since.
+
+	// $1 now, $2 state, $3 reason, $4 id, $5 token.
+	qOutboxComplete = `UPDATE outbox
+SET state = $2::text, last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
+WHERE id = $4::bigint AND token = $5::bigint AND state = 'CLAIMED' AND claimed_until >= coalesce($1::timestamptz, now())`
+	// $1 now, $2 delay, $3 reason, $4 failed (0 or 1), $5 id, $6 token.
+	qOutboxRetry = `UPDATE outbox
+SET state = 'PENDING', available_at = coalesce($1::timestamptz, now()) + $2::interval, last_reason = $3::text,
+    attempts = attempts + $4::integer, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
+WHERE id = $5::bigint AND token = $6::bigint AND state = 'CLAIMED' AND claimed_until >= coalesce($1::timestamptz, now())
+RETURNING lane`
+	// $1 now.
+	qOutboxReclaim = `WITH r AS (
+    UPDATE outbox
+    SET state = 'PENDING', last_reason = 'CLAIM_EXPIRED', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
+    WHERE state IN ('CLAIMED', 'PUBLISHING') AND claimed_until < coalesce($1::timestamptz, now())
+    RETURNING lane
+)
+SELECT lane, count(*) FROM r GROUP BY lane`
+	// $1 now.
+	qOutboxExpire = `UPDATE outbox SET state = 'EXPIRED', last_reason = 'EXPIRED', updated_at = coalesce($1::timestamptz, now())
+WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= coalesce($1::timestamptz, now())
+RETURNING id, message_id, tenant, lane`
+	// $1 now.
+	qOutboxBacklog = `SELECT lane, count(*) FROM outbox
+WHERE state = 'PENDING' AND available_at <= coalesce($1::timestamptz, now())
+GROUP BY lane`
+)
+
+// Deliveries: the claim, the conditional result write, decisions, the stale sweep.
+const (
+	qDeliveryGet = `SELECT message_id, notification_id, tenant, channel, provider, state, reason, attempts,
+       claimed_at, next_attempt_at, created_at, updated_at
+FROM deliveries WHERE message_id = $1::text`
+
+	// qDeliveryClaim is the sender's claim, one autocommitted statement:
+	//
+	//   ins    inserts a SENDING row; the partial unique index on message_id
+	//          lets exactly one concurrent inserter win (the others wait for
+	//          it, then do nothing).
+	//   retry  otherwise turns a due RETRY_WAIT row into SENDING, a
+	//          conditional UPDATE: of two copies racing for the same retry,
+	//          the second re-checks the row under its lock, sees SENDING and
+	//          updates nothing.
+	//
+	// The SELECT returns the attempt number if either won, and the row as
+	// the snapshot saw it (the blocking row, when neither did).
+	//
+	// $1 now, $2 message id, $3 notification id, $4 tenant, $5 channel,
+	// $6 provider, $7 owner.
+	qDeliveryClaim = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+ins AS (
+    INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
+    SELECT $2::text, $3::text, $4::text, $5::text, $6::text, 'SENDING', 1, $7::text, t.now, t.now, t.now FROM t
+    ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
+    RETURNING attempts
+),
+retry AS (
+    UPDATE deliveries d
+    SET state = 'SENDING', attempts = d.attempts + 1, provider = $6::text, claimed_by = $7::text, claimed_at = t.now,
+        next_attempt_at = NULL, reason = '', updated_at = t.now
+    FROM t
+    WHERE d.message_id = $2::text AND d.state = 'RETRY_WAIT' AND d.next_attempt_at <= t.now
+      AND NOT EXISTS (SELECT 1 FROM ins)
+    RETURNING d.attempts
+)
+SELECT coalesce((SELECT attempts FROM ins), (SELECT attempts FROM retry)),
+       cur.state = 'RETRY_WAIT' AND cur.next_attempt_at <= t.now,
+       cur.message_id, cur.notification_id, cur.tenant, cur.channel, cur.provider, cur.state, cur.reason, cur.attempts,
+       cur.claimed_at, cur.next_attempt_at, cur.created_at, cur.updated_at
+FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
+
+	// qDeliveryRecord writes the attempt's result, conditional on the row
+	// still being SENDING at that attempt, and its attempt log row, in one
+	// statement (so one transaction). The log row is written either way.
+	//
+	// $1 now, $2 state, $3 reason, $4 retry delay (NULL unless RETRY_WAIT),
+	// $5 message id, $6 attempt, $7 owner, $8 started, $9 finished,
+	// $10 class, $11 duration in ms.
+	qDeliveryRecord = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+u AS (
+    UPDATE deliveries d
+    SET state = $2::text, reason = $3::text, next_attempt_at = t.now + $4::interval, claimed_by = NULL, updated_at = t.now
+    FROM t
+    WHERE d.message_id = $5::text AND d.state = 'SENDING' AND d.attempts = $6::integer
+    RETURNING 1
+),
+a AS (
+    INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
+    VALUES ($5::text, $6::integer, $7::text, $8::timestamptz, $9::timestamptz, $10::text, $3::text, $11::bigint)
+)
+SELECT count(*) FROM u`
+
+	// qDeliveryDecide records SUPPRESSED or PARKED for a message with no row
+	// yet, or one that is waiting (RETRY_WAIT, PARKED); never over a claim
+	// or a result.
+	//
+	// $1 now, $2 message id, $3 notification id, $4 tenant, $5 channel,
+	// $6 state, $7 reason.
+	qDeliveryDecide = `INSERT INTO deliveries AS d (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
+VALUES ($2::text, $3::text, $4::text, $5::text, $6::text, $7::text, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()))
+ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
+SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
+WHERE d.state IN ('RETRY_WAIT', 'PARKED')`
+
+	// $1 now, $2 age.
+	qDeliverySweepStale = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, now())
+WHERE state = 'SENDING' AND claimed_at < coalesce($1::timestamptz, now()) - $2::interval
+RETURNING message_id`
+)
+
+// Profiles.
+const (
+	qProfileGet = `SELECT data, updated_at FROM profiles WHERE tenant = $1::text AND recipient = $2::text`
+	// $1 now, $2 tenant, $3 recipient, $4 data.
+	qProfilePut = `INSERT INTO profiles (tenant, recipient, data, updated_at)
+VALUES ($2::text, $3::text, $4::jsonb, coalesce($1::timestamptz, now()))
+ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`
+)
+
+// Housekeeping: where the store lives, migrations, the leader lock, Ping.
+const (
+	qWhere = `SELECT current_database(), current_schema()`
+
+	// Migrations run one per transaction, each holding a transaction-level
+	// advisory lock, so processes migrating at once apply each version once.
+	qMigrateLock     = `SELECT pg_advisory_xact_lock($1::bigint)`
+	qMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
+	qMigrationApplied = `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1::integer)`
+	qMigrationRecord  = `INSERT INTO schema_migrations (version, name) VALUES ($1::integer, $2::text)`
+	qMigrationVersion = `SELECT coalesce(max(version), 0) FROM schema_migrations`
+
+	// The leader lock is session-level: it lives as long as the leader's
+	// dedicated connection, and PostgreSQL drops it when that session ends.
+	qLeaderTry    = `SELECT pg_try_advisory_lock($1::bigint)`
+	qLeaderUnlock = `SELECT pg_advisory_unlock($1::bigint)`
+
+	// qNotify is the trailing wake-up after creates that sent none (notifier).
+	qNotify = `SELECT pg_notify($1::text, '')`
+
+	// Ping fails on a read-only server (a standby after failover).
+	qPing = `SELECT current_setting('transaction_read_only') = 'off'`
+)
