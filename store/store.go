@@ -65,6 +65,10 @@ type Outbox interface {
 	OutboxComplete(ctx context.Context, f Fence, state heraldtype.OutboxState, reason string) (bool, error)
 	// OutboxRetry returns a claimed row to PENDING, due after Delay, fenced.
 	OutboxRetry(ctx context.Context, p OutboxRetryParams) (bool, error)
+	// OutboxMarkPublished marks rows the relay claimed (PUBLISHING) as
+	// PUBLISHED once the broker confirmed them, each fenced; it returns how
+	// many took.
+	OutboxMarkPublished(ctx context.Context, fences []Fence) (int, error)
 	// OutboxReclaimExpired returns rows whose lease ran out to PENDING (CLAIM_EXPIRED).
 	OutboxReclaimExpired(ctx context.Context) (int, error)
 	// OutboxExpire marks PENDING rows whose expires_at passed EXPIRED and returns them.
@@ -192,6 +196,17 @@ type OutboxClaimParams struct {
 	Owner string
 	Limit int
 	Lease time.Duration
+	// Publishing claims for the rabbitmq relay (state PUBLISHING) instead of
+	// a db-transport claimer (state CLAIMED). Both are fenced alike.
+	Publishing bool
+}
+
+// State is the state a claim with these params puts rows in.
+func (p OutboxClaimParams) State() heraldtype.OutboxState {
+	if p.Publishing {
+		return heraldtype.OutboxPublishing
+	}
+	return heraldtype.OutboxClaimed
 }
 
 // Claimed is a leased outbox row with its job.

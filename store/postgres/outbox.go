@@ -18,7 +18,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, qOutboxClaim, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease)
+	rows, err := s.pool.Query(ctx, qOutboxClaim, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()))
 	if err != nil {
 		return nil, s.fail("claim outbox batch", err)
 	}
@@ -51,6 +51,23 @@ func (s *Store) OutboxComplete(ctx context.Context, f store.Fence, state heraldt
 		return false, s.fail(fmt.Sprintf("complete outbox row %d", f.ID), err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// OutboxMarkPublished marks relay-claimed rows PUBLISHED in one statement,
+// each fenced by its own token.
+func (s *Store) OutboxMarkPublished(ctx context.Context, fences []store.Fence) (int, error) {
+	if len(fences) == 0 {
+		return 0, nil
+	}
+	ids, tokens := make([]int64, len(fences)), make([]int64, len(fences))
+	for i, f := range fences {
+		ids[i], tokens[i] = f.ID, f.Token
+	}
+	tag, err := s.pool.Exec(ctx, qOutboxPublished, s.now(), ids, tokens)
+	if err != nil {
+		return 0, s.fail(fmt.Sprintf("mark %d outbox rows published", len(fences)), err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // OutboxRetry returns a claimed row to PENDING after p.Delay, fenced.

@@ -102,7 +102,7 @@ const (
 	// PENDING). The UPDATE bumps the fencing token; the outer SELECT joins
 	// the jobs and returns them oldest first.
 	//
-	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease.
+	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease, $6 state (CLAIMED or PUBLISHING).
 	qOutboxClaim = `WITH due AS MATERIALIZED (
     SELECT id FROM outbox
     WHERE lane = $2::text AND state = 'PENDING' AND available_at <= coalesce($1::timestamptz, now())
@@ -113,7 +113,7 @@ const (
 ),
 claimed AS (
     UPDATE outbox o
-    SET state = 'CLAIMED', claimed_by = $4::text, claimed_until = coalesce($1::timestamptz, now()) + $5::interval,
+    SET state = $6::text, claimed_by = $4::text, claimed_until = coalesce($1::timestamptz, now()) + $5::interval,
         token = o.token + 1, updated_at = coalesce($1::timestamptz, now())
     WHERE o.id IN (SELECT id FROM due)
     RETURNING o.id, o.token, o.notification_id, o.message_id, o.channel, o.attempts, o.available_at
@@ -130,12 +130,17 @@ ORDER BY c.available_at, c.id`
 	// $1 now, $2 state, $3 reason, $4 id, $5 token.
 	qOutboxComplete = `UPDATE outbox
 SET state = $2::text, last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
-WHERE id = $4::bigint AND token = $5::bigint AND state = 'CLAIMED' AND claimed_until >= coalesce($1::timestamptz, now())`
+WHERE id = $4::bigint AND token = $5::bigint AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_until >= coalesce($1::timestamptz, now())`
+	// $1 now, $2 ids, $3 tokens (pairwise).
+	qOutboxPublished = `UPDATE outbox o
+SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
+FROM unnest($2::bigint[], $3::bigint[]) AS f(id, token)
+WHERE o.id = f.id AND o.token = f.token AND o.state = 'PUBLISHING' AND o.claimed_until >= coalesce($1::timestamptz, now())`
 	// $1 now, $2 delay, $3 reason, $4 failed (0 or 1), $5 id, $6 token.
 	qOutboxRetry = `UPDATE outbox
 SET state = 'PENDING', available_at = coalesce($1::timestamptz, now()) + $2::interval, last_reason = $3::text,
     attempts = attempts + $4::integer, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
-WHERE id = $5::bigint AND token = $6::bigint AND state = 'CLAIMED' AND claimed_until >= coalesce($1::timestamptz, now())
+WHERE id = $5::bigint AND token = $6::bigint AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_until >= coalesce($1::timestamptz, now())
 RETURNING lane`
 	// $1 now.
 	qOutboxReclaim = `WITH r AS (

@@ -16,7 +16,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	err := s.w.do(ctx, func(tx wtx) error {
 		out = out[:0]
 		now := s.now()
-		rows, err := tx.Query(qOutboxClaim, p.Owner, now+p.Lease.Milliseconds(), now, string(p.Lane), now, now, p.Limit)
+		rows, err := tx.Query(qOutboxClaim, string(p.State()), p.Owner, now+p.Lease.Milliseconds(), now, string(p.Lane), now, now, p.Limit)
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
@@ -98,6 +98,28 @@ func (s *Store) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (boo
 		}
 	}
 	return ok, nil
+}
+
+// OutboxMarkPublished marks relay-claimed rows PUBLISHED, each fenced.
+func (s *Store) OutboxMarkPublished(ctx context.Context, fences []store.Fence) (int, error) {
+	var n int
+	err := s.w.do(ctx, func(tx wtx) error {
+		n = 0
+		now := s.now()
+		for _, f := range fences {
+			r, err := tx.Exec(qOutboxPublished, now, f.ID, f.Token, now)
+			if err != nil {
+				return err
+			}
+			k, _ := r.RowsAffected()
+			n += int(k)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("mark %d outbox rows published: %w", len(fences), err)
+	}
+	return n, nil
 }
 
 func (s *Store) fenced(ctx context.Context, q string, args func(now int64) []any) (bool, error) {

@@ -31,7 +31,7 @@ const (
 	// One statement flips the due rows to CLAIMED with a fresh token and
 	// returns them; SQLite's single writer makes it atomic.
 	qOutboxClaim = `UPDATE outbox
-SET state = 'CLAIMED', claimed_by = ?, claimed_until = ?, token = token + 1, updated_at = ?
+SET state = ?, claimed_by = ?, claimed_until = ?, token = token + 1, updated_at = ?
 WHERE id IN (
     SELECT id FROM outbox
     WHERE lane = ? AND state = 'PENDING' AND available_at <= ? AND (expires_at IS NULL OR expires_at > ?)
@@ -43,10 +43,13 @@ FROM notifications WHERE id IN (SELECT value FROM json_each(?))`
 	// A fenced write names the token and requires the lease to be live.
 	qOutboxComplete = `UPDATE outbox
 SET state = ?, last_reason = ?, claimed_by = NULL, claimed_until = NULL, updated_at = ?
-WHERE id = ? AND token = ? AND state = 'CLAIMED' AND claimed_until >= ?`
+WHERE id = ? AND token = ? AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_until >= ?`
 	qOutboxRetry = `UPDATE outbox
 SET state = 'PENDING', available_at = ?, last_reason = ?, attempts = attempts + ?, claimed_by = NULL, claimed_until = NULL, updated_at = ?
-WHERE id = ? AND token = ? AND state = 'CLAIMED' AND claimed_until >= ?`
+WHERE id = ? AND token = ? AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_until >= ?`
+	qOutboxPublished = `UPDATE outbox
+SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = ?
+WHERE id = ? AND token = ? AND state = 'PUBLISHING' AND claimed_until >= ?`
 	qOutboxReclaim = `UPDATE outbox
 SET state = 'PENDING', last_reason = 'CLAIM_EXPIRED', claimed_by = NULL, claimed_until = NULL, updated_at = ?
 WHERE state IN ('CLAIMED', 'PUBLISHING') AND claimed_until < ?`
@@ -91,7 +94,7 @@ ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at =
 var writeQueries = []string{
 	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
-	qOutboxClaim, qOutboxJobs, qOutboxComplete, qOutboxRetry, qOutboxReclaim, qOutboxExpire,
+	qOutboxClaim, qOutboxJobs, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxReclaim, qOutboxExpire,
 	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
 	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
 }

@@ -483,6 +483,50 @@ func testOutbox(t *testing.T, h Harness) {
 			t.Fatalf("backlog %v", got)
 		}
 	})
+	t.Run("RelayClaimsArePublishingAndMarkPublishedIsFenced", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for range 3 {
+			create(t, b, nil)
+		}
+		rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "relay", Limit: 10, Lease: time.Minute, Publishing: true})
+		if err != nil || len(rows) != 3 {
+			t.Fatalf("relay claimed %d (%v)", len(rows), err)
+		}
+		if v, _ := b.s.NotificationGet(b.ctx, "t1", rows[0].NotificationID); v.Deliveries[0].OutboxState != heraldtype.OutboxPublishing {
+			t.Fatalf("state %s, want PUBLISHING", v.Deliveries[0].OutboxState)
+		}
+		if n := len(claim(t, b, heraldtype.LaneTransactional, 10)); n != 0 {
+			t.Fatalf("a claimer took %d rows the relay holds", n)
+		}
+		stale := rows[1].Fence
+		stale.Token--
+		n, err := b.s.OutboxMarkPublished(b.ctx, []store.Fence{rows[0].Fence, stale})
+		if err != nil || n != 1 {
+			t.Fatalf("marked %d (%v), want only the fenced-in row", n, err)
+		}
+		if v, _ := b.s.NotificationGet(b.ctx, "t1", rows[0].NotificationID); v.Deliveries[0].OutboxState != heraldtype.OutboxPublished {
+			t.Fatalf("state %s, want PUBLISHED", v.Deliveries[0].OutboxState)
+		}
+		if n, _ := b.s.OutboxMarkPublished(b.ctx, []store.Fence{rows[0].Fence}); n != 0 {
+			t.Fatal("marked a published row again")
+		}
+		// A nacked publish goes back to PENDING through the same fence.
+		if ok, err := b.s.OutboxRetry(b.ctx, store.OutboxRetryParams{Fence: rows[1].Fence, Delay: time.Minute, Reason: "NACK", Failed: true}); !ok || err != nil {
+			t.Fatalf("retry after nack: %v %v", ok, err)
+		}
+		// A relay that stalled past its lease marks nothing; the row is reclaimed.
+		b.clk.Advance(2 * time.Minute)
+		if n, _ := b.s.OutboxMarkPublished(b.ctx, []store.Fence{rows[2].Fence}); n != 0 {
+			t.Fatal("marked after the lease ran out")
+		}
+		if n, err := b.s.OutboxReclaimExpired(b.ctx); err != nil || n != 1 {
+			t.Fatalf("reclaimed %d (%v), want 1", n, err)
+		}
+		if n := len(claim(t, b, heraldtype.LaneTransactional, 10)); n != 2 {
+			t.Fatalf("after reclaim and backoff %d rows are due, want 2", n)
+		}
+	})
 	t.Run("CreateWakesTheLane", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
