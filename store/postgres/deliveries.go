@@ -15,7 +15,7 @@ import (
 
 // DeliveryGet reads the delivery of messageID.
 func (s *Store) DeliveryGet(ctx context.Context, messageID string) (store.Delivery, error) {
-	d, err := scanDelivery(s.pool.QueryRow(ctx, qDeliveryGet, messageID))
+	d, err := scanDelivery(s.pipe.QueryRow(ctx, qDeliveryGet, messageID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, store.ErrNotFound
 	}
@@ -54,7 +54,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 			claimed, next, created, updated        *time.Time
 		}
 	)
-	err := s.pool.QueryRow(ctx, qDeliveryClaim, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).
+	err := s.pipe.QueryRow(ctx, qDeliveryClaim, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).
 		Scan(&attempt, &stale, &msgID, &cur.notif, &cur.tenant, &cur.ch, &cur.prov, &cur.state, &cur.reason, &cur.attempts,
 			&cur.claimed, &cur.next, &cur.created, &cur.updated)
 	if err != nil {
@@ -90,7 +90,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		delay = p.RetryDelay
 	}
 	var n int64
-	err := s.pool.QueryRow(ctx, qDeliveryRecord, s.now(), string(p.State), p.Reason, delay, p.MessageID, p.Attempt,
+	err := s.pipe.QueryRow(ctx, qDeliveryRecord, s.now(), string(p.State), p.Reason, delay, p.MessageID, p.Attempt,
 		p.Owner, p.StartedAt, p.StartedAt.Add(p.Duration), p.Class, p.Duration.Milliseconds()).Scan(&n)
 	if err != nil {
 		return false, s.fail(fmt.Sprintf("record delivery %s", p.MessageID), err)
@@ -101,7 +101,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 // DeliveryDecide records SUPPRESSED or PARKED for a message that has no row
 // yet or is waiting (RETRY_WAIT, PARKED).
 func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams) (bool, error) {
-	tag, err := s.pool.Exec(ctx, qDeliveryDecide, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason)
+	tag, err := s.pipe.Exec(ctx, qDeliveryDecide, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason)
 	if err != nil {
 		return false, s.fail(fmt.Sprintf("decide delivery %s", p.MessageID), err)
 	}
@@ -126,7 +126,7 @@ func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration)
 func (s *Store) ProfileGet(ctx context.Context, tenant, recipient string) (store.Profile, error) {
 	var data []byte
 	var updated time.Time
-	err := s.pool.QueryRow(ctx, qProfileGet, tenant, recipient).Scan(&data, &updated)
+	err := s.pipe.QueryRow(ctx, qProfileGet, tenant, recipient).Scan(&data, &updated)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Profile{}, store.ErrNotFound
 	}

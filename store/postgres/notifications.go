@@ -73,7 +73,7 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 		if p.IdempotencyKey != "" && p.DedupKey != "" {
 			row, err = s.createInTx(ctx, args)
 		} else {
-			row, err = scanCreate(s.pool.QueryRow(ctx, qNotificationCreate, args...))
+			row, err = scanCreate(s.pipe.QueryRow(ctx, qNotificationCreate, args...))
 		}
 		if err != nil {
 			return store.NotificationCreateResult{}, err

@@ -46,7 +46,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 
 // OutboxComplete moves a claimed row to a terminal state, fenced.
 func (s *Store) OutboxComplete(ctx context.Context, f store.Fence, state heraldtype.OutboxState, reason string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, qOutboxComplete, s.now(), string(state), reason, f.ID, f.Token)
+	tag, err := s.pipe.Exec(ctx, qOutboxComplete, s.now(), string(state), reason, f.ID, f.Token)
 	if err != nil {
 		return false, s.fail(fmt.Sprintf("complete outbox row %d", f.ID), err)
 	}
@@ -77,7 +77,7 @@ func (s *Store) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (boo
 		failed = 1
 	}
 	var lane string
-	err := s.pool.QueryRow(ctx, qOutboxRetry, s.now(), p.Delay, p.Reason, failed, p.Fence.ID, p.Fence.Token).Scan(&lane)
+	err := s.pipe.QueryRow(ctx, qOutboxRetry, s.now(), p.Delay, p.Reason, failed, p.Fence.ID, p.Fence.Token).Scan(&lane)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

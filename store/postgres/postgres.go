@@ -99,6 +99,11 @@ type Options struct {
 	// Logger receives connection-state changes of the listener and the
 	// leader election. Defaults to slog.Default().
 	Logger *slog.Logger
+	// PipelineWorkers is how many batches of hot statements may be in
+	// flight at once (see pipeline). Defaults to 4.
+	PipelineWorkers int
+	// PipelineBatch caps the statements sent together. Defaults to 64.
+	PipelineBatch int
 
 	// tracer, when set, traces every pool query (tests count round trips).
 	tracer pgx.QueryTracer
@@ -110,6 +115,7 @@ const DefaultMaxConns = 16
 // Store is the PostgreSQL driver.
 type Store struct {
 	pool    *pgxpool.Pool
+	pipe    *pipeline // group commit for the hot single statements
 	connCfg *pgx.ConnConfig // for the dedicated listener and leader connections
 	clock   clock.Clock     // nil: the database server's clock
 	logger  *slog.Logger
@@ -193,6 +199,13 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, connCfg *pgx.ConnConfig, 
 		opts.NotifyInterval = 10 * time.Millisecond
 	}
 	s.notify = newNotifier(s, opts.NotifyInterval)
+	if opts.PipelineWorkers <= 0 {
+		opts.PipelineWorkers = 4
+	}
+	if opts.PipelineBatch <= 0 {
+		opts.PipelineBatch = 64
+	}
+	s.pipe = newPipeline(pool, opts.PipelineWorkers, opts.PipelineBatch)
 	s.connCfg = connCfg.Copy()
 	s.connCfg.Tracer = nil
 	s.life, s.cancel = context.WithCancel(context.Background())
@@ -261,6 +274,7 @@ func (s *Store) Close() error {
 	s.cancel()
 	s.notify.stop()
 	s.wg.Wait()
+	s.pipe.close()
 	s.pool.Close()
 	return nil
 }

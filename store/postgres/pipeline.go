@@ -1,0 +1,239 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/store"
+)
+
+// pipeline is group commit for the hot single statements (intake creates,
+// delivery claims and results, fenced outbox writes, the sender's reads).
+//
+// Each of those statements is autocommitted on its own, so one notification
+// used to cost several commits, each a WAL flush. The pipeline instead
+// collects the statements that goroutines are waiting to run and sends them
+// as one pgx batch: one round trip, and — because PostgreSQL runs a pipeline
+// up to its Sync in one implicit transaction — one commit. Nothing waits for
+// a timer: a statement that arrives while a worker is free runs at once and
+// alone; statements that arrive while the workers are busy share the next
+// batch.
+//
+// Every statement sent this way is written to be correct in any company: it
+// is conditional (ON CONFLICT, fenced WHERE clauses) and sees the writes of
+// the statements before it in the batch, so two copies of one message in one
+// batch behave as two concurrent transactions would — the second finds the
+// first's row. If any statement fails on the server, the implicit
+// transaction aborted and nothing in the batch committed: each statement is
+// then run again alone, so the failure stays with its own caller; the same
+// when the batch failed before anything reached the server (a statement
+// whose arguments cannot be encoded, say). A lost
+// connection is as ambiguous for a batch as for a single statement (it may
+// or may not have committed) and is reported to every caller, as it would be
+// to one.
+//
+// A caller always waits for its statement's outcome, even if its context is
+// cancelled meanwhile: it must know whether it committed. A statement whose
+// context is done before its batch is sent is skipped.
+type pipeline struct {
+	pool     *pgxpool.Pool
+	ops      chan *pipeOp
+	maxBatch int
+	timeout  time.Duration
+
+	// taken, when set (tests), is told the size of each batch a worker takes.
+	taken func(n int)
+
+	quitOnce sync.Once
+	quit     chan struct{}
+	stopped  chan struct{} // closed once every worker has exited
+	wg       sync.WaitGroup
+}
+
+type pipeOp struct {
+	ctx  context.Context
+	sql  string
+	args []any
+	exec bool
+	dest []any            // QueryRow: where to scan
+	tag  pgconn.CommandTag // Exec: the command tag
+	err  error
+	done chan struct{}
+}
+
+func newPipeline(pool *pgxpool.Pool, workers, maxBatch int) *pipeline {
+	p := &pipeline{
+		pool: pool, ops: make(chan *pipeOp, workers*maxBatch), maxBatch: maxBatch, timeout: 30 * time.Second,
+		quit: make(chan struct{}), stopped: make(chan struct{}),
+	}
+	for range workers {
+		p.wg.Add(1)
+		go p.work()
+	}
+	go func() { p.wg.Wait(); close(p.stopped) }()
+	return p
+}
+
+// QueryRow returns a row whose Scan runs sql through the pipeline.
+func (p *pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return &pipeRow{p: p, ctx: ctx, sql: sql, args: args}
+}
+
+type pipeRow struct {
+	p    *pipeline
+	ctx  context.Context
+	sql  string
+	args []any
+}
+
+func (r *pipeRow) Scan(dest ...any) error {
+	return r.p.do(&pipeOp{ctx: r.ctx, sql: r.sql, args: r.args, dest: dest})
+}
+
+// Exec runs sql through the pipeline.
+func (p *pipeline) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	op := &pipeOp{ctx: ctx, sql: sql, args: args, exec: true}
+	err := p.do(op)
+	return op.tag, err
+}
+
+func (p *pipeline) do(op *pipeOp) error {
+	op.done = make(chan struct{})
+	select {
+	case p.ops <- op:
+	case <-op.ctx.Done():
+		return op.ctx.Err()
+	case <-p.quit:
+		return store.ErrClosed
+	}
+	select {
+	case <-op.done:
+		return op.err
+	case <-p.stopped:
+		// Queued as the workers exited: it ran in their drain, or not at all.
+		select {
+		case <-op.done:
+			return op.err
+		default:
+			return store.ErrClosed
+		}
+	}
+}
+
+func (p *pipeline) work() {
+	defer p.wg.Done()
+	batch := make([]*pipeOp, 0, p.maxBatch)
+	for {
+		select {
+		case op := <-p.ops:
+			batch = append(batch[:0], op)
+		case <-p.quit:
+			p.drain()
+			return
+		}
+	fill:
+		for len(batch) < p.maxBatch {
+			select {
+			case op := <-p.ops:
+				batch = append(batch, op)
+			default:
+				break fill
+			}
+		}
+		p.run(batch)
+	}
+}
+
+// drain runs what is still queued at close, one by one, so no caller is
+// left waiting.
+func (p *pipeline) drain() {
+	for {
+		select {
+		case op := <-p.ops:
+			p.alone(op)
+			close(op.done)
+		default:
+			return
+		}
+	}
+}
+
+func (p *pipeline) run(batch []*pipeOp) {
+	if p.taken != nil {
+		p.taken(len(batch))
+	}
+	live := batch[:0:0]
+	for _, op := range batch {
+		if err := op.ctx.Err(); err != nil {
+			op.err = err
+			close(op.done)
+			continue
+		}
+		live = append(live, op)
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		p.alone(live[0])
+		close(live[0].done)
+		return
+	}
+	b := &pgx.Batch{}
+	for _, op := range live {
+		q := b.Queue(op.sql, op.args...)
+		// Callbacks never return an error: pgx would stop reading the
+		// results of statements that already ran. Each keeps its own.
+		if op.exec {
+			q.Fn = func(br pgx.BatchResults) error { op.tag, op.err = br.Exec(); return nil }
+		} else {
+			q.Fn = func(br pgx.BatchResults) error { op.err = br.QueryRow().Scan(op.dest...); return nil }
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	err := p.pool.SendBatch(ctx, b).Close()
+	cancel()
+	// Nothing committed if the server refused a statement (the implicit
+	// transaction aborted) or if nothing ran at all: the batch failed while
+	// preparing or encoding, or before anything was sent.
+	var pre pgx.ErrPreprocessingBatch
+	aborted := err != nil && (pgconn.SafeToRetry(err) || errors.As(err, &pre))
+	for _, op := range live {
+		var pgErr *pgconn.PgError
+		if errors.As(op.err, &pgErr) {
+			aborted = true
+			break
+		}
+	}
+	for _, op := range live {
+		switch {
+		case aborted:
+			// Nothing in the batch committed: run each again alone.
+			op.err = nil
+			p.alone(op)
+		case err != nil && op.err == nil:
+			op.err = err
+		}
+		close(op.done)
+	}
+}
+
+// alone runs op as its own autocommitted statement.
+func (p *pipeline) alone(op *pipeOp) {
+	if op.exec {
+		op.tag, op.err = p.pool.Exec(op.ctx, op.sql, op.args...)
+		return
+	}
+	op.err = p.pool.QueryRow(op.ctx, op.sql, op.args...).Scan(op.dest...)
+}
+
+func (p *pipeline) close() {
+	p.quitOnce.Do(func() { close(p.quit) })
+	<-p.stopped
+}
