@@ -61,7 +61,7 @@ type pipeOp struct {
 	sql  string
 	args []any
 	exec bool
-	dest []any            // QueryRow: where to scan
+	dest []any             // QueryRow: where to scan
 	tag  pgconn.CommandTag // Exec: the command tag
 	err  error
 	done chan struct{}

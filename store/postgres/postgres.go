@@ -115,7 +115,7 @@ const DefaultMaxConns = 16
 // Store is the PostgreSQL driver.
 type Store struct {
 	pool    *pgxpool.Pool
-	pipe    *pipeline // group commit for the hot single statements
+	pipe    *pipeline       // group commit for the hot single statements
 	connCfg *pgx.ConnConfig // for the dedicated listener and leader connections
 	clock   clock.Clock     // nil: the database server's clock
 	logger  *slog.Logger
