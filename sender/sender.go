@@ -141,6 +141,13 @@ type Config struct {
 	// RecordTimeout bounds the writes after a provider call (with retries).
 	// Defaults to 30 seconds.
 	RecordTimeout time.Duration
+	// StoreRetry bounds how long each step up to and including the claim
+	// (peek, profile read, claim, decision) retries a failing store call
+	// before Send gives the job back (Backoff). A dropped database connection
+	// fails only the calls in flight on it; the next try gets a new one, so
+	// a blip costs milliseconds instead of the transport's backoff (a minute
+	// and more with the db transport). Defaults to 5 seconds.
+	StoreRetry time.Duration
 }
 
 // Sender runs the algorithm.
@@ -162,6 +169,9 @@ func New(cfg Config) *Sender {
 	if cfg.RecordTimeout <= 0 {
 		cfg.RecordTimeout = 30 * time.Second
 	}
+	if cfg.StoreRetry <= 0 {
+		cfg.StoreRetry = 5 * time.Second
+	}
 	if cfg.Retry.Quick == 0 {
 		cfg.Retry = RetryPolicy{Quick: 2, QuickDelay: time.Second, Slow: 3, SlowDelay: 10 * time.Minute}
 	}
@@ -173,7 +183,11 @@ func New(cfg Config) *Sender {
 // writing; after the claim it no longer matters.
 func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	// 1. Peek.
-	d, err := s.Store.DeliveryGet(ctx, job.MessageID)
+	var d store.Delivery
+	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
+		d, err = s.Store.DeliveryGet(ctx, job.MessageID)
+		return err
+	})
 	switch {
 	case err == nil:
 		if r, stop := s.existing(d); stop {
@@ -197,11 +211,17 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	}
 
 	// 3. Claim. From here on, shutdown does not cancel: the claim, the call
-	// and the record form one unit.
+	// and the record form one unit. A claim retried after an error whose
+	// first try did commit finds its own SENDING row and loses; the stale
+	// sweep settles that row as UNKNOWN, never a second call.
 	work := context.WithoutCancel(ctx)
-	claim, err := s.Store.DeliveryClaim(work, store.DeliveryClaimParams{
-		MessageID: job.MessageID, NotificationID: job.NotificationID, Tenant: job.Tenant,
-		Channel: job.Channel, Provider: named.Name, Owner: s.Owner,
+	var claim store.DeliveryClaimResult
+	err = s.retryStore(work, func(ctx context.Context) (err error) {
+		claim, err = s.Store.DeliveryClaim(ctx, store.DeliveryClaimParams{
+			MessageID: job.MessageID, NotificationID: job.NotificationID, Tenant: job.Tenant,
+			Channel: job.Channel, Provider: named.Name, Owner: s.Owner,
+		})
+		return err
 	})
 	if err != nil {
 		// If the claim did commit, the row stays SENDING and the stale sweep
@@ -291,7 +311,11 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	}
 	// The profile is read now, not at intake: consent may have been withdrawn
 	// and the address changed since the notification was accepted.
-	profile, err := s.Store.ProfileGet(ctx, job.Tenant, job.Recipient)
+	var profile store.Profile
+	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
+		profile, err = s.Store.ProfileGet(ctx, job.Tenant, job.Recipient)
+		return err
+	})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return provider.Message{}, none, &decision{err: fmt.Errorf("read profile: %w", err)}
 	}
@@ -324,9 +348,13 @@ func (s *Sender) decide(ctx context.Context, job heraldtype.Job, dec decision) R
 	if dec.err != nil {
 		return backoff(dec.err)
 	}
-	ok, err := s.Store.DeliveryDecide(ctx, store.DeliveryDecideParams{
-		MessageID: job.MessageID, NotificationID: job.NotificationID, Tenant: job.Tenant,
-		Channel: job.Channel, State: dec.state, Reason: dec.reason,
+	var ok bool
+	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
+		ok, err = s.Store.DeliveryDecide(ctx, store.DeliveryDecideParams{
+			MessageID: job.MessageID, NotificationID: job.NotificationID, Tenant: job.Tenant,
+			Channel: job.Channel, State: dec.state, Reason: dec.reason,
+		})
+		return err
 	})
 	if err != nil {
 		return backoff(fmt.Errorf("record %s: %w", dec.state, err))
@@ -419,6 +447,32 @@ func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordPara
 		case <-t.C:
 		}
 		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// retryStore runs op until it succeeds or fails with an answer (not found,
+// store closed), ctx is done, or StoreRetry has passed; it returns op's last
+// error. Every op it runs is safe to repeat: a read, or a conditional write
+// that a repeat cannot apply twice.
+func (s *Sender) retryStore(ctx context.Context, op func(context.Context) error) error {
+	deadline := time.Now().Add(s.StoreRetry)
+	wait := 20 * time.Millisecond
+	for {
+		err := op(ctx)
+		if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrClosed) || ctx.Err() != nil {
+			return err
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
 	}
 }
 

@@ -328,12 +328,65 @@ func TestStoreFailureBeforeClaimWritesNothing(t *testing.T) {
 	t.Parallel()
 	snd, b := setup(t, sender.Hooks{})
 	snd.Store = failingProfiles{b.store}
+	snd.StoreRetry = 50 * time.Millisecond
 	j := job("n1", heraldtype.ChannelWebhook)
 	if r := snd.Send(b.ctx, j); r.Verdict != sender.Backoff || r.Err == nil {
 		t.Fatalf("%+v, want Backoff", r)
 	}
 	if _, err := b.store.DeliveryGet(b.ctx, j.MessageID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a row was written: %v", err)
+	}
+}
+
+// blippingStore fails the first calls of each step, as the calls in flight
+// on a dropped database connection do, and then works again.
+type blippingStore struct {
+	*sqlite.Store
+	mu    sync.Mutex
+	fails map[string]int // step → failures left
+}
+
+func (b *blippingStore) fail(step string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fails[step] > 0 {
+		b.fails[step]--
+		return errors.New(step + ": FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
+	}
+	return nil
+}
+
+func (b *blippingStore) DeliveryGet(ctx context.Context, id string) (store.Delivery, error) {
+	if err := b.fail("peek"); err != nil {
+		return store.Delivery{}, err
+	}
+	return b.Store.DeliveryGet(ctx, id)
+}
+
+func (b *blippingStore) ProfileGet(ctx context.Context, tenant, recipient string) (store.Profile, error) {
+	if err := b.fail("profile"); err != nil {
+		return store.Profile{}, err
+	}
+	return b.Store.ProfileGet(ctx, tenant, recipient)
+}
+
+func (b *blippingStore) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+	if err := b.fail("claim"); err != nil {
+		return store.DeliveryClaimResult{}, err
+	}
+	return b.Store.DeliveryClaim(ctx, p)
+}
+
+func TestStoreBlipBeforeClaimIsRetriedInPlace(t *testing.T) {
+	t.Parallel()
+	snd, b := setup(t, sender.Hooks{})
+	snd.Store = &blippingStore{Store: b.store, fails: map[string]int{"peek": 2, "profile": 1, "claim": 1}}
+	j := job("n1", heraldtype.ChannelWebhook)
+	if r := snd.Send(b.ctx, j); r.Verdict != sender.Done || r.State != heraldtype.DeliveryProviderAccepted {
+		t.Fatalf("%+v, want Done PROVIDER_ACCEPTED after the store came back", r)
+	}
+	if n := b.sims[heraldtype.ChannelWebhook].Total(); n != 1 {
+		t.Fatalf("%d provider calls, want 1", n)
 	}
 }
 

@@ -1,0 +1,336 @@
+package herald
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
+	"github.com/heraldhq/herald/store/sqlite"
+)
+
+// Options configure a Client.
+type Options struct {
+	// Kinds are the notification kinds the application may enqueue, as in
+	// herald's configuration (config.Load(…).Kinds): use the same list the
+	// herald server runs with, or it parks what it does not know. Required.
+	Kinds []config.Kind
+	// Clock supplies the time notification ids are made from and that
+	// ExpiresAt is checked against. Defaults to the system clock.
+	Clock clock.Clock
+}
+
+// Client enqueues notifications in the application's own transactions. It
+// holds no connection and is safe for concurrent use.
+type Client struct {
+	catalog *catalog.Catalog
+	clock   clock.Clock
+}
+
+// NewClient checks and compiles the kinds. An error names the kind and the
+// field, as herald's configuration check does.
+func NewClient(opts Options) (*Client, error) {
+	if err := validateKinds(opts.Kinds); err != nil {
+		return nil, err
+	}
+	cat, err := catalog.New(opts.Kinds)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{catalog: cat, clock: opts.Clock}
+	if c.clock == nil {
+		c.clock = clock.Real{}
+	}
+	return c, nil
+}
+
+// Intent is one notification to send: the minimal record of what to say to
+// whom and when. Contact details and consent are not part of it; herald reads
+// them when it sends.
+type Intent struct {
+	// Tenant owns the notification: the tenant of the API key that reads it
+	// back over HTTP. Required.
+	Tenant string
+	// Recipient is the application's id of the person (not an address). Required.
+	Recipient string
+	// EventID names the business event (a booking id, an order id). Required.
+	EventID string
+	// Kind is one of Options.Kinds. Required.
+	Kind string
+	// Params fill the kind's templates; every param they reference must be
+	// present, exactly as herald's intake requires (422 there, an
+	// *InvalidIntentError here). Values are stored as JSON.
+	Params map[string]any
+	// SendAt schedules the send; the zero time sends now.
+	SendAt time.Time
+	// ExpiresAt is a due-by: a send not made by then ends EXPIRED. The zero
+	// time means none. It must be in the future and after SendAt.
+	ExpiresAt time.Time
+	// DedupKey identifies this notification of this business event, made
+	// from the event and not from the moment ("booking-42:confirmed",
+	// "booking-42:reminder-d1"). Enqueueing an intent whose key the tenant
+	// already has writes nothing and returns the existing notification, so
+	// running the same business step twice adds nothing. Required.
+	DedupKey string
+}
+
+// Enqueued reports what an enqueue did.
+type Enqueued struct {
+	// ID is the notification's id: the new one, or the one that already
+	// held the dedup key. GET /v1/notifications/{id} reads it.
+	ID string
+	// Created is true when this call wrote the notification, false when the
+	// dedup key was taken (nothing was written).
+	Created bool
+}
+
+// InvalidIntentError is an intent herald would refuse: what intake answers
+// with 422. Nothing was written.
+type InvalidIntentError struct {
+	// Param names the offending field as intake's problem does:
+	// "recipient", "kind", "params.amount"…
+	Param  string
+	Detail string
+}
+
+func (e *InvalidIntentError) Error() string {
+	return fmt.Sprintf("herald: invalid intent: %s", e.Detail)
+}
+
+// EnqueueTx writes the notification and one outbox row per channel of its
+// kind in tx, a pgx transaction on herald's PostgreSQL database. They
+// commit or roll back with the rest of tx. On commit herald's claimers, in
+// every herald process on the database, are woken at once (a NOTIFY sent
+// in tx, which PostgreSQL delivers only on commit). tx must see herald's
+// schema first on its search_path.
+func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, in Intent) (Enqueued, error) {
+	return c.enqueuePostgres(ctx, tx, in)
+}
+
+// EnqueueSQLTx is EnqueueTx for database/sql on PostgreSQL (for example the
+// pgx driver, github.com/jackc/pgx/v5/stdlib). For herald's SQLite file use
+// EnqueueSQLiteTx.
+func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, in Intent) (Enqueued, error) {
+	if tx == nil {
+		return Enqueued{}, errors.New("herald: enqueue: nil transaction")
+	}
+	return c.enqueuePostgres(ctx, sqlQuerier{tx}, in)
+}
+
+// EnqueueSQLiteTx is EnqueueSQLTx for herald's SQLite database. Open the
+// file with sqlite.DSN(path) (driver "sqlite", modernc.org/sqlite) so the
+// transaction waits for herald's writer instead of failing. SQLite has no
+// wake-up across processes: herald sends the rows at its next poll.
+func (c *Client) EnqueueSQLiteTx(ctx context.Context, tx *sql.Tx, in Intent) (Enqueued, error) {
+	if tx == nil {
+		return Enqueued{}, errors.New("herald: enqueue: nil transaction")
+	}
+	p, err := c.params(in)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	res, err := sqlite.CreateTx(ctx, tx, c.clock.Now(), p)
+	return enqueued(in, res, err)
+}
+
+// Beginner starts pgx transactions: a *pgxpool.Pool or a *pgx.Conn.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+var (
+	_ Beginner = (*pgxpool.Pool)(nil)
+	_ Beginner = (*pgx.Conn)(nil)
+)
+
+// Enqueue is EnqueueTx in a transaction of its own, committed before it
+// returns: for a notification that goes with no other write.
+func (c *Client) Enqueue(ctx context.Context, db Beginner, in Intent) (Enqueued, error) {
+	p, err := c.params(in)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	var res store.NotificationCreateResult
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		res, err = postgres.CreateTx(ctx, tx, p)
+		return err
+	})
+	return enqueued(in, res, err)
+}
+
+func (c *Client) enqueuePostgres(ctx context.Context, q postgres.Querier, in Intent) (Enqueued, error) {
+	if q == nil {
+		return Enqueued{}, errors.New("herald: enqueue: nil transaction")
+	}
+	p, err := c.params(in)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	res, err := postgres.CreateTx(ctx, q, p)
+	return enqueued(in, res, err)
+}
+
+func enqueued(in Intent, res store.NotificationCreateResult, err error) (Enqueued, error) {
+	if err != nil {
+		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w", in.Kind, in.DedupKey, err)
+	}
+	return Enqueued{ID: res.ID, Created: res.Outcome == store.Created}, nil
+}
+
+// sqlQuerier runs CreateTx's statement on a database/sql transaction.
+type sqlQuerier struct{ tx *sql.Tx }
+
+func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return q.tx.QueryRowContext(ctx, query, args...)
+}
+
+var _ postgres.Querier = sqlQuerier{}
+
+// Limits on identifiers, as intake has them.
+const (
+	maxTenantLen    = 200
+	maxRecipientLen = 200
+	maxEventIDLen   = 200
+	maxDedupKeyLen  = 255
+)
+
+// params checks the intent as intake checks a request and turns it into the
+// store's create parameters.
+func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
+	bad := func(param, format string, args ...any) (store.NotificationCreateParams, error) {
+		return store.NotificationCreateParams{}, &InvalidIntentError{Param: param, Detail: fmt.Sprintf(format, args...)}
+	}
+	for _, f := range []struct {
+		param, value string
+		max          int
+	}{
+		{"tenant", in.Tenant, maxTenantLen}, {"recipient", in.Recipient, maxRecipientLen},
+		{"event_id", in.EventID, maxEventIDLen}, {"dedup_key", in.DedupKey, maxDedupKeyLen},
+	} {
+		switch {
+		case f.value == "":
+			return bad(f.param, "%s is required", f.param)
+		case len(f.value) > f.max || !printable(f.value):
+			return bad(f.param, "%s must be 1..%d printable characters", f.param, f.max)
+		}
+	}
+	if in.Kind == "" {
+		return bad("kind", "kind is required")
+	}
+	kind := c.catalog.Kind(in.Kind)
+	if kind == nil {
+		return bad("kind", "unknown kind %q", in.Kind)
+	}
+	now := c.clock.Now()
+	if !in.ExpiresAt.IsZero() {
+		if !in.ExpiresAt.After(now) {
+			return bad("expires_at", "expires_at is already past")
+		}
+		if !in.SendAt.IsZero() && !in.ExpiresAt.After(in.SendAt) {
+			return bad("expires_at", "expires_at must be after send_at")
+		}
+	}
+	raw := json.RawMessage("{}")
+	if in.Params != nil {
+		b, err := json.Marshal(in.Params)
+		if err != nil {
+			return bad("params", "params cannot be stored as JSON: %v", err)
+		}
+		raw = b
+	}
+	// Check what the sender will render: the params as stored and read back.
+	decoded, err := catalog.DecodeParams(raw)
+	if err != nil {
+		return bad("params", "%v", err)
+	}
+	if err := kind.Check(decoded); err != nil {
+		var missing *catalog.MissingParamError
+		if errors.As(err, &missing) {
+			return bad("params."+missing.Param, "kind %q needs param %q (template for channel %s)", in.Kind, missing.Param, missing.Channel)
+		}
+		return bad("params", "kind %q cannot render with these params: %v", in.Kind, err)
+	}
+	return store.NotificationCreateParams{
+		Tenant: in.Tenant, DedupKey: in.DedupKey, ID: ids.New("ntf", now), Recipient: in.Recipient, EventID: in.EventID,
+		Kind: in.Kind, Lane: kind.Lane, Params: raw, SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
+		Channels: kind.Channels,
+	}, nil
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validateKinds checks what catalog.New does not: names, categories,
+// channels and that every channel has a template.
+func validateKinds(kinds []config.Kind) error {
+	if len(kinds) == 0 {
+		return errors.New("herald: Options.Kinds: at least one kind is required")
+	}
+	names := map[string]bool{}
+	for i, k := range kinds {
+		key := fmt.Sprintf("herald: Options.Kinds[%d]", i)
+		if k.Name == "" {
+			return fmt.Errorf("%s.Name: required", key)
+		}
+		if names[k.Name] {
+			return fmt.Errorf("%s.Name: duplicate kind %q", key, k.Name)
+		}
+		names[k.Name] = true
+		if !heraldtype.Lane(k.Category).Valid() {
+			return fmt.Errorf("%s.Category: %q is not one of alert, transactional, marketing, internal", key, k.Category)
+		}
+		if len(k.Channels) == 0 {
+			return fmt.Errorf("%s.Channels: at least one channel is required", key)
+		}
+		seen := map[string]bool{}
+		for j, ch := range k.Channels {
+			if !heraldtype.Channel(ch).Valid() {
+				return fmt.Errorf("%s.Channels[%d]: %q is not a channel", key, j, ch)
+			}
+			if seen[ch] {
+				return fmt.Errorf("%s.Channels[%d]: %q is listed twice", key, j, ch)
+			}
+			seen[ch] = true
+			if _, ok := k.Templates[ch]; !ok {
+				return fmt.Errorf("%s.Templates.%s: missing (every channel needs a template)", key, ch)
+			}
+		}
+		for ch := range k.Templates {
+			if !seen[ch] {
+				return fmt.Errorf("%s.Templates.%s: channel %q is not in Channels", key, ch, ch)
+			}
+		}
+	}
+	return nil
+}

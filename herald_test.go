@@ -1,0 +1,343 @@
+package herald_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/heraldhq/herald"
+	"github.com/heraldhq/herald/app"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/lookup"
+	"github.com/heraldhq/herald/store/postgres"
+)
+
+// clinic is the booking service of the tests: its own table in herald's
+// PostgreSQL database, and a herald Client.
+type clinic struct {
+	t      *testing.T
+	url    string
+	pool   *pgxpool.Pool
+	client *herald.Client
+	at     time.Time // the appointment
+}
+
+func newClinic(t *testing.T) *clinic {
+	t.Helper()
+	url := testpg.Schema(t)
+	// herald's schema first (herald migrate, or herald serve at start).
+	if _, err := postgres.Migrate(context.Background(), url); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE bookings (id text PRIMARY KEY, patient text NOT NULL, at timestamptz NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	client, err := herald.NewClient(herald.Options{Kinds: clinicKinds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	at := time.Date(now.Year(), now.Month(), now.Day()+3, 10, 30, 0, 0, time.UTC)
+	return &clinic{t: t, url: url, pool: pool, client: client, at: at}
+}
+
+func clinicConfig(url string) *config.Config {
+	cfg := &config.Config{
+		Database:     url,
+		Providers:    []config.Provider{{Name: "sim", Type: "sim", Channel: "webhook"}},
+		Kinds:        clinicKinds(),
+		PollInterval: config.Duration(time.Hour), // only a wake-up can make it look
+	}
+	return cfg.WithDefaults()
+}
+
+// intents are a booking's confirmation and its two reminders.
+func (c *clinic) intents(booking string) []herald.Intent {
+	base := herald.Intent{Tenant: "clinic-7", Recipient: "patient-1", EventID: booking, Params: map[string]any{"at": c.at.Format("Jan 2 15:04")}}
+	confirmation, dayBefore, sameMorning := base, base, base
+	confirmation.Kind, confirmation.DedupKey = "booking.confirmed", booking+":confirmed"
+	dayBefore.Kind, dayBefore.DedupKey, dayBefore.SendAt, dayBefore.ExpiresAt = "booking.reminder", booking+":reminder-d1", c.at.AddDate(0, 0, -1), c.at
+	sameMorning.Kind, sameMorning.DedupKey, sameMorning.SendAt, sameMorning.ExpiresAt = "booking.reminder", booking+":reminder-d0", c.at.Add(-3*time.Hour), c.at
+	return []herald.Intent{confirmation, dayBefore, sameMorning}
+}
+
+// confirm runs the booking step on a pgx transaction; commit decides its end.
+func (c *clinic) confirm(booking string, commit bool) []herald.Enqueued {
+	c.t.Helper()
+	ctx := context.Background()
+	var out []herald.Enqueued
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO bookings (id, patient, at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
+			booking, "patient-1", c.at); err != nil {
+			return err
+		}
+		for _, in := range c.intents(booking) {
+			e, err := c.client.EnqueueTx(ctx, tx, in)
+			if err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		if !commit {
+			return errDeclined
+		}
+		return nil
+	})
+	if err != nil && !(errors.Is(err, errDeclined) && !commit) {
+		c.t.Fatalf("confirm %s: %v", booking, err)
+	}
+	return out
+}
+
+var errDeclined = errors.New("declined")
+
+// count returns how many rows of the clinic's and herald's tables belong to booking.
+func (c *clinic) count(booking string) (bookings, notifications, outbox int) {
+	c.t.Helper()
+	err := c.pool.QueryRow(context.Background(), `SELECT
+    (SELECT count(*) FROM bookings WHERE id = $1),
+    (SELECT count(*) FROM notifications WHERE event_id = $1),
+    (SELECT count(*) FROM outbox o JOIN notifications n ON n.id = o.notification_id WHERE n.event_id = $1)`, booking).
+		Scan(&bookings, &notifications, &outbox)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return
+}
+
+func created(es []herald.Enqueued) []bool {
+	out := make([]bool, len(es))
+	for i, e := range es {
+		out[i] = e.Created
+	}
+	return out
+}
+
+// TestEnqueueInTransaction is the booking example on PostgreSQL: the
+// booking and its three notifications commit together, a rollback leaves
+// neither, a re-run adds nothing, and a real herald on the same database
+// sends the confirmation (woken by the commit) and keeps the reminders
+// SCHEDULED.
+func TestEnqueueInTransaction(t *testing.T) {
+	t.Parallel()
+	c := newClinic(t)
+	ctx := context.Background()
+
+	first := c.confirm("booking-42", true)
+	if got := created(first); len(got) != 3 || !got[0] || !got[1] || !got[2] {
+		t.Fatalf("first confirmation: %+v, want three created", first)
+	}
+	if b, n, o := c.count("booking-42"); b != 1 || n != 3 || o != 3 {
+		t.Fatalf("after commit: %d bookings, %d notifications, %d outbox rows; want 1, 3, 3", b, n, o)
+	}
+
+	t.Run("ConfirmingAgainAddsNothing", func(t *testing.T) {
+		again := c.confirm("booking-42", true)
+		for i := range again {
+			if again[i].Created || again[i].ID != first[i].ID {
+				t.Fatalf("%d: %+v, want the existing %s", i, again[i], first[i].ID)
+			}
+		}
+		if b, n, o := c.count("booking-42"); b != 1 || n != 3 || o != 3 {
+			t.Fatalf("%d bookings, %d notifications, %d outbox rows; want 1, 3, 3", b, n, o)
+		}
+	})
+
+	t.Run("RollbackLeavesNeither", func(t *testing.T) {
+		c.confirm("booking-43", false)
+		if b, n, o := c.count("booking-43"); b != 0 || n != 0 || o != 0 {
+			t.Fatalf("%d bookings, %d notifications, %d outbox rows; want none", b, n, o)
+		}
+	})
+
+	t.Run("DatabaseSQLTransaction", func(t *testing.T) {
+		db, err := sql.Open("pgx", c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for _, commit := range []bool{false, true, true} {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO bookings (id, patient, at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
+				"booking-44", "patient-2", c.at); err != nil {
+				t.Fatal(err)
+			}
+			var es []herald.Enqueued
+			for _, in := range c.intents("booking-44") {
+				e, err := c.client.EnqueueSQLTx(ctx, tx, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				es = append(es, e)
+			}
+			if !commit {
+				if err := tx.Rollback(); err != nil {
+					t.Fatal(err)
+				}
+				if b, n, o := c.count("booking-44"); b != 0 || n != 0 || o != 0 {
+					t.Fatalf("after rollback: %d bookings, %d notifications, %d outbox rows", b, n, o)
+				}
+				continue
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if b, n, o := c.count("booking-44"); b != 1 || n != 3 || o != 3 {
+				t.Fatalf("after commit: %d bookings, %d notifications, %d outbox rows (%+v)", b, n, o, es)
+			}
+		}
+	})
+
+	t.Run("OwnTransaction", func(t *testing.T) {
+		in := c.intents("booking-45")[0]
+		e1, err := c.client.Enqueue(ctx, c.pool, in)
+		if err != nil || !e1.Created {
+			t.Fatalf("%+v %v", e1, err)
+		}
+		e2, err := c.client.Enqueue(ctx, c.pool, in)
+		if err != nil || e2.Created || e2.ID != e1.ID {
+			t.Fatalf("again: %+v %v, want %s not created", e2, err, e1.ID)
+		}
+	})
+
+	t.Run("AnInvalidIntentWritesNothingAndLeavesTheTransactionUsable", func(t *testing.T) {
+		tx, err := c.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		for _, tc := range []struct {
+			name, param string
+			mutate      func(in *herald.Intent)
+		}{
+			{"MissingParam", "params.at", func(in *herald.Intent) { in.Params = map[string]any{"when": "soon"} }},
+			{"UnknownKind", "kind", func(in *herald.Intent) { in.Kind = "booking.cancelled" }},
+			{"NoDedupKey", "dedup_key", func(in *herald.Intent) { in.DedupKey = "" }},
+			{"NoRecipient", "recipient", func(in *herald.Intent) { in.Recipient = "" }},
+			{"ExpiresBeforeItIsSent", "expires_at", func(in *herald.Intent) { in.ExpiresAt = in.SendAt.Add(-time.Minute) }},
+		} {
+			in := c.intents("booking-46")[1]
+			tc.mutate(&in)
+			_, err := c.client.EnqueueTx(ctx, tx, in)
+			var invalid *herald.InvalidIntentError
+			if !errors.As(err, &invalid) || invalid.Param != tc.param {
+				t.Errorf("%s: %v, want an invalid %s", tc.name, err, tc.param)
+			}
+		}
+		if _, err := c.client.EnqueueTx(ctx, tx, c.intents("booking-46")[0]); err != nil {
+			t.Fatalf("the transaction is no longer usable: %v", err)
+		}
+	})
+
+	t.Run("HeraldSendsTheConfirmationAndSchedulesTheReminders", func(t *testing.T) {
+		name := "herald_app_" + strings.ToLower(strings.TrimPrefix(first[0].ID, "ntf_"))
+		cfg := clinicConfig(testpg.WithParams(c.url, "application_name", name))
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := appNew(t, cfg, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := func(id string) string {
+			v, err := h.Store().NotificationGet(ctx, "clinic-7", id)
+			if err != nil {
+				return err.Error()
+			}
+			return lookup.View(v).Deliveries[0].State
+		}
+		waitState := func(id, want string) {
+			t.Helper()
+			deadline := time.Now().Add(10 * time.Second)
+			for state(id) != want {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s is %s, want %s", id, state(id), want)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		// Committed before herald started: found by its first claim.
+		waitState(first[0].ID, "PROVIDER_ACCEPTED")
+		for _, r := range first[1:] {
+			if got := state(r.ID); got != "SCHEDULED" {
+				t.Errorf("reminder %s is %s, want SCHEDULED", r.ID, got)
+			}
+		}
+		// Committed while herald runs, with a poll interval of an hour:
+		// only the NOTIFY the commit delivered can make herald send it.
+		waitListening(t, name+" listener")
+		later := c.confirm("booking-47", true)
+		waitState(later[0].ID, "PROVIDER_ACCEPTED")
+		if n := h.Sim("sim").Total(); n < 2 || len(h.Sim("sim").Duplicates()) > 0 {
+			t.Fatalf("%d provider calls, duplicates %v", n, h.Sim("sim").Duplicates())
+		}
+	})
+}
+
+// appNew starts herald on cfg and stops it when the test ends.
+func appNew(t *testing.T, cfg *config.Config, l net.Listener) (*app.App, error) {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	h, err := app.New(context.Background(), cfg, app.Options{Listener: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("herald: %v", err)
+		}
+	})
+	return h, nil
+}
+
+// waitListening waits until the session named name has run its LISTEN
+// (herald's wake-up listener).
+func waitListening(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testpg.BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle' AND query LIKE 'LISTEN %'`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q did not connect", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

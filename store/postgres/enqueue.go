@@ -1,0 +1,147 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/store"
+)
+
+// Querier runs one statement and returns its row: a pgx.Tx, a *pgx.Conn or
+// a *pgxpool.Pool. The root package herald adapts a database/sql *sql.Tx to it.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// CreateTx writes a notification and its PENDING outbox rows with q, which
+// is normally the caller's own transaction: they commit or roll back with
+// the caller's work. It is the library twin of Store.NotificationCreate for
+// requests without an idempotency key (p.IdempotencyKey must be empty);
+// p.DedupKey makes the business event unique per tenant, so creating it
+// again (in this transaction or after another committed it) writes nothing
+// and reports Deduplicated with the existing notification's id.
+//
+// If a row is due now, the statement also NOTIFYs the lane's wake-up
+// channel of this database and schema. PostgreSQL delivers a NOTIFY only
+// when its transaction commits, so herald's claimers (in every process) are
+// woken for a committed row and never for a rolled-back one. (PostgreSQL
+// serialises the commits of transactions that sent a NOTIFY; at thousands
+// of enqueueing commits a second, intake's batched path is the cheaper one.)
+//
+// Times come from the database server's clock (statement_timestamp()). The
+// herald schema must be the first schema of q's search_path, as it is for
+// the herald store itself.
+//
+// A concurrent transaction that holds the same dedup key makes the insert
+// wait for it: if it commits, the result is Deduplicated; if it rolls back,
+// this one creates the notification. Under REPEATABLE READ or SERIALIZABLE
+// a dedup key committed after this transaction's snapshot is a
+// serialization failure instead: retry the transaction.
+func CreateTx(ctx context.Context, q Querier, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
+	if p.IdempotencyKey != "" {
+		return store.NotificationCreateResult{}, errors.New("create notification in transaction: idempotency keys belong to intake; use a dedup key")
+	}
+	if len(p.Channels) == 0 {
+		return store.NotificationCreateResult{}, errors.New("create notification in transaction: no channels")
+	}
+	channels := make([]string, len(p.Channels))
+	messageIDs := make([]string, len(p.Channels))
+	for i, ch := range p.Channels {
+		channels[i], messageIDs[i] = string(ch), store.MessageID(p.ID, ch)
+		if strings.Contains(channels[i], ",") || strings.Contains(messageIDs[i], ",") {
+			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %q is not a channel", ch)
+		}
+	}
+	params := p.Params
+	if len(params) == 0 {
+		params = json.RawMessage("{}")
+	}
+	var dedup *string
+	if p.DedupKey != "" {
+		dedup = &p.DedupKey
+	}
+	var (
+		createdID, dupID *string
+		due              bool
+		notified         int64
+	)
+	// Lists travel as comma-joined text, not arrays, so that any
+	// database/sql driver for PostgreSQL can pass them.
+	err := q.QueryRow(ctx, qEnqueue, p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
+		dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ",")).
+		Scan(&createdID, &due, &notified, &dupID)
+	if err != nil {
+		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
+	}
+	if createdID != nil {
+		return store.NotificationCreateResult{Outcome: store.Created, ID: *createdID}, nil
+	}
+	if dedup == nil {
+		return store.NotificationCreateResult{}, errors.New("create notification in transaction: no row written and no reason why")
+	}
+	if dupID == nil {
+		// Committed by a transaction this statement waited for: not in the
+		// statement's snapshot, but a new statement sees it (READ COMMITTED).
+		if err := q.QueryRow(ctx, qEnqueueDedup, p.Tenant, p.DedupKey).Scan(&dupID); err != nil {
+			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: read deduplicated notification: %w", err)
+		}
+	}
+	return store.NotificationCreateResult{Outcome: store.Deduplicated, ID: *dupID}, nil
+}
+
+// qEnqueueDedup reads the notification that holds a dedup key.
+const qEnqueueDedup = `SELECT id FROM notifications WHERE tenant = $1::text AND dedup_key = $2::text`
+
+// qWakeHash computes, in SQL, the suffix wakeChannels gives this database
+// and schema: FNV-1a (32 bits) over "database.schema" in UTF-8, as 8
+// lower-case hex digits. The listener LISTENs on the channel named in Go;
+// CreateTx runs on the caller's connection and names it in SQL, so the
+// caller need not know where the store lives. wake_hash holds one row per
+// byte consumed; the last (i = length) is the hash.
+const qWakeHash = `wake_name AS (SELECT convert_to(current_database() || '.' || current_schema(), 'UTF8') AS b),
+wake_hash (i, h) AS (
+    SELECT 0, 2166136261::bigint
+    UNION ALL
+    SELECT wake_hash.i + 1, ((wake_hash.h # get_byte(wake_name.b, wake_hash.i)) * 16777619) % 4294967296
+    FROM wake_hash, wake_name WHERE wake_hash.i < length(wake_name.b)
+),
+wake AS (
+    SELECT 'herald_wake_' || lpad(to_hex(h), 8, '0') || '_' AS prefix
+    FROM wake_hash, wake_name WHERE wake_hash.i = length(wake_name.b)
+)`
+
+// qEnqueue is CreateTx's statement: qNotificationCreate without the
+// idempotency key, on the caller's connection.
+//
+//	n  inserts the notification; an existing dedup key makes it return nothing.
+//	o  inserts one PENDING outbox row per channel, in channel order.
+//	w  NOTIFYs the lane's channel if a row is due now (delivered at commit).
+//
+// $1 tenant, $2 id, $3 recipient, $4 event id, $5 kind, $6 lane, $7 params,
+// $8 dedup key (NULL for none), $9 send_at, $10 expires_at, $11 channels and
+// $12 message ids (comma-joined, parallel).
+const qEnqueue = `WITH RECURSIVE t AS (SELECT statement_timestamp() AS now),
+` + qWakeHash + `,
+n AS (
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
+    SELECT $2::text, $1::text, $3::text, $4::text, $5::text, $6::text, $7::json, $8::text, $9::timestamptz, $10::timestamptz, t.now
+    FROM t
+    ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING id, created_at
+),
+o AS (
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
+    SELECT n.id, c.message_id, $1::text, $6::text, c.channel, 'PENDING',
+           greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at
+    FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ',')) WITH ORDINALITY AS c (channel, message_id, ord)
+    ORDER BY c.ord
+    RETURNING available_at <= created_at AS due
+),
+w AS (SELECT pg_notify(wake.prefix || $6::text, '') FROM wake WHERE EXISTS (SELECT 1 FROM o WHERE o.due))
+SELECT (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w), dup.id
+FROM t LEFT JOIN notifications dup ON dup.tenant = $1::text AND dup.dedup_key = $8::text`
