@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -92,17 +93,28 @@ func runCrash(t *testing.T, cs crashSetup, n, kills int, seed uint64) {
 	sending := make(chan struct{})
 	go func() { wg.Wait(); close(sending) }()
 
-	// The killer: SIGKILL at random moments, restart at once.
+	// The killer: SIGKILL at random points of the run, restart at once. The
+	// points are chosen by progress (how many notifications were sent), so
+	// they spread over the run however fast the deployment is; the last one
+	// may fall after sending, while deliveries are still being made.
 	rng := rand.New(rand.NewPCG(seed, seed))
-	for i := range kills {
-		wait := time.Duration(150+rng.IntN(450)) * time.Millisecond
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			t.Fatal("timed out")
+	points := make([]int64, kills)
+	for i := range points {
+		points[i] = int64(n/20 + rng.IntN(n))
+	}
+	slices.Sort(points)
+	for i, at := range points {
+		for next.Load() < at {
+			select {
+			case <-sending:
+				at = 0 // sending finished: kill now, mid-delivery
+			case <-ctx.Done():
+				t.Fatal("timed out")
+			case <-time.After(2 * time.Millisecond):
+			}
 		}
 		srv.kill()
-		t.Logf("kill %d after %s (sent so far: %d)", i+1, wait, min(next.Load(), int64(n)))
+		t.Logf("kill %d at %d sent", i+1, min(next.Load(), int64(n)))
 		srv.start()
 	}
 	<-sending
