@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/broker/rabbitmq"
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/config"
@@ -27,6 +28,7 @@ import (
 	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/provider/webhook"
@@ -64,6 +66,7 @@ type App struct {
 	draining atomic.Bool
 	alerts   alert.Sink
 	clock    clock.Clock
+	parked   parked.Service
 }
 
 // New opens the store and wires every component. It does not start anything.
@@ -115,6 +118,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		},
 		Owner: a.owner, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Hooks: opts.Hooks,
 	})
+	a.parked = Parked(cfg, a.store, a.logger)
 	keys := map[string]string{}
 	for _, k := range cfg.APIKeys {
 		keys[k.Key] = k.Tenant
@@ -126,6 +130,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 			Logger: a.logger, Metrics: a.metrics,
 		},
 		Lookup:   &lookup.Handler{Store: a.store, Logger: a.logger},
+		Parked:   a.parked,
 		Store:    a.store,
 		Metrics:  a.metrics,
 		Logger:   a.logger,
@@ -206,9 +211,7 @@ func (a *App) Run(ctx context.Context) error {
 			go func() { defer wg.Done(); c.Run(work) }()
 		}
 	} else {
-		stopWork()
-		_ = srv.Close()
-		return fmt.Errorf("transport %q is not available in this build", a.cfg.Transport)
+		a.runRabbitMQ(work, &wg)
 	}
 	var isLeader func() bool
 	if le, ok := a.store.(leaderElector); ok {
@@ -258,6 +261,72 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.logger.Info("herald: stopped")
 	return runErr
+}
+
+// Topology is the broker topology cfg asks for: its prefix, its delivery
+// limit, single active consumer, and retry queues for the sender's quick and
+// slow delays besides the defaults.
+func Topology(cfg *config.Config) rabbitmq.Topology {
+	return rabbitmq.Topology{
+		Prefix:               cfg.RabbitMQ.Prefix,
+		RetryDelays:          append([]time.Duration{cfg.Retry.QuickDelay.D(), cfg.Retry.SlowDelay.D()}, rabbitmq.DefaultRetryDelays...),
+		DeliveryLimit:        cfg.RabbitMQ.DeliveryLimit,
+		SingleActiveConsumer: cfg.RabbitMQ.SingleActiveConsumer,
+	}.WithDefaults()
+}
+
+// Parked returns the parked-message service of cfg's transport: the
+// parking queue for rabbitmq, the PARKED deliveries for db.
+func Parked(cfg *config.Config, st store.Store, logger *slog.Logger) parked.Service {
+	if cfg.Transport == "rabbitmq" {
+		return &rabbitmq.Parking{URL: cfg.RabbitMQURL, Topology: Topology(cfg), Store: st,
+			ConfirmTimeout: cfg.RabbitMQ.ConfirmTimeout.D(), Logger: logger}
+	}
+	return parked.DB{Store: st}
+}
+
+// OpenParked opens cfg's store and returns its parked-message service, for
+// the CLI; close releases the store.
+func OpenParked(ctx context.Context, cfg *config.Config, logger *slog.Logger) (svc parked.Service, closeFn func() error, err error) {
+	st, err := openStore(ctx, cfg, clock.Real{}, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	return Parked(cfg, st, logger), st.Close, nil
+}
+
+// runRabbitMQ starts, per lane, a relay with its publisher and a consumer
+// that hands messages to the sender. The relays stop first when work ends;
+// their publishers stay connected until the relays have settled the batches
+// in flight.
+func (a *App) runRabbitMQ(work context.Context, wg *sync.WaitGroup) {
+	topo := Topology(a.cfg)
+	pubCtx, stopPub := context.WithCancel(context.Background())
+	var relays sync.WaitGroup
+	for _, lane := range heraldtype.Lanes {
+		pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{
+			URL: a.cfg.RabbitMQURL, Name: fmt.Sprintf("herald-relay-%s-%s", lane, a.owner), Topology: topo,
+			ConfirmTimeout: a.cfg.RabbitMQ.ConfirmTimeout.D(), Logger: a.logger,
+		})
+		relay := dispatch.NewRelay(dispatch.RelayConfig{
+			Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Publisher: pub, Owner: a.owner,
+			BatchSize: a.cfg.RabbitMQ.RelayBatch, InFlight: a.cfg.RabbitMQ.RelayInFlight, Lease: a.cfg.Lease.D(),
+			PollInterval: a.cfg.PollInterval.D(), MaxAttempts: a.cfg.DispatchMaxAttempts,
+			Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
+		})
+		cons := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{
+			URL: a.cfg.RabbitMQURL, Name: fmt.Sprintf("herald-consumer-%s-%s", lane, a.owner), Lane: lane, Topology: topo,
+			Sender: a.sender, Concurrency: a.cfg.LaneConcurrency(lane), Prefetch: a.cfg.LanePrefetch(lane),
+			ConfirmTimeout: a.cfg.RabbitMQ.ConfirmTimeout.D(), Logger: a.logger, Metrics: a.metrics,
+		})
+		wg.Add(3)
+		relays.Add(1)
+		go func() { defer wg.Done(); pub.Run(pubCtx) }()
+		go func() { defer wg.Done(); defer relays.Done(); relay.Run(work) }()
+		go func() { defer wg.Done(); cons.Run(work) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); relays.Wait(); stopPub() }()
 }
 
 // Close releases the store of an App that was never Run.

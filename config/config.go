@@ -32,6 +32,8 @@ type Config struct {
 	Transport string `yaml:"transport"`
 	// RabbitMQURL is the broker for transport rabbitmq. No default.
 	RabbitMQURL string `yaml:"rabbitmq_url"`
+	// RabbitMQ tunes the rabbitmq transport. Defaults are listed per field.
+	RabbitMQ RabbitMQ `yaml:"rabbitmq"`
 	// StaleClaimAfter turns a SENDING delivery older than this into UNKNOWN.
 	// Defaults to 10 minutes.
 	StaleClaimAfter Duration `yaml:"stale_claim_after"`
@@ -121,6 +123,34 @@ type Template struct {
 type Lane struct {
 	// Concurrency is the number of sends in flight at once on this lane.
 	Concurrency int `yaml:"concurrency"`
+}
+
+// RabbitMQ tunes the rabbitmq transport (relay, queues, consumers).
+type RabbitMQ struct {
+	// Prefetch is each lane consumer's prefetch count (unacknowledged
+	// messages the broker hands it at once). Defaults per lane to the lane's
+	// concurrency.
+	Prefetch map[string]int `yaml:"prefetch"`
+	// RelayBatch is how many outbox rows the relay claims and publishes at
+	// once. Defaults to 500.
+	RelayBatch int `yaml:"relay_batch"`
+	// RelayInFlight is how many claimed batches one lane's relay keeps
+	// awaiting confirms at once. Defaults to 4.
+	RelayInFlight int `yaml:"relay_in_flight"`
+	// ConfirmTimeout is how long the relay waits for a publisher confirm
+	// before it returns the row to PENDING. It must be shorter than lease.
+	// Defaults to 5 seconds.
+	ConfirmTimeout Duration `yaml:"confirm_timeout"`
+	// SingleActiveConsumer makes each lane queue deliver to one consumer at
+	// a time across every herald process: a rate limit, never a duplicate
+	// guard (the deliveries claim is). Defaults to false.
+	SingleActiveConsumer bool `yaml:"single_active_consumer"`
+	// DeliveryLimit is how many times the broker delivers one message
+	// before it dead-letters it to the parking queue (a poison message that
+	// keeps killing its consumer). Defaults to 20.
+	DeliveryLimit int `yaml:"delivery_limit"`
+	// Prefix names herald's exchanges and queues. Defaults to "herald".
+	Prefix string `yaml:"prefix"`
 }
 
 // Retry is the schedule for definite non-sends (DESIGN §2).
@@ -336,6 +366,7 @@ func (c *Config) WithDefaults() *Config {
 	if c.DispatchMaxAttempts == 0 {
 		c.DispatchMaxAttempts = 20
 	}
+	c.RabbitMQ.withDefaults()
 	for i := range c.Providers {
 		def(&c.Providers[i].Timeout, 10*time.Second)
 	}
@@ -349,7 +380,72 @@ func (c *Config) WithDefaults() *Config {
 		}
 		c.Lanes[string(l)] = lc
 	}
+	if c.RabbitMQ.Prefetch == nil {
+		c.RabbitMQ.Prefetch = map[string]int{}
+	}
+	for _, l := range heraldtype.Lanes {
+		if c.RabbitMQ.Prefetch[string(l)] == 0 {
+			c.RabbitMQ.Prefetch[string(l)] = c.Lanes[string(l)].Concurrency
+		}
+	}
 	return c
+}
+
+func (r *RabbitMQ) withDefaults() {
+	if r.RelayBatch == 0 {
+		r.RelayBatch = 500
+	}
+	if r.RelayInFlight == 0 {
+		r.RelayInFlight = 4
+	}
+	if r.ConfirmTimeout == 0 {
+		r.ConfirmTimeout = Duration(5 * time.Second)
+	}
+	if r.DeliveryLimit == 0 {
+		r.DeliveryLimit = 20
+	}
+	if r.Prefix == "" {
+		r.Prefix = "herald"
+	}
+}
+
+// LanePrefetch returns the rabbitmq consumer prefetch of l.
+func (c *Config) LanePrefetch(l heraldtype.Lane) int { return c.RabbitMQ.Prefetch[string(l)] }
+
+var namePrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+func (c *Config) validateRabbitMQ() error {
+	r := c.RabbitMQ
+	for name, n := range r.Prefetch {
+		if !heraldtype.Lane(name).Valid() {
+			return fmt.Errorf("config: rabbitmq.prefetch.%s: not a lane (alert, transactional, marketing, internal)", name)
+		}
+		if n < 1 || n > 65535 {
+			return fmt.Errorf("config: rabbitmq.prefetch.%s: must be 1..65535, got %d", name, n)
+		}
+	}
+	if r.RelayBatch < 1 || r.RelayBatch > 10000 {
+		return fmt.Errorf("config: rabbitmq.relay_batch: must be 1..10000, got %d", r.RelayBatch)
+	}
+	if r.RelayInFlight < 1 || r.RelayInFlight > 64 {
+		return fmt.Errorf("config: rabbitmq.relay_in_flight: must be 1..64, got %d", r.RelayInFlight)
+	}
+	if r.ConfirmTimeout <= 0 {
+		return fmt.Errorf("config: rabbitmq.confirm_timeout: must be positive, got %s", r.ConfirmTimeout.D())
+	}
+	if r.DeliveryLimit < 1 {
+		return fmt.Errorf("config: rabbitmq.delivery_limit: must be at least 1, got %d", r.DeliveryLimit)
+	}
+	if !namePrefix.MatchString(r.Prefix) {
+		return fmt.Errorf("config: rabbitmq.prefix: %q must be 1..64 of A-Z a-z 0-9 _ . -", r.Prefix)
+	}
+	if c.Transport == "rabbitmq" && c.Lease.D() <= r.ConfirmTimeout.D() {
+		// The relay marks a row PUBLISHED only while it still holds the
+		// lease; a confirm that may take longer than the lease would hand
+		// the row to a second relay every time.
+		return fmt.Errorf("config: rabbitmq.confirm_timeout: %s must be shorter than lease (%s)", r.ConfirmTimeout.D(), c.Lease.D())
+	}
+	return nil
 }
 
 // LaneConcurrency returns the configured concurrency of l.
@@ -422,6 +518,9 @@ func (c *Config) Validate() error {
 		keys[k.Key] = true
 	}
 	if err := c.validateProviders(); err != nil {
+		return err
+	}
+	if err := c.validateRabbitMQ(); err != nil {
 		return err
 	}
 	// A lease must outlive the one provider call made under it, or a second

@@ -20,15 +20,18 @@ import (
 	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 )
 
 // Config wires the API.
 type Config struct {
-	Keys    *auth.Keys
-	Intake  *intake.Handler
-	Lookup  *lookup.Handler
+	Keys   *auth.Keys
+	Intake *intake.Handler
+	Lookup *lookup.Handler
+	// Parked lists and requeues parked messages; nil leaves /v1/parked out.
+	Parked  parked.Service
 	Store   store.Store
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
@@ -45,6 +48,12 @@ func New(cfg Config) http.Handler {
 	pr := &profiles{store: cfg.Store, logger: cfg.Logger}
 	mux.Handle("PUT /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.put)))
 	mux.Handle("GET /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.get)))
+	if cfg.Parked != nil {
+		pa := &parkedAPI{svc: cfg.Parked, logger: cfg.Logger}
+		mux.Handle("GET /v1/parked", authed(http.HandlerFunc(pa.list)))
+		mux.Handle("POST /v1/parked/requeue", authed(http.HandlerFunc(pa.requeue)))
+		mux.Handle("POST /v1/parked/{message_id}/requeue", authed(http.HandlerFunc(pa.requeue)))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")

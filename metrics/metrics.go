@@ -97,6 +97,13 @@ func (m *Metrics) Dispatch(l heraldtype.Lane, result string) {
 	}
 }
 
+// DispatchN counts n rows settled with the same result (the relay's batches).
+func (m *Metrics) DispatchN(l heraldtype.Lane, result string, n int) {
+	if m != nil && n > 0 {
+		m.dispatch.WithLabelValues(string(l), result).Add(float64(n))
+	}
+}
+
 // Alert counts an alert.
 func (m *Metrics) Alert(kind string) {
 	if m != nil {

@@ -37,6 +37,7 @@ type Store interface {
 	Outbox
 	Deliveries
 	Profiles
+	Parked
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.
 	Wakeups() *Wakeups

@@ -2,6 +2,7 @@
 //
 //	herald serve   [--config FILE]   run API, dispatchers, senders and sweeps
 //	herald migrate [--config FILE]   apply database migrations and exit
+//	herald parked list|requeue       list or requeue parked messages
 //	herald version                   print the version
 package main
 
@@ -33,6 +34,9 @@ const usage = `usage: herald <command> [flags]
 commands:
   serve   [--config FILE]   run herald (API, dispatchers, senders, sweeps)
   migrate [--config FILE]   apply database migrations and exit
+  parked  list [--config FILE] [--tenant T]
+  parked  requeue (--all | MESSAGE_ID) [--config FILE] [--tenant T]
+                            list or requeue parked messages
   version                   print the version
 `
 
@@ -50,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stdout, stderr)
 	case "migrate":
 		return migrate(args[1:], stdout, stderr)
+	case "parked":
+		return parkedCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "herald", versionString())
 		return 0

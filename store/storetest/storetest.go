@@ -50,6 +50,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Outbox", func(t *testing.T) { testOutbox(t, h) })
 	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, h) })
 	t.Run("Profiles", func(t *testing.T) { testProfiles(t, h) })
+	t.Run("Parked", func(t *testing.T) { testParked(t, h) })
 }
 
 // create is a NotificationCreate with sensible defaults; mutate adjusts it.

@@ -1,0 +1,262 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/dispatch"
+)
+
+// Why a publish was not confirmed. A message that got one of these may
+// still have reached its queue (a timeout, a lost connection); the caller
+// offers it again and the deliveries claim stops a second send.
+var (
+	ErrNacked         = errors.New("rabbitmq: broker nacked the message")
+	ErrReturned       = errors.New("rabbitmq: message was unroutable (returned)")
+	ErrConfirmTimeout = errors.New("rabbitmq: no publisher confirm in time")
+)
+
+// maxInFlight bounds the unconfirmed messages on one channel; the confirm
+// and return buffers are sized to it so the library's reader never blocks
+// on them.
+const maxInFlight = 8192
+
+// ConfirmHooks are test seams on a confirming channel. Each may be nil.
+type ConfirmHooks struct {
+	// OnConfirm runs for every confirm the broker sends; returning false
+	// drops it, as if it never arrived (a lost confirm: the publish then
+	// times out although the broker has the message).
+	OnConfirm func(messageID string, ack bool) bool
+}
+
+// confirmer publishes on one channel in confirm mode and matches each
+// confirm (by delivery tag) and each return (by message id) to the batch
+// that published it. One goroutine reads both: the broker sends a
+// basic.return before the basic.ack of the same message and the library
+// hands them over in that order, so on each confirm the confirmer first
+// drains the returns, then settles, and never mistakes a returned message
+// for a delivered one.
+type confirmer struct {
+	ch       *amqp.Channel
+	hooks    ConfirmHooks
+	confirms chan amqp.Confirmation
+	returns  chan amqp.Return
+	slots    chan struct{}
+	done     chan struct{}
+
+	mu      sync.Mutex
+	closed  bool
+	pending map[uint64]*entry
+	byID    map[string]*entry
+}
+
+type entry struct {
+	b        *Batch
+	i        int
+	id       string
+	returned bool
+}
+
+func newConfirmer(ch *amqp.Channel, hooks ConfirmHooks) (*confirmer, error) {
+	if err := ch.Confirm(false); err != nil {
+		return nil, err
+	}
+	c := &confirmer{
+		ch: ch, hooks: hooks,
+		confirms: ch.NotifyPublish(make(chan amqp.Confirmation, maxInFlight+16)),
+		returns:  ch.NotifyReturn(make(chan amqp.Return, maxInFlight+16)),
+		slots:    make(chan struct{}, maxInFlight),
+		done:     make(chan struct{}),
+		pending:  map[uint64]*entry{},
+		byID:     map[string]*entry{},
+	}
+	go c.loop()
+	return c, nil
+}
+
+func (c *confirmer) loop() {
+	defer close(c.done)
+	for {
+		select {
+		case r, ok := <-c.returns:
+			if ok {
+				c.returned(r)
+			}
+		case conf, ok := <-c.confirms:
+			if !ok {
+				c.fail()
+				return
+			}
+			c.drainReturns()
+			c.resolve(conf)
+		}
+	}
+}
+
+func (c *confirmer) drainReturns() {
+	for {
+		select {
+		case r, ok := <-c.returns:
+			if !ok {
+				return
+			}
+			c.returned(r)
+		default:
+			return
+		}
+	}
+}
+
+func (c *confirmer) returned(r amqp.Return) {
+	c.mu.Lock()
+	if e := c.byID[r.MessageId]; e != nil {
+		e.returned = true
+	}
+	c.mu.Unlock()
+}
+
+func (c *confirmer) resolve(conf amqp.Confirmation) {
+	c.mu.Lock()
+	e := c.pending[conf.DeliveryTag]
+	if e == nil {
+		c.mu.Unlock()
+		return
+	}
+	if h := c.hooks.OnConfirm; h != nil && !h(e.id, conf.Ack) {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.pending, conf.DeliveryTag)
+	if c.byID[e.id] == e {
+		delete(c.byID, e.id)
+	}
+	c.mu.Unlock()
+	<-c.slots
+	var err error
+	switch {
+	case !conf.Ack:
+		err = ErrNacked
+	case e.returned:
+		err = ErrReturned
+	}
+	e.b.set(e.i, err)
+}
+
+// fail settles everything still pending once the channel is gone.
+func (c *confirmer) fail() {
+	c.mu.Lock()
+	c.closed = true
+	pending := c.pending
+	c.pending, c.byID = map[uint64]*entry{}, map[string]*entry{}
+	c.mu.Unlock()
+	for range pending {
+		<-c.slots
+	}
+	for _, e := range pending {
+		e.b.set(e.i, dispatch.ErrConnectionLost)
+	}
+}
+
+// publish sends one message (mandatory, so an unroutable one comes back)
+// and registers it as entry i of b. An error means it was not sent.
+func (c *confirmer) publish(ctx context.Context, b *Batch, i int, exchange, key string, msg amqp.Publishing) error {
+	select {
+	case c.slots <- struct{}{}:
+	case <-c.done:
+		return dispatch.ErrConnectionLost
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.slots
+		return dispatch.ErrConnectionLost
+	}
+	seq := c.ch.GetNextPublishSeqNo()
+	e := &entry{b: b, i: i, id: msg.MessageId}
+	c.pending[seq] = e
+	c.byID[msg.MessageId] = e
+	err := c.ch.PublishWithContext(ctx, exchange, key, true, false, msg)
+	if err != nil {
+		delete(c.pending, seq)
+		if c.byID[msg.MessageId] == e {
+			delete(c.byID, msg.MessageId)
+		}
+		c.mu.Unlock()
+		<-c.slots
+		if errors.Is(err, amqp.ErrClosed) {
+			return dispatch.ErrConnectionLost
+		}
+		return err
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// Batch is a set of publishes awaiting their confirms.
+type Batch struct {
+	mu       sync.Mutex
+	errs     []error
+	settled  []bool
+	left     int
+	finished bool
+	done     chan struct{}
+	deadline time.Time
+}
+
+func newBatch(n int, timeout time.Duration) *Batch {
+	b := &Batch{errs: make([]error, n), settled: make([]bool, n), left: n, done: make(chan struct{}), deadline: time.Now().Add(timeout)}
+	if n == 0 {
+		b.finished = true
+		close(b.done)
+	}
+	return b
+}
+
+func (b *Batch) set(i int, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.finished || b.settled[i] {
+		return
+	}
+	b.errs[i], b.settled[i] = err, true
+	b.left--
+	if b.left == 0 {
+		b.finished = true
+		close(b.done)
+	}
+}
+
+// fail settles entry i at once (it was never published).
+func (b *Batch) fail(i int, err error) { b.set(i, err) }
+
+var _ dispatch.Confirms = (*Batch)(nil)
+
+// Wait blocks until every message is confirmed or failed, or the confirm
+// timeout passes; it returns one error per message, nil for a confirmed one.
+// A message without a confirm by then gets ErrConfirmTimeout.
+func (b *Batch) Wait() []error {
+	t := time.NewTimer(time.Until(b.deadline))
+	defer t.Stop()
+	select {
+	case <-b.done:
+	case <-t.C:
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.finished {
+		b.finished = true
+		for i, ok := range b.settled {
+			if !ok {
+				b.errs[i] = ErrConfirmTimeout
+			}
+		}
+		close(b.done)
+	}
+	return b.errs
+}

@@ -1,0 +1,111 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// dial opens a connection named for the broker's connection list. The
+// library's own recovery stays off: each herald component runs its own
+// session loop (see session), which redials and starts again from a clean
+// channel, so no delivery tag or confirm sequence survives a reconnect.
+func dial(ctx context.Context, rawURL, name string) (*amqp.Connection, error) {
+	cfg := amqp.Config{
+		Heartbeat:  10 * time.Second,
+		Locale:     "en_US",
+		Properties: amqp.Table{"connection_name": name, "product": "herald"},
+		Dial:       amqp.DefaultDial(10 * time.Second),
+	}
+	type result struct {
+		c   *amqp.Connection
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := amqp.DialConfig(rawURL, cfg)
+		done <- result{c, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("connect to %s: %w", redact(rawURL), r.err)
+		}
+		return r.c, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.c != nil {
+				_ = r.c.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// redact hides the password of an AMQP URL.
+func redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// session keeps one connection up for fn: it dials, runs fn with the
+// connection, and when fn returns an error (the connection or a channel
+// broke) it closes the connection, waits with backoff and dials again. It
+// returns when ctx is done or fn returns nil.
+func session(ctx context.Context, logger *slog.Logger, rawURL, name string, fn func(ctx context.Context, conn *amqp.Connection) error) {
+	wait := time.Duration(0)
+	for ctx.Err() == nil {
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		conn, err := dial(ctx, rawURL, name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			wait = nextWait(wait)
+			logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: connect failed",
+				slog.String("component", name), slog.Duration("retry_in", wait), slog.Any("error", err))
+			continue
+		}
+		started := time.Now()
+		err = fn(ctx, conn)
+		_ = conn.Close()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if time.Since(started) > 5*time.Second {
+			wait = 0 // it was up for a while: redial at once, then back off
+		}
+		wait = nextWait(wait)
+		logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: connection lost, reconnecting",
+			slog.String("component", name), slog.Duration("retry_in", wait), slog.Any("error", err))
+	}
+}
+
+func nextWait(w time.Duration) time.Duration {
+	return min(max(2*w, 100*time.Millisecond), 5*time.Second)
+}
+
+// errClosed is what a session function returns when the broker closed its
+// connection or channel.
+func errClosed(e *amqp.Error) error {
+	if e == nil {
+		return errors.New("rabbitmq: connection closed")
+	}
+	return fmt.Errorf("rabbitmq: closed by broker: %w", e)
+}

@@ -1,0 +1,276 @@
+package rabbitmq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/sender"
+)
+
+// ConsumerHooks are test seams. Each may be nil.
+type ConsumerHooks struct {
+	// BeforeAck runs once the sender's verdict was acted on (a retry or
+	// parking copy published and confirmed), right before the ack or nack.
+	// kill closes the consumer's connection as a crash would at that point:
+	// the ack is lost and the broker redelivers the message.
+	BeforeAck func(job heraldtype.Job, res sender.Result, kill func())
+	// AfterSettle runs after the ack or nack, with what was done.
+	AfterSettle func(job heraldtype.Job, res sender.Result, action string)
+}
+
+// ConsumerConfig configures one lane's consumer.
+type ConsumerConfig struct {
+	URL string
+	// Name labels the connection and the consumer tag.
+	Name     string
+	Lane     heraldtype.Lane
+	Topology Topology
+	// Sender is the one sender algorithm, the same the db transport calls.
+	Sender dispatch.Sender
+	// Concurrency is the sends in flight at once. Defaults to 1.
+	Concurrency int
+	// Prefetch is the broker's window of unacked messages. Defaults to Concurrency.
+	Prefetch int
+	// ConfirmTimeout bounds the confirm of a retry or parking copy. Defaults to 5 seconds.
+	ConfirmTimeout time.Duration
+	Logger         *slog.Logger
+	Metrics        *metrics.Metrics
+	Hooks          ConsumerHooks
+}
+
+// Consumer reads one lane's queue and hands every message to the sender.
+// It acks a message only after the sender returned (so after the delivery's
+// result is written) and after any copy it had to publish (retry, parking)
+// was confirmed. A message whose ack is lost is redelivered by the broker;
+// the sender's claim then finds the delivery row and no second provider call
+// happens.
+//
+// Verdicts:
+//
+//	Done     ack
+//	Retry    publish to the retry queue for Result.Delay (confirmed), ack
+//	Park     publish to the parking queue with x-failure-reason (confirmed), ack
+//	Backoff  during shutdown (before a claim): nack with requeue; otherwise
+//	         publish to the retry queue for the dispatcher's backoff, ack
+//
+// A body that is not a job is parked (MALFORMED_BODY), never dropped.
+type Consumer struct {
+	cfg ConsumerConfig
+
+	mu   sync.Mutex
+	conn *amqp.Connection
+}
+
+// NewConsumer returns a consumer; Run starts it.
+func NewConsumer(cfg ConsumerConfig) *Consumer {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = 1
+	}
+	if cfg.Prefetch < 1 {
+		cfg.Prefetch = cfg.Concurrency
+	}
+	if cfg.ConfirmTimeout <= 0 {
+		cfg.ConfirmTimeout = 5 * time.Second
+	}
+	if cfg.Name == "" {
+		cfg.Name = "herald-consumer-" + string(cfg.Lane)
+	}
+	cfg.Topology = cfg.Topology.WithDefaults()
+	return &Consumer{cfg: cfg}
+}
+
+// Run consumes until ctx is cancelled, reconnecting by itself. On
+// cancellation it stops taking messages, lets the sends in flight finish and
+// settle, and closes; prefetched messages it never started go back to the
+// queue with the connection.
+func (c *Consumer) Run(ctx context.Context) {
+	session(ctx, c.cfg.Logger, c.cfg.URL, c.cfg.Name, c.consume)
+}
+
+// Kill closes the current connection at once (tests).
+func (c *Consumer) Kill() {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
+}
+
+func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := c.cfg.Topology.Declare(ch); err != nil {
+		return err
+	}
+	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("set prefetch: %w", err)
+	}
+	pubCh, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open publishing channel: %w", err)
+	}
+	conf, err := newConfirmer(pubCh, ConfirmHooks{})
+	if err != nil {
+		return fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	deliveries, err := ch.Consume(c.cfg.Topology.Queue(c.cfg.Lane), c.cfg.Name, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", c.cfg.Topology.Queue(c.cfg.Lane), err)
+	}
+	c.mu.Lock()
+	c.conn = conn
+	c.mu.Unlock()
+	c.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rabbitmq: consumer connected",
+		slog.String("component", c.cfg.Name), slog.String("lane", string(c.cfg.Lane)))
+
+	kill := func() { _ = conn.Close() }
+	slots := make(chan struct{}, c.cfg.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = ch.Cancel(c.cfg.Name, false)
+			wg.Wait()
+			return nil
+		case e := <-closed:
+			return errClosed(e)
+		case d, ok := <-deliveries:
+			if !ok {
+				return errClosed(nil)
+			}
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				continue // not started: it goes back to the queue with the channel
+			}
+			wg.Add(1)
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				c.handle(ctx, ch, conf, d, kill)
+			}()
+		}
+	}
+}
+
+func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer, d amqp.Delivery, kill func()) {
+	var job heraldtype.Job
+	var res sender.Result
+	if err := json.Unmarshal(d.Body, &job); err != nil || job.MessageID == "" {
+		job = heraldtype.Job{MessageID: d.MessageId, Lane: c.cfg.Lane}
+		res = sender.Result{Verdict: sender.Park, Reason: ReasonMalformed}
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: parking a message that is not a job",
+			slog.String("message_id", d.MessageId), slog.String("lane", string(c.cfg.Lane)))
+	} else {
+		res = c.cfg.Sender.Send(ctx, job)
+	}
+	// From here on shutdown does not interrupt: the result is written and
+	// only the broker's side of it remains.
+	wctx := context.WithoutCancel(ctx)
+	action, requeue := "acked", false
+	var err error
+	switch res.Verdict {
+	case sender.Done:
+	case sender.Retry:
+		action = "retry_queued"
+		err = c.republish(wctx, conf, d, c.cfg.Topology.RetryExchange(),
+			c.cfg.Topology.RetryKey(c.cfg.Lane, c.cfg.Topology.RetryTier(res.Delay)), nil)
+	case sender.Park:
+		action = "parked"
+		err = c.republish(wctx, conf, d, c.cfg.Topology.ParkingExchange(), ParkedKey, amqp.Table{
+			HeaderFailureReason: res.Reason, HeaderParkedAt: time.Now().UTC().Format(time.RFC3339Nano),
+		})
+	default: // Backoff: nothing was decided.
+		if ctx.Err() != nil {
+			action, requeue = "requeued", true
+			break
+		}
+		n := headerInt(d.Headers, HeaderBackoffs) + 1
+		delay := dispatch.Backoff(n)
+		action = "backoff"
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: send attempt failed, backing off",
+			slog.String("message_id", job.MessageID), slog.Int("attempt", n), slog.Duration("delay", delay), slog.Any("error", res.Err))
+		err = c.republish(wctx, conf, d, c.cfg.Topology.RetryExchange(),
+			c.cfg.Topology.RetryKey(c.cfg.Lane, c.cfg.Topology.RetryTier(delay)), amqp.Table{HeaderBackoffs: int64(n)})
+	}
+	if err != nil {
+		// The copy did not make it: give the message back to the queue
+		// rather than lose it. (The broker's delivery limit parks a
+		// message that keeps coming back.)
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: could not publish "+action+" copy; returning message to its queue",
+			slog.String("message_id", job.MessageID), slog.Any("error", err))
+		action, requeue = "requeued", true
+	}
+	if h := c.cfg.Hooks.BeforeAck; h != nil {
+		h(job, res, kill)
+	}
+	if requeue {
+		err = d.Nack(false, true)
+	} else {
+		err = d.Ack(false)
+	}
+	if err != nil {
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: ack failed; the broker will redeliver",
+			slog.String("message_id", job.MessageID), slog.Any("error", err))
+		action = "ack_lost"
+	}
+	c.cfg.Metrics.Dispatch(c.cfg.Lane, action)
+	if h := c.cfg.Hooks.AfterSettle; h != nil {
+		h(job, res, action)
+	}
+}
+
+// republish publishes a copy of d (same body, same message id) and waits for
+// its confirm.
+func (c *Consumer) republish(ctx context.Context, conf *confirmer, d amqp.Delivery, exchange, key string, set amqp.Table) error {
+	msg := copyOf(d, set)
+	b := newBatch(1, c.cfg.ConfirmTimeout)
+	if err := conf.publish(ctx, b, 0, exchange, key, msg); err != nil {
+		return err
+	}
+	return b.Wait()[0]
+}
+
+// copyOf is a persistent copy of a delivered message with headers set.
+func copyOf(d amqp.Delivery, set amqp.Table) amqp.Publishing {
+	h := amqp.Table{}
+	maps.Copy(h, d.Headers)
+	maps.Copy(h, set)
+	ct := d.ContentType
+	if ct == "" {
+		ct = "application/json"
+	}
+	return amqp.Publishing{
+		Headers: h, ContentType: ct, DeliveryMode: amqp.Persistent, MessageId: d.MessageId,
+		Timestamp: d.Timestamp, Type: d.Type, Body: d.Body,
+	}
+}
+
+func headerInt(h amqp.Table, key string) int {
+	switch v := h[key].(type) {
+	case int64:
+		return int(v)
+	case int32:
+		return int(v)
+	case int:
+		return v
+	}
+	return 0
+}

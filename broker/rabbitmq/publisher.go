@@ -1,0 +1,162 @@
+package rabbitmq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+)
+
+// PublisherConfig configures a relay's publisher.
+type PublisherConfig struct {
+	URL string
+	// Name labels the connection in the broker and in logs.
+	Name     string
+	Topology Topology
+	// ConfirmTimeout bounds the wait for a publisher confirm. Defaults to 5 seconds.
+	ConfirmTimeout time.Duration
+	Logger         *slog.Logger
+	Hooks          ConfirmHooks
+}
+
+// Publisher is the relay's side of the broker: one connection and one
+// confirm-mode channel that it keeps up by itself (Run), publishing whole
+// batches without waiting for each confirm.
+type Publisher struct {
+	cfg PublisherConfig
+
+	mu    sync.Mutex
+	cur   *confirmer
+	conn  *amqp.Connection
+	ready chan struct{} // closed while cur is usable
+}
+
+var _ dispatch.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a publisher; Run connects it.
+func NewPublisher(cfg PublisherConfig) *Publisher {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ConfirmTimeout <= 0 {
+		cfg.ConfirmTimeout = 5 * time.Second
+	}
+	if cfg.Name == "" {
+		cfg.Name = "herald-relay"
+	}
+	cfg.Topology = cfg.Topology.WithDefaults()
+	return &Publisher{cfg: cfg, ready: make(chan struct{})}
+}
+
+// Run keeps the publisher connected until ctx is done, redialling with
+// backoff after a broker restart or a lost connection. It declares the
+// topology on every connect (idempotent).
+func (p *Publisher) Run(ctx context.Context) {
+	session(ctx, p.cfg.Logger, p.cfg.URL, p.cfg.Name, func(ctx context.Context, conn *amqp.Connection) error {
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		if err := p.cfg.Topology.Declare(ch); err != nil {
+			return err
+		}
+		c, err := newConfirmer(ch, p.cfg.Hooks)
+		if err != nil {
+			return fmt.Errorf("enable publisher confirms: %w", err)
+		}
+		p.mu.Lock()
+		p.cur, p.conn = c, conn
+		close(p.ready)
+		p.mu.Unlock()
+		p.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rabbitmq: publisher connected", slog.String("component", p.cfg.Name))
+
+		var cause error
+		select {
+		case <-ctx.Done():
+		case e := <-closed:
+			cause = errClosed(e)
+		case <-c.done:
+			cause = fmt.Errorf("rabbitmq: publishing channel closed")
+		}
+		p.mu.Lock()
+		p.cur, p.conn = nil, nil
+		p.ready = make(chan struct{})
+		p.mu.Unlock()
+		return cause
+	})
+}
+
+// Ready blocks until the publisher is connected.
+func (p *Publisher) Ready(ctx context.Context) error {
+	p.mu.Lock()
+	ready := p.ready
+	p.mu.Unlock()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Kill closes the current connection at once, as a crash or a network cut
+// would (tests use it; the publisher reconnects by itself).
+func (p *Publisher) Kill() {
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
+}
+
+// Publish sends each job to the lane's queue as a persistent, mandatory
+// message with the job's message id, and returns at once; Wait on the result
+// gives each job's confirm.
+func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, jobs []heraldtype.Job) dispatch.Confirms {
+	b := newBatch(len(jobs), p.cfg.ConfirmTimeout)
+	p.mu.Lock()
+	c := p.cur
+	p.mu.Unlock()
+	now := time.Now()
+	for i := range jobs {
+		if c == nil {
+			b.fail(i, dispatch.ErrConnectionLost)
+			continue
+		}
+		msg, err := JobMessage(jobs[i], now)
+		if err == nil {
+			err = c.publish(ctx, b, i, p.cfg.Topology.Exchange(), string(lane), msg)
+		}
+		if err != nil {
+			b.fail(i, err)
+		}
+	}
+	return b
+}
+
+// JobMessage is the message for a job: its JSON as the body, its message id,
+// persistent, with the tenant in a header.
+func JobMessage(job heraldtype.Job, now time.Time) (amqp.Publishing, error) {
+	body, err := json.Marshal(job)
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("encode job %s: %w", job.MessageID, err)
+	}
+	return amqp.Publishing{
+		Headers:      amqp.Table{HeaderTenant: job.Tenant},
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    job.MessageID,
+		Timestamp:    now,
+		Type:         "herald.job",
+		Body:         body,
+	}, nil
+}

@@ -1,0 +1,506 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/broker/rabbitmq"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/testmq"
+	"github.com/heraldhq/herald/parked"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/sim"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/sqlite"
+)
+
+const lane = heraldtype.LaneTransactional
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// env is one test's world: a fresh vhost, a SQLite store, the simulated
+// provider and the one sender.
+type env struct {
+	url   string
+	store *sqlite.Store
+	clk   clock.Clock
+	sim   *sim.Sim
+	reg   *provider.Registry
+	topo  rabbitmq.Topology
+	ctx   context.Context
+
+	mu      sync.Mutex
+	settled map[string][]string // message id → consumer actions, in order
+	changed chan struct{}
+}
+
+type options struct {
+	clk           clock.Clock
+	deliveryLimit int
+}
+
+func setup(t *testing.T, o options) *env {
+	t.Helper()
+	url := testmq.VHost(t)
+	if o.clk == nil {
+		o.clk = clock.Real{}
+	}
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "h.db"), sqlite.Options{Clock: o.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	e := &env{
+		url: url, store: s, clk: o.clk, sim: sim.New(sim.Config{}), reg: provider.NewRegistry(), ctx: context.Background(),
+		topo: rabbitmq.Topology{
+			RetryDelays:   []time.Duration{100 * time.Millisecond, time.Second, 10 * time.Minute},
+			DeliveryLimit: o.deliveryLimit,
+		}.WithDefaults(),
+		settled: map[string][]string{}, changed: make(chan struct{}, 1),
+	}
+	e.reg.Register(heraldtype.ChannelWebhook, "sim", e.sim)
+	return e
+}
+
+func (e *env) sender(t *testing.T, kinds ...string) *sender.Sender {
+	t.Helper()
+	if len(kinds) == 0 {
+		kinds = []string{"pay"}
+	}
+	var ks []config.Kind
+	for _, k := range kinds {
+		ks = append(ks, config.Kind{Name: k, Category: "transactional", Channels: []string{"webhook"},
+			Templates: map[string]config.Template{"webhook": {Title: "t", Body: "b"}}})
+	}
+	cat, err := catalog.New(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sender.New(sender.Config{
+		Store: e.store, Providers: e.reg, Catalog: cat, Clock: e.clk, Owner: "test", Logger: quiet,
+		Retry: sender.RetryPolicy{Quick: 2, QuickDelay: 100 * time.Millisecond, Slow: 1, SlowDelay: time.Second},
+	})
+}
+
+// notify creates a notification of kind and returns its message id.
+func (e *env) notify(t *testing.T, kind string) string {
+	t.Helper()
+	id := ids.New("ntf", e.clk.Now())
+	_, err := e.store.NotificationCreate(e.ctx, store.NotificationCreateParams{
+		Tenant: "t1", ID: id, Recipient: "r1", EventID: id, Kind: kind, Lane: lane,
+		Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.MessageID(id, heraldtype.ChannelWebhook)
+}
+
+// run starts fn in the background and stops it (cancel, wait) at cleanup or
+// when the returned function is called.
+func run(t *testing.T, fn func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); fn(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+type relayOpts struct {
+	hooks        dispatch.RelayHooks
+	confirmHooks rabbitmq.ConfirmHooks
+	timeout      time.Duration
+}
+
+// startRelay runs a publisher and a relay for the lane.
+func (e *env) startRelay(t *testing.T, o relayOpts) (*rabbitmq.Publisher, func()) {
+	t.Helper()
+	pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{
+		URL: e.url, Name: "test-relay", Topology: e.topo, ConfirmTimeout: o.timeout, Logger: quiet, Hooks: o.confirmHooks,
+	})
+	stopPub := run(t, pub.Run)
+	relay := dispatch.NewRelay(dispatch.RelayConfig{
+		Lane: lane, Store: e.store, Wake: e.store.Wakeups().C(lane), Publisher: pub, Owner: "relay",
+		BatchSize: 50, Lease: time.Minute, PollInterval: 20 * time.Millisecond, MaxAttempts: 5, Logger: quiet, Hooks: o.hooks,
+	})
+	stopRelay := run(t, relay.Run)
+	return pub, func() { stopRelay(); stopPub() }
+}
+
+// startConsumer runs a lane consumer with snd; every settle is recorded.
+func (e *env) startConsumer(t *testing.T, snd dispatch.Sender, hooks rabbitmq.ConsumerHooks) (*rabbitmq.Consumer, func()) {
+	t.Helper()
+	after := hooks.AfterSettle
+	hooks.AfterSettle = func(job heraldtype.Job, res sender.Result, action string) {
+		e.mu.Lock()
+		e.settled[job.MessageID] = append(e.settled[job.MessageID], action)
+		e.mu.Unlock()
+		select {
+		case e.changed <- struct{}{}:
+		default:
+		}
+		if after != nil {
+			after(job, res, action)
+		}
+	}
+	c := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{
+		URL: e.url, Name: "test-consumer", Lane: lane, Topology: e.topo, Sender: snd, Concurrency: 8,
+		ConfirmTimeout: 2 * time.Second, Logger: quiet, Hooks: hooks,
+	})
+	return c, run(t, c.Run)
+}
+
+func (e *env) actions(id string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.settled[id]...)
+}
+
+// waitFor blocks until cond holds, re-checking it after every consumer
+// settle (and every 50 ms for state the consumer does not announce).
+func (e *env) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(90 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-e.changed:
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func (e *env) delivery(t *testing.T, id string) store.Delivery {
+	t.Helper()
+	d, err := e.store.DeliveryGet(e.ctx, id)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (e *env) outboxState(t *testing.T, messageID string) heraldtype.OutboxState {
+	t.Helper()
+	nid := messageID[:len(messageID)-len(".webhook")]
+	v, err := e.store.NotificationGet(e.ctx, "t1", nid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Deliveries[0].OutboxState
+}
+
+func TestRelayPublishesAndConsumerSendsEachOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	e.startRelay(t, relayOpts{})
+	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
+	var idsSent []string
+	for range 120 {
+		idsSent = append(idsSent, e.notify(t, "pay"))
+	}
+	for _, id := range idsSent {
+		e.waitFor(t, "delivery of "+id, func() bool { return e.delivery(t, id).State == heraldtype.DeliveryProviderAccepted })
+		if n := e.sim.CallCount(id); n != 1 {
+			t.Fatalf("%s called %d times", id, n)
+		}
+		e.waitFor(t, "PUBLISHED", func() bool { return e.outboxState(t, id) == heraldtype.OutboxPublished })
+	}
+	if d := e.sim.Duplicates(); len(d) > 0 {
+		t.Fatalf("duplicates: %v", d)
+	}
+}
+
+func TestRelayKilledAfterConfirmBeforeMarkRepublishesAndSecondCopyIsAckedWithoutACall(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	e := setup(t, options{clk: clk})
+	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
+	id := e.notify(t, "pay")
+
+	killed := make(chan []store.Claimed, 1)
+	_, stop := e.startRelay(t, relayOpts{hooks: dispatch.RelayHooks{BeforeMark: func(rows []store.Claimed) bool {
+		select {
+		case killed <- rows:
+		default:
+		}
+		return false // dies here: confirmed, not marked
+	}}})
+	rows := <-killed
+	stop()
+	if len(rows) != 1 || rows[0].MessageID != id {
+		t.Fatalf("confirmed rows %+v", rows)
+	}
+	if s := e.outboxState(t, id); s != heraldtype.OutboxPublishing {
+		t.Fatalf("outbox %s, want PUBLISHING", s)
+	}
+	e.waitFor(t, "first copy sent", func() bool { return len(e.actions(id)) == 1 })
+
+	// The lease runs out; the sweep returns the row; a new relay publishes it again.
+	clk.Advance(time.Minute + time.Second)
+	if n, err := e.store.OutboxReclaimExpired(e.ctx); err != nil || n != 1 {
+		t.Fatalf("reclaimed %d (%v)", n, err)
+	}
+	e.startRelay(t, relayOpts{})
+	e.waitFor(t, "second copy settled", func() bool { return len(e.actions(id)) == 2 })
+	e.waitFor(t, "PUBLISHED", func() bool { return e.outboxState(t, id) == heraldtype.OutboxPublished })
+	if a := e.actions(id); a[1] != "acked" {
+		t.Fatalf("second copy: %v", a)
+	}
+	if n := e.sim.CallCount(id); n != 1 {
+		t.Fatalf("provider called %d times, want 1", n)
+	}
+}
+
+func TestConsumerKilledAfterCallBeforeAckIsRedeliveredWithoutASecondCall(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	var kills atomic.Int32
+	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{BeforeAck: func(job heraldtype.Job, res sender.Result, kill func()) {
+		if kills.Add(1) == 1 {
+			kill() // the process dies after the provider call and the record, before the ack
+		}
+	}})
+	e.startRelay(t, relayOpts{})
+	id := e.notify(t, "pay")
+	e.waitFor(t, "redelivery settled", func() bool { return len(e.actions(id)) == 2 })
+	if a := e.actions(id); a[0] != "ack_lost" || a[1] != "acked" {
+		t.Fatalf("actions %v, want [ack_lost acked]", a)
+	}
+	if n := e.sim.CallCount(id); n != 1 {
+		t.Fatalf("provider called %d times, want 1", n)
+	}
+	if d := e.delivery(t, id); d.State != heraldtype.DeliveryProviderAccepted || d.Attempts != 1 {
+		t.Fatalf("delivery %+v", d)
+	}
+}
+
+func TestBrokerConnectionsClosedMidRunRecoverWithNothingLostAndNoDuplicate(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	var calls atomic.Int32
+	midway := make(chan struct{})
+	e.sim.OnCall(func(context.Context, provider.Message) provider.Outcome {
+		if calls.Add(1) == 40 {
+			close(midway)
+		}
+		return provider.Outcome{}
+	})
+	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
+	pub, _ := e.startRelay(t, relayOpts{})
+	var all []string
+	for range 150 {
+		all = append(all, e.notify(t, "pay"))
+	}
+	<-midway
+	testmq.CloseConnections(t, e.url) // every connection of this vhost: relay and consumer
+	// Accepted while the broker was away: the relay must publish these after it reconnects.
+	for range 50 {
+		all = append(all, e.notify(t, "pay"))
+	}
+	for _, id := range all {
+		e.waitFor(t, "delivery of "+id, func() bool { return e.delivery(t, id).State == heraldtype.DeliveryProviderAccepted })
+	}
+	if d := e.sim.Duplicates(); len(d) > 0 {
+		t.Fatalf("provider called twice for %v", d)
+	}
+	if got := e.sim.Total(); got != len(all) {
+		t.Fatalf("%d provider calls for %d messages", got, len(all))
+	}
+	if err := pub.Ready(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfirmTimeoutWithMessageInQueueGivesTwoCopiesAndOneCall(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	e := setup(t, options{clk: clk})
+	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
+	id := e.notify(t, "pay")
+	var dropped atomic.Bool
+	retried := make(chan struct{}, 1)
+	e.startRelay(t, relayOpts{
+		timeout: 300 * time.Millisecond,
+		// The broker has the message and acks it; the ack is lost on the way.
+		confirmHooks: rabbitmq.ConfirmHooks{OnConfirm: func(messageID string, ack bool) bool {
+			return messageID != id || !dropped.CompareAndSwap(false, true)
+		}},
+		hooks: dispatch.RelayHooks{AfterSettle: func(published, retried_ int) {
+			if retried_ > 0 {
+				retried <- struct{}{}
+			}
+		}},
+	})
+	<-retried
+	if s := e.outboxState(t, id); s != heraldtype.OutboxPending {
+		t.Fatalf("outbox %s after the timeout, want PENDING", s)
+	}
+	e.waitFor(t, "first copy sent", func() bool { return len(e.actions(id)) == 1 })
+	clk.Advance(dispatch.Backoff(1) + time.Second) // the row's backoff passes
+	e.waitFor(t, "second copy settled", func() bool { return len(e.actions(id)) == 2 })
+	e.waitFor(t, "PUBLISHED", func() bool { return e.outboxState(t, id) == heraldtype.OutboxPublished })
+	if n := e.sim.CallCount(id); n != 1 {
+		t.Fatalf("provider called %d times, want 1", n)
+	}
+}
+
+func TestNotSentIsRetriedThroughTheRetryQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	var first atomic.Bool
+	e.sim.OnCall(func(context.Context, provider.Message) provider.Outcome {
+		if first.CompareAndSwap(false, true) {
+			return provider.NotSentOutcome("CONNECTION_REFUSED", 0)
+		}
+		return provider.Outcome{}
+	})
+	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
+	e.startRelay(t, relayOpts{})
+	id := e.notify(t, "pay")
+	e.waitFor(t, "sent after a retry", func() bool { return e.delivery(t, id).State == heraldtype.DeliveryProviderAccepted })
+	e.waitFor(t, "second copy acked", func() bool { return len(e.actions(id)) == 2 })
+	if a := e.actions(id); len(a) != 2 || a[0] != "retry_queued" || a[1] != "acked" {
+		t.Fatalf("actions %v", a)
+	}
+	if d := e.delivery(t, id); d.Attempts != 2 {
+		t.Fatalf("attempts %d, want 2", d.Attempts)
+	}
+}
+
+func TestFailingMessagesReachParkingWithReasonAndRequeueSendsOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{deliveryLimit: 2})
+	var poison atomic.Value
+	poison.Store("")
+	_, stopConsumer := e.startConsumer(t, e.sender(t, "pay"), rabbitmq.ConsumerHooks{
+		BeforeAck: func(job heraldtype.Job, _ sender.Result, kill func()) {
+			if job.MessageID == poison.Load().(string) {
+				kill() // this message kills its consumer every time
+			}
+		},
+	})
+	e.startRelay(t, relayOpts{})
+	parking := &rabbitmq.Parking{URL: e.url, Topology: e.topo, Store: e.store, Logger: quiet}
+
+	// A kind this herald does not know: the sender parks it (UNKNOWN_KIND).
+	unknown := e.notify(t, "gone")
+	e.waitFor(t, "unknown kind parked", func() bool { return len(e.actions(unknown)) > 0 })
+	// A body that is not a job.
+	publishRaw(t, e, "garbage-1", []byte("not json"))
+	e.waitFor(t, "garbage parked", func() bool { return len(e.actions("garbage-1")) > 0 })
+	// A message that keeps killing its consumer: the broker's delivery
+	// limit dead-letters it to parking.
+	dying := ids.New("ntf", time.Now())
+	poison.Store(store.MessageID(dying, heraldtype.ChannelWebhook))
+	if _, err := e.store.NotificationCreate(e.ctx, store.NotificationCreateParams{
+		Tenant: "t1", ID: dying, Recipient: "r1", EventID: dying, Kind: "pay", Lane: lane,
+		Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dyingID := poison.Load().(string)
+
+	// The poison message's kills also drop the acks of messages in flight
+	// beside it, so a message may be parked twice: copies are harmless
+	// (a requeue moves every copy, the claim sends once). Wait for the
+	// three distinct messages.
+	reasons := map[string]string{}
+	e.waitFor(t, "three parked messages", func() bool {
+		list, err := parking.List(e.ctx, "", 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(reasons)
+		for _, p := range list {
+			reasons[p.MessageID] = p.Reason
+		}
+		return len(reasons) == 3
+	})
+	if reasons[unknown] != heraldtype.ReasonUnknownKind || reasons["garbage-1"] != rabbitmq.ReasonMalformed || reasons[dyingID] == "" {
+		t.Fatalf("parked reasons %v", reasons)
+	}
+	t.Logf("parked: %v", reasons)
+	if d := e.delivery(t, unknown); d.State != heraldtype.DeliveryParked {
+		t.Fatalf("delivery %s, want PARKED", d.State)
+	}
+	if got, _ := parking.List(e.ctx, "t2", 10); len(got) != 0 {
+		t.Fatalf("another tenant sees %d parked messages", len(got))
+	}
+
+	// A person fixes the cause (the kind is configured again, the poison
+	// is gone) and requeues: each is sent once.
+	stopConsumer()
+	poison.Store("")
+	e.startConsumer(t, e.sender(t, "pay", "gone"), rabbitmq.ConsumerHooks{})
+	if _, err := parking.Requeue(e.ctx, "t2", unknown); !errors.Is(err, parked.ErrNotFound) {
+		t.Fatalf("another tenant's requeue: %v", err)
+	}
+	if n, err := parking.Requeue(e.ctx, "t1", unknown); err != nil || n != 1 {
+		t.Fatalf("requeue: %d %v", n, err)
+	}
+	if n, err := parking.Requeue(e.ctx, "t1", dyingID); err != nil || n != 1 {
+		t.Fatalf("requeue: %d %v", n, err)
+	}
+	e.waitFor(t, "requeued message sent", func() bool { return e.delivery(t, unknown).State == heraldtype.DeliveryProviderAccepted })
+	e.waitFor(t, "requeued poison acked", func() bool {
+		a := e.actions(dyingID)
+		return len(a) > 0 && a[len(a)-1] == "acked"
+	})
+	if n, n2 := e.sim.CallCount(unknown), e.sim.CallCount(dyingID); n != 1 || n2 != 1 {
+		t.Fatalf("provider calls: requeued %d, poison %d; want 1 each", n, n2)
+	}
+	if _, err := parking.Requeue(e.ctx, "t1", unknown); !errors.Is(err, parked.ErrNotFound) {
+		t.Fatalf("second requeue: %v, want not found", err)
+	}
+	left, _ := parking.List(e.ctx, "", 50)
+	for _, p := range left {
+		if p.MessageID != "garbage-1" {
+			t.Fatalf("left parked: %+v", left)
+		}
+	}
+}
+
+func publishRaw(t *testing.T, e *env, id string, body []byte) {
+	t.Helper()
+	conn, err := amqp.Dial(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.topo.Declare(ch); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirm(e.topo.Exchange(), string(lane), true, false,
+		amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: body})
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish raw: %v", err)
+	}
+}

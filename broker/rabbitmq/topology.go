@@ -1,0 +1,193 @@
+// Package rabbitmq is herald's RabbitMQ transport: the topology herald
+// declares at start, a publisher that tracks publisher confirms, the lane
+// consumers that hand each message to the one sender, and the parking queue's
+// list and requeue. The relay that feeds it lives in dispatch (relay.go).
+//
+// # Topology (all durable, all quorum queues)
+//
+//	exchange  herald                   direct; routing key = lane
+//	queue     herald.<lane>            bound with key <lane>; the consumers read it
+//	exchange  herald.retry             direct; routing key = <lane>.<delay>
+//	queue     herald.retry.<lane>.<d>  x-message-ttl d, no consumer; on expiry it
+//	                                   dead-letters back to herald with key <lane>
+//	exchange  herald.parking           direct; routing key = parked
+//	queue     herald.parked            no consumer; a person lists and requeues it
+//
+// Every queue that dead-letters uses x-dead-letter-strategy at-least-once
+// (with x-overflow reject-publish, which RabbitMQ requires for it), so a
+// message moving from one queue to the next is never dropped on the way. A
+// lane queue has x-delivery-limit: a poison message that keeps killing its
+// consumer is dead-lettered to the parking queue, not dropped and not looped
+// forever.
+//
+// Single active consumer (optional, per lane queue) turns a queue into one
+// consumer at a time across every herald process: a way to honour a
+// provider's rate limit. It is not a duplicate guard: a consumer change, a
+// redelivery after a lost ack, a republish after a lost confirm and a
+// requeue from parking all make copies of a message. The deliveries claim
+// (a unique insert on message_id) is the one guard.
+package rabbitmq
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/heraldtype"
+)
+
+// Header names herald sets on messages.
+const (
+	// HeaderFailureReason carries why a message was parked.
+	HeaderFailureReason = "x-failure-reason"
+	// HeaderTenant carries the job's tenant, so the parking queue can be
+	// listed per tenant without decoding bodies.
+	HeaderTenant = "x-herald-tenant"
+	// HeaderBackoffs counts Backoff verdicts (store unavailable) of a message.
+	HeaderBackoffs = "x-herald-backoffs"
+	// HeaderParkedAt is when herald parked the message (RFC 3339).
+	HeaderParkedAt = "x-herald-parked-at"
+)
+
+// ParkedKey is the routing key of the parking exchange.
+const ParkedKey = "parked"
+
+// ReasonMalformed parks a message whose body is not a job.
+const ReasonMalformed = "MALFORMED_BODY"
+
+// Topology names herald's exchanges and queues and sets their arguments.
+// Declaring it is idempotent as long as the arguments do not change; a
+// queue's arguments cannot be changed in place (RabbitMQ refuses with
+// PRECONDITION_FAILED), so changing delivery_limit or single_active_consumer
+// on a running system means draining and deleting the queue first.
+type Topology struct {
+	// Prefix starts every name. Defaults to "herald".
+	Prefix string
+	// RetryDelays are the TTLs of the retry queues. A message waits in the
+	// longest one not longer than its delay (the sender sends it on again
+	// if it comes back early). Defaults to DefaultRetryDelays.
+	RetryDelays []time.Duration
+	// DeliveryLimit dead-letters a lane message to parking after this many
+	// deliveries. Defaults to 20.
+	DeliveryLimit int
+	// SingleActiveConsumer sets x-single-active-consumer on the lane queues.
+	SingleActiveConsumer bool
+}
+
+// DefaultRetryDelays cover the sender's quick retries (1 s), its slow ones
+// (10 min), a provider's Retry-After (up to an hour) and the dispatcher's
+// backoff (up to 30 min).
+var DefaultRetryDelays = []time.Duration{time.Second, 10 * time.Second, time.Minute, 10 * time.Minute, 30 * time.Minute}
+
+// WithDefaults fills unset fields and sorts the retry delays.
+func (t Topology) WithDefaults() Topology {
+	if t.Prefix == "" {
+		t.Prefix = "herald"
+	}
+	if len(t.RetryDelays) == 0 {
+		t.RetryDelays = DefaultRetryDelays
+	}
+	ds := slices.Clone(t.RetryDelays)
+	slices.Sort(ds)
+	t.RetryDelays = slices.Compact(ds)
+	if t.DeliveryLimit <= 0 {
+		t.DeliveryLimit = 20
+	}
+	return t
+}
+
+// Exchange is where the relay publishes (routing key = lane).
+func (t Topology) Exchange() string { return t.Prefix }
+
+// Queue is a lane's queue.
+func (t Topology) Queue(l heraldtype.Lane) string { return t.Prefix + "." + string(l) }
+
+// RetryExchange receives messages to offer again later.
+func (t Topology) RetryExchange() string { return t.Prefix + ".retry" }
+
+// ParkingExchange receives parked messages.
+func (t Topology) ParkingExchange() string { return t.Prefix + ".parking" }
+
+// ParkingQueue holds parked messages; nothing consumes it.
+func (t Topology) ParkingQueue() string { return t.Prefix + ".parked" }
+
+// RetryKey is the retry exchange's routing key for a lane and delay tier.
+func (t Topology) RetryKey(l heraldtype.Lane, d time.Duration) string {
+	return string(l) + "." + d.String()
+}
+
+// RetryQueue is the retry queue of a lane and delay tier.
+func (t Topology) RetryQueue(l heraldtype.Lane, d time.Duration) string {
+	return t.Prefix + ".retry." + t.RetryKey(l, d)
+}
+
+// RetryTier picks the retry queue for a delay: the longest tier not longer
+// than d, or the shortest tier when d is shorter than every tier.
+func (t Topology) RetryTier(d time.Duration) time.Duration {
+	tier := t.RetryDelays[0]
+	for _, x := range t.RetryDelays {
+		if x <= d {
+			tier = x
+		}
+	}
+	return tier
+}
+
+// atLeastOnce are the arguments that make a quorum queue's dead-lettering
+// at-least-once (RabbitMQ requires reject-publish overflow for it).
+func atLeastOnce(args amqp.Table) amqp.Table {
+	args["x-queue-type"] = "quorum"
+	args["x-dead-letter-strategy"] = "at-least-once"
+	args["x-overflow"] = "reject-publish"
+	return args
+}
+
+// Declare declares every exchange, queue and binding on ch.
+func (t Topology) Declare(ch *amqp.Channel) error {
+	t = t.WithDefaults()
+	for _, ex := range []string{t.Exchange(), t.RetryExchange(), t.ParkingExchange()} {
+		if err := ch.ExchangeDeclare(ex, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare exchange %s: %w", ex, err)
+		}
+	}
+	if _, err := ch.QueueDeclare(t.ParkingQueue(), true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		return fmt.Errorf("declare queue %s: %w", t.ParkingQueue(), err)
+	}
+	if err := ch.QueueBind(t.ParkingQueue(), ParkedKey, t.ParkingExchange(), false, nil); err != nil {
+		return fmt.Errorf("bind queue %s: %w", t.ParkingQueue(), err)
+	}
+	for _, l := range heraldtype.Lanes {
+		args := atLeastOnce(amqp.Table{
+			"x-delivery-limit":          int64(t.DeliveryLimit),
+			"x-dead-letter-exchange":    t.ParkingExchange(),
+			"x-dead-letter-routing-key": ParkedKey,
+		})
+		if t.SingleActiveConsumer {
+			args["x-single-active-consumer"] = true
+		}
+		q := t.Queue(l)
+		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+			return fmt.Errorf("declare queue %s: %w", q, err)
+		}
+		if err := ch.QueueBind(q, string(l), t.Exchange(), false, nil); err != nil {
+			return fmt.Errorf("bind queue %s: %w", q, err)
+		}
+		for _, d := range t.RetryDelays {
+			rq := t.RetryQueue(l, d)
+			rargs := atLeastOnce(amqp.Table{
+				"x-message-ttl":             d.Milliseconds(),
+				"x-dead-letter-exchange":    t.Exchange(),
+				"x-dead-letter-routing-key": string(l),
+			})
+			if _, err := ch.QueueDeclare(rq, true, false, false, false, rargs); err != nil {
+				return fmt.Errorf("declare queue %s: %w", rq, err)
+			}
+			if err := ch.QueueBind(rq, t.RetryKey(l, d), t.RetryExchange(), false, nil); err != nil {
+				return fmt.Errorf("bind queue %s: %w", rq, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,304 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/store"
+)
+
+// ErrConnectionLost is a publish whose broker connection broke before its
+// confirm came. The message may or may not be in the queue; the relay offers
+// the row again at once (not counted as a failed attempt) once the publisher
+// is connected again, and the deliveries claim stops a second send.
+var ErrConnectionLost = errors.New("dispatch: broker connection lost before the confirm")
+
+// Publisher puts jobs on a broker (the rabbitmq transport implements it).
+type Publisher interface {
+	// Ready blocks until the publisher is connected, or ctx is done.
+	Ready(ctx context.Context) error
+	// Publish sends every job of one lane as a persistent message whose
+	// message id is the job's MessageID, without waiting for confirms.
+	Publish(ctx context.Context, lane heraldtype.Lane, jobs []heraldtype.Job) Confirms
+}
+
+// Confirms are a published batch's outcomes.
+type Confirms interface {
+	// Wait returns, per job, nil once the broker confirmed it, or why not
+	// (nacked, returned as unroutable, no confirm within the publisher's
+	// timeout, connection lost). It returns within the confirm timeout.
+	Wait() []error
+}
+
+// RelayHooks are test seams. Each may be nil.
+type RelayHooks struct {
+	// BeforeMark runs after a batch's confirms arrived, with the rows the
+	// broker confirmed, before they are marked PUBLISHED. Returning false
+	// skips the marking, exactly as if the process died at that point.
+	BeforeMark func(rows []store.Claimed) bool
+	// AfterSettle runs after a batch was settled.
+	AfterSettle func(published, retried int)
+}
+
+// RelayConfig configures one lane's relay.
+type RelayConfig struct {
+	Lane  heraldtype.Lane
+	Store store.Outbox
+	// Wake carries "rows became due" signals for this lane.
+	Wake      <-chan struct{}
+	Publisher Publisher
+	// Owner names this process in claims.
+	Owner string
+	// BatchSize is the rows claimed and published at once. Defaults to 500.
+	BatchSize int
+	// InFlight is the batches awaiting confirms at once; the next claim
+	// overlaps with the wait. Defaults to 4.
+	InFlight int
+	// Claimers is the claim-and-publish loops of this lane. Defaults to 1.
+	Claimers int
+	// Lease must outlast a publish and its confirm timeout.
+	Lease time.Duration
+	// PollInterval is how often an idle relay looks for due rows unbidden.
+	PollInterval time.Duration
+	// MaxAttempts is the failed publish attempts after which a row is FAILED.
+	MaxAttempts int
+	Logger      *slog.Logger
+	Alerts      alert.Sink
+	Metrics     *metrics.Metrics
+	Hooks       RelayHooks
+	// SettleTimeout bounds the fenced writes after a batch. Defaults to 30 seconds.
+	SettleTimeout time.Duration
+}
+
+// Relay moves one lane's outbox rows to the broker (seed 000 §2-2, §2-3):
+//
+//  1. claim up to BatchSize due rows with a lease and a fresh fencing token
+//     (PENDING → PUBLISHING), one autocommitted statement: no transaction is
+//     open while it publishes;
+//  2. publish each as a persistent message with the row's message id;
+//  3. wait for the publisher confirms (the next claim and publish go on
+//     meanwhile, up to InFlight batches);
+//  4. only then mark the confirmed rows PUBLISHED, fenced, in one write.
+//
+// A row the broker nacked or returned, or whose confirm timed out, goes back
+// to PENDING with the dispatcher's backoff; a row whose connection broke goes
+// back at once. A relay that dies between 3 and 4 leaves PUBLISHING rows:
+// their lease runs out, the sweep returns them to PENDING and they are
+// published again with the same message id, and the consumer's claim acks
+// the second copy without a provider call. Two relays (or two processes)
+// take disjoint rows: the claim skips locked rows and fences every write.
+type Relay struct {
+	RelayConfig
+}
+
+// NewRelay returns a relay.
+func NewRelay(cfg RelayConfig) *Relay {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Alerts == nil {
+		cfg.Alerts = alert.Log{Logger: cfg.Logger}
+	}
+	if cfg.BatchSize < 1 {
+		cfg.BatchSize = 500
+	}
+	if cfg.InFlight < 1 {
+		cfg.InFlight = 4
+	}
+	if cfg.Claimers < 1 {
+		cfg.Claimers = 1
+	}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = 30 * time.Second
+	}
+	if cfg.MaxAttempts < 1 {
+		cfg.MaxAttempts = 20
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 500 * time.Millisecond
+	}
+	return &Relay{RelayConfig: cfg}
+}
+
+type inflight struct {
+	rows     []store.Claimed
+	confirms Confirms
+}
+
+// Run relays until ctx is cancelled. It then stops claiming, waits for the
+// confirms of the batches already published and settles them (a confirmed
+// row is still marked PUBLISHED during shutdown), and returns.
+func (r *Relay) Run(ctx context.Context) {
+	// Up to InFlight batches wait for their confirms at once, each settled
+	// by its own goroutine: the marks of different batches touch disjoint
+	// rows and commit side by side.
+	batches := make(chan inflight)
+	var wg sync.WaitGroup
+	for range r.InFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range batches {
+				r.settle(ctx, b)
+			}
+		}()
+	}
+	defer func() { close(batches); wg.Wait() }()
+
+	var loops sync.WaitGroup
+	for range r.Claimers {
+		loops.Add(1)
+		go func() { defer loops.Done(); r.claimLoop(ctx, batches) }()
+	}
+	loops.Wait()
+}
+
+// claimLoop claims and publishes batches until ctx is cancelled. Several
+// run side by side: the claim skips rows another holds, so each takes
+// disjoint rows, and one loop's claim overlaps another's publish.
+func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
+	poll := time.NewTicker(r.PollInterval)
+	defer poll.Stop()
+	errWait := time.Duration(0)
+	jobs := make([]heraldtype.Job, 0, r.BatchSize)
+	for ctx.Err() == nil {
+		if err := r.Publisher.Ready(ctx); err != nil {
+			return
+		}
+		rows, err := r.Store.OutboxClaim(ctx, store.OutboxClaimParams{
+			Lane: r.Lane, Owner: r.Owner, Limit: r.BatchSize, Lease: r.Lease, Publishing: true,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			errWait = min(max(2*errWait, 100*time.Millisecond), 5*time.Second)
+			r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: claim failed",
+				slog.String("lane", string(r.Lane)), slog.Duration("retry_in", errWait), slog.Any("error", err))
+			if !sleep(ctx, errWait) {
+				return
+			}
+			continue
+		}
+		errWait = 0
+		if len(rows) > 0 {
+			jobs = jobs[:0]
+			for i := range rows {
+				jobs = append(jobs, rows[i].Job)
+			}
+			// The publish is not cancelled by shutdown once the rows are
+			// claimed: finishing it costs at most the confirm timeout and
+			// spares the rows a wait for their lease.
+			confirms := r.Publisher.Publish(context.WithoutCancel(ctx), r.Lane, jobs)
+			batches <- inflight{rows: rows, confirms: confirms}
+		}
+		if len(rows) == r.BatchSize {
+			continue // more may be waiting
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.Wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// settle waits for a batch's confirms and writes the outcome, fenced.
+func (r *Relay) settle(ctx context.Context, b inflight) {
+	errs := b.confirms.Wait()
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.SettleTimeout)
+	defer cancel()
+	confirmed := make([]store.Claimed, 0, len(b.rows))
+	var failed []int
+	for i, err := range errs {
+		if err == nil {
+			confirmed = append(confirmed, b.rows[i])
+		} else {
+			failed = append(failed, i)
+		}
+	}
+	published := 0
+	if len(confirmed) > 0 {
+		if h := r.Hooks.BeforeMark; h != nil && !h(confirmed) {
+			return
+		}
+		fences := make([]store.Fence, len(confirmed))
+		for i, c := range confirmed {
+			fences[i] = c.Fence
+		}
+		n, err := r.Store.OutboxMarkPublished(wctx, fences)
+		switch {
+		case err != nil:
+			// The rows stay PUBLISHING until their lease runs out; then
+			// they are published again and the second copy is acked
+			// without a provider call.
+			r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: could not mark rows published",
+				slog.String("lane", string(r.Lane)), slog.Int("rows", len(fences)), slog.Any("error", err))
+		case n < len(fences):
+			r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: lease lost before marking; writes fenced off",
+				slog.String("lane", string(r.Lane)), slog.Int("rows", len(fences)-n))
+		}
+		published = n
+		r.Metrics.DispatchN(r.Lane, "published", n)
+	}
+	for _, i := range failed {
+		r.retry(wctx, b.rows[i], errs[i])
+	}
+	if h := r.Hooks.AfterSettle; h != nil {
+		h(published, len(failed))
+	}
+}
+
+// retry returns a row whose publish was not confirmed to PENDING.
+func (r *Relay) retry(ctx context.Context, row store.Claimed, cause error) {
+	var (
+		ok     bool
+		err    error
+		result string
+	)
+	if errors.Is(cause, ErrConnectionLost) {
+		// Not the row's fault: offer it again as soon as the publisher is
+		// connected again (Run waits for that before it claims).
+		result = "republish"
+		ok, err = r.Store.OutboxRetry(ctx, store.OutboxRetryParams{Fence: row.Fence, Reason: "BROKER_DISCONNECTED"})
+	} else {
+		attempt := row.Attempts + 1
+		reason := "PUBLISH_FAILED"
+		if attempt >= r.MaxAttempts {
+			result = "failed"
+			ok, err = r.Store.OutboxComplete(ctx, row.Fence, heraldtype.OutboxFailed, reason)
+			if ok {
+				r.raise(ctx, alert.OutboxFailed, row, reason)
+			}
+		} else {
+			result = "backoff"
+			r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: publish not confirmed, backing off",
+				slog.String("message_id", row.MessageID), slog.Int("attempt", attempt), slog.Any("error", cause))
+			ok, err = r.Store.OutboxRetry(ctx, store.OutboxRetryParams{Fence: row.Fence, Delay: Backoff(attempt), Reason: reason, Failed: true})
+			if ok && attempt == AlertAfterAttempts {
+				r.raise(ctx, alert.DispatchSlow, row, reason)
+			}
+		}
+	}
+	r.Metrics.Dispatch(r.Lane, result)
+	switch {
+	case err != nil:
+		r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: could not return row to PENDING",
+			slog.String("message_id", row.MessageID), slog.String("result", result), slog.Any("error", err))
+	case !ok:
+		r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: lease lost before settling; write fenced off",
+			slog.String("message_id", row.MessageID), slog.Int64("token", row.Fence.Token))
+	}
+}
+
+func (r *Relay) raise(ctx context.Context, kind string, row store.Claimed, reason string) {
+	r.Metrics.Alert(kind)
+	r.Alerts.Alert(ctx, alert.Alert{Kind: kind, MessageID: row.MessageID, Tenant: row.Tenant, Reason: reason})
+}
