@@ -126,21 +126,29 @@ ORDER BY c.available_at, c.id`
 	// A fenced write names the token and requires the lease to be live by
 	// the database's clock: a claimer that returns after its lease ran out
 	// writes nothing, even if nobody has taken the row since.
+	//
+	// The state and lease conditions are written as expressions (state || '',
+	// claimed_until + interval '0 s') so that no index can serve them: only
+	// the primary key drives these statements. Otherwise the planner, whose
+	// statistics for a queue table are usually stale, may believe the
+	// partial index outbox_leased holds one row and walk every live lease to
+	// find one row — with a relay holding 20,000 leases, a 500-row mark took
+	// 1.6 s instead of 8 ms. qDeliveryRecord guards deliveries_sending alike.
 
 	// $1 now, $2 state, $3 reason, $4 id, $5 token.
 	qOutboxComplete = `UPDATE outbox
 SET state = $2::text, last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
-WHERE id = $4::bigint AND token = $5::bigint AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_until >= coalesce($1::timestamptz, now())`
+WHERE id = $4::bigint AND token = $5::bigint AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
 	// $1 now, $2 ids, $3 tokens (pairwise).
 	qOutboxPublished = `UPDATE outbox o
 SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
 FROM unnest($2::bigint[], $3::bigint[]) AS f(id, token)
-WHERE o.id = f.id AND o.token = f.token AND o.state = 'PUBLISHING' AND o.claimed_until >= coalesce($1::timestamptz, now())`
+WHERE o.id = f.id AND o.token = f.token AND o.state || '' = 'PUBLISHING' AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
 	// $1 now, $2 delay, $3 reason, $4 failed (0 or 1), $5 id, $6 token.
 	qOutboxRetry = `UPDATE outbox
 SET state = 'PENDING', available_at = coalesce($1::timestamptz, now()) + $2::interval, last_reason = $3::text,
     attempts = attempts + $4::integer, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
-WHERE id = $5::bigint AND token = $6::bigint AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_until >= coalesce($1::timestamptz, now())
+WHERE id = $5::bigint AND token = $6::bigint AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())
 RETURNING lane`
 	// $1 now.
 	qOutboxReclaim = `WITH r AS (
@@ -215,7 +223,7 @@ u AS (
     UPDATE deliveries d
     SET state = $2::text, reason = $3::text, next_attempt_at = t.now + $4::interval, claimed_by = NULL, updated_at = t.now
     FROM t
-    WHERE d.message_id = $5::text AND d.state = 'SENDING' AND d.attempts = $6::integer
+    WHERE d.message_id = $5::text AND d.state || '' = 'SENDING' AND d.attempts = $6::integer
     RETURNING 1
 ),
 a AS (
