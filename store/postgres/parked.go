@@ -15,7 +15,7 @@ import (
 const (
 	// $1 tenant ('' for every tenant), $2 limit.
 	qParkedList = `SELECT d.message_id, d.notification_id, d.tenant, coalesce(o.lane, ''), d.channel, d.reason, d.updated_at
-FROM deliveries d LEFT JOIN outbox o ON o.message_id = d.message_id
+FROM deliveries d LEFT JOIN outbox o ON o.notification_id = d.notification_id AND o.channel = d.channel
 WHERE d.state = 'PARKED' AND ($1::text = '' OR d.tenant = $1::text)
 ORDER BY d.updated_at, d.message_id
 LIMIT $2::integer`
@@ -35,7 +35,7 @@ LIMIT $2::integer`
 sel AS (
     SELECT p.message_id, p.reason FROM deliveries p
     WHERE p.state = 'PARKED' AND ($2::text = '' OR p.tenant = $2::text) AND ($3::text = '' OR p.message_id = $3::text)
-      AND (NOT $5::boolean OR EXISTS (SELECT 1 FROM outbox x WHERE x.message_id = p.message_id AND x.state = 'DONE'))
+      AND (NOT $5::boolean OR EXISTS (SELECT 1 FROM outbox x WHERE x.notification_id = p.notification_id AND x.channel = p.channel AND x.state = 'DONE'))
     ORDER BY p.updated_at, p.message_id
     LIMIT $4::integer
     FOR UPDATE SKIP LOCKED
@@ -52,11 +52,11 @@ o AS (
     SET state = 'PENDING', available_at = t.now, last_reason = 'REQUEUED', claimed_by = NULL, claimed_until = NULL,
         token = o.token + 1, updated_at = t.now
     FROM t, d
-    WHERE $5::boolean AND o.message_id = d.message_id AND o.state = 'DONE'
+    WHERE $5::boolean AND o.notification_id = d.notification_id AND o.channel = d.channel AND o.state = 'DONE'
     RETURNING o.message_id
 )
 SELECT d.message_id, d.notification_id, d.tenant, coalesce(x.lane, ''), d.channel, d.reason, d.now, (SELECT count(*) FROM o)
-FROM d LEFT JOIN outbox x ON x.message_id = d.message_id`
+FROM d LEFT JOIN outbox x ON x.notification_id = d.notification_id AND x.channel = d.channel`
 )
 
 // ParkedList returns PARKED deliveries, oldest first.
