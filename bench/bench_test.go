@@ -4,6 +4,9 @@
 //	go test ./bench -run '^$' -bench IdleLatency -benchtime 500x
 //
 // HERALD_BENCH_DATABASE selects the store (default: a fresh SQLite file).
+// HERALD_BENCH_INSTANCES=2 runs two herald instances on that database (each
+// with its own store, pool, claimers, sweeps and listener, as two processes
+// would have), and the clients spread their requests over both.
 package bench
 
 import (
@@ -16,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -31,7 +35,7 @@ import (
 )
 
 type env struct {
-	base    string
+	bases   []string
 	sim     *sim.Sim
 	records atomic.Int64
 	// called receives the time of each provider call, when set.
@@ -68,6 +72,18 @@ func start(b *testing.B, trackCalls bool) *env {
 		}
 		return provider.Outcome{}
 	})
+	instances := 1
+	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_INSTANCES")); err == nil && v > 1 {
+		instances = v
+	}
+	for range instances {
+		e.bases = append(e.bases, startApp(b, cfg, e))
+	}
+	return e
+}
+
+// startApp runs one herald instance and returns its base URL.
+func startApp(b *testing.B, cfg *config.Config, e *env) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -94,8 +110,7 @@ func start(b *testing.B, trackCalls bool) *env {
 			b.Error(err)
 		}
 	})
-	e.base = "http://" + l.Addr().String()
-	return e
+	return "http://" + l.Addr().String()
 }
 
 var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
@@ -136,7 +151,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				if i > int64(b.N) {
 					return
 				}
-				if err := post(e.base, int(i)); err != nil {
+				if err := post(e.bases[int(i)%len(e.bases)], int(i)); err != nil {
 					errs <- err
 					return
 				}
@@ -164,14 +179,14 @@ func BenchmarkIdleLatency(b *testing.B) {
 	e := start(b, true)
 	lat := make([]time.Duration, 0, b.N)
 	// Warm up the connection and the store.
-	if err := post(e.base, -1); err != nil {
+	if err := post(e.bases[0], -1); err != nil {
 		b.Fatal(err)
 	}
 	<-e.called
 	b.ResetTimer()
 	for i := range b.N {
 		time.Sleep(5 * time.Millisecond) // let the server go idle between sends
-		if err := post(e.base, i); err != nil {
+		if err := post(e.bases[0], i); err != nil {
 			b.Fatal(err)
 		}
 		accepted := time.Now()

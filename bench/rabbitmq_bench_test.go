@@ -152,7 +152,7 @@ func BenchmarkEndToEndRabbitMQ(b *testing.B) {
 			b.Error(err)
 		}
 	}()
-	e.base = "http://" + l.Addr().String()
+	e.bases = []string{"http://" + l.Addr().String()}
 
 	const clients = 16
 	var next atomic.Int64
@@ -169,7 +169,7 @@ func BenchmarkEndToEndRabbitMQ(b *testing.B) {
 				if i > int64(b.N) {
 					return
 				}
-				if err := post(e.base, int(i)); err != nil {
+				if err := post(e.bases[0], int(i)); err != nil {
 					errs <- err
 					return
 				}

@@ -100,7 +100,9 @@ type Options struct {
 	// leader election. Defaults to slog.Default().
 	Logger *slog.Logger
 	// PipelineWorkers is how many batches of hot statements may be in
-	// flight at once (see pipeline). Defaults to 4.
+	// flight at once (see pipeline). Defaults to 2: on a small machine fewer,
+	// larger batches commit less often; the second keeps one batch that waits
+	// on a lock from holding up every other statement.
 	PipelineWorkers int
 	// PipelineBatch caps the statements sent together. Defaults to 64.
 	PipelineBatch int
@@ -200,7 +202,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, connCfg *pgx.ConnConfig, 
 	}
 	s.notify = newNotifier(s, opts.NotifyInterval)
 	if opts.PipelineWorkers <= 0 {
-		opts.PipelineWorkers = 4
+		opts.PipelineWorkers = 2
 	}
 	if opts.PipelineBatch <= 0 {
 		opts.PipelineBatch = 64
