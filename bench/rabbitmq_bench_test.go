@@ -10,24 +10,19 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/broker/rabbitmq"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/internal/testpg"
-	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
-	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store/postgres"
 )
 
@@ -111,86 +106,8 @@ func BenchmarkRelayDrain(b *testing.B) {
 func BenchmarkEndToEndRabbitMQ(b *testing.B) {
 	db := testpg.Database(b)
 	mq := testmq.VHost(b)
-	e := &env{}
-	cfg := config.Dev()
-	cfg.Database = db
-	cfg.Transport = "rabbitmq"
-	cfg.RabbitMQURL = mq
-	cfg.Kinds = []config.Kind{{
-		Name: "bench", Category: "transactional", Channels: []string{"webhook"},
-		Templates: map[string]config.Template{"webhook": {Title: "Paid", Body: "Paid {{.amount}} won"}},
-	}}
-	cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
-	cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		b.Fatal(err)
-	}
-	e.sim = sim.New(sim.Config{Keep: 10})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	a, err := app.New(context.Background(), cfg, app.Options{
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Providers: map[string]provider.Provider{"sim-webhook": e.sim},
-		Listener:  l,
-		Hooks: sender.Hooks{AfterRecord: func(_ context.Context, _ heraldtype.Job, r sender.Result) {
-			if r.State == heraldtype.DeliveryProviderAccepted {
-				e.records.Add(1)
-			}
-		}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-runDone; err != nil {
-			b.Error(err)
-		}
-	}()
-	e.bases = []string{"http://" + l.Addr().String()}
-
-	const clients = 16
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	b.ResetTimer()
-	began := time.Now()
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				if err := post(e.bases[0], int(i)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	intake := time.Since(began)
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Minute)
-	for e.records.Load() < int64(b.N) {
-		if time.Now().After(deadline) {
-			b.Fatalf("recorded %d of %d", e.records.Load(), b.N)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	total := time.Since(began)
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/total.Seconds(), "notifications/s")
-	b.ReportMetric(float64(b.N)/intake.Seconds(), "accepted/s")
+	cfg := benchConfig(b, db, func(c *config.Config) { c.Transport, c.RabbitMQURL = "rabbitmq", mq })
+	e := &env{sim: sim.New(sim.Config{Keep: 10})}
+	e.bases = []string{startApp(b, cfg, e)}
+	drive(b, e)
 }

@@ -179,41 +179,14 @@ func (c *Claimer) settle(ctx context.Context, row store.Claimed, res sender.Resu
 			ok, err = c.Store.OutboxRetry(wctx, store.OutboxRetryParams{Fence: row.Fence, Reason: "SHUTDOWN"})
 			break
 		}
-		attempt := row.Attempts + 1
-		if attempt >= c.MaxAttempts {
-			result = "failed"
-			ok, err = c.Store.OutboxComplete(wctx, row.Fence, heraldtype.OutboxFailed, res.Reason)
-			if ok {
-				c.raise(wctx, alert.OutboxFailed, row, res.Reason)
-			}
-			break
-		}
-		result = "backoff"
-		c.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: send attempt failed, backing off",
-			slog.String("message_id", row.MessageID), slog.Int("attempt", attempt), slog.Any("error", res.Err))
-		ok, err = c.Store.OutboxRetry(wctx, store.OutboxRetryParams{
-			Fence: row.Fence, Delay: Backoff(attempt), Reason: res.Reason, Failed: true,
-		})
-		if ok && attempt == AlertAfterAttempts {
-			c.raise(wctx, alert.DispatchSlow, row, res.Reason)
-		}
+		result, ok, err = c.settler().backOff(wctx, row, res.Reason, res.Err)
 	}
-	c.Metrics.Dispatch(c.Lane, result)
-	switch {
-	case err != nil:
-		// The lease will run out and the row will be claimed again; the
-		// delivery row keeps that from becoming a second send.
-		c.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: could not settle outbox row",
-			slog.String("message_id", row.MessageID), slog.String("result", result), slog.Any("error", err))
-	case !ok:
-		c.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: lease lost before settling; write fenced off",
-			slog.String("message_id", row.MessageID), slog.Int64("token", row.Fence.Token))
-	}
+	c.settler().report(ctx, row, result, ok, err)
 }
 
-func (c *Claimer) raise(ctx context.Context, kind string, row store.Claimed, reason string) {
-	c.Metrics.Alert(kind)
-	c.Alerts.Alert(ctx, alert.Alert{Kind: kind, MessageID: row.MessageID, Tenant: row.Tenant, Reason: reason})
+func (c *Claimer) settler() settler {
+	return settler{who: "dispatch", lane: c.Lane, store: c.Store, maxAttempts: c.MaxAttempts,
+		logger: c.Logger, alerts: c.Alerts, metrics: c.Metrics}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

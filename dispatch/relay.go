@@ -269,36 +269,12 @@ func (r *Relay) retry(ctx context.Context, row store.Claimed, cause error) {
 		result = "republish"
 		ok, err = r.Store.OutboxRetry(ctx, store.OutboxRetryParams{Fence: row.Fence, Reason: "BROKER_DISCONNECTED"})
 	} else {
-		attempt := row.Attempts + 1
-		reason := "PUBLISH_FAILED"
-		if attempt >= r.MaxAttempts {
-			result = "failed"
-			ok, err = r.Store.OutboxComplete(ctx, row.Fence, heraldtype.OutboxFailed, reason)
-			if ok {
-				r.raise(ctx, alert.OutboxFailed, row, reason)
-			}
-		} else {
-			result = "backoff"
-			r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: publish not confirmed, backing off",
-				slog.String("message_id", row.MessageID), slog.Int("attempt", attempt), slog.Any("error", cause))
-			ok, err = r.Store.OutboxRetry(ctx, store.OutboxRetryParams{Fence: row.Fence, Delay: Backoff(attempt), Reason: reason, Failed: true})
-			if ok && attempt == AlertAfterAttempts {
-				r.raise(ctx, alert.DispatchSlow, row, reason)
-			}
-		}
+		result, ok, err = r.settler().backOff(ctx, row, "PUBLISH_FAILED", cause)
 	}
-	r.Metrics.Dispatch(r.Lane, result)
-	switch {
-	case err != nil:
-		r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: could not return row to PENDING",
-			slog.String("message_id", row.MessageID), slog.String("result", result), slog.Any("error", err))
-	case !ok:
-		r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: lease lost before settling; write fenced off",
-			slog.String("message_id", row.MessageID), slog.Int64("token", row.Fence.Token))
-	}
+	r.settler().report(ctx, row, result, ok, err)
 }
 
-func (r *Relay) raise(ctx context.Context, kind string, row store.Claimed, reason string) {
-	r.Metrics.Alert(kind)
-	r.Alerts.Alert(ctx, alert.Alert{Kind: kind, MessageID: row.MessageID, Tenant: row.Tenant, Reason: reason})
+func (r *Relay) settler() settler {
+	return settler{who: "relay", lane: r.Lane, store: r.Store, maxAttempts: r.MaxAttempts,
+		logger: r.Logger, alerts: r.Alerts, metrics: r.Metrics}
 }

@@ -12,16 +12,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/url"
-	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // EnvURL names the environment variable that overrides DefaultURL.
@@ -30,40 +29,26 @@ const EnvURL = "HERALD_TEST_RABBITMQ_URL"
 // DefaultURL is the broker tests use when EnvURL is unset.
 const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
 
-// BaseURL returns the broker's URL from EnvURL or DefaultURL.
-func BaseURL() string {
-	if u := os.Getenv(EnvURL); u != "" {
-		return u
-	}
-	return DefaultURL
+var broker = &testenv.Service{
+	Name: "RabbitMQ", EnvURL: EnvURL, DefaultURL: DefaultURL,
+	Probe: func(u string) error {
+		conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	},
 }
 
-var reach struct {
-	once sync.Once
-	err  error
-}
+// BaseURL returns the broker's URL from EnvURL or DefaultURL.
+func BaseURL() string { return broker.URL() }
 
 // Require returns BaseURL if the broker answers. Otherwise it ends the test:
 // t.Skip, or t.Fatal when the environment has CI=true. The broker is probed
 // once per test binary.
 func Require(t testing.TB) string {
 	t.Helper()
-	reach.once.Do(func() {
-		conn, err := amqp.DialConfig(BaseURL(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
-		if err == nil {
-			conn.Close()
-		}
-		reach.err = err
-	})
-	if reach.err != nil {
-		msg := fmt.Sprintf("RabbitMQ unreachable at %s (set %s): %s", Redact(BaseURL()), EnvURL,
-			strings.ReplaceAll(reach.err.Error(), "\n", " "))
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return BaseURL()
+	return broker.Require(t)
 }
 
 // VHost creates a fresh vhost on the broker, grants the URL's user every
@@ -128,13 +113,7 @@ func ctl(args ...string) (string, error) {
 }
 
 // Redact hides the password of a URL.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
+func Redact(rawURL string) string { return testenv.Redact(rawURL) }
 
 func randomSuffix() string {
 	var b [6]byte

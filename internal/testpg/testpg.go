@@ -13,13 +13,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
-	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // EnvURL names the environment variable that overrides DefaultURL.
@@ -28,43 +27,29 @@ const EnvURL = "HERALD_TEST_POSTGRES_URL"
 // DefaultURL is the server tests use when EnvURL is unset.
 const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
-// BaseURL returns the server's URL (a postgres:// URL) from EnvURL or DefaultURL.
-func BaseURL() string {
-	if u := os.Getenv(EnvURL); u != "" {
-		return u
-	}
-	return DefaultURL
+var server = &testenv.Service{
+	Name: "PostgreSQL", EnvURL: EnvURL, DefaultURL: DefaultURL,
+	Probe: func(u string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, u)
+		if err == nil {
+			err = conn.Ping(ctx)
+			conn.Close(ctx)
+		}
+		return err
+	},
 }
 
-var reach struct {
-	once sync.Once
-	err  error
-}
+// BaseURL returns the server's URL (a postgres:// URL) from EnvURL or DefaultURL.
+func BaseURL() string { return server.URL() }
 
 // Require returns BaseURL if the server answers. Otherwise it ends the test:
 // t.Skip, or t.Fatal when the environment has CI=true. The server is probed
 // once per test binary.
 func Require(t testing.TB) string {
 	t.Helper()
-	reach.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, BaseURL())
-		if err == nil {
-			err = conn.Ping(ctx)
-			conn.Close(ctx)
-		}
-		reach.err = err
-	})
-	if reach.err != nil {
-		msg := fmt.Sprintf("PostgreSQL unreachable at %s (set %s): %s", Redact(BaseURL()), EnvURL,
-			strings.ReplaceAll(reach.err.Error(), "\n", " "))
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return BaseURL()
+	return server.Require(t)
 }
 
 // Schema creates a fresh, empty schema in the server's database and returns
@@ -146,13 +131,7 @@ func WithParams(rawURL string, kv ...string) string {
 }
 
 // Redact hides the password of a URL.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
+func Redact(rawURL string) string { return testenv.Redact(rawURL) }
 
 func execSQL(rawURL, sql string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,0 +1,65 @@
+package dispatch
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/store"
+)
+
+// settler writes what became of a claimed row, fenced; the claimers and the
+// relays share it, so a failed attempt backs off, fails and alerts the same
+// way on both transports.
+type settler struct {
+	who         string // "dispatch" or "relay", in log messages
+	lane        heraldtype.Lane
+	store       store.Outbox
+	maxAttempts int
+	logger      *slog.Logger
+	alerts      alert.Sink
+	metrics     *metrics.Metrics
+}
+
+// backOff handles a failed attempt on row: PENDING again after the
+// dispatcher's backoff, or FAILED (alerted) once MaxAttempts is reached; the
+// AlertAfterAttempts-th failure raises an alert too.
+func (s settler) backOff(ctx context.Context, row store.Claimed, reason string, cause error) (result string, ok bool, err error) {
+	attempt := row.Attempts + 1
+	if attempt >= s.maxAttempts {
+		ok, err = s.store.OutboxComplete(ctx, row.Fence, heraldtype.OutboxFailed, reason)
+		if ok {
+			s.raise(ctx, alert.OutboxFailed, row, reason)
+		}
+		return "failed", ok, err
+	}
+	s.logger.LogAttrs(ctx, slog.LevelWarn, s.who+": attempt failed, backing off",
+		slog.String("message_id", row.MessageID), slog.Int("attempt", attempt), slog.Any("error", cause))
+	ok, err = s.store.OutboxRetry(ctx, store.OutboxRetryParams{Fence: row.Fence, Delay: Backoff(attempt), Reason: reason, Failed: true})
+	if ok && attempt == AlertAfterAttempts {
+		s.raise(ctx, alert.DispatchSlow, row, reason)
+	}
+	return "backoff", ok, err
+}
+
+// report counts a settlement and logs one that did not take.
+func (s settler) report(ctx context.Context, row store.Claimed, result string, ok bool, err error) {
+	s.metrics.Dispatch(s.lane, result)
+	switch {
+	case err != nil:
+		// The lease will run out and the row will be offered again; the
+		// delivery row keeps that from becoming a second send.
+		s.logger.LogAttrs(ctx, slog.LevelWarn, s.who+": could not settle outbox row",
+			slog.String("message_id", row.MessageID), slog.String("result", result), slog.Any("error", err))
+	case !ok:
+		s.logger.LogAttrs(ctx, slog.LevelWarn, s.who+": lease lost before settling; write fenced off",
+			slog.String("message_id", row.MessageID), slog.Int64("token", row.Fence.Token))
+	}
+}
+
+func (s settler) raise(ctx context.Context, kind string, row store.Claimed, reason string) {
+	s.metrics.Alert(kind)
+	s.alerts.Alert(ctx, alert.Alert{Kind: kind, MessageID: row.MessageID, Tenant: row.Tenant, Reason: reason})
+}
