@@ -99,7 +99,7 @@ func (c *Claimer) Run(ctx context.Context) {
 	defer c.wg.Wait()
 	poll := time.NewTicker(c.PollInterval)
 	defer poll.Stop()
-	errWait := time.Duration(0)
+	var pause claimPause
 	for {
 		if ctx.Err() != nil {
 			return
@@ -111,18 +111,12 @@ func (c *Claimer) Run(ctx context.Context) {
 				Lane: c.Lane, Owner: c.Owner, Limit: free, Lease: c.Lease,
 			})
 			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				errWait = min(max(2*errWait, 100*time.Millisecond), 5*time.Second)
-				c.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: claim failed",
-					slog.String("lane", string(c.Lane)), slog.Duration("retry_in", errWait), slog.Any("error", err))
-				if !sleep(ctx, errWait) {
+				if !pause.after(ctx, c.Logger, "dispatch", c.Lane, err) {
 					return
 				}
 				continue
 			}
-			errWait = 0
+			pause.reset()
 			for _, row := range rows {
 				c.slots <- struct{}{}
 				c.wg.Add(1)

@@ -165,7 +165,7 @@ func (r *Relay) Run(ctx context.Context) {
 func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	poll := time.NewTicker(r.PollInterval)
 	defer poll.Stop()
-	errWait := time.Duration(0)
+	var pause claimPause
 	jobs := make([]heraldtype.Job, 0, r.BatchSize)
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
@@ -175,18 +175,12 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 			Lane: r.Lane, Owner: r.Owner, Limit: r.BatchSize, Lease: r.Lease, Publishing: true,
 		})
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			errWait = min(max(2*errWait, 100*time.Millisecond), 5*time.Second)
-			r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: claim failed",
-				slog.String("lane", string(r.Lane)), slog.Duration("retry_in", errWait), slog.Any("error", err))
-			if !sleep(ctx, errWait) {
+			if !pause.after(ctx, r.Logger, "relay", r.Lane, err) {
 				return
 			}
 			continue
 		}
-		errWait = 0
+		pause.reset()
 		if len(rows) > 0 {
 			jobs = jobs[:0]
 			for i := range rows {

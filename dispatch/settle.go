@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/heraldtype"
@@ -63,3 +64,20 @@ func (s settler) raise(ctx context.Context, kind string, row store.Claimed, reas
 	s.metrics.Alert(kind)
 	s.alerts.Alert(ctx, alert.Alert{Kind: kind, MessageID: row.MessageID, Tenant: row.Tenant, Reason: reason})
 }
+
+// claimPause spaces out the claims of a loop whose claims keep failing (the
+// store is unreachable): 100 ms, doubling, at most 5 s; a success resets it.
+type claimPause struct{ wait time.Duration }
+
+// after logs err and waits; it reports false when ctx ended meanwhile.
+func (p *claimPause) after(ctx context.Context, logger *slog.Logger, who string, lane heraldtype.Lane, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	p.wait = min(max(2*p.wait, 100*time.Millisecond), 5*time.Second)
+	logger.LogAttrs(ctx, slog.LevelWarn, who+": claim failed",
+		slog.String("lane", string(lane)), slog.Duration("retry_in", p.wait), slog.Any("error", err))
+	return sleep(ctx, p.wait)
+}
+
+func (p *claimPause) reset() { p.wait = 0 }
