@@ -53,7 +53,7 @@ poll_interval: 100ms
 // terminal state for all its deliveries and that no message id was answered
 // 2xx twice.
 func runCrash(t *testing.T, cs crashSetup, n, kills int, seed uint64) {
-	k := &sink{counts: map[string]int{}}
+	k := newRouteSink()
 	sinkSrv := httptest.NewServer(k)
 	defer sinkSrv.Close()
 	addr := freeAddr(t)
@@ -162,14 +162,8 @@ func runCrash(t *testing.T, cs crashSetup, n, kills int, seed uint64) {
 		time.Sleep(250 * time.Millisecond)
 	}
 
-	counts := k.snapshot()
-	var dups []string
-	for id, c := range counts {
-		if c > 1 {
-			dups = append(dups, fmt.Sprintf("%s×%d", id, c))
-		}
-	}
-	sort.Strings(dups)
+	counts, _ := k.snapshot()
+	dups := duplicates(counts)
 	keys := make([]string, 0, len(states))
 	for s := range states {
 		keys = append(keys, s)

@@ -14,8 +14,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -153,13 +155,26 @@ func (s *server) tail() string {
 	return strings.Join(lines, "\n")
 }
 
-// sink is a webhook receiver that counts every message id it answered 2xx.
-type sink struct {
+// routeSink is a webhook receiver that records every message id it answered
+// 2xx and on which URL path. Each herald process is configured with its own
+// path (sink URL + "/p1"…), so the path tells which process made the call.
+type routeSink struct {
 	mu     sync.Mutex
-	counts map[string]int
+	counts map[string]int // message id → 2xx answers
+	paths  map[string]int // path → 2xx answers
+
+	// hold, when set, is asked about each request before it is answered; a
+	// true answer blocks the request until release is closed.
+	hold    func(path string, callsOnPath int) bool
+	held    chan string // message ids of held requests
+	release chan struct{}
 }
 
-func (k *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func newRouteSink() *routeSink {
+	return &routeSink{counts: map[string]int{}, paths: map[string]int{}, held: make(chan string, 16), release: make(chan struct{})}
+}
+
+func (k *routeSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		MessageID string `json:"message_id"`
 	}
@@ -169,19 +184,99 @@ func (k *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k.mu.Lock()
+	hold := k.hold != nil && k.hold(r.URL.Path, k.paths[r.URL.Path])
+	if hold {
+		k.hold = nil // one request only
+	}
+	// A held request counts as answered: a real provider would have acted
+	// on it whether or not its answer ever reaches herald.
 	k.counts[body.MessageID]++
+	k.paths[r.URL.Path]++
 	k.mu.Unlock()
+	if hold {
+		k.held <- body.MessageID
+		<-k.release
+	}
 	w.WriteHeader(http.StatusOK)
 }
 
-func (k *sink) snapshot() map[string]int {
+func (k *routeSink) snapshot() (counts, paths map[string]int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make(map[string]int, len(k.counts))
+	counts, paths = make(map[string]int, len(k.counts)), make(map[string]int, len(k.paths))
 	for id, n := range k.counts {
-		out[id] = n
+		counts[id] = n
 	}
-	return out
+	for p, n := range k.paths {
+		paths[p] = n
+	}
+	return counts, paths
+}
+
+// duplicates lists the message ids answered 2xx more than once.
+func duplicates(counts map[string]int) []string {
+	var dups []string
+	for id, n := range counts {
+		if n > 1 {
+			dups = append(dups, fmt.Sprintf("%s×%d", id, n))
+		}
+	}
+	sort.Strings(dups)
+	return dups
+}
+
+// postStats counts what the clients saw.
+type postStats struct {
+	unavailable atomic.Int64 // 503 answers (each a problem+json with Retry-After)
+	connErrors  atomic.Int64 // requests that got no answer
+	failovers   atomic.Int64 // retries sent to another process
+}
+
+// postAny sends one notification to clients[first], retrying with the same
+// Idempotency-Key on connection errors (against the next process) and on
+// 503 (against the same one) until it gets an answer, and returns the 202's
+// id. A 503 that is not problem+json is an error.
+func postAny(ctx context.Context, clients []*client, first int, key string, body any, st *postStats) (string, error) {
+	raw, _ := json.Marshal(body)
+	i := first
+	for {
+		c := clients[i%len(clients)]
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/notifications", bytes.NewReader(raw))
+		req.Header.Set("Authorization", "Bearer "+c.key)
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.http.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", fmt.Errorf("%s: %w", key, ctx.Err())
+			}
+			st.connErrors.Add(1)
+			if len(clients) > 1 {
+				st.failovers.Add(1)
+				i++
+			}
+			time.Sleep(10 * time.Millisecond) // retry pacing, not synchronisation
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusAccepted:
+			var a struct{ ID string }
+			if err := json.Unmarshal(b, &a); err != nil || a.ID == "" {
+				return "", fmt.Errorf("%s: 202 body %q", key, b)
+			}
+			return a.ID, nil
+		case http.StatusServiceUnavailable:
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+				return "", fmt.Errorf("%s: 503 with Content-Type %q", key, ct)
+			}
+			st.unavailable.Add(1)
+			time.Sleep(20 * time.Millisecond) // Retry-After says 1 s; be quicker in a test
+			continue
+		}
+		return "", fmt.Errorf("%s: POST answered %d: %s", key, resp.StatusCode, b)
+	}
 }
 
 // client is a herald API client that retries through restarts.
@@ -198,35 +293,7 @@ func newClient(addr, key string) *client {
 // post sends one notification, retrying with the same Idempotency-Key on
 // connection errors and 503 until it gets an answer, and returns the 202's id.
 func (c *client) post(ctx context.Context, idemKey string, body any) (string, error) {
-	raw, _ := json.Marshal(body)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/notifications", bytes.NewReader(raw))
-		req.Header.Set("Authorization", "Bearer "+c.key)
-		req.Header.Set("Idempotency-Key", idemKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.http.Do(req)
-		if err != nil {
-			if ctx.Err() != nil {
-				return "", ctx.Err()
-			}
-			time.Sleep(20 * time.Millisecond) // the server is restarting
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		switch resp.StatusCode {
-		case http.StatusAccepted:
-			var a struct{ ID string }
-			if err := json.Unmarshal(b, &a); err != nil {
-				return "", err
-			}
-			return a.ID, nil
-		case http.StatusServiceUnavailable:
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		return "", fmt.Errorf("POST answered %d: %s", resp.StatusCode, b)
-	}
+	return postAny(ctx, []*client{c}, 0, idemKey, body, &postStats{})
 }
 
 type notification struct {
