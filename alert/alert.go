@@ -63,13 +63,3 @@ func (r *Recorder) Alerts() []Alert {
 	defer r.mu.Unlock()
 	return append([]Alert(nil), r.alerts...)
 }
-
-// Multi sends every alert to each sink.
-type Multi []Sink
-
-// Alert fans a out.
-func (m Multi) Alert(ctx context.Context, a Alert) {
-	for _, s := range m {
-		s.Alert(ctx, a)
-	}
-}

@@ -432,11 +432,19 @@ func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordPara
 	ctx, cancel := context.WithTimeout(ctx, s.RecordTimeout)
 	defer cancel()
 	wait := 50 * time.Millisecond
+	failedBefore := false
 	for {
 		ok, err := s.Store.DeliveryRecord(ctx, p)
 		if err == nil {
+			if !ok && failedBefore {
+				// A failed try may have committed before its answer was
+				// lost; then this try finds the row already settled — by
+				// that very write, or by someone else.
+				ok = s.alreadyRecorded(ctx, p)
+			}
 			return ok, nil
 		}
+		failedBefore = true
 		s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: record failed, retrying",
 			slog.String("message_id", p.MessageID), slog.Any("error", err))
 		t := time.NewTimer(wait)
@@ -448,6 +456,13 @@ func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordPara
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// alreadyRecorded reports whether the delivery holds exactly this attempt's
+// result.
+func (s *Sender) alreadyRecorded(ctx context.Context, p store.DeliveryRecordParams) bool {
+	d, err := s.Store.DeliveryGet(ctx, p.MessageID)
+	return err == nil && d.Attempts == p.Attempt && d.State == p.State && d.Reason == p.Reason
 }
 
 // retryStore runs op until it succeeds or fails with an answer (not found,

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -434,5 +435,33 @@ func TestRetryPolicy(t *testing.T) {
 	}
 	if _, ok := p.DelayAfter(5); ok {
 		t.Error("a sixth attempt was allowed")
+	}
+}
+
+// lostAnswer commits the first result write and then reports an error, as a
+// connection that drops after the commit does.
+type lostAnswer struct {
+	*sqlite.Store
+	lost atomic.Bool
+}
+
+func (l *lostAnswer) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (bool, error) {
+	ok, err := l.Store.DeliveryRecord(ctx, p)
+	if err == nil && l.lost.CompareAndSwap(false, true) {
+		return false, errors.New("connection reset after commit")
+	}
+	return ok, err
+}
+
+func TestRecordWhoseFirstAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	snd, b := setup(t, sender.Hooks{})
+	snd.Store = &lostAnswer{Store: b.store}
+	force(b.sims[heraldtype.ChannelWebhook], provider.NotSentOutcome("CONNECTION_REFUSED", 0))
+	j := job("n1", heraldtype.ChannelWebhook)
+	// The retry of the write finds RETRY_WAIT already there: the message must
+	// still be offered again, not given up as a stale claim.
+	if r := snd.Send(b.ctx, j); r.Verdict != sender.Retry || r.State != heraldtype.DeliveryRetryWait {
+		t.Fatalf("%+v, want Retry", r)
 	}
 }

@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -34,8 +35,10 @@ type ConfirmHooks struct {
 }
 
 // confirmer publishes on one channel in confirm mode and matches each
-// confirm (by delivery tag) and each return (by message id) to the batch
-// that published it. One goroutine reads both: the broker sends a
+// confirm (by delivery tag) and each return (by the publish's sequence
+// number, carried as its correlation id — copies of one message share a
+// message id, so that cannot tell them apart) to the batch that published
+// it. One goroutine reads both: the broker sends a
 // basic.return before the basic.ack of the same message and the library
 // hands them over in that order, so on each confirm the confirmer first
 // drains the returns, then settles, and never mistakes a returned message
@@ -51,7 +54,6 @@ type confirmer struct {
 	mu      sync.Mutex
 	closed  bool
 	pending map[uint64]*entry
-	byID    map[string]*entry
 }
 
 type entry struct {
@@ -72,7 +74,6 @@ func newConfirmer(ch *amqp.Channel, hooks ConfirmHooks) (*confirmer, error) {
 		slots:    make(chan struct{}, maxInFlight),
 		done:     make(chan struct{}),
 		pending:  map[uint64]*entry{},
-		byID:     map[string]*entry{},
 	}
 	go c.loop()
 	return c, nil
@@ -83,9 +84,11 @@ func (c *confirmer) loop() {
 	for {
 		select {
 		case r, ok := <-c.returns:
-			if ok {
-				c.returned(r)
+			if !ok {
+				c.returns = nil // closed: stop selecting on it
+				continue
 			}
+			c.returned(r)
 		case conf, ok := <-c.confirms:
 			if !ok {
 				c.fail()
@@ -98,10 +101,11 @@ func (c *confirmer) loop() {
 }
 
 func (c *confirmer) drainReturns() {
-	for {
+	for c.returns != nil {
 		select {
 		case r, ok := <-c.returns:
 			if !ok {
+				c.returns = nil
 				return
 			}
 			c.returned(r)
@@ -112,8 +116,12 @@ func (c *confirmer) drainReturns() {
 }
 
 func (c *confirmer) returned(r amqp.Return) {
+	seq, err := strconv.ParseUint(r.CorrelationId, 10, 64)
+	if err != nil {
+		return
+	}
 	c.mu.Lock()
-	if e := c.byID[r.MessageId]; e != nil {
+	if e := c.pending[seq]; e != nil {
 		e.returned = true
 	}
 	c.mu.Unlock()
@@ -131,9 +139,6 @@ func (c *confirmer) resolve(conf amqp.Confirmation) {
 		return
 	}
 	delete(c.pending, conf.DeliveryTag)
-	if c.byID[e.id] == e {
-		delete(c.byID, e.id)
-	}
 	c.mu.Unlock()
 	<-c.slots
 	var err error
@@ -151,7 +156,7 @@ func (c *confirmer) fail() {
 	c.mu.Lock()
 	c.closed = true
 	pending := c.pending
-	c.pending, c.byID = map[uint64]*entry{}, map[string]*entry{}
+	c.pending = map[uint64]*entry{}
 	c.mu.Unlock()
 	for range pending {
 		<-c.slots
@@ -178,15 +183,11 @@ func (c *confirmer) publish(ctx context.Context, b *Batch, i int, exchange, key 
 		return dispatch.ErrConnectionLost
 	}
 	seq := c.ch.GetNextPublishSeqNo()
-	e := &entry{b: b, i: i, id: msg.MessageId}
-	c.pending[seq] = e
-	c.byID[msg.MessageId] = e
+	c.pending[seq] = &entry{b: b, i: i, id: msg.MessageId}
+	msg.CorrelationId = strconv.FormatUint(seq, 10)
 	err := c.ch.PublishWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {
 		delete(c.pending, seq)
-		if c.byID[msg.MessageId] == e {
-			delete(c.byID, msg.MessageId)
-		}
 		c.mu.Unlock()
 		<-c.slots
 		if errors.Is(err, amqp.ErrClosed) {
@@ -231,9 +232,6 @@ func (b *Batch) set(i int, err error) {
 		close(b.done)
 	}
 }
-
-// fail settles entry i at once (it was never published).
-func (b *Batch) fail(i int, err error) { b.set(i, err) }
 
 var _ dispatch.Confirms = (*Batch)(nil)
 

@@ -66,9 +66,6 @@ type ConsumerConfig struct {
 // A body that is not a job is parked (MALFORMED_BODY), never dropped.
 type Consumer struct {
 	cfg ConsumerConfig
-
-	mu   sync.Mutex
-	conn *amqp.Connection
 }
 
 // NewConsumer returns a consumer; Run starts it.
@@ -100,16 +97,6 @@ func (c *Consumer) Run(ctx context.Context) {
 	session(ctx, c.cfg.Logger, c.cfg.URL, c.cfg.Name, c.consume)
 }
 
-// Kill closes the current connection at once (tests).
-func (c *Consumer) Kill() {
-	c.mu.Lock()
-	conn := c.conn
-	c.mu.Unlock()
-	if conn != nil {
-		_ = conn.Close()
-	}
-}
-
 func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
@@ -134,9 +121,6 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", c.cfg.Topology.Queue(c.cfg.Lane), err)
 	}
-	c.mu.Lock()
-	c.conn = conn
-	c.mu.Unlock()
 	c.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rabbitmq: consumer connected",
 		slog.String("component", c.cfg.Name), slog.String("lane", string(c.cfg.Lane)))
 

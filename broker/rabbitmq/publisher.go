@@ -34,7 +34,6 @@ type Publisher struct {
 
 	mu    sync.Mutex
 	cur   *confirmer
-	conn  *amqp.Connection
 	ready chan struct{} // closed while cur is usable
 }
 
@@ -73,7 +72,7 @@ func (p *Publisher) Run(ctx context.Context) {
 			return fmt.Errorf("enable publisher confirms: %w", err)
 		}
 		p.mu.Lock()
-		p.cur, p.conn = c, conn
+		p.cur = c
 		close(p.ready)
 		p.mu.Unlock()
 		p.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rabbitmq: publisher connected", slog.String("component", p.cfg.Name))
@@ -87,7 +86,7 @@ func (p *Publisher) Run(ctx context.Context) {
 			cause = fmt.Errorf("rabbitmq: publishing channel closed")
 		}
 		p.mu.Lock()
-		p.cur, p.conn = nil, nil
+		p.cur = nil
 		p.ready = make(chan struct{})
 		p.mu.Unlock()
 		return cause
@@ -107,17 +106,6 @@ func (p *Publisher) Ready(ctx context.Context) error {
 	}
 }
 
-// Kill closes the current connection at once, as a crash or a network cut
-// would (tests use it; the publisher reconnects by itself).
-func (p *Publisher) Kill() {
-	p.mu.Lock()
-	conn := p.conn
-	p.mu.Unlock()
-	if conn != nil {
-		_ = conn.Close()
-	}
-}
-
 // Publish sends each job to the lane's queue as a persistent, mandatory
 // message with the job's message id, and returns at once; Wait on the result
 // gives each job's confirm.
@@ -129,7 +117,7 @@ func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, jobs []he
 	now := time.Now()
 	for i := range jobs {
 		if c == nil {
-			b.fail(i, dispatch.ErrConnectionLost)
+			b.set(i, dispatch.ErrConnectionLost)
 			continue
 		}
 		msg, err := JobMessage(jobs[i], now)
@@ -137,7 +125,7 @@ func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, jobs []he
 			err = c.publish(ctx, b, i, p.cfg.Topology.Exchange(), string(lane), msg)
 		}
 		if err != nil {
-			b.fail(i, err)
+			b.set(i, err)
 		}
 	}
 	return b

@@ -19,7 +19,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net"
@@ -201,6 +200,3 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	}
 	return 0
 }
-
-// String names the provider in logs.
-func (w *Webhook) String() string { return fmt.Sprintf("webhook(%s)", w.url) }
