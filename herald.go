@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,7 +14,6 @@ import (
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/config"
-	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
@@ -43,8 +41,11 @@ type Client struct {
 // NewClient checks and compiles the kinds. An error names the kind and the
 // field, as herald's configuration check does.
 func NewClient(opts Options) (*Client, error) {
-	if err := validateKinds(opts.Kinds); err != nil {
-		return nil, err
+	if len(opts.Kinds) == 0 {
+		return nil, errors.New("herald: Options.Kinds: at least one kind is required")
+	}
+	if err := config.ValidateKinds(opts.Kinds, nil); err != nil {
+		return nil, fmt.Errorf("herald: Options: %w", err)
 	}
 	cat, err := catalog.New(opts.Kinds)
 	if err != nil {
@@ -200,16 +201,14 @@ func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx
 
 var _ postgres.Querier = sqlQuerier{}
 
-// Limits on identifiers, as intake has them.
+// Limits on the identifiers only the Go API takes; the rest are catalog's.
 const (
-	maxTenantLen    = 200
-	maxRecipientLen = 200
-	maxEventIDLen   = 200
-	maxDedupKeyLen  = 255
+	maxTenantLen   = 200
+	maxDedupKeyLen = 255
 )
 
-// params checks the intent as intake checks a request and turns it into the
-// store's create parameters.
+// params checks the intent as intake checks a request (catalog.Validate)
+// and turns it into the store's create parameters.
 func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 	bad := func(param, format string, args ...any) (store.NotificationCreateParams, error) {
 		return store.NotificationCreateParams{}, &InvalidIntentError{Param: param, Detail: fmt.Sprintf(format, args...)}
@@ -217,34 +216,15 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 	for _, f := range []struct {
 		param, value string
 		max          int
-	}{
-		{"tenant", in.Tenant, maxTenantLen}, {"recipient", in.Recipient, maxRecipientLen},
-		{"event_id", in.EventID, maxEventIDLen}, {"dedup_key", in.DedupKey, maxDedupKeyLen},
-	} {
+	}{{"tenant", in.Tenant, maxTenantLen}, {"dedup_key", in.DedupKey, maxDedupKeyLen}} {
 		switch {
 		case f.value == "":
 			return bad(f.param, "%s is required", f.param)
-		case len(f.value) > f.max || !printable(f.value):
+		case len(f.value) > f.max || !catalog.Printable(f.value):
 			return bad(f.param, "%s must be 1..%d printable characters", f.param, f.max)
 		}
 	}
-	if in.Kind == "" {
-		return bad("kind", "kind is required")
-	}
-	kind := c.catalog.Kind(in.Kind)
-	if kind == nil {
-		return bad("kind", "unknown kind %q", in.Kind)
-	}
-	now := c.clock.Now()
-	if !in.ExpiresAt.IsZero() {
-		if !in.ExpiresAt.After(now) {
-			return bad("expires_at", "expires_at is already past")
-		}
-		if !in.SendAt.IsZero() && !in.ExpiresAt.After(in.SendAt) {
-			return bad("expires_at", "expires_at must be after send_at")
-		}
-	}
-	raw := json.RawMessage("{}")
+	var raw json.RawMessage
 	if in.Params != nil {
 		b, err := json.Marshal(in.Params)
 		if err != nil {
@@ -252,21 +232,18 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 		}
 		raw = b
 	}
-	// Check what the sender will render: the params as stored and read back.
-	decoded, err := catalog.DecodeParams(raw)
-	if err != nil {
-		return bad("params", "%v", err)
-	}
-	if err := kind.Check(decoded); err != nil {
-		var missing *catalog.MissingParamError
-		if errors.As(err, &missing) {
-			return bad("params."+missing.Param, "kind %q needs param %q (template for channel %s)", in.Kind, missing.Param, missing.Channel)
-		}
-		return bad("params", "kind %q cannot render with these params: %v", in.Kind, err)
+	now := c.clock.Now()
+	// The params are checked as stored and read back: what the sender renders.
+	kind, stored, ferr := c.catalog.Validate(now, catalog.Request{
+		Recipient: in.Recipient, EventID: in.EventID, Kind: in.Kind, Params: raw,
+		SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
+	})
+	if ferr != nil {
+		return bad(ferr.Param, "%s", ferr.Detail)
 	}
 	return store.NotificationCreateParams{
 		Tenant: in.Tenant, DedupKey: in.DedupKey, ID: ids.New("ntf", now), Recipient: in.Recipient, EventID: in.EventID,
-		Kind: in.Kind, Lane: kind.Lane, Params: raw, SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
+		Kind: in.Kind, Lane: kind.Lane, Params: stored, SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
 		Channels: kind.Channels,
 	}, nil
 }
@@ -277,60 +254,4 @@ func timePtr(t time.Time) *time.Time {
 	}
 	u := t.UTC()
 	return &u
-}
-
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// validateKinds checks what catalog.New does not: names, categories,
-// channels and that every channel has a template.
-func validateKinds(kinds []config.Kind) error {
-	if len(kinds) == 0 {
-		return errors.New("herald: Options.Kinds: at least one kind is required")
-	}
-	names := map[string]bool{}
-	for i, k := range kinds {
-		key := fmt.Sprintf("herald: Options.Kinds[%d]", i)
-		if k.Name == "" {
-			return fmt.Errorf("%s.Name: required", key)
-		}
-		if names[k.Name] {
-			return fmt.Errorf("%s.Name: duplicate kind %q", key, k.Name)
-		}
-		names[k.Name] = true
-		if !heraldtype.Lane(k.Category).Valid() {
-			return fmt.Errorf("%s.Category: %q is not one of alert, transactional, marketing, internal", key, k.Category)
-		}
-		if len(k.Channels) == 0 {
-			return fmt.Errorf("%s.Channels: at least one channel is required", key)
-		}
-		seen := map[string]bool{}
-		for j, ch := range k.Channels {
-			if !heraldtype.Channel(ch).Valid() {
-				return fmt.Errorf("%s.Channels[%d]: %q is not a channel", key, j, ch)
-			}
-			if seen[ch] {
-				return fmt.Errorf("%s.Channels[%d]: %q is listed twice", key, j, ch)
-			}
-			seen[ch] = true
-			if _, ok := k.Templates[ch]; !ok {
-				return fmt.Errorf("%s.Templates.%s: missing (every channel needs a template)", key, ch)
-			}
-		}
-		for ch := range k.Templates {
-			if !seen[ch] {
-				return fmt.Errorf("%s.Templates.%s: channel %q is not in Channels", key, ch, ch)
-			}
-		}
-	}
-	return nil
 }

@@ -361,8 +361,13 @@ func (c *Config) WithDefaults() *Config {
 	def(&c.IdempotencyTTL, 24*time.Hour)
 	def(&c.ShutdownTimeout, 25*time.Second)
 	if c.Retry == (Retry{}) {
-		c.Retry = Retry{Quick: 2, QuickDelay: Duration(time.Second), Slow: 3, SlowDelay: Duration(10 * time.Minute)}
+		c.Retry = Retry{Quick: 2, Slow: 3} // slow 0 is a valid choice, so only an absent block gets 3
 	}
+	if c.Retry.Quick == 0 {
+		c.Retry.Quick = 2
+	}
+	def(&c.Retry.QuickDelay, time.Second)
+	def(&c.Retry.SlowDelay, 10*time.Minute)
 	if c.DispatchMaxAttempts == 0 {
 		c.DispatchMaxAttempts = 20
 	}
@@ -583,41 +588,51 @@ func (c *Config) validateKinds() error {
 	for _, p := range c.Providers {
 		served[p.Channel] = true
 	}
+	if err := ValidateKinds(c.Kinds, func(ch string) bool { return served[ch] }); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// ValidateKinds checks kinds as the config file's kinds are checked: names,
+// categories, channels, a template per channel. served, when not nil, must
+// report a provider for every channel used. Errors name the key (kinds[2].category).
+func ValidateKinds(kinds []Kind, served func(channel string) bool) error {
 	names := map[string]bool{}
-	for i, k := range c.Kinds {
+	for i, k := range kinds {
 		key := fmt.Sprintf("kinds[%d]", i)
 		if k.Name == "" {
-			return fmt.Errorf("config: %s.name: required", key)
+			return fmt.Errorf("%s.name: required", key)
 		}
 		if names[k.Name] {
-			return fmt.Errorf("config: %s.name: duplicate kind %q", key, k.Name)
+			return fmt.Errorf("%s.name: duplicate kind %q", key, k.Name)
 		}
 		names[k.Name] = true
 		if !heraldtype.Lane(k.Category).Valid() {
-			return fmt.Errorf("config: %s.category: %q is not one of alert, transactional, marketing, internal", key, k.Category)
+			return fmt.Errorf("%s.category: %q is not one of alert, transactional, marketing, internal", key, k.Category)
 		}
 		if len(k.Channels) == 0 {
-			return fmt.Errorf("config: %s.channels: at least one channel is required", key)
+			return fmt.Errorf("%s.channels: at least one channel is required", key)
 		}
 		seen := map[string]bool{}
 		for j, ch := range k.Channels {
 			if !heraldtype.Channel(ch).Valid() {
-				return fmt.Errorf("config: %s.channels[%d]: %q is not one of %s", key, j, ch, channelList())
+				return fmt.Errorf("%s.channels[%d]: %q is not one of %s", key, j, ch, channelList())
 			}
 			if seen[ch] {
-				return fmt.Errorf("config: %s.channels[%d]: %q is listed twice", key, j, ch)
+				return fmt.Errorf("%s.channels[%d]: %q is listed twice", key, j, ch)
 			}
 			seen[ch] = true
-			if !served[ch] {
-				return fmt.Errorf("config: %s.channels[%d]: no provider serves channel %q", key, j, ch)
+			if served != nil && !served(ch) {
+				return fmt.Errorf("%s.channels[%d]: no provider serves channel %q", key, j, ch)
 			}
 			if _, ok := k.Templates[ch]; !ok {
-				return fmt.Errorf("config: %s.templates.%s: missing (every channel needs a template)", key, ch)
+				return fmt.Errorf("%s.templates.%s: missing (every channel needs a template)", key, ch)
 			}
 		}
 		for ch := range k.Templates {
 			if !seen[ch] {
-				return fmt.Errorf("config: %s.templates.%s: channel %q is not in channels", key, ch, ch)
+				return fmt.Errorf("%s.templates.%s: channel %q is not in channels", key, ch, ch)
 			}
 		}
 	}

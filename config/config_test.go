@@ -464,3 +464,15 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Errorf("Load(absent) = %v, want a read error", err)
 	}
 }
+
+func TestPartialRetryBlockKeepsOtherDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(writeFile(t, "retry: {quick: 3, slow: 0}\n"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Retry{Quick: 3, QuickDelay: config.Duration(time.Second), Slow: 0, SlowDelay: config.Duration(10 * time.Minute)}
+	if c.Retry != want {
+		t.Fatalf("retry = %+v, want %+v", c.Retry, want)
+	}
+}

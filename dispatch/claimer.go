@@ -70,9 +70,10 @@ type ClaimerConfig struct {
 // Claimer leases a lane's due rows and runs the sender on each.
 type Claimer struct {
 	ClaimerConfig
-	slots chan struct{}
-	freed chan struct{}
-	wg    sync.WaitGroup
+	settler settler
+	slots   chan struct{}
+	freed   chan struct{}
+	wg      sync.WaitGroup
 }
 
 // NewClaimer returns a claimer.
@@ -89,7 +90,17 @@ func NewClaimer(cfg ClaimerConfig) *Claimer {
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 1
 	}
-	return &Claimer{ClaimerConfig: cfg, slots: make(chan struct{}, cfg.Concurrency), freed: make(chan struct{}, 1)}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 500 * time.Millisecond
+	}
+	if cfg.MaxAttempts < 1 {
+		cfg.MaxAttempts = 20
+	}
+	return &Claimer{
+		ClaimerConfig: cfg, slots: make(chan struct{}, cfg.Concurrency), freed: make(chan struct{}, 1),
+		settler: settler{who: "dispatch", lane: cfg.Lane, store: cfg.Store, maxAttempts: cfg.MaxAttempts,
+			logger: cfg.Logger, alerts: cfg.Alerts, metrics: cfg.Metrics},
+	}
 }
 
 // Run claims and sends until ctx is cancelled, then stops claiming and waits
@@ -173,14 +184,9 @@ func (c *Claimer) settle(ctx context.Context, row store.Claimed, res sender.Resu
 			ok, err = c.Store.OutboxRetry(wctx, store.OutboxRetryParams{Fence: row.Fence, Reason: "SHUTDOWN"})
 			break
 		}
-		result, ok, err = c.settler().backOff(wctx, row, res.Reason, res.Err)
+		result, ok, err = c.settler.backOff(wctx, row, res.Reason, res.Err)
 	}
-	c.settler().report(ctx, row, result, ok, err)
-}
-
-func (c *Claimer) settler() settler {
-	return settler{who: "dispatch", lane: c.Lane, store: c.Store, maxAttempts: c.MaxAttempts,
-		logger: c.Logger, alerts: c.Alerts, metrics: c.Metrics}
+	c.settler.report(ctx, row, result, ok, err)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -95,6 +95,7 @@ type RelayConfig struct {
 // take disjoint rows: the claim skips locked rows and fences every write.
 type Relay struct {
 	RelayConfig
+	settler settler
 }
 
 // NewRelay returns a relay.
@@ -123,7 +124,8 @@ func NewRelay(cfg RelayConfig) *Relay {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 500 * time.Millisecond
 	}
-	return &Relay{RelayConfig: cfg}
+	return &Relay{RelayConfig: cfg, settler: settler{who: "relay", lane: cfg.Lane, store: cfg.Store,
+		maxAttempts: cfg.MaxAttempts, logger: cfg.Logger, alerts: cfg.Alerts, metrics: cfg.Metrics}}
 }
 
 type inflight struct {
@@ -263,12 +265,7 @@ func (r *Relay) retry(ctx context.Context, row store.Claimed, cause error) {
 		result = "republish"
 		ok, err = r.Store.OutboxRetry(ctx, store.OutboxRetryParams{Fence: row.Fence, Reason: "BROKER_DISCONNECTED"})
 	} else {
-		result, ok, err = r.settler().backOff(ctx, row, "PUBLISH_FAILED", cause)
+		result, ok, err = r.settler.backOff(ctx, row, "PUBLISH_FAILED", cause)
 	}
-	r.settler().report(ctx, row, result, ok, err)
-}
-
-func (r *Relay) settler() settler {
-	return settler{who: "relay", lane: r.Lane, store: r.Store, maxAttempts: r.MaxAttempts,
-		logger: r.Logger, alerts: r.Alerts, metrics: r.Metrics}
+	r.settler.report(ctx, row, result, ok, err)
 }

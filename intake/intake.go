@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/canonical"
@@ -37,12 +36,9 @@ import (
 // MaxBody is the largest request body accepted.
 const MaxBody = 64 << 10
 
-// Limits on identifiers, so message ids and keys stay small.
-const (
-	maxKeyLen       = 255
-	maxRecipientLen = 200
-	maxEventIDLen   = 200
-)
+// maxKeyLen bounds an Idempotency-Key (the request's own identifiers are
+// bounded by catalog.Validate).
+const maxKeyLen = 255
 
 // Handler serves POST /v1/notifications.
 type Handler struct {
@@ -84,7 +80,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 	switch {
 	case key == "":
 		return fail(http.StatusBadRequest, "the Idempotency-Key header is required", "Idempotency-Key")
-	case len(key) > maxKeyLen || !printable(key):
+	case len(key) > maxKeyLen || !catalog.Printable(key):
 		return fail(http.StatusBadRequest, fmt.Sprintf("Idempotency-Key must be 1..%d printable characters", maxKeyLen), "Idempotency-Key")
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
@@ -160,60 +156,12 @@ func decode(raw []byte) (Request, []byte, error) {
 }
 
 func (h *Handler) validate(req Request) (*catalog.Kind, json.RawMessage, *problem.Problem) {
-	bad := func(detail, param string) (*catalog.Kind, json.RawMessage, *problem.Problem) {
-		return nil, nil, &problem.Problem{Status: http.StatusUnprocessableEntity, Detail: detail, Param: param}
+	kind, params, ferr := h.Catalog.Validate(h.Clock.Now(), catalog.Request{
+		Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
+		Params: req.Params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt,
+	})
+	if ferr != nil {
+		return nil, nil, &problem.Problem{Status: http.StatusUnprocessableEntity, Detail: ferr.Detail, Param: ferr.Param}
 	}
-	switch {
-	case req.Recipient == "":
-		return bad("recipient is required", "recipient")
-	case len(req.Recipient) > maxRecipientLen || !printable(req.Recipient):
-		return bad(fmt.Sprintf("recipient must be 1..%d printable characters", maxRecipientLen), "recipient")
-	case req.EventID == "":
-		return bad("event_id is required", "event_id")
-	case len(req.EventID) > maxEventIDLen || !printable(req.EventID):
-		return bad(fmt.Sprintf("event_id must be 1..%d printable characters", maxEventIDLen), "event_id")
-	case req.Kind == "":
-		return bad("kind is required", "kind")
-	}
-	kind := h.Catalog.Kind(req.Kind)
-	if kind == nil {
-		return bad(fmt.Sprintf("unknown kind %q", req.Kind), "kind")
-	}
-	now := h.Clock.Now()
-	if req.ExpiresAt != nil {
-		if !req.ExpiresAt.After(now) {
-			return bad("expires_at is already past", "expires_at")
-		}
-		if req.SendAt != nil && !req.ExpiresAt.After(*req.SendAt) {
-			return bad("expires_at must be after send_at", "expires_at")
-		}
-	}
-	params, err := catalog.DecodeParams(req.Params)
-	if err != nil {
-		return bad(err.Error(), "params")
-	}
-	if err := kind.Check(params); err != nil {
-		var missing *catalog.MissingParamError
-		if errors.As(err, &missing) {
-			return bad(fmt.Sprintf("kind %q needs param %q (template for channel %s)", req.Kind, missing.Param, missing.Channel), "params."+missing.Param)
-		}
-		return bad(fmt.Sprintf("kind %q cannot render with these params: %v", req.Kind, err), "params")
-	}
-	stored := req.Params
-	if len(bytes.TrimSpace(stored)) == 0 || string(bytes.TrimSpace(stored)) == "null" {
-		stored = json.RawMessage("{}")
-	}
-	return kind, stored, nil
-}
-
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
+	return kind, params, nil
 }

@@ -63,16 +63,26 @@ func (d DB) List(ctx context.Context, tenant string, limit int) ([]Entry, error)
 }
 
 // Requeue turns the deliveries into due retries and their outbox rows back
-// to PENDING, so a claimer offers them to the sender again.
+// to PENDING, so a claimer offers them to the sender again. Requeueing every
+// message goes page by page (a requeued row is no longer PARKED) until a
+// page comes back short.
 func (d DB) Requeue(ctx context.Context, tenant, messageID string) (int, error) {
-	rows, err := d.Store.ParkedRequeue(ctx, store.ParkedRequeueParams{Tenant: tenant, MessageID: messageID, Outbox: true})
-	if err != nil {
-		return 0, err
+	p := store.ParkedRequeueParams{Tenant: tenant, MessageID: messageID, Outbox: true}
+	total := 0
+	for {
+		rows, err := d.Store.ParkedRequeue(ctx, p)
+		if err != nil {
+			return total, err
+		}
+		total += len(rows)
+		if messageID != "" || len(rows) < p.LimitOrDefault() {
+			break
+		}
 	}
-	if messageID != "" && len(rows) == 0 {
+	if messageID != "" && total == 0 {
 		return 0, ErrNotFound
 	}
-	return len(rows), nil
+	return total, nil
 }
 
 // FromStore converts a store row.

@@ -34,8 +34,8 @@ type ParkedListParams struct {
 type ParkedRequeueParams struct {
 	// Tenant limits the requeue to one tenant; empty means every tenant.
 	Tenant string
-	// MessageID requeues that message only; empty requeues every parked
-	// message of Tenant (up to Limit).
+	// MessageID requeues that message only; empty requeues parked messages
+	// of Tenant, up to Limit per call.
 	MessageID string
 	// Outbox also returns the messages' DONE outbox rows to PENDING (the db
 	// transport, where the outbox row is what offers a message again).

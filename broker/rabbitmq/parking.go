@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -21,7 +22,14 @@ import (
 // copy of the message (same message id, same body) to its lane, waits for
 // the confirm, and only then acks it off the parking queue; a crash between
 // the two leaves a second copy, which the deliveries claim absorbs.
+//
+// While a scan holds a message (unacked), no other scan can see it, so two
+// scans at once would each miss the other's messages: scans in one process
+// take turns. Scans in two processes at once can still miss each other's;
+// a requeue that finds nothing then answers not found, and a retry finds it.
 type Parking struct {
+	scanning sync.Mutex
+
 	URL      string
 	Topology Topology
 	// Store, when set, turns the requeued message's PARKED delivery into a
@@ -130,6 +138,8 @@ func (p *Parking) scan(ctx context.Context, fn func(d amqp.Delivery, e parked.En
 // time without acking, and hands each to fn until fn says stop. Messages fn
 // does not ack return to the queue when the channel closes.
 func (p *Parking) scanOn(ctx context.Context, conn *amqp.Connection, fn func(d amqp.Delivery, e parked.Entry) (bool, error)) error {
+	p.scanning.Lock()
+	defer p.scanning.Unlock()
 	t := p.Topology.WithDefaults()
 	ch, err := conn.Channel()
 	if err != nil {

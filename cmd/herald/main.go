@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -163,17 +164,17 @@ func versionString() string {
 	return "dev"
 }
 
-// redact hides a password in a database URL.
+// redact hides a password in a database URL. A sqlite: path is shown as
+// written (url would percent-encode it).
 func redact(dsn string) string {
-	if i := strings.Index(dsn, "://"); i >= 0 {
-		if at := strings.LastIndex(dsn, "@"); at > i {
-			creds := dsn[i+3 : at]
-			if c := strings.Index(creds, ":"); c >= 0 {
-				return dsn[:i+3] + creds[:c] + ":***" + dsn[at:]
-			}
-		}
+	if !strings.HasPrefix(dsn, "postgres") {
+		return dsn
 	}
-	return dsn
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable database URL)"
+	}
+	return u.Redacted()
 }
 
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

@@ -5,6 +5,8 @@
 package testenv
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -49,6 +51,14 @@ func (s *Service) Require(t testing.TB) string {
 		t.Skip(msg)
 	}
 	return s.URL()
+}
+
+// RandomSuffix returns 12 random hex characters for names of throwaway
+// databases, schemas and vhosts.
+func RandomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Redact hides the password of a URL.

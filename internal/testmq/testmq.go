@@ -10,8 +10,6 @@ package testmq
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
 	"os/exec"
 	"strings"
@@ -40,9 +38,6 @@ var broker = &testenv.Service{
 	},
 }
 
-// BaseURL returns the broker's URL from EnvURL or DefaultURL.
-func BaseURL() string { return broker.URL() }
-
 // Require returns BaseURL if the broker answers. Otherwise it ends the test:
 // t.Skip, or t.Fatal when the environment has CI=true. The broker is probed
 // once per test binary.
@@ -65,7 +60,7 @@ func VHost(t testing.TB) string {
 	if u.User != nil && u.User.Username() != "" {
 		user = u.User.Username()
 	}
-	name := "herald_test_" + randomSuffix()
+	name := "herald_test_" + testenv.RandomSuffix()
 	Ctl(t, "add_vhost", name)
 	t.Cleanup(func() {
 		if out, err := ctl("delete_vhost", name); err != nil {
@@ -110,13 +105,4 @@ func ctl(args ...string) (string, error) {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
 	return string(out), err
-}
-
-// Redact hides the password of a URL.
-func Redact(rawURL string) string { return testenv.Redact(rawURL) }
-
-func randomSuffix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

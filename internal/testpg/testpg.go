@@ -9,8 +9,6 @@ package testpg
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"testing"
@@ -59,7 +57,7 @@ func Require(t testing.TB) string {
 func Schema(t testing.TB) string {
 	t.Helper()
 	base := Require(t)
-	name := "h_" + randomSuffix()
+	name := "h_" + testenv.RandomSuffix()
 	Exec(t, base, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
 	t.Cleanup(func() {
 		execCleanup(t, base, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
@@ -73,7 +71,7 @@ func Schema(t testing.TB) string {
 func Database(t testing.TB) string {
 	t.Helper()
 	base := Require(t)
-	name := "herald_test_" + randomSuffix()
+	name := "herald_test_" + testenv.RandomSuffix()
 	Exec(t, base, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	t.Cleanup(func() {
 		execCleanup(t, base, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
@@ -130,9 +128,6 @@ func WithParams(rawURL string, kv ...string) string {
 	return u.String()
 }
 
-// Redact hides the password of a URL.
-func Redact(rawURL string) string { return testenv.Redact(rawURL) }
-
 func execSQL(rawURL, sql string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -149,10 +144,4 @@ func execCleanup(t testing.TB, rawURL, sql string) {
 	if err := execSQL(rawURL, sql); err != nil {
 		t.Errorf("testpg: cleanup: %s: %v", sql, err)
 	}
-}
-
-func randomSuffix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

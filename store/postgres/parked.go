@@ -55,7 +55,7 @@ o AS (
     WHERE $5::boolean AND o.notification_id = d.notification_id AND o.channel = d.channel AND o.state = 'DONE'
     RETURNING o.message_id
 )
-SELECT d.message_id, d.notification_id, d.tenant, coalesce(x.lane, ''), d.channel, d.reason, d.now, (SELECT count(*) FROM o)
+SELECT d.message_id, d.notification_id, d.tenant, coalesce(x.lane, ''), d.channel, d.reason, d.now
 FROM d LEFT JOIN outbox x ON x.notification_id = d.notification_id AND x.channel = d.channel`
 )
 
@@ -102,12 +102,7 @@ func scanParked(rows pgx.Rows) ([]store.ParkedEntry, error) {
 		var e store.ParkedEntry
 		var lane, ch string
 		var at time.Time
-		dest := []any{&e.MessageID, &e.NotificationID, &e.Tenant, &lane, &ch, &e.Reason, &at}
-		if len(rows.FieldDescriptions()) == 8 {
-			var n int64
-			dest = append(dest, &n)
-		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(&e.MessageID, &e.NotificationID, &e.Tenant, &lane, &ch, &e.Reason, &at); err != nil {
 			return nil, err
 		}
 		e.Lane, e.Channel, e.ParkedAt = heraldtype.Lane(lane), heraldtype.Channel(ch), at.UTC()

@@ -83,6 +83,10 @@ func (s *Store) ParkedRequeue(ctx context.Context, p store.ParkedRequeueParams) 
 			e.Lane, e.Channel, e.ParkedAt = heraldtype.Lane(lane), heraldtype.Channel(ch), fromMs(now)
 			picked = append(picked, e)
 		}
+		if err := rows.Err(); err != nil {
+			rows.Close()
+			return err
+		}
 		if err := rows.Close(); err != nil {
 			return err
 		}
@@ -106,9 +110,9 @@ func (s *Store) ParkedRequeue(ctx context.Context, p store.ParkedRequeueParams) 
 	if err != nil {
 		return nil, fmt.Errorf("requeue parked deliveries: %w", err)
 	}
-	if p.Outbox && len(out) > 0 {
-		for _, l := range heraldtype.Lanes {
-			s.wakeups.Notify(l)
+	if p.Outbox {
+		for _, e := range out {
+			s.wakeups.Notify(e.Lane)
 		}
 	}
 	return out, nil

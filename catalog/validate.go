@@ -1,0 +1,98 @@
+package catalog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits on the identifiers of a request, so message ids and keys stay small.
+const (
+	MaxRecipientLen = 200
+	MaxEventIDLen   = 200
+)
+
+// Request is a notification as a caller asks for it, through the HTTP API
+// or the Go API: both check it with Validate.
+type Request struct {
+	Recipient string
+	EventID   string
+	Kind      string
+	Params    json.RawMessage
+	SendAt    *time.Time
+	ExpiresAt *time.Time
+}
+
+// FieldError says which field of a request is wrong and why.
+type FieldError struct {
+	// Param names the field ("recipient", "params.amount").
+	Param  string
+	Detail string
+}
+
+func (e *FieldError) Error() string { return e.Detail }
+
+// Validate checks r at time now: identifiers, the kind, the due-by, and that
+// every template of the kind renders with the params. It returns the kind
+// and the params to store ("{}" when there are none).
+func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, *FieldError) {
+	bad := func(param, format string, args ...any) (*Kind, json.RawMessage, *FieldError) {
+		return nil, nil, &FieldError{Param: param, Detail: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case r.Recipient == "":
+		return bad("recipient", "recipient is required")
+	case len(r.Recipient) > MaxRecipientLen || !Printable(r.Recipient):
+		return bad("recipient", "recipient must be 1..%d printable characters", MaxRecipientLen)
+	case r.EventID == "":
+		return bad("event_id", "event_id is required")
+	case len(r.EventID) > MaxEventIDLen || !Printable(r.EventID):
+		return bad("event_id", "event_id must be 1..%d printable characters", MaxEventIDLen)
+	case r.Kind == "":
+		return bad("kind", "kind is required")
+	}
+	kind := c.Kind(r.Kind)
+	if kind == nil {
+		return bad("kind", "unknown kind %q", r.Kind)
+	}
+	if r.ExpiresAt != nil {
+		if !r.ExpiresAt.After(now) {
+			return bad("expires_at", "expires_at is already past")
+		}
+		if r.SendAt != nil && !r.ExpiresAt.After(*r.SendAt) {
+			return bad("expires_at", "expires_at must be after send_at")
+		}
+	}
+	params, err := DecodeParams(r.Params)
+	if err != nil {
+		return bad("params", "%s", err.Error())
+	}
+	if err := kind.Check(params); err != nil {
+		var missing *MissingParamError
+		if errors.As(err, &missing) {
+			return bad("params."+missing.Param, "kind %q needs param %q (template for channel %s)", r.Kind, missing.Param, missing.Channel)
+		}
+		return bad("params", "kind %q cannot render with these params: %v", r.Kind, err)
+	}
+	stored := r.Params
+	if t := bytes.TrimSpace(stored); len(t) == 0 || string(t) == "null" {
+		stored = json.RawMessage("{}")
+	}
+	return kind, stored, nil
+}
+
+// Printable reports whether s is valid UTF-8 without control characters.
+func Printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
