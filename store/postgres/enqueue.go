@@ -97,23 +97,11 @@ func CreateTx(ctx context.Context, q Querier, p store.NotificationCreateParams) 
 // qEnqueueDedup reads the notification that holds a dedup key.
 const qEnqueueDedup = `SELECT id FROM notifications WHERE tenant = $1::text AND dedup_key = $2::text`
 
-// qWakeHash computes, in SQL, the suffix wakeChannels gives this database
-// and schema: FNV-1a (32 bits) over "database.schema" in UTF-8, as 8
-// lower-case hex digits. The listener LISTENs on the channel named in Go;
-// CreateTx runs on the caller's connection and names it in SQL, so the
-// caller need not know where the store lives. wake_hash holds one row per
-// byte consumed; the last (i = length) is the hash.
-const qWakeHash = `wake_name AS (SELECT convert_to(current_database() || '.' || current_schema(), 'UTF8') AS b),
-wake_hash (i, h) AS (
-    SELECT 0, 2166136261::bigint
-    UNION ALL
-    SELECT wake_hash.i + 1, ((wake_hash.h # get_byte(wake_name.b, wake_hash.i)) * 16777619) % 4294967296
-    FROM wake_hash, wake_name WHERE wake_hash.i < length(wake_name.b)
-),
-wake AS (
-    SELECT 'herald_wake_' || lpad(to_hex(h), 8, '0') || '_' AS prefix
-    FROM wake_hash, wake_name WHERE wake_hash.i = length(wake_name.b)
-)`
+// qWakeHash names, in SQL, the wake-up channels wakeChannels names in Go:
+// the first 8 hex digits of md5("database.schema"). The listener LISTENs on
+// the channel named in Go; CreateTx runs on the caller's connection and
+// names it in SQL, so the caller need not know where the store lives.
+const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database() || '.' || current_schema()), 8) || '_' AS prefix)`
 
 // qEnqueue is CreateTx's statement: qNotificationCreate without the
 // idempotency key, on the caller's connection.
@@ -125,7 +113,7 @@ wake AS (
 // $1 tenant, $2 id, $3 recipient, $4 event id, $5 kind, $6 lane, $7 params,
 // $8 dedup key (NULL for none), $9 send_at, $10 expires_at, $11 channels and
 // $12 message ids (comma-joined, parallel).
-const qEnqueue = `WITH RECURSIVE t AS (SELECT statement_timestamp() AS now),
+const qEnqueue = `WITH t AS (SELECT statement_timestamp() AS now),
 ` + qWakeHash + `,
 n AS (
     INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)

@@ -63,6 +63,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -248,12 +250,12 @@ func lockKey(purpose, db, schema string) int64 {
 	return int64(h.Sum64())
 }
 
-// wakeChannels names each lane's NOTIFY channel, suffixed with a hash of the
-// database and schema (a channel name is an identifier: at most 63 bytes).
+// wakeChannels names each lane's NOTIFY channel, suffixed with the first 8
+// hex digits of md5("database.schema") (a channel name is an identifier: at
+// most 63 bytes). qWakeHash names them alike in SQL.
 func wakeChannels(db, schema string) (map[heraldtype.Lane]string, map[string]heraldtype.Lane) {
-	h := fnv.New32a()
-	fmt.Fprintf(h, "%s.%s", db, schema)
-	suffix := fmt.Sprintf("%08x", h.Sum32())
+	sum := md5.Sum([]byte(db + "." + schema))
+	suffix := hex.EncodeToString(sum[:])[:8]
 	byLane := make(map[heraldtype.Lane]string, len(heraldtype.Lanes))
 	byName := make(map[string]heraldtype.Lane, len(heraldtype.Lanes))
 	for _, l := range heraldtype.Lanes {
