@@ -217,16 +217,18 @@ func TestDefiniteNonSendIsRetriedThroughTheOutbox(t *testing.T) {
 	}
 }
 
-type failingProfiles struct{ *sqlite.Store }
+// failingClaims fails every delivery claim before it reaches the database,
+// as a refused connection would.
+type failingClaims struct{ *sqlite.Store }
 
-func (failingProfiles) ProfileGet(context.Context, string, string) (store.Profile, error) {
-	return store.Profile{}, errors.New("connection refused")
+func (failingClaims) DeliveryClaim(context.Context, store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+	return store.DeliveryClaimResult{}, errors.New("connection refused")
 }
 
 func TestTransientFailuresBackOffThenFail(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	stop := run(b.claimer(heraldtype.LaneTransactional, b.store, b.senderOn(failingProfiles{b.store}, sender.Hooks{}), 1))
+	stop := run(b.claimer(heraldtype.LaneTransactional, b.store, b.senderOn(failingClaims{b.store}, sender.Hooks{}), 1))
 	defer stop()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
 	for attempt := 1; attempt < 3; attempt++ {

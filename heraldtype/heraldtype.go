@@ -156,4 +156,19 @@ type Job struct {
 	Channel        Channel         `json:"channel"`
 	Params         json.RawMessage `json:"params"`
 	ExpiresAt      *time.Time      `json:"expires_at,omitempty"`
+	// Known is what the transport read in the same statement as the job,
+	// so the sender need not read it again; nil when it read nothing (a
+	// job that arrived as a message). Never part of the message body.
+	Known *Known `json:"-"`
+}
+
+// Known is state a store read along with a claimed job, as of the claim.
+type Known struct {
+	// Delivery: a delivery row existed for the message. When false the
+	// sender skips its peek (a fast path only; the claim still guards).
+	Delivery bool
+	// Profile is the recipient's stored profile document (nil: none), with
+	// the time it was written; the sender decodes it as ProfileGet would.
+	Profile          []byte
+	ProfileUpdatedAt time.Time
 }

@@ -182,20 +182,22 @@ func New(cfg Config) *Sender {
 // cancelled before the claim, Send gives the job back (Backoff) without
 // writing; after the claim it no longer matters.
 func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
-	// 1. Peek.
-	var d store.Delivery
-	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
-		d, err = s.Store.DeliveryGet(ctx, job.MessageID)
-		return err
-	})
-	switch {
-	case err == nil:
-		if r, stop := s.existing(d); stop {
-			return r
+	// 1. Peek, unless the transport's claim already saw no delivery row.
+	if job.Known == nil || job.Known.Delivery {
+		var d store.Delivery
+		err := s.retryStore(ctx, func(ctx context.Context) (err error) {
+			d, err = s.Store.DeliveryGet(ctx, job.MessageID)
+			return err
+		})
+		switch {
+		case err == nil:
+			if r, stop := s.existing(d); stop {
+				return r
+			}
+		case errors.Is(err, store.ErrNotFound):
+		default:
+			return backoff(fmt.Errorf("peek: %w", err))
 		}
-	case errors.Is(err, store.ErrNotFound):
-	default:
-		return backoff(fmt.Errorf("peek: %w", err))
 	}
 	if h := s.Hooks.AfterPeek; h != nil {
 		h(ctx, job)
@@ -216,7 +218,7 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	// sweep settles that row as UNKNOWN, never a second call.
 	work := context.WithoutCancel(ctx)
 	var claim store.DeliveryClaimResult
-	err = s.retryStore(work, func(ctx context.Context) (err error) {
+	err := s.retryStore(work, func(ctx context.Context) (err error) {
 		claim, err = s.Store.DeliveryClaim(ctx, store.DeliveryClaimParams{
 			MessageID: job.MessageID, NotificationID: job.NotificationID, Tenant: job.Tenant,
 			Channel: job.Channel, Provider: named.Name, Owner: s.Owner,
@@ -309,13 +311,7 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	if !ok {
 		return park(heraldtype.ReasonNoProvider)
 	}
-	// The profile is read now, not at intake: consent may have been withdrawn
-	// and the address changed since the notification was accepted.
-	var profile store.Profile
-	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
-		profile, err = s.Store.ProfileGet(ctx, job.Tenant, job.Recipient)
-		return err
-	})
+	profile, err := s.profile(ctx, job)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return provider.Message{}, none, &decision{err: fmt.Errorf("read profile: %w", err)}
 	}
@@ -341,6 +337,24 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 		MessageID: job.MessageID, Tenant: job.Tenant, Recipient: job.Recipient, Kind: job.Kind,
 		Channel: job.Channel, Address: address, Title: title, Body: body,
 	}, named, nil
+}
+
+// profile is the recipient's profile as the claim read it, or read now.
+// Either way it is read at send time, not at intake: consent may have been
+// withdrawn and the address changed since the notification was accepted.
+func (s *Sender) profile(ctx context.Context, job heraldtype.Job) (store.Profile, error) {
+	if k := job.Known; k != nil {
+		if k.Profile == nil {
+			return store.Profile{}, store.ErrNotFound
+		}
+		return store.DecodeProfile(job.Tenant, job.Recipient, k.Profile, k.ProfileUpdatedAt)
+	}
+	var p store.Profile
+	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
+		p, err = s.Store.ProfileGet(ctx, job.Tenant, job.Recipient)
+		return err
+	})
+	return p, err
 }
 
 // decide records a pre-check decision (SUPPRESSED, PARKED) without a claim.

@@ -274,6 +274,45 @@ func TestPreChecks(t *testing.T) {
 			t.Fatalf("after withdrawal: %+v", r)
 		}
 	})
+	t.Run("ProfileKnownFromTheClaimIsUsed", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		stored := store.Profile{Tenant: "t1", Recipient: "r1",
+			Addresses: map[heraldtype.Channel]string{heraldtype.ChannelSMS: "+8210"},
+			Consent:   map[heraldtype.Channel]bool{heraldtype.ChannelSMS: true}}
+		b.store.ProfilePut(b.ctx, stored)
+		// The claim saw consent withdrawn; the sender must not read again.
+		withdrawn, _ := json.Marshal(store.Profile{Addresses: stored.Addresses})
+		j := job("n1", heraldtype.ChannelSMS)
+		j.Kind, j.Lane = "promo", heraldtype.LaneMarketing
+		j.Known = &heraldtype.Known{Profile: withdrawn}
+		if r := snd.Send(b.ctx, j); r.Reason != heraldtype.ReasonConsentDenied {
+			t.Fatalf("known withdrawal: %+v", r)
+		}
+		// No profile known: an SMS has no address.
+		j2 := job("n2", heraldtype.ChannelSMS)
+		j2.Known = &heraldtype.Known{}
+		if r := snd.Send(b.ctx, j2); r.Reason != heraldtype.ReasonDestinationUnavailable {
+			t.Fatalf("known absence: %+v", r)
+		}
+	})
+	t.Run("SkippedPeekStillSendsOnce", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		j := job("n1", heraldtype.ChannelWebhook)
+		if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliveryProviderAccepted {
+			t.Fatalf("first: %+v", r)
+		}
+		// A copy whose claim did not see the row (Known says no delivery):
+		// the peek is skipped, the delivery claim still refuses it.
+		j.Known = &heraldtype.Known{}
+		if r := snd.Send(b.ctx, j); r.Verdict != sender.Done || r.State != heraldtype.DeliveryProviderAccepted {
+			t.Fatalf("copy: %+v", r)
+		}
+		if n := len(b.sims[heraldtype.ChannelWebhook].Calls()); n != 1 {
+			t.Fatalf("%d provider calls, want 1", n)
+		}
+	})
 	t.Run("UnknownKindIsParked", func(t *testing.T) {
 		t.Parallel()
 		snd, b := setup(t, sender.Hooks{})

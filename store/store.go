@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
@@ -296,6 +297,17 @@ type DeliveryDecideParams struct {
 	Channel        heraldtype.Channel
 	State          heraldtype.DeliveryState // SUPPRESSED or PARKED
 	Reason         string
+}
+
+// DecodeProfile turns a stored profile document into a Profile. Every
+// driver stores json.Marshal(Profile) and reads it back through this.
+func DecodeProfile(tenant, recipient string, data []byte, updated time.Time) (Profile, error) {
+	var p Profile
+	if err := json.Unmarshal(data, &p); err != nil {
+		return Profile{}, fmt.Errorf("decode profile: %w", err)
+	}
+	p.Tenant, p.Recipient, p.UpdatedAt = tenant, recipient, updated.UTC()
+	return p, nil
 }
 
 // Profile is what herald knows of a recipient, read at send time.

@@ -133,12 +133,7 @@ func (s *Store) ProfileGet(ctx context.Context, tenant, recipient string) (store
 	if err != nil {
 		return store.Profile{}, s.fail("read profile", err)
 	}
-	var p store.Profile
-	if err := json.Unmarshal(data, &p); err != nil {
-		return store.Profile{}, fmt.Errorf("decode profile: %w", err)
-	}
-	p.Tenant, p.Recipient, p.UpdatedAt = tenant, recipient, updated.UTC()
-	return p, nil
+	return store.DecodeProfile(tenant, recipient, data, updated)
 }
 
 // ProfilePut creates or replaces a recipient's profile.

@@ -18,7 +18,11 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, qOutboxClaim, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()))
+	q := qOutboxClaim
+	if p.Publishing {
+		q = qOutboxClaimPublishing
+	}
+	rows, err := s.pool.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()))
 	if err != nil {
 		return nil, s.fail("claim outbox batch", err)
 	}
@@ -27,13 +31,23 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	for rows.Next() {
 		var c store.Claimed
 		var ch, params string
-		var expires *time.Time
-		if err := rows.Scan(&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts,
-			&c.Tenant, &c.Recipient, &c.EventID, &c.Kind, &params, &expires); err != nil {
+		var expires, profileAt *time.Time
+		dest := []any{&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts,
+			&c.Tenant, &c.Recipient, &c.EventID, &c.Kind, &params, &expires}
+		var known *heraldtype.Known
+		if !p.Publishing {
+			known = &heraldtype.Known{}
+			dest = append(dest, &known.Delivery, &known.Profile, &profileAt)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, s.fail("claim outbox batch: scan", err)
 		}
 		c.OutboxID, c.Lane, c.Channel = c.Fence.ID, p.Lane, heraldtype.Channel(ch)
 		c.Params, c.ExpiresAt = []byte(params), utcPtr(expires)
+		if profileAt != nil {
+			known.ProfileUpdatedAt = *profileAt
+		}
+		c.Known = known
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -160,12 +160,7 @@ func (s *Store) ProfileGet(ctx context.Context, tenant, recipient string) (store
 	if err != nil {
 		return store.Profile{}, fmt.Errorf("read profile: %w", err)
 	}
-	var p store.Profile
-	if err := json.Unmarshal([]byte(data), &p); err != nil {
-		return store.Profile{}, fmt.Errorf("decode profile: %w", err)
-	}
-	p.Tenant, p.Recipient, p.UpdatedAt = tenant, recipient, fromMs(updated)
-	return p, nil
+	return store.DecodeProfile(tenant, recipient, []byte(data), fromMs(updated))
 }
 
 // ProfilePut creates or replaces a recipient's profile.

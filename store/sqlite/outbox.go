@@ -43,29 +43,74 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 			return nil
 		}
 		idList, _ := json.Marshal(ids)
-		jrows, err := tx.Query(qOutboxJobs, string(idList))
-		if err != nil {
-			return fmt.Errorf("read claimed notifications: %w", err)
+		if err := readJobs(tx, out, byNotification, string(idList), !p.Publishing); err != nil {
+			return err
 		}
-		defer jrows.Close()
-		for jrows.Next() {
-			var id, tenant, recipient, eventID, kind, params string
-			var expires sql.NullInt64
-			if err := jrows.Scan(&id, &tenant, &recipient, &eventID, &kind, &params, &expires); err != nil {
-				return fmt.Errorf("scan claimed notification: %w", err)
-			}
-			for _, i := range byNotification[id] {
-				j := &out[i].Job
-				j.Tenant, j.Recipient, j.EventID, j.Kind = tenant, recipient, eventID, kind
-				j.Params, j.ExpiresAt = json.RawMessage(params), fromNullMs(expires)
-			}
+		if p.Publishing {
+			return nil
 		}
-		return jrows.Err()
+		return readDelivered(tx, out)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox batch: %w", err)
 	}
 	return out, nil
+}
+
+// readJobs fills the claimed rows' jobs from their notifications; with
+// known, each also gets its recipient's profile as heraldtype.Known.
+func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idList string, known bool) error {
+	rows, err := tx.Query(qOutboxJobs, idList)
+	if err != nil {
+		return fmt.Errorf("read claimed notifications: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, tenant, recipient, eventID, kind, params string
+		var expires, profileAt sql.NullInt64
+		var profile sql.NullString
+		if err := rows.Scan(&id, &tenant, &recipient, &eventID, &kind, &params, &expires, &profile, &profileAt); err != nil {
+			return fmt.Errorf("scan claimed notification: %w", err)
+		}
+		for _, i := range byNotification[id] {
+			j := &out[i].Job
+			j.Tenant, j.Recipient, j.EventID, j.Kind = tenant, recipient, eventID, kind
+			j.Params, j.ExpiresAt = json.RawMessage(params), fromNullMs(expires)
+			if known {
+				j.Known = &heraldtype.Known{}
+				if profile.Valid {
+					j.Known.Profile, j.Known.ProfileUpdatedAt = []byte(profile.String), fromMs(profileAt.Int64)
+				}
+			}
+		}
+	}
+	return rows.Err()
+}
+
+// readDelivered marks the claimed jobs whose message already has a delivery row.
+func readDelivered(tx wtx, out []store.Claimed) error {
+	byMessage := make(map[string]*heraldtype.Known, len(out))
+	ids := make([]string, len(out))
+	for i := range out {
+		ids[i] = out[i].MessageID
+		byMessage[out[i].MessageID] = out[i].Known
+	}
+	idList, _ := json.Marshal(ids)
+	rows, err := tx.Query(qOutboxDelivered, string(idList))
+	if err != nil {
+		return fmt.Errorf("read claimed deliveries: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("scan claimed delivery: %w", err)
+		}
+		if k := byMessage[id]; k != nil {
+			k.Delivery = true
+		}
+	}
+	return rows.Err()
 }
 
 // OutboxComplete moves a claimed row to a terminal state, fenced.

@@ -37,8 +37,14 @@ WHERE id IN (
     WHERE lane = ? AND state = 'PENDING' AND available_at <= ? AND (expires_at IS NULL OR expires_at > ?)
     ORDER BY available_at, id LIMIT ?)
 RETURNING id, token, notification_id, message_id, channel, attempts`
-	qOutboxJobs = `SELECT id, tenant, recipient, event_id, kind, params, expires_at
-FROM notifications WHERE id IN (SELECT value FROM json_each(?))`
+	// qOutboxJobs reads the claimed rows' notifications, each with its
+	// recipient's profile; qOutboxDelivered which of the claimed messages
+	// already have a delivery row. Both feed heraldtype.Known, which spares
+	// the sender two reads per job.
+	qOutboxJobs = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, p.data, p.updated_at
+FROM notifications n LEFT JOIN profiles p ON p.tenant = n.tenant AND p.recipient = n.recipient
+WHERE n.id IN (SELECT value FROM json_each(?))`
+	qOutboxDelivered = `SELECT message_id FROM deliveries WHERE message_id IN (SELECT value FROM json_each(?))`
 
 	// A fenced write names the token and requires the lease to be live.
 	qOutboxComplete = `UPDATE outbox
@@ -94,7 +100,7 @@ ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at =
 var writeQueries = []string{
 	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
-	qOutboxClaim, qOutboxJobs, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxReclaim, qOutboxExpire,
+	qOutboxClaim, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxReclaim, qOutboxExpire,
 	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
 	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
 }

@@ -273,6 +273,44 @@ func testOutbox(t *testing.T, h Harness) {
 			t.Fatalf("fence %+v attempts %d", rows[0].Fence, rows[0].Attempts)
 		}
 	})
+	t.Run("ClaimKnowsDeliveryAndProfile", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, nil)
+		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		if k := row.Known; k == nil || k.Delivery || k.Profile != nil {
+			t.Fatalf("fresh claim known %+v, want no delivery and no profile", k)
+		}
+		// A delivery row and a profile appear; the lease runs out and the
+		// row is claimed again: the new claim sees both.
+		if _, err := b.s.DeliveryClaim(b.ctx, claimParams(row.MessageID)); err != nil {
+			t.Fatal(err)
+		}
+		prof := store.Profile{Tenant: "t1", Recipient: "r1", Consent: map[heraldtype.Channel]bool{heraldtype.ChannelSMS: true}, TimeZone: "Asia/Seoul"}
+		if err := b.s.ProfilePut(b.ctx, prof); err != nil {
+			t.Fatal(err)
+		}
+		b.clk.Advance(2 * time.Minute)
+		if n, err := b.s.OutboxReclaimExpired(b.ctx); err != nil || n != 1 {
+			t.Fatalf("reclaimed %d (%v)", n, err)
+		}
+		again := claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		k := again.Known
+		if k == nil || !k.Delivery || k.Profile == nil {
+			t.Fatalf("second claim known %+v, want a delivery and a profile", k)
+		}
+		got, err := store.DecodeProfile("t1", "r1", k.Profile, k.ProfileUpdatedAt)
+		want, _ := b.s.ProfileGet(b.ctx, "t1", "r1")
+		if err != nil || !got.Consent[heraldtype.ChannelSMS] || got.TimeZone != "Asia/Seoul" || !got.UpdatedAt.Equal(want.UpdatedAt) {
+			t.Fatalf("known profile %+v (%v), stored %+v", got, err, want)
+		}
+		// The relay's claim reads nothing for a sender.
+		create(t, b, nil)
+		pub, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "r", Limit: 1, Lease: time.Minute, Publishing: true})
+		if err != nil || len(pub) != 1 || pub[0].Known != nil {
+			t.Fatalf("relay claim %+v (%v), want one row without Known", pub, err)
+		}
+	})
 	t.Run("ClaimedRowIsNotClaimedAgain", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
