@@ -40,28 +40,36 @@ func scanDelivery(row pgx.Row) (store.Delivery, error) {
 	return d, nil
 }
 
-// DeliveryClaim inserts SENDING for a new message or takes a due RETRY_WAIT
-// row, in one autocommitted statement (see qDeliveryClaim). Only a caller
-// that gets Claimed may call the provider.
+// DeliveryClaim inserts SENDING for a new message (qDeliveryClaim) or, if
+// a row exists, takes it if it is a due RETRY_WAIT (qDeliveryClaimRetry).
+// Only a caller that gets Claimed may call the provider.
 func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+	var attempt int
+	err := s.pipe.QueryRow(ctx, qDeliveryClaim, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).Scan(&attempt)
+	switch {
+	case err == nil:
+		return store.DeliveryClaimResult{Claimed: true, Attempt: attempt}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s", p.MessageID), err)
+	}
 	var (
-		attempt *int
-		stale   *bool
-		msgID   *string
-		cur     struct {
+		won   *int
+		stale *bool
+		msgID *string
+		cur   struct {
 			notif, tenant, ch, prov, state, reason *string
 			attempts                               *int
 			claimed, next, created, updated        *time.Time
 		}
 	)
-	err := s.pipe.QueryRow(ctx, qDeliveryClaim, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).
-		Scan(&attempt, &stale, &msgID, &cur.notif, &cur.tenant, &cur.ch, &cur.prov, &cur.state, &cur.reason, &cur.attempts,
+	err = s.pipe.QueryRow(ctx, qDeliveryClaimRetry, s.now(), p.MessageID, p.Provider, p.Owner).
+		Scan(&won, &stale, &msgID, &cur.notif, &cur.tenant, &cur.ch, &cur.prov, &cur.state, &cur.reason, &cur.attempts,
 			&cur.claimed, &cur.next, &cur.created, &cur.updated)
 	if err != nil {
 		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s", p.MessageID), err)
 	}
-	if attempt != nil {
-		return store.DeliveryClaimResult{Claimed: true, Attempt: *attempt}, nil
+	if won != nil {
+		return store.DeliveryClaimResult{Claimed: true, Attempt: *won}, nil
 	}
 	if msgID != nil && !deref(stale) {
 		return store.DeliveryClaimResult{Current: &store.Delivery{

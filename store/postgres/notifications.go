@@ -24,19 +24,13 @@ type createRow struct {
 	createdID *string
 	due       bool // an outbox row is due now
 	notified  bool // the statement sent the lane's NOTIFY
-	priorHash *string
-	priorResp []byte
-	priorLive *bool
-	dupID     *string
 }
 
 // NotificationCreate writes the idempotency key, the notification and its
 // outbox rows in one transaction, or reports why it wrote nothing.
 //
-// The common cases are one autocommitted statement (qNotificationCreate): a
-// new request, and a replay of a key committed before it. A request that
-// waited for a concurrent one with the same key reads that key with one more
-// statement. A request with both an idempotency key and a dedup key runs the
+// A new request is one autocommitted statement (qNotificationCreate); a
+// replay or a dedup hit reads what blocked it with one more statement. A request with both an idempotency key and a dedup key runs the
 // statement in an explicit transaction, so that a dedup hit can roll the key
 // back: Deduplicated writes nothing.
 func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
@@ -92,7 +86,7 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 func scanCreate(r pgx.Row) (createRow, error) {
 	var c createRow
 	var notified int64
-	err := r.Scan(&c.keyTaken, &c.createdID, &c.due, &notified, &c.priorHash, &c.priorResp, &c.priorLive, &c.dupID)
+	err := r.Scan(&c.keyTaken, &c.createdID, &c.due, &notified)
 	if err != nil {
 		return c, fmt.Errorf("write notification: %w", err)
 	}
@@ -131,15 +125,11 @@ func (s *Store) createInTx(ctx context.Context, args []any) (createRow, error) {
 // the caller should start over.
 func (s *Store) createOutcome(ctx context.Context, p store.NotificationCreateParams, row createRow) (res store.NotificationCreateResult, done bool, err error) {
 	if p.IdempotencyKey != "" && !row.keyTaken {
-		hash, resp, live := deref(row.priorHash), row.priorResp, deref(row.priorLive)
-		if row.priorHash == nil || !live {
-			// Not in the statement's snapshot: the key was committed by a
-			// transaction the statement waited for. A new statement sees it.
-			var found bool
-			found, hash, resp, live, err = s.readKey(ctx, p)
-			if err != nil || !found || !live {
-				return res, false, err
-			}
+		found, hash, resp, live, err := s.readKey(ctx, p)
+		if err != nil || !found || !live {
+			// Gone or expired by now (swept, or replaced after expiring):
+			// start over.
+			return res, false, err
 		}
 		if hash != p.RequestHash {
 			return store.NotificationCreateResult{Outcome: store.Conflict}, true, nil
@@ -152,15 +142,13 @@ func (s *Store) createOutcome(ctx context.Context, p store.NotificationCreatePar
 	if p.DedupKey == "" {
 		return res, true, errors.New("write notification: no row written and no reason why")
 	}
-	id := deref(row.dupID)
-	if row.dupID == nil {
-		err := s.pool.QueryRow(ctx, qNotificationByDedup, p.Tenant, p.DedupKey).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return res, false, nil
-		}
-		if err != nil {
-			return res, true, fmt.Errorf("read deduplicated notification: %w", err)
-		}
+	var id string
+	err = s.pool.QueryRow(ctx, qNotificationByDedup, p.Tenant, p.DedupKey).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, false, nil
+	}
+	if err != nil {
+		return res, true, fmt.Errorf("read deduplicated notification: %w", err)
 	}
 	return store.NotificationCreateResult{Outcome: store.Deduplicated, ID: id}, true, nil
 }

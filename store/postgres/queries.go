@@ -24,19 +24,18 @@ const (
 	//      (see notifier); PostgreSQL delivers it when the statement's
 	//      transaction commits.
 	//
-	// The final SELECT reports what happened, plus the key and dedup rows as
-	// the statement's snapshot saw them, so a plain replay needs no second
-	// round trip. A row committed by a concurrent transaction after the
-	// snapshot is not in it; the caller then reads it with a new statement.
+	// The final SELECT reports what happened. When nothing was written, the
+	// caller reads the key or the dedup row that blocked it with a new
+	// statement, which also sees a row committed by a transaction this one
+	// waited for; the common case, a new request, pays for no such look-up.
 	//
 	// $1 now, $2 tenant, $3 idempotency key ('' for none), $4 request hash,
 	// $5 key TTL, $6 response, $7 id, $8 recipient, $9 event id, $10 kind,
 	// $11 lane, $12 params, $13 dedup key, $14 send_at, $15 expires_at,
 	// $16 channels, $17 message ids (parallel to $16), $18 wake-up channel ('' for none).
-	qNotificationCreate = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
-k AS (
+	qNotificationCreate = `WITH k AS (
     INSERT INTO idempotency_keys AS ik (tenant, key, request_hash, notification_id, response, created_at, expires_at)
-    SELECT $2::text, $3::text, $4::text, $7::text, $6::bytea, t.now, t.now + $5::interval FROM t
+    SELECT $2::text, $3::text, $4::text, $7::text, $6::bytea, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()) + $5::interval
     WHERE $3::text <> ''
     ON CONFLICT (tenant, key) DO UPDATE
         SET request_hash = excluded.request_hash, notification_id = excluded.notification_id, response = excluded.response,
@@ -46,8 +45,8 @@ k AS (
 ),
 n AS (
     INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
-    SELECT $7::text, $2::text, $8::text, $9::text, $10::text, $11::text, $12::json, $13::text, $14::timestamptz, $15::timestamptz, t.now
-    FROM t
+    SELECT $7::text, $2::text, $8::text, $9::text, $10::text, $11::text, $12::json, $13::text, $14::timestamptz, $15::timestamptz,
+           coalesce($1::timestamptz, now())
     WHERE $3::text = '' OR EXISTS (SELECT 1 FROM k)
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
@@ -61,11 +60,7 @@ o AS (
     RETURNING available_at <= created_at AS due
 ),
 w AS (SELECT pg_notify($18::text, '') FROM o WHERE o.due AND $18::text <> '' LIMIT 1)
-SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w),
-       prior.request_hash, prior.response, prior.expires_at > t.now, dup.id
-FROM t
-LEFT JOIN idempotency_keys prior ON prior.tenant = $2::text AND prior.key = $3::text
-LEFT JOIN notifications dup ON dup.tenant = $2::text AND dup.dedup_key = $13::text`
+SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w)`
 
 	// qIdemGet reads a key in a new statement (so a new snapshot, under READ
 	// COMMITTED): it sees a key a concurrent transaction committed while
@@ -185,38 +180,36 @@ const (
        claimed_at, next_attempt_at, created_at, updated_at
 FROM deliveries WHERE message_id = $1::text`
 
-	// qDeliveryClaim is the sender's claim, one autocommitted statement:
+	// The sender's claim is one autocommitted statement in the common case:
 	//
-	//   ins    inserts a SENDING row; the partial unique index on message_id
-	//          lets exactly one concurrent inserter win (the others wait for
-	//          it, then do nothing).
-	//   retry  otherwise turns a due RETRY_WAIT row into SENDING, a
-	//          conditional UPDATE: of two copies racing for the same retry,
-	//          the second re-checks the row under its lock, sees SENDING and
-	//          updates nothing.
-	//
-	// The SELECT returns the attempt number if either won, and the row as
-	// the snapshot saw it (the blocking row, when neither did).
+	//   qDeliveryClaim inserts a SENDING row; the partial unique index on
+	//   message_id lets exactly one concurrent inserter win (the others wait
+	//   for it, then do nothing).
+	//   qDeliveryClaimRetry runs only if the insert returned nothing: it turns
+	//   a due RETRY_WAIT row into SENDING, a conditional UPDATE (of two copies
+	//   racing for the same retry, the second re-checks the row under its
+	//   lock, sees SENDING and updates nothing), and returns the attempt
+	//   number if it won, and the row as its snapshot saw it (the blocking
+	//   row, when it did not).
 	//
 	// $1 now, $2 message id, $3 notification id, $4 tenant, $5 channel,
 	// $6 provider, $7 owner.
-	qDeliveryClaim = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
-ins AS (
-    INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
-    SELECT $2::text, $3::text, $4::text, $5::text, $6::text, 'SENDING', 1, $7::text, t.now, t.now, t.now FROM t
-    ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
-    RETURNING attempts
-),
+	qDeliveryClaim = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
+SELECT $2::text, $3::text, $4::text, $5::text, $6::text, 'SENDING', 1, $7::text, t.now, t.now, t.now
+FROM (SELECT coalesce($1::timestamptz, now()) AS now) t
+ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
+RETURNING attempts`
+	// $1 now, $2 message id, $3 provider, $4 owner.
+	qDeliveryClaimRetry = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 retry AS (
     UPDATE deliveries d
-    SET state = 'SENDING', attempts = d.attempts + 1, provider = $6::text, claimed_by = $7::text, claimed_at = t.now,
+    SET state = 'SENDING', attempts = d.attempts + 1, provider = $3::text, claimed_by = $4::text, claimed_at = t.now,
         next_attempt_at = NULL, reason = '', updated_at = t.now
     FROM t
     WHERE d.message_id = $2::text AND d.state = 'RETRY_WAIT' AND d.next_attempt_at <= t.now
-      AND NOT EXISTS (SELECT 1 FROM ins)
     RETURNING d.attempts
 )
-SELECT coalesce((SELECT attempts FROM ins), (SELECT attempts FROM retry)),
+SELECT (SELECT attempts FROM retry),
        cur.state = 'RETRY_WAIT' AND cur.next_attempt_at <= t.now,
        cur.message_id, cur.notification_id, cur.tenant, cur.channel, cur.provider, cur.state, cur.reason, cur.attempts,
        cur.claimed_at, cur.next_attempt_at, cur.created_at, cur.updated_at
@@ -229,11 +222,10 @@ FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
 	// $1 now, $2 state, $3 reason, $4 retry delay (NULL unless RETRY_WAIT),
 	// $5 message id, $6 attempt, $7 owner, $8 started, $9 finished,
 	// $10 class, $11 duration in ms.
-	qDeliveryRecord = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
-u AS (
+	qDeliveryRecord = `WITH u AS (
     UPDATE deliveries d
-    SET state = $2::text, reason = $3::text, next_attempt_at = t.now + $4::interval, claimed_by = NULL, updated_at = t.now
-    FROM t
+    SET state = $2::text, reason = $3::text, next_attempt_at = coalesce($1::timestamptz, now()) + $4::interval, claimed_by = NULL,
+        updated_at = coalesce($1::timestamptz, now())
     WHERE d.message_id = $5::text AND d.state || '' = 'SENDING' AND d.attempts = $6::integer
     RETURNING 1
 ),
