@@ -157,7 +157,11 @@ func (c *Claimer) process(ctx context.Context, row store.Claimed) {
 		}
 		c.wg.Done()
 	}()
-	res := c.Sender.Send(ctx, row.Job)
+	// The sender's result write settles the row too, fenced by this claim.
+	job := row.Job
+	fence := row.Fence
+	job.Outbox = &fence
+	res := c.Sender.Send(ctx, job)
 	c.settle(ctx, row, res)
 }
 
@@ -170,11 +174,16 @@ func (c *Claimer) settle(ctx context.Context, row store.Claimed, res sender.Resu
 		err    error
 		result string
 	)
-	switch res.Verdict {
-	case sender.Done, sender.Park:
+	switch {
+	case res.OutboxSettled:
+		result, ok = "done", true
+		if res.Verdict == sender.Retry {
+			result = "retry"
+		}
+	case res.Verdict == sender.Done || res.Verdict == sender.Park:
 		result = "done"
 		ok, err = c.Store.OutboxComplete(wctx, row.Fence, heraldtype.OutboxDone, res.Reason)
-	case sender.Retry:
+	case res.Verdict == sender.Retry:
 		result = "retry"
 		ok, err = c.Store.OutboxRetry(wctx, store.OutboxRetryParams{Fence: row.Fence, Delay: res.Delay, Reason: res.Reason})
 	default: // Backoff

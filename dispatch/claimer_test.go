@@ -114,12 +114,17 @@ func (b bundle) entry(t *testing.T, id string) store.DeliveryView {
 func TestClaimerSendsAndCompletes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	stop := run(b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 4))
+	log := &settleLog{Outbox: b.store}
+	stop := run(b.claimer(heraldtype.LaneTransactional, log, b.sender(sender.Hooks{}), 4))
 	defer stop()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
 	eventually(t, "outbox DONE", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
 	if d := b.entry(t, id).Delivery; d == nil || d.State != heraldtype.DeliveryProviderAccepted {
 		t.Fatalf("delivery %+v", d)
+	}
+	// The result write settled the row; the claimer wrote nothing more.
+	if got := log.get(); len(got) != 0 {
+		t.Fatalf("claimer made %d outbox writes after the sender's, want 0", len(got))
 	}
 }
 

@@ -160,6 +160,17 @@ type Job struct {
 	// so the sender need not read it again; nil when it read nothing (a
 	// job that arrived as a message). Never part of the message body.
 	Known *Known `json:"-"`
+	// Outbox is the claimed outbox row the job came with (db transport);
+	// nil for a job that arrived as a message. With it, the sender's result
+	// write settles the row too, in the same statement.
+	Outbox *Fence `json:"-"`
+}
+
+// Fence identifies one claim of one outbox row: the row and the token its
+// claim set. A write naming a stale token changes nothing.
+type Fence struct {
+	ID    int64
+	Token int64
 }
 
 // Known is state a store read along with a claimed job, as of the claim.

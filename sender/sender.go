@@ -84,6 +84,9 @@ type Result struct {
 	// Delay is when to offer the message again (Retry, Backoff).
 	Delay time.Duration
 	Err   error
+	// OutboxSettled: the result write also settled the job's outbox row
+	// (Job.Outbox) as the verdict asks; the transport has nothing to write.
+	OutboxSettled bool
 }
 
 // MaxRetryAfterHint caps how long a provider's Retry-After can push a retry
@@ -415,9 +418,9 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 	}
 	params := store.DeliveryRecordParams{
 		MessageID: job.MessageID, Attempt: attempt, State: res.State, Reason: res.Reason, RetryDelay: res.Delay,
-		Owner: s.Owner, Class: out.Class.String(), StartedAt: started, Duration: took,
+		Owner: s.Owner, Class: out.Class.String(), StartedAt: started, Duration: took, Outbox: job.Outbox,
 	}
-	ok, err := s.recordWithRetry(ctx, params)
+	rec, err := s.recordWithRetry(ctx, params)
 	if err != nil {
 		// The result is lost; the row stays SENDING, which blocks every copy,
 		// and the stale sweep turns it UNKNOWN. Never a second call.
@@ -426,7 +429,7 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 			slog.String("message_id", job.MessageID), slog.String("state", string(res.State)), slog.Any("error", err))
 		return Result{Verdict: Done, State: heraldtype.DeliverySending, Reason: heraldtype.ReasonStoreUnavailable}
 	}
-	if !ok {
+	if !rec.Recorded {
 		// The stale sweep (or an operator) settled the row first; theirs stands.
 		s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: claim no longer SENDING when recording",
 			slog.String("message_id", job.MessageID), slog.Int("attempt", attempt))
@@ -439,24 +442,27 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 	case heraldtype.DeliveryRetryExhausted:
 		s.alert(ctx, alert.RetryExhausted, job, res.Reason)
 	}
+	res.OutboxSettled = rec.OutboxSettled
 	return res
 }
 
-func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordParams) (bool, error) {
+func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.RecordTimeout)
 	defer cancel()
 	wait := 50 * time.Millisecond
 	failedBefore := false
 	for {
-		ok, err := s.Store.DeliveryRecord(ctx, p)
+		res, err := s.Store.DeliveryRecord(ctx, p)
 		if err == nil {
-			if !ok && failedBefore {
+			if !res.Recorded && failedBefore {
 				// A failed try may have committed before its answer was
 				// lost; then this try finds the row already settled — by
-				// that very write, or by someone else.
-				ok = s.alreadyRecorded(ctx, p)
+				// that very write, or by someone else. Whether that write
+				// settled the outbox row too is not known: the transport
+				// settles it (a fenced write, refused if it already was).
+				res.Recorded = s.alreadyRecorded(ctx, p)
 			}
-			return ok, nil
+			return res, nil
 		}
 		failedBefore = true
 		s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: record failed, retrying",
@@ -465,7 +471,7 @@ func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordPara
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false, err
+			return store.RecordResult{}, err
 		case <-t.C:
 		}
 		wait = min(2*wait, 2*time.Second)

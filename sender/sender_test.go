@@ -484,12 +484,12 @@ type lostAnswer struct {
 	lost atomic.Bool
 }
 
-func (l *lostAnswer) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (bool, error) {
-	ok, err := l.Store.DeliveryRecord(ctx, p)
+func (l *lostAnswer) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
+	res, err := l.Store.DeliveryRecord(ctx, p)
 	if err == nil && l.lost.CompareAndSwap(false, true) {
-		return false, errors.New("connection reset after commit")
+		return store.RecordResult{}, errors.New("connection reset after commit")
 	}
-	return ok, err
+	return res, err
 }
 
 func TestRecordWhoseFirstAnswerWasLost(t *testing.T) {

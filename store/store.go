@@ -89,7 +89,7 @@ type Deliveries interface {
 	DeliveryClaim(ctx context.Context, p DeliveryClaimParams) (DeliveryClaimResult, error)
 	// DeliveryRecord writes the outcome of a claimed attempt, conditional on
 	// the row still being SENDING at that attempt, with its attempt log row.
-	DeliveryRecord(ctx context.Context, p DeliveryRecordParams) (bool, error)
+	DeliveryRecord(ctx context.Context, p DeliveryRecordParams) (RecordResult, error)
 	// DeliveryDecide records a decision not to send now (SUPPRESSED, PARKED)
 	// for a message that has no row yet or is waiting (RETRY_WAIT, PARKED).
 	DeliveryDecide(ctx context.Context, p DeliveryDecideParams) (bool, error)
@@ -187,10 +187,7 @@ type DeliveryView struct {
 }
 
 // Fence identifies one claim of one outbox row.
-type Fence struct {
-	ID    int64
-	Token int64
-}
+type Fence = heraldtype.Fence
 
 // OutboxClaimParams selects and leases due rows.
 type OutboxClaimParams struct {
@@ -287,6 +284,20 @@ type DeliveryRecordParams struct {
 	Class     string
 	StartedAt time.Time
 	Duration  time.Duration
+
+	// Outbox, when set, is the claimed outbox row the job came from. The
+	// same write then settles it, fenced, if the result itself was
+	// recorded: back to PENDING after RetryDelay for RETRY_WAIT, otherwise
+	// DONE with Reason. One statement instead of the transport's second.
+	Outbox *Fence
+}
+
+// RecordResult is what DeliveryRecord wrote.
+type RecordResult struct {
+	// Recorded: the row was SENDING at that attempt and now holds the result.
+	Recorded bool
+	// OutboxSettled: Outbox was set, and its row was settled by the same write.
+	OutboxSettled bool
 }
 
 // DeliveryDecideParams records a decision not to send now.

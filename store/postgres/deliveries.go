@@ -90,20 +90,25 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 }
 
 // DeliveryRecord writes the outcome of a claimed attempt, conditional on the
-// row still being SENDING at that attempt, with its attempt log row, in one
-// statement.
-func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (bool, error) {
+// row still being SENDING at that attempt, with its attempt log row, and
+// settles p.Outbox when set, all in one statement.
+func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
 	var delay any
 	if p.State == heraldtype.DeliveryRetryWait {
 		delay = p.RetryDelay
 	}
-	var n int64
-	err := s.pipe.QueryRow(ctx, qDeliveryRecord, s.now(), string(p.State), p.Reason, delay, p.MessageID, p.Attempt,
-		p.Owner, p.StartedAt, p.StartedAt.Add(p.Duration), p.Class, p.Duration.Milliseconds()).Scan(&n)
-	if err != nil {
-		return false, s.fail(fmt.Sprintf("record delivery %s", p.MessageID), err)
+	args := []any{s.now(), string(p.State), p.Reason, delay, p.MessageID, p.Attempt,
+		p.Owner, p.StartedAt, p.StartedAt.Add(p.Duration), p.Class, p.Duration.Milliseconds()}
+	q := qDeliveryRecord
+	if p.Outbox != nil {
+		q = qDeliveryRecordSettle
+		args = append(args, p.Outbox.ID, p.Outbox.Token)
 	}
-	return n == 1, nil
+	var recorded, settled int64
+	if err := s.pipe.QueryRow(ctx, q, args...).Scan(&recorded, &settled); err != nil {
+		return store.RecordResult{}, s.fail(fmt.Sprintf("record delivery %s", p.MessageID), err)
+	}
+	return store.RecordResult{Recorded: recorded == 1, OutboxSettled: settled == 1}, nil
 }
 
 // DeliveryDecide records SUPPRESSED or PARKED for a message that has no row

@@ -218,11 +218,28 @@ FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
 	// qDeliveryRecord writes the attempt's result, conditional on the row
 	// still being SENDING at that attempt, and its attempt log row, in one
 	// statement (so one transaction). The log row is written either way.
+	// qDeliveryRecordSettle also settles the job's claimed outbox row, fenced
+	// like qOutboxComplete and qOutboxRetry, and only if the result was
+	// recorded: PENDING again after the retry delay for RETRY_WAIT, DONE
+	// otherwise. The db transport's claimer then has nothing left to write.
 	//
 	// $1 now, $2 state, $3 reason, $4 retry delay (NULL unless RETRY_WAIT),
 	// $5 message id, $6 attempt, $7 owner, $8 started, $9 finished,
-	// $10 class, $11 duration in ms.
-	qDeliveryRecord = `WITH u AS (
+	// $10 class, $11 duration in ms; qDeliveryRecordSettle: $12 outbox id,
+	// $13 token.
+	qDeliveryRecord       = qDeliveryRecordWrite + `SELECT count(*), 0 FROM u`
+	qDeliveryRecordSettle = qDeliveryRecordWrite + `,
+o AS (
+    UPDATE outbox
+    SET state = CASE WHEN $2::text = 'RETRY_WAIT' THEN 'PENDING' ELSE 'DONE' END,
+        available_at = CASE WHEN $2::text = 'RETRY_WAIT' THEN coalesce($1::timestamptz, now()) + $4::interval ELSE available_at END,
+        last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
+    WHERE id = $12::bigint AND token = $13::bigint AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())
+      AND EXISTS (SELECT 1 FROM u)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o)`
+	qDeliveryRecordWrite = `WITH u AS (
     UPDATE deliveries d
     SET state = $2::text, reason = $3::text, next_attempt_at = coalesce($1::timestamptz, now()) + $4::interval, claimed_by = NULL,
         updated_at = coalesce($1::timestamptz, now())
@@ -233,7 +250,7 @@ a AS (
     INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
     VALUES ($5::text, $6::integer, $7::text, $8::timestamptz, $9::timestamptz, $10::text, $3::text, $11::bigint)
 )
-SELECT count(*) FROM u`
+`
 
 	// qDeliveryDecide records SUPPRESSED or PARKED for a message with no row
 	// yet, or one that is waiting (RETRY_WAIT, PARKED); never over a claim

@@ -77,9 +77,10 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 }
 
 // DeliveryRecord writes the outcome of a claimed attempt and its log row.
-func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (bool, error) {
-	var ok bool
+func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
+	var res store.RecordResult
 	err := s.w.do(ctx, func(tx wtx) error {
+		res = store.RecordResult{}
 		now := s.now()
 		var next any
 		if p.State == heraldtype.DeliveryRetryWait {
@@ -90,18 +91,31 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 			return fmt.Errorf("record result: %w", err)
 		}
 		n, _ := r.RowsAffected()
-		ok = n == 1
+		res.Recorded = n == 1
 		finished := p.StartedAt.Add(p.Duration)
 		if _, err := tx.Exec(qAttemptInsert, p.MessageID, p.Attempt, p.Owner, ms(p.StartedAt), ms(finished),
 			p.Class, p.Reason, p.Duration.Milliseconds()); err != nil {
 			return fmt.Errorf("log attempt: %w", err)
 		}
+		if p.Outbox == nil || !res.Recorded {
+			return nil
+		}
+		if p.State == heraldtype.DeliveryRetryWait {
+			r, err = tx.Exec(qOutboxRetry, next, p.Reason, 0, now, p.Outbox.ID, p.Outbox.Token, now)
+		} else {
+			r, err = tx.Exec(qOutboxComplete, string(heraldtype.OutboxDone), p.Reason, now, p.Outbox.ID, p.Outbox.Token, now)
+		}
+		if err != nil {
+			return fmt.Errorf("settle outbox row %d: %w", p.Outbox.ID, err)
+		}
+		n, _ = r.RowsAffected()
+		res.OutboxSettled = n == 1
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("record delivery %s: %w", p.MessageID, err)
+		return store.RecordResult{}, fmt.Errorf("record delivery %s: %w", p.MessageID, err)
 	}
-	return ok, nil
+	return res, nil
 }
 
 // DeliveryDecide records SUPPRESSED or PARKED for a message not yet claimed.

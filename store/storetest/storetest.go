@@ -584,13 +584,16 @@ func claimParams(id string) store.DeliveryClaimParams {
 
 func record(t *testing.T, b bundle, id string, attempt int, state heraldtype.DeliveryState, delay time.Duration) bool {
 	t.Helper()
-	ok, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{
+	res, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{
 		MessageID: id, Attempt: attempt, State: state, RetryDelay: delay, Owner: "w", Class: "x", StartedAt: b.clk.Now(),
 	})
 	if err != nil {
 		t.Fatalf("DeliveryRecord: %v", err)
 	}
-	return ok
+	if res.OutboxSettled {
+		t.Fatal("settled an outbox row it was not given")
+	}
+	return res.Recorded
 }
 
 func testDeliveries(t *testing.T, h Harness) {
@@ -646,6 +649,69 @@ func testDeliveries(t *testing.T, h Harness) {
 		}
 		if res, _ := b.s.DeliveryClaim(b.ctx, claimParams("m1")); res.Claimed {
 			t.Fatal("claimed a finished message again")
+		}
+	})
+	t.Run("RecordSettlesTheClaimedOutboxRow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		// recordOn claims the job's delivery and records state with the
+		// outbox row's fence, as the db transport's sender does.
+		recordOn := func(row store.Claimed, attempt int, state heraldtype.DeliveryState, f store.Fence) store.RecordResult {
+			t.Helper()
+			if res, err := b.s.DeliveryClaim(b.ctx, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: row.NotificationID,
+				Tenant: "t1", Channel: row.Channel, Provider: "p", Owner: "w"}); err != nil || !res.Claimed || res.Attempt != attempt {
+				t.Fatalf("delivery claim %+v (%v)", res, err)
+			}
+			res, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: row.MessageID, Attempt: attempt, State: state,
+				Reason: "R", RetryDelay: time.Second, Owner: "w", Class: "x", StartedAt: b.clk.Now(), Outbox: &f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		entry := func(id string) store.DeliveryView {
+			v, err := b.s.NotificationGet(b.ctx, "t1", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v.Deliveries[0]
+		}
+		p, _ := create(t, b, nil)
+		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		// RETRY_WAIT: the row is PENDING again, due after the delay.
+		if res := recordOn(row, 1, heraldtype.DeliveryRetryWait, row.Fence); !res.Recorded || !res.OutboxSettled {
+			t.Fatalf("retry %+v", res)
+		}
+		if e := entry(p.ID); e.OutboxState != heraldtype.OutboxPending || !e.AvailableAt.Equal(b.clk.Now().Add(time.Second)) || e.OutboxReason != "R" {
+			t.Fatalf("after RETRY_WAIT: %+v", e)
+		}
+		b.clk.Advance(time.Second)
+		row = claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		// A stale fence settles nothing, though the result is recorded.
+		stale := row.Fence
+		stale.Token--
+		if res := recordOn(row, 2, heraldtype.DeliveryProviderAccepted, stale); !res.Recorded || res.OutboxSettled {
+			t.Fatalf("stale fence %+v", res)
+		}
+		if e := entry(p.ID); e.OutboxState != heraldtype.OutboxClaimed {
+			t.Fatalf("stale fence moved the row: %+v", e)
+		}
+		// A result that is not recorded settles nothing either.
+		if res, _ := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: row.MessageID, Attempt: 2,
+			State: heraldtype.DeliveryUnknown, Owner: "w", Class: "x", StartedAt: b.clk.Now(), Outbox: &row.Fence}); res.Recorded || res.OutboxSettled {
+			t.Fatalf("second record of a settled attempt %+v", res)
+		}
+		if e := entry(p.ID); e.OutboxState != heraldtype.OutboxClaimed {
+			t.Fatalf("unrecorded result moved the row: %+v", e)
+		}
+		// A terminal result with the live fence: DONE with its reason.
+		p2, _ := create(t, b, nil)
+		row2 := claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		if res := recordOn(row2, 1, heraldtype.DeliveryProviderAccepted, row2.Fence); !res.Recorded || !res.OutboxSettled {
+			t.Fatalf("accepted %+v", res)
+		}
+		if e := entry(p2.ID); e.OutboxState != heraldtype.OutboxDone || e.OutboxReason != "R" {
+			t.Fatalf("after PROVIDER_ACCEPTED: %+v", e)
 		}
 	})
 	t.Run("RetryWaitIsClaimedAgainOnlyWhenDue", func(t *testing.T) {
