@@ -173,13 +173,17 @@ type Fence struct {
 	Token int64
 }
 
-// Known is state a store read along with a claimed job, as of the claim.
+// Known is what a transport learnt about a job on its way in: a store's
+// claim reads it in the claim's statement; a broker knows whether it
+// delivered the message before.
 type Known struct {
-	// Delivery: a delivery row existed for the message. When false the
-	// sender skips its peek (a fast path only; the claim still guards).
+	// Delivery: a delivery row exists for the message, or may. When false
+	// the sender skips its peek (a fast path only; the claim still guards).
 	Delivery bool
-	// Profile is the recipient's stored profile document (nil: none), with
-	// the time it was written; the sender decodes it as ProfileGet would.
+	// ProfileRead: Profile is the recipient's stored profile document as
+	// the transport read it (nil: none), written at ProfileUpdatedAt; the
+	// sender decodes it as ProfileGet would. When false the sender reads it.
+	ProfileRead      bool
 	Profile          []byte
 	ProfileUpdatedAt time.Time
 }

@@ -346,7 +346,7 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 // Either way it is read at send time, not at intake: consent may have been
 // withdrawn and the address changed since the notification was accepted.
 func (s *Sender) profile(ctx context.Context, job heraldtype.Job) (store.Profile, error) {
-	if k := job.Known; k != nil {
+	if k := job.Known; k != nil && k.ProfileRead {
 		if k.Profile == nil {
 			return store.Profile{}, store.ErrNotFound
 		}

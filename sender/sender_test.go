@@ -285,15 +285,21 @@ func TestPreChecks(t *testing.T) {
 		withdrawn, _ := json.Marshal(store.Profile{Addresses: stored.Addresses})
 		j := job("n1", heraldtype.ChannelSMS)
 		j.Kind, j.Lane = "promo", heraldtype.LaneMarketing
-		j.Known = &heraldtype.Known{Profile: withdrawn}
+		j.Known = &heraldtype.Known{ProfileRead: true, Profile: withdrawn}
 		if r := snd.Send(b.ctx, j); r.Reason != heraldtype.ReasonConsentDenied {
 			t.Fatalf("known withdrawal: %+v", r)
 		}
 		// No profile known: an SMS has no address.
 		j2 := job("n2", heraldtype.ChannelSMS)
-		j2.Known = &heraldtype.Known{}
+		j2.Known = &heraldtype.Known{ProfileRead: true}
 		if r := snd.Send(b.ctx, j2); r.Reason != heraldtype.ReasonDestinationUnavailable {
 			t.Fatalf("known absence: %+v", r)
+		}
+		// Known without ProfileRead (a broker's message): the profile is read.
+		j3 := job("n3", heraldtype.ChannelSMS)
+		j3.Known = &heraldtype.Known{}
+		if r := snd.Send(b.ctx, j3); r.State != heraldtype.DeliveryProviderAccepted {
+			t.Fatalf("profile read by the sender: %+v", r)
 		}
 	})
 	t.Run("SkippedPeekStillSendsOnce", func(t *testing.T) {

@@ -163,6 +163,10 @@ func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: parking a message that is not a job",
 			slog.String("message_id", d.MessageId), slog.String("lane", string(c.cfg.Lane)))
 	} else {
+		// Only a message the broker delivered before is worth a peek: any
+		// other copy (a relay's re-publish, a retry) meets the claim, which
+		// refuses it just the same.
+		job.Known = &heraldtype.Known{Delivery: d.Redelivered}
 		res = c.cfg.Sender.Send(ctx, job)
 	}
 	// From here on shutdown does not interrupt: the result is written and

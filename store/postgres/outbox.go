@@ -36,7 +36,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 			&c.Tenant, &c.Recipient, &c.EventID, &c.Kind, &params, &expires}
 		var known *heraldtype.Known
 		if !p.Publishing {
-			known = &heraldtype.Known{}
+			known = &heraldtype.Known{ProfileRead: true}
 			dest = append(dest, &known.Delivery, &known.Profile, &profileAt)
 		}
 		if err := rows.Scan(dest...); err != nil {

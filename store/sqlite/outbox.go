@@ -77,7 +77,7 @@ func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idLi
 			j.Tenant, j.Recipient, j.EventID, j.Kind = tenant, recipient, eventID, kind
 			j.Params, j.ExpiresAt = json.RawMessage(params), fromNullMs(expires)
 			if known {
-				j.Known = &heraldtype.Known{}
+				j.Known = &heraldtype.Known{ProfileRead: true}
 				if profile.Valid {
 					j.Known.Profile, j.Known.ProfileUpdatedAt = []byte(profile.String), fromMs(profileAt.Int64)
 				}

@@ -278,7 +278,7 @@ func testOutbox(t *testing.T, h Harness) {
 		b := setup(t, h)
 		create(t, b, nil)
 		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
-		if k := row.Known; k == nil || k.Delivery || k.Profile != nil {
+		if k := row.Known; k == nil || k.Delivery || !k.ProfileRead || k.Profile != nil {
 			t.Fatalf("fresh claim known %+v, want no delivery and no profile", k)
 		}
 		// A delivery row and a profile appear; the lease runs out and the
@@ -296,7 +296,7 @@ func testOutbox(t *testing.T, h Harness) {
 		}
 		again := claim(t, b, heraldtype.LaneTransactional, 1)[0]
 		k := again.Known
-		if k == nil || !k.Delivery || k.Profile == nil {
+		if k == nil || !k.Delivery || !k.ProfileRead || k.Profile == nil {
 			t.Fatalf("second claim known %+v, want a delivery and a profile", k)
 		}
 		got, err := store.DecodeProfile("t1", "r1", k.Profile, k.ProfileUpdatedAt)
