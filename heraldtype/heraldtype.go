@@ -167,10 +167,13 @@ type Job struct {
 }
 
 // Fence identifies one claim of one outbox row: the row and the token its
-// claim set. A write naming a stale token changes nothing.
+// claim set. A write naming a stale token changes nothing. The row is named
+// twice, by its id and by its message id (one per notification and
+// channel); each store finds it by the key it indexes.
 type Fence struct {
-	ID    int64
-	Token int64
+	ID        int64
+	MessageID string
+	Token     int64
 }
 
 // Known is what a transport learnt about a job on its way in: a store's

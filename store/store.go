@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
@@ -155,6 +156,16 @@ type NotificationCreateResult struct {
 // the row carries the same one.
 func MessageID(notificationID string, ch heraldtype.Channel) string {
 	return notificationID + "." + string(ch)
+}
+
+// SplitMessageID is MessageID's inverse. Channel names hold no dot, so the
+// last dot separates the two even if a notification id holds one.
+func SplitMessageID(messageID string) (notificationID string, ch heraldtype.Channel) {
+	i := strings.LastIndexByte(messageID, '.')
+	if i < 0 {
+		return messageID, ""
+	}
+	return messageID[:i], heraldtype.Channel(messageID[i+1:])
 }
 
 // NotificationView is a notification as the read API shows it.

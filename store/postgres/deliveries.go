@@ -102,7 +102,8 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 	q := qDeliveryRecord
 	if p.Outbox != nil {
 		q = qDeliveryRecordSettle
-		args = append(args, p.Outbox.ID, p.Outbox.Token)
+		nid, ch := store.SplitMessageID(p.Outbox.MessageID)
+		args = append(args, nid, string(ch), p.Outbox.Token)
 	}
 	var recorded, settled int64
 	if err := s.pipe.QueryRow(ctx, q, args...).Scan(&recorded, &settled); err != nil {

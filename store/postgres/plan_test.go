@@ -14,8 +14,8 @@ import (
 
 // A queue table's statistics are usually stale: taken while few rows were
 // leased, they make the partial index of leased rows look empty. The fenced
-// writes must still be driven by the primary key, or each one walks every
-// live lease.
+// writes must still be driven by the primary key, (notification_id,
+// channel), or each one walks every live lease.
 func TestFencedWritesUseThePrimaryKeyWithStaleStatistics(t *testing.T) {
 	t.Parallel()
 	url := testpg.Schema(t)
@@ -52,10 +52,12 @@ SELECT id, id || '.webhook', 't', 'transactional', 'webhook', 'PENDING', now(), 
 		sql  string
 		args []any
 	}{
-		"complete":  {qOutboxComplete, []any{nil, "DONE", "", rows[0].Fence.ID, rows[0].Fence.Token}},
-		"retry":     {qOutboxRetry, []any{nil, time.Second, "", 0, rows[0].Fence.ID, rows[0].Fence.Token}},
-		"published": {qOutboxPublished, []any{nil, []int64{rows[0].Fence.ID}, []int64{rows[0].Fence.Token}}},
+		"complete":  {qOutboxComplete, []any{nil, "DONE", "", rows[0].NotificationID, "webhook", rows[0].Fence.Token}},
+		"retry":     {qOutboxRetry, []any{nil, time.Second, "", 0, rows[0].NotificationID, "webhook", rows[0].Fence.Token}},
+		"published": {qOutboxPublished, []any{nil, []string{rows[0].NotificationID}, []string{"webhook"}, []int64{rows[0].Fence.Token}}},
 		"record":    {qDeliveryRecord, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1}},
+		"settle": {qDeliveryRecordSettle, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1,
+			rows[0].NotificationID, "webhook", rows[0].Fence.Token}},
 	} {
 		var plan []string
 		r, err := conn.Query(ctx, "EXPLAIN "+q.sql, q.args...)
@@ -73,6 +75,9 @@ SELECT id, id || '.webhook', 't', 'transactional', 'webhook', 'PENDING', now(), 
 		text := strings.Join(plan, "\n")
 		if strings.Contains(text, "outbox_leased") || strings.Contains(text, "deliveries_sending") {
 			t.Errorf("%s is driven by a partial index of leased rows:\n%s", name, text)
+		}
+		if name != "record" && !strings.Contains(text, "outbox_pkey") {
+			t.Errorf("%s does not find the outbox row by its key:\n%s", name, text)
 		}
 	}
 }

@@ -113,7 +113,7 @@ ORDER BY c.available_at, c.id`
 FROM claimed c JOIN notifications n ON n.id = c.notification_id
 ORDER BY c.available_at, c.id`
 	qOutboxClaimLease = `WITH due AS MATERIALIZED (
-    SELECT id FROM outbox
+    SELECT notification_id, channel FROM outbox
     WHERE lane = $2::text AND state = 'PENDING' AND available_at <= coalesce($1::timestamptz, now())
       AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
     ORDER BY available_at, id
@@ -124,7 +124,7 @@ claimed AS (
     UPDATE outbox o
     SET state = $6::text, claimed_by = $4::text, claimed_until = coalesce($1::timestamptz, now()) + $5::interval,
         token = o.token + 1, updated_at = coalesce($1::timestamptz, now())
-    WHERE o.id IN (SELECT id FROM due)
+    WHERE (o.notification_id, o.channel) IN (SELECT notification_id, channel FROM due)
     RETURNING o.id, o.token, o.notification_id, o.message_id, o.channel, o.attempts, o.available_at
 )
 `
@@ -135,26 +135,29 @@ claimed AS (
 	//
 	// The state and lease conditions are written as expressions (state || '',
 	// claimed_until + interval '0 s') so that no index can serve them: only
-	// the primary key drives these statements. Otherwise the planner, whose
+	// the primary key, (notification_id, channel), drives these statements. Otherwise the planner, whose
 	// statistics for a queue table are usually stale, may believe the
 	// partial index outbox_leased holds one row and walk every live lease to
 	// find one row — with a relay holding 20,000 leases, a 500-row mark took
 	// 1.6 s instead of 8 ms. qDeliveryRecord guards deliveries_sending alike.
 
-	// $1 now, $2 state, $3 reason, $4 id, $5 token.
+	// $1 now, $2 state, $3 reason, $4 notification id, $5 channel, $6 token.
 	qOutboxComplete = `UPDATE outbox
 SET state = $2::text, last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
-WHERE id = $4::bigint AND token = $5::bigint AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
-	// $1 now, $2 ids, $3 tokens (pairwise).
+WHERE notification_id = $4::text AND channel = $5::text AND token = $6::bigint
+  AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
+	// $1 now, $2 notification ids, $3 channels, $4 tokens (parallel arrays).
 	qOutboxPublished = `UPDATE outbox o
 SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
-FROM unnest($2::bigint[], $3::bigint[]) AS f(id, token)
-WHERE o.id = f.id AND o.token = f.token AND o.state || '' = 'PUBLISHING' AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
-	// $1 now, $2 delay, $3 reason, $4 failed (0 or 1), $5 id, $6 token.
+FROM unnest($2::text[], $3::text[], $4::bigint[]) AS f(notification_id, channel, token)
+WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.token = f.token
+  AND o.state || '' = 'PUBLISHING' AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
+	// $1 now, $2 delay, $3 reason, $4 failed (0 or 1), $5 notification id, $6 channel, $7 token.
 	qOutboxRetry = `UPDATE outbox
 SET state = 'PENDING', available_at = coalesce($1::timestamptz, now()) + $2::interval, last_reason = $3::text,
     attempts = attempts + $4::integer, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
-WHERE id = $5::bigint AND token = $6::bigint AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())
+WHERE notification_id = $5::text AND channel = $6::text AND token = $7::bigint
+  AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())
 RETURNING lane`
 	// $1 now.
 	qOutboxReclaim = `WITH r AS (
@@ -225,8 +228,8 @@ FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
 	//
 	// $1 now, $2 state, $3 reason, $4 retry delay (NULL unless RETRY_WAIT),
 	// $5 message id, $6 attempt, $7 owner, $8 started, $9 finished,
-	// $10 class, $11 duration in ms; qDeliveryRecordSettle: $12 outbox id,
-	// $13 token.
+	// $10 class, $11 duration in ms; qDeliveryRecordSettle: $12 notification
+	// id, $13 channel, $14 token.
 	qDeliveryRecord       = qDeliveryRecordWrite + `SELECT count(*), 0 FROM u`
 	qDeliveryRecordSettle = qDeliveryRecordWrite + `,
 o AS (
@@ -234,7 +237,8 @@ o AS (
     SET state = CASE WHEN $2::text = 'RETRY_WAIT' THEN 'PENDING' ELSE 'DONE' END,
         available_at = CASE WHEN $2::text = 'RETRY_WAIT' THEN coalesce($1::timestamptz, now()) + $4::interval ELSE available_at END,
         last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
-    WHERE id = $12::bigint AND token = $13::bigint AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())
+    WHERE notification_id = $12::text AND channel = $13::text AND token = $14::bigint
+      AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())
       AND EXISTS (SELECT 1 FROM u)
     RETURNING 1
 )

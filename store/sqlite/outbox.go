@@ -29,7 +29,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 				rows.Close()
 				return fmt.Errorf("scan claimed row: %w", err)
 			}
-			c.OutboxID, c.Channel, c.Lane = c.Fence.ID, heraldtype.Channel(ch), p.Lane
+			c.OutboxID, c.Channel, c.Lane, c.Fence.MessageID = c.Fence.ID, heraldtype.Channel(ch), p.Lane, c.MessageID
 			if _, ok := byNotification[c.NotificationID]; !ok {
 				ids = append(ids, c.NotificationID)
 			}
