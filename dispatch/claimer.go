@@ -7,7 +7,10 @@
 //
 // A Claimer writes only the outbox, and every write after the claim is fenced
 // by the row's token and live lease: if this process stalled past its lease
-// and another took the row, its late write changes nothing.
+// and another took the row, its late write changes nothing. In the common
+// case it writes nothing after the claim at all: it hands the sender the
+// row's fence with the job, and the sender's result write settles the row
+// in the same statement; the Claimer settles only what that did not.
 package dispatch
 
 import (

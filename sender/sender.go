@@ -5,11 +5,17 @@
 // The steps, and why each is where it is:
 //
 //  1. Peek. A delivery row for the message already exists → nothing to do.
-//     This is a fast path only: two copies can pass it together.
+//     This is a fast path only: two copies can pass it together. It is
+//     skipped when the transport knows no row exists or is likely
+//     (Job.Known): the db transport's claim reads that in its own
+//     statement, and a broker message that was never delivered before is
+//     not worth a read. The claim in step 3 refuses a duplicate either way.
 //  2. Pre-checks, none of which writes a claim: expiry, the kind, the
 //     recipient's profile read now (consent, address), the provider, the
 //     template, the message_id length. A decision not to send is recorded as
-//     SUPPRESSED; a failure that would recur as PARKED.
+//     SUPPRESSED; a failure that would recur as PARKED. "Now" is send time:
+//     the db transport's claim reads the profile in its statement, moments
+//     before the send; otherwise the sender reads it here.
 //  3. Claim: insert the SENDING row (unique on message_id), or move a due
 //     RETRY_WAIT row to SENDING. Only the winner goes on; a loser acks.
 //  4. Call the provider with message_id as its reference, on a context that
@@ -19,6 +25,8 @@
 //     attempt. A definite non-send releases the claim into RETRY_WAIT with
 //     its next attempt time; everything the provider might have acted on
 //     (timeouts, 5xx) becomes UNKNOWN and is never resent automatically.
+//     A job that came with its outbox claim (Job.Outbox, db transport) has
+//     the outbox row settled by the same write (Result.OutboxSettled).
 package sender
 
 import (
