@@ -67,7 +67,7 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 		if p.IdempotencyKey != "" && p.DedupKey != "" {
 			row, err = s.createInTx(ctx, args)
 		} else {
-			row, err = scanCreate(s.pipe.QueryRow(ctx, qNotificationCreate, args...))
+			row, err = scanCreate(s.pipe.QueryRowMerged(ctx, createMerge, args, qNotificationCreate, args...))
 		}
 		if err != nil {
 			return store.NotificationCreateResult{}, err
@@ -92,6 +92,61 @@ func scanCreate(r pgx.Row) (createRow, error) {
 	}
 	c.notified = notified > 0
 	return c, nil
+}
+
+// createMerge runs the creates waiting in one pipeline batch as one
+// qNotificationCreateMany. Each op's input is its qNotificationCreate
+// arguments; each gets the row qNotificationCreate would have returned.
+var createMerge = &merge{
+	sql: qNotificationCreateMany,
+	args: func(ops []*pipeOp) []any {
+		n := len(ops)
+		var (
+			tenant, key, hash, id, recipient, event, kind, lane, params, wake = make([]string, n), make([]string, n),
+				make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+				make([]string, n), make([]string, n), make([]string, n)
+			ttl              = make([]time.Duration, n)
+			response         = make([][]byte, n)
+			dedup            = make([]*string, n)
+			sendAt, expireAt = make([]*time.Time, n), make([]*time.Time, n)
+			chReq            []int32
+			chName, chMsg    []string
+		)
+		for i, op := range ops {
+			a := op.in.([]any)
+			tenant[i], key[i], hash[i], ttl[i], response[i] = a[1].(string), a[2].(string), a[3].(string), a[4].(time.Duration), a[5].([]byte)
+			id[i], recipient[i], event[i], kind[i], lane[i] = a[6].(string), a[7].(string), a[8].(string), a[9].(string), a[10].(string)
+			params[i], dedup[i], sendAt[i], expireAt[i], wake[i] = a[11].(string), a[12].(*string), a[13].(*time.Time), a[14].(*time.Time), a[17].(string)
+			for j, ch := range a[15].([]string) {
+				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a[16].([]string)[j])
+			}
+		}
+		return []any{ops[0].in.([]any)[0], tenant, key, hash, ttl, response, id, recipient, event, kind, lane, params,
+			dedup, sendAt, expireAt, wake, chReq, chName, chMsg}
+	},
+	scan: func(rows pgx.Rows, ops []*pipeOp) error {
+		i := 0
+		for rows.Next() {
+			if i == len(ops) {
+				return errors.New("merged create: more rows than requests")
+			}
+			var id string
+			if err := rows.Scan(append([]any{&id}, ops[i].dest...)...); err != nil {
+				return fmt.Errorf("merged create: %w", err)
+			}
+			if want := ops[i].in.([]any)[6].(string); id != want {
+				return fmt.Errorf("merged create: row %d is %s, want %s", i, id, want)
+			}
+			i++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if i != len(ops) {
+			return fmt.Errorf("merged create: %d rows for %d requests", i, len(ops))
+		}
+		return nil
+	},
 }
 
 // createInTx runs qNotificationCreate in a transaction it commits only if

@@ -41,14 +41,25 @@ import (
 // A caller always waits for its statement's outcome, even if its context is
 // cancelled meanwhile: it must know whether it committed. A statement whose
 // context is done before its batch is sent is skipped.
+//
+// Statements of one kind may also be merged: a caller that names a merge
+// (QueryRowMerged) lets the worker run all such statements of a batch as one
+// set-based statement, which PostgreSQL plans, starts and executes once for
+// all of them. The merged statement must be equivalent to running the
+// single ones in order in one transaction; each caller keeps its single
+// statement, which runs alone if the batch is rerun.
 type pipeline struct {
 	pool     *pgxpool.Pool
 	ops      chan *pipeOp
 	maxBatch int
 	timeout  time.Duration
 
-	// taken, when set (tests), is told the size of each batch a worker takes.
-	taken func(n int)
+	// taken, when set (tests), is told the size of each batch a worker takes;
+	// merged, the number of statements each merged statement stands for;
+	// rerun, the size of each batch rerun statement by statement.
+	taken  func(n int)
+	merged func(n int)
+	rerun  func(n int)
 
 	quitOnce sync.Once
 	quit     chan struct{}
@@ -61,10 +72,14 @@ type pipeOp struct {
 	sql  string
 	args []any
 	exec bool
-	dest []any             // QueryRow: where to scan
-	tag  pgconn.CommandTag // Exec: the command tag
-	err  error
-	done chan struct{}
+	// merge, when set, may run this op together with the others of the
+	// batch that name it; in is this op's input for it.
+	merge *merge
+	in    any
+	dest  []any             // QueryRow: where to scan
+	tag   pgconn.CommandTag // Exec: the command tag
+	err   error
+	done  chan struct{}
 }
 
 func newPipeline(pool *pgxpool.Pool, workers, maxBatch int) *pipeline {
@@ -85,15 +100,34 @@ func (p *pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 	return &pipeRow{p: p, ctx: ctx, sql: sql, args: args}
 }
 
+// QueryRowMerged is QueryRow for a statement that m may run together with
+// others of its kind; in is this statement's input for m.
+func (p *pipeline) QueryRowMerged(ctx context.Context, m *merge, in any, sql string, args ...any) pgx.Row {
+	return &pipeRow{p: p, ctx: ctx, sql: sql, args: args, merge: m, in: in}
+}
+
 type pipeRow struct {
-	p    *pipeline
-	ctx  context.Context
-	sql  string
-	args []any
+	p     *pipeline
+	ctx   context.Context
+	sql   string
+	args  []any
+	merge *merge
+	in    any
 }
 
 func (r *pipeRow) Scan(dest ...any) error {
-	return r.p.do(&pipeOp{ctx: r.ctx, sql: r.sql, args: r.args, dest: dest})
+	return r.p.do(&pipeOp{ctx: r.ctx, sql: r.sql, args: r.args, dest: dest, merge: r.merge, in: r.in})
+}
+
+// merge runs several single-row statements of one kind as one statement.
+type merge struct {
+	sql string
+	// args builds the merged statement's arguments from the ops' inputs, in
+	// the order of ops.
+	args func(ops []*pipeOp) []any
+	// scan reads the merged statement's rows and gives each op its row, as
+	// Scan of its own statement would have.
+	scan func(rows pgx.Rows, ops []*pipeOp) error
 }
 
 // Exec runs sql through the pipeline.
@@ -186,7 +220,22 @@ func (p *pipeline) run(batch []*pipeOp) {
 		return
 	}
 	b := &pgx.Batch{}
+	groups := map[*merge][]*pipeOp{}
 	for _, op := range live {
+		if op.merge != nil {
+			groups[op.merge] = append(groups[op.merge], op)
+		}
+	}
+	for _, op := range live {
+		if group := groups[op.merge]; len(group) > 1 {
+			if op == group[0] {
+				if p.merged != nil {
+					p.merged(len(group))
+				}
+				queueMerged(b, op.merge, group)
+			}
+			continue
+		}
 		q := b.Queue(op.sql, op.args...)
 		// Callbacks never return an error: pgx would stop reading the
 		// results of statements that already ran. Each keeps its own.
@@ -211,6 +260,9 @@ func (p *pipeline) run(batch []*pipeOp) {
 			break
 		}
 	}
+	if aborted && p.rerun != nil {
+		p.rerun(len(live))
+	}
 	for _, op := range live {
 		switch {
 		case aborted:
@@ -221,6 +273,29 @@ func (p *pipeline) run(batch []*pipeOp) {
 			op.err = err
 		}
 		close(op.done)
+	}
+}
+
+// queueMerged queues m's statement for ops, in the position of the first.
+func queueMerged(b *pgx.Batch, m *merge, ops []*pipeOp) {
+	q := b.Queue(m.sql, m.args(ops)...)
+	q.Fn = func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err == nil {
+			err = m.scan(rows, ops)
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil {
+			for _, op := range ops {
+				if op.err == nil {
+					op.err = err
+				}
+			}
+		}
+		return nil
 	}
 }
 

@@ -62,6 +62,71 @@ o AS (
 w AS (SELECT pg_notify($18::text, '') FROM o WHERE o.due AND $18::text <> '' LIMIT 1)
 SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w)`
 
+	// qNotificationCreateMany is qNotificationCreate for several requests at
+	// once (see createMerge): the pipeline runs the creates waiting in one
+	// batch as this one statement, which PostgreSQL plans and starts once.
+	// Each request is a row of r, its channels rows of c. It writes what the
+	// single statements would, in order, in one transaction: keys first, in
+	// key order (two statements taking the same keys take them in the same
+	// order, so they wait rather than deadlock), then the notifications of
+	// the requests whose key was taken (or that have none), in dedup-key
+	// order, then their outbox rows, then one NOTIFY per lane that has a row
+	// due now and was asked to wake. It returns one row per request, in r's
+	// order, with the columns of qNotificationCreate after the request's id.
+	//
+	// A request with both an idempotency key and a dedup key never comes
+	// here: it needs its own transaction (createInTx). Two requests with the
+	// same key in one statement fail it (ON CONFLICT DO UPDATE cannot touch
+	// one row twice); the pipeline then runs each request alone.
+	//
+	// $1 now; per request: $2 tenant, $3 idempotency key, $4 request hash,
+	// $5 key TTL, $6 response, $7 id, $8 recipient, $9 event id, $10 kind,
+	// $11 lane, $12 params, $13 dedup key, $14 send_at, $15 expires_at,
+	// $16 wake-up channel; per channel: $17 request's position (1-based),
+	// $18 channel, $19 message id.
+	qNotificationCreateMany = `WITH r AS MATERIALIZED (
+    SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::interval[], $6::bytea[], $7::text[], $8::text[], $9::text[],
+                         $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::text[])
+        WITH ORDINALITY AS r (tenant, key, hash, ttl, response, id, recipient, event_id, kind, lane, params, dedup, send_at, expires_at, wake, ord)
+),
+k AS (
+    INSERT INTO idempotency_keys AS ik (tenant, key, request_hash, notification_id, response, created_at, expires_at)
+    SELECT r.tenant, r.key, r.hash, r.id, r.response, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()) + r.ttl
+    FROM r WHERE r.key <> ''
+    ORDER BY r.tenant, r.key
+    ON CONFLICT (tenant, key) DO UPDATE
+        SET request_hash = excluded.request_hash, notification_id = excluded.notification_id, response = excluded.response,
+            created_at = excluded.created_at, expires_at = excluded.expires_at
+        WHERE ik.expires_at <= excluded.created_at
+    RETURNING ik.notification_id AS id
+),
+n AS (
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
+    SELECT r.id, r.tenant, r.recipient, r.event_id, r.kind, r.lane, r.params::json, r.dedup, r.send_at, r.expires_at,
+           coalesce($1::timestamptz, now())
+    FROM r WHERE r.key = '' OR r.id IN (SELECT id FROM k)
+    ORDER BY r.tenant, r.dedup, r.ord
+    ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING id, created_at
+),
+o AS (
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
+    SELECT n.id, c.message_id, r.tenant, r.lane, c.channel, 'PENDING',
+           greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at
+    FROM unnest($17::integer[], $18::text[], $19::text[]) WITH ORDINALITY AS c (req, channel, message_id, ord)
+    JOIN r ON r.ord = c.req JOIN n ON n.id = r.id
+    ORDER BY c.ord
+    RETURNING notification_id, available_at <= created_at AS due
+),
+w AS (
+    SELECT pg_notify(x.wake, '') FROM (SELECT DISTINCT r.wake FROM r JOIN o ON o.notification_id = r.id WHERE o.due AND r.wake <> '') x
+),
+d AS (SELECT notification_id, bool_or(due) AS due FROM o GROUP BY notification_id)
+SELECT r.id, r.key <> '' AND r.id IN (SELECT id FROM k), n.id, coalesce(d.due, false),
+       CASE WHEN r.wake <> '' AND coalesce(d.due, false) THEN (SELECT count(*) FROM w) ELSE 0 END
+FROM r LEFT JOIN n ON n.id = r.id LEFT JOIN d ON d.notification_id = r.id
+ORDER BY r.ord`
+
 	// qIdemGet reads a key in a new statement (so a new snapshot, under READ
 	// COMMITTED): it sees a key a concurrent transaction committed while
 	// qNotificationCreate waited for it.

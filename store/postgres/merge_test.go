@@ -1,0 +1,233 @@
+package postgres
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// holdPipeline makes s's only pipeline worker wait until release is called,
+// so that the statements queued meanwhile share its next batch.
+func holdPipeline(t *testing.T, s *Store) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	took := make(chan struct{}, 1)
+	s.pipe.taken = func(int) {
+		select {
+		case took <- struct{}{}:
+		default:
+		}
+	}
+	holder, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(4343)`); err != nil {
+		t.Fatal(err)
+	}
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := s.pipe.Exec(ctx, `SELECT pg_advisory_lock(4343), pg_advisory_unlock(4343)`)
+		blocked <- err
+	}()
+	<-took
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			holder.Exec(ctx, `SELECT pg_advisory_unlock(4343)`)
+			holder.Release()
+			if err := <-blocked; err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// Creates waiting in one batch run as one merged statement, and each request
+// gets exactly what it would have got alone: new ones (one channel, two,
+// deferred), replays and conflicts of earlier keys, an expired key taken
+// again, a dedup hit inside the batch, and a NOTIFY for the lane.
+func TestMergedCreatesMatchSingleOnes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
+	s := setup(t, "", Options{Clock: clk, PipelineWorkers: 1, NotifyInterval: time.Nanosecond})
+
+	replayed := params(nil)
+	mustCreate(t, s, replayed)
+	conflicting := params(nil)
+	mustCreate(t, s, conflicting)
+	conflicting.RequestHash = "other"
+	expired := params(func(p *store.NotificationCreateParams) { p.IdempotencyTTL = time.Minute })
+	mustCreate(t, s, expired)
+	clk.Advance(2 * time.Minute) // expired's key has run out; the others' have not
+	retaken := params(func(p *store.NotificationCreateParams) { p.IdempotencyKey = expired.IdempotencyKey })
+
+	later := clk.Now().Add(time.Hour)
+	batch := []struct {
+		name string
+		p    store.NotificationCreateParams
+		want store.CreateOutcome
+	}{
+		{"new", params(nil), store.Created},
+		{"two channels, deferred", params(func(p *store.NotificationCreateParams) {
+			p.Channels = []heraldtype.Channel{heraldtype.ChannelSMS, heraldtype.ChannelPush}
+			p.SendAt = &later
+		}), store.Created},
+		{"replay", replayed, store.Replayed},
+		{"conflict", conflicting, store.Conflict},
+		{"expired key taken again", retaken, store.Created},
+		{"dedup first", params(func(p *store.NotificationCreateParams) { p.IdempotencyKey, p.DedupKey = "", "d1" }), store.Created},
+		{"dedup second", params(func(p *store.NotificationCreateParams) { p.IdempotencyKey, p.DedupKey = "", "d1" }), store.Deduplicated},
+		{"no key", params(func(p *store.NotificationCreateParams) { p.IdempotencyKey = "" }), store.Created},
+	}
+	var merged []int
+	var mu sync.Mutex
+	s.pipe.merged = func(n int) { mu.Lock(); merged = append(merged, n); mu.Unlock() }
+	s.pipe.rerun = func(n int) { t.Errorf("a batch of %d was rerun statement by statement", n) }
+	// Listen as another process would, for the merged statement's NOTIFY.
+	listener, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(ctx, `LISTEN "`+s.channels[heraldtype.LaneTransactional]+`"`); err != nil {
+		t.Fatal(err)
+	}
+
+	release := holdPipeline(t, s)
+	results := make([]store.NotificationCreateResult, len(batch))
+	errs := make([]error, len(batch))
+	var wg sync.WaitGroup
+	for i, c := range batch {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i], errs[i] = s.NotificationCreate(ctx, c.p) }()
+		// Queue them in order: the second dedup request must come second.
+		for len(s.pipe.ops) < i+1 {
+			runtime.Gosched()
+		}
+	}
+	release()
+	wg.Wait()
+
+	mu.Lock()
+	if len(merged) == 0 || merged[0] != len(batch) {
+		t.Fatalf("merged statements stood for %v creates, want one for %d", merged, len(batch))
+	}
+	mu.Unlock()
+	for i, c := range batch {
+		if errs[i] != nil || results[i].Outcome != c.want {
+			t.Errorf("%s: outcome %v (%v), want %v", c.name, results[i].Outcome, errs[i], c.want)
+		}
+	}
+	if got, want := results[6].ID, batch[5].p.ID; got != want {
+		t.Errorf("dedup hit points at %s, want %s", got, want)
+	}
+	if string(results[2].Response) != string(replayed.Response) {
+		t.Errorf("replay answered %s", results[2].Response)
+	}
+	// What was written is what single statements would have written.
+	for _, i := range []int{0, 1, 4, 5, 7} {
+		p := batch[i].p
+		v, err := s.NotificationGet(ctx, "t1", p.ID)
+		if err != nil || len(v.Deliveries) != len(p.Channels) {
+			t.Fatalf("%s: view %+v (%v)", batch[i].name, v, err)
+		}
+		for j, d := range v.Deliveries {
+			due := clk.Now()
+			if p.SendAt != nil {
+				due = *p.SendAt
+			}
+			if d.Channel != p.Channels[j] || d.MessageID != store.MessageID(p.ID, p.Channels[j]) ||
+				d.OutboxState != heraldtype.OutboxPending || !d.AvailableAt.Equal(due) {
+				t.Errorf("%s: entry %d = %+v", batch[i].name, j, d)
+			}
+		}
+	}
+	for _, i := range []int{6} {
+		if _, err := s.NotificationGet(ctx, "t1", batch[i].p.ID); err == nil {
+			t.Errorf("%s: a notification was written", batch[i].name)
+		}
+	}
+	if res := mustCreate(t, s, retaken); res.Outcome != store.Replayed {
+		t.Errorf("the retaken key replays %v", res.Outcome)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := listener.Conn().WaitForNotification(wctx); err != nil {
+		t.Errorf("no NOTIFY for the lane: %v", err)
+	}
+}
+
+// Two requests with one key in one batch cannot share a merged statement;
+// the batch is rerun request by request, and one of them creates.
+func TestMergedCreatesWithOneKeyFallBackToSingles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "", Options{PipelineWorkers: 1})
+	p := params(nil)
+	tried, reran := make(chan int, 1), make(chan int, 1)
+	s.pipe.rerun = func(n int) {
+		select {
+		case reran <- n:
+		default:
+		}
+	}
+	s.pipe.merged = func(n int) {
+		select {
+		case tried <- n:
+		default:
+		}
+	}
+	release := holdPipeline(t, s)
+	const n = 4
+	results := make([]store.NotificationCreateResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i], errs[i] = s.NotificationCreate(ctx, p) }()
+	}
+	for len(s.pipe.ops) < n {
+		runtime.Gosched()
+	}
+	release()
+	wg.Wait()
+	created := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		switch results[i].Outcome {
+		case store.Created:
+			created++
+		case store.Replayed:
+		default:
+			t.Errorf("request %d: %v", i, results[i].Outcome)
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d created, want 1", created)
+	}
+	select {
+	case got := <-tried:
+		if got != n {
+			t.Fatalf("the merged statement stood for %d creates, want %d", got, n)
+		}
+	default:
+		t.Fatal("the creates were never merged")
+	}
+	select {
+	case <-reran:
+	default:
+		t.Fatal("the batch was not rerun statement by statement")
+	}
+}
