@@ -110,7 +110,18 @@ func NewClaimer(cfg ClaimerConfig) *Claimer {
 // for the sends in flight. Rows claimed but not yet started go back to PENDING
 // at once.
 func (c *Claimer) Run(ctx context.Context) {
-	defer c.wg.Wait()
+	// Concurrency long-lived workers run the sends: a goroutine per row
+	// would grow a fresh stack for every send. A row takes a slot before it
+	// is handed over, so work never holds more rows than there are workers.
+	work := make(chan store.Claimed, c.Concurrency)
+	for range c.Concurrency {
+		go func() {
+			for row := range work {
+				c.process(ctx, row)
+			}
+		}()
+	}
+	defer func() { close(work); c.wg.Wait() }()
 	poll := time.NewTicker(c.PollInterval)
 	defer poll.Stop()
 	var pause claimPause
@@ -134,7 +145,7 @@ func (c *Claimer) Run(ctx context.Context) {
 			for _, row := range rows {
 				c.slots <- struct{}{}
 				c.wg.Add(1)
-				go c.process(ctx, row)
+				work <- row
 			}
 			full = len(rows) == free
 		}

@@ -125,14 +125,24 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 		slog.String("component", c.cfg.Name), slog.String("lane", string(c.cfg.Lane)))
 
 	kill := func() { _ = conn.Close() }
-	slots := make(chan struct{}, c.cfg.Concurrency)
+	// Concurrency long-lived workers take the deliveries: a goroutine per
+	// message would grow a fresh stack for every send.
+	work := make(chan amqp.Delivery)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	for range c.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range work {
+				c.handle(ctx, ch, conf, d, kill)
+			}
+		}()
+	}
+	defer func() { close(work); wg.Wait() }()
 	for {
 		select {
 		case <-ctx.Done():
 			_ = ch.Cancel(c.cfg.Name, false)
-			wg.Wait()
 			return nil
 		case e := <-closed:
 			return errClosed(e)
@@ -141,15 +151,10 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 				return errClosed(nil)
 			}
 			select {
-			case slots <- struct{}{}:
+			case work <- d:
 			case <-ctx.Done():
 				continue // not started: it goes back to the queue with the channel
 			}
-			wg.Add(1)
-			go func() {
-				defer func() { <-slots; wg.Done() }()
-				c.handle(ctx, ch, conf, d, kill)
-			}()
 		}
 	}
 }
