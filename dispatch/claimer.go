@@ -76,7 +76,6 @@ type Claimer struct {
 	settler settler
 	slots   chan struct{}
 	freed   chan struct{}
-	wg      sync.WaitGroup
 }
 
 // NewClaimer returns a claimer.
@@ -114,14 +113,17 @@ func (c *Claimer) Run(ctx context.Context) {
 	// would grow a fresh stack for every send. A row takes a slot before it
 	// is handed over, so work never holds more rows than there are workers.
 	work := make(chan store.Claimed, c.Concurrency)
+	var workers sync.WaitGroup
 	for range c.Concurrency {
+		workers.Add(1)
 		go func() {
+			defer workers.Done()
 			for row := range work {
 				c.process(ctx, row)
 			}
 		}()
 	}
-	defer func() { close(work); c.wg.Wait() }()
+	defer func() { close(work); workers.Wait() }()
 	poll := time.NewTicker(c.PollInterval)
 	defer poll.Stop()
 	var pause claimPause
@@ -144,7 +146,6 @@ func (c *Claimer) Run(ctx context.Context) {
 			pause.reset()
 			for _, row := range rows {
 				c.slots <- struct{}{}
-				c.wg.Add(1)
 				work <- row
 			}
 			full = len(rows) == free
@@ -169,7 +170,6 @@ func (c *Claimer) process(ctx context.Context, row store.Claimed) {
 		case c.freed <- struct{}{}:
 		default:
 		}
-		c.wg.Done()
 	}()
 	// The sender's result write settles the row too, fenced by this claim.
 	job := row.Job

@@ -156,24 +156,25 @@ type Job struct {
 	Channel        Channel         `json:"channel"`
 	Params         json.RawMessage `json:"params"`
 	ExpiresAt      *time.Time      `json:"expires_at,omitempty"`
-	// Known is what the transport read in the same statement as the job,
-	// so the sender need not read it again; nil when it read nothing (a
-	// job that arrived as a message). Never part of the message body.
+	// Known is what the transport learnt about the job on its way in, so
+	// the sender need not read it again; nil when the transport says
+	// nothing. Never part of the message body.
 	Known *Known `json:"-"`
 	// Outbox is the claimed outbox row the job came with (db transport);
 	// nil for a job that arrived as a message. With it, the sender's result
-	// write settles the row too, in the same statement.
+	// write settles the row too, in the same transaction.
 	Outbox *Fence `json:"-"`
 }
 
 // Fence identifies one claim of one outbox row: the row and the token its
 // claim set. A write naming a stale token changes nothing. The row is named
-// twice, by its id and by its message id (one per notification and
-// channel); each store finds it by the key it indexes.
+// twice, by its id and by its (notification, channel) pair; each store
+// finds it by the key it indexes.
 type Fence struct {
-	ID        int64
-	MessageID string
-	Token     int64
+	ID             int64
+	NotificationID string
+	Channel        Channel
+	Token          int64
 }
 
 // Known is what a transport learnt about a job on its way in: a store's

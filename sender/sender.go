@@ -6,10 +6,11 @@
 //
 //  1. Peek. A delivery row for the message already exists → nothing to do.
 //     This is a fast path only: two copies can pass it together. It is
-//     skipped when the transport knows no row exists or is likely
-//     (Job.Known): the db transport's claim reads that in its own
-//     statement, and a broker message that was never delivered before is
-//     not worth a read. The claim in step 3 refuses a duplicate either way.
+//     skipped when the transport knows that no row exists, or that none is
+//     likely (Job.Known): the db transport's claim reads that in its own
+//     statement, and a broker message that was never delivered before and
+//     never came back from the retry queue is not worth a read. The claim
+//     in step 3 refuses a duplicate either way.
 //  2. Pre-checks, none of which writes a claim: expiry, the kind, the
 //     recipient's profile read now (consent, address), the provider, the
 //     template, the message_id length. A decision not to send is recorded as
@@ -26,7 +27,7 @@
 //     its next attempt time; everything the provider might have acted on
 //     (timeouts, 5xx) becomes UNKNOWN and is never resent automatically.
 //     A job that came with its outbox claim (Job.Outbox, db transport) has
-//     the outbox row settled by the same write (Result.OutboxSettled).
+//     the outbox row settled in the same transaction (Result.OutboxSettled).
 package sender
 
 import (

@@ -305,9 +305,11 @@ func TestPreChecks(t *testing.T) {
 	t.Run("SkippedPeekStillSendsOnce", func(t *testing.T) {
 		t.Parallel()
 		snd, b := setup(t, sender.Hooks{})
+		peeks := &countingPeeks{Store: b.store}
+		snd.Store = peeks
 		j := job("n1", heraldtype.ChannelWebhook)
-		if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliveryProviderAccepted {
-			t.Fatalf("first: %+v", r)
+		if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliveryProviderAccepted || peeks.n.Load() != 1 {
+			t.Fatalf("first: %+v after %d peeks, want one", r, peeks.n.Load())
 		}
 		// A copy whose claim did not see the row (Known says no delivery):
 		// the peek is skipped, the delivery claim still refuses it.
@@ -315,8 +317,16 @@ func TestPreChecks(t *testing.T) {
 		if r := snd.Send(b.ctx, j); r.Verdict != sender.Done || r.State != heraldtype.DeliveryProviderAccepted {
 			t.Fatalf("copy: %+v", r)
 		}
+		if n := peeks.n.Load(); n != 1 {
+			t.Fatalf("%d peeks, want the first copy's only", n)
+		}
 		if n := len(b.sims[heraldtype.ChannelWebhook].Calls()); n != 1 {
 			t.Fatalf("%d provider calls, want 1", n)
+		}
+		// A copy that may have been seen (Known.Delivery) is peeked at.
+		j.Known = &heraldtype.Known{Delivery: true}
+		if r := snd.Send(b.ctx, j); r.Verdict != sender.Done || peeks.n.Load() != 2 {
+			t.Fatalf("seen copy: %+v after %d peeks, want two", r, peeks.n.Load())
 		}
 	})
 	t.Run("UnknownKindIsParked", func(t *testing.T) {
@@ -481,6 +491,17 @@ func TestRetryPolicy(t *testing.T) {
 	if _, ok := p.DelayAfter(5); ok {
 		t.Error("a sixth attempt was allowed")
 	}
+}
+
+// countingPeeks counts the sender's reads of a delivery row.
+type countingPeeks struct {
+	*sqlite.Store
+	n atomic.Int64
+}
+
+func (c *countingPeeks) DeliveryGet(ctx context.Context, id string) (store.Delivery, error) {
+	c.n.Add(1)
+	return c.Store.DeliveryGet(ctx, id)
 }
 
 // lostAnswer commits the first result write and then reports an error, as a

@@ -4,10 +4,14 @@
 // run, so a behaviour tested once holds for every driver.
 //
 // Ownership follows DESIGN §1: the dispatcher alone writes outbox rows
-// (Outbox*), the sender alone writes deliveries (Delivery*). Every outbox
-// write after a claim is fenced: it names the row's token and succeeds only
-// while that token still holds an unexpired lease, so a claimer that stalled
-// past its lease writes nothing. Every delivery write after a claim is
+// (Outbox*), the sender alone writes deliveries (Delivery*). One delegated
+// exception: a db-transport claimer may hand the sender its claim's fence
+// with the job (Job.Outbox), and DeliveryRecord then settles that outbox row
+// in the same write as the result, exactly as the claimer would have (DONE,
+// or PENDING after the retry delay), instead of the claimer's second write.
+// Every outbox write after a claim is fenced: it names the row's token and
+// succeeds only while that token still holds an unexpired lease, so a
+// claimer that stalled past its lease writes nothing. Every delivery write after a claim is
 // conditional on the row still being SENDING, so a result is never written
 // over another.
 //
@@ -21,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
@@ -89,7 +92,9 @@ type Deliveries interface {
 	// the provider.
 	DeliveryClaim(ctx context.Context, p DeliveryClaimParams) (DeliveryClaimResult, error)
 	// DeliveryRecord writes the outcome of a claimed attempt, conditional on
-	// the row still being SENDING at that attempt, with its attempt log row.
+	// the row still being SENDING at that attempt, with its attempt log row;
+	// with p.Outbox, and only if the outcome was recorded, it settles that
+	// claimed outbox row too, fenced, in the same transaction.
 	DeliveryRecord(ctx context.Context, p DeliveryRecordParams) (RecordResult, error)
 	// DeliveryDecide records a decision not to send now (SUPPRESSED, PARKED)
 	// for a message that has no row yet or is waiting (RETRY_WAIT, PARKED).
@@ -156,16 +161,6 @@ type NotificationCreateResult struct {
 // the row carries the same one.
 func MessageID(notificationID string, ch heraldtype.Channel) string {
 	return notificationID + "." + string(ch)
-}
-
-// SplitMessageID is MessageID's inverse. Channel names hold no dot, so the
-// last dot separates the two even if a notification id holds one.
-func SplitMessageID(messageID string) (notificationID string, ch heraldtype.Channel) {
-	i := strings.LastIndexByte(messageID, '.')
-	if i < 0 {
-		return messageID, ""
-	}
-	return messageID[:i], heraldtype.Channel(messageID[i+1:])
 }
 
 // NotificationView is a notification as the read API shows it.

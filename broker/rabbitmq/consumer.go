@@ -168,10 +168,7 @@ func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: parking a message that is not a job",
 			slog.String("message_id", d.MessageId), slog.String("lane", string(c.cfg.Lane)))
 	} else {
-		// Only a message the broker delivered before is worth a peek: any
-		// other copy (a relay's re-publish, a retry) meets the claim, which
-		// refuses it just the same.
-		job.Known = &heraldtype.Known{Delivery: d.Redelivered}
+		job.Known = known(d)
 		res = c.cfg.Sender.Send(ctx, job)
 	}
 	// From here on shutdown does not interrupt: the result is written and
@@ -228,6 +225,17 @@ func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer
 	if h := c.cfg.Hooks.AfterSettle; h != nil {
 		h(job, res, action)
 	}
+}
+
+// known is what a delivery tells the sender before it reads anything. Only a
+// message that may have met a sender before is worth a peek: one the broker
+// delivered before (a consumer died holding it), or one that came back
+// through the retry queue or a backoff. Any other copy (a relay's re-publish
+// after a lost confirm) meets the claim, which refuses it just the same.
+func known(d amqp.Delivery) *heraldtype.Known {
+	_, retried := d.Headers["x-death"]
+	_, backedOff := d.Headers[HeaderBackoffs]
+	return &heraldtype.Known{Delivery: d.Redelivered || retried || backedOff}
 }
 
 // republish publishes a copy of d (same body, same message id) and waits for

@@ -102,8 +102,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 	q := qDeliveryRecord
 	if p.Outbox != nil {
 		q = qDeliveryRecordSettle
-		nid, ch := store.SplitMessageID(p.Outbox.MessageID)
-		args = append(args, nid, string(ch), p.Outbox.Token)
+		args = append(args, p.Outbox.NotificationID, string(p.Outbox.Channel), p.Outbox.Token)
 	}
 	var recorded, settled int64
 	if err := s.pipe.QueryRow(ctx, q, args...).Scan(&recorded, &settled); err != nil {

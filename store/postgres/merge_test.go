@@ -165,6 +165,11 @@ func TestMergedCreatesMatchSingleOnes(t *testing.T) {
 	if _, err := listener.Conn().WaitForNotification(wctx); err != nil {
 		t.Errorf("no NOTIFY for the lane: %v", err)
 	}
+	// The merged statement sent it itself: no create had to leave it to a
+	// trailing NOTIFY.
+	if n := s.notify.trailing.Load(); n != 0 {
+		t.Errorf("%d trailing NOTIFYs; the merged statement did not notify", n)
+	}
 }
 
 // Two requests with one key in one batch cannot share a merged statement;
@@ -173,7 +178,7 @@ func TestMergedCreatesWithOneKeyFallBackToSingles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := setup(t, "", Options{PipelineWorkers: 1})
-	p := params(nil)
+	key := params(nil)
 	tried, reran := make(chan int, 1), make(chan int, 1)
 	s.pipe.rerun = func(n int) {
 		select {
@@ -194,6 +199,11 @@ func TestMergedCreatesWithOneKeyFallBackToSingles(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
+		// One key and request, each with its own notification id, as a client
+		// retrying a request whose first answer it never got sends it.
+		p := params(func(p *store.NotificationCreateParams) {
+			p.IdempotencyKey, p.Response = key.IdempotencyKey, key.Response
+		})
 		go func() { defer wg.Done(); results[i], errs[i] = s.NotificationCreate(ctx, p) }()
 	}
 	for len(s.pipe.ops) < n {

@@ -42,7 +42,8 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		if err := rows.Scan(dest...); err != nil {
 			return nil, s.fail("claim outbox batch: scan", err)
 		}
-		c.OutboxID, c.Lane, c.Channel, c.Fence.MessageID = c.Fence.ID, p.Lane, heraldtype.Channel(ch), c.MessageID
+		c.OutboxID, c.Lane, c.Channel = c.Fence.ID, p.Lane, heraldtype.Channel(ch)
+		c.Fence.NotificationID, c.Fence.Channel = c.NotificationID, c.Channel
 		c.Params, c.ExpiresAt = []byte(params), utcPtr(expires)
 		if profileAt != nil {
 			known.ProfileUpdatedAt = *profileAt
@@ -60,8 +61,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 
 // OutboxComplete moves a claimed row to a terminal state, fenced.
 func (s *Store) OutboxComplete(ctx context.Context, f store.Fence, state heraldtype.OutboxState, reason string) (bool, error) {
-	nid, ch := store.SplitMessageID(f.MessageID)
-	tag, err := s.pipe.Exec(ctx, qOutboxComplete, s.now(), string(state), reason, nid, string(ch), f.Token)
+	tag, err := s.pipe.Exec(ctx, qOutboxComplete, s.now(), string(state), reason, f.NotificationID, string(f.Channel), f.Token)
 	if err != nil {
 		return false, s.fail(fmt.Sprintf("complete outbox row %d", f.ID), err)
 	}
@@ -76,8 +76,7 @@ func (s *Store) OutboxMarkPublished(ctx context.Context, fences []store.Fence) (
 	}
 	nids, chs, tokens := make([]string, len(fences)), make([]string, len(fences)), make([]int64, len(fences))
 	for i, f := range fences {
-		nid, ch := store.SplitMessageID(f.MessageID)
-		nids[i], chs[i], tokens[i] = nid, string(ch), f.Token
+		nids[i], chs[i], tokens[i] = f.NotificationID, string(f.Channel), f.Token
 	}
 	tag, err := s.pool.Exec(ctx, qOutboxPublished, s.now(), nids, chs, tokens)
 	if err != nil {
@@ -93,8 +92,7 @@ func (s *Store) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (boo
 		failed = 1
 	}
 	var lane string
-	nid, ch := store.SplitMessageID(p.Fence.MessageID)
-	err := s.pipe.QueryRow(ctx, qOutboxRetry, s.now(), p.Delay, p.Reason, failed, nid, string(ch), p.Fence.Token).Scan(&lane)
+	err := s.pipe.QueryRow(ctx, qOutboxRetry, s.now(), p.Delay, p.Reason, failed, p.Fence.NotificationID, string(p.Fence.Channel), p.Fence.Token).Scan(&lane)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

@@ -45,9 +45,11 @@ import (
 // Statements of one kind may also be merged: a caller that names a merge
 // (QueryRowMerged) lets the worker run all such statements of a batch as one
 // set-based statement, which PostgreSQL plans, starts and executes once for
-// all of them. The merged statement must be equivalent to running the
-// single ones in order in one transaction; each caller keeps its single
-// statement, which runs alone if the batch is rerun.
+// all of them, in the batch position of the first. The merged statement
+// must be equivalent to running the single ones in order in one
+// transaction, and must not depend on the statements queued between them
+// (nor they on it); each caller keeps its single statement, which runs
+// alone if the batch is rerun.
 type pipeline struct {
 	pool     *pgxpool.Pool
 	ops      chan *pipeOp
@@ -277,6 +279,9 @@ func (p *pipeline) run(batch []*pipeOp) {
 }
 
 // queueMerged queues m's statement for ops, in the position of the first.
+// If m.scan fails after the statement ran (a result that does not match the
+// requests, which only a bug can cause), the batch still commits and the ops
+// without a row get the error: as ambiguous for them as a lost connection.
 func queueMerged(b *pgx.Batch, m *merge, ops []*pipeOp) {
 	q := b.Queue(m.sql, m.args(ops)...)
 	q.Fn = func(br pgx.BatchResults) error {

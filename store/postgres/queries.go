@@ -75,9 +75,11 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	// order, with the columns of qNotificationCreate after the request's id.
 	//
 	// A request with both an idempotency key and a dedup key never comes
-	// here: it needs its own transaction (createInTx). Two requests with the
-	// same key in one statement fail it (ON CONFLICT DO UPDATE cannot touch
-	// one row twice); the pipeline then runs each request alone.
+	// here: it needs its own transaction (createInTx). Two requests that
+	// would both take one key (a new key, or an expired one) fail the
+	// statement (ON CONFLICT DO UPDATE cannot touch one row twice); the
+	// pipeline then runs each request alone. Replays of a live key share a
+	// statement like any other requests.
 	//
 	// $1 now; per request: $2 tenant, $3 idempotency key, $4 request hash,
 	// $5 key TTL, $6 response, $7 id, $8 recipient, $9 event id, $10 kind,

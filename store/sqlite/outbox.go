@@ -29,7 +29,8 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 				rows.Close()
 				return fmt.Errorf("scan claimed row: %w", err)
 			}
-			c.OutboxID, c.Channel, c.Lane, c.Fence.MessageID = c.Fence.ID, heraldtype.Channel(ch), p.Lane, c.MessageID
+			c.OutboxID, c.Channel, c.Lane = c.Fence.ID, heraldtype.Channel(ch), p.Lane
+			c.Fence.NotificationID, c.Fence.Channel = c.NotificationID, c.Channel
 			if _, ok := byNotification[c.NotificationID]; !ok {
 				ids = append(ids, c.NotificationID)
 			}
