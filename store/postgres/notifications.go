@@ -29,10 +29,12 @@ type createRow struct {
 // NotificationCreate writes the idempotency key, the notification and its
 // outbox rows in one transaction, or reports why it wrote nothing.
 //
-// A new request is one autocommitted statement (qNotificationCreate); a
-// replay or a dedup hit reads what blocked it with one more statement. A request with both an idempotency key and a dedup key runs the
-// statement in an explicit transaction, so that a dedup hit can roll the key
-// back: Deduplicated writes nothing.
+// A new request is one autocommitted statement (qNotificationCreate), which
+// the pipeline may merge with the other creates of its batch; a replay or a
+// dedup hit reads what blocked it with one more statement. A request with
+// both an idempotency key and a dedup key runs the statement in an explicit
+// transaction, so that a dedup hit can roll the key back: Deduplicated
+// writes nothing.
 func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
 	res, err := s.notificationCreate(ctx, p)
 	if err != nil {
@@ -59,15 +61,16 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 		params = json.RawMessage("{}")
 	}
 	for range createAttempts {
-		args := []any{s.now(), p.Tenant, p.IdempotencyKey, p.RequestHash, p.IdempotencyTTL, response,
-			p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params), nullString(p.DedupKey),
-			p.SendAt, p.ExpiresAt, channels, messageIDs, s.notify.inStatement(p.Lane)}
+		a := &createArgs{now: s.now(), tenant: p.Tenant, key: p.IdempotencyKey, hash: p.RequestHash, ttl: p.IdempotencyTTL,
+			response: response, id: p.ID, recipient: p.Recipient, event: p.EventID, kind: p.Kind, lane: string(p.Lane),
+			params: string(params), dedup: nullString(p.DedupKey), sendAt: p.SendAt, expiresAt: p.ExpiresAt,
+			channels: channels, messageIDs: messageIDs, wake: s.notify.inStatement(p.Lane)}
 		var row createRow
 		var err error
 		if p.IdempotencyKey != "" && p.DedupKey != "" {
-			row, err = s.createInTx(ctx, args)
+			row, err = s.createInTx(ctx, a.list())
 		} else {
-			row, err = scanCreate(s.pipe.QueryRowMerged(ctx, createMerge, args, qNotificationCreate, args...))
+			row, err = scanCreate(s.pipe.QueryRowMerged(ctx, createMerge, a, qNotificationCreate, a.list()...))
 		}
 		if err != nil {
 			return store.NotificationCreateResult{}, err
@@ -94,35 +97,49 @@ func scanCreate(r pgx.Row) (createRow, error) {
 	return c, nil
 }
 
+// createArgs are one create's arguments: qNotificationCreate's, in order
+// (list), and one row of qNotificationCreateMany's arrays.
+type createArgs struct {
+	now                                            any // nil: the server's clock
+	tenant, key, hash                              string
+	ttl                                            time.Duration
+	response                                       []byte
+	id, recipient, event, kind, lane, params, wake string
+	dedup                                          *string
+	sendAt, expiresAt                              *time.Time
+	channels, messageIDs                           []string
+}
+
+func (a *createArgs) list() []any {
+	return []any{a.now, a.tenant, a.key, a.hash, a.ttl, a.response, a.id, a.recipient, a.event, a.kind, a.lane,
+		a.params, a.dedup, a.sendAt, a.expiresAt, a.channels, a.messageIDs, a.wake}
+}
+
 // createMerge runs the creates waiting in one pipeline batch as one
-// qNotificationCreateMany. Each op's input is its qNotificationCreate
-// arguments; each gets the row qNotificationCreate would have returned.
+// qNotificationCreateMany. Each op's input is its *createArgs; each op gets
+// the row qNotificationCreate would have returned.
 var createMerge = &merge{
 	sql: qNotificationCreateMany,
 	args: func(ops []*pipeOp) []any {
 		n := len(ops)
-		var (
-			tenant, key, hash, id, recipient, event, kind, lane, params, wake = make([]string, n), make([]string, n),
-				make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
-				make([]string, n), make([]string, n), make([]string, n)
-			ttl              = make([]time.Duration, n)
-			response         = make([][]byte, n)
-			dedup            = make([]*string, n)
-			sendAt, expireAt = make([]*time.Time, n), make([]*time.Time, n)
-			chReq            []int32
-			chName, chMsg    []string
-		)
+		tenant, key, hash, id := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		recipient, event, kind, lane := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		params, wake, dedup := make([]string, n), make([]string, n), make([]*string, n)
+		ttl, response := make([]time.Duration, n), make([][]byte, n)
+		sendAt, expiresAt := make([]*time.Time, n), make([]*time.Time, n)
+		var chReq []int32
+		var chName, chMsg []string
 		for i, op := range ops {
-			a := op.in.([]any)
-			tenant[i], key[i], hash[i], ttl[i], response[i] = a[1].(string), a[2].(string), a[3].(string), a[4].(time.Duration), a[5].([]byte)
-			id[i], recipient[i], event[i], kind[i], lane[i] = a[6].(string), a[7].(string), a[8].(string), a[9].(string), a[10].(string)
-			params[i], dedup[i], sendAt[i], expireAt[i], wake[i] = a[11].(string), a[12].(*string), a[13].(*time.Time), a[14].(*time.Time), a[17].(string)
-			for j, ch := range a[15].([]string) {
-				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a[16].([]string)[j])
+			a := op.in.(*createArgs)
+			tenant[i], key[i], hash[i], ttl[i], response[i] = a.tenant, a.key, a.hash, a.ttl, a.response
+			id[i], recipient[i], event[i], kind[i], lane[i] = a.id, a.recipient, a.event, a.kind, a.lane
+			params[i], dedup[i], sendAt[i], expiresAt[i], wake[i] = a.params, a.dedup, a.sendAt, a.expiresAt, a.wake
+			for j, ch := range a.channels {
+				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a.messageIDs[j])
 			}
 		}
-		return []any{ops[0].in.([]any)[0], tenant, key, hash, ttl, response, id, recipient, event, kind, lane, params,
-			dedup, sendAt, expireAt, wake, chReq, chName, chMsg}
+		return []any{ops[0].in.(*createArgs).now, tenant, key, hash, ttl, response, id, recipient, event, kind, lane,
+			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg}
 	},
 	scan: func(rows pgx.Rows, ops []*pipeOp) error {
 		i := 0
@@ -134,7 +151,7 @@ var createMerge = &merge{
 			if err := rows.Scan(append([]any{&id}, ops[i].dest...)...); err != nil {
 				return fmt.Errorf("merged create: %w", err)
 			}
-			if want := ops[i].in.([]any)[6].(string); id != want {
+			if want := ops[i].in.(*createArgs).id; id != want {
 				return fmt.Errorf("merged create: row %d is %s, want %s", i, id, want)
 			}
 			i++
