@@ -3,6 +3,7 @@
 package clock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -46,4 +47,18 @@ func (f *Fake) Advance(d time.Duration) {
 func IsReal(c Clock) bool {
 	_, ok := c.(Real)
 	return ok
+}
+
+// Sleep waits for d on the system clock, or until ctx is done, and reports
+// whether the whole wait passed. Retry and reconnect pauses use it; they are
+// not read through a Clock, so tests shorten them or cancel ctx instead.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

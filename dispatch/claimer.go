@@ -211,14 +211,3 @@ func (c *Claimer) settle(ctx context.Context, row store.Claimed, res sender.Resu
 	}
 	c.settler.report(ctx, row, result, ok, err)
 }
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/store"
@@ -77,7 +78,7 @@ func (p *claimPause) after(ctx context.Context, logger *slog.Logger, who string,
 	p.wait = min(max(2*p.wait, 100*time.Millisecond), 5*time.Second)
 	logger.LogAttrs(ctx, slog.LevelWarn, who+": claim failed",
 		slog.String("lane", string(lane)), slog.Duration("retry_in", p.wait), slog.Any("error", err))
-	return sleep(ctx, p.wait)
+	return clock.Sleep(ctx, p.wait)
 }
 
 func (p *claimPause) reset() { p.wait = 0 }

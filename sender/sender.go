@@ -476,12 +476,8 @@ func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordPara
 		failedBefore = true
 		s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: record failed, retrying",
 			slog.String("message_id", p.MessageID), slog.Any("error", err))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !clock.Sleep(ctx, wait) {
 			return store.RecordResult{}, err
-		case <-t.C:
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
@@ -509,12 +505,8 @@ func (s *Sender) retryStore(ctx context.Context, op func(context.Context) error)
 		if time.Now().Add(wait).After(deadline) {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !clock.Sleep(ctx, wait) {
 			return errors.Join(err, ctx.Err())
-		case <-t.C:
 		}
 		wait = min(2*wait, time.Second)
 	}

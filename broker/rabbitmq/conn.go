@@ -9,6 +9,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/clock"
 )
 
 // dial opens a connection named for the broker's connection list. The
@@ -63,14 +65,8 @@ func redact(rawURL string) string {
 func session(ctx context.Context, logger *slog.Logger, rawURL, name string, fn func(ctx context.Context, conn *amqp.Connection) error) {
 	wait := time.Duration(0)
 	for ctx.Err() == nil {
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
+		if wait > 0 && !clock.Sleep(ctx, wait) {
+			return
 		}
 		conn, err := dial(ctx, rawURL, name)
 		if err != nil {

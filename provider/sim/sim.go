@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/provider"
 )
 
@@ -79,12 +80,7 @@ func (s *Sim) Send(ctx context.Context, m provider.Message) provider.Outcome {
 		forced = hook(ctx, m)
 	}
 	if s.cfg.Latency > 0 {
-		t := time.NewTimer(s.cfg.Latency)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
+		clock.Sleep(ctx, s.cfg.Latency)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/clock"
 )
 
 // IsLeader reports whether this store holds the leader lock. The sweeper
@@ -42,7 +44,7 @@ func (s *Store) RunLeaderElection(ctx context.Context) error {
 		wait := jitter(backoff)
 		s.logger.LogAttrs(ctx, slog.LevelWarn, "postgres: leader election lost its connection; retrying",
 			slog.Duration("retry_in", wait), slog.Any("error", err))
-		if !sleep(ctx, wait) {
+		if !clock.Sleep(ctx, wait) {
 			return nil
 		}
 		backoff = min(2*backoff, reconnectMax)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 )
 
@@ -43,7 +44,7 @@ func (s *Store) listen() {
 		wait := jitter(backoff)
 		s.logger.LogAttrs(s.life, slog.LevelWarn, "postgres: wake-up listener disconnected; polling until it reconnects",
 			slog.Duration("retry_in", wait), slog.Any("error", err))
-		if !sleep(s.life, wait) {
+		if !clock.Sleep(s.life, wait) {
 			return
 		}
 		backoff = min(2*backoff, reconnectMax)
@@ -129,15 +130,4 @@ func closeConn(conn *pgx.Conn) {
 // jitter spreads d over [d/2, d) so reconnecting processes do not stampede.
 func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
