@@ -87,15 +87,12 @@ func CreateTx(ctx context.Context, q Querier, p store.NotificationCreateParams) 
 	if dupID == nil {
 		// Committed by a transaction this statement waited for: not in the
 		// statement's snapshot, but a new statement sees it (READ COMMITTED).
-		if err := q.QueryRow(ctx, qEnqueueDedup, p.Tenant, p.DedupKey).Scan(&dupID); err != nil {
+		if err := q.QueryRow(ctx, qNotificationByDedup, p.Tenant, p.DedupKey).Scan(&dupID); err != nil {
 			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: read deduplicated notification: %w", err)
 		}
 	}
 	return store.NotificationCreateResult{Outcome: store.Deduplicated, ID: *dupID}, nil
 }
-
-// qEnqueueDedup reads the notification that holds a dedup key.
-const qEnqueueDedup = `SELECT id FROM notifications WHERE tenant = $1::text AND dedup_key = $2::text`
 
 // qWakeHash names, in SQL, the wake-up channels wakeChannels names in Go:
 // the first 8 hex digits of md5("database.schema"). The listener LISTENs on
