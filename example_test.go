@@ -115,8 +115,11 @@ ON CONFLICT (id) DO NOTHING`, booking, "patient-1", at.Format(time.RFC3339)); er
 
 	_, err = confirm("booking-43", true)
 	var bookings, notifications int
-	_ = db.QueryRowContext(ctx, `SELECT count(*) FROM bookings WHERE id = 'booking-43'`).Scan(&bookings)
-	_ = db.QueryRowContext(ctx, `SELECT count(*) FROM notifications WHERE event_id = 'booking-43'`).Scan(&notifications)
+	if err := db.QueryRowContext(ctx, `SELECT
+    (SELECT count(*) FROM bookings WHERE id = 'booking-43'),
+    (SELECT count(*) FROM notifications WHERE event_id = 'booking-43')`).Scan(&bookings, &notifications); err != nil {
+		log.Fatal(err)
+	}
 	fmt.Printf("declined booking-43 (%v): bookings %d, notifications %d\n", err, bookings, notifications)
 
 	// herald itself, on the same database, with a simulated provider.
@@ -148,7 +151,7 @@ ON CONFLICT (id) DO NOTHING`, booking, "patient-1", at.Format(time.RFC3339)); er
 		}
 		return lookup.View(v).Deliveries[0].State
 	}
-	for deadline := time.Now().Add(10 * time.Second); state(first[0].ID) != "PROVIDER_ACCEPTED" && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(30 * time.Second); state(first[0].ID) != "PROVIDER_ACCEPTED" && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Println("confirmation:", state(first[0].ID), "calls:", h.Sim("sim").Total())
