@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"testing"
@@ -225,6 +226,12 @@ func TestEnqueueInTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
+		before := tableRows(t, tx)
+		for _, table := range []string{"notifications", "outbox", "idempotency_keys", "deliveries", "delivery_attempts", "profiles", "bookings"} {
+			if _, ok := before[table]; !ok {
+				t.Fatalf("no table %s among %v: the count below would check nothing", table, before)
+			}
+		}
 		for _, tc := range []struct {
 			name, param string
 			mutate      func(in *herald.Intent)
@@ -242,6 +249,11 @@ func TestEnqueueInTransaction(t *testing.T) {
 			if !errors.As(err, &invalid) || invalid.Param != tc.param {
 				t.Errorf("%s: %v, want an invalid %s", tc.name, err, tc.param)
 			}
+		}
+		// Counted inside tx, which sees its own writes: nothing may have
+		// been written to any table, herald's or the clinic's.
+		if after := tableRows(t, tx); !maps.Equal(after, before) {
+			t.Fatalf("invalid intents wrote rows: before %v, after %v", before, after)
 		}
 		if _, err := c.client.EnqueueTx(ctx, tx, c.intents("booking-46")[0]); err != nil {
 			t.Fatalf("the transaction is no longer usable: %v", err)
@@ -268,10 +280,10 @@ func TestEnqueueInTransaction(t *testing.T) {
 		}
 		waitState := func(id, want string) {
 			t.Helper()
-			deadline := time.Now().Add(10 * time.Second)
+			deadline := time.Now().Add(30 * time.Second)
 			for state(id) != want {
 				if time.Now().After(deadline) {
-					t.Fatalf("%s is %s, want %s", id, state(id), want)
+					t.Fatalf("%s is still %s after 30 s, want %s", id, state(id), want)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
@@ -294,6 +306,31 @@ func TestEnqueueInTransaction(t *testing.T) {
 	})
 }
 
+// tableRows counts the rows of every table in q's schema (the first on its
+// search_path), as q sees them.
+func tableRows(t *testing.T, q pgx.Tx) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := q.Query(ctx, `SELECT table_name FROM information_schema.tables
+WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name`)
+	if err != nil {
+		t.Fatalf("list tables: %v", err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("list tables: %v", err)
+	}
+	counts := make(map[string]int, len(tables))
+	for _, table := range tables {
+		var n int
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{table}.Sanitize()).Scan(&n); err != nil {
+			t.Fatalf("count %s: %v", table, err)
+		}
+		counts[table] = n
+	}
+	return counts
+}
+
 // appNew starts herald on cfg and stops it when the test ends.
 func appNew(t *testing.T, cfg *config.Config, l net.Listener) (*app.App, error) {
 	t.Helper()
@@ -309,8 +346,13 @@ func appNew(t *testing.T, cfg *config.Config, l net.Listener) (*app.App, error) 
 	go func() { done <- h.Run(ctx) }()
 	t.Cleanup(func() {
 		stop()
-		if err := <-done; err != nil {
-			t.Errorf("herald: %v", err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("herald: %v", err)
+			}
+		case <-time.After(2 * cfg.ShutdownTimeout.D()):
+			t.Errorf("herald did not stop within %s of its context's end", 2*cfg.ShutdownTimeout.D())
 		}
 	})
 	return h, nil
@@ -326,7 +368,7 @@ func waitListening(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle' AND query LIKE 'LISTEN %'`, name).Scan(&n); err != nil {
@@ -336,7 +378,7 @@ func waitListening(t *testing.T, name string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%q did not connect", name)
+			t.Fatalf("%q did not LISTEN within 30 s", name)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
