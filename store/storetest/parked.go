@@ -59,19 +59,19 @@ func testParked(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		row := park(t, b, "t1", heraldtype.ReasonTemplateMissing, false)
-		if got, _ := b.s.ParkedRequeue(b.ctx, store.ParkedRequeueParams{Tenant: "t2", MessageID: row.MessageID}); len(got) != 0 {
-			t.Fatal("another tenant requeued the message")
+		if got, err := b.s.ParkedRequeue(b.ctx, store.ParkedRequeueParams{Tenant: "t2", MessageID: row.MessageID}); err != nil || len(got) != 0 {
+			t.Fatalf("another tenant requeued the message: %+v (%v)", got, err)
 		}
 		got, err := b.s.ParkedRequeue(b.ctx, store.ParkedRequeueParams{Tenant: "t1", MessageID: row.MessageID})
 		if err != nil || len(got) != 1 || got[0].Reason != heraldtype.ReasonTemplateMissing {
 			t.Fatalf("requeued %+v (%v)", got, err)
 		}
-		d, _ := b.s.DeliveryGet(b.ctx, row.MessageID)
+		d := delivery(t, b, row.MessageID)
 		if d.State != heraldtype.DeliveryRetryWait || d.Reason != heraldtype.ReasonRequeued {
 			t.Fatalf("delivery %+v, want RETRY_WAIT REQUEUED", d)
 		}
-		if got, _ := b.s.ParkedRequeue(b.ctx, store.ParkedRequeueParams{Tenant: "t1", MessageID: row.MessageID}); len(got) != 0 {
-			t.Fatal("requeued a message that is no longer parked")
+		if got, err := b.s.ParkedRequeue(b.ctx, store.ParkedRequeueParams{Tenant: "t1", MessageID: row.MessageID}); err != nil || len(got) != 0 {
+			t.Fatalf("requeued a message that is no longer parked: %+v (%v)", got, err)
 		}
 		p := claimParams(row.MessageID)
 		p.Tenant = "t1"
@@ -79,7 +79,7 @@ func testParked(t *testing.T, h Harness) {
 		if err != nil || !c1.Claimed || c1.Attempt != 1 {
 			t.Fatalf("claim after requeue: %+v %v", c1, err)
 		}
-		if c2, _ := b.s.DeliveryClaim(b.ctx, p); c2.Claimed {
+		if c2 := claimDelivery(t, b, p); c2.Claimed {
 			t.Fatal("a second copy claimed the requeued message")
 		}
 	})
@@ -96,10 +96,10 @@ func testParked(t *testing.T, h Harness) {
 		if len(rows) != 1 || rows[0].MessageID != row.MessageID || rows[0].Fence.Token <= row.Fence.Token {
 			t.Fatalf("claimable after requeue: %+v", rows)
 		}
-		if ok, _ := b.s.OutboxComplete(b.ctx, row.Fence, heraldtype.OutboxDone, ""); ok {
-			t.Fatal("the old fence still writes")
+		if ok, err := b.s.OutboxComplete(b.ctx, row.Fence, heraldtype.OutboxDone, ""); err != nil || ok {
+			t.Fatalf("the old fence still writes (ok %v, err %v)", ok, err)
 		}
-		if d, _ := b.s.DeliveryGet(b.ctx, other.MessageID); d.State != heraldtype.DeliveryParked {
+		if d := delivery(t, b, other.MessageID); d.State != heraldtype.DeliveryParked {
 			t.Fatalf("delivery with a claimed outbox row became %s", d.State)
 		}
 	})

@@ -82,6 +82,41 @@ func claim(t *testing.T, b bundle, lane heraldtype.Lane, limit int) []store.Clai
 	return rows
 }
 
+// entry reads the first planned send of tenant t1's notification id; any
+// error fails the test.
+func entry(t *testing.T, b bundle, id string) store.DeliveryView {
+	t.Helper()
+	v, err := b.s.NotificationGet(b.ctx, "t1", id)
+	if err != nil {
+		t.Fatalf("NotificationGet %s: %v", id, err)
+	}
+	if len(v.Deliveries) == 0 {
+		t.Fatalf("notification %s has no planned sends", id)
+	}
+	return v.Deliveries[0]
+}
+
+// delivery reads a delivery row; any error fails the test.
+func delivery(t *testing.T, b bundle, messageID string) store.Delivery {
+	t.Helper()
+	d, err := b.s.DeliveryGet(b.ctx, messageID)
+	if err != nil {
+		t.Fatalf("DeliveryGet %s: %v", messageID, err)
+	}
+	return d
+}
+
+// claimDelivery runs DeliveryClaim; any error fails the test, so a check on
+// Claimed cannot pass because the store failed.
+func claimDelivery(t *testing.T, b bundle, p store.DeliveryClaimParams) store.DeliveryClaimResult {
+	t.Helper()
+	res, err := b.s.DeliveryClaim(b.ctx, p)
+	if err != nil {
+		t.Fatalf("DeliveryClaim %s: %v", p.MessageID, err)
+	}
+	return res
+}
+
 func testIntake(t *testing.T, h Harness) {
 	t.Run("CreatedIsReadableWithOneEntryPerChannel", func(t *testing.T) {
 		t.Parallel()
@@ -299,8 +334,11 @@ func testOutbox(t *testing.T, h Harness) {
 		if k == nil || !k.Delivery || !k.ProfileRead || k.Profile == nil {
 			t.Fatalf("second claim known %+v, want a delivery and a profile", k)
 		}
+		want, err := b.s.ProfileGet(b.ctx, "t1", "r1")
+		if err != nil {
+			t.Fatal(err)
+		}
 		got, err := store.DecodeProfile("t1", "r1", k.Profile, k.ProfileUpdatedAt)
-		want, _ := b.s.ProfileGet(b.ctx, "t1", "r1")
 		if err != nil || !got.Consent[heraldtype.ChannelSMS] || got.TimeZone != "Asia/Seoul" || !got.UpdatedAt.Equal(want.UpdatedAt) {
 			t.Fatalf("known profile %+v (%v), stored %+v", got, err, want)
 		}
@@ -421,8 +459,8 @@ func testOutbox(t *testing.T, h Harness) {
 		if ok, err := b.s.OutboxComplete(b.ctx, row.Fence, heraldtype.OutboxDone, ""); err != nil || !ok {
 			t.Fatalf("owner could not complete (ok %v, err %v)", ok, err)
 		}
-		if ok, _ := b.s.OutboxComplete(b.ctx, row.Fence, heraldtype.OutboxDone, ""); ok {
-			t.Fatal("completed twice")
+		if ok, err := b.s.OutboxComplete(b.ctx, row.Fence, heraldtype.OutboxDone, ""); err != nil || ok {
+			t.Fatalf("completed twice (ok %v, err %v)", ok, err)
 		}
 	})
 	t.Run("WriteAfterLeaseRanOutIsRefusedEvenUntaken", func(t *testing.T) {
@@ -445,20 +483,19 @@ func testOutbox(t *testing.T, h Harness) {
 		if err != nil || n != 1 {
 			t.Fatalf("reclaimed %d (%v), want 1", n, err)
 		}
-		v, _ := b.s.NotificationGet(b.ctx, "t1", first.NotificationID)
-		if v.Deliveries[0].OutboxState != heraldtype.OutboxPending || v.Deliveries[0].OutboxReason != heraldtype.ReasonClaimExpired {
-			t.Fatalf("after reclaim: %+v", v.Deliveries[0])
+		if e := entry(t, b, first.NotificationID); e.OutboxState != heraldtype.OutboxPending || e.OutboxReason != heraldtype.ReasonClaimExpired {
+			t.Fatalf("after reclaim: %+v", e)
 		}
 		second := claim(t, b, heraldtype.LaneTransactional, 1)
 		if len(second) != 1 || second[0].Fence.Token == first.Fence.Token {
 			t.Fatalf("second claim %+v", second)
 		}
 		// The first claimer wakes up and tries to settle with its old token.
-		if ok, _ := b.s.OutboxComplete(b.ctx, first.Fence, heraldtype.OutboxDone, ""); ok {
-			t.Fatal("stalled claimer's write succeeded")
+		if ok, err := b.s.OutboxComplete(b.ctx, first.Fence, heraldtype.OutboxDone, ""); err != nil || ok {
+			t.Fatalf("stalled claimer's write (ok %v, err %v), want refused", ok, err)
 		}
-		if ok, _ := b.s.OutboxRetry(b.ctx, store.OutboxRetryParams{Fence: first.Fence}); ok {
-			t.Fatal("stalled claimer's retry succeeded")
+		if ok, err := b.s.OutboxRetry(b.ctx, store.OutboxRetryParams{Fence: first.Fence}); err != nil || ok {
+			t.Fatalf("stalled claimer's retry (ok %v, err %v), want refused", ok, err)
 		}
 		if ok, err := b.s.OutboxComplete(b.ctx, second[0].Fence, heraldtype.OutboxDone, ""); !ok || err != nil {
 			t.Fatalf("new owner could not complete (ok %v, err %v)", ok, err)
@@ -482,7 +519,9 @@ func testOutbox(t *testing.T, h Harness) {
 			t.Fatalf("after delay: %+v", again)
 		}
 		// A retry the sender scheduled does not count as a dispatch failure.
-		b.s.OutboxRetry(b.ctx, store.OutboxRetryParams{Fence: again[0].Fence, Delay: 0, Reason: "RETRY_WAIT"})
+		if ok, err := b.s.OutboxRetry(b.ctx, store.OutboxRetryParams{Fence: again[0].Fence, Delay: 0, Reason: "RETRY_WAIT"}); err != nil || !ok {
+			t.Fatalf("uncounted retry: ok %v err %v", ok, err)
+		}
 		third := claim(t, b, heraldtype.LaneTransactional, 1)
 		if len(third) != 1 || third[0].Attempts != 1 {
 			t.Fatalf("after uncounted retry: %+v", third)
@@ -501,9 +540,8 @@ func testOutbox(t *testing.T, h Harness) {
 		if err != nil || len(expired) != 1 || expired[0].MessageID != store.MessageID(p.ID, heraldtype.ChannelWebhook) {
 			t.Fatalf("expired %+v (%v)", expired, err)
 		}
-		v, _ := b.s.NotificationGet(b.ctx, "t1", p.ID)
-		if v.Deliveries[0].OutboxState != heraldtype.OutboxExpired {
-			t.Fatalf("state %s", v.Deliveries[0].OutboxState)
+		if e := entry(t, b, p.ID); e.OutboxState != heraldtype.OutboxExpired {
+			t.Fatalf("state %s", e.OutboxState)
 		}
 	})
 	t.Run("BacklogCountsDueRowsPerLane", func(t *testing.T) {
@@ -532,8 +570,8 @@ func testOutbox(t *testing.T, h Harness) {
 		if err != nil || len(rows) != 3 {
 			t.Fatalf("relay claimed %d (%v)", len(rows), err)
 		}
-		if v, _ := b.s.NotificationGet(b.ctx, "t1", rows[0].NotificationID); v.Deliveries[0].OutboxState != heraldtype.OutboxPublishing {
-			t.Fatalf("state %s, want PUBLISHING", v.Deliveries[0].OutboxState)
+		if e := entry(t, b, rows[0].NotificationID); e.OutboxState != heraldtype.OutboxPublishing {
+			t.Fatalf("state %s, want PUBLISHING", e.OutboxState)
 		}
 		if n := len(claim(t, b, heraldtype.LaneTransactional, 10)); n != 0 {
 			t.Fatalf("a claimer took %d rows the relay holds", n)
@@ -544,11 +582,11 @@ func testOutbox(t *testing.T, h Harness) {
 		if err != nil || n != 1 {
 			t.Fatalf("marked %d (%v), want only the fenced-in row", n, err)
 		}
-		if v, _ := b.s.NotificationGet(b.ctx, "t1", rows[0].NotificationID); v.Deliveries[0].OutboxState != heraldtype.OutboxPublished {
-			t.Fatalf("state %s, want PUBLISHED", v.Deliveries[0].OutboxState)
+		if e := entry(t, b, rows[0].NotificationID); e.OutboxState != heraldtype.OutboxPublished {
+			t.Fatalf("state %s, want PUBLISHED", e.OutboxState)
 		}
-		if n, _ := b.s.OutboxMarkPublished(b.ctx, []store.Fence{rows[0].Fence}); n != 0 {
-			t.Fatal("marked a published row again")
+		if n, err := b.s.OutboxMarkPublished(b.ctx, []store.Fence{rows[0].Fence}); err != nil || n != 0 {
+			t.Fatalf("marked a published row again: %d (%v), want 0", n, err)
 		}
 		// A nacked publish goes back to PENDING through the same fence.
 		if ok, err := b.s.OutboxRetry(b.ctx, store.OutboxRetryParams{Fence: rows[1].Fence, Delay: time.Minute, Reason: "NACK", Failed: true}); !ok || err != nil {
@@ -556,8 +594,8 @@ func testOutbox(t *testing.T, h Harness) {
 		}
 		// A relay that stalled past its lease marks nothing; the row is reclaimed.
 		b.clk.Advance(2 * time.Minute)
-		if n, _ := b.s.OutboxMarkPublished(b.ctx, []store.Fence{rows[2].Fence}); n != 0 {
-			t.Fatal("marked after the lease ran out")
+		if n, err := b.s.OutboxMarkPublished(b.ctx, []store.Fence{rows[2].Fence}); err != nil || n != 0 {
+			t.Fatalf("marked %d (%v) after the lease ran out, want 0", n, err)
 		}
 		if n, err := b.s.OutboxReclaimExpired(b.ctx); err != nil || n != 1 {
 			t.Fatalf("reclaimed %d (%v), want 1", n, err)
@@ -630,7 +668,7 @@ func testDeliveries(t *testing.T, h Harness) {
 	t.Run("RecordIsConditionalOnSending", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		res, _ := b.s.DeliveryClaim(b.ctx, claimParams("m1"))
+		res := claimDelivery(t, b, claimParams("m1"))
 		if !res.Claimed || res.Attempt != 1 {
 			t.Fatalf("claim %+v", res)
 		}
@@ -647,7 +685,7 @@ func testDeliveries(t *testing.T, h Harness) {
 		if err != nil || d.State != heraldtype.DeliveryProviderAccepted || d.Attempts != 1 {
 			t.Fatalf("delivery %+v (%v)", d, err)
 		}
-		if res, _ := b.s.DeliveryClaim(b.ctx, claimParams("m1")); res.Claimed {
+		if res := claimDelivery(t, b, claimParams("m1")); res.Claimed {
 			t.Fatal("claimed a finished message again")
 		}
 	})
@@ -669,20 +707,13 @@ func testDeliveries(t *testing.T, h Harness) {
 			}
 			return res
 		}
-		entry := func(id string) store.DeliveryView {
-			v, err := b.s.NotificationGet(b.ctx, "t1", id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v.Deliveries[0]
-		}
 		p, _ := create(t, b, nil)
 		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
 		// RETRY_WAIT: the row is PENDING again, due after the delay.
 		if res := recordOn(row, 1, heraldtype.DeliveryRetryWait, row.Fence); !res.Recorded || !res.OutboxSettled {
 			t.Fatalf("retry %+v", res)
 		}
-		if e := entry(p.ID); e.OutboxState != heraldtype.OutboxPending || !e.AvailableAt.Equal(b.clk.Now().Add(time.Second)) || e.OutboxReason != "R" {
+		if e := entry(t, b, p.ID); e.OutboxState != heraldtype.OutboxPending || !e.AvailableAt.Equal(b.clk.Now().Add(time.Second)) || e.OutboxReason != "R" {
 			t.Fatalf("after RETRY_WAIT: %+v", e)
 		}
 		b.clk.Advance(time.Second)
@@ -693,15 +724,15 @@ func testDeliveries(t *testing.T, h Harness) {
 		if res := recordOn(row, 2, heraldtype.DeliveryProviderAccepted, stale); !res.Recorded || res.OutboxSettled {
 			t.Fatalf("stale fence %+v", res)
 		}
-		if e := entry(p.ID); e.OutboxState != heraldtype.OutboxClaimed {
+		if e := entry(t, b, p.ID); e.OutboxState != heraldtype.OutboxClaimed {
 			t.Fatalf("stale fence moved the row: %+v", e)
 		}
 		// A result that is not recorded settles nothing either.
-		if res, _ := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: row.MessageID, Attempt: 2,
-			State: heraldtype.DeliveryUnknown, Owner: "w", Class: "x", StartedAt: b.clk.Now(), Outbox: &row.Fence}); res.Recorded || res.OutboxSettled {
-			t.Fatalf("second record of a settled attempt %+v", res)
+		if res, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: row.MessageID, Attempt: 2,
+			State: heraldtype.DeliveryUnknown, Owner: "w", Class: "x", StartedAt: b.clk.Now(), Outbox: &row.Fence}); err != nil || res.Recorded || res.OutboxSettled {
+			t.Fatalf("second record of a settled attempt %+v (%v)", res, err)
 		}
-		if e := entry(p.ID); e.OutboxState != heraldtype.OutboxClaimed {
+		if e := entry(t, b, p.ID); e.OutboxState != heraldtype.OutboxClaimed {
 			t.Fatalf("unrecorded result moved the row: %+v", e)
 		}
 		// A terminal result with the live fence: DONE with its reason.
@@ -710,31 +741,33 @@ func testDeliveries(t *testing.T, h Harness) {
 		if res := recordOn(row2, 1, heraldtype.DeliveryProviderAccepted, row2.Fence); !res.Recorded || !res.OutboxSettled {
 			t.Fatalf("accepted %+v", res)
 		}
-		if e := entry(p2.ID); e.OutboxState != heraldtype.OutboxDone || e.OutboxReason != "R" {
+		if e := entry(t, b, p2.ID); e.OutboxState != heraldtype.OutboxDone || e.OutboxReason != "R" {
 			t.Fatalf("after PROVIDER_ACCEPTED: %+v", e)
 		}
 	})
 	t.Run("RetryWaitIsClaimedAgainOnlyWhenDue", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		b.s.DeliveryClaim(b.ctx, claimParams("m1"))
+		if res := claimDelivery(t, b, claimParams("m1")); !res.Claimed {
+			t.Fatalf("claim %+v", res)
+		}
 		if !record(t, b, "m1", 1, heraldtype.DeliveryRetryWait, time.Second) {
 			t.Fatal("record RETRY_WAIT")
 		}
-		d, _ := b.s.DeliveryGet(b.ctx, "m1")
+		d := delivery(t, b, "m1")
 		if d.State != heraldtype.DeliveryRetryWait || d.NextAttemptAt == nil || !d.NextAttemptAt.Equal(Epoch.Add(time.Second)) {
 			t.Fatalf("delivery %+v", d)
 		}
-		res, _ := b.s.DeliveryClaim(b.ctx, claimParams("m1"))
+		res := claimDelivery(t, b, claimParams("m1"))
 		if res.Claimed || res.Current == nil || res.Current.State != heraldtype.DeliveryRetryWait {
 			t.Fatalf("early claim %+v", res)
 		}
 		b.clk.Advance(time.Second)
-		res, _ = b.s.DeliveryClaim(b.ctx, claimParams("m1"))
+		res = claimDelivery(t, b, claimParams("m1"))
 		if !res.Claimed || res.Attempt != 2 {
 			t.Fatalf("due claim %+v", res)
 		}
-		if res, _ := b.s.DeliveryClaim(b.ctx, claimParams("m1")); res.Claimed {
+		if res := claimDelivery(t, b, claimParams("m1")); res.Claimed {
 			t.Fatal("a second copy claimed the retry too")
 		}
 	})
@@ -754,16 +787,22 @@ func testDeliveries(t *testing.T, h Harness) {
 		if decide("new", heraldtype.DeliveryParked, "X") {
 			t.Fatal("overwrote SUPPRESSED")
 		}
-		b.s.DeliveryClaim(b.ctx, claimParams("sending"))
+		if res := claimDelivery(t, b, claimParams("sending")); !res.Claimed {
+			t.Fatalf("claim %+v", res)
+		}
 		if decide("sending", heraldtype.DeliverySuppressed, "X") {
 			t.Fatal("overwrote SENDING")
 		}
-		b.s.DeliveryClaim(b.ctx, claimParams("waiting"))
-		record(t, b, "waiting", 1, heraldtype.DeliveryRetryWait, time.Minute)
+		if res := claimDelivery(t, b, claimParams("waiting")); !res.Claimed {
+			t.Fatalf("claim %+v", res)
+		}
+		if !record(t, b, "waiting", 1, heraldtype.DeliveryRetryWait, time.Minute) {
+			t.Fatal("record RETRY_WAIT")
+		}
 		if !decide("waiting", heraldtype.DeliverySuppressed, heraldtype.ReasonConsentDenied) {
 			t.Fatal("could not suppress a waiting retry")
 		}
-		d, _ := b.s.DeliveryGet(b.ctx, "waiting")
+		d := delivery(t, b, "waiting")
 		if d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonConsentDenied || d.Attempts != 1 {
 			t.Fatalf("delivery %+v", d)
 		}
@@ -771,19 +810,24 @@ func testDeliveries(t *testing.T, h Harness) {
 	t.Run("StaleSendingBecomesUnknown", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		b.s.DeliveryClaim(b.ctx, claimParams("old"))
-		b.clk.Advance(9 * time.Minute)
-		b.s.DeliveryClaim(b.ctx, claimParams("young"))
+		for _, id := range []string{"old", "young"} {
+			if res := claimDelivery(t, b, claimParams(id)); !res.Claimed {
+				t.Fatalf("claim %s: %+v", id, res)
+			}
+			if id == "old" {
+				b.clk.Advance(9 * time.Minute)
+			}
+		}
 		b.clk.Advance(time.Minute + time.Second)
 		ids, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute)
 		if err != nil || len(ids) != 1 || ids[0] != "old" {
 			t.Fatalf("swept %v (%v), want [old]", ids, err)
 		}
-		d, _ := b.s.DeliveryGet(b.ctx, "old")
+		d := delivery(t, b, "old")
 		if d.State != heraldtype.DeliveryUnknown || d.Reason != heraldtype.ReasonStaleClaim {
 			t.Fatalf("old = %+v", d)
 		}
-		if d, _ := b.s.DeliveryGet(b.ctx, "young"); d.State != heraldtype.DeliverySending {
+		if d := delivery(t, b, "young"); d.State != heraldtype.DeliverySending {
 			t.Fatalf("young = %+v", d)
 		}
 		// The crashed sender's late result is refused.
@@ -803,10 +847,13 @@ func testDeliveries(t *testing.T, h Harness) {
 		b := setup(t, h)
 		p, _ := create(t, b, nil)
 		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
-		b.s.DeliveryClaim(b.ctx, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: p.ID, Tenant: "t1", Channel: row.Channel, Provider: "p", Owner: "w"})
-		record(t, b, row.MessageID, 1, heraldtype.DeliveryProviderAccepted, 0)
-		v, _ := b.s.NotificationGet(b.ctx, "t1", p.ID)
-		d := v.Deliveries[0].Delivery
+		if res := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: p.ID, Tenant: "t1", Channel: row.Channel, Provider: "p", Owner: "w"}); !res.Claimed {
+			t.Fatalf("claim %+v", res)
+		}
+		if !record(t, b, row.MessageID, 1, heraldtype.DeliveryProviderAccepted, 0) {
+			t.Fatal("record PROVIDER_ACCEPTED")
+		}
+		d := entry(t, b, p.ID).Delivery
 		if d == nil || d.State != heraldtype.DeliveryProviderAccepted || d.Attempts != 1 || d.Provider != "p" {
 			t.Fatalf("view delivery %+v", d)
 		}
@@ -834,9 +881,11 @@ func testProfiles(t *testing.T, h Harness) {
 			t.Fatal("profile leaked to another tenant")
 		}
 		p.Consent[heraldtype.ChannelSMS] = false
-		b.s.ProfilePut(b.ctx, p)
-		if got, _ := b.s.ProfileGet(b.ctx, "t1", "r1"); got.Consent[heraldtype.ChannelSMS] {
-			t.Fatal("consent withdrawal not stored")
+		if err := b.s.ProfilePut(b.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := b.s.ProfileGet(b.ctx, "t1", "r1"); err != nil || got.Consent[heraldtype.ChannelSMS] {
+			t.Fatalf("consent withdrawal not stored: %+v (%v)", got, err)
 		}
 	})
 }
