@@ -52,11 +52,16 @@ type Outcome struct {
 	// Reason is a stable, low-cardinality code (HTTP_503, TIMEOUT,
 	// CONNECTION_REFUSED…). Never a raw provider message.
 	Reason string
-	// RetryAfter is the provider's own hint for NotSent (429 Retry-After).
+	// RetryAfter is the provider's own hint for NotSent (429 Retry-After),
+	// within 0..MaxRetryAfter.
 	RetryAfter time.Duration
 	// ProviderRef is the provider's id for the message, when it returns one.
 	ProviderRef string
 }
+
+// MaxRetryAfter caps a provider's Retry-After hint: a provider that asks
+// for a longer wait gets this one, and the retry schedule goes on from there.
+const MaxRetryAfter = time.Hour
 
 // Outcome constructors keep adapters terse.
 func AcceptedOutcome(ref string) Outcome { return Outcome{Class: Accepted, ProviderRef: ref} }

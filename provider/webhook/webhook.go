@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -177,26 +176,22 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-const (
-	maxRetryAfter        = time.Duration(math.MaxInt64)
-	maxRetryAfterSeconds = int(maxRetryAfter / time.Second)
-)
-
+// parseRetryAfter reads a Retry-After value, delta-seconds or HTTP-date,
+// as a wait within 0..provider.MaxRetryAfter: a longer wait is capped, a
+// value that is neither form, negative or in the past is no hint (0).
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
+	// Atoi returns the largest int with ErrRange: far above the cap.
 	if s, err := strconv.Atoi(v); (err == nil || errors.Is(err, strconv.ErrRange)) && s >= 0 {
-		// Saturate rather than overflow: time.Duration(s)*time.Second wraps
-		// for s above ~292 years and would turn a long wait into a negative
-		// or arbitrary one. (Atoi returns the largest int on ErrRange.)
-		if s > maxRetryAfterSeconds {
-			return maxRetryAfter
+		if s >= int(provider.MaxRetryAfter/time.Second) {
+			return provider.MaxRetryAfter
 		}
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), provider.MaxRetryAfter)
 	}
 	return 0
 }

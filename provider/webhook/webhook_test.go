@@ -5,9 +5,11 @@ package webhook_test
 // httptest server (or a raw listener, or a closed port) and the adapter's
 // default client, never by a mock of net/http.
 //
-// Synchronisation is by channels only. The one timer in the file is the
-// adapter's own Timeout in the hang test; the other waits are bounded by a
-// channel receive with a failure deadline, never by sleeping.
+// Synchronisation is by channels and httptrace hooks only. A timeout is
+// made to pass at a chosen step of the call (a deadlineCtx expired from a
+// trace hook), never raced against the wall clock; the one test of the
+// adapter's own Timeout accepts either honest class. Every other wait is
+// bounded by a channel receive with a failure deadline, never by sleeping.
 
 import (
 	"context"
@@ -16,12 +18,13 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -33,7 +36,11 @@ import (
 )
 
 // waitLimit bounds every channel wait so a broken test fails instead of hanging.
-const waitLimit = 3 * time.Second
+const waitLimit = 30 * time.Second
+
+// callTimeout is the adapter Timeout of calls that must end for another
+// reason first: long enough that a loaded machine never reaches it.
+const callTimeout = 30 * time.Second
 
 // quiet swallows the server's own error log (TLS handshake failures, hijacked
 // connections) so expected failures do not clutter test output.
@@ -243,6 +250,31 @@ func TestStatusClassification(t *testing.T) {
 		rec.only(t)
 	})
 
+	// README: "Retry-After honoured up to 1 h", in both of its forms.
+	for _, tc := range []struct {
+		name  string
+		value func() string
+	}{
+		{"Seconds", func() string { return "7200" }},
+		{"HTTPDate", func() string { return time.Now().Add(3 * time.Hour).UTC().Format(http.TimeFormat) }},
+	} {
+		t.Run("Status429RetryAfterOverAnHourIsCappedAt1h"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			var rec recorder
+			ts := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				rec.record(r)
+				w.Header().Set("Retry-After", tc.value())
+				w.WriteHeader(http.StatusTooManyRequests)
+			})
+			out := send(t, ts.URL, 0, message("msg-429-capped-"+tc.name))
+			wantOutcome(t, out, provider.NotSent, "HTTP_429")
+			if out.RetryAfter != provider.MaxRetryAfter || provider.MaxRetryAfter != time.Hour {
+				t.Errorf("RetryAfter = %v (cap %v), want 1h", out.RetryAfter, provider.MaxRetryAfter)
+			}
+			rec.only(t)
+		})
+	}
+
 	for _, code := range []int{400, 404, 410, 413, 422} {
 		t.Run(fmt.Sprintf("Status%dIsPermanent", code), func(t *testing.T) {
 			t.Parallel()
@@ -318,7 +350,7 @@ func TestConcurrentSendsReachServerOnceEach(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(http.StatusAccepted)
 	})
-	w := webhook.New(webhook.Config{URL: ts.URL, Timeout: 2 * time.Second})
+	w := webhook.New(webhook.Config{URL: ts.URL, Timeout: callTimeout})
 	const n = 32
 	outs := make([]provider.Outcome, n)
 	var wg sync.WaitGroup
@@ -355,7 +387,7 @@ func TestConnectionRefusedIsNotSent(t *testing.T) {
 	if err := ln.Close(); err != nil {
 		t.Fatal(err)
 	}
-	out := send(t, "http://"+addr+"/hook", 2*time.Second, message("msg-refused"))
+	out := send(t, "http://"+addr+"/hook", callTimeout, message("msg-refused"))
 	wantOutcome(t, out, provider.NotSent, "CONNECTION_REFUSED")
 }
 
@@ -363,7 +395,7 @@ func TestConnectionRefusedIsNotSent(t *testing.T) {
 func TestTransportFailures(t *testing.T) {
 	t.Run("DNSFailureIsNotSent", func(t *testing.T) {
 		t.Parallel()
-		out := send(t, "http://nosuch.invalid/hook", 2*time.Second, message("msg-dns"))
+		out := send(t, "http://nosuch.invalid/hook", callTimeout, message("msg-dns"))
 		wantOutcome(t, out, provider.NotSent, "DNS_FAILURE", "CONNECT_TIMEOUT")
 	})
 
@@ -379,7 +411,7 @@ func TestTransportFailures(t *testing.T) {
 		t.Cleanup(ts.Close)
 
 		// The default client does not trust httptest's certificate.
-		out := send(t, ts.URL, 2*time.Second, message("msg-tls"))
+		out := send(t, ts.URL, callTimeout, message("msg-tls"))
 		wantOutcome(t, out, provider.NotSent, "TLS_FAILURE")
 		if n := rec.count(); n != 0 {
 			t.Fatalf("handler was called %d times, want 0", n)
@@ -407,43 +439,69 @@ func TestTransportFailures(t *testing.T) {
 		}
 	})
 
+	// The deadline passes the moment the whole request has been written,
+	// while the server holds its answer.
 	t.Run("TimeoutAfterWriteIsUnknown", func(t *testing.T) {
 		t.Parallel()
 		var rec recorder
-		entered := make(chan struct{}, 8)
-		release := make(chan struct{})
-		ts := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-			rec.record(r) // the whole request has been read
-			entered <- struct{}{}
-			select {
-			case <-release:
-			case <-r.Context().Done():
+		entered := make(chan struct{}, 1)
+		ts := newServer(t, holdingHandler(t, &rec, entered))
+		ctx := newDeadlineCtx()
+		ctx.expireOn(&httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				ctx.expire()
 			}
-		})
-		// Registered after newServer's ts.Close, so it runs first and
-		// unblocks the handler before Close waits for it.
-		t.Cleanup(func() { close(release) })
-
-		out := send(t, ts.URL, 200*time.Millisecond, message("msg-timeout"))
+		}})
+		out := sendCtx(t, ctx, ts.URL, message("msg-timeout"))
 		wantOutcome(t, out, provider.Unknown, "TIMEOUT")
 		wait(t, entered, "the handler")
 		assertWireFormat(t, rec.only(t), message("msg-timeout"))
 	})
 
 	// A peer that accepts TCP but never answers the TLS handshake: the
-	// deadline passes before a byte of the request is written.
+	// deadline passes during the handshake, before a byte of the request
+	// can have been written.
 	t.Run("TimeoutInTLSHandshakeIsNotSent", func(t *testing.T) {
 		t.Parallel()
 		ln := holdingListener(t)
-		out := send(t, "https://"+ln.Addr().String()+"/hook", 200*time.Millisecond, message("msg-tls-hang"))
+		ctx := newDeadlineCtx()
+		ctx.expireOn(&httptrace.ClientTrace{TLSHandshakeStart: ctx.expire})
+		out := sendCtx(t, ctx, "https://"+ln.Addr().String()+"/hook", message("msg-tls-hang"))
 		wantOutcome(t, out, provider.NotSent, "CONNECT_TIMEOUT")
+	})
+
+	// The adapter's own Timeout ends a call to a server that never answers.
+	// Whether the request was fully written by then depends on the
+	// machine's load, so either honest class passes; never an answer.
+	t.Run("TimeoutBoundsACallToAHungServer", func(t *testing.T) {
+		t.Parallel()
+		var rec recorder
+		ts := newServer(t, holdingHandler(t, &rec, nil))
+		const timeout = 500 * time.Millisecond
+		done := make(chan provider.Outcome, 1)
+		started := time.Now()
+		go func() { done <- send(t, ts.URL, timeout, message("msg-hung")) }()
+		select {
+		case out := <-done:
+			if took := time.Since(started); took < timeout {
+				t.Errorf("the call ended after %s, before its timeout of %s", took, timeout)
+			}
+			switch {
+			case out.Class == provider.Unknown && out.Reason == "TIMEOUT":
+			case out.Class == provider.NotSent && out.Reason == "CONNECT_TIMEOUT":
+			default:
+				t.Fatalf("outcome = %+v, want unknown TIMEOUT or not_sent CONNECT_TIMEOUT", out)
+			}
+		case <-time.After(timeout + waitLimit):
+			t.Fatalf("a call with a %s timeout still runs after %s", timeout, timeout+waitLimit)
+		}
 	})
 
 	t.Run("ResetAfterPartialHeadersIsUnknown", func(t *testing.T) {
 		t.Parallel()
 		var rec recorder
 		ts := newServer(t, hijackAndReset(t, &rec, "HTTP/1.1 200 OK\r\nContent-Type: applic"))
-		out := send(t, ts.URL, 2*time.Second, message("msg-reset-headers"))
+		out := send(t, ts.URL, callTimeout, message("msg-reset-headers"))
 		// A 2xx status line without its headers is not an answer.
 		wantOutcome(t, out, provider.Unknown, "CONNECTION_RESET")
 		rec.only(t)
@@ -453,7 +511,7 @@ func TestTransportFailures(t *testing.T) {
 		t.Parallel()
 		var rec recorder
 		ts := newServer(t, hijackAndReset(t, &rec, "HTTP/1.1 20"))
-		out := send(t, ts.URL, 2*time.Second, message("msg-reset-status"))
+		out := send(t, ts.URL, callTimeout, message("msg-reset-status"))
 		// The client sees either the reset or a truncated, malformed status
 		// line, depending on whether the bytes or the RST reach it first.
 		wantOutcome(t, out, provider.Unknown, "CONNECTION_RESET", "TRANSPORT_ERROR")
@@ -464,7 +522,7 @@ func TestTransportFailures(t *testing.T) {
 		t.Parallel()
 		var rec recorder
 		ts := newServer(t, hijackAndReset(t, &rec, ""))
-		out := send(t, ts.URL, 2*time.Second, message("msg-closed-fresh"))
+		out := send(t, ts.URL, callTimeout, message("msg-closed-fresh"))
 		wantOutcome(t, out, provider.Unknown, "CONNECTION_RESET")
 		rec.only(t)
 	})
@@ -504,7 +562,7 @@ func TestTransportFailures(t *testing.T) {
 		ts.Start()
 		t.Cleanup(ts.Close)
 
-		w := webhook.New(webhook.Config{URL: ts.URL, Timeout: 2 * time.Second})
+		w := webhook.New(webhook.Config{URL: ts.URL, Timeout: callTimeout})
 		wantOutcome(t, w.Send(context.Background(), message("msg-warm-up")), provider.Accepted)
 		out := w.Send(context.Background(), message("msg-no-replay"))
 		wantOutcome(t, out, provider.Unknown)
@@ -549,7 +607,7 @@ func TestTransportFailures(t *testing.T) {
 		}()
 		t.Cleanup(func() { ln.Close(); <-done })
 
-		out := send(t, "http://"+ln.Addr().String()+"/hook", 2*time.Second, message("msg-raw-close"))
+		out := send(t, "http://"+ln.Addr().String()+"/hook", callTimeout, message("msg-raw-close"))
 		if out.Class != provider.NotSent && out.Class != provider.Unknown {
 			t.Fatalf("outcome = %+v, want not_sent or unknown", out)
 		}
@@ -560,6 +618,71 @@ func TestTransportFailures(t *testing.T) {
 			t.Fatalf("listener accepted %d connections, want 1", accepted)
 		}
 	})
+}
+
+// holdingHandler records each request (read in full), signals entered and
+// then holds its answer until the client goes away or the test ends.
+func holdingHandler(t *testing.T, rec *recorder, entered chan<- struct{}) http.HandlerFunc {
+	// t.Context ends before any cleanup runs, so a handler whose client
+	// still waits (a failing test) is released before ts.Close waits for it.
+	release := t.Context().Done()
+	return func(w http.ResponseWriter, r *http.Request) {
+		rec.record(r)
+		select {
+		case entered <- struct{}{}:
+		default: // nobody waits for this one
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}
+}
+
+// deadlineCtx is a context whose deadline passes when the test says so:
+// Done closes and Err is context.DeadlineExceeded, as when a deadline
+// passes, but at a step of the call the test chooses (from an httptrace
+// hook), not after a wall-clock time a loaded machine may overrun.
+type deadlineCtx struct {
+	context.Context
+	once sync.Once
+	done chan struct{}
+}
+
+func newDeadlineCtx() *deadlineCtx {
+	return &deadlineCtx{Context: context.Background(), done: make(chan struct{})}
+}
+
+// expireOn makes the calls made with c run trace's hooks (after the
+// adapter's own).
+func (c *deadlineCtx) expireOn(trace *httptrace.ClientTrace) {
+	c.Context = httptrace.WithClientTrace(context.Background(), trace)
+}
+
+func (c *deadlineCtx) expire()               { c.once.Do(func() { close(c.done) }) }
+func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
+func (c *deadlineCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// sendCtx makes one call on ctx through a fresh adapter whose own Timeout is
+// never reached, and fails the test if the call outlives waitLimit.
+func sendCtx(t *testing.T, ctx context.Context, rawURL string, m provider.Message) provider.Outcome {
+	t.Helper()
+	done := make(chan provider.Outcome, 1)
+	go func() { done <- webhook.New(webhook.Config{URL: rawURL, Timeout: time.Hour}).Send(ctx, m) }()
+	select {
+	case out := <-done:
+		return out
+	case <-time.After(waitLimit):
+		t.Fatalf("the call did not end within %s of its deadline's step", waitLimit)
+		return provider.Outcome{}
+	}
 }
 
 // holdingListener accepts connections and holds them, silent, until the test ends.
@@ -646,12 +769,21 @@ func TestClassifyStatus(t *testing.T) {
 		{429, "soon", provider.NotSent, "HTTP_429", 0},
 		{429, now.Add(90 * time.Second).Format(http.TimeFormat), provider.NotSent, "HTTP_429", 90 * time.Second},
 		{429, now.Add(-time.Minute).Format(http.TimeFormat), provider.NotSent, "HTTP_429", 0},
-		// Absurd hints saturate instead of wrapping around int64 nanoseconds
-		// (1e10 s would wrap to a negative wait, 2e10 s to about 49 years).
-		{429, "10000000000", provider.NotSent, "HTTP_429", math.MaxInt64},
-		{429, "20000000000", provider.NotSent, "HTTP_429", math.MaxInt64},
-		{429, "99999999999999999999999", provider.NotSent, "HTTP_429", math.MaxInt64},
-		{429, now.AddDate(400, 0, 0).Format(http.TimeFormat), provider.NotSent, "HTTP_429", math.MaxInt64},
+		{429, "1.5", provider.NotSent, "HTTP_429", 0},
+		// A hint is honoured up to an hour (README), in either form.
+		{429, "3599", provider.NotSent, "HTTP_429", 3599 * time.Second},
+		{429, "3600", provider.NotSent, "HTTP_429", time.Hour},
+		{429, "3601", provider.NotSent, "HTTP_429", time.Hour},
+		{429, "86400", provider.NotSent, "HTTP_429", time.Hour},
+		{429, now.Add(59 * time.Minute).Format(http.TimeFormat), provider.NotSent, "HTTP_429", 59 * time.Minute},
+		{429, now.Add(61 * time.Minute).Format(http.TimeFormat), provider.NotSent, "HTTP_429", time.Hour},
+		// Absurd hints are capped too, never wrapped around int64
+		// nanoseconds (1e10 s would wrap to a negative wait).
+		{429, "10000000000", provider.NotSent, "HTTP_429", time.Hour},
+		{429, "20000000000", provider.NotSent, "HTTP_429", time.Hour},
+		{429, "99999999999999999999999", provider.NotSent, "HTTP_429", time.Hour},
+		{429, "-99999999999999999999999", provider.NotSent, "HTTP_429", 0},
+		{429, now.AddDate(400, 0, 0).Format(http.TimeFormat), provider.NotSent, "HTTP_429", time.Hour},
 		{400, "", provider.Permanent, "HTTP_400", 0},
 		{404, "", provider.Permanent, "HTTP_404", 0},
 		{410, "", provider.Permanent, "HTTP_410", 0},
@@ -712,4 +844,40 @@ func TestClassifyError(t *testing.T) {
 			t.Errorf("%s: ClassifyError(%v, %v) = %+v, want %+v", c.name, c.err, c.written, got, want)
 		}
 	}
+}
+
+// FuzzRetryAfter holds the Retry-After parsing to its contract for any
+// header value and status: no panic; a wait only on 429, never negative and
+// never above provider.MaxRetryAfter; a delta-seconds value under the cap
+// read exactly, and an HTTP-date ahead of now read as the time until it.
+// Seeds: testdata/fuzz/FuzzRetryAfter.
+func FuzzRetryAfter(f *testing.F) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	f.Add("120", 429)
+	f.Add(now.Add(90*time.Second).Format(http.TimeFormat), 429)
+	f.Add("7", 503)
+	f.Fuzz(func(t *testing.T, v string, code int) {
+		out := webhook.ClassifyStatus(code, v, now)
+		if code != http.StatusTooManyRequests {
+			if out.RetryAfter != 0 {
+				t.Fatalf("status %d with Retry-After %q: wait %v, want none", code, v, out.RetryAfter)
+			}
+			return
+		}
+		if out.Class != provider.NotSent || out.Reason != "HTTP_429" {
+			t.Fatalf("429: %+v, want not_sent HTTP_429", out)
+		}
+		if out.RetryAfter < 0 || out.RetryAfter > provider.MaxRetryAfter {
+			t.Fatalf("Retry-After %q: wait %v, outside 0..%v", v, out.RetryAfter, provider.MaxRetryAfter)
+		}
+		want := time.Duration(-1) // no exact expectation
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil && n < uint64(provider.MaxRetryAfter/time.Second) {
+			want = time.Duration(n) * time.Second
+		} else if at, err := http.ParseTime(v); err == nil && at.After(now) && at.Sub(now) < provider.MaxRetryAfter {
+			want = at.Sub(now)
+		}
+		if want >= 0 && out.RetryAfter != want {
+			t.Fatalf("Retry-After %q: wait %v, want %v", v, out.RetryAfter, want)
+		}
+	})
 }
