@@ -88,6 +88,44 @@ func intent(dedup string, mutate func(p *store.NotificationCreateParams)) store.
 	return p
 }
 
+func begin(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	return tx
+}
+
+// expectNoWake fails the test if anything committed so far woke lane: it
+// commits a NOTIFY on another lane's channel and waits until the store's
+// listener has passed it on. The listener reads notifications in commit
+// order, one at a time, so a NOTIFY of lane committed before the marker
+// (a wrong one sent outside the caller's transaction, say) has been passed
+// on by then.
+func expectNoWake(t *testing.T, s *Store, pool *pgxpool.Pool, lane heraldtype.Lane, what string) {
+	t.Helper()
+	marker := heraldtype.LaneInternal
+	if lane == marker {
+		t.Fatalf("the marker lane is %s itself", lane)
+	}
+	drain(s.Wakeups().C(marker))
+	if _, err := pool.Exec(context.Background(), `SELECT pg_notify($1, '')`, s.channels[marker]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Wakeups().C(marker):
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the listener did not pass on the marker NOTIFY within 10s")
+	}
+	select {
+	case <-s.Wakeups().C(lane):
+		t.Fatalf("lane %s was woken %s", lane, what)
+	default:
+	}
+}
+
 func createIn(t *testing.T, tx pgx.Tx, p store.NotificationCreateParams) store.NotificationCreateResult {
 	t.Helper()
 	res, err := CreateTx(context.Background(), tx, p)
@@ -107,11 +145,7 @@ func TestCreateTx(t *testing.T) {
 		wake := s.Wakeups().C(heraldtype.LaneTransactional)
 		waitFor(t, 5*time.Second, "the listener is connected", s.listening.Load)
 		drain(wake)
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
+		tx := begin(t, pool)
 		p := intent("booking-42:confirmed", nil)
 		if res := createIn(t, tx, p); res.Outcome != store.Created || res.ID != p.ID {
 			t.Fatalf("%+v, want Created %s", res, p.ID)
@@ -119,18 +153,14 @@ func TestCreateTx(t *testing.T) {
 		if _, err := s.NotificationGet(ctx, p.Tenant, p.ID); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("visible before the commit: %v", err)
 		}
-		select {
-		case <-wake:
-			t.Fatal("woken before the commit")
-		default:
-		}
+		expectNoWake(t, s, pool, heraldtype.LaneTransactional, "before the commit")
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case <-wake:
-		case <-time.After(5 * time.Second):
-			t.Fatal("the commit did not wake the lane")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the commit did not wake the lane within 10s")
 		}
 		v, err := s.NotificationGet(ctx, p.Tenant, p.ID)
 		if err != nil {
@@ -149,21 +179,23 @@ func TestCreateTx(t *testing.T) {
 	t.Run("RollbackLeavesNothing", func(t *testing.T) {
 		t.Parallel()
 		s, pool, _ := enqueueSetup(t)
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		waitFor(t, 10*time.Second, "the listener is connected", s.listening.Load)
+		drain(s.Wakeups().C(heraldtype.LaneTransactional))
+		tx := begin(t, pool)
 		p := intent("booking-43:confirmed", nil)
-		createIn(t, tx, p)
+		if res := createIn(t, tx, p); res.Outcome != store.Created {
+			t.Fatalf("%+v, want Created", res)
+		}
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.NotificationGet(ctx, p.Tenant, p.ID); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("after rollback: %v", err)
 		}
-		if n, _ := s.OutboxBacklog(ctx); n[heraldtype.LaneTransactional] != 0 {
-			t.Fatalf("%d outbox rows after rollback", n[heraldtype.LaneTransactional])
+		if n, err := s.OutboxBacklog(ctx); err != nil || n[heraldtype.LaneTransactional] != 0 {
+			t.Fatalf("backlog %v (%v) after rollback, want no transactional rows", n, err)
 		}
+		expectNoWake(t, s, pool, heraldtype.LaneTransactional, "by a rolled-back create")
 	})
 
 	t.Run("ScheduledSendWaitsForSendAt", func(t *testing.T) {
@@ -171,7 +203,7 @@ func TestCreateTx(t *testing.T) {
 		s, pool, _ := enqueueSetup(t)
 		at := time.Now().Add(20 * time.Hour).UTC().Truncate(time.Microsecond)
 		p := intent("booking-42:reminder-d1", func(p *store.NotificationCreateParams) { p.SendAt = &at })
-		tx, _ := pool.Begin(ctx)
+		tx := begin(t, pool)
 		createIn(t, tx, p)
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
@@ -180,8 +212,8 @@ func TestCreateTx(t *testing.T) {
 		if err != nil || v.SendAt == nil || !v.SendAt.Equal(at) || !v.Deliveries[0].AvailableAt.Equal(at) {
 			t.Fatalf("%v %+v", err, v)
 		}
-		if n, _ := s.OutboxBacklog(ctx); n[heraldtype.LaneTransactional] != 0 {
-			t.Fatalf("a scheduled row is due: %v", n)
+		if n, err := s.OutboxBacklog(ctx); err != nil || n[heraldtype.LaneTransactional] != 0 {
+			t.Fatalf("backlog %v (%v): a scheduled row is due", n, err)
 		}
 	})
 
@@ -189,7 +221,7 @@ func TestCreateTx(t *testing.T) {
 		t.Parallel()
 		_, pool, _ := enqueueSetup(t)
 		first := intent("booking-42:confirmed", nil)
-		tx, _ := pool.Begin(ctx)
+		tx := begin(t, pool)
 		createIn(t, tx, first)
 		// Again in the same transaction…
 		if res := createIn(t, tx, intent(first.DedupKey, nil)); res.Outcome != store.Deduplicated || res.ID != first.ID {
@@ -199,8 +231,7 @@ func TestCreateTx(t *testing.T) {
 			t.Fatal(err)
 		}
 		// …and in a later one.
-		tx, _ = pool.Begin(ctx)
-		defer tx.Rollback(ctx)
+		tx = begin(t, pool)
 		if res := createIn(t, tx, intent(first.DedupKey, nil)); res.Outcome != store.Deduplicated || res.ID != first.ID {
 			t.Fatalf("later transaction: %+v, want Deduplicated %s", res, first.ID)
 		}
@@ -224,8 +255,7 @@ func TestCreateTx(t *testing.T) {
 			t.Parallel()
 			_, pool, app := enqueueSetup(t)
 			holder := intent("booking-44:confirmed", nil)
-			tx1, _ := pool.Begin(ctx)
-			defer tx1.Rollback(ctx)
+			tx1 := begin(t, pool)
 			createIn(t, tx1, holder)
 			type result struct {
 				res store.NotificationCreateResult
@@ -249,7 +279,9 @@ func TestCreateTx(t *testing.T) {
 			// The second insert waits on the first one's row lock.
 			waitFor(t, 10*time.Second, "the second transaction waits for the first", func() bool {
 				var n int
-				_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
 				return n == 1
 			})
 			end := tx1.Rollback
@@ -259,7 +291,12 @@ func TestCreateTx(t *testing.T) {
 			if err := end(ctx); err != nil {
 				t.Fatal(err)
 			}
-			r := <-done
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the second transaction did not finish within 10s of the first one ending")
+			}
 			switch {
 			case r.err != nil:
 				t.Fatal(r.err)
