@@ -267,28 +267,34 @@ func TestWakeupsCrossStoresAndSurviveAListenerDrop(t *testing.T) {
 	appB := uniqueName("hb")
 	a := setup(t, url, Options{})
 	b := setup(t, appURL(url, appB), Options{})
-	wake := b.Wakeups().C(heraldtype.LaneAlert)
-	expectWake := func(what string) {
+	expectWake := func(lane heraldtype.Lane, what string) {
 		t.Helper()
 		select {
-		case <-wake:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: store b was not woken", what)
+		case <-b.Wakeups().C(lane):
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: store b's lane %s was not woken within 10s", what, lane)
 		}
 	}
-	waitFor(t, 5*time.Second, "b's listener is connected", b.listening.Load)
-	drain(wake)
+	waitFor(t, 10*time.Second, "b's listener is connected", b.listening.Load)
+	// The first connect wakes every lane, as every reconnect does.
+	for _, l := range heraldtype.Lanes {
+		expectWake(l, "the listener connected")
+	}
 	mustCreate(t, a, params(func(p *store.NotificationCreateParams) { p.Lane = heraldtype.LaneAlert }))
-	expectWake("NOTIFY from another store")
+	expectWake(heraldtype.LaneAlert, "NOTIFY from another store")
 
 	before := b.listenConns.Load()
 	if n := testpg.TerminateBackends(t, appB+" listener"); n != 1 {
 		t.Fatalf("terminated %d listener sessions, want 1", n)
 	}
 	waitFor(t, 10*time.Second, "b's listener reconnected", func() bool { return b.listenConns.Load() > before && b.listening.Load() })
-	drain(wake)
+	// Notifications sent while nobody listened are lost: the reconnect wakes
+	// every lane.
+	for _, l := range heraldtype.Lanes {
+		expectWake(l, "the listener reconnected")
+	}
 	mustCreate(t, a, params(func(p *store.NotificationCreateParams) { p.Lane = heraldtype.LaneAlert }))
-	expectWake("NOTIFY after the listener reconnected")
+	expectWake(heraldtype.LaneAlert, "NOTIFY after the listener reconnected")
 }
 
 func TestCreatesInsideTheNotifyIntervalShareATrailingNotify(t *testing.T) {
@@ -401,8 +407,8 @@ func TestWritesFailLoudly(t *testing.T) {
 		// The pool's only connection is dead. Whatever the write reports
 		// must be true: an error, or a notification that is there.
 		p := params(nil)
-		res, err := s.NotificationCreate(context.Background(), p)
-		if err == nil {
+		res, firstErr := s.NotificationCreate(context.Background(), p)
+		if firstErr == nil {
 			if res.Outcome != store.Created {
 				t.Fatalf("outcome %v", res.Outcome)
 			}
@@ -410,10 +416,27 @@ func TestWritesFailLoudly(t *testing.T) {
 				t.Fatalf("reported Created, but: %v", err)
 			}
 		}
-		// The retry (same key) succeeds on a new connection and agrees.
-		res, err = s.NotificationCreate(context.Background(), p)
-		if err != nil || (res.Outcome != store.Created && res.Outcome != store.Replayed) {
-			t.Fatalf("retry: %v (%v)", res.Outcome, err)
+		// The retry (same key) succeeds on a new connection and agrees: a
+		// write that reported Created is replayed; after an error either
+		// outcome is true, whether or not the first write committed.
+		res, err := s.NotificationCreate(context.Background(), p)
+		switch {
+		case err != nil:
+			t.Fatalf("retry: %v", err)
+		case firstErr == nil && res.Outcome != store.Replayed:
+			t.Fatalf("retry after Created: %v, want Replayed", res.Outcome)
+		case res.Outcome != store.Created && res.Outcome != store.Replayed:
+			t.Fatalf("retry after %v: %v, want Created or Replayed", firstErr, res.Outcome)
+		}
+		if string(res.Response) != string(p.Response) {
+			t.Fatalf("retry answered %q, want %q", res.Response, p.Response)
+		}
+		if _, err := s.NotificationGet(context.Background(), "t1", p.ID); err != nil {
+			t.Fatalf("after the retry: %v", err)
+		}
+		// Once one write reported Created, every later one is a replay.
+		if res, err := s.NotificationCreate(context.Background(), p); err != nil || res.Outcome != store.Replayed {
+			t.Fatalf("second retry: %v (%v), want Replayed", res.Outcome, err)
 		}
 	})
 }
