@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,10 +46,13 @@ func setup(t *testing.T) bundle {
 	}
 	t.Cleanup(func() { s.Close() })
 	tmpl := map[string]config.Template{"webhook": {Title: "t", Body: "b"}}
-	cat, _ := catalog.New([]config.Kind{
+	cat, err := catalog.New([]config.Kind{
 		{Name: "pay", Category: "transactional", Channels: []string{"webhook"}, Templates: tmpl},
 		{Name: "promo", Category: "marketing", Channels: []string{"webhook"}, Templates: tmpl},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := bundle{store: s, clk: clk, sim: sim.New(sim.Config{}), reg: provider.NewRegistry(), cat: cat, alerts: &alert.Recorder{}, ctx: context.Background()}
 	b.reg.Register(heraldtype.ChannelWebhook, "sim", b.sim)
 	return b
@@ -57,8 +62,12 @@ func (b bundle) sender(hooks sender.Hooks) *sender.Sender {
 	return b.senderOn(b.store, hooks)
 }
 
+// senderOn is the one sender on s. A failing store call is given up after
+// 100 ms (5 s in production), so a test of failed attempts does not wait
+// out the real retry budget on every attempt.
 func (b bundle) senderOn(s sender.Store, hooks sender.Hooks) *sender.Sender {
-	return sender.New(sender.Config{Store: s, Providers: b.reg, Catalog: b.cat, Clock: b.clk, Owner: "test", Hooks: hooks, Alerts: b.alerts})
+	return sender.New(sender.Config{Store: s, Providers: b.reg, Catalog: b.cat, Clock: b.clk, Owner: "test", Hooks: hooks,
+		Alerts: b.alerts, StoreRetry: 100 * time.Millisecond})
 }
 
 func (b bundle) claimer(lane heraldtype.Lane, out store.Outbox, snd dispatch.Sender, concurrency int) *dispatch.Claimer {
@@ -81,22 +90,59 @@ func (b bundle) notify(t *testing.T, kind string, lane heraldtype.Lane) string {
 	return id
 }
 
-// run starts c and returns a function that stops it and waits.
-func run(c *dispatch.Claimer) (stop func()) {
+// patience bounds every wait of these tests: generous for a loaded 2-core
+// machine under the race detector, and still a failure with a message
+// instead of a run that hangs.
+const patience = 30 * time.Second
+
+// start runs fn in the background and returns a function that cancels its
+// context and waits for it to return; the test's cleanup calls it too.
+func start(t *testing.T, fn func(ctx context.Context)) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	return func() { cancel(); <-done }
+	go func() { defer close(done); fn(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(patience):
+				t.Errorf("still running %s after it was stopped", patience)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// run starts c; stop stops it and waits.
+func run(t *testing.T, c *dispatch.Claimer) (stop func()) {
+	t.Helper()
+	return start(t, c.Run)
+}
+
+// recv waits for a value on ch, or fails the test saying what it waited for.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(patience):
+		t.Fatalf("timed out after %s waiting for %s", patience, what)
+		panic("unreachable")
+	}
 }
 
 // eventually polls cond until it holds; it waits for background work, it is
 // not used to order a race.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(patience)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %s waiting for %s", patience, what)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -115,7 +161,7 @@ func TestClaimerSendsAndCompletes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	log := &settleLog{Outbox: b.store}
-	stop := run(b.claimer(heraldtype.LaneTransactional, log, b.sender(sender.Hooks{}), 4))
+	stop := run(t, b.claimer(heraldtype.LaneTransactional, log, b.sender(sender.Hooks{}), 4))
 	defer stop()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
 	eventually(t, "outbox DONE", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
@@ -165,19 +211,22 @@ func TestStalledClaimerIsFencedAndAnotherTakesTheRow(t *testing.T) {
 	stalled := make(chan struct{})
 	resume := make(chan struct{})
 	a := &settleLog{Outbox: b.store}
-	stopA := run(b.claimer(heraldtype.LaneTransactional, a, b.sender(sender.Hooks{AfterPeek: func(context.Context, heraldtype.Job) {
+	stopA := run(t, b.claimer(heraldtype.LaneTransactional, a, b.sender(sender.Hooks{AfterPeek: func(ctx context.Context, _ heraldtype.Job) {
 		close(stalled)
-		<-resume // claimer A stalls past its lease here (a GC pause, a frozen VM)
+		select { // claimer A stalls past its lease here (a GC pause, a frozen VM)
+		case <-resume:
+		case <-ctx.Done(): // the test ended early
+		}
 	}}), 1))
 	defer stopA()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
-	<-stalled
+	recv(t, stalled, "claimer A to take the row")
 
 	b.clk.Advance(2 * time.Minute) // A's lease runs out
 	if n, err := b.store.OutboxReclaimExpired(b.ctx); err != nil || n != 1 {
 		t.Fatalf("reclaimed %d (%v)", n, err)
 	}
-	stopB := run(b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 1))
+	stopB := run(t, b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 1))
 	defer stopB()
 	eventually(t, "claimer B to send and settle", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
 
@@ -205,7 +254,7 @@ func TestDefiniteNonSendIsRetriedThroughTheOutbox(t *testing.T) {
 		}
 		return provider.Outcome{}
 	})
-	stop := run(b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 2))
+	stop := run(t, b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 2))
 	defer stop()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
 	eventually(t, "RETRY_WAIT", func() bool {
@@ -233,7 +282,7 @@ func (failingClaims) DeliveryClaim(context.Context, store.DeliveryClaimParams) (
 func TestTransientFailuresBackOffThenFail(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	stop := run(b.claimer(heraldtype.LaneTransactional, b.store, b.senderOn(failingClaims{b.store}, sender.Hooks{}), 1))
+	stop := run(t, b.claimer(heraldtype.LaneTransactional, b.store, b.senderOn(failingClaims{b.store}, sender.Hooks{}), 1))
 	defer stop()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
 	for attempt := 1; attempt < 3; attempt++ {
@@ -284,15 +333,17 @@ func TestABlockedLaneDoesNotDelayAnother(t *testing.T) {
 		return provider.Outcome{}
 	})
 	snd := b.sender(sender.Hooks{})
-	b.store.ProfilePut(b.ctx, store.Profile{Tenant: "t1", Recipient: "r1", Consent: map[heraldtype.Channel]bool{heraldtype.ChannelWebhook: true}})
-	stopM := run(b.claimer(heraldtype.LaneMarketing, b.store, snd, 1))
+	if err := b.store.ProfilePut(b.ctx, store.Profile{Tenant: "t1", Recipient: "r1", Consent: map[heraldtype.Channel]bool{heraldtype.ChannelWebhook: true}}); err != nil {
+		t.Fatal(err)
+	}
+	stopM := run(t, b.claimer(heraldtype.LaneMarketing, b.store, snd, 1))
 	defer stopM()
-	stopT := run(b.claimer(heraldtype.LaneTransactional, b.store, snd, 1))
+	stopT := run(t, b.claimer(heraldtype.LaneTransactional, b.store, snd, 1))
 	defer stopT()
 	defer close(release) // runs first: unblock the campaign before stopping
 	b.notify(t, "promo", heraldtype.LaneMarketing)
 	b.notify(t, "promo", heraldtype.LaneMarketing)
-	<-stuck // the marketing lane's only slot is now taken
+	recv(t, stuck, "the campaign's call to hang") // the marketing lane's only slot is now taken
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
 	eventually(t, "the payment to be sent past the stuck campaign", func() bool {
 		return b.entry(t, id).OutboxState == heraldtype.OutboxDone
@@ -304,6 +355,9 @@ func TestShutdownFinishesInFlightSends(t *testing.T) {
 	b := setup(t)
 	inCall := make(chan struct{})
 	finish := make(chan struct{})
+	var finishOnce sync.Once
+	letFinish := func() { finishOnce.Do(func() { close(finish) }) }
+	t.Cleanup(letFinish)
 	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
 		close(inCall)
 		<-finish
@@ -312,22 +366,81 @@ func TestShutdownFinishesInFlightSends(t *testing.T) {
 		}
 		return provider.Outcome{}
 	})
+	claims := &heldClaims{Outbox: b.store, holding: make(chan struct{}, 1), released: make(chan struct{}, 1)}
+	c := b.claimer(heraldtype.LaneTransactional, claims, b.sender(sender.Hooks{}), 2)
 	ctx, cancel := context.WithCancel(context.Background())
-	c := b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 1)
+	defer cancel()
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
-	<-inCall
+	recv(t, inCall, "the provider call")
+	// A slot is still free, so the claim loop keeps asking for rows; the
+	// next ask is held until the shutdown.
+	claims.hold.Store(true)
+	recv(t, claims.holding, "the claim loop's next claim")
 	cancel() // SIGTERM while the provider call is in flight
+	recv(t, claims.released, "the claim loop to see the shutdown")
+	// The claim loop has stopped; a Run that did not wait for its sends
+	// would return within microseconds. Give it far more than that.
 	select {
 	case <-done:
 		t.Fatal("Run returned before the in-flight send finished")
-	default:
+	case <-time.After(200 * time.Millisecond):
 	}
-	close(finish)
-	<-done
+	letFinish()
+	recv(t, done, "Run to return after the send finished")
 	e := b.entry(t, id)
 	if e.OutboxState != heraldtype.OutboxDone || e.Delivery.State != heraldtype.DeliveryProviderAccepted {
 		t.Fatalf("after drain: outbox %s delivery %+v", e.OutboxState, e.Delivery)
+	}
+}
+
+// heldClaims holds an outbox claim, once hold is set, until the claimer's
+// context ends: it tells the test where the claim loop is when shutdown
+// comes (holding) and when the loop has seen it (released).
+type heldClaims struct {
+	store.Outbox
+	hold              atomic.Bool
+	holding, released chan struct{}
+}
+
+func (h *heldClaims) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	if !h.hold.Load() {
+		return h.Outbox.OutboxClaim(ctx, p)
+	}
+	h.holding <- struct{}{}
+	<-ctx.Done()
+	h.released <- struct{}{}
+	return nil, ctx.Err()
+}
+
+// The fifth failed attempt on a row raises DISPATCH_RETRYING, once, with the
+// row's message id and tenant (README: alerts carry the tenant).
+func TestFifthFailedAttemptAlertsWithTheTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stop := run(t, dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Sender: b.senderOn(failingClaims{b.store}, sender.Hooks{}), Owner: "c", Concurrency: 1, Lease: time.Minute,
+		PollInterval: 5 * time.Millisecond, MaxAttempts: 10, Alerts: b.alerts,
+	}))
+	defer stop()
+	id := b.notify(t, "pay", heraldtype.LaneTransactional)
+	for attempt := 1; attempt <= dispatch.AlertAfterAttempts; attempt++ {
+		if got := b.alerts.Alerts(); len(got) != 0 {
+			t.Fatalf("alerts before attempt %d: %+v", attempt, got)
+		}
+		want := b.clk.Now().Add(dispatch.Backoff(attempt))
+		eventually(t, fmt.Sprintf("attempt %d to back off", attempt), func() bool {
+			e := b.entry(t, id)
+			return e.OutboxState == heraldtype.OutboxPending && e.AvailableAt.Equal(want)
+		})
+		b.clk.Advance(dispatch.Backoff(attempt))
+	}
+	eventually(t, "the alert", func() bool { return len(b.alerts.Alerts()) > 0 })
+	want := alert.Alert{Kind: alert.DispatchSlow, MessageID: store.MessageID(id, heraldtype.ChannelWebhook), Tenant: "t1",
+		Reason: heraldtype.ReasonStoreUnavailable}
+	if got := b.alerts.Alerts(); len(got) != 1 || got[0] != want {
+		t.Fatalf("alerts %+v, want [%+v]", got, want)
 	}
 }

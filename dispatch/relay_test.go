@@ -53,18 +53,16 @@ func (b bundle) relay(pub dispatch.Publisher, hooks dispatch.RelayHooks) *dispat
 	})
 }
 
-func runRelay(r *dispatch.Relay) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
-	return func() { cancel(); <-done }
+func runRelay(t *testing.T, r *dispatch.Relay) (stop func()) {
+	t.Helper()
+	return start(t, r.Run)
 }
 
 func TestRelayMarksConfirmedRowsPublished(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pub := &fakePublisher{published: map[string]int{}}
-	stop := runRelay(b.relay(pub, dispatch.RelayHooks{}))
+	stop := runRelay(t, b.relay(pub, dispatch.RelayHooks{}))
 	defer stop()
 	var idsN []string
 	for range 20 {
@@ -94,7 +92,7 @@ func TestRelayReturnsUnconfirmedRowsToPending(t *testing.T) {
 			b := setup(t)
 			settled := make(chan struct{}, 1)
 			pub := &fakePublisher{published: map[string]int{}, outcome: func(heraldtype.Job) error { return c.err }}
-			stop := runRelay(b.relay(pub, dispatch.RelayHooks{AfterSettle: func(published, retried int) {
+			stop := runRelay(t, b.relay(pub, dispatch.RelayHooks{AfterSettle: func(published, retried int) {
 				if retried > 0 {
 					select {
 					case settled <- struct{}{}:
@@ -103,19 +101,28 @@ func TestRelayReturnsUnconfirmedRowsToPending(t *testing.T) {
 				}
 			}}))
 			id := b.notify(t, "pay", heraldtype.LaneTransactional)
-			<-settled
+			recv(t, settled, "the unconfirmed batch to be settled")
 			stop()
 			e := b.entry(t, id)
 			if e.OutboxState != heraldtype.OutboxPending || !e.AvailableAt.Equal(b.clk.Now().Add(c.wantDelay)) {
 				t.Fatalf("outbox %s due %s, want PENDING due in %s", e.OutboxState, e.AvailableAt, c.wantDelay)
 			}
-			rows, _ := b.store.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "x", Limit: 1, Lease: time.Minute})
-			b.clk.Advance(c.wantDelay)
-			if len(rows) == 0 {
-				rows, _ = b.store.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "x", Limit: 1, Lease: time.Minute})
+			claim := func() []store.Claimed {
+				t.Helper()
+				rows, err := b.store.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "x", Limit: 1, Lease: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rows
 			}
-			if len(rows) != 1 || rows[0].Attempts != c.wantAttempts {
-				t.Fatalf("claimed %+v, want attempts %d", rows, c.wantAttempts)
+			if c.wantDelay > 0 {
+				if rows := claim(); len(rows) != 0 {
+					t.Fatalf("claimed %+v before its backoff of %s passed", rows, c.wantDelay)
+				}
+				b.clk.Advance(c.wantDelay)
+			}
+			if rows := claim(); len(rows) != 1 || rows[0].Attempts != c.wantAttempts {
+				t.Fatalf("claimed %+v, want one row with attempts %d", rows, c.wantAttempts)
 			}
 		})
 	}
@@ -130,8 +137,8 @@ func TestTwoRelaysPublishDisjointRows(t *testing.T) {
 	for range 60 {
 		idsN = append(idsN, b.notify(t, "pay", heraldtype.LaneTransactional))
 	}
-	stop1 := runRelay(b.relay(pub1, dispatch.RelayHooks{}))
-	stop2 := runRelay(b.relay(pub2, dispatch.RelayHooks{}))
+	stop1 := runRelay(t, b.relay(pub1, dispatch.RelayHooks{}))
+	stop2 := runRelay(t, b.relay(pub2, dispatch.RelayHooks{}))
 	for _, id := range idsN {
 		eventually(t, "PUBLISHED", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
 	}
@@ -142,5 +149,128 @@ func TestTwoRelaysPublishDisjointRows(t *testing.T) {
 		if n := pub1.count(m) + pub2.count(m); n != 1 {
 			t.Fatalf("%s published %d times by the two relays", m, n)
 		}
+	}
+}
+
+// gatedPublisher publishes at once and holds each batch's confirms until
+// the test releases them, one batch per receive from release. It counts the
+// batches published and the waits for confirms under way.
+type gatedPublisher struct {
+	release chan struct{}
+	closed  chan struct{} // closed by unblock: every wait returns
+	changed chan struct{} // poked on every change
+
+	mu                           sync.Mutex
+	published, waiting, maxWaits int
+}
+
+func newGatedPublisher() *gatedPublisher {
+	return &gatedPublisher{release: make(chan struct{}), closed: make(chan struct{}), changed: make(chan struct{}, 1)}
+}
+
+// unblock confirms every batch from now on.
+func (p *gatedPublisher) unblock() { close(p.closed) }
+
+func (p *gatedPublisher) Ready(context.Context) error { return nil }
+
+func (p *gatedPublisher) Publish(_ context.Context, _ heraldtype.Lane, jobs []heraldtype.Job) dispatch.Confirms {
+	p.update(func() { p.published++ })
+	return gatedConfirms{p, len(jobs)}
+}
+
+func (p *gatedPublisher) update(f func()) {
+	p.mu.Lock()
+	f()
+	p.maxWaits = max(p.maxWaits, p.waiting)
+	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+// await waits until the publisher has published at least published batches
+// and at least waiting of them are awaiting their confirms.
+func (p *gatedPublisher) await(t *testing.T, published, waiting int) {
+	t.Helper()
+	deadline := time.After(patience)
+	for {
+		p.mu.Lock()
+		pub, w := p.published, p.waiting
+		p.mu.Unlock()
+		if pub >= published && w >= waiting {
+			return
+		}
+		select {
+		case <-p.changed:
+		case <-deadline:
+			t.Fatalf("timed out after %s waiting for %d batches published and %d awaiting confirms; have %d and %d",
+				patience, published, waiting, pub, w)
+		}
+	}
+}
+
+type gatedConfirms struct {
+	p *gatedPublisher
+	n int
+}
+
+func (c gatedConfirms) Wait() []error {
+	c.p.update(func() { c.p.waiting++ })
+	select {
+	case <-c.p.release:
+	case <-c.p.closed:
+	}
+	c.p.update(func() { c.p.waiting-- })
+	return make([]error, c.n) // all confirmed
+}
+
+// Up to InFlight batches await their confirms at once while the next batch
+// is claimed and published (README: relay_in_flight, default 4), and never
+// more.
+func TestRelayKeepsInFlightBatchesAwaitingConfirmsAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name             string
+		inFlight, expect int
+	}{
+		{"Configured", 2, 2},
+		{"Default", 0, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			total := 3 * c.expect
+			var idsN []string
+			for range total {
+				idsN = append(idsN, b.notify(t, "pay", heraldtype.LaneTransactional))
+			}
+			pub := newGatedPublisher()
+			runRelay(t, dispatch.NewRelay(dispatch.RelayConfig{
+				Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+				Publisher: pub, Owner: "relay", BatchSize: 1, InFlight: c.inFlight, Lease: time.Minute,
+				PollInterval: 5 * time.Millisecond, Alerts: b.alerts,
+			}))
+			t.Cleanup(pub.unblock) // runs before the relay is stopped, so a failed test still stops it
+			// Release one batch's confirms at a time; each time, the relay
+			// fills its window again and publishes the next batch ahead.
+			for released := 0; released < total; released++ {
+				pub.await(t, min(c.expect+1+released, total), min(c.expect, total-released))
+				select {
+				case pub.release <- struct{}{}:
+				case <-time.After(patience):
+					t.Fatalf("no batch awaiting its confirms after %d released", released)
+				}
+			}
+			for _, id := range idsN {
+				eventually(t, "PUBLISHED", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
+			}
+			pub.mu.Lock()
+			defer pub.mu.Unlock()
+			if pub.maxWaits != c.expect || pub.published != total {
+				t.Fatalf("%d batches published, at most %d awaiting confirms at once; want %d and %d",
+					pub.published, pub.maxWaits, total, c.expect)
+			}
+		})
 	}
 }
