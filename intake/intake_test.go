@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -38,12 +39,14 @@ type bundle struct {
 	client *http.Client
 	app    *app.App
 	dbPath string
+	clock  *clock.Fake
+	cfg    *config.Config
 }
 
 // setup builds the app on config.Dev() (plus a second tenant) and a SQLite
-// file in t.TempDir(), and serves its router. Nothing claims or sends: the
-// app is never Run, so every delivery stays as intake left it.
-func setup(t *testing.T) *bundle {
+// file in a temporary directory, and serves its router. Nothing claims or
+// sends: the app is never Run, so every delivery stays as intake left it.
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	dbPath := filepath.Join(t.TempDir(), "herald.db")
 	cfg := config.Dev()
@@ -53,17 +56,24 @@ func setup(t *testing.T) *bundle {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config: %v", err)
 	}
+	clk := clock.NewFake(now)
 	a, err := app.New(context.Background(), cfg, app.Options{
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
-		Clock:  clock.NewFake(now),
+		Clock:  clk,
 	})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
-	t.Cleanup(func() { _ = a.Close() })
+	t.Cleanup(func() {
+		if err := a.Close(); err != nil {
+			t.Errorf("close the app: %v", err)
+		}
+	})
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close) // runs before a.Close
-	return &bundle{url: srv.URL, client: srv.Client(), app: a, dbPath: dbPath}
+	client := srv.Client()
+	client.Timeout = 30 * time.Second // a hung request fails its test
+	return &bundle{url: srv.URL, client: client, app: a, dbPath: dbPath, clock: clk, cfg: cfg}
 }
 
 // request is one API call.
@@ -200,19 +210,43 @@ func (b *bundle) notification(t *testing.T, apiKey, id string) notification {
 	return n
 }
 
-// countNotifications counts rows straight from the SQLite file, read-only.
-func (b *bundle) countNotifications(t *testing.T) int {
+// writtenTables are the tables a request to intake could write.
+var writtenTables = []string{"notifications", "outbox", "idempotency_keys", "deliveries", "delivery_attempts"}
+
+// countRows counts the rows of writtenTables straight from the SQLite file,
+// read-only.
+func (b *bundle) countRows(t *testing.T) map[string]int {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+b.dbPath+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM notifications`).Scan(&n); err != nil {
-		t.Fatalf("count notifications: %v", err)
+	counts := map[string]int{}
+	for _, table := range writtenTables {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM ` + table).Scan(&n); err != nil {
+			t.Fatalf("count %s: %v", table, err)
+		}
+		counts[table] = n
 	}
-	return n
+	return counts
+}
+
+// countNotifications counts the notification rows in the SQLite file.
+func (b *bundle) countNotifications(t *testing.T) int {
+	t.Helper()
+	return b.countRows(t)["notifications"]
+}
+
+// wantNothingWritten asserts that no table intake writes holds a row.
+func (b *bundle) wantNothingWritten(t *testing.T) {
+	t.Helper()
+	for table, n := range b.countRows(t) {
+		if n != 0 {
+			t.Errorf("%d rows in %s for a refused request", n, table)
+		}
+	}
 }
 
 // payment is a valid payment.approved body (channels webhook and push).
@@ -354,9 +388,7 @@ func TestPostNotification(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			wantProblem(t, b.post(t, keyA, "k-1", tc.body), http.StatusBadRequest)
-			if n := b.countNotifications(t); n != 0 {
-				t.Errorf("%d notifications written for a refused request", n)
-			}
+			b.wantNothingWritten(t)
 		})
 	}
 
@@ -424,9 +456,7 @@ func TestPostNotification(t *testing.T) {
 			if !strings.Contains(p.Detail, tc.detail) {
 				t.Errorf("detail %q does not mention %q", p.Detail, tc.detail)
 			}
-			if n := b.countNotifications(t); n != 0 {
-				t.Errorf("%d notifications written for a refused request", n)
-			}
+			b.wantNothingWritten(t)
 		})
 	}
 
@@ -436,9 +466,7 @@ func TestPostNotification(t *testing.T) {
 		big := `{"recipient":"user-1","event_id":"evt-1","kind":"payment.approved","params":{"amount":1,"merchant":"` +
 			strings.Repeat("m", intake.MaxBody) + `"}}`
 		wantProblem(t, b.post(t, keyA, "k-1", big), http.StatusRequestEntityTooLarge)
-		if n := b.countNotifications(t); n != 0 {
-			t.Errorf("%d notifications written for a refused request", n)
-		}
+		b.wantNothingWritten(t)
 	})
 
 	t.Run("BodyJustUnder64KiBIsAccepted", func(t *testing.T) {
@@ -613,6 +641,45 @@ func TestPostNotificationIdempotency(t *testing.T) {
 	})
 }
 
+// TestIdempotencyKeyIsRememberedForItsTTL holds the README's "Keys are
+// remembered for 24 hours" (idempotency_ttl, by default 24h) on the app's
+// clock: a key replays its first answer until the TTL has passed, and is a
+// new request from then on.
+func TestIdempotencyKeyIsRememberedForItsTTL(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ttl := b.cfg.IdempotencyTTL.D()
+	if ttl != 24*time.Hour {
+		t.Fatalf("idempotency_ttl = %s by default, want 24h as the README says", ttl)
+	}
+	changed := strings.Replace(payment, `"amount":12000`, `"amount":12001`, 1)
+	first := b.post(t, keyA, "k-1", payment)
+	id := accepted(t, first)
+
+	b.clock.Advance(ttl - time.Millisecond)
+	again := b.post(t, keyA, "k-1", payment)
+	if got := accepted(t, again); got != id || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("just before the TTL: id %s replayed %q, want the first answer %s replayed", got, again.header.Get("Idempotent-Replayed"), id)
+	}
+	wantProblem(t, b.post(t, keyA, "k-1", changed), http.StatusConflict)
+
+	b.clock.Advance(time.Millisecond)
+	later := b.post(t, keyA, "k-1", changed)
+	newID := accepted(t, later)
+	if newID == id || later.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("once the TTL passed: id %s (first %s), replayed %q; want a new notification", newID, id, later.header.Get("Idempotent-Replayed"))
+	}
+	if n := b.countNotifications(t); n != 2 {
+		t.Errorf("notifications = %d, want 2", n)
+	}
+	// The key now holds the new request, for a TTL of its own.
+	b.clock.Advance(ttl - time.Millisecond)
+	if got := accepted(t, b.post(t, keyA, "k-1", changed)); got != newID {
+		t.Errorf("the key's new answer: id %s, want %s", got, newID)
+	}
+	wantProblem(t, b.post(t, keyA, "k-1", payment), http.StatusConflict)
+}
+
 func TestStoreUnavailable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -624,13 +691,23 @@ func TestStoreUnavailable(t *testing.T) {
 		t.Fatalf("close store: %v", err)
 	}
 
+	// README: "503 (application/problem+json, Retry-After: 1) for any
+	// request it could not commit, and nothing of it is written".
 	r := b.post(t, keyA, "k-2", payment)
 	wantProblem(t, r, http.StatusServiceUnavailable)
-	if r.header.Get("Retry-After") == "" {
-		t.Error("503 without Retry-After")
+	if got := r.header.Values("Retry-After"); len(got) != 1 || got[0] != "1" {
+		t.Errorf("Retry-After = %q, want [\"1\"]", got)
 	}
 	// A replay cannot be answered either: the store holds the first answer.
-	wantProblem(t, b.post(t, keyA, "k-1", payment), http.StatusServiceUnavailable)
+	r = b.post(t, keyA, "k-1", payment)
+	wantProblem(t, r, http.StatusServiceUnavailable)
+	if got := r.header.Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After = %q on the replay, want 1", got)
+	}
+	want := map[string]int{"notifications": 1, "outbox": 2, "idempotency_keys": 1, "deliveries": 0, "delivery_attempts": 0}
+	if got := b.countRows(t); !maps.Equal(got, want) {
+		t.Errorf("rows after the 503s: %v, want only the first request's %v", got, want)
+	}
 	wantProblem(t, b.get(t, keyA, "/v1/notifications/"+id), http.StatusServiceUnavailable)
 	wantProblem(t, b.get(t, "", "/readyz"), http.StatusServiceUnavailable)
 	// The process is alive even though the store is not.
