@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"runtime"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,45 +11,6 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
-
-// holdPipeline makes s's only pipeline worker wait until release is called,
-// so that the statements queued meanwhile share its next batch.
-func holdPipeline(t *testing.T, s *Store) (release func()) {
-	t.Helper()
-	ctx := context.Background()
-	took := make(chan struct{}, 1)
-	s.pipe.taken = func(int) {
-		select {
-		case took <- struct{}{}:
-		default:
-		}
-	}
-	holder, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(4343)`); err != nil {
-		t.Fatal(err)
-	}
-	blocked := make(chan error, 1)
-	go func() {
-		_, err := s.pipe.Exec(ctx, `SELECT pg_advisory_lock(4343), pg_advisory_unlock(4343)`)
-		blocked <- err
-	}()
-	<-took
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			holder.Exec(ctx, `SELECT pg_advisory_unlock(4343)`)
-			holder.Release()
-			if err := <-blocked; err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	t.Cleanup(release)
-	return release
-}
 
 // Creates waiting in one batch run as one merged statement, and each request
 // gets exactly what it would have got alone: new ones (one channel, two,
@@ -103,20 +64,19 @@ func TestMergedCreatesMatchSingleOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	release := holdPipeline(t, s)
+	queued, release := hold(t, s.pipe, s.pool, 4343)
 	results := make([]store.NotificationCreateResult, len(batch))
 	errs := make([]error, len(batch))
-	var wg sync.WaitGroup
+	done := make(chan struct{}, len(batch))
 	for i, c := range batch {
-		wg.Add(1)
-		go func() { defer wg.Done(); results[i], errs[i] = s.NotificationCreate(ctx, c.p) }()
+		go func() { results[i], errs[i] = s.NotificationCreate(ctx, c.p); done <- struct{}{} }()
 		// Queue them in order: the second dedup request must come second.
-		for len(s.pipe.ops) < i+1 {
-			runtime.Gosched()
-		}
+		receive(t, queued, fmt.Sprintf("create %q was queued", c.name))
 	}
 	release()
-	wg.Wait()
+	for _, c := range batch {
+		receive(t, done, fmt.Sprintf("a create returned (%s among them)", c.name))
+	}
 
 	mu.Lock()
 	if len(merged) == 0 || merged[0] != len(batch) {
@@ -192,25 +152,20 @@ func TestMergedCreatesWithOneKeyFallBackToSingles(t *testing.T) {
 		default:
 		}
 	}
-	release := holdPipeline(t, s)
+	queued, release := hold(t, s.pipe, s.pool, 4343)
 	const n = 4
 	results := make([]store.NotificationCreateResult, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
+	wait := queue(t, queued, n, func(i int) {
 		// One key and request, each with its own notification id, as a client
 		// retrying a request whose first answer it never got sends it.
 		p := params(func(p *store.NotificationCreateParams) {
 			p.IdempotencyKey, p.Response = key.IdempotencyKey, key.Response
 		})
-		go func() { defer wg.Done(); results[i], errs[i] = s.NotificationCreate(ctx, p) }()
-	}
-	for len(s.pipe.ops) < n {
-		runtime.Gosched()
-	}
+		results[i], errs[i] = s.NotificationCreate(ctx, p)
+	})
 	release()
-	wg.Wait()
+	wait()
 	created := 0
 	for i := range n {
 		if errs[i] != nil {

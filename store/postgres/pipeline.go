@@ -56,9 +56,11 @@ type pipeline struct {
 	maxBatch int
 	timeout  time.Duration
 
-	// taken, when set (tests), is told the size of each batch a worker takes;
-	// merged, the number of statements each merged statement stands for;
-	// rerun, the size of each batch rerun statement by statement.
+	// queued, when set (tests), is called for each statement queued;
+	// taken is told the size of each batch a worker takes; merged, the
+	// number of statements each merged statement stands for; rerun, the size
+	// of each batch rerun statement by statement.
+	queued func()
 	taken  func(n int)
 	merged func(n int)
 	rerun  func(n int)
@@ -143,6 +145,9 @@ func (p *pipeline) do(op *pipeOp) error {
 	op.done = make(chan struct{})
 	select {
 	case p.ops <- op:
+		if p.queued != nil {
+			p.queued()
+		}
 	case <-op.ctx.Done():
 		return op.ctx.Err()
 	case <-p.quit:

@@ -3,9 +3,10 @@ package postgres
 import (
 	"context"
 	"errors"
-	"runtime"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,8 +15,9 @@ import (
 )
 
 // heldPipeline returns a one-worker pipeline whose worker is busy until
-// release is called, so the statements queued meanwhile share one batch.
-func heldPipeline(t *testing.T) (p *pipeline, pool *pgxpool.Pool, release func()) {
+// release is called, so the statements queued meanwhile share one batch;
+// queued reports each statement queued after the one that holds the worker.
+func heldPipeline(t *testing.T) (p *pipeline, pool *pgxpool.Pool, queued <-chan struct{}, release func()) {
 	t.Helper()
 	url := testpg.Schema(t)
 	pool, err := pgxpool.New(context.Background(), url)
@@ -26,66 +28,102 @@ func heldPipeline(t *testing.T) (p *pipeline, pool *pgxpool.Pool, release func()
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE kv (k text PRIMARY KEY, v text)`); err != nil {
 		t.Fatal(err)
 	}
-	took := make(chan struct{}, 1)
 	p = newPipeline(pool, 1, 64)
+	t.Cleanup(p.close)
+	queued, release = hold(t, p, pool, 4242)
+	return p, pool, queued, release
+}
+
+// hold makes p's only worker wait on an advisory lock (key) that the test
+// holds on a connection of pool until release is called, so the statements
+// queued meanwhile share its next batch. queued reports each statement
+// queued after the one that holds the worker.
+func hold(t *testing.T, p *pipeline, pool *pgxpool.Pool, key int64) (queued <-chan struct{}, release func()) {
+	t.Helper()
+	ctx := context.Background()
+	q := make(chan struct{}, 1024)
+	p.queued = func() { q <- struct{}{} }
+	took := make(chan struct{}, 1)
 	p.taken = func(int) {
 		select {
 		case took <- struct{}{}:
 		default:
 		}
 	}
-	t.Cleanup(p.close)
-	// The worker blocks on an advisory lock the test holds.
-	holder, err := pool.Acquire(context.Background())
+	holder, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := holder.Exec(context.Background(), `SELECT pg_advisory_lock(4242)`); err != nil {
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+		holder.Release()
 		t.Fatal(err)
 	}
 	blocked := make(chan error, 1)
-	go func() {
-		_, err := p.Exec(context.Background(), `SELECT pg_advisory_lock(4242), pg_advisory_unlock(4242)`)
-		blocked <- err
-	}()
-	<-took // the only worker now waits on the lock
 	var once sync.Once
 	release = func() {
 		once.Do(func() {
-			holder.Exec(context.Background(), `SELECT pg_advisory_unlock(4242)`)
+			_, err := holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, key)
 			holder.Release()
-			if err := <-blocked; err != nil {
+			if err != nil {
+				t.Errorf("release the advisory lock: %v", err)
+			}
+			if err := receive(t, blocked, "the holding statement ended"); err != nil {
 				t.Error(err)
 			}
 		})
 	}
-	t.Cleanup(release)
-	return p, pool, release
+	t.Cleanup(release) // before the pool closes, which waits for the holder
+	go func() {
+		_, err := p.Exec(ctx, `SELECT pg_advisory_lock($1), pg_advisory_unlock($1)`, key)
+		blocked <- err
+	}()
+	receive(t, q, "the holding statement was queued")
+	receive(t, took, "the worker took the holding statement")
+	return q, release
 }
 
-// queue starts n statements and waits until all are queued behind the worker.
-func queue(p *pipeline, n int, run func(i int)) *sync.WaitGroup {
-	var wg sync.WaitGroup
+// receive waits for a value from c; after 30 s it fails the test, saying
+// what it waited for.
+func receive[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waited 30s for: %s", what)
+		panic("unreachable")
+	}
+}
+
+// queue starts n statements and waits until all are queued behind the
+// worker; the function it returns waits until they have all returned.
+func queue(t *testing.T, queued <-chan struct{}, n int, run func(i int)) (wait func()) {
+	t.Helper()
+	done := make(chan struct{}, n)
 	for i := range n {
-		wg.Add(1)
-		go func() { defer wg.Done(); run(i) }()
+		go func() { defer func() { done <- struct{}{} }(); run(i) }()
 	}
-	for len(p.ops) < n { // the worker is blocked: they pile up
-		runtime.Gosched()
+	for i := range n { // the worker is blocked: they pile up
+		receive(t, queued, fmt.Sprintf("statement %d of %d was queued", i+1, n))
 	}
-	return &wg
+	return func() {
+		t.Helper()
+		for i := range n {
+			receive(t, done, fmt.Sprintf("statement %d of %d returned", i+1, n))
+		}
+	}
 }
 
 func TestPipelineBatchIsOneTransaction(t *testing.T) {
 	t.Parallel()
-	p, _, release := heldPipeline(t)
+	p, _, queued, release := heldPipeline(t)
 	xids := make([]int64, 5)
 	errs := make([]error, 5)
-	wg := queue(p, 5, func(i int) {
+	wait := queue(t, queued, 5, func(i int) {
 		errs[i] = p.QueryRow(context.Background(), `INSERT INTO kv VALUES ('k' || $1::int, 'v') RETURNING txid_current()`, i).Scan(&xids[i])
 	})
 	release()
-	wg.Wait()
+	wait()
 	for i := range xids {
 		if errs[i] != nil {
 			t.Fatal(errs[i])
@@ -98,9 +136,9 @@ func TestPipelineBatchIsOneTransaction(t *testing.T) {
 
 func TestPipelineServerErrorStaysWithItsStatement(t *testing.T) {
 	t.Parallel()
-	p, pool, release := heldPipeline(t)
+	p, pool, queued, release := heldPipeline(t)
 	errs := make([]error, 3)
-	wg := queue(p, 3, func(i int) {
+	wait := queue(t, queued, 3, func(i int) {
 		q := `INSERT INTO kv VALUES ('k' || $1::int, 'v')`
 		if i == 1 {
 			q = `INSERT INTO kv VALUES ('bad' || $1::int, 1/0)` // fails on the server
@@ -108,7 +146,7 @@ func TestPipelineServerErrorStaysWithItsStatement(t *testing.T) {
 		_, errs[i] = p.Exec(context.Background(), q, i)
 	})
 	release()
-	wg.Wait()
+	wait()
 	var pgErr *pgconn.PgError
 	if !errors.As(errs[1], &pgErr) {
 		t.Fatalf("failing statement: %v, want its server error", errs[1])
@@ -124,9 +162,9 @@ func TestPipelineServerErrorStaysWithItsStatement(t *testing.T) {
 
 func TestPipelineUnsendableStatementStaysWithItsCaller(t *testing.T) {
 	t.Parallel()
-	p, pool, release := heldPipeline(t)
+	p, pool, queued, release := heldPipeline(t)
 	errs := make([]error, 3)
-	wg := queue(p, 3, func(i int) {
+	wait := queue(t, queued, 3, func(i int) {
 		var arg any = i
 		if i == 1 {
 			arg = struct{}{} // cannot be encoded: the batch fails before it is sent
@@ -134,22 +172,21 @@ func TestPipelineUnsendableStatementStaysWithItsCaller(t *testing.T) {
 		_, errs[i] = p.Exec(context.Background(), `INSERT INTO kv VALUES ('k' || $1::int, 'v')`, arg)
 	})
 	release()
-	wg.Wait()
+	wait()
 	if errs[0] != nil || errs[2] != nil || errs[1] == nil {
 		t.Fatalf("errs %v, want only the middle one to fail", errs)
 	}
 	var n int
-	pool.QueryRow(context.Background(), `SELECT count(*) FROM kv`).Scan(&n)
-	if n != 2 {
-		t.Fatalf("%d rows, want 2", n)
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM kv`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d rows (%v), want 2", n, err)
 	}
 }
 
 func TestPipelineNoRowsIsAResultNotAFailure(t *testing.T) {
 	t.Parallel()
-	p, pool, release := heldPipeline(t)
+	p, pool, queued, release := heldPipeline(t)
 	errs := make([]error, 3)
-	wg := queue(p, 3, func(i int) {
+	wait := queue(t, queued, 3, func(i int) {
 		var v string
 		q := `INSERT INTO kv VALUES ('k' || $1::int, 'v') RETURNING v`
 		if i == 1 {
@@ -158,29 +195,28 @@ func TestPipelineNoRowsIsAResultNotAFailure(t *testing.T) {
 		errs[i] = p.QueryRow(context.Background(), q, i).Scan(&v)
 	})
 	release()
-	wg.Wait()
+	wait()
 	if errs[0] != nil || errs[2] != nil || errs[1] == nil {
 		t.Fatalf("errs %v", errs)
 	}
 	var n int
-	pool.QueryRow(context.Background(), `SELECT count(*) FROM kv`).Scan(&n)
-	if n != 2 {
-		t.Fatalf("%d rows, want 2: a statement after an empty result was lost", n)
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM kv`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d rows (%v), want 2: a statement after an empty result was lost", n, err)
 	}
 }
 
 func TestPipelineCopiesOfOneClaimInOneBatch(t *testing.T) {
 	t.Parallel()
-	p, _, release := heldPipeline(t)
+	p, _, queued, release := heldPipeline(t)
 	won := make([]bool, 4)
 	errs := make([]error, 4)
-	wg := queue(p, 4, func(i int) {
+	wait := queue(t, queued, 4, func(i int) {
 		var tag pgconn.CommandTag
 		tag, errs[i] = p.Exec(context.Background(), `INSERT INTO kv VALUES ('same', $1::int::text) ON CONFLICT DO NOTHING`, i)
 		won[i] = tag.RowsAffected() == 1
 	})
 	release()
-	wg.Wait()
+	wait()
 	n := 0
 	for i, w := range won {
 		if errs[i] != nil {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -212,20 +211,20 @@ func TestMigrateIsSerialisedAndIdempotent(t *testing.T) {
 	ctx := context.Background()
 	url := testpg.Schema(t)
 	const n = 4
-	var wg sync.WaitGroup
 	versions := make([]int, n)
 	errs := make([]error, n)
-	start := make(chan struct{})
+	start, done := make(chan struct{}), make(chan struct{}, n)
 	for i := range n {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			<-start
 			versions[i], errs[i] = Migrate(ctx, url)
+			done <- struct{}{}
 		}()
 	}
 	close(start)
-	wg.Wait()
+	for i := range n {
+		receive(t, done, fmt.Sprintf("Migrate %d of %d returned", i+1, n))
+	}
 	list, err := migrationList()
 	if err != nil {
 		t.Fatal(err)

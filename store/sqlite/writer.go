@@ -31,6 +31,8 @@ type writer struct {
 	st       *stmts
 	ops      chan *writeOp
 	maxBatch int
+	// queued, when set (tests), is called for each operation queued.
+	queued func()
 
 	closeOnce sync.Once
 	quit      chan struct{}
@@ -59,6 +61,9 @@ func (w *writer) do(ctx context.Context, fn func(tx wtx) error) error {
 	op := &writeOp{ctx: ctx, fn: fn, err: make(chan error, 1)}
 	select {
 	case w.ops <- op:
+		if w.queued != nil {
+			w.queued()
+		}
 	case <-w.quit:
 		return store.ErrClosed
 	case <-ctx.Done():

@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
-	"runtime"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestWriterIsolatesAFailingOperation(t *testing.T) {
@@ -20,17 +22,25 @@ func TestWriterIsolatesAFailingOperation(t *testing.T) {
 	if _, err := db.Exec(`CREATE TABLE kv (k TEXT PRIMARY KEY, v TEXT)`); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := newStmts(db, "SELECT 1")
+	st, err := newStmts(db, "SELECT 1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	w := newWriter(db, st, 16)
 	defer w.close()
+	queued := make(chan struct{}, 64)
+	w.queued = func() { queued <- struct{}{} }
 
 	// Hold the writer busy so the next operations queue up and share a batch.
 	busy, release := make(chan struct{}), make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce() // before w.close, which waits for the held operation
 	first := make(chan error, 1)
 	go func() {
 		first <- w.do(context.Background(), func(tx wtx) error { close(busy); <-release; return nil })
 	}()
-	<-busy
+	receive(t, busy, "the first operation runs")
+	receive(t, queued, "the first operation was queued")
 	put := func(k string) func(tx wtx) error {
 		return func(tx wtx) error { _, err := tx.Exec(`INSERT INTO kv VALUES (?, 'x')`, k); return err }
 	}
@@ -50,31 +60,52 @@ func TestWriterIsolatesAFailingOperation(t *testing.T) {
 		results[i] = make(chan error, 1)
 		go func() { results[i] <- w.do(context.Background(), fn) }()
 	}
-	for len(w.ops) < len(ops) { // all three queued behind the busy op
-		runtime.Gosched()
+	for i := range ops { // all three queued behind the busy op
+		receive(t, queued, fmt.Sprintf("operation %d of %d was queued", i+1, len(ops)))
 	}
-	close(release)
-	if err := <-first; err != nil {
+	releaseOnce()
+	if err := receive(t, first, "the first operation returned"); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-results[0]; err != nil {
+	if err := receive(t, results[0], "a returned"); err != nil {
 		t.Fatalf("a: %v", err)
 	}
-	if err := <-results[1]; !errors.Is(err, boom) {
+	if err := receive(t, results[1], "the failing operation returned"); !errors.Is(err, boom) {
 		t.Fatalf("failing op: %v, want boom", err)
 	}
-	if err := <-results[2]; err != nil {
+	if err := receive(t, results[2], "b returned"); err != nil {
 		t.Fatalf("b: %v", err)
 	}
+	rows, err := db.Query(`SELECT k FROM kv ORDER BY k`)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var keys []string
-	rows, _ := db.Query(`SELECT k FROM kv ORDER BY k`)
 	for rows.Next() {
 		var k string
-		rows.Scan(&k)
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
 		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	rows.Close()
 	if len(keys) != 2 || keys[0] != "a" || keys[1] != "b" {
 		t.Fatalf("committed %v, want [a b]", keys)
+	}
+}
+
+// receive waits for a value from c; after 30 s it fails the test, saying
+// what it waited for.
+func receive[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waited 30s for: %s", what)
+		panic("unreachable")
 	}
 }

@@ -117,6 +117,18 @@ func claimDelivery(t *testing.T, b bundle, p store.DeliveryClaimParams) store.De
 	return res
 }
 
+// wait waits for wg; after 30 s it fails the test, saying what it waited for.
+func wait(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waited 30s for: %s", what)
+	}
+}
+
 func testIntake(t *testing.T, h Harness) {
 	t.Run("CreatedIsReadableWithOneEntryPerChannel", func(t *testing.T) {
 		t.Parallel()
@@ -235,7 +247,7 @@ func testIntake(t *testing.T, h Harness) {
 			}()
 		}
 		close(start)
-		wg.Wait()
+		wait(t, &wg, "the 50 concurrent creates returned")
 		for _, err := range errs {
 			if err != nil {
 				t.Fatal(err)
@@ -423,7 +435,7 @@ func testOutbox(t *testing.T, h Harness) {
 			}()
 		}
 		close(start)
-		wg.Wait()
+		wait(t, &wg, "the 4 claimers ran out of rows")
 		if len(seen) != 40 {
 			t.Fatalf("claimed %d distinct rows, want 40", len(seen))
 		}
@@ -660,7 +672,7 @@ func testDeliveries(t *testing.T, h Harness) {
 			}()
 		}
 		close(start)
-		wg.Wait()
+		wait(t, &wg, "the 20 concurrent delivery claims returned")
 		if wins.Load() != 1 {
 			t.Fatalf("%d claims won, want 1", wins.Load())
 		}
