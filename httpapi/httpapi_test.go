@@ -21,6 +21,7 @@ import (
 	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 )
@@ -34,6 +35,8 @@ type bundle struct {
 	url      string
 	client   *http.Client
 	draining *atomic.Bool
+	store    *sqlite.Store
+	clock    *clock.Fake
 }
 
 type options struct {
@@ -49,7 +52,11 @@ func setup(t *testing.T, opts options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = st.Close() })
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("close the store: %v", err)
+		}
+	})
 	cat, err := catalog.New(config.Dev().Kinds)
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +72,7 @@ func setup(t *testing.T, opts options) *bundle {
 		Keys:     auth.NewKeys(map[string]string{keyA: "a", keyB: "b"}),
 		Intake:   &intake.Handler{Store: st, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour, Logger: logger, Metrics: m},
 		Lookup:   &lookup.Handler{Store: lookupStore, Logger: logger},
+		Parked:   parked.DB{Store: st},
 		Store:    st,
 		Metrics:  m,
 		Logger:   logger,
@@ -72,7 +80,9 @@ func setup(t *testing.T, opts options) *bundle {
 	})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &bundle{url: srv.URL, client: srv.Client(), draining: draining}
+	client := srv.Client()
+	client.Timeout = 30 * time.Second // a hung request fails its test
+	return &bundle{url: srv.URL, client: client, draining: draining, store: st, clock: clk}
 }
 
 type response struct {
@@ -102,7 +112,15 @@ func (b *bundle) do(t *testing.T, method, path, authz, body string) response {
 	return response{status: res.StatusCode, header: res.Header, body: raw}
 }
 
-func wantProblem(t *testing.T, r response, status int) {
+// problemBody is an application/problem+json answer.
+type problemBody struct {
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Param  string `json:"param"`
+	Detail string `json:"detail"`
+}
+
+func wantProblem(t *testing.T, r response, status int) problemBody {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
@@ -110,13 +128,11 @@ func wantProblem(t *testing.T, r response, status int) {
 	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
 		t.Errorf("Content-Type = %q, want application/problem+json", ct)
 	}
-	var p struct {
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-	}
+	var p problemBody
 	if err := json.Unmarshal(r.body, &p); err != nil || p.Status != status || p.Title == "" {
 		t.Errorf("problem body %s: status %d title %q (%v)", r.body, p.Status, p.Title, err)
 	}
+	return p
 }
 
 func TestReadyz(t *testing.T) {
