@@ -100,8 +100,8 @@ type Deliveries interface {
 	// for a message that has no row yet or is waiting (RETRY_WAIT, PARKED).
 	DeliveryDecide(ctx context.Context, p DeliveryDecideParams) (bool, error)
 	// DeliverySweepStale turns SENDING rows claimed more than olderThan ago
-	// into UNKNOWN and returns their message ids.
-	DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]string, error)
+	// into UNKNOWN and returns them.
+	DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]StaleClaim, error)
 }
 
 // Profiles are recipients' contact points and consent, read at send time.
@@ -239,6 +239,12 @@ type Expired struct {
 	MessageID string
 	Tenant    string
 	Lane      heraldtype.Lane
+}
+
+// StaleClaim is a SENDING claim that the stale sweep turned UNKNOWN.
+type StaleClaim struct {
+	MessageID string
+	Tenant    string
 }
 
 // Delivery is the sender's row for one message_id.

@@ -101,8 +101,8 @@ func (s *Sweeper) Claims(ctx context.Context) {
 	if err != nil {
 		s.warn(ctx, "sweep stale claims", err)
 	}
-	for _, id := range stale {
-		s.raise(ctx, alert.Alert{Kind: alert.StaleClaim, MessageID: id, Reason: "STALE_CLAIM"})
+	for _, c := range stale {
+		s.raise(ctx, alert.Alert{Kind: alert.StaleClaim, MessageID: c.MessageID, Tenant: c.Tenant, Reason: "STALE_CLAIM"})
 	}
 	if n, err := s.Store.IdempotencyKeysSweep(ctx); err != nil {
 		s.warn(ctx, "sweep idempotency keys", err)

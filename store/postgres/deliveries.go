@@ -122,17 +122,17 @@ func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams
 }
 
 // DeliverySweepStale turns SENDING rows claimed more than olderThan ago into
-// UNKNOWN (STALE_CLAIM) and returns their message ids.
-func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]string, error) {
+// UNKNOWN (STALE_CLAIM) and returns them.
+func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]store.StaleClaim, error) {
 	rows, err := s.pool.Query(ctx, qDeliverySweepStale, s.now(), olderThan)
 	if err != nil {
 		return nil, s.fail("sweep stale claims", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	stale, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.StaleClaim])
 	if err != nil {
 		return nil, s.fail("sweep stale claims", err)
 	}
-	return ids, nil
+	return stale, nil
 }
 
 // ProfileGet reads a recipient's profile.

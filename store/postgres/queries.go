@@ -338,7 +338,7 @@ WHERE d.state IN ('RETRY_WAIT', 'PARKED')`
 	// $1 now, $2 age.
 	qDeliverySweepStale = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, now())
 WHERE state = 'SENDING' AND claimed_at < coalesce($1::timestamptz, now()) - $2::interval
-RETURNING message_id`
+RETURNING message_id, tenant`
 )
 
 // Profiles.

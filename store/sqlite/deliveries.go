@@ -137,11 +137,12 @@ func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams
 	return ok, nil
 }
 
-// DeliverySweepStale turns SENDING rows older than olderThan into UNKNOWN.
-func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]string, error) {
-	var ids []string
+// DeliverySweepStale turns SENDING rows older than olderThan into UNKNOWN
+// and returns them.
+func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]store.StaleClaim, error) {
+	var stale []store.StaleClaim
 	err := s.w.do(ctx, func(tx wtx) error {
-		ids = ids[:0]
+		stale = stale[:0]
 		now := s.now()
 		rows, err := tx.Query(qDeliverySweepStale, now, now-olderThan.Milliseconds())
 		if err != nil {
@@ -149,18 +150,18 @@ func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration)
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
+			var c store.StaleClaim
+			if err := rows.Scan(&c.MessageID, &c.Tenant); err != nil {
 				return err
 			}
-			ids = append(ids, id)
+			stale = append(stale, c)
 		}
 		return rows.Err()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sweep stale claims: %w", err)
 	}
-	return ids, nil
+	return stale, nil
 }
 
 // ProfileGet reads a recipient's profile.

@@ -86,7 +86,7 @@ ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, reason = excluded
 WHERE deliveries.state IN ('RETRY_WAIT', 'PARKED')`
 	qDeliverySweepStale = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = ?
 WHERE state = 'SENDING' AND claimed_at < ?
-RETURNING message_id`
+RETURNING message_id, tenant`
 )
 
 // Profiles.

@@ -823,7 +823,9 @@ func testDeliveries(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		for _, id := range []string{"old", "young"} {
-			if res := claimDelivery(t, b, claimParams(id)); !res.Claimed {
+			p := claimParams(id)
+			p.Tenant = "tenant-of-" + id
+			if res := claimDelivery(t, b, p); !res.Claimed {
 				t.Fatalf("claim %s: %+v", id, res)
 			}
 			if id == "old" {
@@ -831,9 +833,9 @@ func testDeliveries(t *testing.T, h Harness) {
 			}
 		}
 		b.clk.Advance(time.Minute + time.Second)
-		ids, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute)
-		if err != nil || len(ids) != 1 || ids[0] != "old" {
-			t.Fatalf("swept %v (%v), want [old]", ids, err)
+		stale, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute)
+		if want := (store.StaleClaim{MessageID: "old", Tenant: "tenant-of-old"}); err != nil || len(stale) != 1 || stale[0] != want {
+			t.Fatalf("swept %+v (%v), want [%+v]", stale, err, want)
 		}
 		d := delivery(t, b, "old")
 		if d.State != heraldtype.DeliveryUnknown || d.Reason != heraldtype.ReasonStaleClaim {

@@ -249,7 +249,7 @@ func (e *erring) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParam
 	return fail(e, "DeliveryDecide", v, err)
 }
 
-func (e *erring) DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]string, error) {
+func (e *erring) DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]store.StaleClaim, error) {
 	v, err := e.Store.DeliverySweepStale(ctx, olderThan)
 	return fail(e, "DeliverySweepStale", v, err)
 }

@@ -1,0 +1,75 @@
+package sweep_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/sqlite"
+	"github.com/heraldhq/herald/sweep"
+)
+
+type bundle struct {
+	ctx    context.Context
+	store  store.Store
+	clk    *clock.Fake
+	alerts *alert.Recorder
+}
+
+func setup(t *testing.T) (*sweep.Sweeper, bundle) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	b := bundle{ctx: context.Background(), store: s, clk: clk, alerts: &alert.Recorder{}}
+	sw := sweep.New(sweep.Config{Store: s, StaleClaimAfter: 10 * time.Minute, Interval: time.Minute,
+		Logger: slog.New(slog.DiscardHandler), Alerts: b.alerts})
+	return sw, b
+}
+
+// Alerts carry their tenant (README: "logged … with the message id, tenant
+// and reason code"), so an operator knows whose message to look at.
+func TestAlertsCarryTheirTenant(t *testing.T) {
+	t.Parallel()
+	t.Run("StaleClaim", func(t *testing.T) {
+		t.Parallel()
+		sw, b := setup(t)
+		res, err := b.store.DeliveryClaim(b.ctx, store.DeliveryClaimParams{MessageID: "ntf_1.webhook", NotificationID: "ntf_1",
+			Tenant: "clinic-7", Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "dead"})
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %+v (%v)", res, err)
+		}
+		b.clk.Advance(10*time.Minute + time.Second)
+		sw.Claims(b.ctx)
+		want := alert.Alert{Kind: alert.StaleClaim, MessageID: "ntf_1.webhook", Tenant: "clinic-7", Reason: "STALE_CLAIM"}
+		if got := b.alerts.Alerts(); len(got) != 1 || got[0] != want {
+			t.Fatalf("alerts %+v, want [%+v]", got, want)
+		}
+	})
+	t.Run("OutboxExpired", func(t *testing.T) {
+		t.Parallel()
+		sw, b := setup(t)
+		expires := b.clk.Now().Add(time.Minute)
+		res, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{Tenant: "clinic-8", ID: "ntf_2",
+			Recipient: "r", EventID: "e", Kind: "k", Lane: heraldtype.LaneTransactional, ExpiresAt: &expires,
+			Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}})
+		if err != nil || res.Outcome != store.Created {
+			t.Fatalf("create %+v (%v)", res, err)
+		}
+		b.clk.Advance(time.Minute)
+		sw.Leases(b.ctx)
+		want := alert.Alert{Kind: alert.OutboxExpired, MessageID: store.MessageID("ntf_2", heraldtype.ChannelWebhook), Tenant: "clinic-8", Reason: "EXPIRED"}
+		if got := b.alerts.Alerts(); len(got) != 1 || got[0] != want {
+			t.Fatalf("alerts %+v, want [%+v]", got, want)
+		}
+	})
+}
