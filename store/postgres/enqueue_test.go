@@ -143,7 +143,7 @@ func TestCreateTx(t *testing.T) {
 		t.Parallel()
 		s, pool, _ := enqueueSetup(t)
 		wake := s.Wakeups().C(heraldtype.LaneTransactional)
-		waitFor(t, 5*time.Second, "the listener is connected", s.listening.Load)
+		waitFor(t, 10*time.Second, "the listener is connected", s.listening.Load)
 		drain(wake)
 		tx := begin(t, pool)
 		p := intent("booking-42:confirmed", nil)

@@ -91,6 +91,7 @@ func (s *Store) campaign(ctx context.Context) (err error) {
 				}
 				return fmt.Errorf("try leader lock: %w", err)
 			}
+			s.leaderTries.Add(1)
 			if got {
 				s.leader.Store(true)
 				s.logger.LogAttrs(ctx, slog.LevelInfo, "postgres: became leader")

@@ -120,7 +120,7 @@ func TestMergedCreatesMatchSingleOnes(t *testing.T) {
 	if res := mustCreate(t, s, retaken); res.Outcome != store.Replayed {
 		t.Errorf("the retaken key replays %v", res.Outcome)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := listener.Conn().WaitForNotification(wctx); err != nil {
 		t.Errorf("no NOTIFY for the lane: %v", err)

@@ -133,6 +133,7 @@ type Store struct {
 
 	leader      atomic.Bool
 	leaderLost  atomic.Int64 // times leadership was lost (tests)
+	leaderTries atomic.Int64 // answered tries of the leader lock (tests)
 	listenConns atomic.Int64 // successful listener (re)connects (tests)
 	listening   atomic.Bool
 

@@ -302,13 +302,13 @@ func TestCreatesInsideTheNotifyIntervalShareATrailingNotify(t *testing.T) {
 	a := setup(t, url, Options{NotifyInterval: 2 * time.Second})
 	b := setup(t, url, Options{})
 	wake := b.Wakeups().C(heraldtype.LaneAlert)
-	waitFor(t, 5*time.Second, "b's listener is connected", b.listening.Load)
+	waitFor(t, 10*time.Second, "b's listener is connected", b.listening.Load)
 	drain(wake)
 	alert := func(p *store.NotificationCreateParams) { p.Lane = heraldtype.LaneAlert }
 	mustCreate(t, a, params(alert)) // NOTIFYs in its statement
 	select {
 	case <-wake:
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("first create: b was not woken")
 	}
 	drain(wake)
@@ -316,11 +316,11 @@ func TestCreatesInsideTheNotifyIntervalShareATrailingNotify(t *testing.T) {
 	mustCreate(t, a, params(alert))
 	select {
 	case <-wake:
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("creates inside the interval: b was not woken")
 	}
 	// b may hear the NOTIFY before a's statement has returned.
-	waitFor(t, 5*time.Second, "one trailing NOTIFY", func() bool { return a.notify.trailing.Load() == 1 })
+	waitFor(t, 10*time.Second, "one trailing NOTIFY", func() bool { return a.notify.trailing.Load() == 1 })
 }
 
 func TestLeaderElection(t *testing.T) {
@@ -333,23 +333,26 @@ func TestLeaderElection(t *testing.T) {
 		ctx := t.Context()
 		go a.RunLeaderElection(ctx)
 		go b.RunLeaderElection(ctx)
-		waitFor(t, 5*time.Second, "one leader", func() bool { return a.IsLeader() || b.IsLeader() })
-		// Both have had many tries by now; the lock still has one holder.
-		for range 10 {
-			if a.IsLeader() == b.IsLeader() {
-				t.Fatalf("leaders: a %v, b %v", a.IsLeader(), b.IsLeader())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitFor(t, 10*time.Second, "one leader", func() bool { return a.IsLeader() || b.IsLeader() })
 		leader, other := a, b
 		if b.IsLeader() {
 			leader, other = b, a
 		}
-		leader.Close()
+		// The other store tries the lock again and again, and never gets it.
+		tries := other.leaderTries.Load()
+		waitFor(t, 10*time.Second, "the other store tried the lock 5 more times", func() bool {
+			if !leader.IsLeader() || other.IsLeader() {
+				t.Fatalf("leaders: the first %v, the other %v", leader.IsLeader(), other.IsLeader())
+			}
+			return other.leaderTries.Load() >= tries+5
+		})
+		if err := leader.Close(); err != nil {
+			t.Fatal(err)
+		}
 		if leader.IsLeader() {
 			t.Fatal("a closed store still says it leads")
 		}
-		waitFor(t, 5*time.Second, "the other store took over", other.IsLeader)
+		waitFor(t, 10*time.Second, "the other store took over", other.IsLeader)
 	})
 	t.Run("ASchemaHasItsOwnLeader", func(t *testing.T) {
 		t.Parallel()
@@ -357,7 +360,7 @@ func TestLeaderElection(t *testing.T) {
 		b := setup(t, "", Options{LeaderInterval: 50 * time.Millisecond})
 		go a.RunLeaderElection(t.Context())
 		go b.RunLeaderElection(t.Context())
-		waitFor(t, 5*time.Second, "both lead their own schema", func() bool { return a.IsLeader() && b.IsLeader() })
+		waitFor(t, 10*time.Second, "both lead their own schema", func() bool { return a.IsLeader() && b.IsLeader() })
 	})
 	t.Run("ALostConnectionEndsLeadership", func(t *testing.T) {
 		t.Parallel()
@@ -366,18 +369,20 @@ func TestLeaderElection(t *testing.T) {
 		a := setup(t, appURL(url, appA), Options{LeaderInterval: 50 * time.Millisecond})
 		b := setup(t, url, Options{LeaderInterval: 50 * time.Millisecond})
 		go a.RunLeaderElection(t.Context())
-		waitFor(t, 5*time.Second, "a leads", a.IsLeader)
+		waitFor(t, 10*time.Second, "a leads", a.IsLeader)
 		go b.RunLeaderElection(t.Context())
 		if n := testpg.TerminateBackends(t, appA+" leader"); n != 1 {
 			t.Fatalf("terminated %d leader sessions, want 1", n)
 		}
-		waitFor(t, 5*time.Second, "a noticed its lost connection", func() bool { return a.leaderLost.Load() == 1 })
-		waitFor(t, 5*time.Second, "exactly one leader again", func() bool { return a.IsLeader() != b.IsLeader() })
+		waitFor(t, 10*time.Second, "a noticed its lost connection", func() bool { return a.leaderLost.Load() == 1 })
+		waitFor(t, 10*time.Second, "exactly one leader again", func() bool { return a.IsLeader() != b.IsLeader() })
 	})
 	t.Run("ClosedStoreRefusesToCampaign", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, "", Options{})
-		s.Close()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.RunLeaderElection(t.Context()); err != store.ErrClosed {
 			t.Fatalf("err %v, want ErrClosed", err)
 		}
@@ -389,7 +394,9 @@ func TestWritesFailLoudly(t *testing.T) {
 	t.Run("AfterClose", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, "", Options{})
-		s.Close()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 		_, err := s.NotificationCreate(context.Background(), params(nil))
 		if err == nil || !strings.Contains(err.Error(), store.ErrClosed.Error()) {
 			t.Fatalf("create after Close: %v, want ErrClosed", err)
@@ -619,7 +626,7 @@ VALUES ('m1', 'n', 't1', 'sms', 'RETRY_WAIT', 1, now() - interval '1 second', no
 		mustCreate(t, s, second)
 		end := holdTx(t, s, `SELECT id FROM outbox WHERE notification_id = $1 FOR UPDATE`, first.ID)
 		defer end(false)
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		rows, err := s.OutboxClaim(cctx, store.OutboxClaimParams{Lane: first.Lane, Owner: "w", Limit: 10, Lease: time.Minute})
 		if err != nil || len(rows) != 1 || rows[0].NotificationID != second.ID {

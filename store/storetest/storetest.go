@@ -622,7 +622,7 @@ func testOutbox(t *testing.T, h Harness) {
 		create(t, b, func(p *store.NotificationCreateParams) { p.Lane = heraldtype.LaneAlert })
 		select {
 		case <-b.s.Wakeups().C(heraldtype.LaneAlert):
-		case <-time.After(5 * time.Second):
+		case <-time.After(10 * time.Second):
 			t.Fatal("no wake-up for the alert lane")
 		}
 	})
