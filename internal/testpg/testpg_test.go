@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -25,10 +26,15 @@ func TestUnreachableServerSkipsOrFails(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperRequire$", "-test.v")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperRequire$", "-test.v")
 			cmd.Env = append(os.Environ(), "TESTPG_HELPER=1", "CI="+c.ci,
 				EnvURL+"=postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2")
 			out, err := cmd.CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("the child did not finish within a minute:\n%s", out)
+			}
 			if (err == nil) != c.wantOK || !strings.Contains(string(out), c.want) {
 				t.Fatalf("err %v, output:\n%s", err, out)
 			}
