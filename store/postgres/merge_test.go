@@ -10,6 +10,7 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/storetest"
 )
 
 // Creates waiting in one batch run as one merged statement, and each request
@@ -71,11 +72,11 @@ func TestMergedCreatesMatchSingleOnes(t *testing.T) {
 	for i, c := range batch {
 		go func() { results[i], errs[i] = s.NotificationCreate(ctx, c.p); done <- struct{}{} }()
 		// Queue them in order: the second dedup request must come second.
-		receive(t, queued, fmt.Sprintf("create %q was queued", c.name))
+		storetest.Receive(t, queued, fmt.Sprintf("create %q was queued", c.name))
 	}
 	release()
 	for _, c := range batch {
-		receive(t, done, fmt.Sprintf("a create returned (%s among them)", c.name))
+		storetest.Receive(t, done, fmt.Sprintf("a create returned (%s among them)", c.name))
 	}
 
 	mu.Lock()

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/store/storetest"
 )
 
 // heldPipeline returns a one-worker pipeline whose worker is busy until
@@ -67,7 +67,7 @@ func hold(t *testing.T, p *pipeline, pool *pgxpool.Pool, key int64) (queued <-ch
 			if err != nil {
 				t.Errorf("release the advisory lock: %v", err)
 			}
-			if err := receive(t, blocked, "the holding statement ended"); err != nil {
+			if err := storetest.Receive(t, blocked, "the holding statement ended"); err != nil {
 				t.Error(err)
 			}
 		})
@@ -77,22 +77,9 @@ func hold(t *testing.T, p *pipeline, pool *pgxpool.Pool, key int64) (queued <-ch
 		_, err := p.Exec(ctx, `SELECT pg_advisory_lock($1), pg_advisory_unlock($1)`, key)
 		blocked <- err
 	}()
-	receive(t, q, "the holding statement was queued")
-	receive(t, took, "the worker took the holding statement")
+	storetest.Receive(t, q, "the holding statement was queued")
+	storetest.Receive(t, took, "the worker took the holding statement")
 	return q, release
-}
-
-// receive waits for a value from c; after 30 s it fails the test, saying
-// what it waited for.
-func receive[T any](t *testing.T, c <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("waited 30s for: %s", what)
-		panic("unreachable")
-	}
 }
 
 // queue starts n statements and waits until all are queued behind the
@@ -104,12 +91,12 @@ func queue(t *testing.T, queued <-chan struct{}, n int, run func(i int)) (wait f
 		go func() { defer func() { done <- struct{}{} }(); run(i) }()
 	}
 	for i := range n { // the worker is blocked: they pile up
-		receive(t, queued, fmt.Sprintf("statement %d of %d was queued", i+1, n))
+		storetest.Receive(t, queued, fmt.Sprintf("statement %d of %d was queued", i+1, n))
 	}
 	return func() {
 		t.Helper()
 		for i := range n {
-			receive(t, done, fmt.Sprintf("statement %d of %d returned", i+1, n))
+			storetest.Receive(t, done, fmt.Sprintf("statement %d of %d returned", i+1, n))
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/storetest"
 )
 
 // Tests of what the conformance suite cannot see: the server's clock, round
@@ -223,7 +224,7 @@ func TestMigrateIsSerialisedAndIdempotent(t *testing.T) {
 	}
 	close(start)
 	for i := range n {
-		receive(t, done, fmt.Sprintf("Migrate %d of %d returned", i+1, n))
+		storetest.Receive(t, done, fmt.Sprintf("Migrate %d of %d returned", i+1, n))
 	}
 	list, err := migrationList()
 	if err != nil {

@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/heraldhq/herald/store/storetest"
 )
 
 func TestWriterIsolatesAFailingOperation(t *testing.T) {
@@ -39,8 +40,8 @@ func TestWriterIsolatesAFailingOperation(t *testing.T) {
 	go func() {
 		first <- w.do(context.Background(), func(tx wtx) error { close(busy); <-release; return nil })
 	}()
-	receive(t, busy, "the first operation runs")
-	receive(t, queued, "the first operation was queued")
+	storetest.Receive(t, busy, "the first operation runs")
+	storetest.Receive(t, queued, "the first operation was queued")
 	put := func(k string) func(tx wtx) error {
 		return func(tx wtx) error { _, err := tx.Exec(`INSERT INTO kv VALUES (?, 'x')`, k); return err }
 	}
@@ -61,19 +62,19 @@ func TestWriterIsolatesAFailingOperation(t *testing.T) {
 		go func() { results[i] <- w.do(context.Background(), fn) }()
 	}
 	for i := range ops { // all three queued behind the busy op
-		receive(t, queued, fmt.Sprintf("operation %d of %d was queued", i+1, len(ops)))
+		storetest.Receive(t, queued, fmt.Sprintf("operation %d of %d was queued", i+1, len(ops)))
 	}
 	releaseOnce()
-	if err := receive(t, first, "the first operation returned"); err != nil {
+	if err := storetest.Receive(t, first, "the first operation returned"); err != nil {
 		t.Fatal(err)
 	}
-	if err := receive(t, results[0], "a returned"); err != nil {
+	if err := storetest.Receive(t, results[0], "a returned"); err != nil {
 		t.Fatalf("a: %v", err)
 	}
-	if err := receive(t, results[1], "the failing operation returned"); !errors.Is(err, boom) {
+	if err := storetest.Receive(t, results[1], "the failing operation returned"); !errors.Is(err, boom) {
 		t.Fatalf("failing op: %v, want boom", err)
 	}
-	if err := receive(t, results[2], "b returned"); err != nil {
+	if err := storetest.Receive(t, results[2], "b returned"); err != nil {
 		t.Fatalf("b: %v", err)
 	}
 	rows, err := db.Query(`SELECT k FROM kv ORDER BY k`)
@@ -94,18 +95,5 @@ func TestWriterIsolatesAFailingOperation(t *testing.T) {
 	rows.Close()
 	if len(keys) != 2 || keys[0] != "a" || keys[1] != "b" {
 		t.Fatalf("committed %v, want [a b]", keys)
-	}
-}
-
-// receive waits for a value from c; after 30 s it fails the test, saying
-// what it waited for.
-func receive[T any](t *testing.T, c <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("waited 30s for: %s", what)
-		panic("unreachable")
 	}
 }

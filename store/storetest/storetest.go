@@ -117,16 +117,25 @@ func claimDelivery(t *testing.T, b bundle, p store.DeliveryClaimParams) store.De
 	return res
 }
 
-// wait waits for wg; after 30 s it fails the test, saying what it waited for.
+// Receive waits for a value from c; after 30 s it fails the test, saying
+// what it waited for. The drivers' own tests wait with it too.
+func Receive[T any](t testing.TB, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waited 30s for: %s", what)
+		panic("unreachable")
+	}
+}
+
+// wait waits for wg as Receive waits for a value.
 func wait(t *testing.T, wg *sync.WaitGroup, what string) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("waited 30s for: %s", what)
-	}
+	Receive(t, done, what)
 }
 
 func testIntake(t *testing.T, h Harness) {
