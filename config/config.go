@@ -71,6 +71,10 @@ type Config struct {
 
 	// Dev is set when herald runs on its built-in defaults (no config file).
 	Dev bool `yaml:"-"`
+
+	// retrySlowGiven: the file set retry.slow (0 is a choice there, not
+	// "unset").
+	retrySlowGiven bool
 }
 
 // APIKey maps a bearer key to a tenant.
@@ -81,13 +85,13 @@ type APIKey struct {
 
 // Provider configures one adapter.
 type Provider struct {
-	// Name identifies the provider in logs and metrics.
+	// Name identifies the provider in logs and metrics. Required.
 	Name string `yaml:"name"`
-	// Type is "webhook" or "sim".
+	// Type is "webhook" or "sim". Required.
 	Type string `yaml:"type"`
-	// Channel is the channel this provider serves.
+	// Channel is the channel this provider serves. Required.
 	Channel string `yaml:"channel"`
-	// URL is where a webhook provider POSTs.
+	// URL is where a webhook provider POSTs. Required for type webhook.
 	URL string `yaml:"url"`
 	// Timeout bounds one provider call. Defaults to 10 seconds.
 	Timeout Duration `yaml:"timeout"`
@@ -122,6 +126,7 @@ type Template struct {
 // Lane configures one lane.
 type Lane struct {
 	// Concurrency is the number of sends in flight at once on this lane.
+	// Defaults per lane: alert 16, transactional 32, marketing 16, internal 8.
 	Concurrency int `yaml:"concurrency"`
 }
 
@@ -153,12 +158,18 @@ type RabbitMQ struct {
 	Prefix string `yaml:"prefix"`
 }
 
-// Retry is the schedule for definite non-sends (DESIGN §2).
+// Retry is the schedule for definite non-sends (DESIGN §2): Quick tries
+// QuickDelay apart, then Slow tries SlowDelay apart, then RETRY_EXHAUSTED.
 type Retry struct {
-	Quick      int      `yaml:"quick"`
+	// Quick is the number of quick tries, the first call included. Defaults to 2.
+	Quick int `yaml:"quick"`
+	// QuickDelay is the wait after a quick try. Defaults to 1 second.
 	QuickDelay Duration `yaml:"quick_delay"`
-	Slow       int      `yaml:"slow"`
-	SlowDelay  Duration `yaml:"slow_delay"`
+	// Slow is the number of slow tries after the quick ones; a config
+	// file's slow: 0 means none. Defaults to 3.
+	Slow int `yaml:"slow"`
+	// SlowDelay is the wait before each slow try. Defaults to 10 minutes.
+	SlowDelay Duration `yaml:"slow_delay"`
 }
 
 // Duration is a time.Duration written as "10m", "1.5s" in YAML.
@@ -169,6 +180,9 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 
 // UnmarshalYAML parses a Go duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: %s is not a duration (try \"10s\" or \"5m\")", n.Line, n.ShortTag())
+	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
 		return fmt.Errorf("line %d: %q is not a duration (try \"10s\" or \"5m\")", n.Line, n.Value)
@@ -213,8 +227,16 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 }
 
 var (
-	lineMsg      = regexp.MustCompile(`^line (\d+): (.*)$`)
-	unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+	lineMsg      = regexp.MustCompile(`(?s)^line (\d+): (.*)$`)
+	unknownField = regexp.MustCompile(`^field (.*) not found in type \S+$`)
+	duplicateKey = regexp.MustCompile(`^mapping key "(.*)" already defined at line (\d+)$`)
+	// The bad value a decoder message quotes: yaml's `value`, or Duration's
+	// Go-quoted "value".
+	badValue = regexp.MustCompile("`([^`]*)`|(\"(?:[^\"\\\\]|\\\\.)*\")")
+	notAMap  = regexp.MustCompile(`(?s)^cannot unmarshal .* into config\.Config$`)
+	// A message about a block value (a mapping or a sequence where one
+	// value belongs).
+	blockValue = regexp.MustCompile(`^(cannot unmarshal )?!!(seq|map)\b`)
 )
 
 // Parse decodes YAML strictly: an unknown key or a bad value is an error
@@ -236,28 +258,53 @@ func Parse(raw []byte) (*Config, error) {
 		for i, m := range msgs {
 			msgs[i] = keys.name(m)
 		}
-		return nil, fmt.Errorf("config: %s", strings.Join(msgs, "; "))
+		return nil, &ParseError{Problems: msgs}
 	}
+	c.retrySlowGiven = indexKeys(raw).has("retry.slow")
 	return &c, nil
 }
 
-// keyAt is one mapping key of the file: where it is and its full path.
+// has reports whether the file has the key at path.
+func (ix keyIndex) has(path string) bool {
+	for _, k := range ix {
+		if !k.badKey && k.path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseError is a file Parse could not decode: one problem per bad key,
+// each naming the key (or, for YAML that does not parse, the line).
+type ParseError struct {
+	Problems []string
+}
+
+func (e *ParseError) Error() string { return "config: " + strings.Join(e.Problems, "; ") }
+
+// keyAt is one mapping key (or sequence item) of the file: where it is,
+// its full path and, for a scalar, its value.
 type keyAt struct {
-	line, valueLine int
-	scalar          bool
-	name, path      string
+	line, valueLine   int
+	scalar            bool
+	name, path, value string
+	// badKey: a key that is a mapping or a sequence, not a name; path is
+	// then its parent's and value its YAML tag.
+	badKey bool
 }
 
 type keyIndex []keyAt
 
-// indexKeys lists every mapping key of raw with its path, so a decoder
-// message that only has a line can name the key it is about.
+// indexKeys lists every mapping key and sequence item of raw with its
+// path, so a decoder message that only has a line can name the key it is
+// about.
 func indexKeys(raw []byte) keyIndex {
 	var doc yaml.Node
 	if yaml.Unmarshal(raw, &doc) != nil {
 		return nil
 	}
 	var out keyIndex
+	aliased := map[*yaml.Node]bool{}
 	var walk func(n *yaml.Node, path string)
 	walk = func(n *yaml.Node, path string) {
 		switch n.Kind {
@@ -265,18 +312,31 @@ func indexKeys(raw []byte) keyIndex {
 			for _, v := range n.Content {
 				walk(v, path)
 			}
+		case yaml.AliasNode:
+			// Each anchored node is entered through an alias once at most,
+			// so aliases of aliases cannot multiply the walk.
+			if n.Alias != nil && !aliased[n.Alias] {
+				aliased[n.Alias] = true
+				walk(n.Alias, path)
+			}
 		case yaml.SequenceNode:
 			for i, v := range n.Content {
-				walk(v, fmt.Sprintf("%s[%d]", path, i))
+				p := fmt.Sprintf("%s[%d]", path, i)
+				out = append(out, keyAt{line: v.Line, valueLine: v.Line, scalar: v.Kind == yaml.ScalarNode, path: p, value: v.Value})
+				walk(v, p)
 			}
 		case yaml.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
+				if k.Kind == yaml.MappingNode || k.Kind == yaml.SequenceNode {
+					out = append(out, keyAt{line: k.Line, valueLine: k.Line, path: path, value: k.ShortTag(), badKey: true})
+					continue
+				}
 				p := k.Value
 				if path != "" {
 					p = path + "." + k.Value
 				}
-				out = append(out, keyAt{line: k.Line, valueLine: v.Line, scalar: v.Kind == yaml.ScalarNode, name: k.Value, path: p})
+				out = append(out, keyAt{line: k.Line, valueLine: v.Line, scalar: v.Kind == yaml.ScalarNode, name: k.Value, path: p, value: v.Value})
 				walk(v, p)
 			}
 		}
@@ -293,26 +353,69 @@ func (ix keyIndex) name(msg string) string {
 	}
 	line, _ := strconv.Atoi(m[1])
 	rest := m[2]
-	if f := unknownField.FindStringSubmatch(rest); f != nil {
-		key := f[1]
+	// path names the key called name on that line by its full path.
+	path := func(name string) string {
 		for _, k := range ix {
-			if k.line == line && k.name == f[1] {
-				key = k.path
-				break
+			if k.line == line && !k.badKey && k.name == name {
+				return k.path
 			}
 		}
-		return fmt.Sprintf("line %d: unknown key %q", line, key)
+		return name
+	}
+	if f := unknownField.FindStringSubmatch(rest); f != nil {
+		return fmt.Sprintf("line %d: unknown key %q", line, path(f[1]))
+	}
+	if f := duplicateKey.FindStringSubmatch(rest); f != nil {
+		return fmt.Sprintf("line %d: duplicate key %q (first at line %s)", line, path(f[1]), f[2])
+	}
+	if strings.HasSuffix(rest, " into string") {
+		for _, k := range ix {
+			if k.badKey && k.line == line {
+				if k.path == "" {
+					return fmt.Sprintf("line %d: a key must be a name, not %s", line, k.value)
+				}
+				return fmt.Sprintf("line %d: %s: a key must be a name, not %s", line, k.path, k.value)
+			}
+		}
+	}
+	if notAMap.MatchString(rest) {
+		// No key to name: the file itself is not a mapping.
+		return fmt.Sprintf("line %d: the file must be a mapping of keys to values (listen: …)", line)
 	}
 	// A bad value: name the key whose value sits on that line, preferring
-	// a scalar (the value itself) over a block that starts there.
-	for _, scalar := range []bool{true, false} {
+	// the scalar the message quotes, then any scalar (the value itself),
+	// then a block that starts there; a block first if the message is
+	// about one.
+	quoted, hasQuoted := quotedValue(rest)
+	picks := []func(keyAt) bool{
+		func(k keyAt) bool { return hasQuoted && k.scalar && k.value == quoted },
+		func(k keyAt) bool { return k.scalar },
+		func(k keyAt) bool { return !k.scalar },
+	}
+	if blockValue.MatchString(rest) {
+		picks = []func(keyAt) bool{picks[2], picks[1]}
+	}
+	for _, pick := range picks {
 		for _, k := range ix {
-			if k.valueLine == line && k.scalar == scalar {
+			if k.valueLine == line && pick(k) {
 				return fmt.Sprintf("line %d: %s: %s", line, k.path, rest)
 			}
 		}
 	}
 	return msg
+}
+
+// quotedValue returns the value a decoder message quotes, if it quotes one.
+func quotedValue(msg string) (string, bool) {
+	m := badValue.FindStringSubmatch(msg)
+	switch {
+	case m == nil:
+		return "", false
+	case m[2] != "":
+		v, err := strconv.Unquote(m[2])
+		return v, err == nil
+	}
+	return m[1], true
 }
 
 func (c *Config) applyEnv(getenv func(string) string) {
@@ -360,11 +463,11 @@ func (c *Config) WithDefaults() *Config {
 	def(&c.SweepInterval, time.Minute)
 	def(&c.IdempotencyTTL, 24*time.Hour)
 	def(&c.ShutdownTimeout, 25*time.Second)
-	if c.Retry == (Retry{}) {
-		c.Retry = Retry{Quick: 2, Slow: 3} // slow 0 is a valid choice, so only an absent block gets 3
-	}
 	if c.Retry.Quick == 0 {
 		c.Retry.Quick = 2
+	}
+	if c.Retry.Slow == 0 && !c.retrySlowGiven {
+		c.Retry.Slow = 3 // a file's slow: 0 is a choice: no slow tries
 	}
 	def(&c.Retry.QuickDelay, time.Second)
 	def(&c.Retry.SlowDelay, 10*time.Minute)

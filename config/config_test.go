@@ -152,6 +152,31 @@ func TestParseRefusesUnknownKeys(t *testing.T) {
 	}
 }
 
+// TestParseErrorsNameTheKey covers decoder messages that carry only a line:
+// each must name the key it is about, or say why there is none.
+func TestParseErrorsNameTheKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, text, want string }{
+		{"BadDurationInAFlowMapping", "retry: {quick_delay: 1s, slow_delay: soon}\n", `line 1: retry.slow_delay: "soon" is not a duration`},
+		{"DurationGivenAsASequence", "providers:\n  - name: p\n    timeout: [1s]\n", "line 3: providers[0].timeout: !!seq is not a duration"},
+		{"StringGivenAsAMapping", "listen: {a: b}\n", "line 1: listen: cannot unmarshal !!map into string"},
+		{"SequenceItemOfTheWrongType", "kinds:\n  - name: a\n  - 5\n", "line 3: kinds[1]: cannot unmarshal !!int `5` into config.Kind"},
+		{"FileThatIsASequence", "- a\n- b\n", "line 1: the file must be a mapping of keys to values"},
+		{"KeyThatIsASequence", "lanes:\n  [a]: {concurrency: 1}\n", "line 2: lanes: a key must be a name, not !!seq"},
+		{"KeyThatIsAMapping", "{{}}\n", "line 1: a key must be a name, not !!map"},
+		{"DuplicateKey", "listen: 127.0.0.1:1\nlease: 2m\nlisten: 127.0.0.1:2\n", `line 3: duplicate key "listen" (first at line 1)`},
+		{"UnknownKeyWithASpace", "\"lis ten\": x\n", `line 1: unknown key "lis ten"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Parse([]byte(tc.text))
+			if err == nil || !strings.Contains(err.Error(), "config: "+tc.want) {
+				t.Fatalf("Parse(%q) = %v, want %q", tc.text, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestLoadRefusesBadValues(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
