@@ -150,16 +150,40 @@ type Config struct {
 	Alerts  alert.Sink
 	Metrics *metrics.Metrics
 	Hooks   Hooks
-	// RecordTimeout bounds the writes after a provider call (with retries).
-	// Defaults to 30 seconds.
+	// RecordTimeout bounds the write of a provider call's result, retries
+	// included: the last try is made when it has passed. A result still not
+	// written then is given up (RECORD_FAILED): the claim stays SENDING and
+	// the stale sweep turns it UNKNOWN, never a second call. Defaults to 30
+	// seconds.
 	RecordTimeout time.Duration
 	// StoreRetry bounds how long each step up to and including the claim
 	// (peek, profile read, claim, decision) retries a failing store call
-	// before Send gives the job back (Backoff). A dropped database connection
-	// fails only the calls in flight on it; the next try gets a new one, so
-	// a blip costs milliseconds instead of the transport's backoff (a minute
-	// and more with the db transport). Defaults to 5 seconds.
+	// before Send gives the job back (Backoff): the last try is made when it
+	// has passed. A dropped database connection fails only the calls in
+	// flight on it; the next try gets a new one, so a blip costs
+	// milliseconds instead of the transport's backoff (a minute and more
+	// with the db transport). Defaults to 5 seconds.
 	StoreRetry time.Duration
+	// RetryClock measures and spaces the store retries that StoreRetry and
+	// RecordTimeout bound. Defaults to the system clock; tests pass one
+	// whose Sleep moves a fake clock.
+	RetryClock RetryClock
+}
+
+// RetryClock is the time the sender's store retries run on.
+type RetryClock interface {
+	Now() time.Time
+	// Sleep pauses for d, or until ctx is done, and reports whether the
+	// whole pause passed.
+	Sleep(ctx context.Context, d time.Duration) bool
+}
+
+// systemRetryClock is the default RetryClock.
+type systemRetryClock struct{}
+
+func (systemRetryClock) Now() time.Time { return time.Now() }
+func (systemRetryClock) Sleep(ctx context.Context, d time.Duration) bool {
+	return clock.Sleep(ctx, d)
 }
 
 // Sender runs the algorithm.
@@ -183,6 +207,9 @@ func New(cfg Config) *Sender {
 	}
 	if cfg.StoreRetry <= 0 {
 		cfg.StoreRetry = 5 * time.Second
+	}
+	if cfg.RetryClock == nil {
+		cfg.RetryClock = systemRetryClock{}
 	}
 	if cfg.Retry.Quick == 0 {
 		cfg.Retry = RetryPolicy{Quick: 2, QuickDelay: time.Second, Slow: 3, SlowDelay: 10 * time.Minute}
@@ -456,8 +483,11 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 }
 
 func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
+	// The timeout also ends a try that hangs on the wall clock; the retries
+	// run on the retry clock.
 	ctx, cancel := context.WithTimeout(ctx, s.RecordTimeout)
 	defer cancel()
+	deadline := s.RetryClock.Now().Add(s.RecordTimeout)
 	wait := 50 * time.Millisecond
 	failedBefore := false
 	for {
@@ -474,9 +504,13 @@ func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordPara
 			return res, nil
 		}
 		failedBefore = true
+		left := deadline.Sub(s.RetryClock.Now())
+		if left <= 0 {
+			return store.RecordResult{}, err
+		}
 		s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: record failed, retrying",
 			slog.String("message_id", p.MessageID), slog.Any("error", err))
-		if !clock.Sleep(ctx, wait) {
+		if !s.RetryClock.Sleep(ctx, min(wait, left)) {
 			return store.RecordResult{}, err
 		}
 		wait = min(2*wait, 2*time.Second)
@@ -491,21 +525,22 @@ func (s *Sender) alreadyRecorded(ctx context.Context, p store.DeliveryRecordPara
 }
 
 // retryStore runs op until it succeeds or fails with an answer (not found,
-// store closed), ctx is done, or StoreRetry has passed; it returns op's last
-// error. Every op it runs is safe to repeat: a read, or a conditional write
-// that a repeat cannot apply twice.
+// store closed), ctx is done, or StoreRetry has passed (the last try is made
+// then); it returns op's last error. Every op it runs is safe to repeat: a
+// read, or a conditional write that a repeat cannot apply twice.
 func (s *Sender) retryStore(ctx context.Context, op func(context.Context) error) error {
-	deadline := time.Now().Add(s.StoreRetry)
+	deadline := s.RetryClock.Now().Add(s.StoreRetry)
 	wait := 20 * time.Millisecond
 	for {
 		err := op(ctx)
 		if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrClosed) || ctx.Err() != nil {
 			return err
 		}
-		if time.Now().Add(wait).After(deadline) {
+		left := deadline.Sub(s.RetryClock.Now())
+		if left <= 0 {
 			return err
 		}
-		if !clock.Sleep(ctx, wait) {
+		if !s.RetryClock.Sleep(ctx, min(wait, left)) {
 			return errors.Join(err, ctx.Err())
 		}
 		wait = min(2*wait, time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -64,7 +65,8 @@ func setup(t *testing.T, hooks sender.Hooks) (*sender.Sender, bundle) {
 	}
 	snd := sender.New(sender.Config{
 		Store: s, Providers: reg, Catalog: cat, Clock: clk, Owner: "test", Alerts: b.alerts, Hooks: hooks,
-		Retry: sender.RetryPolicy{Quick: 2, QuickDelay: time.Second, Slow: 3, SlowDelay: 10 * time.Minute},
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Retry:  sender.RetryPolicy{Quick: 2, QuickDelay: time.Second, Slow: 3, SlowDelay: 10 * time.Minute},
 	})
 	return snd, b
 }
@@ -85,6 +87,42 @@ func delivery(t *testing.T, b bundle, id string) store.Delivery {
 	return d
 }
 
+func putProfile(t *testing.T, b bundle, p store.Profile) {
+	t.Helper()
+	if err := b.store.ProfilePut(b.ctx, p); err != nil {
+		t.Fatalf("ProfilePut: %v", err)
+	}
+}
+
+// waitLimit bounds every wait so a broken test fails instead of hanging.
+const waitLimit = 30 * time.Second
+
+// waitFor waits until done is closed, or fails the test after waitLimit.
+func waitFor(t *testing.T, done <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		t.Fatalf("%s did not happen within %s", what, waitLimit)
+	}
+}
+
+// wantAlerts checks that exactly the alerts of kinds were raised, in order,
+// each for j's message and tenant.
+func wantAlerts(t *testing.T, b bundle, j heraldtype.Job, kinds ...string) []alert.Alert {
+	t.Helper()
+	got := b.alerts.Alerts()
+	if len(got) != len(kinds) {
+		t.Fatalf("alerts %+v, want %q", got, kinds)
+	}
+	for i, a := range got {
+		if a.Kind != kinds[i] || a.MessageID != j.MessageID || a.Tenant != j.Tenant || a.Tenant == "" || a.Reason == "" {
+			t.Errorf("alert %+v, want %s for %s of tenant %s, with a reason", a, kinds[i], j.MessageID, j.Tenant)
+		}
+	}
+	return got
+}
+
 func force(s *sim.Sim, out provider.Outcome) {
 	s.OnCall(func(context.Context, provider.Message) provider.Outcome { return out })
 }
@@ -99,16 +137,21 @@ func TestTwoCopiesPastThePeekMakeOneCall(t *testing.T) {
 	go func() { arrived.Wait(); close(release) }()
 	snd, b := setup(t, sender.Hooks{AfterPeek: func(context.Context, heraldtype.Job) {
 		arrived.Done()
-		<-release
+		select {
+		case <-release:
+		case <-time.After(waitLimit):
+			t.Errorf("the other copy did not pass the peek within %s", waitLimit)
+		}
 	}})
 	j := job("n1", heraldtype.ChannelWebhook)
 	results := make([]sender.Result, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {
-		wg.Add(1)
-		go func() { defer wg.Done(); results[i] = snd.Send(b.ctx, j) }()
+		wg.Go(func() { results[i] = snd.Send(b.ctx, j) })
 	}
-	wg.Wait()
+	sent := make(chan struct{})
+	go func() { wg.Wait(); close(sent) }()
+	waitFor(t, sent, "both sends")
 	if n := b.sims[heraldtype.ChannelWebhook].CallCount(j.MessageID); n != 1 {
 		t.Fatalf("provider called %d times, want 1", n)
 	}
@@ -146,8 +189,10 @@ func TestOutcomeClasses(t *testing.T) {
 			if res.State != c.state || d.State != c.state || d.Reason != c.out.Reason {
 				t.Fatalf("result %+v, delivery %+v, want %s", res, d, c.state)
 			}
-			if got := b.alerts.Alerts(); (c.alert == "") != (len(got) == 0) || (c.alert != "" && got[0].Kind != c.alert) {
-				t.Fatalf("alerts %+v, want %q", got, c.alert)
+			if c.alert == "" {
+				wantAlerts(t, b, j)
+			} else if a := wantAlerts(t, b, j, c.alert); a[0].Reason != c.out.Reason {
+				t.Errorf("alert reason %q, want %q", a[0].Reason, c.out.Reason)
 			}
 			// A later copy never calls again, whatever the outcome was.
 			snd.Send(b.ctx, j)
@@ -186,14 +231,34 @@ func TestDefiniteNonSendRetrySchedule(t *testing.T) {
 	if d := delivery(t, b, j.MessageID); d.Attempts != 5 || d.State != heraldtype.DeliveryRetryExhausted {
 		t.Fatalf("delivery %+v", d)
 	}
+	if a := wantAlerts(t, b, j, alert.RetryExhausted); a[0].Reason != "HTTP_429" {
+		t.Errorf("alert reason %q, want HTTP_429", a[0].Reason)
+	}
 }
 
-func TestRetryAfterHintIsHonoured(t *testing.T) {
+func TestRetryAfterHintIsHonouredUpTo1h(t *testing.T) {
 	t.Parallel()
-	snd, b := setup(t, sender.Hooks{})
-	force(b.sims[heraldtype.ChannelWebhook], provider.NotSentOutcome("HTTP_429", 30*time.Second))
-	if res := snd.Send(b.ctx, job("n1", heraldtype.ChannelWebhook)); res.Delay != 30*time.Second {
-		t.Fatalf("delay %s, want the provider's 30s", res.Delay)
+	for _, tc := range []struct {
+		name       string
+		hint, want time.Duration
+	}{
+		{"ShorterThanTheQuickDelayIsTheQuickDelay", 100 * time.Millisecond, time.Second},
+		{"LongerIsTheHint", 30 * time.Second, 30 * time.Second},
+		{"AnHourIsTheHint", time.Hour, time.Hour},
+		{"OverAnHourIsCappedAt1h", 7 * time.Hour, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			snd, b := setup(t, sender.Hooks{})
+			force(b.sims[heraldtype.ChannelWebhook], provider.NotSentOutcome("HTTP_429", tc.hint))
+			j := job("n1", heraldtype.ChannelWebhook)
+			if res := snd.Send(b.ctx, j); res.Verdict != sender.Retry || res.Delay != tc.want {
+				t.Fatalf("provider hint %s: %+v, want Retry after %s", tc.hint, res, tc.want)
+			}
+			if d := delivery(t, b, j.MessageID); d.NextAttemptAt == nil || !d.NextAttemptAt.Equal(b.clk.Now().Add(tc.want)) {
+				t.Fatalf("next attempt at %v, want %s from now", d.NextAttemptAt, tc.want)
+			}
+		})
 	}
 }
 
@@ -257,7 +322,7 @@ func TestPreChecks(t *testing.T) {
 		p := store.Profile{Tenant: "t1", Recipient: "r1",
 			Addresses: map[heraldtype.Channel]string{heraldtype.ChannelSMS: "+8210"},
 			Consent:   map[heraldtype.Channel]bool{heraldtype.ChannelSMS: true}}
-		b.store.ProfilePut(b.ctx, p)
+		putProfile(t, b, p)
 		j := job("n1", heraldtype.ChannelSMS)
 		j.Kind, j.Lane = "promo", heraldtype.LaneMarketing
 		if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliveryProviderAccepted {
@@ -267,7 +332,7 @@ func TestPreChecks(t *testing.T) {
 			t.Fatalf("message %+v", got)
 		}
 		p.Consent[heraldtype.ChannelSMS] = false // withdrawn after intake
-		b.store.ProfilePut(b.ctx, p)
+		putProfile(t, b, p)
 		j2 := job("n2", heraldtype.ChannelSMS)
 		j2.Kind, j2.Lane = "promo", heraldtype.LaneMarketing
 		if r := snd.Send(b.ctx, j2); r.Reason != heraldtype.ReasonConsentDenied {
@@ -280,9 +345,12 @@ func TestPreChecks(t *testing.T) {
 		stored := store.Profile{Tenant: "t1", Recipient: "r1",
 			Addresses: map[heraldtype.Channel]string{heraldtype.ChannelSMS: "+8210"},
 			Consent:   map[heraldtype.Channel]bool{heraldtype.ChannelSMS: true}}
-		b.store.ProfilePut(b.ctx, stored)
+		putProfile(t, b, stored)
 		// The claim saw consent withdrawn; the sender must not read again.
-		withdrawn, _ := json.Marshal(store.Profile{Addresses: stored.Addresses})
+		withdrawn, err := json.Marshal(store.Profile{Addresses: stored.Addresses})
+		if err != nil {
+			t.Fatal(err)
+		}
 		j := job("n1", heraldtype.ChannelSMS)
 		j.Kind, j.Lane = "promo", heraldtype.LaneMarketing
 		j.Known = &heraldtype.Known{ProfileRead: true, Profile: withdrawn}
@@ -394,49 +462,92 @@ func TestStoreFailureBeforeClaimWritesNothing(t *testing.T) {
 	}
 }
 
-// blippingStore fails the first calls of each step, as the calls in flight
-// on a dropped database connection do, and then works again.
-type blippingStore struct {
+// faultyStore fails the sender's store calls per step ("peek", "profile",
+// "claim", "decide", "record"), as the calls on a dropped database
+// connection do: a step's count of failures left, or every call with
+// failForever. It notes the retry clock's time of every try.
+type faultyStore struct {
 	*sqlite.Store
+	clk   clock.Clock
 	mu    sync.Mutex
-	fails map[string]int // step → failures left
+	fails map[string]int // step → failures left; failForever: every call
+	tries map[string][]time.Time
 }
 
-func (b *blippingStore) fail(step string) error {
+const failForever = -1
+
+func (b *faultyStore) fail(step string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.fails[step] > 0 {
-		b.fails[step]--
-		return errors.New(step + ": FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
+	if b.tries == nil {
+		b.tries = map[string][]time.Time{}
 	}
-	return nil
+	if b.clk != nil {
+		b.tries[step] = append(b.tries[step], b.clk.Now())
+	}
+	switch n := b.fails[step]; {
+	case n == failForever:
+	case n > 0:
+		b.fails[step]--
+	default:
+		return nil
+	}
+	return errors.New(step + ": FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
 }
 
-func (b *blippingStore) DeliveryGet(ctx context.Context, id string) (store.Delivery, error) {
+// heal makes every step work again.
+func (b *faultyStore) heal() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fails = nil
+}
+
+// triesOf returns when the step was tried.
+func (b *faultyStore) triesOf(step string) []time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]time.Time(nil), b.tries[step]...)
+}
+
+func (b *faultyStore) DeliveryGet(ctx context.Context, id string) (store.Delivery, error) {
 	if err := b.fail("peek"); err != nil {
 		return store.Delivery{}, err
 	}
 	return b.Store.DeliveryGet(ctx, id)
 }
 
-func (b *blippingStore) ProfileGet(ctx context.Context, tenant, recipient string) (store.Profile, error) {
+func (b *faultyStore) ProfileGet(ctx context.Context, tenant, recipient string) (store.Profile, error) {
 	if err := b.fail("profile"); err != nil {
 		return store.Profile{}, err
 	}
 	return b.Store.ProfileGet(ctx, tenant, recipient)
 }
 
-func (b *blippingStore) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+func (b *faultyStore) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	if err := b.fail("claim"); err != nil {
 		return store.DeliveryClaimResult{}, err
 	}
 	return b.Store.DeliveryClaim(ctx, p)
 }
 
+func (b *faultyStore) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams) (bool, error) {
+	if err := b.fail("decide"); err != nil {
+		return false, err
+	}
+	return b.Store.DeliveryDecide(ctx, p)
+}
+
+func (b *faultyStore) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
+	if err := b.fail("record"); err != nil {
+		return store.RecordResult{}, err
+	}
+	return b.Store.DeliveryRecord(ctx, p)
+}
+
 func TestStoreBlipBeforeClaimIsRetriedInPlace(t *testing.T) {
 	t.Parallel()
 	snd, b := setup(t, sender.Hooks{})
-	snd.Store = &blippingStore{Store: b.store, fails: map[string]int{"peek": 2, "profile": 1, "claim": 1}}
+	snd.Store = &faultyStore{Store: b.store, fails: map[string]int{"peek": 2, "profile": 1, "claim": 1, "record": 1}}
 	j := job("n1", heraldtype.ChannelWebhook)
 	if r := snd.Send(b.ctx, j); r.Verdict != sender.Done || r.State != heraldtype.DeliveryProviderAccepted {
 		t.Fatalf("%+v, want Done PROVIDER_ACCEPTED after the store came back", r)
