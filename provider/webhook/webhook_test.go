@@ -600,12 +600,14 @@ func TestTransportFailures(t *testing.T) {
 				accepted++
 				mu.Unlock()
 				if tc, ok := c.(*net.TCPConn); ok {
-					_ = tc.SetLinger(0)
+					if err := tc.SetLinger(0); err != nil {
+						t.Errorf("set linger: %v", err)
+					}
 				}
 				c.Close()
 			}
 		}()
-		t.Cleanup(func() { ln.Close(); <-done })
+		t.Cleanup(func() { closeListener(t, ln, done) })
 
 		out := send(t, "http://"+ln.Addr().String()+"/hook", callTimeout, message("msg-raw-close"))
 		if out.Class != provider.NotSent && out.Class != provider.Unknown {
@@ -708,8 +710,7 @@ func holdingListener(t *testing.T) net.Listener {
 		}
 	}()
 	t.Cleanup(func() {
-		ln.Close()
-		<-done
+		closeListener(t, ln, done)
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range conns {
@@ -717,6 +718,15 @@ func holdingListener(t *testing.T) net.Listener {
 		}
 	})
 	return ln
+}
+
+// closeListener closes ln and waits for its accept loop to end (done).
+func closeListener(t *testing.T, ln net.Listener, done <-chan struct{}) {
+	t.Helper()
+	if err := ln.Close(); err != nil {
+		t.Errorf("close listener: %v", err)
+	}
+	wait(t, done, "the accept loop to end")
 }
 
 // hijackAndReset returns a handler that reads the whole request, writes
@@ -741,7 +751,9 @@ func hijackAndReset(t *testing.T, rec *recorder, partial string) http.HandlerFun
 			}
 		}
 		if tc, ok := conn.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // close with RST, not FIN
+			if err := tc.SetLinger(0); err != nil { // close with RST, not FIN
+				t.Errorf("set linger: %v", err)
+			}
 		}
 	}
 }
