@@ -52,7 +52,7 @@ func FuzzPostNotification(f *testing.F) {
 		switch r.Code {
 		case http.StatusAccepted:
 		case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-			wantFuzzProblem(t, r)
+			wantProblem(t, response{status: r.Code, header: r.Header(), body: r.Body.Bytes()}, r.Code)
 			if written != 0 {
 				t.Fatalf("a %d wrote %d notifications", r.Code, written)
 			}
@@ -86,16 +86,4 @@ func FuzzPostNotification(f *testing.F) {
 				again.Code, again.Body, again.Header().Get("Idempotent-Replayed"), r.Body)
 		}
 	})
-}
-
-// wantFuzzProblem asserts r is an application/problem+json that names its status.
-func wantFuzzProblem(t *testing.T, r *httptest.ResponseRecorder) {
-	t.Helper()
-	if ct := r.Header().Get("Content-Type"); ct != "application/problem+json" {
-		t.Fatalf("%d with Content-Type %q, want application/problem+json", r.Code, ct)
-	}
-	var p problemBody
-	if err := json.Unmarshal(r.Body.Bytes(), &p); err != nil || p.Status != r.Code || p.Title == "" {
-		t.Fatalf("%d problem body %s: status %d title %q (%v)", r.Code, r.Body, p.Status, p.Title, err)
-	}
 }
