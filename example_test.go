@@ -158,8 +158,13 @@ ON CONFLICT (id) DO NOTHING`, booking, "patient-1", at.Format(time.RFC3339)); er
 	fmt.Println("reminder the day before:", state(first[1].ID))
 	fmt.Println("reminder the same morning:", state(first[2].ID))
 	stop()
-	if err := <-stopped; err != nil {
-		log.Fatal(err)
+	select {
+	case err := <-stopped:
+		if err != nil {
+			log.Fatal(err)
+		}
+	case <-time.After(2 * cfg.ShutdownTimeout.D()):
+		log.Fatalf("herald did not stop within %s", 2*cfg.ShutdownTimeout.D())
 	}
 
 	// Output:
