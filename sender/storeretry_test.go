@@ -214,8 +214,8 @@ func sweepStale(t *testing.T, snd *sender.Sender, b bundle, j heraldtype.Job, st
 	if d := delivery(t, b, j.MessageID); d.State != heraldtype.DeliveryUnknown || d.Reason != heraldtype.ReasonStaleClaim {
 		t.Fatalf("after %s: delivery %+v, want UNKNOWN STALE_CLAIM", staleAfter, d)
 	}
-	if got := alerts.Alerts(); len(got) != 1 || got[0].Kind != alert.StaleClaim || got[0].MessageID != j.MessageID {
-		t.Fatalf("sweep alerts %+v, want one STALE_CLAIM for %s", got, j.MessageID)
+	if got := alerts.Alerts(); len(got) != 1 || got[0].Kind != alert.StaleClaim || got[0].MessageID != j.MessageID || got[0].Tenant != j.Tenant {
+		t.Fatalf("sweep alerts %+v, want one STALE_CLAIM for %s of tenant %s", got, j.MessageID, j.Tenant)
 	}
 	// Requeue and redelivery find UNKNOWN: never resent automatically.
 	for range 2 {
