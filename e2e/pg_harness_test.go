@@ -4,11 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +20,9 @@ import (
 // Helpers for the tests that run herald processes on PostgreSQL.
 
 // load posts n notifications from workers goroutines, spreading them over
-// clients, and returns the accepted ids. progress counts accepted ones.
+// clients, and returns the accepted ids. accepted counts them as they come;
+// halt makes the workers stop taking new ones before n (taken counts those
+// taken).
 type load struct {
 	n, workers int
 	clients    []*client
@@ -31,6 +30,8 @@ type load struct {
 	prefix     string
 	stats      postStats
 	accepted   atomic.Int64
+	taken      atomic.Int64
+	halt       atomic.Bool
 
 	mu  sync.Mutex
 	ids []string
@@ -46,9 +47,10 @@ func (l *load) run(ctx context.Context) {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1))
-				if i > l.n {
+				if i > l.n || l.halt.Load() {
 					return
 				}
+				l.taken.Add(1)
 				key := fmt.Sprintf("%s-%d", l.prefix, i)
 				id, err := postAny(ctx, l.clients, i, key, map[string]any{
 					"recipient": fmt.Sprintf("user-%d", i%97), "event_id": key, "kind": l.kind,
@@ -104,80 +106,26 @@ WHERE o.state NOT IN ('EXPIRED', 'FAILED')
 
 // settle waits until every planned send in the database is finished, then
 // reads every accepted id through the API (round-robin over clients) and
-// returns the delivery states it saw. A 404 or a non-terminal state fails.
-func settle(t *testing.T, dbURL string, clients []*client, ids []string, timeout time.Duration) map[string]int {
+// returns the views. A 404 or a non-terminal state fails.
+func settle(t *testing.T, dbURL string, clients []*client, ids []string, timeout time.Duration) map[string]notification {
 	t.Helper()
-	var n int
-	var lastErr error
-	waitFor(t, "every delivery to be terminal", timeout, func() bool {
-		lastErr = pgQuery(dbURL, qUnsettled, nil, &n)
-		return lastErr == nil && n == 0
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	states := map[string]int{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	errs := make(chan error, len(ids))
-	work := make(chan int)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				nv, code, err := clients[i%len(clients)].get(ctx, ids[i])
-				switch {
-				case err != nil:
-					errs <- fmt.Errorf("GET %s: %w", ids[i], err)
-					continue
-				case code == http.StatusNotFound:
-					errs <- fmt.Errorf("accepted notification %s is gone", ids[i])
-					continue
-				case code != http.StatusOK:
-					errs <- fmt.Errorf("GET %s answered %d", ids[i], code)
-					continue
-				case len(nv.Deliveries) != 1:
-					errs <- fmt.Errorf("%s has %d deliveries", ids[i], len(nv.Deliveries))
-					continue
-				}
-				mu.Lock()
-				for _, d := range nv.Deliveries {
-					states[d.State]++
-					if !terminal(d.State) {
-						errs <- fmt.Errorf("%s is %s after the database said it was settled", d.MessageID, d.State)
-					}
-				}
-				mu.Unlock()
-			}
-		}()
+	deadline := time.Now().Add(timeout)
+	for {
+		var n int
+		err := pgQuery(dbURL, qUnsettled, nil, &n)
+		if err == nil && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s, %d planned sends are not finished (last error: %v)", timeout, n, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	for i := range ids {
-		work <- i
+	views := readViews(t, clients, ids)
+	if left := pending(views); len(left) > 0 {
+		t.Fatalf("%d deliveries not terminal after the database said all were settled, e.g. %v", len(left), left[:min(5, len(left))])
 	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	if len(all) > 0 {
-		t.Fatalf("%d problems reading accepted notifications, e.g.: %v", len(all), errors.Join(all[:min(5, len(all))]...))
-	}
-	return states
-}
-
-func formatStates(states map[string]int) string {
-	keys := make([]string, 0, len(states))
-	for s := range states {
-		keys = append(keys, s)
-	}
-	sort.Strings(keys)
-	var per []string
-	for _, s := range keys {
-		per = append(per, fmt.Sprintf("%s=%d", s, states[s]))
-	}
-	return strings.Join(per, " ")
+	return views
 }
 
 // appName is a unique application_name for one herald's connections, so a
@@ -200,18 +148,11 @@ func terminateHerald(t *testing.T, app string) int {
 	return n
 }
 
-// startServer starts s and kills it when the test ends if it still runs (a
-// test that failed half-way leaves no herald behind).
+// startServer starts s. Kept for its callers: start itself now makes sure
+// no herald outlives its test.
 func startServer(t *testing.T, s *server) {
 	t.Helper()
 	s.start()
-	t.Cleanup(func() {
-		select {
-		case <-s.done:
-		default:
-			s.kill()
-		}
-	})
 }
 
 // databaseName is the database a postgres:// URL names.

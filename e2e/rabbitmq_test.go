@@ -14,9 +14,7 @@ import (
 // vhost). Kills land anywhere: between claim and publish, between confirm
 // and mark, between the provider call and the ack.
 func TestCrashPostgresRabbitMQ(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test: skipped in -short mode")
-	}
+	skipShort(t, "crash test")
 	t.Parallel()
 	db := testpg.Database(t)
 	mq := testmq.VHost(t)
