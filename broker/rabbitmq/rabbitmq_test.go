@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/broker/rabbitmq"
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
@@ -80,6 +83,12 @@ func setup(t *testing.T, o options) *env {
 
 func (e *env) sender(t *testing.T, kinds ...string) *sender.Sender {
 	t.Helper()
+	return e.senderWith(t, sender.Hooks{}, kinds...)
+}
+
+// senderWith is the one sender with hooks, serving kinds (default "pay").
+func (e *env) senderWith(t *testing.T, hooks sender.Hooks, kinds ...string) *sender.Sender {
+	t.Helper()
 	if len(kinds) == 0 {
 		kinds = []string{"pay"}
 	}
@@ -93,7 +102,7 @@ func (e *env) sender(t *testing.T, kinds ...string) *sender.Sender {
 		t.Fatal(err)
 	}
 	return sender.New(sender.Config{
-		Store: e.store, Providers: e.reg, Catalog: cat, Clock: e.clk, Owner: "test", Logger: quiet,
+		Store: e.store, Providers: e.reg, Catalog: cat, Clock: e.clk, Owner: "test", Logger: quiet, Hooks: hooks,
 		Retry: sender.RetryPolicy{Quick: 2, QuickDelay: 100 * time.Millisecond, Slow: 1, SlowDelay: time.Second},
 	})
 }
@@ -112,14 +121,42 @@ func (e *env) notify(t *testing.T, kind string) string {
 	return store.MessageID(id, heraldtype.ChannelWebhook)
 }
 
+// patience bounds every wait of these tests: generous for a loaded 2-core
+// machine under the race detector, and still a failure with a message
+// instead of a run that hangs. It is also the confirm timeout wherever the
+// timeout is not what a test is about.
+const patience = 30 * time.Second
+
+// recv waits for a value on ch, or fails the test saying what it waited for.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(patience):
+		t.Fatalf("timed out after %s waiting for %s", patience, what)
+		panic("unreachable")
+	}
+}
+
 // run starts fn in the background and stops it (cancel, wait) at cleanup or
 // when the returned function is called.
 func run(t *testing.T, fn func(ctx context.Context)) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); fn(ctx) }()
 	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(2 * patience): // a relay may first wait out a confirm timeout
+				t.Errorf("still running %s after it was stopped", 2*patience)
+			}
+		})
+	}
 	t.Cleanup(stop)
 	return stop
 }
@@ -127,27 +164,83 @@ func run(t *testing.T, fn func(ctx context.Context)) (stop func()) {
 type relayOpts struct {
 	hooks        dispatch.RelayHooks
 	confirmHooks rabbitmq.ConfirmHooks
-	timeout      time.Duration
+	// timeout is the confirm timeout. Defaults to patience.
+	timeout time.Duration
+	// maxAttempts is the relay's MaxAttempts. Defaults to 5.
+	maxAttempts int
+	alerts      alert.Sink
+	// waits, when set, receives what each batch's wait for confirms returned.
+	waits chan<- []error
 }
 
 // startRelay runs a publisher and a relay for the lane.
 func (e *env) startRelay(t *testing.T, o relayOpts) (*rabbitmq.Publisher, func()) {
 	t.Helper()
+	if o.timeout == 0 {
+		o.timeout = patience
+	}
+	if o.maxAttempts == 0 {
+		o.maxAttempts = 5
+	}
 	pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{
 		URL: e.url, Name: "test-relay", Topology: e.topo, ConfirmTimeout: o.timeout, Logger: quiet, Hooks: o.confirmHooks,
 	})
 	stopPub := run(t, pub.Run)
+	var p dispatch.Publisher = pub
+	if o.waits != nil {
+		p = recordingPublisher{pub, o.waits}
+	}
 	relay := dispatch.NewRelay(dispatch.RelayConfig{
-		Lane: lane, Store: e.store, Wake: e.store.Wakeups().C(lane), Publisher: pub, Owner: "relay",
-		BatchSize: 50, Lease: time.Minute, PollInterval: 20 * time.Millisecond, MaxAttempts: 5, Logger: quiet, Hooks: o.hooks,
+		Lane: lane, Store: e.store, Wake: e.store.Wakeups().C(lane), Publisher: p, Owner: "relay",
+		BatchSize: 50, Lease: time.Minute, PollInterval: 20 * time.Millisecond, MaxAttempts: o.maxAttempts,
+		Logger: quiet, Alerts: o.alerts, Hooks: o.hooks,
 	})
 	stopRelay := run(t, relay.Run)
 	return pub, func() { stopRelay(); stopPub() }
 }
 
+// recordingPublisher hands what each wait for confirms returned to waits.
+type recordingPublisher struct {
+	*rabbitmq.Publisher
+	waits chan<- []error
+}
+
+func (p recordingPublisher) Publish(ctx context.Context, l heraldtype.Lane, jobs []heraldtype.Job) dispatch.Confirms {
+	return recordingConfirms{p.Publisher.Publish(ctx, l, jobs), p.waits}
+}
+
+type recordingConfirms struct {
+	dispatch.Confirms
+	waits chan<- []error
+}
+
+func (c recordingConfirms) Wait() []error {
+	errs := c.Confirms.Wait()
+	c.waits <- errs
+	return errs
+}
+
+// waitConnected waits until pub is connected (and has declared the topology).
+func waitConnected(t *testing.T, pub *rabbitmq.Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if err := pub.Ready(ctx); err != nil {
+		t.Fatalf("publisher not connected after %s: %v", patience, err)
+	}
+}
+
 // startConsumer runs a lane consumer with snd; every settle is recorded.
 func (e *env) startConsumer(t *testing.T, snd dispatch.Sender, hooks rabbitmq.ConsumerHooks) (*rabbitmq.Consumer, func()) {
 	t.Helper()
+	return e.consumer(t, rabbitmq.ConsumerConfig{Sender: snd, Concurrency: 8, Hooks: hooks})
+}
+
+// consumer runs a consumer configured by cfg on the test's vhost and
+// topology (lane defaults to the test's lane); every settle is recorded.
+func (e *env) consumer(t *testing.T, cfg rabbitmq.ConsumerConfig) (*rabbitmq.Consumer, func()) {
+	t.Helper()
+	hooks := cfg.Hooks
 	after := hooks.AfterSettle
 	hooks.AfterSettle = func(job heraldtype.Job, res sender.Result, action string) {
 		e.mu.Lock()
@@ -161,10 +254,17 @@ func (e *env) startConsumer(t *testing.T, snd dispatch.Sender, hooks rabbitmq.Co
 			after(job, res, action)
 		}
 	}
-	c := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{
-		URL: e.url, Name: "test-consumer", Lane: lane, Topology: e.topo, Sender: snd, Concurrency: 8,
-		ConfirmTimeout: 2 * time.Second, Logger: quiet, Hooks: hooks,
-	})
+	cfg.URL, cfg.ConfirmTimeout, cfg.Logger, cfg.Hooks = e.url, patience, quiet, hooks
+	if cfg.Topology.Prefix == "" {
+		cfg.Topology = e.topo
+	}
+	if cfg.Lane == "" {
+		cfg.Lane = lane
+	}
+	if cfg.Name == "" {
+		cfg.Name = "test-consumer-" + string(cfg.Lane)
+	}
+	c := rabbitmq.NewConsumer(cfg)
 	return c, run(t, c.Run)
 }
 
@@ -202,12 +302,18 @@ func (e *env) delivery(t *testing.T, id string) store.Delivery {
 
 func (e *env) outboxState(t *testing.T, messageID string) heraldtype.OutboxState {
 	t.Helper()
+	return e.view(t, messageID).OutboxState
+}
+
+// view is the notification's entry for messageID: its outbox row and delivery.
+func (e *env) view(t *testing.T, messageID string) store.DeliveryView {
+	t.Helper()
 	nid := messageID[:len(messageID)-len(".webhook")]
 	v, err := e.store.NotificationGet(e.ctx, "t1", nid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v.Deliveries[0].OutboxState
+	return v.Deliveries[0]
 }
 
 func TestRelayPublishesAndConsumerSendsEachOnce(t *testing.T) {
@@ -246,7 +352,7 @@ func TestRelayKilledAfterConfirmBeforeMarkRepublishesAndSecondCopyIsAckedWithout
 		}
 		return false // dies here: confirmed, not marked
 	}}})
-	rows := <-killed
+	rows := recv(t, killed, "the relay to reach the mark")
 	stop()
 	if len(rows) != 1 || rows[0].MessageID != id {
 		t.Fatalf("confirmed rows %+v", rows)
@@ -312,7 +418,7 @@ func TestBrokerConnectionsClosedMidRunRecoverWithNothingLostAndNoDuplicate(t *te
 	for range 150 {
 		all = append(all, e.notify(t, "pay"))
 	}
-	<-midway
+	recv(t, midway, "the 40th provider call")
 	testmq.CloseConnections(t, e.url) // every connection of this vhost: relay and consumer
 	// Accepted while the broker was away: the relay must publish these after it reconnects.
 	for range 50 {
@@ -338,26 +444,34 @@ func TestConfirmTimeoutWithMessageInQueueGivesTwoCopiesAndOneCall(t *testing.T) 
 	e := setup(t, options{clk: clk})
 	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
 	id := e.notify(t, "pay")
-	var dropped atomic.Bool
 	retried := make(chan struct{}, 1)
-	e.startRelay(t, relayOpts{
+	_, stop := e.startRelay(t, relayOpts{
+		// The broker has the message and acks it; every ack is lost on the
+		// way, so this relay's wait times out however fast or slow the
+		// machine is. The timeout is what is under test: it may be short.
 		timeout: 300 * time.Millisecond,
-		// The broker has the message and acks it; the ack is lost on the way.
 		confirmHooks: rabbitmq.ConfirmHooks{OnConfirm: func(messageID string, ack bool) bool {
-			return messageID != id || !dropped.CompareAndSwap(false, true)
+			return messageID != id
 		}},
-		hooks: dispatch.RelayHooks{AfterSettle: func(published, retried_ int) {
-			if retried_ > 0 {
-				retried <- struct{}{}
+		hooks: dispatch.RelayHooks{AfterSettle: func(published, failed int) {
+			if failed > 0 {
+				select {
+				case retried <- struct{}{}:
+				default:
+				}
 			}
 		}},
 	})
-	<-retried
+	recv(t, retried, "the publish to time out")
+	stop()
 	if s := e.outboxState(t, id); s != heraldtype.OutboxPending {
 		t.Fatalf("outbox %s after the timeout, want PENDING", s)
 	}
 	e.waitFor(t, "first copy sent", func() bool { return len(e.actions(id)) == 1 })
 	clk.Advance(dispatch.Backoff(1) + time.Second) // the row's backoff passes
+	// A relay whose confirms arrive (and whose timeout no loaded machine
+	// reaches) publishes the row again.
+	e.startRelay(t, relayOpts{})
 	e.waitFor(t, "second copy settled", func() bool { return len(e.actions(id)) == 2 })
 	e.waitFor(t, "PUBLISHED", func() bool { return e.outboxState(t, id) == heraldtype.OutboxPublished })
 	if n := e.sim.CallCount(id); n != 1 {
@@ -444,8 +558,8 @@ func TestFailingMessagesReachParkingWithReasonAndRequeueSendsOnce(t *testing.T) 
 	if d := e.delivery(t, unknown); d.State != heraldtype.DeliveryParked {
 		t.Fatalf("delivery %s, want PARKED", d.State)
 	}
-	if got, _ := parking.List(e.ctx, "t2", 10); len(got) != 0 {
-		t.Fatalf("another tenant sees %d parked messages", len(got))
+	if got, err := parking.List(e.ctx, "t2", 10); err != nil || len(got) != 0 {
+		t.Fatalf("another tenant sees %d parked messages (%v)", len(got), err)
 	}
 
 	// A person fixes the cause (the kind is configured again, the poison
@@ -473,34 +587,175 @@ func TestFailingMessagesReachParkingWithReasonAndRequeueSendsOnce(t *testing.T) 
 	if _, err := parking.Requeue(e.ctx, "t1", unknown); !errors.Is(err, parked.ErrNotFound) {
 		t.Fatalf("second requeue: %v, want not found", err)
 	}
-	left, _ := parking.List(e.ctx, "", 50)
+	left, err := parking.List(e.ctx, "", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := 0
 	for _, p := range left {
 		if p.MessageID != "garbage-1" {
 			t.Fatalf("left parked: %+v", left)
 		}
+		garbage++
+	}
+	if garbage == 0 {
+		t.Fatalf("the malformed message, never requeued, is no longer parked: %+v", left)
 	}
 }
 
 func publishRaw(t *testing.T, e *env, id string, body []byte) {
 	t.Helper()
+	if !e.publish(t, e.topo.Exchange(), string(lane), amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: body}) {
+		t.Fatalf("publish %s: nacked", id)
+	}
+}
+
+// channel opens a plain AMQP channel on the test's vhost, with the
+// topology declared; its connection closes when the test ends.
+func (e *env) channel(t *testing.T) *amqp.Channel {
+	t.Helper()
+	ch, closeConn := e.dial(t)
+	t.Cleanup(closeConn)
+	if err := e.topo.Declare(ch); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// dial opens a connection and a channel on the test's vhost; closeConn
+// closes them.
+func (e *env) dial(t *testing.T) (ch *amqp.Channel, closeConn func()) {
+	t.Helper()
 	conn, err := amqp.Dial(e.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
+	if ch, err = conn.Channel(); err != nil {
+		conn.Close()
 		t.Fatal(err)
 	}
+	return ch, func() { conn.Close() }
+}
+
+// publish publishes msg (mandatory) on a confirming channel and reports
+// whether the broker acked it.
+func (e *env) publish(t *testing.T, exchange, key string, msg amqp.Publishing) bool {
+	t.Helper()
+	ch, closeConn := e.dial(t)
+	defer closeConn()
 	if err := e.topo.Declare(ch); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
-	dc, err := ch.PublishWithDeferredConfirm(e.topo.Exchange(), string(lane), true, false,
-		amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: body})
-	if err != nil || !dc.Wait() {
-		t.Fatalf("publish raw: %v", err)
+	dc, err := ch.PublishWithDeferredConfirm(exchange, key, true, false, msg)
+	if err != nil {
+		t.Fatalf("publish %s: %v", msg.MessageId, err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	ack, err := dc.WaitContext(ctx)
+	if err != nil {
+		t.Fatalf("publish %s: no confirm: %v", msg.MessageId, err)
+	}
+	return ack
+}
+
+// queueInfo is a queue as the broker lists it.
+type queueInfo struct {
+	Type     string
+	Args     map[string]any // JSON values: numbers are float64
+	Messages int
+}
+
+// queues lists the vhost's queues with rabbitmqctl.
+func (e *env) queues(t *testing.T) map[string]queueInfo {
+	t.Helper()
+	var rows []struct {
+		Name      string  `json:"name"`
+		Type      string  `json:"type"`
+		Arguments [][]any `json:"arguments"`
+		Messages  int     `json:"messages"`
+	}
+	out := testmq.Ctl(t, "--formatter", "json", "list_queues", "-p", testmq.VHostOf(e.url), "name", "type", "arguments", "messages")
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("list_queues: %v\n%s", err, out)
+	}
+	qs := map[string]queueInfo{}
+	for _, r := range rows {
+		q := queueInfo{Type: r.Type, Args: map[string]any{}, Messages: r.Messages}
+		for _, a := range r.Arguments { // [name, type, value]
+			if len(a) != 3 {
+				t.Fatalf("list_queues: argument %v of %s", a, r.Name)
+			}
+			name, _ := a[0].(string)
+			q.Args[name] = a[2]
+		}
+		qs[r.Name] = q
+	}
+	return qs
+}
+
+// consumerInfo is a consumer as the broker lists it.
+type consumerInfo struct {
+	Queue    string `json:"queue_name"`
+	Prefetch int    `json:"prefetch_count"`
+	Active   bool   `json:"active"`
+}
+
+// consumers lists the vhost's consumers with rabbitmqctl.
+func (e *env) consumers(t *testing.T) []consumerInfo {
+	t.Helper()
+	var cs []consumerInfo
+	out := testmq.Ctl(t, "--formatter", "json", "list_consumers", "-p", testmq.VHostOf(e.url), "queue_name", "prefetch_count", "active")
+	if err := json.Unmarshal([]byte(out), &cs); err != nil {
+		t.Fatalf("list_consumers: %v\n%s", err, out)
+	}
+	return cs
+}
+
+// inspect is queue as the broker's queue.declare-ok tells it: the messages
+// ready (not those delivered and not yet acked) and the consumers. The
+// error is the broker's when there is no such queue.
+func (e *env) inspect(t *testing.T, queue string) (amqp.Queue, error) {
+	t.Helper()
+	ch, closeConn := e.dial(t)
+	defer closeConn()
+	return ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+}
+
+// readyIn counts the messages ready in queue.
+func (e *env) readyIn(t *testing.T, queue string) int {
+	t.Helper()
+	q, err := e.inspect(t, queue)
+	if err != nil {
+		t.Fatalf("inspect %s: %v", queue, err)
+	}
+	return q.Messages
+}
+
+// awaitConsumers waits until the broker lists n consumers on each of
+// queues, and returns every consumer of the vhost.
+func (e *env) awaitConsumers(t *testing.T, n int, queues ...string) []consumerInfo {
+	t.Helper()
+	// Cheap first: the queue's own count (which leaves out consumers that
+	// single active consumer keeps waiting); then the broker's list.
+	for _, q := range queues {
+		e.waitFor(t, "a consumer on "+q, func() bool {
+			info, err := e.inspect(t, q) // an error: not declared yet
+			return err == nil && info.Consumers > 0
+		})
+	}
+	var cs []consumerInfo
+	e.waitFor(t, fmt.Sprintf("%d consumers on each of %v", n, queues), func() bool {
+		cs = e.consumers(t)
+		for _, q := range queues {
+			if k := len(slices.DeleteFunc(slices.Clone(cs), func(c consumerInfo) bool { return c.Queue != q })); k < n {
+				return false
+			}
+		}
+		return true
+	})
+	return cs
 }
