@@ -66,7 +66,10 @@ func TestShutdownBeforeAClaimNacksTheMessageBackToItsQueue(t *testing.T) {
 	e := setup(t, options{})
 	inSend := make(chan struct{}, 1)
 	_, stopConsumer := e.startConsumer(t, e.senderWith(t, sender.Hooks{AfterPeek: func(ctx context.Context, _ heraldtype.Job) {
-		inSend <- struct{}{}
+		select {
+		case inSend <- struct{}{}:
+		default:
+		}
 		<-ctx.Done() // SIGTERM comes here, before the claim
 	}}), rabbitmq.ConsumerHooks{})
 	e.startRelay(t, relayOpts{})

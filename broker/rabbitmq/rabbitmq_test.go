@@ -69,8 +69,11 @@ func setup(t *testing.T, o options) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	// The test's own calls (store, parking) fail rather than hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
 	e := &env{
-		url: url, store: s, clk: o.clk, sim: sim.New(sim.Config{}), reg: provider.NewRegistry(), ctx: context.Background(),
+		url: url, store: s, clk: o.clk, sim: sim.New(sim.Config{}), reg: provider.NewRegistry(), ctx: ctx,
 		topo: rabbitmq.Topology{
 			RetryDelays:   []time.Duration{100 * time.Millisecond, time.Second, 10 * time.Minute},
 			DeliveryLimit: o.deliveryLimit,
@@ -433,9 +436,7 @@ func TestBrokerConnectionsClosedMidRunRecoverWithNothingLostAndNoDuplicate(t *te
 	if got := e.sim.Total(); got != len(all) {
 		t.Fatalf("%d provider calls for %d messages", got, len(all))
 	}
-	if err := pub.Ready(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	waitConnected(t, pub)
 }
 
 func TestConfirmTimeoutWithMessageInQueueGivesTwoCopiesAndOneCall(t *testing.T) {
