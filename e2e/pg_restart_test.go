@@ -21,11 +21,15 @@ const EnvPGRestart = "HERALD_TEST_PG_RESTART"
 
 // TestPostgresRestart stops the whole PostgreSQL server under a running
 // herald and starts it again. It runs only with HERALD_TEST_PG_RESTART=1,
-// never by default, not even with CI=true: every other package's tests use
-// the same server concurrently (go test ./... runs packages in parallel),
-// and a stopped server fails them. Run it on its own:
+// never by default: every other package's tests use the same server
+// concurrently (go test ./... runs packages in parallel), and a stopped
+// server fails them. Run it on its own, as .ci/run does after the other
+// tests:
 //
 //	HERALD_TEST_PG_RESTART=1 go test ./e2e -run TestPostgresRestart -count=1
+//
+// Like the outage test, it allows a message to end UNKNOWN only if it was
+// claimed as the stop ended its session, without a call (cutUnknowns).
 //
 // It is not parallel, so inside the e2e package it runs while the parallel
 // tests wait. The server is found with pg_lsclusters by the port of
