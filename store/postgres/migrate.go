@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -10,19 +11,25 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// ErrNotMigrated is what Open with Options.MustExist returns (wrapped) when
+// the database lacks herald's schema or has an older one than this build's.
+var ErrNotMigrated = errors.New("run herald migrate")
+
 // Migrate applies pending migrations to the database at url (in the first
-// schema of its search_path) and returns the schema version. Processes that
-// migrate at once are serialised by an advisory lock; each version is applied
-// once, in its own transaction.
+// schema of its search_path) and returns the schema version. It takes every
+// URL Open takes, pool_* parameters included. Processes that migrate at once
+// are serialised by an advisory lock; each version is applied once, in its
+// own transaction.
 func Migrate(ctx context.Context, url string) (version int, err error) {
-	cfg, err := pgx.ParseConfig(url)
+	cfg, err := connConfig(url)
 	if err != nil {
-		return 0, fmt.Errorf("parse postgres url: %w", err)
+		return 0, err
 	}
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = "herald migrate"
@@ -33,6 +40,18 @@ func Migrate(ctx context.Context, url string) (version int, err error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	return migrate(ctx, conn)
+}
+
+// connConfig parses url for one connection the way Open parses it for its
+// pool: pgxpool's parser takes the pool_* parameters out, where pgx's own
+// would send them to the server as runtime parameters, which it refuses.
+func connConfig(url string) (*pgx.ConnConfig, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx redacts the password from the URL it quotes.
+		return nil, fmt.Errorf("parse postgres url: %w", err)
+	}
+	return cfg.ConnConfig, nil
 }
 
 type migration struct {
@@ -110,4 +129,38 @@ func applyMigration(ctx context.Context, conn *pgx.Conn, key int64, m migration)
 		}
 		return nil
 	})
+}
+
+// Reading the schema version without creating anything.
+const (
+	qMigrationsExist = `SELECT EXISTS (SELECT 1 FROM pg_tables
+WHERE schemaname = current_schema() AND tablename = 'schema_migrations')`
+)
+
+// checkSchema fails, changing nothing, unless the current schema holds
+// herald's schema at this build's version or a later one.
+func checkSchema(ctx context.Context, conn *pgx.Conn) error {
+	list, err := migrationList()
+	if err != nil {
+		return err
+	}
+	_, schema, err := where(ctx, conn)
+	if err != nil {
+		return err
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, qMigrationsExist).Scan(&exists); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return fmt.Errorf("no herald schema in schema %q: %w", schema, ErrNotMigrated)
+	}
+	var v int
+	if err := conn.QueryRow(ctx, qMigrationVersion).Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if want := list[len(list)-1].version; v < want {
+		return fmt.Errorf("schema %q is at version %d, this herald needs %d: %w", schema, v, want, ErrNotMigrated)
+	}
+	return nil
 }

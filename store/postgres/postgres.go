@@ -108,6 +108,11 @@ type Options struct {
 	PipelineWorkers int
 	// PipelineBatch caps the statements sent together. Defaults to 64.
 	PipelineBatch int
+	// MustExist makes Open create and migrate nothing: it fails, wrapping
+	// ErrNotMigrated, unless the schema is already at this build's version
+	// or later. For commands that only read or mend rows. Defaults to false
+	// (Open applies pending migrations).
+	MustExist bool
 
 	// tracer, when set, traces every pool query (tests count round trips).
 	tracer pgx.QueryTracer
@@ -148,7 +153,7 @@ var _ store.Store = (*Store)(nil)
 
 // Open connects to the database at url (a postgres:// URL; pool_max_conns,
 // search_path and other runtime parameters may be set in its query), applies
-// pending migrations and starts the wake-up listener.
+// pending migrations (unless opts.MustExist) and starts the wake-up listener.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg, err := poolConfig(url, opts)
 	if err != nil {
@@ -220,7 +225,12 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, connCfg *pgx.ConnConfig, 
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Release()
-	if _, err := migrate(ctx, conn.Conn()); err != nil {
+	if opts.MustExist {
+		err = checkSchema(ctx, conn.Conn())
+	} else {
+		_, err = migrate(ctx, conn.Conn())
+	}
+	if err != nil {
 		return nil, err
 	}
 	db, schema, err := where(ctx, conn.Conn())
