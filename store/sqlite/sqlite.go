@@ -11,15 +11,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
-	"sort"
-	"strconv"
-	"strings"
+	"os"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -29,9 +25,6 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-//go:embed migrations/*.sql
-var migrations embed.FS
-
 // Options tune the store.
 type Options struct {
 	// Clock supplies "now". Defaults to the system clock.
@@ -40,6 +33,13 @@ type Options struct {
 	MaxBatch int
 	// Readers is the size of the read pool. Defaults to 8.
 	Readers int
+	// MustExist makes Open create and migrate nothing: it fails with an
+	// error wrapping fs.ErrNotExist when there is no file at path, and with
+	// one wrapping ErrNotMigrated unless the file's schema is at this
+	// build's version or later. For commands that only read or mend rows.
+	// Defaults to false (Open creates the file and applies pending
+	// migrations).
+	MustExist bool
 }
 
 // Store is the SQLite driver.
@@ -54,7 +54,8 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Open opens (creating if needed) the database at path and migrates it.
+// Open opens (creating if needed) the database at path and migrates it;
+// with opts.MustExist it only opens an existing, migrated one.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
@@ -65,7 +66,18 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.Readers <= 0 {
 		opts.Readers = 8
 	}
-	wdb, err := sql.Open("sqlite", dsn(path, false))
+	wdsn, rdsn := dsn(path, false), dsn(path, true)
+	if opts.MustExist {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		}
+		// Not even a file deleted since the Stat is created.
+		wdsn, rdsn = wdsn+"&mode=rw", rdsn+"&mode=rw"
+	}
+	if err := setWAL(ctx, path, opts.MustExist); err != nil {
+		return nil, err
+	}
+	wdb, err := sql.Open("sqlite", wdsn)
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
@@ -73,11 +85,16 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
-	if err := migrate(ctx, wdb); err != nil {
+	if opts.MustExist {
+		err = checkSchema(ctx, wdb, path)
+	} else {
+		err = migrate(ctx, wdb)
+	}
+	if err != nil {
 		wdb.Close()
 		return nil, err
 	}
-	rdb, err := sql.Open("sqlite", dsn(path, true))
+	rdb, err := sql.Open("sqlite", rdsn)
 	if err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("open sqlite %s for reading: %w", path, err)
@@ -97,26 +114,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}, nil
 }
 
-// Migrate applies pending migrations to the database at path and returns the
-// schema version.
-func Migrate(ctx context.Context, path string) (int, error) {
-	db, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		return 0, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	if err := migrate(ctx, db); err != nil {
-		return 0, err
-	}
-	var v int
-	err = db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v)
-	return v, err
-}
-
 func dsn(path string, readOnly bool) string {
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
@@ -129,54 +129,6 @@ func dsn(path string, readOnly bool) string {
 		q.Set("_txlock", "immediate")
 	}
 	return "file:" + path + "?" + q.Encode()
-}
-
-func migrate(ctx context.Context, db *sql.DB) error {
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", err)
-	}
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return err
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		base := strings.TrimPrefix(name, "migrations/")
-		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("migration %s: name must start with a version number", base)
-		}
-		if err := applyMigration(ctx, db, v, name); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func applyMigration(ctx context.Context, db *sql.DB, version int, name string) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migration %d: begin: %w", version, err)
-	}
-	defer tx.Rollback()
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil {
-		return fmt.Errorf("migration %d: %w", version, err)
-	}
-	if n > 0 {
-		return nil
-	}
-	body, err := migrations.ReadFile(name)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
-		return fmt.Errorf("migration %d (%s): %w", version, name, err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, version, time.Now().UnixMilli()); err != nil {
-		return fmt.Errorf("migration %d: record: %w", version, err)
-	}
-	return tx.Commit()
 }
 
 // Close stops the writer and closes the database.
