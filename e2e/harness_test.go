@@ -463,8 +463,12 @@ func (k *routeSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	k.paths[r.URL.Path]++
 	k.mu.Unlock()
 	if hold {
-		k.held <- body.MessageID
-		<-k.release
+		k.held <- body.MessageID // buffered; one request is held at most
+		select {
+		case <-k.release:
+		case <-r.Context().Done(): // the caller died or gave up
+			return
+		}
 	}
 	w.WriteHeader(http.StatusOK)
 }
