@@ -399,7 +399,7 @@ func (s *server) kill() {
 func (s *server) stop(timeout time.Duration) int {
 	s.t.Helper()
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		s.t.Fatalf("SIGTERM herald: %v", err)
+		s.t.Fatalf("SIGTERM herald: %v (it exited before?):\n%s", err, s.tail())
 	}
 	select {
 	case <-s.done:
