@@ -5,13 +5,11 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	migrationfile "github.com/heraldhq/herald/store/internal/migration"
 )
 
 //go:embed migrations/*.sql
@@ -54,25 +52,20 @@ func connConfig(url string) (*pgx.ConnConfig, error) {
 	return cfg.ConnConfig, nil
 }
 
+// migration is one embedded migration file.
 type migration struct {
 	version int
 	name    string // file name under migrations/
 }
 
 func migrationList() ([]migration, error) {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
+	files, err := migrationfile.List(migrations, "migrations")
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(names)
-	out := make([]migration, 0, len(names))
-	for _, name := range names {
-		base := strings.TrimPrefix(name, "migrations/")
-		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return nil, fmt.Errorf("migration %s: name must start with a version number", base)
-		}
-		out = append(out, migration{version: v, name: base})
+	out := make([]migration, len(files))
+	for i, f := range files {
+		out[i] = migration{version: f.Version, name: f.Name}
 	}
 	return out, nil
 }

@@ -6,15 +6,13 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	moderncsqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/heraldhq/herald/store/internal/migration"
 )
 
 //go:embed migrations/*.sql
@@ -99,33 +97,10 @@ const (
 	qMigrationVersion = `SELECT coalesce(max(version), 0) FROM schema_migrations`
 )
 
-type migration struct {
-	version int
-	name    string // file name under migrations/
-}
-
-func migrationList() ([]migration, error) {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(names)
-	out := make([]migration, 0, len(names))
-	for _, name := range names {
-		base := strings.TrimPrefix(name, "migrations/")
-		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return nil, fmt.Errorf("migration %s: name must start with a version number", base)
-		}
-		out = append(out, migration{version: v, name: base})
-	}
-	return out, nil
-}
-
 // migrate applies the pending migrations on db, which must open its write
 // transactions with BEGIN IMMEDIATE (dsn does).
 func migrate(ctx context.Context, db *sql.DB) error {
-	list, err := migrationList()
+	list, err := migration.List(migrations, "migrations")
 	if err != nil {
 		return err
 	}
@@ -142,31 +117,31 @@ func migrate(ctx context.Context, db *sql.DB) error {
 // (waiting out the busy timeout) before anything is read. Created outside a
 // transaction, schema_migrations could fail at once with SQLITE_BUSY when
 // another process migrated the new file at the same time.
-func applyMigration(ctx context.Context, db *sql.DB, m migration) error {
+func applyMigration(ctx context.Context, db *sql.DB, m migration.File) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("migration %d: begin: %w", m.version, err)
+		return fmt.Errorf("migration %d: begin: %w", m.Version, err)
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, qMigrationsTable); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
 	var n int
-	if err := tx.QueryRowContext(ctx, qMigrationApplied, m.version).Scan(&n); err != nil {
-		return fmt.Errorf("migration %d: %w", m.version, err)
+	if err := tx.QueryRowContext(ctx, qMigrationApplied, m.Version).Scan(&n); err != nil {
+		return fmt.Errorf("migration %d: %w", m.Version, err)
 	}
 	if n > 0 {
 		return nil
 	}
-	body, err := migrations.ReadFile("migrations/" + m.name)
+	body, err := migrations.ReadFile("migrations/" + m.Name)
 	if err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
-		return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+		return fmt.Errorf("migration %d (%s): %w", m.Version, m.Name, err)
 	}
-	if _, err := tx.ExecContext(ctx, qMigrationRecord, m.version, time.Now().UnixMilli()); err != nil {
-		return fmt.Errorf("migration %d: record: %w", m.version, err)
+	if _, err := tx.ExecContext(ctx, qMigrationRecord, m.Version, time.Now().UnixMilli()); err != nil {
+		return fmt.Errorf("migration %d: record: %w", m.Version, err)
 	}
 	return tx.Commit()
 }
@@ -174,7 +149,7 @@ func applyMigration(ctx context.Context, db *sql.DB, m migration) error {
 // checkSchema fails, changing nothing, unless the file at path holds
 // herald's schema at this build's version or a later one.
 func checkSchema(ctx context.Context, db *sql.DB, path string) error {
-	list, err := migrationList()
+	list, err := migration.List(migrations, "migrations")
 	if err != nil {
 		return err
 	}
@@ -188,7 +163,7 @@ func checkSchema(ctx context.Context, db *sql.DB, path string) error {
 	if err := db.QueryRowContext(ctx, qMigrationVersion).Scan(&v); err != nil {
 		return fmt.Errorf("read schema version of %s: %w", path, err)
 	}
-	if want := list[len(list)-1].version; v < want {
+	if want := list[len(list)-1].Version; v < want {
 		return fmt.Errorf("%s is at schema version %d, this herald needs %d: %w", path, v, want, ErrNotMigrated)
 	}
 	return nil
