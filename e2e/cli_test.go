@@ -9,7 +9,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -17,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald"
 	"github.com/heraldhq/herald/config"
@@ -34,8 +39,80 @@ func TestCLIVersion(t *testing.T) {
 	}
 }
 
-// TestCLIBadUsage: a mistake on the command line exits non-zero, writes
-// nothing to stdout, and says what was wrong on the first line of stderr.
+// TestCLIInstall: `go install ./cmd/herald` from a clone, as the README
+// says, installs a herald whose `herald version` names the build: the
+// module's version, which Go stamps from the checkout (a pseudo-version
+// until the repository has a release tag), not "dev".
+func TestCLIInstall(t *testing.T) {
+	t.Parallel()
+	skipShort(t, "go install builds herald once more")
+	gobin := t.TempDir()
+	install := exec.Command("go", "install", "./cmd/herald")
+	install.Dir = ".."
+	// -buildvcs=auto is go's default; the machine's GOFLAGS may turn it off.
+	install.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-buildvcs=auto")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("go install ./cmd/herald: %v\n%s", err, out)
+	}
+	r, err := execCLI(filepath.Join(gobin, "herald"), t.TempDir(), "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(`^herald v\d+\.\d+\.\d+\S*\n$`)
+	if exec.Command("git", "-C", "..", "rev-parse", "HEAD").Run() != nil {
+		want = regexp.MustCompile(`^herald dev\n$`) // not a checkout: nothing to stamp
+	}
+	if r.code != 0 || !want.MatchString(r.stdout) {
+		t.Fatalf("installed herald version: want exit 0 and %s, got\n%s", want, r)
+	}
+}
+
+// TestCLIHelp: help is asked for, so it goes to stdout with exit 0; each
+// command's help lists its own flags and no other's.
+func TestCLIHelp(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args          []string
+		want, notWant []string
+	}{
+		{[]string{"help"}, []string{"usage: herald <command>", "herald serve [--config FILE]", "herald migrate [--config FILE]",
+			"herald parked list [--config FILE] [--tenant T] [--limit N]", "herald parked requeue (--all | MESSAGE_ID) [--config FILE] [--tenant T]",
+			"herald version", "HERALD_DATABASE"}, nil},
+		{[]string{"--help"}, []string{"usage: herald <command>"}, nil},
+		{[]string{"-h"}, []string{"usage: herald <command>"}, nil},
+		{[]string{"help", "parked"}, []string{"herald parked list [--config FILE] [--tenant T] [--limit N]"}, []string{"herald serve"}},
+		{[]string{"parked", "--help"}, []string{"herald parked requeue (--all | MESSAGE_ID)"}, []string{"herald serve"}},
+		{[]string{"serve", "--help"}, []string{"usage: herald serve [--config FILE]", "--config FILE"}, []string{"--tenant"}},
+		{[]string{"parked", "list", "-h"}, []string{"usage: herald parked list", "--config FILE", "--tenant T", "--limit N"}, []string{"--all"}},
+		{[]string{"help", "parked", "requeue"}, []string{"usage: herald parked requeue", "--all", "--tenant T"}, []string{"--limit"}},
+	} {
+		t.Run(strings.Join(append([]string{"herald"}, tc.args...), " "), func(t *testing.T) {
+			r := runCLI(t, dir, tc.args...)
+			if r.code != 0 || r.stderr != "" {
+				t.Fatalf("want exit 0 and help on stdout only, got\n%s", r)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stdout, w) {
+					t.Errorf("the help does not say %q:\n%s", w, r.stdout)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(r.stdout, w) {
+					t.Errorf("the help says %q, which is not this command's:\n%s", w, r.stdout)
+				}
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(dir, "herald.db")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("asking for help created a database (stat: %v)", err)
+	}
+}
+
+// TestCLIBadUsage: every mistake on the command line exits 2, writes
+// nothing to stdout, says what was wrong on one first line "herald: …" of
+// stderr and then, for a usage mistake, how the command is used. None of
+// them opens, let alone creates, the database.
 func TestCLIBadUsage(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -43,50 +120,108 @@ func TestCLIBadUsage(t *testing.T) {
 	writeFile(t, cfg, "database: sqlite:"+filepath.Join(dir, "herald.db")+"\n")
 	for _, tc := range []struct {
 		args []string
-		code int
-		// first is a regexp the first line of stderr must match. Where
-		// herald prints only the usage, with no line naming the mistake,
-		// it is "^usage:" (noted in issue 14's report).
+		// first is a regexp the first line of stderr must match.
 		first string
+		// usage is how the second line of stderr starts ("" when the
+		// mistake is not one of usage: then stderr is one line).
+		usage string
 	}{
-		{[]string{}, 2, `^usage: herald`},
-		{[]string{"bogus"}, 2, `^herald: unknown command "bogus"$`},
-		{[]string{"serve", "extra"}, 2, `^herald serve: unexpected argument "extra"$`},
-		{[]string{"serve", "--config"}, 2, `^flag needs an argument: -config$`},
-		{[]string{"migrate", "extra", "--config", cfg}, 2, `^herald migrate: unexpected argument "extra"$`},
-		{[]string{"migrate", "--bogus"}, 2, `^flag provided but not defined: -bogus$`},
-		{[]string{"migrate", "--config", filepath.Join(dir, "missing.yaml")}, 2, `^herald: .*missing\.yaml.*no such file`},
-		{[]string{"parked"}, 2, `^usage:`},
-		{[]string{"parked", "bogus"}, 2, `^usage:`},
-		{[]string{"parked", "list", "extra", "--config", cfg}, 2, `^herald parked list: unexpected argument "extra"$`},
-		{[]string{"parked", "list", "--limit", "x", "--config", cfg}, 2, `^invalid value "x" for flag -limit`},
-		{[]string{"parked", "requeue", "--config", cfg}, 2, `^herald parked requeue: give either --all or one MESSAGE_ID$`},
-		{[]string{"parked", "requeue", "--all", "ntf_1.sms", "--config", cfg}, 2, `^herald parked requeue: give either --all or one MESSAGE_ID$`},
-		{[]string{"parked", "requeue", "ntf_1.sms", "ntf_2.sms", "--config", cfg}, 2, `^herald parked requeue: give either --all or one MESSAGE_ID$`},
-		{[]string{"parked", "requeue", "ntf_1.sms", "--config", cfg}, 1, `^herald: ntf_1\.sms is not parked$`},
+		{[]string{}, `^herald: no command given$`, "usage: herald <command>"},
+		{[]string{"bogus"}, `^herald: unknown command "bogus"$`, "usage: herald <command>"},
+		{[]string{"serve", "extra"}, `^herald: serve: unexpected argument "extra"$`, "usage: herald serve [--config FILE]"},
+		{[]string{"serve", "--config"}, `^herald: serve: flag needs an argument: --config$`, "usage: herald serve"},
+		{[]string{"migrate", "extra", "--config", cfg}, `^herald: migrate: unexpected argument "extra"$`, "usage: herald migrate [--config FILE]"},
+		{[]string{"migrate", "--bogus"}, `^herald: migrate: flag provided but not defined: --bogus$`, "usage: herald migrate"},
+		{[]string{"migrate", "--config", filepath.Join(dir, "missing.yaml")}, `^herald: .*missing\.yaml.*no such file`, ""},
+		{[]string{"parked"}, `^herald: parked: no subcommand given$`, "usage:"},
+		{[]string{"parked", "bogus"}, `^herald: parked: unknown subcommand "bogus"$`, "usage:"},
+		{[]string{"parked", "list", "extra", "--config", cfg}, `^herald: parked list: unexpected argument "extra"$`,
+			"usage: herald parked list [--config FILE] [--tenant T] [--limit N]"},
+		{[]string{"parked", "list", "--all", "--config", cfg}, `^herald: parked list: flag provided but not defined: --all$`, "usage: herald parked list"},
+		{[]string{"parked", "list", "--limit", "x", "--config", cfg}, `^herald: parked list: invalid value "x" for flag --limit`, "usage: herald parked list"},
+		{[]string{"parked", "list", "--limit", "0", "--config", cfg}, `^herald: parked list: --limit must be at least 1, not 0$`, "usage: herald parked list"},
+		{[]string{"parked", "requeue", "--config", cfg}, `^herald: parked requeue: give either --all or one MESSAGE_ID$`, "usage: herald parked requeue (--all | MESSAGE_ID)"},
+		{[]string{"parked", "requeue", "--all", "ntf_1.sms", "--config", cfg}, `^herald: parked requeue: give either --all or one MESSAGE_ID$`, "usage: herald parked requeue"},
+		{[]string{"parked", "requeue", "ntf_1.sms", "ntf_2.sms", "--config", cfg}, `^herald: parked requeue: give either --all or one MESSAGE_ID$`, "usage: herald parked requeue"},
+		{[]string{"version", "extra"}, `^herald: version: unexpected argument "extra"$`, "usage: herald version"},
+		{[]string{"help", "bogus"}, `^herald: help: unknown command "bogus"$`, "usage: herald help"},
 	} {
 		name := strings.ReplaceAll(strings.Join(append([]string{"herald"}, tc.args...), " "), dir+string(filepath.Separator), "")
 		t.Run(name, func(t *testing.T) {
 			r := runCLI(t, dir, tc.args...)
-			first, _, _ := strings.Cut(r.stderr, "\n")
-			if r.code != tc.code || r.stdout != "" || !regexp.MustCompile(tc.first).MatchString(first) {
-				t.Errorf("want exit %d, empty stdout and a first stderr line matching %s; got\n%s", tc.code, tc.first, r)
+			first, rest, _ := strings.Cut(r.stderr, "\n")
+			if r.code != 2 || r.stdout != "" || !regexp.MustCompile(tc.first).MatchString(first) {
+				t.Fatalf("want exit 2, empty stdout and a first stderr line matching %s; got\n%s", tc.first, r)
+			}
+			if tc.usage == "" && rest != "" || tc.usage != "" && !strings.HasPrefix(rest, tc.usage) {
+				t.Fatalf("after the first line, want the usage starting %q (none when empty); got\n%s", tc.usage, r)
 			}
 		})
 	}
+	if _, err := os.Stat(filepath.Join(dir, "herald.db")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a mistake on the command line created the database (stat: %v)", err)
+	}
 }
 
-// TestCLIMigrateSQLite: `herald migrate --config FILE` creates the schema in
-// a new SQLite file, a second run changes nothing, and `serve` then runs on
-// that database.
+// TestCLIReadingCommandsCreateNoDatabase: `herald parked list|requeue` run
+// where there is no database (no --config, another directory) say so and
+// create none; on a file without herald's schema they say to migrate; on a
+// migrated one they say which database they opened. Before, they created
+// ./herald.db, migrated it and answered "0 parked".
+func TestCLIReadingCommandsCreateNoDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "herald.db")
+	readers := [][]string{{"parked", "list"}, {"parked", "requeue", "--all"}, {"parked", "requeue", "ntf_1.sms"}}
+	for _, args := range readers {
+		r := runCLI(t, dir, args...)
+		want := regexp.MustCompile(`^herald: database sqlite:\./herald\.db \(` + regexp.QuoteMeta(path) + `\) does not exist: create it with herald migrate, or name yours with --config FILE or HERALD_DATABASE\n$`)
+		if r.code != 1 || r.stdout != "" || !want.MatchString(r.stderr) {
+			t.Errorf("herald %s with no database: want exit 1 and one line matching %s, got\n%s", strings.Join(args, " "), want, r)
+		}
+		if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+			t.Fatalf("herald %s with no database left %v in its directory (%v)", strings.Join(args, " "), entries, err)
+		}
+	}
+
+	// A file that is not a herald database (here: empty) is not migrated
+	// behind the user's back either.
+	writeFile(t, path, "")
+	for _, args := range readers {
+		r := runCLI(t, dir, args...)
+		want := regexp.MustCompile(`^herald: open database sqlite:\./herald\.db \(.*\): no herald schema in \./herald\.db: run herald migrate\n$`)
+		if r.code != 1 || r.stdout != "" || !want.MatchString(r.stderr) {
+			t.Errorf("herald %s on an empty file: want exit 1 and one line matching %s, got\n%s", strings.Join(args, " "), want, r)
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+
+	if r := runCLI(t, dir, "migrate"); r.code != 0 {
+		t.Fatalf("herald migrate:\n%s", r)
+	}
+	opened := fmt.Sprintf("database sqlite:./herald.db (%s), transport db\n", path)
+	if r := runCLI(t, dir, "parked", "list"); r.code != 0 || !strings.HasPrefix(r.stdout, opened) || !strings.HasSuffix(r.stdout, "\n0 parked\n") {
+		t.Errorf("herald parked list on a migrated database: want exit 0, first line %q and \"0 parked\", got\n%s", opened, r)
+	}
+	if r := runCLI(t, dir, "parked", "requeue", "--all"); r.code != 0 || r.stdout != opened+"requeued 0\n" {
+		t.Errorf("herald parked requeue --all on a migrated database: want exit 0 and %q, got\n%s", opened+"requeued 0\n", r)
+	}
+	if r := runCLI(t, dir, "parked", "requeue", "ntf_1.sms"); r.code != 1 || r.stdout != opened || r.stderr != "herald: ntf_1.sms is not parked\n" {
+		t.Errorf("herald parked requeue of a message that is not parked: want exit 1, %q and \"herald: ntf_1.sms is not parked\", got\n%s", opened, r)
+	}
+}
+
+// TestCLIMigrateSQLite: two `herald migrate --config FILE` at once create
+// the schema in a new SQLite file, a third run changes nothing, and `serve`
+// then runs on that database. (Two at once used to fail about one time in
+// twenty with SQLITE_BUSY.)
 func TestCLIMigrateSQLite(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "herald.db")
-	// One run after the other: the README promises concurrent migrations on
-	// PostgreSQL only (two at once on a new SQLite file can fail with
-	// SQLITE_BUSY; see issue 14's report).
-	runMigrateThriceThenServe(t, dir, "sqlite:"+path, false, latestMigration(t, "sqlite"), func() (tables []string, version int) {
+	runMigrateThriceThenServe(t, dir, "sqlite:"+path, latestMigration(t, "sqlite"), func() (tables []string, version int) {
 		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 		if err != nil {
 			t.Fatal(err)
@@ -115,32 +250,107 @@ func TestCLIMigrateSQLite(t *testing.T) {
 }
 
 // TestCLIMigratePostgres: the same on a fresh PostgreSQL database, with the
-// first two runs at once (the README: migrations are "serialised by an
-// advisory lock, so several processes may start at once").
+// URL the README shows (sslmode, pool_max_conns; search_path and
+// application_name, which it names), and the first two runs at once (the
+// README: migrations are "serialised by an advisory lock, so several
+// processes may start at once"). `herald migrate` used to refuse
+// pool_max_conns.
 func TestCLIMigratePostgres(t *testing.T) {
 	t.Parallel()
-	dbURL := testpg.Database(t)
-	runMigrateThriceThenServe(t, t.TempDir(), dbURL, true, latestMigration(t, "postgres"), func() (tables []string, version int) {
+	dbURL, readmeURL := readmePostgres(t)
+	runMigrateThriceThenServe(t, t.TempDir(), readmeURL, latestMigration(t, "postgres"), func() (tables []string, version int) {
 		var list string
 		if err := pgQuery(dbURL, `SELECT coalesce(string_agg(table_name::text, ',' ORDER BY table_name), '') FROM information_schema.tables
-WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'`, nil, &list); err != nil {
+WHERE table_schema = 'herald' AND table_type = 'BASE TABLE'`, nil, &list); err != nil {
 			t.Fatalf("list tables: %v", err)
 		}
-		if err := pgQuery(dbURL, `SELECT max(version)::int FROM schema_migrations`, nil, &version); err != nil {
+		if err := pgQuery(dbURL, `SELECT max(version)::int FROM herald.schema_migrations`, nil, &version); err != nil {
 			t.Fatalf("read schema_migrations: %v", err)
 		}
 		return strings.Split(list, ","), version
 	})
 }
 
+// readmePostgres creates a fresh database with a schema "herald" and
+// returns its plain URL and a URL with the parameters of the README's
+// example: sslmode and pool_max_conns (and pool_min_conns, another pool_*
+// one), search_path (the schema herald works in) and application_name.
+// sslmode=prefer stands for the README's verify-full: the test server need
+// not have a certificate.
+func readmePostgres(t *testing.T) (dbURL, readmeURL string) {
+	t.Helper()
+	dbURL = testpg.Database(t)
+	testpg.Exec(t, dbURL, "CREATE SCHEMA herald")
+	return dbURL, testpg.WithParams(dbURL, "sslmode", "prefer", "pool_max_conns", "16", "pool_min_conns", "1",
+		"search_path", "herald", "application_name", "herald-readme")
+}
+
+// TestCLIServeBanner: `herald serve` says where it listens, its version and
+// database on lines no one can read as a mode; only a start without a
+// configuration says it runs on development defaults. With a production
+// config it used to print "herald dev listening on …" ("dev" was the
+// version).
+func TestCLIServeBanner(t *testing.T) {
+	t.Parallel()
+	t.Run("NoConfigSaysDevelopmentDefaults", func(t *testing.T) {
+		t.Parallel()
+		db := "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
+		addr := freeAddr(t)
+		// --config "" is no configuration; the environment keeps the
+		// default ./herald.db out of the source tree.
+		srv := newServer(t, "", addr, "HERALD_LISTEN="+addr, "HERALD_DATABASE="+db)
+		srv.start()
+		if code := srv.stop(60 * time.Second); code != 0 {
+			t.Fatalf("herald exited %d after SIGTERM:\n%s", code, srv.tail())
+		}
+		checkBanner(t, srv, db, true)
+	})
+	t.Run("ConfigSaysNothingOfDevelopment", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		db := "sqlite:" + filepath.Join(dir, "herald.db")
+		addr := freeAddr(t)
+		cfg := filepath.Join(dir, "herald.yaml")
+		writeFile(t, cfg, fmt.Sprintf("listen: %s\ndatabase: %s\napi_keys: [{key: k, tenant: t}]\n", addr, db))
+		srv := newServer(t, cfg, addr)
+		srv.start()
+		if code := srv.stop(60 * time.Second); code != 0 {
+			t.Fatalf("herald exited %d after SIGTERM:\n%s", code, srv.tail())
+		}
+		checkBanner(t, srv, db, false)
+	})
+}
+
+// checkBanner checks what the stopped server srv printed at start: where it
+// listened and its version, its database (as configured, password hidden)
+// and transport, and the development defaults if and only if dev.
+func checkBanner(t *testing.T, srv *server, database string, dev bool) {
+	t.Helper()
+	out := srv.logs.String()
+	lines := strings.Split(out, "\n")
+	listening := regexp.MustCompile(`^herald listening on http://` + regexp.QuoteMeta(srv.addr) + ` \(version \S+\)$`)
+	i := slices.IndexFunc(lines, listening.MatchString)
+	if i < 0 || i+1 == len(lines) || lines[i+1] != "database "+database+", transport db" {
+		t.Fatalf("herald serve's banner: want a line matching %s, then %q; got\n%s", listening, "database "+database+", transport db", out)
+	}
+	if regexp.MustCompile(`\bdev listening\b`).MatchString(out) {
+		t.Errorf("herald serve's banner reads as a dev mode:\n%s", out)
+	}
+	for _, w := range []string{"no --config: development defaults, simulated providers on every channel", "API key: dev-key (tenant dev)", "kinds: "} {
+		if said := slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, w) }); said != dev {
+			t.Errorf("herald serve (development defaults: %v) says %q: %v\n%s", dev, w, said, out)
+		}
+	}
+}
+
 // herald's tables, on both drivers.
 var heraldTables = []string{"deliveries", "delivery_attempts", "idempotency_keys", "notifications", "outbox", "profiles", "schema_migrations"}
 
-// runMigrateThriceThenServe runs `herald migrate` on database three times
-// (the first two at once if together), checks each reports schema version
-// latest and that inspect sees herald's tables at that version, then starts
-// `serve` on the database and has it send a notification.
-func runMigrateThriceThenServe(t *testing.T, dir, database string, together bool, latest int, inspect func() ([]string, int)) {
+// runMigrateThriceThenServe runs `herald migrate` on database three times,
+// the first two at once, checks each reports schema version latest and that
+// inspect sees herald's tables at that version, then starts `serve` on the
+// database, has it send a notification and checks its banner.
+func runMigrateThriceThenServe(t *testing.T, dir, database string, latest int, inspect func() ([]string, int)) {
 	t.Helper()
 	addr := freeAddr(t)
 	cfg := filepath.Join(dir, "herald.yaml")
@@ -152,27 +362,21 @@ kinds:
   - {name: ping, category: transactional, channels: [webhook], templates: {webhook: {title: "t", body: "b"}}}
 poll_interval: 100ms
 `, addr, database))
-	wantOut := regexp.MustCompile(fmt.Sprintf(`^database \S+ is at schema version %d\n$`, latest))
+	wantOut := fmt.Sprintf("database %s is at schema version %d\n", database, latest)
 	results := make([]cliResult, 3)
-	if together {
-		bin := heraldBinary(t)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for i := range 2 {
-			wg.Add(1)
-			go func() { defer wg.Done(); results[i], errs[i] = execCLI(bin, dir, "migrate", "--config", cfg) }()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		results[0] = runCLI(t, dir, "migrate", "--config", cfg)
-		results[1] = runCLI(t, dir, "migrate", "--config", cfg)
+	bin := heraldBinary(t)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { results[i], errs[i] = execCLI(bin, dir, "migrate", "--config", cfg) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	results[2] = runCLI(t, dir, "migrate", "--config", cfg)
 	for i, r := range results {
-		if r.code != 0 || !wantOut.MatchString(r.stdout) {
+		if r.code != 0 || r.stdout != wantOut {
 			t.Fatalf("herald migrate (run %d): want exit 0 and %q, got\n%s", i+1, wantOut, r)
 		}
 	}
@@ -194,13 +398,14 @@ poll_interval: 100ms
 	if code := srv.stop(60 * time.Second); code != 0 {
 		t.Fatalf("herald exited %d after SIGTERM:\n%s", code, srv.tail())
 	}
+	checkBanner(t, srv, database, false)
 	if _, v := inspect(); v != latest {
 		t.Errorf("after serve, schema_migrations is at version %d, want %d", v, latest)
 	}
 }
 
 const parkedConfig = `listen: $LISTEN
-database: sqlite:$DB
+database: $DATABASE
 api_keys: [{key: k1, tenant: t1}, {key: k2, tenant: t2}]
 providers: [{name: hook, type: webhook, channel: webhook, url: "$SINK", timeout: 10s}]
 poll_interval: 100ms
@@ -218,16 +423,18 @@ var followupKind = config.Kind{
 // parkedRow is one line of `herald parked list`.
 type parkedRow struct{ messageID, tenant, lane, channel, reason, parkedAt string }
 
-// parkedList runs `herald parked list` with args and parses its table.
-func parkedList(t *testing.T, dir, cfg string, args ...string) []parkedRow {
+// parkedList runs `herald parked list` with args on the configured
+// database and parses its table.
+func parkedList(t *testing.T, dir, cfg, database string, args ...string) []parkedRow {
 	t.Helper()
 	r := runCLI(t, dir, append([]string{"parked", "list", "--config", cfg}, args...)...)
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
-	if r.code != 0 || len(lines) < 2 || !slices.Equal(strings.Fields(lines[0]), []string{"MESSAGE_ID", "TENANT", "LANE", "CHANNEL", "REASON", "PARKED_AT"}) {
-		t.Fatalf("herald parked list %v: want exit 0, a header, rows and a count, got\n%s", args, r)
+	if r.code != 0 || len(lines) < 3 || lines[0] != "database "+database+", transport db" ||
+		!slices.Equal(strings.Fields(lines[1]), []string{"MESSAGE_ID", "TENANT", "LANE", "CHANNEL", "REASON", "PARKED_AT"}) {
+		t.Fatalf("herald parked list %v: want exit 0, the database, a header, rows and a count, got\n%s", args, r)
 	}
 	var rows []parkedRow
-	for _, line := range lines[1 : len(lines)-1] {
+	for _, line := range lines[2 : len(lines)-1] {
 		f := strings.Fields(line)
 		if len(f) != 6 {
 			t.Fatalf("herald parked list %v: row %q does not have 6 fields\n%s", args, line, r)
@@ -246,16 +453,80 @@ func parkedList(t *testing.T, dir, cfg string, args ...string) []parkedRow {
 // have yet — then lists them with `herald parked list` (fields, --tenant,
 // --limit), fixes the configuration, requeues them with `herald parked
 // requeue` (one by id, --all --tenant, --all) and checks each is then sent
-// exactly once.
+// exactly once: on SQLite, and on PostgreSQL with the README's URL.
 func TestCLIParkedListAndRequeue(t *testing.T) {
 	t.Parallel()
+	t.Run("SQLite", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "herald.db")
+		runParkedListAndRequeue(t, "sqlite:"+path, sqliteEnqueue(path))
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		t.Parallel()
+		_, readmeURL := readmePostgres(t)
+		runParkedListAndRequeue(t, readmeURL, postgresEnqueue(readmeURL))
+	})
+}
+
+// sqliteEnqueue enqueues into herald's SQLite file at path the way an
+// application does: in its own transaction, on a connection opened with
+// sqlite.DSN.
+func sqliteEnqueue(path string) enqueueFunc {
+	return func(t *testing.T, c *herald.Client, in herald.Intent) string {
+		t.Helper()
+		db, err := sql.Open("sqlite", sqlite.DSN(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }() // a no-op after the commit
+		e, err := c.EnqueueSQLiteTx(ctx, tx, in)
+		if err == nil {
+			err = tx.Commit()
+		}
+		if err != nil {
+			t.Fatalf("enqueue: %v", err)
+		}
+		return e.ID
+	}
+}
+
+// postgresEnqueue enqueues into herald's PostgreSQL database at url the way
+// an application does, through a pgxpool (which takes every URL herald
+// takes, pool_* parameters included).
+func postgresEnqueue(url string) enqueueFunc {
+	return func(t *testing.T, c *herald.Client, in herald.Intent) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		pool, err := pgxpool.New(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		e, err := c.Enqueue(ctx, pool, in)
+		if err != nil {
+			t.Fatalf("enqueue: %v", err)
+		}
+		return e.ID
+	}
+}
+
+// runParkedListAndRequeue is TestCLIParkedListAndRequeue on database, into
+// which enqueue writes as an application does.
+func runParkedListAndRequeue(t *testing.T, database string, enqueue enqueueFunc) {
 	sink, sinkURL := newScriptedSink(t, func(sinkCall, int) sinkAnswer { return sinkAnswer{status: http.StatusOK} })
 	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "herald.db")
 	cfg := filepath.Join(dir, "herald.yaml")
 	writeConfig := func(addr string, kinds ...config.Kind) {
 		t.Helper()
-		c := strings.NewReplacer("$LISTEN", addr, "$DB", dbPath, "$SINK", sinkURL).Replace(parkedConfig)
+		c := strings.NewReplacer("$LISTEN", addr, "$DATABASE", database, "$SINK", sinkURL).Replace(parkedConfig)
 		for _, k := range kinds {
 			c += fmt.Sprintf("  - {name: %s, category: %s, channels: [webhook], templates: {webhook: {title: %q, body: %q}}}\n",
 				k.Name, k.Category, k.Templates["webhook"].Title, k.Templates["webhook"].Body)
@@ -276,41 +547,21 @@ func TestCLIParkedListAndRequeue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", sqlite.DSN(dbPath))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	type parked struct{ id, tenant, key string }
 	var all []parked
 	for i, tenant := range []string{"t1", "t1", "t2"} {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		e, err := app.EnqueueSQLiteTx(ctx, tx, herald.Intent{
+		id := enqueue(t, app, herald.Intent{
 			Tenant: tenant, Recipient: "patient-7", EventID: fmt.Sprintf("visit-%d", i), Kind: followupKind.Name,
 			Params: map[string]any{"n": i}, DedupKey: fmt.Sprintf("visit-%d:followup", i),
 		})
-		if err == nil {
-			err = tx.Commit()
-		} else {
-			_ = tx.Rollback() // the enqueue failed; the test fails on err below
-		}
-		cancel()
-		if err != nil {
-			t.Fatalf("enqueue: %v", err)
-		}
-		all = append(all, parked{e.ID, tenant, map[string]string{"t1": "k1", "t2": "k2"}[tenant]})
+		all = append(all, parked{id, tenant, map[string]string{"t1": "k1", "t2": "k2"}[tenant]})
 	}
 	for _, p := range all {
 		awaitDeliveries(t, addr, p.key, p.id, map[string]string{"webhook": "PARKED/UNKNOWN_KIND"})
 	}
 
 	// list: every tenant, one tenant, a limit.
-	rows := parkedList(t, dir, cfg)
+	rows := parkedList(t, dir, cfg, database)
 	if len(rows) != len(all) {
 		t.Fatalf("herald parked list shows %d rows, want %d: %+v", len(rows), len(all), rows)
 	}
@@ -326,10 +577,10 @@ func TestCLIParkedListAndRequeue(t *testing.T) {
 			t.Errorf("herald parked list row %+v, want tenant %s, lane transactional, channel webhook, reason UNKNOWN_KIND, parked_at now (RFC 3339)", r, p.tenant)
 		}
 	}
-	if rows := parkedList(t, dir, cfg, "--tenant", "t2"); len(rows) != 1 || rows[0].messageID != all[2].id+".webhook" {
+	if rows := parkedList(t, dir, cfg, database, "--tenant", "t2"); len(rows) != 1 || rows[0].messageID != all[2].id+".webhook" {
 		t.Errorf("herald parked list --tenant t2: %+v, want only %s.webhook", rows, all[2].id)
 	}
-	if rows := parkedList(t, dir, cfg, "--limit", "2"); len(rows) != 2 {
+	if rows := parkedList(t, dir, cfg, database, "--limit", "2"); len(rows) != 2 {
 		t.Errorf("herald parked list --limit 2: %d rows, want 2: %+v", len(rows), rows)
 	}
 
@@ -343,11 +594,12 @@ func TestCLIParkedListAndRequeue(t *testing.T) {
 	srv.start()
 	addr = srv.addr // start moves herald if another process took the port
 
+	opened := "database " + database + ", transport db\n"
 	requeue := func(want string, args ...string) {
 		t.Helper()
 		r := runCLI(t, dir, append([]string{"parked", "requeue", "--config", cfg}, args...)...)
-		if r.code != 0 || r.stdout != want+"\n" {
-			t.Fatalf("herald parked requeue %v: want exit 0 and %q, got\n%s", args, want, r)
+		if r.code != 0 || r.stdout != opened+want+"\n" {
+			t.Fatalf("herald parked requeue %v: want exit 0 and %q, got\n%s", args, opened+want+"\n", r)
 		}
 	}
 	sent := func(p parked) {
@@ -359,17 +611,17 @@ func TestCLIParkedListAndRequeue(t *testing.T) {
 	}
 	requeue("requeued 1", all[0].id+".webhook")
 	sent(all[0])
-	if r := runCLI(t, dir, "parked", "requeue", all[0].id+".webhook", "--config", cfg); r.code != 1 || !strings.Contains(r.stderr, "is not parked") {
+	if r := runCLI(t, dir, "parked", "requeue", all[0].id+".webhook", "--config", cfg); r.code != 1 || r.stderr != "herald: "+all[0].id+".webhook is not parked\n" {
 		t.Errorf("requeueing %s.webhook again: want exit 1 and \"is not parked\", got\n%s", all[0].id, r)
 	}
 	requeue("requeued 1", "--all", "--tenant", "t1")
 	sent(all[1])
-	if rows := parkedList(t, dir, cfg); len(rows) != 1 || rows[0].tenant != "t2" {
+	if rows := parkedList(t, dir, cfg, database); len(rows) != 1 || rows[0].tenant != "t2" {
 		t.Fatalf("after requeueing t1's, herald parked list shows %+v, want only t2's", rows)
 	}
 	requeue("requeued 1", "--all")
 	sent(all[2])
-	if rows := parkedList(t, dir, cfg); len(rows) != 0 {
+	if rows := parkedList(t, dir, cfg, database); len(rows) != 0 {
 		t.Fatalf("after requeueing all, herald parked list shows %+v", rows)
 	}
 	// Once herald has exited nothing more can be sent: each message was

@@ -4,16 +4,20 @@
 //	herald migrate [--config FILE]   apply database migrations and exit
 //	herald parked list|requeue       list or requeue parked messages
 //	herald version                   print the version
+//
+// Every command takes the same configuration and database URLs as serve.
+// Commands other than serve and migrate never create a database: they open
+// an existing, migrated one and say which. A mistake on the command line is
+// one line "herald: …" on stderr, the command's usage, and exit status 2;
+// any other failure is one line "herald: …" and exit status 1.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -27,70 +31,108 @@ import (
 	"github.com/heraldhq/herald/store/sqlite"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
+// version is set at build time with -ldflags "-X main.version=…"; without
+// it herald reports the module version or VCS revision Go stamped into the
+// binary (see versionFrom).
 var version = ""
 
-const usage = `usage: herald <command> [flags]
+// commands are herald's commands, in the order the usage lists them.
+var commands = []*command{
+	{name: "serve", args: "[--config FILE]", summary: "run herald: the API, dispatchers, senders and sweeps", run: serve},
+	{name: "migrate", args: "[--config FILE]", summary: "apply the database migrations and exit", run: migrate},
+	{name: "parked", summary: "list or requeue parked messages", sub: parkedCommands},
+	{name: "version", summary: "print herald's version", run: printVersion},
+	{name: "help", args: "[COMMAND]", summary: "print this help, or a command's", run: help},
+}
 
-commands:
-  serve   [--config FILE]   run herald (API, dispatchers, senders, sweeps)
-  migrate [--config FILE]   apply database migrations and exit
-  parked  list [--config FILE] [--tenant T]
-  parked  requeue (--all | MESSAGE_ID) [--config FILE] [--tenant T]
-                            list or requeue parked messages
-  version                   print the version
+// root is herald itself: the command whose subcommands are commands.
+var root *command
+
+func init() { root = (&command{sub: commands}).link() }
+
+const usageFooter = `Without --config herald runs on its development defaults (database sqlite:./herald.db).
+HERALD_DATABASE, HERALD_LISTEN, HERALD_TRANSPORT and HERALD_RABBITMQ_URL override the config.
 `
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// run runs the command args names and returns herald's exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	err := dispatch(root, args, stdout, stderr)
+	var help *helpRequest
+	var cli *cliError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &help):
+		fmt.Fprint(stdout, help.text())
+		return 0
+	case errors.As(err, &cli):
+		fmt.Fprintf(stderr, "herald: %s\n", oneLine(cli.err))
+		if cli.cmd != nil {
+			fmt.Fprint(stderr, cli.cmd.usage())
+		}
+		return cli.code
+	}
+	fmt.Fprintf(stderr, "herald: %s\n", oneLine(err))
+	return 1
+}
+
+// dispatch runs the subcommand of parent that args name.
+func dispatch(parent *command, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
+		if parent.name == "" {
+			return usageErrorf(parent, "no command given")
+		}
+		return usageErrorf(parent, "%s: no subcommand given", parent.name)
 	}
-	switch args[0] {
-	case "serve":
-		return serve(args[1:], stdout, stderr)
-	case "migrate":
-		return migrate(args[1:], stdout, stderr)
-	case "parked":
-		return parkedCmd(args[1:], stdout, stderr)
-	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "herald", versionString())
-		return 0
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
+	c := parent.lookup(args[0])
+	switch {
+	case c == nil && parent.name == "" && isHelpFlag(args[0]):
+		c = parent.lookup("help")
+	case c == nil && parent.name == "" && (args[0] == "--version" || args[0] == "-v"):
+		c = parent.lookup("version")
+	case c == nil && isHelpFlag(args[0]):
+		return &helpRequest{cmd: parent}
+	case c == nil && parent.name == "":
+		return usageErrorf(parent, "unknown command %q", args[0])
+	case c == nil:
+		return usageErrorf(parent, "%s: unknown subcommand %q", parent.name, args[0])
 	}
-	fmt.Fprintf(stderr, "herald: unknown command %q\n%s", args[0], usage)
-	return 2
+	if c.sub != nil {
+		return dispatch(c, args[1:], stdout, stderr)
+	}
+	return c.run(c, args[1:], stdout, stderr)
 }
 
-func loadConfig(name string, args []string, stderr io.Writer) (*config.Config, bool) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "YAML config file (default: built-in development config)")
-	if err := fs.Parse(args); err != nil {
-		return nil, false
+func isHelpFlag(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+// loadConfig parses the --config flag (the only flag of cmd) and loads the
+// configuration it names, or the development defaults.
+func loadConfig(cmd *command, args []string) (*config.Config, error) {
+	fs := newFlags(cmd)
+	path := configFlag(fs)
+	if err := parseNoArgs(cmd, fs, args); err != nil {
+		return nil, err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "herald %s: unexpected argument %q\n", name, fs.Arg(0))
-		return nil, false
-	}
-	cfg, err := config.Load(*path, os.Getenv)
+	return load(*path)
+}
+
+// load loads the configuration at path; a bad one is exit status 2.
+func load(path string) (*config.Config, error) {
+	cfg, err := config.Load(path, os.Getenv)
 	if err != nil {
-		fmt.Fprintf(stderr, "herald: %v\n", oneLine(err))
-		return nil, false
+		return nil, &cliError{code: 2, err: err}
 	}
-	return cfg, true
+	return cfg, nil
 }
 
-func serve(args []string, stdout, stderr io.Writer) int {
-	cfg, ok := loadConfig("serve", args, stderr)
-	if !ok {
-		return 2
+func serve(cmd *command, args []string, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(cmd, args)
+	if err != nil {
+		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -98,17 +140,15 @@ func serve(args []string, stdout, stderr io.Writer) int {
 
 	a, err := app.New(ctx, cfg, app.Options{Logger: logger})
 	if err != nil {
-		fmt.Fprintf(stderr, "herald: %v\n", oneLine(err))
-		return 1
+		return err
 	}
 	addr, err := a.Listen()
 	if err != nil {
 		a.Close()
-		fmt.Fprintf(stderr, "herald: %v\n", oneLine(err))
-		return 1
+		return err
 	}
-	fmt.Fprintf(stdout, "herald %s listening on http://%s\n", versionString(), addr)
-	fmt.Fprintf(stdout, "database %s, transport %s\n", redact(cfg.Database), cfg.Transport)
+	fmt.Fprintf(stdout, "herald listening on http://%s (version %s)\n", addr, versionString())
+	fmt.Fprintf(stdout, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
 	if cfg.Dev {
 		fmt.Fprintf(stdout, "no --config: development defaults, simulated providers on every channel\n")
 		fmt.Fprintf(stdout, "API key: %s (tenant %s)\n", config.DevAPIKey, config.DevTenant)
@@ -119,22 +159,17 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		sort.Strings(names)
 		fmt.Fprintf(stdout, "kinds: %s\n", strings.Join(names, "; "))
 	}
-	if err := a.Run(ctx); err != nil {
-		fmt.Fprintf(stderr, "herald: %v\n", oneLine(err))
-		return 1
-	}
-	return 0
+	return a.Run(ctx)
 }
 
-func migrate(args []string, stdout, stderr io.Writer) int {
-	cfg, ok := loadConfig("migrate", args, stderr)
-	if !ok {
-		return 2
+func migrate(cmd *command, args []string, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(cmd, args)
+	if err != nil {
+		return err
 	}
 	driver, dsn, err := cfg.DatabaseDriver()
 	if err != nil {
-		fmt.Fprintf(stderr, "herald: %v\n", err)
-		return 2
+		return &cliError{code: 2, err: err}
 	}
 	ctx := context.Background()
 	var v int
@@ -144,37 +179,89 @@ func migrate(args []string, stdout, stderr io.Writer) int {
 	case "postgres":
 		v, err = postgres.Migrate(ctx, dsn)
 	default:
-		err = errors.New("database driver " + driver + " is not available in this build")
+		err = fmt.Errorf("database driver %q is not available in this build", driver)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "herald: migrate: %v\n", oneLine(err))
-		return 1
+		return fmt.Errorf("migrate database %s: %w", databaseLabel(cfg.Database), err)
 	}
-	fmt.Fprintf(stdout, "database %s is at schema version %d\n", redact(cfg.Database), v)
-	return 0
+	fmt.Fprintf(stdout, "database %s is at schema version %d\n", databaseLabel(cfg.Database), v)
+	return nil
+}
+
+func printVersion(cmd *command, args []string, stdout, stderr io.Writer) error {
+	if err := parseNoArgs(cmd, newFlags(cmd), args); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "herald", versionString())
+	return nil
+}
+
+func help(cmd *command, args []string, stdout, stderr io.Writer) error {
+	c := root
+	for _, name := range args {
+		next := c.lookup(name)
+		if next == nil {
+			return usageErrorf(cmd, "help: unknown command %q", strings.Join(args, " "))
+		}
+		c = next
+	}
+	if c.run != nil && c.sub == nil && c != root {
+		// A command's flags are known to the command: ask it.
+		return c.run(c, []string{"--help"}, stdout, stderr)
+	}
+	return &helpRequest{cmd: c}
 }
 
 func versionString() string {
-	if version != "" {
-		return version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		bi = nil
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
+	return versionFrom(version, bi)
 }
 
-// redact hides a password in a database URL. A sqlite: path is shown as
-// written (url would percent-encode it).
-func redact(dsn string) string {
-	if !strings.HasPrefix(dsn, "postgres") {
-		return dsn
+// versionFrom is the version herald reports: the one set with -ldflags,
+// else the module version Go stamped into the binary (v1.2.0 for go install
+// …@v1.2.0, a pseudo-version such as v0.0.0-20261201144919-2169cb619ce2+dirty
+// for go build or go install in a clone), else dev-REVISION from the VCS
+// stamp, else "dev" (go run, or a build without VCS stamping).
+func versionFrom(ldflags string, bi *debug.BuildInfo) string {
+	if ldflags != "" {
+		return ldflags
 	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "(unparsable database URL)"
+	if bi == nil {
+		return "dev"
 	}
-	return u.Redacted()
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	v := "dev-" + rev[:min(12, len(rev))]
+	if modified == "true" {
+		v += "+dirty"
+	}
+	return v
 }
 
-func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+// oneLine joins the lines of err's message (pgx writes one per address it
+// tried) into one.
+func oneLine(err error) string {
+	var parts []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.ReplaceAll(strings.Join(parts, "; "), ":; ", ": ")
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
+	"github.com/heraldhq/herald/store/sqlite"
+)
+
+// openExisting opens cfg's database for a command that reads or mends rows:
+// it creates nothing and migrates nothing, and says so when there is no
+// database or no herald schema in it.
+func openExisting(ctx context.Context, cfg *config.Config, logger *slog.Logger) (store.Store, error) {
+	driver, dsn, err := cfg.DatabaseDriver()
+	if err != nil {
+		return nil, &cliError{code: 2, err: err}
+	}
+	var st store.Store
+	switch driver {
+	case "sqlite":
+		var s *sqlite.Store
+		if s, err = sqlite.Open(ctx, dsn, sqlite.Options{MustExist: true}); err == nil {
+			st = s
+		}
+	case "postgres":
+		var s *postgres.Store
+		if s, err = postgres.Open(ctx, dsn, postgres.Options{MustExist: true, Logger: logger}); err == nil {
+			st = s
+		}
+	default:
+		err = fmt.Errorf("database driver %q is not available in this build", driver)
+	}
+	switch label := databaseLabel(cfg.Database); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("database %s does not exist: create it with herald migrate, or name yours with --config FILE or %s",
+			label, config.EnvDatabase)
+	case err != nil:
+		return nil, fmt.Errorf("open database %s: %w", label, err)
+	}
+	return st, nil
+}
