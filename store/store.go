@@ -43,6 +43,8 @@ type Store interface {
 	Deliveries
 	Profiles
 	Parked
+	NotificationListing
+	Attempts
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.
 	Wakeups() *Wakeups
@@ -102,6 +104,23 @@ type Deliveries interface {
 	// DeliverySweepStale turns SENDING rows claimed more than olderThan ago
 	// into UNKNOWN and returns them.
 	DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]StaleClaim, error)
+}
+
+// NotificationListing is the support view: a tenant's notifications, newest
+// first, keyset-paged ("what did we send to this customer?").
+type NotificationListing interface {
+	// NotificationList returns up to p.Limit of p.Tenant's notifications that
+	// match p, ordered by (CreatedAt, ID) descending, each with its planned
+	// sends as NotificationGet shows them; every view has the same Now.
+	NotificationList(ctx context.Context, p NotificationListParams) ([]NotificationView, error)
+}
+
+// Attempts is the read side of the attempt log, the sender's one row per
+// provider call (written by DeliveryRecord).
+type Attempts interface {
+	// AttemptList returns the logged attempts of the given messages, in
+	// message order and, per message, by attempt number.
+	AttemptList(ctx context.Context, messageIDs []string) ([]Attempt, error)
 }
 
 // Profiles are recipients' contact points and consent, read at send time.
@@ -344,4 +363,75 @@ type Profile struct {
 	Language  string                      `json:"language,omitempty"`
 	TimeZone  string                      `json:"time_zone,omitempty"`
 	UpdatedAt time.Time                   `json:"-"`
+}
+
+// NotificationListParams selects a page of a tenant's notifications. Empty
+// strings and nil match everything.
+type NotificationListParams struct {
+	Tenant    string
+	Recipient string
+	Kind      string
+	// State keeps notifications with at least one planned send that
+	// NotificationView.EntryState shows in that state.
+	State string
+	// Since keeps notifications created at or after it.
+	Since *time.Time
+	// Before keeps notifications strictly older than the position, in the
+	// list's order: the keyset of the next page.
+	Before *ListPosition
+	// Limit caps the notifications returned; at least 1.
+	Limit int
+}
+
+// ListPosition is a place in the list's order: created_at by the store's
+// clock, then the id, which is unique, so rows created at the same instant
+// keep one order and a page boundary never skips or repeats one.
+type ListPosition struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// Position returns the notification's place in the list's order.
+func (v NotificationView) Position() ListPosition {
+	return ListPosition{CreatedAt: v.CreatedAt, ID: v.ID}
+}
+
+// EntryState is the state the read API shows for one planned send of v,
+// merging the dispatcher's outbox row and the sender's delivery row:
+//
+//  1. a terminal delivery state (with its reason);
+//  2. an outbox row that ended without a send: EXPIRED or FAILED;
+//  3. a waiting delivery state: SENDING, RETRY_WAIT, PARKED;
+//  4. before the sender has written anything, SCHEDULED while send_at is
+//     after v.Now, PENDING after.
+//
+// The drivers compute the same in SQL for NotificationListParams.State; the
+// conformance suite holds the two equal.
+func (v NotificationView) EntryState(dv DeliveryView) (state, reason string, updated time.Time) {
+	d := dv.Delivery
+	switch {
+	case d != nil && d.State.Terminal():
+		return string(d.State), d.Reason, d.UpdatedAt
+	case dv.OutboxState == heraldtype.OutboxExpired || dv.OutboxState == heraldtype.OutboxFailed:
+		return string(dv.OutboxState), dv.OutboxReason, dv.OutboxUpdated
+	case d != nil:
+		return string(d.State), d.Reason, d.UpdatedAt
+	case v.SendAt != nil && v.SendAt.After(v.Now):
+		return heraldtype.ViewScheduled, "", dv.OutboxUpdated
+	default:
+		return heraldtype.ViewPending, "", dv.OutboxUpdated
+	}
+}
+
+// Attempt is one logged provider call. It holds no provider body: the
+// outcome class and a reason code only.
+type Attempt struct {
+	MessageID string
+	// Attempt is the delivery's attempt number (1 for the first call).
+	Attempt   int
+	StartedAt time.Time
+	// Class is the provider outcome class (accepted, not_sent, permanent, unknown).
+	Class    string
+	Reason   string
+	Duration time.Duration
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -247,39 +246,14 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	var v store.NotificationView
 	found := false
 	for rows.Next() {
-		var (
-			lane                                  string
-			sendAt, expiresAt                     *time.Time
-			created, now                          time.Time
-			msgID, ch, ostate, oreason            *string
-			avail, oupd                           *time.Time
-			dNotif, dTenant, dProv, dState, dReas *string
-			dAttempts                             *int
-			dClaimed, dNext, dCreated, dUpdated   *time.Time
-		)
-		if err := rows.Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &now,
-			&msgID, &ch, &ostate, &oreason, &avail, &oupd,
-			&dNotif, &dTenant, &dProv, &dState, &dReas, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated); err != nil {
+		dv, ok, err := scanViewRow(rows, &v)
+		if err != nil {
 			return store.NotificationView{}, s.fail("scan notification", err)
 		}
 		found = true
-		v.Lane, v.SendAt, v.ExpiresAt, v.CreatedAt, v.Now = heraldtype.Lane(lane), utcPtr(sendAt), utcPtr(expiresAt), utc(created), utc(now)
-		if msgID == nil {
-			continue // a notification without planned sends
+		if ok {
+			v.Deliveries = append(v.Deliveries, dv)
 		}
-		dv := store.DeliveryView{
-			MessageID: *msgID, Channel: heraldtype.Channel(deref(ch)), OutboxState: heraldtype.OutboxState(deref(ostate)),
-			OutboxReason: deref(oreason), AvailableAt: utc(deref(avail)), OutboxUpdated: utc(deref(oupd)),
-		}
-		if dState != nil {
-			dv.Delivery = &store.Delivery{
-				MessageID: dv.MessageID, NotificationID: deref(dNotif), Tenant: deref(dTenant), Channel: dv.Channel,
-				Provider: deref(dProv), State: heraldtype.DeliveryState(*dState), Reason: deref(dReas),
-				Attempts: deref(dAttempts), ClaimedAt: utcPtr(dClaimed), NextAttemptAt: utcPtr(dNext),
-				CreatedAt: utc(deref(dCreated)), UpdatedAt: utc(deref(dUpdated)),
-			}
-		}
-		v.Deliveries = append(v.Deliveries, dv)
 	}
 	if err := rows.Err(); err != nil {
 		return store.NotificationView{}, s.fail("read notification", err)

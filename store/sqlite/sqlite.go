@@ -279,26 +279,13 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var dv store.DeliveryView
-		var ch, ostate string
-		var avail, oupd int64
-		var dNotif, dTenant, dProvider, dState, dReason sql.NullString
-		var dAttempts, dClaimed, dNext, dCreated, dUpdated sql.NullInt64
-		if err := rows.Scan(&dv.MessageID, &ch, &ostate, &dv.OutboxReason, &avail, &oupd,
-			&dNotif, &dTenant, &dProvider, &dState, &dReason, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated); err != nil {
+		var send plannedSend
+		if err := rows.Scan(send.dest()...); err != nil {
 			return v, fmt.Errorf("scan planned send: %w", err)
 		}
-		dv.Channel, dv.OutboxState = heraldtype.Channel(ch), heraldtype.OutboxState(ostate)
-		dv.AvailableAt, dv.OutboxUpdated = fromMs(avail), fromMs(oupd)
-		if dState.Valid {
-			dv.Delivery = &store.Delivery{
-				MessageID: dv.MessageID, NotificationID: dNotif.String, Tenant: dTenant.String, Channel: dv.Channel,
-				Provider: dProvider.String, State: heraldtype.DeliveryState(dState.String), Reason: dReason.String,
-				Attempts: int(dAttempts.Int64), ClaimedAt: fromNullMs(dClaimed), NextAttemptAt: fromNullMs(dNext),
-				CreatedAt: fromMs(dCreated.Int64), UpdatedAt: fromMs(dUpdated.Int64),
-			}
+		if dv, ok := send.view(); ok {
+			v.Deliveries = append(v.Deliveries, dv)
 		}
-		v.Deliveries = append(v.Deliveries, dv)
 	}
 	return v, rows.Err()
 }

@@ -51,6 +51,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, h) })
 	t.Run("Profiles", func(t *testing.T) { testProfiles(t, h) })
 	t.Run("Parked", func(t *testing.T) { testParked(t, h) })
+	t.Run("Listing", func(t *testing.T) { testListing(t, h) })
+	t.Run("Attempts", func(t *testing.T) { testAttempts(t, h) })
 }
 
 // create is a NotificationCreate with sensible defaults; mutate adjusts it.

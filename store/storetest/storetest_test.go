@@ -39,7 +39,7 @@ var erringMethods = []string{
 	"NotificationCreate", "NotificationGet", "IdempotencyKeysSweep",
 	"OutboxClaim", "OutboxComplete", "OutboxRetry", "OutboxMarkPublished", "OutboxReclaimExpired", "OutboxExpire", "OutboxBacklog",
 	"DeliveryGet", "DeliveryClaim", "DeliveryRecord", "DeliveryDecide", "DeliverySweepStale",
-	"ProfileGet", "ProfilePut", "ParkedList", "ParkedRequeue",
+	"ProfileGet", "ProfilePut", "ParkedList", "ParkedRequeue", "NotificationList", "AttemptList",
 }
 
 const helperEnv = "STORETEST_ERRING_HELPER"
@@ -272,4 +272,14 @@ func (e *erring) ParkedList(ctx context.Context, p store.ParkedListParams) ([]st
 func (e *erring) ParkedRequeue(ctx context.Context, p store.ParkedRequeueParams) ([]store.ParkedEntry, error) {
 	v, err := e.Store.ParkedRequeue(ctx, p)
 	return fail(e, "ParkedRequeue", v, err)
+}
+
+func (e *erring) NotificationList(ctx context.Context, p store.NotificationListParams) ([]store.NotificationView, error) {
+	v, err := e.Store.NotificationList(ctx, p)
+	return fail(e, "NotificationList", v, err)
+}
+
+func (e *erring) AttemptList(ctx context.Context, messageIDs []string) ([]store.Attempt, error) {
+	v, err := e.Store.AttemptList(ctx, messageIDs)
+	return fail(e, "AttemptList", v, err)
 }

@@ -1,0 +1,133 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/internal/testpg"
+)
+
+// Listing a tenant's notifications (GET /v1/notifications) walks an index
+// of migration 5 backwards from the cursor and stops after the page: it
+// neither scans the tenant's rows nor sorts them, with or without a
+// recipient, a cursor or filters, and in the generic plan a prepared
+// statement ends up with.
+func TestNotificationListWalksItsIndex(t *testing.T) {
+	t.Parallel()
+	url := testpg.Schema(t)
+	ctx := context.Background()
+	s, err := Open(ctx, url, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// 40,000 notifications over a few days, half of tenant "big": of those,
+	// half for one recipient ("hot"), the rest spread over 200 recipients;
+	// each with its outbox row and delivery.
+	if _, err := s.pool.Exec(ctx, `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
+SELECT 'ntf_' || lpad(g::text, 8, '0'), CASE WHEN g % 2 = 0 THEN 'big' ELSE 'other' END,
+       CASE WHEN g % 4 = 0 THEN 'hot' ELSE 'r' || (g % 400) END, 'e' || g,
+       CASE WHEN g % 3 = 0 THEN 'k1' ELSE 'k2' END, 'transactional', '{}', timestamptz '2030-01-01' + g * interval '10 s'
+FROM generate_series(1, 40000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
+SELECT id, id || '.webhook', tenant, lane, 'webhook', 'DONE', created_at, created_at, created_at FROM notifications`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, created_at, updated_at)
+SELECT message_id, notification_id, tenant, channel, 'PROVIDER_ACCEPTED', 1, created_at, created_at FROM outbox`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `ANALYZE notifications; ANALYZE outbox; ANALYZE deliveries`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	cursor := time.Date(2030, 1, 3, 0, 0, 0, 0, time.UTC)
+	since := time.Date(2030, 1, 2, 0, 0, 0, 0, time.UTC)
+	for _, stmt := range []struct{ name, sql string }{{"list", qNotificationList}, {"by_recipient", qNotificationListByRecipient}} {
+		// A prepared statement, planned generically, as a pooled
+		// connection's statement cache ends up running it.
+		if _, err := conn.Exec(ctx, "PREPARE "+stmt.name+" AS "+stmt.sql); err != nil {
+			t.Fatalf("prepare %s: %v", stmt.name, err)
+		}
+	}
+	for name, q := range map[string]struct {
+		stmt string
+		args []any
+		// walk: the index the statement walks backwards and stops in.
+		walk string
+	}{
+		"FirstPage":          {"list", []any{nil, "big", "", "", "", nil, nil, "", 51}, "notifications_tenant_created"},
+		"NextPage":           {"list", []any{nil, "big", "", "", "", nil, &cursor, "ntf_00021600", 51}, "notifications_tenant_created"},
+		"KindStateSince":     {"list", []any{nil, "big", "", "k1", "PENDING", &since, &cursor, "ntf_00021600", 51}, "notifications_tenant_created"},
+		"Recipient":          {"by_recipient", []any{nil, "big", "hot", "", "", nil, nil, "", 51}, "notifications_tenant_recipient_created"},
+		"RecipientNextState": {"by_recipient", []any{nil, "big", "r10", "k2", "UNKNOWN", &since, &cursor, "ntf_00021600", 51}, "notifications_tenant_recipient_created"},
+	} {
+		r, err := conn.Query(ctx, "EXPLAIN EXECUTE "+q.stmt+"("+literals(q.args)+")")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		plan, err := pgx.CollectRows(r, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("%s: read the plan: %v", name, err)
+		}
+		text := strings.Join(plan, "\n")
+		if !strings.Contains(text, "Index Scan Backward using "+q.walk+" on notifications") {
+			t.Errorf("%s does not walk %s backwards:\n%s", name, q.walk, text)
+		}
+		for _, bad := range []string{"Seq Scan on notifications", "Seq Scan on outbox", "Seq Scan on deliveries", "Bitmap Heap Scan on notifications"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("%s: %s:\n%s", name, bad, text)
+			}
+		}
+		// The keyset bounds the walk: it is an index condition, not a filter.
+		if !indexCondNames(text, "created_at") {
+			t.Errorf("%s: created_at does not bound the index scan:\n%s", name, text)
+		}
+	}
+}
+
+// indexCondNames reports whether an "Index Cond" line of the plan names col.
+func indexCondNames(plan, col string) bool {
+	for _, line := range strings.Split(plan, "\n") {
+		if strings.Contains(line, "Index Cond:") && strings.Contains(line, col) {
+			return true
+		}
+	}
+	return false
+}
+
+// literals writes args as SQL literals (EXECUTE takes no bind parameters).
+func literals(args []any) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		switch a := a.(type) {
+		case nil:
+			out[i] = "NULL"
+		case string:
+			out[i] = "'" + strings.ReplaceAll(a, "'", "''") + "'"
+		case int:
+			out[i] = strconv.Itoa(a)
+		case *time.Time:
+			out[i] = "'" + a.Format(time.RFC3339Nano) + "'"
+		default:
+			panic(fmt.Sprintf("literals: %T", a))
+		}
+	}
+	return strings.Join(out, ", ")
+}
