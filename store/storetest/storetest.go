@@ -53,6 +53,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Parked", func(t *testing.T) { testParked(t, h) })
 	t.Run("Listing", func(t *testing.T) { testListing(t, h) })
 	t.Run("Attempts", func(t *testing.T) { testAttempts(t, h) })
+	t.Run("Cancel", func(t *testing.T) { testCancel(t, h) })
 }
 
 // create is a NotificationCreate with sensible defaults; mutate adjusts it.

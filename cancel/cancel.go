@@ -1,0 +1,192 @@
+// Package cancel cancels the sends of a notification that have not gone out
+// (POST /v1/notifications/{id}/cancel).
+//
+// Every planned send that is still waiting — PENDING, SCHEDULED, RETRY_WAIT
+// or PARKED as the read API shows it — ends SUPPRESSED with reason
+// CANCELLED. A send that is SENDING (its provider call may be in flight) or
+// has ended (sent, failed, suppressed, EXPIRED, FAILED) is reported as it
+// is and not touched. Cancelling again changes nothing and answers the same.
+//
+// Race safety comes from the sender's own guard: a cancel is the decision
+// write the sender makes when it decides not to send (store DeliveryDecide),
+// an insert-or-update on the message_id's unique delivery row that succeeds
+// only while no row exists or the row is waiting (RETRY_WAIT, PARKED). The
+// sender's claim (DeliveryClaim) is an insert on the same unique key, or a
+// conditional RETRY_WAIT → SENDING update of the same row. So a cancel and
+// a claim racing for one message cannot both win: if the cancel wins, the
+// claim finds SUPPRESSED and the sender acks its copy without a provider
+// call; if the claim wins, the cancel finds SENDING and reports it.
+//
+// Ownership stays as DESIGN §1 splits it: the cancel writes only the
+// delivery row, through that guarded write, and never the dispatcher's
+// outbox row. The outbox row is left to its owner: a claimer (db transport)
+// or a consumer (rabbitmq) still picks the message up when it is due, finds
+// the SUPPRESSED row and finishes it without a call, and the outbox row ends
+// DONE (or stays PUBLISHED). With the rabbitmq transport a cancelled PARKED
+// message's copy stays in the parking queue until it is requeued (the
+// sender then acks it without a call) or discarded.
+package cancel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/store"
+)
+
+// ReasonCancelled is the reason of a send a cancel suppressed.
+const ReasonCancelled = "CANCELLED"
+
+// ErrNotFound: no notification with that id for the tenant.
+var ErrNotFound = errors.New("cancel: no such notification")
+
+// Store is what a cancel reads and writes.
+type Store interface {
+	store.Notifications
+	store.Deliveries
+}
+
+// Canceller cancels notifications.
+type Canceller struct {
+	Store Store
+	// Metrics counts the sends a cancel moved to SUPPRESSED among the
+	// delivery states written (herald_deliveries_total). May be nil.
+	Metrics *metrics.Metrics
+	// Counter counts cancel requests (herald_cancels_total). May be nil.
+	Counter *Counter
+	Logger  *slog.Logger
+}
+
+// Result is what a cancel found and did, read after its writes.
+type Result struct {
+	ID         string  `json:"id"`
+	Deliveries []Entry `json:"deliveries"`
+}
+
+// Entry is one planned send after the cancel.
+type Entry struct {
+	MessageID string `json:"message_id"`
+	Channel   string `json:"channel"`
+	State     string `json:"state"`
+	Reason    string `json:"reason"`
+	// Cancelled: the send is SUPPRESSED(CANCELLED), by this call or an
+	// earlier one.
+	Cancelled bool `json:"cancelled"`
+}
+
+// Waiting reports whether a send the read API shows in state has not gone
+// out and nothing is under way for it: a cancel suppresses it.
+func Waiting(state string) bool {
+	switch state {
+	case heraldtype.ViewPending, heraldtype.ViewScheduled,
+		string(heraldtype.DeliveryRetryWait), string(heraldtype.DeliveryParked):
+		return true
+	}
+	return false
+}
+
+// Cancel suppresses every waiting send of tenant's notification id and
+// returns the notification's sends as they are afterwards.
+func (c *Canceller) Cancel(ctx context.Context, tenant, id string) (Result, error) {
+	v, err := c.Store.NotificationGet(ctx, tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Result{}, ErrNotFound
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("read notification: %w", err)
+	}
+	cancelled := 0
+	for _, dv := range v.Deliveries {
+		if state, _, _ := v.EntryState(dv); !Waiting(state) {
+			continue
+		}
+		// The sender's decision write: it takes only if no delivery row
+		// exists or the row is waiting, so never over a claim or a result.
+		ok, err := c.Store.DeliveryDecide(ctx, store.DeliveryDecideParams{
+			MessageID: dv.MessageID, NotificationID: v.ID, Tenant: v.Tenant, Channel: dv.Channel,
+			State: heraldtype.DeliverySuppressed, Reason: ReasonCancelled,
+		})
+		if err != nil {
+			return Result{}, fmt.Errorf("cancel %s: %w", dv.MessageID, err)
+		}
+		if ok {
+			cancelled++
+			c.Metrics.Delivery(v.Lane, dv.Channel, heraldtype.DeliverySuppressed)
+		}
+	}
+	c.Counter.count(cancelled)
+	if cancelled > 0 {
+		c.logger().LogAttrs(ctx, slog.LevelInfo, "cancel: suppressed waiting sends",
+			slog.String("tenant", v.Tenant), slog.String("notification_id", v.ID), slog.Int("cancelled", cancelled))
+	}
+	// The answer is read after the writes, so it shows what won each race
+	// and is the same for every repeat of the cancel.
+	after, err := c.Store.NotificationGet(ctx, tenant, id)
+	if err != nil {
+		return Result{}, fmt.Errorf("read notification after cancel: %w", err)
+	}
+	res := Result{ID: after.ID, Deliveries: make([]Entry, 0, len(after.Deliveries))}
+	for _, dv := range after.Deliveries {
+		state, reason, _ := after.EntryState(dv)
+		res.Deliveries = append(res.Deliveries, Entry{
+			MessageID: dv.MessageID, Channel: string(dv.Channel), State: state, Reason: reason,
+			Cancelled: state == string(heraldtype.DeliverySuppressed) && reason == ReasonCancelled,
+		})
+	}
+	return res, nil
+}
+
+func (c *Canceller) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.Default()
+	}
+	return c.Logger
+}
+
+// Counter is herald_cancels_total{result}: cancel requests answered, by
+// whether the call suppressed at least one send ("cancelled") or found
+// nothing left to cancel ("unchanged": already cancelled, under way or
+// done). Both series exist from the start, at 0.
+type Counter struct {
+	vec *prometheus.CounterVec
+}
+
+// NewCounter registers herald_cancels_total on reg, or returns the one
+// already registered there.
+func NewCounter(reg prometheus.Registerer) (*Counter, error) {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "herald_cancels_total",
+		Help: "Cancel requests answered, by result: cancelled (at least one waiting send suppressed) or unchanged.",
+	}, []string{"result"})
+	if err := reg.Register(vec); err != nil {
+		var dup prometheus.AlreadyRegisteredError
+		if !errors.As(err, &dup) {
+			return nil, fmt.Errorf("register herald_cancels_total: %w", err)
+		}
+		existing, ok := dup.ExistingCollector.(*prometheus.CounterVec)
+		if !ok {
+			return nil, fmt.Errorf("register herald_cancels_total: %w", err)
+		}
+		vec = existing
+	}
+	vec.WithLabelValues("cancelled")
+	vec.WithLabelValues("unchanged")
+	return &Counter{vec: vec}, nil
+}
+
+func (c *Counter) count(cancelled int) {
+	if c == nil {
+		return
+	}
+	result := "unchanged"
+	if cancelled > 0 {
+		result = "cancelled"
+	}
+	c.vec.WithLabelValues(result).Inc()
+}

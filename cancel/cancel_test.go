@@ -1,0 +1,339 @@
+package cancel_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/cancel"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/sim"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
+	"github.com/heraldhq/herald/store/sqlite"
+)
+
+// These tests hold the cancel to its promise through the real sender and
+// the db transport's claimer, on both stores: a cancelled message is never
+// sent, the copy that comes for it is finished without a provider call, and
+// its outbox row ends DONE, with no row left without an owner.
+
+const tenant = "t1"
+
+// bundle is a store with a sender over a simulated webhook provider.
+type bundle struct {
+	st     store.Store
+	sim    *sim.Sim
+	sender *sender.Sender
+	cancel *cancel.Canceller
+	logger *slog.Logger
+	hooks  *sender.Hooks
+}
+
+// eachStore runs test against SQLite and PostgreSQL.
+func eachStore(t *testing.T, test func(t *testing.T, b *bundle)) {
+	t.Helper()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			test(t, setup(t, driver))
+		})
+	}
+}
+
+func setup(t *testing.T, driver string) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var st store.Store
+	switch driver {
+	case "sqlite":
+		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = s
+	case "postgres":
+		s, err := postgres.Open(ctx, testpg.Schema(t), postgres.Options{Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = s
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("close the store: %v", err)
+		}
+	})
+	cat, err := catalog.New([]config.Kind{{Name: "k", Category: "transactional", Channels: []string{"webhook"},
+		Templates: map[string]config.Template{"webhook": {Title: "t", Body: "{{.n}}"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := sim.New(sim.Config{})
+	reg := provider.NewRegistry()
+	reg.Register(heraldtype.ChannelWebhook, "sim-webhook", sm)
+	b := &bundle{st: st, sim: sm, logger: logger, hooks: &sender.Hooks{}, cancel: &cancel.Canceller{Store: st, Logger: logger}}
+	b.sender = sender.New(sender.Config{Store: st, Providers: reg, Catalog: cat, Owner: "test", Logger: logger,
+		Retry: sender.RetryPolicy{Quick: 2, QuickDelay: 50 * time.Millisecond, Slow: 1, SlowDelay: time.Minute},
+		Hooks: sender.Hooks{
+			AfterPeek: func(ctx context.Context, job heraldtype.Job) {
+				if h := b.hooks.AfterPeek; h != nil {
+					h(ctx, job)
+				}
+			},
+			AfterRecord: func(ctx context.Context, job heraldtype.Job, res sender.Result) {
+				if h := b.hooks.AfterRecord; h != nil {
+					h(ctx, job, res)
+				}
+			},
+		}})
+	return b
+}
+
+// create accepts n notifications, due now, and returns their ids.
+func (b *bundle) create(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for i := range n {
+		id := ids.New("ntf", time.Now())
+		res, err := b.st.NotificationCreate(context.Background(), store.NotificationCreateParams{
+			Tenant: tenant, ID: id, Recipient: "r", EventID: fmt.Sprint("e", i), Kind: "k", Lane: heraldtype.LaneTransactional,
+			Params: json.RawMessage(`{"n":1}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+		})
+		if err != nil || res.Outcome != store.Created {
+			t.Fatalf("create: %+v %v", res, err)
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// runClaimer runs the transactional lane's claimer until the test ends.
+func (b *bundle) runClaimer(t *testing.T) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	c := dispatch.NewClaimer(dispatch.ClaimerConfig{Lane: heraldtype.LaneTransactional, Store: b.st, Sender: b.sender,
+		Owner: "test", Concurrency: 4, Lease: 30 * time.Second, PollInterval: 10 * time.Millisecond, Logger: b.logger})
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("the claimer did not stop within 30 s")
+		}
+	})
+}
+
+// waitAllDone waits until every notification's outbox row is DONE.
+func (b *bundle) waitAllDone(t *testing.T, ids []string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		left := 0
+		for _, id := range ids {
+			if b.view(t, id).Deliveries[0].OutboxState != heraldtype.OutboxDone {
+				left++
+			}
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s, %d of %d outbox rows are not DONE", left, len(ids))
+		}
+		<-tick.C
+	}
+}
+
+func (b *bundle) view(t *testing.T, id string) store.NotificationView {
+	t.Helper()
+	v, err := b.st.NotificationGet(context.Background(), tenant, id)
+	if err != nil {
+		t.Fatalf("NotificationGet %s: %v", id, err)
+	}
+	return v
+}
+
+func (b *bundle) cancelOf(t *testing.T, id string) cancel.Entry {
+	t.Helper()
+	res, err := b.cancel.Cancel(context.Background(), tenant, id)
+	if err != nil {
+		t.Fatalf("cancel %s: %v", id, err)
+	}
+	return res.Deliveries[0]
+}
+
+func wantCancelled(t *testing.T, b *bundle, id string) {
+	t.Helper()
+	v := b.view(t, id)
+	d := v.Deliveries[0].Delivery
+	if d == nil || d.State != heraldtype.DeliverySuppressed || d.Reason != cancel.ReasonCancelled {
+		t.Errorf("%s: delivery %+v, want SUPPRESSED(CANCELLED)", id, d)
+	}
+	if n := b.sim.CallCount(store.MessageID(id, heraldtype.ChannelWebhook)); n != 0 {
+		t.Errorf("%s: the provider was called %d times for a cancelled message", id, n)
+	}
+}
+
+func TestCancelledBeforeTheClaimIsFinishedWithoutACall(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *bundle) {
+		ids := b.create(t, 10)
+		for _, id := range ids {
+			if e := b.cancelOf(t, id); !e.Cancelled || e.State != "SUPPRESSED" || e.Reason != cancel.ReasonCancelled {
+				t.Fatalf("cancel %s: %+v", id, e)
+			}
+		}
+		b.runClaimer(t)
+		b.waitAllDone(t, ids)
+		for _, id := range ids {
+			wantCancelled(t, b, id)
+		}
+		// A broker's copy (rabbitmq transport: no outbox fence, nothing
+		// known) is acked, without a call.
+		v := b.view(t, ids[0])
+		res := b.sender.Send(context.Background(), heraldtype.Job{MessageID: v.Deliveries[0].MessageID, NotificationID: v.ID,
+			Tenant: tenant, Recipient: v.Recipient, EventID: v.EventID, Kind: v.Kind, Lane: v.Lane,
+			Channel: heraldtype.ChannelWebhook, Params: json.RawMessage(`{"n":1}`)})
+		if res.Verdict != sender.Done || res.State != heraldtype.DeliverySuppressed || b.sim.Total() != 0 {
+			t.Fatalf("a consumer's copy: %+v after %d calls, want done (ack), SUPPRESSED, no call", res, b.sim.Total())
+		}
+	})
+}
+
+// The narrowest gap: the cancel lands after the sender's peek found no
+// delivery row, before its claim. The claim loses to the cancel's row.
+func TestCancelBetweenPeekAndClaimWins(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *bundle) {
+		ids := b.create(t, 3)
+		var mu sync.Mutex
+		answers := map[string]cancel.Entry{}
+		b.hooks.AfterPeek = func(ctx context.Context, job heraldtype.Job) {
+			e := b.cancelOf(t, job.NotificationID)
+			mu.Lock()
+			answers[job.NotificationID] = e
+			mu.Unlock()
+		}
+		b.runClaimer(t)
+		b.waitAllDone(t, ids)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if e, ok := answers[id]; !ok || !e.Cancelled {
+				t.Errorf("%s: the cancel in the gap answered %+v (ran: %v)", id, e, ok)
+			}
+			wantCancelled(t, b, id)
+		}
+	})
+}
+
+// A send that waits for its retry (RETRY_WAIT) is cancelled; when its
+// retry falls due, the claimer's copy is finished without a second call.
+func TestCancelledRetryIsNotRetried(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *bundle) {
+		ids := b.create(t, 1)
+		msg := store.MessageID(ids[0], heraldtype.ChannelWebhook)
+		b.sim.OnCall(func(ctx context.Context, m provider.Message) provider.Outcome {
+			return provider.NotSentOutcome("HTTP_429", 0)
+		})
+		// Right after the first attempt's RETRY_WAIT is written, before the
+		// retry (50 ms later) can come.
+		cancelled := make(chan cancel.Entry, 1)
+		b.hooks.AfterRecord = func(ctx context.Context, job heraldtype.Job, res sender.Result) {
+			if res.State == heraldtype.DeliveryRetryWait {
+				cancelled <- b.cancelOf(t, job.NotificationID)
+			}
+		}
+		b.runClaimer(t)
+		select {
+		case e := <-cancelled:
+			if !e.Cancelled {
+				t.Fatalf("cancel of a waiting retry: %+v", e)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the first attempt was not recorded within 30 s")
+		}
+		b.waitAllDone(t, ids)
+		if n := b.sim.CallCount(msg); n != 1 {
+			t.Errorf("the provider was called %d times, want the first attempt only", n)
+		}
+		v := b.view(t, ids[0])
+		if d := v.Deliveries[0].Delivery; d.State != heraldtype.DeliverySuppressed || d.Reason != cancel.ReasonCancelled || d.Attempts != 1 {
+			t.Errorf("delivery %+v, want SUPPRESSED(CANCELLED) after 1 attempt", d)
+		}
+	})
+}
+
+// Cancels race the claimer over many messages: each message is either
+// sent once (and the cancel reports it) or cancelled and never sent.
+func TestCancelsRacingTheClaimerNeverBothWin(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *bundle) {
+		ids := b.create(t, 40)
+		answers := make([]cancel.Entry, len(ids))
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := b.cancel.Cancel(context.Background(), tenant, id)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				answers[i] = res.Deliveries[0]
+			}()
+		}
+		b.runClaimer(t)
+		close(start)
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the cancels did not return within 30 s")
+		}
+		b.waitAllDone(t, ids)
+		sent, cancelled := 0, 0
+		for i, id := range ids {
+			calls := b.sim.CallCount(store.MessageID(id, heraldtype.ChannelWebhook))
+			d := b.view(t, id).Deliveries[0].Delivery
+			switch {
+			case d.State == heraldtype.DeliverySuppressed && d.Reason == cancel.ReasonCancelled:
+				cancelled++
+				if calls != 0 || !answers[i].Cancelled {
+					t.Errorf("%s: cancelled, yet %d calls; the cancel answered %+v", id, calls, answers[i])
+				}
+			case d.State == heraldtype.DeliveryProviderAccepted:
+				sent++
+				if calls != 1 || answers[i].Cancelled {
+					t.Errorf("%s: sent with %d calls; the cancel answered %+v", id, calls, answers[i])
+				}
+			default:
+				t.Errorf("%s: delivery %+v after %d calls", id, d, calls)
+			}
+		}
+		t.Logf("%d sent, %d cancelled", sent, cancelled)
+	})
+}

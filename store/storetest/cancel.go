@@ -1,0 +1,250 @@
+package storetest
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/cancel"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// cancelOf runs a cancel of tenant t1's notification id; any error fails
+// the test.
+func cancelOf(t *testing.T, b bundle, id string) cancel.Result {
+	t.Helper()
+	res, err := (&cancel.Canceller{Store: b.s}).Cancel(b.ctx, "t1", id)
+	if err != nil {
+		t.Fatalf("Cancel %s: %v", id, err)
+	}
+	return res
+}
+
+// sendClaim is DeliveryClaim as the sender makes it for a webhook send of
+// notification id.
+func sendClaim(id string) store.DeliveryClaimParams {
+	return store.DeliveryClaimParams{MessageID: store.MessageID(id, heraldtype.ChannelWebhook), NotificationID: id,
+		Tenant: "t1", Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w"}
+}
+
+// wantNoDelivery fails the test unless notification id's webhook send has
+// no delivery row.
+func wantNoDelivery(t *testing.T, b bundle, id string) {
+	t.Helper()
+	if d, err := b.s.DeliveryGet(b.ctx, store.MessageID(id, heraldtype.ChannelWebhook)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a delivery row was written: %+v (%v)", d, err)
+	}
+}
+
+func testCancel(t *testing.T, h Harness) {
+	t.Run("WaitingSendsEndSuppressedCancelledTheRestAreReported", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		later := Epoch.Add(time.Hour)
+		p, _ := create(t, b, func(p *store.NotificationCreateParams) {
+			p.Channels = []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelPush, heraldtype.ChannelSMS,
+				heraldtype.ChannelEmail, heraldtype.ChannelAlimTalk}
+			p.SendAt = &later
+		})
+		msg := func(ch heraldtype.Channel) string { return store.MessageID(p.ID, ch) }
+		claimOn := func(ch heraldtype.Channel) {
+			t.Helper()
+			res := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: msg(ch), NotificationID: p.ID, Tenant: "t1",
+				Channel: ch, Provider: "p", Owner: "w"})
+			if !res.Claimed {
+				t.Fatalf("claim %s: %+v", ch, res)
+			}
+		}
+		// webhook SCHEDULED; push SENDING; sms RETRY_WAIT; email
+		// PROVIDER_ACCEPTED; alimtalk PARKED.
+		claimOn(heraldtype.ChannelPush)
+		claimOn(heraldtype.ChannelSMS)
+		if !record(t, b, msg(heraldtype.ChannelSMS), 1, heraldtype.DeliveryRetryWait, time.Minute) {
+			t.Fatal("record RETRY_WAIT")
+		}
+		claimOn(heraldtype.ChannelEmail)
+		if !record(t, b, msg(heraldtype.ChannelEmail), 1, heraldtype.DeliveryProviderAccepted, 0) {
+			t.Fatal("record PROVIDER_ACCEPTED")
+		}
+		if ok, err := b.s.DeliveryDecide(b.ctx, store.DeliveryDecideParams{MessageID: msg(heraldtype.ChannelAlimTalk), NotificationID: p.ID,
+			Tenant: "t1", Channel: heraldtype.ChannelAlimTalk, State: heraldtype.DeliveryParked, Reason: heraldtype.ReasonTemplateMissing}); err != nil || !ok {
+			t.Fatalf("park: %v %v", ok, err)
+		}
+		want := map[heraldtype.Channel]cancel.Entry{
+			heraldtype.ChannelWebhook:  {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Cancelled: true},
+			heraldtype.ChannelPush:     {State: "SENDING"},
+			heraldtype.ChannelSMS:      {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Cancelled: true},
+			heraldtype.ChannelEmail:    {State: "PROVIDER_ACCEPTED"},
+			heraldtype.ChannelAlimTalk: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Cancelled: true},
+		}
+		first := cancelOf(t, b, p.ID)
+		if first.ID != p.ID || len(first.Deliveries) != len(want) {
+			t.Fatalf("cancel = %+v", first)
+		}
+		for _, e := range first.Deliveries {
+			w := want[heraldtype.Channel(e.Channel)]
+			w.MessageID, w.Channel = msg(heraldtype.Channel(e.Channel)), e.Channel
+			if e != w {
+				t.Errorf("%s: %+v, want %+v", e.Channel, e, w)
+			}
+		}
+		// Idempotent: the same answer again, nothing rewritten.
+		before := delivery(t, b, msg(heraldtype.ChannelSMS))
+		b.clk.Advance(time.Second)
+		again := cancelOf(t, b, p.ID)
+		if again.ID != first.ID || !slices.Equal(again.Deliveries, first.Deliveries) {
+			t.Errorf("second cancel = %+v, want %+v", again, first)
+		}
+		if after := delivery(t, b, msg(heraldtype.ChannelSMS)); !after.UpdatedAt.Equal(before.UpdatedAt) || after.Attempts != 1 {
+			t.Errorf("second cancel rewrote the row: %+v, was %+v", after, before)
+		}
+		// The SENDING claim is untouched and its result still records.
+		if !record(t, b, msg(heraldtype.ChannelPush), 1, heraldtype.DeliveryProviderAccepted, 0) {
+			t.Error("the claim's result could not be recorded after the cancel")
+		}
+	})
+	t.Run("LeavesTheOutboxToItsOwner", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p, _ := create(t, b, nil)
+		cancelOf(t, b, p.ID)
+		e := entry(t, b, p.ID)
+		if e.OutboxState != heraldtype.OutboxPending || !e.OutboxUpdated.Equal(Epoch) {
+			t.Fatalf("the cancel wrote the outbox row: %+v", e)
+		}
+		// Its owner still claims it, learns a delivery row exists (the
+		// sender then acks without a call) and finishes it.
+		rows := claim(t, b, heraldtype.LaneTransactional, 1)
+		if len(rows) != 1 || rows[0].Known == nil || !rows[0].Known.Delivery {
+			t.Fatalf("claimed %+v, want the row knowing its delivery exists", rows)
+		}
+		if res := claimDelivery(t, b, sendClaim(p.ID)); res.Claimed || res.Current == nil || res.Current.Reason != cancel.ReasonCancelled {
+			t.Fatalf("a claim after the cancel: %+v", res)
+		}
+		if ok, err := b.s.OutboxComplete(b.ctx, rows[0].Fence, heraldtype.OutboxDone, cancel.ReasonCancelled); err != nil || !ok {
+			t.Fatalf("complete: %v %v", ok, err)
+		}
+		if e := entry(t, b, p.ID); e.OutboxState != heraldtype.OutboxDone {
+			t.Fatalf("outbox row %s, want DONE", e.OutboxState)
+		}
+	})
+	t.Run("ExpiredIsReportedNotTouched", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		soon := Epoch.Add(time.Second)
+		p, _ := create(t, b, func(p *store.NotificationCreateParams) { p.ExpiresAt = &soon })
+		b.clk.Advance(time.Second)
+		if expired, err := b.s.OutboxExpire(b.ctx); err != nil || len(expired) != 1 {
+			t.Fatalf("expire: %+v %v", expired, err)
+		}
+		res := cancelOf(t, b, p.ID)
+		if e := res.Deliveries[0]; e.State != "EXPIRED" || e.Cancelled {
+			t.Fatalf("cancel of an expired send: %+v", e)
+		}
+		wantNoDelivery(t, b, p.ID)
+	})
+	t.Run("AnotherTenantsIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p, _ := create(t, b, func(p *store.NotificationCreateParams) { p.Tenant = "t2" })
+		if _, err := (&cancel.Canceller{Store: b.s}).Cancel(b.ctx, "t1", p.ID); !errors.Is(err, cancel.ErrNotFound) {
+			t.Fatalf("cancel of t2's notification as t1: %v, want ErrNotFound", err)
+		}
+		wantNoDelivery(t, b, p.ID)
+	})
+	t.Run("RacingTheClaimOneWinsPerMessage", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		const messages, racers = 16, 4
+		var ids []string
+		for range messages {
+			p, _ := create(t, b, nil)
+			ids = append(ids, p.ID)
+		}
+		// Half the messages wait in RETRY_WAIT, due now: there the claim is
+		// the conditional RETRY_WAIT → SENDING update, not the insert.
+		for _, id := range ids[:messages/2] {
+			if res := claimDelivery(t, b, sendClaim(id)); !res.Claimed {
+				t.Fatalf("first claim of %s: %+v", id, res)
+			}
+			if !record(t, b, store.MessageID(id, heraldtype.ChannelWebhook), 1, heraldtype.DeliveryRetryWait, 0) {
+				t.Fatal("record RETRY_WAIT")
+			}
+		}
+		type outcome struct {
+			claimWins, decideWins atomic.Int32
+			answers               sync.Map // cancel answers: *cancel.Entry
+		}
+		out := make([]outcome, messages)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			for r := range racers {
+				wg.Add(3)
+				go func() { // the sender's claim
+					defer wg.Done()
+					<-start
+					res, err := b.s.DeliveryClaim(b.ctx, sendClaim(id))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Claimed {
+						out[i].claimWins.Add(1)
+					}
+				}()
+				go func() { // the cancel's own write, counted
+					defer wg.Done()
+					<-start
+					c := sendClaim(id)
+					ok, err := b.s.DeliveryDecide(b.ctx, store.DeliveryDecideParams{MessageID: c.MessageID, NotificationID: id,
+						Tenant: "t1", Channel: c.Channel, State: heraldtype.DeliverySuppressed, Reason: cancel.ReasonCancelled})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ok {
+						out[i].decideWins.Add(1)
+					}
+				}()
+				go func() { // the whole cancel
+					defer wg.Done()
+					<-start
+					res, err := (&cancel.Canceller{Store: b.s}).Cancel(b.ctx, "t1", id)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					out[i].answers.Store(r, &res.Deliveries[0])
+				}()
+			}
+		}
+		close(start)
+		wait(t, &wg, "the racing claims and cancels returned")
+		for i, id := range ids {
+			d := delivery(t, b, store.MessageID(id, heraldtype.ChannelWebhook))
+			claims, decides := out[i].claimWins.Load(), out[i].decideWins.Load()
+			cancelled := d.State == heraldtype.DeliverySuppressed && d.Reason == cancel.ReasonCancelled
+			switch {
+			case claims > 1:
+				t.Errorf("%s: %d claims won", id, claims)
+			case claims == 1 && (d.State != heraldtype.DeliverySending || decides != 0):
+				t.Errorf("%s: a claim won, yet the row is %s/%s and %d cancel writes took", id, d.State, d.Reason, decides)
+			case claims == 0 && !cancelled:
+				t.Errorf("%s: no claim won, yet the row is %s/%s", id, d.State, d.Reason)
+			case decides > 1:
+				t.Errorf("%s: %d cancel writes took, want at most 1", id, decides)
+			}
+			out[i].answers.Range(func(_, v any) bool {
+				if e := v.(*cancel.Entry); e.Cancelled != cancelled || e.State != string(d.State) {
+					t.Errorf("%s: a cancel answered %+v, but the row is %s/%s", id, *e, d.State, d.Reason)
+				}
+				return true
+			})
+		}
+	})
+}
