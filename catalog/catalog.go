@@ -1,6 +1,8 @@
 // Package catalog holds the configured notification kinds and renders their
 // templates. Intake renders every channel once to refuse a request whose
-// params a template cannot fill (422); the sender renders again at send time.
+// params a template cannot fill (422, naming every missing param); the
+// sender renders again at send time. Kind.Params lists the params a kind's
+// templates read (GET /v1/kinds).
 package catalog
 
 import (
@@ -8,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"text/template"
 
@@ -22,6 +26,7 @@ type Kind struct {
 	Lane     heraldtype.Lane
 	Channels []heraldtype.Channel
 	tmpl     map[heraldtype.Channel]pair
+	params   []Param
 }
 
 type pair struct{ title, body *template.Template }
@@ -36,6 +41,7 @@ func New(kinds []config.Kind) (*Catalog, error) {
 	c := &Catalog{kinds: make(map[string]*Kind, len(kinds))}
 	for _, k := range kinds {
 		ck := &Kind{Name: k.Name, Lane: heraldtype.Lane(k.Category), tmpl: map[heraldtype.Channel]pair{}}
+		var all []*template.Template
 		for _, ch := range k.Channels {
 			t := k.Templates[ch]
 			title, err := parse(k.Name+"/"+ch+"/title", t.Title)
@@ -48,7 +54,9 @@ func New(kinds []config.Kind) (*Catalog, error) {
 			}
 			ck.Channels = append(ck.Channels, heraldtype.Channel(ch))
 			ck.tmpl[heraldtype.Channel(ch)] = pair{title, body}
+			all = append(all, title, body)
 		}
+		ck.params = templateParams(all...)
 		c.kinds[k.Name] = ck
 	}
 	return c, nil
@@ -60,6 +68,15 @@ func parse(name, text string) (*template.Template, error) {
 
 // Kind returns the named kind, or nil.
 func (c *Catalog) Kind(name string) *Kind { return c.kinds[name] }
+
+// Kinds returns every kind, by name.
+func (c *Catalog) Kinds() []*Kind {
+	out := make([]*Kind, 0, len(c.kinds))
+	for _, n := range slices.Sorted(maps.Keys(c.kinds)) {
+		out = append(out, c.kinds[n])
+	}
+	return out
+}
 
 // Names returns every kind's name.
 func (c *Catalog) Names() []string {
@@ -76,7 +93,13 @@ var ErrNoTemplate = errors.New("no template for channel")
 // MissingParamError says which param a template referenced that the request lacks.
 type MissingParamError struct {
 	Channel heraldtype.Channel
-	Param   string
+	// Param is the param's path: "amount", or "card.last4" when the request
+	// has card but card lacks last4. A param read relative to a with or
+	// range block's dot is named by its key alone.
+	Param string
+	// hasFields: the template reads fields of the param (.card.last4
+	// without card).
+	hasFields bool
 }
 
 func (e *MissingParamError) Error() string {
@@ -95,7 +118,9 @@ func (e *RenderError) Error() string {
 
 func (e *RenderError) Unwrap() error { return e.Err }
 
-var noEntry = regexp.MustCompile(`map has no entry for key "([^"]*)"`)
+// noEntry matches text/template's error for a missing map key: the field
+// chain it was evaluating, and the key.
+var noEntry = regexp.MustCompile(`at <([^>]*)>: map has no entry for key "([^"]*)"`)
 
 // Render fills the channel's title and body with params.
 func (k *Kind) Render(ch heraldtype.Channel, params map[string]any) (title, body string, err error) {
@@ -115,21 +140,12 @@ func (k *Kind) Render(ch heraldtype.Channel, params map[string]any) (title, body
 	return title, body, nil
 }
 
-// Check renders every channel and returns the first error.
-func (k *Kind) Check(params map[string]any) error {
-	for _, ch := range k.Channels {
-		if _, _, err := k.Render(ch, params); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func execute(ch heraldtype.Channel, t *template.Template, params map[string]any) (string, error) {
 	var b bytes.Buffer
 	if err := t.Execute(&b, params); err != nil {
 		if m := noEntry.FindStringSubmatch(err.Error()); m != nil {
-			return "", &MissingParamError{Channel: ch, Param: m[1]}
+			path, hasFields := missingPath(m[1], m[2], params)
+			return "", &MissingParamError{Channel: ch, Param: path, hasFields: hasFields}
 		}
 		return "", &RenderError{Channel: ch, Err: err}
 	}

@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -96,9 +97,9 @@ func TestRender(t *testing.T) {
 		k := setup(t)
 		// sms renders with amount alone; webhook needs merchant too.
 		err := k.Check(decode(t, `{"amount": 1}`))
-		var missing *catalog.MissingParamError
-		if !errors.As(err, &missing) || missing.Param != "merchant" {
-			t.Errorf("Check = %v, want a missing merchant", err)
+		var missing *catalog.MissingParamsError
+		if !errors.As(err, &missing) || !slices.Equal(missing.Params, []string{"merchant"}) {
+			t.Errorf("Check = %v, want merchant missing", err)
 		}
 		if err := k.Check(decode(t, `{"amount": 1, "merchant": "m"}`)); err != nil {
 			t.Errorf("Check with every param = %v", err)
@@ -230,14 +231,18 @@ func TestNullParamCountsAsMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, raw := range []string{`{"amount":null,"card":{"last4":"1234"}}`, `{"amount":1,"card":{"last4":null}}`} {
+	for raw, want := range map[string][]string{
+		`{"amount":null,"card":{"last4":"1234"}}`: {"amount"},
+		`{"amount":1,"card":{"last4":null}}`:      {"card.last4"},
+		`{"amount":null,"card":null}`:             {"amount", "card.last4"},
+	} {
 		params, err := catalog.DecodeParams([]byte(raw))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var missing *catalog.MissingParamError
-		if err := c.Kind("k").Check(params); !errors.As(err, &missing) {
-			t.Errorf("%s: err %v, want a missing param", raw, err)
+		var missing *catalog.MissingParamsError
+		if err := c.Kind("k").Check(params); !errors.As(err, &missing) || !slices.Equal(missing.Params, want) {
+			t.Errorf("%s: err %v, want missing %q", raw, err, want)
 		}
 	}
 }

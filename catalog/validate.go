@@ -28,9 +28,13 @@ type Request struct {
 
 // FieldError says which field of a request is wrong and why.
 type FieldError struct {
-	// Param names the field ("recipient", "params.amount").
+	// Param names the field ("recipient", "params.amount"); for missing
+	// params, the first of Missing.
 	Param  string
 	Detail string
+	// Missing names every param the kind's templates need that the request
+	// lacks ("amount", "card.last4"), sorted; nil for other errors.
+	Missing []string
 }
 
 func (e *FieldError) Error() string { return e.Detail }
@@ -71,9 +75,17 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, *F
 		return bad("params", "%s", err.Error())
 	}
 	if err := kind.Check(params); err != nil {
-		var missing *MissingParamError
+		var missing *MissingParamsError
 		if errors.As(err, &missing) {
-			return bad("params."+missing.Param, "kind %q needs param %q (template for channel %s)", r.Kind, missing.Param, missing.Channel)
+			noun := "param"
+			if len(missing.Params) > 1 {
+				noun = "params"
+			}
+			return nil, nil, &FieldError{
+				Param:   "params." + missing.Params[0],
+				Detail:  fmt.Sprintf("kind %q needs %s %s", r.Kind, noun, quoteList(missing.Params)),
+				Missing: missing.Params,
+			}
 		}
 		return bad("params", "kind %q cannot render with these params: %v", r.Kind, err)
 	}

@@ -1,7 +1,9 @@
 // Package intake answers POST /v1/notifications: it validates the request,
 // checks that every template of the kind renders with the given params, and
 // writes the idempotency key, the notification and one outbox row per channel
-// in one transaction. A 202 means all of that is committed.
+// in one transaction. A 202 means all of that is committed. A 422 for
+// params the templates need names every missing one at once, in the
+// problem's missing_params member (catalog.Kind.Check).
 //
 // Idempotency: the key is scoped to the tenant and stored with a SHA-256 of
 // the request body in canonical form (package canonical: keys sorted, numbers
@@ -95,10 +97,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return fail(http.StatusBadRequest, err.Error(), "")
 	}
-	kind, params, perr := h.validate(req)
-	if perr != nil {
-		problem.Write(w, *perr)
-		return perr.Status
+	kind, params, ferr := h.Catalog.Validate(h.Clock.Now(), catalog.Request{
+		Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
+		Params: req.Params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt,
+	})
+	if ferr != nil {
+		unprocessable(w, ferr)
+		return http.StatusUnprocessableEntity
 	}
 
 	now := h.Clock.Now()
@@ -155,13 +160,25 @@ func decode(raw []byte) (Request, []byte, error) {
 	return req, c, nil
 }
 
-func (h *Handler) validate(req Request) (*catalog.Kind, json.RawMessage, *problem.Problem) {
-	kind, params, ferr := h.Catalog.Validate(h.Clock.Now(), catalog.Request{
-		Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
-		Params: req.Params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt,
-	})
-	if ferr != nil {
-		return nil, nil, &problem.Problem{Status: http.StatusUnprocessableEntity, Detail: ferr.Detail, Param: ferr.Param}
+// MissingParamsProblem is the 422 for params the kind's templates need:
+// application/problem+json with the extension member missing_params, every
+// missing param at once (sorted), so one answer says all a caller must add.
+type MissingParamsProblem struct {
+	problem.Problem
+	MissingParams []string `json:"missing_params"`
+}
+
+// unprocessable answers 422 for a request catalog.Validate refused.
+func unprocessable(w http.ResponseWriter, ferr *catalog.FieldError) {
+	p := problem.Problem{Status: http.StatusUnprocessableEntity, Detail: ferr.Detail, Param: ferr.Param}
+	if len(ferr.Missing) == 0 {
+		problem.Write(w, p)
+		return
 	}
-	return kind, params, nil
+	// As problem.Write, with the extension member.
+	p.Type, p.Title = "about:blank", http.StatusText(p.Status)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(MissingParamsProblem{Problem: p, MissingParams: ferr.Missing})
 }
