@@ -1,5 +1,6 @@
 // Package httpapi assembles herald's HTTP surface: authentication, the intake
-// and read endpoints, recipient profiles, health and metrics. Every error is
+// and read endpoints, the list, cancel and kinds endpoints (everyday.go),
+// recipient profiles, health and metrics. Every error is
 // application/problem+json.
 package httpapi
 
@@ -45,6 +46,8 @@ func New(cfg Config) http.Handler {
 	authed := func(h http.Handler) http.Handler { return requireTenant(cfg.Keys, h) }
 	mux.Handle("POST /v1/notifications", authed(cfg.Intake))
 	mux.Handle("GET /v1/notifications/{id}", authed(cfg.Lookup))
+	// The everyday API: list, cancel, kinds (everyday.go).
+	routeEveryday(mux, cfg, authed)
 	pr := &profiles{store: cfg.Store, logger: cfg.Logger}
 	mux.Handle("PUT /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.put)))
 	mux.Handle("GET /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.get)))

@@ -41,7 +41,7 @@ type bundle struct {
 
 type options struct {
 	// lookupStore replaces the store behind GET /v1/notifications/{id}.
-	lookupStore store.Notifications
+	lookupStore lookup.Store
 }
 
 // setup serves the router over a real SQLite store in t.TempDir().
@@ -63,7 +63,7 @@ func setup(t *testing.T, opts options) *bundle {
 	}
 	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
 	m := metrics.New(st.OutboxBacklog)
-	var lookupStore store.Notifications = st
+	var lookupStore lookup.Store = st
 	if opts.lookupStore != nil {
 		lookupStore = opts.lookupStore
 	}
@@ -246,7 +246,7 @@ func TestProfiles(t *testing.T) {
 }
 
 // panicking is a store whose reads panic, to exercise the recoverer.
-type panicking struct{ store.Notifications }
+type panicking struct{ lookup.Store }
 
 func (panicking) NotificationGet(context.Context, string, string) (store.NotificationView, error) {
 	panic("boom")
@@ -266,5 +266,5 @@ func TestUnknownRoutesAreProblems(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	wantProblem(t, b.do(t, http.MethodGet, "/v2/notifications", "Bearer "+keyA, ""), http.StatusNotFound)
-	wantProblem(t, b.do(t, http.MethodGet, "/v1/notifications", "Bearer "+keyA, ""), http.StatusNotFound)
+	wantProblem(t, b.do(t, http.MethodDelete, "/v1/notifications", "Bearer "+keyA, ""), http.StatusNotFound)
 }

@@ -1,11 +1,14 @@
-// Package lookup answers GET /v1/notifications/{id}: the notification and one
-// entry per planned send, from the moment of the 202.
+// Package lookup answers the read API: GET /v1/notifications/{id} (the
+// notification and one entry per planned send, from the moment of the 202,
+// with each send's attempt history) and GET /v1/notifications (a tenant's
+// notifications, newest first, keyset-paged; see List).
 //
 // An entry's state merges the dispatcher's outbox row and the sender's
-// delivery row: a terminal delivery state wins; an outbox row that ended
-// without a send (EXPIRED, FAILED) comes next; then a waiting delivery state
-// (SENDING, RETRY_WAIT, PARKED); and before the sender has written anything,
-// SCHEDULED while send_at is ahead, PENDING after.
+// delivery row (store.NotificationView.EntryState): a terminal delivery state
+// wins; an outbox row that ended without a send (EXPIRED, FAILED) comes next;
+// then a waiting delivery state (SENDING, RETRY_WAIT, PARKED); and before the
+// sender has written anything, SCHEDULED while send_at is ahead, PENDING
+// after.
 package lookup
 
 import (
@@ -21,9 +24,15 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
+// Store is what the read API reads.
+type Store interface {
+	store.Notifications
+	store.Attempts
+}
+
 // Handler serves GET /v1/notifications/{id}.
 type Handler struct {
-	Store  store.Notifications
+	Store  Store
 	Logger *slog.Logger
 }
 
@@ -47,6 +56,24 @@ type Delivery struct {
 	Reason    string    `json:"reason"`
 	Attempts  int       `json:"attempts"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// NextAttemptAt is when a RETRY_WAIT send is tried again; null in every
+	// other state.
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	// AttemptsLog is the send's provider calls, oldest first: on GET
+	// /v1/notifications/{id} always (an empty list before the first call),
+	// never in the list's items.
+	AttemptsLog []Attempt `json:"attempts_log,omitzero"`
+}
+
+// Attempt is one provider call: when, its outcome class (accepted,
+// not_sent, permanent, unknown), its reason code and how long it took. It
+// carries no provider body.
+type Attempt struct {
+	Attempt    int       `json:"attempt"`
+	StartedAt  time.Time `json:"started_at"`
+	Class      string    `json:"class"`
+	Reason     string    `json:"reason"`
+	DurationMS int64     `json:"duration_ms"`
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -57,15 +84,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.Logger.LogAttrs(r.Context(), slog.LevelError, "lookup: store unavailable", slog.Any("error", err))
-		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+		storeFailed(w, r, h.Logger, "lookup", err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(View(v))
+	ids := make([]string, len(v.Deliveries))
+	for i, dv := range v.Deliveries {
+		ids[i] = dv.MessageID
+	}
+	attempts, err := h.Store.AttemptList(r.Context(), ids)
+	if err != nil {
+		storeFailed(w, r, h.Logger, "lookup", err)
+		return
+	}
+	n := View(v)
+	WithAttempts(&n, attempts)
+	writeJSON(w, n)
 }
 
-// View turns a stored notification into the response body.
+// View turns a stored notification into the response body, without the
+// attempt history (WithAttempts adds it).
 func View(v store.NotificationView) Notification {
 	n := Notification{
 		ID: v.ID, Kind: v.Kind, Recipient: v.Recipient, EventID: v.EventID,
@@ -73,28 +110,44 @@ func View(v store.NotificationView) Notification {
 		Deliveries: make([]Delivery, 0, len(v.Deliveries)),
 	}
 	for _, dv := range v.Deliveries {
-		n.Deliveries = append(n.Deliveries, entry(dv, v.SendAt, v.Now))
+		e := Delivery{MessageID: dv.MessageID, Channel: string(dv.Channel)}
+		e.State, e.Reason, e.UpdatedAt = v.EntryState(dv)
+		if d := dv.Delivery; d != nil {
+			e.Attempts = d.Attempts
+			if e.State == string(heraldtype.DeliveryRetryWait) {
+				e.NextAttemptAt = d.NextAttemptAt
+			}
+		}
+		n.Deliveries = append(n.Deliveries, e)
 	}
 	return n
 }
 
-func entry(dv store.DeliveryView, sendAt *time.Time, now time.Time) Delivery {
-	e := Delivery{MessageID: dv.MessageID, Channel: string(dv.Channel)}
-	d := dv.Delivery
-	if d != nil {
-		e.Attempts = d.Attempts
+// WithAttempts sets every entry's attempt history from the attempt log
+// (store.Attempts.AttemptList of the entries' message ids).
+func WithAttempts(n *Notification, log []store.Attempt) {
+	for i := range n.Deliveries {
+		e := &n.Deliveries[i]
+		e.AttemptsLog = []Attempt{}
+		for _, a := range log {
+			if a.MessageID == e.MessageID {
+				e.AttemptsLog = append(e.AttemptsLog, Attempt{
+					Attempt: a.Attempt, StartedAt: a.StartedAt, Class: a.Class, Reason: a.Reason,
+					DurationMS: a.Duration.Milliseconds(),
+				})
+			}
+		}
 	}
-	switch {
-	case d != nil && d.State.Terminal():
-		e.State, e.Reason, e.UpdatedAt = string(d.State), d.Reason, d.UpdatedAt
-	case dv.OutboxState == heraldtype.OutboxExpired || dv.OutboxState == heraldtype.OutboxFailed:
-		e.State, e.Reason, e.UpdatedAt = string(dv.OutboxState), dv.OutboxReason, dv.OutboxUpdated
-	case d != nil:
-		e.State, e.Reason, e.UpdatedAt = string(d.State), d.Reason, d.UpdatedAt
-	case sendAt != nil && sendAt.After(now):
-		e.State, e.UpdatedAt = heraldtype.ViewScheduled, dv.OutboxUpdated
-	default:
-		e.State, e.UpdatedAt = heraldtype.ViewPending, dv.OutboxUpdated
-	}
-	return e
+}
+
+// storeFailed answers 503 and logs why (no personal data: the error is the
+// store's).
+func storeFailed(w http.ResponseWriter, r *http.Request, logger *slog.Logger, who string, err error) {
+	logger.LogAttrs(r.Context(), slog.LevelError, who+": store unavailable", slog.Any("error", err))
+	problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+}
+
+func writeJSON(w http.ResponseWriter, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(body)
 }

@@ -131,3 +131,21 @@ func TestViewWithNoPlannedSendsIsAnEmptyList(t *testing.T) {
 		t.Errorf("deliveries = %#v, want an empty list (JSON [] not null)", n.Deliveries)
 	}
 }
+
+// next_attempt_at is shown only while the entry shows RETRY_WAIT: an
+// expired row's waiting delivery has no next attempt.
+func TestNextAttemptOnlyWhileWaiting(t *testing.T) {
+	t.Parallel()
+	next := now.Add(10 * time.Minute)
+	waiting := delivery(heraldtype.DeliveryRetryWait, "HTTP_429", 1)
+	waiting.NextAttemptAt = &next
+	if got := lookup.View(one(nil, heraldtype.OutboxPending, "", waiting)).Deliveries[0]; got.NextAttemptAt == nil || !got.NextAttemptAt.Equal(next) {
+		t.Errorf("RETRY_WAIT entry %+v, want next_attempt_at %s", got, next)
+	}
+	if got := lookup.View(one(nil, heraldtype.OutboxExpired, heraldtype.ReasonExpired, waiting)).Deliveries[0]; got.State != "EXPIRED" || got.NextAttemptAt != nil {
+		t.Errorf("EXPIRED entry %+v, want no next_attempt_at", got)
+	}
+	if got := lookup.View(one(nil, heraldtype.OutboxPending, "", nil)).Deliveries[0]; got.NextAttemptAt != nil || got.AttemptsLog != nil {
+		t.Errorf("PENDING entry %+v, want neither next_attempt_at nor (before WithAttempts) attempts_log", got)
+	}
+}
