@@ -254,7 +254,12 @@ func (a *App) Run(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-sctx.Done():
-		runErr = errors.Join(runErr, errors.New("drain timed out; unfinished claims will be swept"))
+		// SIGTERM still ends in exit 0 (DESIGN §8): what the drain left
+		// behind is owned. A claimed send whose call outlived the drain
+		// stays SENDING and becomes UNKNOWN after stale_claim_after (never
+		// resent); unclaimed rows come back after their lease.
+		a.logger.Error("herald: drain timed out; sends still in flight are abandoned and become UNKNOWN after stale_claim_after",
+			slog.Duration("shutdown_timeout", a.cfg.ShutdownTimeout.D()))
 	}
 	if err := a.store.Close(); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("close store: %w", err))
