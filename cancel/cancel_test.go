@@ -94,6 +94,11 @@ func setup(t *testing.T, driver string) *bundle {
 					h(ctx, job)
 				}
 			},
+			AfterClaim: func(ctx context.Context, job heraldtype.Job) {
+				if h := b.hooks.AfterClaim; h != nil {
+					h(ctx, job)
+				}
+			},
 			AfterRecord: func(ctx context.Context, job heraldtype.Job, res sender.Result) {
 				if h := b.hooks.AfterRecord; h != nil {
 					h(ctx, job, res)
@@ -208,12 +213,75 @@ func TestCancelledBeforeTheClaimIsFinishedWithoutACall(t *testing.T) {
 		}
 		// A broker's copy (rabbitmq transport: no outbox fence, nothing
 		// known) is acked, without a call.
-		v := b.view(t, ids[0])
-		res := b.sender.Send(context.Background(), heraldtype.Job{MessageID: v.Deliveries[0].MessageID, NotificationID: v.ID,
-			Tenant: tenant, Recipient: v.Recipient, EventID: v.EventID, Kind: v.Kind, Lane: v.Lane,
-			Channel: heraldtype.ChannelWebhook, Params: json.RawMessage(`{"n":1}`)})
+		res := b.sender.Send(context.Background(), jobOf(b.view(t, ids[0])))
 		if res.Verdict != sender.Done || res.State != heraldtype.DeliverySuppressed || b.sim.Total() != 0 {
 			t.Fatalf("a consumer's copy: %+v after %d calls, want done (ack), SUPPRESSED, no call", res, b.sim.Total())
+		}
+	})
+}
+
+// jobOf is the job of v's webhook send as a broker message carries it: no
+// outbox fence, nothing known.
+func jobOf(v store.NotificationView) heraldtype.Job {
+	return heraldtype.Job{MessageID: v.Deliveries[0].MessageID, NotificationID: v.ID, Tenant: tenant, Recipient: v.Recipient,
+		EventID: v.EventID, Kind: v.Kind, Lane: v.Lane, Channel: heraldtype.ChannelWebhook, Params: json.RawMessage(`{"n":1}`)}
+}
+
+// afterRead is a store whose first NotificationGet runs then() after its
+// read, before it returns: the cancel then decides on a view gone stale.
+type afterRead struct {
+	store.Store
+	once sync.Once
+	then func()
+}
+
+func (s *afterRead) NotificationGet(ctx context.Context, tenant, id string) (store.NotificationView, error) {
+	v, err := s.Store.NotificationGet(ctx, tenant, id)
+	s.once.Do(s.then)
+	return v, err
+}
+
+// The other narrow gap: the cancel read the send as PENDING, and a sender
+// claims it before the cancel's write. The write must lose: the send goes
+// out once and the cancel reports it SENDING, not cancelled.
+func TestCancelLosesToAClaimMadeAfterItsRead(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *bundle) {
+		ids := b.create(t, 1)
+		claimed, release := make(chan struct{}), make(chan struct{})
+		b.hooks.AfterClaim = func(ctx context.Context, job heraldtype.Job) {
+			close(claimed)
+			<-release
+		}
+		sent := make(chan sender.Result, 1)
+		job := jobOf(b.view(t, ids[0]))
+		stale := &afterRead{Store: b.st, then: func() {
+			go func() { sent <- b.sender.Send(context.Background(), job) }()
+			select {
+			case <-claimed:
+			case <-time.After(30 * time.Second):
+				t.Error("the sender did not claim within 30 s")
+			}
+		}}
+		res, err := (&cancel.Canceller{Store: stale, Logger: b.logger}).Cancel(context.Background(), tenant, ids[0])
+		close(release)
+		if err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		if e := res.Deliveries[0]; e.Cancelled || e.State != "SENDING" {
+			t.Errorf("the cancel answered %+v, want SENDING, not cancelled", e)
+		}
+		select {
+		case r := <-sent:
+			if r.State != heraldtype.DeliveryProviderAccepted {
+				t.Errorf("the send ended %+v", r)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the send did not end within 30 s")
+		}
+		msg := store.MessageID(ids[0], heraldtype.ChannelWebhook)
+		if d, err := b.st.DeliveryGet(context.Background(), msg); err != nil || d.State != heraldtype.DeliveryProviderAccepted || b.sim.CallCount(msg) != 1 {
+			t.Errorf("delivery %+v (%v) after %d calls, want PROVIDER_ACCEPTED after 1", d, err, b.sim.CallCount(msg))
 		}
 	})
 }
