@@ -10,12 +10,12 @@ import (
 )
 
 // kind compiles one kind whose sms body is body (and title title).
-func kind(t *testing.T, title, body string) *catalog.Kind {
-	t.Helper()
+func kind(tb testing.TB, title, body string) *catalog.Kind {
+	tb.Helper()
 	c, err := catalog.New([]config.Kind{{Name: "k", Category: "transactional", Channels: []string{"sms"},
 		Templates: map[string]config.Template{"sms": {Title: title, Body: body}}}})
 	if err != nil {
-		t.Fatalf("catalog.New: %v", err)
+		tb.Fatalf("catalog.New: %v", err)
 	}
 	return c.Kind("k")
 }
@@ -133,4 +133,27 @@ func TestCheckLeavesTheParamsAlone(t *testing.T) {
 	if len(params) != 1 || len(card) != 1 {
 		t.Errorf("Check changed the caller's params: %v", params)
 	}
+}
+
+// Whatever the params, Check ends; when it names missing params, they are
+// sorted, distinct, and rendering with them filled in gets past them.
+func FuzzCheckParams(f *testing.F) {
+	for _, p := range []string{`{}`, `{"amount":1}`, `{"card":{}}`, `{"card":"x"}`, `{"vip":true}`, `{"items":[{"sku":1}]}`, `null`, `[]`} {
+		f.Add(p)
+	}
+	k := kind(f, "t", "{{.amount}} {{.card.last4}} {{if .vip}}{{.name}}{{end}} {{range .items}}{{.sku}}{{$.currency}}{{end}}")
+	f.Fuzz(func(t *testing.T, raw string) {
+		params, err := catalog.DecodeParams([]byte(raw))
+		if err != nil {
+			return
+		}
+		err = k.Check(params)
+		var missing *catalog.MissingParamsError
+		if !errors.As(err, &missing) {
+			return
+		}
+		if len(missing.Params) == 0 || !slices.IsSorted(missing.Params) || len(slices.Compact(slices.Clone(missing.Params))) != len(missing.Params) {
+			t.Fatalf("%s: missing %q", raw, missing.Params)
+		}
+	})
 }
