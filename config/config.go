@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -46,6 +47,12 @@ type Config struct {
 	// Kinds are the notifications callers may send. Defaults to a few example
 	// kinds when herald runs without a config file.
 	Kinds []Kind `yaml:"kinds"`
+	// KindsFile is a YAML file holding the kinds instead (kinds: […], as
+	// here), relative to the config file's directory, so that applications
+	// enqueueing with the Go library read the same kinds without this file
+	// and its API keys (herald.Options.KindsFile). Not together with Kinds.
+	// Load reads it. No default.
+	KindsFile string `yaml:"kinds_file"`
 	// Lanes sets per-lane sender concurrency. Defaults per lane: alert 16,
 	// transactional 32, marketing 16, internal 8.
 	Lanes map[string]Lane `yaml:"lanes"`
@@ -75,6 +82,9 @@ type Config struct {
 	// retrySlowGiven: the file set retry.slow (0 is a choice there, not
 	// "unset").
 	retrySlowGiven bool
+	// kindsFrom is the kinds file Kinds were read from (KindsFile resolved
+	// against the config file's directory), named in kind errors.
+	kindsFrom string
 }
 
 // APIKey maps a bearer key to a tenant.
@@ -217,6 +227,9 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := c.readKindsFile(filepath.Dir(path)); err != nil {
+			return nil, err
+		}
 	}
 	c.applyEnv(getenv)
 	c.WithDefaults()
@@ -233,7 +246,7 @@ var (
 	// The bad value a decoder message quotes: yaml's `value`, or Duration's
 	// Go-quoted "value".
 	badValue = regexp.MustCompile("`([^`]*)`|(\"(?:[^\"\\\\]|\\\\.)*\")")
-	notAMap  = regexp.MustCompile(`(?s)^cannot unmarshal .* into config\.Config$`)
+	notAMap  = regexp.MustCompile(`(?s)^cannot unmarshal .* into config\.(Config|kindsDoc)$`)
 	// A message about a block value (a mapping or a sequence where one
 	// value belongs).
 	blockValue = regexp.MustCompile(`^(cannot unmarshal )?!!(seq|map)\b`)
@@ -243,25 +256,34 @@ var (
 // naming the key by its path (providers[0].url) and line.
 func Parse(raw []byte) (*Config, error) {
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		if errors.Is(err, io.EOF) { // an empty file is an empty config
-			return &c, nil
-		}
-		msgs := []string{err.Error()}
-		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			msgs = te.Errors
-		}
-		keys := indexKeys(raw)
-		for i, m := range msgs {
-			msgs[i] = keys.name(m)
-		}
-		return nil, &ParseError{Problems: msgs}
+	if err := decodeStrict(raw, &c, "listen"); err != nil {
+		return nil, err
 	}
 	c.retrySlowGiven = indexKeys(raw).has("retry.slow")
 	return &c, nil
+}
+
+// decodeStrict decodes raw into v, a pointer to a struct, refusing unknown
+// keys. An error is a *ParseError naming each bad key by its path and line;
+// firstKey is the key a file that is not a mapping is told to start with.
+// An empty document decodes to nothing.
+func decodeStrict(raw []byte, v any, firstKey string) error {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	err := dec.Decode(v)
+	if err == nil || errors.Is(err, io.EOF) { // an empty file is an empty config
+		return nil
+	}
+	msgs := []string{err.Error()}
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	}
+	keys := indexKeys(raw)
+	for i, m := range msgs {
+		msgs[i] = keys.name(m, firstKey)
+	}
+	return &ParseError{Problems: msgs}
 }
 
 // has reports whether the file has the key at path.
@@ -274,13 +296,21 @@ func (ix keyIndex) has(path string) bool {
 	return false
 }
 
-// ParseError is a file Parse could not decode: one problem per bad key,
-// each naming the key (or, for YAML that does not parse, the line).
+// ParseError is a file Parse or LoadKinds could not decode: one problem per
+// bad key, each naming the key (or, for YAML that does not parse, the line).
 type ParseError struct {
+	// File names the file for a kinds file (LoadKinds); empty for the
+	// config file itself.
+	File     string
 	Problems []string
 }
 
-func (e *ParseError) Error() string { return "config: " + strings.Join(e.Problems, "; ") }
+func (e *ParseError) Error() string {
+	if e.File != "" {
+		return "config: " + e.File + ": " + strings.Join(e.Problems, "; ")
+	}
+	return "config: " + strings.Join(e.Problems, "; ")
+}
 
 // keyAt is one mapping key (or sequence item) of the file: where it is,
 // its full path and, for a scalar, its value.
@@ -345,8 +375,9 @@ func indexKeys(raw []byte) keyIndex {
 	return out
 }
 
-// name rewrites one decoder message ("line 7: ...") to name the key.
-func (ix keyIndex) name(msg string) string {
+// name rewrites one decoder message ("line 7: ...") to name the key;
+// firstKey is the key a file that is not a mapping should start with.
+func (ix keyIndex) name(msg, firstKey string) string {
 	m := lineMsg.FindStringSubmatch(msg)
 	if m == nil {
 		return msg
@@ -380,7 +411,7 @@ func (ix keyIndex) name(msg string) string {
 	}
 	if notAMap.MatchString(rest) {
 		// No key to name: the file itself is not a mapping.
-		return fmt.Sprintf("line %d: the file must be a mapping of keys to values (listen: …)", line)
+		return fmt.Sprintf("line %d: the file must be a mapping of keys to values (%s: …)", line, firstKey)
 	}
 	// A bad value: name the key whose value sits on that line, preferring
 	// the scalar the message quotes, then any scalar (the value itself),
@@ -681,62 +712,6 @@ func (c *Config) validateProviders() error {
 			}
 		default:
 			return fmt.Errorf("config: %s.type: %q is not webhook or sim", key, p.Type)
-		}
-	}
-	return nil
-}
-
-func (c *Config) validateKinds() error {
-	served := map[string]bool{}
-	for _, p := range c.Providers {
-		served[p.Channel] = true
-	}
-	if err := ValidateKinds(c.Kinds, func(ch string) bool { return served[ch] }); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	return nil
-}
-
-// ValidateKinds checks kinds as the config file's kinds are checked: names,
-// categories, channels, a template per channel. served, when not nil, must
-// report a provider for every channel used. Errors name the key (kinds[2].category).
-func ValidateKinds(kinds []Kind, served func(channel string) bool) error {
-	names := map[string]bool{}
-	for i, k := range kinds {
-		key := fmt.Sprintf("kinds[%d]", i)
-		if k.Name == "" {
-			return fmt.Errorf("%s.name: required", key)
-		}
-		if names[k.Name] {
-			return fmt.Errorf("%s.name: duplicate kind %q", key, k.Name)
-		}
-		names[k.Name] = true
-		if !heraldtype.Lane(k.Category).Valid() {
-			return fmt.Errorf("%s.category: %q is not one of alert, transactional, marketing, internal", key, k.Category)
-		}
-		if len(k.Channels) == 0 {
-			return fmt.Errorf("%s.channels: at least one channel is required", key)
-		}
-		seen := map[string]bool{}
-		for j, ch := range k.Channels {
-			if !heraldtype.Channel(ch).Valid() {
-				return fmt.Errorf("%s.channels[%d]: %q is not one of %s", key, j, ch, channelList())
-			}
-			if seen[ch] {
-				return fmt.Errorf("%s.channels[%d]: %q is listed twice", key, j, ch)
-			}
-			seen[ch] = true
-			if served != nil && !served(ch) {
-				return fmt.Errorf("%s.channels[%d]: no provider serves channel %q", key, j, ch)
-			}
-			if _, ok := k.Templates[ch]; !ok {
-				return fmt.Errorf("%s.templates.%s: missing (every channel needs a template)", key, ch)
-			}
-		}
-		for ch := range k.Templates {
-			if !seen[ch] {
-				return fmt.Errorf("%s.templates.%s: channel %q is not in channels", key, ch, ch)
-			}
 		}
 	}
 	return nil
