@@ -41,7 +41,7 @@ import (
 )
 
 // ReasonCancelled is the reason of a send a cancel suppressed.
-const ReasonCancelled = "CANCELLED"
+const ReasonCancelled = heraldtype.ReasonCancelled
 
 // ErrNotFound: no notification with that id for the tenant.
 var ErrNotFound = errors.New("cancel: no such notification")

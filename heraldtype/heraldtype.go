@@ -135,6 +135,7 @@ const (
 	ReasonMessageIDTooLong = "MESSAGE_ID_TOO_LONG"
 	ReasonStoreUnavailable = "STORE_UNAVAILABLE"
 	ReasonRequeued         = "REQUEUED"
+	ReasonCancelled        = "CANCELLED" // a cancel request stopped a send that had not gone out
 )
 
 // MaxMessageIDLen is the longest message_id herald will claim; providers take

@@ -160,25 +160,8 @@ func decode(raw []byte) (Request, []byte, error) {
 	return req, c, nil
 }
 
-// MissingParamsProblem is the 422 for params the kind's templates need:
-// application/problem+json with the extension member missing_params, every
-// missing param at once (sorted), so one answer says all a caller must add.
-type MissingParamsProblem struct {
-	problem.Problem
-	MissingParams []string `json:"missing_params"`
-}
-
 // unprocessable answers 422 for a request catalog.Validate refused.
 func unprocessable(w http.ResponseWriter, ferr *catalog.FieldError) {
-	p := problem.Problem{Status: http.StatusUnprocessableEntity, Detail: ferr.Detail, Param: ferr.Param}
-	if len(ferr.Missing) == 0 {
-		problem.Write(w, p)
-		return
-	}
-	// As problem.Write, with the extension member.
-	p.Type, p.Title = "about:blank", http.StatusText(p.Status)
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(MissingParamsProblem{Problem: p, MissingParams: ferr.Missing})
+	problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: ferr.Detail, Param: ferr.Param,
+		MissingParams: ferr.Missing})
 }

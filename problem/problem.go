@@ -14,6 +14,10 @@ type Problem struct {
 	Detail string `json:"detail,omitempty"`
 	// Param names the offending field or template param, when there is one.
 	Param string `json:"param,omitempty"`
+	// MissingParams, an extension member of the 422 for a request that lacks
+	// params its kind's templates read, names every one of them (sorted), so
+	// one answer says all a caller must add.
+	MissingParams []string `json:"missing_params,omitempty"`
 }
 
 // Write sends p.
