@@ -25,19 +25,29 @@ type Event struct {
 	// independently of the others. Required.
 	Consumer string
 	// ID is the event's stable identifier, the same on every copy the
-	// producer or broker sends. Required.
+	// producer or broker sends: the producer's event id, or one derived
+	// from the producer's own key for the fact ("order-1042:paid") the same
+	// way for every copy. Never a delivery tag, a time or a random value
+	// made on arrival: those differ per copy, and every copy would apply.
+	// Required: an event without one is refused with ErrNoEventID.
 	ID string
 	// Payload is the event body. Its hash is recorded with the event and
 	// compared on every later delivery; see PayloadHash.
 	Payload []byte
 }
 
+// ErrNoEventID is the error (under errors.Is) for an event with no ID.
+// Nothing was written. Such an event can never be processed, so delivering
+// it again cannot help: reject it without requeueing (to a dead-letter
+// queue), and fix the producer or derive the ID from its key for the fact.
+var ErrNoEventID = errors.New("event has no ID (Event.ID is required): it can never be processed; dead-letter it, do not requeue")
+
 func (ev Event) validate() error {
 	switch {
 	case ev.Consumer == "":
 		return errors.New("consumer: Event.Consumer is required")
 	case ev.ID == "":
-		return fmt.Errorf("consumer %s: Event.ID is required", ev.Consumer)
+		return fmt.Errorf("consumer %s: %w", ev.Consumer, ErrNoEventID)
 	}
 	return nil
 }
@@ -116,9 +126,13 @@ func PayloadHash(payload []byte) string {
 //   - (Applied, nil), (Duplicate, nil): commit, then ack.
 //   - (Quarantined, *MismatchError): tx holds the quarantine row and no
 //     effect; commit to keep the row, then ack.
-//   - (None, err): the event was not processed, and nothing of it is left
-//     in tx (its savepoint was rolled back). Roll back; or commit the rest
-//     of tx's work, unless err says tx must be rolled back. Do not ack.
+//   - (None, err) with errors.Is(err, ErrNoEventID): the event has no ID
+//     and can never be processed; nothing was written. Reject it without
+//     requeueing.
+//   - (None, err) otherwise: the event was not processed, and nothing of it
+//     is left in tx (its savepoint was rolled back). Roll back; or commit
+//     the rest of tx's work, unless err says tx must be rolled back. Do not
+//     ack.
 func HandlePgx(ctx context.Context, tx pgx.Tx, ev Event, effect func(context.Context) error) (Outcome, error) {
 	return handle(ctx, pgxTx{tx}, ev, effect)
 }
@@ -142,9 +156,14 @@ var (
 // Process runs HandlePgx in a transaction of its own and commits it. A nil
 // error means the outcome (Applied or Duplicate) is committed; a
 // *MismatchError means the quarantine row is committed. Ack in both cases.
-// Any other error means nothing was committed, or that the commit's outcome
-// is unknown; do not ack, and the next delivery settles it.
+// An error that is ErrNoEventID means the event can never be processed:
+// nothing was written; reject it without requeueing. Any other error means
+// nothing was committed, or that the commit's outcome is unknown; do not
+// ack, and the next delivery settles it.
 func Process(ctx context.Context, db Beginner, ev Event, effect func(context.Context, pgx.Tx) error) (Outcome, error) {
+	if err := ev.validate(); err != nil {
+		return None, err
+	}
 	if effect == nil {
 		return None, errors.New("consumer: Process needs an effect")
 	}
@@ -159,6 +178,9 @@ func Process(ctx context.Context, db Beginner, ev Event, effect func(context.Con
 
 // ProcessSQL is Process for database/sql.
 func ProcessSQL(ctx context.Context, db *sql.DB, ev Event, effect func(context.Context, *sql.Tx) error) (Outcome, error) {
+	if err := ev.validate(); err != nil {
+		return None, err
+	}
 	if effect == nil {
 		return None, errors.New("consumer: ProcessSQL needs an effect")
 	}

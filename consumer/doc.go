@@ -42,6 +42,21 @@
 // PostgreSQL's per-session subtransaction cache, which slows snapshots for
 // every session; prefer one transaction per event, or small batches.
 //
+// # Events without an ID
+//
+// The event id is what makes copies of one event recognisable, so it must
+// be the same on every copy: the producer's own event id, or one derived the
+// same way for every copy from the producer's key for the fact
+// ("order-1042:paid"). Not the broker's delivery tag, the arrival time or a
+// UUID made on arrival, which differ per copy; not a hash of the payload,
+// which makes two equal events (two identical purchases) one and a
+// corrected copy a second event. Derive it always or never: a consumer that
+// falls back to a derived id only when the producer's is missing counts a
+// copy with and a copy without the producer's id as two events. An event
+// with no ID is refused before anything is written with an error that is
+// ErrNoEventID: it can never be processed, so reject it without requeueing
+// (to a dead-letter queue) instead of letting it come back for ever.
+//
 // # The payload hash
 //
 // PayloadHash is the SHA-256 of the payload's canonical JSON (package
@@ -122,8 +137,10 @@
 //	switch {
 //	case err == nil: // Applied or Duplicate: committed
 //		msg.Ack()
-//	case errors.As(err, &mismatch): // quarantined and committed
+//	case errors.As(err, &mismatch): // quarantined and committed, never applied
 //		msg.Ack()
+//	case errors.Is(err, consumer.ErrNoEventID): // can never be processed
+//		msg.Reject() // to a dead-letter queue, not back to the queue
 //	default: // nothing committed, or not known: let it come again
 //		msg.Nack()
 //	}
