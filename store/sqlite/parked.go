@@ -2,24 +2,27 @@ package sqlite
 
 import (
 	"context"
-
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
 
-// Parked deliveries: the operator's list and requeue.
+// Parked deliveries: the operator's list, requeue, restore and discard.
 const (
-	qParkedList = `SELECT d.message_id, d.notification_id, d.tenant, coalesce(o.lane, ''), d.channel, d.reason, d.updated_at
+	qParkedList = `SELECT d.message_id, d.notification_id, d.tenant, coalesce(n.kind, ''), coalesce(o.lane, ''), d.channel, d.reason, d.updated_at
 FROM deliveries d LEFT JOIN outbox o ON o.message_id = d.message_id
+LEFT JOIN notifications n ON n.id = d.notification_id
 WHERE d.state = 'PARKED' AND (?1 = '' OR d.tenant = ?1)
 ORDER BY d.updated_at, d.message_id
 LIMIT ?2`
 	// The rows to requeue: PARKED, of the tenant, the message (or all), and
 	// with ?3 only those whose outbox row is DONE.
-	qParkedSelect = `SELECT d.message_id, d.notification_id, d.tenant, coalesce(o.lane, ''), d.channel, d.reason
+	qParkedSelect = `SELECT d.message_id, d.notification_id, d.tenant, coalesce(n.kind, ''), coalesce(o.lane, ''), d.channel, d.reason
 FROM deliveries d LEFT JOIN outbox o ON o.message_id = d.message_id
+LEFT JOIN notifications n ON n.id = d.notification_id
 WHERE d.state = 'PARKED' AND (?1 = '' OR d.tenant = ?1) AND (?2 = '' OR d.message_id = ?2)
   AND (?3 = 0 OR o.state = 'DONE')
 ORDER BY d.updated_at, d.message_id
@@ -31,6 +34,39 @@ WHERE message_id = ?2 AND state = 'PARKED'`
 SET state = 'PENDING', available_at = ?1, last_reason = 'REQUEUED', claimed_by = NULL, claimed_until = NULL,
     token = token + 1, updated_at = ?1
 WHERE message_id = ?2 AND state = 'DONE'`
+
+	// ?1 now, ?2 message id, ?3 reason.
+	qParkedRestore = `UPDATE deliveries
+SET state = 'PARKED', reason = ?3, next_attempt_at = NULL, updated_at = ?1
+WHERE message_id = ?2 AND state = 'RETRY_WAIT' AND reason = 'REQUEUED'`
+
+	// A db-transport discard: the PARKED delivery of the tenant ('' any),
+	// then the guarded write (only while still PARKED), the outbox row if
+	// no one holds it, and the audit row.
+	qParkedDiscardSelect = `SELECT tenant, reason FROM deliveries
+WHERE message_id = ?1 AND state = 'PARKED' AND (?2 = '' OR tenant = ?2)`
+	// ?1 now, ?2 message id.
+	qParkedDiscardDelivery = `UPDATE deliveries
+SET state = 'SUPPRESSED', reason = 'DISCARDED', next_attempt_at = NULL, claimed_by = NULL, updated_at = ?1
+WHERE message_id = ?2 AND state = 'PARKED'`
+	qParkedDiscardOutbox = `UPDATE outbox
+SET state = 'DONE', last_reason = 'DISCARDED', updated_at = ?1
+WHERE message_id = ?2 AND state = 'PENDING'`
+	// A broker copy's discard: the sender's decision write (no row yet, or
+	// a waiting one) with SUPPRESSED(DISCARDED). ?1 now, ?2 message id,
+	// ?3 notification id, ?4 tenant, ?5 channel.
+	qParkedDiscardDecide = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
+VALUES (?2, ?3, ?4, ?5, 'SUPPRESSED', 'DISCARDED', ?1, ?1)
+ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
+WHERE deliveries.state IN ('RETRY_WAIT', 'PARKED')`
+	// ?1 now, ?2 actor, ?3 message id, ?4 tenant, ?5 parked reason, ?6 reason.
+	qParkedDiscardAudit = `INSERT INTO parked_discards (discarded_at, actor, message_id, tenant, parked_reason, reason)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)`
+
+	qParkedDiscardList = `SELECT id, discarded_at, actor, message_id, tenant, parked_reason, reason FROM parked_discards
+WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR message_id = ?2)
+ORDER BY id
+LIMIT ?3`
 )
 
 // ParkedList returns PARKED deliveries, oldest first.
@@ -42,19 +78,31 @@ func (s *Store) ParkedList(ctx context.Context, p store.ParkedListParams) ([]sto
 	defer rows.Close()
 	var out []store.ParkedEntry
 	for rows.Next() {
-		var e store.ParkedEntry
-		var lane, ch string
 		var at int64
-		if err := rows.Scan(&e.MessageID, &e.NotificationID, &e.Tenant, &lane, &ch, &e.Reason, &at); err != nil {
+		e, err := scanParked(rows, &at)
+		if err != nil {
 			return nil, fmt.Errorf("list parked deliveries: %w", err)
 		}
-		e.Lane, e.Channel, e.ParkedAt = heraldtype.Lane(lane), heraldtype.Channel(ch), fromMs(at)
+		e.ParkedAt = fromMs(at)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list parked deliveries: %w", err)
 	}
 	return out, nil
+}
+
+// scanParked scans the columns qParkedList and qParkedSelect share, then
+// extra.
+func scanParked(rows *sql.Rows, extra ...any) (store.ParkedEntry, error) {
+	var e store.ParkedEntry
+	var lane, ch string
+	dest := append([]any{&e.MessageID, &e.NotificationID, &e.Tenant, &e.Kind, &lane, &ch, &e.Reason}, extra...)
+	if err := rows.Scan(dest...); err != nil {
+		return e, err
+	}
+	e.Lane, e.Channel = heraldtype.Lane(lane), heraldtype.Channel(ch)
+	return e, nil
 }
 
 // ParkedRequeue makes PARKED deliveries claimable again (and, for the db
@@ -74,13 +122,12 @@ func (s *Store) ParkedRequeue(ctx context.Context, p store.ParkedRequeueParams) 
 		}
 		var picked []store.ParkedEntry
 		for rows.Next() {
-			var e store.ParkedEntry
-			var lane, ch string
-			if err := rows.Scan(&e.MessageID, &e.NotificationID, &e.Tenant, &lane, &ch, &e.Reason); err != nil {
+			e, err := scanParked(rows)
+			if err != nil {
 				rows.Close()
 				return err
 			}
-			e.Lane, e.Channel, e.ParkedAt = heraldtype.Lane(lane), heraldtype.Channel(ch), fromMs(now)
+			e.ParkedAt = fromMs(now)
 			picked = append(picked, e)
 		}
 		if err := rows.Err(); err != nil {
@@ -114,6 +161,89 @@ func (s *Store) ParkedRequeue(ctx context.Context, p store.ParkedRequeueParams) 
 		for _, e := range out {
 			s.wakeups.Notify(e.Lane)
 		}
+	}
+	return out, nil
+}
+
+// ParkedRestore parks a requeued delivery again if it is still waiting for
+// the requeue's copy.
+func (s *Store) ParkedRestore(ctx context.Context, p store.ParkedRestoreParams) (bool, error) {
+	var ok bool
+	err := s.w.do(ctx, func(tx wtx) error {
+		r, err := tx.Exec(qParkedRestore, s.now(), p.MessageID, p.Reason)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		ok = n == 1
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("restore parked delivery %s: %w", p.MessageID, err)
+	}
+	return ok, nil
+}
+
+// ParkedDiscard discards a parked message and writes its audit row, in one
+// write transaction.
+func (s *Store) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (bool, error) {
+	var ok bool
+	err := s.w.do(ctx, func(tx wtx) error {
+		ok = false
+		now := s.now()
+		tenant, parkedReason := p.Tenant, p.ParkedReason
+		if p.Broker {
+			if p.NotificationID != "" {
+				if _, err := tx.Exec(qParkedDiscardDecide, now, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel)); err != nil {
+					return err
+				}
+			}
+		} else {
+			err := tx.QueryRow(qParkedDiscardSelect, p.MessageID, p.Tenant).Scan(&tenant, &parkedReason)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil // not parked: nothing to discard
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(qParkedDiscardDelivery, now, p.MessageID); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(qParkedDiscardOutbox, now, p.MessageID); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(qParkedDiscardAudit, now, p.Actor, p.MessageID, tenant, parkedReason, p.Reason); err != nil {
+			return err
+		}
+		ok = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("discard parked message %s: %w", p.MessageID, err)
+	}
+	return ok, nil
+}
+
+// ParkedDiscardList returns discard audit rows, oldest first.
+func (s *Store) ParkedDiscardList(ctx context.Context, p store.ParkedDiscardListParams) ([]store.ParkedDiscardEntry, error) {
+	rows, err := s.query(ctx, qParkedDiscardList, p.Tenant, p.MessageID, p.LimitOrDefault())
+	if err != nil {
+		return nil, fmt.Errorf("list parked discards: %w", err)
+	}
+	defer rows.Close()
+	var out []store.ParkedDiscardEntry
+	for rows.Next() {
+		var e store.ParkedDiscardEntry
+		var at int64
+		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.MessageID, &e.Tenant, &e.ParkedReason, &e.Reason); err != nil {
+			return nil, fmt.Errorf("list parked discards: %w", err)
+		}
+		e.DiscardedAt = fromMs(at)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list parked discards: %w", err)
 	}
 	return out, nil
 }

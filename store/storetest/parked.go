@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -47,7 +49,7 @@ func testParked(t *testing.T, h Harness) {
 		}
 		e := got[0]
 		if e.MessageID != a.MessageID || e.Reason != heraldtype.ReasonTemplateMissing || e.Lane != heraldtype.LaneTransactional ||
-			e.Tenant != "t1" || e.NotificationID != a.NotificationID || e.Channel != a.Channel {
+			e.Tenant != "t1" || e.NotificationID != a.NotificationID || e.Channel != a.Channel || e.Kind != "k" {
 			t.Fatalf("entry %+v", e)
 		}
 		all, err := b.s.ParkedList(b.ctx, store.ParkedListParams{})
@@ -103,4 +105,278 @@ func testParked(t *testing.T, h Harness) {
 			t.Fatalf("delivery with a claimed outbox row became %s", d.State)
 		}
 	})
+	t.Run("RestoreParksARequeuedDeliveryAgainUnlessItMovedOn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		row := park(t, b, "t1", heraldtype.ReasonUnknownKind, false)
+		restore := func() bool {
+			t.Helper()
+			ok, err := b.s.ParkedRestore(b.ctx, store.ParkedRestoreParams{MessageID: row.MessageID, Reason: heraldtype.ReasonUnknownKind})
+			if err != nil {
+				t.Fatalf("ParkedRestore: %v", err)
+			}
+			return ok
+		}
+		if restore() {
+			t.Fatal("restored a delivery that was never requeued")
+		}
+		if got, err := b.s.ParkedRequeue(b.ctx, store.ParkedRequeueParams{Tenant: "t1", MessageID: row.MessageID}); err != nil || len(got) != 1 {
+			t.Fatalf("requeued %+v (%v)", got, err)
+		}
+		if !restore() {
+			t.Fatal("did not restore the requeued delivery")
+		}
+		if d := delivery(t, b, row.MessageID); d.State != heraldtype.DeliveryParked || d.Reason != heraldtype.ReasonUnknownKind || d.NextAttemptAt != nil {
+			t.Fatalf("delivery %+v, want PARKED UNKNOWN_KIND with no next attempt", d)
+		}
+		// Requeued again, and this time a copy claimed it: a restore must
+		// not take the claim back.
+		if got, err := b.s.ParkedRequeue(b.ctx, store.ParkedRequeueParams{Tenant: "t1", MessageID: row.MessageID}); err != nil || len(got) != 1 {
+			t.Fatalf("requeued %+v (%v)", got, err)
+		}
+		p := claimParams(row.MessageID)
+		if c := claimDelivery(t, b, p); !c.Claimed {
+			t.Fatal("the requeued delivery could not be claimed")
+		}
+		if restore() {
+			t.Fatal("restore took a SENDING claim back")
+		}
+		if d := delivery(t, b, row.MessageID); d.State != heraldtype.DeliverySending {
+			t.Fatalf("delivery %s after a refused restore, want SENDING", d.State)
+		}
+	})
+	t.Run("DiscardEndsTheParkedDeliveryAndAuditsIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		row := park(t, b, "t1", heraldtype.ReasonUnknownKind, true)
+		b.clk.Advance(time.Minute)
+		p := store.ParkedDiscardParams{Tenant: "t2", MessageID: row.MessageID, Reason: "kind retired", Actor: "api:t2"}
+		if discard(t, b, p) {
+			t.Fatal("another tenant discarded the message")
+		}
+		p.Tenant, p.Actor = "t1", "api:t1"
+		if !discard(t, b, p) {
+			t.Fatal("the PARKED delivery was not discarded")
+		}
+		d := delivery(t, b, row.MessageID)
+		if d.State != heraldtype.DeliverySuppressed || d.Reason != store.ReasonDiscarded || !d.State.Terminal() {
+			t.Fatalf("delivery %s(%s), want SUPPRESSED(DISCARDED)", d.State, d.Reason)
+		}
+		if e := entry(t, b, row.NotificationID); e.OutboxState != heraldtype.OutboxDone {
+			t.Fatalf("outbox row %s, want DONE", e.OutboxState)
+		}
+		wantAudit(t, b, row.MessageID, []store.ParkedDiscardEntry{{
+			DiscardedAt: b.clk.Now(), Actor: "api:t1", MessageID: row.MessageID, Tenant: "t1",
+			ParkedReason: heraldtype.ReasonUnknownKind, Reason: "kind retired",
+		}})
+		if got := parkedList(t, b, ""); len(got) != 0 {
+			t.Fatalf("still listed as parked: %+v", got)
+		}
+		// Again: nothing is parked, nothing is written.
+		p.Tenant = ""
+		if discard(t, b, p) {
+			t.Fatal("a second discard discarded again")
+		}
+		wantAudit(t, b, row.MessageID, wantAuditLen(1))
+		// A requeue does not bring it back, and no copy can claim it.
+		if got, err := b.s.ParkedRequeue(b.ctx, store.ParkedRequeueParams{MessageID: row.MessageID, Outbox: true}); err != nil || len(got) != 0 {
+			t.Fatalf("requeue after the discard: %+v (%v)", got, err)
+		}
+		if c := claimDelivery(t, b, claimParams(row.MessageID)); c.Claimed {
+			t.Fatal("a copy claimed a discarded message")
+		}
+		if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 0 {
+			t.Fatalf("outbox rows offered again after the discard: %+v", rows)
+		}
+	})
+	t.Run("DiscardSettlesAnOutboxRowNoOneHolds", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		// The claimer parked the delivery and died before it finished its
+		// outbox row: the lease runs out and the row is PENDING again.
+		row := park(t, b, "t1", heraldtype.ReasonTemplateMissing, false)
+		b.clk.Advance(2 * time.Minute)
+		if n, err := b.s.OutboxReclaimExpired(b.ctx); err != nil || n != 1 {
+			t.Fatalf("reclaimed %d (%v), want 1", n, err)
+		}
+		if !discard(t, b, store.ParkedDiscardParams{MessageID: row.MessageID, Reason: "template gone", Actor: "cli:ops"}) {
+			t.Fatal("not discarded")
+		}
+		if e := entry(t, b, row.NotificationID); e.OutboxState != heraldtype.OutboxDone || e.OutboxReason != store.ReasonDiscarded {
+			t.Fatalf("outbox row %s(%s), want DONE(DISCARDED)", e.OutboxState, e.OutboxReason)
+		}
+		if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 0 {
+			t.Fatalf("the discarded message's outbox row was offered again: %+v", rows)
+		}
+	})
+	t.Run("DiscardLeavesADeliveryThatIsNoLongerParked", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		row := park(t, b, "t1", heraldtype.ReasonUnknownKind, true)
+		if got, err := b.s.ParkedRequeue(b.ctx, store.ParkedRequeueParams{MessageID: row.MessageID, Outbox: true}); err != nil || len(got) != 1 {
+			t.Fatalf("requeued %+v (%v)", got, err)
+		}
+		if discard(t, b, store.ParkedDiscardParams{MessageID: row.MessageID, Reason: "too late", Actor: "cli:ops"}) {
+			t.Fatal("discarded a requeued delivery")
+		}
+		if d := delivery(t, b, row.MessageID); d.State != heraldtype.DeliveryRetryWait {
+			t.Fatalf("delivery %s, want the requeue's RETRY_WAIT", d.State)
+		}
+		wantAudit(t, b, row.MessageID, wantAuditLen(0))
+	})
+	t.Run("BrokerDiscardSuppressesWhatNoCopyOwns", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		copyOf := func(id string) store.ParkedDiscardParams {
+			return store.ParkedDiscardParams{
+				Broker: true, Tenant: "t1", MessageID: id + ".sms", NotificationID: id, Channel: heraldtype.ChannelSMS,
+				ParkedReason: "DELIVERY_LIMIT", Reason: "poison", Actor: "cli:ops",
+			}
+		}
+		// No delivery row yet (a copy that kept killing its consumer before
+		// any write): the discard writes SUPPRESSED(DISCARDED), so no other
+		// copy can claim it.
+		if !discard(t, b, copyOf("n-none")) {
+			t.Fatal("not discarded")
+		}
+		if d := delivery(t, b, "n-none.sms"); d.State != heraldtype.DeliverySuppressed || d.Reason != store.ReasonDiscarded ||
+			d.Tenant != "t1" || d.NotificationID != "n-none" || d.Channel != heraldtype.ChannelSMS {
+			t.Fatalf("delivery %+v, want SUPPRESSED(DISCARDED) of t1's n-none on sms", d)
+		}
+		if c := claimDelivery(t, b, claimParams("n-none.sms")); c.Claimed {
+			t.Fatal("a copy claimed a discarded message")
+		}
+		// Waiting (RETRY_WAIT): suppressed too.
+		p := claimParams("n-wait.sms")
+		if c := claimDelivery(t, b, p); !c.Claimed {
+			t.Fatal("claim")
+		}
+		if !record(t, b, p.MessageID, 1, heraldtype.DeliveryRetryWait, time.Minute) {
+			t.Fatal("record RETRY_WAIT")
+		}
+		if !discard(t, b, copyOf("n-wait")) {
+			t.Fatal("not discarded")
+		}
+		if d := delivery(t, b, p.MessageID); d.State != heraldtype.DeliverySuppressed || d.Reason != store.ReasonDiscarded {
+			t.Fatalf("delivery %s(%s), want SUPPRESSED(DISCARDED)", d.State, d.Reason)
+		}
+		// Already sent by another copy: the delivery keeps its result; the
+		// copy's discard is still recorded.
+		p = claimParams("n-sent.sms")
+		if c := claimDelivery(t, b, p); !c.Claimed {
+			t.Fatal("claim")
+		}
+		if !record(t, b, p.MessageID, 1, heraldtype.DeliveryProviderAccepted, 0) {
+			t.Fatal("record PROVIDER_ACCEPTED")
+		}
+		if !discard(t, b, copyOf("n-sent")) {
+			t.Fatal("the copy's discard was not recorded")
+		}
+		if d := delivery(t, b, p.MessageID); d.State != heraldtype.DeliveryProviderAccepted {
+			t.Fatalf("delivery %s, want PROVIDER_ACCEPTED kept", d.State)
+		}
+		wantAudit(t, b, p.MessageID, []store.ParkedDiscardEntry{{
+			DiscardedAt: b.clk.Now(), Actor: "cli:ops", MessageID: p.MessageID, Tenant: "t1", ParkedReason: "DELIVERY_LIMIT", Reason: "poison",
+		}})
+		// A body that is not a job names no notification and no tenant:
+		// only the audit row.
+		if !discard(t, b, store.ParkedDiscardParams{Broker: true, MessageID: "garbage-1", ParkedReason: "MALFORMED_BODY", Reason: "junk", Actor: "cli:ops"}) {
+			t.Fatal("not discarded")
+		}
+		if _, err := b.s.DeliveryGet(b.ctx, "garbage-1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a delivery row for a message with no notification: %v", err)
+		}
+		wantAudit(t, b, "garbage-1", []store.ParkedDiscardEntry{{
+			DiscardedAt: b.clk.Now(), Actor: "cli:ops", MessageID: "garbage-1", ParkedReason: "MALFORMED_BODY", Reason: "junk",
+		}})
+	})
+	t.Run("DiscardListFiltersByTenantAndMessageOldestFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for _, c := range []struct{ tenant, id string }{{"t1", "m1"}, {"t2", "m2"}, {"t1", "m3"}, {"", "m4"}} {
+			if !discard(t, b, store.ParkedDiscardParams{Broker: true, Tenant: c.tenant, MessageID: c.id, Reason: "r", Actor: "cli:ops"}) {
+				t.Fatalf("discard %s", c.id)
+			}
+			b.clk.Advance(time.Second)
+		}
+		ids := func(p store.ParkedDiscardListParams) []string {
+			t.Helper()
+			rows, err := b.s.ParkedDiscardList(b.ctx, p)
+			if err != nil {
+				t.Fatalf("ParkedDiscardList: %v", err)
+			}
+			var out []string
+			for i, r := range rows {
+				if i > 0 && (r.ID <= rows[i-1].ID || r.DiscardedAt.Before(rows[i-1].DiscardedAt)) {
+					t.Fatalf("rows out of order: %+v", rows)
+				}
+				out = append(out, r.MessageID)
+			}
+			return out
+		}
+		for _, c := range []struct {
+			p    store.ParkedDiscardListParams
+			want []string
+		}{
+			{store.ParkedDiscardListParams{}, []string{"m1", "m2", "m3", "m4"}},
+			{store.ParkedDiscardListParams{Tenant: "t1"}, []string{"m1", "m3"}},
+			{store.ParkedDiscardListParams{MessageID: "m2"}, []string{"m2"}},
+			{store.ParkedDiscardListParams{Tenant: "t1", MessageID: "m2"}, nil},
+			{store.ParkedDiscardListParams{Limit: 2}, []string{"m1", "m2"}},
+		} {
+			if got := ids(c.p); !slices.Equal(got, c.want) {
+				t.Errorf("ParkedDiscardList(%+v) = %v, want %v", c.p, got, c.want)
+			}
+		}
+	})
+}
+
+// discard runs ParkedDiscard; any error fails the test.
+func discard(t *testing.T, b bundle, p store.ParkedDiscardParams) bool {
+	t.Helper()
+	ok, err := b.s.ParkedDiscard(b.ctx, p)
+	if err != nil {
+		t.Fatalf("ParkedDiscard %s: %v", p.MessageID, err)
+	}
+	return ok
+}
+
+// parkedList runs ParkedList for tenant; any error fails the test.
+func parkedList(t *testing.T, b bundle, tenant string) []store.ParkedEntry {
+	t.Helper()
+	got, err := b.s.ParkedList(b.ctx, store.ParkedListParams{Tenant: tenant})
+	if err != nil {
+		t.Fatalf("ParkedList: %v", err)
+	}
+	return got
+}
+
+// wantAuditLen is a want for wantAudit that checks only the count.
+func wantAuditLen(n int) []store.ParkedDiscardEntry { return make([]store.ParkedDiscardEntry, n) }
+
+// wantAudit checks the audit rows of messageID against want, ignoring IDs;
+// rows of want with no Actor are only counted.
+func wantAudit(t *testing.T, b bundle, messageID string, want []store.ParkedDiscardEntry) {
+	t.Helper()
+	got, err := b.s.ParkedDiscardList(b.ctx, store.ParkedDiscardListParams{MessageID: messageID})
+	if err != nil {
+		t.Fatalf("ParkedDiscardList: %v", err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d audit rows for %s, want %d: %+v", len(got), messageID, len(want), got)
+	}
+	for i, w := range want {
+		if w.Actor == "" {
+			continue
+		}
+		g := got[i]
+		g.ID = 0
+		if !g.DiscardedAt.Equal(w.DiscardedAt) {
+			t.Errorf("audit row %d discarded at %s, want %s", i, g.DiscardedAt, w.DiscardedAt)
+		}
+		g.DiscardedAt = w.DiscardedAt
+		if g != w {
+			t.Errorf("audit row %d = %+v, want %+v", i, g, w)
+		}
+	}
 }

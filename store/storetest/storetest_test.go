@@ -39,7 +39,8 @@ var erringMethods = []string{
 	"NotificationCreate", "NotificationGet", "IdempotencyKeysSweep",
 	"OutboxClaim", "OutboxComplete", "OutboxRetry", "OutboxMarkPublished", "OutboxReclaimExpired", "OutboxExpire", "OutboxBacklog",
 	"DeliveryGet", "DeliveryClaim", "DeliveryRecord", "DeliveryDecide", "DeliverySweepStale",
-	"ProfileGet", "ProfilePut", "ParkedList", "ParkedRequeue", "NotificationList", "AttemptList",
+	"ProfileGet", "ProfilePut", "ParkedList", "ParkedRequeue", "ParkedRestore", "ParkedDiscard", "ParkedDiscardList",
+	"NotificationList", "AttemptList",
 }
 
 const helperEnv = "STORETEST_ERRING_HELPER"
@@ -272,6 +273,21 @@ func (e *erring) ParkedList(ctx context.Context, p store.ParkedListParams) ([]st
 func (e *erring) ParkedRequeue(ctx context.Context, p store.ParkedRequeueParams) ([]store.ParkedEntry, error) {
 	v, err := e.Store.ParkedRequeue(ctx, p)
 	return fail(e, "ParkedRequeue", v, err)
+}
+
+func (e *erring) ParkedRestore(ctx context.Context, p store.ParkedRestoreParams) (bool, error) {
+	v, err := e.Store.ParkedRestore(ctx, p)
+	return fail(e, "ParkedRestore", v, err)
+}
+
+func (e *erring) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (bool, error) {
+	v, err := e.Store.ParkedDiscard(ctx, p)
+	return fail(e, "ParkedDiscard", v, err)
+}
+
+func (e *erring) ParkedDiscardList(ctx context.Context, p store.ParkedDiscardListParams) ([]store.ParkedDiscardEntry, error) {
+	v, err := e.Store.ParkedDiscardList(ctx, p)
+	return fail(e, "ParkedDiscardList", v, err)
 }
 
 func (e *erring) NotificationList(ctx context.Context, p store.NotificationListParams) ([]store.NotificationView, error) {
