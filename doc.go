@@ -12,7 +12,7 @@
 // the commit leaves both, and herald sends it; running the same booking
 // step again adds nothing, because the dedup key already exists.
 //
-//	c, err := herald.NewClient(herald.Options{Kinds: cfg.Kinds}) // cfg from config.Load
+//	c, err := herald.NewClient(herald.Options{KindsFile: "kinds.yaml"}) // herald's kinds_file
 //	…
 //	tx, err := pool.Begin(ctx)
 //	…
@@ -35,8 +35,11 @@
 // param present (a missing one is an *InvalidIntentError naming
 // "params.<name>", where intake answers 422), ExpiresAt in the future and
 // after SendAt. NewClient checks the kinds themselves. Use the kinds the
-// herald server is configured with; a kind the server does not know is
-// parked when it comes to be sent.
+// herald server is configured with: keep them in a kinds file that herald's
+// config names (kinds_file) and give the client the same file
+// (Options.KindsFile); the application then needs neither herald's config
+// nor its API keys. A kind the server does not know is parked when it comes
+// to be sent.
 //
 // # Deduplication
 //

@@ -20,16 +20,13 @@ import (
 	"github.com/heraldhq/herald/store/sqlite"
 )
 
-// clinicKinds are the kinds of the clinic example, shared by the
-// application's Client and the herald it runs.
-func clinicKinds() []config.Kind {
-	return []config.Kind{
-		{Name: "booking.confirmed", Category: "transactional", Channels: []string{"webhook"},
-			Templates: map[string]config.Template{"webhook": {Title: "Booking confirmed", Body: "See you on {{.at}}."}}},
-		{Name: "booking.reminder", Category: "transactional", Channels: []string{"webhook"},
-			Templates: map[string]config.Template{"webhook": {Title: "Reminder", Body: "Your appointment is at {{.at}}."}}},
-	}
-}
+// clinicKindsFile holds the kinds of the clinic example: the file its
+// application reads (herald.Options.KindsFile) and its herald.yaml names
+// (kinds_file), so both know the same kinds.
+const (
+	clinicKindsFile  = "examples/enqueue-in-transaction/kinds.yaml"
+	clinicConfigFile = "examples/enqueue-in-transaction/herald.yaml"
+)
 
 // A clinic confirms a booking and, in the same transaction, enqueues its
 // confirmation and two reminders (the day before and the same morning). A
@@ -60,7 +57,7 @@ func Example_enqueueInTransaction() {
 		log.Fatal(err)
 	}
 
-	client, err := herald.NewClient(herald.Options{Kinds: clinicKinds()})
+	client, err := herald.NewClient(herald.Options{KindsFile: clinicKindsFile})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -122,16 +119,18 @@ ON CONFLICT (id) DO NOTHING`, booking, "patient-1", at.Format(time.RFC3339)); er
 	}
 	fmt.Printf("declined booking-43 (%v): bookings %d, notifications %d\n", err, bookings, notifications)
 
-	// herald itself, on the same database, with a simulated provider.
-	cfg := &config.Config{
-		Database:     "sqlite:" + path,
-		Providers:    []config.Provider{{Name: "sim", Type: "sim", Channel: "webhook"}},
-		Kinds:        clinicKinds(),
-		PollInterval: config.Duration(20 * time.Millisecond),
-	}
-	if err := cfg.WithDefaults().Validate(); err != nil {
+	// herald itself, on the same database, from the example's herald.yaml:
+	// its kinds from the same kinds file, a simulated provider.
+	cfg, err := config.Load(clinicConfigFile, func(key string) string {
+		if key == config.EnvDatabase {
+			return "sqlite:" + path
+		}
+		return ""
+	})
+	if err != nil {
 		log.Fatal(err)
 	}
+	cfg.PollInterval = config.Duration(20 * time.Millisecond)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -154,7 +153,7 @@ ON CONFLICT (id) DO NOTHING`, booking, "patient-1", at.Format(time.RFC3339)); er
 	for deadline := time.Now().Add(30 * time.Second); state(first[0].ID) != "PROVIDER_ACCEPTED" && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	fmt.Println("confirmation:", state(first[0].ID), "calls:", h.Sim("sim").Total())
+	fmt.Println("confirmation:", state(first[0].ID), "calls:", h.Sim("clinic-hooks").Total())
 	fmt.Println("reminder the day before:", state(first[1].ID))
 	fmt.Println("reminder the same morning:", state(first[2].ID))
 	stop()

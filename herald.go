@@ -22,9 +22,15 @@ import (
 
 // Options configure a Client.
 type Options struct {
-	// Kinds are the notification kinds the application may enqueue, as in
-	// herald's configuration (config.Load(…).Kinds): use the same list the
-	// herald server runs with, or it parks what it does not know. Required.
+	// KindsFile is the kinds file the herald server reads too (its config's
+	// kinds_file): a YAML file whose one key, kinds, lists the notification
+	// kinds, checked as herald checks them (config.LoadKinds). It holds no
+	// API keys or other server settings. Either KindsFile or Kinds is
+	// required.
+	KindsFile string
+	// Kinds are the notification kinds the application may enqueue, given
+	// in code. Use the same list the herald server runs with, or it parks
+	// what it does not know. Either KindsFile or Kinds is required.
 	Kinds []config.Kind
 	// Clock supplies the time notification ids are made from and that
 	// ExpiresAt is checked against. Defaults to the system clock.
@@ -38,18 +44,29 @@ type Client struct {
 	clock   clock.Clock
 }
 
-// NewClient checks and compiles the kinds. An error names the kind and the
-// field, as herald's configuration check does.
+// NewClient reads, checks and compiles the kinds. An error names the kind
+// and the field, as herald's configuration check does, and for a kinds file
+// the file too.
 func NewClient(opts Options) (*Client, error) {
-	if len(opts.Kinds) == 0 {
-		return nil, errors.New("herald: Options.Kinds: at least one kind is required")
+	kinds := opts.Kinds
+	switch {
+	case opts.KindsFile != "" && len(opts.Kinds) > 0:
+		return nil, errors.New("herald: Options: KindsFile and Kinds are both set; give one")
+	case opts.KindsFile != "":
+		var err error
+		if kinds, err = config.LoadKinds(opts.KindsFile); err != nil {
+			return nil, fmt.Errorf("herald: %w", err)
+		}
+	case len(opts.Kinds) == 0:
+		return nil, errors.New("herald: Options: KindsFile or Kinds is required")
+	default:
+		if err := config.ValidateKinds(opts.Kinds, nil); err != nil {
+			return nil, fmt.Errorf("herald: Options: %w", err)
+		}
 	}
-	if err := config.ValidateKinds(opts.Kinds, nil); err != nil {
-		return nil, fmt.Errorf("herald: Options: %w", err)
-	}
-	cat, err := catalog.New(opts.Kinds)
+	cat, err := catalog.New(kinds)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("herald: %w", err)
 	}
 	c := &Client{catalog: cat, clock: opts.Clock}
 	if c.clock == nil {

@@ -49,7 +49,7 @@ func newClinic(t *testing.T) *clinic {
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE bookings (id text PRIMARY KEY, patient text NOT NULL, at timestamptz NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	client, err := herald.NewClient(herald.Options{Kinds: clinicKinds()})
+	client, err := herald.NewClient(herald.Options{KindsFile: clinicKindsFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,11 +58,16 @@ func newClinic(t *testing.T) *clinic {
 	return &clinic{t: t, url: url, pool: pool, client: client, at: at}
 }
 
-func clinicConfig(url string) *config.Config {
+func clinicConfig(t *testing.T, url string) *config.Config {
+	t.Helper()
+	kinds, err := config.LoadKinds(clinicKindsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := &config.Config{
 		Database:     url,
 		Providers:    []config.Provider{{Name: "sim", Type: "sim", Channel: "webhook"}},
-		Kinds:        clinicKinds(),
+		Kinds:        kinds,
 		PollInterval: config.Duration(time.Hour), // only a wake-up can make it look
 	}
 	return cfg.WithDefaults()
@@ -262,7 +267,7 @@ func TestEnqueueInTransaction(t *testing.T) {
 
 	t.Run("HeraldSendsTheConfirmationAndSchedulesTheReminders", func(t *testing.T) {
 		name := "herald_app_" + strings.ToLower(strings.TrimPrefix(first[0].ID, "ntf_"))
-		cfg := clinicConfig(testpg.WithParams(c.url, "application_name", name))
+		cfg := clinicConfig(t, testpg.WithParams(c.url, "application_name", name))
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
