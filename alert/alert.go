@@ -1,6 +1,7 @@
 // Package alert raises alerts: things a person must look at because herald
-// chose not to guess (UNKNOWN outcomes, stale claims, expired or failed rows).
-// An alert carries ids and reason codes only, never personal data.
+// chose not to guess (UNKNOWN outcomes, stale claims, expired or failed rows)
+// or cannot go on without one (parked messages). An alert carries ids and
+// reason codes only, never personal data.
 package alert
 
 import (
@@ -27,7 +28,15 @@ const (
 	DispatchSlow   = "DISPATCH_RETRYING" // the 5th failed dispatch attempt of a row
 	RecordFailed   = "RECORD_FAILED"     // a provider result could not be written
 	RetryExhausted = "RETRY_EXHAUSTED"
+	// Parked: a message was parked (the same failure would recur: an
+	// unknown kind, a template that no longer renders, a body that is not
+	// a job); it waits for a person to fix the cause and requeue it.
+	Parked = "PARKED"
 )
+
+// Kinds is every alert kind herald raises, for the metrics that count them
+// from the start.
+var Kinds = []string{UnknownOutcome, StaleClaim, OutboxExpired, OutboxFailed, DispatchSlow, RecordFailed, RetryExhausted, Parked}
 
 // Sink receives alerts.
 type Sink interface {

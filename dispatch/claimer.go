@@ -190,20 +190,20 @@ func (c *Claimer) settle(ctx context.Context, row store.Claimed, res sender.Resu
 	)
 	switch {
 	case res.OutboxSettled:
-		result, ok = "done", true
+		result, ok = ResultDone, true
 		if res.Verdict == sender.Retry {
-			result = "retry"
+			result = ResultRetry
 		}
 	case res.Verdict == sender.Done || res.Verdict == sender.Park:
-		result = "done"
+		result = ResultDone
 		ok, err = c.Store.OutboxComplete(wctx, row.Fence, heraldtype.OutboxDone, res.Reason)
 	case res.Verdict == sender.Retry:
-		result = "retry"
+		result = ResultRetry
 		ok, err = c.Store.OutboxRetry(wctx, store.OutboxRetryParams{Fence: row.Fence, Delay: res.Delay, Reason: res.Reason})
 	default: // Backoff
 		if ctx.Err() != nil && errors.Is(res.Err, ctx.Err()) {
 			// Shutting down before the claim: give the row back at once.
-			result = "released"
+			result = ResultReleased
 			ok, err = c.Store.OutboxRetry(wctx, store.OutboxRetryParams{Fence: row.Fence, Reason: "SHUTDOWN"})
 			break
 		}

@@ -242,7 +242,7 @@ func (r *Relay) settle(ctx context.Context, b inflight) {
 				slog.String("lane", string(r.Lane)), slog.Int("rows", len(fences)-n))
 		}
 		published = n
-		r.Metrics.DispatchN(r.Lane, "published", n)
+		r.Metrics.DispatchN(r.Lane, ResultPublished, n)
 	}
 	for _, i := range failed {
 		r.retry(wctx, b.rows[i], errs[i])
@@ -262,7 +262,7 @@ func (r *Relay) retry(ctx context.Context, row store.Claimed, cause error) {
 	if errors.Is(cause, ErrConnectionLost) {
 		// Not the row's fault: offer it again as soon as the publisher is
 		// connected again (Run waits for that before it claims).
-		result = "republish"
+		result = ResultRepublish
 		ok, err = r.Store.OutboxRetry(ctx, store.OutboxRetryParams{Fence: row.Fence, Reason: "BROKER_DISCONNECTED"})
 	} else {
 		result, ok, err = r.settler.backOff(ctx, row, "PUBLISH_FAILED", cause)

@@ -12,6 +12,24 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
+// Results of herald_dispatch_total: how a dispatcher settled an outbox row.
+const (
+	ResultDone      = "done"      // claimer: the sender finished with it
+	ResultRetry     = "retry"     // claimer: back to PENDING until the delivery's retry is due
+	ResultReleased  = "released"  // claimer: given back at shutdown, before a claim
+	ResultBackoff   = "backoff"   // a failed attempt: PENDING again after the dispatcher's backoff
+	ResultFailed    = "failed"    // the last attempt failed: FAILED, alerted
+	ResultPublished = "published" // relay: the broker confirmed it
+	ResultRepublish = "republish" // relay: the connection was lost before the confirm; offered again
+)
+
+// ClaimerResults and RelayResults are the results each dispatcher counts,
+// exported at 0 from the start.
+var (
+	ClaimerResults = []string{ResultDone, ResultRetry, ResultReleased, ResultBackoff, ResultFailed}
+	RelayResults   = []string{ResultPublished, ResultRepublish, ResultBackoff, ResultFailed}
+)
+
 // settler writes what became of a claimed row, fenced; the claimers and the
 // relays share it, so a failed attempt backs off, fails and alerts the same
 // way on both transports.
@@ -35,7 +53,7 @@ func (s settler) backOff(ctx context.Context, row store.Claimed, reason string, 
 		if ok {
 			s.raise(ctx, alert.OutboxFailed, row, reason)
 		}
-		return "failed", ok, err
+		return ResultFailed, ok, err
 	}
 	s.logger.LogAttrs(ctx, slog.LevelWarn, s.who+": attempt failed, backing off",
 		slog.String("message_id", row.MessageID), slog.Int("attempt", attempt), slog.Any("error", cause))
@@ -43,7 +61,7 @@ func (s settler) backOff(ctx context.Context, row store.Claimed, reason string, 
 	if ok && attempt == AlertAfterAttempts {
 		s.raise(ctx, alert.DispatchSlow, row, reason)
 	}
-	return "backoff", ok, err
+	return ResultBackoff, ok, err
 }
 
 // report counts a settlement and logs one that did not take.

@@ -1,14 +1,31 @@
 // Package metrics defines herald's Prometheus metrics. Every method is safe on
 // a nil *Metrics, so components may run without them (tests, library use).
+//
+// Every series whose labels are known at start is exported from the first
+// scrape, at 0, so a dashboard or an alert rule sees it (and rate() works)
+// before the first event: New exports every lane, alert kind and intake
+// response code; Declare adds what depends on the configuration (each lane's
+// channels, the providers, the transport's dispatch results).
+//
+// herald_deliveries_total counts state entries: each delivery adds exactly
+// one to a state each time it enters it. A delivery retried twice and then
+// accepted adds SENDING 3, RETRY_WAIT 2 and PROVIDER_ACCEPTED 1. The sum
+// over the terminal states (PROVIDER_ACCEPTED, DELIVERED, PERMANENT_FAILURE,
+// RETRY_EXHAUSTED, UNKNOWN, SUPPRESSED) is the number of deliveries that
+// finished; the sum over all states is not the number of deliveries.
 package metrics
 
 import (
 	"context"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/provider"
 )
 
 // Metrics holds the collectors.
@@ -23,6 +40,23 @@ type Metrics struct {
 	alerts       *prometheus.CounterVec
 }
 
+// IntakeCodes are the status codes POST /v1/notifications answers with
+// (401 from authentication, the rest from intake).
+var IntakeCodes = []int{
+	http.StatusAccepted, http.StatusBadRequest, http.StatusUnauthorized, http.StatusConflict,
+	http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity, http.StatusServiceUnavailable,
+}
+
+// DeliveryStates are the states herald_deliveries_total counts entries into.
+var DeliveryStates = []heraldtype.DeliveryState{
+	heraldtype.DeliverySending, heraldtype.DeliveryRetryWait, heraldtype.DeliveryParked,
+	heraldtype.DeliveryProviderAccepted, heraldtype.DeliveryDelivered, heraldtype.DeliveryPermanentFailure,
+	heraldtype.DeliveryRetryExhausted, heraldtype.DeliveryUnknown, heraldtype.DeliverySuppressed,
+}
+
+// providerClasses are the outcome classes a provider call is observed under.
+var providerClasses = []provider.Class{provider.Accepted, provider.NotSent, provider.Permanent, provider.Unknown}
+
 // New registers herald's collectors on a fresh registry, with backlog read
 // from the store at scrape time.
 func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Metrics {
@@ -32,26 +66,32 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 			Name: "herald_notifications_accepted_total", Help: "Notifications accepted (202) by lane.",
 		}, []string{"lane"}),
 		intake: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "herald_intake_responses_total", Help: "Intake responses by status code.",
+			Name: "herald_intake_responses_total", Help: "Responses to POST /v1/notifications by status code, 401 included.",
 		}, []string{"code"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "herald_deliveries_total", Help: "Delivery state transitions written by the sender, by lane, channel and state.",
+			Name: "herald_deliveries_total",
+			Help: "Delivery state entries by lane, channel and state: one per delivery each time it enters the state. " +
+				"The sum over terminal states is the deliveries finished; the sum over all states is not the number of deliveries.",
 		}, []string{"lane", "channel", "state"}),
 		providerCall: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "herald_provider_call_seconds", Help: "Provider call latency by provider and outcome class.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"provider", "class"}),
 		dispatch: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "herald_dispatch_total", Help: "Outbox rows settled by the dispatcher, by lane and result.",
+			Name: "herald_dispatch_total", Help: "Outbox rows and broker messages settled by the dispatcher, by lane and result.",
 		}, []string{"lane", "result"}),
 		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_alerts_total", Help: "Alerts raised, by kind.",
 		}, []string{"kind"}),
 	}
-	// Every lane's acceptance counter exists from the start, at 0, so the
-	// series is scrapeable (and rate() works) before the first 202.
 	for _, l := range heraldtype.Lanes {
 		m.accepted.WithLabelValues(string(l))
+	}
+	for _, k := range alert.Kinds {
+		m.alerts.WithLabelValues(k)
+	}
+	for _, c := range IntakeCodes {
+		m.intake.WithLabelValues(strconv.Itoa(c))
 	}
 	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -60,6 +100,43 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 			"herald_outbox_backlog", "Due outbox rows waiting for a claimer, by lane.", []string{"lane"}, nil)})
 	}
 	return m
+}
+
+// Known are the label values a configuration decides, exported at 0 by
+// Declare.
+type Known struct {
+	// Channels are each lane's channels: those of the kinds in the lane.
+	Channels map[heraldtype.Lane][]heraldtype.Channel
+	// Providers are the configured providers' names.
+	Providers []string
+	// DispatchResults are the results the transport's dispatchers count.
+	DispatchResults []string
+}
+
+// Declare exports the series k makes known, at 0: deliveries for every
+// lane, channel and state; provider calls for every provider and class;
+// dispatch results for every lane.
+func (m *Metrics) Declare(k Known) {
+	if m == nil {
+		return
+	}
+	for lane, chans := range k.Channels {
+		for _, ch := range chans {
+			for _, s := range DeliveryStates {
+				m.deliveries.WithLabelValues(string(lane), string(ch), string(s))
+			}
+		}
+	}
+	for _, p := range k.Providers {
+		for _, c := range providerClasses {
+			m.providerCall.WithLabelValues(p, c.String())
+		}
+	}
+	for _, l := range heraldtype.Lanes {
+		for _, r := range k.DispatchResults {
+			m.dispatch.WithLabelValues(string(l), r)
+		}
+	}
 }
 
 // Accepted counts a 202.
@@ -76,7 +153,60 @@ func (m *Metrics) IntakeResponse(code string) {
 	}
 }
 
-// Delivery counts a delivery state written.
+// CountIntake wraps the whole POST /v1/notifications route, authentication
+// included, and counts every answer by its status code, so a 401 that
+// authentication gives before intake runs is counted too.
+func (m *Metrics) CountIntake(next http.Handler) http.Handler {
+	if m == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				// The recoverer outside answers 500.
+				m.IntakeResponse(strconv.Itoa(http.StatusInternalServerError))
+				panic(v)
+			}
+			m.IntakeResponse(strconv.Itoa(sw.code()))
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// statusWriter remembers the status code written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// Delivery counts one delivery entering state s. Callers count only writes
+// that changed the row's state (a won claim, a recorded result, a decision
+// that was written), so each entry is counted once.
 func (m *Metrics) Delivery(l heraldtype.Lane, ch heraldtype.Channel, s heraldtype.DeliveryState) {
 	if m != nil {
 		m.deliveries.WithLabelValues(string(l), string(ch), string(s)).Inc()

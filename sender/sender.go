@@ -14,7 +14,8 @@
 //  2. Pre-checks, none of which writes a claim: expiry, the kind, the
 //     recipient's profile read now (consent, address), the provider, the
 //     template, the message_id length. A decision not to send is recorded as
-//     SUPPRESSED; a failure that would recur as PARKED. "Now" is send time:
+//     SUPPRESSED; a failure that would recur as PARKED, with a PARKED alert
+//     (only a person moves it on). "Now" is send time:
 //     the db transport's claim reads the profile in its statement, moments
 //     before the send; otherwise the sender reads it here.
 //  3. Claim: insert the SENDING row (unique on message_id), or move a due
@@ -24,10 +25,15 @@
 //     the message for good.
 //  5. Record the result, conditional on the row still being SENDING at this
 //     attempt. A definite non-send releases the claim into RETRY_WAIT with
-//     its next attempt time; everything the provider might have acted on
+//     its next attempt time, logged at warn level with its reason code;
+//     everything the provider might have acted on
 //     (timeouts, 5xx) becomes UNKNOWN and is never resent automatically.
 //     A job that came with its outbox claim (Job.Outbox, db transport) has
 //     the outbox row settled in the same transaction (Result.OutboxSettled).
+//
+// herald_deliveries_total is counted here, once per state a delivery
+// enters, and only for writes that took: a won claim (SENDING), a recorded
+// result, a written decision. A copy that loses a write counts nothing.
 package sender
 
 import (
@@ -424,6 +430,8 @@ func (s *Sender) decide(ctx context.Context, job heraldtype.Job, dec decision) R
 	s.Logger.LogAttrs(ctx, slog.LevelInfo, "sender: decided not to send",
 		slog.String("message_id", job.MessageID), slog.String("state", string(dec.state)), slog.String("reason", dec.reason))
 	if dec.state == heraldtype.DeliveryParked {
+		// Nothing moves a parked message on but a person: tell one.
+		s.alert(ctx, alert.Parked, job, dec.reason)
 		return Result{Verdict: Park, State: dec.state, Reason: dec.reason}
 	}
 	return Result{Verdict: Done, State: dec.state, Reason: dec.reason}
@@ -473,6 +481,8 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 	}
 	s.Metrics.Delivery(job.Lane, job.Channel, res.State)
 	switch res.State {
+	case heraldtype.DeliveryRetryWait:
+		s.logRetryWait(ctx, job, attempt, res)
 	case heraldtype.DeliveryUnknown:
 		s.alert(ctx, alert.UnknownOutcome, job, res.Reason)
 	case heraldtype.DeliveryRetryExhausted:
@@ -480,6 +490,19 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 	}
 	res.OutboxSettled = rec.OutboxSettled
 	return res
+}
+
+// logRetryWait says why a delivery waits and until when, at warn level: the
+// provider refused or could not be reached, and herald handles it by itself,
+// but a provider outage should be visible before its first RETRY_EXHAUSTED
+// alert. next_attempt_at is this process's clock plus the delay (the store
+// sets the row's own from its clock, which with PostgreSQL is the server's).
+func (s *Sender) logRetryWait(ctx context.Context, job heraldtype.Job, attempt int, res Result) {
+	s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: delivery waits for a retry",
+		slog.String("message_id", job.MessageID), slog.String("tenant", job.Tenant),
+		slog.String("lane", string(job.Lane)), slog.String("channel", string(job.Channel)),
+		slog.Int("attempt", attempt), slog.String("reason", res.Reason), slog.Duration("retry_in", res.Delay),
+		slog.Time("next_attempt_at", s.Clock.Now().Add(res.Delay).UTC()))
 }
 
 func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
