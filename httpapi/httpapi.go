@@ -31,7 +31,8 @@ type Config struct {
 	Keys   *auth.Keys
 	Intake *intake.Handler
 	Lookup *lookup.Handler
-	// Parked lists and requeues parked messages; nil leaves /v1/parked out.
+	// Parked lists, requeues and discards parked messages; nil leaves
+	// /v1/parked out.
 	Parked  parked.Service
 	Store   store.Store
 	Metrics *metrics.Metrics
@@ -52,10 +53,7 @@ func New(cfg Config) http.Handler {
 	mux.Handle("PUT /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.put)))
 	mux.Handle("GET /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.get)))
 	if cfg.Parked != nil {
-		pa := &parkedAPI{svc: cfg.Parked, logger: cfg.Logger}
-		mux.Handle("GET /v1/parked", authed(http.HandlerFunc(pa.list)))
-		mux.Handle("POST /v1/parked/requeue", authed(http.HandlerFunc(pa.requeue)))
-		mux.Handle("POST /v1/parked/{message_id}/requeue", authed(http.HandlerFunc(pa.requeue)))
+		routeParked(mux, cfg.Parked, cfg.Logger, authed) // parked.go
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -3,9 +3,11 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/parked"
@@ -14,15 +16,29 @@ import (
 
 // parkedAPI serves a tenant's parked messages:
 //
-//	GET  /v1/parked[?limit=N]                  → {"parked": [{message_id, notification_id, lane, channel, reason, parked_at}]}
+//	GET  /v1/parked[?limit=N]                  → {"parked": [{message_id, notification_id, kind, lane, channel, reason, parked_at}]}
 //	POST /v1/parked/{message_id}/requeue       → {"requeued": 1}, or 404
 //	POST /v1/parked/requeue                    → {"requeued": N} (every parked message of the tenant)
+//	POST /v1/parked/{message_id}/discard       → {"discarded": 1}, or 404; body {"reason": "…"} (1..500 characters, else 422)
 //
-// A tenant sees and requeues only its own messages.
+// A tenant sees and acts on only its own messages (parked.Tenant): never
+// another tenant's, nor a message that names no tenant (a body that is not
+// a job), which only the operator's CLI shows.
 type parkedAPI struct {
 	svc    parked.Service
 	logger *slog.Logger
 }
+
+// routeParked adds the parked-message endpoints to mux, behind authed.
+func routeParked(mux *http.ServeMux, svc parked.Service, logger *slog.Logger, authed func(http.Handler) http.Handler) {
+	pa := &parkedAPI{svc: svc, logger: logger}
+	mux.Handle("GET /v1/parked", authed(http.HandlerFunc(pa.list)))
+	mux.Handle("POST /v1/parked/requeue", authed(http.HandlerFunc(pa.requeue)))
+	mux.Handle("POST /v1/parked/{message_id}/requeue", authed(http.HandlerFunc(pa.requeue)))
+	mux.Handle("POST /v1/parked/{message_id}/discard", authed(http.HandlerFunc(pa.discard)))
+}
+
+func parkedScope(r *http.Request) parked.Scope { return parked.Tenant(auth.Tenant(r.Context())) }
 
 func (p *parkedAPI) list(w http.ResponseWriter, r *http.Request) {
 	limit := 100
@@ -34,7 +50,7 @@ func (p *parkedAPI) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	entries, err := p.svc.List(r.Context(), auth.Tenant(r.Context()), limit)
+	entries, err := p.svc.List(r.Context(), parkedScope(r), limit)
 	if err != nil {
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "parked: list failed", slog.Any("error", err))
 		problem.New(w, http.StatusServiceUnavailable, "parked messages are unavailable")
@@ -43,12 +59,11 @@ func (p *parkedAPI) list(w http.ResponseWriter, r *http.Request) {
 	if entries == nil {
 		entries = []parked.Entry{}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"parked": entries})
+	answerParked(w, map[string]any{"parked": entries})
 }
 
 func (p *parkedAPI) requeue(w http.ResponseWriter, r *http.Request) {
-	n, err := p.svc.Requeue(r.Context(), auth.Tenant(r.Context()), r.PathValue("message_id"))
+	n, err := p.svc.Requeue(r.Context(), parkedScope(r), r.PathValue("message_id"))
 	switch {
 	case errors.Is(err, parked.ErrNotFound):
 		problem.New(w, http.StatusNotFound, "no such parked message")
@@ -58,6 +73,45 @@ func (p *parkedAPI) requeue(w http.ResponseWriter, r *http.Request) {
 		problem.New(w, http.StatusServiceUnavailable, "requeue failed; retry it")
 		return
 	}
+	answerParked(w, map[string]int{"requeued": n})
+}
+
+// discardBody is POST /v1/parked/{message_id}/discard's body. No body at
+// all is a discard without a reason (422).
+type discardBody struct {
+	Reason string `json:"reason"`
+}
+
+func (p *parkedAPI) discard(w http.ResponseWriter, r *http.Request) {
+	var body discardBody
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+		problem.New(w, http.StatusBadRequest, `the body must be {"reason": "…"}: `+err.Error())
+		return
+	}
+	tenant := auth.Tenant(r.Context())
+	err := p.svc.Discard(r.Context(), parked.Tenant(tenant), parked.Discard{
+		MessageID: r.PathValue("message_id"), Reason: body.Reason, Actor: "api:" + tenant,
+	})
+	switch {
+	case errors.Is(err, parked.ErrReason):
+		detail, _ := strings.CutPrefix(err.Error(), parked.ErrReason.Error()+": ")
+		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: detail, Param: "reason"})
+		return
+	case errors.Is(err, parked.ErrNotFound):
+		problem.New(w, http.StatusNotFound, "no such parked message")
+		return
+	case err != nil:
+		p.logger.LogAttrs(r.Context(), slog.LevelError, "parked: discard failed",
+			slog.String("message_id", r.PathValue("message_id")), slog.Any("error", err))
+		problem.New(w, http.StatusServiceUnavailable, "discard failed; retry it")
+		return
+	}
+	answerParked(w, map[string]int{"discarded": 1})
+}
+
+func answerParked(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]int{"requeued": n})
+	_ = json.NewEncoder(w).Encode(v)
 }

@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -16,24 +17,42 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// Parking lists and requeues the parking queue. It reads the queue with
-// basic.get and no ack, so a listing takes nothing away: every message it
-// held goes back to the queue when its channel closes. A requeue publishes a
+// Parking lists, requeues and discards the parking queue. It reads the
+// queue with basic.get and no ack, so a listing takes nothing away: every
+// message it held goes back to the queue when its channel closes.
+//
+// A requeue of a message whose delivery is PARKED first turns the delivery
+// into a due retry (the sender's claim accepts only that), then publishes a
 // copy of the message (same message id, same body) to its lane, waits for
-// the confirm, and only then acks it off the parking queue; a crash between
-// the two leaves a second copy, which the deliveries claim absorbs.
+// the confirm, and only then acks it off the parking queue. If the lane
+// refuses the copy, the delivery is parked again (Store.ParkedRestore)
+// before the error is returned, so no delivery reads RETRY_WAIT without a
+// copy on its way; a crash between the two writes leaves RETRY_WAIT with
+// the copy still parked, which the next requeue of it sends. A crash after
+// the confirm and before the ack leaves a second copy, which the deliveries
+// claim absorbs.
+//
+// A discard writes its decision first (Store.ParkedDiscard: the delivery,
+// when the message names a notification, becomes SUPPRESSED(DISCARDED)
+// unless another copy already owns or finished it; the audit row) and only
+// then acks every copy of the message off the parking queue. A crash in
+// between leaves a copy parked: a second discard removes it (and audits
+// again); a requeue republishes it, and the sender finds the delivery
+// SUPPRESSED and acks it without a call.
 //
 // While a scan holds a message (unacked), no other scan can see it, so two
 // scans at once would each miss the other's messages: scans in one process
 // take turns. Scans in two processes at once can still miss each other's;
-// a requeue that finds nothing then answers not found, and a retry finds it.
+// a requeue or discard that finds nothing then answers not found, and a
+// retry finds it.
 type Parking struct {
 	scanning sync.Mutex
 
 	URL      string
 	Topology Topology
 	// Store, when set, turns the requeued message's PARKED delivery into a
-	// due retry first, so the sender's claim accepts it again.
+	// due retry first, so the sender's claim accepts it again, and parks it
+	// again if the copy is refused. A discard needs it (its audit row).
 	Store          store.Parked
 	ConfirmTimeout time.Duration
 	Logger         *slog.Logger
@@ -41,14 +60,14 @@ type Parking struct {
 
 var _ parked.Service = (*Parking)(nil)
 
-// List returns up to limit parked messages of tenant ("" for all), in queue order.
-func (p *Parking) List(ctx context.Context, tenant string, limit int) ([]parked.Entry, error) {
+// List returns up to limit parked messages in scope s, in queue order.
+func (p *Parking) List(ctx context.Context, s parked.Scope, limit int) ([]parked.Entry, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	var out []parked.Entry
 	err := p.scan(ctx, func(d amqp.Delivery, e parked.Entry) (bool, error) {
-		if tenant == "" || e.Tenant == tenant {
+		if s.Sees(e.Tenant) {
 			out = append(out, e)
 		}
 		return len(out) < limit, nil
@@ -56,9 +75,9 @@ func (p *Parking) List(ctx context.Context, tenant string, limit int) ([]parked.
 	return out, err
 }
 
-// Requeue moves parked messages of tenant ("" for all) back to their lanes:
-// the one with messageID (every copy of it), or all when messageID is "".
-func (p *Parking) Requeue(ctx context.Context, tenant, messageID string) (int, error) {
+// Requeue moves parked messages in scope s back to their lanes: the one
+// with messageID (every copy of it), or all when messageID is "".
+func (p *Parking) Requeue(ctx context.Context, s parked.Scope, messageID string) (int, error) {
 	conn, err := dial(ctx, p.URL, "herald-parking")
 	if err != nil {
 		return 0, err
@@ -72,14 +91,9 @@ func (p *Parking) Requeue(ctx context.Context, tenant, messageID string) (int, e
 	if err != nil {
 		return 0, fmt.Errorf("enable publisher confirms: %w", err)
 	}
-	timeout := p.ConfirmTimeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	t := p.Topology.WithDefaults()
 	n := 0
 	err = p.scanOn(ctx, conn, func(d amqp.Delivery, e parked.Entry) (bool, error) {
-		if (tenant != "" && e.Tenant != tenant) || (messageID != "" && e.MessageID != messageID) {
+		if !s.Sees(e.Tenant) || (messageID != "" && e.MessageID != messageID) {
 			return true, nil
 		}
 		if !e.Lane.Valid() {
@@ -87,25 +101,8 @@ func (p *Parking) Requeue(ctx context.Context, tenant, messageID string) (int, e
 				slog.String("message_id", e.MessageID), slog.String("reason", e.Reason))
 			return true, nil
 		}
-		if p.Store != nil && e.Tenant != "" {
-			if _, err := p.Store.ParkedRequeue(ctx, store.ParkedRequeueParams{Tenant: e.Tenant, MessageID: e.MessageID}); err != nil {
-				return false, fmt.Errorf("requeue delivery %s: %w", e.MessageID, err)
-			}
-		}
-		msg := copyOf(d, nil)
-		delete(msg.Headers, HeaderFailureReason)
-		delete(msg.Headers, HeaderParkedAt)
-		delete(msg.Headers, HeaderBackoffs)
-		msg.Headers["x-herald-requeued-from"] = e.Reason
-		b := newBatch(1, timeout)
-		if err := conf.publish(ctx, b, 0, t.Exchange(), string(e.Lane), msg); err != nil {
-			return false, fmt.Errorf("republish %s: %w", e.MessageID, err)
-		}
-		if err := b.Wait()[0]; err != nil {
-			return false, fmt.Errorf("republish %s: %w", e.MessageID, err)
-		}
-		if err := d.Ack(false); err != nil {
-			return false, fmt.Errorf("remove %s from parking: %w", e.MessageID, err)
+		if err := p.requeue(ctx, conf, d, e); err != nil {
+			return false, err
 		}
 		n++
 		p.logger().LogAttrs(ctx, slog.LevelInfo, "rabbitmq: requeued parked message",
@@ -116,6 +113,100 @@ func (p *Parking) Requeue(ctx context.Context, tenant, messageID string) (int, e
 		err = parked.ErrNotFound
 	}
 	return n, err
+}
+
+// requeue moves one parked copy to its lane: the delivery becomes a due
+// retry, the copy is published and confirmed, and only then is the parked
+// copy acked. A copy the lane refuses leaves the message parked, its
+// delivery PARKED again.
+func (p *Parking) requeue(ctx context.Context, conf *confirmer, d amqp.Delivery, e parked.Entry) error {
+	flipped := false
+	if p.Store != nil && e.Tenant != "" {
+		rows, err := p.Store.ParkedRequeue(ctx, store.ParkedRequeueParams{Tenant: e.Tenant, MessageID: e.MessageID})
+		if err != nil {
+			return fmt.Errorf("requeue delivery %s: %w", e.MessageID, err)
+		}
+		flipped = len(rows) > 0
+	}
+	msg := copyOf(d, nil)
+	delete(msg.Headers, HeaderFailureReason)
+	delete(msg.Headers, HeaderParkedAt)
+	delete(msg.Headers, HeaderBackoffs)
+	msg.Headers["x-herald-requeued-from"] = e.Reason
+	timeout := p.ConfirmTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	b := newBatch(1, timeout)
+	err := conf.publish(ctx, b, 0, p.Topology.WithDefaults().Exchange(), string(e.Lane), msg)
+	if err == nil {
+		err = b.Wait()[0]
+	}
+	if err != nil {
+		err = fmt.Errorf("republish %s: %w", e.MessageID, err)
+		if flipped {
+			err = p.restore(ctx, e, err)
+		}
+		return err
+	}
+	if err := d.Ack(false); err != nil {
+		return fmt.Errorf("remove %s from parking: %w", e.MessageID, err)
+	}
+	return nil
+}
+
+// restore parks the delivery of a copy the lane refused again, so it does
+// not read RETRY_WAIT with no copy on its way, and returns cause (joined
+// with restore's own failure, if any).
+func (p *Parking) restore(ctx context.Context, e parked.Entry, cause error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := p.Store.ParkedRestore(wctx, store.ParkedRestoreParams{MessageID: e.MessageID, Reason: e.Reason}); err != nil {
+		p.logger().LogAttrs(ctx, slog.LevelError, "rabbitmq: requeue refused and its delivery not parked again; requeue it again",
+			slog.String("message_id", e.MessageID), slog.Any("error", err))
+		return errors.Join(cause, fmt.Errorf("park delivery %s again: %w", e.MessageID, err))
+	}
+	return cause
+}
+
+// Discard removes every parked copy of x.MessageID in scope s, after it
+// has recorded the discard (the delivery, when there is one to suppress,
+// and the audit row).
+func (p *Parking) Discard(ctx context.Context, s parked.Scope, x parked.Discard) error {
+	if err := x.Validate(); err != nil {
+		return err
+	}
+	if p.Store == nil {
+		return errors.New("discard: no store to record it in")
+	}
+	recorded, removed := false, 0
+	err := p.scan(ctx, func(d amqp.Delivery, e parked.Entry) (bool, error) {
+		if e.MessageID != x.MessageID || !s.Sees(e.Tenant) {
+			return true, nil
+		}
+		if !recorded {
+			if _, err := p.Store.ParkedDiscard(ctx, store.ParkedDiscardParams{
+				Broker: true, Tenant: e.Tenant, MessageID: e.MessageID, NotificationID: e.NotificationID,
+				Channel: e.Channel, ParkedReason: e.Reason, Reason: x.Reason, Actor: x.Actor,
+			}); err != nil {
+				return false, fmt.Errorf("record discard of %s: %w", e.MessageID, err)
+			}
+			recorded = true
+		}
+		if err := d.Ack(false); err != nil {
+			return false, fmt.Errorf("remove %s from parking: %w", e.MessageID, err)
+		}
+		removed++
+		return true, nil
+	})
+	if removed > 0 {
+		p.logger().LogAttrs(ctx, slog.LevelInfo, "rabbitmq: discarded parked message",
+			slog.String("message_id", x.MessageID), slog.Int("copies", removed))
+	}
+	if err == nil && !recorded {
+		err = parked.ErrNotFound
+	}
+	return err
 }
 
 func (p *Parking) logger() *slog.Logger {
@@ -179,7 +270,8 @@ func entryOf(d amqp.Delivery) parked.Entry {
 	e := parked.Entry{MessageID: d.MessageId, ParkedAt: d.Timestamp.UTC()}
 	var job heraldtype.Job
 	if json.Unmarshal(d.Body, &job) == nil && job.MessageID != "" {
-		e.MessageID, e.NotificationID, e.Tenant, e.Lane, e.Channel = job.MessageID, job.NotificationID, job.Tenant, job.Lane, job.Channel
+		e.MessageID, e.NotificationID, e.Tenant, e.Kind = job.MessageID, job.NotificationID, job.Tenant, job.Kind
+		e.Lane, e.Channel = job.Lane, job.Channel
 	}
 	if s, ok := d.Headers[HeaderTenant].(string); ok && e.Tenant == "" {
 		e.Tenant = s

@@ -542,7 +542,7 @@ func TestFailingMessagesReachParkingWithReasonAndRequeueSendsOnce(t *testing.T) 
 	// three distinct messages.
 	reasons := map[string]string{}
 	e.waitFor(t, "three parked messages", func() bool {
-		list, err := parking.List(e.ctx, "", 50)
+		list, err := parking.List(e.ctx, parked.Operator(""), 50)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -559,7 +559,7 @@ func TestFailingMessagesReachParkingWithReasonAndRequeueSendsOnce(t *testing.T) 
 	if d := e.delivery(t, unknown); d.State != heraldtype.DeliveryParked {
 		t.Fatalf("delivery %s, want PARKED", d.State)
 	}
-	if got, err := parking.List(e.ctx, "t2", 10); err != nil || len(got) != 0 {
+	if got, err := parking.List(e.ctx, parked.Tenant("t2"), 10); err != nil || len(got) != 0 {
 		t.Fatalf("another tenant sees %d parked messages (%v)", len(got), err)
 	}
 
@@ -568,13 +568,13 @@ func TestFailingMessagesReachParkingWithReasonAndRequeueSendsOnce(t *testing.T) 
 	stopConsumer()
 	poison.Store("")
 	e.startConsumer(t, e.sender(t, "pay", "gone"), rabbitmq.ConsumerHooks{})
-	if _, err := parking.Requeue(e.ctx, "t2", unknown); !errors.Is(err, parked.ErrNotFound) {
+	if _, err := parking.Requeue(e.ctx, parked.Tenant("t2"), unknown); !errors.Is(err, parked.ErrNotFound) {
 		t.Fatalf("another tenant's requeue: %v", err)
 	}
-	if n, err := parking.Requeue(e.ctx, "t1", unknown); err != nil || n != 1 {
+	if n, err := parking.Requeue(e.ctx, parked.Tenant("t1"), unknown); err != nil || n != 1 {
 		t.Fatalf("requeue: %d %v", n, err)
 	}
-	if n, err := parking.Requeue(e.ctx, "t1", dyingID); err != nil || n != 1 {
+	if n, err := parking.Requeue(e.ctx, parked.Tenant("t1"), dyingID); err != nil || n != 1 {
 		t.Fatalf("requeue: %d %v", n, err)
 	}
 	e.waitFor(t, "requeued message sent", func() bool { return e.delivery(t, unknown).State == heraldtype.DeliveryProviderAccepted })
@@ -585,10 +585,10 @@ func TestFailingMessagesReachParkingWithReasonAndRequeueSendsOnce(t *testing.T) 
 	if n, n2 := e.sim.CallCount(unknown), e.sim.CallCount(dyingID); n != 1 || n2 != 1 {
 		t.Fatalf("provider calls: requeued %d, poison %d; want 1 each", n, n2)
 	}
-	if _, err := parking.Requeue(e.ctx, "t1", unknown); !errors.Is(err, parked.ErrNotFound) {
+	if _, err := parking.Requeue(e.ctx, parked.Tenant("t1"), unknown); !errors.Is(err, parked.ErrNotFound) {
 		t.Fatalf("second requeue: %v, want not found", err)
 	}
-	left, err := parking.List(e.ctx, "", 50)
+	left, err := parking.List(e.ctx, parked.Operator(""), 50)
 	if err != nil {
 		t.Fatal(err)
 	}

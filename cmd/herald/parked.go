@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,13 +21,17 @@ import (
 // parkedCommands are the subcommands of herald parked. Each opens the
 // configured database without creating or migrating it (openParked) and
 // works through the transport's parked.Service: the parking queue for
-// rabbitmq, the PARKED deliveries for db. A new one is an entry here and its
-// function below.
+// rabbitmq, the PARKED deliveries for db. The CLI is the operator: it sees
+// every tenant's messages and those that name no tenant (shown with tenant
+// "-"), unless --tenant or --untenanted narrows it. A new one is an entry
+// here and its function below.
 var parkedCommands = []*command{
-	{name: "list", args: "[--config FILE] [--tenant T] [--limit N]",
+	{name: "list", args: "[--config FILE] [--tenant T] [--limit N] [--untenanted]",
 		summary: "list parked messages, oldest first", run: parkedList},
 	{name: "requeue", args: "(--all | MESSAGE_ID) [--config FILE] [--tenant T]",
 		summary: "requeue parked messages (each keeps its message id)", run: parkedRequeue},
+	{name: "discard", args: "MESSAGE_ID --reason TEXT [--config FILE] [--tenant T]",
+		summary: "discard a parked message that can never be sent (audited, with the reason)", run: parkedDiscard},
 }
 
 // parkedFlags are the flags every parked subcommand takes.
@@ -35,18 +43,29 @@ func newParkedFlags(cmd *command) (*flag.FlagSet, parkedFlags) {
 	fs := newFlags(cmd)
 	return fs, parkedFlags{
 		config: configFlag(fs),
-		tenant: fs.String("tenant", "", "only tenant `T`'s messages (default: every tenant)"),
+		tenant: fs.String("tenant", "", "only tenant `T`'s messages (default: every tenant's, and those that name none)"),
 	}
 }
+
+// scope is the operator's scope the flags select.
+func (f parkedFlags) scope() parked.Scope { return parked.Operator(*f.tenant) }
 
 func parkedList(cmd *command, args []string, stdout, stderr io.Writer) error {
 	fs, f := newParkedFlags(cmd)
 	limit := fs.Int("limit", 100, "list at most `N` messages")
+	untenanted := fs.Bool("untenanted", false, "only the messages that name no tenant (a body that is not a job)")
 	if err := parseNoArgs(cmd, fs, args); err != nil {
 		return err
 	}
 	if *limit < 1 {
 		return usageErrorf(cmd, "%s: --limit must be at least 1, not %d", cmd.path(), *limit)
+	}
+	scope := f.scope()
+	if *untenanted {
+		if *f.tenant != "" {
+			return usageErrorf(cmd, "%s: give --tenant or --untenanted, not both", cmd.path())
+		}
+		scope = parked.Untenanted()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -55,15 +74,15 @@ func parkedList(cmd *command, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeStore()
-	entries, err := svc.List(ctx, *f.tenant, *limit)
+	entries, err := svc.List(ctx, scope, *limit)
 	if err != nil {
 		return fmt.Errorf("list parked: %w", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MESSAGE_ID\tTENANT\tLANE\tCHANNEL\tREASON\tPARKED_AT")
+	fmt.Fprintln(tw, "MESSAGE_ID\tTENANT\tKIND\tLANE\tCHANNEL\tREASON\tPARKED_AT")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.MessageID, dash(e.Tenant), dash(string(e.Lane)), dash(string(e.Channel)),
-			e.Reason, e.ParkedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.MessageID, dash(e.Tenant), dash(e.Kind), dash(string(e.Lane)),
+			dash(string(e.Channel)), e.Reason, e.ParkedAt.UTC().Format(time.RFC3339))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -93,7 +112,7 @@ func parkedRequeue(cmd *command, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer closeStore()
-	n, err := svc.Requeue(ctx, *f.tenant, messageID)
+	n, err := svc.Requeue(ctx, f.scope(), messageID)
 	switch {
 	case errors.Is(err, parked.ErrNotFound):
 		return fmt.Errorf("%s is not parked", messageID)
@@ -102,6 +121,47 @@ func parkedRequeue(cmd *command, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintf(stdout, "requeued %d\n", n)
 	return nil
+}
+
+func parkedDiscard(cmd *command, args []string, stdout, stderr io.Writer) error {
+	fs, f := newParkedFlags(cmd)
+	reason := fs.String("reason", "", "why it can never be sent, kept in the audit (required, at most 500 characters)")
+	pos, err := parse(cmd, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf(cmd, "%s: give one MESSAGE_ID", cmd.path())
+	}
+	d := parked.Discard{MessageID: pos[0], Reason: *reason, Actor: "cli:" + osUser()}
+	if err := d.Validate(); err != nil {
+		detail, _ := strings.CutPrefix(err.Error(), parked.ErrReason.Error()+": ")
+		return usageErrorf(cmd, "%s: --reason: %s", cmd.path(), detail)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	svc, closeStore, err := openParked(ctx, f, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	switch err := svc.Discard(ctx, f.scope(), d); {
+	case errors.Is(err, parked.ErrNotFound):
+		return fmt.Errorf("%s is not parked", d.MessageID)
+	case err != nil:
+		return fmt.Errorf("discard: %w", err)
+	}
+	fmt.Fprintf(stdout, "discarded %s\n", d.MessageID)
+	return nil
+}
+
+// osUser names the person running the CLI for the discard audit: the OS
+// user name, or the user id when it has none.
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return "uid-" + strconv.Itoa(os.Getuid())
 }
 
 // openParked loads the configuration, opens its existing database and
