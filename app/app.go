@@ -67,6 +67,9 @@ type App struct {
 	alerts   alert.Sink
 	clock    clock.Clock
 	parked   parked.Service
+	// rabbit is the rabbitmq transport's relays and consumers, one of each
+	// per lane; nil with transport db.
+	rabbit []rabbitLane
 }
 
 // New opens the store and wires every component. It does not start anything.
@@ -110,6 +113,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	a.metrics = metrics.New(a.store.OutboxBacklog)
+	a.metrics.Declare(knownSeries(cfg, cat))
 	a.sender = sender.New(sender.Config{
 		Store: a.store, Providers: a.registry, Catalog: cat, Clock: a.clock,
 		Retry: sender.RetryPolicy{
@@ -123,7 +127,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	for _, k := range cfg.APIKeys {
 		keys[k.Key] = k.Tenant
 	}
-	a.handler = httpapi.New(httpapi.Config{
+	if cfg.Transport == "rabbitmq" {
+		a.rabbit = a.newRabbitMQ()
+	}
+	a.handler = a.withReadiness(httpapi.New(httpapi.Config{
 		Keys: auth.NewKeys(keys),
 		Intake: &intake.Handler{
 			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(),
@@ -135,7 +142,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Metrics:  a.metrics,
 		Logger:   a.logger,
 		Draining: &a.draining,
-	})
+	}))
 	a.listener = opts.Listener
 	return a, nil
 }
@@ -300,14 +307,19 @@ func OpenParked(ctx context.Context, cfg *config.Config, logger *slog.Logger) (s
 	return Parked(cfg, st, logger), st.Close, nil
 }
 
-// runRabbitMQ starts, per lane, a relay with its publisher and a consumer
-// that hands messages to the sender. The relays stop first when work ends;
-// their publishers stay connected until the relays have settled the batches
-// in flight.
-func (a *App) runRabbitMQ(work context.Context, wg *sync.WaitGroup) {
+// rabbitLane is one lane's share of the rabbitmq transport: a relay with
+// its publisher, and a consumer that hands messages to the sender.
+type rabbitLane struct {
+	lane  heraldtype.Lane
+	pub   *rabbitmq.Publisher
+	relay *dispatch.Relay
+	cons  *rabbitmq.Consumer
+}
+
+// newRabbitMQ builds, per lane, a relay with its publisher and a consumer.
+func (a *App) newRabbitMQ() []rabbitLane {
 	topo := Topology(a.cfg)
-	pubCtx, stopPub := context.WithCancel(context.Background())
-	var relays sync.WaitGroup
+	var lanes []rabbitLane
 	for _, lane := range heraldtype.Lanes {
 		pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{
 			URL: a.cfg.RabbitMQURL, Name: fmt.Sprintf("herald-relay-%s-%s", lane, a.owner), Topology: topo,
@@ -322,13 +334,25 @@ func (a *App) runRabbitMQ(work context.Context, wg *sync.WaitGroup) {
 		cons := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{
 			URL: a.cfg.RabbitMQURL, Name: fmt.Sprintf("herald-consumer-%s-%s", lane, a.owner), Lane: lane, Topology: topo,
 			Sender: a.sender, Concurrency: a.cfg.LaneConcurrency(lane), Prefetch: a.cfg.LanePrefetch(lane),
-			ConfirmTimeout: a.cfg.RabbitMQ.ConfirmTimeout.D(), Logger: a.logger, Metrics: a.metrics,
+			ConfirmTimeout: a.cfg.RabbitMQ.ConfirmTimeout.D(), Logger: a.logger, Metrics: a.metrics, Alerts: a.alerts,
 		})
+		lanes = append(lanes, rabbitLane{lane: lane, pub: pub, relay: relay, cons: cons})
+	}
+	return lanes
+}
+
+// runRabbitMQ starts every lane's relay, publisher and consumer. The relays
+// stop first when work ends; their publishers stay connected until the
+// relays have settled the batches in flight.
+func (a *App) runRabbitMQ(work context.Context, wg *sync.WaitGroup) {
+	pubCtx, stopPub := context.WithCancel(context.Background())
+	var relays sync.WaitGroup
+	for _, rl := range a.rabbit {
 		wg.Add(3)
 		relays.Add(1)
-		go func() { defer wg.Done(); pub.Run(pubCtx) }()
-		go func() { defer wg.Done(); defer relays.Done(); relay.Run(work) }()
-		go func() { defer wg.Done(); cons.Run(work) }()
+		go func() { defer wg.Done(); rl.pub.Run(pubCtx) }()
+		go func() { defer wg.Done(); defer relays.Done(); rl.relay.Run(work) }()
+		go func() { defer wg.Done(); rl.cons.Run(work) }()
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); relays.Wait(); stopPub() }()

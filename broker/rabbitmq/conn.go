@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -58,11 +59,50 @@ func redact(rawURL string) string {
 	return u.Redacted()
 }
 
+// Status is whether a component's broker connection is up, for readiness.
+type Status struct {
+	// Connected: the component is connected and working (its channel open,
+	// the topology declared, consuming or in confirm mode).
+	Connected bool
+	// Err is why it is not, once a try failed: the last connection or
+	// channel error, its URL without the password. Nil while the first try
+	// is under way.
+	Err error
+}
+
+// link is a component's Status, kept by session and the session function.
+type link struct {
+	mu     sync.Mutex
+	status Status
+}
+
+func (l *link) up() { l.set(Status{Connected: true}) }
+
+func (l *link) down(err error) { l.set(Status{Err: err}) }
+
+func (l *link) set(s Status) {
+	l.mu.Lock()
+	l.status = s
+	l.mu.Unlock()
+}
+
+func (l *link) get() Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.status
+}
+
+// errStopped is the Status error of a component whose Run has returned.
+var errStopped = errors.New("rabbitmq: stopped")
+
 // session keeps one connection up for fn: it dials, runs fn with the
 // connection, and when fn returns an error (the connection or a channel
 // broke) it closes the connection, waits with backoff and dials again. It
-// returns when ctx is done or fn returns nil.
-func session(ctx context.Context, logger *slog.Logger, rawURL, name string, fn func(ctx context.Context, conn *amqp.Connection) error) {
+// returns when ctx is done or fn returns nil. fn marks lk up once it is
+// working; session marks it down whenever a dial or fn fails, and when it
+// returns.
+func session(ctx context.Context, logger *slog.Logger, rawURL, name string, lk *link, fn func(ctx context.Context, conn *amqp.Connection) error) {
+	defer lk.down(errStopped)
 	wait := time.Duration(0)
 	for ctx.Err() == nil {
 		if wait > 0 && !clock.Sleep(ctx, wait) {
@@ -73,6 +113,7 @@ func session(ctx context.Context, logger *slog.Logger, rawURL, name string, fn f
 			if ctx.Err() != nil {
 				return
 			}
+			lk.down(err)
 			wait = nextWait(wait)
 			logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: connect failed",
 				slog.String("component", name), slog.Duration("retry_in", wait), slog.Any("error", err))
@@ -84,6 +125,7 @@ func session(ctx context.Context, logger *slog.Logger, rawURL, name string, fn f
 		if err == nil || ctx.Err() != nil {
 			return
 		}
+		lk.down(err)
 		if time.Since(started) > 5*time.Second {
 			wait = 0 // it was up for a while: redial at once, then back off
 		}

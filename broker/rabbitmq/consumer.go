@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
@@ -45,8 +46,27 @@ type ConsumerConfig struct {
 	ConfirmTimeout time.Duration
 	Logger         *slog.Logger
 	Metrics        *metrics.Metrics
-	Hooks          ConsumerHooks
+	// Alerts receives the PARKED alert of a message the consumer parks
+	// itself (a body that is not a job); the sender alerts for its own.
+	// Defaults to logging them.
+	Alerts alert.Sink
+	Hooks  ConsumerHooks
 }
+
+// What a consumer did with a message, counted in herald_dispatch_total's
+// result label.
+const (
+	ActionAcked       = "acked"        // the sender is done with it
+	ActionRetryQueued = "retry_queued" // a copy waits in the retry queue
+	ActionParked      = "parked"       // a copy waits in the parking queue
+	ActionRequeued    = "requeued"     // given back to its queue (shutdown, a copy not confirmed)
+	ActionBackoff     = "backoff"      // nothing was decided; a copy waits for the dispatcher's backoff
+	ActionAckLost     = "ack_lost"     // the ack did not reach the broker; it redelivers
+)
+
+// ConsumerResults are the results a consumer counts, exported at 0 from
+// the start.
+var ConsumerResults = []string{ActionAcked, ActionRetryQueued, ActionParked, ActionRequeued, ActionBackoff, ActionAckLost}
 
 // Consumer reads one lane's queue and hands every message to the sender.
 // It acks a message only after the sender returned (so after the delivery's
@@ -65,13 +85,17 @@ type ConsumerConfig struct {
 //
 // A body that is not a job is parked (MALFORMED_BODY), never dropped.
 type Consumer struct {
-	cfg ConsumerConfig
+	cfg  ConsumerConfig
+	link link
 }
 
 // NewConsumer returns a consumer; Run starts it.
 func NewConsumer(cfg ConsumerConfig) *Consumer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Alerts == nil {
+		cfg.Alerts = alert.Log{Logger: cfg.Logger}
 	}
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 1
@@ -94,8 +118,12 @@ func NewConsumer(cfg ConsumerConfig) *Consumer {
 // settle, and closes; prefetched messages it never started go back to the
 // queue with the connection.
 func (c *Consumer) Run(ctx context.Context) {
-	session(ctx, c.cfg.Logger, c.cfg.URL, c.cfg.Name, c.consume)
+	session(ctx, c.cfg.Logger, c.cfg.URL, c.cfg.Name, &c.link, c.consume)
 }
+
+// Status reports whether the consumer is connected and consuming, and if
+// not, why.
+func (c *Consumer) Status() Status { return c.link.get() }
 
 func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
@@ -121,6 +149,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", c.cfg.Topology.Queue(c.cfg.Lane), err)
 	}
+	c.link.up()
 	c.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rabbitmq: consumer connected",
 		slog.String("component", c.cfg.Name), slog.String("lane", string(c.cfg.Lane)))
 
@@ -162,8 +191,11 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer, d amqp.Delivery, kill func()) {
 	var job heraldtype.Job
 	var res sender.Result
+	malformed := false
 	if err := json.Unmarshal(d.Body, &job); err != nil || job.MessageID == "" {
-		job = heraldtype.Job{MessageID: d.MessageId, Lane: c.cfg.Lane}
+		malformed = true
+		tenant, _ := d.Headers[HeaderTenant].(string)
+		job = heraldtype.Job{MessageID: d.MessageId, Tenant: tenant, Lane: c.cfg.Lane}
 		res = sender.Result{Verdict: sender.Park, Reason: ReasonMalformed}
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: parking a message that is not a job",
 			slog.String("message_id", d.MessageId), slog.String("lane", string(c.cfg.Lane)))
@@ -174,27 +206,32 @@ func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer
 	// From here on shutdown does not interrupt: the result is written and
 	// only the broker's side of it remains.
 	wctx := context.WithoutCancel(ctx)
-	action, requeue := "acked", false
+	action, requeue := ActionAcked, false
 	var err error
 	switch res.Verdict {
 	case sender.Done:
 	case sender.Retry:
-		action = "retry_queued"
+		action = ActionRetryQueued
 		err = c.republish(wctx, conf, d, c.cfg.Topology.RetryExchange(),
 			c.cfg.Topology.RetryKey(c.cfg.Lane, c.cfg.Topology.RetryTier(res.Delay)), nil)
 	case sender.Park:
-		action = "parked"
+		action = ActionParked
 		err = c.republish(wctx, conf, d, c.cfg.Topology.ParkingExchange(), ParkedKey, amqp.Table{
 			HeaderFailureReason: res.Reason, HeaderParkedAt: time.Now().UTC().Format(time.RFC3339Nano),
 		})
+		if err == nil && malformed {
+			// The sender alerts for what it parks; this one never reached it.
+			c.cfg.Metrics.Alert(alert.Parked)
+			c.cfg.Alerts.Alert(wctx, alert.Alert{Kind: alert.Parked, MessageID: job.MessageID, Tenant: job.Tenant, Reason: res.Reason})
+		}
 	default: // Backoff: nothing was decided.
 		if ctx.Err() != nil {
-			action, requeue = "requeued", true
+			action, requeue = ActionRequeued, true
 			break
 		}
 		n := headerInt(d.Headers, HeaderBackoffs) + 1
 		delay := dispatch.Backoff(n)
-		action = "backoff"
+		action = ActionBackoff
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: send attempt failed, backing off",
 			slog.String("message_id", job.MessageID), slog.Int("attempt", n), slog.Duration("delay", delay), slog.Any("error", res.Err))
 		err = c.republish(wctx, conf, d, c.cfg.Topology.RetryExchange(),
@@ -206,7 +243,7 @@ func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer
 		// message that keeps coming back.)
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: could not publish "+action+" copy; returning message to its queue",
 			slog.String("message_id", job.MessageID), slog.Any("error", err))
-		action, requeue = "requeued", true
+		action, requeue = ActionRequeued, true
 	}
 	if h := c.cfg.Hooks.BeforeAck; h != nil {
 		h(job, res, kill)
@@ -219,7 +256,7 @@ func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer
 	if err != nil {
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: ack failed; the broker will redeliver",
 			slog.String("message_id", job.MessageID), slog.Any("error", err))
-		action = "ack_lost"
+		action = ActionAckLost
 	}
 	c.cfg.Metrics.Dispatch(c.cfg.Lane, action)
 	if h := c.cfg.Hooks.AfterSettle; h != nil {

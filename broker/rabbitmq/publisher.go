@@ -35,6 +35,7 @@ type Publisher struct {
 	mu    sync.Mutex
 	cur   *confirmer
 	ready chan struct{} // closed while cur is usable
+	link  link
 }
 
 var _ dispatch.Publisher = (*Publisher)(nil)
@@ -58,7 +59,7 @@ func NewPublisher(cfg PublisherConfig) *Publisher {
 // backoff after a broker restart or a lost connection. It declares the
 // topology on every connect (idempotent).
 func (p *Publisher) Run(ctx context.Context) {
-	session(ctx, p.cfg.Logger, p.cfg.URL, p.cfg.Name, func(ctx context.Context, conn *amqp.Connection) error {
+	session(ctx, p.cfg.Logger, p.cfg.URL, p.cfg.Name, &p.link, func(ctx context.Context, conn *amqp.Connection) error {
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		ch, err := conn.Channel()
 		if err != nil {
@@ -75,6 +76,7 @@ func (p *Publisher) Run(ctx context.Context) {
 		p.cur = c
 		close(p.ready)
 		p.mu.Unlock()
+		p.link.up()
 		p.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rabbitmq: publisher connected", slog.String("component", p.cfg.Name))
 
 		var cause error
@@ -92,6 +94,9 @@ func (p *Publisher) Run(ctx context.Context) {
 		return cause
 	})
 }
+
+// Status reports whether the publisher is connected, and if not, why.
+func (p *Publisher) Status() Status { return p.link.get() }
 
 // Ready blocks until the publisher is connected.
 func (p *Publisher) Ready(ctx context.Context) error {
