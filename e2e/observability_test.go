@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -22,8 +23,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/heraldhq/herald"
+	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/store/sqlite"
 )
 
@@ -193,13 +197,8 @@ func runNoPersonalData(t *testing.T, database string, enqueue enqueueFunc) {
 	unhold := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(unhold) // before the sink closes: cleanups run last-in first-out
 
-	dir := t.TempDir()
-	addr := freeAddr(t)
-	cfgPath := filepath.Join(dir, "herald.yaml")
-	writeFile(t, cfgPath, strings.NewReplacer("$LISTEN", addr, "$DATABASE", database, "$SINK", sinkURL).Replace(piiConfig))
-	srv := newServer(t, cfgPath, addr)
-	srv.start()
-	addr = srv.addr // start moves herald if another process took the port
+	srv := startConfigured(t, piiConfig, "$DATABASE", database, "$SINK", sinkURL)
+	addr := srv.addr
 	const key = "clinic-key"
 
 	profile := func(recipient string, body map[string]any) {
@@ -345,11 +344,25 @@ func runNoPersonalData(t *testing.T, database string, enqueue enqueueFunc) {
 			t.Errorf("no log line for the %s decision; the capture missed a path that logs", reason)
 		}
 	}
+	// Each move to RETRY_WAIT is logged with its reason code and next
+	// attempt time (the 429 once, the 401s until the last try).
+	waits := map[string]int{}
+	for _, rec := range logLinesWith(recs, "msg", "sender: delivery waits for a retry") {
+		if rec["level"] != "WARN" || rec["tenant"] != "clinic" || rec["lane"] != "transactional" || rec["channel"] != "webhook" ||
+			rec["attempt"] == "" || rec["next_attempt_at"] == "" {
+			t.Errorf("retry-wait line without its ids, attempt or next attempt time: %v", rec)
+		}
+		waits[rec["reason"]]++
+	}
+	if waits["HTTP_429"] != 1 || waits["HTTP_401"] != 2 {
+		t.Errorf("retry-wait lines by reason %v, want HTTP_429 once and HTTP_401 twice (quick 2 + slow 1, the last exhausted)", waits)
+	}
 	if len(logLinesWith(recs, "msg", "herald: stopped")) != 1 {
 		t.Errorf("the shutdown was not logged once:\n%s", srv.tail())
 	}
 	checkAlertLines(t, recs, []string{
 		"OUTBOX_EXPIRED " + expiringMsg + " clinic EXPIRED",
+		"PARKED " + parkedID + ".webhook clinic UNKNOWN_KIND",
 		"RETRY_EXHAUSTED " + firstKey(want, "RETRY_EXHAUSTED/HTTP_401") + ".webhook clinic HTTP_401",
 		"UNKNOWN_OUTCOME " + firstKey(want, "UNKNOWN/HTTP_503") + ".webhook clinic HTTP_503",
 	})
@@ -453,13 +466,8 @@ func TestMetricsTheREADMELists(t *testing.T) {
 	unhold := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(unhold)
 
-	dir := t.TempDir()
-	addr := freeAddr(t)
-	cfgPath := filepath.Join(dir, "herald.yaml")
-	writeFile(t, cfgPath, strings.NewReplacer("$LISTEN", addr, "$DATABASE", "sqlite:"+filepath.Join(dir, "herald.db"), "$SINK", sinkURL).Replace(metricsConfig))
-	srv := newServer(t, cfgPath, addr)
-	srv.start()
-	addr = srv.addr // start moves herald if another process took the port
+	srv := startConfigured(t, metricsConfig, "$DATABASE", "sqlite:"+filepath.Join(t.TempDir(), "herald.db"), "$SINK", sinkURL)
+	addr := srv.addr
 	const key = "shop-key"
 
 	// Before any traffic.
@@ -471,11 +479,25 @@ func TestMetricsTheREADMELists(t *testing.T) {
 		}
 	}
 	sort.Strings(absent)
-	// Issue 15 will make every README metric present from the start (at 0
-	// for the series that are known in advance); tighten this to "none
-	// absent" then. Today only the acceptance counter and the backlog gauge
-	// are there before the first event.
-	t.Logf("README metrics absent before any traffic (issue 15): %s", strings.Join(absent, ", "))
+	if len(absent) > 0 {
+		t.Errorf("README metrics absent before any traffic: %s", strings.Join(absent, ", "))
+	}
+	// Every series whose labels the config decides is there, at 0.
+	for name, n := range seriesWanted {
+		if got := len(before[name].GetMetric()); got != n {
+			t.Errorf("before traffic: %s has %d series, want %d (every known label set at 0)", name, got, n)
+		}
+		for _, m := range before[name].GetMetric() {
+			if v := sampleValue(m); v != 0 {
+				t.Errorf("before traffic: %s%s = %v, want 0", name, fmtLabels(labelsOf(m)), v)
+			}
+		}
+	}
+	for _, code := range []string{"202", "400", "401", "409", "413", "422", "503"} {
+		if v, ok := metricValue(before, "herald_intake_responses_total", map[string]string{"code": code}); !ok || v != 0 {
+			t.Errorf("before traffic: herald_intake_responses_total{code=%q} = %v (present %v), want 0", code, v, ok)
+		}
+	}
 	for _, l := range readmeLanes {
 		if v, ok := metricValue(before, "herald_notifications_accepted_total", map[string]string{"lane": l}); !ok || v != 0 {
 			t.Errorf("before traffic: herald_notifications_accepted_total{lane=%q} = %v (present %v), want 0", l, v, ok)
@@ -604,7 +626,7 @@ func TestMetricsTheREADMELists(t *testing.T) {
 		}
 		return m
 	}
-	for _, w := range []want{
+	wants := []want{
 		{"herald_notifications_accepted_total", l("lane", "transactional"), 4},
 		{"herald_notifications_accepted_total", l("lane", "internal"), 3},
 		{"herald_notifications_accepted_total", l("lane", "marketing"), 1},
@@ -628,17 +650,27 @@ func TestMetricsTheREADMELists(t *testing.T) {
 		{"herald_outbox_backlog", l("lane", "transactional"), 0},
 		{"herald_outbox_backlog", l("lane", "marketing"), 0},
 		{"herald_outbox_backlog", l("lane", "internal"), 0},
-	} {
+	}
+	for _, w := range wants {
 		if v, ok := metricValue(after, w.name, w.labels); !ok || v != w.value {
 			t.Errorf("%s%s = %v (present %v), want %v", w.name, fmtLabels(w.labels), v, ok, w.value)
 		}
 	}
-	for name, fam := range map[string]*dto.MetricFamily{
-		"herald_deliveries_total": after["herald_deliveries_total"], "herald_dispatch_total": after["herald_dispatch_total"],
-		"herald_alerts_total": after["herald_alerts_total"], "herald_provider_call_seconds": after["herald_provider_call_seconds"],
-	} {
-		if n := len(fam.GetMetric()); n != seriesWanted[name] {
-			t.Errorf("%s has %d series, want %d (a count went to the wrong labels)", name, n, seriesWanted[name])
+	// Every other series of the labelled metrics stayed at 0, and no label
+	// set appeared that was not known from the start.
+	for name, n := range seriesWanted {
+		fam := after[name]
+		if got := len(fam.GetMetric()); got != n {
+			t.Errorf("%s has %d series, want %d (a count went to labels not known at start)", name, got, n)
+		}
+		for _, m := range fam.GetMetric() {
+			labels := labelsOf(m)
+			if slices.ContainsFunc(wants, func(w want) bool { return w.name == name && maps.Equal(w.labels, labels) }) {
+				continue
+			}
+			if v := sampleValue(m); v != 0 {
+				t.Errorf("%s%s = %v, want 0 (a count went to the wrong labels)", name, fmtLabels(labels), v)
+			}
 		}
 	}
 	// The held call's latency is in the histogram: its sum is at least as
@@ -652,11 +684,31 @@ func TestMetricsTheREADMELists(t *testing.T) {
 	}
 }
 
-// seriesWanted is how many series each labelled metric has after
-// TestMetricsTheREADMELists' traffic.
+// seriesWanted is how many series each labelled metric has, from the first
+// scrape on, under metricsConfig: every label set the config makes known.
 var seriesWanted = map[string]int{
-	"herald_deliveries_total":      6,
-	"herald_dispatch_total":        3,
-	"herald_alerts_total":          1,
-	"herald_provider_call_seconds": 2,
+	// (transactional, webhook), (internal, webhook), (marketing, push) × every state.
+	"herald_deliveries_total": 3 * len(metrics.DeliveryStates),
+	// Every lane × the db transport's results.
+	"herald_dispatch_total": len(readmeLanes) * len(dispatch.ClaimerResults),
+	"herald_alerts_total":   len(alert.Kinds),
+	// shop-hook and push-sim × the four classes.
+	"herald_provider_call_seconds": 2 * 4,
+}
+
+// labelsOf is a sample's labels, name → value.
+func labelsOf(m *dto.Metric) map[string]string {
+	out := map[string]string{}
+	for _, lp := range m.GetLabel() {
+		out[lp.GetName()] = lp.GetValue()
+	}
+	return out
+}
+
+// sampleValue is a counter's value or a histogram's sample count.
+func sampleValue(m *dto.Metric) float64 {
+	if h := m.GetHistogram(); h != nil {
+		return float64(h.GetSampleCount())
+	}
+	return m.GetCounter().GetValue()
 }
