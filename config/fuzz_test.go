@@ -2,11 +2,14 @@ package config_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/config"
 )
 
@@ -62,6 +65,52 @@ func FuzzConfig(f *testing.F) {
 		}
 		for _, p := range problems {
 			if !namesAKey.MatchString(p) {
+				t.Fatalf("error %q: %q names no key\ninput:\n%s", msg, p, raw)
+			}
+		}
+	})
+}
+
+// namesAKindsKey is namesAKey for a kinds file, whose one key is kinds.
+var namesAKindsKey = regexp.MustCompile(`^(` +
+	`(line \d+: )?kinds([.\[].*?)?: .+` +
+	`|line \d+: (unknown|duplicate) key ".*"( \(first at line \d+\))?` +
+	`|line \d+: the file must be a mapping of keys to values .+` +
+	`|line \d+: a key must be a name, not .+` +
+	`|yaml: .+` +
+	`)$`)
+
+// FuzzKindsFile feeds any bytes to LoadKinds as a kinds file: it never
+// panics; every error names the file and then the key it is about (or the
+// line); and kinds it accepts compile in the catalog, as herald serve and
+// herald.NewClient compile them, so the file's check refuses every
+// template the catalog would.
+func FuzzKindsFile(f *testing.F) {
+	f.Add([]byte(kindsText))
+	f.Add([]byte("kinds:\n  - {name: a, category: alert, channels: [sms], templates: {sms: {title: \"{{.x}}\", body: \"{{if .y}}{{end}}\"}}}\n"))
+	path := filepath.Join(f.TempDir(), "kinds.yaml")
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if err := os.WriteFile(path, raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		kinds, err := config.LoadKinds(path)
+		if err == nil {
+			if _, err := catalog.New(kinds); err != nil {
+				t.Fatalf("LoadKinds accepted kinds the catalog refuses: %v\ninput:\n%s", err, raw)
+			}
+			return
+		}
+		msg := err.Error()
+		rest, ok := strings.CutPrefix(msg, "config: "+path+": ")
+		if !ok {
+			t.Fatalf("error %q does not start with \"config: %s: \"", msg, path)
+		}
+		problems := []string{rest}
+		if pe, ok := errors.AsType[*config.ParseError](err); ok {
+			problems = pe.Problems
+		}
+		for _, p := range problems {
+			if !namesAKindsKey.MatchString(p) {
 				t.Fatalf("error %q: %q names no key\ninput:\n%s", msg, p, raw)
 			}
 		}
