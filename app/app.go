@@ -297,16 +297,6 @@ func Parked(cfg *config.Config, st store.Store, logger *slog.Logger) parked.Serv
 	return parked.DB{Store: st}
 }
 
-// OpenParked opens cfg's store and returns its parked-message service, for
-// the CLI; close releases the store.
-func OpenParked(ctx context.Context, cfg *config.Config, logger *slog.Logger) (svc parked.Service, closeFn func() error, err error) {
-	st, err := openStore(ctx, cfg, clock.Real{}, logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	return Parked(cfg, st, logger), st.Close, nil
-}
-
 // rabbitLane is one lane's share of the rabbitmq transport: a relay with
 // its publisher, and a consumer that hands messages to the sender.
 type rabbitLane struct {
