@@ -2,9 +2,7 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,26 +57,25 @@ SELECT message_id, notification_id, tenant, channel, 'PROVIDER_ACCEPTED', 1, cre
 	}
 	cursor := time.Date(2030, 1, 3, 0, 0, 0, 0, time.UTC)
 	since := time.Date(2030, 1, 2, 0, 0, 0, 0, time.UTC)
-	for _, stmt := range []struct{ name, sql string }{{"list", qNotificationList}, {"by_recipient", qNotificationListByRecipient}} {
-		// A prepared statement, planned generically, as a pooled
-		// connection's statement cache ends up running it.
-		if _, err := conn.Exec(ctx, "PREPARE "+stmt.name+" AS "+stmt.sql); err != nil {
-			t.Fatalf("prepare %s: %v", stmt.name, err)
-		}
-	}
 	for name, q := range map[string]struct {
-		stmt string
+		sql  string
 		args []any
 		// walk: the index the statement walks backwards and stops in.
 		walk string
 	}{
-		"FirstPage":          {"list", []any{nil, "big", "", "", "", nil, nil, "", 51}, "notifications_tenant_created"},
-		"NextPage":           {"list", []any{nil, "big", "", "", "", nil, &cursor, "ntf_00021600", 51}, "notifications_tenant_created"},
-		"KindStateSince":     {"list", []any{nil, "big", "", "k1", "PENDING", &since, &cursor, "ntf_00021600", 51}, "notifications_tenant_created"},
-		"Recipient":          {"by_recipient", []any{nil, "big", "hot", "", "", nil, nil, "", 51}, "notifications_tenant_recipient_created"},
-		"RecipientNextState": {"by_recipient", []any{nil, "big", "r10", "k2", "UNKNOWN", &since, &cursor, "ntf_00021600", 51}, "notifications_tenant_recipient_created"},
+		"FirstPage":          {qNotificationList, []any{nil, "big", "", "", "", nil, nil, "", 51}, "notifications_tenant_created"},
+		"NextPage":           {qNotificationList, []any{nil, "big", "", "", "", nil, &cursor, "ntf_00021600", 51}, "notifications_tenant_created"},
+		"KindStateSince":     {qNotificationList, []any{nil, "big", "", "k1", "PENDING", &since, &cursor, "ntf_00021600", 51}, "notifications_tenant_created"},
+		"Recipient":          {qNotificationListByRecipient, []any{nil, "big", "hot", "", "", nil, nil, "", 51}, "notifications_tenant_recipient_created"},
+		"RecipientNextState": {qNotificationListByRecipient, []any{nil, "big", "r10", "k2", "UNKNOWN", &since, &cursor, "ntf_00021600", 51}, "notifications_tenant_recipient_created"},
 	} {
-		r, err := conn.Query(ctx, "EXPLAIN EXECUTE "+q.stmt+"("+literals(q.args)+")")
+		// A prepared statement, planned generically, as a pooled
+		// connection's statement cache ends up running it.
+		execute, err := explainExecute(ctx, conn, "list_"+name, q.sql, q.args)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		r, err := conn.Query(ctx, execute)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -110,24 +107,4 @@ func indexCondNames(plan, col string) bool {
 		}
 	}
 	return false
-}
-
-// literals writes args as SQL literals (EXECUTE takes no bind parameters).
-func literals(args []any) string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		switch a := a.(type) {
-		case nil:
-			out[i] = "NULL"
-		case string:
-			out[i] = "'" + strings.ReplaceAll(a, "'", "''") + "'"
-		case int:
-			out[i] = strconv.Itoa(a)
-		case *time.Time:
-			out[i] = "'" + a.Format(time.RFC3339Nano) + "'"
-		default:
-			panic(fmt.Sprintf("literals: %T", a))
-		}
-	}
-	return strings.Join(out, ", ")
 }

@@ -2,12 +2,14 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testpg"
@@ -71,22 +73,69 @@ SELECT id || '.sms', id, 't', 'sms', 'PROVIDER_ACCEPTED', 1, now(), now() FROM n
 		"settle": {qDeliveryRecordSettle, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1,
 			rows[0].NotificationID, "webhook", rows[0].Fence.Token}, []string{"deliveries_message_id", "outbox_pkey"}},
 	} {
-		r, err := conn.Query(ctx, "EXPLAIN "+q.sql, q.args...)
+		// Both plans a pooled connection can run: the custom one, planned
+		// with the values (EXPLAIN with bind parameters), and the generic
+		// one its statement cache settles on (a prepared statement run
+		// under force_generic_plan).
+		execute, err := explainExecute(ctx, conn, "plan_"+name, q.sql, q.args)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		plan, err := pgx.CollectRows(r, pgx.RowTo[string])
-		if err != nil {
-			t.Fatalf("%s: read the plan: %v", name, err)
-		}
-		text := strings.Join(plan, "\n")
-		if strings.Contains(text, "outbox_leased") || strings.Contains(text, "deliveries_sending") {
-			t.Errorf("%s is driven by a partial index of leased rows:\n%s", name, text)
-		}
-		for _, index := range q.want {
-			if !strings.Contains(text, "Index Scan using "+index+" on ") {
-				t.Errorf("%s does not find its row by %s:\n%s", name, index, text)
+		for _, how := range []struct{ kind, sql string }{
+			{"custom", "EXPLAIN " + q.sql},
+			{"generic", execute},
+		} {
+			var args []any
+			if how.kind == "custom" {
+				args = q.args
+			}
+			r, err := conn.Query(ctx, how.sql, args...)
+			if err != nil {
+				t.Fatalf("%s (%s plan): %v", name, how.kind, err)
+			}
+			plan, err := pgx.CollectRows(r, pgx.RowTo[string])
+			if err != nil {
+				t.Fatalf("%s (%s plan): read the plan: %v", name, how.kind, err)
+			}
+			text := strings.Join(plan, "\n")
+			if how.kind == "generic" && !strings.Contains(text, "$") {
+				t.Errorf("%s: the generic plan shows no parameter, so it is not generic:\n%s", name, text)
+			}
+			if strings.Contains(text, "outbox_leased") || strings.Contains(text, "deliveries_sending") {
+				t.Errorf("%s (%s plan) is driven by a partial index of leased rows:\n%s", name, how.kind, text)
+			}
+			for _, index := range q.want {
+				if !strings.Contains(text, "Index Scan using "+index+" on ") {
+					t.Errorf("%s (%s plan) does not find its row by %s:\n%s", name, how.kind, index, text)
+				}
 			}
 		}
 	}
+}
+
+// explainExecute prepares sql as name on conn and returns the statement
+// that EXPLAINs its execution with args. EXPLAIN EXECUTE takes no bind
+// parameters, so each arg is written as a literal of its parameter's type,
+// by PostgreSQL itself (quote_nullable of the value cast to text).
+func explainExecute(ctx context.Context, conn *pgxpool.Conn, name, sql string, args []any) (string, error) {
+	name = strings.ToLower(name) // as PostgreSQL folds the unquoted name
+	if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+sql); err != nil {
+		return "", fmt.Errorf("prepare: %w", err)
+	}
+	var types []string
+	if err := conn.QueryRow(ctx, `SELECT array_agg(format_type(t, NULL) ORDER BY i)
+FROM pg_prepared_statements, unnest(parameter_types::oid[]) WITH ORDINALITY AS p(t, i) WHERE name = $1`, name).Scan(&types); err != nil {
+		return "", fmt.Errorf("parameter types: %w", err)
+	}
+	if len(types) != len(args) {
+		return "", fmt.Errorf("%d parameters, %d args", len(types), len(args))
+	}
+	literals := make([]string, len(args))
+	for i, a := range args {
+		if err := conn.QueryRow(ctx, "SELECT quote_nullable(($1::"+types[i]+")::text)", a).Scan(&literals[i]); err != nil {
+			return "", fmt.Errorf("parameter %d as %s: %w", i+1, types[i], err)
+		}
+		literals[i] += "::" + types[i]
+	}
+	return "EXPLAIN EXECUTE " + name + "(" + strings.Join(literals, ", ") + ")", nil
 }
