@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,16 +18,12 @@ import (
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/broker/rabbitmq"
-	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/httpapi"
 	"github.com/heraldhq/herald/internal/testmq"
-	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/store"
-	"github.com/heraldhq/herald/store/postgres"
-	"github.com/heraldhq/herald/store/sqlite"
 )
 
 // The parked-message endpoints through HTTP: on SQLite and PostgreSQL, with
@@ -70,47 +65,27 @@ func onEachStoreParked(t *testing.T, service func(t *testing.T, st store.Store) 
 	}
 }
 
+// setupParked serves the router with svc over a store of driver, the one
+// the everyday tests open (setupEveryday), with its fake clock.
 func setupParked(t *testing.T, driver string, service func(t *testing.T, st store.Store) parked.Service) *parkedEnv {
 	t.Helper()
-	ctx := context.Background()
-	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
-	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
-	var st store.Store
-	switch driver {
-	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	case "postgres":
-		s, err := postgres.Open(ctx, testpg.Schema(t), postgres.Options{Clock: clk, Logger: logger})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
-			t.Errorf("close the store: %v", err)
-		}
-	})
-	var svc parked.Service = parked.DB{Store: st}
+	ev := setupEveryday(t, driver, nil)
+	var svc parked.Service = parked.DB{Store: ev.st}
 	if service != nil {
-		svc = service(t, st)
+		svc = service(t, ev.st)
 	}
-	h := httpapi.New(httpapi.Config{
+	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{
 		Keys:   auth.NewKeys(map[string]string{keyA: "a", keyB: "b"}),
-		Lookup: &lookup.Handler{Store: st, Logger: logger},
+		Lookup: &lookup.Handler{Store: ev.st, Logger: logger},
 		Parked: svc,
-		Store:  st,
+		Store:  ev.st,
 		Logger: logger,
-	})
-	srv := httptest.NewServer(h)
+	}))
 	t.Cleanup(srv.Close)
 	client := srv.Client()
 	client.Timeout = 60 * time.Second // a hung request fails its test
-	return &parkedEnv{bundle: &bundle{url: srv.URL, client: client, clock: clk}, st: st, svc: svc}
+	return &parkedEnv{bundle: &bundle{url: srv.URL, client: client, clock: ev.clock}, st: ev.st, svc: svc}
 }
 
 // park accepts a notification of tenant on one channel and parks its

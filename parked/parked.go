@@ -25,26 +25,17 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
 
-// Entry is one parked message. It carries ids, codes and names only.
+// Entry is one parked message (store.ParkedEntry: ids, codes and names
+// only; Kind is the notification's kind, the one UNKNOWN_KIND could not
+// find).
 //
 // Every field is present in its JSON: notification_id, kind, lane and
 // channel are null when the message does not say (a body that is not a
 // job, on rabbitmq); with db they are always set.
-type Entry struct {
-	MessageID      string
-	NotificationID string
-	Tenant         string
-	// Kind is the notification's kind: the one UNKNOWN_KIND could not find.
-	Kind     string
-	Lane     heraldtype.Lane
-	Channel  heraldtype.Channel
-	Reason   string
-	ParkedAt time.Time
-}
+type Entry store.ParkedEntry
 
 // MarshalJSON writes the listing's fields; the tenant is left out (a tenant
 // lists only its own).
@@ -242,9 +233,4 @@ func notFoundIf(one bool) error {
 }
 
 // FromStore converts a store row.
-func FromStore(r store.ParkedEntry) Entry {
-	return Entry{
-		MessageID: r.MessageID, NotificationID: r.NotificationID, Tenant: r.Tenant, Kind: r.Kind, Lane: r.Lane,
-		Channel: r.Channel, Reason: r.Reason, ParkedAt: r.ParkedAt,
-	}
-}
+func FromStore(r store.ParkedEntry) Entry { return Entry(r) }

@@ -67,28 +67,23 @@ func parkedList(cmd *command, args []string, stdout, stderr io.Writer) error {
 		}
 		scope = parked.Untenanted()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	svc, closeStore, err := openParked(ctx, f, stdout, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	entries, err := svc.List(ctx, scope, *limit)
-	if err != nil {
-		return fmt.Errorf("list parked: %w", err)
-	}
-	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MESSAGE_ID\tTENANT\tKIND\tLANE\tCHANNEL\tREASON\tPARKED_AT")
-	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.MessageID, dash(e.Tenant), dash(e.Kind), dash(string(e.Lane)),
-			dash(string(e.Channel)), e.Reason, e.ParkedAt.UTC().Format(time.RFC3339))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%d parked\n", len(entries))
-	return nil
+	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service) error {
+		entries, err := svc.List(ctx, scope, *limit)
+		if err != nil {
+			return fmt.Errorf("list parked: %w", err)
+		}
+		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "MESSAGE_ID\tTENANT\tKIND\tLANE\tCHANNEL\tREASON\tPARKED_AT")
+		for _, e := range entries {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.MessageID, dash(e.Tenant), dash(e.Kind), dash(string(e.Lane)),
+				dash(string(e.Channel)), e.Reason, e.ParkedAt.UTC().Format(time.RFC3339))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%d parked\n", len(entries))
+		return nil
+	})
 }
 
 func parkedRequeue(cmd *command, args []string, stdout, stderr io.Writer) error {
@@ -105,22 +100,17 @@ func parkedRequeue(cmd *command, args []string, stdout, stderr io.Writer) error 
 	if len(pos) == 1 {
 		messageID = pos[0]
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	svc, closeStore, err := openParked(ctx, f, stdout, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	n, err := svc.Requeue(ctx, f.scope(), messageID)
-	switch {
-	case errors.Is(err, parked.ErrNotFound):
-		return fmt.Errorf("%s is not parked", messageID)
-	case err != nil:
-		return fmt.Errorf("requeue: %w (requeued %d before the error)", err, n)
-	}
-	fmt.Fprintf(stdout, "requeued %d\n", n)
-	return nil
+	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service) error {
+		n, err := svc.Requeue(ctx, f.scope(), messageID)
+		switch {
+		case errors.Is(err, parked.ErrNotFound):
+			return fmt.Errorf("%s is not parked", messageID)
+		case err != nil:
+			return fmt.Errorf("requeue: %w (requeued %d before the error)", err, n)
+		}
+		fmt.Fprintf(stdout, "requeued %d\n", n)
+		return nil
+	})
 }
 
 func parkedDiscard(cmd *command, args []string, stdout, stderr io.Writer) error {
@@ -138,21 +128,16 @@ func parkedDiscard(cmd *command, args []string, stdout, stderr io.Writer) error 
 		detail, _ := strings.CutPrefix(err.Error(), parked.ErrReason.Error()+": ")
 		return usageErrorf(cmd, "%s: --reason: %s", cmd.path(), detail)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	svc, closeStore, err := openParked(ctx, f, stdout, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	switch err := svc.Discard(ctx, f.scope(), d); {
-	case errors.Is(err, parked.ErrNotFound):
-		return fmt.Errorf("%s is not parked", d.MessageID)
-	case err != nil:
-		return fmt.Errorf("discard: %w", err)
-	}
-	fmt.Fprintf(stdout, "discarded %s\n", d.MessageID)
-	return nil
+	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service) error {
+		switch err := svc.Discard(ctx, f.scope(), d); {
+		case errors.Is(err, parked.ErrNotFound):
+			return fmt.Errorf("%s is not parked", d.MessageID)
+		case err != nil:
+			return fmt.Errorf("discard: %w", err)
+		}
+		fmt.Fprintf(stdout, "discarded %s\n", d.MessageID)
+		return nil
+	})
 }
 
 // osUser names the person running the CLI for the discard audit: the OS
@@ -164,21 +149,25 @@ func osUser() string {
 	return "uid-" + strconv.Itoa(os.Getuid())
 }
 
-// openParked loads the configuration, opens its existing database and
-// prints which ("database …, transport …"), and returns the transport's
-// parked-message service and what closes it.
-func openParked(ctx context.Context, f parkedFlags, stdout, stderr io.Writer) (parked.Service, func() error, error) {
+// withParked loads the configuration, opens its existing database and
+// prints which ("database …, transport …"), and runs fn with the
+// transport's parked-message service, within 5 minutes; it returns the
+// error of whichever failed.
+func withParked(f parkedFlags, stdout, stderr io.Writer, fn func(ctx context.Context, svc parked.Service) error) error {
 	cfg, err := load(*f.config)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st, err := openExisting(ctx, cfg, logger)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
+	defer st.Close()
 	fmt.Fprintf(stdout, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
-	return app.Parked(cfg, st, logger), st.Close, nil
+	return fn(ctx, app.Parked(cfg, st, logger))
 }
 
 func dash(s string) string {

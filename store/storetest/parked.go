@@ -246,37 +246,35 @@ func testParked(t *testing.T, h Harness) {
 		if c := claimDelivery(t, b, claimParams("n-none.sms")); c.Claimed {
 			t.Fatal("a copy claimed a discarded message")
 		}
+		// Attempted once: claimed, then its result recorded.
+		attempted := func(id string, state heraldtype.DeliveryState, delay time.Duration) {
+			t.Helper()
+			if c := claimDelivery(t, b, claimParams(id)); !c.Claimed {
+				t.Fatalf("claim %s", id)
+			}
+			if !record(t, b, id, 1, state, delay) {
+				t.Fatalf("record %s %s", id, state)
+			}
+		}
 		// Waiting (RETRY_WAIT): suppressed too.
-		p := claimParams("n-wait.sms")
-		if c := claimDelivery(t, b, p); !c.Claimed {
-			t.Fatal("claim")
-		}
-		if !record(t, b, p.MessageID, 1, heraldtype.DeliveryRetryWait, time.Minute) {
-			t.Fatal("record RETRY_WAIT")
-		}
+		attempted("n-wait.sms", heraldtype.DeliveryRetryWait, time.Minute)
 		if !discard(t, b, copyOf("n-wait")) {
 			t.Fatal("not discarded")
 		}
-		if d := delivery(t, b, p.MessageID); d.State != heraldtype.DeliverySuppressed || d.Reason != store.ReasonDiscarded {
+		if d := delivery(t, b, "n-wait.sms"); d.State != heraldtype.DeliverySuppressed || d.Reason != store.ReasonDiscarded {
 			t.Fatalf("delivery %s(%s), want SUPPRESSED(DISCARDED)", d.State, d.Reason)
 		}
 		// Already sent by another copy: the delivery keeps its result; the
 		// copy's discard is still recorded.
-		p = claimParams("n-sent.sms")
-		if c := claimDelivery(t, b, p); !c.Claimed {
-			t.Fatal("claim")
-		}
-		if !record(t, b, p.MessageID, 1, heraldtype.DeliveryProviderAccepted, 0) {
-			t.Fatal("record PROVIDER_ACCEPTED")
-		}
+		attempted("n-sent.sms", heraldtype.DeliveryProviderAccepted, 0)
 		if !discard(t, b, copyOf("n-sent")) {
 			t.Fatal("the copy's discard was not recorded")
 		}
-		if d := delivery(t, b, p.MessageID); d.State != heraldtype.DeliveryProviderAccepted {
+		if d := delivery(t, b, "n-sent.sms"); d.State != heraldtype.DeliveryProviderAccepted {
 			t.Fatalf("delivery %s, want PROVIDER_ACCEPTED kept", d.State)
 		}
-		wantAudit(t, b, p.MessageID, []store.ParkedDiscardEntry{{
-			DiscardedAt: b.clk.Now(), Actor: "cli:ops", MessageID: p.MessageID, Tenant: "t1", ParkedReason: "DELIVERY_LIMIT", Reason: "poison",
+		wantAudit(t, b, "n-sent.sms", []store.ParkedDiscardEntry{{
+			DiscardedAt: b.clk.Now(), Actor: "cli:ops", MessageID: "n-sent.sms", Tenant: "t1", ParkedReason: "DELIVERY_LIMIT", Reason: "poison",
 		}})
 		// A body that is not a job names no notification and no tenant:
 		// only the audit row.
