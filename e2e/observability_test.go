@@ -560,6 +560,11 @@ func TestMetricsTheREADMELists(t *testing.T) {
 			t.Fatalf("POST %s answered %d %s, want %d", r.idem, code, out, r.code)
 		}
 	}
+	// Authentication answers before intake runs; the 401 is counted too.
+	if code, out := apiDo(t, http.MethodPost, addr, "wrong-key", "/v1/notifications", "pay-7",
+		map[string]any{"recipient": "r-ok", "event_id": "order-7", "kind": "payment.approved", "params": map[string]any{"amount": 7}}); code != http.StatusUnauthorized {
+		t.Fatalf("POST with a wrong key answered %d %s, want 401", code, out)
+	}
 	couponID := mustAccept(t, addr, key, "coupon-1",
 		map[string]any{"recipient": "r-ok", "event_id": "coupon-1", "kind": "coupon.expiring", "params": map[string]any{"pct": 10}})
 
@@ -634,6 +639,7 @@ func TestMetricsTheREADMELists(t *testing.T) {
 		{"herald_intake_responses_total", l("code", "202"), 9}, // 8 created + 1 replay
 		{"herald_intake_responses_total", l("code", "409"), 1},
 		{"herald_intake_responses_total", l("code", "422"), 2},
+		{"herald_intake_responses_total", l("code", "401"), 1},
 		{"herald_deliveries_total", l("lane", "transactional", "channel", "webhook", "state", "SENDING"), 4},
 		{"herald_deliveries_total", l("lane", "transactional", "channel", "webhook", "state", "PROVIDER_ACCEPTED"), 3},
 		{"herald_deliveries_total", l("lane", "transactional", "channel", "webhook", "state", "UNKNOWN"), 1},

@@ -45,7 +45,7 @@ type Config struct {
 func New(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	authed := func(h http.Handler) http.Handler { return requireTenant(cfg.Keys, h) }
-	mux.Handle("POST /v1/notifications", authed(cfg.Intake))
+	mux.Handle("POST /v1/notifications", cfg.Metrics.CountIntake(authed(cfg.Intake)))
 	mux.Handle("GET /v1/notifications/{id}", authed(cfg.Lookup))
 	// The everyday API: list, cancel, kinds (everyday.go).
 	routeEveryday(mux, cfg, authed)

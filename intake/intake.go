@@ -67,35 +67,36 @@ type Accepted struct {
 	ID string `json:"id"`
 }
 
+// ServeHTTP answers POST /v1/notifications. Its answers are counted by the
+// router's metrics.CountIntake, which sees the 401s of authentication too.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	code := h.serve(w, r)
-	h.Metrics.IntakeResponse(fmt.Sprint(code))
-}
-
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
-	fail := func(status int, detail, param string) int {
+	fail := func(status int, detail, param string) {
 		problem.Write(w, problem.Problem{Status: status, Detail: detail, Param: param})
-		return status
 	}
 	tenant := auth.Tenant(r.Context())
 	key := r.Header.Get("Idempotency-Key")
 	switch {
 	case key == "":
-		return fail(http.StatusBadRequest, "the Idempotency-Key header is required", "Idempotency-Key")
+		fail(http.StatusBadRequest, "the Idempotency-Key header is required", "Idempotency-Key")
+		return
 	case len(key) > maxKeyLen || !catalog.Printable(key):
-		return fail(http.StatusBadRequest, fmt.Sprintf("Idempotency-Key must be 1..%d printable characters", maxKeyLen), "Idempotency-Key")
+		fail(http.StatusBadRequest, fmt.Sprintf("Idempotency-Key must be 1..%d printable characters", maxKeyLen), "Idempotency-Key")
+		return
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBody), "")
+			fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBody), "")
+			return
 		}
-		return fail(http.StatusBadRequest, "could not read the body", "")
+		fail(http.StatusBadRequest, "could not read the body", "")
+		return
 	}
 	req, canonicalBody, err := decode(raw)
 	if err != nil {
-		return fail(http.StatusBadRequest, err.Error(), "")
+		fail(http.StatusBadRequest, err.Error(), "")
+		return
 	}
 	kind, params, ferr := h.Catalog.Validate(h.Clock.Now(), catalog.Request{
 		Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
@@ -103,7 +104,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 	})
 	if ferr != nil {
 		unprocessable(w, ferr)
-		return http.StatusUnprocessableEntity
+		return
 	}
 
 	now := h.Clock.Now()
@@ -118,11 +119,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		h.Logger.LogAttrs(r.Context(), slog.LevelError, "intake: store unavailable", slog.String("tenant", tenant), slog.Any("error", err))
 		w.Header().Set("Retry-After", "1")
-		return fail(http.StatusServiceUnavailable, "the store is unavailable; retry with the same Idempotency-Key", "")
+		fail(http.StatusServiceUnavailable, "the store is unavailable; retry with the same Idempotency-Key", "")
+		return
 	}
 	switch res.Outcome {
 	case store.Conflict:
-		return fail(http.StatusConflict, "this Idempotency-Key was used with a different request body", "Idempotency-Key")
+		fail(http.StatusConflict, "this Idempotency-Key was used with a different request body", "Idempotency-Key")
+		return
 	case store.Replayed:
 		w.Header().Set("Idempotent-Replayed", "true")
 		body = res.Response
@@ -137,7 +140,6 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 	w.Header().Set("Location", "/v1/notifications/"+id)
 	w.WriteHeader(http.StatusAccepted)
 	_, _ = w.Write(body)
-	return http.StatusAccepted
 }
 
 // decode parses the body strictly and returns it with its canonical form.
