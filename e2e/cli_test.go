@@ -421,7 +421,7 @@ var followupKind = config.Kind{
 }
 
 // parkedRow is one line of `herald parked list`.
-type parkedRow struct{ messageID, tenant, lane, channel, reason, parkedAt string }
+type parkedRow = parkedListRow
 
 // parkedList runs `herald parked list` with args on the configured
 // database and parses its table.
@@ -430,16 +430,16 @@ func parkedList(t *testing.T, dir, cfg, database string, args ...string) []parke
 	r := runCLI(t, dir, append([]string{"parked", "list", "--config", cfg}, args...)...)
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 	if r.code != 0 || len(lines) < 3 || lines[0] != "database "+database+", transport db" ||
-		!slices.Equal(strings.Fields(lines[1]), []string{"MESSAGE_ID", "TENANT", "LANE", "CHANNEL", "REASON", "PARKED_AT"}) {
+		!slices.Equal(strings.Fields(lines[1]), parkedListHeader) {
 		t.Fatalf("herald parked list %v: want exit 0, the database, a header, rows and a count, got\n%s", args, r)
 	}
 	var rows []parkedRow
 	for _, line := range lines[2 : len(lines)-1] {
 		f := strings.Fields(line)
-		if len(f) != 6 {
-			t.Fatalf("herald parked list %v: row %q does not have 6 fields\n%s", args, line, r)
+		if len(f) != len(parkedListHeader) {
+			t.Fatalf("herald parked list %v: row %q does not have %d fields\n%s", args, line, len(parkedListHeader), r)
 		}
-		rows = append(rows, parkedRow{f[0], f[1], f[2], f[3], f[4], f[5]})
+		rows = append(rows, parkedRow{f[0], f[1], f[2], f[3], f[4], f[5], f[6]})
 	}
 	if want := fmt.Sprintf("%d parked", len(rows)); lines[len(lines)-1] != want {
 		t.Fatalf("herald parked list %v: last line %q, want %q", args, lines[len(lines)-1], want)
@@ -572,9 +572,9 @@ func runParkedListAndRequeue(t *testing.T, database string, enqueue enqueueFunc)
 		}
 		r := rows[i]
 		at, err := time.Parse(time.RFC3339, r.parkedAt)
-		if r.tenant != p.tenant || r.lane != "transactional" || r.channel != "webhook" || r.reason != "UNKNOWN_KIND" ||
+		if r.tenant != p.tenant || r.kind != followupKind.Name || r.lane != "transactional" || r.channel != "webhook" || r.reason != "UNKNOWN_KIND" ||
 			err != nil || at.Before(started.Add(-time.Minute)) || at.After(time.Now().Add(time.Minute)) {
-			t.Errorf("herald parked list row %+v, want tenant %s, lane transactional, channel webhook, reason UNKNOWN_KIND, parked_at now (RFC 3339)", r, p.tenant)
+			t.Errorf("herald parked list row %+v, want tenant %s, kind %s, lane transactional, channel webhook, reason UNKNOWN_KIND, parked_at now (RFC 3339)", r, p.tenant, followupKind.Name)
 		}
 	}
 	if rows := parkedList(t, dir, cfg, database, "--tenant", "t2"); len(rows) != 1 || rows[0].messageID != all[2].id+".webhook" {

@@ -136,6 +136,7 @@ const (
 	ReasonStoreUnavailable = "STORE_UNAVAILABLE"
 	ReasonRequeued         = "REQUEUED"
 	ReasonCancelled        = "CANCELLED" // a cancel request stopped a send that had not gone out
+	ReasonDiscarded        = "DISCARDED" // a person discarded the parked message (SUPPRESSED, audited)
 )
 
 // MaxMessageIDLen is the longest message_id herald will claim; providers take

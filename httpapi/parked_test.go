@@ -297,7 +297,7 @@ func TestParkedDiscard(t *testing.T) {
 
 		reason := strings.Repeat("가", 499) + "!" // 500 characters, 1498 bytes
 		wantDiscarded(t, e.discard(t, keyA, a.MessageID, `{"reason": "`+reason+`"}`))
-		e.wantDelivery(t, keyA, a.NotificationID, "SUPPRESSED", store.ReasonDiscarded)
+		e.wantDelivery(t, keyA, a.NotificationID, "SUPPRESSED", heraldtype.ReasonDiscarded)
 		e.wantAudit(t, a.MessageID, store.ParkedDiscardEntry{
 			DiscardedAt: e.clock.Now(), Actor: "api:a", MessageID: a.MessageID, Tenant: "a",
 			ParkedReason: heraldtype.ReasonUnknownKind, Reason: reason,
@@ -317,7 +317,7 @@ func TestParkedDiscard(t *testing.T) {
 			if r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != `{"requeued":0}` {
 				t.Fatalf("requeue all = %d %s, want 200 {\"requeued\":0}", r.status, r.body)
 			}
-			e.wantDelivery(t, keyA, a.NotificationID, "SUPPRESSED", store.ReasonDiscarded)
+			e.wantDelivery(t, keyA, a.NotificationID, "SUPPRESSED", heraldtype.ReasonDiscarded)
 		})
 	})
 }
@@ -412,7 +412,7 @@ func TestParkedOverRabbitMQ(t *testing.T) {
 		}
 
 		wantDiscarded(t, e.discard(t, keyA, a.MessageID, `{"reason": "kind retired"}`))
-		e.wantDelivery(t, keyA, a.NotificationID, "SUPPRESSED", store.ReasonDiscarded)
+		e.wantDelivery(t, keyA, a.NotificationID, "SUPPRESSED", heraldtype.ReasonDiscarded)
 		e.wantAudit(t, a.MessageID, store.ParkedDiscardEntry{
 			Actor: "api:a", MessageID: a.MessageID, Tenant: "a", ParkedReason: heraldtype.ReasonUnknownKind, Reason: "kind retired",
 		})

@@ -34,10 +34,6 @@ type Parked interface {
 	ParkedDiscardList(ctx context.Context, p ParkedDiscardListParams) ([]ParkedDiscardEntry, error)
 }
 
-// ReasonDiscarded is the reason of a delivery a person discarded while it
-// was parked: its state is SUPPRESSED.
-const ReasonDiscarded = "DISCARDED"
-
 // ParkedListParams selects parked deliveries.
 type ParkedListParams struct {
 	// Tenant limits the list to one tenant; empty lists every tenant.

@@ -241,7 +241,7 @@ func TestDiscardRecordsThenRemovesEveryCopy(t *testing.T) {
 	if ids := e.parkedIDs(t, parked.Operator("")); len(ids) != 0 {
 		t.Fatalf("parked after the discard: %v", ids)
 	}
-	if d := e.delivery(t, job.MessageID); d.State != heraldtype.DeliverySuppressed || d.Reason != store.ReasonDiscarded {
+	if d := e.delivery(t, job.MessageID); d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonDiscarded {
 		t.Fatalf("delivery %s(%s), want SUPPRESSED(DISCARDED)", d.State, d.Reason)
 	}
 	audit, err := e.store.ParkedDiscardList(e.ctx, store.ParkedDiscardListParams{MessageID: job.MessageID})
@@ -269,7 +269,7 @@ func TestDiscardRecordsThenRemovesEveryCopy(t *testing.T) {
 	if n := e.sim.CallCount(job.MessageID); n != 0 {
 		t.Fatalf("a discarded message was sent %d times", n)
 	}
-	if d := e.delivery(t, job.MessageID); d.State != heraldtype.DeliverySuppressed || d.Reason != store.ReasonDiscarded {
+	if d := e.delivery(t, job.MessageID); d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonDiscarded {
 		t.Fatalf("delivery %s(%s) after the requeue, want SUPPRESSED(DISCARDED)", d.State, d.Reason)
 	}
 }

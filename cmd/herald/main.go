@@ -2,7 +2,7 @@
 //
 //	herald serve   [--config FILE]   run API, dispatchers, senders and sweeps
 //	herald migrate [--config FILE]   apply database migrations and exit
-//	herald parked list|requeue       list or requeue parked messages
+//	herald parked list|requeue|discard   list, requeue or discard parked messages
 //	herald version                   print the version
 //
 // Every command takes the same configuration and database URLs as serve.
@@ -40,7 +40,7 @@ var version = ""
 var commands = []*command{
 	{name: "serve", args: "[--config FILE]", summary: "run herald: the API, dispatchers, senders and sweeps", run: serve},
 	{name: "migrate", args: "[--config FILE]", summary: "apply the database migrations and exit", run: migrate},
-	{name: "parked", summary: "list or requeue parked messages", sub: parkedCommands},
+	{name: "parked", summary: "list, requeue or discard parked messages", sub: parkedCommands},
 	{name: "version", summary: "print herald's version", run: printVersion},
 	{name: "help", args: "[COMMAND]", summary: "print this help, or a command's", run: help},
 }

@@ -159,7 +159,7 @@ func testParked(t *testing.T, h Harness) {
 			t.Fatal("the PARKED delivery was not discarded")
 		}
 		d := delivery(t, b, row.MessageID)
-		if d.State != heraldtype.DeliverySuppressed || d.Reason != store.ReasonDiscarded || !d.State.Terminal() {
+		if d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonDiscarded || !d.State.Terminal() {
 			t.Fatalf("delivery %s(%s), want SUPPRESSED(DISCARDED)", d.State, d.Reason)
 		}
 		if e := entry(t, b, row.NotificationID); e.OutboxState != heraldtype.OutboxDone {
@@ -202,7 +202,7 @@ func testParked(t *testing.T, h Harness) {
 		if !discard(t, b, store.ParkedDiscardParams{MessageID: row.MessageID, Reason: "template gone", Actor: "cli:ops"}) {
 			t.Fatal("not discarded")
 		}
-		if e := entry(t, b, row.NotificationID); e.OutboxState != heraldtype.OutboxDone || e.OutboxReason != store.ReasonDiscarded {
+		if e := entry(t, b, row.NotificationID); e.OutboxState != heraldtype.OutboxDone || e.OutboxReason != heraldtype.ReasonDiscarded {
 			t.Fatalf("outbox row %s(%s), want DONE(DISCARDED)", e.OutboxState, e.OutboxReason)
 		}
 		if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 0 {
@@ -239,7 +239,7 @@ func testParked(t *testing.T, h Harness) {
 		if !discard(t, b, copyOf("n-none")) {
 			t.Fatal("not discarded")
 		}
-		if d := delivery(t, b, "n-none.sms"); d.State != heraldtype.DeliverySuppressed || d.Reason != store.ReasonDiscarded ||
+		if d := delivery(t, b, "n-none.sms"); d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonDiscarded ||
 			d.Tenant != "t1" || d.NotificationID != "n-none" || d.Channel != heraldtype.ChannelSMS {
 			t.Fatalf("delivery %+v, want SUPPRESSED(DISCARDED) of t1's n-none on sms", d)
 		}
@@ -261,7 +261,7 @@ func testParked(t *testing.T, h Harness) {
 		if !discard(t, b, copyOf("n-wait")) {
 			t.Fatal("not discarded")
 		}
-		if d := delivery(t, b, "n-wait.sms"); d.State != heraldtype.DeliverySuppressed || d.Reason != store.ReasonDiscarded {
+		if d := delivery(t, b, "n-wait.sms"); d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonDiscarded {
 			t.Fatalf("delivery %s(%s), want SUPPRESSED(DISCARDED)", d.State, d.Reason)
 		}
 		// Already sent by another copy: the delivery keeps its result; the
