@@ -18,6 +18,7 @@ import (
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/sender"
@@ -90,62 +91,10 @@ func (b bundle) notify(t *testing.T, kind string, lane heraldtype.Lane) string {
 	return id
 }
 
-// patience bounds every wait of these tests: generous for a loaded 2-core
-// machine under the race detector, and still a failure with a message
-// instead of a run that hangs.
-const patience = 30 * time.Second
-
-// start runs fn in the background and returns a function that cancels its
-// context and waits for it to return; the test's cleanup calls it too.
-func start(t *testing.T, fn func(ctx context.Context)) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); fn(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(patience):
-				t.Errorf("still running %s after it was stopped", patience)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 // run starts c; stop stops it and waits.
 func run(t *testing.T, c *dispatch.Claimer) (stop func()) {
 	t.Helper()
-	return start(t, c.Run)
-}
-
-// recv waits for a value on ch, or fails the test saying what it waited for.
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(patience):
-		t.Fatalf("timed out after %s waiting for %s", patience, what)
-		panic("unreachable")
-	}
-}
-
-// eventually polls cond until it holds; it waits for background work, it is
-// not used to order a race.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", patience, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	return testenv.Start(t, c.Run)
 }
 
 func (b bundle) entry(t *testing.T, id string) store.DeliveryView {
@@ -164,7 +113,7 @@ func TestClaimerSendsAndCompletes(t *testing.T) {
 	stop := run(t, b.claimer(heraldtype.LaneTransactional, log, b.sender(sender.Hooks{}), 4))
 	defer stop()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
-	eventually(t, "outbox DONE", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
+	testenv.WaitFor(t, "outbox DONE", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
 	if d := b.entry(t, id).Delivery; d == nil || d.State != heraldtype.DeliveryProviderAccepted {
 		t.Fatalf("delivery %+v", d)
 	}
@@ -220,7 +169,7 @@ func TestStalledClaimerIsFencedAndAnotherTakesTheRow(t *testing.T) {
 	}}), 1))
 	defer stopA()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
-	recv(t, stalled, "claimer A to take the row")
+	testenv.Recv(t, stalled, "claimer A to take the row")
 
 	b.clk.Advance(2 * time.Minute) // A's lease runs out
 	if n, err := b.store.OutboxReclaimExpired(b.ctx); err != nil || n != 1 {
@@ -228,10 +177,10 @@ func TestStalledClaimerIsFencedAndAnotherTakesTheRow(t *testing.T) {
 	}
 	stopB := run(t, b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 1))
 	defer stopB()
-	eventually(t, "claimer B to send and settle", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
+	testenv.WaitFor(t, "claimer B to send and settle", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
 
 	close(resume)
-	eventually(t, "claimer A to try to settle", func() bool { return len(a.get()) == 1 })
+	testenv.WaitFor(t, "claimer A to try to settle", testenv.Patience, func() bool { return len(a.get()) == 1 })
 	if got := a.get(); got[0] {
 		t.Fatal("the stalled claimer's write took effect after its lease ran out")
 	}
@@ -257,7 +206,7 @@ func TestDefiniteNonSendIsRetriedThroughTheOutbox(t *testing.T) {
 	stop := run(t, b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 2))
 	defer stop()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
-	eventually(t, "RETRY_WAIT", func() bool {
+	testenv.WaitFor(t, "RETRY_WAIT", testenv.Patience, func() bool {
 		e := b.entry(t, id)
 		return e.Delivery != nil && e.Delivery.State == heraldtype.DeliveryRetryWait && e.OutboxState == heraldtype.OutboxPending
 	})
@@ -265,7 +214,7 @@ func TestDefiniteNonSendIsRetriedThroughTheOutbox(t *testing.T) {
 		t.Fatalf("retry due at %s, want one second later", e.AvailableAt)
 	}
 	b.clk.Advance(time.Second)
-	eventually(t, "second attempt", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
+	testenv.WaitFor(t, "second attempt", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
 	if d := b.entry(t, id).Delivery; d.State != heraldtype.DeliveryProviderAccepted || d.Attempts != 2 {
 		t.Fatalf("delivery %+v", d)
 	}
@@ -290,17 +239,17 @@ func TestTransientFailuresBackOffThenFail(t *testing.T) {
 		if attempt == 2 {
 			want = b.clk.Now().Add(dispatch.Backoff(2))
 		}
-		eventually(t, "backoff", func() bool {
+		testenv.WaitFor(t, "backoff", testenv.Patience, func() bool {
 			e := b.entry(t, id)
 			return e.OutboxState == heraldtype.OutboxPending && e.AvailableAt.Equal(want)
 		})
 		b.clk.Advance(dispatch.Backoff(attempt))
 	}
-	eventually(t, "FAILED after 3 attempts", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxFailed })
+	testenv.WaitFor(t, "FAILED after 3 attempts", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxFailed })
 	if e := b.entry(t, id); e.Delivery != nil {
 		t.Fatalf("a delivery row was written: %+v", e.Delivery)
 	}
-	eventually(t, "the alert", func() bool { return len(b.alerts.Alerts()) > 0 })
+	testenv.WaitFor(t, "the alert", testenv.Patience, func() bool { return len(b.alerts.Alerts()) > 0 })
 	if got := b.alerts.Alerts(); len(got) != 1 || got[0].Kind != alert.OutboxFailed {
 		t.Fatalf("alerts %+v", got)
 	}
@@ -343,9 +292,9 @@ func TestABlockedLaneDoesNotDelayAnother(t *testing.T) {
 	defer close(release) // runs first: unblock the campaign before stopping
 	b.notify(t, "promo", heraldtype.LaneMarketing)
 	b.notify(t, "promo", heraldtype.LaneMarketing)
-	recv(t, stuck, "the campaign's call to hang") // the marketing lane's only slot is now taken
+	testenv.Recv(t, stuck, "the campaign's call to hang") // the marketing lane's only slot is now taken
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
-	eventually(t, "the payment to be sent past the stuck campaign", func() bool {
+	testenv.WaitFor(t, "the payment to be sent past the stuck campaign", testenv.Patience, func() bool {
 		return b.entry(t, id).OutboxState == heraldtype.OutboxDone
 	})
 }
@@ -373,13 +322,13 @@ func TestShutdownFinishesInFlightSends(t *testing.T) {
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
-	recv(t, inCall, "the provider call")
+	testenv.Recv(t, inCall, "the provider call")
 	// A slot is still free, so the claim loop keeps asking for rows; the
 	// next ask is held until the shutdown.
 	claims.hold.Store(true)
-	recv(t, claims.holding, "the claim loop's next claim")
+	testenv.Recv(t, claims.holding, "the claim loop's next claim")
 	cancel() // SIGTERM while the provider call is in flight
-	recv(t, claims.released, "the claim loop to see the shutdown")
+	testenv.Recv(t, claims.released, "the claim loop to see the shutdown")
 	// The claim loop has stopped; a Run that did not wait for its sends
 	// would return within microseconds. Give it far more than that.
 	select {
@@ -388,7 +337,7 @@ func TestShutdownFinishesInFlightSends(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	letFinish()
-	recv(t, done, "Run to return after the send finished")
+	testenv.Recv(t, done, "Run to return after the send finished")
 	e := b.entry(t, id)
 	if e.OutboxState != heraldtype.OutboxDone || e.Delivery.State != heraldtype.DeliveryProviderAccepted {
 		t.Fatalf("after drain: outbox %s delivery %+v", e.OutboxState, e.Delivery)
@@ -431,13 +380,13 @@ func TestFifthFailedAttemptAlertsWithTheTenant(t *testing.T) {
 			t.Fatalf("alerts before attempt %d: %+v", attempt, got)
 		}
 		want := b.clk.Now().Add(dispatch.Backoff(attempt))
-		eventually(t, fmt.Sprintf("attempt %d to back off", attempt), func() bool {
+		testenv.WaitFor(t, fmt.Sprintf("attempt %d to back off", attempt), testenv.Patience, func() bool {
 			e := b.entry(t, id)
 			return e.OutboxState == heraldtype.OutboxPending && e.AvailableAt.Equal(want)
 		})
 		b.clk.Advance(dispatch.Backoff(attempt))
 	}
-	eventually(t, "the alert", func() bool { return len(b.alerts.Alerts()) > 0 })
+	testenv.WaitFor(t, "the alert", testenv.Patience, func() bool { return len(b.alerts.Alerts()) > 0 })
 	want := alert.Alert{Kind: alert.DispatchSlow, MessageID: store.MessageID(id, heraldtype.ChannelWebhook), Tenant: "t1",
 		Reason: heraldtype.ReasonStoreUnavailable}
 	if got := b.alerts.Alerts(); len(got) != 1 || got[0] != want {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -55,7 +56,7 @@ func (b bundle) relay(pub dispatch.Publisher, hooks dispatch.RelayHooks) *dispat
 
 func runRelay(t *testing.T, r *dispatch.Relay) (stop func()) {
 	t.Helper()
-	return start(t, r.Run)
+	return testenv.Start(t, r.Run)
 }
 
 func TestRelayMarksConfirmedRowsPublished(t *testing.T) {
@@ -69,7 +70,7 @@ func TestRelayMarksConfirmedRowsPublished(t *testing.T) {
 		idsN = append(idsN, b.notify(t, "pay", heraldtype.LaneTransactional))
 	}
 	for _, id := range idsN {
-		eventually(t, "PUBLISHED", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
+		testenv.WaitFor(t, "PUBLISHED", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
 		if n := pub.count(store.MessageID(id, heraldtype.ChannelWebhook)); n != 1 {
 			t.Fatalf("%s published %d times", id, n)
 		}
@@ -101,7 +102,7 @@ func TestRelayReturnsUnconfirmedRowsToPending(t *testing.T) {
 				}
 			}}))
 			id := b.notify(t, "pay", heraldtype.LaneTransactional)
-			recv(t, settled, "the unconfirmed batch to be settled")
+			testenv.Recv(t, settled, "the unconfirmed batch to be settled")
 			stop()
 			e := b.entry(t, id)
 			if e.OutboxState != heraldtype.OutboxPending || !e.AvailableAt.Equal(b.clk.Now().Add(c.wantDelay)) {
@@ -140,7 +141,7 @@ func TestTwoRelaysPublishDisjointRows(t *testing.T) {
 	stop1 := runRelay(t, b.relay(pub1, dispatch.RelayHooks{}))
 	stop2 := runRelay(t, b.relay(pub2, dispatch.RelayHooks{}))
 	for _, id := range idsN {
-		eventually(t, "PUBLISHED", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
+		testenv.WaitFor(t, "PUBLISHED", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
 	}
 	stop1()
 	stop2()
@@ -193,7 +194,7 @@ func (p *gatedPublisher) update(f func()) {
 // and at least waiting of them are awaiting their confirms.
 func (p *gatedPublisher) await(t *testing.T, published, waiting int) {
 	t.Helper()
-	deadline := time.After(patience)
+	deadline := time.After(testenv.Patience)
 	for {
 		p.mu.Lock()
 		pub, w := p.published, p.waiting
@@ -205,7 +206,7 @@ func (p *gatedPublisher) await(t *testing.T, published, waiting int) {
 		case <-p.changed:
 		case <-deadline:
 			t.Fatalf("timed out after %s waiting for %d batches published and %d awaiting confirms; have %d and %d",
-				patience, published, waiting, pub, w)
+				testenv.Patience, published, waiting, pub, w)
 		}
 	}
 }
@@ -258,12 +259,12 @@ func TestRelayKeepsInFlightBatchesAwaitingConfirmsAtOnce(t *testing.T) {
 				pub.await(t, min(c.expect+1+released, total), min(c.expect, total-released))
 				select {
 				case pub.release <- struct{}{}:
-				case <-time.After(patience):
+				case <-time.After(testenv.Patience):
 					t.Fatalf("no batch awaiting its confirms after %d released", released)
 				}
 			}
 			for _, id := range idsN {
-				eventually(t, "PUBLISHED", func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
+				testenv.WaitFor(t, "PUBLISHED", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
 			}
 			pub.mu.Lock()
 			defer pub.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/heraldhq/herald/broker/rabbitmq"
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/sender"
 )
 
@@ -74,7 +75,7 @@ func TestShutdownBeforeAClaimNacksTheMessageBackToItsQueue(t *testing.T) {
 	}}), rabbitmq.ConsumerHooks{})
 	e.startRelay(t, relayOpts{})
 	id := e.notify(t, "pay")
-	recv(t, inSend, "the sender to take the message")
+	testenv.Recv(t, inSend, "the sender to take the message")
 	stopConsumer()
 	if a := e.actions(id); !slices.Equal(a, []string{"requeued"}) {
 		t.Fatalf("actions %v, want [requeued]", a)

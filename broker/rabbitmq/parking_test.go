@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/broker/rabbitmq"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/store"
@@ -20,7 +21,7 @@ import (
 
 // parking is the env's parking service over store st (nil for none).
 func (e *env) parking(st store.Parked) *rabbitmq.Parking {
-	return &rabbitmq.Parking{URL: e.url, Topology: e.topo, Store: st, ConfirmTimeout: patience, Logger: quiet}
+	return &rabbitmq.Parking{URL: e.url, Topology: e.topo, Store: st, ConfirmTimeout: testenv.Patience, Logger: quiet}
 }
 
 // parkCopy puts a copy of msg in the parking queue with reason, as a

@@ -24,6 +24,7 @@ import (
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/provider"
@@ -124,50 +125,11 @@ func (e *env) notify(t *testing.T, kind string) string {
 	return store.MessageID(id, heraldtype.ChannelWebhook)
 }
 
-// patience bounds every wait of these tests: generous for a loaded 2-core
-// machine under the race detector, and still a failure with a message
-// instead of a run that hangs. It is also the confirm timeout wherever the
-// timeout is not what a test is about.
-const patience = 30 * time.Second
-
-// recv waits for a value on ch, or fails the test saying what it waited for.
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(patience):
-		t.Fatalf("timed out after %s waiting for %s", patience, what)
-		panic("unreachable")
-	}
-}
-
-// run starts fn in the background and stops it (cancel, wait) at cleanup or
-// when the returned function is called.
-func run(t *testing.T, fn func(ctx context.Context)) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); fn(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(2 * patience): // a relay may first wait out a confirm timeout
-				t.Errorf("still running %s after it was stopped", 2*patience)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 type relayOpts struct {
 	hooks        dispatch.RelayHooks
 	confirmHooks rabbitmq.ConfirmHooks
-	// timeout is the confirm timeout. Defaults to patience.
+	// timeout is the confirm timeout. Defaults to testenv.Patience, as
+	// wherever the timeout is not what a test is about.
 	timeout time.Duration
 	// maxAttempts is the relay's MaxAttempts. Defaults to 5.
 	maxAttempts int
@@ -180,7 +142,7 @@ type relayOpts struct {
 func (e *env) startRelay(t *testing.T, o relayOpts) (*rabbitmq.Publisher, func()) {
 	t.Helper()
 	if o.timeout == 0 {
-		o.timeout = patience
+		o.timeout = testenv.Patience
 	}
 	if o.maxAttempts == 0 {
 		o.maxAttempts = 5
@@ -188,7 +150,7 @@ func (e *env) startRelay(t *testing.T, o relayOpts) (*rabbitmq.Publisher, func()
 	pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{
 		URL: e.url, Name: "test-relay", Topology: e.topo, ConfirmTimeout: o.timeout, Logger: quiet, Hooks: o.confirmHooks,
 	})
-	stopPub := run(t, pub.Run)
+	stopPub := testenv.Start(t, pub.Run)
 	var p dispatch.Publisher = pub
 	if o.waits != nil {
 		p = recordingPublisher{pub, o.waits}
@@ -198,7 +160,7 @@ func (e *env) startRelay(t *testing.T, o relayOpts) (*rabbitmq.Publisher, func()
 		BatchSize: 50, Lease: time.Minute, PollInterval: 20 * time.Millisecond, MaxAttempts: o.maxAttempts,
 		Logger: quiet, Alerts: o.alerts, Hooks: o.hooks,
 	})
-	stopRelay := run(t, relay.Run)
+	stopRelay := testenv.Start(t, relay.Run)
 	return pub, func() { stopRelay(); stopPub() }
 }
 
@@ -226,10 +188,10 @@ func (c recordingConfirms) Wait() []error {
 // waitConnected waits until pub is connected (and has declared the topology).
 func waitConnected(t *testing.T, pub *rabbitmq.Publisher) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 	defer cancel()
 	if err := pub.Ready(ctx); err != nil {
-		t.Fatalf("publisher not connected after %s: %v", patience, err)
+		t.Fatalf("publisher not connected after %s: %v", testenv.Patience, err)
 	}
 }
 
@@ -257,7 +219,7 @@ func (e *env) consumer(t *testing.T, cfg rabbitmq.ConsumerConfig) (*rabbitmq.Con
 			after(job, res, action)
 		}
 	}
-	cfg.URL, cfg.ConfirmTimeout, cfg.Logger, cfg.Hooks = e.url, patience, quiet, hooks
+	cfg.URL, cfg.ConfirmTimeout, cfg.Logger, cfg.Hooks = e.url, testenv.Patience, quiet, hooks
 	if cfg.Topology.Prefix == "" {
 		cfg.Topology = e.topo
 	}
@@ -268,7 +230,7 @@ func (e *env) consumer(t *testing.T, cfg rabbitmq.ConsumerConfig) (*rabbitmq.Con
 		cfg.Name = "test-consumer-" + string(cfg.Lane)
 	}
 	c := rabbitmq.NewConsumer(cfg)
-	return c, run(t, c.Run)
+	return c, testenv.Start(t, c.Run)
 }
 
 func (e *env) actions(id string) []string {
@@ -355,7 +317,7 @@ func TestRelayKilledAfterConfirmBeforeMarkRepublishesAndSecondCopyIsAckedWithout
 		}
 		return false // dies here: confirmed, not marked
 	}}})
-	rows := recv(t, killed, "the relay to reach the mark")
+	rows := testenv.Recv(t, killed, "the relay to reach the mark")
 	stop()
 	if len(rows) != 1 || rows[0].MessageID != id {
 		t.Fatalf("confirmed rows %+v", rows)
@@ -421,7 +383,7 @@ func TestBrokerConnectionsClosedMidRunRecoverWithNothingLostAndNoDuplicate(t *te
 	for range 150 {
 		all = append(all, e.notify(t, "pay"))
 	}
-	recv(t, midway, "the 40th provider call")
+	testenv.Recv(t, midway, "the 40th provider call")
 	testmq.CloseConnections(t, e.url) // every connection of this vhost: relay and consumer
 	// Accepted while the broker was away: the relay must publish these after it reconnects.
 	for range 50 {
@@ -463,7 +425,7 @@ func TestConfirmTimeoutWithMessageInQueueGivesTwoCopiesAndOneCall(t *testing.T) 
 			}
 		}},
 	})
-	recv(t, retried, "the publish to time out")
+	testenv.Recv(t, retried, "the publish to time out")
 	stop()
 	if s := e.outboxState(t, id); s != heraldtype.OutboxPending {
 		t.Fatalf("outbox %s after the timeout, want PENDING", s)
@@ -654,7 +616,7 @@ func (e *env) publish(t *testing.T, exchange, key string, msg amqp.Publishing) b
 	if err != nil {
 		t.Fatalf("publish %s: %v", msg.MessageId, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 	defer cancel()
 	ack, err := dc.WaitContext(ctx)
 	if err != nil {

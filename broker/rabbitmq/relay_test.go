@@ -14,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -31,7 +32,7 @@ func TestRelayPublishesPersistentJSONWithTheRowsMessageID(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := e.notify(t, "pay")
-	d := recv(t, deliveries, "the relay's message on the lane queue")
+	d := testenv.Recv(t, deliveries, "the relay's message on the lane queue")
 	if d.DeliveryMode != amqp.Persistent || d.ContentType != "application/json" || d.MessageId != id ||
 		d.Exchange != e.topo.Exchange() || d.RoutingKey != string(lane) || d.Headers[rabbitmq.HeaderTenant] != "t1" {
 		t.Fatalf("message: delivery mode %d, content type %q, message id %q (want %q), via %q/%q, headers %v",
@@ -73,11 +74,11 @@ func TestUnroutableMessageReturnsAndItsRowBacksOffUntilFailed(t *testing.T) {
 	}
 	id := e.notify(t, "pay")
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		errs := recv(t, waits, fmt.Sprintf("the confirm of publish %d", attempt))
+		errs := testenv.Recv(t, waits, fmt.Sprintf("the confirm of publish %d", attempt))
 		if len(errs) != 1 || !errors.Is(errs[0], rabbitmq.ErrReturned) {
 			t.Fatalf("publish %d: %v, want [%v]", attempt, errs, rabbitmq.ErrReturned)
 		}
-		if n := recv(t, settled, fmt.Sprintf("publish %d settled", attempt)); n != 1 {
+		if n := testenv.Recv(t, settled, fmt.Sprintf("publish %d settled", attempt)); n != 1 {
 			t.Fatalf("publish %d: %d rows settled as failed, want 1", attempt, n)
 		}
 		v := e.view(t, id)

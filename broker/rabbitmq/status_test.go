@@ -4,13 +4,13 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/broker/rabbitmq"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/metrics"
 )
@@ -48,7 +48,7 @@ func TestStatusFollowsTheConnection(t *testing.T) {
 			t.Fatalf("status before Run: %+v, want not connected and no error yet", s)
 		}
 	}
-	stopCons, stopPub := run(t, cons.Run), run(t, pub.Run)
+	stopCons, stopPub := testenv.Start(t, cons.Run), testenv.Start(t, pub.Run)
 	e.awaitStatus(t, "both connected", connected, cons, pub)
 
 	// The broker closes every connection and refuses new ones: not
@@ -76,17 +76,8 @@ func TestStatusFollowsTheConnection(t *testing.T) {
 func TestStatusOfAnUnreachableBrokerSaysWhyWithoutThePassword(t *testing.T) {
 	t.Parallel()
 	pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: "amqp://guest:s3cr3t@127.0.0.1:1/", Logger: quiet})
-	run(t, pub.Run)
-	deadline := time.After(patience)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for pub.Status().Err == nil {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("no connect error after %s", patience)
-		}
-	}
+	testenv.Start(t, pub.Run)
+	testenv.WaitFor(t, "the publisher's connect error", testenv.Patience, func() bool { return pub.Status().Err != nil })
 	s := pub.Status()
 	if s.Connected || !strings.Contains(s.Err.Error(), "127.0.0.1:1") || strings.Contains(s.Err.Error(), "s3cr3t") {
 		t.Fatalf("status %+v (%v), want not connected, naming the broker without its password", s, s.Err)

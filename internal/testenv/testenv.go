@@ -1,7 +1,10 @@
-// Package testenv is what the test helpers for outside servers (testpg,
-// testmq) share: one probe per test binary, and the rule that a test which
-// needs an unreachable server skips with a one-line reason — or fails, when
-// the environment has CI=true, so a CI run cannot pass by skipping.
+// Package testenv is what herald's tests share. For the helpers of outside
+// servers (testpg, testmq): one probe per test binary, and the rule that a
+// test which needs an unreachable server skips with a one-line reason — or
+// fails, when the environment has CI=true, so a CI run cannot pass by
+// skipping. For every test that waits for background work (wait.go): one
+// Patience, and waits that fail with what they waited for instead of
+// hanging.
 package testenv
 
 import (
