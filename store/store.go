@@ -99,7 +99,11 @@ type Deliveries interface {
 	// claimed outbox row too, fenced, in the same transaction.
 	DeliveryRecord(ctx context.Context, p DeliveryRecordParams) (RecordResult, error)
 	// DeliveryDecide records a decision not to send now (SUPPRESSED, PARKED)
-	// for a message that has no row yet or is waiting (RETRY_WAIT, PARKED).
+	// for a message that has no row yet or is waiting: RETRY_WAIT, or
+	// PARKED when the decision is SUPPRESSED (a cancel, a discard). It
+	// never writes PARKED over PARKED: a second copy that parks the message
+	// again gets false and leaves the row as it is. It reports whether the
+	// decision was written.
 	DeliveryDecide(ctx context.Context, p DeliveryDecideParams) (bool, error)
 	// DeliverySweepStale turns SENDING rows claimed more than olderThan ago
 	// into UNKNOWN and returns them.

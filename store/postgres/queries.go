@@ -324,8 +324,10 @@ a AS (
 `
 
 	// qDeliveryDecide records SUPPRESSED or PARKED for a message with no row
-	// yet, or one that is waiting (RETRY_WAIT, PARKED); never over a claim
-	// or a result.
+	// yet, or one that is waiting: RETRY_WAIT, or PARKED when the decision
+	// is SUPPRESSED. Never over a claim or a result, and never PARKED over
+	// PARKED: a second copy that parks the message again writes nothing, so
+	// it raises no second alert and counts no second entry.
 	//
 	// $1 now, $2 message id, $3 notification id, $4 tenant, $5 channel,
 	// $6 state, $7 reason.
@@ -333,7 +335,7 @@ a AS (
 VALUES ($2::text, $3::text, $4::text, $5::text, $6::text, $7::text, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()))
 ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
 SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
-WHERE d.state IN ('RETRY_WAIT', 'PARKED')`
+WHERE d.state = 'RETRY_WAIT' OR (d.state = 'PARKED' AND excluded.state <> 'PARKED')`
 
 	// $1 now, $2 age.
 	qDeliverySweepStale = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, now())

@@ -80,10 +80,12 @@ SET state = ?, reason = ?, next_attempt_at = ?, claimed_by = NULL, updated_at = 
 WHERE message_id = ? AND state = 'SENDING' AND attempts = ?`
 	qAttemptInsert = `INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	// qDeliveryDecide: no row yet, or a waiting one (RETRY_WAIT; PARKED
+	// only when the decision is SUPPRESSED, never PARKED over PARKED).
 	qDeliveryDecide = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
-WHERE deliveries.state IN ('RETRY_WAIT', 'PARKED')`
+WHERE deliveries.state = 'RETRY_WAIT' OR (deliveries.state = 'PARKED' AND excluded.state <> 'PARKED')`
 	qDeliverySweepStale = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = ?
 WHERE state = 'SENDING' AND claimed_at < ?
 RETURNING message_id, tenant`

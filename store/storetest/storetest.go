@@ -831,6 +831,48 @@ func testDeliveries(t *testing.T, h Harness) {
 			t.Fatalf("delivery %+v", d)
 		}
 	})
+	t.Run("DecideNeverParksAParkedDelivery", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		decide := func(id string, state heraldtype.DeliveryState, reason string) bool {
+			t.Helper()
+			ok, err := b.s.DeliveryDecide(b.ctx, store.DeliveryDecideParams{MessageID: id, NotificationID: "n", Tenant: "t1", Channel: heraldtype.ChannelSMS, State: state, Reason: reason})
+			if err != nil {
+				t.Fatalf("DeliveryDecide %s %s: %v", id, state, err)
+			}
+			return ok
+		}
+		// A waiting retry may be parked.
+		if res := claimDelivery(t, b, claimParams("m1")); !res.Claimed {
+			t.Fatalf("claim %+v", res)
+		}
+		if !record(t, b, "m1", 1, heraldtype.DeliveryRetryWait, time.Minute) {
+			t.Fatal("record RETRY_WAIT")
+		}
+		if !decide("m1", heraldtype.DeliveryParked, heraldtype.ReasonUnknownKind) {
+			t.Fatal("could not park a waiting retry")
+		}
+		parked := delivery(t, b, "m1")
+		// A second copy that parks it again (a relay's re-publish that
+		// skipped the peek) writes nothing: the row keeps its reason and time.
+		b.clk.Advance(time.Minute)
+		for _, reason := range []string{heraldtype.ReasonUnknownKind, heraldtype.ReasonTemplateMissing} {
+			if decide("m1", heraldtype.DeliveryParked, reason) {
+				t.Fatalf("PARKED(%s) was written over PARKED", reason)
+			}
+			if d := delivery(t, b, "m1"); d.State != parked.State || d.Reason != parked.Reason || !d.UpdatedAt.Equal(parked.UpdatedAt) || d.Attempts != parked.Attempts {
+				t.Fatalf("after a second park the row is %s(%s) at %s, attempts %d; want it unchanged: %s(%s) at %s, attempts %d",
+					d.State, d.Reason, d.UpdatedAt, d.Attempts, parked.State, parked.Reason, parked.UpdatedAt, parked.Attempts)
+			}
+		}
+		// A parked message may still be suppressed (a cancel, a discard).
+		if !decide("m1", heraldtype.DeliverySuppressed, heraldtype.ReasonCancelled) {
+			t.Fatal("could not suppress a parked message")
+		}
+		if d := delivery(t, b, "m1"); d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonCancelled {
+			t.Fatalf("delivery %s(%s), want SUPPRESSED(CANCELLED)", d.State, d.Reason)
+		}
+	})
 	t.Run("StaleSendingBecomesUnknown", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
