@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io"
-	"log/slog"
+	"fmt"
 	"maps"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +15,9 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/heraldhq/herald"
-	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testapp"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/store/postgres"
@@ -267,15 +266,7 @@ func TestEnqueueInTransaction(t *testing.T) {
 
 	t.Run("HeraldSendsTheConfirmationAndSchedulesTheReminders", func(t *testing.T) {
 		name := "herald_app_" + strings.ToLower(strings.TrimPrefix(first[0].ID, "ntf_"))
-		cfg := clinicConfig(t, testpg.WithParams(c.url, "application_name", name))
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := appNew(t, cfg, l)
-		if err != nil {
-			t.Fatal(err)
-		}
+		h, _ := testapp.Start(t, clinicConfig(t, testpg.WithParams(c.url, "application_name", name)))
 		state := func(id string) string {
 			v, err := h.Store().NotificationGet(ctx, "clinic-7", id)
 			if err != nil {
@@ -336,33 +327,6 @@ WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY tab
 	return counts
 }
 
-// appNew starts herald on cfg and stops it when the test ends.
-func appNew(t *testing.T, cfg *config.Config, l net.Listener) (*app.App, error) {
-	t.Helper()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	h, err := app.New(context.Background(), cfg, app.Options{Listener: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return nil, err
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("herald: %v", err)
-			}
-		case <-time.After(2 * cfg.ShutdownTimeout.D()):
-			t.Errorf("herald did not stop within %s of its context's end", 2*cfg.ShutdownTimeout.D())
-		}
-	})
-	return h, nil
-}
-
 // waitListening waits until the session named name has run its LISTEN
 // (herald's wake-up listener).
 func waitListening(t *testing.T, name string) {
@@ -373,18 +337,11 @@ func waitListening(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.WaitFor(t, fmt.Sprintf("%q to LISTEN", name), 30*time.Second, func() bool {
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle' AND query LIKE 'LISTEN %'`, name).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q did not LISTEN within 30 s", name)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n > 0
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/internal/testpg"
 )
@@ -119,13 +120,8 @@ func TestExample(t *testing.T) {
 	}
 
 	stop()
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatalf("run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return within 30 s of its context's end")
+	if err := testenv.Recv(t, stopped, "run to return after its context's end"); err != nil {
+		t.Fatalf("run: %v", err)
 	}
 	// run closed its connection: an unsettled delivery would be back in
 	// the queue now, and a requeued one would have kept coming back.

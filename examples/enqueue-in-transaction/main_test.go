@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testapp"
 	"github.com/heraldhq/herald/internal/testpg"
 )
 
@@ -44,7 +42,7 @@ func TestExample(t *testing.T) {
 	if len(cfg.Kinds) != 2 || len(kinds) != 2 || cfg.Kinds[0].Name != kinds[0].Name || cfg.Kinds[1].Name != kinds[1].Name {
 		t.Fatalf("herald serves %+v, the clinic's file has %+v", cfg.Kinds, kinds)
 	}
-	base, h := startHerald(t, cfg)
+	h, base := testapp.Start(t, cfg)
 
 	var out bytes.Buffer
 	for range 2 {
@@ -122,32 +120,4 @@ func TestRunWithoutDatabaseSaysWhatToSet(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "HERALD_DATABASE") {
 		t.Fatalf("run = %v, want it to name HERALD_DATABASE", err)
 	}
-}
-
-// startHerald runs herald on cfg until the test ends and returns its base URL.
-func startHerald(t *testing.T, cfg *config.Config) (string, *app.App) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := app.New(context.Background(), cfg, app.Options{Listener: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("herald: %v", err)
-			}
-		case <-time.After(2 * cfg.ShutdownTimeout.D()):
-			t.Errorf("herald did not stop within %s", 2*cfg.ShutdownTimeout.D())
-		}
-	})
-	return "http://" + l.Addr().String(), h
 }
