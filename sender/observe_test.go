@@ -13,43 +13,10 @@ import (
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/sender"
 )
-
-// series reads the metric name as the values of its labels keys, joined
-// by "/", → value.
-func series(t *testing.T, m *metrics.Metrics, name string, keys ...string) map[string]float64 {
-	t.Helper()
-	fams, err := m.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, s := range f.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range s.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			var vals []string
-			for _, k := range keys {
-				vals = append(vals, l[k])
-			}
-			out[strings.Join(vals, "/")] = s.GetCounter().GetValue()
-		}
-	}
-	return out
-}
-
-// deliveryCounts reads herald_deliveries_total as "lane/channel/state" → value.
-func deliveryCounts(t *testing.T, m *metrics.Metrics) map[string]float64 {
-	t.Helper()
-	return series(t, m, "herald_deliveries_total", "lane", "channel", "state")
-}
 
 // TestDeliveriesTotalCountsStateEntries: a delivery that is retried twice
 // and then accepted adds one to each state each time it enters it (SENDING
@@ -87,7 +54,7 @@ func TestDeliveriesTotalCountsStateEntries(t *testing.T) {
 		t.Fatalf("late copy: %+v", r)
 	}
 
-	got := deliveryCounts(t, m)
+	got := metricstest.Deliveries(t, m)
 	want := map[string]float64{"SENDING": 3, "RETRY_WAIT": 2, "PROVIDER_ACCEPTED": 1}
 	terminal := 0.0
 	for _, s := range metrics.DeliveryStates {
@@ -217,10 +184,10 @@ func TestParkingRaisesAnAlert(t *testing.T) {
 			if a := wantAlerts(t, b, j, alert.Parked); a[0].Reason != tc.reason {
 				t.Errorf("alert reason %q, want %s", a[0].Reason, tc.reason)
 			}
-			if got := deliveryCounts(t, m)["transactional/webhook/PARKED"]; got != 1 {
+			if got := metricstest.Deliveries(t, m)["transactional/webhook/PARKED"]; got != 1 {
 				t.Errorf("herald_deliveries_total{state=PARKED} = %v, want 1", got)
 			}
-			if got := series(t, m, "herald_alerts_total", "kind")[alert.Parked]; got != 1 {
+			if got := metricstest.Series(t, m, "herald_alerts_total", "kind")[alert.Parked]; got != 1 {
 				t.Errorf("herald_alerts_total{kind=PARKED} = %v, want 1", got)
 			}
 		})
