@@ -106,7 +106,8 @@ type Deliveries interface {
 	// decision was written.
 	DeliveryDecide(ctx context.Context, p DeliveryDecideParams) (bool, error)
 	// DeliverySweepStale turns SENDING rows claimed more than olderThan ago
-	// into UNKNOWN and returns them.
+	// into UNKNOWN and returns them, each exactly once: a row it returns
+	// entered UNKNOWN by this call.
 	DeliverySweepStale(ctx context.Context, olderThan time.Duration) ([]StaleClaim, error)
 }
 
@@ -268,6 +269,10 @@ type Expired struct {
 type StaleClaim struct {
 	MessageID string
 	Tenant    string
+	// Lane is the notification's lane ("" when its notification row is
+	// missing), Channel the delivery's.
+	Lane    heraldtype.Lane
+	Channel heraldtype.Channel
 }
 
 // Delivery is the sender's row for one message_id.

@@ -5,6 +5,12 @@
 // keys are deleted. Each sweep is a conditional write, so running one twice,
 // or in two processes at once, is harmless; with PostgreSQL a leader lock
 // still keeps it to one process.
+//
+// A stale claim the sweep turns UNKNOWN is a delivery entering UNKNOWN: it
+// is counted in herald_deliveries_total once, for the write that turned it
+// (the crashed sender's late result, refused, counts nothing). An expired
+// outbox row writes no delivery row, so it counts no delivery state: it is
+// counted by its OUTBOX_EXPIRED alert (herald_alerts_total).
 package sweep
 
 import (
@@ -13,6 +19,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/store"
 )
@@ -102,6 +109,7 @@ func (s *Sweeper) Claims(ctx context.Context) {
 		s.warn(ctx, "sweep stale claims", err)
 	}
 	for _, c := range stale {
+		s.Metrics.Delivery(c.Lane, c.Channel, heraldtype.DeliveryUnknown)
 		s.raise(ctx, alert.Alert{Kind: alert.StaleClaim, MessageID: c.MessageID, Tenant: c.Tenant, Reason: "STALE_CLAIM"})
 	}
 	if n, err := s.Store.IdempotencyKeysSweep(ctx); err != nil {

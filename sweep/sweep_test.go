@@ -2,6 +2,7 @@ package sweep_test
 
 import (
 	"context"
+	"maps"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 	"github.com/heraldhq/herald/sweep"
@@ -72,4 +75,45 @@ func TestAlertsCarryTheirTenant(t *testing.T) {
 			t.Fatalf("alerts %+v, want [%+v]", got, want)
 		}
 	})
+}
+
+// TestStaleSweepCountsUnknownOncePerClaim: each stale claim the sweep turns
+// UNKNOWN is a delivery entering UNKNOWN, counted once under its
+// notification's lane and its channel; a claim still young, and a sweep
+// that finds nothing more, count nothing.
+func TestStaleSweepCountsUnknownOncePerClaim(t *testing.T) {
+	t.Parallel()
+	sw, b := setup(t)
+	m := metrics.New(nil)
+	sw.Metrics = m
+	claim := func(id string, lane heraldtype.Lane, ch heraldtype.Channel) {
+		t.Helper()
+		res, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{Tenant: "t1", ID: id,
+			Recipient: "r", EventID: id, Kind: "k", Lane: lane, Channels: []heraldtype.Channel{ch}})
+		if err != nil || res.Outcome != store.Created {
+			t.Fatalf("create %s: %+v (%v)", id, res, err)
+		}
+		c, err := b.store.DeliveryClaim(b.ctx, store.DeliveryClaimParams{MessageID: store.MessageID(id, ch), NotificationID: id,
+			Tenant: "t1", Channel: ch, Provider: "p", Owner: "dead"})
+		if err != nil || !c.Claimed {
+			t.Fatalf("claim %s: %+v (%v)", id, c, err)
+		}
+	}
+	claim("ntf_a", heraldtype.LaneAlert, heraldtype.ChannelSMS)
+	claim("ntf_b", heraldtype.LaneTransactional, heraldtype.ChannelWebhook)
+	claim("ntf_c", heraldtype.LaneTransactional, heraldtype.ChannelWebhook)
+	b.clk.Advance(5 * time.Minute)
+	claim("ntf_young", heraldtype.LaneTransactional, heraldtype.ChannelWebhook)
+	b.clk.Advance(5*time.Minute + time.Second)
+
+	want := map[string]float64{"alert/sms/UNKNOWN": 1, "transactional/webhook/UNKNOWN": 2}
+	for i := range 2 {
+		sw.Claims(b.ctx)
+		if got := metricstest.Deliveries(t, m); !maps.Equal(got, want) {
+			t.Fatalf("after sweep %d herald_deliveries_total is %v, want %v", i+1, got, want)
+		}
+	}
+	if got := len(b.alerts.Alerts()); got != 3 {
+		t.Fatalf("%d STALE_CLAIM alerts, want 3", got)
+	}
 }

@@ -337,10 +337,13 @@ ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
 SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
 WHERE d.state = 'RETRY_WAIT' OR (d.state = 'PARKED' AND excluded.state <> 'PARKED')`
 
+	// qDeliverySweepStale returns each claim it turned with its channel
+	// and its notification's lane (the labels the sweep counts it under).
+	//
 	// $1 now, $2 age.
-	qDeliverySweepStale = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, now())
-WHERE state = 'SENDING' AND claimed_at < coalesce($1::timestamptz, now()) - $2::interval
-RETURNING message_id, tenant`
+	qDeliverySweepStale = `UPDATE deliveries d SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, now())
+WHERE d.state = 'SENDING' AND d.claimed_at < coalesce($1::timestamptz, now()) - $2::interval
+RETURNING d.message_id, d.tenant, coalesce((SELECT n.lane FROM notifications n WHERE n.id = d.notification_id), ''), d.channel`
 )
 
 // Profiles.

@@ -151,9 +151,11 @@ func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration)
 		defer rows.Close()
 		for rows.Next() {
 			var c store.StaleClaim
-			if err := rows.Scan(&c.MessageID, &c.Tenant); err != nil {
+			var lane, ch string
+			if err := rows.Scan(&c.MessageID, &c.Tenant, &lane, &ch); err != nil {
 				return err
 			}
+			c.Lane, c.Channel = heraldtype.Lane(lane), heraldtype.Channel(ch)
 			stale = append(stale, c)
 		}
 		return rows.Err()

@@ -86,9 +86,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
 WHERE deliveries.state = 'RETRY_WAIT' OR (deliveries.state = 'PARKED' AND excluded.state <> 'PARKED')`
+	// qDeliverySweepStale returns each claim it turned with its channel
+	// and its notification's lane (the labels the sweep counts it under).
 	qDeliverySweepStale = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = ?
 WHERE state = 'SENDING' AND claimed_at < ?
-RETURNING message_id, tenant`
+RETURNING message_id, tenant, coalesce((SELECT n.lane FROM notifications n WHERE n.id = deliveries.notification_id), ''), channel`
 )
 
 // Profiles.

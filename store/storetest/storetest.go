@@ -876,9 +876,10 @@ func testDeliveries(t *testing.T, h Harness) {
 	t.Run("StaleSendingBecomesUnknown", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
+		n, _ := create(t, b, func(p *store.NotificationCreateParams) { p.Lane = heraldtype.LaneAlert })
 		for _, id := range []string{"old", "young"} {
 			p := claimParams(id)
-			p.Tenant = "tenant-of-" + id
+			p.Tenant, p.NotificationID, p.Channel = "tenant-of-"+id, n.ID, heraldtype.ChannelPush
 			if res := claimDelivery(t, b, p); !res.Claimed {
 				t.Fatalf("claim %s: %+v", id, res)
 			}
@@ -887,9 +888,14 @@ func testDeliveries(t *testing.T, h Harness) {
 			}
 		}
 		b.clk.Advance(time.Minute + time.Second)
-		stale, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute)
-		if want := (store.StaleClaim{MessageID: "old", Tenant: "tenant-of-old"}); err != nil || len(stale) != 1 || stale[0] != want {
-			t.Fatalf("swept %+v (%v), want [%+v]", stale, err, want)
+		// Each turned claim is returned with its notification's lane and
+		// its channel, once: a second sweep returns nothing more.
+		want := store.StaleClaim{MessageID: "old", Tenant: "tenant-of-old", Lane: heraldtype.LaneAlert, Channel: heraldtype.ChannelPush}
+		for i, wantN := range []int{1, 0} {
+			stale, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute)
+			if err != nil || len(stale) != wantN || (wantN == 1 && stale[0] != want) {
+				t.Fatalf("sweep %d: %+v (%v), want %d like %+v", i+1, stale, err, wantN, want)
+			}
 		}
 		d := delivery(t, b, "old")
 		if d.State != heraldtype.DeliveryUnknown || d.Reason != heraldtype.ReasonStaleClaim {
