@@ -130,19 +130,19 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if cfg.Transport == "rabbitmq" {
 		a.rabbit = a.newRabbitMQ()
 	}
-	a.handler = a.withReadiness(httpapi.New(httpapi.Config{
+	a.handler = httpapi.New(httpapi.Config{
 		Keys: auth.NewKeys(keys),
 		Intake: &intake.Handler{
 			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(),
 			Logger: a.logger, Metrics: a.metrics,
 		},
-		Lookup:   &lookup.Handler{Store: a.store, Logger: a.logger},
-		Parked:   a.parked,
-		Store:    a.store,
-		Metrics:  a.metrics,
-		Logger:   a.logger,
-		Draining: &a.draining,
-	}))
+		Lookup:  &lookup.Handler{Store: a.store, Logger: a.logger},
+		Parked:  a.parked,
+		Store:   a.store,
+		Metrics: a.metrics,
+		Logger:  a.logger,
+		Ready:   http.HandlerFunc(a.serveReadyz),
+	})
 	a.listener = opts.Listener
 	return a, nil
 }

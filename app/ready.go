@@ -98,18 +98,10 @@ func (a *App) redact(s string) string {
 	return s
 }
 
-// withReadiness serves GET /readyz from the App's checks and everything else
-// from api.
-func (a *App) withReadiness(api http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /readyz", a.serveReadyz)
-	mux.Handle("/", api)
-	return mux
-}
-
-// serveReadyz answers 200 {"status": "ready", "checks": […]} or 503
-// application/problem+json whose detail names the failing checks and whose
-// checks list every check with its reason.
+// serveReadyz is the handler httpapi serves at GET /readyz. It answers 200
+// {"status": "ready", "checks": […]} or 503 application/problem+json whose
+// detail names the failing checks and whose checks list every check with
+// its reason.
 func (a *App) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	checks, ok := a.Ready(r.Context())
 	w.Header().Set("Cache-Control", "no-store")

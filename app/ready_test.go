@@ -123,6 +123,21 @@ func TestReadyz(t *testing.T) {
 		}
 	})
 
+	t.Run("ShutdownIs503WhateverTheChecksSay", func(t *testing.T) {
+		t.Parallel()
+		a, base := newApp(t, func(c *config.Config) { c.Listen = "127.0.0.1:0" })
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // Run drains at once
+		if err := a.Run(ctx); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		r := readyz(t, base)
+		if r.code != http.StatusServiceUnavailable || r.contentType != "application/problem+json" || r.Detail != "not ready: shutdown" ||
+			len(r.Checks) != 1 || r.Checks[0] != (app.Check{Name: "shutdown", Status: "failing", Reason: "herald is shutting down"}) {
+			t.Fatalf("readyz after shutdown began = %d %s %+v, want 503 problem naming only the shutdown", r.code, r.contentType, r)
+		}
+	})
+
 	t.Run("HealthzStaysLiveness", func(t *testing.T) {
 		t.Parallel()
 		a, base := newApp(t, nil)

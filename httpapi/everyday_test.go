@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,7 +99,7 @@ func setupEveryday(t *testing.T, driver string, wrap func(store.Store) store.Sto
 	t.Cleanup(srv.Close)
 	client := srv.Client()
 	client.Timeout = 30 * time.Second
-	return &everyday{bundle: &bundle{url: srv.URL, client: client, draining: &atomic.Bool{}, clock: clk}, st: st}
+	return &everyday{bundle: &bundle{url: srv.URL, client: client, clock: clk}, st: st}
 }
 
 // accept posts a payment.approved for recipient as tenant a and returns its id.

@@ -1,17 +1,15 @@
 // Package httpapi assembles herald's HTTP surface: authentication, the intake
 // and read endpoints, the list, cancel and kinds endpoints (everyday.go),
-// recipient profiles, health and metrics. Every error is
-// application/problem+json.
+// recipient profiles, health, readiness (the handler it is given) and
+// metrics. Every error is application/problem+json.
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,8 +35,9 @@ type Config struct {
 	Store   store.Store
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
-	// Draining reports that shutdown has begun (readyz answers 503).
-	Draining *atomic.Bool
+	// Ready answers GET /readyz (app's readiness checks); nil leaves
+	// /readyz out.
+	Ready http.Handler
 }
 
 // New returns the router.
@@ -59,20 +58,9 @@ func New(cfg Config) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if cfg.Draining != nil && cfg.Draining.Load() {
-			problem.New(w, http.StatusServiceUnavailable, "shutting down")
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := cfg.Store.Ping(ctx); err != nil {
-			problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"status":"ready"}`+"\n")
-	})
+	if cfg.Ready != nil {
+		mux.Handle("GET /readyz", cfg.Ready)
+	}
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/parked"
+	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 )
@@ -32,16 +33,17 @@ const (
 )
 
 type bundle struct {
-	url      string
-	client   *http.Client
-	draining *atomic.Bool
-	store    *sqlite.Store
-	clock    *clock.Fake
+	url    string
+	client *http.Client
+	store  *sqlite.Store
+	clock  *clock.Fake
 }
 
 type options struct {
 	// lookupStore replaces the store behind GET /v1/notifications/{id}.
 	lookupStore lookup.Store
+	// ready is the readiness handler (Config.Ready).
+	ready http.Handler
 }
 
 // setup serves the router over a real SQLite store in t.TempDir().
@@ -67,22 +69,21 @@ func setup(t *testing.T, opts options) *bundle {
 	if opts.lookupStore != nil {
 		lookupStore = opts.lookupStore
 	}
-	draining := &atomic.Bool{}
 	h := httpapi.New(httpapi.Config{
-		Keys:     auth.NewKeys(map[string]string{keyA: "a", keyB: "b"}),
-		Intake:   &intake.Handler{Store: st, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour, Logger: logger, Metrics: m},
-		Lookup:   &lookup.Handler{Store: lookupStore, Logger: logger},
-		Parked:   parked.DB{Store: st},
-		Store:    st,
-		Metrics:  m,
-		Logger:   logger,
-		Draining: draining,
+		Keys:    auth.NewKeys(map[string]string{keyA: "a", keyB: "b"}),
+		Intake:  &intake.Handler{Store: st, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour, Logger: logger, Metrics: m},
+		Lookup:  &lookup.Handler{Store: lookupStore, Logger: logger},
+		Parked:  parked.DB{Store: st},
+		Store:   st,
+		Metrics: m,
+		Logger:  logger,
+		Ready:   opts.ready,
 	})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	client := srv.Client()
 	client.Timeout = 30 * time.Second // a hung request fails its test
-	return &bundle{url: srv.URL, client: client, draining: draining, store: st, clock: clk}
+	return &bundle{url: srv.URL, client: client, store: st, clock: clk}
 }
 
 type response struct {
@@ -135,25 +136,34 @@ func wantProblem(t *testing.T, r response, status int) problemBody {
 	return p
 }
 
+// GET /readyz is the readiness handler httpapi is given (app's checks),
+// unauthenticated; without one there is no /readyz. /healthz answers 200
+// whatever readiness says.
 func TestReadyz(t *testing.T) {
 	t.Parallel()
 
-	t.Run("ReadyWithAStore", func(t *testing.T) {
+	t.Run("ServesTheReadyHandler", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, options{})
-		if r := b.do(t, http.MethodGet, "/readyz", "", ""); r.status != http.StatusOK {
-			t.Errorf("readyz = %d %s", r.status, r.body)
+		var calls atomic.Int32
+		b := setup(t, options{ready: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			problem.New(w, http.StatusServiceUnavailable, "not ready: store")
+		})})
+		if p := wantProblem(t, b.do(t, http.MethodGet, "/readyz", "", ""), http.StatusServiceUnavailable); p.Detail != "not ready: store" {
+			t.Errorf("readyz detail %q, want the handler's", p.Detail)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("the ready handler ran %d times, want once", n)
+		}
+		if r := b.do(t, http.MethodGet, "/healthz", "", ""); r.status != http.StatusOK {
+			t.Errorf("healthz while not ready = %d, want 200", r.status)
 		}
 	})
 
-	t.Run("DrainingIs503", func(t *testing.T) {
+	t.Run("NoReadyHandlerIs404", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})
-		b.draining.Store(true)
-		wantProblem(t, b.do(t, http.MethodGet, "/readyz", "", ""), http.StatusServiceUnavailable)
-		if r := b.do(t, http.MethodGet, "/healthz", "", ""); r.status != http.StatusOK {
-			t.Errorf("healthz while draining = %d, want 200", r.status)
-		}
+		wantProblem(t, b.do(t, http.MethodGet, "/readyz", "", ""), http.StatusNotFound)
 	})
 }
 
