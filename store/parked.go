@@ -27,8 +27,9 @@ type Parked interface {
 	ParkedRestore(ctx context.Context, p ParkedRestoreParams) (bool, error)
 	// ParkedDiscard ends a parked message for good, a person's decision,
 	// and writes its audit row (ParkedDiscardEntry) in the same
-	// transaction. It reports whether it discarded anything; see
-	// ParkedDiscardParams for what each transport's discard writes.
+	// transaction. It reports whether its delivery entered
+	// SUPPRESSED(DISCARDED) by this call; see ParkedDiscardParams for what
+	// each transport's discard writes.
 	ParkedDiscard(ctx context.Context, p ParkedDiscardParams) (bool, error)
 	// ParkedDiscardList returns the discards' audit rows, oldest first.
 	ParkedDiscardList(ctx context.Context, p ParkedDiscardListParams) ([]ParkedDiscardEntry, error)
@@ -72,7 +73,8 @@ type ParkedRestoreParams struct {
 // claim that got there first; its outbox row, already DONE unless a
 // claimer's lease ran out before it could finish it, is settled DONE if it
 // is PENDING; and the audit row records the delivery's tenant and reason.
-// Nothing PARKED: nothing is written and the answer is false.
+// The answer is true. Nothing PARKED: nothing is written and the answer is
+// false.
 //
 // With a broker (Broker true) the parked message is a copy in the parking
 // queue, which the caller removes only after this write. The audit row is
@@ -81,7 +83,10 @@ type ParkedRestoreParams struct {
 // SUPPRESSED(DISCARDED) if it has no row yet or is waiting (PARKED,
 // RETRY_WAIT) — the guard of the sender's own decision write, so another
 // copy can never send it afterwards — and is left as it is when SENDING or
-// ended (another copy already owns or finished it).
+// ended (another copy already owns or finished it). The answer is true
+// only when the delivery became SUPPRESSED(DISCARDED) here: false for a
+// copy that names no notification, a delivery another copy owns or
+// finished, or one an earlier discard already ended.
 type ParkedDiscardParams struct {
 	// Tenant is the message's tenant. db: limits the discard to that
 	// tenant's delivery, empty for any tenant. Broker: recorded as is,

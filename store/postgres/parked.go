@@ -101,7 +101,8 @@ SELECT d.now, $4::text, d.message_id, d.tenant, d.reason, $5::text FROM d`
 	// qParkedDiscardCopy, a broker copy's discard in one statement: the
 	// sender's decision write (no row yet, or a waiting one) with
 	// SUPPRESSED(DISCARDED) when the copy names a notification ($3 not
-	// ''), and the audit row in any case.
+	// ''), and the audit row in any case. It returns 1 when the decision
+	// was written, 0 when not.
 	//
 	// $1 now, $2 message id, $3 notification id, $4 tenant, $5 channel,
 	// $6 actor, $7 parked reason, $8 reason.
@@ -112,9 +113,13 @@ decide AS (
     ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
     SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
     WHERE d.state IN ('RETRY_WAIT', 'PARKED')
+    RETURNING 1
+),
+audit AS (
+    INSERT INTO parked_discards (discarded_at, actor, message_id, tenant, parked_reason, reason)
+    SELECT t.now, $6::text, $2::text, $4::text, $7::text, $8::text FROM t
 )
-INSERT INTO parked_discards (discarded_at, actor, message_id, tenant, parked_reason, reason)
-SELECT t.now, $6::text, $2::text, $4::text, $7::text, $8::text FROM t`
+SELECT count(*)::integer FROM decide`
 
 	// $1 tenant ('' for every tenant), $2 message id ('' for all), $3 limit.
 	qParkedDiscardList = `SELECT id, discarded_at, actor, message_id, tenant, parked_reason, reason FROM parked_discards
@@ -172,15 +177,16 @@ func (s *Store) ParkedRestore(ctx context.Context, p store.ParkedRestoreParams) 
 // ParkedDiscard discards a parked message and writes its audit row, in one
 // statement.
 func (s *Store) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (bool, error) {
-	var (
-		q    = qParkedDiscard
-		args = []any{s.now(), p.MessageID, p.Tenant, p.Actor, p.Reason}
-	)
 	if p.Broker {
-		q = qParkedDiscardCopy
-		args = []any{s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Actor, p.ParkedReason, p.Reason}
+		var n int
+		err := s.pool.QueryRow(ctx, qParkedDiscardCopy,
+			s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Actor, p.ParkedReason, p.Reason).Scan(&n)
+		if err != nil {
+			return false, s.fail("discard parked message "+p.MessageID, err)
+		}
+		return n == 1, nil
 	}
-	tag, err := s.pool.Exec(ctx, q, args...)
+	tag, err := s.pool.Exec(ctx, qParkedDiscard, s.now(), p.MessageID, p.Tenant, p.Actor, p.Reason)
 	if err != nil {
 		return false, s.fail("discard parked message "+p.MessageID, err)
 	}

@@ -194,9 +194,15 @@ func (s *Store) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) 
 		tenant, parkedReason := p.Tenant, p.ParkedReason
 		if p.Broker {
 			if p.NotificationID != "" {
-				if _, err := tx.Exec(qParkedDiscardDecide, now, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel)); err != nil {
+				r, err := tx.Exec(qParkedDiscardDecide, now, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel))
+				if err != nil {
 					return err
 				}
+				n, err := r.RowsAffected()
+				if err != nil {
+					return err
+				}
+				ok = n == 1
 			}
 		} else {
 			err := tx.QueryRow(qParkedDiscardSelect, p.MessageID, p.Tenant).Scan(&tenant, &parkedReason)
@@ -212,12 +218,10 @@ func (s *Store) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) 
 			if _, err := tx.Exec(qParkedDiscardOutbox, now, p.MessageID); err != nil {
 				return err
 			}
+			ok = true
 		}
-		if _, err := tx.Exec(qParkedDiscardAudit, now, p.Actor, p.MessageID, tenant, parkedReason, p.Reason); err != nil {
-			return err
-		}
-		ok = true
-		return nil
+		_, err := tx.Exec(qParkedDiscardAudit, now, p.Actor, p.MessageID, tenant, parkedReason, p.Reason)
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("discard parked message %s: %w", p.MessageID, err)
