@@ -14,6 +14,14 @@
 // messages; the operator (the CLI, which holds the configuration) sees
 // every tenant's and the untenanted ones — a body that is not a job names
 // no tenant, so no tenant may see it.
+//
+// A requeue (the delivery enters RETRY_WAIT), a refused rabbitmq requeue
+// (PARKED again) and a discard (SUPPRESSED) are delivery state entries,
+// counted in herald_deliveries_total like the sender's when the service's
+// store is wrapped by Counted, as the server's is: the HTTP endpoints
+// count. herald parked requeue and discard on the command line run in a
+// process of their own and count nothing: the server's counter does not
+// see their entries.
 package parked
 
 import (
