@@ -7,12 +7,37 @@
 // response code; Declare adds what depends on the configuration (each lane's
 // channels, the providers, the transport's dispatch results).
 //
-// herald_deliveries_total counts state entries: each delivery adds exactly
-// one to a state each time it enters it. A delivery retried twice and then
-// accepted adds SENDING 3, RETRY_WAIT 2 and PROVIDER_ACCEPTED 1. The sum
-// over the terminal states (PROVIDER_ACCEPTED, DELIVERED, PERMANENT_FAILURE,
-// RETRY_EXHAUSTED, UNKNOWN, SUPPRESSED) is the number of deliveries that
-// finished; the sum over all states is not the number of deliveries.
+// herald_deliveries_total counts state entries: each delivery (one row per
+// message id) adds exactly one to a state each time it enters it, counted
+// by the process whose write moved it there and only when that write took,
+// so a copy that loses a write counts nothing. A delivery retried twice and
+// then accepted adds SENDING 3, RETRY_WAIT 2 and PROVIDER_ACCEPTED 1; one
+// parked, requeued and then sent adds PARKED 1, RETRY_WAIT 1, SENDING 1 and
+// its result 1. The sum over all states is not the number of deliveries.
+//
+// The writers a herald server counts: the sender (a won claim: SENDING; a
+// result: PROVIDER_ACCEPTED, PERMANENT_FAILURE, RETRY_WAIT,
+// RETRY_EXHAUSTED, UNKNOWN; a decision: SUPPRESSED, PARKED), the stale
+// sweep (SENDING to UNKNOWN), a cancel (to SUPPRESSED) and the HTTP parked
+// endpoints (a requeue to RETRY_WAIT, a rabbitmq requeue the lane refused
+// back to PARKED, a discard to SUPPRESSED). Hence, summed over the herald
+// servers of one database (increase() over a window survives restarts),
+// the terminal states PROVIDER_ACCEPTED, PERMANENT_FAILURE,
+// RETRY_EXHAUSTED, UNKNOWN and SUPPRESSED count each delivery that ended,
+// once. The exceptions:
+//
+//   - herald parked requeue and discard on the command line write from a
+//     process of their own, which no scrape sees: a delivery the CLI
+//     discards ends uncounted, and one it requeues enters RETRY_WAIT
+//     uncounted (what follows, in the server, is counted).
+//   - DELIVERED is not in that sum: it confirms a delivery that already
+//     ended (PROVIDER_ACCEPTED, or UNKNOWN settled by a receipt), so adding
+//     it would count that delivery twice. Nothing writes it yet.
+//   - A planned send that ends in the outbox (EXPIRED, or FAILED by the
+//     dispatcher) writes no delivery state: it is counted by
+//     herald_alerts_total{kind="OUTBOX_EXPIRED"} and {kind="OUTBOX_FAILED"}.
+//     With the db transport this can happen to a delivery waiting in
+//     RETRY_WAIT, whose row then stays RETRY_WAIT.
 package metrics
 
 import (
@@ -71,7 +96,8 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_deliveries_total",
 			Help: "Delivery state entries by lane, channel and state: one per delivery each time it enters the state. " +
-				"The sum over terminal states is the deliveries finished; the sum over all states is not the number of deliveries.",
+				"The sum over terminal states is the deliveries this process ended (herald parked on the command line counts nothing); " +
+				"the sum over all states is not the number of deliveries.",
 		}, []string{"lane", "channel", "state"}),
 		providerCall: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "herald_provider_call_seconds", Help: "Provider call latency by provider and outcome class.",
