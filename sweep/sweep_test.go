@@ -2,8 +2,8 @@ package sweep_test
 
 import (
 	"context"
-	"maps"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"testing"
 	"time"

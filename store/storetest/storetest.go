@@ -644,6 +644,29 @@ func claimParams(id string) store.DeliveryClaimParams {
 	return store.DeliveryClaimParams{MessageID: id, NotificationID: "n", Tenant: "t1", Channel: heraldtype.ChannelSMS, Provider: "p", Owner: "w"}
 }
 
+// decideOn runs DeliveryDecide for id (of notification "n", tenant t1, on
+// sms) and reports whether it was written; an error fails the test.
+func decideOn(t *testing.T, b bundle, id string, state heraldtype.DeliveryState, reason string) bool {
+	t.Helper()
+	ok, err := b.s.DeliveryDecide(b.ctx, store.DeliveryDecideParams{MessageID: id, NotificationID: "n", Tenant: "t1", Channel: heraldtype.ChannelSMS, State: state, Reason: reason})
+	if err != nil {
+		t.Fatalf("DeliveryDecide %s %s: %v", id, state, err)
+	}
+	return ok
+}
+
+// waitingRetry claims id (claimParams) and records its first attempt as a
+// definite non-send: RETRY_WAIT, due in a minute.
+func waitingRetry(t *testing.T, b bundle, id string) {
+	t.Helper()
+	if res := claimDelivery(t, b, claimParams(id)); !res.Claimed {
+		t.Fatalf("claim %s: %+v", id, res)
+	}
+	if !record(t, b, id, 1, heraldtype.DeliveryRetryWait, time.Minute) {
+		t.Fatalf("record RETRY_WAIT for %s", id)
+	}
+}
+
 func record(t *testing.T, b bundle, id string, attempt int, state heraldtype.DeliveryState, delay time.Duration) bool {
 	t.Helper()
 	res, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{
@@ -798,32 +821,20 @@ func testDeliveries(t *testing.T, h Harness) {
 	t.Run("DecideNeverOverwritesAClaimOrResult", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		decide := func(id string, state heraldtype.DeliveryState, reason string) bool {
-			ok, err := b.s.DeliveryDecide(b.ctx, store.DeliveryDecideParams{MessageID: id, NotificationID: "n", Tenant: "t1", Channel: heraldtype.ChannelSMS, State: state, Reason: reason})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ok
-		}
-		if !decide("new", heraldtype.DeliverySuppressed, heraldtype.ReasonConsentDenied) {
+		if !decideOn(t, b, "new", heraldtype.DeliverySuppressed, heraldtype.ReasonConsentDenied) {
 			t.Fatal("could not suppress a new message")
 		}
-		if decide("new", heraldtype.DeliveryParked, "X") {
+		if decideOn(t, b, "new", heraldtype.DeliveryParked, "X") {
 			t.Fatal("overwrote SUPPRESSED")
 		}
 		if res := claimDelivery(t, b, claimParams("sending")); !res.Claimed {
 			t.Fatalf("claim %+v", res)
 		}
-		if decide("sending", heraldtype.DeliverySuppressed, "X") {
+		if decideOn(t, b, "sending", heraldtype.DeliverySuppressed, "X") {
 			t.Fatal("overwrote SENDING")
 		}
-		if res := claimDelivery(t, b, claimParams("waiting")); !res.Claimed {
-			t.Fatalf("claim %+v", res)
-		}
-		if !record(t, b, "waiting", 1, heraldtype.DeliveryRetryWait, time.Minute) {
-			t.Fatal("record RETRY_WAIT")
-		}
-		if !decide("waiting", heraldtype.DeliverySuppressed, heraldtype.ReasonConsentDenied) {
+		waitingRetry(t, b, "waiting")
+		if !decideOn(t, b, "waiting", heraldtype.DeliverySuppressed, heraldtype.ReasonConsentDenied) {
 			t.Fatal("could not suppress a waiting retry")
 		}
 		d := delivery(t, b, "waiting")
@@ -834,22 +845,9 @@ func testDeliveries(t *testing.T, h Harness) {
 	t.Run("DecideNeverParksAParkedDelivery", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		decide := func(id string, state heraldtype.DeliveryState, reason string) bool {
-			t.Helper()
-			ok, err := b.s.DeliveryDecide(b.ctx, store.DeliveryDecideParams{MessageID: id, NotificationID: "n", Tenant: "t1", Channel: heraldtype.ChannelSMS, State: state, Reason: reason})
-			if err != nil {
-				t.Fatalf("DeliveryDecide %s %s: %v", id, state, err)
-			}
-			return ok
-		}
 		// A waiting retry may be parked.
-		if res := claimDelivery(t, b, claimParams("m1")); !res.Claimed {
-			t.Fatalf("claim %+v", res)
-		}
-		if !record(t, b, "m1", 1, heraldtype.DeliveryRetryWait, time.Minute) {
-			t.Fatal("record RETRY_WAIT")
-		}
-		if !decide("m1", heraldtype.DeliveryParked, heraldtype.ReasonUnknownKind) {
+		waitingRetry(t, b, "m1")
+		if !decideOn(t, b, "m1", heraldtype.DeliveryParked, heraldtype.ReasonUnknownKind) {
 			t.Fatal("could not park a waiting retry")
 		}
 		parked := delivery(t, b, "m1")
@@ -857,7 +855,7 @@ func testDeliveries(t *testing.T, h Harness) {
 		// skipped the peek) writes nothing: the row keeps its reason and time.
 		b.clk.Advance(time.Minute)
 		for _, reason := range []string{heraldtype.ReasonUnknownKind, heraldtype.ReasonTemplateMissing} {
-			if decide("m1", heraldtype.DeliveryParked, reason) {
+			if decideOn(t, b, "m1", heraldtype.DeliveryParked, reason) {
 				t.Fatalf("PARKED(%s) was written over PARKED", reason)
 			}
 			if d := delivery(t, b, "m1"); d.State != parked.State || d.Reason != parked.Reason || !d.UpdatedAt.Equal(parked.UpdatedAt) || d.Attempts != parked.Attempts {
@@ -866,7 +864,7 @@ func testDeliveries(t *testing.T, h Harness) {
 			}
 		}
 		// A parked message may still be suppressed (a cancel, a discard).
-		if !decide("m1", heraldtype.DeliverySuppressed, heraldtype.ReasonCancelled) {
+		if !decideOn(t, b, "m1", heraldtype.DeliverySuppressed, heraldtype.ReasonCancelled) {
 			t.Fatal("could not suppress a parked message")
 		}
 		if d := delivery(t, b, "m1"); d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonCancelled {
