@@ -227,7 +227,10 @@ func (p *Parking) scan(ctx context.Context, fn func(d amqp.Delivery, e parked.En
 
 // scanOn gets the messages that are in the parking queue now, one at a
 // time without acking, and hands each to fn until fn says stop. Messages fn
-// does not ack return to the queue when the channel closes.
+// does not ack return to the queue when the channel closes; scanOn waits
+// (up to scanSettle) until the queue shows them ready again, because a
+// quorum queue takes them back asynchronously and a scan that starts
+// before that would miss them.
 func (p *Parking) scanOn(ctx context.Context, conn *amqp.Connection, fn func(d amqp.Delivery, e parked.Entry) (bool, error)) error {
 	p.scanning.Lock()
 	defer p.scanning.Unlock()
@@ -236,17 +239,29 @@ func (p *Parking) scanOn(ctx context.Context, conn *amqp.Connection, fn func(d a
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
-	defer ch.Close()
 	if err := t.Declare(ch); err != nil {
+		_ = ch.Close()
 		return err
 	}
 	q, err := ch.QueueDeclarePassive(t.ParkingQueue(), true, false, false, false, nil)
 	if err != nil {
+		_ = ch.Close()
 		return fmt.Errorf("inspect %s: %w", t.ParkingQueue(), err)
 	}
-	// Only what is there now: a message requeued here and parked again
-	// while the scan runs is not visited twice.
-	for range q.Messages {
+	acked := 0
+	err = p.visit(ctx, ch, t, q.Messages, &acked, fn)
+	if cerr := ch.Close(); cerr != nil && err == nil && !errors.Is(cerr, amqp.ErrClosed) {
+		err = fmt.Errorf("close channel: %w", cerr)
+	}
+	p.settle(ctx, conn, t, q.Messages-acked)
+	return err
+}
+
+// visit gets at most n messages (only what was there when the scan
+// started: a message requeued here and parked again while the scan runs
+// is not visited twice) and counts those fn acked.
+func (p *Parking) visit(ctx context.Context, ch *amqp.Channel, t Topology, n int, acked *int, fn func(d amqp.Delivery, e parked.Entry) (bool, error)) error {
+	for range n {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -257,12 +272,57 @@ func (p *Parking) scanOn(ctx context.Context, conn *amqp.Connection, fn func(d a
 		if !ok {
 			return nil
 		}
+		d.Acknowledger = countingAcknowledger{Acknowledger: d.Acknowledger, acked: acked}
 		more, err := fn(d, entryOf(d))
 		if err != nil || !more {
 			return err
 		}
 	}
 	return nil
+}
+
+// scanSettle bounds how long a scan waits for the messages it held to be
+// ready again.
+const scanSettle = 10 * time.Second
+
+// settle waits until the parking queue has at least want ready messages
+// (fewer can stay if another process took some meanwhile: then it gives up
+// after scanSettle).
+func (p *Parking) settle(ctx context.Context, conn *amqp.Connection, t Topology, want int) {
+	if want <= 0 {
+		return
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	deadline := time.Now().Add(scanSettle)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		q, err := ch.QueueDeclarePassive(t.ParkingQueue(), true, false, false, false, nil)
+		if err != nil || q.Messages >= want || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+	}
+}
+
+// countingAcknowledger counts the acks of a scan's deliveries.
+type countingAcknowledger struct {
+	amqp.Acknowledger
+	acked *int
+}
+
+func (c countingAcknowledger) Ack(tag uint64, multiple bool) error {
+	err := c.Acknowledger.Ack(tag, multiple)
+	if err == nil {
+		*c.acked++
+	}
+	return err
 }
 
 // entryOf describes a parked message from its headers and body.
