@@ -122,7 +122,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		},
 		Owner: a.owner, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Hooks: opts.Hooks,
 	})
-	a.parked = Parked(cfg, a.store, a.logger)
+	a.parked = Parked(cfg, parked.Counted(a.store, a.metrics, a.logger), a.logger)
 	keys := map[string]string{}
 	for _, k := range cfg.APIKeys {
 		keys[k.Key] = k.Tenant
