@@ -33,8 +33,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/store"
@@ -56,10 +54,9 @@ type Store interface {
 type Canceller struct {
 	Store Store
 	// Metrics counts the sends a cancel moved to SUPPRESSED among the
-	// delivery states written (herald_deliveries_total). May be nil.
+	// delivery states written (herald_deliveries_total) and the request
+	// (herald_cancels_total). May be nil.
 	Metrics *metrics.Metrics
-	// Counter counts cancel requests (herald_cancels_total). May be nil.
-	Counter *Counter
 	Logger  *slog.Logger
 }
 
@@ -120,7 +117,7 @@ func (c *Canceller) Cancel(ctx context.Context, tenant, id string) (Result, erro
 			c.Metrics.Delivery(v.Lane, dv.Channel, heraldtype.DeliverySuppressed)
 		}
 	}
-	c.Counter.count(cancelled)
+	c.Metrics.Cancel(cancelled)
 	if cancelled > 0 {
 		c.logger().LogAttrs(ctx, slog.LevelInfo, "cancel: suppressed waiting sends",
 			slog.String("tenant", v.Tenant), slog.String("notification_id", v.ID), slog.Int("cancelled", cancelled))
@@ -147,46 +144,4 @@ func (c *Canceller) logger() *slog.Logger {
 		return slog.Default()
 	}
 	return c.Logger
-}
-
-// Counter is herald_cancels_total{result}: cancel requests answered, by
-// whether the call suppressed at least one send ("cancelled") or found
-// nothing left to cancel ("unchanged": already cancelled, under way or
-// done). Both series exist from the start, at 0.
-type Counter struct {
-	vec *prometheus.CounterVec
-}
-
-// NewCounter registers herald_cancels_total on reg, or returns the one
-// already registered there.
-func NewCounter(reg prometheus.Registerer) (*Counter, error) {
-	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "herald_cancels_total",
-		Help: "Cancel requests answered, by result: cancelled (at least one waiting send suppressed) or unchanged.",
-	}, []string{"result"})
-	if err := reg.Register(vec); err != nil {
-		var dup prometheus.AlreadyRegisteredError
-		if !errors.As(err, &dup) {
-			return nil, fmt.Errorf("register herald_cancels_total: %w", err)
-		}
-		existing, ok := dup.ExistingCollector.(*prometheus.CounterVec)
-		if !ok {
-			return nil, fmt.Errorf("register herald_cancels_total: %w", err)
-		}
-		vec = existing
-	}
-	vec.WithLabelValues("cancelled")
-	vec.WithLabelValues("unchanged")
-	return &Counter{vec: vec}, nil
-}
-
-func (c *Counter) count(cancelled int) {
-	if c == nil {
-		return
-	}
-	result := "unchanged"
-	if cancelled > 0 {
-		result = "cancelled"
-	}
-	c.vec.WithLabelValues(result).Inc()
 }

@@ -16,13 +16,6 @@ import (
 func routeEveryday(mux *http.ServeMux, cfg Config, authed func(http.Handler) http.Handler) {
 	mux.Handle("GET /v1/notifications", authed(&lookup.ListHandler{Store: cfg.Store, Logger: cfg.Logger}))
 	c := &cancel.Canceller{Store: cfg.Store, Metrics: cfg.Metrics, Logger: cfg.Logger}
-	if cfg.Metrics != nil {
-		counter, err := cancel.NewCounter(cfg.Metrics.Registry)
-		if err != nil {
-			panic(err) // only another collector named herald_cancels_total
-		}
-		c.Counter = counter
-	}
 	mux.Handle("POST /v1/notifications/{id}/cancel", authed(&cancel.Handler{Canceller: c}))
 	if cfg.Intake != nil && cfg.Intake.Catalog != nil {
 		k := &kindsAPI{catalog: cfg.Intake.Catalog}

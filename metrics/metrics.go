@@ -63,6 +63,7 @@ type Metrics struct {
 	providerCall *prometheus.HistogramVec
 	dispatch     *prometheus.CounterVec
 	alerts       *prometheus.CounterVec
+	cancels      *prometheus.CounterVec
 }
 
 // IntakeCodes are the status codes POST /v1/notifications answers with
@@ -109,6 +110,13 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_alerts_total", Help: "Alerts raised, by kind.",
 		}, []string{"kind"}),
+		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_cancels_total",
+			Help: "Cancel requests answered, by result: cancelled (at least one waiting send suppressed) or unchanged.",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{CancelCancelled, CancelUnchanged} {
+		m.cancels.WithLabelValues(r)
 	}
 	for _, l := range heraldtype.Lanes {
 		m.accepted.WithLabelValues(string(l))
@@ -119,7 +127,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	for _, c := range IntakeCodes {
 		m.intake.WithLabelValues(strconv.Itoa(c))
 	}
-	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts,
+	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if backlog != nil {
 		m.Registry.MustRegister(&backlogCollector{read: backlog, desc: prometheus.NewDesc(
@@ -258,6 +266,26 @@ func (m *Metrics) DispatchN(l heraldtype.Lane, result string, n int) {
 	if m != nil && n > 0 {
 		m.dispatch.WithLabelValues(string(l), result).Add(float64(n))
 	}
+}
+
+// The results herald_cancels_total counts: a cancel request that suppressed
+// at least one waiting send, or one that found nothing left to cancel
+// (already cancelled, under way or done).
+const (
+	CancelCancelled = "cancelled"
+	CancelUnchanged = "unchanged"
+)
+
+// Cancel counts a cancel request that suppressed n sends.
+func (m *Metrics) Cancel(n int) {
+	if m == nil {
+		return
+	}
+	result := CancelUnchanged
+	if n > 0 {
+		result = CancelCancelled
+	}
+	m.cancels.WithLabelValues(result).Inc()
 }
 
 // Alert counts an alert.
