@@ -420,33 +420,6 @@ var followupKind = config.Kind{
 	Templates: map[string]config.Template{"webhook": {Title: "Follow-up", Body: "Follow-up {{.n}}"}},
 }
 
-// parkedRow is one line of `herald parked list`.
-type parkedRow = parkedListRow
-
-// parkedList runs `herald parked list` with args on the configured
-// database and parses its table.
-func parkedList(t *testing.T, dir, cfg, database string, args ...string) []parkedRow {
-	t.Helper()
-	r := runCLI(t, dir, append([]string{"parked", "list", "--config", cfg}, args...)...)
-	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
-	if r.code != 0 || len(lines) < 3 || lines[0] != "database "+database+", transport db" ||
-		!slices.Equal(strings.Fields(lines[1]), parkedListHeader) {
-		t.Fatalf("herald parked list %v: want exit 0, the database, a header, rows and a count, got\n%s", args, r)
-	}
-	var rows []parkedRow
-	for _, line := range lines[2 : len(lines)-1] {
-		f := strings.Fields(line)
-		if len(f) != len(parkedListHeader) {
-			t.Fatalf("herald parked list %v: row %q does not have %d fields\n%s", args, line, len(parkedListHeader), r)
-		}
-		rows = append(rows, parkedRow{f[0], f[1], f[2], f[3], f[4], f[5], f[6]})
-	}
-	if want := fmt.Sprintf("%d parked", len(rows)); lines[len(lines)-1] != want {
-		t.Fatalf("herald parked list %v: last line %q, want %q", args, lines[len(lines)-1], want)
-	}
-	return rows
-}
-
 // TestCLIParkedListAndRequeue parks messages on the db transport the way it
 // happens in production — an application enqueues a kind (package herald,
 // in its own transaction) that the running herald's configuration does not
@@ -561,12 +534,13 @@ func runParkedListAndRequeue(t *testing.T, database string, enqueue enqueueFunc)
 	}
 
 	// list: every tenant, one tenant, a limit.
-	rows := parkedList(t, dir, cfg, database)
+	opened := "database " + database + ", transport db\n"
+	rows := listParked(t, dir, cfg, opened)
 	if len(rows) != len(all) {
 		t.Fatalf("herald parked list shows %d rows, want %d: %+v", len(rows), len(all), rows)
 	}
 	for _, p := range all {
-		i := slices.IndexFunc(rows, func(r parkedRow) bool { return r.messageID == p.id+".webhook" })
+		i := slices.IndexFunc(rows, func(r parkedListRow) bool { return r.messageID == p.id+".webhook" })
 		if i < 0 {
 			t.Fatalf("herald parked list does not show %s.webhook: %+v", p.id, rows)
 		}
@@ -577,10 +551,10 @@ func runParkedListAndRequeue(t *testing.T, database string, enqueue enqueueFunc)
 			t.Errorf("herald parked list row %+v, want tenant %s, kind %s, lane transactional, channel webhook, reason UNKNOWN_KIND, parked_at now (RFC 3339)", r, p.tenant, followupKind.Name)
 		}
 	}
-	if rows := parkedList(t, dir, cfg, database, "--tenant", "t2"); len(rows) != 1 || rows[0].messageID != all[2].id+".webhook" {
+	if rows := listParked(t, dir, cfg, opened, "--tenant", "t2"); len(rows) != 1 || rows[0].messageID != all[2].id+".webhook" {
 		t.Errorf("herald parked list --tenant t2: %+v, want only %s.webhook", rows, all[2].id)
 	}
-	if rows := parkedList(t, dir, cfg, database, "--limit", "2"); len(rows) != 2 {
+	if rows := listParked(t, dir, cfg, opened, "--limit", "2"); len(rows) != 2 {
 		t.Errorf("herald parked list --limit 2: %d rows, want 2: %+v", len(rows), rows)
 	}
 
@@ -594,7 +568,6 @@ func runParkedListAndRequeue(t *testing.T, database string, enqueue enqueueFunc)
 	srv.start()
 	addr = srv.addr // start moves herald if another process took the port
 
-	opened := "database " + database + ", transport db\n"
 	requeue := func(want string, args ...string) {
 		t.Helper()
 		r := runCLI(t, dir, append([]string{"parked", "requeue", "--config", cfg}, args...)...)
@@ -616,12 +589,12 @@ func runParkedListAndRequeue(t *testing.T, database string, enqueue enqueueFunc)
 	}
 	requeue("requeued 1", "--all", "--tenant", "t1")
 	sent(all[1])
-	if rows := parkedList(t, dir, cfg, database); len(rows) != 1 || rows[0].tenant != "t2" {
+	if rows := listParked(t, dir, cfg, opened); len(rows) != 1 || rows[0].tenant != "t2" {
 		t.Fatalf("after requeueing t1's, herald parked list shows %+v, want only t2's", rows)
 	}
 	requeue("requeued 1", "--all")
 	sent(all[2])
-	if rows := parkedList(t, dir, cfg, database); len(rows) != 0 {
+	if rows := listParked(t, dir, cfg, opened); len(rows) != 0 {
 		t.Fatalf("after requeueing all, herald parked list shows %+v", rows)
 	}
 	// Once herald has exited nothing more can be sent: each message was

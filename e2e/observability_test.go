@@ -6,8 +6,6 @@ package e2e
 // the README lists is exposed with its labels and counts the traffic.
 
 import (
-	"context"
-	"database/sql"
 	"fmt"
 	"maps"
 	"net/http"
@@ -19,16 +17,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/heraldhq/herald"
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/metrics"
-	"github.com/heraldhq/herald/store/sqlite"
 )
 
 // Personal data a clinic sends through herald: phone numbers in the forms
@@ -113,48 +110,12 @@ func TestNoPersonalDataInLogs(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "herald.db")
-		runNoPersonalData(t, "sqlite:"+path, func(t *testing.T, c *herald.Client, in herald.Intent) string {
-			t.Helper()
-			db, err := sql.Open("sqlite", sqlite.DSN(path))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback() }() // a no-op after the commit
-			e, err := c.EnqueueSQLiteTx(ctx, tx, in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			return e.ID
-		})
+		runNoPersonalData(t, "sqlite:"+path, sqliteEnqueue(path))
 	})
 	t.Run("PostgreSQL", func(t *testing.T) {
 		t.Parallel()
 		dbURL := testpg.Database(t)
-		runNoPersonalData(t, dbURL, func(t *testing.T, c *herald.Client, in herald.Intent) string {
-			t.Helper()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			conn, err := pgx.Connect(ctx, dbURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			e, err := c.Enqueue(ctx, conn, in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return e.ID
-		})
+		runNoPersonalData(t, dbURL, postgresEnqueue(dbURL))
 	})
 }
 
@@ -292,7 +253,7 @@ func runNoPersonalData(t *testing.T, database string, enqueue enqueueFunc) {
 		awaitDeliveries(t, addr, key, id, w)
 	}
 	expiringMsg := expiring + ".webhook"
-	waitFor(t, "the OUTBOX_EXPIRED alert of "+expiringMsg, 30*time.Second, func() bool {
+	testenv.WaitFor(t, "the OUTBOX_EXPIRED alert of "+expiringMsg, 30*time.Second, func() bool {
 		for _, rec := range parseLogRecords(t, srv.logs.String()) {
 			if rec["msg"] == "alert" && rec["alert"] == "OUTBOX_EXPIRED" && rec["message_id"] == expiringMsg {
 				return true
@@ -526,14 +487,9 @@ func TestMetricsTheREADMELists(t *testing.T) {
 		}
 		return v
 	}
-	waitFor(t, "herald_outbox_backlog{lane=internal} to read 2 while its only slot is held", 30*time.Second, func() bool { return backlog("internal") == 2 })
+	testenv.WaitFor(t, "herald_outbox_backlog{lane=internal} to read 2 while its only slot is held", 30*time.Second, func() bool { return backlog("internal") == 2 })
 	unhold()
-	var holdTook time.Duration
-	select {
-	case holdTook = <-held:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the held call did not finish")
-	}
+	holdTook := testenv.Recv(t, held, "the held call to finish")
 
 	// Transactional: three sent, one UNKNOWN (alerted), a replay, a
 	// conflict and two refusals. Marketing: one suppressed for consent.
@@ -580,7 +536,7 @@ func TestMetricsTheREADMELists(t *testing.T) {
 	// The claimer settles its outbox row after the delivery's result is
 	// visible; wait for the dispatch counters to catch up, then check all.
 	var after map[string]*dto.MetricFamily
-	waitFor(t, "herald_dispatch_total to count the 8 settled rows", 30*time.Second, func() bool {
+	testenv.WaitFor(t, "herald_dispatch_total to count the 8 settled rows", 30*time.Second, func() bool {
 		after = scrapeMetrics(t, addr)
 		total := 0.0
 		for _, m := range after["herald_dispatch_total"].GetMetric() {
@@ -700,21 +656,4 @@ var seriesWanted = map[string]int{
 	"herald_alerts_total":   len(alert.Kinds),
 	// shop-hook and push-sim × the four classes.
 	"herald_provider_call_seconds": 2 * 4,
-}
-
-// labelsOf is a sample's labels, name → value.
-func labelsOf(m *dto.Metric) map[string]string {
-	out := map[string]string{}
-	for _, lp := range m.GetLabel() {
-		out[lp.GetName()] = lp.GetValue()
-	}
-	return out
-}
-
-// sampleValue is a counter's value or a histogram's sample count.
-func sampleValue(m *dto.Metric) float64 {
-	if h := m.GetHistogram(); h != nil {
-		return float64(h.GetSampleCount())
-	}
-	return m.GetCounter().GetValue()
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // How the fault tests judge a run: per accepted notification and per
@@ -245,7 +247,7 @@ func strandedSQLite(t *testing.T, path string, pid int) []string {
 // SENDING in the database at dbURL.
 func strandedPostgres(t *testing.T, dbURL, app string, pid int) []string {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("PostgreSQL to end the sessions of the killed herald %s", app), 30*time.Second, func() bool {
+	testenv.WaitFor(t, fmt.Sprintf("PostgreSQL to end the sessions of the killed herald %s", app), 30*time.Second, func() bool {
 		return backendCount(t, app)+backendCount(t, app+" listener")+backendCount(t, app+" leader") == 0
 	})
 	ids, err := pgStrings(dbURL, `SELECT message_id FROM deliveries WHERE state = 'SENDING' AND claimed_by LIKE $1`, ownerOf(pid))

@@ -35,12 +35,13 @@ type parkedListRow struct{ messageID, tenant, kind, lane, channel, reason, parke
 var parkedListHeader = []string{"MESSAGE_ID", "TENANT", "KIND", "LANE", "CHANNEL", "REASON", "PARKED_AT"}
 
 // listParked runs `herald parked list` with args and parses its table:
-// the database line, the header, one row per message, the count.
-func listParked(t *testing.T, dir, cfg string, args ...string) []parkedListRow {
+// the line opened (which the CLI prints first: "database …, transport …\n"),
+// the header, one row per message, the count.
+func listParked(t *testing.T, dir, cfg, opened string, args ...string) []parkedListRow {
 	t.Helper()
 	r := runCLI(t, dir, append([]string{"parked", "list", "--config", cfg}, args...)...)
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
-	if r.code != 0 || len(lines) < 3 || !strings.HasPrefix(lines[0], "database ") ||
+	if r.code != 0 || len(lines) < 3 || !strings.HasPrefix(r.stdout, opened) ||
 		!slices.Equal(strings.Fields(lines[1]), parkedListHeader) {
 		t.Fatalf("herald parked list %v: want exit 0, the database, a header, rows and a count, got\n%s", args, r)
 	}
@@ -204,10 +205,11 @@ func enqueueUnknown(t *testing.T, srv *server, enqueue enqueueFunc, tenants ...s
 
 func runParkedDiscard(t *testing.T, database string, enqueue enqueueFunc) {
 	srv, dir, cfg := startParkedHerald(t, database, "")
+	opened := "database " + database + ", transport db\n"
 	ntf := enqueueUnknown(t, srv, enqueue, "t1", "t2")
 	m1, m2 := ntf[0]+".webhook", ntf[1]+".webhook"
 
-	rows := listParked(t, dir, cfg)
+	rows := listParked(t, dir, cfg, opened)
 	if !slices.Equal(parkedIDs(rows), []string{m1, m2}) {
 		t.Fatalf("herald parked list shows %v, want [%s %s]", parkedIDs(rows), m1, m2)
 	}
@@ -221,7 +223,7 @@ func runParkedDiscard(t *testing.T, database string, enqueue enqueueFunc) {
 			t.Errorf("GET /v1/parked as t1: %v, want %s naming kind %s", e, m1, followupKind.Name)
 		}
 	}
-	if got := listParked(t, dir, cfg, "--untenanted"); len(got) != 0 {
+	if got := listParked(t, dir, cfg, opened, "--untenanted"); len(got) != 0 {
 		t.Errorf("herald parked list --untenanted on the db transport: %+v, want none", got)
 	}
 
@@ -244,7 +246,6 @@ func runParkedDiscard(t *testing.T, database string, enqueue enqueueFunc) {
 			t.Errorf("herald parked discard %q: want exit 2, %q and the usage, got\n%s", c.args, c.stderr, r)
 		}
 	}
-	opened := "database " + database + ", transport db\n"
 	if r := discard(m1, "--tenant", "t2", "--reason", "kind retired"); r.code != 1 || r.stderr != "herald: "+m1+" is not parked\n" {
 		t.Errorf("discarding t1's message as --tenant t2: want exit 1 and \"is not parked\", got\n%s", r)
 	}
@@ -267,7 +268,7 @@ func runParkedDiscard(t *testing.T, database string, enqueue enqueueFunc) {
 		t.Fatalf("t2 discarding its message: %d, want 200", code)
 	}
 	awaitDeliveries(t, srv.addr, "k2", ntf[1], map[string]string{"webhook": "SUPPRESSED/DISCARDED"})
-	if got := listParked(t, dir, cfg); len(got) != 0 {
+	if got := listParked(t, dir, cfg, opened); len(got) != 0 {
 		t.Errorf("herald parked list after both discards: %+v", got)
 	}
 	if r := runCLI(t, dir, "parked", "requeue", "--all", "--config", cfg); r.code != 0 || r.stdout != opened+"requeued 0\n" {
@@ -293,6 +294,7 @@ func TestCLIParkedUntenantedOverRabbitMQ(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "herald.db")
 	database := "sqlite:" + path
 	srv, dir, cfg := startParkedHerald(t, database, fmt.Sprintf("transport: rabbitmq\nrabbitmq_url: %s\n", mq))
+	opened := "database " + database + ", transport rabbitmq\n"
 	ntf := enqueueUnknown(t, srv, sqliteEnqueue(path), "t1")
 	m1 := ntf[0] + ".webhook"
 
@@ -325,7 +327,7 @@ func TestCLIParkedUntenantedOverRabbitMQ(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("garbage-1 was not parked within 30 s:\n%s", srv.tail())
 		}
-		untenanted = listParked(t, dir, cfg, "--untenanted")
+		untenanted = listParked(t, dir, cfg, opened, "--untenanted")
 	}
 	want := parkedListRow{messageID: "garbage-1", tenant: "-", kind: "-", lane: "-", channel: "-", reason: "MALFORMED_BODY"}
 	if len(untenanted) != 1 || untenanted[0].parkedAt == "" {
@@ -336,12 +338,12 @@ func TestCLIParkedUntenantedOverRabbitMQ(t *testing.T) {
 		t.Fatalf("herald parked list --untenanted: %+v, want %+v", got, want)
 	}
 
-	all := listParked(t, dir, cfg)
+	all := listParked(t, dir, cfg, opened)
 	if !slices.Equal(parkedIDs(all), []string{m1, "garbage-1"}) || all[0].tenant != "t1" || all[0].kind != followupKind.Name ||
 		all[0].lane != "transactional" || all[0].channel != "webhook" {
 		t.Fatalf("herald parked list: %+v, want t1's %s (kind %s) and garbage-1", all, m1, followupKind.Name)
 	}
-	if got := listParked(t, dir, cfg, "--tenant", "t1"); !slices.Equal(parkedIDs(got), []string{m1}) {
+	if got := listParked(t, dir, cfg, opened, "--tenant", "t1"); !slices.Equal(parkedIDs(got), []string{m1}) {
 		t.Errorf("herald parked list --tenant t1: %v, want [%s]", parkedIDs(got), m1)
 	}
 	if r := runCLI(t, dir, "parked", "list", "--tenant", "t1", "--untenanted", "--config", cfg); r.code != 2 ||
@@ -359,7 +361,6 @@ func TestCLIParkedUntenantedOverRabbitMQ(t *testing.T) {
 		t.Errorf("a tenant discarding the untenanted message: %d, want 404", code)
 	}
 
-	opened := "database " + database + ", transport rabbitmq\n"
 	if r := runCLI(t, dir, "parked", "discard", "garbage-1", "--reason", "test publisher junk", "--config", cfg); r.code != 0 ||
 		r.stdout != opened+"discarded garbage-1\n" {
 		t.Fatalf("herald parked discard garbage-1: want exit 0 and %q, got\n%s", opened+"discarded garbage-1\n", r)
@@ -369,7 +370,7 @@ func TestCLIParkedUntenantedOverRabbitMQ(t *testing.T) {
 		t.Fatalf("herald parked discard %s: want exit 0 and %q, got\n%s", m1, opened+"discarded "+m1+"\n", r)
 	}
 	awaitDeliveries(t, srv.addr, "k1", ntf[0], map[string]string{"webhook": "SUPPRESSED/DISCARDED"})
-	if got := listParked(t, dir, cfg); len(got) != 0 {
+	if got := listParked(t, dir, cfg, opened); len(got) != 0 {
 		t.Errorf("herald parked list after the discards: %+v", got)
 	}
 	user := "cli:" + osUser(t)

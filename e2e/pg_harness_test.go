@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"strings"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 )
 
@@ -73,18 +72,6 @@ func (l *load) run(ctx context.Context) {
 	wg.Wait()
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // pgQuery runs one query returning a single row on a short-lived connection
 // and scans it into dest.
 func pgQuery(url, sql string, args []any, dest ...any) error {
@@ -131,9 +118,7 @@ func settle(t *testing.T, dbURL string, clients []*client, ids []string, timeout
 // appName is a unique application_name for one herald's connections, so a
 // test can terminate exactly those.
 func appName(prefix string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return prefix + "_" + hex.EncodeToString(b[:])
+	return prefix + "_" + testenv.RandomSuffix()
 }
 
 // terminateHerald ends every connection of the herald whose application_name

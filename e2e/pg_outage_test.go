@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 )
 
@@ -58,7 +59,7 @@ func TestPostgresGoesAway(t *testing.T) {
 	var drop cut
 	probe := ""
 	for i := 1; i <= 4; i++ {
-		waitFor(t, fmt.Sprintf("%d accepted", i*n/5), time.Minute, func() bool { return l.accepted.Load() >= int64(i*n/5) })
+		testenv.WaitFor(t, fmt.Sprintf("%d accepted", i*n/5), time.Minute, func() bool { return l.accepted.Load() >= int64(i*n/5) })
 		if i > 1 {
 			drop.awaitNoticed(t, srv)
 		}
@@ -76,7 +77,7 @@ func TestPostgresGoesAway(t *testing.T) {
 		t.Logf("outage over after %d accepted (%s)", l.accepted.Load(), time.Since(began).Round(time.Millisecond))
 	}
 	drop.awaitNoticed(t, srv)
-	waitFor(t, fmt.Sprintf("%d accepted", n), time.Minute, func() bool { return l.accepted.Load() >= n })
+	testenv.WaitFor(t, fmt.Sprintf("%d accepted", n), time.Minute, func() bool { return l.accepted.Load() >= n })
 	l.halt.Store(true)
 	select {
 	case <-sending:
@@ -95,7 +96,7 @@ func TestPostgresGoesAway(t *testing.T) {
 	}
 
 	// It came back by itself: pool, listener and leader connected again.
-	waitFor(t, "the listener and the leader to reconnect", 20*time.Second, func() bool {
+	testenv.WaitFor(t, "the listener and the leader to reconnect", 20*time.Second, func() bool {
 		return backendCount(t, app+" listener") == 1 && backendCount(t, app+" leader") == 1
 	})
 	sentAt := time.Now()
@@ -122,7 +123,7 @@ type cut struct {
 // a cut that ends nothing proves nothing.
 func cutSessions(t *testing.T, srv *server, app, name string) cut {
 	t.Helper()
-	waitFor(t, name+": herald's pool, listener and leader to be connected", 30*time.Second, func() bool {
+	testenv.WaitFor(t, name+": herald's pool, listener and leader to be connected", 30*time.Second, func() bool {
 		return backendCount(t, app) >= 1 && backendCount(t, app+" listener") == 1 && backendCount(t, app+" leader") == 1
 	})
 	c := cut{name: name, mark: srv.logs.mark(), began: time.Now()}
@@ -140,7 +141,7 @@ func cutSessions(t *testing.T, srv *server, app, name string) cut {
 // listener and its leader election lost their connections.
 func (c cut) awaitNoticed(t *testing.T, srv *server) {
 	t.Helper()
-	waitFor(t, c.name+": herald to log that its listener and its leader election lost their connections", 30*time.Second, func() bool {
+	testenv.WaitFor(t, c.name+": herald to log that its listener and its leader election lost their connections", 30*time.Second, func() bool {
 		out := srv.logs.since(c.mark)
 		return strings.Contains(out, "postgres: wake-up listener disconnected") &&
 			strings.Contains(out, "postgres: leader election lost its connection")
@@ -219,7 +220,7 @@ func outage(t *testing.T, dbName, app string, srv *server) (cut, string) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	waitFor(t, "readyz to report the outage", 10*time.Second, func() bool { return status("/readyz") == http.StatusServiceUnavailable })
+	testenv.WaitFor(t, "readyz to report the outage", 10*time.Second, func() bool { return status("/readyz") == http.StatusServiceUnavailable })
 	if got := status("/healthz"); got != http.StatusOK {
 		t.Fatalf("healthz answered %d during the outage", got)
 	}
@@ -237,7 +238,7 @@ func outage(t *testing.T, dbName, app string, srv *server) (cut, string) {
 		id, err := postAny(ctx, []*client{c}, 0, "outage-probe", probe, st)
 		got <- result{id, err}
 	}()
-	waitFor(t, "a 503 during the outage", 10*time.Second, func() bool { return st.unavailable.Load() > 0 })
+	testenv.WaitFor(t, "a 503 during the outage", 10*time.Second, func() bool { return st.unavailable.Load() > 0 })
 	select {
 	case r := <-got:
 		t.Fatalf("POST during the outage ended: id=%q err=%v", r.id, r.err)
@@ -246,7 +247,7 @@ func outage(t *testing.T, dbName, app string, srv *server) (cut, string) {
 
 	testpg.Exec(t, testpg.BaseURL(), "ALTER DATABASE "+db+" ALLOW_CONNECTIONS true")
 	oc.ended = time.Now()
-	waitFor(t, "readyz after the outage", 20*time.Second, func() bool { return status("/readyz") == http.StatusOK })
+	testenv.WaitFor(t, "readyz after the outage", 20*time.Second, func() bool { return status("/readyz") == http.StatusOK })
 	var r result
 	select {
 	case r = <-got: // the same key, retried, is accepted once the database is back

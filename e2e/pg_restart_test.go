@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 )
 
@@ -88,14 +89,14 @@ func TestPostgresRestart(t *testing.T) {
 	sending := make(chan struct{})
 	go func() { defer close(sending); l.run(ctx) }()
 
-	waitFor(t, "a third accepted", time.Minute, func() bool { return l.accepted.Load() >= n/3 })
+	testenv.WaitFor(t, "a third accepted", time.Minute, func() bool { return l.accepted.Load() >= n/3 })
 	stopped := cut{name: "the server's restart", mark: srv.logs.mark(), began: time.Now()}
 	if err := ctl("stop"); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("PostgreSQL stopped after %d accepted", l.accepted.Load())
-	waitFor(t, "readyz to report the outage", 10*time.Second, func() bool { return status("/readyz") == http.StatusServiceUnavailable })
-	waitFor(t, "a 503 while the server is down", 10*time.Second, func() bool { return l.stats.unavailable.Load() > 0 })
+	testenv.WaitFor(t, "readyz to report the outage", 10*time.Second, func() bool { return status("/readyz") == http.StatusServiceUnavailable })
+	testenv.WaitFor(t, "a 503 while the server is down", 10*time.Second, func() bool { return l.stats.unavailable.Load() > 0 })
 	if got := status("/healthz"); got != http.StatusOK {
 		t.Fatalf("healthz answered %d while PostgreSQL was down", got)
 	}
@@ -104,7 +105,7 @@ func TestPostgresRestart(t *testing.T) {
 	}
 	stopped.ended = time.Now()
 	t.Logf("PostgreSQL started again; %d 503s while it was down", l.stats.unavailable.Load())
-	waitFor(t, "readyz after the restart", 30*time.Second, func() bool { return status("/readyz") == http.StatusOK })
+	testenv.WaitFor(t, "readyz after the restart", 30*time.Second, func() bool { return status("/readyz") == http.StatusOK })
 	select {
 	case <-sending:
 	case <-ctx.Done():
@@ -120,7 +121,7 @@ func TestPostgresRestart(t *testing.T) {
 		t.Fatalf("herald exited during the restart:\n%s", srv.tail())
 	}
 	stopped.awaitNoticed(t, srv)
-	waitFor(t, "the listener and the leader to reconnect", 30*time.Second, func() bool {
+	testenv.WaitFor(t, "the listener and the leader to reconnect", 30*time.Second, func() bool {
 		return backendCount(t, app+" listener") == 1 && backendCount(t, app+" leader") == 1
 	})
 	views := settle(t, dbURL, []*client{c}, l.ids, 60*time.Second)

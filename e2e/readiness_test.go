@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testmq"
 )
 
@@ -146,7 +147,7 @@ func TestReadyzReflectsRabbitMQ(t *testing.T) {
 		// Wait until every component has failed a try (a reason other than
 		// "not connected yet"), so the answer shows why.
 		var r readyz
-		waitFor(t, "readyz to give each rabbitmq check's connect error", 30*time.Second, func() bool {
+		testenv.WaitFor(t, "readyz to give each rabbitmq check's connect error", 30*time.Second, func() bool {
 			r = getReadyz(t, srv.addr)
 			if r.code == http.StatusOK {
 				t.Fatalf("readyz is 200 with the broker unreachable:\n%s", r.raw)
@@ -181,7 +182,7 @@ func TestReadyzReflectsRabbitMQ(t *testing.T) {
 		}
 		srv := start(t, mq)
 		var r readyz
-		waitFor(t, "readyz 200 on a fresh vhost", 30*time.Second, func() bool {
+		testenv.WaitFor(t, "readyz 200 on a fresh vhost", 30*time.Second, func() bool {
 			r = getReadyz(t, srv.addr)
 			return r.code == http.StatusOK
 		})
@@ -193,7 +194,7 @@ func TestReadyzReflectsRabbitMQ(t *testing.T) {
 		// loses the vhost), so the 503 lasts until the test lets it back.
 		testmq.Ctl(t, "clear_permissions", "-p", vhost, user)
 		testmq.CloseConnections(t, mq)
-		waitFor(t, "readyz 503 after the broker closed every connection", 30*time.Second, func() bool {
+		testenv.WaitFor(t, "readyz 503 after the broker closed every connection", 30*time.Second, func() bool {
 			r = getReadyz(t, srv.addr)
 			return len(r.failing()) == len(rabbitChecks)
 		})
@@ -201,7 +202,7 @@ func TestReadyzReflectsRabbitMQ(t *testing.T) {
 		healthy(t, srv)
 
 		testmq.Ctl(t, "set_permissions", "-p", vhost, user, ".*", ".*", ".*")
-		waitFor(t, "readyz 200 once herald reconnected", 30*time.Second, func() bool {
+		testenv.WaitFor(t, "readyz 200 once herald reconnected", 30*time.Second, func() bool {
 			r = getReadyz(t, srv.addr)
 			return r.code == http.StatusOK
 		})

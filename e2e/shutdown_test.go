@@ -17,6 +17,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // hangSink is a webhook receiver that holds the first call it gets until
@@ -176,7 +178,7 @@ poll_interval: 100ms
 			if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "herald to log that it drains", 10*time.Second, func() bool {
+			testenv.WaitFor(t, "herald to log that it drains", 10*time.Second, func() bool {
 				return strings.Contains(srv.logs.since(mark), "herald: draining")
 			})
 			// Intake stops: the listener closes. An answer that raced the

@@ -332,21 +332,37 @@ next:
 	return nil
 }
 
-// metricValue is a counter's or gauge's value, or a histogram's sample count; a
-// series that is not there reads as absent.
+// metricValue is the sampleValue of the series name{labels}; a series that
+// is not there, or is of another type, reads as absent.
 func metricValue(fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
 	m := metricSample(fams[name], labels)
-	switch {
-	case m == nil:
+	if m == nil || (m.Counter == nil && m.Gauge == nil && m.Histogram == nil) {
 		return 0, false
-	case m.Counter != nil:
-		return m.GetCounter().GetValue(), true
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue(), true
-	case m.Histogram != nil:
-		return float64(m.GetHistogram().GetSampleCount()), true
 	}
-	return 0, false
+	return sampleValue(m), true
+}
+
+// sampleValue is a counter's or gauge's value, or a histogram's sample
+// count (0 for a sample of any other type).
+func sampleValue(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return 0
+}
+
+// labelsOf is a sample's labels, name → value.
+func labelsOf(m *dto.Metric) map[string]string {
+	out := map[string]string{}
+	for _, lp := range m.GetLabel() {
+		out[lp.GetName()] = lp.GetValue()
+	}
+	return out
 }
 
 // fmtLabels writes labels as Prometheus does: {a="x",b="y"}.
