@@ -241,8 +241,8 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 
 var (
 	lineMsg      = regexp.MustCompile(`(?s)^line (\d+): (.*)$`)
-	unknownField = regexp.MustCompile(`^field (.*) not found in type \S+$`)
-	duplicateKey = regexp.MustCompile(`^mapping key "(.*)" already defined at line (\d+)$`)
+	unknownField = regexp.MustCompile(`(?s)^field (.*) not found in type \S+$`)
+	duplicateKey = regexp.MustCompile(`(?s)^mapping key "(.*)" already defined at line (\d+)$`)
 	// The bad value a decoder message quotes: yaml's `value`, or Duration's
 	// Go-quoted "value".
 	badValue = regexp.MustCompile("`([^`]*)`|(\"(?:[^\"\\\\]|\\\\.)*\")")

@@ -70,7 +70,8 @@ func encodeCursor(f filters, pos store.ListPosition) string {
 // decodeCursor checks a cursor against the listing f and returns its position.
 func decodeCursor(f filters, s string) (store.ListPosition, error) {
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
-	if err != nil || len(b) < 1+8+1+checkLen || b[0] != cursorVersion {
+	// The decoder skips \r and \n: only the one encoding of a cursor is it.
+	if err != nil || base64.RawURLEncoding.EncodeToString(b) != s || len(b) < 1+8+1+checkLen || b[0] != cursorVersion {
 		return store.ListPosition{}, errBadCursor
 	}
 	idLen := int(b[9])
