@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -280,8 +281,9 @@ func decodeStrict(raw []byte, v any, firstKey string) error {
 		msgs = te.Errors
 	}
 	keys := indexKeys(raw)
+	known := topLevelKeys(v)
 	for i, m := range msgs {
-		msgs[i] = keys.name(m, firstKey)
+		msgs[i] = keys.name(m, firstKey, known)
 	}
 	return &ParseError{Problems: msgs}
 }
@@ -321,6 +323,27 @@ type keyAt struct {
 	// badKey: a key that is a mapping or a sequence, not a name; path is
 	// then its parent's and value its YAML tag.
 	badKey bool
+	// aliased: the value is an alias (*a); valueLine, scalar and value are
+	// its anchor's, where the decoder reports a bad value.
+	aliased bool
+}
+
+// topLevelKeys are the yaml names of the fields of the struct v points to.
+func topLevelKeys(v any) map[string]bool {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	known := map[string]bool{}
+	if t.Kind() != reflect.Struct {
+		return known
+	}
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name != "" && name != "-" {
+			known[name] = true
+		}
+	}
+	return known
 }
 
 type keyIndex []keyAt
@@ -366,7 +389,11 @@ func indexKeys(raw []byte) keyIndex {
 				if path != "" {
 					p = path + "." + k.Value
 				}
-				out = append(out, keyAt{line: k.Line, valueLine: v.Line, scalar: v.Kind == yaml.ScalarNode, name: k.Value, path: p, value: v.Value})
+				at := keyAt{line: k.Line, valueLine: v.Line, scalar: v.Kind == yaml.ScalarNode, name: k.Value, path: p, value: v.Value}
+				if v.Kind == yaml.AliasNode && v.Alias != nil {
+					at.aliased, at.valueLine, at.scalar, at.value = true, v.Alias.Line, v.Alias.Kind == yaml.ScalarNode, v.Alias.Value
+				}
+				out = append(out, at)
 				walk(v, p)
 			}
 		}
@@ -377,7 +404,7 @@ func indexKeys(raw []byte) keyIndex {
 
 // name rewrites one decoder message ("line 7: ...") to name the key;
 // firstKey is the key a file that is not a mapping should start with.
-func (ix keyIndex) name(msg, firstKey string) string {
+func (ix keyIndex) name(msg, firstKey string, known map[string]bool) string {
 	m := lineMsg.FindStringSubmatch(msg)
 	if m == nil {
 		return msg
@@ -427,13 +454,35 @@ func (ix keyIndex) name(msg, firstKey string) string {
 		picks = []func(keyAt) bool{picks[2], picks[1]}
 	}
 	for _, pick := range picks {
-		for _, k := range ix {
-			if k.valueLine == line && pick(k) {
-				return fmt.Sprintf("line %d: %s: %s", line, k.path, rest)
+		// The decoder reports a value reached through an alias at its
+		// anchor's line, where an unknown key may hold it too: prefer a key
+		// the file may have.
+		var found *keyAt
+		for i, k := range ix {
+			if k.valueLine != line || !pick(k) {
+				continue
 			}
+			if found == nil || !known[topLevel(found.path)] && known[topLevel(k.path)] {
+				found = &ix[i]
+			}
+		}
+		switch {
+		case found == nil:
+		case found.aliased:
+			return fmt.Sprintf("line %d: %s: %s (the alias's value, at line %d)", found.line, found.path, rest, line)
+		default:
+			return fmt.Sprintf("line %d: %s: %s", line, found.path, rest)
 		}
 	}
 	return msg
+}
+
+// topLevel is the first segment of a key path (providers[0].url → providers).
+func topLevel(path string) string {
+	if i := strings.IndexAny(path, ".["); i >= 0 {
+		return path[:i]
+	}
+	return path
 }
 
 // quotedValue returns the value a decoder message quotes, if it quotes one.
