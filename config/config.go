@@ -283,7 +283,8 @@ func decodeStrict(raw []byte, v any, firstKey string) error {
 	keys := indexKeys(raw)
 	known := topLevelKeys(v)
 	for i, m := range msgs {
-		msgs[i] = keys.name(m, firstKey, known)
+		// One line each: a value the decoder quotes may hold a newline.
+		msgs[i] = strings.ReplaceAll(keys.name(m, firstKey, known), "\n", `\n`)
 	}
 	return &ParseError{Problems: msgs}
 }
