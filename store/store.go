@@ -77,6 +77,13 @@ type Outbox interface {
 	// PUBLISHED once the broker confirmed them, each fenced; it returns how
 	// many took.
 	OutboxMarkPublished(ctx context.Context, fences []Fence) (int, error)
+	// OutboxExtend moves the lease of each row still held by its fence (the
+	// token matches and the lease has not run out, like every fenced write)
+	// to the store's now + lease, never earlier than it was, and returns how
+	// many took. A claimer calls it while a row's send is still in flight,
+	// so its lease covers the whole send path; a fence it no longer holds
+	// is left alone (that row is someone else's, or the sweep's).
+	OutboxExtend(ctx context.Context, fences []Fence, lease time.Duration) (int, error)
 	// OutboxReclaimExpired returns rows whose lease ran out to PENDING (CLAIM_EXPIRED).
 	OutboxReclaimExpired(ctx context.Context) (int, error)
 	// OutboxExpire marks PENDING rows whose expires_at passed EXPIRED and returns them.

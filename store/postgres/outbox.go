@@ -74,15 +74,36 @@ func (s *Store) OutboxMarkPublished(ctx context.Context, fences []store.Fence) (
 	if len(fences) == 0 {
 		return 0, nil
 	}
-	nids, chs, tokens := make([]string, len(fences)), make([]string, len(fences)), make([]int64, len(fences))
-	for i, f := range fences {
-		nids[i], chs[i], tokens[i] = f.NotificationID, string(f.Channel), f.Token
-	}
+	nids, chs, tokens := fenceArrays(fences)
 	tag, err := s.pool.Exec(ctx, qOutboxPublished, s.now(), nids, chs, tokens)
 	if err != nil {
 		return 0, s.fail(fmt.Sprintf("mark %d outbox rows published", len(fences)), err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// OutboxExtend extends the leases still held by fences in one statement,
+// each fenced by its own token.
+func (s *Store) OutboxExtend(ctx context.Context, fences []store.Fence, lease time.Duration) (int, error) {
+	if len(fences) == 0 {
+		return 0, nil
+	}
+	nids, chs, tokens := fenceArrays(fences)
+	tag, err := s.pool.Exec(ctx, qOutboxExtend, s.now(), lease, nids, chs, tokens)
+	if err != nil {
+		return 0, s.fail(fmt.Sprintf("extend %d outbox leases", len(fences)), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// fenceArrays splits fences into the parallel arrays a set-based fenced
+// write unnests.
+func fenceArrays(fences []store.Fence) (nids, chs []string, tokens []int64) {
+	nids, chs, tokens = make([]string, len(fences)), make([]string, len(fences)), make([]int64, len(fences))
+	for i, f := range fences {
+		nids[i], chs[i], tokens[i] = f.NotificationID, string(f.Channel), f.Token
+	}
+	return nids, chs, tokens
 }
 
 // OutboxRetry returns a claimed row to PENDING after p.Delay, fenced.

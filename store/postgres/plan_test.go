@@ -69,6 +69,7 @@ SELECT id || '.sms', id, 't', 'sms', 'PROVIDER_ACCEPTED', 1, now(), now() FROM n
 		"complete":  {qOutboxComplete, []any{nil, "DONE", "", rows[0].NotificationID, "webhook", rows[0].Fence.Token}, []string{"outbox_pkey"}},
 		"retry":     {qOutboxRetry, []any{nil, time.Second, "", 0, rows[0].NotificationID, "webhook", rows[0].Fence.Token}, []string{"outbox_pkey"}},
 		"published": {qOutboxPublished, []any{nil, []string{rows[0].NotificationID}, []string{"webhook"}, []int64{rows[0].Fence.Token}}, []string{"outbox_pkey"}},
+		"extend":    {qOutboxExtend, []any{nil, time.Hour, []string{rows[0].NotificationID}, []string{"webhook"}, []int64{rows[0].Fence.Token}}, []string{"outbox_pkey"}},
 		"record":    {qDeliveryRecord, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1}, []string{"deliveries_message_id"}},
 		"settle": {qDeliveryRecordSettle, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1,
 			rows[0].NotificationID, "webhook", rows[0].Fence.Token}, []string{"deliveries_message_id", "outbox_pkey"}},

@@ -219,6 +219,15 @@ SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NU
 FROM unnest($2::text[], $3::text[], $4::bigint[]) AS f(notification_id, channel, token)
 WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.token = f.token
   AND o.state || '' = 'PUBLISHING' AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
+	// qOutboxExtend moves each held lease to now + lease (never earlier);
+	// it changes neither the state nor updated_at.
+	//
+	// $1 now, $2 lease, $3 notification ids, $4 channels, $5 tokens (parallel arrays).
+	qOutboxExtend = `UPDATE outbox o
+SET claimed_until = greatest(o.claimed_until, coalesce($1::timestamptz, now()) + $2::interval)
+FROM unnest($3::text[], $4::text[], $5::bigint[]) AS f(notification_id, channel, token)
+WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.token = f.token
+  AND o.state || '' IN ('CLAIMED', 'PUBLISHING') AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
 	// $1 now, $2 delay, $3 reason, $4 failed (0 or 1), $5 notification id, $6 channel, $7 token.
 	qOutboxRetry = `UPDATE outbox
 SET state = 'PENDING', available_at = coalesce($1::timestamptz, now()) + $2::interval, last_reason = $3::text,

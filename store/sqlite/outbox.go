@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
@@ -148,12 +149,39 @@ func (s *Store) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (boo
 
 // OutboxMarkPublished marks relay-claimed rows PUBLISHED, each fenced.
 func (s *Store) OutboxMarkPublished(ctx context.Context, fences []store.Fence) (int, error) {
+	n, err := s.fencedEach(ctx, fences, qOutboxPublished, func(now int64, f store.Fence) []any {
+		return []any{now, f.ID, f.Token, now}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("mark %d outbox rows published: %w", len(fences), err)
+	}
+	return n, nil
+}
+
+// OutboxExtend extends the leases still held by fences, each fenced, in
+// one transaction.
+func (s *Store) OutboxExtend(ctx context.Context, fences []store.Fence, lease time.Duration) (int, error) {
+	n, err := s.fencedEach(ctx, fences, qOutboxExtend, func(now int64, f store.Fence) []any {
+		return []any{now + lease.Milliseconds(), f.ID, f.Token, now}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("extend %d outbox leases: %w", len(fences), err)
+	}
+	return n, nil
+}
+
+// fencedEach runs the fenced write q once per fence in one transaction and
+// returns how many rows it changed.
+func (s *Store) fencedEach(ctx context.Context, fences []store.Fence, q string, args func(now int64, f store.Fence) []any) (int, error) {
+	if len(fences) == 0 {
+		return 0, nil
+	}
 	var n int
 	err := s.w.do(ctx, func(tx wtx) error {
 		n = 0
 		now := s.now()
 		for _, f := range fences {
-			r, err := tx.Exec(qOutboxPublished, now, f.ID, f.Token, now)
+			r, err := tx.Exec(q, args(now, f)...)
 			if err != nil {
 				return err
 			}
@@ -162,10 +190,7 @@ func (s *Store) OutboxMarkPublished(ctx context.Context, fences []store.Fence) (
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, fmt.Errorf("mark %d outbox rows published: %w", len(fences), err)
-	}
-	return n, nil
+	return n, err
 }
 
 func (s *Store) fenced(ctx context.Context, q string, args func(now int64) []any) (bool, error) {

@@ -56,6 +56,9 @@ WHERE id = ? AND token = ? AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_un
 	qOutboxPublished = `UPDATE outbox
 SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = ?
 WHERE id = ? AND token = ? AND state = 'PUBLISHING' AND claimed_until >= ?`
+	// qOutboxExtend moves a held lease to now + lease (never earlier).
+	qOutboxExtend = `UPDATE outbox SET claimed_until = max(claimed_until, ?)
+WHERE id = ? AND token = ? AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_until >= ?`
 	qOutboxReclaim = `UPDATE outbox
 SET state = 'PENDING', last_reason = 'CLAIM_EXPIRED', claimed_by = NULL, claimed_until = NULL, updated_at = ?
 WHERE state IN ('CLAIMED', 'PUBLISHING') AND claimed_until < ?`
@@ -104,7 +107,7 @@ ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at =
 var writeQueries = []string{
 	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
-	qOutboxClaim, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxReclaim, qOutboxExpire,
+	qOutboxClaim, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire,
 	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
 	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
 }

@@ -497,6 +497,50 @@ func testOutbox(t *testing.T, h Harness) {
 			t.Fatalf("write after the lease ran out succeeded (ok %v, err %v)", ok, err)
 		}
 	})
+	t.Run("ExtendKeepsOnlyAHeldLease", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		create(t, b, nil)
+		create(t, b, nil)
+		create(t, b, nil)
+		rows := claim(t, b, heraldtype.LaneTransactional, 3) // leased for a minute
+		held, stale, lapsed := rows[0].Fence, rows[1].Fence, rows[2].Fence
+		stale.Token--
+		extend := func(lease time.Duration, fences ...store.Fence) int {
+			t.Helper()
+			n, err := b.s.OutboxExtend(b.ctx, fences, lease)
+			if err != nil {
+				t.Fatalf("OutboxExtend: %v", err)
+			}
+			return n
+		}
+		b.clk.Advance(50 * time.Second)
+		if n := extend(time.Minute, held, stale); n != 1 {
+			t.Fatalf("extended %d leases, want 1: a stale token holds nothing", n)
+		}
+		// A shorter lease never brings the end of one forward.
+		if n := extend(time.Second, held); n != 1 {
+			t.Fatalf("extended %d leases with a short lease, want 1", n)
+		}
+		// Past the first lease's end: the extended lease holds, the other
+		// ran out and is refused, and the reclaim sweep takes only that one.
+		b.clk.Advance(30 * time.Second)
+		if n := extend(time.Minute, lapsed); n != 0 {
+			t.Fatalf("extended %d leases that ran out, want 0", n)
+		}
+		if n, err := b.s.OutboxReclaimExpired(b.ctx); err != nil || n != 2 {
+			t.Fatalf("reclaimed %d (%v), want the 2 leases not extended", n, err)
+		}
+		if e := entry(t, b, rows[0].NotificationID); e.OutboxState != heraldtype.OutboxClaimed {
+			t.Fatalf("extended row is %s after the reclaim sweep, want CLAIMED", e.OutboxState)
+		}
+		if ok, err := b.s.OutboxComplete(b.ctx, held, heraldtype.OutboxDone, ""); err != nil || !ok {
+			t.Fatalf("owner of the extended lease could not complete (ok %v, err %v)", ok, err)
+		}
+		if n := extend(time.Minute); n != 0 {
+			t.Fatalf("extended %d leases of no fence", n)
+		}
+	})
 	t.Run("StalledClaimerIsFencedAndRowIsClaimedAgain", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)

@@ -37,7 +37,7 @@ import (
 // calling fails the test, so the list cannot go stale unnoticed.
 var erringMethods = []string{
 	"NotificationCreate", "NotificationGet", "IdempotencyKeysSweep",
-	"OutboxClaim", "OutboxComplete", "OutboxRetry", "OutboxMarkPublished", "OutboxReclaimExpired", "OutboxExpire", "OutboxBacklog",
+	"OutboxClaim", "OutboxComplete", "OutboxRetry", "OutboxMarkPublished", "OutboxExtend", "OutboxReclaimExpired", "OutboxExpire", "OutboxBacklog",
 	"DeliveryGet", "DeliveryClaim", "DeliveryRecord", "DeliveryDecide", "DeliverySweepStale",
 	"ProfileGet", "ProfilePut", "ParkedList", "ParkedRequeue", "ParkedRestore", "ParkedDiscard", "ParkedDiscardList",
 	"NotificationList", "AttemptList",
@@ -213,6 +213,11 @@ func (e *erring) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (bo
 func (e *erring) OutboxMarkPublished(ctx context.Context, fences []store.Fence) (int, error) {
 	v, err := e.Store.OutboxMarkPublished(ctx, fences)
 	return fail(e, "OutboxMarkPublished", v, err)
+}
+
+func (e *erring) OutboxExtend(ctx context.Context, fences []store.Fence, lease time.Duration) (int, error) {
+	v, err := e.Store.OutboxExtend(ctx, fences, lease)
+	return fail(e, "OutboxExtend", v, err)
 }
 
 func (e *erring) OutboxReclaimExpired(ctx context.Context) (int, error) {
