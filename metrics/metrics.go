@@ -18,7 +18,9 @@
 // The writers a herald server counts: the sender (a won claim: SENDING; a
 // result: PROVIDER_ACCEPTED, PERMANENT_FAILURE, RETRY_WAIT,
 // RETRY_EXHAUSTED, UNKNOWN; a decision: SUPPRESSED, PARKED), the stale
-// sweep (SENDING to UNKNOWN), a cancel (to SUPPRESSED) and the HTTP parked
+// sweep (SENDING to UNKNOWN), the expiry sweep (RETRY_WAIT to SUPPRESSED:
+// an outbox row that expired while its delivery waited for a retry), a
+// cancel (to SUPPRESSED) and the HTTP parked
 // endpoints (a requeue to RETRY_WAIT, a rabbitmq requeue the lane refused
 // back to PARKED, a discard to SUPPRESSED). Hence, summed over the herald
 // servers of one database (increase() over a window survives restarts),
@@ -34,10 +36,12 @@
 //     ended (PROVIDER_ACCEPTED, or UNKNOWN settled by a receipt), so adding
 //     it would count that delivery twice. Nothing writes it yet.
 //   - A planned send that ends in the outbox (EXPIRED, or FAILED by the
-//     dispatcher) writes no delivery state: it is counted by
-//     herald_alerts_total{kind="OUTBOX_EXPIRED"} and {kind="OUTBOX_FAILED"}.
-//     With the db transport this can happen to a delivery waiting in
-//     RETRY_WAIT, whose row then stays RETRY_WAIT.
+//     dispatcher) before any delivery row was written writes no delivery
+//     state: it is counted by herald_alerts_total{kind="OUTBOX_EXPIRED"}
+//     and {kind="OUTBOX_FAILED"}. (An expiry that finds the delivery
+//     waiting in RETRY_WAIT ends it SUPPRESSED(EXPIRED), counted as above;
+//     one that finds it PARKED leaves it to its person; FAILED leaves any
+//     delivery row as it is.)
 package metrics
 
 import (

@@ -86,7 +86,13 @@ type Outbox interface {
 	OutboxExtend(ctx context.Context, fences []Fence, lease time.Duration) (int, error)
 	// OutboxReclaimExpired returns rows whose lease ran out to PENDING (CLAIM_EXPIRED).
 	OutboxReclaimExpired(ctx context.Context) (int, error)
-	// OutboxExpire marks PENDING rows whose expires_at passed EXPIRED and returns them.
+	// OutboxExpire marks PENDING rows whose expires_at passed EXPIRED and
+	// returns them. In the same transaction it ends each one's delivery
+	// that waits in RETRY_WAIT (db transport: the row was PENDING until the
+	// retry time, and nothing would claim it again): SUPPRESSED with reason
+	// EXPIRED, conditional on RETRY_WAIT like every delivery write
+	// (Expired.DeliveryEnded). A PARKED delivery is left to its person, who
+	// was alerted and can still discard it; a SENDING one to the stale sweep.
 	OutboxExpire(ctx context.Context) ([]Expired, error)
 	// OutboxBacklog counts PENDING rows that are due, per lane.
 	OutboxBacklog(ctx context.Context) (map[heraldtype.Lane]int, error)
@@ -270,6 +276,11 @@ type Expired struct {
 	MessageID string
 	Tenant    string
 	Lane      heraldtype.Lane
+	Channel   heraldtype.Channel
+	// DeliveryEnded: the message's delivery was waiting in RETRY_WAIT, and
+	// the same write ended it SUPPRESSED(EXPIRED): it entered that state by
+	// this call.
+	DeliveryEnded bool
 }
 
 // StaleClaim is a SENDING claim that the stale sweep turned UNKNOWN.

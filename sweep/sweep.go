@@ -9,8 +9,11 @@
 // A stale claim the sweep turns UNKNOWN is a delivery entering UNKNOWN: it
 // is counted in herald_deliveries_total once, for the write that turned it
 // (the crashed sender's late result, refused, counts nothing). An expired
-// outbox row writes no delivery row, so it counts no delivery state: it is
-// counted by its OUTBOX_EXPIRED alert (herald_alerts_total).
+// outbox row raises OUTBOX_EXPIRED (herald_alerts_total). If its delivery
+// was waiting in RETRY_WAIT (db transport: the row was PENDING until the
+// retry time), the same write ends that delivery SUPPRESSED(EXPIRED), and
+// the sweep counts that entry once; otherwise the expiry writes no delivery
+// state and counts none.
 package sweep
 
 import (
@@ -95,6 +98,9 @@ func (s *Sweeper) Leases(ctx context.Context) {
 		s.warn(ctx, "expire outbox rows", err)
 	}
 	for _, e := range expired {
+		if e.DeliveryEnded {
+			s.Metrics.Delivery(e.Lane, e.Channel, heraldtype.DeliverySuppressed)
+		}
 		s.raise(ctx, alert.Alert{Kind: alert.OutboxExpired, MessageID: e.MessageID, Tenant: e.Tenant, Reason: "EXPIRED"})
 	}
 }

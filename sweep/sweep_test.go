@@ -117,3 +117,57 @@ func TestStaleSweepCountsUnknownOncePerClaim(t *testing.T) {
 		t.Fatalf("%d STALE_CLAIM alerts, want 3", got)
 	}
 }
+
+// TestExpiryCountsTheWaitingDeliveryItEnds: an outbox row that expires
+// while its delivery waits in RETRY_WAIT (db transport) ends that delivery
+// SUPPRESSED(EXPIRED), and the sweep counts that entry once, under the
+// notification's lane and the delivery's channel; a row that expires with
+// no delivery counts no delivery state. Both raise OUTBOX_EXPIRED.
+func TestExpiryCountsTheWaitingDeliveryItEnds(t *testing.T) {
+	t.Parallel()
+	sw, b := setup(t)
+	m := metrics.New(nil)
+	sw.Metrics = m
+	expires := b.clk.Now().Add(time.Minute)
+	for _, id := range []string{"ntf_waiting", "ntf_unsent"} {
+		res, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{Tenant: "t1", ID: id, Recipient: "r", EventID: id,
+			Kind: "k", Lane: heraldtype.LaneAlert, ExpiresAt: &expires, Channels: []heraldtype.Channel{heraldtype.ChannelSMS}})
+		if err != nil || res.Outcome != store.Created {
+			t.Fatalf("create %s: %+v (%v)", id, res, err)
+		}
+		if id == "ntf_unsent" {
+			continue
+		}
+		rows, err := b.store.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneAlert, Owner: "w", Limit: 1, Lease: time.Minute})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("claim %s: %+v (%v)", id, rows, err)
+		}
+		row := rows[0]
+		c, err := b.store.DeliveryClaim(b.ctx, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: id,
+			Tenant: "t1", Channel: row.Channel, Provider: "p", Owner: "w"})
+		if err != nil || !c.Claimed {
+			t.Fatalf("delivery claim %s: %+v (%v)", id, c, err)
+		}
+		r, err := b.store.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: row.MessageID, Attempt: 1,
+			State: heraldtype.DeliveryRetryWait, Reason: "HTTP_429", RetryDelay: 10 * time.Minute, Owner: "w", Class: "not_sent",
+			StartedAt: b.clk.Now(), Outbox: &row.Fence})
+		if err != nil || !r.Recorded || !r.OutboxSettled {
+			t.Fatalf("record RETRY_WAIT %s: %+v (%v)", id, r, err)
+		}
+	}
+	b.clk.Advance(time.Minute)
+	want := map[string]float64{"alert/sms/SUPPRESSED": 1}
+	for i := range 2 {
+		sw.Leases(b.ctx)
+		if got := metricstest.Deliveries(t, m); !maps.Equal(got, want) {
+			t.Fatalf("after sweep %d herald_deliveries_total is %v, want %v", i+1, got, want)
+		}
+	}
+	if got := len(b.alerts.Alerts()); got != 2 {
+		t.Fatalf("%d OUTBOX_EXPIRED alerts, want 2", got)
+	}
+	d, err := b.store.DeliveryGet(b.ctx, store.MessageID("ntf_waiting", heraldtype.ChannelSMS))
+	if err != nil || d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonExpired {
+		t.Fatalf("waiting delivery %+v (%v), want SUPPRESSED(EXPIRED)", d, err)
+	}
+}

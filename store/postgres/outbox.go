@@ -155,7 +155,8 @@ func (s *Store) OutboxReclaimExpired(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// OutboxExpire marks PENDING rows past expires_at EXPIRED and returns them.
+// OutboxExpire marks PENDING rows past expires_at EXPIRED, ends their
+// deliveries waiting in RETRY_WAIT, and returns them (qOutboxExpire).
 func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
 	rows, err := s.pool.Query(ctx, qOutboxExpire, s.now())
 	if err != nil {
@@ -165,11 +166,11 @@ func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
 	var out []store.Expired
 	for rows.Next() {
 		var e store.Expired
-		var lane string
-		if err := rows.Scan(&e.ID, &e.MessageID, &e.Tenant, &lane); err != nil {
+		var lane, ch string
+		if err := rows.Scan(&e.ID, &e.MessageID, &e.Tenant, &lane, &ch, &e.DeliveryEnded); err != nil {
 			return nil, s.fail("expire outbox rows: scan", err)
 		}
-		e.Lane = heraldtype.Lane(lane)
+		e.Lane, e.Channel = heraldtype.Lane(lane), heraldtype.Channel(ch)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {

@@ -243,10 +243,28 @@ RETURNING lane`
     RETURNING lane
 )
 SELECT lane, count(*) FROM r GROUP BY lane`
+	// qOutboxExpire marks PENDING rows past expires_at EXPIRED and, in the
+	// same statement, ends each one's delivery that waits in RETRY_WAIT
+	// (SUPPRESSED, reason EXPIRED): nothing would claim it again. The
+	// delivery write is conditional on RETRY_WAIT like every delivery
+	// write, so a claim, a result or a person's PARKED is left as it is. It
+	// returns each expired row with whether its delivery ended here.
+	//
 	// $1 now.
-	qOutboxExpire = `UPDATE outbox SET state = 'EXPIRED', last_reason = 'EXPIRED', updated_at = coalesce($1::timestamptz, now())
-WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= coalesce($1::timestamptz, now())
-RETURNING id, message_id, tenant, lane`
+	qOutboxExpire = `WITH e AS (
+    UPDATE outbox SET state = 'EXPIRED', last_reason = 'EXPIRED', updated_at = coalesce($1::timestamptz, now())
+    WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= coalesce($1::timestamptz, now())
+    RETURNING id, message_id, tenant, lane, channel
+),
+d AS (
+    UPDATE deliveries d
+    SET state = 'SUPPRESSED', reason = 'EXPIRED', next_attempt_at = NULL, claimed_by = NULL, updated_at = coalesce($1::timestamptz, now())
+    FROM e
+    WHERE d.message_id = e.message_id AND d.state || '' = 'RETRY_WAIT'
+    RETURNING d.message_id
+)
+SELECT e.id, e.message_id, e.tenant, e.lane, e.channel, d.message_id IS NOT NULL
+FROM e LEFT JOIN d ON d.message_id = e.message_id`
 	// $1 now.
 	qOutboxBacklog = `SELECT lane, count(*) FROM outbox
 WHERE state = 'PENDING' AND available_at <= coalesce($1::timestamptz, now())

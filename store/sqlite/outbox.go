@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -229,7 +230,8 @@ func (s *Store) OutboxReclaimExpired(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// OutboxExpire marks PENDING rows past expires_at EXPIRED.
+// OutboxExpire marks PENDING rows past expires_at EXPIRED and, in the same
+// transaction, ends their deliveries waiting in RETRY_WAIT.
 func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
 	var out []store.Expired
 	err := s.w.do(ctx, func(tx wtx) error {
@@ -239,17 +241,42 @@ func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
+		byMessage := map[string]int{}
 		for rows.Next() {
 			var e store.Expired
-			var lane string
-			if err := rows.Scan(&e.ID, &e.MessageID, &e.Tenant, &lane); err != nil {
+			var lane, ch string
+			if err := rows.Scan(&e.ID, &e.MessageID, &e.Tenant, &lane, &ch); err != nil {
+				rows.Close()
 				return err
 			}
-			e.Lane = heraldtype.Lane(lane)
+			e.Lane, e.Channel = heraldtype.Lane(lane), heraldtype.Channel(ch)
+			byMessage[e.MessageID] = len(out)
 			out = append(out, e)
 		}
-		return rows.Err()
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		ids := make([]string, len(out))
+		for i, e := range out {
+			ids[i] = e.MessageID
+		}
+		idList, _ := json.Marshal(ids)
+		ended, err := tx.Query(qOutboxExpireDeliveries, now, string(idList))
+		if err != nil {
+			return fmt.Errorf("end waiting deliveries: %w", err)
+		}
+		defer ended.Close()
+		for ended.Next() {
+			var id string
+			if err := ended.Scan(&id); err != nil {
+				return fmt.Errorf("end waiting deliveries: %w", err)
+			}
+			out[byMessage[id]].DeliveryEnded = true
+		}
+		return ended.Err()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("expire outbox rows: %w", err)

@@ -62,9 +62,17 @@ WHERE id = ? AND token = ? AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_un
 	qOutboxReclaim = `UPDATE outbox
 SET state = 'PENDING', last_reason = 'CLAIM_EXPIRED', claimed_by = NULL, claimed_until = NULL, updated_at = ?
 WHERE state IN ('CLAIMED', 'PUBLISHING') AND claimed_until < ?`
+	// qOutboxExpire marks PENDING rows past expires_at EXPIRED; in the same
+	// transaction qOutboxExpireDeliveries ends the expired messages'
+	// deliveries that wait in RETRY_WAIT (nothing would claim them again),
+	// conditional on that state like every delivery write, and returns them.
 	qOutboxExpire = `UPDATE outbox SET state = 'EXPIRED', last_reason = 'EXPIRED', updated_at = ?
 WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= ?
-RETURNING id, message_id, tenant, lane`
+RETURNING id, message_id, tenant, lane, channel`
+	qOutboxExpireDeliveries = `UPDATE deliveries
+SET state = 'SUPPRESSED', reason = 'EXPIRED', next_attempt_at = NULL, claimed_by = NULL, updated_at = ?
+WHERE state = 'RETRY_WAIT' AND message_id IN (SELECT value FROM json_each(?))
+RETURNING message_id`
 	qOutboxBacklog = `SELECT lane, count(*) FROM outbox WHERE state = 'PENDING' AND available_at <= ? GROUP BY lane`
 )
 
@@ -107,7 +115,7 @@ ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at =
 var writeQueries = []string{
 	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
-	qOutboxClaim, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire,
+	qOutboxClaim, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,
 	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
 	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
 }
