@@ -45,6 +45,7 @@ type Store interface {
 	Parked
 	NotificationListing
 	Attempts
+	Reconciler
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.
 	Wakeups() *Wakeups

@@ -54,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Listing", func(t *testing.T) { testListing(t, h) })
 	t.Run("Attempts", func(t *testing.T) { testAttempts(t, h) })
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, h) })
+	t.Run("Reconcile", func(t *testing.T) { testReconcile(t, h) })
 	t.Run("Expiry", func(t *testing.T) { testExpiry(t, h) })
 }
 

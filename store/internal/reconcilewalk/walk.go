@@ -1,0 +1,150 @@
+// Package reconcilewalk is the page loop both store drivers run for
+// store.Reconciler.ReconcileCount: it walks the notifications in id order,
+// a page at a time, inside the driver's read-only snapshot, adds each
+// page's groups to the counts and, only for a page that found something,
+// reads that page's findings up to the sample size. The drivers supply the
+// SQL (Pages); the loop, the sampling rule and the pacing are written once.
+package reconcilewalk
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/heraldhq/herald/store"
+)
+
+// Group is one row of a page's aggregate: the planned sends whose outbox
+// row is in OutboxState ("" for a notification without one) and whose
+// delivery row is in DeliveryState ("" for none).
+type Group struct {
+	OutboxState, DeliveryState string
+	// N counts them; Scheduled those without a delivery row whose send_at
+	// is after the snapshot's now; NoDelivery those handed off before the
+	// grace with no delivery row; Overdue those PENDING past the grace.
+	N, Scheduled, NoDelivery, Overdue int64
+}
+
+// Finding names the kind of finding a Pages.Sample reads.
+type Finding int
+
+const (
+	MissingOutbox Finding = iota + 1
+	NoDelivery
+	Unknown
+)
+
+// Pages is a driver's reads inside one snapshot. A page is the
+// notifications with after < id <= last.
+type Pages interface {
+	// Bound returns the last id of the (up to) n notifications after
+	// after, in id order, and how many there are; 0 past the end.
+	Bound(ctx context.Context, after string, n int) (last string, count int64, err error)
+	// Groups returns the page's aggregate, grouped by the two states.
+	Groups(ctx context.Context, after, last string) ([]Group, error)
+	// Sample returns up to limit findings of kind f in the page, in id order.
+	Sample(ctx context.Context, f Finding, after, last string, limit int) ([]store.ReconcileFinding, error)
+}
+
+// Walk counts every page of pages as of now.
+func Walk(ctx context.Context, p store.ReconcileCountParams, now time.Time, pages Pages) (store.ReconcileCounts, error) {
+	c := store.ReconcileCounts{Now: now, ByState: map[string]int64{}}
+	limit, size := p.SampleOrDefault(), p.PageOrDefault()
+	for after := ""; ; {
+		began := time.Now()
+		last, n, err := pages.Bound(ctx, after, size)
+		if err != nil {
+			return store.ReconcileCounts{}, fmt.Errorf("reconcile: bound a page: %w", err)
+		}
+		if n == 0 {
+			return c, nil
+		}
+		groups, err := pages.Groups(ctx, after, last)
+		if err != nil {
+			return store.ReconcileCounts{}, fmt.Errorf("reconcile: count a page: %w", err)
+		}
+		c.Accepted += n
+		found := map[Finding]int64{}
+		for _, g := range groups {
+			c.AddGroup(g.OutboxState, g.DeliveryState, g.N, g.Scheduled)
+			c.NoDelivery.Count += g.NoDelivery
+			c.Overdue += g.Overdue
+			found[NoDelivery] += g.NoDelivery
+			switch {
+			case g.OutboxState == "":
+				found[MissingOutbox] += g.N
+			case g.DeliveryState == "UNKNOWN":
+				found[Unknown] += g.N
+				c.Unknown.Count += g.N
+			}
+		}
+		for _, f := range []struct {
+			kind Finding
+			into *store.ReconcileFindings
+		}{{MissingOutbox, &c.MissingOutbox}, {NoDelivery, &c.NoDelivery}, {Unknown, &c.Unknown}} {
+			room := limit - len(f.into.Sample)
+			if found[f.kind] == 0 || room <= 0 {
+				continue
+			}
+			rows, err := pages.Sample(ctx, f.kind, after, last, room)
+			if err != nil {
+				return store.ReconcileCounts{}, fmt.Errorf("reconcile: read a page's findings: %w", err)
+			}
+			f.into.Sample = append(f.into.Sample, rows...)
+		}
+		if p.Pace != nil {
+			if err := p.Pace(ctx, time.Since(began)); err != nil {
+				return store.ReconcileCounts{}, err
+			}
+		}
+		after = last
+	}
+}
+
+// Rows is what both drivers' result sets offer.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ScanGroups reads a page's aggregate: per row the outbox state, the
+// delivery state and Group's four counts, in that order.
+func ScanGroups(rows Rows) ([]Group, error) {
+	var out []Group
+	for rows.Next() {
+		var g Group
+		if err := rows.Scan(&g.OutboxState, &g.DeliveryState, &g.N, &g.Scheduled, &g.NoDelivery, &g.Overdue); err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+// ScanFindings reads findings: per row the notification id, the message
+// id, the tenant and the kind, in that order.
+func ScanFindings(rows Rows) ([]store.ReconcileFinding, error) {
+	var out []store.ReconcileFinding
+	for rows.Next() {
+		var x store.ReconcileFinding
+		if err := rows.Scan(&x.NotificationID, &x.MessageID, &x.Tenant, &x.Kind); err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+// SampleQuery picks a driver's query for f and its arguments: after, last
+// and limit, and for NoDelivery the hand-off threshold too.
+func SampleQuery(f Finding, missingOutbox, noDelivery, unknown string, after, last string, limit int, handedOff any) (string, []any) {
+	args := []any{after, last, limit}
+	switch f {
+	case MissingOutbox:
+		return missingOutbox, args
+	case NoDelivery:
+		return noDelivery, append(args, handedOff)
+	}
+	return unknown, args
+}

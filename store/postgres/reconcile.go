@@ -1,0 +1,182 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/internal/reconcilewalk"
+)
+
+// Reconciliation (store.Reconciler). A count is one REPEATABLE READ, READ
+// ONLY transaction, so every page sees the same snapshot; each page is a
+// handful of statements over up to Page notifications, walked by their
+// primary key: the page's outbox rows through the outbox key
+// (notification_id, channel) and their deliveries through
+// deliveries_message_id, by nested loops whose cost grows with the page,
+// not with the tables. Parallel workers are off for the transaction: the
+// count is background work and should take one backend, not several, from
+// intake. The plans are held in plan_test.go.
+const (
+	// qReconcileNow is the snapshot's now.
+	qReconcileNow = `SELECT coalesce($1::timestamptz, now())`
+	// qReconcileSerial keeps the count to one backend.
+	qReconcileSerial = `SET LOCAL max_parallel_workers_per_gather = 0`
+	// qReconcileBound: the last id of up to $2 notifications after $1.
+	qReconcileBound = `SELECT coalesce(max(id), ''), count(*) FROM (SELECT id FROM notifications WHERE id > $1::text ORDER BY id LIMIT $2::int) p`
+	// qReconcileGroups counts the page after $2 up to $3 by outbox and
+	// delivery state ('' for none); $1 is now, $4 now minus the grace.
+	qReconcileGroups = `SELECT coalesce(o.state, ''), coalesce(d.state, ''), count(*),
+       count(*) FILTER (WHERE d.state IS NULL AND n.send_at > $1::timestamptz),
+       count(*) FILTER (WHERE d.state IS NULL AND o.state IN ('DONE', 'PUBLISHED') AND o.updated_at < $4::timestamptz),
+       count(*) FILTER (WHERE d.state IS NULL AND o.state = 'PENDING' AND o.available_at < $4::timestamptz)
+FROM notifications n
+LEFT JOIN outbox o ON o.notification_id = n.id
+LEFT JOIN LATERAL (SELECT d.state FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
+WHERE n.id > $2::text AND n.id <= $3::text
+GROUP BY 1, 2`
+	// The findings of the page after $1 up to $2, at most $3 ($4 as above).
+	qReconcileMissingOutbox = `SELECT n.id, '', n.tenant, n.kind FROM notifications n
+WHERE n.id > $1::text AND n.id <= $2::text AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)
+ORDER BY n.id LIMIT $3::int`
+	qReconcileNoDelivery = `SELECT n.id, o.message_id, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
+WHERE n.id > $1::text AND n.id <= $2::text AND o.state IN ('DONE', 'PUBLISHED') AND o.updated_at < $4::timestamptz
+  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)
+ORDER BY n.id, o.message_id LIMIT $3::int`
+	qReconcileUnknown = `SELECT n.id, o.message_id, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
+JOIN deliveries d ON d.message_id = o.message_id
+WHERE n.id > $1::text AND n.id <= $2::text AND d.state = 'UNKNOWN'
+ORDER BY n.id, o.message_id LIMIT $3::int`
+
+	// qReconcileOutboxRecreate writes the planned sends $3 (message ids
+	// $4) of notification $2 if it has no outbox row, each unless its
+	// message has a delivery row; $1 is now. It returns the lane and how
+	// many rows it wrote. A concurrent recreate conflicts on the outbox key
+	// and writes nothing.
+	qReconcileOutboxRecreate = `WITH n AS (
+    SELECT id, tenant, lane, send_at, expires_at FROM notifications
+    WHERE id = $2::text AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = $2::text)
+),
+ins AS (
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
+    SELECT n.id, c.message_id, n.tenant, n.lane, c.channel, 'PENDING',
+           greatest(coalesce($1::timestamptz, now()), n.send_at), n.expires_at, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now())
+    FROM n, unnest($3::text[], $4::text[]) AS c (channel, message_id)
+    WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id)
+    ON CONFLICT DO NOTHING
+    RETURNING lane
+)
+SELECT coalesce(min(lane), ''), count(*) FROM ins`
+
+	qReconcileRunInsert = `INSERT INTO reconcile_runs (started_at, finished_at, report) VALUES ($1::timestamptz, $2::timestamptz, $3::json)`
+	qReconcileRunPrune  = `DELETE FROM reconcile_runs WHERE id < (SELECT min(id) FROM (SELECT id FROM reconcile_runs ORDER BY id DESC LIMIT $1::int) k)`
+	qReconcileRunLast   = `SELECT id, started_at, finished_at, report::text FROM reconcile_runs ORDER BY id DESC LIMIT 1`
+)
+
+// ReconcileCount counts every notification's planned sends in one
+// read-only snapshot.
+func (s *Store) ReconcileCount(ctx context.Context, p store.ReconcileCountParams) (store.ReconcileCounts, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return store.ReconcileCounts{}, s.fail("reconcile: begin", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var now time.Time
+	if _, err := tx.Exec(ctx, qReconcileSerial); err != nil {
+		return store.ReconcileCounts{}, s.fail("reconcile: begin", err)
+	}
+	if err := tx.QueryRow(ctx, qReconcileNow, s.now()).Scan(&now); err != nil {
+		return store.ReconcileCounts{}, s.fail("reconcile: read now", err)
+	}
+	now = now.UTC()
+	c, err := reconcilewalk.Walk(ctx, p, now, &reconcilePages{tx: tx, now: now, handedOff: now.Add(-p.Grace)})
+	if err != nil {
+		return store.ReconcileCounts{}, s.fail("reconcile", err)
+	}
+	return c, nil
+}
+
+// reconcilePages runs a count's statements in its snapshot.
+type reconcilePages struct {
+	tx             pgx.Tx
+	now, handedOff time.Time
+}
+
+func (r *reconcilePages) Bound(ctx context.Context, after string, n int) (string, int64, error) {
+	var last string
+	var count int64
+	err := r.tx.QueryRow(ctx, qReconcileBound, after, n).Scan(&last, &count)
+	return last, count, err
+}
+
+func (r *reconcilePages) Groups(ctx context.Context, after, last string) ([]reconcilewalk.Group, error) {
+	rows, err := r.tx.Query(ctx, qReconcileGroups, r.now, after, last, r.handedOff)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return reconcilewalk.ScanGroups(rows)
+}
+
+func (r *reconcilePages) Sample(ctx context.Context, f reconcilewalk.Finding, after, last string, limit int) ([]store.ReconcileFinding, error) {
+	q, args := reconcilewalk.SampleQuery(f, qReconcileMissingOutbox, qReconcileNoDelivery, qReconcileUnknown, after, last, limit, r.handedOff)
+	rows, err := r.tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return reconcilewalk.ScanFindings(rows)
+}
+
+// ReconcileOutboxRecreate writes the planned sends of a notification that
+// has none, in one statement.
+func (s *Store) ReconcileOutboxRecreate(ctx context.Context, p store.ReconcileOutboxRecreateParams) (int, error) {
+	chs, msgs := make([]string, len(p.Channels)), make([]string, len(p.Channels))
+	for i, ch := range p.Channels {
+		chs[i], msgs[i] = string(ch), store.MessageID(p.NotificationID, ch)
+	}
+	var lane string
+	var n int
+	if err := s.pool.QueryRow(ctx, qReconcileOutboxRecreate, s.now(), p.NotificationID, chs, msgs).Scan(&lane, &n); err != nil {
+		return 0, s.fail("recreate planned sends of "+p.NotificationID, err)
+	}
+	if n > 0 {
+		s.wakeups.Notify(heraldtype.Lane(lane))
+	}
+	return n, nil
+}
+
+// ReconcileRunSave keeps run and prunes all but the newest keep runs, in
+// one transaction.
+func (s *Store) ReconcileRunSave(ctx context.Context, run store.ReconcileRun, keep int) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, qReconcileRunInsert, utc(run.StartedAt), utc(run.FinishedAt), string(run.Report)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, qReconcileRunPrune, max(keep, 1))
+		return err
+	})
+	if err != nil {
+		return s.fail("save reconciliation run", err)
+	}
+	return nil
+}
+
+// ReconcileRunLast reads the newest kept run.
+func (s *Store) ReconcileRunLast(ctx context.Context) (store.ReconcileRun, error) {
+	var run store.ReconcileRun
+	var report string
+	err := s.pool.QueryRow(ctx, qReconcileRunLast).Scan(&run.ID, &run.StartedAt, &run.FinishedAt, &report)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return run, store.ErrNotFound
+	}
+	if err != nil {
+		return run, s.fail("read last reconciliation run", err)
+	}
+	run.StartedAt, run.FinishedAt, run.Report = run.StartedAt.UTC(), run.FinishedAt.UTC(), []byte(report)
+	return run, nil
+}

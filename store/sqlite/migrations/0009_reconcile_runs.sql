@@ -1,0 +1,11 @@
+-- The reports of reconciliation runs (package reconcile), newest last: when
+-- a run started and finished, and its report as JSON, kept byte for byte so
+-- GET /v1/ops/reconcile serves what the run wrote. Only the newest runs are
+-- kept (store.Reconciler.ReconcileRunSave prunes the rest); the report holds
+-- counts and ids, no personal data.
+CREATE TABLE reconcile_runs (
+    id          INTEGER PRIMARY KEY,
+    started_at  INTEGER NOT NULL,
+    finished_at INTEGER NOT NULL,
+    report      TEXT NOT NULL
+);

@@ -1,0 +1,176 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/internal/reconcilewalk"
+)
+
+// Reconciliation (store.Reconciler). A count reads one page of
+// notifications at a time, by id, in one read transaction of the read pool
+// (WAL gives it a snapshot); each page's statements walk the notifications'
+// primary key and join each notification's outbox rows through
+// outbox_notification and their deliveries through the deliveries' key.
+const (
+	// qReconcileBound: the last id of up to ?2 notifications after ?1.
+	qReconcileBound = `SELECT coalesce(max(id), ''), count(*) FROM (SELECT id FROM notifications WHERE id > ?1 ORDER BY id LIMIT ?2)`
+	// qReconcileGroups counts the page after ?2 up to ?3 by outbox and
+	// delivery state ('' for none); ?1 is now, ?4 now minus the grace.
+	qReconcileGroups = `SELECT coalesce(o.state, ''), coalesce(d.state, ''), count(*),
+       count(*) FILTER (WHERE d.state IS NULL AND n.send_at > ?1),
+       count(*) FILTER (WHERE d.state IS NULL AND o.state IN ('DONE', 'PUBLISHED') AND o.updated_at < ?4),
+       count(*) FILTER (WHERE d.state IS NULL AND o.state = 'PENDING' AND o.available_at < ?4)
+FROM notifications n
+LEFT JOIN outbox o ON o.notification_id = n.id
+LEFT JOIN deliveries d ON d.message_id = o.message_id
+WHERE n.id > ?2 AND n.id <= ?3
+GROUP BY o.state, d.state`
+	// The findings of the page after ?1 up to ?2, at most ?3 (or ?4).
+	qReconcileMissingOutbox = `SELECT n.id, '', n.tenant, n.kind FROM notifications n
+WHERE n.id > ?1 AND n.id <= ?2 AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)
+ORDER BY n.id LIMIT ?3`
+	qReconcileNoDelivery = `SELECT n.id, o.message_id, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
+WHERE n.id > ?1 AND n.id <= ?2 AND o.state IN ('DONE', 'PUBLISHED') AND o.updated_at < ?4
+  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)
+ORDER BY n.id, o.message_id LIMIT ?3`
+	qReconcileUnknown = `SELECT n.id, o.message_id, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
+JOIN deliveries d ON d.message_id = o.message_id
+WHERE n.id > ?1 AND n.id <= ?2 AND d.state = 'UNKNOWN'
+ORDER BY n.id, o.message_id LIMIT ?3`
+
+	// qReconcileNotification reads a notification that has no outbox row.
+	qReconcileNotification = `SELECT n.tenant, n.lane, n.send_at, n.expires_at FROM notifications n
+WHERE n.id = ? AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)`
+	// qReconcileOutboxInsert writes one recreated planned send unless its
+	// message has a delivery row.
+	qReconcileOutboxInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
+SELECT ?1, ?2, ?3, ?4, ?5, 'PENDING', ?6, ?7, ?8, ?8
+WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = ?2)`
+
+	qReconcileRunInsert = `INSERT INTO reconcile_runs (started_at, finished_at, report) VALUES (?, ?, ?)`
+	qReconcileRunPrune  = `DELETE FROM reconcile_runs WHERE id NOT IN (SELECT id FROM reconcile_runs ORDER BY id DESC LIMIT ?)`
+	qReconcileRunLast   = `SELECT id, started_at, finished_at, report FROM reconcile_runs ORDER BY id DESC LIMIT 1`
+)
+
+// ReconcileCount counts every notification's planned sends in one read
+// transaction.
+func (s *Store) ReconcileCount(ctx context.Context, p store.ReconcileCountParams) (store.ReconcileCounts, error) {
+	tx, err := s.rdb.BeginTx(ctx, nil)
+	if err != nil {
+		return store.ReconcileCounts{}, fmt.Errorf("reconcile: begin: %w", err)
+	}
+	defer tx.Rollback()
+	now := s.clock.Now()
+	pg := &reconcilePages{tx: tx, now: ms(now), handedOff: ms(now.Add(-p.Grace))}
+	c, err := reconcilewalk.Walk(ctx, p, now, pg)
+	if err != nil {
+		return store.ReconcileCounts{}, err
+	}
+	return c, nil
+}
+
+// reconcilePages runs a count's statements in its read transaction.
+type reconcilePages struct {
+	tx             *sql.Tx
+	now, handedOff int64
+}
+
+func (r *reconcilePages) Bound(ctx context.Context, after string, n int) (string, int64, error) {
+	var last string
+	var count int64
+	err := r.tx.QueryRowContext(ctx, qReconcileBound, after, n).Scan(&last, &count)
+	return last, count, err
+}
+
+func (r *reconcilePages) Groups(ctx context.Context, after, last string) ([]reconcilewalk.Group, error) {
+	rows, err := r.tx.QueryContext(ctx, qReconcileGroups, r.now, after, last, r.handedOff)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return reconcilewalk.ScanGroups(rows)
+}
+
+func (r *reconcilePages) Sample(ctx context.Context, f reconcilewalk.Finding, after, last string, limit int) ([]store.ReconcileFinding, error) {
+	q, args := reconcilewalk.SampleQuery(f, qReconcileMissingOutbox, qReconcileNoDelivery, qReconcileUnknown, after, last, limit, r.handedOff)
+	rows, err := r.tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return reconcilewalk.ScanFindings(rows)
+}
+
+// ReconcileOutboxRecreate writes the planned sends of a notification that
+// has none, in one write transaction.
+func (s *Store) ReconcileOutboxRecreate(ctx context.Context, p store.ReconcileOutboxRecreateParams) (int, error) {
+	var wrote int
+	var lane string
+	err := s.w.do(ctx, func(tx wtx) error {
+		wrote = 0
+		var tenant string
+		var sendAt, expiresAt sql.NullInt64
+		err := tx.QueryRow(qReconcileNotification, p.NotificationID).Scan(&tenant, &lane, &sendAt, &expiresAt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read notification: %w", err)
+		}
+		now := s.now()
+		available := max(now, sendAt.Int64)
+		for _, ch := range p.Channels {
+			r, err := tx.Exec(qReconcileOutboxInsert, p.NotificationID, store.MessageID(p.NotificationID, ch), tenant, lane,
+				string(ch), available, expiresAt, now)
+			if err != nil {
+				return fmt.Errorf("insert outbox row: %w", err)
+			}
+			n, _ := r.RowsAffected()
+			wrote += int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("recreate planned sends of %s: %w", p.NotificationID, err)
+	}
+	if wrote > 0 {
+		s.wakeups.Notify(heraldtype.Lane(lane))
+	}
+	return wrote, nil
+}
+
+// ReconcileRunSave keeps run and prunes all but the newest keep runs.
+func (s *Store) ReconcileRunSave(ctx context.Context, run store.ReconcileRun, keep int) error {
+	err := s.w.do(ctx, func(tx wtx) error {
+		if _, err := tx.Exec(qReconcileRunInsert, ms(run.StartedAt), ms(run.FinishedAt), string(run.Report)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(qReconcileRunPrune, max(keep, 1))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("save reconciliation run: %w", err)
+	}
+	return nil
+}
+
+// ReconcileRunLast reads the newest kept run.
+func (s *Store) ReconcileRunLast(ctx context.Context) (store.ReconcileRun, error) {
+	var run store.ReconcileRun
+	var started, finished int64
+	var report string
+	err := s.queryRow(ctx, qReconcileRunLast).Scan(&run.ID, &started, &finished, &report)
+	if errors.Is(err, sql.ErrNoRows) {
+		return run, store.ErrNotFound
+	}
+	if err != nil {
+		return run, fmt.Errorf("read last reconciliation run: %w", err)
+	}
+	run.StartedAt, run.FinishedAt, run.Report = fromMs(started), fromMs(finished), []byte(report)
+	return run, nil
+}
