@@ -19,6 +19,13 @@ type Reconciler interface {
 	// read API shows and what is wrong with them (see ReconcileCounts).
 	// Each page is one set-based statement; nothing is read per row.
 	ReconcileCount(ctx context.Context, p ReconcileCountParams) (ReconcileCounts, error)
+	// ReconcileOutboxRedrive puts each planned send of rows (NoDelivery
+	// findings) back to PENDING, due now, with reason REDRIVEN and a fresh
+	// fencing token, as the watchdog re-drives a row, each only if its
+	// outbox row is still DONE and its message still has no delivery row
+	// (so no provider call can have been made for it), and returns the
+	// message ids it moved.
+	ReconcileOutboxRedrive(ctx context.Context, rows []ReconcileFinding) ([]string, error)
 	// ReconcileOutboxRecreate writes a PENDING outbox row per channel of
 	// p.Channels for notification p.NotificationID, due at its send_at or
 	// now, in one statement conditional on the notification existing and
@@ -35,9 +42,9 @@ type Reconciler interface {
 
 // ReconcileCountParams tune a count.
 type ReconcileCountParams struct {
-	// Grace is how long after the dispatcher handed a planned send off
-	// (outbox DONE or PUBLISHED) it may still have no delivery row before
-	// it counts in NoDelivery, and how long after its due time a PENDING
+	// Grace is how long after the dispatcher finished a planned send
+	// (outbox DONE) it may still have no delivery row before it counts in
+	// NoDelivery, and how long after its due time a PENDING
 	// row may wait for a claimer before it counts in Overdue.
 	Grace time.Duration
 	// Sample caps the findings of each kind returned with their ids.
@@ -84,10 +91,12 @@ type ReconcileCounts struct {
 	// outbox rows in one transaction, so this is never a passing state.
 	// MessageID is empty in these findings.
 	MissingOutbox ReconcileFindings
-	// NoDelivery are planned sends the dispatcher handed off (outbox DONE or
-	// PUBLISHED) more than Grace ago that still have no delivery row: the
-	// sender writes one before it answers, so nothing owns such a send any
-	// more (a lost broker copy, a path closed without a result).
+	// NoDelivery are planned sends whose outbox row the dispatcher
+	// finished (DONE) more than Grace ago that still have no delivery row:
+	// the sender writes one before it answers Done, so the path was closed
+	// without a result and nothing owns the send any more. (A PUBLISHED row
+	// without a delivery is the watchdog's to find: Watchdog,
+	// UnownedPublished.)
 	NoDelivery ReconcileFindings
 	// Unknown are deliveries in UNKNOWN: ended, but settled only by a
 	// provider's status look-up or a receipt.
@@ -108,8 +117,10 @@ type ReconcileFindings struct {
 // data.
 type ReconcileFinding struct {
 	NotificationID string
-	// MessageID is the planned send's; empty for a notification finding.
+	// MessageID and Channel are the planned send's; empty for a
+	// notification finding.
 	MessageID string
+	Channel   heraldtype.Channel
 	Tenant    string
 	Kind      string
 }

@@ -32,7 +32,7 @@ const (
 	// delivery state ('' for none); $1 is now, $4 now minus the grace.
 	qReconcileGroups = `SELECT coalesce(o.state, ''), coalesce(d.state, ''), count(*),
        count(*) FILTER (WHERE d.state IS NULL AND n.send_at > $1::timestamptz),
-       count(*) FILTER (WHERE d.state IS NULL AND o.state IN ('DONE', 'PUBLISHED') AND o.updated_at < $4::timestamptz),
+       count(*) FILTER (WHERE d.state IS NULL AND o.state = 'DONE' AND o.updated_at < $4::timestamptz),
        count(*) FILTER (WHERE d.state IS NULL AND o.state = 'PENDING' AND o.available_at < $4::timestamptz)
 FROM notifications n
 LEFT JOIN outbox o ON o.notification_id = n.id
@@ -40,14 +40,14 @@ LEFT JOIN LATERAL (SELECT d.state FROM deliveries d WHERE d.message_id = o.messa
 WHERE n.id > $2::text AND n.id <= $3::text
 GROUP BY 1, 2`
 	// The findings of the page after $1 up to $2, at most $3 ($4 as above).
-	qReconcileMissingOutbox = `SELECT n.id, '', n.tenant, n.kind FROM notifications n
+	qReconcileMissingOutbox = `SELECT n.id, '', '', n.tenant, n.kind FROM notifications n
 WHERE n.id > $1::text AND n.id <= $2::text AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)
 ORDER BY n.id LIMIT $3::int`
-	qReconcileNoDelivery = `SELECT n.id, o.message_id, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
-WHERE n.id > $1::text AND n.id <= $2::text AND o.state IN ('DONE', 'PUBLISHED') AND o.updated_at < $4::timestamptz
+	qReconcileNoDelivery = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
+WHERE n.id > $1::text AND n.id <= $2::text AND o.state = 'DONE' AND o.updated_at < $4::timestamptz
   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)
 ORDER BY n.id, o.message_id LIMIT $3::int`
-	qReconcileUnknown = `SELECT n.id, o.message_id, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
+	qReconcileUnknown = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
 JOIN deliveries d ON d.message_id = o.message_id
 WHERE n.id > $1::text AND n.id <= $2::text AND d.state = 'UNKNOWN'
 ORDER BY n.id, o.message_id LIMIT $3::int`
@@ -71,6 +71,18 @@ ins AS (
     RETURNING lane
 )
 SELECT coalesce(min(lane), ''), count(*) FROM ins`
+
+	// qReconcileOutboxRedrive puts each DONE row of the planned sends
+	// ($2 notification ids, $3 channels) whose message has no delivery back
+	// to PENDING, due now ($1), with a fresh token, as the watchdog
+	// re-drives, and returns the message ids and lanes it moved.
+	qReconcileOutboxRedrive = `UPDATE outbox o
+SET state = 'PENDING', available_at = coalesce($1::timestamptz, now()), last_reason = 'REDRIVEN', claimed_by = NULL,
+    claimed_until = NULL, token = o.token + 1, updated_at = coalesce($1::timestamptz, now())
+FROM unnest($2::text[], $3::text[]) AS f (notification_id, channel)
+WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.state = 'DONE'
+  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)
+RETURNING o.message_id, o.lane`
 
 	qReconcileRunInsert = `INSERT INTO reconcile_runs (started_at, finished_at, report) VALUES ($1::timestamptz, $2::timestamptz, $3::json)`
 	qReconcileRunPrune  = `DELETE FROM reconcile_runs WHERE id < (SELECT min(id) FROM (SELECT id FROM reconcile_runs ORDER BY id DESC LIMIT $1::int) k)`
@@ -148,6 +160,40 @@ func (s *Store) ReconcileOutboxRecreate(ctx context.Context, p store.ReconcileOu
 		s.wakeups.Notify(heraldtype.Lane(lane))
 	}
 	return n, nil
+}
+
+// ReconcileOutboxRedrive puts DONE rows without a delivery back to PENDING
+// in one statement.
+func (s *Store) ReconcileOutboxRedrive(ctx context.Context, rows []store.ReconcileFinding) ([]string, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	nids, chs := make([]string, len(rows)), make([]string, len(rows))
+	for i, f := range rows {
+		nids[i], chs[i] = f.NotificationID, string(f.Channel)
+	}
+	res, err := s.pool.Query(ctx, qReconcileOutboxRedrive, s.now(), nids, chs)
+	if err != nil {
+		return nil, s.fail("re-drive finished planned sends without a delivery", err)
+	}
+	defer res.Close()
+	var moved []string
+	lanes := map[heraldtype.Lane]bool{}
+	for res.Next() {
+		var msg, lane string
+		if err := res.Scan(&msg, &lane); err != nil {
+			return nil, s.fail("re-drive finished planned sends without a delivery", err)
+		}
+		moved = append(moved, msg)
+		lanes[heraldtype.Lane(lane)] = true
+	}
+	if err := res.Err(); err != nil {
+		return nil, s.fail("re-drive finished planned sends without a delivery", err)
+	}
+	for l := range lanes {
+		s.wakeups.Notify(l)
+	}
+	return moved, nil
 }
 
 // ReconcileRunSave keeps run and prunes all but the newest keep runs, in

@@ -23,7 +23,7 @@ const (
 	// delivery state ('' for none); ?1 is now, ?4 now minus the grace.
 	qReconcileGroups = `SELECT coalesce(o.state, ''), coalesce(d.state, ''), count(*),
        count(*) FILTER (WHERE d.state IS NULL AND n.send_at > ?1),
-       count(*) FILTER (WHERE d.state IS NULL AND o.state IN ('DONE', 'PUBLISHED') AND o.updated_at < ?4),
+       count(*) FILTER (WHERE d.state IS NULL AND o.state = 'DONE' AND o.updated_at < ?4),
        count(*) FILTER (WHERE d.state IS NULL AND o.state = 'PENDING' AND o.available_at < ?4)
 FROM notifications n
 LEFT JOIN outbox o ON o.notification_id = n.id
@@ -31,14 +31,14 @@ LEFT JOIN deliveries d ON d.message_id = o.message_id
 WHERE n.id > ?2 AND n.id <= ?3
 GROUP BY o.state, d.state`
 	// The findings of the page after ?1 up to ?2, at most ?3 (or ?4).
-	qReconcileMissingOutbox = `SELECT n.id, '', n.tenant, n.kind FROM notifications n
+	qReconcileMissingOutbox = `SELECT n.id, '', '', n.tenant, n.kind FROM notifications n
 WHERE n.id > ?1 AND n.id <= ?2 AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)
 ORDER BY n.id LIMIT ?3`
-	qReconcileNoDelivery = `SELECT n.id, o.message_id, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
-WHERE n.id > ?1 AND n.id <= ?2 AND o.state IN ('DONE', 'PUBLISHED') AND o.updated_at < ?4
+	qReconcileNoDelivery = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
+WHERE n.id > ?1 AND n.id <= ?2 AND o.state = 'DONE' AND o.updated_at < ?4
   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)
 ORDER BY n.id, o.message_id LIMIT ?3`
-	qReconcileUnknown = `SELECT n.id, o.message_id, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
+	qReconcileUnknown = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
 JOIN deliveries d ON d.message_id = o.message_id
 WHERE n.id > ?1 AND n.id <= ?2 AND d.state = 'UNKNOWN'
 ORDER BY n.id, o.message_id LIMIT ?3`
@@ -51,6 +51,15 @@ WHERE n.id = ? AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = 
 	qReconcileOutboxInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
 SELECT ?1, ?2, ?3, ?4, ?5, 'PENDING', ?6, ?7, ?8, ?8
 WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = ?2)`
+
+	// qReconcileOutboxRedrive puts a DONE row whose message has no delivery
+	// back to PENDING, due now (?1), with a fresh token, as the watchdog
+	// re-drives; ?2 is the message id.
+	qReconcileOutboxRedrive = `UPDATE outbox
+SET state = 'PENDING', available_at = ?1, last_reason = 'REDRIVEN', claimed_by = NULL, claimed_until = NULL,
+    token = token + 1, updated_at = ?1
+WHERE message_id = ?2 AND state = 'DONE' AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = ?2)
+RETURNING lane`
 
 	qReconcileRunInsert = `INSERT INTO reconcile_runs (started_at, finished_at, report) VALUES (?, ?, ?)`
 	qReconcileRunPrune  = `DELETE FROM reconcile_runs WHERE id NOT IN (SELECT id FROM reconcile_runs ORDER BY id DESC LIMIT ?)`
@@ -142,6 +151,38 @@ func (s *Store) ReconcileOutboxRecreate(ctx context.Context, p store.ReconcileOu
 		s.wakeups.Notify(heraldtype.Lane(lane))
 	}
 	return wrote, nil
+}
+
+// ReconcileOutboxRedrive puts DONE rows without a delivery back to PENDING,
+// in one write transaction.
+func (s *Store) ReconcileOutboxRedrive(ctx context.Context, rows []store.ReconcileFinding) ([]string, error) {
+	var moved []string
+	lanes := map[heraldtype.Lane]bool{}
+	err := s.w.do(ctx, func(tx wtx) error {
+		moved = moved[:0]
+		clear(lanes)
+		now := s.now()
+		for _, f := range rows {
+			var lane string
+			err := tx.QueryRow(qReconcileOutboxRedrive, now, f.MessageID).Scan(&lane)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			moved = append(moved, f.MessageID)
+			lanes[heraldtype.Lane(lane)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("re-drive finished planned sends without a delivery: %w", err)
+	}
+	for l := range lanes {
+		s.wakeups.Notify(l)
+	}
+	return moved, nil
 }
 
 // ReconcileRunSave keeps run and prunes all but the newest keep runs.

@@ -165,7 +165,7 @@ func testReconcile(t *testing.T, h Harness) {
 		}
 	})
 
-	t.Run("FindsAHandedOffSendWithoutADeliveryAfterTheGrace", func(t *testing.T) {
+	t.Run("FindsAFinishedSendWithoutADeliveryAfterTheGraceAndRedrivesIt", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
 		done, _ := create(t, b, nil)
@@ -180,7 +180,7 @@ func testReconcile(t *testing.T, h Harness) {
 			}
 		}
 		rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneAlert, Owner: "relay", Limit: 10, Lease: time.Minute, Publishing: true})
-		if err != nil || len(rows) != 1 {
+		if err != nil || len(rows) != 1 || rows[0].NotificationID != published.ID {
 			t.Fatalf("relay claim: %d rows, %v", len(rows), err)
 		}
 		if n, err := b.s.OutboxMarkPublished(b.ctx, []store.Fence{rows[0].Fence}); err != nil || n != 1 {
@@ -191,13 +191,31 @@ func testReconcile(t *testing.T, h Harness) {
 		}
 		b.clk.Advance(time.Minute + time.Millisecond)
 		c := count(t, b, time.Minute, 1)
-		want := []string{store.MessageID(done.ID, heraldtype.ChannelWebhook), store.MessageID(published.ID, heraldtype.ChannelWebhook)}
-		slices.Sort(want)
-		if got := messageIDs(c.NoDelivery.Sample); c.NoDelivery.Count != 2 || !slices.Equal(got, want) {
-			t.Fatalf("after the grace: no delivery %d %v, want %v (not the one with a delivery)", c.NoDelivery.Count, got, want)
+		msg := store.MessageID(done.ID, heraldtype.ChannelWebhook)
+		want := store.ReconcileFinding{NotificationID: done.ID, MessageID: msg, Channel: heraldtype.ChannelWebhook, Tenant: "t1", Kind: "k"}
+		if c.NoDelivery.Count != 1 || len(c.NoDelivery.Sample) != 1 || c.NoDelivery.Sample[0] != want {
+			t.Fatalf("after the grace: no delivery %+v, want only %+v (the published one is the watchdog's, the other has a delivery)", c.NoDelivery, want)
 		}
 		if c.ByState[heraldtype.ViewPending] != 2 || c.Overdue != 0 {
-			t.Fatalf("by state %v, overdue %d: the read API shows them PENDING, and they are not waiting for a claimer", c.ByState, c.Overdue)
+			t.Fatalf("by state %v, overdue %d: the read API shows both PENDING, and neither waits for a claimer", c.ByState, c.Overdue)
+		}
+		others := []store.ReconcileFinding{want,
+			{NotificationID: delivered.ID, MessageID: store.MessageID(delivered.ID, heraldtype.ChannelWebhook), Channel: heraldtype.ChannelWebhook},
+			{NotificationID: published.ID, MessageID: store.MessageID(published.ID, heraldtype.ChannelWebhook), Channel: heraldtype.ChannelWebhook}}
+		moved, err := b.s.ReconcileOutboxRedrive(b.ctx, others)
+		if err != nil || !slices.Equal(moved, []string{msg}) {
+			t.Fatalf("re-drive moved %v (%v), want only %s: not a row with a delivery, not a PUBLISHED one", moved, err, msg)
+		}
+		again, err := b.s.ReconcileOutboxRedrive(b.ctx, []store.ReconcileFinding{want})
+		if err != nil || len(again) != 0 {
+			t.Fatalf("a second re-drive moved %v (%v), want nothing: the row is PENDING", again, err)
+		}
+		claimedAgain := claim(t, b, heraldtype.LaneTransactional, 10)
+		if len(claimedAgain) != 1 || claimedAgain[0].MessageID != msg {
+			t.Fatalf("claimed %+v after the re-drive, want %s due now", claimedAgain, msg)
+		}
+		if c := count(t, b, time.Minute, 0); c.NoDelivery.Count != 0 {
+			t.Fatalf("after the re-drive no delivery is %+v", c.NoDelivery)
 		}
 	})
 

@@ -9,7 +9,7 @@ import (
 // The store.Reconciler methods of erring (storetest_test.go), which the
 // suite's reconciliation tests call.
 func init() {
-	erringMethods = append(erringMethods, "ReconcileCount", "ReconcileOutboxRecreate", "ReconcileRunSave", "ReconcileRunLast")
+	erringMethods = append(erringMethods, "ReconcileCount", "ReconcileOutboxRecreate", "ReconcileOutboxRedrive", "ReconcileRunSave", "ReconcileRunLast")
 }
 
 func (e *erring) ReconcileCount(ctx context.Context, p store.ReconcileCountParams) (store.ReconcileCounts, error) {
@@ -20,6 +20,11 @@ func (e *erring) ReconcileCount(ctx context.Context, p store.ReconcileCountParam
 func (e *erring) ReconcileOutboxRecreate(ctx context.Context, p store.ReconcileOutboxRecreateParams) (int, error) {
 	v, err := e.Store.ReconcileOutboxRecreate(ctx, p)
 	return fail(e, "ReconcileOutboxRecreate", v, err)
+}
+
+func (e *erring) ReconcileOutboxRedrive(ctx context.Context, rows []store.ReconcileFinding) ([]string, error) {
+	v, err := e.Store.ReconcileOutboxRedrive(ctx, rows)
+	return fail(e, "ReconcileOutboxRedrive", v, err)
 }
 
 func (e *erring) ReconcileRunSave(ctx context.Context, run store.ReconcileRun, keep int) error {

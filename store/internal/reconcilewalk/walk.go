@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -20,8 +21,8 @@ import (
 type Group struct {
 	OutboxState, DeliveryState string
 	// N counts them; Scheduled those without a delivery row whose send_at
-	// is after the snapshot's now; NoDelivery those handed off before the
-	// grace with no delivery row; Overdue those PENDING past the grace.
+	// is after the snapshot's now; NoDelivery those finished (DONE) before
+	// the grace with no delivery row; Overdue those PENDING past the grace.
 	N, Scheduled, NoDelivery, Overdue int64
 }
 
@@ -123,14 +124,16 @@ func ScanGroups(rows Rows) ([]Group, error) {
 }
 
 // ScanFindings reads findings: per row the notification id, the message
-// id, the tenant and the kind, in that order.
+// id, the channel, the tenant and the kind, in that order.
 func ScanFindings(rows Rows) ([]store.ReconcileFinding, error) {
 	var out []store.ReconcileFinding
 	for rows.Next() {
 		var x store.ReconcileFinding
-		if err := rows.Scan(&x.NotificationID, &x.MessageID, &x.Tenant, &x.Kind); err != nil {
+		var ch string
+		if err := rows.Scan(&x.NotificationID, &x.MessageID, &ch, &x.Tenant, &x.Kind); err != nil {
 			return nil, err
 		}
+		x.Channel = heraldtype.Channel(ch)
 		out = append(out, x)
 	}
 	return out, rows.Err()
