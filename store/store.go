@@ -41,6 +41,8 @@ type Store interface {
 	Notifications
 	Outbox
 	Deliveries
+	// Watchdog finds rows waiting past their deadline with no owner.
+	Watchdog
 	Profiles
 	Parked
 	NotificationListing

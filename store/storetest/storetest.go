@@ -49,6 +49,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Intake", func(t *testing.T) { testIntake(t, h) })
 	t.Run("Outbox", func(t *testing.T) { testOutbox(t, h) })
 	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, h) })
+	t.Run("Watchdog", func(t *testing.T) { testWatchdog(t, h) })
 	t.Run("Profiles", func(t *testing.T) { testProfiles(t, h) })
 	t.Run("Parked", func(t *testing.T) { testParked(t, h) })
 	t.Run("Listing", func(t *testing.T) { testListing(t, h) })
