@@ -32,11 +32,19 @@ const (
 	// unknown kind, a template that no longer renders, a body that is not
 	// a job); it waits for a person to fix the cause and requeue it.
 	Parked = "PARKED"
+	// Unaccounted: reconciliation (package reconcile) found a planned send
+	// that nothing will move on and could not repair it (a kind no longer
+	// configured, a failed repair); Reason is "<finding kind>:<why>".
+	Unaccounted = "UNACCOUNTED"
+	// UnknownUnsettled: a reconciliation run found deliveries in UNKNOWN,
+	// which no provider's status look-up settles yet; raised once per run.
+	UnknownUnsettled = "UNKNOWN_UNSETTLED"
 )
 
 // Kinds is every alert kind herald raises, for the metrics that count them
 // from the start.
-var Kinds = []string{UnknownOutcome, StaleClaim, OutboxExpired, OutboxFailed, DispatchSlow, RecordFailed, RetryExhausted, Parked}
+var Kinds = []string{UnknownOutcome, StaleClaim, OutboxExpired, OutboxFailed, DispatchSlow, RecordFailed, RetryExhausted, Parked,
+	Unaccounted, UnknownUnsettled}
 
 // Sink receives alerts.
 type Sink interface {
