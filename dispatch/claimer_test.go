@@ -19,17 +19,19 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/store/sqlite"
 )
 
 var epoch = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 
 type bundle struct {
-	store  *sqlite.Store
+	store  store.Store
 	clk    *clock.Fake
 	sim    *sim.Sim
 	reg    *provider.Registry
@@ -40,12 +42,42 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	clk := clock.NewFake(epoch)
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "h.db"), sqlite.Options{Clock: clk})
-	if err != nil {
-		t.Fatal(err)
+	return setupOn(t, "sqlite")
+}
+
+// eachStore runs test on SQLite and on PostgreSQL.
+func eachStore(t *testing.T, test func(t *testing.T, b bundle)) {
+	t.Helper()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			test(t, setupOn(t, driver))
+		})
 	}
-	t.Cleanup(func() { s.Close() })
+}
+
+// setupOn is setup on the store driver named (sqlite, postgres).
+func setupOn(t *testing.T, driver string) bundle {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	var s store.Store
+	var err error
+	switch driver {
+	case "sqlite":
+		s, err = sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "h.db"), sqlite.Options{Clock: clk})
+	case "postgres":
+		s, err = postgres.Open(context.Background(), testpg.Schema(t), postgres.Options{Clock: clk})
+	default:
+		t.Fatalf("no store driver %q", driver)
+	}
+	if err != nil {
+		t.Fatalf("open %s: %v", driver, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close the store: %v", err)
+		}
+	})
 	tmpl := map[string]config.Template{"webhook": {Title: "t", Body: "b"}}
 	cat, err := catalog.New([]config.Kind{
 		{Name: "pay", Category: "transactional", Channels: []string{"webhook"}, Templates: tmpl},
@@ -222,7 +254,7 @@ func TestDefiniteNonSendIsRetriedThroughTheOutbox(t *testing.T) {
 
 // failingClaims fails every delivery claim before it reaches the database,
 // as a refused connection would.
-type failingClaims struct{ *sqlite.Store }
+type failingClaims struct{ store.Store }
 
 func (failingClaims) DeliveryClaim(context.Context, store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	return store.DeliveryClaimResult{}, errors.New("connection refused")

@@ -4,7 +4,8 @@
 //
 // The steps, and why each is where it is:
 //
-//  1. Peek. A delivery row for the message already exists → nothing to do.
+//  1. Peek. A delivery row for the message already exists → nothing to do
+//     if it is terminal; a recheck if it is SENDING (see "The rule").
 //     This is a fast path only: two copies can pass it together. It is
 //     skipped when the transport knows that no row exists, or that none is
 //     likely (Job.Known): the db transport's claim reads that in its own
@@ -19,7 +20,8 @@
 //     the db transport's claim reads the profile in its statement, moments
 //     before the send; otherwise the sender reads it here.
 //  3. Claim: insert the SENDING row (unique on message_id), or move a due
-//     RETRY_WAIT row to SENDING. Only the winner goes on; a loser acks.
+//     RETRY_WAIT row to SENDING. Only the winner goes on; a loser answers
+//     from the row that blocked it, as the peek would.
 //  4. Call the provider with message_id as its reference, on a context that
 //     shutdown does not cancel: a claim left without a result would block
 //     the message for good.
@@ -28,6 +30,8 @@
 //     its next attempt time, logged at warn level with its reason code;
 //     everything the provider might have acted on
 //     (timeouts, 5xx) becomes UNKNOWN and is never resent automatically.
+//     A write whose outcome is not known (RecordTimeout of failed tries, or
+//     a row that cannot be read back) answers a recheck, never Done.
 //     A job that came with its outbox claim (Job.Outbox, db transport) has
 //     the outbox row settled in the same transaction (Result.OutboxSettled).
 //
@@ -70,8 +74,12 @@ type Verdict int
 const (
 	// Done: nothing more for the transport to do (ack).
 	Done Verdict = iota + 1
-	// Retry: a definite non-send; the claim was released into RETRY_WAIT.
-	// Offer the message again after Delay.
+	// Retry: offer the message again after Delay. Either a definite
+	// non-send released the claim into RETRY_WAIT, or this copy cannot
+	// know yet what becomes of the message (a recheck: another copy's
+	// SENDING claim, or a result write whose outcome is unknown) and must
+	// not drop its copy, which may be the only one left to carry out a
+	// retry.
 	Retry
 	// Park: the same failure would recur; the delivery is PARKED with Reason.
 	// A person fixes the cause and requeues it.
@@ -303,8 +311,8 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 }
 
 // existing turns a delivery row found by the peek (or one that blocked the
-// claim) into a result. stop is false when the row is a due RETRY_WAIT,
-// which this copy may try to claim.
+// claim, or a decision write) into a result. stop is false when the row is
+// a due RETRY_WAIT, which this copy may try to claim.
 func (s *Sender) existing(d store.Delivery) (Result, bool) {
 	switch d.State {
 	case heraldtype.DeliveryRetryWait:
@@ -317,10 +325,44 @@ func (s *Sender) existing(d store.Delivery) (Result, bool) {
 		return Result{}, false
 	case heraldtype.DeliveryParked:
 		return Result{Verdict: Park, State: d.State, Reason: d.Reason}, true
+	case heraldtype.DeliverySending:
+		// Another copy holds the claim, or a crash left it for the stale
+		// sweep. Its owner may still record a RETRY_WAIT that only a copy
+		// of the message can carry out, and may have lost its own (a lease
+		// that ran out, a dropped broker connection): keep this copy and
+		// look again later.
+		return s.recheck(d.ClaimedAt, ReasonClaimHeld), true
 	}
-	// SENDING (another copy holds the claim, or a crash left it for the
-	// stale sweep) or terminal: this copy has nothing to do.
+	// Terminal: this copy has nothing to do.
 	return Result{Verdict: Done, State: d.State, Reason: d.Reason}, true
+}
+
+// Bounds of the recheck delay: see recheck.
+const (
+	MinRecheck = time.Second
+	MaxRecheck = time.Minute
+)
+
+// ReasonClaimHeld is the reason of a recheck: the delivery was SENDING,
+// claimed by another copy or left by a crash.
+const ReasonClaimHeld = "CLAIM_HELD"
+
+// recheck is the answer for a copy that cannot know yet what became of the
+// claim made at claimedAt: offer it again after as long as the claim is
+// old, at least MinRecheck and at most MaxRecheck. Each recheck so doubles
+// the wait without keeping a count anywhere: a normal owner records within
+// milliseconds and the first recheck a second later finds its result; a
+// long call (provider timeout plus record retries) is looked at a few
+// times; a claim whose owner died is ended by the stale sweep
+// (stale_claim_after, 10 minutes by default), and the next recheck, at
+// most a minute later, finds it UNKNOWN and answers Done. That is about
+// fifteen single-row reads per dead claim on the defaults.
+func (s *Sender) recheck(claimedAt *time.Time, reason string) Result {
+	age := time.Duration(0)
+	if claimedAt != nil {
+		age = s.Clock.Now().Sub(*claimedAt)
+	}
+	return Result{Verdict: Retry, State: heraldtype.DeliverySending, Reason: reason, Delay: min(max(age, MinRecheck), MaxRecheck)}
 }
 
 // blocked is the result for a copy that lost a write to the row d: it leaves
@@ -471,18 +513,30 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 	}
 	rec, err := s.recordWithRetry(ctx, params)
 	if err != nil {
-		// The result is lost; the row stays SENDING, which blocks every copy,
-		// and the stale sweep turns it UNKNOWN. Never a second call.
+		// Whether the result was written is not known: a try may have
+		// committed before its answer was lost. If none did, the row stays
+		// SENDING, which blocks every copy, and the stale sweep turns it
+		// UNKNOWN: never a second call. If one did and it was a RETRY_WAIT,
+		// only a copy of the message can carry the retry out: keep this
+		// one (a recheck) rather than close the message's way back.
 		s.alert(ctx, alert.RecordFailed, job, string(res.State))
-		s.Logger.LogAttrs(ctx, slog.LevelError, "sender: could not record provider result",
+		s.Logger.LogAttrs(ctx, slog.LevelError, "sender: could not record provider result; will look again",
 			slog.String("message_id", job.MessageID), slog.String("state", string(res.State)), slog.Any("error", err))
-		return Result{Verdict: Done, State: heraldtype.DeliverySending, Reason: heraldtype.ReasonStoreUnavailable}
+		r := s.recheck(&started, heraldtype.ReasonStoreUnavailable)
+		r.Delay = max(r.Delay, res.Delay)
+		return r
 	}
 	if !rec.Recorded {
-		// The stale sweep (or an operator) settled the row first; theirs stands.
+		// The stale sweep settled the row first (or, after a lost answer,
+		// another attempt holds it now); theirs stands, and this copy
+		// answers as any copy that finds that row.
 		s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: claim no longer SENDING when recording",
 			slog.String("message_id", job.MessageID), slog.Int("attempt", attempt))
-		return Result{Verdict: Done, State: heraldtype.DeliveryUnknown, Reason: heraldtype.ReasonStaleClaim}
+		cur, err := s.Store.DeliveryGet(ctx, job.MessageID)
+		if err != nil {
+			return s.recheck(&started, heraldtype.ReasonStoreUnavailable)
+		}
+		return s.blocked(cur)
 	}
 	s.Metrics.Delivery(job.Lane, job.Channel, res.State)
 	switch res.State {
@@ -520,15 +574,19 @@ func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordPara
 	failedBefore := false
 	for {
 		res, err := s.Store.DeliveryRecord(ctx, p)
-		if err == nil {
-			if !res.Recorded && failedBefore {
-				// A failed try may have committed before its answer was
-				// lost; then this try finds the row already settled — by
-				// that very write, or by someone else. Whether that write
-				// settled the outbox row too is not known: the transport
-				// settles it (a fenced write, refused if it already was).
-				res.Recorded = s.alreadyRecorded(ctx, p)
+		if err == nil && !res.Recorded && failedBefore {
+			// A failed try may have committed before its answer was lost;
+			// then this try finds the row already settled — by that very
+			// write, or by someone else. Whether that write settled the
+			// outbox row too is not known: the transport settles it (a
+			// fenced write, refused if it already was). A row that cannot
+			// be read back is one more failed try, never "not recorded,
+			// nothing to do".
+			if res.Recorded, err = s.alreadyRecorded(ctx, p); err != nil {
+				err = fmt.Errorf("read back the result: %w", err)
 			}
+		}
+		if err == nil {
 			return res, nil
 		}
 		failedBefore = true
@@ -547,9 +605,12 @@ func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordPara
 
 // alreadyRecorded reports whether the delivery holds exactly this attempt's
 // result.
-func (s *Sender) alreadyRecorded(ctx context.Context, p store.DeliveryRecordParams) bool {
+func (s *Sender) alreadyRecorded(ctx context.Context, p store.DeliveryRecordParams) (bool, error) {
 	d, err := s.Store.DeliveryGet(ctx, p.MessageID)
-	return err == nil && d.Attempts == p.Attempt && d.State == p.State && d.Reason == p.Reason
+	if err != nil {
+		return false, err
+	}
+	return d.Attempts == p.Attempt && d.State == p.State && d.Reason == p.Reason, nil
 }
 
 // retryStore runs op until it succeeds or fails with an answer (not found,

@@ -17,6 +17,7 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/sender"
@@ -131,34 +132,51 @@ func TestTwoCopiesPastThePeekMakeOneCall(t *testing.T) {
 	t.Parallel()
 	// Both copies are held after the peek until both have passed it, so both
 	// saw "no row" — the case the peek cannot prevent. The unique claim must.
+	// The winner is then held after its claim until the loser has answered,
+	// so the loser finds the claim SENDING, as it would with a slow provider.
 	var arrived sync.WaitGroup
 	arrived.Add(2)
 	release := make(chan struct{})
 	go func() { arrived.Wait(); close(release) }()
-	snd, b := setup(t, sender.Hooks{AfterPeek: func(context.Context, heraldtype.Job) {
-		arrived.Done()
-		select {
-		case <-release:
-		case <-time.After(waitLimit):
-			t.Errorf("the other copy did not pass the peek within %s", waitLimit)
-		}
-	}})
+	loserAnswered := make(chan struct{})
+	snd, b := setup(t, sender.Hooks{
+		AfterPeek: func(context.Context, heraldtype.Job) {
+			arrived.Done()
+			select {
+			case <-release:
+			case <-time.After(waitLimit):
+				t.Errorf("the other copy did not pass the peek within %s", waitLimit)
+			}
+		},
+		AfterClaim: func(context.Context, heraldtype.Job) {
+			select {
+			case <-loserAnswered:
+			case <-time.After(waitLimit):
+				t.Errorf("the losing copy did not answer within %s", waitLimit)
+			}
+		},
+	})
 	j := job("n1", heraldtype.ChannelWebhook)
-	results := make([]sender.Result, 2)
-	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Go(func() { results[i] = snd.Send(b.ctx, j) })
+	results := make(chan sender.Result, 2)
+	for range 2 {
+		go func() { results <- snd.Send(b.ctx, j) }()
 	}
-	sent := make(chan struct{})
-	go func() { wg.Wait(); close(sent) }()
-	waitFor(t, sent, "both sends")
+	// Only the loser can answer while the winner is held after its claim.
+	loser := testenv.Recv(t, results, "the losing copy's answer")
+	close(loserAnswered)
+	winner := testenv.Recv(t, results, "the winning copy's answer")
 	if n := b.sims[heraldtype.ChannelWebhook].CallCount(j.MessageID); n != 1 {
 		t.Fatalf("provider called %d times, want 1", n)
 	}
-	for _, r := range results {
-		if r.Verdict != sender.Done {
-			t.Fatalf("verdict %v, want both Done (one sent, one acked)", r.Verdict)
-		}
+	if winner.Verdict != sender.Done || winner.State != heraldtype.DeliveryProviderAccepted {
+		t.Fatalf("winner %+v, want Done PROVIDER_ACCEPTED", winner)
+	}
+	// The loser keeps its copy: the winner might still have needed it.
+	if loser.Verdict != sender.Retry || loser.State != heraldtype.DeliverySending || loser.Reason != sender.ReasonClaimHeld || loser.Delay != sender.MinRecheck {
+		t.Fatalf("loser %+v, want a recheck in %s while SENDING", loser, sender.MinRecheck)
+	}
+	if again := snd.Send(b.ctx, j); again.Verdict != sender.Done || again.State != heraldtype.DeliveryProviderAccepted {
+		t.Fatalf("the loser's recheck: %+v, want Done PROVIDER_ACCEPTED", again)
 	}
 	if d := delivery(t, b, j.MessageID); d.State != heraldtype.DeliveryProviderAccepted || d.Attempts != 1 {
 		t.Fatalf("delivery %+v", d)
@@ -271,16 +289,25 @@ func TestCrashAfterClaimIsNeverSentAgain(t *testing.T) {
 	if err != nil || !res.Claimed {
 		t.Fatalf("claim %+v %v", res, err)
 	}
-	if r := snd.Send(b.ctx, j); r.Verdict != sender.Done || r.State != heraldtype.DeliverySending {
-		t.Fatalf("redelivery: %+v, want Done while SENDING", r)
+	// Copies offered meanwhile keep coming back, as long after as the claim
+	// is old (at least 1 s, at most 1 min): the owner may still record a
+	// retry that needs a copy.
+	for _, c := range []struct{ age, recheck time.Duration }{
+		{0, time.Second}, {30 * time.Second, 30 * time.Second}, {10 * time.Minute, time.Minute},
+	} {
+		b.clk.Advance(epoch.Add(c.age).Sub(b.clk.Now()))
+		if r := snd.Send(b.ctx, j); r.Verdict != sender.Retry || r.State != heraldtype.DeliverySending || r.Delay != c.recheck {
+			t.Fatalf("a copy %s after the claim: %+v, want a recheck in %s while SENDING", c.age, r, c.recheck)
+		}
 	}
-	b.clk.Advance(10*time.Minute + time.Second)
+	// The stale sweep ends the claim; the next recheck finds it ended.
+	b.clk.Advance(time.Second)
 	stale, err := b.store.DeliverySweepStale(b.ctx, 10*time.Minute)
 	if err != nil || len(stale) != 1 {
 		t.Fatalf("stale %v %v", stale, err)
 	}
-	if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliveryUnknown {
-		t.Fatalf("after sweep: %+v", r)
+	if r := snd.Send(b.ctx, j); r.Verdict != sender.Done || r.State != heraldtype.DeliveryUnknown {
+		t.Fatalf("after sweep: %+v, want Done UNKNOWN", r)
 	}
 	if n := b.sims[heraldtype.ChannelWebhook].Total(); n != 0 {
 		t.Fatalf("provider called %d times for a crashed claim", n)

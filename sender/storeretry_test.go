@@ -128,8 +128,8 @@ func TestClaimWhoseAnswerWasLostIsNeverCalled(t *testing.T) {
 	}
 	fs.heal()
 	snd.Store = fs
-	if r := snd.Send(b.ctx, j); r.Verdict != sender.Done || r.State != heraldtype.DeliverySending {
-		t.Fatalf("offered again: %+v, want Done while SENDING", r)
+	if r := snd.Send(b.ctx, j); r.Verdict != sender.Retry || r.State != heraldtype.DeliverySending || r.Reason != sender.ReasonClaimHeld {
+		t.Fatalf("offered again: %+v, want a recheck while SENDING", r)
 	}
 	sweepStale(t, snd, b, j, readmeStaleClaimAfter)
 	if n := b.sims[j.Channel].Total(); n != 0 {
@@ -169,8 +169,10 @@ func TestResultNotWrittenFor30sStaysSendingThenBecomesUnknown(t *testing.T) {
 	j := job("n1", heraldtype.ChannelWebhook)
 
 	r := snd.Send(b.ctx, j)
-	if r.Verdict != sender.Done || r.State != heraldtype.DeliverySending || r.Reason != heraldtype.ReasonStoreUnavailable {
-		t.Fatalf("%+v, want Done, still SENDING, STORE_UNAVAILABLE", r)
+	// Whether a try committed is not known: the copy is kept and offered
+	// again after as long as the claim is old (a recheck).
+	if r.Verdict != sender.Retry || r.State != heraldtype.DeliverySending || r.Reason != heraldtype.ReasonStoreUnavailable || r.Delay != readmeRecordTimeout {
+		t.Fatalf("%+v, want a recheck in %s, still SENDING, STORE_UNAVAILABLE", r, readmeRecordTimeout)
 	}
 	wantTriedFor(t, fs, "record", called, readmeRecordTimeout)
 	if a := wantAlerts(t, b, j, alert.RecordFailed); a[0].Reason != string(heraldtype.DeliveryProviderAccepted) {
@@ -180,10 +182,10 @@ func TestResultNotWrittenFor30sStaysSendingThenBecomesUnknown(t *testing.T) {
 		t.Fatalf("delivery %+v, want SENDING after one attempt", d)
 	}
 	fs.heal()
-	// Copies that come meanwhile (a redelivery, a second process) find the
-	// claim and leave it.
-	if r := snd.Send(b.ctx, j); r.Verdict != sender.Done || r.State != heraldtype.DeliverySending {
-		t.Fatalf("a copy before the sweep: %+v, want Done while SENDING", r)
+	// Copies that come meanwhile (the recheck, a redelivery, a second
+	// process) find the claim, leave it, and look again later.
+	if r := snd.Send(b.ctx, j); r.Verdict != sender.Retry || r.State != heraldtype.DeliverySending || r.Reason != sender.ReasonClaimHeld {
+		t.Fatalf("a copy before the sweep: %+v, want a recheck while SENDING", r)
 	}
 	sweepStale(t, snd, b, j, readmeStaleClaimAfter)
 	if n := b.sims[j.Channel].CallCount(j.MessageID); n != 1 {
