@@ -6,6 +6,18 @@ package postgres
 // time in tests. Every parameter carries an explicit cast so its type never
 // depends on inference.
 //
+// Statements that decide ownership by time (the outbox claim, every fenced
+// write, OutboxExtend, the reclaim and expiry sweeps, the delivery claim,
+// the result write and the stale sweep) read clock_timestamp() instead of
+// now(): the statement's own time. now() is its transaction's start, and
+// the pipeline runs a whole batch in one implicit transaction, so a
+// statement queued behind another's lock wait would read a time long past,
+// and a fenced write could pass a lease that had already run out. Inline,
+// clock_timestamp() is read for each row it decides, after any wait for
+// that row's lock. Where the time bounds an index scan it is read once, as
+// (SELECT coalesce($1::timestamptz, clock_timestamp())): an init plan, whose
+// value the scan can use as a key, where a volatile call would only filter.
+//
 // Most methods are one statement, autocommitted: data-modifying CTEs make a
 // multi-table write atomic without BEGIN/COMMIT round trips.
 
@@ -181,24 +193,25 @@ FROM claimed c JOIN notifications n ON n.id = c.notification_id
 ORDER BY c.available_at, c.id`
 	qOutboxClaimLease = `WITH due AS MATERIALIZED (
     SELECT notification_id, channel FROM outbox
-    WHERE lane = $2::text AND state = 'PENDING' AND available_at <= coalesce($1::timestamptz, now())
-      AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
+    WHERE lane = $2::text AND state = 'PENDING' AND available_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
+      AND (expires_at IS NULL OR expires_at > (SELECT coalesce($1::timestamptz, clock_timestamp())))
     ORDER BY available_at, id
     LIMIT $3::integer
     FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
     UPDATE outbox o
-    SET state = $6::text, claimed_by = $4::text, claimed_until = coalesce($1::timestamptz, now()) + $5::interval,
-        token = o.token + 1, updated_at = coalesce($1::timestamptz, now())
+    SET state = $6::text, claimed_by = $4::text, claimed_until = coalesce($1::timestamptz, clock_timestamp()) + $5::interval,
+        token = o.token + 1, updated_at = coalesce($1::timestamptz, clock_timestamp())
     WHERE (o.notification_id, o.channel) IN (SELECT notification_id, channel FROM due)
     RETURNING o.id, o.token, o.notification_id, o.message_id, o.channel, o.attempts, o.available_at
 )
 `
 
 	// A fenced write names the token and requires the lease to be live by
-	// the database's clock: a claimer that returns after its lease ran out
-	// writes nothing, even if nobody has taken the row since.
+	// the database's clock at the statement's own time: a claimer that
+	// returns after its lease ran out writes nothing, even if nobody has
+	// taken the row since.
 	//
 	// The state and lease conditions are written as expressions (state || '',
 	// claimed_until + interval '0 s') so that no index can serve them: only
@@ -210,36 +223,36 @@ claimed AS (
 
 	// $1 now, $2 state, $3 reason, $4 notification id, $5 channel, $6 token.
 	qOutboxComplete = `UPDATE outbox
-SET state = $2::text, last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
+SET state = $2::text, last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
 WHERE notification_id = $4::text AND channel = $5::text AND token = $6::bigint
-  AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
+  AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())`
 	// $1 now, $2 notification ids, $3 channels, $4 tokens (parallel arrays).
 	qOutboxPublished = `UPDATE outbox o
-SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
+SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
 FROM unnest($2::text[], $3::text[], $4::bigint[]) AS f(notification_id, channel, token)
 WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.token = f.token
-  AND o.state || '' = 'PUBLISHING' AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
+  AND o.state || '' = 'PUBLISHING' AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())`
 	// qOutboxExtend moves each held lease to now + lease (never earlier);
 	// it changes neither the state nor updated_at.
 	//
 	// $1 now, $2 lease, $3 notification ids, $4 channels, $5 tokens (parallel arrays).
 	qOutboxExtend = `UPDATE outbox o
-SET claimed_until = greatest(o.claimed_until, coalesce($1::timestamptz, now()) + $2::interval)
+SET claimed_until = greatest(o.claimed_until, coalesce($1::timestamptz, clock_timestamp()) + $2::interval)
 FROM unnest($3::text[], $4::text[], $5::bigint[]) AS f(notification_id, channel, token)
 WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.token = f.token
-  AND o.state || '' IN ('CLAIMED', 'PUBLISHING') AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())`
+  AND o.state || '' IN ('CLAIMED', 'PUBLISHING') AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())`
 	// $1 now, $2 delay, $3 reason, $4 failed (0 or 1), $5 notification id, $6 channel, $7 token.
 	qOutboxRetry = `UPDATE outbox
-SET state = 'PENDING', available_at = coalesce($1::timestamptz, now()) + $2::interval, last_reason = $3::text,
-    attempts = attempts + $4::integer, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
+SET state = 'PENDING', available_at = coalesce($1::timestamptz, clock_timestamp()) + $2::interval, last_reason = $3::text,
+    attempts = attempts + $4::integer, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
 WHERE notification_id = $5::text AND channel = $6::text AND token = $7::bigint
-  AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())
+  AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
 RETURNING lane`
 	// $1 now.
 	qOutboxReclaim = `WITH r AS (
     UPDATE outbox
-    SET state = 'PENDING', last_reason = 'CLAIM_EXPIRED', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
-    WHERE state IN ('CLAIMED', 'PUBLISHING') AND claimed_until < coalesce($1::timestamptz, now())
+    SET state = 'PENDING', last_reason = 'CLAIM_EXPIRED', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
+    WHERE state IN ('CLAIMED', 'PUBLISHING') AND claimed_until < (SELECT coalesce($1::timestamptz, clock_timestamp()))
     RETURNING lane
 )
 SELECT lane, count(*) FROM r GROUP BY lane`
@@ -247,20 +260,23 @@ SELECT lane, count(*) FROM r GROUP BY lane`
 	// same statement, ends each one's delivery that waits in RETRY_WAIT
 	// (SUPPRESSED, reason EXPIRED): nothing would claim it again. The
 	// delivery write is conditional on RETRY_WAIT like every delivery
-	// write, so a claim, a result or a person's PARKED is left as it is. It
-	// returns each expired row with whether its delivery ended here.
+	// write, so a claim, a result or a person's PARKED is left as it is
+	// (state || '' keeps any partial index of waiting rows out of it). The
+	// expired ids reach it as one array, so it finds each delivery by
+	// deliveries_message_id whatever the planner guesses of e's size, never
+	// by a scan of the table. It returns each expired row with whether its
+	// delivery ended here.
 	//
 	// $1 now.
 	qOutboxExpire = `WITH e AS (
-    UPDATE outbox SET state = 'EXPIRED', last_reason = 'EXPIRED', updated_at = coalesce($1::timestamptz, now())
-    WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= coalesce($1::timestamptz, now())
+    UPDATE outbox SET state = 'EXPIRED', last_reason = 'EXPIRED', updated_at = coalesce($1::timestamptz, clock_timestamp())
+    WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
     RETURNING id, message_id, tenant, lane, channel
 ),
 d AS (
     UPDATE deliveries d
-    SET state = 'SUPPRESSED', reason = 'EXPIRED', next_attempt_at = NULL, claimed_by = NULL, updated_at = coalesce($1::timestamptz, now())
-    FROM e
-    WHERE d.message_id = e.message_id AND d.state || '' = 'RETRY_WAIT'
+    SET state = 'SUPPRESSED', reason = 'EXPIRED', next_attempt_at = NULL, claimed_by = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
+    WHERE d.message_id = ANY (ARRAY(SELECT message_id FROM e)) AND d.state || '' = 'RETRY_WAIT'
     RETURNING d.message_id
 )
 SELECT e.id, e.message_id, e.tenant, e.lane, e.channel, d.message_id IS NOT NULL
@@ -293,11 +309,11 @@ FROM deliveries WHERE message_id = $1::text`
 	// $6 provider, $7 owner.
 	qDeliveryClaim = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
 SELECT $2::text, $3::text, $4::text, $5::text, $6::text, 'SENDING', 1, $7::text, t.now, t.now, t.now
-FROM (SELECT coalesce($1::timestamptz, now()) AS now) t
+FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) t
 ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
 RETURNING attempts`
 	// $1 now, $2 message id, $3 provider, $4 owner.
-	qDeliveryClaimRetry = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+	qDeliveryClaimRetry = `WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
 retry AS (
     UPDATE deliveries d
     SET state = 'SENDING', attempts = d.attempts + 1, provider = $3::text, claimed_by = $4::text, claimed_at = t.now,
@@ -329,18 +345,18 @@ FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
 o AS (
     UPDATE outbox
     SET state = CASE WHEN $2::text = 'RETRY_WAIT' THEN 'PENDING' ELSE 'DONE' END,
-        available_at = CASE WHEN $2::text = 'RETRY_WAIT' THEN coalesce($1::timestamptz, now()) + $4::interval ELSE available_at END,
-        last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, now())
+        available_at = CASE WHEN $2::text = 'RETRY_WAIT' THEN coalesce($1::timestamptz, clock_timestamp()) + $4::interval ELSE available_at END,
+        last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
     WHERE notification_id = $12::text AND channel = $13::text AND token = $14::bigint
-      AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, now())
+      AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
       AND EXISTS (SELECT 1 FROM u)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o)`
 	qDeliveryRecordWrite = `WITH u AS (
     UPDATE deliveries d
-    SET state = $2::text, reason = $3::text, next_attempt_at = coalesce($1::timestamptz, now()) + $4::interval, claimed_by = NULL,
-        updated_at = coalesce($1::timestamptz, now())
+    SET state = $2::text, reason = $3::text, next_attempt_at = coalesce($1::timestamptz, clock_timestamp()) + $4::interval, claimed_by = NULL,
+        updated_at = coalesce($1::timestamptz, clock_timestamp())
     WHERE d.message_id = $5::text AND d.state || '' = 'SENDING' AND d.attempts = $6::integer
     RETURNING 1
 ),
@@ -368,8 +384,8 @@ WHERE d.state = 'RETRY_WAIT' OR (d.state = 'PARKED' AND excluded.state <> 'PARKE
 	// and its notification's lane (the labels the sweep counts it under).
 	//
 	// $1 now, $2 age.
-	qDeliverySweepStale = `UPDATE deliveries d SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, now())
-WHERE d.state = 'SENDING' AND d.claimed_at < coalesce($1::timestamptz, now()) - $2::interval
+	qDeliverySweepStale = `UPDATE deliveries d SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
+WHERE d.state = 'SENDING' AND d.claimed_at < (SELECT coalesce($1::timestamptz, clock_timestamp())) - $2::interval
 RETURNING d.message_id, d.tenant, coalesce((SELECT n.lane FROM notifications n WHERE n.id = d.notification_id), ''), d.channel`
 )
 
