@@ -32,6 +32,10 @@ const (
 	// unknown kind, a template that no longer renders, a body that is not
 	// a job); it waits for a person to fix the cause and requeue it.
 	Parked = "PARKED"
+	// Redriven: the watchdog found a row waiting past its deadline with
+	// nothing left to move it on, and moved it on itself (reason: what it
+	// found). The normal path failed somewhere; the row is fine.
+	Redriven = "REDRIVEN"
 	// Unaccounted: reconciliation (package reconcile) found a planned send
 	// that nothing will move on and could not repair it (a kind no longer
 	// configured, a failed repair); Reason is "<finding kind>:<why>".
@@ -43,7 +47,7 @@ const (
 
 // Kinds is every alert kind herald raises, for the metrics that count them
 // from the start.
-var Kinds = []string{UnknownOutcome, StaleClaim, OutboxExpired, OutboxFailed, DispatchSlow, RecordFailed, RetryExhausted, Parked,
+var Kinds = []string{UnknownOutcome, StaleClaim, OutboxExpired, OutboxFailed, DispatchSlow, RecordFailed, RetryExhausted, Parked, Redriven,
 	Unaccounted, UnknownUnsettled}
 
 // Sink receives alerts.

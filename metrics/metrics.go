@@ -18,7 +18,7 @@
 // The writers a herald server counts: the sender (a won claim: SENDING; a
 // result: PROVIDER_ACCEPTED, PERMANENT_FAILURE, RETRY_WAIT,
 // RETRY_EXHAUSTED, UNKNOWN; a decision: SUPPRESSED, PARKED), the stale
-// sweep (SENDING to UNKNOWN), the expiry sweep (RETRY_WAIT to SUPPRESSED:
+// sweep and the watchdog (SENDING to UNKNOWN), the expiry sweep (RETRY_WAIT to SUPPRESSED:
 // an outbox row that expired while its delivery waited for a retry), a
 // cancel (to SUPPRESSED) and the HTTP parked
 // endpoints (a requeue to RETRY_WAIT, a rabbitmq requeue the lane refused
@@ -55,6 +55,7 @@ import (
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/store"
 )
 
 // Metrics holds the collectors.
@@ -68,6 +69,7 @@ type Metrics struct {
 	dispatch     *prometheus.CounterVec
 	alerts       *prometheus.CounterVec
 	cancels      *prometheus.CounterVec
+	redriven     *prometheus.CounterVec
 }
 
 // IntakeCodes are the status codes POST /v1/notifications answers with
@@ -118,12 +120,20 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 			Name: "herald_cancels_total",
 			Help: "Cancel requests answered, by result: cancelled (at least one waiting send suppressed) or unchanged.",
 		}, []string{"result"}),
+		redriven: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_watchdog_redriven_total",
+			Help: "Rows the watchdog found waiting past their deadline with no owner and moved on, by lane and kind " +
+				"(retry_wait, published, sending, lease). Each is also a REDRIVEN alert; the goal is zero.",
+		}, []string{"lane", "kind"}),
 	}
 	for _, r := range []string{CancelCancelled, CancelUnchanged} {
 		m.cancels.WithLabelValues(r)
 	}
 	for _, l := range heraldtype.Lanes {
 		m.accepted.WithLabelValues(string(l))
+		for _, k := range store.UnownedKinds {
+			m.redriven.WithLabelValues(string(l), string(k))
+		}
 	}
 	for _, k := range alert.Kinds {
 		m.alerts.WithLabelValues(k)
@@ -131,7 +141,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	for _, c := range IntakeCodes {
 		m.intake.WithLabelValues(strconv.Itoa(c))
 	}
-	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels,
+	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if backlog != nil {
 		m.Registry.MustRegister(&backlogCollector{read: backlog, desc: prometheus.NewDesc(
@@ -290,6 +300,13 @@ func (m *Metrics) Cancel(n int) {
 		result = CancelCancelled
 	}
 	m.cancels.WithLabelValues(result).Inc()
+}
+
+// Redriven counts a row of kind on lane l that the watchdog moved on.
+func (m *Metrics) Redriven(l heraldtype.Lane, kind store.UnownedKind) {
+	if m != nil {
+		m.redriven.WithLabelValues(string(l), string(kind)).Inc()
+	}
 }
 
 // Alert counts an alert.

@@ -11,6 +11,7 @@ import (
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/store"
 )
 
 // gather returns the metric families by name.
@@ -80,6 +81,9 @@ func TestEverySeriesKnownAtStartIsExportedAtZero(t *testing.T) {
 		add("herald_notifications_accepted_total", "lane", string(l))
 		add("herald_dispatch_total", "lane", string(l), "result", "done")
 		add("herald_dispatch_total", "lane", string(l), "result", "retry")
+		for _, k := range store.UnownedKinds {
+			add("herald_watchdog_redriven_total", "lane", string(l), "kind", string(k))
+		}
 	}
 	for _, ch := range []string{"sms", "push"} {
 		for _, s := range metrics.DeliveryStates {
@@ -97,7 +101,7 @@ func TestEverySeriesKnownAtStartIsExportedAtZero(t *testing.T) {
 	fams := gather(t, m)
 	total := 0
 	for _, name := range []string{"herald_alerts_total", "herald_intake_responses_total", "herald_notifications_accepted_total",
-		"herald_dispatch_total", "herald_deliveries_total", "herald_provider_call_seconds"} {
+		"herald_dispatch_total", "herald_deliveries_total", "herald_provider_call_seconds", "herald_watchdog_redriven_total"} {
 		total += len(fams[name].GetMetric())
 	}
 	if total != len(want) {
@@ -151,6 +155,7 @@ func TestNilMetricsIsSafe(t *testing.T) {
 	m.Declare(metrics.Known{Providers: []string{"p"}})
 	m.Delivery(heraldtype.LaneAlert, heraldtype.ChannelSMS, heraldtype.DeliverySending)
 	m.Alert(alert.Parked)
+	m.Redriven(heraldtype.LaneAlert, store.UnownedRetryWait)
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	rec := httptest.NewRecorder()
 	m.CountIntake(next).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
