@@ -1,5 +1,5 @@
 // Package app wires a Config into a running herald: store, providers,
-// sender, the transport's dispatchers, sweeps and the HTTP API. cmd/herald
+// sender, the transport's dispatchers, sweeps, the watchdog and the HTTP API. cmd/herald
 // and the in-process tests both start herald through it.
 package app
 
@@ -37,6 +37,7 @@ import (
 	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/store/sqlite"
 	"github.com/heraldhq/herald/sweep"
+	"github.com/heraldhq/herald/watchdog"
 )
 
 // Options are the seams tests use; production leaves them zero.
@@ -237,6 +238,14 @@ func (a *App) Run(ctx context.Context) error {
 	})
 	wg.Add(1)
 	go func() { defer wg.Done(); sw.Run(work) }()
+	// The watchdog moves on what the sweeps and the transport left without
+	// an owner; leader-only like the sweeps, on their interval.
+	wd := watchdog.New(watchdog.Config{
+		Store: a.store, Interval: a.cfg.SweepInterval.D(), Broker: a.cfg.Transport == "rabbitmq",
+		StaleClaimAfter: a.cfg.StaleClaimAfter.D(), IsLeader: isLeader, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
+	})
+	wg.Add(1)
+	go func() { defer wg.Done(); wd.Run(work) }()
 
 	var runErr error
 	select {
