@@ -78,7 +78,10 @@ var ConsumerResults = []string{ActionAcked, ActionRetryQueued, ActionParked, Act
 // Verdicts:
 //
 //	Done     ack
-//	Retry    publish to the retry queue for Result.Delay (confirmed), ack
+//	Retry    publish to the retry queue for Result.Delay (confirmed), ack;
+//	         also a recheck: the sender found another copy's SENDING claim,
+//	         or could not tell whether its result was written, and this
+//	         copy may be the only one left to carry out a retry
 //	Park     publish to the parking queue with x-failure-reason (confirmed), ack
 //	Backoff  during shutdown (before a claim): nack with requeue; otherwise
 //	         publish to the retry queue for the dispatcher's backoff, ack

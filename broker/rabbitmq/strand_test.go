@@ -1,0 +1,183 @@
+package rabbitmq_test
+
+// Nothing stranded (issue 8, paths 2 and 3 on the rabbitmq transport): a
+// consumer whose copy finds another copy's SENDING claim, or whose result
+// write has an unknown outcome, sends its copy to the retry queue (a
+// recheck) instead of acking it away, so a RETRY_WAIT recorded by an owner
+// that can no longer publish still has a copy to carry it out.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/broker/rabbitmq"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testmq"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
+)
+
+// settle is what a consumer did with one message.
+type settle struct {
+	res    sender.Result
+	action string
+}
+
+// settles returns hooks that hand every settle to the channel returned.
+func settles() (rabbitmq.ConsumerHooks, <-chan settle) {
+	ch := make(chan settle, 16)
+	return rabbitmq.ConsumerHooks{AfterSettle: func(_ heraldtype.Job, res sender.Result, action string) {
+		ch <- settle{res, action}
+	}}, ch
+}
+
+// firstCallNotSent makes the provider's first call a definite non-send,
+// held until release is called, and every later call accepted.
+func (e *env) firstCallNotSent() (inCall <-chan struct{}, release func(), calls *atomic.Int32) {
+	began, free := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	calls = &atomic.Int32{}
+	e.sim.OnCall(func(context.Context, provider.Message) provider.Outcome {
+		if calls.Add(1) > 1 {
+			return provider.AcceptedOutcome("")
+		}
+		close(began)
+		<-free
+		return provider.NotSentOutcome("HTTP_429", 0)
+	})
+	return began, func() { once.Do(func() { close(free) }) }, calls
+}
+
+// wantSentOnceMore waits for the message to be accepted on its second
+// attempt and checks that the provider was called once per attempt.
+func (e *env) wantSentOnceMore(t *testing.T, id string, calls *atomic.Int32) {
+	t.Helper()
+	e.waitFor(t, "the retry to be sent", func() bool { return e.delivery(t, id).State == heraldtype.DeliveryProviderAccepted })
+	if d := e.delivery(t, id); d.Attempts != 2 {
+		t.Fatalf("delivery %+v, want PROVIDER_ACCEPTED on attempt 2", d)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d provider calls, want 2 (one per attempt)", n)
+	}
+}
+
+// Path 2: consumer A is in a call that will end in a definite non-send when
+// its connection drops; the broker redelivers the message to consumer B,
+// which finds the delivery SENDING. A then records RETRY_WAIT but can
+// neither publish a retry copy nor nack on its dead connection: B's copy is
+// the only one left, and B must keep it.
+func TestRedeliveryThatFindsAClaimKeepsItsCopy(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	inCall, release, calls := e.firstCallNotSent()
+	hooksA, settledA := settles()
+	e.consumer(t, rabbitmq.ConsumerConfig{Name: "consumer-a", Sender: e.sender(t), Concurrency: 1, Hooks: hooksA})
+	t.Cleanup(release) // after A starts: a failing test lets the call go before it stops A
+	e.startRelay(t, relayOpts{})
+	id := e.notify(t, "pay")
+	testenv.Recv(t, inCall, "consumer A's provider call")
+
+	hooksB, settledB := settles()
+	e.consumer(t, rabbitmq.ConsumerConfig{Name: "consumer-b", Sender: e.sender(t), Concurrency: 1, Hooks: hooksB})
+	// A's connection drops mid-call (so do B's and the relay's, which
+	// reconnect; A cannot until its send returns): B gets the message.
+	testmq.CloseConnections(t, e.url)
+	b := testenv.Recv(t, settledB, "consumer B to settle the redelivered copy")
+	if b.action != rabbitmq.ActionRetryQueued || b.res.State != heraldtype.DeliverySending || b.res.Reason != sender.ReasonClaimHeld {
+		t.Fatalf("B found %+v and %s its copy; want a recheck in the retry queue", b.res, b.action)
+	}
+
+	release() // A's call ends: a definite non-send, recorded, its copy lost
+	if a := testenv.Recv(t, settledA, "consumer A to settle"); a.res.State != heraldtype.DeliveryRetryWait || a.action != rabbitmq.ActionAckLost {
+		t.Fatalf("A: %+v, %s; want RETRY_WAIT recorded and its ack lost", a.res, a.action)
+	}
+	e.wantSentOnceMore(t, id, calls)
+}
+
+// lostRecord is the sender's store with the first result write committed
+// and its answer lost; then every result write of that attempt fails
+// (recordDown), or the row cannot be read back (getDown), until heal.
+type lostRecord struct {
+	store.Store
+	mu                        sync.Mutex
+	lost, recordDown, getDown bool
+}
+
+var errConnReset = errors.New("connection reset by peer")
+
+func (l *lostRecord) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
+	l.mu.Lock()
+	first, down := !l.lost, l.recordDown && p.Attempt == 1
+	l.lost = true
+	l.mu.Unlock()
+	switch {
+	case first:
+		if _, err := l.Store.DeliveryRecord(ctx, p); err != nil {
+			return store.RecordResult{}, err
+		}
+		return store.RecordResult{}, errConnReset
+	case down:
+		return store.RecordResult{}, errConnReset
+	}
+	return l.Store.DeliveryRecord(ctx, p)
+}
+
+func (l *lostRecord) DeliveryGet(ctx context.Context, id string) (store.Delivery, error) {
+	l.mu.Lock()
+	fail := l.lost && l.getDown
+	l.mu.Unlock()
+	if fail {
+		return store.Delivery{}, errConnReset
+	}
+	return l.Store.DeliveryGet(ctx, id)
+}
+
+func (l *lostRecord) heal() {
+	l.mu.Lock()
+	l.recordDown, l.getDown = false, false
+	l.mu.Unlock()
+}
+
+// Path 3: a RETRY_WAIT write that committed and whose answer was lost, for
+// good or because the row could not be read back. Nothing else holds a
+// copy of the message: the consumer must send its own to the retry queue.
+func TestRetryWaitWrittenWithItsAnswerLostGoesToTheRetryQueue(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name                string
+		recordDown, getDown bool
+	}{
+		{"AnswerLostForGood", true, false},
+		{"ReadBackFails", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, options{})
+			_, release, calls := e.firstCallNotSent()
+			release() // not held
+			seam := &lostRecord{Store: e.store, recordDown: c.recordDown, getDown: c.getDown}
+			snd := e.sender(t)
+			snd.Store, snd.RecordTimeout = seam, 100*time.Millisecond
+			hooks, settled := settles()
+			e.consumer(t, rabbitmq.ConsumerConfig{Sender: snd, Concurrency: 1, Hooks: hooks})
+			e.startRelay(t, relayOpts{})
+			id := e.notify(t, "pay")
+
+			first := testenv.Recv(t, settled, "the first copy to settle")
+			if first.action != rabbitmq.ActionRetryQueued || first.res.Verdict != sender.Retry {
+				t.Fatalf("first copy: %+v, %s; want a recheck in the retry queue", first.res, first.action)
+			}
+			if d := e.delivery(t, id); d.State != heraldtype.DeliveryRetryWait {
+				t.Fatalf("delivery %+v, want the committed RETRY_WAIT", d)
+			}
+			seam.heal()
+			e.wantSentOnceMore(t, id, calls)
+		})
+	}
+}
