@@ -76,6 +76,16 @@ type Config struct {
 	DispatchMaxAttempts int `yaml:"dispatch_max_attempts"`
 	// ShutdownTimeout bounds the drain on SIGTERM. Defaults to 25 seconds.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// ReconcileInterval is how often the leader runs a reconciliation
+	// (package reconcile): it runs one when the newest kept report, from
+	// the leader or from `herald reconcile`, is this old. Defaults to 1 hour.
+	ReconcileInterval Duration `yaml:"reconcile_interval"`
+	// OperatorKeys are bearer keys for the operator's routes (GET
+	// /v1/ops/reconcile), which show every tenant's figures. An operator
+	// key is refused on every tenant route, and an API key on the
+	// operator's; no key may be both. Defaults to none: the operator's
+	// routes then refuse every request.
+	OperatorKeys []string `yaml:"operator_keys"`
 
 	// Dev is set when herald runs on its built-in defaults (no config file).
 	Dev bool `yaml:"-"`
@@ -544,6 +554,7 @@ func (c *Config) WithDefaults() *Config {
 	def(&c.SweepInterval, time.Minute)
 	def(&c.IdempotencyTTL, 24*time.Hour)
 	def(&c.ShutdownTimeout, 25*time.Second)
+	def(&c.ReconcileInterval, time.Hour)
 	if c.Retry.Quick == 0 {
 		c.Retry.Quick = 2
 	}
@@ -675,7 +686,7 @@ func (c *Config) Validate() error {
 	}{
 		{"stale_claim_after", c.StaleClaimAfter}, {"lease", c.Lease}, {"poll_interval", c.PollInterval},
 		{"sweep_interval", c.SweepInterval}, {"idempotency_ttl", c.IdempotencyTTL},
-		{"shutdown_timeout", c.ShutdownTimeout}, {"retry.quick_delay", c.Retry.QuickDelay},
+		{"shutdown_timeout", c.ShutdownTimeout}, {"reconcile_interval", c.ReconcileInterval}, {"retry.quick_delay", c.Retry.QuickDelay},
 		{"retry.slow_delay", c.Retry.SlowDelay},
 	} {
 		if d.v <= 0 {
@@ -705,6 +716,18 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: api_keys[%d].key: duplicate key", i)
 		}
 		keys[k.Key] = true
+	}
+	operators := map[string]bool{}
+	for i, k := range c.OperatorKeys {
+		switch {
+		case k == "":
+			return fmt.Errorf("config: operator_keys[%d]: must not be empty", i)
+		case keys[k]:
+			return fmt.Errorf("config: operator_keys[%d]: also an API key; an operator key must be one of its own", i)
+		case operators[k]:
+			return fmt.Errorf("config: operator_keys[%d]: duplicate key", i)
+		}
+		operators[k] = true
 	}
 	if err := c.validateProviders(); err != nil {
 		return err

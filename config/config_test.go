@@ -306,6 +306,26 @@ func TestLoadRefusesBadValues(t *testing.T) {
 			want: []string{"api_keys[1].key", "duplicate"},
 		},
 		{
+			name: "OperatorKeyThatIsAnAPIKey",
+			text: base + "operator_keys: [ops-1, k1]\n",
+			want: []string{"operator_keys[1]", "also an API key"},
+		},
+		{
+			name: "EmptyOperatorKey",
+			text: base + "operator_keys: [\"\"]\n",
+			want: []string{"operator_keys[0]", "empty"},
+		},
+		{
+			name: "DuplicateOperatorKey",
+			text: base + "operator_keys: [ops-1, ops-1]\n",
+			want: []string{"operator_keys[1]", "duplicate"},
+		},
+		{
+			name: "ReconcileIntervalNegative",
+			text: base + "reconcile_interval: -1h\n",
+			want: []string{"reconcile_interval", "positive"},
+		},
+		{
 			name: "UnknownLane",
 			text: base + "lanes:\n  bulk: {concurrency: 4}\n",
 			want: []string{"lanes.bulk"},
@@ -440,12 +460,18 @@ func TestLoadFillsDefaults(t *testing.T) {
 
 	t.Run("SetValuesKept", func(t *testing.T) {
 		t.Parallel()
-		c, err := config.Load(writeFile(t, base+"stale_claim_after: 15m\n"), noEnv)
+		c, err := config.Load(writeFile(t, base+"stale_claim_after: 15m\nreconcile_interval: 5m\noperator_keys: [ops-1, ops-2]\n"), noEnv)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := c.StaleClaimAfter.D(); got != 15*time.Minute {
 			t.Errorf("stale_claim_after = %s, want 15m as written", got)
+		}
+		if got := c.ReconcileInterval.D(); got != 5*time.Minute {
+			t.Errorf("reconcile_interval = %s, want 5m as written", got)
+		}
+		if got := strings.Join(c.OperatorKeys, ","); got != "ops-1,ops-2" {
+			t.Errorf("operator_keys = %s, want ops-1,ops-2 as written", got)
 		}
 	})
 }
