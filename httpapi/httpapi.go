@@ -1,7 +1,8 @@
 // Package httpapi assembles herald's HTTP surface: authentication, the intake
 // and read endpoints, the list, cancel and kinds endpoints (everyday.go),
 // recipient profiles, health, readiness (the handler it is given) and
-// metrics. Every error is application/problem+json.
+// metrics, and the operator's routes (ops.go). Every error is
+// application/problem+json.
 package httpapi
 
 import (
@@ -26,9 +27,12 @@ import (
 
 // Config wires the API.
 type Config struct {
-	Keys   *auth.Keys
-	Intake *intake.Handler
-	Lookup *lookup.Handler
+	Keys *auth.Keys
+	// Operators are the operator keys of /v1/ops/… (ops.go); nil refuses
+	// every request there.
+	Operators *auth.Keys
+	Intake    *intake.Handler
+	Lookup    *lookup.Handler
 	// Parked lists, requeues and discards parked messages; nil leaves
 	// /v1/parked out.
 	Parked  parked.Service
@@ -54,6 +58,7 @@ func New(cfg Config) http.Handler {
 	if cfg.Parked != nil {
 		routeParked(mux, cfg.Parked, cfg.Logger, authed) // parked.go
 	}
+	routeOps(mux, cfg) // ops.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")

@@ -1,0 +1,64 @@
+package httpapi
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/store"
+)
+
+// The operator's routes, which show every tenant's figures:
+//
+//	GET /v1/ops/reconcile   → 200 the last reconciliation's report (package reconcile), as it was kept;
+//	                          404 before the first run
+//
+// They take an operator key (Config.Operators, config operator_keys): a
+// tenant's API key is refused with 403, no key or an unknown one with 401.
+// An operator key maps to no tenant, so every tenant route refuses it (401).
+type opsAPI struct {
+	store  store.Reconciler
+	logger *slog.Logger
+}
+
+// routeOps adds the operator's routes to mux.
+func routeOps(mux *http.ServeMux, cfg Config) {
+	o := &opsAPI{store: cfg.Store, logger: cfg.Logger}
+	mux.Handle("GET /v1/ops/reconcile", requireOperator(cfg.Operators, cfg.Keys, http.HandlerFunc(o.reconcile)))
+}
+
+// requireOperator lets through a request with an operator key.
+func requireOperator(operators, tenants *auth.Keys, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		authz := r.Header.Get("Authorization")
+		if operators != nil {
+			if _, ok := operators.Lookup(authz); ok {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		if _, ok := tenants.Lookup(authz); ok {
+			problem.New(w, http.StatusForbidden, "an operator key is required: an API key reads only its tenant's routes")
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="herald operator"`)
+		problem.New(w, http.StatusUnauthorized, "a valid operator key is required: Authorization: Bearer <operator key>")
+	})
+}
+
+func (o *opsAPI) reconcile(w http.ResponseWriter, r *http.Request) {
+	run, err := o.store.ReconcileRunLast(r.Context())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		problem.New(w, http.StatusNotFound, "no reconciliation has run yet")
+		return
+	case err != nil:
+		o.logger.LogAttrs(r.Context(), slog.LevelError, "ops: reading the last reconciliation failed", slog.Any("error", err))
+		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(run.Report, '\n'))
+}
