@@ -421,3 +421,14 @@ func Last(ctx context.Context, st store.Reconciler) (store.ReconcileRun, Report,
 	}
 	return run, rep, true, nil
 }
+
+// Figures are the last kept report's figures for the reconciliation
+// gauges (metrics.Metrics.WatchReconcile); zero before the first run.
+func Figures(ctx context.Context, st store.Reconciler) (metrics.ReconcileFigures, error) {
+	_, rep, ok, err := Last(ctx, st)
+	if err != nil || !ok {
+		return metrics.ReconcileFigures{}, err
+	}
+	return metrics.ReconcileFigures{Ran: true, FinishedAt: rep.FinishedAt, Unowned: rep.UnownedByKind,
+		Repaired: rep.RepairedByKind, Unknown: rep.Unknown}, nil
+}

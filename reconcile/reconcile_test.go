@@ -334,3 +334,17 @@ func TestLoopRunsOnlyOnTheLeaderAndOncePerInterval(t *testing.T) {
 	b.clk.Advance(time.Hour)
 	testenv.WaitFor(t, "a run once the interval passed", testenv.Patience, func() bool { return runs() == 2 })
 }
+
+func TestFiguresAreTheLastReportsOrZero(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	if f, err := reconcile.Figures(b.ctx, b.st); err != nil || f.Ran {
+		t.Fatalf("figures before a run: %+v, %v", f, err)
+	}
+	accept(t, b, "retired")
+	rep := run(t, b)
+	f, err := reconcile.Figures(b.ctx, b.st)
+	if err != nil || !f.Ran || !f.FinishedAt.Equal(rep.FinishedAt) || f.Unowned[reconcile.KindMissingOutbox] != 1 || f.Unknown != 0 {
+		t.Fatalf("figures %+v (%v), want the report's %+v", f, err, rep)
+	}
+}
