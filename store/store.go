@@ -110,9 +110,11 @@ type Deliveries interface {
 	// the provider.
 	DeliveryClaim(ctx context.Context, p DeliveryClaimParams) (DeliveryClaimResult, error)
 	// DeliveryRecord writes the outcome of a claimed attempt, conditional on
-	// the row still being SENDING at that attempt, with its attempt log row;
-	// with p.Outbox, and only if the outcome was recorded, it settles that
-	// claimed outbox row too, fenced, in the same transaction.
+	// the row still being SENDING at that attempt, with its attempt log row
+	// (written even when the outcome is not, once per attempt: a record
+	// made again after a lost answer adds no second row); with p.Outbox,
+	// and only if the outcome was recorded, it settles that claimed outbox
+	// row too, fenced, in the same transaction.
 	DeliveryRecord(ctx context.Context, p DeliveryRecordParams) (RecordResult, error)
 	// DeliveryDecide records a decision not to send now (SUPPRESSED, PARKED)
 	// for a message that has no row yet or is waiting: RETRY_WAIT, or

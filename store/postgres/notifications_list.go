@@ -64,7 +64,7 @@ ORDER BY p.created_at DESC, p.id DESC, o.id`
           END`
 
 	// qAttemptList reads the attempt log of the messages $1 through
-	// delivery_attempts_message.
+	// delivery_attempts_message_attempt, in its order.
 	qAttemptList = `SELECT message_id, attempt, started_at, class, reason, duration_ms
 FROM delivery_attempts WHERE message_id = ANY ($1::text[])
 ORDER BY message_id, attempt, started_at`

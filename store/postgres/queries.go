@@ -330,7 +330,9 @@ FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
 
 	// qDeliveryRecord writes the attempt's result, conditional on the row
 	// still being SENDING at that attempt, and its attempt log row, in one
-	// statement (so one transaction). The log row is written either way.
+	// statement (so one transaction). The log row is written either way (a
+	// call whose result came after the stale sweep is still a call), once
+	// per attempt: a result written again after a lost answer adds none.
 	// qDeliveryRecordSettle also settles the job's claimed outbox row, fenced
 	// like qOutboxComplete and qOutboxRetry, and only if the result was
 	// recorded: PENDING again after the retry delay for RETRY_WAIT, DONE
@@ -363,6 +365,7 @@ SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o)`
 a AS (
     INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
     VALUES ($5::text, $6::integer, $7::text, $8::timestamptz, $9::timestamptz, $10::text, $3::text, $11::bigint)
+    ON CONFLICT (message_id, attempt) DO NOTHING
 )
 `
 

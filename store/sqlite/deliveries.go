@@ -76,7 +76,8 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 	return res, nil
 }
 
-// DeliveryRecord writes the outcome of a claimed attempt and its log row.
+// DeliveryRecord writes the outcome of a claimed attempt and its log row
+// (once per attempt).
 func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
 	var res store.RecordResult
 	err := s.w.do(ctx, func(tx wtx) error {

@@ -89,8 +89,10 @@ RETURNING attempts`
 	qDeliveryRecord = `UPDATE deliveries
 SET state = ?, reason = ?, next_attempt_at = ?, claimed_by = NULL, updated_at = ?
 WHERE message_id = ? AND state = 'SENDING' AND attempts = ?`
+	// qAttemptInsert logs the call once: a result written again after a
+	// lost answer finds its attempt logged and adds nothing.
 	qAttemptInsert = `INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (message_id, attempt) DO NOTHING`
 	// qDeliveryDecide: no row yet, or a waiting one (RETRY_WAIT; PARKED
 	// only when the decision is SUPPRESSED, never PARKED over PARKED).
 	qDeliveryDecide = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)

@@ -317,4 +317,39 @@ func testAttempts(t *testing.T, h Harness) {
 			t.Fatalf("no messages: %+v (%v)", none, err)
 		}
 	})
+	// Issue 8, path 5b: a sender whose result write committed but whose
+	// answer was lost writes the same result again; the attempt log keeps
+	// one row per attempt. A call whose result came after the stale sweep
+	// settled its claim is logged too, once, though its result is refused.
+	t.Run("OneRowPerAttemptWhenTheRecordIsWrittenAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		if res := claimDelivery(t, b, claimParams("late")); !res.Claimed {
+			t.Fatalf("claim late: %+v", res)
+		}
+		b.clk.Advance(11 * time.Minute)
+		if stale, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute); err != nil || len(stale) != 1 {
+			t.Fatalf("swept %+v (%v), want the late claim", stale, err)
+		}
+		for range 2 {
+			if record(t, b, "late", 1, heraldtype.DeliveryProviderAccepted, 0) {
+				t.Fatal("a late result was written over the stale sweep's UNKNOWN")
+			}
+		}
+		if res := claimDelivery(t, b, claimParams("lost")); !res.Claimed {
+			t.Fatalf("claim lost: %+v", res)
+		}
+		for i, want := range []bool{true, false} {
+			if got := record(t, b, "lost", 1, heraldtype.DeliveryProviderAccepted, 0); got != want {
+				t.Fatalf("record %d of the same attempt: recorded %v, want %v", i+1, got, want)
+			}
+		}
+		got, err := b.s.AttemptList(b.ctx, []string{"late", "lost"})
+		if err != nil {
+			t.Fatalf("AttemptList: %v", err)
+		}
+		if len(got) != 2 || got[0].MessageID != "late" || got[0].Attempt != 1 || got[1].MessageID != "lost" || got[1].Attempt != 1 {
+			t.Fatalf("attempt log %+v, want one row for attempt 1 of late and one of lost", got)
+		}
+	})
 }
