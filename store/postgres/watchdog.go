@@ -22,7 +22,10 @@ import (
 // scan); the middle one says which of them have no owner; the outer one
 // marks the last row examined (where the next page starts), counts the
 // rows examined and keeps only the rows without an owner and the last one.
-// Every find returns the same columns.
+// Every find returns the same columns. What the middle one looks up for each
+// row of the page (its outbox row, its delivery) is a LATERAL subquery with
+// LIMIT 1, so each is one probe of a unique index: a join or an EXISTS over
+// the page could be planned as a hash of the whole other table.
 //
 // $1 now, $2 grace, $3 and $4 the position after which the page starts
 // (deadline, message id), $5 limit.
@@ -47,15 +50,17 @@ ORDER BY at, message_id`
                 AND next_attempt_at >= $3::timestamptz AND (next_attempt_at, message_id) > ($3::timestamptz, $4::text)
               ORDER BY next_attempt_at, message_id
               LIMIT $5::integer) d
-        LEFT JOIN outbox o ON o.notification_id = d.notification_id AND o.channel = d.channel` + qUnownedFindEnd
+        LEFT JOIN LATERAL (SELECT x.lane, x.state, x.token, x.updated_at FROM outbox x
+                           WHERE x.notification_id = d.notification_id AND x.channel = d.channel LIMIT 1) o ON true` + qUnownedFindEnd
 	qUnownedFindPublished = qUnownedFindOuter + `
         SELECT o.message_id, o.at, o.tenant, o.lane, o.notification_id, o.channel, o.state AS outbox_state, o.token,
-               EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id) AS owned
+               d.owned IS NOT NULL AS owned
         FROM (SELECT message_id, updated_at AS at, tenant, lane, notification_id, channel, state, token FROM outbox
               WHERE state = 'PUBLISHED' AND updated_at < coalesce($1::timestamptz, now()) - $2::interval
                 AND updated_at >= $3::timestamptz AND (updated_at, message_id) > ($3::timestamptz, $4::text)
               ORDER BY updated_at, message_id
-              LIMIT $5::integer) o` + qUnownedFindEnd
+              LIMIT $5::integer) o
+        LEFT JOIN LATERAL (SELECT true AS owned FROM deliveries x WHERE x.message_id = o.message_id LIMIT 1) d ON true` + qUnownedFindEnd
 	qUnownedFindSending = qUnownedFindOuter + `
         SELECT d.message_id, d.at, d.tenant, coalesce(o.lane, '') AS lane, d.notification_id, d.channel,
                '' AS outbox_state, 0::bigint AS token, false AS owned
@@ -64,7 +69,8 @@ ORDER BY at, message_id`
                 AND claimed_at >= $3::timestamptz AND (claimed_at, message_id) > ($3::timestamptz, $4::text)
               ORDER BY claimed_at, message_id
               LIMIT $5::integer) d
-        LEFT JOIN outbox o ON o.notification_id = d.notification_id AND o.channel = d.channel` + qUnownedFindEnd
+        LEFT JOIN LATERAL (SELECT x.lane FROM outbox x
+                           WHERE x.notification_id = d.notification_id AND x.channel = d.channel LIMIT 1) o ON true` + qUnownedFindEnd
 	qUnownedFindLease = qUnownedFindOuter + `
         SELECT message_id, claimed_until AS at, tenant, lane, notification_id, channel, state AS outbox_state, token, false AS owned
         FROM outbox
