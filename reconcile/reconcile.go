@@ -23,9 +23,9 @@
 //     re-drives (store.Reconciler.ReconcileOutboxRedrive).
 //   - retry_wait, published, sending, lease: the watchdog's kinds of rows
 //     waiting past their deadline with no owner (store.UnownedKind), found
-//     with the watchdog's own query from the beginning of each kind's order
-//     (not from its checkpoint), and re-driven through the watchdog's
-//     re-drive (Config.Redrive): an outbox row back to PENDING, a stale
+//     with the watchdog's own query and graces from the beginning of each
+//     kind's order (not from its checkpoint), and re-driven as the watchdog
+//     re-drives (Config.Redrive): an outbox row back to PENDING, a stale
 //     claim to UNKNOWN.
 //
 // A finding the run repaired, or that was moved on by someone else before
@@ -62,6 +62,7 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/watchdog"
 )
 
 // The kinds of finding, as the report names them. The watchdog's kinds
@@ -100,9 +101,11 @@ type Config struct {
 	// delivery row, and a due PENDING one wait for a claimer, before they
 	// count (no_delivery, overdue). Defaults to 10 minutes.
 	Grace time.Duration
-	// WatchdogGrace is the grace the watchdog's find uses: how long past
-	// its deadline a row must be. Defaults to 10 minutes.
-	WatchdogGrace time.Duration
+	// Watchdog is the watchdog's configuration: its graces (Config.Grace)
+	// decide how long past its deadline a row of each of its kinds must be
+	// to count as unowned, as they decide for the watchdog. Its zero value
+	// means the watchdog's defaults.
+	Watchdog watchdog.Config
 	// RepairLimit caps the findings of each kind repaired in one run; the
 	// rest count as unowned until a later run. Defaults to 1000.
 	RepairLimit int
@@ -150,9 +153,7 @@ func New(cfg Config) *Reconciler {
 	if cfg.Grace <= 0 {
 		cfg.Grace = 10 * time.Minute
 	}
-	if cfg.WatchdogGrace <= 0 {
-		cfg.WatchdogGrace = 10 * time.Minute
-	}
+	cfg.Watchdog = cfg.Watchdog.WithDefaults()
 	if cfg.RepairLimit <= 0 {
 		cfg.RepairLimit = 1000
 	}
@@ -341,7 +342,7 @@ func (r *Reconciler) redriveUnowned(ctx context.Context, rep *Report, kind store
 	var found []store.Unowned
 	var total int64
 	for pos := (store.UnownedPosition{}); ; {
-		page, err := r.Store.UnownedFind(ctx, store.UnownedFindParams{Kind: kind, Grace: r.WatchdogGrace, After: pos})
+		page, err := r.Store.UnownedFind(ctx, store.UnownedFindParams{Kind: kind, Grace: r.Watchdog.Grace(kind), After: pos})
 		if err != nil {
 			return fmt.Errorf("reconcile: find unowned %s rows: %w", kind, err)
 		}
@@ -365,6 +366,9 @@ func (r *Reconciler) redriveUnowned(ctx context.Context, rep *Report, kind store
 			}
 		}
 		rep.RepairedByKind[name] = int64(len(moved))
+		for _, u := range moved {
+			r.repaired(ctx, name, u.MessageID, u.Tenant)
+		}
 	}
 	rep.UnownedByKind[name] = unowned
 	return nil

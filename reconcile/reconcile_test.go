@@ -24,6 +24,7 @@ import (
 	"github.com/heraldhq/herald/reconcile"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
+	"github.com/heraldhq/herald/watchdog"
 )
 
 const grace = 10 * time.Minute
@@ -53,7 +54,8 @@ func setup(t *testing.T, mutate func(c *reconcile.Config)) bundle {
 	}
 	b := bundle{st: st, clk: clk, alerts: &alert.Recorder{}, ctx: context.Background()}
 	cfg := reconcile.Config{
-		Store: st, Catalog: cat, Grace: grace, WatchdogGrace: grace, Duty: 1, RunBy: "test", Clock: clk,
+		Store: st, Catalog: cat, Grace: grace, Duty: 1,
+		Watchdog: watchdog.Config{RetryGrace: grace, PublishedGrace: grace, StaleClaimAfter: grace / 2, SweepGrace: grace / 2}, RunBy: "test", Clock: clk,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Alerts: b.alerts,
 	}
 	if mutate != nil {
