@@ -8,7 +8,8 @@
 // exception: a db-transport claimer may hand the sender its claim's fence
 // with the job (Job.Outbox), and DeliveryRecord then settles that outbox row
 // in the same write as the result, exactly as the claimer would have (DONE,
-// or PENDING after the retry delay), instead of the claimer's second write.
+// or PENDING after the retry delay), instead of the claimer's second write;
+// and OutboxExpire ends the delivery that waits on the row it expires.
 // Every outbox write after a claim is fenced: it names the row's token and
 // succeeds only while that token still holds an unexpired lease, so a
 // claimer that stalled past its lease writes nothing. Every delivery write after a claim is
@@ -16,8 +17,45 @@
 // over another.
 //
 // Times that decide ownership (leases, due times, staleness) come from the
-// store's clock: the database server's for PostgreSQL, so clock skew between
-// herald processes cannot hand one row to two owners.
+// store's clock, read when the statement runs: the database server's for
+// PostgreSQL, so clock skew between herald processes cannot hand one row to
+// two owners, and its clock_timestamp(), not its transaction's start, which
+// a statement queued in a batch may have long passed.
+//
+// # The rule
+//
+// Nothing waits without an owner and a deadline (DESIGN §3): every state
+// that has not ended has a write that moves it on and a column that
+// bounds the wait. The store's half (package sender has the sender's):
+//
+//   - outbox PENDING: OutboxClaim, by a claimer or the relay, once
+//     available_at has passed (send_at, a retry time, a backoff); or
+//     OutboxExpire at expires_at, if that comes first (no claim takes a row
+//     past it).
+//   - outbox CLAIMED, PUBLISHING: the holder's fenced write (OutboxComplete,
+//     OutboxRetry, OutboxMarkPublished, DeliveryRecord with the fence) while
+//     claimed_until is ahead, which OutboxExtend moves on while a send is in
+//     flight. Once claimed_until has passed, OutboxReclaimExpired returns
+//     the row to PENDING and the holder's writes are refused.
+//   - outbox PUBLISHED: the outbox's part is done; the broker's copy is the
+//     owner until a consumer acks it after the sender wrote the delivery.
+//     Bound: updated_at (the publication), when no delivery row follows.
+//   - delivery SENDING: the claimant's DeliveryRecord, conditional on
+//     SENDING at its attempt. Bound: claimed_at + stale_claim_after, when
+//     DeliverySweepStale makes it UNKNOWN (never sent again).
+//   - delivery RETRY_WAIT: the DeliveryClaim of the copy the transport
+//     offers again once next_attempt_at has passed (db: the outbox row,
+//     PENDING with available_at at that time; rabbitmq: the retry queue's
+//     copy), or a DeliveryDecide before it (a cancel; a pre-check, which
+//     suppresses a copy past expires_at). Bound: next_attempt_at; with the
+//     db transport OutboxExpire ends it SUPPRESSED(EXPIRED) at expires_at
+//     when that comes first.
+//   - delivery PARKED: a person, alerted when it was parked: ParkedRequeue
+//     (RETRY_WAIT, due now), ParkedDiscard or a cancel (SUPPRESSED). No
+//     column bounds it; the outbox expiry leaves it to that person.
+//
+// A row found past its bound with nothing left to move it is the
+// watchdog's (Watchdog): it re-drives it through the same writes.
 package store
 
 import (
