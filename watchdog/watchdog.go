@@ -297,14 +297,11 @@ func (w *Watchdog) kind(ctx context.Context, kind store.UnownedKind, r *Report) 
 		}
 		if len(page.Rows) > 0 {
 			var moved []store.Unowned
-			if moved, err = w.cfg.Store.UnownedRedrive(ctx, page.Rows); err != nil {
+			if moved, err = w.Redrive(ctx, page.Rows); err != nil {
 				break
 			}
 			r.Found[kind] += len(page.Rows)
 			r.Redriven[kind] += len(moved)
-			for _, u := range moved {
-				w.report(ctx, u)
-			}
 		}
 		pos = page.Next
 		if page.Done {
@@ -324,6 +321,20 @@ func (w *Watchdog) kind(ctx context.Context, kind store.UnownedKind, r *Report) 
 	}
 	w.cursor[kind] = pos
 	return err
+}
+
+// Redrive moves rows UnownedFind returned on, each only if still as found,
+// and counts and alerts each one it moved, as a round does; it returns
+// those. Reconciliation re-drives what it finds through it.
+func (w *Watchdog) Redrive(ctx context.Context, rows []store.Unowned) ([]store.Unowned, error) {
+	moved, err := w.cfg.Store.UnownedRedrive(ctx, rows)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range moved {
+		w.report(ctx, u)
+	}
+	return moved, nil
 }
 
 // report counts and alerts one row moved on. A stale claim turned UNKNOWN
