@@ -1,5 +1,6 @@
 // Package app wires a Config into a running herald: store, providers,
-// sender, the transport's dispatchers, sweeps, the watchdog and the HTTP API. cmd/herald
+// sender, the transport's dispatchers, sweeps, the watchdog, reconciliation
+// and the HTTP API. cmd/herald
 // and the in-process tests both start herald through it.
 package app
 
@@ -32,6 +33,7 @@ import (
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/provider/webhook"
+	"github.com/heraldhq/herald/reconcile"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
@@ -68,6 +70,8 @@ type App struct {
 	alerts   alert.Sink
 	clock    clock.Clock
 	parked   parked.Service
+	// reconciler runs the leader's scheduled reconciliations.
+	reconciler *reconcile.Reconciler
 	// rabbit is the rabbitmq transport's relays and consumers, one of each
 	// per lane; nil with transport db.
 	rabbit []rabbitLane
@@ -115,6 +119,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	}
 	a.metrics = metrics.New(a.store.OutboxBacklog)
 	a.metrics.Declare(knownSeries(cfg, cat))
+	a.metrics.WatchReconcile(reconcile.Kinds, a.reconcileFigures)
+	a.reconciler, err = Reconciler(cfg, a.store, ReconcileOptions{
+		RunBy: "server " + a.owner, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Clock: a.clock,
+	})
+	if err != nil {
+		a.store.Close()
+		return nil, err
+	}
 	a.sender = sender.New(sender.Config{
 		Store: a.store, Providers: a.registry, Catalog: cat, Clock: a.clock,
 		Retry: sender.RetryPolicy{
@@ -131,8 +143,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if cfg.Transport == "rabbitmq" {
 		a.rabbit = a.newRabbitMQ()
 	}
+	operators := map[string]string{}
+	for _, k := range cfg.OperatorKeys {
+		operators[k] = "operator"
+	}
 	a.handler = httpapi.New(httpapi.Config{
-		Keys: auth.NewKeys(keys),
+		Keys:      auth.NewKeys(keys),
+		Operators: auth.NewKeys(operators),
 		Intake: &intake.Handler{
 			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(),
 			Logger: a.logger, Metrics: a.metrics,
@@ -240,12 +257,14 @@ func (a *App) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); sw.Run(work) }()
 	// The watchdog moves on what the sweeps and the transport left without
 	// an owner; leader-only like the sweeps, on their interval.
-	wd := watchdog.New(watchdog.Config{
-		Store: a.store, Interval: a.cfg.SweepInterval.D(), Broker: a.cfg.Transport == "rabbitmq",
-		StaleClaimAfter: a.cfg.StaleClaimAfter.D(), IsLeader: isLeader, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
-	})
+	wdc := watchdogConfig(a.cfg)
+	wdc.Store, wdc.IsLeader, wdc.Logger, wdc.Alerts, wdc.Metrics = a.store, isLeader, a.logger, a.alerts, a.metrics
+	wd := watchdog.New(wdc)
 	wg.Add(1)
 	go func() { defer wg.Done(); wd.Run(work) }()
+	// Reconciliation, leader-only too, every reconcile_interval.
+	wg.Add(1)
+	go func() { defer wg.Done(); a.reconciler.Loop(work, a.cfg.ReconcileInterval.D(), isLeader) }()
 
 	var runErr error
 	select {

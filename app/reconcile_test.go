@@ -1,0 +1,161 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/app"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/reconcile"
+)
+
+const operatorKey = "ops-key"
+
+// reconcileConfig is the development config on database with an operator
+// key and the reconciliation interval given.
+func reconcileConfig(t *testing.T, database string, interval time.Duration) *config.Config {
+	t.Helper()
+	cfg := config.Dev()
+	cfg.Database = database
+	cfg.OperatorKeys = []string{operatorKey}
+	cfg.ReconcileInterval = config.Duration(interval)
+	cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// startHerald runs herald on cfg until stop (or the test's end) and returns
+// its base URL and owner-independent handle.
+func startHerald(t *testing.T, cfg *config.Config) (base string, stop func()) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(context.Background(), cfg, app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Listener: l})
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	stop = testenv.Start(t, func(ctx context.Context) {
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("herald: %v", err)
+		}
+	})
+	return "http://" + l.Addr().String(), stop
+}
+
+// get calls base+path with the bearer key and returns the status and body.
+func get(t *testing.T, base, path, key string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
+}
+
+// lastReport waits until GET /v1/ops/reconcile answers a report for which
+// ok holds, and returns it.
+func lastReport(t *testing.T, base, what string, ok func(reconcile.Report) bool) reconcile.Report {
+	t.Helper()
+	var rep reconcile.Report
+	testenv.WaitFor(t, what, testenv.Patience, func() bool {
+		code, body := get(t, base, "/v1/ops/reconcile", operatorKey)
+		if code != http.StatusOK {
+			return false
+		}
+		if err := json.Unmarshal(body, &rep); err != nil {
+			t.Fatalf("report %s: %v", body, err)
+		}
+		return ok(rep)
+	})
+	return rep
+}
+
+// A running herald reconciles at start and then every interval, and shows
+// the last report to the operator (GET /v1/ops/reconcile) and in /metrics.
+func TestServerReconcilesAndShowsTheOperator(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			database := "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
+			if driver == "postgres" {
+				database = testpg.Schema(t)
+			}
+			base, _ := startHerald(t, reconcileConfig(t, database, 200*time.Millisecond))
+			first := lastReport(t, base, "the run at start", func(r reconcile.Report) bool { return true })
+			if !strings.HasPrefix(first.RunBy, "server ") || !first.Accounted() {
+				t.Fatalf("first report %+v, want the server's, accounted", first)
+			}
+			lastReport(t, base, "a run one interval later", func(r reconcile.Report) bool { return r.StartedAt.After(first.StartedAt) })
+
+			if code, _ := get(t, base, "/v1/ops/reconcile", config.DevAPIKey); code != http.StatusForbidden {
+				t.Fatalf("an API key on /v1/ops/reconcile: %d, want 403", code)
+			}
+			if code, _ := get(t, base, "/v1/notifications", operatorKey); code != http.StatusUnauthorized {
+				t.Fatalf("the operator key on /v1/notifications: %d, want 401", code)
+			}
+			_, metrics := get(t, base, "/metrics", "")
+			for _, want := range []string{`herald_reconcile_unowned{kind="missing_outbox"} 0`, `herald_reconcile_repaired{kind="lease"} 0`,
+				"herald_reconcile_unknown 0", "herald_reconcile_last_run_timestamp_seconds 1"} {
+				if !strings.Contains(string(metrics), want) {
+					t.Errorf("/metrics lacks %q", want)
+				}
+			}
+		})
+	}
+}
+
+// Of two herald processes on one PostgreSQL database only the leader
+// reconciles: the second, whose interval would have it run every 50 ms,
+// runs only once the first has stopped and it has taken the lead.
+func TestOnlyTheLeaderReconciles(t *testing.T) {
+	t.Parallel()
+	database := testpg.Schema(t)
+	// A checks every second (a tenth of its interval) whether it leads yet.
+	baseA, stopA := startHerald(t, reconcileConfig(t, database, 10*time.Second))
+	a := lastReport(t, baseA, "the first process's run at start", func(reconcile.Report) bool { return true })
+	baseB, _ := startHerald(t, reconcileConfig(t, database, 50*time.Millisecond))
+	testenv.WaitFor(t, "the second process to be ready", testenv.Patience, func() bool {
+		code, _ := get(t, baseB, "/readyz", "")
+		return code == http.StatusOK
+	})
+	// Several of B's checks (every 10 ms) pass while A leads.
+	for range 5 {
+		if got := lastReport(t, baseB, "the report through the second process", func(reconcile.Report) bool { return true }); got.RunBy != a.RunBy {
+			t.Fatalf("a run by %q while %q leads", got.RunBy, a.RunBy)
+		}
+	}
+	stopA()
+	stopped := time.Now()
+	b := lastReport(t, baseB, "the second process's run after it took the lead", func(r reconcile.Report) bool { return r.RunBy != a.RunBy })
+	if b.StartedAt.Before(stopped) {
+		t.Fatalf("the second process ran at %s, before the first stopped at %s", b.StartedAt, stopped)
+	}
+}
