@@ -98,20 +98,37 @@ func readDelivered(tx wtx, out []store.Claimed) error {
 		ids[i] = out[i].MessageID
 		byMessage[out[i].MessageID] = out[i].Known
 	}
-	idList, _ := json.Marshal(ids)
-	rows, err := tx.Query(qOutboxDelivered, string(idList))
+	err := forEachMessage(tx, func(id string) {
+		if k := byMessage[id]; k != nil {
+			k.Delivery = true
+		}
+	}, qOutboxDelivered, jsonList(ids))
 	if err != nil {
 		return fmt.Errorf("read claimed deliveries: %w", err)
+	}
+	return nil
+}
+
+// jsonList is ids as the JSON array that json_each reads.
+func jsonList(ids []string) string {
+	b, _ := json.Marshal(ids)
+	return string(b)
+}
+
+// forEachMessage runs q with args and calls fn with the message id of each
+// row it returns.
+func forEachMessage(tx wtx, fn func(id string), q string, args ...any) error {
+	rows, err := tx.Query(q, args...)
+	if err != nil {
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return fmt.Errorf("scan claimed delivery: %w", err)
+			return err
 		}
-		if k := byMessage[id]; k != nil {
-			k.Delivery = true
-		}
+		fn(id)
 	}
 	return rows.Err()
 }
@@ -263,20 +280,11 @@ func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
 		for i, e := range out {
 			ids[i] = e.MessageID
 		}
-		idList, _ := json.Marshal(ids)
-		ended, err := tx.Query(qOutboxExpireDeliveries, now, string(idList))
+		err = forEachMessage(tx, func(id string) { out[byMessage[id]].DeliveryEnded = true }, qOutboxExpireDeliveries, now, jsonList(ids))
 		if err != nil {
 			return fmt.Errorf("end waiting deliveries: %w", err)
 		}
-		defer ended.Close()
-		for ended.Next() {
-			var id string
-			if err := ended.Scan(&id); err != nil {
-				return fmt.Errorf("end waiting deliveries: %w", err)
-			}
-			out[byMessage[id]].DeliveryEnded = true
-		}
-		return ended.Err()
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("expire outbox rows: %w", err)
