@@ -3,6 +3,7 @@
 //	herald serve   [--config FILE]   run API, dispatchers, senders and sweeps
 //	herald migrate [--config FILE]   apply database migrations and exit
 //	herald parked list|requeue|discard   list, requeue or discard parked messages
+//	herald reconcile [--config FILE] [--json]   run one reconciliation; exit 1 if anything is unaccounted for
 //	herald version                   print the version
 //
 // Every command takes the same configuration and database URLs as serve.
@@ -41,6 +42,9 @@ var commands = []*command{
 	{name: "serve", args: "[--config FILE]", summary: "run herald: the API, dispatchers, senders and sweeps", run: serve},
 	{name: "migrate", args: "[--config FILE]", summary: "apply the database migrations and exit", run: migrate},
 	{name: "parked", summary: "list, requeue or discard parked messages", sub: parkedCommands},
+	{name: "reconcile", args: "[--config FILE] [--json]",
+		summary: "account for every accepted notification: run one reconciliation, print its report; exit 1 if anything is unaccounted for",
+		run:     reconcileCmd},
 	{name: "version", summary: "print herald's version", run: printVersion},
 	{name: "help", args: "[COMMAND]", summary: "print this help, or a command's", run: help},
 }

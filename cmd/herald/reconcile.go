@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/signal"
+	"syscall"
+
+	"github.com/heraldhq/herald/app"
+)
+
+// reconcileCmd runs one reconciliation on the configured database, as the
+// leader of `herald serve` runs it every reconcile_interval (package
+// reconcile): it counts every accepted notification's planned sends,
+// repairs only what cannot have had an external effect, alerts the rest
+// (logged on stderr), keeps the report like a scheduled run and prints it:
+// for a person, or with --json as the JSON GET /v1/ops/reconcile serves
+// (then the database line goes to stderr, so stdout is the report alone).
+// Exit status 0 when nothing is unaccounted for (unowned is 0 after the
+// repairs), 1 otherwise or when the run fails, 2 for a usage mistake.
+func reconcileCmd(cmd *command, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags(cmd)
+	path := configFlag(fs)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := parseNoArgs(cmd, fs, args); err != nil {
+		return err
+	}
+	cfg, err := load(*path)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := openExisting(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	info := stdout
+	if *asJSON {
+		info = stderr
+	}
+	fmt.Fprintf(info, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
+	rec, err := app.Reconciler(cfg, st, app.ReconcileOptions{RunBy: "cli " + osUser(), Logger: logger})
+	if err != nil {
+		return &cliError{code: 2, err: err}
+	}
+	rep, err := rec.Run(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = rep.WriteText(stdout)
+	}
+	if err != nil {
+		return fmt.Errorf("print the report: %w", err)
+	}
+	if !rep.Accounted() {
+		return &cliError{code: 1, err: fmt.Errorf("%d planned sends are unaccounted for (see unowned in the report)", rep.Unowned)}
+	}
+	return nil
+}
