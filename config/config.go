@@ -57,8 +57,12 @@ type Config struct {
 	// Lanes sets per-lane sender concurrency. Defaults per lane: alert 16,
 	// transactional 32, marketing 16, internal 8.
 	Lanes map[string]Lane `yaml:"lanes"`
-	// Lease is how long a claimer owns an outbox row. It must exceed every
-	// provider timeout. Defaults to 1 minute.
+	// Lease is how long a claimer owns an outbox row without news from it.
+	// While a row's send is in flight (store retries, the provider call,
+	// record retries) the claimer extends its lease every third of it, so
+	// the lease bounds how long a dead or frozen claimer's rows wait, not
+	// how long a send may take. It must exceed every provider timeout.
+	// Defaults to 1 minute.
 	Lease Duration `yaml:"lease"`
 	// PollInterval is how often an idle claimer looks for due rows it was not
 	// woken for (scheduled sends, retries). Defaults to 500 milliseconds.

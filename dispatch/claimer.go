@@ -58,7 +58,14 @@ type ClaimerConfig struct {
 	Owner string
 	// Concurrency is the number of sends in flight on this lane.
 	Concurrency int
-	Lease       time.Duration
+	// Lease is how long a claim holds a row before the reclaim sweep may
+	// offer it again. While a row's send is in flight the claimer extends
+	// its lease every Heartbeat, so a send that takes longer (store
+	// retries, the provider call, record retries) keeps its row.
+	Lease time.Duration
+	// Heartbeat is how often the leases of the rows this claimer holds are
+	// extended, all in one fenced write. Defaults to a third of Lease.
+	Heartbeat time.Duration
 	// PollInterval is how often an idle claimer looks for due rows unbidden.
 	PollInterval time.Duration
 	// MaxAttempts is the failed dispatch attempts after which a row is FAILED.
@@ -76,6 +83,39 @@ type Claimer struct {
 	settler settler
 	slots   chan struct{}
 	freed   chan struct{}
+	held    held
+}
+
+// held is the fences of the rows a claimer holds, from the claim until the
+// row is settled: the rows whose leases its heartbeat extends.
+type held struct {
+	mu   sync.Mutex
+	rows map[store.Fence]struct{}
+}
+
+func (h *held) add(f store.Fence) {
+	h.mu.Lock()
+	if h.rows == nil {
+		h.rows = map[store.Fence]struct{}{}
+	}
+	h.rows[f] = struct{}{}
+	h.mu.Unlock()
+}
+
+func (h *held) remove(f store.Fence) {
+	h.mu.Lock()
+	delete(h.rows, f)
+	h.mu.Unlock()
+}
+
+func (h *held) list() []store.Fence {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fences := make([]store.Fence, 0, len(h.rows))
+	for f := range h.rows {
+		fences = append(fences, f)
+	}
+	return fences
 }
 
 // NewClaimer returns a claimer.
@@ -98,6 +138,9 @@ func NewClaimer(cfg ClaimerConfig) *Claimer {
 	if cfg.MaxAttempts < 1 {
 		cfg.MaxAttempts = 20
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = max(cfg.Lease/3, time.Millisecond)
+	}
 	return &Claimer{
 		ClaimerConfig: cfg, slots: make(chan struct{}, cfg.Concurrency), freed: make(chan struct{}, 1),
 		settler: settler{who: "dispatch", lane: cfg.Lane, store: cfg.Store, maxAttempts: cfg.MaxAttempts,
@@ -106,8 +149,8 @@ func NewClaimer(cfg ClaimerConfig) *Claimer {
 }
 
 // Run claims and sends until ctx is cancelled, then stops claiming and waits
-// for the sends in flight. Rows claimed but not yet started go back to PENDING
-// at once.
+// for the sends in flight, extending their leases until they are settled.
+// Rows claimed but not yet started go back to PENDING at once.
 func (c *Claimer) Run(ctx context.Context) {
 	// Concurrency long-lived workers run the sends: a goroutine per row
 	// would grow a fresh stack for every send. A row takes a slot before it
@@ -123,7 +166,12 @@ func (c *Claimer) Run(ctx context.Context) {
 			}
 		}()
 	}
-	defer func() { close(work); workers.Wait() }()
+	// The heartbeat outlives ctx: sends in flight at shutdown still
+	// finish, and keep their rows until they do.
+	beat, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+	var beating sync.WaitGroup
+	beating.Go(func() { c.heartbeat(beat) })
+	defer func() { close(work); workers.Wait(); stopBeat(); beating.Wait() }()
 	poll := time.NewTicker(c.PollInterval)
 	defer poll.Stop()
 	var pause claimPause
@@ -145,6 +193,7 @@ func (c *Claimer) Run(ctx context.Context) {
 			}
 			pause.reset()
 			for _, row := range rows {
+				c.held.add(row.Fence)
 				c.slots <- struct{}{}
 				work <- row
 			}
@@ -165,6 +214,7 @@ func (c *Claimer) Run(ctx context.Context) {
 
 func (c *Claimer) process(ctx context.Context, row store.Claimed) {
 	defer func() {
+		c.held.remove(row.Fence)
 		<-c.slots
 		select {
 		case c.freed <- struct{}{}:
@@ -210,4 +260,41 @@ func (c *Claimer) settle(ctx context.Context, row store.Claimed, res sender.Resu
 		result, ok, err = c.settler.backOff(wctx, row, res.Reason, res.Err)
 	}
 	c.settler.report(ctx, row, result, ok, err)
+}
+
+// heartbeat extends the leases of the rows this claimer holds, every
+// Heartbeat until ctx ends, in one fenced write: a send that outlasts
+// Lease (slow store retries, a long provider call, record retries) keeps
+// its row, while the rows of a claimer that died or froze are offered
+// again once their lease runs out. A row that is no longer held by its
+// fence (settled meanwhile, or lost to the reclaim sweep) is left alone.
+// On the normal path a send takes milliseconds and is settled long before
+// the first beat: an idle beat writes nothing.
+func (c *Claimer) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(c.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		fences := c.held.list()
+		if len(fences) == 0 {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, c.Heartbeat)
+		n, err := c.Store.OutboxExtend(wctx, fences, c.Lease)
+		cancel()
+		if err != nil {
+			// The next beat tries again; the lease has two more beats to go.
+			c.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: could not extend leases",
+				slog.String("lane", string(c.Lane)), slog.Int("rows", len(fences)), slog.Any("error", err))
+			continue
+		}
+		if n < len(fences) {
+			c.Logger.LogAttrs(ctx, slog.LevelDebug, "dispatch: some leases no longer held",
+				slog.String("lane", string(c.Lane)), slog.Int("rows", len(fences)), slog.Int("extended", n))
+		}
+	}
 }
