@@ -43,6 +43,44 @@
 // PARKED alert either. The entries other writers make (the stale sweep, a
 // cancel, the parked endpoints) are counted by them; package metrics lists
 // them all.
+//
+// # The rule
+//
+// Nothing waits without an owner and a deadline (DESIGN §3). For each state
+// that has not ended, who moves it on and by when, seen from the copies the
+// transports hand the sender (package store has the store's half; package
+// watchdog re-drives whatever is found past its bound with no owner):
+//
+//   - SCHEDULED, PENDING (no delivery row): the copy offered at available_at
+//     (send_at, a retry or backoff time). db: a claimer of the lane, within
+//     poll_interval. rabbitmq: the relay publishes it; the lane's consumer.
+//   - CLAIMED (db): the claimer holding the lease. Its sender's result write
+//     settles the row (DONE, or PENDING until the retry) while the lease
+//     holds; its heartbeat extends the lease every lease/3 while the send
+//     is in flight. Bound: claimed_until; a dead claimer's row is reclaimed.
+//   - PUBLISHING, PUBLISHED (rabbitmq): the relay until the broker confirms
+//     (confirm_timeout < lease), then the broker's copy: a consumer acks it
+//     only after Send answered and any retry or parking copy is confirmed;
+//     a consumer that dies unacked has it redelivered.
+//   - SENDING: the copy that won the claim, which records a result after
+//     the provider timeout and at most RecordTimeout of write retries. Every
+//     other copy that meets SENDING answers a recheck (Retry after the
+//     claim's age, MinRecheck..MaxRecheck) and so keeps its way back (db:
+//     its outbox row PENDING again, not counted as a failed attempt;
+//     rabbitmq: a copy in the retry queue): the owner may record a
+//     RETRY_WAIT after losing its own lease or connection. So does the owner
+//     when its result write's outcome is unknown. Bound: claimed_at +
+//     stale_claim_after, when the stale sweep makes it UNKNOWN; the next
+//     recheck, at most MaxRecheck later, finds it ended and answers Done.
+//   - RETRY_WAIT: the copy the Retry verdict keeps (db: the outbox row,
+//     PENDING until next_attempt_at, settled in the result's own write;
+//     rabbitmq: a retry-queue copy for the longest tier not past the delay),
+//     or a rechecking copy. Its claim at next_attempt_at makes the next
+//     attempt; a copy that comes earlier answers Retry for the time left.
+//     Bound: next_attempt_at.
+//   - PARKED: a person, alerted when it was parked (requeue or discard).
+//     Copies answer Park (rabbitmq: a copy in the parking queue; db: the
+//     outbox row ends DONE and the PARKED delivery is what is listed).
 package sender
 
 import (
