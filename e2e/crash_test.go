@@ -160,6 +160,8 @@ func runCrash(t *testing.T, cs crashSetup, n, kills int, seed uint64) {
 	if code := srv.stop(30 * time.Second); code != 0 {
 		t.Fatalf("SIGTERM exit code %d:\n%s", code, srv.tail())
 	}
+	// Count the proof: reconciliation finds every 202 accounted for.
+	wantAccounted(t, srv.config)
 }
 
 func TestCrashSQLite(t *testing.T) {

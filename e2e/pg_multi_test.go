@@ -167,6 +167,8 @@ func TestSeveralProcessesSharePostgres(t *testing.T) {
 			t.Fatalf("process %d: SIGTERM exit code %d:\n%s", i+1, code, s.tail())
 		}
 	}
+	// Count the proof: reconciliation finds every 202 accounted for.
+	wantAccounted(t, servers[leader].config)
 }
 
 // leaderWatch samples, every 100 ms until stop, who leads the herald

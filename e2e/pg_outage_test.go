@@ -108,6 +108,8 @@ func TestPostgresGoesAway(t *testing.T) {
 	if code := srv.stop(30 * time.Second); code != 0 {
 		t.Fatalf("SIGTERM exit code %d:\n%s", code, srv.tail())
 	}
+	// Count the proof: reconciliation finds every 202 accounted for.
+	wantAccounted(t, srv.config)
 }
 
 // cut is one time the test ended herald's database sessions.
