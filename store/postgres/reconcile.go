@@ -15,17 +15,21 @@ import (
 // Reconciliation (store.Reconciler). A count is one REPEATABLE READ, READ
 // ONLY transaction, so every page sees the same snapshot; each page is a
 // handful of statements over up to Page notifications, walked by their
-// primary key: the page's outbox rows through the outbox key
-// (notification_id, channel) and their deliveries through
-// deliveries_message_id, by nested loops whose cost grows with the page,
-// not with the tables. Parallel workers are off for the transaction: the
-// count is background work and should take one backend, not several, from
-// intake. The plans are held in plan_test.go.
+// primary key: the page's outbox rows through a range of the outbox key
+// (notification_id, channel), merged with the notifications' (the range is
+// spelled out on outbox too, or the planner, pricing index reads as disk
+// reads, scans the whole outbox to hash it for every page), and their
+// deliveries through deliveries_message_id, one probe per planned send
+// (LATERAL … LIMIT 1 keeps that a nested loop). The cost of a page grows
+// with the page, not with the tables. Parallel workers and JIT are off for
+// the transaction: the count is background work of small statements and
+// should take one backend, not several, from intake. The plans are held in
+// reconcile_plan_test.go.
 const (
 	// qReconcileNow is the snapshot's now.
 	qReconcileNow = `SELECT coalesce($1::timestamptz, now())`
-	// qReconcileSerial keeps the count to one backend.
-	qReconcileSerial = `SET LOCAL max_parallel_workers_per_gather = 0`
+	// qReconcileSerial keeps the count to one backend, and compiles nothing.
+	qReconcileSerial = `SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off`
 	// qReconcileBound: the last id of up to $2 notifications after $1.
 	qReconcileBound = `SELECT coalesce(max(id), ''), count(*) FROM (SELECT id FROM notifications WHERE id > $1::text ORDER BY id LIMIT $2::int) p`
 	// qReconcileGroups counts the page after $2 up to $3 by outbox and
@@ -35,20 +39,23 @@ const (
        count(*) FILTER (WHERE d.state IS NULL AND o.state = 'DONE' AND o.updated_at < $4::timestamptz),
        count(*) FILTER (WHERE d.state IS NULL AND o.state = 'PENDING' AND o.available_at < $4::timestamptz)
 FROM notifications n
-LEFT JOIN outbox o ON o.notification_id = n.id
+LEFT JOIN outbox o ON o.notification_id = n.id AND o.notification_id > $2::text AND o.notification_id <= $3::text
 LEFT JOIN LATERAL (SELECT d.state FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
 WHERE n.id > $2::text AND n.id <= $3::text
 GROUP BY 1, 2`
 	// The findings of the page after $1 up to $2, at most $3 ($4 as above).
 	qReconcileMissingOutbox = `SELECT n.id, '', '', n.tenant, n.kind FROM notifications n
-WHERE n.id > $1::text AND n.id <= $2::text AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)
+WHERE n.id > $1::text AND n.id <= $2::text
+  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id AND o.notification_id > $1::text AND o.notification_id <= $2::text)
 ORDER BY n.id LIMIT $3::int`
-	qReconcileNoDelivery = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
-WHERE n.id > $1::text AND n.id <= $2::text AND o.state = 'DONE' AND o.updated_at < $4::timestamptz
-  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)
+	qReconcileNoDelivery = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind
+FROM notifications n JOIN outbox o ON o.notification_id = n.id AND o.notification_id > $1::text AND o.notification_id <= $2::text
+LEFT JOIN LATERAL (SELECT true AS found FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
+WHERE n.id > $1::text AND n.id <= $2::text AND o.state = 'DONE' AND o.updated_at < $4::timestamptz AND d.found IS NULL
 ORDER BY n.id, o.message_id LIMIT $3::int`
-	qReconcileUnknown = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
-JOIN deliveries d ON d.message_id = o.message_id
+	qReconcileUnknown = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind
+FROM notifications n JOIN outbox o ON o.notification_id = n.id AND o.notification_id > $1::text AND o.notification_id <= $2::text
+JOIN LATERAL (SELECT d.state FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
 WHERE n.id > $1::text AND n.id <= $2::text AND d.state = 'UNKNOWN'
 ORDER BY n.id, o.message_id LIMIT $3::int`
 

@@ -1,0 +1,70 @@
+package sqlite
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A reconciliation page searches its notifications by their key, their
+// outbox rows by notification and their deliveries by message id: no
+// statement of a page scans a table.
+func TestReconcilePagesSearchOnlyThePage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "herald.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, q := range []string{
+		`WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20000)
+INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
+SELECT printf('ntf_%08d', i), 't', 'r' || (i % 400), 'e' || i, 'k', 'transactional', '{}', 1000 * i FROM g`,
+		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
+SELECT id, id || '.webhook', tenant, lane, 'webhook', 'DONE', created_at, created_at, created_at FROM notifications`,
+		`INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, created_at, updated_at)
+SELECT message_id, notification_id, tenant, channel, 'PROVIDER_ACCEPTED', 1, created_at, created_at FROM outbox`,
+		`ANALYZE`,
+	} {
+		if _, err := s.wdb.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, last := "ntf_00005000", "ntf_00006000"
+	for name, q := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"Bound":         {qReconcileBound, []any{after, 1000}},
+		"Groups":        {qReconcileGroups, []any{0, after, last, 0}},
+		"MissingOutbox": {qReconcileMissingOutbox, []any{after, last, 100}},
+		"NoDelivery":    {qReconcileNoDelivery, []any{after, last, 100, 0}},
+		"Unknown":       {qReconcileUnknown, []any{after, last, 100}},
+	} {
+		rows, err := s.rdb.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q.sql, q.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			plan = append(plan, detail)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		rows.Close()
+		text := strings.Join(plan, "\n")
+		for _, line := range plan {
+			if strings.HasPrefix(line, "SCAN ") && !strings.HasPrefix(line, "SCAN (subquery") {
+				t.Errorf("%s scans a table (%s):\n%s", name, line, text)
+			}
+		}
+	}
+}
