@@ -120,6 +120,19 @@ type UnownedPage struct {
 	Done bool
 }
 
+// Add adds one row of a driver's find to the page: u if it has no owner;
+// its position as the next page's start if it is the last row examined;
+// examined is the find's count of rows examined.
+func (p *UnownedPage) Add(u Unowned, owned, last bool, examined int) {
+	p.Examined = examined
+	if last {
+		p.Next = u.Position()
+	}
+	if !owned {
+		p.Rows = append(p.Rows, u)
+	}
+}
+
 // Unowned is one row found waiting past its deadline with no owner. It
 // carries ids and states only, no personal data.
 type Unowned struct {

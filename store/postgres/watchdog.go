@@ -151,14 +151,9 @@ func (s *Store) UnownedFind(ctx context.Context, p store.UnownedFindParams) (sto
 			&owned, &last, &examined); err != nil {
 			return store.UnownedPage{}, s.fail(what, err)
 		}
-		u.Kind, u.At, page.Examined = p.Kind, utc(u.At), int(examined)
+		u.Kind, u.At = p.Kind, utc(u.At)
 		u.Lane, u.Channel, u.OutboxState = heraldtype.Lane(lane), heraldtype.Channel(ch), heraldtype.OutboxState(state)
-		if last {
-			page.Next = u.Position()
-		}
-		if !owned {
-			page.Rows = append(page.Rows, u)
-		}
+		page.Add(u, owned, last, int(examined))
 	}
 	if err := rows.Err(); err != nil {
 		return store.UnownedPage{}, s.fail(what, err)

@@ -2,12 +2,14 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/internal/testpg"
 )
@@ -73,39 +75,52 @@ FROM notifications`,
 		"redrive_outbox":  {qUnownedRedriveOutbox, []any{nil, []string{"n3"}, []string{"webhook"}, []int64{0}, []string{"DONE"}, []string{"retry_wait"}, []time.Time{now}}, []string{"outbox_pkey", "deliveries_message_id"}, false},
 		"redrive_sending": {qUnownedRedriveSending, []any{nil, []string{"n5.webhook"}, []time.Time{now}}, []string{"deliveries_message_id"}, false},
 	} {
-		execute, err := explainExecute(ctx, conn, "plan_watchdog_"+name, q.sql, q.args)
+		plans, err := bothPlans(ctx, conn, "plan_watchdog_"+name, q.sql, q.args)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		for _, how := range []struct{ kind, sql string }{
-			{"custom", "EXPLAIN " + q.sql},
-			{"generic", execute},
-		} {
-			var args []any
-			if how.kind == "custom" {
-				args = q.args
-			}
-			r, err := conn.Query(ctx, how.sql, args...)
-			if err != nil {
-				t.Fatalf("%s (%s plan): %v", name, how.kind, err)
-			}
-			plan, err := pgx.CollectRows(r, pgx.RowTo[string])
-			if err != nil {
-				t.Fatalf("%s (%s plan): read the plan: %v", name, how.kind, err)
-			}
-			text := strings.Join(plan, "\n")
-			t.Logf("%s (%s plan):\n%s", name, how.kind, text)
-			if how.kind == "generic" && q.bound && !strings.Contains(text, "$") {
+		for _, how := range []string{"custom", "generic"} {
+			text := plans[how]
+			t.Logf("%s (%s plan):\n%s", name, how, text)
+			if how == "generic" && q.bound && !strings.Contains(text, "$") {
 				t.Errorf("%s: the generic plan shows no parameter, so it is not generic:\n%s", name, text)
 			}
 			if strings.Contains(text, "Seq Scan on outbox") || strings.Contains(text, "Seq Scan on deliveries") {
-				t.Errorf("%s (%s plan) scans a table:\n%s", name, how.kind, text)
+				t.Errorf("%s (%s plan) scans a table:\n%s", name, how, text)
 			}
 			for _, index := range q.want {
 				if !strings.Contains(text, "using "+index+" on ") {
-					t.Errorf("%s (%s plan) is not driven by %s:\n%s", name, how.kind, index, text)
+					t.Errorf("%s (%s plan) is not driven by %s:\n%s", name, how, index, text)
 				}
 			}
 		}
 	}
+}
+
+// bothPlans returns, by "custom" and "generic", both plans a pooled
+// connection can run sql with args under: the custom one, planned with the
+// values (EXPLAIN with bind parameters), and the generic one its statement
+// cache settles on (prepared as name and run through explainExecute; conn
+// must be under plan_cache_mode force_generic_plan).
+func bothPlans(ctx context.Context, conn *pgxpool.Conn, name, sql string, args []any) (map[string]string, error) {
+	execute, err := explainExecute(ctx, conn, name, sql, args)
+	if err != nil {
+		return nil, err
+	}
+	plans := map[string]string{}
+	for how, q := range map[string]struct {
+		sql  string
+		args []any
+	}{"custom": {"EXPLAIN " + sql, args}, "generic": {execute, nil}} {
+		r, err := conn.Query(ctx, q.sql, q.args...)
+		if err != nil {
+			return nil, fmt.Errorf("%s plan: %w", how, err)
+		}
+		plan, err := pgx.CollectRows(r, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("%s plan: read the plan: %w", how, err)
+		}
+		plans[how] = strings.Join(plan, "\n")
+	}
+	return plans, nil
 }

@@ -115,19 +115,15 @@ func (s *Store) UnownedFind(ctx context.Context, p store.UnownedFindParams) (sto
 			at              int64
 			lane, ch, state string
 			owned, last     bool
+			examined        int
 		)
 		if err := rows.Scan(&u.MessageID, &at, &u.Tenant, &lane, &u.NotificationID, &ch, &state, &u.Token,
-			&owned, &last, &page.Examined); err != nil {
+			&owned, &last, &examined); err != nil {
 			return store.UnownedPage{}, fmt.Errorf("find unowned %s rows: %w", p.Kind, err)
 		}
 		u.Kind, u.At = p.Kind, fromMs(at)
 		u.Lane, u.Channel, u.OutboxState = heraldtype.Lane(lane), heraldtype.Channel(ch), heraldtype.OutboxState(state)
-		if last {
-			page.Next = u.Position()
-		}
-		if !owned {
-			page.Rows = append(page.Rows, u)
-		}
+		page.Add(u, owned, last, examined)
 	}
 	if err := rows.Err(); err != nil {
 		return store.UnownedPage{}, fmt.Errorf("find unowned %s rows: %w", p.Kind, err)
