@@ -29,9 +29,11 @@
 // and moves each one on through the normal path, never around it: the
 // outbox row goes back to PENDING, due now, with reason REDRIVEN and a fresh
 // fencing token (not counted as a failed dispatch attempt), so a claimer or
-// the relay offers it again and the sender decides as it always does. A
-// stale claim is turned UNKNOWN, exactly the stale sweep's write (the call
-// may have gone out: never resent). Each row moved is counted in
+// the relay offers it again and the sender decides as it always does (an
+// outbox row that EXPIRED is taken by no claim: the expiry sweep ends it
+// again, and its waiting delivery with it, SUPPRESSED(EXPIRED)). A stale
+// claim is turned UNKNOWN, exactly the stale sweep's write (the call may
+// have gone out: never resent). Each row moved is counted in
 // herald_watchdog_redriven_total{lane,kind} and raises a REDRIVEN alert
 // (message id, tenant, reason) — the row is fine now, but the normal path
 // failed somewhere and the goal is zero.

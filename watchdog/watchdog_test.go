@@ -103,9 +103,15 @@ func (w *world) watchdog(broker bool, leader func() bool) *watchdog.Watchdog {
 // notify creates a notification of kind pay and returns its message id.
 func (w *world) notify(t *testing.T) string {
 	t.Helper()
+	return w.notifyExpiring(t, nil)
+}
+
+// notifyExpiring is notify with an expires_at.
+func (w *world) notifyExpiring(t *testing.T, expires *time.Time) string {
+	t.Helper()
 	id := ids.New("ntf", w.clk.Now())
 	_, err := w.store.NotificationCreate(w.ctx, store.NotificationCreateParams{
-		Tenant: "t1", ID: id, Recipient: "r1", EventID: id, Kind: "pay", Lane: lane,
+		Tenant: "t1", ID: id, Recipient: "r1", EventID: id, Kind: "pay", Lane: lane, ExpiresAt: expires,
 		Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
 	})
 	if err != nil {
@@ -357,5 +363,35 @@ func TestRoundsGoOnWhereTheLastStopped(t *testing.T) {
 		if s := w.outboxState(t, id); s != heraldtype.OutboxPending {
 			t.Errorf("%s: outbox %s, want PENDING", id, s)
 		}
+	}
+}
+
+// A retry left behind an outbox row that EXPIRED (a database from before
+// the expiry sweep ended such retries itself): the re-drive puts the row
+// back to PENDING, no claim takes a row past its expires_at, and the expiry
+// sweep ends it again, now with its delivery, SUPPRESSED(EXPIRED). No call.
+func TestRedrivenExpiredRetryEndsWithTheExpiry(t *testing.T) {
+	t.Parallel()
+	w := open(t, "sqlite", time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
+	expires := w.clk.Now().Add(-time.Second)
+	id := w.notifyExpiring(t, &expires)
+	w.strand(t, id, heraldtype.OutboxExpired)
+	wd := w.watchdog(false, nil)
+	w.clk.Advance(wd.Config().RetryGrace + time.Millisecond)
+	wantRedriven(t, wd, w.ctx, store.UnownedRetryWait)
+	if rows, err := w.store.OutboxClaim(w.ctx, store.OutboxClaimParams{Lane: lane, Owner: "c", Limit: 1, Lease: time.Minute}); err != nil || len(rows) != 0 {
+		t.Fatalf("claimed %+v (%v): no claim takes a row past its expires_at", rows, err)
+	}
+	expired, err := w.store.OutboxExpire(w.ctx)
+	if err != nil || len(expired) != 1 || !expired[0].DeliveryEnded {
+		t.Fatalf("expiry %+v (%v), want the row expired again with its delivery ended", expired, err)
+	}
+	if d := w.delivery(t, id); d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonExpired {
+		t.Fatalf("delivery %s(%s), want SUPPRESSED(EXPIRED)", d.State, d.Reason)
+	}
+	w.clk.Advance(time.Hour)
+	wantNothing(t, wd, w.ctx, "after the expiry")
+	if n := w.sim.Total(); n != 0 {
+		t.Fatalf("%d provider calls, want none", n)
 	}
 }
