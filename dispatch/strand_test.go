@@ -8,13 +8,13 @@ package dispatch_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/storefault"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/sender"
@@ -188,63 +188,6 @@ func TestRecheckOfADeadClaimEndsAfterTheStaleSweep(t *testing.T) {
 	})
 }
 
-// lostRecord is the sender's store with the first result write committed
-// and its answer lost; then every result write of that attempt fails
-// (recordDown), or the row cannot be read back (getDown), until heal.
-type lostRecord struct {
-	store.Store
-	mu                           sync.Mutex
-	lost, recordDown, getDown    bool
-	recordFailures, readFailures int
-}
-
-var errConnReset = errors.New("connection reset by peer")
-
-func (l *lostRecord) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
-	l.mu.Lock()
-	first, down := !l.lost, l.recordDown && p.Attempt == 1
-	l.lost = true
-	if down {
-		l.recordFailures++
-	}
-	l.mu.Unlock()
-	switch {
-	case first:
-		if _, err := l.Store.DeliveryRecord(ctx, p); err != nil {
-			return store.RecordResult{}, err
-		}
-		return store.RecordResult{}, errConnReset
-	case down:
-		return store.RecordResult{}, errConnReset
-	}
-	return l.Store.DeliveryRecord(ctx, p)
-}
-
-func (l *lostRecord) DeliveryGet(ctx context.Context, id string) (store.Delivery, error) {
-	l.mu.Lock()
-	fail := l.lost && l.getDown
-	if fail {
-		l.readFailures++
-	}
-	l.mu.Unlock()
-	if fail {
-		return store.Delivery{}, errConnReset
-	}
-	return l.Store.DeliveryGet(ctx, id)
-}
-
-func (l *lostRecord) heal() {
-	l.mu.Lock()
-	l.recordDown, l.getDown = false, false
-	l.mu.Unlock()
-}
-
-func (l *lostRecord) failures() (records, reads int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.recordFailures, l.readFailures
-}
-
 // Path 3 on the db transport: a RETRY_WAIT write that committed and whose
 // answer was lost, for good or because the row could not be read back. The
 // write settled the outbox row with it (PENDING until the retry is due), so
@@ -252,19 +195,13 @@ func (l *lostRecord) failures() (records, reads int) {
 // stays PENDING; the retry is made once.
 func TestRetryWaitWrittenWithItsAnswerLostKeepsItsOutboxRow(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name                string
-		recordDown, getDown bool
-	}{
-		{"AnswerLostForGood", true, false},
-		{"ReadBackFails", false, true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range storefault.Unknown {
+		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
 			eachStore(t, func(t *testing.T, b bundle) {
 				_, release := b.holdFirstCall(t, provider.NotSentOutcome("HTTP_429", 0))
 				release() // not held: the first call is a definite non-send
-				seam := &lostRecord{Store: b.store, recordDown: c.recordDown, getDown: c.getDown}
+				seam := storefault.LoseRecord(b.store, c.Options)
 				snd := sender.New(sender.Config{Store: seam, Providers: b.reg, Catalog: b.cat, Clock: b.clk, Owner: "a",
 					Alerts: b.alerts, StoreRetry: 100 * time.Millisecond, RecordTimeout: 100 * time.Millisecond})
 				recorded := make(chan sender.Result, 2) // one per attempt
@@ -274,7 +211,7 @@ func TestRetryWaitWrittenWithItsAnswerLostKeepsItsOutboxRow(t *testing.T) {
 				id := b.notify(t, "pay", lane)
 				res := testenv.Recv(t, recorded, "the result write to be given up")
 				testenv.WaitFor(t, "the claimer to settle", testenv.Patience, func() bool { return len(log.get()) == 1 })
-				if records, reads := seam.failures(); records+reads == 0 {
+				if records, reads := seam.Failures(); records+reads == 0 {
 					t.Fatal("no write or read failed after the lost answer; the test proves nothing")
 				}
 				if res.Verdict != sender.Retry {
@@ -284,7 +221,7 @@ func TestRetryWaitWrittenWithItsAnswerLostKeepsItsOutboxRow(t *testing.T) {
 				if e.OutboxState != heraldtype.OutboxPending || e.Delivery.State != heraldtype.DeliveryRetryWait {
 					t.Fatalf("outbox %s, delivery %+v; want PENDING and RETRY_WAIT", e.OutboxState, e.Delivery)
 				}
-				seam.heal()
+				seam.Heal()
 				b.clk.Advance(e.AvailableAt.Sub(b.clk.Now()))
 				testenv.WaitFor(t, "the second attempt", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
 				b.wantSentOnceMore(t, id)

@@ -8,7 +8,6 @@ package rabbitmq_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,11 +15,11 @@ import (
 
 	"github.com/heraldhq/herald/broker/rabbitmq"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/storefault"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/sender"
-	"github.com/heraldhq/herald/store"
 )
 
 // settle is what a consumer did with one message.
@@ -100,68 +99,18 @@ func TestRedeliveryThatFindsAClaimKeepsItsCopy(t *testing.T) {
 	e.wantSentOnceMore(t, id, calls)
 }
 
-// lostRecord is the sender's store with the first result write committed
-// and its answer lost; then every result write of that attempt fails
-// (recordDown), or the row cannot be read back (getDown), until heal.
-type lostRecord struct {
-	store.Store
-	mu                        sync.Mutex
-	lost, recordDown, getDown bool
-}
-
-var errConnReset = errors.New("connection reset by peer")
-
-func (l *lostRecord) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
-	l.mu.Lock()
-	first, down := !l.lost, l.recordDown && p.Attempt == 1
-	l.lost = true
-	l.mu.Unlock()
-	switch {
-	case first:
-		if _, err := l.Store.DeliveryRecord(ctx, p); err != nil {
-			return store.RecordResult{}, err
-		}
-		return store.RecordResult{}, errConnReset
-	case down:
-		return store.RecordResult{}, errConnReset
-	}
-	return l.Store.DeliveryRecord(ctx, p)
-}
-
-func (l *lostRecord) DeliveryGet(ctx context.Context, id string) (store.Delivery, error) {
-	l.mu.Lock()
-	fail := l.lost && l.getDown
-	l.mu.Unlock()
-	if fail {
-		return store.Delivery{}, errConnReset
-	}
-	return l.Store.DeliveryGet(ctx, id)
-}
-
-func (l *lostRecord) heal() {
-	l.mu.Lock()
-	l.recordDown, l.getDown = false, false
-	l.mu.Unlock()
-}
-
 // Path 3: a RETRY_WAIT write that committed and whose answer was lost, for
 // good or because the row could not be read back. Nothing else holds a
 // copy of the message: the consumer must send its own to the retry queue.
 func TestRetryWaitWrittenWithItsAnswerLostGoesToTheRetryQueue(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name                string
-		recordDown, getDown bool
-	}{
-		{"AnswerLostForGood", true, false},
-		{"ReadBackFails", false, true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range storefault.Unknown {
+		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t, options{})
 			_, release, calls := e.firstCallNotSent()
 			release() // not held
-			seam := &lostRecord{Store: e.store, recordDown: c.recordDown, getDown: c.getDown}
+			seam := storefault.LoseRecord(e.store, c.Options)
 			snd := e.sender(t)
 			snd.Store, snd.RecordTimeout = seam, 100*time.Millisecond
 			hooks, settled := settles()
@@ -176,7 +125,7 @@ func TestRetryWaitWrittenWithItsAnswerLostGoesToTheRetryQueue(t *testing.T) {
 			if d := e.delivery(t, id); d.State != heraldtype.DeliveryRetryWait {
 				t.Fatalf("delivery %+v, want the committed RETRY_WAIT", d)
 			}
-			seam.heal()
+			seam.Heal()
 			e.wantSentOnceMore(t, id, calls)
 		})
 	}
