@@ -81,6 +81,10 @@ var Kinds = func() []string {
 	return k
 }()
 
+// DefaultDuty is the share of a run's time spent in the database unless
+// Config.Duty says otherwise.
+const DefaultDuty = 0.25
+
 // Store is what a run reads and writes.
 type Store interface {
 	store.Reconciler
@@ -115,7 +119,7 @@ type Config struct {
 	Keep int
 	// Duty is the share of a run's time spent in the database: after each
 	// page the count pauses for the page's time × (1/Duty − 1). 1 never
-	// pauses. Defaults to 0.25.
+	// pauses. Defaults to DefaultDuty, 0.25.
 	Duty float64
 	// RunBy names who runs it in the report: "server <owner>", "cli <user>".
 	RunBy string
@@ -164,7 +168,7 @@ func New(cfg Config) *Reconciler {
 		cfg.Keep = 100
 	}
 	if cfg.Duty <= 0 || cfg.Duty > 1 {
-		cfg.Duty = 0.25
+		cfg.Duty = DefaultDuty
 	}
 	return &Reconciler{Config: cfg}
 }
@@ -271,10 +275,14 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 // pace pauses after a page so that the count spends Duty of its time in
 // the database.
 func (r *Reconciler) pace(ctx context.Context, took time.Duration) error {
-	if r.Duty >= 1 {
+	duty := r.Duty
+	switch {
+	case duty >= 1:
 		return nil
+	case duty <= 0:
+		duty = DefaultDuty
 	}
-	if !clock.Sleep(ctx, time.Duration(float64(took)*(1/r.Duty-1))) {
+	if !clock.Sleep(ctx, time.Duration(float64(took)*(1/duty-1))) {
 		return ctx.Err()
 	}
 	return nil
