@@ -96,6 +96,12 @@ RETURNING o.message_id, o.lane`
 	qReconcileRunLast   = `SELECT id, started_at, finished_at, report::text FROM reconcile_runs ORDER BY id DESC LIMIT 1`
 )
 
+// reconcileQueries are a count's statements.
+var reconcileQueries = reconcilewalk.Queries{
+	Bound: qReconcileBound, Groups: qReconcileGroups,
+	MissingOutbox: qReconcileMissingOutbox, NoDelivery: qReconcileNoDelivery, Unknown: qReconcileUnknown,
+}
+
 // ReconcileCount counts every notification's planned sends in one
 // read-only snapshot.
 func (s *Store) ReconcileCount(ctx context.Context, p store.ReconcileCountParams) (store.ReconcileCounts, error) {
@@ -112,43 +118,18 @@ func (s *Store) ReconcileCount(ctx context.Context, p store.ReconcileCountParams
 		return store.ReconcileCounts{}, s.fail("reconcile: read now", err)
 	}
 	now = now.UTC()
-	c, err := reconcilewalk.Walk(ctx, p, now, &reconcilePages{tx: tx, now: now, handedOff: now.Add(-p.Grace)})
+	query := func(ctx context.Context, q string, args ...any) (reconcilewalk.Rows, func(), error) {
+		rows, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return rows, rows.Close, nil
+	}
+	c, err := reconcilewalk.Walk(ctx, p, now, reconcilewalk.NewPages(query, reconcileQueries, now, now.Add(-p.Grace)))
 	if err != nil {
 		return store.ReconcileCounts{}, s.fail("reconcile", err)
 	}
 	return c, nil
-}
-
-// reconcilePages runs a count's statements in its snapshot.
-type reconcilePages struct {
-	tx             pgx.Tx
-	now, handedOff time.Time
-}
-
-func (r *reconcilePages) Bound(ctx context.Context, after string, n int) (string, int64, error) {
-	var last string
-	var count int64
-	err := r.tx.QueryRow(ctx, qReconcileBound, after, n).Scan(&last, &count)
-	return last, count, err
-}
-
-func (r *reconcilePages) Groups(ctx context.Context, after, last string) ([]reconcilewalk.Group, error) {
-	rows, err := r.tx.Query(ctx, qReconcileGroups, r.now, after, last, r.handedOff)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return reconcilewalk.ScanGroups(rows)
-}
-
-func (r *reconcilePages) Sample(ctx context.Context, f reconcilewalk.Finding, after, last string, limit int) ([]store.ReconcileFinding, error) {
-	q, args := reconcilewalk.SampleQuery(f, qReconcileMissingOutbox, qReconcileNoDelivery, qReconcileUnknown, after, last, limit, r.handedOff)
-	rows, err := r.tx.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return reconcilewalk.ScanFindings(rows)
 }
 
 // ReconcileOutboxRecreate writes the planned sends of a notification that

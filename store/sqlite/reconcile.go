@@ -66,6 +66,12 @@ RETURNING lane`
 	qReconcileRunLast   = `SELECT id, started_at, finished_at, report FROM reconcile_runs ORDER BY id DESC LIMIT 1`
 )
 
+// reconcileQueries are a count's statements.
+var reconcileQueries = reconcilewalk.Queries{
+	Bound: qReconcileBound, Groups: qReconcileGroups,
+	MissingOutbox: qReconcileMissingOutbox, NoDelivery: qReconcileNoDelivery, Unknown: qReconcileUnknown,
+}
+
 // ReconcileCount counts every notification's planned sends in one read
 // transaction.
 func (s *Store) ReconcileCount(ctx context.Context, p store.ReconcileCountParams) (store.ReconcileCounts, error) {
@@ -75,44 +81,18 @@ func (s *Store) ReconcileCount(ctx context.Context, p store.ReconcileCountParams
 	}
 	defer tx.Rollback()
 	now := s.clock.Now()
-	pg := &reconcilePages{tx: tx, now: ms(now), handedOff: ms(now.Add(-p.Grace))}
-	c, err := reconcilewalk.Walk(ctx, p, now, pg)
+	query := func(ctx context.Context, q string, args ...any) (reconcilewalk.Rows, func(), error) {
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return rows, func() { rows.Close() }, nil
+	}
+	c, err := reconcilewalk.Walk(ctx, p, now, reconcilewalk.NewPages(query, reconcileQueries, ms(now), ms(now.Add(-p.Grace))))
 	if err != nil {
 		return store.ReconcileCounts{}, err
 	}
 	return c, nil
-}
-
-// reconcilePages runs a count's statements in its read transaction.
-type reconcilePages struct {
-	tx             *sql.Tx
-	now, handedOff int64
-}
-
-func (r *reconcilePages) Bound(ctx context.Context, after string, n int) (string, int64, error) {
-	var last string
-	var count int64
-	err := r.tx.QueryRowContext(ctx, qReconcileBound, after, n).Scan(&last, &count)
-	return last, count, err
-}
-
-func (r *reconcilePages) Groups(ctx context.Context, after, last string) ([]reconcilewalk.Group, error) {
-	rows, err := r.tx.QueryContext(ctx, qReconcileGroups, r.now, after, last, r.handedOff)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return reconcilewalk.ScanGroups(rows)
-}
-
-func (r *reconcilePages) Sample(ctx context.Context, f reconcilewalk.Finding, after, last string, limit int) ([]store.ReconcileFinding, error) {
-	q, args := reconcilewalk.SampleQuery(f, qReconcileMissingOutbox, qReconcileNoDelivery, qReconcileUnknown, after, last, limit, r.handedOff)
-	rows, err := r.tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return reconcilewalk.ScanFindings(rows)
 }
 
 // ReconcileOutboxRecreate writes the planned sends of a notification that

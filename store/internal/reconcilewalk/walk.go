@@ -3,11 +3,13 @@
 // a page at a time, inside the driver's read-only snapshot, adds each
 // page's groups to the counts and, only for a page that found something,
 // reads that page's findings up to the sample size. The drivers supply the
-// SQL (Pages); the loop, the sampling rule and the pacing are written once.
+// SQL and how to run it in their snapshot (NewPages); the loop, the
+// sampling rule and the pacing are written once.
 package reconcilewalk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -139,15 +141,66 @@ func ScanFindings(rows Rows) ([]store.ReconcileFinding, error) {
 	return out, rows.Err()
 }
 
-// SampleQuery picks a driver's query for f and its arguments: after, last
-// and limit, and for NoDelivery the hand-off threshold too.
-func SampleQuery(f Finding, missingOutbox, noDelivery, unknown string, after, last string, limit int, handedOff any) (string, []any) {
-	args := []any{after, last, limit}
+// Queries are a driver's statements for a page, each with the parameters
+// its driver's doc says: Bound (after, n), Groups (now, after, last,
+// handed-off threshold), and the findings' MissingOutbox and Unknown
+// (after, last, limit) and NoDelivery (after, last, limit, threshold).
+type Queries struct {
+	Bound, Groups, MissingOutbox, NoDelivery, Unknown string
+}
+
+// QueryFunc runs q with args in the count's snapshot and returns its rows
+// and how to release them.
+type QueryFunc func(ctx context.Context, q string, args ...any) (rows Rows, release func(), err error)
+
+// NewPages returns the Pages a driver's queries read through query, with
+// now and the hand-off threshold (now minus the grace) in the driver's
+// types.
+func NewPages(query QueryFunc, qs Queries, now, handedOff any) Pages {
+	return &sqlPages{query: query, qs: qs, now: now, handedOff: handedOff}
+}
+
+type sqlPages struct {
+	query          QueryFunc
+	qs             Queries
+	now, handedOff any
+}
+
+func (p *sqlPages) Bound(ctx context.Context, after string, n int) (string, int64, error) {
+	rows, release, err := p.query(ctx, p.qs.Bound, after, n)
+	if err != nil {
+		return "", 0, err
+	}
+	defer release()
+	var last string
+	var count int64
+	if rows.Next() {
+		err = rows.Scan(&last, &count)
+	}
+	return last, count, errors.Join(err, rows.Err())
+}
+
+func (p *sqlPages) Groups(ctx context.Context, after, last string) ([]Group, error) {
+	rows, release, err := p.query(ctx, p.qs.Groups, p.now, after, last, p.handedOff)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return ScanGroups(rows)
+}
+
+func (p *sqlPages) Sample(ctx context.Context, f Finding, after, last string, limit int) ([]store.ReconcileFinding, error) {
+	q, args := p.qs.Unknown, []any{after, last, limit}
 	switch f {
 	case MissingOutbox:
-		return missingOutbox, args
+		q = p.qs.MissingOutbox
 	case NoDelivery:
-		return noDelivery, append(args, handedOff)
+		q, args = p.qs.NoDelivery, append(args, p.handedOff)
 	}
-	return unknown, args
+	rows, release, err := p.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return ScanFindings(rows)
 }
