@@ -358,35 +358,6 @@ func (w *Watchdog) raise(ctx context.Context, a alert.Alert) {
 	w.cfg.Alerts.Alert(ctx, a)
 }
 
-// Count counts, without moving anything, the rows of every kind that have
-// no owner now, paging each kind from the start with the watchdog's graces:
-// what reconciliation reports as unowned.
-func (w *Watchdog) Count(ctx context.Context) (map[store.UnownedKind]int, error) {
-	return Count(ctx, w.cfg.Store, w.cfg)
-}
-
-// Count is Watchdog.Count for a store and a configuration (with its
-// defaults filled).
-func Count(ctx context.Context, st store.Watchdog, cfg Config) (map[store.UnownedKind]int, error) {
-	cfg = cfg.WithDefaults()
-	out := map[store.UnownedKind]int{}
-	for _, kind := range store.UnownedKinds {
-		var pos store.UnownedPosition
-		for {
-			page, err := st.UnownedFind(ctx, store.UnownedFindParams{Kind: kind, Grace: cfg.Grace(kind), After: pos, Limit: max(cfg.Batch, 10000)})
-			if err != nil {
-				return nil, fmt.Errorf("count unowned %s rows: %w", kind, err)
-			}
-			out[kind] += len(page.Rows)
-			pos = page.Next
-			if page.Done {
-				break
-			}
-		}
-	}
-	return out, nil
-}
-
 func total(m map[store.UnownedKind]int) int {
 	n := 0
 	for _, v := range m {
