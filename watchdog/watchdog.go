@@ -112,15 +112,15 @@ const (
 
 // The reasons of REDRIVEN alerts: what the watchdog found.
 const (
-	ReasonRetryWaitUnowned   = "RETRY_WAIT_UNOWNED"    // retry_wait
-	ReasonPublishedUndeliver = "PUBLISHED_NO_DELIVERY" // published
-	ReasonStaleClaimUnswept  = "STALE_CLAIM_UNSWEPT"   // sending
-	ReasonLeaseUnreclaimed   = "LEASE_UNRECLAIMED"     // lease
+	ReasonRetryWaitUnowned    = "RETRY_WAIT_UNOWNED"    // retry_wait
+	ReasonPublishedNoDelivery = "PUBLISHED_NO_DELIVERY" // published
+	ReasonStaleClaimUnswept   = "STALE_CLAIM_UNSWEPT"   // sending
+	ReasonLeaseUnreclaimed    = "LEASE_UNRECLAIMED"     // lease
 )
 
 var reasons = map[store.UnownedKind]string{
 	store.UnownedRetryWait: ReasonRetryWaitUnowned,
-	store.UnownedPublished: ReasonPublishedUndeliver,
+	store.UnownedPublished: ReasonPublishedNoDelivery,
 	store.UnownedSending:   ReasonStaleClaimUnswept,
 	store.UnownedLease:     ReasonLeaseUnreclaimed,
 }

@@ -243,11 +243,11 @@ func TestRoundRedrivesCountsAndAlertsEachKind(t *testing.T) {
 		t.Fatalf("round %+v, want one of each kind found and moved on", r)
 	}
 	wantAlerts := map[alert.Alert]int{
-		{Kind: alert.Redriven, MessageID: retry, Tenant: "t1", Reason: watchdog.ReasonRetryWaitUnowned}:       1,
-		{Kind: alert.Redriven, MessageID: published, Tenant: "t1", Reason: watchdog.ReasonPublishedUndeliver}: 1,
-		{Kind: alert.Redriven, MessageID: stale, Tenant: "t1", Reason: watchdog.ReasonStaleClaimUnswept}:      1,
-		{Kind: alert.StaleClaim, MessageID: stale, Tenant: "t1", Reason: heraldtype.ReasonStaleClaim}:         1,
-		{Kind: alert.Redriven, MessageID: leased, Tenant: "t1", Reason: watchdog.ReasonLeaseUnreclaimed}:      1,
+		{Kind: alert.Redriven, MessageID: retry, Tenant: "t1", Reason: watchdog.ReasonRetryWaitUnowned}:        1,
+		{Kind: alert.Redriven, MessageID: published, Tenant: "t1", Reason: watchdog.ReasonPublishedNoDelivery}: 1,
+		{Kind: alert.Redriven, MessageID: stale, Tenant: "t1", Reason: watchdog.ReasonStaleClaimUnswept}:       1,
+		{Kind: alert.StaleClaim, MessageID: stale, Tenant: "t1", Reason: heraldtype.ReasonStaleClaim}:          1,
+		{Kind: alert.Redriven, MessageID: leased, Tenant: "t1", Reason: watchdog.ReasonLeaseUnreclaimed}:       1,
 	}
 	gotAlerts := map[alert.Alert]int{}
 	for _, a := range w.alerts.Alerts() {
