@@ -256,7 +256,7 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); sw.Run(work) }()
 	// The watchdog moves on what the sweeps and the transport left without
-	// an owner; leader-only like the sweeps, on their interval.
+	// an owner; leader-only like the sweeps.
 	wdc := watchdogConfig(a.cfg)
 	wdc.Store, wdc.IsLeader, wdc.Logger, wdc.Alerts, wdc.Metrics = a.store, isLeader, a.logger, a.alerts, a.metrics
 	wd := watchdog.New(wdc)

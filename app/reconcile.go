@@ -15,11 +15,12 @@ import (
 )
 
 // watchdogConfig is the watchdog configuration cfg asks for, without its
-// wiring: its interval and, through the transport and stale_claim_after,
-// its graces, which reconciliation counts with too.
+// wiring: its interval and its graces, which reconciliation counts with
+// too.
 func watchdogConfig(cfg *config.Config) watchdog.Config {
 	return watchdog.Config{
-		Interval: cfg.SweepInterval.D(), Broker: cfg.Transport == "rabbitmq", StaleClaimAfter: cfg.StaleClaimAfter.D(),
+		Interval: cfg.WatchdogInterval.D(), Broker: cfg.Transport == "rabbitmq", StaleClaimAfter: cfg.StaleClaimAfter.D(),
+		RetryGrace: cfg.WatchdogRetryGrace.D(), PublishedGrace: cfg.WatchdogPublishedGrace.D(), SweepGrace: cfg.WatchdogSweepGrace.D(),
 	}
 }
 

@@ -34,7 +34,7 @@ func TestServerWatchdogRedrivesAStrandedRetry(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "herald.db")
 	cfg := config.Dev()
 	cfg.Database = "sqlite:" + path
-	cfg.SweepInterval = config.Duration(20 * time.Millisecond)
+	cfg.WatchdogInterval = config.Duration(20 * time.Millisecond)
 	cfg.PollInterval = config.Duration(20 * time.Millisecond)
 	// Reconciliation re-drives what it finds too; here it runs only at the
 	// start, before the row is past its grace (waited for below), so the

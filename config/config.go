@@ -70,6 +70,26 @@ type Config struct {
 	// SweepInterval is how often the sweeps (stale claims, expired leases,
 	// expired idempotency keys, expired rows) run. Defaults to 1 minute.
 	SweepInterval Duration `yaml:"sweep_interval"`
+	// WatchdogInterval is how often the leader's watchdog (package
+	// watchdog) looks for rows past their deadline with no owner and
+	// re-drives them. Defaults to 1 minute.
+	WatchdogInterval Duration `yaml:"watchdog_interval"`
+	// WatchdogRetryGrace is how long past its next attempt time a delivery
+	// waiting in RETRY_WAIT, whose outbox row will not offer it again, may
+	// still have a copy on its way before the watchdog re-drives it: with
+	// rabbitmq a copy can wait up to the longest retry tier (30 minutes)
+	// and then its turn in a slow lane. Defaults to 5 minutes, or 1 hour
+	// with transport rabbitmq.
+	WatchdogRetryGrace Duration `yaml:"watchdog_retry_grace"`
+	// WatchdogPublishedGrace is how long after its publication a PUBLISHED
+	// outbox row may wait for its delivery row (its copy in a slow lane)
+	// before the watchdog re-drives it. Defaults to 1 hour.
+	WatchdogPublishedGrace Duration `yaml:"watchdog_published_grace"`
+	// WatchdogSweepGrace is how long past the sweeps' own thresholds (a
+	// SENDING claim's stale_claim_after, the end of a lease) the watchdog
+	// leaves a row to them before it settles it itself. Defaults to 5
+	// minutes.
+	WatchdogSweepGrace Duration `yaml:"watchdog_sweep_grace"`
 	// IdempotencyTTL is how long an Idempotency-Key is remembered. Defaults to 24 hours.
 	IdempotencyTTL Duration `yaml:"idempotency_ttl"`
 	// Retry is the schedule for definite non-sends. Defaults: 2 quick tries
@@ -556,6 +576,13 @@ func (c *Config) WithDefaults() *Config {
 	def(&c.Lease, time.Minute)
 	def(&c.PollInterval, 500*time.Millisecond)
 	def(&c.SweepInterval, time.Minute)
+	def(&c.WatchdogInterval, time.Minute)
+	if c.Transport == "rabbitmq" {
+		def(&c.WatchdogRetryGrace, time.Hour)
+	}
+	def(&c.WatchdogRetryGrace, 5*time.Minute)
+	def(&c.WatchdogPublishedGrace, time.Hour)
+	def(&c.WatchdogSweepGrace, 5*time.Minute)
 	def(&c.IdempotencyTTL, 24*time.Hour)
 	def(&c.ShutdownTimeout, 25*time.Second)
 	def(&c.ReconcileInterval, time.Hour)
@@ -690,6 +717,8 @@ func (c *Config) Validate() error {
 	}{
 		{"stale_claim_after", c.StaleClaimAfter}, {"lease", c.Lease}, {"poll_interval", c.PollInterval},
 		{"sweep_interval", c.SweepInterval}, {"idempotency_ttl", c.IdempotencyTTL},
+		{"watchdog_interval", c.WatchdogInterval}, {"watchdog_retry_grace", c.WatchdogRetryGrace},
+		{"watchdog_published_grace", c.WatchdogPublishedGrace}, {"watchdog_sweep_grace", c.WatchdogSweepGrace},
 		{"shutdown_timeout", c.ShutdownTimeout}, {"reconcile_interval", c.ReconcileInterval}, {"retry.quick_delay", c.Retry.QuickDelay},
 		{"retry.slow_delay", c.Retry.SlowDelay},
 	} {
