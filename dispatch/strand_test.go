@@ -152,9 +152,9 @@ func TestRecheckOfADeadClaimEndsAfterTheStaleSweep(t *testing.T) {
 			t.Fatalf("reclaimed %d (%v)", n, err)
 		}
 		log := &settleLog{Outbox: b.store}
-		run(t, b.claimerAs("b", log, b.sender(sender.Hooks{})))
+		stop := run(t, b.claimerAs("b", log, b.sender(sender.Hooks{})))
 		const staleAfter = 10 * time.Minute
-		for n := 1; b.clk.Now().Before(claimedAt.Add(staleAfter)); n++ {
+		for n := 1; ; n++ {
 			testenv.WaitFor(t, "a recheck", testenv.Patience, func() bool { return len(log.get()) == n })
 			e := b.entry(t, id)
 			if e.OutboxState != heraldtype.OutboxPending || e.Delivery.State != heraldtype.DeliverySending {
@@ -163,16 +163,25 @@ func TestRecheckOfADeadClaimEndsAfterTheStaleSweep(t *testing.T) {
 			if wait := e.AvailableAt.Sub(b.clk.Now()); wait < sender.MinRecheck || wait > sender.MaxRecheck {
 				t.Fatalf("recheck %d due in %s, want %s..%s", n, wait, sender.MinRecheck, sender.MaxRecheck)
 			}
-			b.clk.Advance(e.AvailableAt.Sub(b.clk.Now()))
 			if n > 20 {
 				t.Fatalf("%d rechecks before the claim could be stale", n)
 			}
+			if !e.AvailableAt.Before(claimedAt.Add(staleAfter)) {
+				// The next recheck comes when the claim may be stale: the
+				// stale sweep runs first (the claimer is stopped meanwhile,
+				// so that it cannot take the row before the sweep).
+				stop()
+				b.clk.Advance(e.AvailableAt.Sub(b.clk.Now()) + time.Second)
+				break
+			}
+			b.clk.Advance(e.AvailableAt.Sub(b.clk.Now()))
 		}
 		// The stale sweep ends the claim; the next recheck finishes the row.
 		stale, err := b.store.DeliverySweepStale(b.ctx, staleAfter)
 		if err != nil || len(stale) != 1 {
 			t.Fatalf("stale sweep: %v (%v)", stale, err)
 		}
+		run(t, b.claimerAs("b", log, b.sender(sender.Hooks{})))
 		testenv.WaitFor(t, "the recheck after the sweep", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
 		if d := b.entry(t, id).Delivery; d.State != heraldtype.DeliveryUnknown || d.Reason != heraldtype.ReasonStaleClaim {
 			t.Fatalf("delivery %+v, want UNKNOWN STALE_CLAIM", d)
