@@ -126,6 +126,7 @@ const (
 	ReasonGatePaused             = "GATE_PAUSED"
 
 	ReasonClaimExpired     = "CLAIM_EXPIRED"    // an outbox lease ran out
+	ReasonClaimHeld        = "CLAIM_HELD"       // a recheck: another copy's claim (or a crash's) held the delivery SENDING
 	ReasonStaleClaim       = "STALE_CLAIM"      // SENDING for longer than stale_claim_after
 	ReasonExpired          = "EXPIRED"          // expires_at passed
 	ReasonUnknownKind      = "UNKNOWN_KIND"     // the kind is no longer configured

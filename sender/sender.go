@@ -369,7 +369,7 @@ func (s *Sender) existing(d store.Delivery) (Result, bool) {
 		// of the message can carry out, and may have lost its own (a lease
 		// that ran out, a dropped broker connection): keep this copy and
 		// look again later.
-		return s.recheck(d.ClaimedAt, ReasonClaimHeld), true
+		return s.recheck(d.ClaimedAt, heraldtype.ReasonClaimHeld), true
 	}
 	// Terminal: this copy has nothing to do.
 	return Result{Verdict: Done, State: d.State, Reason: d.Reason}, true
@@ -380,10 +380,6 @@ const (
 	MinRecheck = time.Second
 	MaxRecheck = time.Minute
 )
-
-// ReasonClaimHeld is the reason of a recheck: the delivery was SENDING,
-// claimed by another copy or left by a crash.
-const ReasonClaimHeld = "CLAIM_HELD"
 
 // recheck is the answer for a copy that cannot know yet what became of the
 // claim made at claimedAt: offer it again after as long as the claim is

@@ -172,7 +172,7 @@ func TestTwoCopiesPastThePeekMakeOneCall(t *testing.T) {
 		t.Fatalf("winner %+v, want Done PROVIDER_ACCEPTED", winner)
 	}
 	// The loser keeps its copy: the winner might still have needed it.
-	if loser.Verdict != sender.Retry || loser.State != heraldtype.DeliverySending || loser.Reason != sender.ReasonClaimHeld || loser.Delay != sender.MinRecheck {
+	if loser.Verdict != sender.Retry || loser.State != heraldtype.DeliverySending || loser.Reason != heraldtype.ReasonClaimHeld || loser.Delay != sender.MinRecheck {
 		t.Fatalf("loser %+v, want a recheck in %s while SENDING", loser, sender.MinRecheck)
 	}
 	if again := snd.Send(b.ctx, j); again.Verdict != sender.Done || again.State != heraldtype.DeliveryProviderAccepted {

@@ -128,7 +128,7 @@ func TestClaimWhoseAnswerWasLostIsNeverCalled(t *testing.T) {
 	}
 	fs.heal()
 	snd.Store = fs
-	if r := snd.Send(b.ctx, j); r.Verdict != sender.Retry || r.State != heraldtype.DeliverySending || r.Reason != sender.ReasonClaimHeld {
+	if r := snd.Send(b.ctx, j); r.Verdict != sender.Retry || r.State != heraldtype.DeliverySending || r.Reason != heraldtype.ReasonClaimHeld {
 		t.Fatalf("offered again: %+v, want a recheck while SENDING", r)
 	}
 	sweepStale(t, snd, b, j, readmeStaleClaimAfter)
@@ -184,7 +184,7 @@ func TestResultNotWrittenFor30sStaysSendingThenBecomesUnknown(t *testing.T) {
 	fs.heal()
 	// Copies that come meanwhile (the recheck, a redelivery, a second
 	// process) find the claim, leave it, and look again later.
-	if r := snd.Send(b.ctx, j); r.Verdict != sender.Retry || r.State != heraldtype.DeliverySending || r.Reason != sender.ReasonClaimHeld {
+	if r := snd.Send(b.ctx, j); r.Verdict != sender.Retry || r.State != heraldtype.DeliverySending || r.Reason != heraldtype.ReasonClaimHeld {
 		t.Fatalf("a copy before the sweep: %+v, want a recheck while SENDING", r)
 	}
 	sweepStale(t, snd, b, j, readmeStaleClaimAfter)

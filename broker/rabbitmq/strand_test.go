@@ -88,7 +88,7 @@ func TestRedeliveryThatFindsAClaimKeepsItsCopy(t *testing.T) {
 	// reconnect; A cannot until its send returns): B gets the message.
 	testmq.CloseConnections(t, e.url)
 	b := testenv.Recv(t, settledB, "consumer B to settle the redelivered copy")
-	if b.action != rabbitmq.ActionRetryQueued || b.res.State != heraldtype.DeliverySending || b.res.Reason != sender.ReasonClaimHeld {
+	if b.action != rabbitmq.ActionRetryQueued || b.res.State != heraldtype.DeliverySending || b.res.Reason != heraldtype.ReasonClaimHeld {
 		t.Fatalf("B found %+v and %s its copy; want a recheck in the retry queue", b.res, b.action)
 	}
 
