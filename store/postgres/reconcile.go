@@ -15,16 +15,20 @@ import (
 // Reconciliation (store.Reconciler). A count is one REPEATABLE READ, READ
 // ONLY transaction, so every page sees the same snapshot; each page is a
 // handful of statements over up to Page notifications, walked by their
-// primary key: the page's outbox rows through a range of the outbox key
-// (notification_id, channel), merged with the notifications' (the range is
-// spelled out on outbox too, or the planner, pricing index reads as disk
-// reads, scans the whole outbox to hash it for every page), and their
-// deliveries through deliveries_message_id, one probe per planned send
-// (LATERAL … LIMIT 1 keeps that a nested loop). The cost of a page grows
-// with the page, not with the tables. Parallel workers and JIT are off for
-// the transaction: the count is background work of small statements and
-// should take one backend, not several, from intake. The plans are held in
-// reconcile_plan_test.go.
+// primary key, each notification's outbox rows read by one probe of the
+// outbox key (notification_id, channel) and each planned send's delivery
+// by one probe of deliveries_message_id. The probes are LATERAL
+// subqueries with OFFSET 0 or LIMIT, which the planner cannot flatten into
+// joins it would then plan by its estimates: with fresh statistics it
+// hashes the whole outbox for every page (it prices cached index reads as
+// disk reads), and for a page of rows inserted since the last ANALYZE,
+// estimated at one row, it scans the page's whole outbox range once per
+// notification (a join filter, not an index condition: a page of 10,000
+// took minutes). A probe per row costs the same whatever the estimates: a
+// page grows with the page, not with the tables or the statistics.
+// Parallel workers and JIT are off for the transaction: the count is
+// background work of small statements and should take one backend, not
+// several, from intake. The plans are held in reconcile_plan_test.go.
 const (
 	// qReconcileNow is the snapshot's now.
 	qReconcileNow = `SELECT coalesce($1::timestamptz, now())`
@@ -39,22 +43,24 @@ const (
        count(*) FILTER (WHERE d.state IS NULL AND o.state = 'DONE' AND o.updated_at < $4::timestamptz),
        count(*) FILTER (WHERE d.state IS NULL AND o.state = 'PENDING' AND o.available_at < $4::timestamptz)
 FROM notifications n
-LEFT JOIN outbox o ON o.notification_id = n.id AND o.notification_id > $2::text AND o.notification_id <= $3::text
+LEFT JOIN LATERAL (SELECT o.state, o.message_id, o.updated_at, o.available_at FROM outbox o WHERE o.notification_id = n.id OFFSET 0) o ON true
 LEFT JOIN LATERAL (SELECT d.state FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
 WHERE n.id > $2::text AND n.id <= $3::text
 GROUP BY 1, 2`
 	// The findings of the page after $1 up to $2, at most $3 ($4 as above).
 	qReconcileMissingOutbox = `SELECT n.id, '', '', n.tenant, n.kind FROM notifications n
-WHERE n.id > $1::text AND n.id <= $2::text
-  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id AND o.notification_id > $1::text AND o.notification_id <= $2::text)
+LEFT JOIN LATERAL (SELECT true AS found FROM outbox o WHERE o.notification_id = n.id LIMIT 1) o ON true
+WHERE n.id > $1::text AND n.id <= $2::text AND o.found IS NULL
 ORDER BY n.id LIMIT $3::int`
 	qReconcileNoDelivery = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind
-FROM notifications n JOIN outbox o ON o.notification_id = n.id AND o.notification_id > $1::text AND o.notification_id <= $2::text
+FROM notifications n
+JOIN LATERAL (SELECT o.message_id, o.channel, o.state, o.updated_at FROM outbox o WHERE o.notification_id = n.id OFFSET 0) o ON true
 LEFT JOIN LATERAL (SELECT true AS found FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
 WHERE n.id > $1::text AND n.id <= $2::text AND o.state = 'DONE' AND o.updated_at < $4::timestamptz AND d.found IS NULL
 ORDER BY n.id, o.message_id LIMIT $3::int`
 	qReconcileUnknown = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind
-FROM notifications n JOIN outbox o ON o.notification_id = n.id AND o.notification_id > $1::text AND o.notification_id <= $2::text
+FROM notifications n
+JOIN LATERAL (SELECT o.message_id, o.channel FROM outbox o WHERE o.notification_id = n.id OFFSET 0) o ON true
 JOIN LATERAL (SELECT d.state FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
 WHERE n.id > $1::text AND n.id <= $2::text AND d.state = 'UNKNOWN'
 ORDER BY n.id, o.message_id LIMIT $3::int`
