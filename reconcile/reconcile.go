@@ -41,11 +41,13 @@
 // (DESIGN §6); no provider adapter has one yet, so every UNKNOWN waits for a
 // person or a receipt.
 //
-// The count reads every notification once, a page of ids at a time in one
-// read-only snapshot, each page one set-based statement (no per-row round
-// trips), and pauses between pages (Config.Duty) so that a run over a large
-// database takes a share of one database backend, not a whole one, from
-// intake.
+// The count reads every notification once, a page of ids at a time, each
+// page a few set-based statements (no round trip per row) in a short
+// read-only transaction of its own, so no snapshot or lock is held between
+// pages; by_state, accepted, unknown and overdue are each notification as
+// its page found it, before the run's repairs. Between pages the run
+// pauses (Config.Duty), so that a run over a large database takes a share
+// of one database backend, not a whole one, from intake.
 package reconcile
 
 import (

@@ -14,10 +14,11 @@ import (
 // of a notification that has none (nothing can have been sent for it); and
 // keeping each run's report.
 type Reconciler interface {
-	// ReconcileCount walks every notification once, in pages of ids, in one
-	// read-only snapshot, and counts its planned sends by the state the
-	// read API shows and what is wrong with them (see ReconcileCounts).
-	// Each page is one set-based statement; nothing is read per row.
+	// ReconcileCount walks every notification once, in pages of ids, each
+	// page in a short read-only transaction of its own, and counts its
+	// planned sends by the state the read API shows and what is wrong with
+	// them (see ReconcileCounts). Each page is a few set-based statements;
+	// nothing makes a round trip per row.
 	ReconcileCount(ctx context.Context, p ReconcileCountParams) (ReconcileCounts, error)
 	// ReconcileOutboxRedrive puts each planned send of rows (NoDelivery
 	// findings) back to PENDING, due now, with reason REDRIVEN and a fresh
@@ -54,8 +55,8 @@ type ReconcileCountParams struct {
 	// 10,000.
 	Page int
 	// Pace, when set, runs after each page with how long its statements
-	// took; it may sleep to spread the count's load on the database (the
-	// snapshot stays open meanwhile), and its error ends the count.
+	// took; it may sleep to spread the count's load on the database (no
+	// transaction is open meanwhile), and its error ends the count.
 	Pace func(ctx context.Context, took time.Duration) error
 }
 
@@ -75,9 +76,11 @@ func (p ReconcileCountParams) PageOrDefault() int {
 	return p.Page
 }
 
-// ReconcileCounts is what ReconcileCount found, as of Now.
+// ReconcileCounts is what ReconcileCount found: each notification as it
+// stood when its page was read.
 type ReconcileCounts struct {
-	// Now is the store's time of the snapshot.
+	// Now is the store's time when the count began; the graces and
+	// SCHEDULED are measured from it.
 	Now time.Time
 	// Accepted counts the notifications.
 	Accepted int64

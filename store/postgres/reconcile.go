@@ -12,10 +12,10 @@ import (
 	"github.com/heraldhq/herald/store/internal/reconcilewalk"
 )
 
-// Reconciliation (store.Reconciler). A count is one REPEATABLE READ, READ
-// ONLY transaction, so every page sees the same snapshot; each page is a
-// handful of statements over up to Page notifications, walked by their
-// primary key, each notification's outbox rows read by one probe of the
+// Reconciliation (store.Reconciler). Each page of a count is a REPEATABLE
+// READ, READ ONLY transaction of its own (reconcilewalk says why not one
+// for the whole count), a handful of statements over up to Page
+// notifications, walked by their primary key, each notification's outbox rows read by one probe of the
 // outbox key (notification_id, channel) and each planned send's delivery
 // by one probe of deliveries_message_id. The probes are LATERAL
 // subqueries with OFFSET 0 or LIMIT, which the planner cannot flatten into
@@ -32,7 +32,7 @@ import (
 const (
 	// qReconcileNow is the snapshot's now.
 	qReconcileNow = `SELECT coalesce($1::timestamptz, now())`
-	// qReconcileSerial keeps the count to one backend, and compiles nothing.
+	// qReconcileSerial keeps a page to one backend, and compiles nothing.
 	qReconcileSerial = `SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off`
 	// qReconcileBound: the last id of up to $2 notifications after $1.
 	qReconcileBound = `SELECT coalesce(max(id), ''), count(*) FROM (SELECT id FROM notifications WHERE id > $1::text ORDER BY id LIMIT $2::int) p`
@@ -108,30 +108,30 @@ var reconcileQueries = reconcilewalk.Queries{
 	MissingOutbox: qReconcileMissingOutbox, NoDelivery: qReconcileNoDelivery, Unknown: qReconcileUnknown,
 }
 
-// ReconcileCount counts every notification's planned sends in one
-// read-only snapshot.
+// ReconcileCount counts every notification's planned sends, each page in
+// a read-only transaction of its own (reconcilewalk says why).
 func (s *Store) ReconcileCount(ctx context.Context, p store.ReconcileCountParams) (store.ReconcileCounts, error) {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return store.ReconcileCounts{}, s.fail("reconcile: begin", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
 	var now time.Time
-	if _, err := tx.Exec(ctx, qReconcileSerial); err != nil {
-		return store.ReconcileCounts{}, s.fail("reconcile: begin", err)
-	}
-	if err := tx.QueryRow(ctx, qReconcileNow, s.now()).Scan(&now); err != nil {
+	if err := s.pool.QueryRow(ctx, qReconcileNow, s.now()).Scan(&now); err != nil {
 		return store.ReconcileCounts{}, s.fail("reconcile: read now", err)
 	}
 	now = now.UTC()
-	query := func(ctx context.Context, q string, args ...any) (reconcilewalk.Rows, func(), error) {
-		rows, err := tx.Query(ctx, q, args...)
-		if err != nil {
-			return nil, nil, err
-		}
-		return rows, rows.Close, nil
+	snapshot := func(ctx context.Context, read func(reconcilewalk.Pages) error) error {
+		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, qReconcileSerial); err != nil {
+				return err
+			}
+			query := func(ctx context.Context, q string, args ...any) (reconcilewalk.Rows, func(), error) {
+				rows, err := tx.Query(ctx, q, args...)
+				if err != nil {
+					return nil, nil, err
+				}
+				return rows, rows.Close, nil
+			}
+			return read(reconcilewalk.NewPages(query, reconcileQueries, now, now.Add(-p.Grace)))
+		})
 	}
-	c, err := reconcilewalk.Walk(ctx, p, now, reconcilewalk.NewPages(query, reconcileQueries, now, now.Add(-p.Grace)))
+	c, err := reconcilewalk.Walk(ctx, p, now, snapshot)
 	if err != nil {
 		return store.ReconcileCounts{}, s.fail("reconcile", err)
 	}

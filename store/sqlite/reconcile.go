@@ -12,10 +12,11 @@ import (
 )
 
 // Reconciliation (store.Reconciler). A count reads one page of
-// notifications at a time, by id, in one read transaction of the read pool
-// (WAL gives it a snapshot); each page's statements walk the notifications'
-// primary key and join each notification's outbox rows through
-// outbox_notification and their deliveries through the deliveries' key.
+// notifications at a time, by id, each page in a read transaction of the
+// read pool (WAL gives it a snapshot); each page's statements walk the
+// notifications' primary key and join each notification's outbox rows
+// through outbox_notification and their deliveries through the
+// deliveries' key.
 const (
 	// qReconcileBound: the last id of up to ?2 notifications after ?1.
 	qReconcileBound = `SELECT coalesce(max(id), ''), count(*) FROM (SELECT id FROM notifications WHERE id > ?1 ORDER BY id LIMIT ?2)`
@@ -72,27 +73,26 @@ var reconcileQueries = reconcilewalk.Queries{
 	MissingOutbox: qReconcileMissingOutbox, NoDelivery: qReconcileNoDelivery, Unknown: qReconcileUnknown,
 }
 
-// ReconcileCount counts every notification's planned sends in one read
-// transaction.
+// ReconcileCount counts every notification's planned sends, each page in
+// a read transaction of its own (reconcilewalk says why).
 func (s *Store) ReconcileCount(ctx context.Context, p store.ReconcileCountParams) (store.ReconcileCounts, error) {
-	tx, err := s.rdb.BeginTx(ctx, nil)
-	if err != nil {
-		return store.ReconcileCounts{}, fmt.Errorf("reconcile: begin: %w", err)
-	}
-	defer tx.Rollback()
 	now := s.clock.Now()
-	query := func(ctx context.Context, q string, args ...any) (reconcilewalk.Rows, func(), error) {
-		rows, err := tx.QueryContext(ctx, q, args...)
+	snapshot := func(ctx context.Context, read func(reconcilewalk.Pages) error) error {
+		tx, err := s.rdb.BeginTx(ctx, nil)
 		if err != nil {
-			return nil, nil, err
+			return fmt.Errorf("reconcile: begin: %w", err)
 		}
-		return rows, func() { rows.Close() }, nil
+		defer tx.Rollback()
+		query := func(ctx context.Context, q string, args ...any) (reconcilewalk.Rows, func(), error) {
+			rows, err := tx.QueryContext(ctx, q, args...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return rows, func() { rows.Close() }, nil
+		}
+		return read(reconcilewalk.NewPages(query, reconcileQueries, ms(now), ms(now.Add(-p.Grace))))
 	}
-	c, err := reconcilewalk.Walk(ctx, p, now, reconcilewalk.NewPages(query, reconcileQueries, ms(now), ms(now.Add(-p.Grace))))
-	if err != nil {
-		return store.ReconcileCounts{}, err
-	}
-	return c, nil
+	return reconcilewalk.Walk(ctx, p, now, snapshot)
 }
 
 // ReconcileOutboxRecreate writes the planned sends of a notification that

@@ -1,10 +1,20 @@
 // Package reconcilewalk is the page loop both store drivers run for
 // store.Reconciler.ReconcileCount: it walks the notifications in id order,
-// a page at a time, inside the driver's read-only snapshot, adds each
-// page's groups to the counts and, only for a page that found something,
-// reads that page's findings up to the sample size. The drivers supply the
-// SQL and how to run it in their snapshot (NewPages); the loop, the
-// sampling rule and the pacing are written once.
+// a page at a time, each page in a short read-only transaction of its own,
+// adds each page's groups to the counts and, only for a page that found
+// something, reads that page's findings up to the sample size. The drivers
+// supply the SQL and their read-only transaction (NewPages over a
+// QueryFunc, in a Snapshot); the loop, the sampling rule and the pacing
+// are written once.
+//
+// Why a transaction per page and not one for the whole count: a paced
+// count takes tens of seconds on a large database, and a transaction held
+// that long keeps PostgreSQL's vacuum from the dead rows of the queue
+// tables the claimers walk (and SQLite's checkpoints from the WAL), and
+// holds locks a migration's ALTER TABLE would queue behind, with every
+// intake statement behind that. Each notification is read once, in its
+// page, as it stood then; ids grow with time, so a notification accepted
+// during the count lands in a later page and is counted too.
 package reconcilewalk
 
 import (
@@ -49,51 +59,25 @@ type Pages interface {
 	Sample(ctx context.Context, f Finding, after, last string, limit int) ([]store.ReconcileFinding, error)
 }
 
-// Walk counts every page of pages as of now.
-func Walk(ctx context.Context, p store.ReconcileCountParams, now time.Time, pages Pages) (store.ReconcileCounts, error) {
+// Snapshot runs read in a read-only transaction of the driver's, with the
+// Pages of that transaction.
+type Snapshot func(ctx context.Context, read func(Pages) error) error
+
+// Walk counts every page as of now, each in a snapshot of its own.
+func Walk(ctx context.Context, p store.ReconcileCountParams, now time.Time, snapshot Snapshot) (store.ReconcileCounts, error) {
 	c := store.ReconcileCounts{Now: now, ByState: map[string]int64{}}
-	limit, size := p.SampleOrDefault(), p.PageOrDefault()
 	for after := ""; ; {
 		began := time.Now()
-		last, n, err := pages.Bound(ctx, after, size)
+		var last string
+		err := snapshot(ctx, func(pages Pages) (err error) {
+			last, err = page(ctx, p, &c, pages, after)
+			return err
+		})
 		if err != nil {
-			return store.ReconcileCounts{}, fmt.Errorf("reconcile: bound a page: %w", err)
+			return store.ReconcileCounts{}, err
 		}
-		if n == 0 {
+		if last == "" {
 			return c, nil
-		}
-		groups, err := pages.Groups(ctx, after, last)
-		if err != nil {
-			return store.ReconcileCounts{}, fmt.Errorf("reconcile: count a page: %w", err)
-		}
-		c.Accepted += n
-		found := map[Finding]int64{}
-		for _, g := range groups {
-			c.AddGroup(g.OutboxState, g.DeliveryState, g.N, g.Scheduled)
-			c.NoDelivery.Count += g.NoDelivery
-			c.Overdue += g.Overdue
-			found[NoDelivery] += g.NoDelivery
-			switch {
-			case g.OutboxState == "":
-				found[MissingOutbox] += g.N
-			case g.DeliveryState == "UNKNOWN":
-				found[Unknown] += g.N
-				c.Unknown.Count += g.N
-			}
-		}
-		for _, f := range []struct {
-			kind Finding
-			into *store.ReconcileFindings
-		}{{MissingOutbox, &c.MissingOutbox}, {NoDelivery, &c.NoDelivery}, {Unknown, &c.Unknown}} {
-			room := limit - len(f.into.Sample)
-			if found[f.kind] == 0 || room <= 0 {
-				continue
-			}
-			rows, err := pages.Sample(ctx, f.kind, after, last, room)
-			if err != nil {
-				return store.ReconcileCounts{}, fmt.Errorf("reconcile: read a page's findings: %w", err)
-			}
-			f.into.Sample = append(f.into.Sample, rows...)
 		}
 		if p.Pace != nil {
 			if err := p.Pace(ctx, time.Since(began)); err != nil {
@@ -102,6 +86,52 @@ func Walk(ctx context.Context, p store.ReconcileCountParams, now time.Time, page
 		}
 		after = last
 	}
+}
+
+// page adds the page after after to c and returns its last id, "" past
+// the end.
+func page(ctx context.Context, p store.ReconcileCountParams, c *store.ReconcileCounts, pages Pages, after string) (string, error) {
+	last, n, err := pages.Bound(ctx, after, p.PageOrDefault())
+	if err != nil {
+		return "", fmt.Errorf("reconcile: bound a page: %w", err)
+	}
+	if n == 0 {
+		return "", nil
+	}
+	groups, err := pages.Groups(ctx, after, last)
+	if err != nil {
+		return "", fmt.Errorf("reconcile: count a page: %w", err)
+	}
+	c.Accepted += n
+	found := map[Finding]int64{}
+	for _, g := range groups {
+		c.AddGroup(g.OutboxState, g.DeliveryState, g.N, g.Scheduled)
+		c.NoDelivery.Count += g.NoDelivery
+		c.Overdue += g.Overdue
+		found[NoDelivery] += g.NoDelivery
+		switch {
+		case g.OutboxState == "":
+			found[MissingOutbox] += g.N
+		case g.DeliveryState == "UNKNOWN":
+			found[Unknown] += g.N
+			c.Unknown.Count += g.N
+		}
+	}
+	for _, f := range []struct {
+		kind Finding
+		into *store.ReconcileFindings
+	}{{MissingOutbox, &c.MissingOutbox}, {NoDelivery, &c.NoDelivery}, {Unknown, &c.Unknown}} {
+		room := p.SampleOrDefault() - len(f.into.Sample)
+		if found[f.kind] == 0 || room <= 0 {
+			continue
+		}
+		rows, err := pages.Sample(ctx, f.kind, after, last, room)
+		if err != nil {
+			return "", fmt.Errorf("reconcile: read a page's findings: %w", err)
+		}
+		f.into.Sample = append(f.into.Sample, rows...)
+	}
+	return last, nil
 }
 
 // Rows is what both drivers' result sets offer.
