@@ -8,7 +8,7 @@ package bench
 //	go test ./bench -run '^$' -bench IntakeWhileReconciling -benchtime 20000x
 //
 // BenchmarkReconcile1M times one run (herald reconcile's work): paced as
-// herald runs it (a quarter of its time in the database) and unpaced.
+// herald runs it (a fifth of its time in the database) and unpaced.
 // BenchmarkIntakeWhileReconciling measures intake on that database with
 // nothing else running, then while reconciliations run back to back.
 

@@ -15,25 +15,27 @@ import (
 // Reconciliation (store.Reconciler). Each page of a count is a REPEATABLE
 // READ, READ ONLY transaction of its own (reconcilewalk says why not one
 // for the whole count), a handful of statements over up to Page
-// notifications, walked by their primary key, each notification's outbox rows read by one probe of the
-// outbox key (notification_id, channel) and each planned send's delivery
-// by one probe of deliveries_message_id. The probes are LATERAL
-// subqueries with OFFSET 0 or LIMIT, which the planner cannot flatten into
-// joins it would then plan by its estimates: with fresh statistics it
-// hashes the whole outbox for every page (it prices cached index reads as
-// disk reads), and for a page of rows inserted since the last ANALYZE,
-// estimated at one row, it scans the page's whole outbox range once per
-// notification (a join filter, not an index condition: a page of 10,000
-// took minutes). A probe per row costs the same whatever the estimates: a
-// page grows with the page, not with the tables or the statistics.
-// Parallel workers and JIT are off for the transaction: the count is
-// background work of small statements and should take one backend, not
-// several, from intake. The plans are held in reconcile_plan_test.go.
+// notifications: the page's range of the notifications' key merged with
+// the same range of the outbox key (notification_id, channel), and each
+// planned send's delivery found by one probe of deliveries_message_id
+// (LATERAL … LIMIT 1). A page costs what its rows cost, whatever the
+// tables' size and whatever the statistics say, because the page's
+// transaction leaves the planner only that plan: no hash join (with fresh
+// statistics it hashed the whole outbox for every page, pricing cached
+// index reads as disk reads), no nested loop it may choose (for a page of
+// rows inserted since the last ANALYZE, estimated at one row, it scanned
+// the page's whole outbox range once per notification: a page of 10,000
+// ran for minutes), no memoizing of probes whose keys never repeat; and no
+// parallel workers or JIT: the count is background work of small
+// statements and should take one backend, not several, from intake. The
+// plans are held in reconcile_plan_test.go.
 const (
 	// qReconcileNow is the snapshot's now.
 	qReconcileNow = `SELECT coalesce($1::timestamptz, now())`
-	// qReconcileSerial keeps a page to one backend, and compiles nothing.
-	qReconcileSerial = `SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off`
+	// qReconcilePlan leaves a page's statements the plan above, on one
+	// backend, compiled by nothing.
+	qReconcilePlan = `SET LOCAL enable_hashjoin = off; SET LOCAL enable_nestloop = off; SET LOCAL enable_memoize = off;
+SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off`
 	// qReconcileBound: the last id of up to $2 notifications after $1.
 	qReconcileBound = `SELECT coalesce(max(id), ''), count(*) FROM (SELECT id FROM notifications WHERE id > $1::text ORDER BY id LIMIT $2::int) p`
 	// qReconcileGroups counts the page after $2 up to $3 by outbox and
@@ -43,24 +45,24 @@ const (
        count(*) FILTER (WHERE d.state IS NULL AND o.state = 'DONE' AND o.updated_at < $4::timestamptz),
        count(*) FILTER (WHERE d.state IS NULL AND o.state = 'PENDING' AND o.available_at < $4::timestamptz)
 FROM notifications n
-LEFT JOIN LATERAL (SELECT o.state, o.message_id, o.updated_at, o.available_at FROM outbox o WHERE o.notification_id = n.id OFFSET 0) o ON true
+LEFT JOIN outbox o ON o.notification_id = n.id AND o.notification_id > $2::text AND o.notification_id <= $3::text
 LEFT JOIN LATERAL (SELECT d.state FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
 WHERE n.id > $2::text AND n.id <= $3::text
 GROUP BY 1, 2`
 	// The findings of the page after $1 up to $2, at most $3 ($4 as above).
 	qReconcileMissingOutbox = `SELECT n.id, '', '', n.tenant, n.kind FROM notifications n
-LEFT JOIN LATERAL (SELECT true AS found FROM outbox o WHERE o.notification_id = n.id LIMIT 1) o ON true
-WHERE n.id > $1::text AND n.id <= $2::text AND o.found IS NULL
+WHERE n.id > $1::text AND n.id <= $2::text
+  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id AND o.notification_id > $1::text AND o.notification_id <= $2::text)
 ORDER BY n.id LIMIT $3::int`
 	qReconcileNoDelivery = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind
 FROM notifications n
-JOIN LATERAL (SELECT o.message_id, o.channel, o.state, o.updated_at FROM outbox o WHERE o.notification_id = n.id OFFSET 0) o ON true
+JOIN outbox o ON o.notification_id = n.id AND o.notification_id > $1::text AND o.notification_id <= $2::text
 LEFT JOIN LATERAL (SELECT true AS found FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
 WHERE n.id > $1::text AND n.id <= $2::text AND o.state = 'DONE' AND o.updated_at < $4::timestamptz AND d.found IS NULL
 ORDER BY n.id, o.message_id LIMIT $3::int`
 	qReconcileUnknown = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind
 FROM notifications n
-JOIN LATERAL (SELECT o.message_id, o.channel FROM outbox o WHERE o.notification_id = n.id OFFSET 0) o ON true
+JOIN outbox o ON o.notification_id = n.id AND o.notification_id > $1::text AND o.notification_id <= $2::text
 JOIN LATERAL (SELECT d.state FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
 WHERE n.id > $1::text AND n.id <= $2::text AND d.state = 'UNKNOWN'
 ORDER BY n.id, o.message_id LIMIT $3::int`
@@ -118,7 +120,7 @@ func (s *Store) ReconcileCount(ctx context.Context, p store.ReconcileCountParams
 	now = now.UTC()
 	snapshot := func(ctx context.Context, read func(reconcilewalk.Pages) error) error {
 		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, qReconcileSerial); err != nil {
+			if _, err := tx.Exec(ctx, qReconcilePlan); err != nil {
 				return err
 			}
 			query := func(ctx context.Context, q string, args ...any) (reconcilewalk.Rows, func(), error) {
