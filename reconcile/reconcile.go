@@ -84,12 +84,11 @@ var Kinds = func() []string {
 }()
 
 // DefaultDuty is the share of a run's time spent in the database unless
-// Config.Duty says otherwise. Measured on a 2-core machine with PostgreSQL
-// beside herald (bench, BenchmarkIntakeWhileReconciling), a fifth costs
-// intake about 5% while a run goes on, a tenth about 2%, and a run that
-// never pauses about half; a run over a million notifications takes about
-// 20 seconds.
-const DefaultDuty = 0.2
+// Config.Duty says otherwise: low enough that a run costs intake little
+// while it goes on, high enough that a run over a million notifications
+// ends within half a minute (see bench, BenchmarkReconcile1M and
+// BenchmarkIntakeWhileReconciling, and the README's numbers).
+const DefaultDuty = 0.15
 
 // Store is what a run reads and writes.
 type Store interface {
@@ -125,7 +124,7 @@ type Config struct {
 	Keep int
 	// Duty is the share of a run's time spent in the database: after each
 	// page the count pauses for the page's time × (1/Duty − 1). 1 never
-	// pauses. Defaults to DefaultDuty, 0.2.
+	// pauses. Defaults to DefaultDuty, 0.15.
 	Duty float64
 	// RunBy names who runs it in the report: "server <owner>", "cli <user>".
 	RunBy string
@@ -237,7 +236,7 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 		rep.UnownedSample[k] = []string{}
 	}
 	counts, err := r.Store.ReconcileCount(ctx, store.ReconcileCountParams{
-		Grace: r.Grace, Sample: r.RepairLimit, Pace: r.pace,
+		Grace: r.Grace, Sample: r.RepairLimit, UnknownSample: r.Sample, Pace: r.pace,
 	})
 	if err != nil {
 		return Report{}, fmt.Errorf("reconcile: count: %w", err)

@@ -51,6 +51,9 @@ type ReconcileCountParams struct {
 	// Sample caps the findings of each kind returned with their ids.
 	// Defaults to 100.
 	Sample int
+	// UnknownSample caps the Unknown findings returned with their ids
+	// (listed, not repaired: a report needs few). Defaults to Sample.
+	UnknownSample int
 	// Page is how many notifications one statement reads. Defaults to
 	// 10,000.
 	Page int
@@ -66,6 +69,14 @@ func (p ReconcileCountParams) SampleOrDefault() int {
 		return 100
 	}
 	return p.Sample
+}
+
+// UnknownSampleOrDefault returns p.UnknownSample or its default.
+func (p ReconcileCountParams) UnknownSampleOrDefault() int {
+	if p.UnknownSample <= 0 {
+		return p.SampleOrDefault()
+	}
+	return p.UnknownSample
 }
 
 // PageOrDefault returns p.Page or its default.

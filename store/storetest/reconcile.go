@@ -254,6 +254,24 @@ func testReconcile(t *testing.T, h Harness) {
 		if c.MissingOutbox.Count != 5 || !slices.Equal(got, ids[:2]) {
 			t.Fatalf("missing outbox %d %v, want 5 counted and the first two named: %v", c.MissingOutbox.Count, got, ids[:2])
 		}
+		var unknown []string
+		for range 3 {
+			p, _ := create(t, b, nil)
+			msg := store.MessageID(p.ID, heraldtype.ChannelWebhook)
+			unknown = append(unknown, msg)
+			if res := claimDelivery(t, b, claimParams(msg)); !res.Claimed || !record(t, b, msg, 1, heraldtype.DeliveryUnknown, 0) {
+				t.Fatalf("claim and record UNKNOWN for %s: %+v", msg, res)
+			}
+		}
+		slices.Sort(unknown)
+		c, err = b.s.ReconcileCount(b.ctx, store.ReconcileCountParams{Sample: 2, UnknownSample: 1, Page: 2})
+		if err != nil {
+			t.Fatalf("ReconcileCount: %v", err)
+		}
+		if got := messageIDs(c.Unknown.Sample); c.Unknown.Count != 3 || !slices.Equal(got, unknown[:1]) || len(c.MissingOutbox.Sample) != 2 {
+			t.Fatalf("unknown %d %v, want 3 counted and the first named (%v); missing outbox named %d, want 2",
+				c.Unknown.Count, got, unknown[:1], len(c.MissingOutbox.Sample))
+		}
 	})
 
 	t.Run("PaceRunsAfterEveryPageAndItsErrorEndsTheCount", func(t *testing.T) {

@@ -118,10 +118,14 @@ func page(ctx context.Context, p store.ReconcileCountParams, c *store.ReconcileC
 		}
 	}
 	for _, f := range []struct {
-		kind Finding
-		into *store.ReconcileFindings
-	}{{MissingOutbox, &c.MissingOutbox}, {NoDelivery, &c.NoDelivery}, {Unknown, &c.Unknown}} {
-		room := p.SampleOrDefault() - len(f.into.Sample)
+		kind  Finding
+		into  *store.ReconcileFindings
+		limit int
+	}{
+		{MissingOutbox, &c.MissingOutbox, p.SampleOrDefault()}, {NoDelivery, &c.NoDelivery, p.SampleOrDefault()},
+		{Unknown, &c.Unknown, p.UnknownSampleOrDefault()},
+	} {
+		room := f.limit - len(f.into.Sample)
 		if found[f.kind] == 0 || room <= 0 {
 			continue
 		}
