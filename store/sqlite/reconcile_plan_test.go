@@ -43,24 +43,8 @@ SELECT message_id, notification_id, tenant, channel, 'PROVIDER_ACCEPTED', 1, cre
 		"NoDelivery":    {qReconcileNoDelivery, []any{after, last, 100, 0}},
 		"Unknown":       {qReconcileUnknown, []any{after, last, 100}},
 	} {
-		rows, err := s.rdb.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q.sql, q.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, notused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			plan = append(plan, detail)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		rows.Close()
-		text := strings.Join(plan, "\n")
+		text := queryPlan(t, s, q.sql, q.args...)
+		plan := strings.Split(text, "\n")
 		for _, line := range plan {
 			if strings.HasPrefix(line, "SCAN ") && !strings.HasPrefix(line, "SCAN (subquery") {
 				t.Errorf("%s scans a table (%s):\n%s", name, line, text)
