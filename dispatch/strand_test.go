@@ -17,8 +17,10 @@ import (
 	"github.com/heraldhq/herald/internal/storefault"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/reconcile"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/watchdog"
 )
 
 const lane = heraldtype.LaneTransactional
@@ -61,7 +63,8 @@ func (b bundle) holdFirstCall(t *testing.T, first provider.Outcome) (inCall <-ch
 
 // wantSentOnceMore checks the end of a stranding test: the message ended
 // PROVIDER_ACCEPTED on its second attempt, with one provider call and one
-// attempt-log row per attempt, and its outbox row DONE.
+// attempt-log row per attempt, and its outbox row DONE; reconciliation
+// finds nothing left without an owner.
 func (b bundle) wantSentOnceMore(t *testing.T, id string) {
 	t.Helper()
 	msg := store.MessageID(id, heraldtype.ChannelWebhook)
@@ -84,6 +87,31 @@ func (b bundle) wantSentOnceMore(t *testing.T, id string) {
 	}
 	if len(class) != 2 || class[1] != "not_sent" || class[2] != "accepted" {
 		t.Fatalf("attempt log %+v, want attempt 1 not_sent and attempt 2 accepted", log)
+	}
+	b.wantAccounted(t)
+}
+
+// wantAccounted ends a stranding test the way the e2e tests end: a
+// reconciliation over the store finds nothing to repair and nothing
+// unowned. Its graces are a millisecond, so a row stranded a moment ago
+// counts; the test's clock is past every deadline it set.
+func (b bundle) wantAccounted(t *testing.T) {
+	t.Helper()
+	rec := reconcile.New(reconcile.Config{Store: b.store, Catalog: b.cat, Grace: time.Millisecond, Clock: b.clk,
+		Watchdog: watchdog.Config{RetryGrace: time.Millisecond, PublishedGrace: time.Millisecond, SweepGrace: time.Millisecond,
+			StaleClaimAfter: 10 * time.Minute},
+		Alerts: b.alerts})
+	rep, err := rec.Run(b.ctx)
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	for kind, n := range rep.Found {
+		if n != 0 {
+			t.Errorf("reconciliation found %d %s (sample %v): a row was left with no owner", n, kind, rep.UnownedSample[kind])
+		}
+	}
+	if rep.Unowned != 0 {
+		t.Errorf("reconciliation: %d unowned %v", rep.Unowned, rep.UnownedByKind)
 	}
 }
 
@@ -194,6 +222,7 @@ func TestRecheckOfADeadClaimEndsAfterTheStaleSweep(t *testing.T) {
 				t.Fatalf("settle %d of claimer B did not take", i+1)
 			}
 		}
+		b.wantAccounted(t)
 	})
 }
 
