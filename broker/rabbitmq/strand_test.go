@@ -19,7 +19,9 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/reconcile"
 	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/watchdog"
 )
 
 // settle is what a consumer did with one message.
@@ -63,6 +65,23 @@ func (e *env) wantSentOnceMore(t *testing.T, id string, calls *atomic.Int32) {
 	}
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("%d provider calls, want 2 (one per attempt)", n)
+	}
+	// As the e2e tests end: nothing for a reconciliation to repair, with
+	// graces of a millisecond so a row stranded a moment ago counts.
+	rec := reconcile.New(reconcile.Config{Store: e.store, Grace: time.Millisecond, Clock: e.clk,
+		Watchdog: watchdog.Config{Broker: true, RetryGrace: time.Millisecond, PublishedGrace: time.Millisecond,
+			SweepGrace: time.Millisecond, StaleClaimAfter: 10 * time.Minute}})
+	rep, err := rec.Run(e.ctx)
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	for kind, n := range rep.Found {
+		if n != 0 {
+			t.Errorf("reconciliation found %d %s: a row was left with no owner", n, kind)
+		}
+	}
+	if rep.Unowned != 0 {
+		t.Errorf("reconciliation: %d unowned %v", rep.Unowned, rep.UnownedByKind)
 	}
 }
 
