@@ -1,15 +1,9 @@
 package postgres
 
 import (
-	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/heraldhq/herald/internal/testpg"
 )
 
 // Listing a tenant's notifications (GET /v1/notifications) walks an index
@@ -19,42 +13,21 @@ import (
 // statement ends up with.
 func TestNotificationListWalksItsIndex(t *testing.T) {
 	t.Parallel()
-	url := testpg.Schema(t)
-	ctx := context.Background()
-	s, err := Open(ctx, url, Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	// 40,000 notifications over a few days, half of tenant "big": of those,
 	// half for one recipient ("hot"), the rest spread over 200 recipients;
 	// each with its outbox row and delivery.
-	if _, err := s.pool.Exec(ctx, `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
+	_, conn := planConn(t,
+		`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
 SELECT 'ntf_' || lpad(g::text, 8, '0'), CASE WHEN g % 2 = 0 THEN 'big' ELSE 'other' END,
        CASE WHEN g % 4 = 0 THEN 'hot' ELSE 'r' || (g % 400) END, 'e' || g,
        CASE WHEN g % 3 = 0 THEN 'k1' ELSE 'k2' END, 'transactional', '{}', timestamptz '2030-01-01' + g * interval '10 s'
-FROM generate_series(1, 40000) g`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
-SELECT id, id || '.webhook', tenant, lane, 'webhook', 'DONE', created_at, created_at, created_at FROM notifications`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, created_at, updated_at)
-SELECT message_id, notification_id, tenant, channel, 'PROVIDER_ACCEPTED', 1, created_at, created_at FROM outbox`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, `ANALYZE notifications; ANALYZE outbox; ANALYZE deliveries`); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
-		t.Fatal(err)
-	}
+FROM generate_series(1, 40000) g`,
+		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
+SELECT id, id || '.webhook', tenant, lane, 'webhook', 'DONE', created_at, created_at, created_at FROM notifications`,
+		`INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, created_at, updated_at)
+SELECT message_id, notification_id, tenant, channel, 'PROVIDER_ACCEPTED', 1, created_at, created_at FROM outbox`,
+		`ANALYZE notifications; ANALYZE outbox; ANALYZE deliveries`,
+	)
 	cursor := time.Date(2030, 1, 3, 0, 0, 0, 0, time.UTC)
 	since := time.Date(2030, 1, 2, 0, 0, 0, 0, time.UTC)
 	for name, q := range map[string]struct {
@@ -71,19 +44,7 @@ SELECT message_id, notification_id, tenant, channel, 'PROVIDER_ACCEPTED', 1, cre
 	} {
 		// A prepared statement, planned generically, as a pooled
 		// connection's statement cache ends up running it.
-		execute, err := explainExecute(ctx, conn, "list_"+name, q.sql, q.args)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		r, err := conn.Query(ctx, execute)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		plan, err := pgx.CollectRows(r, pgx.RowTo[string])
-		if err != nil {
-			t.Fatalf("%s: read the plan: %v", name, err)
-		}
-		text := strings.Join(plan, "\n")
+		text := explainExecute(t, conn, "list_"+name, q.sql, q.args)
 		if !strings.Contains(text, "Index Scan Backward using "+q.walk+" on notifications") {
 			t.Errorf("%s does not walk %s backwards:\n%s", name, q.walk, text)
 		}
@@ -97,14 +58,4 @@ SELECT message_id, notification_id, tenant, channel, 'PROVIDER_ACCEPTED', 1, cre
 			t.Errorf("%s: created_at does not bound the index scan:\n%s", name, text)
 		}
 	}
-}
-
-// indexCondNames reports whether an "Index Cond" line of the plan names col.
-func indexCondNames(plan, col string) bool {
-	for _, line := range strings.Split(plan, "\n") {
-		if strings.Contains(line, "Index Cond:") && strings.Contains(line, col) {
-			return true
-		}
-	}
-	return false
 }

@@ -3,15 +3,10 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/heraldhq/herald/internal/testpg"
 )
 
 // A reconciliation page reads its notifications and their outbox rows by
@@ -26,13 +21,6 @@ import (
 // benchmark's intake ran.)
 func TestReconcilePagesReadOnlyThePage(t *testing.T) {
 	t.Parallel()
-	url := testpg.Schema(t)
-	ctx := context.Background()
-	s, err := Open(ctx, url, Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	// 100,000 notifications, each with an outbox row and a delivery, then
 	// analyzed; then 20,000 more whose ids sort before all of them (as new
 	// ids may, against the statistics), not analyzed.
@@ -48,16 +36,8 @@ SELECT message_id, notification_id, tenant, channel, CASE WHEN random() < 0.01 T
 FROM outbox WHERE notification_id LIKE '` + prefix + `%'`,
 		}
 	}
-	for _, q := range append(append(fill("ntf_f", 100000), `ANALYZE notifications; ANALYZE outbox; ANALYZE deliveries`), fill("ntf_0", 20000)...) {
-		if _, err := s.pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	_, conn := planConn(t, append(append(fill("ntf_f", 100000), `ANALYZE notifications; ANALYZE outbox; ANALYZE deliveries`), fill("ntf_0", 20000)...)...)
+	ctx := context.Background()
 	// As in a page's transaction (for the session: EXPLAIN EXECUTE runs
 	// outside one).
 	if _, err := conn.Exec(ctx, strings.ReplaceAll(qReconcilePlan, "SET LOCAL", "SET")); err != nil {
@@ -86,19 +66,7 @@ FROM outbox WHERE notification_id LIKE '` + prefix + `%'`,
 				"Unknown":       {qReconcileUnknown, []any{after, last, 100}},
 			} {
 				label := fmt.Sprintf("%s/%s/%s", mode, pageName, name)
-				execute, err := explainExecute(ctx, conn, fmt.Sprintf("reconcile_%s_%t_%s", pageName, generic, name), q.sql, q.args)
-				if err != nil {
-					t.Fatalf("%s: %v", label, err)
-				}
-				r, err := conn.Query(ctx, execute)
-				if err != nil {
-					t.Fatalf("%s: %v", label, err)
-				}
-				plan, err := pgx.CollectRows(r, pgx.RowTo[string])
-				if err != nil {
-					t.Fatalf("%s: read the plan: %v", label, err)
-				}
-				text := strings.Join(plan, "\n")
+				text := explainExecute(t, conn, fmt.Sprintf("reconcile_%s_%t_%s", pageName, generic, name), q.sql, q.args)
 				for _, bad := range []string{"Seq Scan", "Join Filter", "Hash", "Memoize"} {
 					if strings.Contains(text, bad) {
 						t.Errorf("%s: %s:\n%s", label, bad, text)

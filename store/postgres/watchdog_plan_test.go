@@ -1,17 +1,9 @@
 package postgres
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/heraldhq/herald/internal/testpg"
 )
 
 // The watchdog's finds (migration 8) each walk the partial index of what
@@ -21,16 +13,9 @@ import (
 // million deliveries is made of. The re-drives find each row by its key.
 func TestWatchdogFindsWalkTheirIndexes(t *testing.T) {
 	t.Parallel()
-	url := testpg.Schema(t)
-	ctx := context.Background()
-	s, err := Open(ctx, url, Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	// 20,000 ended sends (half of them published by the relay), and a few
 	// rows of each kind the watchdog looks for.
-	for _, q := range []string{
+	_, conn := planConn(t,
 		`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
 SELECT 'n' || g, 't', 'r', 'e' || g, 'k', 'transactional', '{}', now() - interval '1 day' + g * interval '1 s' FROM generate_series(1, 20000) g`,
 		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, claimed_until)
@@ -44,19 +29,7 @@ SELECT id || '.webhook', id, 't', 'webhook',
        created_at, CASE WHEN substr(id, 2)::int % 1000 = 3 THEN created_at END, created_at, created_at
 FROM notifications`,
 		`ANALYZE outbox; ANALYZE deliveries`,
-	} {
-		if _, err := s.pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
-		t.Fatal(err)
-	}
+	)
 	zero, now := time.Time{}, time.Now()
 	find := []any{nil, time.Hour, zero, "", 1000}
 	for name, q := range map[string]struct {
@@ -75,10 +48,7 @@ FROM notifications`,
 		"redrive_outbox":  {qUnownedRedriveOutbox, []any{nil, []string{"n3"}, []string{"webhook"}, []int64{0}, []string{"DONE"}, []string{"retry_wait"}, []time.Time{now}}, []string{"outbox_pkey", "deliveries_message_id"}, false},
 		"redrive_sending": {qUnownedRedriveSending, []any{nil, []string{"n5.webhook"}, []time.Time{now}}, []string{"deliveries_message_id"}, false},
 	} {
-		plans, err := bothPlans(ctx, conn, "plan_watchdog_"+name, q.sql, q.args)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		plans := bothPlans(t, conn, "plan_watchdog_"+name, q.sql, q.args)
 		for _, how := range []string{"custom", "generic"} {
 			text := plans[how]
 			t.Logf("%s (%s plan):\n%s", name, how, text)
@@ -95,32 +65,4 @@ FROM notifications`,
 			}
 		}
 	}
-}
-
-// bothPlans returns, by "custom" and "generic", both plans a pooled
-// connection can run sql with args under: the custom one, planned with the
-// values (EXPLAIN with bind parameters), and the generic one its statement
-// cache settles on (prepared as name and run through explainExecute; conn
-// must be under plan_cache_mode force_generic_plan).
-func bothPlans(ctx context.Context, conn *pgxpool.Conn, name, sql string, args []any) (map[string]string, error) {
-	execute, err := explainExecute(ctx, conn, name, sql, args)
-	if err != nil {
-		return nil, err
-	}
-	plans := map[string]string{}
-	for how, q := range map[string]struct {
-		sql  string
-		args []any
-	}{"custom": {"EXPLAIN " + sql, args}, "generic": {execute, nil}} {
-		r, err := conn.Query(ctx, q.sql, q.args...)
-		if err != nil {
-			return nil, fmt.Errorf("%s plan: %w", how, err)
-		}
-		plan, err := pgx.CollectRows(r, pgx.RowTo[string])
-		if err != nil {
-			return nil, fmt.Errorf("%s plan: read the plan: %w", how, err)
-		}
-		plans[how] = strings.Join(plan, "\n")
-	}
-	return plans, nil
 }
