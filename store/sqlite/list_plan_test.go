@@ -1,9 +1,7 @@
 package sqlite
 
 import (
-	"context"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -13,22 +11,11 @@ import (
 // the notifications, no sort of them, with or without a recipient.
 func TestNotificationListSearchesItsIndex(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "herald.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.wdb.ExecContext(ctx, `WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20000)
+	s := planStore(t, `WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20000)
 INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
 SELECT printf('ntf_%08d', i), CASE WHEN i % 2 = 0 THEN 'big' ELSE 'other' END,
        CASE WHEN i % 4 = 0 THEN 'hot' ELSE 'r' || (i % 400) END, 'e' || i, 'k', 'transactional', '{}', 1000 * i
-FROM g`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.wdb.ExecContext(ctx, `ANALYZE`); err != nil {
-		t.Fatal(err)
-	}
+FROM g`)
 	for name, q := range map[string]struct {
 		sql   string
 		args  []any
@@ -39,24 +26,7 @@ FROM g`); err != nil {
 		"Recipient":      {qNotificationListByRecipient, []any{0, "big", "hot", "", "", int64(math.MinInt64), int64(math.MaxInt64), "", 51}, "notifications_tenant_recipient_created"},
 		"RecipientState": {qNotificationListByRecipient, []any{0, "big", "r10", "k", "DONE", 5000, 9000000, "ntf_00009000", 51}, "notifications_tenant_recipient_created"},
 	} {
-		rows, err := s.rdb.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q.sql, q.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, notused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			plan = append(plan, detail)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		rows.Close()
-		text := strings.Join(plan, "\n")
+		text := queryPlan(t, s, q.sql, q.args...)
 		if !strings.Contains(text, "SEARCH n USING INDEX "+q.index+" (tenant=?") {
 			t.Errorf("%s does not search %s:\n%s", name, q.index, text)
 		}

@@ -1,8 +1,6 @@
 package sqlite
 
 import (
-	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -12,13 +10,7 @@ import (
 // statement of a page scans a table.
 func TestReconcilePagesSearchOnlyThePage(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "herald.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for _, q := range []string{
+	s := planStore(t,
 		`WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20000)
 INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
 SELECT printf('ntf_%08d', i), 't', 'r' || (i % 400), 'e' || i, 'k', 'transactional', '{}', 1000 * i FROM g`,
@@ -26,12 +18,7 @@ SELECT printf('ntf_%08d', i), 't', 'r' || (i % 400), 'e' || i, 'k', 'transaction
 SELECT id, id || '.webhook', tenant, lane, 'webhook', 'DONE', created_at, created_at, created_at FROM notifications`,
 		`INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, created_at, updated_at)
 SELECT message_id, notification_id, tenant, channel, 'PROVIDER_ACCEPTED', 1, created_at, created_at FROM outbox`,
-		`ANALYZE`,
-	} {
-		if _, err := s.wdb.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	after, last := "ntf_00005000", "ntf_00006000"
 	for name, q := range map[string]struct {
 		sql  string

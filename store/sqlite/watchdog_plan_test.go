@@ -1,8 +1,6 @@
 package sqlite
 
 import (
-	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,15 +12,9 @@ import (
 // deliveries is made of. The re-drive finds each row by its key.
 func TestWatchdogFindsSearchTheirIndexes(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "herald.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	// 20,000 ended sends (half of them published by the relay), and a few
 	// rows of each kind the watchdog looks for.
-	for _, q := range []string{
+	s := planStore(t,
 		`WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20000)
 INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
 SELECT printf('ntf_%08d', i), 't', 'r', 'e' || i, 'k', 'transactional', '{}', 1000 * i FROM g`,
@@ -36,12 +28,7 @@ SELECT id || '.webhook', id, 't', 'webhook',
        CASE WHEN rowid % 1000 = 3 THEN 'RETRY_WAIT' WHEN rowid % 1000 = 5 THEN 'SENDING' ELSE 'PROVIDER_ACCEPTED' END, 1,
        created_at, CASE WHEN rowid % 1000 = 3 THEN created_at END, created_at, created_at
 FROM notifications`,
-		`ANALYZE`,
-	} {
-		if _, err := s.wdb.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	cutoff, after := time.Hour.Milliseconds(), int64(-62135596800000) // the zero position
 	for name, q := range map[string]struct {
 		sql  string
@@ -72,27 +59,4 @@ FROM notifications`,
 			t.Errorf("%s scans a table:\n%s", name, text)
 		}
 	}
-}
-
-// queryPlan returns the EXPLAIN QUERY PLAN of q, one step a line.
-func queryPlan(t *testing.T, s *Store, q string, args ...any) string {
-	t.Helper()
-	rows, err := s.rdb.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, args...)
-	if err != nil {
-		t.Fatalf("explain: %v", err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-			t.Fatalf("explain: %v", err)
-		}
-		plan = append(plan, detail)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("explain: %v", err)
-	}
-	return strings.Join(plan, "\n")
 }
