@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,20 +15,11 @@ import (
 	"github.com/heraldhq/herald/config"
 )
 
-// newApp builds an app on config.Dev() and a SQLite file, changed by edit;
+// newApp builds an app on testConfig(t, "", edit) and serves its handler;
 // it is never Run.
 func newApp(t *testing.T, edit func(*config.Config)) (*app.App, string) {
 	t.Helper()
-	cfg := config.Dev()
-	cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
-	if edit != nil {
-		edit(cfg)
-	}
-	cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("test config: %v", err)
-	}
-	a, err := app.New(context.Background(), cfg, app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	a, err := app.New(context.Background(), testConfig(t, "", edit), app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}

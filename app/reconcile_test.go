@@ -1,11 +1,8 @@
 package app_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -25,36 +22,18 @@ const operatorKey = "ops-key"
 // key and the reconciliation interval given.
 func reconcileConfig(t *testing.T, database string, interval time.Duration) *config.Config {
 	t.Helper()
-	cfg := config.Dev()
-	cfg.Database = database
-	cfg.OperatorKeys = []string{operatorKey}
-	cfg.ReconcileInterval = config.Duration(interval)
-	cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return testConfig(t, database, func(c *config.Config) {
+		c.OperatorKeys = []string{operatorKey}
+		c.ReconcileInterval = config.Duration(interval)
+	})
 }
 
 // startHerald runs herald on cfg until stop (or the test's end) and returns
-// its base URL and owner-independent handle.
+// its base URL.
 func startHerald(t *testing.T, cfg *config.Config) (base string, stop func()) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(context.Background(), cfg, app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Listener: l})
-	if err != nil {
-		l.Close()
-		t.Fatal(err)
-	}
-	stop = testenv.Start(t, func(ctx context.Context) {
-		if err := a.Run(ctx); err != nil {
-			t.Errorf("herald: %v", err)
-		}
-	})
-	return "http://" + l.Addr().String(), stop
+	a, base := newHerald(t, cfg, app.Options{})
+	return base, runHerald(t, a)
 }
 
 // get calls base+path with the bearer key and returns the status and body.

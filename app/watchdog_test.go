@@ -4,9 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -32,30 +29,18 @@ import (
 func TestServerWatchdogRedrivesAStrandedRetry(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "herald.db")
-	cfg := config.Dev()
-	cfg.Database = "sqlite:" + path
-	cfg.WatchdogInterval = config.Duration(20 * time.Millisecond)
-	cfg.PollInterval = config.Duration(20 * time.Millisecond)
-	// Reconciliation re-drives what it finds too; here it runs only at the
-	// start, before the row is past its grace (waited for below), so the
-	// watchdog is what moves it.
-	cfg.ReconcileInterval = config.Duration(24 * time.Hour)
-	cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t, "sqlite:"+path, func(c *config.Config) {
+		c.WatchdogInterval = config.Duration(20 * time.Millisecond)
+		c.PollInterval = config.Duration(20 * time.Millisecond)
+		// Reconciliation re-drives what it finds too; here it runs only at
+		// the start, before the row is past its grace (waited for below),
+		// so the watchdog is what moves it.
+		c.ReconcileInterval = config.Duration(24 * time.Hour)
+	})
 	clk := clock.NewFake(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
 	counting := sim.New(sim.Config{})
 	alerts := &alert.Recorder{}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(context.Background(), cfg, app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clk,
-		Providers: map[string]provider.Provider{"sim-webhook": counting}, Alerts: alerts, Listener: l})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := newHerald(t, cfg, app.Options{Clock: clk, Providers: map[string]provider.Provider{"sim-webhook": counting}, Alerts: alerts})
 	ctx := context.Background()
 	const id = "ntf_stranded1"
 	msg := store.MessageID(id, heraldtype.ChannelWebhook)
@@ -77,11 +62,7 @@ func TestServerWatchdogRedrivesAStrandedRetry(t *testing.T) {
 VALUES (?, ?, ?, 'webhook', 'sim-webhook', 'RETRY_WAIT', 'HTTP_429', 1, ?, ?, ?)`, msg, id, config.DevTenant, now, now, now); err != nil {
 		t.Fatal(err)
 	}
-	stop := testenv.Start(t, func(ctx context.Context) {
-		if err := a.Run(ctx); err != nil {
-			t.Errorf("herald: %v", err)
-		}
-	})
+	stop := runHerald(t, a)
 	defer stop()
 	testenv.WaitFor(t, "the first reconciliation", testenv.Patience, func() bool {
 		_, err := a.Store().ReconcileRunLast(ctx)

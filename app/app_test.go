@@ -1,0 +1,64 @@
+package app_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+
+	"github.com/heraldhq/herald/app"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// testConfig is config.Dev() on database (a fresh SQLite file when it is
+// ""), changed by edit, with its defaults filled and validated.
+func testConfig(t *testing.T, database string, edit func(*config.Config)) *config.Config {
+	t.Helper()
+	cfg := config.Dev()
+	cfg.Database = database
+	if database == "" {
+		cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("test config: %v", err)
+	}
+	return cfg
+}
+
+// newHerald builds herald on cfg with opts, listening on a port of its own
+// (opts' Listener and, when unset, Logger are filled: a quiet one), and
+// returns it and its base URL; runHerald runs it.
+func newHerald(t *testing.T, cfg *config.Config, opts app.Options) (*app.App, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Listener = l
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	a, err := app.New(context.Background(), cfg, opts)
+	if err != nil {
+		l.Close()
+		t.Fatalf("app.New: %v", err)
+	}
+	return a, "http://" + l.Addr().String()
+}
+
+// runHerald runs a until stop (or the test's end).
+func runHerald(t *testing.T, a *app.App) (stop func()) {
+	t.Helper()
+	return testenv.Start(t, func(ctx context.Context) {
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("herald: %v", err)
+		}
+	})
+}
