@@ -299,15 +299,7 @@ func TestCLIParkedUntenantedOverRabbitMQ(t *testing.T) {
 	m1 := ntf[0] + ".webhook"
 
 	// Someone publishes a body that is not a job to a lane.
-	conn, err := amqp.Dial(mq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testmq.Channel(t, mq)
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}

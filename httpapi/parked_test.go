@@ -333,15 +333,7 @@ func newMQParked(t *testing.T, st store.Store) *mqParked {
 	t.Helper()
 	url := testmq.VHost(t)
 	topo := rabbitmq.Topology{}.WithDefaults()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testmq.Channel(t, url)
 	if err := topo.Declare(ch); err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/heraldhq/herald/broker/rabbitmq"
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
@@ -119,16 +117,7 @@ func TestRedrivenLostCopySentOnceThroughTheBroker(t *testing.T) {
 			testenv.WaitFor(t, "the row to be published", testenv.Patience, func() bool {
 				return w.outboxState(t, id) == heraldtype.OutboxPublished
 			})
-			conn, err := amqp.Dial(url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			ch, err := conn.Channel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n, err := ch.QueuePurge(topo.Queue(lane), false); err != nil || n != 1 {
+			if n, err := testmq.Channel(t, url).QueuePurge(topo.Queue(lane), false); err != nil || n != 1 {
 				t.Fatalf("purge the lane queue: %d messages (%v), want the one copy", n, err)
 			}
 			c.strand(t, w, id)

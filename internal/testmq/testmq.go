@@ -82,6 +82,22 @@ func VHostOf(rawURL string) string {
 	return strings.TrimPrefix(u.Path, "/")
 }
 
+// Channel dials rawURL and returns a channel on that connection, which is
+// closed when the test ends.
+func Channel(t testing.TB, rawURL string) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(rawURL)
+	if err != nil {
+		t.Fatalf("testmq: dial: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("testmq: open a channel: %v", err)
+	}
+	return ch
+}
+
 // CloseConnections force-closes every client connection to the vhost of
 // rawURL, as a broker restart or a network cut would, and leaves the other
 // vhosts (other tests) alone.

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // TestUnreachableBrokerSkipsOrFails runs TestHelperRequire and
@@ -59,16 +57,7 @@ func TestVHostIsFreshAndDeleted(t *testing.T) {
 	t.Run("Use", func(t *testing.T) {
 		u := VHost(t)
 		name = VHostOf(u)
-		conn, err := amqp.Dial(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
+		if _, err := Channel(t, u).QueueDeclare("q", true, false, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
