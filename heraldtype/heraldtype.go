@@ -41,12 +41,19 @@ const (
 	ChannelAlimTalk Channel = "alimtalk"
 	ChannelEmail    Channel = "email"
 	ChannelWebhook  Channel = "webhook"
+
+	// ChannelInbox is herald's own recipient inbox. Intake writes the item
+	// in the notification's transaction and ends its planned send STORED at
+	// once, so it needs no address and no provider, and no transport or
+	// sender ever sees it. Kinds may list it; providers and profiles may not.
+	ChannelInbox Channel = "inbox"
 )
 
-// Channels lists the channels herald knows.
+// Channels lists the channels a provider serves (every channel but the inbox).
 var Channels = []Channel{ChannelPush, ChannelSMS, ChannelAlimTalk, ChannelEmail, ChannelWebhook}
 
-// Valid reports whether c is a known channel.
+// Valid reports whether c is a channel a provider serves (ChannelInbox is
+// not: see KindChannel).
 func (c Channel) Valid() bool {
 	for _, k := range Channels {
 		if c == k {
@@ -56,9 +63,13 @@ func (c Channel) Valid() bool {
 	return false
 }
 
+// KindChannel reports whether a kind may list c: a provider's channel or the inbox.
+func (c Channel) KindChannel() bool { return c == ChannelInbox || c.Valid() }
+
 // NeedsAddress reports whether sending on c requires a destination from the
-// recipient's profile. A webhook goes to the provider's configured URL.
-func (c Channel) NeedsAddress() bool { return c != ChannelWebhook }
+// recipient's profile. A webhook goes to the provider's configured URL; the
+// inbox is herald's own.
+func (c Channel) NeedsAddress() bool { return c != ChannelWebhook && c != ChannelInbox }
 
 // OutboxState is the dispatcher-owned state of an outbox row.
 type OutboxState string
@@ -96,6 +107,9 @@ const (
 	DeliveryRetryExhausted   DeliveryState = "RETRY_EXHAUSTED"
 	DeliveryUnknown          DeliveryState = "UNKNOWN"
 	DeliverySuppressed       DeliveryState = "SUPPRESSED"
+	// DeliveryStored: the inbox item (ChannelInbox) is written; herald was its
+	// own provider. Written by intake with the item, never by a sender.
+	DeliveryStored DeliveryState = "STORED"
 )
 
 // Terminal reports whether no automatic step will change the state again
@@ -103,7 +117,7 @@ const (
 func (s DeliveryState) Terminal() bool {
 	switch s {
 	case DeliveryProviderAccepted, DeliveryDelivered, DeliveryPermanentFailure,
-		DeliveryRetryExhausted, DeliveryUnknown, DeliverySuppressed:
+		DeliveryRetryExhausted, DeliveryUnknown, DeliverySuppressed, DeliveryStored:
 		return true
 	}
 	return false
@@ -138,6 +152,7 @@ const (
 	ReasonRequeued         = "REQUEUED"
 	ReasonCancelled        = "CANCELLED" // a cancel request stopped a send that had not gone out
 	ReasonDiscarded        = "DISCARDED" // a person discarded the parked message (SUPPRESSED, audited)
+	ReasonStored           = "STORED"    // an inbox send's outbox row: intake wrote the item and ended it DONE
 )
 
 // MaxMessageIDLen is the longest message_id herald will claim; providers take
