@@ -1,10 +1,24 @@
-// Package auth maps bearer API keys to tenants.
+// Package auth authenticates herald's callers: a tenant's backend by its
+// API key (Keys, bearer keys mapped to tenants), an app by a recipient
+// token (RecipientTokens: a short-lived JWT herald mints for one recipient
+// of one tenant, recipient.go).
+//
+// # Which credential where
+//
+// /v1/me/… takes a recipient token only, everything else an API key (or,
+// under /v1/ops/…, an operator key) only; each refuses the other with 401.
+// RequireRecipient is the /v1/me/… side; an API-key route needs nothing
+// more than Keys.Lookup, which knows no token.
+//
+// A handler behind RequireRecipient reads who is asking with
+// RecipientFrom(r.Context()): the verified tenant and recipient. It never
+// takes either from the path, the query or the body. auth.Tenant(ctx) is
+// empty there: it is the API key's tenant.
 package auth
 
 import (
 	"context"
 	"crypto/sha256"
-	"strings"
 )
 
 type tenantKey struct{}
@@ -36,13 +50,12 @@ func NewKeys(m map[string]string) *Keys {
 
 // Lookup returns the tenant of an Authorization header value.
 func (k *Keys) Lookup(header string) (string, bool) {
-	// The scheme is case-insensitive (RFC 9110 §11.1): "bearer" is "Bearer".
-	scheme, token, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+	token, ok := bearer(header)
+	if !ok || k == nil {
 		return "", false
 	}
 	// Looking up the digest, not the key, keeps lookup time independent of
 	// how much of a guessed key matches.
-	tenant, ok := k.byHash[sha256.Sum256([]byte(strings.TrimSpace(token)))]
+	tenant, ok := k.byHash[sha256.Sum256([]byte(token))]
 	return tenant, ok
 }

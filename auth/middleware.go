@@ -1,0 +1,52 @@
+package auth
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/heraldhq/herald/problem"
+)
+
+// RequireRecipient returns the middleware of /v1/me/…: it lets through a
+// request whose Authorization is "Bearer <recipient token>" that tokens
+// verifies, with the recipient in its context (RecipientFrom), and answers
+// everything else 401 problem+json: no token, an expired, forged or
+// malformed one, one whose kid its tenant does not list, and an API key
+// (apiKeys, named in the answer so a developer sees the mix-up). A nil
+// tokens refuses every request.
+func RequireRecipient(tokens *RecipientTokens, apiKeys *Keys) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			authz := r.Header.Get("Authorization")
+			cred, ok := bearer(authz)
+			if !ok {
+				refuseRecipient(w, "", "a recipient token is required: Authorization: Bearer <recipient token>")
+				return
+			}
+			rcpt, err := tokens.Verify(cred)
+			switch {
+			case err == nil:
+				next.ServeHTTP(w, r.WithContext(WithRecipient(r.Context(), rcpt)))
+			case errors.Is(err, ErrTokenExpired):
+				refuseRecipient(w, "invalid_token", "the recipient token has expired: mint a new one (POST /v1/recipients/{recipient}/tokens)")
+			default:
+				if _, isKey := apiKeys.Lookup(authz); isKey {
+					refuseRecipient(w, "invalid_token", "an API key is not accepted on /v1/me/…: use a recipient token (POST /v1/recipients/{recipient}/tokens)")
+					return
+				}
+				refuseRecipient(w, "invalid_token", "the recipient token is not valid")
+			}
+		})
+	}
+}
+
+// refuseRecipient answers 401 with a challenge (RFC 6750 §3: no error code
+// when no credentials came).
+func refuseRecipient(w http.ResponseWriter, code, detail string) {
+	challenge := `Bearer realm="herald recipient"`
+	if code != "" {
+		challenge += `, error="` + code + `"`
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	problem.New(w, http.StatusUnauthorized, detail)
+}

@@ -1,0 +1,97 @@
+package auth
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/clock"
+)
+
+func TestRequireRecipient(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(epoch)
+	rt := newTokens(t, clk, map[string][]RecipientKey{"acme": {{ID: "k1", Secret: secret1}}})
+	keys := NewKeys(map[string]string{"api-key-1": "acme"})
+	h := RequireRecipient(rt, keys)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc, ok := RecipientFrom(r.Context())
+		if !ok || Tenant(r.Context()) != "" {
+			t.Errorf("RecipientFrom = %+v, %v; Tenant = %q", rc, ok, Tenant(r.Context()))
+		}
+		_, _ = io.WriteString(w, rc.Tenant+"/"+rc.ID)
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	tok := mint(t, rt, "acme", "user-1")
+
+	get := func(authz string) (int, string, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"/v1/me/feed", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if authz != "" {
+			req.Header.Set("Authorization", authz)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusUnauthorized {
+			if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("401 with Content-Type %q", ct)
+			}
+			if !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer ") {
+				t.Errorf("401 without a Bearer challenge: %q", resp.Header.Get("WWW-Authenticate"))
+			}
+			var p struct{ Detail string }
+			if err := json.Unmarshal(body, &p); err != nil {
+				t.Fatalf("401 body %s: %v", body, err)
+			}
+			return resp.StatusCode, p.Detail, ""
+		}
+		return resp.StatusCode, "", string(body)
+	}
+
+	if code, _, body := get("Bearer " + tok); code != 200 || body != "acme/user-1" {
+		t.Fatalf("the token: %d %q", code, body)
+	}
+	if code, _, body := get("bearer  " + tok); code != 200 || body != "acme/user-1" {
+		t.Fatalf("lower-case scheme: %d %q", code, body)
+	}
+	for _, tc := range []struct{ name, authz, detail string }{
+		{"NoHeader", "", "a recipient token is required"},
+		{"Basic", "Basic " + tok, "a recipient token is required"},
+		{"APIKey", "Bearer api-key-1", "an API key is not accepted"},
+		{"Garbage", "Bearer not-a-token", "not valid"},
+	} {
+		if code, detail, _ := get(tc.authz); code != 401 || !strings.Contains(detail, tc.detail) {
+			t.Errorf("%s: %d %q, want 401 saying %q", tc.name, code, detail, tc.detail)
+		}
+	}
+	clk.Advance(time.Hour)
+	if code, detail, _ := get("Bearer " + tok); code != 401 || !strings.Contains(detail, "expired") {
+		t.Errorf("expired: %d %q", code, detail)
+	}
+
+	// Without tokens configured every request is refused.
+	none := httptest.NewServer(RequireRecipient(nil, keys)(h))
+	t.Cleanup(none.Close)
+	resp, err := http.Get(none.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Errorf("nil tokens: %d", resp.StatusCode)
+	}
+}
