@@ -86,6 +86,7 @@ type Store interface {
 	NotificationListing
 	Attempts
 	Reconciler
+	Inbox
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.
 	Wakeups() *Wakeups
@@ -213,6 +214,11 @@ type NotificationCreateParams struct {
 	SendAt    *time.Time
 	ExpiresAt *time.Time
 	Channels  []heraldtype.Channel
+	// Inbox is the inbox item's text when Channels lists ChannelInbox (and
+	// only then): the same transaction writes the item, bumps the
+	// recipient's counter, and ends the inbox send at once (outbox DONE with
+	// reason STORED, delivery STORED); the store writes no PENDING row for it.
+	Inbox []InboxText
 }
 
 // CreateOutcome says what NotificationCreate did.
@@ -504,4 +510,151 @@ type Attempt struct {
 	Class    string
 	Reason   string
 	Duration time.Duration
+}
+
+// Inbox is the recipient inbox (DESIGN §4): the items intake writes with
+// their notifications (NotificationCreateParams.Inbox), their read state,
+// and one counter row per recipient holding the last seq and the unread
+// count.
+//
+// seq numbers one recipient's items 1, 2, 3…: intake takes the next one by
+// bumping the recipient's counter row in the transaction that inserts the
+// item, so that row's lock orders one recipient's inserts, and seq order is
+// commit order with no gap a reader can see: a cursor or a Last-Event-ID
+// over seq never skips an item that commits late.
+//
+// unread counts the items with neither read_at nor archived_at. Every write
+// that changes that set takes the counter row's lock first and changes
+// unread in the same transaction by exactly the rows it changed, so the
+// counter stays exact under any concurrency; InboxRecount recomputes it
+// from the items, for a counter broken by hand or by a bug.
+type Inbox interface {
+	// InboxFeed returns a page of a recipient's items, newest first, with
+	// the badge read in the same snapshot.
+	InboxFeed(ctx context.Context, p InboxFeedParams) (InboxPage, error)
+	// InboxItemsAfter returns up to limit of a recipient's items with seq >
+	// afterSeq, oldest first, archived ones included (a stream's replay).
+	InboxItemsAfter(ctx context.Context, tenant, recipient string, afterSeq int64, limit int) ([]InboxItem, error)
+	// InboxBadge reads the recipient's counter row (zero when there is none).
+	InboxBadge(ctx context.Context, tenant, recipient string) (InboxBadge, error)
+	// InboxMarkRead sets read_at on the recipient's own unread items named
+	// by p (others' ids and unknown ids are ignored; items read already
+	// keep their read_at) and returns the badge after it.
+	InboxMarkRead(ctx context.Context, p InboxMarkReadParams) (InboxBadge, error)
+	// InboxArchive sets archived_at on one of the recipient's items (kept
+	// if set already). It reports whether the recipient has that item.
+	InboxArchive(ctx context.Context, tenant, recipient, messageID string) (bool, error)
+	// InboxRecount recomputes counters from the items, in batches of
+	// p.Batch counter rows, each batch its own transaction, and reports
+	// the rows it found wrong (and set right).
+	InboxRecount(ctx context.Context, p InboxRecountParams) (InboxRecountResult, error)
+	// InboxPurge deletes up to p.Limit items created before p.Before, oldest
+	// first, and takes the unread ones off their counters in the same
+	// transaction. It returns how many it deleted; fewer than p.Limit means
+	// none is left.
+	InboxPurge(ctx context.Context, p InboxPurgeParams) (int, error)
+}
+
+// InboxText is one rendering of an inbox item: the text for one locale of
+// the kind's inbox template. Locale is the lower-case tag ("ko", "en-gb",
+// "default"), or "" when the template has no locales (the only text then).
+// Of several, the store keeps the one locale.Pick chooses for the
+// recipient's profile language, read in the create's transaction.
+type InboxText struct {
+	Locale string
+	Title  string
+	Body   string
+}
+
+// InboxItem is one item of a recipient's inbox. MessageID (the
+// notification's id + ".inbox") is its public id.
+type InboxItem struct {
+	Seq            int64
+	MessageID      string
+	NotificationID string
+	Kind           string
+	Title          string
+	Body           string
+	CreatedAt      time.Time
+	ReadAt         *time.Time
+	ArchivedAt     *time.Time
+}
+
+// InboxFeedParams selects a page of a recipient's feed.
+type InboxFeedParams struct {
+	Tenant    string
+	Recipient string
+	// Before keeps items with seq < Before; 0 starts at the newest.
+	Before int64
+	// Limit caps the items; at least 1.
+	Limit int
+	// Archived includes archived items (excluded by default).
+	Archived bool
+}
+
+// InboxPage is one page of a feed.
+type InboxPage struct {
+	Items []InboxItem
+	// Next is the Before of the next page, 0 when this page is the last.
+	Next  int64
+	Badge InboxBadge
+}
+
+// InboxBadge is a recipient's counter row.
+type InboxBadge struct {
+	// Unread counts items neither read nor archived.
+	Unread int64
+	// Seq is the seq of the recipient's newest item (0: none yet).
+	Seq int64
+}
+
+// InboxMarkReadParams names the items to mark read: IDs (message ids), or
+// All, every unread item up to UpToSeq (0: every one).
+type InboxMarkReadParams struct {
+	Tenant    string
+	Recipient string
+	IDs       []string
+	All       bool
+	UpToSeq   int64
+}
+
+// InboxRecountParams selects the counters to recompute: one recipient
+// (Tenant and Recipient), one tenant's (Tenant), or every one (neither).
+type InboxRecountParams struct {
+	Tenant    string
+	Recipient string
+	// Batch is how many counter rows one transaction recomputes. Defaults to 1,000.
+	Batch int
+}
+
+// InboxRecountResult is what a recount found.
+type InboxRecountResult struct {
+	// Checked counts the counter rows recomputed.
+	Checked int
+	// Drifted lists the rows that were wrong, as they were and as they are
+	// now, in (tenant, recipient) order; at most MaxInboxDrifts of them
+	// (Repaired counts them all).
+	Drifted  []InboxDrift
+	Repaired int
+}
+
+// MaxInboxDrifts bounds InboxRecountResult.Drifted.
+const MaxInboxDrifts = 100
+
+// InboxDrift is one counter row a recount set right.
+type InboxDrift struct {
+	Tenant    string
+	Recipient string
+	// Was is the row before the recount, Now after it.
+	Was, Now InboxBadge
+}
+
+// InboxPurgeParams selects items to purge: created before Before, of
+// Tenant ("" for every tenant but those in Except).
+type InboxPurgeParams struct {
+	Tenant string
+	Except []string
+	Before time.Time
+	// Limit caps the items deleted by one call; at least 1.
+	Limit int
 }
