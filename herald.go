@@ -258,10 +258,14 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 	if ferr != nil {
 		return bad(ferr.Param, "%s", ferr.Detail)
 	}
+	inbox, err := kind.Inbox(stored)
+	if err != nil {
+		return bad("params", "kind %q cannot render its inbox text with these params: %v", in.Kind, err)
+	}
 	return store.NotificationCreateParams{
 		Tenant: in.Tenant, DedupKey: in.DedupKey, ID: ids.New("ntf", now), Recipient: in.Recipient, EventID: in.EventID,
 		Kind: in.Kind, Lane: kind.Lane, Params: stored, SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
-		Channels: kind.Channels,
+		Channels: kind.Channels, Inbox: inbox,
 	}, nil
 }
 

@@ -18,6 +18,8 @@ import (
 
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/locale"
+	"github.com/heraldhq/herald/store"
 )
 
 // Kind is a compiled kind.
@@ -25,8 +27,15 @@ type Kind struct {
 	Name     string
 	Lane     heraldtype.Lane
 	Channels []heraldtype.Channel
-	tmpl     map[heraldtype.Channel]pair
+	tmpl     map[heraldtype.Channel]*texts
 	params   []Param
+}
+
+// texts are a channel's compiled pairs, one per locale key ("" for a
+// template without locales), in key order.
+type texts struct {
+	locales []string
+	pairs   []pair
 }
 
 type pair struct{ title, body *template.Template }
@@ -40,21 +49,31 @@ type Catalog struct {
 func New(kinds []config.Kind) (*Catalog, error) {
 	c := &Catalog{kinds: make(map[string]*Kind, len(kinds))}
 	for _, k := range kinds {
-		ck := &Kind{Name: k.Name, Lane: heraldtype.Lane(k.Category), tmpl: map[heraldtype.Channel]pair{}}
+		ck := &Kind{Name: k.Name, Lane: heraldtype.Lane(k.Category), tmpl: map[heraldtype.Channel]*texts{}}
 		var all []*template.Template
 		for _, ch := range k.Channels {
-			t := k.Templates[ch]
-			title, err := parse(k.Name+"/"+ch+"/title", t.Title)
-			if err != nil {
-				return nil, fmt.Errorf("config: kinds %q templates.%s.title: %w", k.Name, ch, err)
-			}
-			body, err := parse(k.Name+"/"+ch+"/body", t.Body)
-			if err != nil {
-				return nil, fmt.Errorf("config: kinds %q templates.%s.body: %w", k.Name, ch, err)
+			tx := &texts{}
+			byLocale := k.Templates[ch].Texts()
+			for _, loc := range slices.Sorted(maps.Keys(byLocale)) {
+				t := byLocale[loc]
+				at := ch
+				if loc != "" {
+					at = ch + "." + loc
+				}
+				title, err := parse(k.Name+"/"+at+"/title", t.Title)
+				if err != nil {
+					return nil, fmt.Errorf("config: kinds %q templates.%s.title: %w", k.Name, at, err)
+				}
+				body, err := parse(k.Name+"/"+at+"/body", t.Body)
+				if err != nil {
+					return nil, fmt.Errorf("config: kinds %q templates.%s.body: %w", k.Name, at, err)
+				}
+				tx.locales = append(tx.locales, locale.Normalize(loc))
+				tx.pairs = append(tx.pairs, pair{title, body})
+				all = append(all, title, body)
 			}
 			ck.Channels = append(ck.Channels, heraldtype.Channel(ch))
-			ck.tmpl[heraldtype.Channel(ch)] = pair{title, body}
-			all = append(all, title, body)
+			ck.tmpl[heraldtype.Channel(ch)] = tx
 		}
 		ck.params = templateParams(all...)
 		c.kinds[k.Name] = ck
@@ -122,12 +141,19 @@ func (e *RenderError) Unwrap() error { return e.Err }
 // chain it was evaluating, and the key.
 var noEntry = regexp.MustCompile(`at <([^>]*)>: map has no entry for key "([^"]*)"`)
 
-// Render fills the channel's title and body with params.
-func (k *Kind) Render(ch heraldtype.Channel, params map[string]any) (title, body string, err error) {
-	p, ok := k.tmpl[ch]
+// Render fills the channel's title and body with params, in the text
+// for a recipient whose profile language is lang (locale.Pick; "" for
+// none: the kind's default).
+func (k *Kind) Render(ch heraldtype.Channel, lang string, params map[string]any) (title, body string, err error) {
+	tx, ok := k.tmpl[ch]
 	if !ok {
 		return "", "", ErrNoTemplate
 	}
+	return tx.render(ch, locale.Pick(tx.locales, lang), params)
+}
+
+func (tx *texts) render(ch heraldtype.Channel, i int, params map[string]any) (title, body string, err error) {
+	p := tx.pairs[i]
 	if params == nil {
 		params = map[string]any{}
 	}
@@ -138,6 +164,30 @@ func (k *Kind) Render(ch heraldtype.Channel, params map[string]any) (title, body
 		return "", "", err
 	}
 	return title, body, nil
+}
+
+// Inbox renders the kind's inbox texts, one per locale, for intake's
+// inbox write (the store keeps the one the recipient's language picks,
+// read in the same transaction); nil when the kind has no inbox channel.
+// raw are the params as stored.
+func (k *Kind) Inbox(raw json.RawMessage) ([]store.InboxText, error) {
+	tx, ok := k.tmpl[heraldtype.ChannelInbox]
+	if !ok {
+		return nil, nil
+	}
+	params, err := DecodeParams(raw)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.InboxText, len(tx.pairs))
+	for i := range tx.pairs {
+		title, body, err := tx.render(heraldtype.ChannelInbox, i, params)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = store.InboxText{Locale: tx.locales[i], Title: title, Body: body}
+	}
+	return out, nil
 }
 
 func execute(ch heraldtype.Channel, t *template.Template, params map[string]any) (string, error) {

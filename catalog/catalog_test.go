@@ -46,7 +46,7 @@ func TestRender(t *testing.T) {
 	t.Run("FillsTitleAndBody", func(t *testing.T) {
 		t.Parallel()
 		k := setup(t)
-		title, body, err := k.Render(heraldtype.ChannelWebhook, decode(t, `{"amount": 5000, "merchant": "Cafe Mori"}`))
+		title, body, err := k.Render(heraldtype.ChannelWebhook, "", decode(t, `{"amount": 5000, "merchant": "Cafe Mori"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestRender(t *testing.T) {
 	t.Run("MissingParamIsNamed", func(t *testing.T) {
 		t.Parallel()
 		k := setup(t)
-		_, _, err := k.Render(heraldtype.ChannelWebhook, decode(t, `{"amount": 5000}`))
+		_, _, err := k.Render(heraldtype.ChannelWebhook, "", decode(t, `{"amount": 5000}`))
 		var missing *catalog.MissingParamError
 		if !errors.As(err, &missing) {
 			t.Fatalf("Render error = %v (%T), want *MissingParamError", err, err)
@@ -85,7 +85,7 @@ func TestRender(t *testing.T) {
 	t.Run("NilParamsMissEveryParam", func(t *testing.T) {
 		t.Parallel()
 		k := setup(t)
-		_, _, err := k.Render(heraldtype.ChannelSMS, nil)
+		_, _, err := k.Render(heraldtype.ChannelSMS, "", nil)
 		var missing *catalog.MissingParamError
 		if !errors.As(err, &missing) || missing.Param != "amount" {
 			t.Errorf("Render(nil params) = %v, want a missing amount", err)
@@ -115,7 +115,7 @@ func TestRender(t *testing.T) {
 			{"DecimalAsWritten", "1.50", "1.50 won"},
 			{"ExponentAsWritten", "1.2e4", "1.2e4 won"},
 		} {
-			_, body, err := k.Render(heraldtype.ChannelSMS, decode(t, `{"amount": `+tc.amount+`}`))
+			_, body, err := k.Render(heraldtype.ChannelSMS, "", decode(t, `{"amount": `+tc.amount+`}`))
 			if err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
@@ -128,7 +128,7 @@ func TestRender(t *testing.T) {
 	t.Run("ChannelWithoutTemplate", func(t *testing.T) {
 		t.Parallel()
 		k := setup(t)
-		if _, _, err := k.Render(heraldtype.ChannelEmail, nil); !errors.Is(err, catalog.ErrNoTemplate) {
+		if _, _, err := k.Render(heraldtype.ChannelEmail, "", nil); !errors.Is(err, catalog.ErrNoTemplate) {
 			t.Errorf("Render(email) = %v, want ErrNoTemplate", err)
 		}
 	})
@@ -142,7 +142,7 @@ func TestRender(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = cat.Kind("k").Render(heraldtype.ChannelEmail, decode(t, `{"user": 5}`))
+		_, _, err = cat.Kind("k").Render(heraldtype.ChannelEmail, "", decode(t, `{"user": 5}`))
 		var re *catalog.RenderError
 		if !errors.As(err, &re) || re.Channel != heraldtype.ChannelEmail {
 			t.Errorf("Render = %v (%T), want *RenderError on email", err, err)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/template"
 	tparse "text/template/parse"
+
+	"github.com/heraldhq/herald/heraldtype"
 )
 
 // Param is a top-level request param that a kind's templates read, as
@@ -181,9 +183,9 @@ const maxRenders = 100
 func (k *Kind) Check(params map[string]any) error {
 	var missing []string
 	filled := params
-	for _, ch := range k.Channels {
+	for _, u := range k.units() {
 		for range maxRenders {
-			_, _, err := k.Render(ch, filled)
+			_, _, err := u.tx.render(u.ch, u.i, filled)
 			var m *MissingParamError
 			if !errors.As(err, &m) {
 				if err != nil && len(missing) == 0 {
@@ -214,6 +216,25 @@ func (k *Kind) Check(params map[string]any) error {
 		return &MissingParamsError{Params: missing}
 	}
 	return nil
+}
+
+// unit is one text of a kind: a channel's pair for one locale.
+type unit struct {
+	ch heraldtype.Channel
+	tx *texts
+	i  int
+}
+
+// units lists every text of k, channel by channel, locale by locale.
+func (k *Kind) units() []unit {
+	var out []unit
+	for _, ch := range k.Channels {
+		tx := k.tmpl[ch]
+		for i := range tx.pairs {
+			out = append(out, unit{ch, tx, i})
+		}
+	}
+	return out
 }
 
 // withPath returns a copy of params with value at path, copying every map

@@ -68,7 +68,7 @@ func TestParamsOfEveryChannelMerge(t *testing.T) {
 	for _, k := range c.Kinds() {
 		names = append(names, k.Name)
 	}
-	if want := []string{"appointment.reminder", "coupon.expiring", "fraud.alert", "payment.approved"}; !slices.Equal(names, want) {
+	if want := []string{"appointment.reminder", "coupon.expiring", "fraud.alert", "order.shipped", "payment.approved"}; !slices.Equal(names, want) {
 		t.Fatalf("Kinds = %v, want %v (by name)", names, want)
 	}
 	if got := c.Kind("payment.approved").Params(); !slices.Equal(got, []catalog.Param{{Name: "amount", Required: true}, {Name: "merchant", Required: true}}) {

@@ -110,6 +110,12 @@ type Config struct {
 	// operator's; no key may be both. Defaults to none: the operator's
 	// routes then refuse every request.
 	OperatorKeys []string `yaml:"operator_keys"`
+	// Inbox configures the recipient inbox's retention and live streams
+	// (config/inbox.go). Defaults are listed per field.
+	Inbox Inbox `yaml:"inbox"`
+	// RecipientTokens configures the tokens apps read a recipient's inbox
+	// with (config/inbox.go). Defaults are listed per field.
+	RecipientTokens RecipientTokens `yaml:"recipient_tokens"`
 
 	// Dev is set when herald runs on its built-in defaults (no config file).
 	Dev bool `yaml:"-"`
@@ -120,6 +126,8 @@ type Config struct {
 	// kindsFrom is the kinds file Kinds were read from (KindsFile resolved
 	// against the config file's directory), named in kind errors.
 	kindsFrom string
+	// tokenKeys are the recipient token keys with their secrets read.
+	tokenKeys map[string][]KeySecret
 }
 
 // APIKey maps a bearer key to a tenant.
@@ -162,10 +170,95 @@ type Kind struct {
 	Templates map[string]Template `yaml:"templates"`
 }
 
-// Template is a Go text/template pair over the request's params.
+// Template is a Go text/template pair over the request's params: one
+// title and body,
+//
+//	push: {title: "…", body: "…"}
+//
+// or one pair per locale, the recipient's profile language choosing among
+// them at render time (package locale), "default" for everyone else:
+//
+//	push:
+//	  ko: {title: "…", body: "…"}
+//	  en: {title: "…", body: "…"}
+//	  default: {title: "…", body: "…"}
 type Template struct {
 	Title string `yaml:"title"`
 	Body  string `yaml:"body"`
+	// Locales holds the per-locale pairs, keyed by BCP 47 tag or
+	// "default"; nil for a single pair.
+	Locales map[string]Template `yaml:"-"`
+}
+
+// plainTemplate decodes one title and body, with no other key.
+type plainTemplate struct {
+	Title string `yaml:"title"`
+	Body  string `yaml:"body"`
+}
+
+// UnmarshalYAML reads either shape of Template: a mapping with a title or
+// a body is one pair (any other key in it is unknown), else each key is a
+// locale.
+func (t *Template) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: cannot unmarshal a template from this value: want {title, body}, or one {title, body} per locale", n.Line)
+	}
+	plain := false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i].Value; k == "title" || k == "body" {
+			plain = true
+		}
+	}
+	if plain {
+		p, err := decodePair(n)
+		*t = Template{Title: p.Title, Body: p.Body}
+		return err
+	}
+	t.Locales = map[string]Template{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		p, err := decodePair(n.Content[i+1])
+		if err != nil {
+			return err
+		}
+		t.Locales[n.Content[i].Value] = Template{Title: p.Title, Body: p.Body}
+	}
+	return nil
+}
+
+// decodePair decodes one {title, body}, refusing any other key as the
+// file's strict decoder would (a node's own Decode does not take the
+// decoder's KnownFields).
+func decodePair(n *yaml.Node) (plainTemplate, error) {
+	var p plainTemplate
+	if n.Kind != yaml.MappingNode {
+		return p, fmt.Errorf("line %d: cannot unmarshal a template from this value: want {title, body}", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; k.Value != "title" && k.Value != "body" {
+			return p, fmt.Errorf("line %d: field %s not found in type config.plainTemplate", k.Line, k.Value)
+		}
+	}
+	return p, n.Decode(&p)
+}
+
+// MarshalYAML writes the template in the shape it was read in.
+func (t Template) MarshalYAML() (any, error) {
+	if t.Locales == nil {
+		return plainTemplate{Title: t.Title, Body: t.Body}, nil
+	}
+	out := map[string]plainTemplate{}
+	for k, v := range t.Locales {
+		out[k] = plainTemplate{Title: v.Title, Body: v.Body}
+	}
+	return out, nil
+}
+
+// Texts returns the template's pairs by locale key: "" for a single pair.
+func (t Template) Texts() map[string]Template {
+	if t.Locales == nil {
+		return map[string]Template{"": {Title: t.Title, Body: t.Body}}
+	}
+	return t.Locales
 }
 
 // Lane configures one lane.
@@ -267,6 +360,13 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		}
 	}
 	c.applyEnv(getenv)
+	dir := ""
+	if path != "" {
+		dir = filepath.Dir(path)
+	}
+	if err := c.readSecrets(dir, getenv); err != nil {
+		return nil, err
+	}
 	c.WithDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -598,6 +698,7 @@ func (c *Config) WithDefaults() *Config {
 		c.DispatchMaxAttempts = 20
 	}
 	c.RabbitMQ.withDefaults()
+	c.inboxDefaults()
 	for i := range c.Providers {
 		def(&c.Providers[i].Timeout, 10*time.Second)
 	}
@@ -763,6 +864,9 @@ func (c *Config) Validate() error {
 		operators[k] = true
 	}
 	if err := c.validateProviders(); err != nil {
+		return err
+	}
+	if err := c.validateInbox(); err != nil {
 		return err
 	}
 	if err := c.validateRabbitMQ(); err != nil {

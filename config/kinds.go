@@ -3,12 +3,15 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/template"
 
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/locale"
 )
 
 // kindsDoc is what a kinds file holds: the config file's kinds key on its
@@ -108,29 +111,58 @@ func ValidateKinds(kinds []Kind, served func(channel string) bool) error {
 		}
 		seen := map[string]bool{}
 		for j, ch := range k.Channels {
-			if !heraldtype.Channel(ch).Valid() {
-				return fmt.Errorf("%s.channels[%d]: %q is not one of %s", key, j, ch, channelList())
+			if !heraldtype.Channel(ch).KindChannel() {
+				return fmt.Errorf("%s.channels[%d]: %q is not one of %s, inbox", key, j, ch, channelList())
 			}
 			if seen[ch] {
 				return fmt.Errorf("%s.channels[%d]: %q is listed twice", key, j, ch)
 			}
 			seen[ch] = true
-			if served != nil && !served(ch) {
+			// The inbox is herald's own: no provider serves it.
+			if served != nil && heraldtype.Channel(ch) != heraldtype.ChannelInbox && !served(ch) {
 				return fmt.Errorf("%s.channels[%d]: no provider serves channel %q", key, j, ch)
 			}
 			t, ok := k.Templates[ch]
 			if !ok {
 				return fmt.Errorf("%s.templates.%s: missing (every channel needs a template)", key, ch)
 			}
-			for _, f := range []struct{ field, text string }{{"title", t.Title}, {"body", t.Body}} {
-				if err := checkTemplate(f.text); err != nil {
-					return fmt.Errorf("%s.templates.%s.%s: %w", key, ch, f.field, err)
-				}
+			if err := checkLocalized(fmt.Sprintf("%s.templates.%s", key, ch), t); err != nil {
+				return err
 			}
 		}
 		for ch := range k.Templates {
 			if !seen[ch] {
 				return fmt.Errorf("%s.templates.%s: channel %q is not in channels", key, ch, ch)
+			}
+		}
+	}
+	return nil
+}
+
+// checkLocalized checks a template's pairs: each locale key a BCP 47 tag
+// or "default" (each key once, in any case), each text a template.
+func checkLocalized(key string, t Template) error {
+	if t.Locales != nil && len(t.Locales) == 0 {
+		return fmt.Errorf("%s: at least one locale", key)
+	}
+	seen := map[string]string{}
+	texts := t.Texts()
+	for _, loc := range slices.Sorted(maps.Keys(texts)) {
+		p := texts[loc]
+		at := key
+		if loc != "" {
+			at = key + "." + loc
+			if !locale.Valid(loc) {
+				return fmt.Errorf("%s: %q is not a language tag (ko, en, en-GB) or default", at, loc)
+			}
+			if other, dup := seen[locale.Normalize(loc)]; dup {
+				return fmt.Errorf("%s: the same locale as %q", at, other)
+			}
+			seen[locale.Normalize(loc)] = loc
+		}
+		for _, f := range []struct{ field, text string }{{"title", p.Title}, {"body", p.Body}} {
+			if err := checkTemplate(f.text); err != nil {
+				return fmt.Errorf("%s.%s: %w", at, f.field, err)
 			}
 		}
 	}

@@ -507,10 +507,10 @@ func TestKinds(t *testing.T) {
 		for _, k := range body.Kinds {
 			names = append(names, k.Name)
 		}
-		if want := []string{"appointment.reminder", "coupon.expiring", "fraud.alert", "payment.approved"}; !slices.Equal(names, want) {
+		if want := []string{"appointment.reminder", "coupon.expiring", "fraud.alert", "order.shipped", "payment.approved"}; !slices.Equal(names, want) {
 			t.Fatalf("kinds %v, want %v: %s", names, want, r.body)
 		}
-		pay := body.Kinds[3]
+		pay := body.Kinds[4]
 		if pay.Category != "transactional" || !slices.Equal(pay.Channels, []string{"webhook", "push"}) ||
 			!slices.Equal(pay.Params, []catalog.Param{{Name: "amount", Required: true}, {Name: "merchant", Required: true}}) {
 			t.Errorf("payment.approved = %+v", pay)

@@ -106,6 +106,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		unprocessable(w, ferr)
 		return
 	}
+	// Every text rendered in Validate; the inbox's are kept, one per locale.
+	inbox, err := kind.Inbox(params)
+	if err != nil {
+		fail(http.StatusUnprocessableEntity, fmt.Sprintf("kind %q cannot render its inbox text with these params: %v", req.Kind, err), "params")
+		return
+	}
 
 	now := h.Clock.Now()
 	id := ids.New("ntf", now)
@@ -115,6 +121,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Tenant: tenant, IdempotencyKey: key, RequestHash: hex.EncodeToString(sum[:]), IdempotencyTTL: h.IdempotencyTTL,
 		Response: body, ID: id, Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
 		Lane: kind.Lane, Params: params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
+		Inbox: inbox,
 	})
 	if err != nil {
 		h.Logger.LogAttrs(r.Context(), slog.LevelError, "intake: store unavailable", slog.String("tenant", tenant), slog.Any("error", err))

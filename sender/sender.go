@@ -100,10 +100,12 @@ import (
 )
 
 // Store is what the sender reads and writes: its own deliveries table and
-// the recipients' profiles.
+// the recipients' profiles, and whether a notification was erased.
 type Store interface {
 	store.Deliveries
 	store.Profiles
+	// NotificationErased is store.Erasure's: asked before a retry's claim.
+	NotificationErased(ctx context.Context, notificationID string) (bool, error)
 }
 
 // Verdict tells the transport what to do with the message.
@@ -290,6 +292,13 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 			if r, stop := s.existing(d); stop {
 				return r
 			}
+			// A due retry. The recipient may have been erased since the
+			// first attempt (erasure ends waiting sends itself, but not
+			// one that was SENDING then): its params are {} now, and a
+			// broker copy still carries the old ones. Neither is sent.
+			if r, stop := s.erased(ctx, job); stop {
+				return r
+			}
 		case errors.Is(err, store.ErrNotFound):
 		default:
 			return backoff(fmt.Errorf("peek: %w", err))
@@ -375,6 +384,25 @@ func (s *Sender) existing(d store.Delivery) (Result, bool) {
 	return Result{Verdict: Done, State: d.State, Reason: d.Reason}, true
 }
 
+// erased ends a due retry of an erased notification SUPPRESSED(ERASED)
+// through the decision write (conditional on the row still waiting, so a
+// claim that got there first stands); stop is false when the notification
+// was not erased.
+func (s *Sender) erased(ctx context.Context, job heraldtype.Job) (Result, bool) {
+	var erased bool
+	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
+		erased, err = s.Store.NotificationErased(ctx, job.NotificationID)
+		return err
+	})
+	switch {
+	case err != nil:
+		return backoff(fmt.Errorf("read erasure: %w", err)), true
+	case !erased:
+		return Result{}, false
+	}
+	return s.decide(ctx, job, decision{state: heraldtype.DeliverySuppressed, reason: store.ReasonErased}), true
+}
+
 // Bounds of the recheck delay: see recheck.
 const (
 	MinRecheck = time.Second
@@ -452,7 +480,7 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	if err != nil {
 		return park(heraldtype.ReasonTemplateFailed)
 	}
-	title, body, err := kind.Render(job.Channel, params)
+	title, body, err := kind.Render(job.Channel, profile.Language, params)
 	switch {
 	case errors.Is(err, catalog.ErrNoTemplate):
 		return park(heraldtype.ReasonTemplateMissing)
