@@ -43,6 +43,12 @@ func kinds() []config.Kind {
 	return []config.Kind{
 		{Name: "payment", Category: "transactional", Channels: []string{"webhook", "sms", "push"}, Templates: tmpl},
 		{Name: "promo", Category: "marketing", Channels: []string{"webhook", "sms", "push"}, Templates: tmpl},
+		{Name: "greeting", Category: "transactional", Channels: []string{"webhook"}, Templates: map[string]config.Template{
+			"webhook": {Locales: map[string]config.Template{
+				"ko":      {Title: "결제", Body: "{{.amount}}원 결제"},
+				"default": {Title: "Paid", Body: "Paid {{.amount}} won"},
+			}},
+		}},
 	}
 }
 
@@ -341,6 +347,26 @@ func TestPreChecks(t *testing.T) {
 		j.Kind, j.Lane = "promo", heraldtype.LaneMarketing
 		if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliverySuppressed || r.Reason != heraldtype.ReasonConsentDenied {
 			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("TextIsInTheLanguageOfTheProfileAtSendTime", func(t *testing.T) {
+		t.Parallel()
+		snd, b := setup(t, sender.Hooks{})
+		send := func(id, lang string) string {
+			putProfile(t, b, store.Profile{Tenant: "t1", Recipient: "r1", Language: lang})
+			j := job(id, heraldtype.ChannelWebhook)
+			j.Kind = "greeting"
+			if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliveryProviderAccepted {
+				t.Fatalf("%s: %+v", id, r)
+			}
+			calls := b.sims[heraldtype.ChannelWebhook].Calls()
+			return calls[len(calls)-1].Message.Body
+		}
+		if got := send("n1", "ko-KR"); got != "12000원 결제" {
+			t.Errorf("language ko-KR: body %q", got)
+		}
+		if got := send("n2", "de"); got != "Paid 12000 won" {
+			t.Errorf("language de: body %q, want the default text", got)
 		}
 	})
 	t.Run("ProfileIsReadAtSendTime", func(t *testing.T) {
