@@ -6,6 +6,7 @@ package heraldtype
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -70,6 +71,35 @@ func (c Channel) KindChannel() bool { return c == ChannelInbox || c.Valid() }
 // recipient's profile. A webhook goes to the provider's configured URL; the
 // inbox is herald's own.
 func (c Channel) NeedsAddress() bool { return c != ChannelWebhook && c != ChannelInbox }
+
+// DeviceSend is the channel of ch's send to one device. One planned send
+// per channel is the rule; the push channel fans out instead, one send per
+// active device of the recipient. Such a send's channel is the channel, a
+// dot and the device id ("push.d1a2b3c4d5e6f7a8b"), and that is what the outbox and the
+// deliveries keep in their channel column: (notification, channel) still
+// names exactly one planned send and its message id is still
+// notification id + "." + channel (store.MessageID). Base gives back the
+// channel a provider, a template, consent and a metric label know.
+func DeviceSend(ch Channel, deviceID string) Channel { return ch + "." + Channel(deviceID) }
+
+// Base is the channel of a send: c itself, or c without its device.
+func (c Channel) Base() Channel {
+	if i := strings.IndexByte(string(c), '.'); i >= 0 {
+		return c[:i]
+	}
+	return c
+}
+
+// Device is the device id of a send to one device, "" for any other send.
+func (c Channel) Device() string {
+	_, dev, _ := strings.Cut(string(c), ".")
+	return dev
+}
+
+// ReasonUnregistered is the reason code a provider gives for a device
+// token it knows to be dead (FCM UNREGISTERED, APNs 410 Unregistered); the
+// device it names is deactivated with it.
+const ReasonUnregistered = "UNREGISTERED"
 
 // OutboxState is the dispatcher-owned state of an outbox row.
 type OutboxState string

@@ -60,6 +60,9 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,6 +90,7 @@ type Store interface {
 	Attempts
 	Reconciler
 	Inbox
+	Devices
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.
 	Wakeups() *Wakeups
@@ -189,6 +193,74 @@ type Attempts interface {
 type Profiles interface {
 	ProfileGet(ctx context.Context, tenant, recipient string) (Profile, error)
 	ProfilePut(ctx context.Context, p Profile) error
+}
+
+// Devices are a recipient's push devices (DESIGN §8, issue 9 item 6): the
+// push channel sends to each active one (heraldtype.DeviceSend), and the
+// sender reads the device again at send time. A device is named by
+// DeviceID, derived from its token, so registering a token again finds the
+// same row.
+type Devices interface {
+	// DevicePut registers d (by DeviceID of its token), or updates the
+	// row of that token: platform, active again (a deactivated token that
+	// is registered again is live again). It reports whether the row is new.
+	DevicePut(ctx context.Context, d Device) (created bool, err error)
+	// DeviceDelete deletes a device; false when there was none.
+	DeviceDelete(ctx context.Context, tenant, recipient, deviceID string) (bool, error)
+	// DevicesList returns a recipient's devices, active or not, by device id.
+	DevicesList(ctx context.Context, tenant, recipient string) ([]Device, error)
+	// DeviceGet returns one device, or ErrNotFound.
+	DeviceGet(ctx context.Context, tenant, recipient, deviceID string) (Device, error)
+	// DeviceDeactivate marks an active device inactive with a reason code
+	// (a provider said its token is dead); false when it is gone or
+	// inactive already.
+	DeviceDeactivate(ctx context.Context, tenant, recipient, deviceID, reason string) (bool, error)
+}
+
+// Platform is the push service a device token belongs to.
+type Platform string
+
+const (
+	PlatformFCM  Platform = "fcm"
+	PlatformAPNs Platform = "apns"
+	PlatformWeb  Platform = "web"
+)
+
+// Valid reports whether p is one of the platforms.
+func (p Platform) Valid() bool {
+	return p == PlatformFCM || p == PlatformAPNs || p == PlatformWeb
+}
+
+// Device is one push device of a recipient.
+type Device struct {
+	Tenant    string
+	Recipient string
+	// DeviceID is DeviceID(Tenant, Recipient, Token).
+	DeviceID string
+	Token    string
+	Platform Platform
+	Active   bool
+	// CreatedAt is the first registration, UpdatedAt the last write.
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// DeactivatedAt and DeactivatedReason say when and why the device
+	// stopped being active; nil and "" while it is active.
+	DeactivatedAt     *time.Time
+	DeactivatedReason string
+}
+
+// DeviceID names the device of token for one recipient of one tenant: "d"
+// and the first 16 hex digits of the SHA-256 of the three (each
+// length-prefixed, so no two triples hash the same input). It is short and
+// stable, fits a message id (notification id + ".push." + device id), and
+// says nothing of the token.
+func DeviceID(tenant, recipient, token string) string {
+	h := sha256.New()
+	for _, s := range []string{tenant, recipient, token} {
+		_ = binary.Write(h, binary.BigEndian, uint32(len(s)))
+		h.Write([]byte(s))
+	}
+	return "d" + hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // NotificationCreateParams is one accepted request.

@@ -1,0 +1,118 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/heraldhq/herald/store"
+)
+
+// A recipient's push devices (store.Devices). Every statement finds its
+// rows by the primary key (tenant, recipient, device_id) or its
+// (tenant, recipient) prefix.
+const (
+	qDeviceExists = `SELECT count(*) FROM devices WHERE tenant = ?1 AND recipient = ?2 AND device_id = ?3`
+	// qDevicePut registers a token, or writes it again: the platform, and
+	// active again whatever it was. ?1 now.
+	qDevicePut = `INSERT INTO devices (tenant, recipient, device_id, token, platform, active, created_at, updated_at)
+VALUES (?2, ?3, ?4, ?5, ?6, 1, ?1, ?1)
+ON CONFLICT (tenant, recipient, device_id) DO UPDATE SET token = excluded.token, platform = excluded.platform, active = 1,
+    deactivated_at = NULL, deactivated_reason = '', updated_at = excluded.updated_at`
+	qDeviceDelete = `DELETE FROM devices WHERE tenant = ?1 AND recipient = ?2 AND device_id = ?3`
+	// ?1 now, ?5 reason.
+	qDeviceDeactivate = `UPDATE devices SET active = 0, deactivated_at = ?1, deactivated_reason = ?5, updated_at = ?1
+WHERE tenant = ?2 AND recipient = ?3 AND device_id = ?4 AND active = 1`
+	qDeviceColumns = `tenant, recipient, device_id, token, platform, active, created_at, updated_at, deactivated_at, deactivated_reason`
+	qDeviceGet     = `SELECT ` + qDeviceColumns + ` FROM devices WHERE tenant = ?1 AND recipient = ?2 AND device_id = ?3`
+	qDevicesList   = `SELECT ` + qDeviceColumns + ` FROM devices WHERE tenant = ?1 AND recipient = ?2 ORDER BY device_id`
+)
+
+// DevicePut registers a device or writes its row again, active.
+func (s *Store) DevicePut(ctx context.Context, d store.Device) (bool, error) {
+	var created bool
+	err := s.w.do(ctx, func(tx wtx) error {
+		var n int
+		if err := tx.QueryRow(qDeviceExists, d.Tenant, d.Recipient, d.DeviceID).Scan(&n); err != nil {
+			return err
+		}
+		created = n == 0
+		_, err := tx.Exec(qDevicePut, s.now(), d.Tenant, d.Recipient, d.DeviceID, d.Token, string(d.Platform))
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("put device: %w", err)
+	}
+	return created, nil
+}
+
+// DeviceDelete deletes a device.
+func (s *Store) DeviceDelete(ctx context.Context, tenant, recipient, deviceID string) (bool, error) {
+	return s.deviceWrite(ctx, "delete device", qDeviceDelete, tenant, recipient, deviceID)
+}
+
+// DeviceDeactivate marks an active device inactive.
+func (s *Store) DeviceDeactivate(ctx context.Context, tenant, recipient, deviceID, reason string) (bool, error) {
+	return s.deviceWrite(ctx, "deactivate device", qDeviceDeactivate, s.now(), tenant, recipient, deviceID, reason)
+}
+
+// deviceWrite runs one write and reports whether it changed a row.
+func (s *Store) deviceWrite(ctx context.Context, what, q string, args ...any) (bool, error) {
+	var n int64
+	err := s.w.do(ctx, func(tx wtx) error {
+		r, err := tx.Exec(q, args...)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", what, err)
+	}
+	return n == 1, nil
+}
+
+// DeviceGet reads one device.
+func (s *Store) DeviceGet(ctx context.Context, tenant, recipient, deviceID string) (store.Device, error) {
+	d, err := scanDevice(s.queryRow(ctx, qDeviceGet, tenant, recipient, deviceID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Device{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Device{}, fmt.Errorf("read device: %w", err)
+	}
+	return d, nil
+}
+
+// DevicesList reads a recipient's devices.
+func (s *Store) DevicesList(ctx context.Context, tenant, recipient string) ([]store.Device, error) {
+	rows, err := s.query(ctx, qDevicesList, tenant, recipient)
+	if err != nil {
+		return nil, fmt.Errorf("list devices: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Device
+	for rows.Next() {
+		d, err := scanDevice(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list devices: %w", err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list devices: %w", err)
+	}
+	return out, nil
+}
+
+func scanDevice(row interface{ Scan(...any) error }) (store.Device, error) {
+	var d store.Device
+	var platform string
+	var created, updated int64
+	var deactivated sql.NullInt64
+	err := row.Scan(&d.Tenant, &d.Recipient, &d.DeviceID, &d.Token, &platform, &d.Active, &created, &updated, &deactivated, &d.DeactivatedReason)
+	d.Platform, d.CreatedAt, d.UpdatedAt, d.DeactivatedAt = store.Platform(platform), fromMs(created), fromMs(updated), fromNullMs(deactivated)
+	return d, err
+}

@@ -1,0 +1,129 @@
+package storetest
+
+import (
+	"errors"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// putDevice registers token for tenant t1's recipient r; any error fails
+// the test. It returns the device id.
+func putDevice(t *testing.T, b bundle, recipient, token string, platform store.Platform) string {
+	t.Helper()
+	id := store.DeviceID("t1", recipient, token)
+	if _, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: recipient, DeviceID: id, Token: token, Platform: platform}); err != nil {
+		t.Fatalf("DevicePut: %v", err)
+	}
+	return id
+}
+
+func getDevice(t *testing.T, b bundle, recipient, id string) store.Device {
+	t.Helper()
+	d, err := b.s.DeviceGet(b.ctx, "t1", recipient, id)
+	if err != nil {
+		t.Fatalf("DeviceGet %s: %v", id, err)
+	}
+	return d
+}
+
+func testDevices(t *testing.T, h Harness) {
+	t.Run("DeviceIDIsShortStableAndPerRecipient", func(t *testing.T) {
+		t.Parallel()
+		id := store.DeviceID("t1", "r1", "tok")
+		if !regexp.MustCompile(`^d[0-9a-f]{16}$`).MatchString(id) || store.DeviceID("t1", "r1", "tok") != id {
+			t.Fatalf("DeviceID = %q, want d and 16 hex digits, the same each time", id)
+		}
+		for _, other := range []string{store.DeviceID("t2", "r1", "tok"), store.DeviceID("t1", "r2", "tok"),
+			store.DeviceID("t1", "r1", "tok2"), store.DeviceID("t1", "r1t", "ok")} {
+			if other == id {
+				t.Errorf("another tenant, recipient or token has the same id %q", id)
+			}
+		}
+	})
+	t.Run("PutGetListDelete", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		id := store.DeviceID("t1", "r1", "tok-a")
+		created, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: id, Token: "tok-a", Platform: store.PlatformFCM})
+		if err != nil || !created {
+			t.Fatalf("DevicePut of a new token = %v, %v; want created", created, err)
+		}
+		d := getDevice(t, b, "r1", id)
+		want := store.Device{Tenant: "t1", Recipient: "r1", DeviceID: id, Token: "tok-a", Platform: store.PlatformFCM, Active: true,
+			CreatedAt: b.clk.Now(), UpdatedAt: b.clk.Now()}
+		if d != want {
+			t.Fatalf("DeviceGet = %+v, want %+v", d, want)
+		}
+		b.clk.Advance(time.Minute)
+		created, err = b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: id, Token: "tok-a", Platform: store.PlatformWeb})
+		if err != nil || created {
+			t.Fatalf("DevicePut of a known token = %v, %v; want not created", created, err)
+		}
+		if d := getDevice(t, b, "r1", id); d.Platform != store.PlatformWeb || !d.CreatedAt.Equal(Epoch) || !d.UpdatedAt.Equal(b.clk.Now()) {
+			t.Fatalf("after a second put: %+v, want platform web, created at the first put, updated now", d)
+		}
+		other := putDevice(t, b, "r1", "tok-b", store.PlatformAPNs)
+		putDevice(t, b, "r2", "tok-c", store.PlatformFCM)
+		list, err := b.s.DevicesList(b.ctx, "t1", "r1")
+		if err != nil || len(list) != 2 || list[0].DeviceID > list[1].DeviceID ||
+			(list[0].DeviceID != id && list[0].DeviceID != other) || (list[1].DeviceID != id && list[1].DeviceID != other) {
+			t.Fatalf("DevicesList = %+v, %v; want r1's two devices by id", list, err)
+		}
+		if list, err := b.s.DevicesList(b.ctx, "t2", "r1"); err != nil || len(list) != 0 {
+			t.Fatalf("another tenant's DevicesList = %+v, %v; want none", list, err)
+		}
+		if _, err := b.s.DeviceGet(b.ctx, "t2", "r1", id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("another tenant's DeviceGet: %v, want ErrNotFound", err)
+		}
+		if ok, err := b.s.DeviceDelete(b.ctx, "t2", "r1", id); err != nil || ok {
+			t.Fatalf("another tenant's DeviceDelete = %v, %v; want false", ok, err)
+		}
+		if ok, err := b.s.DeviceDelete(b.ctx, "t1", "r1", id); err != nil || !ok {
+			t.Fatalf("DeviceDelete = %v, %v; want true", ok, err)
+		}
+		if ok, err := b.s.DeviceDelete(b.ctx, "t1", "r1", id); err != nil || ok {
+			t.Fatalf("DeviceDelete again = %v, %v; want false", ok, err)
+		}
+		if _, err := b.s.DeviceGet(b.ctx, "t1", "r1", id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("DeviceGet after delete: %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("DeactivateThenPutReactivates", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		id := putDevice(t, b, "r1", "tok-a", store.PlatformFCM)
+		keep := putDevice(t, b, "r1", "tok-b", store.PlatformFCM)
+		b.clk.Advance(time.Minute)
+		if ok, err := b.s.DeviceDeactivate(b.ctx, "t1", "r1", id, heraldtype.ReasonUnregistered); err != nil || !ok {
+			t.Fatalf("DeviceDeactivate = %v, %v; want true", ok, err)
+		}
+		d := getDevice(t, b, "r1", id)
+		if d.Active || d.DeactivatedAt == nil || !d.DeactivatedAt.Equal(b.clk.Now()) || d.DeactivatedReason != heraldtype.ReasonUnregistered {
+			t.Fatalf("deactivated device = %+v, want inactive since now with reason UNREGISTERED", d)
+		}
+		if d := getDevice(t, b, "r1", keep); !d.Active {
+			t.Fatalf("the other device was deactivated too: %+v", d)
+		}
+		if ok, err := b.s.DeviceDeactivate(b.ctx, "t1", "r1", id, "OTHER"); err != nil || ok {
+			t.Fatalf("DeviceDeactivate again = %v, %v; want false", ok, err)
+		}
+		if d := getDevice(t, b, "r1", id); d.DeactivatedReason != heraldtype.ReasonUnregistered {
+			t.Fatalf("a second deactivation changed the reason: %+v", d)
+		}
+		if ok, err := b.s.DeviceDeactivate(b.ctx, "t1", "r1", "dmissing", "X"); err != nil || ok {
+			t.Fatalf("DeviceDeactivate of no device = %v, %v; want false", ok, err)
+		}
+		b.clk.Advance(time.Minute)
+		created, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: id, Token: "tok-a", Platform: store.PlatformFCM})
+		if err != nil || created {
+			t.Fatalf("DevicePut of a deactivated token = %v, %v; want not created", created, err)
+		}
+		if d := getDevice(t, b, "r1", id); !d.Active || d.DeactivatedAt != nil || d.DeactivatedReason != "" || !d.UpdatedAt.Equal(b.clk.Now()) {
+			t.Fatalf("re-registered device = %+v, want active again with no deactivation", d)
+		}
+	})
+}
