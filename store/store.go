@@ -89,6 +89,8 @@ type Store interface {
 	NotificationListing
 	Attempts
 	Reconciler
+	// Receipts settles a push DELIVERED on the app's receipt (receipts.go).
+	Receipts
 	Inbox
 	Devices
 	// Wakeups carries "a row became due on this lane" signals, from this

@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, h) })
 	t.Run("Reconcile", func(t *testing.T) { testReconcile(t, h) })
 	t.Run("Expiry", func(t *testing.T) { testExpiry(t, h) })
+	t.Run("Receipts", func(t *testing.T) { testReceipts(t, h) })
 	t.Run("Devices", func(t *testing.T) { testDevices(t, h) })
 }
 

@@ -1,0 +1,90 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// Receipts (POST /v1/me/receipts).
+const (
+	// qReceipt reads the message's delivery, only if its notification is
+	// the tenant's and the recipient's, and settles it DELIVERED in the
+	// same statement when it was PROVIDER_ACCEPTED or UNKNOWN, conditional
+	// on the state it read: a write that committed in between (another
+	// receipt) leaves the row changed, the update takes nothing, and the
+	// caller reads again.
+	//
+	// $1 now, $2 message id, $3 tenant, $4 recipient, $5 the reason after
+	// PROVIDER_ACCEPTED, $6 after UNKNOWN.
+	qReceipt = `WITH cur AS (
+    SELECT d.message_id, d.state, n.lane, d.channel
+    FROM deliveries d JOIN notifications n ON n.id = d.notification_id
+    WHERE d.message_id = $2::text AND d.tenant = $3::text AND n.tenant = $3::text AND n.recipient = $4::text
+),
+u AS (
+    UPDATE deliveries d
+    SET state = 'DELIVERED', reason = CASE WHEN cur.state = 'UNKNOWN' THEN $6::text ELSE $5::text END,
+        updated_at = coalesce($1::timestamptz, clock_timestamp())
+    FROM cur
+    WHERE d.message_id = cur.message_id AND d.state = cur.state AND cur.state IN ('PROVIDER_ACCEPTED', 'UNKNOWN')
+    RETURNING 1
+)
+SELECT cur.state, cur.lane, cur.channel, (SELECT count(*) FROM u) FROM cur`
+	// qReceiptPlanned finds a planned send with no delivery row yet, by
+	// the outbox's key (store.ReceiptNotificationCandidates) and then its
+	// exact message id.
+	qReceiptPlanned = `SELECT n.lane, o.channel
+FROM outbox o JOIN notifications n ON n.id = o.notification_id
+WHERE o.notification_id = ANY($1::text[]) AND o.message_id = $2::text AND n.tenant = $3::text AND n.recipient = $4::text`
+)
+
+// receiptTries bounds how often a receipt reads again after a concurrent
+// write changed the row between its read and its write; each change moves
+// the row on for good (to DELIVERED), so a second read settles it.
+const receiptTries = 3
+
+// DeliveryReceipt settles a recipient's PROVIDER_ACCEPTED or UNKNOWN
+// message DELIVERED.
+func (s *Store) DeliveryReceipt(ctx context.Context, tenant, recipient, messageID string) (store.ReceiptOutcome, error) {
+	what := fmt.Sprintf("receipt for %s", messageID)
+	for range receiptTries {
+		var state, lane, ch string
+		var settled int64
+		err := s.pool.QueryRow(ctx, qReceipt, s.now(), messageID, tenant, recipient, store.ReasonReceipt, store.ReasonReceiptAfterUnknown).
+			Scan(&state, &lane, &ch, &settled)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.receiptPlanned(ctx, tenant, recipient, messageID)
+		}
+		if err != nil {
+			return store.ReceiptOutcome{}, s.fail(what, err)
+		}
+		out := store.ReceiptOutcome{From: heraldtype.DeliveryState(state), Lane: heraldtype.Lane(lane), Channel: heraldtype.Channel(ch)}
+		out.Result = store.ReceiptFrom(out.From)
+		if out.Result != store.ReceiptDelivered || settled == 1 {
+			return out, nil
+		}
+		// Changed between the statement's snapshot and its update.
+	}
+	return store.ReceiptOutcome{}, fmt.Errorf("%s: the delivery kept changing under %d tries", what, receiptTries)
+}
+
+// receiptPlanned answers a receipt for a message with no delivery row:
+// ReceiptNotYet if it is a planned send of the recipient's, else
+// ErrNotFound.
+func (s *Store) receiptPlanned(ctx context.Context, tenant, recipient, messageID string) (store.ReceiptOutcome, error) {
+	var lane, ch string
+	err := s.pool.QueryRow(ctx, qReceiptPlanned, store.ReceiptNotificationCandidates(messageID), messageID, tenant, recipient).Scan(&lane, &ch)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.ReceiptOutcome{}, store.ErrNotFound
+	case err != nil:
+		return store.ReceiptOutcome{}, s.fail(fmt.Sprintf("receipt for %s: read the planned send", messageID), err)
+	}
+	return store.ReceiptOutcome{Result: store.ReceiptNotYet, Lane: heraldtype.Lane(lane), Channel: heraldtype.Channel(ch)}, nil
+}

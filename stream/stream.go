@@ -1,0 +1,594 @@
+// Package stream serves GET /v1/me/stream: one recipient's inbox as
+// Server-Sent Events, for an app that shows new items and the unread badge
+// as they commit.
+//
+// Events (every one carries id: the seq of the newest item the stream has
+// sent, so an EventSource resumes where it stopped, even before its first
+// item):
+//
+//	id: 42
+//	event: item
+//	data: {"id", "notification_id", "kind", "title", "body", "created_at", "read_at", "archived_at"}
+//
+//	id: 42
+//	event: badge
+//	data: {"unread_count": 3}
+//
+// and a comment line (": ping") after every Heartbeat without an event, so
+// proxies keep the connection open.
+//
+// A stream opened with Last-Event-ID: <seq> (the header, or the query
+// parameter last_event_id for EventSource polyfills that cannot set
+// headers) first sends every item with a greater seq, oldest first, in
+// pages, then the badge, then live events: a reconnecting app misses no
+// item and sees none twice. Without it the stream starts at the newest
+// item and sends the badge first.
+//
+// Live events come from the store's inbox signals (store.InboxSignals: this
+// process's own writes, and on PostgreSQL every other process's through
+// LISTEN/NOTIFY). One Hub per process watches them and wakes the streams of
+// the recipient that changed; each woken stream reads its inbox after the
+// last seq it sent and writes what is new. A signal only says "look", and
+// the rows are the truth, so a stream also reads again every Resync on its
+// own: a lost signal costs latency, never an item. A burst of signals for
+// one recipient wakes a stream once (a one-slot wake channel), and the
+// streams of one recipient share their reads.
+//
+// A stream ends when the client goes, when the Hub closes (herald's
+// graceful stop), when the store fails, and when its recipient token
+// expires: the app mints a new token and reconnects with Last-Event-ID.
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxStreams = 10_000
+	DefaultHeartbeat  = 25 * time.Second
+	DefaultResync     = 30 * time.Second
+	DefaultPage       = 100
+)
+
+const (
+	// writeTimeout bounds the write of one batch of events: a client that
+	// reads nothing for this long is cut off, so a stalled connection holds
+	// neither a slot nor a graceful stop for longer.
+	writeTimeout = 15 * time.Second
+	// retryAfter is the Retry-After, in seconds, of a stream refused over
+	// the cap.
+	retryAfter = "5"
+)
+
+// Reader reads a recipient's inbox (store.Inbox's stream side).
+type Reader interface {
+	// InboxItemsAfter returns up to limit items with seq > afterSeq, oldest first.
+	InboxItemsAfter(ctx context.Context, tenant, recipient string, afterSeq int64, limit int) ([]store.InboxItem, error)
+	// InboxBadge reads the recipient's unread count and newest seq.
+	InboxBadge(ctx context.Context, tenant, recipient string) (store.InboxBadge, error)
+}
+
+// Config configures a Hub.
+type Config struct {
+	// Store reads the inboxes. Required.
+	Store Reader
+	// Signals wake the streams of an inbox that changed. Nil leaves the
+	// streams to their periodic reads (Resync) alone.
+	Signals *store.InboxSignals
+	// MaxStreams caps the streams open at once; one more is refused with
+	// 503 and Retry-After. Defaults to 10,000.
+	MaxStreams int
+	// Heartbeat is how long a stream stays silent before it sends a
+	// comment line. Defaults to 25 seconds.
+	Heartbeat time.Duration
+	// Resync is how often a stream reads its inbox again unprompted (each
+	// stream within ±10% of it, so streams woken together drift apart).
+	// Defaults to 30 seconds.
+	Resync time.Duration
+	// Page is how many items one read returns. Defaults to 100.
+	Page int
+	// Clock tells the time a recipient token's expiry is measured against
+	// (the clock its verifier uses). Defaults to the system clock.
+	Clock   clock.Clock
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+}
+
+// Hub serves the streams of one process. Safe for concurrent use.
+type Hub struct {
+	cfg       Config
+	logger    *slog.Logger
+	metrics   *metrics.Streams
+	done      chan struct{}
+	closeOnce sync.Once
+	stopWatch func()
+	open      atomic.Int64
+
+	mu      sync.Mutex
+	inboxes map[store.InboxKey]*inbox
+}
+
+// inbox is the streams of one recipient and the reads they share.
+type inbox struct {
+	streams map[*stream]struct{}
+	// gen counts the signals for this inbox. A stream woken by one may use
+	// only a read that began after it: a flight of gen ≥ the gen it saw.
+	gen uint64
+	// badge and items are the newest shared reads (items: of the items
+	// after one seq), kept until the next signal; nil when there is none.
+	// Only the streams of an inbox that has more than one share reads.
+	badge *flight[store.InboxBadge]
+	items *flight[[]store.InboxItem]
+}
+
+// flight is one shared read: done is closed once val and err are set.
+type flight[T any] struct {
+	gen   uint64
+	after int64
+	done  chan struct{}
+	val   T
+	err   error
+}
+
+// stream is one open stream: its inbox and a one-slot wake channel.
+type stream struct {
+	key  store.InboxKey
+	wake chan struct{}
+}
+
+// New returns a Hub watching cfg.Signals until Close.
+func New(cfg Config) *Hub {
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = DefaultResync
+	}
+	if cfg.Page <= 0 {
+		cfg.Page = DefaultPage
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	h := &Hub{cfg: cfg, logger: cfg.Logger, done: make(chan struct{}), inboxes: map[store.InboxKey]*inbox{}}
+	if h.logger == nil {
+		h.logger = slog.New(slog.DiscardHandler)
+	}
+	h.metrics = cfg.Metrics.WatchStreams(func() float64 { return float64(h.open.Load()) })
+	h.stopWatch = func() {}
+	if cfg.Signals != nil {
+		h.stopWatch = cfg.Signals.Watch(watcher{h})
+	}
+	return h
+}
+
+// Open returns how many streams are open.
+func (h *Hub) Open() int { return int(h.open.Load()) }
+
+// Close ends every stream, refuses new ones with 503, and stops watching
+// the signals. herald's graceful stop calls it before it waits for the
+// HTTP requests in flight, which a stream would otherwise outlast.
+func (h *Hub) Close() {
+	h.closeOnce.Do(func() {
+		close(h.done)
+		h.stopWatch()
+	})
+}
+
+// watcher is the Hub's store.InboxWatcher.
+type watcher struct{ h *Hub }
+
+var _ store.InboxWatcher = watcher{}
+
+// InboxChanged wakes the streams of those inboxes.
+func (w watcher) InboxChanged(keys []store.InboxKey) {
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range keys {
+		if ib := h.inboxes[k]; ib != nil {
+			ib.signalled()
+		}
+	}
+}
+
+// InboxMissed wakes every stream.
+func (w watcher) InboxMissed() {
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ib := range h.inboxes {
+		ib.signalled()
+	}
+}
+
+// signalled makes later reads fresh and wakes every stream of ib; h.mu held.
+func (ib *inbox) signalled() {
+	ib.gen++
+	ib.badge, ib.items = nil, nil
+	for s := range ib.streams {
+		s.poke()
+	}
+}
+
+// poke wakes s unless a wake is pending already.
+func (s *stream) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// acquire takes a slot, or reports that the cap is reached or the Hub closed.
+func (h *Hub) acquire() bool {
+	select {
+	case <-h.done:
+		return false
+	default:
+	}
+	if h.open.Add(1) > int64(h.cfg.MaxStreams) {
+		h.open.Add(-1)
+		return false
+	}
+	return true
+}
+
+// add registers s.
+func (h *Hub) add(s *stream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ib := h.inboxes[s.key]
+	if ib == nil {
+		ib = &inbox{streams: map[*stream]struct{}{}}
+		h.inboxes[s.key] = ib
+	}
+	ib.streams[s] = struct{}{}
+}
+
+func (h *Hub) remove(s *stream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ib := h.inboxes[s.key]
+	delete(ib.streams, s)
+	if len(ib.streams) == 0 {
+		delete(h.inboxes, s.key)
+	}
+}
+
+// gen returns the gen of s's inbox now.
+func (h *Hub) gen(s *stream) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inboxes[s.key].gen
+}
+
+// ServeHTTP serves GET /v1/me/stream behind auth.RequireRecipient.
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rcpt, ok := auth.RecipientFrom(r.Context())
+	if !ok {
+		problem.New(w, http.StatusUnauthorized, "a recipient token is required: Authorization: Bearer <recipient token>")
+		return
+	}
+	after, resume, err := lastEventID(r)
+	if err != nil {
+		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Detail: err.Error(), Param: "Last-Event-ID"})
+		return
+	}
+	if !h.acquire() {
+		h.metrics.Refused()
+		w.Header().Set("Retry-After", retryAfter)
+		problem.New(w, http.StatusServiceUnavailable, "too many open streams on this server: retry later")
+		return
+	}
+	defer h.open.Add(-1)
+	s := &stream{key: store.InboxKey{Tenant: rcpt.Tenant, Recipient: rcpt.ID}, wake: make(chan struct{}, 1)}
+	// Registered before the first read: a change that commits after that
+	// read began wakes s.
+	h.add(s)
+	defer h.remove(s)
+
+	c := &conn{h: h, s: s, w: w, rc: http.NewResponseController(w), seq: after, unread: -1}
+	ctx := r.Context()
+	if !resume {
+		b, err := h.cfg.Store.InboxBadge(ctx, s.key.Tenant, s.key.Recipient)
+		if err != nil {
+			h.failed(ctx, err, "first badge")
+			problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+			return
+		}
+		c.seq = b.Seq
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if err := c.catchUp(ctx, 0, false); err != nil {
+		h.failed(ctx, err, "catch up")
+		return
+	}
+	c.serve(ctx, rcpt.ExpiresAt)
+}
+
+// failed logs a stream that ends on an error other than its client's going.
+func (h *Hub) failed(ctx context.Context, err error, what string) {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return
+	}
+	h.logger.LogAttrs(ctx, slog.LevelWarn, "stream: ended", slog.String("step", what), slog.Any("error", err))
+}
+
+// lastEventID reads where a resumed stream starts.
+func lastEventID(r *http.Request) (seq int64, ok bool, err error) {
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		v = r.URL.Query().Get("last_event_id")
+	}
+	if v == "" {
+		return 0, false, nil
+	}
+	seq, err = strconv.ParseInt(v, 10, 64)
+	if err != nil || seq < 0 {
+		return 0, false, errors.New("Last-Event-ID must be the id of an event of this stream (a seq: 0 or more)")
+	}
+	return seq, true, nil
+}
+
+// conn is one stream's connection and where it stands.
+type conn struct {
+	h  *Hub
+	s  *stream
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	// seq is the newest item sent (or the start); unread the last badge
+	// sent, -1 before the first.
+	seq    int64
+	unread int64
+	// pending: written since the last flush; sent: flushed since serve
+	// last looked.
+	pending, sent bool
+}
+
+// serve writes live events until the client goes, the Hub closes, the
+// token expires or something fails.
+func (c *conn) serve(ctx context.Context, expiresAt time.Time) {
+	h := c.h
+	now := time.Now()
+	expireAt := now.Add(expiresAt.Sub(h.cfg.Clock.Now()))
+	pingAt := now.Add(h.cfg.Heartbeat)
+	resyncAt := now.Add(jitter(h.cfg.Resync))
+	timer := time.NewTimer(time.Until(earliest(expireAt, pingAt, resyncAt)))
+	defer timer.Stop()
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.done:
+			return
+		case <-c.s.wake:
+			err = c.catchUp(ctx, h.gen(c.s), true)
+		case now := <-timer.C:
+			if !now.Before(expireAt) {
+				_ = c.comment("token expired")
+				return
+			}
+			if !now.Before(resyncAt) {
+				resyncAt = now.Add(jitter(h.cfg.Resync))
+				err = c.catchUp(ctx, 0, false)
+			}
+			if err == nil && !now.Before(pingAt) && !c.sent {
+				err = c.comment("ping")
+			}
+		}
+		if err != nil {
+			h.failed(ctx, err, "live")
+			return
+		}
+		if c.sent {
+			c.sent = false
+			pingAt = time.Now().Add(h.cfg.Heartbeat)
+		}
+		timer.Reset(time.Until(earliest(expireAt, pingAt, resyncAt)))
+	}
+}
+
+func earliest(ts ...time.Time) time.Time {
+	m := ts[0]
+	for _, t := range ts[1:] {
+		if t.Before(m) {
+			m = t
+		}
+	}
+	return m
+}
+
+// jitter returns d ± 10%.
+func jitter(d time.Duration) time.Duration {
+	return d - d/10 + rand.N(d/5+1)
+}
+
+// catchUp writes the items after c.seq and the badge if it changed (or was
+// never sent), and flushes. A woken stream shares its reads (shared) with
+// the others of its inbox, using only reads begun at signal gen or later;
+// the first catch-up and the periodic ones read on their own.
+func (c *conn) catchUp(ctx context.Context, gen uint64, shared bool) error {
+	h := c.h
+	b, err := share(ctx, h, c.s, gen, shared, 0, badgeSlot, func(ctx context.Context) (store.InboxBadge, error) {
+		return h.cfg.Store.InboxBadge(ctx, c.s.key.Tenant, c.s.key.Recipient)
+	})
+	if err != nil {
+		return err
+	}
+	// The badge's seq is the newest item committed when it was read: read
+	// items only when there are new ones (reads and archives change the
+	// count alone).
+	for c.seq < b.Seq {
+		after := c.seq
+		items, err := share(ctx, h, c.s, gen, shared, after, itemsSlot, func(ctx context.Context) ([]store.InboxItem, error) {
+			return h.cfg.Store.InboxItemsAfter(ctx, c.s.key.Tenant, c.s.key.Recipient, after, h.cfg.Page)
+		})
+		if err != nil {
+			return err
+		}
+		for _, it := range items {
+			if err := c.item(it); err != nil {
+				return err
+			}
+		}
+		if len(items) < h.cfg.Page {
+			break
+		}
+	}
+	if b.Unread != c.unread {
+		if err := c.badge(b.Unread); err != nil {
+			return err
+		}
+	}
+	return c.flush()
+}
+
+func badgeSlot(ib *inbox) **flight[store.InboxBadge]  { return &ib.badge }
+func itemsSlot(ib *inbox) **flight[[]store.InboxItem] { return &ib.items }
+
+// share runs read for s. When shared and s's inbox has other streams, it
+// uses the inbox's flight in slot instead if that one reads after the same
+// seq, began at gen or later and has not failed; otherwise it reads and
+// leaves its read there for the others (until the next signal).
+func share[T any](ctx context.Context, h *Hub, s *stream, gen uint64, shared bool, after int64,
+	slot func(*inbox) **flight[T], read func(context.Context) (T, error)) (T, error) {
+	if !shared {
+		return read(ctx)
+	}
+	h.mu.Lock()
+	ib := h.inboxes[s.key]
+	if len(ib.streams) < 2 {
+		h.mu.Unlock()
+		return read(ctx)
+	}
+	p := slot(ib)
+	if f := *p; f != nil && f.gen >= gen && f.after == after && !failedFlight(f) {
+		h.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.val, f.err
+		case <-ctx.Done():
+			var zero T
+			return zero, ctx.Err()
+		}
+	}
+	f := &flight[T]{gen: ib.gen, after: after, done: make(chan struct{})}
+	*p = f
+	h.mu.Unlock()
+	// The others may wait for this read after s's client went.
+	f.val, f.err = read(context.WithoutCancel(ctx))
+	close(f.done)
+	return f.val, f.err
+}
+
+// failedFlight reports whether f is done and failed: the next reader reads
+// again rather than share an old error.
+func failedFlight[T any](f *flight[T]) bool {
+	select {
+	case <-f.done:
+		return f.err != nil
+	default:
+		return false
+	}
+}
+
+// itemJSON is an item event's data: a feed item.
+type itemJSON struct {
+	ID             string     `json:"id"`
+	NotificationID string     `json:"notification_id"`
+	Kind           string     `json:"kind"`
+	Title          string     `json:"title"`
+	Body           string     `json:"body"`
+	CreatedAt      time.Time  `json:"created_at"`
+	ReadAt         *time.Time `json:"read_at"`
+	ArchivedAt     *time.Time `json:"archived_at"`
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func (c *conn) item(it store.InboxItem) error {
+	data, err := json.Marshal(itemJSON{
+		ID: it.MessageID, NotificationID: it.NotificationID, Kind: it.Kind, Title: it.Title, Body: it.Body,
+		CreatedAt: it.CreatedAt.UTC(), ReadAt: utc(it.ReadAt), ArchivedAt: utc(it.ArchivedAt),
+	})
+	if err != nil {
+		return err
+	}
+	c.seq = it.Seq
+	return c.event("item", data)
+}
+
+func (c *conn) badge(unread int64) error {
+	c.unread = unread
+	return c.event("badge", append(strconv.AppendInt([]byte(`{"unread_count":`), unread, 10), '}'))
+}
+
+// event writes one event with id c.seq.
+func (c *conn) event(name string, data []byte) error {
+	buf := make([]byte, 0, len(data)+48)
+	buf = append(buf, "id: "...)
+	buf = strconv.AppendInt(buf, c.seq, 10)
+	buf = append(buf, "\nevent: "...)
+	buf = append(buf, name...)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, data...)
+	buf = append(buf, "\n\n"...)
+	return c.write(buf)
+}
+
+// comment writes a comment line and flushes it.
+func (c *conn) comment(text string) error {
+	if err := c.write([]byte(": " + text + "\n\n")); err != nil {
+		return err
+	}
+	return c.flush()
+}
+
+func (c *conn) write(b []byte) error {
+	if !c.pending {
+		// One deadline for the batch up to the next flush. An error means
+		// the writer has no deadlines (a test's recorder): go on.
+		_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	}
+	c.pending = true
+	_, err := c.w.Write(b)
+	return err
+}
+
+func (c *conn) flush() error {
+	if !c.pending {
+		return nil
+	}
+	c.pending, c.sent = false, true
+	return c.rc.Flush()
+}

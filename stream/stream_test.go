@@ -1,0 +1,760 @@
+package stream_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
+	"github.com/heraldhq/herald/store/sqlite"
+	"github.com/heraldhq/herald/stream"
+)
+
+// testStore is what the tests need of a driver.
+type testStore interface {
+	store.Notifications
+	stream.Reader
+	store.InboxWatch
+	InboxMarkRead(ctx context.Context, p store.InboxMarkReadParams) (store.InboxBadge, error)
+	InboxArchive(ctx context.Context, tenant, recipient, messageID string) (bool, error)
+	Close() error
+}
+
+var (
+	_ testStore = (*sqlite.Store)(nil)
+	_ testStore = (*postgres.Store)(nil)
+)
+
+// drivers are the stores every behaviour runs on.
+var drivers = []struct {
+	name string
+	open func(t *testing.T) testStore
+}{
+	{"sqlite", func(t *testing.T) testStore {
+		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}},
+	{"postgres", func(t *testing.T) testStore {
+		u := testpg.Schema(t)
+		s, err := postgres.Open(context.Background(), u, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}},
+}
+
+// eachDriver runs test on every driver, in parallel subtests.
+func eachDriver(t *testing.T, test func(t *testing.T, open func(t *testing.T) testStore)) {
+	t.Helper()
+	for _, d := range drivers {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, d.open)
+		})
+	}
+}
+
+// env is a Hub on a store behind an HTTP server, as herald routes it.
+type env struct {
+	st      testStore
+	hub     *stream.Hub
+	srv     *httptest.Server
+	tokens  *auth.RecipientTokens
+	clock   *clock.Fake
+	metrics *metrics.Metrics
+	n       atomic.Int64
+}
+
+// setup starts a Hub on st with cfg (its Store, Signals, Clock and Metrics
+// filled unless set) behind RequireRecipient. Tokens exist for tenants
+// t1 and t2.
+func setup(t *testing.T, st testStore, cfg stream.Config) *env {
+	t.Helper()
+	e := &env{st: st, clock: clock.NewFake(time.Now()), metrics: metrics.New(nil)}
+	var err error
+	e.tokens, err = auth.NewRecipientTokens(auth.RecipientTokensConfig{
+		Keys: map[string][]auth.RecipientKey{
+			"t1": {{ID: "k1", Secret: []byte(strings.Repeat("1", 32))}},
+			"t2": {{ID: "k1", Secret: []byte(strings.Repeat("2", 32))}},
+		},
+		TTL: time.Hour, MaxTTL: 24 * time.Hour, Clock: e.clock,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Store == nil {
+		cfg.Store = st
+	}
+	if cfg.Signals == nil {
+		cfg.Signals = st.InboxSignals()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = e.clock
+	}
+	cfg.Metrics = e.metrics
+	e.hub = stream.New(cfg)
+	e.srv = httptest.NewServer(auth.RequireRecipient(e.tokens, nil)(e.hub))
+	t.Cleanup(func() {
+		e.hub.Close()
+		e.srv.Close()
+	})
+	return e
+}
+
+// add creates a notification with an inbox item for recipient of tenant
+// and returns the item's message id.
+func (e *env) add(t *testing.T, tenant, recipient, title string) string {
+	t.Helper()
+	id := fmt.Sprintf("ntf_%s_%d", strings.ReplaceAll(t.Name(), "/", "_"), e.n.Add(1))
+	_, err := e.st.NotificationCreate(context.Background(), store.NotificationCreateParams{
+		Tenant: tenant, ID: id, Recipient: recipient, EventID: "evt-" + id, Kind: "order.shipped",
+		Lane: heraldtype.LaneTransactional, Params: json.RawMessage(`{}`), DedupKey: id,
+		Channels: []heraldtype.Channel{heraldtype.ChannelInbox},
+		Inbox:    []store.InboxText{{Title: title, Body: "body of " + title}},
+	})
+	if err != nil {
+		t.Fatalf("create %s: %v", id, err)
+	}
+	return store.MessageID(id, heraldtype.ChannelInbox)
+}
+
+func (e *env) token(t *testing.T, tenant, recipient string) string {
+	t.Helper()
+	m, err := e.tokens.Mint(tenant, recipient, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Token
+}
+
+// event is one SSE event, or a comment (comment set, the rest empty).
+type event struct {
+	id, name, data, comment string
+}
+
+// client is an open stream read line by line.
+type client struct {
+	resp   *http.Response
+	cancel context.CancelFunc
+	events chan event
+}
+
+// get requests the stream with headers (name, value, …) and returns the
+// response, its body unread.
+func (e *env) get(t *testing.T, token, query string, headers ...string) (*http.Response, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/v1/me/stream"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return resp, cancel
+}
+
+// open opens a stream for recipient of tenant (headers as get's) and fails
+// unless it is a 200 event stream. It is closed when the test ends.
+func (e *env) open(t *testing.T, tenant, recipient string, headers ...string) *client {
+	t.Helper()
+	return e.openWith(t, e.token(t, tenant, recipient), "", headers...)
+}
+
+func (e *env) openWith(t *testing.T, token, query string, headers ...string) *client {
+	t.Helper()
+	resp, cancel := e.get(t, token, query, headers...)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		t.Fatalf("stream: %s %s", resp.Status, b)
+	}
+	for k, want := range map[string]string{"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"} {
+		if got := resp.Header.Get(k); got != want {
+			t.Errorf("%s: %q, want %q", k, got, want)
+		}
+	}
+	c := &client{resp: resp, cancel: cancel, events: make(chan event, 1000)}
+	go c.read()
+	t.Cleanup(c.close)
+	return c
+}
+
+func (c *client) close() {
+	c.cancel()
+	c.resp.Body.Close()
+}
+
+// read parses the body into events until it ends, then closes events.
+func (c *client) read() {
+	defer close(c.events)
+	sc := bufio.NewScanner(c.resp.Body)
+	var ev event
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev != (event{}) {
+				c.events <- ev
+			}
+			ev = event{}
+		case strings.HasPrefix(line, ":"):
+			ev.comment = strings.TrimSpace(line[1:])
+		default:
+			k, v, _ := strings.Cut(line, ": ")
+			switch k {
+			case "id":
+				ev.id = v
+			case "event":
+				ev.name = v
+			case "data":
+				ev.data = v
+			}
+		}
+	}
+}
+
+// recv returns the next event or comment; false once the stream ended.
+func (c *client) recv(t *testing.T, what string) (event, bool) {
+	t.Helper()
+	select {
+	case ev, ok := <-c.events:
+		return ev, ok
+	case <-time.After(testenv.Patience):
+		t.Fatalf("timed out after %s waiting for %s", testenv.Patience, what)
+		panic("unreachable")
+	}
+}
+
+// next returns the next event that is not a comment.
+func (c *client) next(t *testing.T) event {
+	t.Helper()
+	for {
+		ev, ok := c.recv(t, "an event")
+		if !ok {
+			t.Fatal("the stream ended")
+		}
+		if ev.comment == "" {
+			return ev
+		}
+	}
+}
+
+// ended waits for the stream to end, skipping events.
+func (c *client) ended(t *testing.T) {
+	t.Helper()
+	for {
+		if _, ok := c.recv(t, "the end of the stream"); !ok {
+			return
+		}
+	}
+}
+
+// itemData is an item event's data as the test reads it.
+type itemData struct {
+	ID, NotificationID, Kind, Title, Body string
+	CreatedAt                             time.Time
+	ReadAt, ArchivedAt                    any
+}
+
+// itemKeys are the keys of an item event's data, exactly.
+const itemKeys = "archived_at body created_at id kind notification_id read_at title"
+
+// item returns the next event, which must be an item.
+func (c *client) item(t *testing.T) (seq int64, it itemData) {
+	t.Helper()
+	ev := c.next(t)
+	if ev.name != "item" {
+		t.Fatalf("got event %q (%s), want an item", ev.name, ev.data)
+	}
+	seq, err := strconv.ParseInt(ev.id, 10, 64)
+	if err != nil {
+		t.Fatalf("item id %q: %v", ev.id, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(ev.data), &m); err != nil {
+		t.Fatalf("item data %s: %v", ev.data, err)
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	if strings.Join(keys, " ") != itemKeys {
+		t.Fatalf("item data has keys %v, want %s", keys, itemKeys)
+	}
+	str := func(k string) string { s, _ := m[k].(string); return s }
+	created, err := time.Parse(time.RFC3339Nano, str("created_at"))
+	if err != nil {
+		t.Fatalf("created_at %q: %v", str("created_at"), err)
+	}
+	return seq, itemData{ID: str("id"), NotificationID: str("notification_id"), Kind: str("kind"), Title: str("title"),
+		Body: str("body"), CreatedAt: created, ReadAt: m["read_at"], ArchivedAt: m["archived_at"]}
+}
+
+// badge returns the next event, which must be a badge, and its id.
+func (c *client) badge(t *testing.T) (unread int64, id string) {
+	t.Helper()
+	ev := c.next(t)
+	if ev.name != "badge" {
+		t.Fatalf("got event %q (%s), want a badge", ev.name, ev.data)
+	}
+	var b struct {
+		Unread *int64 `json:"unread_count"`
+	}
+	if err := json.Unmarshal([]byte(ev.data), &b); err != nil || b.Unread == nil {
+		t.Fatalf("badge data %s: %v", ev.data, err)
+	}
+	return *b.Unread, ev.id
+}
+
+func wantBadge(t *testing.T, c *client, unread int64) {
+	t.Helper()
+	if got, _ := c.badge(t); got != unread {
+		t.Fatalf("badge %d, want %d", got, unread)
+	}
+}
+
+func TestNewItemReachesAnOpenStream(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+		e := setup(t, open(t), stream.Config{})
+		e.add(t, "t1", "alice", "before") // seq 1: before the stream, never sent
+		c := e.open(t, "t1", "alice")
+		if unread, id := c.badge(t); unread != 1 || id != "1" {
+			t.Fatalf("first event: badge %d with id %q, want 1 with id 1 (the newest seq)", unread, id)
+		}
+		before := time.Now().Add(-time.Minute)
+		msg := e.add(t, "t1", "alice", "Shipped")
+		seq, it := c.item(t)
+		if seq != 2 || it.ID != msg || it.NotificationID != strings.TrimSuffix(msg, ".inbox") || it.Kind != "order.shipped" ||
+			it.Title != "Shipped" || it.Body != "body of Shipped" || it.CreatedAt.Before(before) || it.ReadAt != nil || it.ArchivedAt != nil {
+			t.Fatalf("item %d %+v", seq, it)
+		}
+		if unread, id := c.badge(t); unread != 2 || id != "2" {
+			t.Fatalf("badge %d with id %q after the item, want 2 with id 2", unread, id)
+		}
+	})
+}
+
+func TestBadgeFollowsReadsAndArchives(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+		e := setup(t, open(t), stream.Config{})
+		a := e.add(t, "t1", "alice", "a")
+		b := e.add(t, "t1", "alice", "b")
+		c := e.open(t, "t1", "alice")
+		wantBadge(t, c, 2)
+		ctx := context.Background()
+		if _, err := e.st.InboxMarkRead(ctx, store.InboxMarkReadParams{Tenant: "t1", Recipient: "alice", IDs: []string{a}}); err != nil {
+			t.Fatal(err)
+		}
+		wantBadge(t, c, 1)
+		if ok, err := e.st.InboxArchive(ctx, "t1", "alice", b); err != nil || !ok {
+			t.Fatalf("archive: %v %v", ok, err)
+		}
+		wantBadge(t, c, 0)
+		// A read that changes nothing sends nothing: the next event is the
+		// next item's.
+		if _, err := e.st.InboxMarkRead(ctx, store.InboxMarkReadParams{Tenant: "t1", Recipient: "alice", All: true}); err != nil {
+			t.Fatal(err)
+		}
+		e.add(t, "t1", "alice", "c")
+		if seq, it := c.item(t); seq != 3 || it.Title != "c" {
+			t.Fatalf("item %d %q, want 3 c", seq, it.Title)
+		}
+		wantBadge(t, c, 1)
+	})
+}
+
+func TestResumeReplaysExactlyTheMissedItems(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+		// A page of 3 makes the replay of 10 take four reads.
+		e := setup(t, open(t), stream.Config{Page: 3})
+		for i := 1; i <= 10; i++ {
+			e.add(t, "t1", "alice", "m"+strconv.Itoa(i))
+		}
+		for _, how := range []struct {
+			name, query string
+			headers     []string
+		}{
+			{"Header", "", []string{"Last-Event-ID", "4"}},
+			{"Query", "?last_event_id=4", nil},
+		} {
+			t.Run(how.name, func(t *testing.T) {
+				c := e.openWith(t, e.token(t, "t1", "alice"), how.query, how.headers...)
+				for want := int64(5); want <= 10; want++ {
+					seq, it := c.item(t)
+					if seq != want || it.Title != "m"+strconv.Itoa(int(want)) {
+						t.Fatalf("replayed %d %q, want %d", seq, it.Title, want)
+					}
+				}
+				if unread, id := c.badge(t); unread != 10 || id != "10" {
+					t.Fatalf("badge %d id %q after the replay, want 10 id 10", unread, id)
+				}
+				c.close()
+			})
+		}
+		t.Run("AtTheEnd", func(t *testing.T) {
+			c := e.open(t, "t1", "alice", "Last-Event-ID", "10")
+			wantBadge(t, c, 10)
+			e.add(t, "t1", "alice", "m11")
+			if seq, _ := c.item(t); seq != 11 {
+				t.Fatalf("live item %d, want 11", seq)
+			}
+		})
+	})
+}
+
+// TestReconnectsWhileItemsArriveMissNothing has a writer add items while
+// a client keeps dropping its stream and resuming with the last id it saw:
+// it must see every item exactly once, in order.
+func TestReconnectsWhileItemsArriveMissNothing(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+		e := setup(t, open(t), stream.Config{Page: 4})
+		const n = 60
+		written := make(chan struct{})
+		go func() {
+			defer close(written)
+			for i := 1; i <= n; i++ {
+				e.add(t, "t1", "alice", "m"+strconv.Itoa(i))
+			}
+		}()
+		token := e.token(t, "t1", "alice")
+		var seen []int64
+		last := "0"
+		for len(seen) < n {
+			c := e.openWith(t, token, "", "Last-Event-ID", last)
+			// Take up to 7 items from this connection, then drop it.
+			for got := 0; got < 7 && len(seen) < n; {
+				ev := c.next(t)
+				if ev.name != "item" {
+					continue
+				}
+				seq, _ := strconv.ParseInt(ev.id, 10, 64)
+				seen = append(seen, seq)
+				last = ev.id
+				got++
+			}
+			c.close()
+		}
+		<-written
+		for i, seq := range seen {
+			if seq != int64(i+1) {
+				t.Fatalf("item %d of the resumed streams has seq %d; all: %v", i+1, seq, seen)
+			}
+		}
+	})
+}
+
+func TestBadLastEventIDIs400(t *testing.T) {
+	t.Parallel()
+	e := setup(t, drivers[0].open(t), stream.Config{})
+	token := e.token(t, "t1", "alice")
+	for _, bad := range []struct{ query, header string }{
+		{"", "x"}, {"", "-1"}, {"", "1.5"}, {"?last_event_id=abc", ""}, {"", "99999999999999999999"},
+	} {
+		var headers []string
+		if bad.header != "" {
+			headers = []string{"Last-Event-ID", bad.header}
+		}
+		resp, cancel := e.get(t, token, bad.query, headers...)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("Last-Event-ID %q / %q: %s %s %s", bad.header, bad.query, resp.Status, resp.Header.Get("Content-Type"), body)
+		}
+	}
+}
+
+func TestHeartbeatsWhileIdle(t *testing.T) {
+	t.Parallel()
+	e := setup(t, drivers[0].open(t), stream.Config{Heartbeat: 20 * time.Millisecond})
+	c := e.open(t, "t1", "alice")
+	wantBadge(t, c, 0)
+	for range 3 {
+		ev, ok := c.recv(t, "a heartbeat")
+		if !ok || ev.comment != "ping" {
+			t.Fatalf("got %+v (open %v), want the comment ping", ev, ok)
+		}
+	}
+}
+
+func TestCapRefusesWith503AndADisconnectFreesTheSlot(t *testing.T) {
+	t.Parallel()
+	e := setup(t, drivers[0].open(t), stream.Config{MaxStreams: 2})
+	a := e.open(t, "t1", "alice")
+	e.open(t, "t1", "bob")
+	wantBadge(t, a, 0)
+	resp, cancel := e.get(t, e.token(t, "t1", "carol"), "")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cancel()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Content-Type") != "application/problem+json" ||
+		resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third stream: %s %v %s", resp.Status, resp.Header, body)
+	}
+	if got := gauges(t, e.metrics); got["herald_streams_open"] != 2 || got["herald_streams_refused_total"] != 1 {
+		t.Fatalf("metrics %v, want 2 open and 1 refused", got)
+	}
+	a.close()
+	testenv.WaitFor(t, "the closed stream's slot", testenv.Patience, func() bool { return e.hub.Open() == 1 })
+	c := e.open(t, "t1", "carol")
+	wantBadge(t, c, 0)
+}
+
+// gauges reads every unlabelled gauge and counter of m.
+func gauges(t *testing.T, m *metrics.Metrics) map[string]float64 {
+	t.Helper()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range fams {
+		for _, s := range f.GetMetric() {
+			if len(s.GetLabel()) == 0 {
+				out[f.GetName()] = s.GetGauge().GetValue() + s.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+func TestCloseEndsStreamsAndRefusesNewOnes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, drivers[0].open(t), stream.Config{})
+	a, b := e.open(t, "t1", "alice"), e.open(t, "t1", "alice")
+	wantBadge(t, a, 0)
+	wantBadge(t, b, 0)
+	e.hub.Close()
+	a.ended(t)
+	b.ended(t)
+	resp, cancel := e.get(t, e.token(t, "t1", "alice"), "")
+	resp.Body.Close()
+	cancel()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a stream after Close: %s", resp.Status)
+	}
+	if n := e.hub.Open(); n != 0 {
+		t.Fatalf("%d streams open after Close", n)
+	}
+}
+
+func TestOnlyTheTokensOwnInbox(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+		e := setup(t, open(t), stream.Config{})
+		// The same recipient id in two tenants, and two recipients of one.
+		who := []struct{ tenant, recipient string }{{"t1", "alice"}, {"t1", "bob"}, {"t2", "alice"}}
+		clients := make([]*client, len(who))
+		for i, w := range who {
+			clients[i] = e.open(t, w.tenant, w.recipient)
+			wantBadge(t, clients[i], 0)
+		}
+		for round := range 2 {
+			for _, w := range who {
+				e.add(t, w.tenant, w.recipient, fmt.Sprintf("%s/%s/%d", w.tenant, w.recipient, round))
+			}
+		}
+		for i, w := range who {
+			for round := range 2 {
+				_, it := clients[i].item(t)
+				if want := fmt.Sprintf("%s/%s/%d", w.tenant, w.recipient, round); it.Title != want {
+					t.Fatalf("%s/%s got %q, want %q", w.tenant, w.recipient, it.Title, want)
+				}
+				wantBadge(t, clients[i], int64(round+1))
+			}
+		}
+		// A resume from 0 replays only the token's own items too.
+		c := e.open(t, "t2", "alice", "Last-Event-ID", "0")
+		for want := range 2 {
+			if _, it := c.item(t); it.Title != fmt.Sprintf("t2/alice/%d", want) {
+				t.Fatalf("replay for t2/alice: %q", it.Title)
+			}
+		}
+		wantBadge(t, c, 2)
+	})
+}
+
+func TestTokenExpiryEndsTheStream(t *testing.T) {
+	t.Parallel()
+	e := setup(t, drivers[0].open(t), stream.Config{})
+	m, err := e.tokens.Mint("t1", "alice", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 30 ms before the token's exp on the tokens' clock: it still
+	// verifies, and the stream must end 30 ms from now.
+	e.clock.Advance(m.ExpiresAt.Sub(e.clock.Now()) - 30*time.Millisecond)
+	c := e.openWith(t, m.Token, "")
+	wantBadge(t, c, 0)
+	var last event
+	for {
+		ev, ok := c.recv(t, "the end of the stream")
+		if !ok {
+			break
+		}
+		last = ev
+	}
+	if last.comment != "token expired" {
+		t.Fatalf("the stream ended after %+v, want the comment token expired", last)
+	}
+}
+
+// TestMissedSignalsAndResyncCatchUp: InboxMissed wakes every stream, and
+// a stream that hears nothing still reads again every Resync.
+func TestMissedSignalsAndResyncCatchUp(t *testing.T) {
+	t.Parallel()
+	st := drivers[0].open(t)
+	t.Run("Missed", func(t *testing.T) {
+		// The Hub hears signals that are not the store's: the store's
+		// own signal for the item never reaches it.
+		sig := &store.InboxSignals{}
+		e := setup(t, st, stream.Config{Signals: sig})
+		c := e.open(t, "t1", "missed")
+		wantBadge(t, c, 0)
+		e.add(t, "t1", "missed", "x")
+		sig.Missed()
+		if _, it := c.item(t); it.Title != "x" {
+			t.Fatalf("item %q", it.Title)
+		}
+	})
+	t.Run("Resync", func(t *testing.T) {
+		e := setup(t, st, stream.Config{Signals: &store.InboxSignals{}, Resync: 20 * time.Millisecond})
+		c := e.open(t, "t1", "resync")
+		wantBadge(t, c, 0)
+		e.add(t, "t1", "resync", "y")
+		if _, it := c.item(t); it.Title != "y" {
+			t.Fatalf("item %q", it.Title)
+		}
+	})
+}
+
+// gatedReader counts badge reads and, while gate is set, holds each until
+// the gate is closed.
+type gatedReader struct {
+	stream.Reader
+	mu      sync.Mutex
+	gate    chan struct{}
+	entered chan struct{}
+	badges  atomic.Int64
+	items   atomic.Int64
+}
+
+func (g *gatedReader) InboxBadge(ctx context.Context, tenant, recipient string) (store.InboxBadge, error) {
+	g.badges.Add(1)
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	if gate != nil {
+		g.entered <- struct{}{}
+		<-gate
+	}
+	return g.Reader.InboxBadge(ctx, tenant, recipient)
+}
+
+func (g *gatedReader) InboxItemsAfter(ctx context.Context, tenant, recipient string, after int64, limit int) ([]store.InboxItem, error) {
+	g.items.Add(1)
+	return g.Reader.InboxItemsAfter(ctx, tenant, recipient, after, limit)
+}
+
+// TestABurstOfSignalsGivesOneRead: signals that arrive while a stream reads
+// leave one wake, so one more read, however many they are.
+func TestABurstOfSignalsGivesOneRead(t *testing.T) {
+	t.Parallel()
+	st := drivers[0].open(t)
+	g := &gatedReader{Reader: st, entered: make(chan struct{}, 1)}
+	sig := &store.InboxSignals{}
+	e := setup(t, st, stream.Config{Store: g, Signals: sig})
+	c := e.open(t, "t1", "alice")
+	wantBadge(t, c, 0)
+	gate := make(chan struct{})
+	g.mu.Lock()
+	g.gate = gate
+	g.mu.Unlock()
+	e.add(t, "t1", "alice", "a")
+	start := g.badges.Load()
+	key := store.InboxKey{Tenant: "t1", Recipient: "alice"}
+	sig.Changed(key)
+	testenv.Recv(t, g.entered, "the woken stream's read")
+	for range 100 {
+		sig.Changed(key)
+	}
+	g.mu.Lock()
+	g.gate = nil
+	g.mu.Unlock()
+	close(gate)
+	c.item(t)
+	wantBadge(t, c, 1)
+	// The next event is the one after the next item: the burst's one
+	// read sent nothing.
+	e.add(t, "t1", "alice", "b")
+	sig.Changed(key)
+	c.item(t)
+	if n := g.badges.Load() - start; n != 3 {
+		t.Fatalf("%d badge reads for the signal, the burst of 100 and the last signal, want 3", n)
+	}
+}
+
+// TestStreamsOfOneInboxShareReads: many streams of one recipient woken by
+// one signal all get the item once, from far fewer reads than streams.
+func TestStreamsOfOneInboxShareReads(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+		st := open(t)
+		g := &gatedReader{Reader: st}
+		e := setup(t, st, stream.Config{Store: g})
+		const n = 50
+		clients := make([]*client, n)
+		for i := range clients {
+			clients[i] = e.open(t, "t1", "alice")
+			wantBadge(t, clients[i], 0)
+		}
+		badges, items := g.badges.Load(), g.items.Load()
+		e.add(t, "t1", "alice", "all")
+		for _, c := range clients {
+			if seq, it := c.item(t); seq != 1 || it.Title != "all" {
+				t.Fatalf("item %d %q", seq, it.Title)
+			}
+			wantBadge(t, c, 1)
+		}
+		b, i := g.badges.Load()-badges, g.items.Load()-items
+		t.Logf("%d streams of one inbox: %d badge reads, %d item reads", n, b, i)
+		if b >= n || i >= n {
+			t.Fatalf("%d badge and %d item reads for %d streams: not shared", b, i, n)
+		}
+	})
+}
