@@ -105,7 +105,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 			case "webhook":
 				impl = webhook.New(webhook.Config{URL: p.URL, Timeout: p.Timeout.D()})
 			case "sim":
-				s := sim.New(sim.Config{Latency: p.Latency.D(), NotSent: p.Faults.NotSent, Permanent: p.Faults.Permanent, Unknown: p.Faults.Unknown})
+				s := sim.New(sim.Config{Latency: p.Latency.D(), NotSent: p.Faults.NotSent, Permanent: p.Faults.Permanent, Unknown: p.Faults.Unknown,
+					DeadAddresses: p.Faults.DeadAddresses})
 				a.sims[p.Name] = s
 				impl = s
 			}

@@ -155,11 +155,15 @@ type Provider struct {
 }
 
 // Faults are fractions (0..1) of calls the simulated provider answers with
-// each failure class.
+// each failure class, and the destinations it answers as dead.
 type Faults struct {
 	NotSent   float64 `yaml:"not_sent"`
 	Permanent float64 `yaml:"permanent"`
 	Unknown   float64 `yaml:"unknown"`
+	// DeadAddresses are device tokens (or other addresses) answered, every
+	// time, as dead: a permanent failure with reason UNREGISTERED that
+	// deactivates the device a push went to. Defaults to none.
+	DeadAddresses []string `yaml:"dead_addresses"`
 }
 
 // Kind is a notification kind: its lane and what it says on each channel.

@@ -55,6 +55,7 @@ func New(cfg Config) http.Handler {
 	pr := &profiles{store: cfg.Store, logger: cfg.Logger}
 	mux.Handle("PUT /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.put)))
 	mux.Handle("GET /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.get)))
+	routeDevices(mux, cfg, authed) // devices.go
 	if cfg.Parked != nil {
 		routeParked(mux, cfg.Parked, cfg.Logger, authed) // parked.go
 	}

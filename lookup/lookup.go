@@ -110,7 +110,9 @@ func View(v store.NotificationView) Notification {
 		Deliveries: make([]Delivery, 0, len(v.Deliveries)),
 	}
 	for _, dv := range v.Deliveries {
-		e := Delivery{MessageID: dv.MessageID, Channel: string(dv.Channel)}
+		// A push to one device shows its channel; its message id names the
+		// device (<id>.push.<device id>).
+		e := Delivery{MessageID: dv.MessageID, Channel: string(dv.Channel.Base())}
 		e.State, e.Reason, e.UpdatedAt = v.EntryState(dv)
 		if d := dv.Delivery; d != nil {
 			e.Attempts = d.Attempts

@@ -257,7 +257,9 @@ func (w *statusWriter) code() int {
 // that was written), so each entry is counted once.
 func (m *Metrics) Delivery(l heraldtype.Lane, ch heraldtype.Channel, s heraldtype.DeliveryState) {
 	if m != nil {
-		m.deliveries.WithLabelValues(string(l), string(ch), string(s)).Inc()
+		// A push to one device counts under its channel: a label per
+		// device would be a series per device.
+		m.deliveries.WithLabelValues(string(l), string(ch.Base()), string(s)).Inc()
 	}
 }
 

@@ -9,6 +9,8 @@
 //	NotSent    definitely not sent (no request reached it,   → release the claim, retry
 //	           or it refused with 401/403/429)
 //	Permanent  refused for good (400/404/410/413/422)        → PERMANENT_FAILURE
+//	           (DeadDestination: the device token itself is  → and its device is
+//	           dead)                                            deactivated
 //	Unknown    it may or may not have gone out (timeout after → UNKNOWN, never resent
 //	           the request was written, reset mid-response,
 //	           5xx, anything else)
@@ -57,6 +59,12 @@ type Outcome struct {
 	RetryAfter time.Duration
 	// ProviderRef is the provider's id for the message, when it returns one.
 	ProviderRef string
+	// DeadDestination, with the Permanent class only: the provider said
+	// the destination itself is dead for good, not just this message (FCM
+	// UNREGISTERED, APNs 410 Unregistered, a webhook receiver's 410). The
+	// sender deactivates the device a per-device push went to; for any
+	// other send it is a permanent failure like another.
+	DeadDestination bool
 }
 
 // MaxRetryAfter caps a provider's Retry-After hint: a provider that asks
@@ -70,6 +78,12 @@ func NotSentOutcome(reason string, retryAfter time.Duration) Outcome {
 }
 func PermanentOutcome(reason string) Outcome { return Outcome{Class: Permanent, Reason: reason} }
 func UnknownOutcome(reason string) Outcome   { return Outcome{Class: Unknown, Reason: reason} }
+
+// DeadDestinationOutcome is a permanent refusal because the destination is
+// dead (Outcome.DeadDestination).
+func DeadDestinationOutcome(reason string) Outcome {
+	return Outcome{Class: Permanent, Reason: reason, DeadDestination: true}
+}
 
 // Message is what an adapter sends. MessageID is the provider reference on
 // every copy, so a provider look-up can reconcile an UNKNOWN.

@@ -13,8 +13,9 @@
 //     never came back from the retry queue is not worth a read. The claim
 //     in step 3 refuses a duplicate either way.
 //  2. Pre-checks, none of which writes a claim: expiry, the kind, the
-//     recipient's profile read now (consent, address), the provider, the
-//     template, the message_id length. A decision not to send is recorded as
+//     recipient's profile read now (consent, address; for a push to one
+//     device, that device, read now: deleted or deactivated since intake
+//     it gets nothing), the provider, the template, the message_id length. A decision not to send is recorded as
 //     SUPPRESSED; a failure that would recur as PARKED, with a PARKED alert
 //     (only a person moves it on). "Now" is send time:
 //     the db transport's claim reads the profile in its statement, moments
@@ -81,6 +82,21 @@
 //   - PARKED: a person, alerted when it was parked (requeue or discard).
 //     Copies answer Park (rabbitmq: a copy in the parking queue; db: the
 //     outbox row ends DONE and the PARKED delivery is what is listed).
+//
+// # Dead devices
+//
+// A push to one device (heraldtype.DeviceSend) that the provider refuses
+// because the token is dead (provider.Outcome.DeadDestination, with the
+// permanent class) ends PERMANENT_FAILURE, and that device, only that one,
+// is deactivated with the answer's reason code (UNREGISTERED), right
+// after the result is written: a second write, not the same one, because
+// the device row is not the sender's table and the result write is the
+// one every copy's safety rests on. A crash between the two loses
+// nothing that matters: the device stays active, the next notification's
+// push to it gets the same answer from the provider, and that send
+// deactivates it. A failed deactivation is retried like the other store
+// steps and then logged, with the same fallback. Registering the token
+// again makes the device active again.
 package sender
 
 import (
@@ -100,10 +116,14 @@ import (
 )
 
 // Store is what the sender reads and writes: its own deliveries table and
-// the recipients' profiles, and whether a notification was erased.
+// the recipients' profiles and devices, and whether a notification was
+// erased.
 type Store interface {
 	store.Deliveries
 	store.Profiles
+	// Devices: a push to one device reads its token at send time and
+	// deactivates it when the provider says it is dead.
+	store.Devices
 	// NotificationErased is store.Erasure's: asked before a retry's claim.
 	NotificationErased(ctx context.Context, notificationID string) (bool, error)
 }
@@ -351,6 +371,9 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 
 	// 5. Record.
 	res := s.record(work, job, claim.Attempt, out, started, took)
+	if out.Class == provider.Permanent && out.DeadDestination {
+		s.deactivate(work, job, out.Reason)
+	}
 	if h := s.Hooks.AfterRecord; h != nil {
 		h(work, job, res)
 	}
@@ -461,7 +484,10 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	if kind == nil {
 		return park(heraldtype.ReasonUnknownKind)
 	}
-	named, ok := s.Providers.For(job.Channel)
+	// A send to one device is a send on its channel (push): the provider,
+	// the consent and the template are the channel's.
+	ch := job.Channel.Base()
+	named, ok := s.Providers.For(ch)
 	if !ok {
 		return park(heraldtype.ReasonNoProvider)
 	}
@@ -469,18 +495,18 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return provider.Message{}, none, &decision{err: fmt.Errorf("read profile: %w", err)}
 	}
-	if job.Lane == heraldtype.LaneMarketing && !profile.Consent[job.Channel] {
+	if job.Lane == heraldtype.LaneMarketing && !profile.Consent[ch] {
 		return suppress(heraldtype.ReasonConsentDenied)
 	}
-	address := profile.Addresses[job.Channel]
-	if job.Channel.NeedsAddress() && address == "" {
-		return suppress(heraldtype.ReasonDestinationUnavailable)
+	address, dec := s.address(ctx, job, profile)
+	if dec != nil {
+		return provider.Message{}, none, dec
 	}
 	params, err := catalog.DecodeParams(job.Params)
 	if err != nil {
 		return park(heraldtype.ReasonTemplateFailed)
 	}
-	title, body, err := kind.Render(job.Channel, profile.Language, params)
+	title, body, err := kind.Render(ch, profile.Language, params)
 	switch {
 	case errors.Is(err, catalog.ErrNoTemplate):
 		return park(heraldtype.ReasonTemplateMissing)
@@ -489,8 +515,65 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	}
 	return provider.Message{
 		MessageID: job.MessageID, Tenant: job.Tenant, Recipient: job.Recipient, Kind: job.Kind,
-		Channel: job.Channel, Address: address, Title: title, Body: body,
+		Channel: ch, Address: address, Title: title, Body: body,
 	}, named, nil
+}
+
+// address is job's destination: for a push to one device, that device's
+// token, read now; otherwise the profile's address for the channel. A
+// device deleted or deactivated since intake, or a channel that needs an
+// address the profile lacks, is a decision not to send.
+func (s *Sender) address(ctx context.Context, job heraldtype.Job, profile store.Profile) (string, *decision) {
+	unavailable := &decision{state: heraldtype.DeliverySuppressed, reason: heraldtype.ReasonDestinationUnavailable}
+	device := job.Channel.Device()
+	if device == "" {
+		address := profile.Addresses[job.Channel]
+		if job.Channel.NeedsAddress() && address == "" {
+			return "", unavailable
+		}
+		return address, nil
+	}
+	var d store.Device
+	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
+		d, err = s.Store.DeviceGet(ctx, job.Tenant, job.Recipient, device)
+		return err
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return "", unavailable
+	case err != nil:
+		return "", &decision{err: fmt.Errorf("read device: %w", err)}
+	case !d.Active:
+		return "", unavailable
+	}
+	return d.Token, nil
+}
+
+// deactivate marks the device of a push the provider called dead inactive
+// (see "Dead devices" in the package doc). Nothing else waits on it: a
+// failure is logged, and the next push to the device tries again.
+func (s *Sender) deactivate(ctx context.Context, job heraldtype.Job, reason string) {
+	device := job.Channel.Device()
+	if device == "" {
+		return
+	}
+	if reason == "" {
+		reason = heraldtype.ReasonUnregistered
+	}
+	var changed bool
+	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
+		changed, err = s.Store.DeviceDeactivate(ctx, job.Tenant, job.Recipient, device, reason)
+		return err
+	})
+	if err != nil {
+		s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: could not deactivate a dead device; its next push will try again",
+			slog.String("message_id", job.MessageID), slog.String("device_id", device), slog.Any("error", err))
+		return
+	}
+	if changed {
+		s.Logger.LogAttrs(ctx, slog.LevelInfo, "sender: device deactivated",
+			slog.String("message_id", job.MessageID), slog.String("device_id", device), slog.String("reason", reason))
+	}
 }
 
 // profile is the recipient's profile as the claim read it, or read now.

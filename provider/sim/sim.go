@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
 )
 
@@ -22,6 +23,11 @@ type Config struct {
 	NotSent, Permanent, Unknown float64
 	// Seed makes the fault mix repeatable. Defaults to 1.
 	Seed uint64
+	// DeadAddresses are destinations (device tokens) answered as dead,
+	// every call, whatever the fault mix: Permanent with reason
+	// UNREGISTERED and Outcome.DeadDestination, as FCM answers for an
+	// uninstalled app's token. Defaults to none.
+	DeadAddresses []string
 	// Keep bounds the record: past it the oldest half is forgotten, so a
 	// long-running development server does not grow without end.
 	// Defaults to 500,000 calls.
@@ -38,6 +44,8 @@ type Call struct {
 // Sim is the simulated provider.
 type Sim struct {
 	cfg Config
+
+	dead map[string]bool
 
 	mu     sync.Mutex
 	rng    *rand.Rand
@@ -59,7 +67,11 @@ func New(cfg Config) *Sim {
 	if cfg.Keep == 0 {
 		cfg.Keep = 500_000
 	}
-	return &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed)), counts: map[string]int{}}
+	dead := map[string]bool{}
+	for _, a := range cfg.DeadAddresses {
+		dead[a] = true
+	}
+	return &Sim{cfg: cfg, dead: dead, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed)), counts: map[string]int{}}
 }
 
 // OnCall installs a hook run at the start of every call. Its outcome, when its
@@ -85,7 +97,11 @@ func (s *Sim) Send(ctx context.Context, m provider.Message) provider.Outcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := forced
-	if out.Class == 0 {
+	switch {
+	case out.Class != 0:
+	case m.Address != "" && s.dead[m.Address]:
+		out = provider.DeadDestinationOutcome(heraldtype.ReasonUnregistered)
+	default:
 		out = s.roll()
 	}
 	if len(s.calls) >= s.cfg.Keep {

@@ -134,7 +134,12 @@ func ClassifyStatus(code int, retryAfter string, now time.Time) provider.Outcome
 		return provider.NotSentOutcome(reason, 0)
 	case code == http.StatusTooManyRequests:
 		return provider.NotSentOutcome(reason, parseRetryAfter(retryAfter, now))
-	case code == http.StatusBadRequest, code == http.StatusNotFound, code == http.StatusGone,
+	case code == http.StatusGone:
+		// 410 Gone: the receiver says the destination is gone for good, as
+		// APNs does for an unregistered token. A push sent to one device
+		// through a webhook deactivates that device.
+		return provider.DeadDestinationOutcome(reason)
+	case code == http.StatusBadRequest, code == http.StatusNotFound,
 		code == http.StatusRequestEntityTooLarge, code == http.StatusUnprocessableEntity:
 		return provider.PermanentOutcome(reason)
 	}

@@ -285,6 +285,9 @@ func TestStatusClassification(t *testing.T) {
 			})
 			out := send(t, ts.URL, 0, message(fmt.Sprintf("msg-permanent-%d", code)))
 			wantOutcome(t, out, provider.Permanent, fmt.Sprintf("HTTP_%d", code))
+			if out.DeadDestination != (code == http.StatusGone) {
+				t.Errorf("DeadDestination = %v, want it for 410 only", out.DeadDestination)
+			}
 			rec.only(t)
 		})
 	}
@@ -813,7 +816,8 @@ func TestClassifyStatus(t *testing.T) {
 	}
 	for _, c := range cases {
 		got := webhook.ClassifyStatus(c.code, c.retryAfter, now)
-		want := provider.Outcome{Class: c.class, Reason: c.reason, RetryAfter: c.wait}
+		// A 410 says the destination is gone for good (a dead device).
+		want := provider.Outcome{Class: c.class, Reason: c.reason, RetryAfter: c.wait, DeadDestination: c.code == http.StatusGone}
 		if got != want {
 			t.Errorf("ClassifyStatus(%d, %q) = %+v, want %+v", c.code, c.retryAfter, got, want)
 		}

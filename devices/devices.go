@@ -1,0 +1,172 @@
+// Package devices serves a recipient's push devices over HTTP (API key):
+//
+//	PUT    /v1/recipients/{recipient}/devices/{token}  {"platform": "fcm" | "apns" | "web"}
+//	       → 201 (new) or 200 (known) {"device_id", "platform", "active"}
+//	DELETE /v1/recipients/{recipient}/devices/{token}  → 204, 404 when unknown
+//	GET    /v1/recipients/{recipient}/devices          → 200 {"devices": [...]}
+//
+// The token is the path's last segment, URL-escaped (a "/" in it is %2F):
+// at most MaxTokenLen bytes of printable UTF-8. herald names the device by
+// store.DeviceID of the token ("d" and 16 hex digits), which is also the
+// tail of the message id of every push to it
+// (<notification id>.push.<device id>). Registering a token again is
+// harmless and makes a deactivated device active again.
+//
+// The list never shows a token whole: a push token is a credential of
+// sorts (with the app's provider key it reaches the device), and the
+// caller that registered it has it already. Each entry carries the token's
+// last four characters (token_hint) to tell devices apart, and its state:
+// active, or deactivated with the time and the reason code (UNREGISTERED:
+// the provider said the token is dead).
+package devices
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/store"
+)
+
+// MaxTokenLen bounds a device token, in bytes. FCM tokens are about 160
+// characters, APNs tokens 64; a web push subscription's endpoint is longer.
+const MaxTokenLen = 4096
+
+// Handler serves the three routes.
+type Handler struct {
+	Store  store.Devices
+	Logger *slog.Logger
+}
+
+// Device is one entry of the API.
+type Device struct {
+	DeviceID string `json:"device_id"`
+	Platform string `json:"platform"`
+	Active   bool   `json:"active"`
+	// The list's extras.
+	TokenHint         string     `json:"token_hint,omitempty"`
+	CreatedAt         *time.Time `json:"created_at,omitempty"`
+	UpdatedAt         *time.Time `json:"updated_at,omitempty"`
+	DeactivatedAt     *time.Time `json:"deactivated_at,omitempty"`
+	DeactivatedReason string     `json:"deactivated_reason,omitempty"`
+}
+
+type putBody struct {
+	Platform string `json:"platform"`
+}
+
+// Put registers the token of the path.
+func (h *Handler) Put(w http.ResponseWriter, r *http.Request) {
+	tenant, recipient := auth.Tenant(r.Context()), r.PathValue("recipient")
+	token, ok := pathToken(w, r)
+	if !ok {
+		return
+	}
+	var body putBody
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		problem.New(w, http.StatusBadRequest, "the body is not a valid device: "+err.Error())
+		return
+	}
+	platform := store.Platform(body.Platform)
+	if !platform.Valid() {
+		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity,
+			Detail: fmt.Sprintf("platform must be %s, %s or %s", store.PlatformFCM, store.PlatformAPNs, store.PlatformWeb), Param: "platform"})
+		return
+	}
+	d := store.Device{Tenant: tenant, Recipient: recipient, DeviceID: store.DeviceID(tenant, recipient, token), Token: token, Platform: platform}
+	created, err := h.Store.DevicePut(r.Context(), d)
+	if err != nil {
+		h.unavailable(w, r, "put", err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, Device{DeviceID: d.DeviceID, Platform: string(platform), Active: true})
+}
+
+// Delete deletes the device of the path's token.
+func (h *Handler) Delete(w http.ResponseWriter, r *http.Request) {
+	tenant, recipient := auth.Tenant(r.Context()), r.PathValue("recipient")
+	token, ok := pathToken(w, r)
+	if !ok {
+		return
+	}
+	found, err := h.Store.DeviceDelete(r.Context(), tenant, recipient, store.DeviceID(tenant, recipient, token))
+	if err != nil {
+		h.unavailable(w, r, "delete", err)
+		return
+	}
+	if !found {
+		problem.New(w, http.StatusNotFound, "no such device for this recipient")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// List lists the recipient's devices, the tokens masked.
+func (h *Handler) List(w http.ResponseWriter, r *http.Request) {
+	list, err := h.Store.DevicesList(r.Context(), auth.Tenant(r.Context()), r.PathValue("recipient"))
+	if err != nil {
+		h.unavailable(w, r, "list", err)
+		return
+	}
+	out := struct {
+		Devices []Device `json:"devices"`
+	}{Devices: make([]Device, 0, len(list))}
+	for _, d := range list {
+		out.Devices = append(out.Devices, Device{
+			DeviceID: d.DeviceID, Platform: string(d.Platform), Active: d.Active, TokenHint: hint(d.Token),
+			CreatedAt: &d.CreatedAt, UpdatedAt: &d.UpdatedAt, DeactivatedAt: d.DeactivatedAt, DeactivatedReason: d.DeactivatedReason,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// pathToken reads and checks the path's token, answering a problem when
+// it is not one.
+func pathToken(w http.ResponseWriter, r *http.Request) (string, bool) {
+	token := r.PathValue("token")
+	var detail string
+	switch {
+	case token == "":
+		detail = "the device token is empty"
+	case len(token) > MaxTokenLen:
+		detail = fmt.Sprintf("the device token is longer than %d bytes", MaxTokenLen)
+	case !catalog.Printable(token):
+		detail = "the device token must be printable UTF-8 (URL-escape it in the path)"
+	default:
+		return token, true
+	}
+	problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Detail: detail, Param: "token"})
+	return "", false
+}
+
+// hint is the last four characters of a token, for telling devices apart.
+func hint(token string) string {
+	r := []rune(token)
+	if len(r) <= 8 {
+		// Too short to show any part of without showing most of it.
+		return ""
+	}
+	return "…" + string(r[len(r)-4:])
+}
+
+func (h *Handler) unavailable(w http.ResponseWriter, r *http.Request, op string, err error) {
+	h.Logger.LogAttrs(r.Context(), slog.LevelError, "devices: store unavailable", slog.String("op", op), slog.Any("error", err))
+	problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
