@@ -92,6 +92,9 @@ type Store interface {
 	// Receipts settles a push DELIVERED on the app's receipt (receipts.go).
 	Receipts
 	Inbox
+	// InboxWatch carries "this recipient's inbox changed" signals
+	// (inboxsignal.go).
+	InboxWatch
 	Devices
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.

@@ -62,6 +62,7 @@ func (s *Store) listenOnce() error {
 	for _, l := range heraldtype.Lanes {
 		stmts = append(stmts, "LISTEN "+pgx.Identifier{s.channels[l]}.Sanitize())
 	}
+	stmts = append(stmts, "LISTEN "+pgx.Identifier{s.inboxChannel}.Sanitize())
 	if err := execTimeout(s.life, conn, strings.Join(stmts, "; ")); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -69,6 +70,7 @@ func (s *Store) listenOnce() error {
 	for _, l := range heraldtype.Lanes {
 		s.wakeups.Notify(l)
 	}
+	s.inboxSignals.Missed()
 	s.listenConns.Add(1)
 	s.listening.Store(true)
 	defer s.listening.Store(false)
@@ -77,6 +79,8 @@ func (s *Store) listenOnce() error {
 		n, err := conn.WaitForNotification(ctx)
 		cancel()
 		switch {
+		case err == nil && n.Channel == s.inboxChannel:
+			s.inboxHeard(n.Payload)
 		case err == nil:
 			if lane, ok := s.lanes[n.Channel]; ok {
 				s.wakeups.Notify(lane)

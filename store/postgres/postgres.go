@@ -133,6 +133,9 @@ type Store struct {
 	channels       map[heraldtype.Lane]string
 	lanes          map[string]heraldtype.Lane
 	notify         *notifier
+	inboxChannel   string // inboxsignal.go
+	inboxNotify    *inboxNotifier
+	inboxSignals   store.InboxSignals
 	leaderKey      int64
 	leaderInterval time.Duration
 
@@ -239,6 +242,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, connCfg *pgx.ConnConfig, 
 	}
 	s.leaderKey = lockKey("leader", db, schema)
 	s.channels, s.lanes = wakeChannels(db, schema)
+	s.inboxChannel, s.inboxNotify = inboxChannel(db, schema), newInboxNotifier(s)
 	return s, nil
 }
 

@@ -50,6 +50,8 @@ type Store struct {
 	rst     *stmts
 	clock   clock.Clock
 	wakeups *store.Wakeups
+	// inboxSignals announces inbox changes to this process (inboxsignal.go).
+	inboxSignals store.InboxSignals
 }
 
 var _ store.Store = (*Store)(nil)
