@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/inbox"
 	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
@@ -39,6 +40,9 @@ type Config struct {
 	Store   store.Store
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
+	// Inbox serves the recipient token mint and /v1/me/… (me.go); nil
+	// leaves them out.
+	Inbox *inbox.API
 	// Ready answers GET /readyz (app's readiness checks); nil leaves
 	// /readyz out.
 	Ready http.Handler
@@ -59,6 +63,8 @@ func New(cfg Config) http.Handler {
 	if cfg.Parked != nil {
 		routeParked(mux, cfg.Parked, cfg.Logger, authed) // parked.go
 	}
+	// The recipient token mint and /v1/me/… (me.go).
+	routeMe(mux, cfg, authed)
 	routeOps(mux, cfg) // ops.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -34,7 +34,8 @@
 //     uncounted (what follows, in the server, is counted).
 //   - DELIVERED is not in that sum: it confirms a delivery that already
 //     ended (PROVIDER_ACCEPTED, or UNKNOWN settled by a receipt), so adding
-//     it would count that delivery twice. Nothing writes it yet.
+//     it would count that delivery twice. An app's receipt writes it
+//     (package inbox), counted here and in herald_receipts_total.
 //   - A planned send that ends in the outbox (EXPIRED, or FAILED by the
 //     dispatcher) before any delivery row was written writes no delivery
 //     state: it is counted by herald_alerts_total{kind="OUTBOX_EXPIRED"}
@@ -70,6 +71,8 @@ type Metrics struct {
 	alerts       *prometheus.CounterVec
 	cancels      *prometheus.CounterVec
 	redriven     *prometheus.CounterVec
+	// receipts is herald_receipts_total (receipts.go).
+	receipts *prometheus.CounterVec
 }
 
 // IntakeCodes are the status codes POST /v1/notifications answers with
@@ -143,6 +146,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	}
 	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.receipts = newReceipts(m.Registry)
 	if backlog != nil {
 		m.Registry.MustRegister(&backlogCollector{read: backlog, desc: prometheus.NewDesc(
 			"herald_outbox_backlog", "Due outbox rows waiting for a claimer, by lane.", []string{"lane"}, nil)})
