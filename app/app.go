@@ -34,6 +34,7 @@ import (
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/provider/webhook"
 	"github.com/heraldhq/herald/reconcile"
+	"github.com/heraldhq/herald/retention"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
@@ -263,6 +264,10 @@ func (a *App) Run(ctx context.Context) error {
 	wd := watchdog.New(wdc)
 	wg.Add(1)
 	go func() { defer wg.Done(); wd.Run(work) }()
+	// The inbox's retention purge, leader-only too, every purge_interval.
+	purger := retention.New(RetentionConfig(a.cfg, a.store, isLeader, a.clock, a.logger, a.metrics))
+	wg.Add(1)
+	go func() { defer wg.Done(); purger.Run(work) }()
 	// Reconciliation, leader-only too, every reconcile_interval.
 	wg.Add(1)
 	go func() { defer wg.Done(); a.reconciler.Loop(work, a.cfg.ReconcileInterval.D(), isLeader) }()
@@ -302,6 +307,20 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.logger.Info("herald: stopped")
 	return runErr
+}
+
+// RetentionConfig is the inbox purge cfg asks for (config inbox:
+// retention, tenant_retention, purge_interval, purge_batch).
+func RetentionConfig(cfg *config.Config, st retention.Store, isLeader func() bool, clk clock.Clock, logger *slog.Logger, m *metrics.Metrics) retention.Config {
+	c := retention.Config{
+		Store: st, Retention: cfg.Inbox.Retention.D(), TenantRetention: map[string]time.Duration{},
+		Interval: cfg.Inbox.PurgeInterval.D(), Batch: cfg.Inbox.PurgeBatch,
+		IsLeader: isLeader, Clock: clk, Logger: logger, Metrics: m,
+	}
+	for t, d := range cfg.Inbox.TenantRetention {
+		c.TenantRetention[t] = d.D()
+	}
+	return c
 }
 
 // Topology is the broker topology cfg asks for: its prefix, its delivery

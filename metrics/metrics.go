@@ -22,7 +22,8 @@
 // an outbox row that expired while its delivery waited for a retry), a
 // cancel (to SUPPRESSED) and the HTTP parked
 // endpoints (a requeue to RETRY_WAIT, a rabbitmq requeue the lane refused
-// back to PARKED, a discard to SUPPRESSED). Hence, summed over the herald
+// back to PARKED, a discard to SUPPRESSED), and an erasure (waiting sends to
+// SUPPRESSED(ERASED)). Hence, summed over the herald
 // servers of one database (increase() over a window survives restarts),
 // the terminal states PROVIDER_ACCEPTED, PERMANENT_FAILURE,
 // RETRY_EXHAUSTED, UNKNOWN and SUPPRESSED count each delivery that ended,
@@ -71,6 +72,7 @@ type Metrics struct {
 	alerts       *prometheus.CounterVec
 	cancels      *prometheus.CounterVec
 	redriven     *prometheus.CounterVec
+	inboxOps     *inboxOps // inboxops.go
 	// receipts is herald_receipts_total (receipts.go).
 	receipts *prometheus.CounterVec
 }
@@ -147,6 +149,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.receipts = newReceipts(m.Registry)
+	m.inboxOps = newInboxOps(m.Registry)
 	if backlog != nil {
 		m.Registry.MustRegister(&backlogCollector{read: backlog, desc: prometheus.NewDesc(
 			"herald_outbox_backlog", "Due outbox rows waiting for a claimer, by lane.", []string{"lane"}, nil)})
