@@ -1,12 +1,16 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/recount"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -14,19 +18,25 @@ import (
 //
 //	GET /v1/ops/reconcile   → 200 the last reconciliation's report (package reconcile), as it was kept;
 //	                          404 before the first run
+//	POST /v1/ops/inbox/recount  body {"tenant"?, "recipient"?} (or none: every tenant) → 200 the
+//	                          recount's report (package recount): {"checked", "repaired", "drifted":
+//	                          [{"tenant", "recipient", "was", "now"}]}; 422 for a recipient without
+//	                          its tenant
 //
 // They take an operator key (Config.Operators, config operator_keys): a
 // tenant's API key is refused with 403, no key or an unknown one with 401.
 // An operator key maps to no tenant, so every tenant route refuses it (401).
 type opsAPI struct {
-	store  store.Reconciler
-	logger *slog.Logger
+	store   store.Store
+	metrics *metrics.Metrics
+	logger  *slog.Logger
 }
 
 // routeOps adds the operator's routes to mux.
 func routeOps(mux *http.ServeMux, cfg Config) {
-	o := &opsAPI{store: cfg.Store, logger: cfg.Logger}
+	o := &opsAPI{store: cfg.Store, metrics: cfg.Metrics, logger: cfg.Logger}
 	mux.Handle("GET /v1/ops/reconcile", requireOperator(cfg.Operators, cfg.Keys, http.HandlerFunc(o.reconcile)))
+	mux.Handle("POST /v1/ops/inbox/recount", requireOperator(cfg.Operators, cfg.Keys, http.HandlerFunc(o.inboxRecount)))
 }
 
 // requireOperator lets through a request with an operator key.
@@ -61,4 +71,26 @@ func (o *opsAPI) reconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(append(run.Report, '\n'))
+}
+
+func (o *opsAPI) inboxRecount(w http.ResponseWriter, r *http.Request) {
+	var p recount.Params
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil && !errors.Is(err, io.EOF) {
+		problem.New(w, http.StatusBadRequest, "the body is not a valid recount request: "+err.Error())
+		return
+	}
+	rep, err := recount.Run(r.Context(), o.store, p, o.metrics, o.logger)
+	switch {
+	case errors.Is(err, recount.ErrRecipientWithoutTenant):
+		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "a recipient needs its tenant", Param: "tenant"})
+		return
+	case err != nil:
+		o.logger.LogAttrs(r.Context(), slog.LevelError, "ops: inbox recount failed", slog.Any("error", err))
+		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(rep)
 }

@@ -4,6 +4,7 @@
 //	herald migrate [--config FILE]   apply database migrations and exit
 //	herald parked list|requeue|discard   list, requeue or discard parked messages
 //	herald reconcile [--config FILE] [--json]   run one reconciliation; exit 1 if anything is unaccounted for
+//	herald inbox recount [--tenant T] [--recipient R] [--json]   repair the unread counters that drifted
 //	herald version                   print the version
 //
 // Every command takes the same configuration and database URLs as serve.
@@ -45,6 +46,7 @@ var commands = []*command{
 	{name: "reconcile", args: "[--config FILE] [--json]",
 		summary: "account for every accepted notification: run one reconciliation, print its report; exit 1 if anything is unaccounted for",
 		run:     reconcileCmd},
+	{name: "inbox", summary: "look after the recipient inbox", sub: inboxCommands},
 	{name: "version", summary: "print herald's version", run: printVersion},
 	{name: "help", args: "[COMMAND]", summary: "print this help, or a command's", run: help},
 }

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"os/signal"
-	"syscall"
 
 	"github.com/heraldhq/herald/app"
 )
@@ -28,28 +24,20 @@ func reconcileCmd(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if err := parseNoArgs(cmd, fs, args); err != nil {
 		return err
 	}
-	cfg, err := load(*path)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := openExisting(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	info := stdout
 	if *asJSON {
 		info = stderr
 	}
-	fmt.Fprintf(info, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
-	rec, err := app.Reconciler(cfg, st, app.ReconcileOptions{RunBy: "cli " + osUser(), Logger: logger})
+	s, closeSession, err := openSession(*path, info, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeSession()
+	rec, err := app.Reconciler(s.cfg, s.store, app.ReconcileOptions{RunBy: "cli " + osUser(), Logger: s.logger})
 	if err != nil {
 		return &cliError{code: 2, err: err}
 	}
-	rep, err := rec.Run(ctx)
+	rep, err := rec.Run(s.ctx)
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
+	"os/signal"
+	"syscall"
 
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/store"
@@ -44,4 +47,33 @@ func openExisting(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		return nil, fmt.Errorf("open database %s: %w", label, err)
 	}
 	return st, nil
+}
+
+// session is what a one-shot command works with: its configuration, the
+// existing database opened on it, a logger on stderr at warn level, and a
+// context that SIGTERM and SIGINT cancel.
+type session struct {
+	ctx    context.Context
+	cfg    *config.Config
+	store  store.Store
+	logger *slog.Logger
+}
+
+// openSession loads the configuration at path, opens its existing
+// database (openExisting) and says which on info ("database …, transport
+// …"). close releases the store and the signal handlers.
+func openSession(path string, info, stderr io.Writer) (s *session, close func(), err error) {
+	cfg, err := load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := openExisting(ctx, cfg, logger)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	fmt.Fprintf(info, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
+	return &session{ctx: ctx, cfg: cfg, store: st, logger: logger}, func() { st.Close(); stop() }, nil
 }

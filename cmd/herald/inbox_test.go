@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/recount"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
+	"github.com/heraldhq/herald/store/sqlite"
+)
+
+// recountDB is a migrated database with a store open on it, the config
+// file that names it, and a way to run SQL on it behind the store's back.
+type recountDB struct {
+	st     store.Store
+	config string
+	exec   func(t *testing.T, query string)
+}
+
+func openRecountDB(t *testing.T, driver string) recountDB {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	var db recountDB
+	var database string
+	switch driver {
+	case "sqlite":
+		path := filepath.Join(dir, "herald.db")
+		s, err := sqlite.Open(ctx, path, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.st, database = s, "sqlite:"+path
+		db.exec = func(t *testing.T, query string) {
+			t.Helper()
+			conn, err := sql.Open("sqlite", sqlite.DSN(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.Exec(query); err != nil {
+				t.Fatalf("%s: %v", query, err)
+			}
+		}
+	case "postgres":
+		url := testpg.Schema(t)
+		s, err := postgres.Open(ctx, url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.st, database = s, url
+		db.exec = func(t *testing.T, query string) { t.Helper(); testpg.Exec(t, url, query) }
+	}
+	t.Cleanup(func() { db.st.Close() })
+	db.config = filepath.Join(dir, "herald.yaml")
+	if err := os.WriteFile(db.config, []byte("database: '"+database+"'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// items writes n inbox items for tenant's recipient.
+func (db recountDB) items(t *testing.T, tenant, recipient string, n int) {
+	t.Helper()
+	for range n {
+		id := ids.New("ntf", time.Now())
+		if _, err := db.st.NotificationCreate(context.Background(), store.NotificationCreateParams{
+			Tenant: tenant, ID: id, Recipient: recipient, EventID: id, Kind: "order.shipped", Lane: heraldtype.LaneTransactional,
+			Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelInbox},
+			Inbox: []store.InboxText{{Title: "Shipped", Body: "On its way"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (db recountDB) badge(t *testing.T, tenant, recipient string) store.InboxBadge {
+	t.Helper()
+	b, err := db.st.InboxBadge(context.Background(), tenant, recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// recountCLI runs herald inbox recount with args and returns its exit
+// status and output.
+func recountCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(append([]string{"inbox", "recount"}, args...), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// A counter broken on purpose with SQL shows a wrong badge until herald
+// inbox recount repairs it; --tenant and --recipient narrow what it
+// touches.
+func TestInboxRecountRepairsABrokenCounter(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			db := openRecountDB(t, driver)
+			db.items(t, "acme", "u1", 3)
+			db.items(t, "acme", "u2", 2)
+			db.items(t, "zeta", "u1", 1)
+			db.exec(t, `UPDATE inbox_counters SET unread = unread + 40 WHERE tenant = 'acme' AND recipient = 'u1'`)
+			db.exec(t, `UPDATE inbox_counters SET unread = 0 WHERE tenant = 'zeta' AND recipient = 'u1'`)
+			if b := db.badge(t, "acme", "u1"); b.Unread != 43 {
+				t.Fatalf("broken badge %+v, want 43 unread: the break did not take", b)
+			}
+
+			// One recipient: only its counter.
+			code, out, errOut := recountCLI(t, "--config", db.config, "--tenant", "acme", "--recipient", "u1", "--json")
+			if code != 0 {
+				t.Fatalf("exit %d: %s%s", code, out, errOut)
+			}
+			var rep recount.Report
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatalf("--json printed %q: %v", out, err)
+			}
+			want := recount.Report{Tenant: "acme", Recipient: "u1", Checked: 1, Repaired: 1, Drifted: []recount.Drift{
+				{Tenant: "acme", Recipient: "u1", Was: recount.Badge{Unread: 43, Seq: 3}, Now: recount.Badge{Unread: 3, Seq: 3}}}}
+			if got, _ := json.Marshal(rep); string(got) != mustJSON(t, want) {
+				t.Errorf("report %s, want %s", got, mustJSON(t, want))
+			}
+			if !strings.HasPrefix(errOut, "database ") {
+				t.Errorf("stderr %q, want the database line", errOut)
+			}
+			if b := db.badge(t, "acme", "u1"); b.Unread != 3 {
+				t.Errorf("badge after the recount %+v, want 3 unread", b)
+			}
+			if b := db.badge(t, "zeta", "u1"); b.Unread != 0 {
+				t.Errorf("another tenant's counter changed: %+v", b)
+			}
+
+			// Every tenant, for a person: the other broken counter.
+			code, out, errOut = recountCLI(t, "--config", db.config)
+			if code != 0 {
+				t.Fatalf("exit %d: %s%s", code, out, errOut)
+			}
+			for _, line := range []string{"inbox counters of every tenant: 3 checked, 1 repaired", "zeta u1: unread 0 → 1, seq 1 → 1"} {
+				if !strings.Contains(out, line) {
+					t.Errorf("output %q lacks %q", out, line)
+				}
+			}
+			if b := db.badge(t, "zeta", "u1"); b.Unread != 1 {
+				t.Errorf("badge after the recount %+v, want 1 unread", b)
+			}
+			// Nothing is left to repair.
+			if _, out, _ = recountCLI(t, "--config", db.config, "--json"); !strings.Contains(out, `"repaired": 0`) {
+				t.Errorf("a second recount: %s", out)
+			}
+		})
+	}
+}
+
+func TestInboxRecountUsage(t *testing.T) {
+	t.Parallel()
+	if code, _, errOut := recountCLI(t, "--recipient", "u1"); code != 2 || !strings.Contains(errOut, "--recipient needs --tenant") {
+		t.Errorf("--recipient alone: exit %d, %q", code, errOut)
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
