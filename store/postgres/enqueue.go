@@ -65,16 +65,24 @@ func CreateTx(ctx context.Context, q Querier, p store.NotificationCreateParams) 
 	if p.DedupKey != "" {
 		dedup = &p.DedupKey
 	}
+	var inbox inboxArgs
+	if p.InboxWanted() {
+		var err error
+		if inbox, err = inboxForLanguage(ctx, q, p); err != nil {
+			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
+		}
+	}
 	var (
 		createdID, dupID *string
 		due              bool
-		notified         int64
+		notified, told   int64
 	)
 	// Lists travel as comma-joined text, not arrays, so that any
 	// database/sql driver for PostgreSQL can pass them.
 	err := q.QueryRow(ctx, qEnqueue, p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
-		dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ",")).
-		Scan(&createdID, &due, &notified, &dupID)
+		dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ","),
+		inbox.title, inbox.body, inbox.locale, inbox.messageID).
+		Scan(&createdID, &due, &notified, &dupID, &told)
 	if err != nil {
 		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
 	}
@@ -104,12 +112,19 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 // idempotency key, on the caller's connection.
 //
 //	n  inserts the notification; an existing dedup key makes it return nothing.
-//	o  inserts one PENDING outbox row per channel, in channel order.
+//	ic bumps the recipient's inbox counter if $13 carries an inbox text.
+//	ii inserts the inbox item with that seq.
+//	o  inserts one outbox row per channel, in channel order: PENDING, but
+//	   the inbox's DONE (reason STORED).
+//	ds inserts the inbox send's delivery, STORED.
 //	w  NOTIFYs the lane's channel if a row is due now (delivered at commit).
+//	wi NOTIFYs the inbox channel for the item (delivered at commit; a
+//	   payload too long for NOTIFY becomes the empty "any inbox" one).
 //
 // $1 tenant, $2 id, $3 recipient, $4 event id, $5 kind, $6 lane, $7 params,
 // $8 dedup key (NULL for none), $9 send_at, $10 expires_at, $11 channels and
-// $12 message ids (comma-joined, parallel).
+// $12 message ids (comma-joined, parallel), $13 inbox title (NULL: no
+// item), $14 inbox body, $15 its locale, $16 the inbox send's message id.
 const qEnqueue = `WITH t AS (SELECT statement_timestamp() AS now),
 ` + qWakeHash + `,
 n AS (
@@ -119,14 +134,34 @@ n AS (
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ),
+ic AS (
+    INSERT INTO inbox_counters AS ic (tenant, recipient, seq, unread)
+    SELECT $1::text, $3::text, 1, 1 FROM n WHERE $13::text IS NOT NULL
+    ON CONFLICT (tenant, recipient) DO UPDATE SET seq = ic.seq + 1, unread = ic.unread + 1
+    RETURNING seq
+),
+ii AS (
+    INSERT INTO inbox_items (tenant, recipient, seq, message_id, notification_id, kind, title, body, locale, created_at)
+    SELECT $1::text, $3::text, ic.seq, $16::text, n.id, $5::text, $13::text, $14::text, $15::text, n.created_at
+    FROM n, ic
+    RETURNING $1::text || chr(31) || $3::text AS payload
+),
 o AS (
-    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
-    SELECT n.id, c.message_id, $1::text, $6::text, c.channel, 'PENDING',
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at)
+    SELECT n.id, c.message_id, $1::text, $6::text, c.channel,
+           CASE WHEN c.message_id = $16::text THEN 'DONE' ELSE 'PENDING' END,
+           CASE WHEN c.message_id = $16::text THEN 'STORED' ELSE '' END,
            greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at
     FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ',')) WITH ORDINALITY AS c (channel, message_id, ord)
     ORDER BY c.ord
-    RETURNING available_at <= created_at AS due
+    RETURNING state = 'PENDING' AND available_at <= created_at AS due
 ),
-w AS (SELECT pg_notify(wake.prefix || $6::text, '') FROM wake WHERE EXISTS (SELECT 1 FROM o WHERE o.due))
-SELECT (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w), dup.id
+ds AS (
+    INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
+    SELECT $16::text, n.id, $1::text, 'inbox', 'STORED', 'STORED', n.created_at, n.created_at
+    FROM n WHERE $13::text IS NOT NULL
+),
+w AS (SELECT pg_notify(wake.prefix || $6::text, '') FROM wake WHERE EXISTS (SELECT 1 FROM o WHERE o.due)),
+wi AS (SELECT pg_notify(` + qInboxChannel + `, CASE WHEN octet_length(payload) <= 7999 THEN payload ELSE '' END) FROM ii)
+SELECT (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w), dup.id, (SELECT count(*) FROM wi)
 FROM t LEFT JOIN notifications dup ON dup.tenant = $1::text AND dup.dedup_key = $8::text`

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -59,16 +60,29 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 	if len(params) == 0 {
 		params = json.RawMessage("{}")
 	}
+	var inbox inboxArgs
+	if p.InboxWanted() && !p.InboxNeedsLanguage() {
+		text, err := p.InboxText("")
+		if err != nil {
+			return store.NotificationCreateResult{}, err
+		}
+		inbox = newInboxArgs(p, text)
+	}
 	for range createAttempts {
 		a := &createArgs{now: s.now(), tenant: p.Tenant, key: p.IdempotencyKey, hash: p.RequestHash, ttl: p.IdempotencyTTL,
 			response: response, id: p.ID, recipient: p.Recipient, event: p.EventID, kind: p.Kind, lane: string(p.Lane),
 			params: string(params), dedup: nullString(p.DedupKey), sendAt: p.SendAt, expiresAt: p.ExpiresAt,
-			channels: channels, messageIDs: messageIDs, wake: s.notify.inStatement(p.Lane)}
+			channels: channels, messageIDs: messageIDs, wake: s.notify.inStatement(p.Lane), inbox: inbox}
 		var row createRow
 		var err error
-		if p.IdempotencyKey != "" && p.DedupKey != "" {
-			row, err = s.createInTx(ctx, a.list())
-		} else {
+		switch {
+		case p.InboxWanted() && p.InboxNeedsLanguage():
+			// The text depends on the profile's language, read in the
+			// create's own transaction.
+			row, err = s.createInTx(ctx, a, &p)
+		case p.IdempotencyKey != "" && p.DedupKey != "":
+			row, err = s.createInTx(ctx, a, nil)
+		default:
 			row, err = scanCreate(s.pipe.QueryRowMerged(ctx, createMerge, a, qNotificationCreate, a.list()...))
 		}
 		if err != nil {
@@ -77,6 +91,9 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 		res, done, err := s.createOutcome(ctx, p, row)
 		if res.Outcome == store.Created && row.due && !row.notified {
 			s.notify.committed(p.Lane)
+		}
+		if res.Outcome == store.Created && p.InboxWanted() {
+			s.inboxChanged(store.InboxKey{Tenant: p.Tenant, Recipient: p.Recipient})
 		}
 		if err != nil || done {
 			return res, err
@@ -107,11 +124,23 @@ type createArgs struct {
 	dedup                                          *string
 	sendAt, expiresAt                              *time.Time
 	channels, messageIDs                           []string
+	inbox                                          inboxArgs
 }
 
 func (a *createArgs) list() []any {
 	return []any{a.now, a.tenant, a.key, a.hash, a.ttl, a.response, a.id, a.recipient, a.event, a.kind, a.lane,
-		a.params, a.dedup, a.sendAt, a.expiresAt, a.channels, a.messageIDs, a.wake}
+		a.params, a.dedup, a.sendAt, a.expiresAt, a.channels, a.messageIDs, a.wake,
+		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID}
+}
+
+// inboxArgs are a create's inbox item: all nil when it writes none.
+type inboxArgs struct {
+	title, body, locale, messageID *string
+}
+
+func newInboxArgs(p store.NotificationCreateParams, t store.InboxText) inboxArgs {
+	mid := store.MessageID(p.ID, heraldtype.ChannelInbox)
+	return inboxArgs{title: &t.Title, body: &t.Body, locale: &t.Locale, messageID: &mid}
 }
 
 // createMerge runs the creates waiting in one pipeline batch as one
@@ -124,6 +153,7 @@ var createMerge = &merge{
 		tenant, key, hash, id := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		recipient, event, kind, lane := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		params, wake, dedup := make([]string, n), make([]string, n), make([]*string, n)
+		ititle, ibody, ilocale, imessage := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 		ttl, response := make([]time.Duration, n), make([][]byte, n)
 		sendAt, expiresAt := make([]*time.Time, n), make([]*time.Time, n)
 		var chReq []int32
@@ -133,12 +163,13 @@ var createMerge = &merge{
 			tenant[i], key[i], hash[i], ttl[i], response[i] = a.tenant, a.key, a.hash, a.ttl, a.response
 			id[i], recipient[i], event[i], kind[i], lane[i] = a.id, a.recipient, a.event, a.kind, a.lane
 			params[i], dedup[i], sendAt[i], expiresAt[i], wake[i] = a.params, a.dedup, a.sendAt, a.expiresAt, a.wake
+			ititle[i], ibody[i], ilocale[i], imessage[i] = a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID
 			for j, ch := range a.channels {
 				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a.messageIDs[j])
 			}
 		}
 		return []any{ops[0].in.(*createArgs).now, tenant, key, hash, ttl, response, id, recipient, event, kind, lane,
-			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg}
+			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage}
 	},
 	scan: func(rows pgx.Rows, ops []*pipeOp) error {
 		i := 0
@@ -166,14 +197,21 @@ var createMerge = &merge{
 }
 
 // createInTx runs qNotificationCreate in a transaction it commits only if
-// the notification was written.
-func (s *Store) createInTx(ctx context.Context, args []any) (createRow, error) {
+// the notification was written. With lang set it first reads the
+// recipient's profile language in that transaction and writes the inbox
+// text lang's params choose for it.
+func (s *Store) createInTx(ctx context.Context, a *createArgs, lang *store.NotificationCreateParams) (createRow, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return createRow{}, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	row, err := scanCreate(tx.QueryRow(ctx, qNotificationCreate, args...))
+	if lang != nil {
+		if a.inbox, err = inboxForLanguage(ctx, tx, *lang); err != nil {
+			return createRow{}, err
+		}
+	}
+	row, err := scanCreate(tx.QueryRow(ctx, qNotificationCreate, a.list()...))
 	if err != nil {
 		return row, err
 	}

@@ -2,7 +2,11 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
+	"sync"
 	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for Exec
 
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/internal/testpg"
@@ -14,6 +18,7 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testpg.Require(t)
+	var urls sync.Map // store → its schema's URL, for Exec
 	storetest.Run(t, storetest.Harness{Open: func(t *testing.T, clk clock.Clock) store.Store {
 		// A fresh schema per test; it is dropped after the store closes.
 		url := testpg.Schema(t)
@@ -21,7 +26,19 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.Close() })
+		urls.Store(s, url)
+		t.Cleanup(func() { s.Close(); urls.Delete(s) })
 		return s
+	}, Exec: func(t *testing.T, s store.Store, query string) {
+		t.Helper()
+		url, _ := urls.Load(s)
+		db, err := sql.Open("pgx", url.(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.Exec(query); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
 	}})
 }

@@ -31,7 +31,13 @@ const (
 	//      transaction is inserting makes k wait for it to commit or roll back.
 	//   n  inserts the notification if the key was taken (or there is none);
 	//      a dedup_key that exists makes it return nothing.
-	//   o  inserts one PENDING outbox row per channel, in channel order.
+	//   ic bumps the recipient's inbox counter (seq + 1, unread + 1) if the
+	//      notification was written and $19 carries an inbox text; the row's
+	//      lock, held to commit, orders the recipient's items.
+	//   ii inserts the inbox item with that seq.
+	//   o  inserts one outbox row per channel, in channel order: PENDING, but
+	//      the inbox's DONE (reason STORED), which no claimer sees.
+	//   ds inserts the inbox send's delivery, STORED.
 	//   w  NOTIFYs the lane's channel if a row is due now and $18 names one
 	//      (see notifier); PostgreSQL delivers it when the statement's
 	//      transaction commits.
@@ -44,7 +50,9 @@ const (
 	// $1 now, $2 tenant, $3 idempotency key ('' for none), $4 request hash,
 	// $5 key TTL, $6 response, $7 id, $8 recipient, $9 event id, $10 kind,
 	// $11 lane, $12 params, $13 dedup key, $14 send_at, $15 expires_at,
-	// $16 channels, $17 message ids (parallel to $16), $18 wake-up channel ('' for none).
+	// $16 channels, $17 message ids (parallel to $16), $18 wake-up channel ('' for none),
+	// $19 inbox title (NULL: no inbox item), $20 inbox body, $21 the text's locale,
+	// $22 the inbox send's message id.
 	qNotificationCreate = `WITH k AS (
     INSERT INTO idempotency_keys AS ik (tenant, key, request_hash, notification_id, response, created_at, expires_at)
     SELECT $2::text, $3::text, $4::text, $7::text, $6::bytea, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()) + $5::interval
@@ -63,13 +71,31 @@ n AS (
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ),
+ic AS (
+    INSERT INTO inbox_counters AS ic (tenant, recipient, seq, unread)
+    SELECT $2::text, $8::text, 1, 1 FROM n WHERE $19::text IS NOT NULL
+    ON CONFLICT (tenant, recipient) DO UPDATE SET seq = ic.seq + 1, unread = ic.unread + 1
+    RETURNING seq
+),
+ii AS (
+    INSERT INTO inbox_items (tenant, recipient, seq, message_id, notification_id, kind, title, body, locale, created_at)
+    SELECT $2::text, $8::text, ic.seq, $22::text, n.id, $10::text, $19::text, $20::text, $21::text, n.created_at
+    FROM n, ic
+),
 o AS (
-    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
-    SELECT n.id, c.message_id, $2::text, $11::text, c.channel, 'PENDING',
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at)
+    SELECT n.id, c.message_id, $2::text, $11::text, c.channel,
+           CASE WHEN c.message_id = $22::text THEN 'DONE' ELSE 'PENDING' END,
+           CASE WHEN c.message_id = $22::text THEN 'STORED' ELSE '' END,
            greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at
     FROM n, unnest($16::text[], $17::text[]) WITH ORDINALITY AS c (channel, message_id, ord)
     ORDER BY c.ord
-    RETURNING available_at <= created_at AS due
+    RETURNING state = 'PENDING' AND available_at <= created_at AS due
+),
+ds AS (
+    INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
+    SELECT $22::text, n.id, $2::text, 'inbox', 'STORED', 'STORED', n.created_at, n.created_at
+    FROM n WHERE $19::text IS NOT NULL
 ),
 w AS (SELECT pg_notify($18::text, '') FROM o WHERE o.due AND $18::text <> '' LIMIT 1)
 SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w)`
@@ -96,12 +122,20 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	// $1 now; per request: $2 tenant, $3 idempotency key, $4 request hash,
 	// $5 key TTL, $6 response, $7 id, $8 recipient, $9 event id, $10 kind,
 	// $11 lane, $12 params, $13 dedup key, $14 send_at, $15 expires_at,
-	// $16 wake-up channel; per channel: $17 request's position (1-based),
-	// $18 channel, $19 message id.
+	// $16 wake-up channel, $20 inbox title (NULL: none), $21 inbox body,
+	// $22 its locale, $23 the inbox send's message id; per channel: $17
+	// request's position (1-based), $18 channel, $19 message id.
+	//
+	// The inbox items of one recipient's requests take consecutive seqs in
+	// r's order from one bump of its counter row; the counter rows are
+	// locked in (tenant, recipient) order, so two statements wait rather
+	// than deadlock there too.
 	qNotificationCreateMany = `WITH r AS MATERIALIZED (
     SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::interval[], $6::bytea[], $7::text[], $8::text[], $9::text[],
-                         $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::text[])
-        WITH ORDINALITY AS r (tenant, key, hash, ttl, response, id, recipient, event_id, kind, lane, params, dedup, send_at, expires_at, wake, ord)
+                         $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::text[],
+                         $20::text[], $21::text[], $22::text[], $23::text[])
+        WITH ORDINALITY AS r (tenant, key, hash, ttl, response, id, recipient, event_id, kind, lane, params, dedup, send_at, expires_at, wake,
+                              ititle, ibody, ilocale, imessage, ord)
 ),
 k AS (
     INSERT INTO idempotency_keys AS ik (tenant, key, request_hash, notification_id, response, created_at, expires_at)
@@ -123,14 +157,39 @@ n AS (
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ),
+ir AS MATERIALIZED (
+    SELECT r.tenant, r.recipient, r.id, r.kind, r.ititle, r.ibody, r.ilocale, r.imessage, n.created_at,
+           row_number() OVER (PARTITION BY r.tenant, r.recipient ORDER BY r.ord) AS rn,
+           count(*) OVER (PARTITION BY r.tenant, r.recipient) AS cnt
+    FROM r JOIN n ON n.id = r.id
+    WHERE r.ititle IS NOT NULL
+),
+ic AS (
+    INSERT INTO inbox_counters AS ic (tenant, recipient, seq, unread)
+    SELECT tenant, recipient, count(*), count(*) FROM ir GROUP BY tenant, recipient
+    ORDER BY tenant, recipient
+    ON CONFLICT (tenant, recipient) DO UPDATE SET seq = ic.seq + excluded.seq, unread = ic.unread + excluded.unread
+    RETURNING tenant, recipient, seq
+),
+ii AS (
+    INSERT INTO inbox_items (tenant, recipient, seq, message_id, notification_id, kind, title, body, locale, created_at)
+    SELECT ir.tenant, ir.recipient, ic.seq - ir.cnt + ir.rn, ir.imessage, ir.id, ir.kind, ir.ititle, ir.ibody, ir.ilocale, ir.created_at
+    FROM ir JOIN ic ON ic.tenant = ir.tenant AND ic.recipient = ir.recipient
+),
 o AS (
-    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
-    SELECT n.id, c.message_id, r.tenant, r.lane, c.channel, 'PENDING',
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at)
+    SELECT n.id, c.message_id, r.tenant, r.lane, c.channel,
+           CASE WHEN c.message_id = r.imessage THEN 'DONE' ELSE 'PENDING' END,
+           CASE WHEN c.message_id = r.imessage THEN 'STORED' ELSE '' END,
            greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at
     FROM unnest($17::integer[], $18::text[], $19::text[]) WITH ORDINALITY AS c (req, channel, message_id, ord)
     JOIN r ON r.ord = c.req JOIN n ON n.id = r.id
     ORDER BY c.ord
-    RETURNING notification_id, available_at <= created_at AS due
+    RETURNING notification_id, state = 'PENDING' AND available_at <= created_at AS due
+),
+ds AS (
+    INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
+    SELECT ir.imessage, ir.id, ir.tenant, 'inbox', 'STORED', 'STORED', ir.created_at, ir.created_at FROM ir
 ),
 w AS (
     SELECT pg_notify(x.wake, '') FROM (SELECT DISTINCT r.wake FROM r JOIN o ON o.notification_id = r.id WHERE o.due AND r.wake <> '') x

@@ -54,11 +54,8 @@ func CreateTx(ctx context.Context, tx *sql.Tx, now time.Time, p store.Notificati
 	if p.SendAt != nil && p.SendAt.UnixMilli() > at {
 		available = p.SendAt.UnixMilli()
 	}
-	for _, ch := range p.Channels {
-		if _, err := tx.ExecContext(ctx, qOutboxInsert, p.ID, store.MessageID(p.ID, ch), p.Tenant, string(p.Lane), string(ch),
-			available, msPtr(p.ExpiresAt), at, at); err != nil {
-			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: insert outbox row: %w", err)
-		}
+	if _, err := insertPlanned(callerTx{ctx: ctx, tx: tx}, p, available, at); err != nil {
+		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
 	}
 	return store.NotificationCreateResult{Outcome: store.Created, ID: p.ID}, nil
 }

@@ -114,10 +114,10 @@ ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at =
 )
 
 // writeQueries are prepared on the writer's connection at open.
-var writeQueries = []string{
+var writeQueries = append([]string{
 	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
 	qOutboxClaim, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,
 	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
 	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
-}
+}, inboxQueries...)

@@ -179,8 +179,9 @@ func nullString(s string) any {
 // NotificationCreate writes key, notification and outbox rows in one transaction.
 func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
 	var res store.NotificationCreateResult
+	var pending bool
 	err := s.w.do(ctx, func(tx wtx) error {
-		res = store.NotificationCreateResult{}
+		res, pending = store.NotificationCreateResult{}, false
 		now := s.now()
 		if p.IdempotencyKey != "" {
 			r, err := tx.Exec(qIdemInsert, p.Tenant, p.IdempotencyKey, p.RequestHash, p.ID, p.Response, now, now+p.IdempotencyTTL.Milliseconds())
@@ -228,11 +229,8 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 		if p.SendAt != nil && p.SendAt.UnixMilli() > now {
 			available = p.SendAt.UnixMilli()
 		}
-		for _, ch := range p.Channels {
-			if _, err := tx.Exec(qOutboxInsert, p.ID, store.MessageID(p.ID, ch), p.Tenant, string(p.Lane), string(ch),
-				available, msPtr(p.ExpiresAt), now, now); err != nil {
-				return fmt.Errorf("insert outbox row: %w", err)
-			}
+		if pending, err = insertPlanned(tx, p, available, now); err != nil {
+			return err
 		}
 		res = store.NotificationCreateResult{Outcome: store.Created, ID: p.ID, Response: p.Response}
 		return nil
@@ -244,7 +242,12 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 		return store.NotificationCreateResult{}, fmt.Errorf("create notification: %w", err)
 	}
 	if res.Outcome == store.Created {
-		s.wakeups.Notify(p.Lane)
+		if pending {
+			s.wakeups.Notify(p.Lane)
+		}
+		if p.InboxWanted() {
+			s.inboxChanged(store.InboxKey{Tenant: p.Tenant, Recipient: p.Recipient})
+		}
 	}
 	return res, nil
 }

@@ -2,7 +2,9 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/heraldhq/herald/clock"
@@ -13,12 +15,26 @@ import (
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
+	var paths sync.Map // store → its file, for Exec
 	storetest.Run(t, storetest.Harness{Open: func(t *testing.T, clk clock.Clock) store.Store {
-		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
+		path := filepath.Join(t.TempDir(), "herald.db")
+		s, err := sqlite.Open(context.Background(), path, sqlite.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.Close() })
+		paths.Store(s, path)
+		t.Cleanup(func() { s.Close(); paths.Delete(s) })
 		return s
+	}, Exec: func(t *testing.T, s store.Store, query string) {
+		t.Helper()
+		path, _ := paths.Load(s)
+		db, err := sql.Open("sqlite", sqlite.DSN(path.(string)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.Exec(query); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
 	}})
 }

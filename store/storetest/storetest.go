@@ -27,6 +27,10 @@ type Harness struct {
 	// Open returns a fresh, empty, migrated store whose clock is clk. The
 	// harness closes it when the test ends.
 	Open func(t *testing.T, clk clock.Clock) store.Store
+	// Exec, when set, runs one statement on s's database outside the
+	// store (SQL both drivers accept), so a test can break a row on
+	// purpose; tests that need it skip without it.
+	Exec func(t *testing.T, s store.Store, query string)
 }
 
 // Epoch is where every test's fake clock starts.
@@ -57,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, h) })
 	t.Run("Reconcile", func(t *testing.T) { testReconcile(t, h) })
 	t.Run("Expiry", func(t *testing.T) { testExpiry(t, h) })
+	t.Run("Inbox", func(t *testing.T) { testInbox(t, h) })
 	t.Run("Receipts", func(t *testing.T) { testReceipts(t, h) })
 	t.Run("Devices", func(t *testing.T) { testDevices(t, h) })
 }

@@ -41,6 +41,7 @@ var erringMethods = []string{
 	"DeliveryGet", "DeliveryClaim", "DeliveryRecord", "DeliveryDecide", "DeliverySweepStale",
 	"ProfileGet", "ProfilePut", "ParkedList", "ParkedRequeue", "ParkedRestore", "ParkedDiscard", "ParkedDiscardList",
 	"NotificationList", "AttemptList",
+	"InboxFeed", "InboxItemsAfter", "InboxBadge", "InboxMarkRead", "InboxArchive", "InboxRecount", "InboxPurge",
 }
 
 const helperEnv = "STORETEST_ERRING_HELPER"
@@ -303,4 +304,39 @@ func (e *erring) NotificationList(ctx context.Context, p store.NotificationListP
 func (e *erring) AttemptList(ctx context.Context, messageIDs []string) ([]store.Attempt, error) {
 	v, err := e.Store.AttemptList(ctx, messageIDs)
 	return fail(e, "AttemptList", v, err)
+}
+
+func (e *erring) InboxFeed(ctx context.Context, p store.InboxFeedParams) (store.InboxPage, error) {
+	v, err := e.Store.InboxFeed(ctx, p)
+	return fail(e, "InboxFeed", v, err)
+}
+
+func (e *erring) InboxItemsAfter(ctx context.Context, tenant, recipient string, afterSeq int64, limit int) ([]store.InboxItem, error) {
+	v, err := e.Store.InboxItemsAfter(ctx, tenant, recipient, afterSeq, limit)
+	return fail(e, "InboxItemsAfter", v, err)
+}
+
+func (e *erring) InboxBadge(ctx context.Context, tenant, recipient string) (store.InboxBadge, error) {
+	v, err := e.Store.InboxBadge(ctx, tenant, recipient)
+	return fail(e, "InboxBadge", v, err)
+}
+
+func (e *erring) InboxMarkRead(ctx context.Context, p store.InboxMarkReadParams) (store.InboxBadge, error) {
+	v, err := e.Store.InboxMarkRead(ctx, p)
+	return fail(e, "InboxMarkRead", v, err)
+}
+
+func (e *erring) InboxArchive(ctx context.Context, tenant, recipient, messageID string) (bool, error) {
+	v, err := e.Store.InboxArchive(ctx, tenant, recipient, messageID)
+	return fail(e, "InboxArchive", v, err)
+}
+
+func (e *erring) InboxRecount(ctx context.Context, p store.InboxRecountParams) (store.InboxRecountResult, error) {
+	v, err := e.Store.InboxRecount(ctx, p)
+	return fail(e, "InboxRecount", v, err)
+}
+
+func (e *erring) InboxPurge(ctx context.Context, p store.InboxPurgeParams) (int, error) {
+	v, err := e.Store.InboxPurge(ctx, p)
+	return fail(e, "InboxPurge", v, err)
 }
