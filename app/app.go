@@ -39,6 +39,7 @@ import (
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/store/sqlite"
+	"github.com/heraldhq/herald/stream"
 	"github.com/heraldhq/herald/sweep"
 	"github.com/heraldhq/herald/watchdog"
 )
@@ -76,6 +77,8 @@ type App struct {
 	// rabbit is the rabbitmq transport's relays and consumers, one of each
 	// per lane; nil with transport db.
 	rabbit []rabbitLane
+	// streams are the live inbox streams of GET /v1/me/stream.
+	streams *stream.Hub
 }
 
 // New opens the store and wires every component. It does not start anything.
@@ -149,6 +152,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	for _, k := range cfg.OperatorKeys {
 		operators[k] = "operator"
 	}
+	a.streams = stream.New(stream.Config{
+		Store: a.store, Signals: a.store.InboxSignals(), MaxStreams: cfg.Inbox.StreamsMax,
+		Heartbeat: cfg.Inbox.StreamHeartbeat.D(), Resync: cfg.Inbox.StreamResync.D(),
+		Clock: a.clock, Logger: a.logger, Metrics: a.metrics,
+	})
 	a.handler = httpapi.New(httpapi.Config{
 		Keys:      auth.NewKeys(keys),
 		Operators: auth.NewKeys(operators),
@@ -162,6 +170,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Metrics: a.metrics,
 		Logger:  a.logger,
 		Ready:   http.HandlerFunc(a.serveReadyz),
+		Stream:  a.streams,
 	})
 	a.listener = opts.Listener
 	return a, nil
@@ -284,6 +293,10 @@ func (a *App) Run(ctx context.Context) error {
 	deadline := time.Now().Add(a.cfg.ShutdownTimeout.D())
 	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	// End the live streams: Shutdown waits for the requests in flight, and
+	// a stream would last until the deadline. Their apps resume elsewhere
+	// with Last-Event-ID.
+	a.streams.Close()
 	// Stop accepting requests first (in-flight intake requests finish and
 	// commit), then stop claiming and wait for the sends in flight.
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -397,4 +410,7 @@ func (a *App) runRabbitMQ(work context.Context, wg *sync.WaitGroup) {
 }
 
 // Close releases the store of an App that was never Run.
-func (a *App) Close() error { return a.store.Close() }
+func (a *App) Close() error {
+	a.streams.Close()
+	return a.store.Close()
+}

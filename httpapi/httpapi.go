@@ -24,6 +24,7 @@ import (
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/stream"
 )
 
 // Config wires the API.
@@ -43,6 +44,8 @@ type Config struct {
 	// Inbox serves the recipient token mint and /v1/me/… (me.go); nil
 	// leaves them out.
 	Inbox *inbox.API
+	// Stream serves GET /v1/me/stream (stream.go); nil leaves it out.
+	Stream *stream.Hub
 	// Ready answers GET /readyz (app's readiness checks); nil leaves
 	// /readyz out.
 	Ready http.Handler
@@ -65,7 +68,8 @@ func New(cfg Config) http.Handler {
 	}
 	// The recipient token mint and /v1/me/… (me.go).
 	routeMe(mux, cfg, authed)
-	routeOps(mux, cfg) // ops.go
+	routeStream(mux, cfg) // stream.go
+	routeOps(mux, cfg)    // ops.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")

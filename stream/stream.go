@@ -53,6 +53,7 @@ import (
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/inbox"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
@@ -120,12 +121,12 @@ type Hub struct {
 	stopWatch func()
 	open      atomic.Int64
 
-	mu      sync.Mutex
-	inboxes map[store.InboxKey]*inbox
+	mu     sync.Mutex
+	groups map[store.InboxKey]*group
 }
 
-// inbox is the streams of one recipient and the reads they share.
-type inbox struct {
+// group is the streams of one inbox and the reads they share.
+type group struct {
 	streams map[*stream]struct{}
 	// gen counts the signals for this inbox. A stream woken by one may use
 	// only a read that began after it: a flight of gen ≥ the gen it saw.
@@ -169,7 +170,7 @@ func New(cfg Config) *Hub {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	h := &Hub{cfg: cfg, logger: cfg.Logger, done: make(chan struct{}), inboxes: map[store.InboxKey]*inbox{}}
+	h := &Hub{cfg: cfg, logger: cfg.Logger, done: make(chan struct{}), groups: map[store.InboxKey]*group{}}
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
 	}
@@ -205,8 +206,8 @@ func (w watcher) InboxChanged(keys []store.InboxKey) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range keys {
-		if ib := h.inboxes[k]; ib != nil {
-			ib.signalled()
+		if g := h.groups[k]; g != nil {
+			g.signalled()
 		}
 	}
 }
@@ -216,16 +217,16 @@ func (w watcher) InboxMissed() {
 	h := w.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, ib := range h.inboxes {
-		ib.signalled()
+	for _, g := range h.groups {
+		g.signalled()
 	}
 }
 
-// signalled makes later reads fresh and wakes every stream of ib; h.mu held.
-func (ib *inbox) signalled() {
-	ib.gen++
-	ib.badge, ib.items = nil, nil
-	for s := range ib.streams {
+// signalled makes later reads fresh and wakes every stream of g; h.mu held.
+func (g *group) signalled() {
+	g.gen++
+	g.badge, g.items = nil, nil
+	for s := range g.streams {
 		s.poke()
 	}
 }
@@ -256,21 +257,21 @@ func (h *Hub) acquire() bool {
 func (h *Hub) add(s *stream) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ib := h.inboxes[s.key]
-	if ib == nil {
-		ib = &inbox{streams: map[*stream]struct{}{}}
-		h.inboxes[s.key] = ib
+	g := h.groups[s.key]
+	if g == nil {
+		g = &group{streams: map[*stream]struct{}{}}
+		h.groups[s.key] = g
 	}
-	ib.streams[s] = struct{}{}
+	g.streams[s] = struct{}{}
 }
 
 func (h *Hub) remove(s *stream) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ib := h.inboxes[s.key]
-	delete(ib.streams, s)
-	if len(ib.streams) == 0 {
-		delete(h.inboxes, s.key)
+	g := h.groups[s.key]
+	delete(g.streams, s)
+	if len(g.streams) == 0 {
+		delete(h.groups, s.key)
 	}
 }
 
@@ -278,7 +279,7 @@ func (h *Hub) remove(s *stream) {
 func (h *Hub) gen(s *stream) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.inboxes[s.key].gen
+	return h.groups[s.key].gen
 }
 
 // ServeHTTP serves GET /v1/me/stream behind auth.RequireRecipient.
@@ -467,25 +468,25 @@ func (c *conn) catchUp(ctx context.Context, gen uint64, shared bool) error {
 	return c.flush()
 }
 
-func badgeSlot(ib *inbox) **flight[store.InboxBadge]  { return &ib.badge }
-func itemsSlot(ib *inbox) **flight[[]store.InboxItem] { return &ib.items }
+func badgeSlot(g *group) **flight[store.InboxBadge]  { return &g.badge }
+func itemsSlot(g *group) **flight[[]store.InboxItem] { return &g.items }
 
 // share runs read for s. When shared and s's inbox has other streams, it
 // uses the inbox's flight in slot instead if that one reads after the same
 // seq, began at gen or later and has not failed; otherwise it reads and
 // leaves its read there for the others (until the next signal).
 func share[T any](ctx context.Context, h *Hub, s *stream, gen uint64, shared bool, after int64,
-	slot func(*inbox) **flight[T], read func(context.Context) (T, error)) (T, error) {
+	slot func(*group) **flight[T], read func(context.Context) (T, error)) (T, error) {
 	if !shared {
 		return read(ctx)
 	}
 	h.mu.Lock()
-	ib := h.inboxes[s.key]
-	if len(ib.streams) < 2 {
+	g := h.groups[s.key]
+	if len(g.streams) < 2 {
 		h.mu.Unlock()
 		return read(ctx)
 	}
-	p := slot(ib)
+	p := slot(g)
 	if f := *p; f != nil && f.gen >= gen && f.after == after && !failedFlight(f) {
 		h.mu.Unlock()
 		select {
@@ -496,7 +497,7 @@ func share[T any](ctx context.Context, h *Hub, s *stream, gen uint64, shared boo
 			return zero, ctx.Err()
 		}
 	}
-	f := &flight[T]{gen: ib.gen, after: after, done: make(chan struct{})}
+	f := &flight[T]{gen: g.gen, after: after, done: make(chan struct{})}
 	*p = f
 	h.mu.Unlock()
 	// The others may wait for this read after s's client went.
@@ -516,31 +517,9 @@ func failedFlight[T any](f *flight[T]) bool {
 	}
 }
 
-// itemJSON is an item event's data: a feed item.
-type itemJSON struct {
-	ID             string     `json:"id"`
-	NotificationID string     `json:"notification_id"`
-	Kind           string     `json:"kind"`
-	Title          string     `json:"title"`
-	Body           string     `json:"body"`
-	CreatedAt      time.Time  `json:"created_at"`
-	ReadAt         *time.Time `json:"read_at"`
-	ArchivedAt     *time.Time `json:"archived_at"`
-}
-
-func utc(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
 func (c *conn) item(it store.InboxItem) error {
-	data, err := json.Marshal(itemJSON{
-		ID: it.MessageID, NotificationID: it.NotificationID, Kind: it.Kind, Title: it.Title, Body: it.Body,
-		CreatedAt: it.CreatedAt.UTC(), ReadAt: utc(it.ReadAt), ArchivedAt: utc(it.ArchivedAt),
-	})
+	// The feed's own item (inbox.Item): one shape wherever an app reads one.
+	data, err := json.Marshal(inbox.ItemOf(it))
 	if err != nil {
 		return err
 	}
@@ -549,8 +528,12 @@ func (c *conn) item(it store.InboxItem) error {
 }
 
 func (c *conn) badge(unread int64) error {
+	data, err := json.Marshal(inbox.Badge{UnreadCount: unread})
+	if err != nil {
+		return err
+	}
 	c.unread = unread
-	return c.event("badge", append(strconv.AppendInt([]byte(`{"unread_count":`), unread, 10), '}'))
+	return c.event("badge", data)
 }
 
 // event writes one event with id c.seq.

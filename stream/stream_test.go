@@ -347,7 +347,8 @@ func wantBadge(t *testing.T, c *client, unread int64) {
 func TestNewItemReachesAnOpenStream(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
-		e := setup(t, open(t), stream.Config{})
+		// No periodic read within the test: only the signal can bring the item.
+		e := setup(t, open(t), stream.Config{Resync: time.Hour})
 		e.add(t, "t1", "alice", "before") // seq 1: before the stream, never sent
 		c := e.open(t, "t1", "alice")
 		if unread, id := c.badge(t); unread != 1 || id != "1" {
