@@ -273,12 +273,21 @@ func (c *client) next(t *testing.T) event {
 	}
 }
 
-// ended waits for the stream to end, skipping events.
-func (c *client) ended(t *testing.T) {
+// ended waits for the stream to end, whatever comes before it (events,
+// heartbeats), and returns the last thing that came.
+func (c *client) ended(t *testing.T) event {
 	t.Helper()
+	var last event
+	deadline := time.After(testenv.Patience)
 	for {
-		if _, ok := c.recv(t, "the end of the stream"); !ok {
-			return
+		select {
+		case ev, ok := <-c.events:
+			if !ok {
+				return last
+			}
+			last = ev
+		case <-deadline:
+			t.Fatalf("the stream did not end within %s", testenv.Patience)
 		}
 	}
 }
@@ -622,14 +631,7 @@ func TestTokenExpiryEndsTheStream(t *testing.T) {
 	e.clock.Advance(m.ExpiresAt.Sub(e.clock.Now()) - 30*time.Millisecond)
 	c := e.openWith(t, m.Token, "")
 	wantBadge(t, c, 0)
-	var last event
-	for {
-		ev, ok := c.recv(t, "the end of the stream")
-		if !ok {
-			break
-		}
-		last = ev
-	}
+	last := c.ended(t)
 	if last.comment != "token expired" {
 		t.Fatalf("the stream ended after %+v, want the comment token expired", last)
 	}
