@@ -1,16 +1,13 @@
 package stream_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +18,7 @@ import (
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/ssetest"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/metrics"
@@ -153,204 +151,19 @@ func (e *env) token(t *testing.T, tenant, recipient string) string {
 	return m.Token
 }
 
-// event is one SSE event, or a comment (comment set, the rest empty).
-type event struct {
-	id, name, data, comment string
-}
+// url is the stream's URL with query.
+func (e *env) url(query string) string { return e.srv.URL + "/v1/me/stream" + query }
 
-// client is an open stream read line by line.
-type client struct {
-	resp   *http.Response
-	cancel context.CancelFunc
-	events chan event
-}
-
-// get requests the stream with headers (name, value, …) and returns the
-// response, its body unread.
+// get requests the stream as ssetest.Get.
 func (e *env) get(t *testing.T, token, query string, headers ...string) (*http.Response, context.CancelFunc) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/v1/me/stream"+query, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	return resp, cancel
+	return ssetest.Get(t, e.url(query), token, headers...)
 }
 
-// open opens a stream for recipient of tenant (headers as get's) and fails
-// unless it is a 200 event stream. It is closed when the test ends.
-func (e *env) open(t *testing.T, tenant, recipient string, headers ...string) *client {
+// open opens a stream for recipient of tenant (headers: name, value, …).
+func (e *env) open(t *testing.T, tenant, recipient string, headers ...string) *ssetest.Client {
 	t.Helper()
-	return e.openWith(t, e.token(t, tenant, recipient), "", headers...)
-}
-
-func (e *env) openWith(t *testing.T, token, query string, headers ...string) *client {
-	t.Helper()
-	resp, cancel := e.get(t, token, query, headers...)
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		cancel()
-		t.Fatalf("stream: %s %s", resp.Status, b)
-	}
-	for k, want := range map[string]string{"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"} {
-		if got := resp.Header.Get(k); got != want {
-			t.Errorf("%s: %q, want %q", k, got, want)
-		}
-	}
-	c := &client{resp: resp, cancel: cancel, events: make(chan event, 1000)}
-	go c.read()
-	t.Cleanup(c.close)
-	return c
-}
-
-func (c *client) close() {
-	c.cancel()
-	c.resp.Body.Close()
-}
-
-// read parses the body into events until it ends, then closes events.
-func (c *client) read() {
-	defer close(c.events)
-	sc := bufio.NewScanner(c.resp.Body)
-	var ev event
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if ev != (event{}) {
-				c.events <- ev
-			}
-			ev = event{}
-		case strings.HasPrefix(line, ":"):
-			ev.comment = strings.TrimSpace(line[1:])
-		default:
-			k, v, _ := strings.Cut(line, ": ")
-			switch k {
-			case "id":
-				ev.id = v
-			case "event":
-				ev.name = v
-			case "data":
-				ev.data = v
-			}
-		}
-	}
-}
-
-// recv returns the next event or comment; false once the stream ended.
-func (c *client) recv(t *testing.T, what string) (event, bool) {
-	t.Helper()
-	select {
-	case ev, ok := <-c.events:
-		return ev, ok
-	case <-time.After(testenv.Patience):
-		t.Fatalf("timed out after %s waiting for %s", testenv.Patience, what)
-		panic("unreachable")
-	}
-}
-
-// next returns the next event that is not a comment.
-func (c *client) next(t *testing.T) event {
-	t.Helper()
-	for {
-		ev, ok := c.recv(t, "an event")
-		if !ok {
-			t.Fatal("the stream ended")
-		}
-		if ev.comment == "" {
-			return ev
-		}
-	}
-}
-
-// ended waits for the stream to end, whatever comes before it (events,
-// heartbeats), and returns the last thing that came.
-func (c *client) ended(t *testing.T) event {
-	t.Helper()
-	var last event
-	deadline := time.After(testenv.Patience)
-	for {
-		select {
-		case ev, ok := <-c.events:
-			if !ok {
-				return last
-			}
-			last = ev
-		case <-deadline:
-			t.Fatalf("the stream did not end within %s", testenv.Patience)
-		}
-	}
-}
-
-// itemData is an item event's data as the test reads it.
-type itemData struct {
-	ID, NotificationID, Kind, Title, Body string
-	CreatedAt                             time.Time
-	ReadAt, ArchivedAt                    any
-}
-
-// itemKeys are the keys of an item event's data, exactly.
-const itemKeys = "archived_at body created_at id kind notification_id read_at title"
-
-// item returns the next event, which must be an item.
-func (c *client) item(t *testing.T) (seq int64, it itemData) {
-	t.Helper()
-	ev := c.next(t)
-	if ev.name != "item" {
-		t.Fatalf("got event %q (%s), want an item", ev.name, ev.data)
-	}
-	seq, err := strconv.ParseInt(ev.id, 10, 64)
-	if err != nil {
-		t.Fatalf("item id %q: %v", ev.id, err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(ev.data), &m); err != nil {
-		t.Fatalf("item data %s: %v", ev.data, err)
-	}
-	keys := slices.Sorted(maps.Keys(m))
-	if strings.Join(keys, " ") != itemKeys {
-		t.Fatalf("item data has keys %v, want %s", keys, itemKeys)
-	}
-	str := func(k string) string { s, _ := m[k].(string); return s }
-	created, err := time.Parse(time.RFC3339Nano, str("created_at"))
-	if err != nil {
-		t.Fatalf("created_at %q: %v", str("created_at"), err)
-	}
-	return seq, itemData{ID: str("id"), NotificationID: str("notification_id"), Kind: str("kind"), Title: str("title"),
-		Body: str("body"), CreatedAt: created, ReadAt: m["read_at"], ArchivedAt: m["archived_at"]}
-}
-
-// badge returns the next event, which must be a badge, and its id.
-func (c *client) badge(t *testing.T) (unread int64, id string) {
-	t.Helper()
-	ev := c.next(t)
-	if ev.name != "badge" {
-		t.Fatalf("got event %q (%s), want a badge", ev.name, ev.data)
-	}
-	var b struct {
-		Unread *int64 `json:"unread_count"`
-	}
-	if err := json.Unmarshal([]byte(ev.data), &b); err != nil || b.Unread == nil {
-		t.Fatalf("badge data %s: %v", ev.data, err)
-	}
-	return *b.Unread, ev.id
-}
-
-func wantBadge(t *testing.T, c *client, unread int64) {
-	t.Helper()
-	if got, _ := c.badge(t); got != unread {
-		t.Fatalf("badge %d, want %d", got, unread)
-	}
+	return ssetest.Open(t, e.url(""), e.token(t, tenant, recipient), headers...)
 }
 
 func TestNewItemReachesAnOpenStream(t *testing.T) {
@@ -360,17 +173,17 @@ func TestNewItemReachesAnOpenStream(t *testing.T) {
 		e := setup(t, open(t), stream.Config{Resync: time.Hour})
 		e.add(t, "t1", "alice", "before") // seq 1: before the stream, never sent
 		c := e.open(t, "t1", "alice")
-		if unread, id := c.badge(t); unread != 1 || id != "1" {
+		if unread, id := c.Badge(t); unread != 1 || id != "1" {
 			t.Fatalf("first event: badge %d with id %q, want 1 with id 1 (the newest seq)", unread, id)
 		}
 		before := time.Now().Add(-time.Minute)
 		msg := e.add(t, "t1", "alice", "Shipped")
-		seq, it := c.item(t)
+		seq, it := c.Item(t)
 		if seq != 2 || it.ID != msg || it.NotificationID != strings.TrimSuffix(msg, ".inbox") || it.Kind != "order.shipped" ||
 			it.Title != "Shipped" || it.Body != "body of Shipped" || it.CreatedAt.Before(before) || it.ReadAt != nil || it.ArchivedAt != nil {
 			t.Fatalf("item %d %+v", seq, it)
 		}
-		if unread, id := c.badge(t); unread != 2 || id != "2" {
+		if unread, id := c.Badge(t); unread != 2 || id != "2" {
 			t.Fatalf("badge %d with id %q after the item, want 2 with id 2", unread, id)
 		}
 	})
@@ -383,26 +196,26 @@ func TestBadgeFollowsReadsAndArchives(t *testing.T) {
 		a := e.add(t, "t1", "alice", "a")
 		b := e.add(t, "t1", "alice", "b")
 		c := e.open(t, "t1", "alice")
-		wantBadge(t, c, 2)
+		c.WantBadge(t, 2)
 		ctx := context.Background()
 		if _, err := e.st.InboxMarkRead(ctx, store.InboxMarkReadParams{Tenant: "t1", Recipient: "alice", IDs: []string{a}}); err != nil {
 			t.Fatal(err)
 		}
-		wantBadge(t, c, 1)
+		c.WantBadge(t, 1)
 		if ok, err := e.st.InboxArchive(ctx, "t1", "alice", b); err != nil || !ok {
 			t.Fatalf("archive: %v %v", ok, err)
 		}
-		wantBadge(t, c, 0)
+		c.WantBadge(t, 0)
 		// A read that changes nothing sends nothing: the next event is the
 		// next item's.
 		if _, err := e.st.InboxMarkRead(ctx, store.InboxMarkReadParams{Tenant: "t1", Recipient: "alice", All: true}); err != nil {
 			t.Fatal(err)
 		}
 		e.add(t, "t1", "alice", "c")
-		if seq, it := c.item(t); seq != 3 || it.Title != "c" {
+		if seq, it := c.Item(t); seq != 3 || it.Title != "c" {
 			t.Fatalf("item %d %q, want 3 c", seq, it.Title)
 		}
-		wantBadge(t, c, 1)
+		c.WantBadge(t, 1)
 	})
 }
 
@@ -422,24 +235,24 @@ func TestResumeReplaysExactlyTheMissedItems(t *testing.T) {
 			{"Query", "?last_event_id=4", nil},
 		} {
 			t.Run(how.name, func(t *testing.T) {
-				c := e.openWith(t, e.token(t, "t1", "alice"), how.query, how.headers...)
+				c := ssetest.Open(t, e.url(how.query), e.token(t, "t1", "alice"), how.headers...)
 				for want := int64(5); want <= 10; want++ {
-					seq, it := c.item(t)
+					seq, it := c.Item(t)
 					if seq != want || it.Title != "m"+strconv.Itoa(int(want)) {
 						t.Fatalf("replayed %d %q, want %d", seq, it.Title, want)
 					}
 				}
-				if unread, id := c.badge(t); unread != 10 || id != "10" {
+				if unread, id := c.Badge(t); unread != 10 || id != "10" {
 					t.Fatalf("badge %d id %q after the replay, want 10 id 10", unread, id)
 				}
-				c.close()
+				c.Close()
 			})
 		}
 		t.Run("AtTheEnd", func(t *testing.T) {
 			c := e.open(t, "t1", "alice", "Last-Event-ID", "10")
-			wantBadge(t, c, 10)
+			c.WantBadge(t, 10)
 			e.add(t, "t1", "alice", "m11")
-			if seq, _ := c.item(t); seq != 11 {
+			if seq, _ := c.Item(t); seq != 11 {
 				t.Fatalf("live item %d, want 11", seq)
 			}
 		})
@@ -465,19 +278,19 @@ func TestReconnectsWhileItemsArriveMissNothing(t *testing.T) {
 		var seen []int64
 		last := "0"
 		for len(seen) < n {
-			c := e.openWith(t, token, "", "Last-Event-ID", last)
+			c := ssetest.Open(t, e.url(""), token, "Last-Event-ID", last)
 			// Take up to 7 items from this connection, then drop it.
 			for got := 0; got < 7 && len(seen) < n; {
-				ev := c.next(t)
-				if ev.name != "item" {
+				ev := c.Next(t)
+				if ev.Name != "item" {
 					continue
 				}
-				seq, _ := strconv.ParseInt(ev.id, 10, 64)
+				seq, _ := strconv.ParseInt(ev.ID, 10, 64)
 				seen = append(seen, seq)
-				last = ev.id
+				last = ev.ID
 				got++
 			}
-			c.close()
+			c.Close()
 		}
 		<-written
 		for i, seq := range seen {
@@ -513,10 +326,10 @@ func TestHeartbeatsWhileIdle(t *testing.T) {
 	t.Parallel()
 	e := setup(t, drivers[0].open(t), stream.Config{Heartbeat: 20 * time.Millisecond})
 	c := e.open(t, "t1", "alice")
-	wantBadge(t, c, 0)
+	c.WantBadge(t, 0)
 	for range 3 {
-		ev, ok := c.recv(t, "a heartbeat")
-		if !ok || ev.comment != "ping" {
+		ev, ok := c.Recv(t, "a heartbeat")
+		if !ok || ev.Comment != "ping" {
 			t.Fatalf("got %+v (open %v), want the comment ping", ev, ok)
 		}
 	}
@@ -527,7 +340,7 @@ func TestCapRefusesWith503AndADisconnectFreesTheSlot(t *testing.T) {
 	e := setup(t, drivers[0].open(t), stream.Config{MaxStreams: 2})
 	a := e.open(t, "t1", "alice")
 	e.open(t, "t1", "bob")
-	wantBadge(t, a, 0)
+	a.WantBadge(t, 0)
 	resp, cancel := e.get(t, e.token(t, "t1", "carol"), "")
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -539,10 +352,10 @@ func TestCapRefusesWith503AndADisconnectFreesTheSlot(t *testing.T) {
 	if got := gauges(t, e.metrics); got["herald_streams_open"] != 2 || got["herald_streams_refused_total"] != 1 {
 		t.Fatalf("metrics %v, want 2 open and 1 refused", got)
 	}
-	a.close()
+	a.Close()
 	testenv.WaitFor(t, "the closed stream's slot", testenv.Patience, func() bool { return e.hub.Open() == 1 })
 	c := e.open(t, "t1", "carol")
-	wantBadge(t, c, 0)
+	c.WantBadge(t, 0)
 }
 
 // gauges reads every unlabelled gauge and counter of m.
@@ -567,11 +380,11 @@ func TestCloseEndsStreamsAndRefusesNewOnes(t *testing.T) {
 	t.Parallel()
 	e := setup(t, drivers[0].open(t), stream.Config{})
 	a, b := e.open(t, "t1", "alice"), e.open(t, "t1", "alice")
-	wantBadge(t, a, 0)
-	wantBadge(t, b, 0)
+	a.WantBadge(t, 0)
+	b.WantBadge(t, 0)
 	e.hub.Close()
-	a.ended(t)
-	b.ended(t)
+	a.Ended(t)
+	b.Ended(t)
 	resp, cancel := e.get(t, e.token(t, "t1", "alice"), "")
 	resp.Body.Close()
 	cancel()
@@ -589,33 +402,31 @@ func TestOnlyTheTokensOwnInbox(t *testing.T) {
 		e := setup(t, open(t), stream.Config{})
 		// The same recipient id in two tenants, and two recipients of one.
 		who := []struct{ tenant, recipient string }{{"t1", "alice"}, {"t1", "bob"}, {"t2", "alice"}}
-		clients := make([]*client, len(who))
+		clients := make([]*ssetest.Client, len(who))
 		for i, w := range who {
 			clients[i] = e.open(t, w.tenant, w.recipient)
-			wantBadge(t, clients[i], 0)
+			clients[i].WantBadge(t, 0)
 		}
 		for round := range 2 {
 			for _, w := range who {
 				e.add(t, w.tenant, w.recipient, fmt.Sprintf("%s/%s/%d", w.tenant, w.recipient, round))
 			}
-		}
-		for i, w := range who {
-			for round := range 2 {
-				_, it := clients[i].item(t)
+			for i, w := range who {
+				_, it := clients[i].Item(t)
 				if want := fmt.Sprintf("%s/%s/%d", w.tenant, w.recipient, round); it.Title != want {
 					t.Fatalf("%s/%s got %q, want %q", w.tenant, w.recipient, it.Title, want)
 				}
-				wantBadge(t, clients[i], int64(round+1))
+				clients[i].WantBadge(t, int64(round+1))
 			}
 		}
 		// A resume from 0 replays only the token's own items too.
 		c := e.open(t, "t2", "alice", "Last-Event-ID", "0")
 		for want := range 2 {
-			if _, it := c.item(t); it.Title != fmt.Sprintf("t2/alice/%d", want) {
+			if _, it := c.Item(t); it.Title != fmt.Sprintf("t2/alice/%d", want) {
 				t.Fatalf("replay for t2/alice: %q", it.Title)
 			}
 		}
-		wantBadge(t, c, 2)
+		c.WantBadge(t, 2)
 	})
 }
 
@@ -629,10 +440,10 @@ func TestTokenExpiryEndsTheStream(t *testing.T) {
 	// 30 ms before the token's exp on the tokens' clock: it still
 	// verifies, and the stream must end 30 ms from now.
 	e.clock.Advance(m.ExpiresAt.Sub(e.clock.Now()) - 30*time.Millisecond)
-	c := e.openWith(t, m.Token, "")
-	wantBadge(t, c, 0)
-	last := c.ended(t)
-	if last.comment != "token expired" {
+	c := ssetest.Open(t, e.url(""), m.Token)
+	c.WantBadge(t, 0)
+	last := c.Ended(t)
+	if last.Comment != "token expired" {
 		t.Fatalf("the stream ended after %+v, want the comment token expired", last)
 	}
 }
@@ -648,19 +459,19 @@ func TestMissedSignalsAndResyncCatchUp(t *testing.T) {
 		sig := &store.InboxSignals{}
 		e := setup(t, st, stream.Config{Signals: sig})
 		c := e.open(t, "t1", "missed")
-		wantBadge(t, c, 0)
+		c.WantBadge(t, 0)
 		e.add(t, "t1", "missed", "x")
 		sig.Missed()
-		if _, it := c.item(t); it.Title != "x" {
+		if _, it := c.Item(t); it.Title != "x" {
 			t.Fatalf("item %q", it.Title)
 		}
 	})
 	t.Run("Resync", func(t *testing.T) {
 		e := setup(t, st, stream.Config{Signals: &store.InboxSignals{}, Resync: 20 * time.Millisecond})
 		c := e.open(t, "t1", "resync")
-		wantBadge(t, c, 0)
+		c.WantBadge(t, 0)
 		e.add(t, "t1", "resync", "y")
-		if _, it := c.item(t); it.Title != "y" {
+		if _, it := c.Item(t); it.Title != "y" {
 			t.Fatalf("item %q", it.Title)
 		}
 	})
@@ -703,7 +514,7 @@ func TestABurstOfSignalsGivesOneRead(t *testing.T) {
 	sig := &store.InboxSignals{}
 	e := setup(t, st, stream.Config{Store: g, Signals: sig})
 	c := e.open(t, "t1", "alice")
-	wantBadge(t, c, 0)
+	c.WantBadge(t, 0)
 	gate := make(chan struct{})
 	g.mu.Lock()
 	g.gate = gate
@@ -720,13 +531,13 @@ func TestABurstOfSignalsGivesOneRead(t *testing.T) {
 	g.gate = nil
 	g.mu.Unlock()
 	close(gate)
-	c.item(t)
-	wantBadge(t, c, 1)
+	c.Item(t)
+	c.WantBadge(t, 1)
 	// The next event is the one after the next item: the burst's one
 	// read sent nothing.
 	e.add(t, "t1", "alice", "b")
 	sig.Changed(key)
-	c.item(t)
+	c.Item(t)
 	if n := g.badges.Load() - start; n != 3 {
 		t.Fatalf("%d badge reads for the signal, the burst of 100 and the last signal, want 3", n)
 	}
@@ -741,18 +552,18 @@ func TestStreamsOfOneInboxShareReads(t *testing.T) {
 		g := &gatedReader{Reader: st}
 		e := setup(t, st, stream.Config{Store: g})
 		const n = 50
-		clients := make([]*client, n)
+		clients := make([]*ssetest.Client, n)
 		for i := range clients {
 			clients[i] = e.open(t, "t1", "alice")
-			wantBadge(t, clients[i], 0)
+			clients[i].WantBadge(t, 0)
 		}
 		badges, items := g.badges.Load(), g.items.Load()
 		e.add(t, "t1", "alice", "all")
 		for _, c := range clients {
-			if seq, it := c.item(t); seq != 1 || it.Title != "all" {
+			if seq, it := c.Item(t); seq != 1 || it.Title != "all" {
 				t.Fatalf("item %d %q", seq, it.Title)
 			}
-			wantBadge(t, c, 1)
+			c.WantBadge(t, 1)
 		}
 		b, i := g.badges.Load()-badges, g.items.Load()-items
 		t.Logf("%d streams of one inbox: %d badge reads, %d item reads", n, b, i)
