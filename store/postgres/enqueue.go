@@ -115,7 +115,8 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 //	ic bumps the recipient's inbox counter if $13 carries an inbox text.
 //	ii inserts the inbox item with that seq.
 //	o  inserts one outbox row per channel, in channel order: PENDING, but
-//	   the inbox's DONE (reason STORED).
+//	   the inbox's DONE (reason STORED); push one per active device
+//	   (as qNotificationCreate).
 //	ds inserts the inbox send's delivery, STORED.
 //	w  NOTIFYs the lane's channel if a row is due now (delivered at commit).
 //	wi NOTIFYs the inbox channel for the item (delivered at commit; a
@@ -148,12 +149,13 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at)
-    SELECT n.id, c.message_id, $1::text, $6::text, c.channel,
+    SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $1::text, $6::text, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.message_id = $16::text THEN 'DONE' ELSE 'PENDING' END,
            CASE WHEN c.message_id = $16::text THEN 'STORED' ELSE '' END,
            greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at
     FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ',')) WITH ORDINALITY AS c (channel, message_id, ord)
-    ORDER BY c.ord
+        LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $1::text AND dv.recipient = $3::text AND dv.active
+    ORDER BY c.ord, dv.device_id
     RETURNING state = 'PENDING' AND available_at <= created_at AS due
 ),
 ds AS (

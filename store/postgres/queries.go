@@ -36,7 +36,11 @@ const (
 	//      lock, held to commit, orders the recipient's items.
 	//   ii inserts the inbox item with that seq.
 	//   o  inserts one outbox row per channel, in channel order: PENDING, but
-	//      the inbox's DONE (reason STORED), which no claimer sees.
+	//      the inbox's DONE (reason STORED), which no claimer sees. Push
+	//      has one per active device of the recipient (channel and message
+	//      id suffixed .<device id>, heraldtype.DeviceSend), or the one
+	//      when there is none: the LEFT JOIN on devices, by the key's
+	//      (tenant, recipient) prefix, for the push channel's row only.
 	//   ds inserts the inbox send's delivery, STORED.
 	//   w  NOTIFYs the lane's channel if a row is due now and $18 names one
 	//      (see notifier); PostgreSQL delivers it when the statement's
@@ -84,12 +88,13 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at)
-    SELECT n.id, c.message_id, $2::text, $11::text, c.channel,
+    SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $2::text, $11::text, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.message_id = $22::text THEN 'DONE' ELSE 'PENDING' END,
            CASE WHEN c.message_id = $22::text THEN 'STORED' ELSE '' END,
            greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at
     FROM n, unnest($16::text[], $17::text[]) WITH ORDINALITY AS c (channel, message_id, ord)
-    ORDER BY c.ord
+        LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $2::text AND dv.recipient = $8::text AND dv.active
+    ORDER BY c.ord, dv.device_id
     RETURNING state = 'PENDING' AND available_at <= created_at AS due
 ),
 ds AS (
@@ -178,13 +183,14 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at)
-    SELECT n.id, c.message_id, r.tenant, r.lane, c.channel,
+    SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), r.tenant, r.lane, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.message_id = r.imessage THEN 'DONE' ELSE 'PENDING' END,
            CASE WHEN c.message_id = r.imessage THEN 'STORED' ELSE '' END,
            greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at
     FROM unnest($17::integer[], $18::text[], $19::text[]) WITH ORDINALITY AS c (req, channel, message_id, ord)
     JOIN r ON r.ord = c.req JOIN n ON n.id = r.id
-    ORDER BY c.ord
+    LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = r.tenant AND dv.recipient = r.recipient AND dv.active
+    ORDER BY c.ord, dv.device_id
     RETURNING notification_id, state = 'PENDING' AND available_at <= created_at AS due
 ),
 ds AS (

@@ -3,9 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -115,4 +118,36 @@ func scanDevice(row interface{ Scan(...any) error }) (store.Device, error) {
 	err := row.Scan(&d.Tenant, &d.Recipient, &d.DeviceID, &d.Token, &platform, &d.Active, &created, &updated, &deactivated, &d.DeactivatedReason)
 	d.Platform, d.CreatedAt, d.UpdatedAt, d.DeactivatedAt = store.Platform(platform), fromMs(created), fromMs(updated), fromNullMs(deactivated)
 	return d, err
+}
+
+// qDevicesActive lists a recipient's active devices as one JSON array (one
+// row, so a create reads it with QueryRow).
+const qDevicesActive = `SELECT json_group_array(device_id) FROM devices WHERE tenant = ?1 AND recipient = ?2 AND active = 1`
+
+// plannedSends returns the sends a create plans for channel ch, as the
+// channels of their outbox rows: ch itself, or for the push channel of a
+// recipient with active devices, one per device (heraldtype.DeviceSend),
+// read in the create's transaction. A recipient with none keeps the one
+// push send, addressed from the profile at send time.
+func plannedSends(tx execer, p store.NotificationCreateParams, ch heraldtype.Channel) ([]heraldtype.Channel, error) {
+	if ch != heraldtype.ChannelPush {
+		return []heraldtype.Channel{ch}, nil
+	}
+	var list string
+	if err := tx.QueryRow(qDevicesActive, p.Tenant, p.Recipient).Scan(&list); err != nil {
+		return nil, fmt.Errorf("read active devices: %w", err)
+	}
+	var ids []string
+	if err := json.Unmarshal([]byte(list), &ids); err != nil {
+		return nil, fmt.Errorf("read active devices: %w", err)
+	}
+	if len(ids) == 0 {
+		return []heraldtype.Channel{ch}, nil
+	}
+	slices.Sort(ids)
+	sends := make([]heraldtype.Channel, len(ids))
+	for i, id := range ids {
+		sends[i] = heraldtype.DeviceSend(ch, id)
+	}
+	return sends, nil
 }

@@ -122,9 +122,10 @@ func (t callerTx) QueryRow(q string, args ...any) *sql.Row {
 }
 
 // insertPlanned writes the notification's planned sends after its row: a
-// PENDING outbox row per channel, and for the inbox the item, the counter's
-// bump and the send ended STORED at once. It reports whether a PENDING row
-// was written (a claimer has something to wake for).
+// PENDING outbox row per channel (for push, per active device), and for
+// the inbox the item, the counter's bump and the send ended STORED at once.
+// It reports whether a PENDING row was written (a claimer has something to
+// wake for).
 func insertPlanned(tx execer, p store.NotificationCreateParams, available, now int64) (pending bool, err error) {
 	for _, ch := range p.Channels {
 		mid := store.MessageID(p.ID, ch)
@@ -140,9 +141,16 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 			}
 			continue
 		}
-		if _, err := tx.Exec(qOutboxInsert, p.ID, mid, p.Tenant, string(p.Lane), string(ch),
-			available, msPtr(p.ExpiresAt), now, now); err != nil {
-			return false, fmt.Errorf("insert outbox row: %w", err)
+		// Push plans a send per active device (devices.go).
+		sends, err := plannedSends(tx, p, ch)
+		if err != nil {
+			return false, err
+		}
+		for _, send := range sends {
+			if _, err := tx.Exec(qOutboxInsert, p.ID, store.MessageID(p.ID, send), p.Tenant, string(p.Lane), string(send),
+				available, msPtr(p.ExpiresAt), now, now); err != nil {
+				return false, fmt.Errorf("insert outbox row: %w", err)
+			}
 		}
 		pending = true
 	}

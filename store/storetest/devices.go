@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,6 +91,54 @@ func testDevices(t *testing.T, h Harness) {
 		}
 		if _, err := b.s.DeviceGet(b.ctx, "t1", "r1", id); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("DeviceGet after delete: %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("PushFansOutToActiveDevices", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		a := putDevice(t, b, "r1", "tok-a", store.PlatformFCM)
+		c := putDevice(t, b, "r1", "tok-c", store.PlatformAPNs)
+		dead := putDevice(t, b, "r1", "tok-dead", store.PlatformFCM)
+		putDevice(t, b, "r2", "tok-other", store.PlatformFCM)
+		if ok, err := b.s.DeviceDeactivate(b.ctx, "t1", "r1", dead, heraldtype.ReasonUnregistered); err != nil || !ok {
+			t.Fatalf("DeviceDeactivate = %v, %v", ok, err)
+		}
+		pushAndWebhook := func(p *store.NotificationCreateParams) {
+			p.Channels = []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelPush}
+		}
+		p, _ := create(t, b, pushAndWebhook)
+		want := []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.DeviceSend(heraldtype.ChannelPush, a), heraldtype.DeviceSend(heraldtype.ChannelPush, c)}
+		slices.Sort(want[1:])
+		v, err := b.s.NotificationGet(b.ctx, "t1", p.ID)
+		if err != nil || len(v.Deliveries) != len(want) {
+			t.Fatalf("NotificationGet = %+v, %v; want the webhook's send and one per active device of r1", v, err)
+		}
+		for i, d := range v.Deliveries {
+			if d.Channel != want[i] || d.MessageID != store.MessageID(p.ID, want[i]) || d.OutboxState != heraldtype.OutboxPending {
+				t.Errorf("planned send %d = %+v, want channel %s, message id %s, PENDING", i, d, want[i], store.MessageID(p.ID, want[i]))
+			}
+			if len(d.MessageID) > heraldtype.MaxMessageIDLen {
+				t.Errorf("message id %q is longer than %d", d.MessageID, heraldtype.MaxMessageIDLen)
+			}
+		}
+		var jobs []heraldtype.Channel
+		for _, row := range claim(t, b, heraldtype.LaneTransactional, 10) {
+			if row.MessageID != store.MessageID(p.ID, row.Channel) {
+				t.Errorf("claimed %s with channel %s", row.MessageID, row.Channel)
+			}
+			jobs = append(jobs, row.Channel)
+		}
+		slices.Sort(jobs)
+		if sorted := slices.Sorted(slices.Values(want)); !slices.Equal(jobs, sorted) {
+			t.Fatalf("claimed sends %v, want %v", jobs, sorted)
+		}
+
+		// A recipient without an active device keeps the one push send.
+		p, _ = create(t, b, func(p *store.NotificationCreateParams) { pushAndWebhook(p); p.Recipient = "r3" })
+		v, err = b.s.NotificationGet(b.ctx, "t1", p.ID)
+		if err != nil || len(v.Deliveries) != 2 || v.Deliveries[1].Channel != heraldtype.ChannelPush ||
+			v.Deliveries[1].MessageID != store.MessageID(p.ID, heraldtype.ChannelPush) {
+			t.Fatalf("without devices: %+v, %v; want one push send %s", v.Deliveries, err, store.MessageID(p.ID, heraldtype.ChannelPush))
 		}
 	})
 	t.Run("DeactivateThenPutReactivates", func(t *testing.T) {
