@@ -26,6 +26,7 @@ import (
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/inbox"
 	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
@@ -152,6 +153,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	for _, k := range cfg.OperatorKeys {
 		operators[k] = "operator"
 	}
+	tokens, err := RecipientTokens(cfg, a.clock)
+	if err != nil {
+		a.store.Close()
+		return nil, err
+	}
 	a.streams = stream.New(stream.Config{
 		Store: a.store, Signals: a.store.InboxSignals(), MaxStreams: cfg.Inbox.StreamsMax,
 		Heartbeat: cfg.Inbox.StreamHeartbeat.D(), Resync: cfg.Inbox.StreamResync.D(),
@@ -171,6 +177,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Logger:  a.logger,
 		Ready:   http.HandlerFunc(a.serveReadyz),
 		Stream:  a.streams,
+		Inbox:   &inbox.API{Store: a.store, Tokens: tokens, Metrics: a.metrics, Logger: a.logger},
 	})
 	a.listener = opts.Listener
 	return a, nil
