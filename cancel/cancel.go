@@ -132,7 +132,7 @@ func (c *Canceller) Cancel(ctx context.Context, tenant, id string) (Result, erro
 	for _, dv := range after.Deliveries {
 		state, reason, _ := after.EntryState(dv)
 		res.Deliveries = append(res.Deliveries, Entry{
-			MessageID: dv.MessageID, Channel: string(dv.Channel), State: state, Reason: reason,
+			MessageID: dv.MessageID, Channel: string(dv.Channel.Base()), State: state, Reason: reason,
 			Cancelled: state == string(heraldtype.DeliverySuppressed) && reason == ReasonCancelled,
 		})
 	}
