@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/inbox"
 )
 
@@ -38,34 +39,6 @@ func TestFeed(t *testing.T) {
 		}
 		if n := b.badge(t, tok); n != 3 {
 			t.Fatalf("after two listings the badge is %d, want 3", n)
-		}
-	})
-	t.Run("PagingNeverSkipsOrRepeatsWhileItemsArrive", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, options{})
-		ids := b.notify(t, keyA, "user-1", 7)
-		tok := b.mint(t, keyA, "user-1")
-		var seen []string
-		query := "limit=3"
-		for page := 0; ; page++ {
-			p := b.feed(t, tok, query)
-			seen = append(seen, pageIDs(p)...)
-			// Two new items commit between every two pages.
-			b.notify(t, keyA, "user-1", 2)
-			if p.NextCursor == nil {
-				break
-			}
-			if page > 5 {
-				t.Fatal("the feed did not end")
-			}
-			query = "limit=3&cursor=" + url.QueryEscape(*p.NextCursor)
-		}
-		if !equal(seen, itemIDs(ids)) {
-			t.Fatalf("paged %v, want exactly %v", seen, itemIDs(ids))
-		}
-		// A new first page starts at the newest.
-		if p := b.feed(t, tok, "limit=1"); len(p.Items) != 1 || slices.Contains(itemIDs(ids), p.Items[0].ID) || p.UnreadCount != 7+2*3 {
-			t.Fatalf("first page again: %v unread %d", pageIDs(p), p.UnreadCount)
 		}
 	})
 	t.Run("Limit", func(t *testing.T) {
@@ -201,34 +174,6 @@ func atoi(s string) int {
 
 func TestReadArchiveBadge(t *testing.T) {
 	t.Parallel()
-	t.Run("ReadByIDs", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, options{})
-		ids := b.notify(t, keyA, "user-1", 4)
-		other := b.notify(t, keyA, "user-2", 1)
-		tok, tok2 := b.mint(t, keyA, "user-1"), b.mint(t, keyA, "user-2")
-		b.clock.Advance(time.Minute)
-		var bd inbox.Badge
-		// Another recipient's id and an unknown one are ignored.
-		body := map[string]any{"ids": []string{itemID(ids[0]), itemID(ids[1]), itemID(other[0]), "nope"}}
-		b.do(t, http.MethodPost, "/v1/me/read", tok, body).decode(t, http.StatusOK, &bd)
-		if bd.UnreadCount != 2 || b.badge(t, tok) != 2 || b.badge(t, tok2) != 1 {
-			t.Fatalf("after reading two: %d (badge %d), user-2 %d", bd.UnreadCount, b.badge(t, tok), b.badge(t, tok2))
-		}
-		readAt := b.clock.Now()
-		// Again, later: the same count, the first read_at kept.
-		b.clock.Advance(time.Minute)
-		b.do(t, http.MethodPost, "/v1/me/read", tok, body).decode(t, http.StatusOK, &bd)
-		if bd.UnreadCount != 2 {
-			t.Fatalf("reading them again: %d", bd.UnreadCount)
-		}
-		for _, it := range b.feed(t, tok, "").Items {
-			read := it.ID == itemID(ids[0]) || it.ID == itemID(ids[1])
-			if read != (it.ReadAt != nil) || read && !it.ReadAt.Equal(readAt) {
-				t.Fatalf("item %s read_at %v, want read %v at %s", it.ID, it.ReadAt, read, readAt)
-			}
-		}
-	})
 	t.Run("ReadAll", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})
@@ -262,31 +207,6 @@ func TestReadArchiveBadge(t *testing.T) {
 		}
 		wantProblem(t, b.do(t, http.MethodPost, "/v1/me/read", tok, `{"ids":["`+strings.Repeat("x", 70<<10)+`"]}`), http.StatusRequestEntityTooLarge)
 	})
-	t.Run("Archive", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, options{})
-		ids := b.notify(t, keyA, "user-1", 3)
-		other := b.notify(t, keyA, "user-2", 1)
-		tok := b.mint(t, keyA, "user-1")
-		for range 2 { // archiving again is still 204
-			b.do(t, http.MethodPost, "/v1/me/items/"+itemID(ids[1])+"/archive", tok, nil).decode(t, http.StatusNoContent, nil)
-			if n := b.badge(t, tok); n != 2 {
-				t.Fatalf("after archiving an unread item the badge is %d, want 2", n)
-			}
-		}
-		for _, id := range []string{itemID(other[0]), "nope", ids[0], strings.Repeat("x", 300)} {
-			wantProblem(t, b.do(t, http.MethodPost, "/v1/me/items/"+id+"/archive", tok, nil), http.StatusNotFound)
-		}
-		if n := b.badge(t, b.mint(t, keyA, "user-2")); n != 1 {
-			t.Fatalf("user-2's item was archived: badge %d", n)
-		}
-		// A read item archived leaves the badge as it is.
-		b.do(t, http.MethodPost, "/v1/me/read", tok, map[string]any{"ids": []string{itemID(ids[0])}}).decode(t, http.StatusOK, nil)
-		b.do(t, http.MethodPost, "/v1/me/items/"+itemID(ids[0])+"/archive", tok, nil).decode(t, http.StatusNoContent, nil)
-		if n := b.badge(t, tok); n != 1 {
-			t.Fatalf("badge %d, want 1", n)
-		}
-	})
 	t.Run("BadgeFollowsNewItems", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})
@@ -298,4 +218,104 @@ func TestReadArchiveBadge(t *testing.T) {
 			b.notify(t, keyA, "user-1", 1)
 		}
 	})
+}
+
+// The feed's paging, read and archive are store behaviour: they run
+// through HTTP on both stores.
+func TestFeedReadArchiveOnBothStores(t *testing.T) {
+	t.Parallel()
+	for _, d := range drivers {
+		for _, c := range []struct {
+			name string
+			run  func(t *testing.T, b *bundle)
+		}{
+			{"PagingNeverSkipsOrRepeatsWhileItemsArrive", testPaging},
+			{"ReadByIDs", testReadByIDs},
+			{"Archive", testArchive},
+		} {
+			t.Run(d.name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				clk := clock.NewFake(epoch)
+				c.run(t, setup(t, options{store: d.open(t, clk), clock: clk}))
+			})
+		}
+	}
+}
+
+func testPaging(t *testing.T, b *bundle) {
+	ids := b.notify(t, keyA, "user-1", 7)
+	tok := b.mint(t, keyA, "user-1")
+	var seen []string
+	query := "limit=3"
+	for page := 0; ; page++ {
+		p := b.feed(t, tok, query)
+		seen = append(seen, pageIDs(p)...)
+		// Two new items commit between every two pages.
+		b.notify(t, keyA, "user-1", 2)
+		if p.NextCursor == nil {
+			break
+		}
+		if page > 5 {
+			t.Fatal("the feed did not end")
+		}
+		query = "limit=3&cursor=" + url.QueryEscape(*p.NextCursor)
+	}
+	if !equal(seen, itemIDs(ids)) {
+		t.Fatalf("paged %v, want exactly %v", seen, itemIDs(ids))
+	}
+	// A new first page starts at the newest.
+	if p := b.feed(t, tok, "limit=1"); len(p.Items) != 1 || slices.Contains(itemIDs(ids), p.Items[0].ID) || p.UnreadCount != 7+2*3 {
+		t.Fatalf("first page again: %v unread %d", pageIDs(p), p.UnreadCount)
+	}
+}
+
+func testReadByIDs(t *testing.T, b *bundle) {
+	ids := b.notify(t, keyA, "user-1", 4)
+	other := b.notify(t, keyA, "user-2", 1)
+	tok, tok2 := b.mint(t, keyA, "user-1"), b.mint(t, keyA, "user-2")
+	b.clock.Advance(time.Minute)
+	var bd inbox.Badge
+	// Another recipient's id and an unknown one are ignored.
+	body := map[string]any{"ids": []string{itemID(ids[0]), itemID(ids[1]), itemID(other[0]), "nope"}}
+	b.do(t, http.MethodPost, "/v1/me/read", tok, body).decode(t, http.StatusOK, &bd)
+	if bd.UnreadCount != 2 || b.badge(t, tok) != 2 || b.badge(t, tok2) != 1 {
+		t.Fatalf("after reading two: %d (badge %d), user-2 %d", bd.UnreadCount, b.badge(t, tok), b.badge(t, tok2))
+	}
+	readAt := b.clock.Now()
+	// Again, later: the same count, the first read_at kept.
+	b.clock.Advance(time.Minute)
+	b.do(t, http.MethodPost, "/v1/me/read", tok, body).decode(t, http.StatusOK, &bd)
+	if bd.UnreadCount != 2 {
+		t.Fatalf("reading them again: %d", bd.UnreadCount)
+	}
+	for _, it := range b.feed(t, tok, "").Items {
+		read := it.ID == itemID(ids[0]) || it.ID == itemID(ids[1])
+		if read != (it.ReadAt != nil) || read && !it.ReadAt.Equal(readAt) {
+			t.Fatalf("item %s read_at %v, want read %v at %s", it.ID, it.ReadAt, read, readAt)
+		}
+	}
+}
+
+func testArchive(t *testing.T, b *bundle) {
+	ids := b.notify(t, keyA, "user-1", 3)
+	other := b.notify(t, keyA, "user-2", 1)
+	tok := b.mint(t, keyA, "user-1")
+	for range 2 { // archiving again is still 204
+		b.do(t, http.MethodPost, "/v1/me/items/"+itemID(ids[1])+"/archive", tok, nil).decode(t, http.StatusNoContent, nil)
+		if n := b.badge(t, tok); n != 2 {
+			t.Fatalf("after archiving an unread item the badge is %d, want 2", n)
+		}
+	}
+	for _, id := range []string{itemID(other[0]), "nope", ids[0], strings.Repeat("x", 300)} {
+		wantProblem(t, b.do(t, http.MethodPost, "/v1/me/items/"+id+"/archive", tok, nil), http.StatusNotFound)
+	}
+	if n := b.badge(t, b.mint(t, keyA, "user-2")); n != 1 {
+		t.Fatalf("user-2's item was archived: badge %d", n)
+	}
+	// A read item archived leaves the badge as it is.
+	b.do(t, http.MethodPost, "/v1/me/read", tok, map[string]any{"ids": []string{itemID(ids[0])}}).decode(t, http.StatusOK, nil)
+	b.do(t, http.MethodPost, "/v1/me/items/"+itemID(ids[0])+"/archive", tok, nil).decode(t, http.StatusNoContent, nil)
+	if n := b.badge(t, tok); n != 1 {
+		t.Fatalf("badge %d, want 1", n)
+	}
 }
