@@ -63,6 +63,7 @@ func New(cfg Config) http.Handler {
 	mux.Handle("PUT /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.put)))
 	mux.Handle("GET /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.get)))
 	routeDevices(mux, cfg, authed) // devices.go
+	routeErasure(mux, cfg, authed) // erasure.go
 	if cfg.Parked != nil {
 		routeParked(mux, cfg.Parked, cfg.Logger, authed) // parked.go
 	}

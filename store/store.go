@@ -95,6 +95,7 @@ type Store interface {
 	// InboxWatch carries "this recipient's inbox changed" signals
 	// (inboxsignal.go).
 	InboxWatch
+	Erasure
 	Devices
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for Exec
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for Query
 
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/internal/testpg"
@@ -18,7 +18,7 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testpg.Require(t)
-	var urls sync.Map // store → its schema's URL, for Exec
+	var urls sync.Map // store → its schema's URL, for Exec and Query
 	storetest.Run(t, storetest.Harness{Open: func(t *testing.T, clk clock.Clock) store.Store {
 		// A fresh schema per test; it is dropped after the store closes.
 		url := testpg.Schema(t)
@@ -40,5 +40,14 @@ func TestConformance(t *testing.T) {
 		if _, err := db.Exec(query); err != nil {
 			t.Fatalf("%s: %v", query, err)
 		}
+	}, Query: func(t *testing.T, s store.Store, query string) [][]string {
+		t.Helper()
+		url, _ := urls.Load(s)
+		db, err := sql.Open("pgx", url.(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		return storetest.TextRows(t, db, query)
 	}})
 }

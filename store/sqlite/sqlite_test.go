@@ -36,5 +36,14 @@ func TestConformance(t *testing.T) {
 		if _, err := db.Exec(query); err != nil {
 			t.Fatalf("%s: %v", query, err)
 		}
+	}, Query: func(t *testing.T, s store.Store, query string) [][]string {
+		t.Helper()
+		path, _ := paths.Load(s)
+		db, err := sql.Open("sqlite", sqlite.DSN(path.(string)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		return storetest.TextRows(t, db, query)
 	}})
 }

@@ -31,6 +31,12 @@ type Harness struct {
 	// store (SQL both drivers accept), so a test can break a row on
 	// purpose; tests that need it skip without it.
 	Exec func(t *testing.T, s store.Store, query string)
+	// Query, when set, runs one read-only query on s's database outside
+	// the store (SQL both drivers accept: literals, no placeholders) and
+	// returns its rows, each column as text (NULL as "NULL"), so a test
+	// can show what the tables hold afterwards (erasure); tests that need
+	// it skip without it.
+	Query func(t *testing.T, s store.Store, query string) [][]string
 }
 
 // Epoch is where every test's fake clock starts.
@@ -64,6 +70,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Inbox", func(t *testing.T) { testInbox(t, h) })
 	t.Run("Receipts", func(t *testing.T) { testReceipts(t, h) })
 	t.Run("Devices", func(t *testing.T) { testDevices(t, h) })
+	t.Run("Erasure", func(t *testing.T) { testErasure(t, h) })
 }
 
 // create is a NotificationCreate with sensible defaults; mutate adjusts it.
