@@ -169,7 +169,8 @@ func TestCredentials(t *testing.T) {
 			{http.MethodGet, "/v1/notifications", ""}, {http.MethodGet, "/v1/notifications/" + ids[0], ""},
 			{http.MethodPost, "/v1/notifications", `{}`}, {http.MethodPost, "/v1/notifications/" + ids[0] + "/cancel", ""},
 			{http.MethodGet, "/v1/recipients/user-1/profile", ""}, {http.MethodPost, "/v1/recipients/user-1/tokens", ""},
-			{http.MethodGet, "/v1/kinds", ""},
+			{http.MethodGet, "/v1/kinds", ""}, {http.MethodGet, "/v1/ops/reconcile", ""},
+			{http.MethodPut, "/v1/recipients/user-1/devices/tok", `{"platform":"fcm"}`}, {http.MethodGet, "/v1/recipients/user-1/devices", ""},
 		} {
 			wantProblem(t, b.do(t, r.method, r.path, fresh, r.body), http.StatusUnauthorized)
 		}
