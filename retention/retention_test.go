@@ -2,14 +2,19 @@ package retention_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for countSQL
 
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
@@ -29,7 +34,9 @@ var epoch = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 const day = 24 * time.Hour
 
 type bundle struct {
-	st      store.Store
+	st store.Store
+	// count runs a count query on the store's database behind its back.
+	count   func(t *testing.T, query string) int
 	clk     *clock.Fake
 	metrics *metrics.Metrics
 	ctx     context.Context
@@ -41,25 +48,42 @@ type bundle struct {
 // drivers opens a fresh store per driver, on a fake clock.
 var drivers = []struct {
 	name string
-	open func(t *testing.T, clk clock.Clock) store.Store
+	open func(t *testing.T, clk clock.Clock) (store.Store, func(t *testing.T, query string) int)
 }{
-	{"SQLite", func(t *testing.T, clk clock.Clock) store.Store {
-		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "h.db"), sqlite.Options{Clock: clk})
+	{"SQLite", func(t *testing.T, clk clock.Clock) (store.Store, func(t *testing.T, query string) int) {
+		path := filepath.Join(t.TempDir(), "h.db")
+		s, err := sqlite.Open(context.Background(), path, sqlite.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		return s
+		return s, func(t *testing.T, query string) int { return countSQL(t, "sqlite", sqlite.DSN(path), query) }
 	}},
-	{"PostgreSQL", func(t *testing.T, clk clock.Clock) store.Store {
+	{"PostgreSQL", func(t *testing.T, clk clock.Clock) (store.Store, func(t *testing.T, query string) int) {
 		testpg.Require(t)
-		s, err := postgres.Open(context.Background(), testpg.Schema(t), postgres.Options{Clock: clk})
+		url := testpg.Schema(t)
+		s, err := postgres.Open(context.Background(), url, postgres.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		return s
+		return s, func(t *testing.T, query string) int { return countSQL(t, "pgx", url, query) }
 	}},
+}
+
+// countSQL runs a count query on a database/sql connection of its own.
+func countSQL(t *testing.T, driver, dsn, query string) int {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(query).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
 }
 
 // each runs test on every driver.
@@ -68,7 +92,8 @@ func each(t *testing.T, test func(t *testing.T, b *bundle)) {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
 			clk := clock.NewFake(epoch)
-			test(t, &bundle{st: d.open(t, clk), clk: clk, metrics: metrics.New(nil), ctx: context.Background()})
+			st, count := d.open(t, clk)
+			test(t, &bundle{st: st, count: count, clk: clk, metrics: metrics.New(nil), ctx: context.Background()})
 		})
 	}
 }
@@ -201,6 +226,20 @@ func TestPurgesPastEachTenantsRetentionAndKeepsTheBadgeExact(t *testing.T) {
 		}
 		b.wantBadgeExact(t, "t1", "r1", 0)
 		b.wantBadgeExact(t, "t2", "r1", 1)
+		// The tables: one item left; the counters' unread sum to it; the
+		// notifications and their sends stay (only the items go).
+		for q, want := range map[string]int{
+			"SELECT count(*) FROM inbox_items":                                 1,
+			"SELECT coalesce(sum(unread), 0) FROM inbox_counters":              1,
+			"SELECT count(*) FROM inbox_counters":                              3,
+			"SELECT count(*) FROM notifications":                               6,
+			"SELECT count(*) FROM deliveries WHERE state = 'STORED'":           6,
+			"SELECT count(*) FROM inbox_items WHERE tenant = 't2' AND seq = 2": 1,
+		} {
+			if got := b.count(t, q); got != want {
+				t.Errorf("%s = %d, want %d", q, got, want)
+			}
+		}
 		// A new item takes the next seq: the counter's seq stayed.
 		b.item(t, "t1", "r1")
 		if bd, _ := b.st.InboxBadge(b.ctx, "t1", "r1"); bd.Seq != 4 || bd.Unread != 1 {
@@ -281,4 +320,36 @@ func TestRunPurgesEveryInterval(t *testing.T) {
 		testenv.WaitFor(t, "the purge of the old item", testenv.Patience, func() bool { return !b.items(t, "t1", "r1")[old] })
 		b.wantBadgeExact(t, "t1", "r1", 0)
 	})
+}
+
+// TestMeasurePurge times a purge of every item of an existing database:
+// HERALD_MEASURE_PURGE=<postgres URL or sqlite:PATH> (its items are gone
+// afterwards).
+func TestMeasurePurge(t *testing.T) {
+	dsn := os.Getenv("HERALD_MEASURE_PURGE")
+	if dsn == "" {
+		t.Skip("set HERALD_MEASURE_PURGE=<database> to measure")
+	}
+	ctx := context.Background()
+	var st store.Store
+	var err error
+	if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
+		st, err = sqlite.Open(ctx, path, sqlite.Options{})
+	} else {
+		st, err = postgres.Open(ctx, dsn, postgres.Options{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p := retention.New(retention.Config{Store: st, Retention: time.Nanosecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	start := time.Now()
+	r, err := p.Round(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	pauses := time.Duration(r.Batches-1) * retention.DefaultPause
+	t.Logf("purged %d items in %d batches in %s (%s of it pauses): %s a batch of work",
+		r.Total(), r.Batches, took.Round(time.Millisecond), pauses, ((took - pauses) / time.Duration(r.Batches)).Round(time.Microsecond))
 }
