@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -84,28 +83,11 @@ func startDevicesHerald(t *testing.T, driver string) *devicesHerald {
 	return h
 }
 
-// call makes a request with the development API key and returns the
-// status and body.
+// call makes a request with the development API key (and, for a
+// POST, an idempotency key of its body) and returns the status and body.
 func (h *devicesHerald) call(t *testing.T, method, path, body string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, h.base+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+config.DevAPIKey)
-	if method == http.MethodPost {
-		req.Header.Set("Idempotency-Key", "k-"+strings.ReplaceAll(body, `"`, ""))
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, raw
+	return call(t, h.base, method, path, config.DevAPIKey, body)
 }
 
 func (h *devicesHerald) register(t *testing.T, recipient, token string, want int) string {
