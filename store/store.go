@@ -322,7 +322,9 @@ type NotificationCreateResult struct {
 
 // MessageID is the message id of a notification's send on one channel. It is
 // derived from the outbox row alone, so every copy, republish and requeue of
-// the row carries the same one.
+// the row carries the same one. A push to one device has the device in its
+// channel (heraldtype.DeviceSend), so its id is <id>.push.<device id>:
+// 53 characters with herald's notification ids, within MaxMessageIDLen.
 func MessageID(notificationID string, ch heraldtype.Channel) string {
 	return notificationID + "." + string(ch)
 }
