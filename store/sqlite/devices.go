@@ -32,6 +32,11 @@ WHERE tenant = ?2 AND recipient = ?3 AND device_id = ?4 AND active = 1`
 	qDevicesList   = `SELECT ` + qDeviceColumns + ` FROM devices WHERE tenant = ?1 AND recipient = ?2 ORDER BY device_id`
 )
 
+// deviceQueries are the writer's device statements, prepared at open
+// (writeQueries): the create's read of the active devices runs on every
+// push intake.
+var deviceQueries = []string{qDevicesActive, qDeviceExists, qDevicePut, qDeviceDelete, qDeviceDeactivate}
+
 // DevicePut registers a device or writes its row again, active.
 func (s *Store) DevicePut(ctx context.Context, d store.Device) (bool, error) {
 	var created bool

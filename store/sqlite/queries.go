@@ -120,4 +120,4 @@ var writeQueries = append([]string{
 	qOutboxClaim, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,
 	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
 	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
-}, inboxQueries...)
+}, append(inboxQueries, deviceQueries...)...)
