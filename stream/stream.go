@@ -68,9 +68,10 @@ const (
 )
 
 const (
-	// writeTimeout bounds the write of one batch of events: a client that
-	// reads nothing for this long is cut off, so a stalled connection holds
-	// neither a slot nor a graceful stop for longer.
+	// writeTimeout bounds the write of one batch of events (to between
+	// half of it and all of it): a client that reads nothing for this long
+	// is cut off, so a stalled connection holds neither a slot nor a
+	// graceful stop for longer.
 	writeTimeout = 15 * time.Second
 	// retryAfter is the Retry-After, in seconds, of a stream refused over
 	// the cap.
@@ -125,17 +126,29 @@ type Hub struct {
 	groups map[store.InboxKey]*group
 }
 
-// group is the streams of one inbox and the reads they share.
+// group is the streams of one inbox and the reads they share. It lives as
+// long as it has streams.
 type group struct {
+	// streams is guarded by Hub.mu; n counts them.
 	streams map[*stream]struct{}
+	n       atomic.Int32
 	// gen counts the signals for this inbox. A stream woken by one may use
 	// only a read that began after it: a flight of gen ≥ the gen it saw.
-	gen uint64
-	// badge and items are the newest shared reads (items: of the items
-	// after one seq), kept until the next signal; nil when there is none.
-	// Only the streams of an inbox that has more than one share reads.
+	gen atomic.Uint64
+
+	// mu guards badge and items: the newest shared reads (items: of the
+	// items after one seq), kept until the next signal; nil when there is
+	// none. Only the streams of an inbox that has more than one share reads.
+	mu    sync.Mutex
 	badge *flight[store.InboxBadge]
-	items *flight[[]store.InboxItem]
+	items *flight[[]item]
+}
+
+// item is an item read and its event, encoded once for all the streams
+// that share the read.
+type item struct {
+	seq   int64
+	event []byte
 }
 
 // flight is one shared read: done is closed once val and err are set.
@@ -147,9 +160,11 @@ type flight[T any] struct {
 	err   error
 }
 
-// stream is one open stream: its inbox and a one-slot wake channel.
+// stream is one open stream: its inbox, its group and a one-slot wake
+// channel.
 type stream struct {
 	key  store.InboxKey
+	g    *group
 	wake chan struct{}
 }
 
@@ -222,10 +237,13 @@ func (w watcher) InboxMissed() {
 	}
 }
 
-// signalled makes later reads fresh and wakes every stream of g; h.mu held.
+// signalled makes later reads fresh and wakes every stream of g; Hub.mu
+// held.
 func (g *group) signalled() {
-	g.gen++
+	g.gen.Add(1)
+	g.mu.Lock()
 	g.badge, g.items = nil, nil
+	g.mu.Unlock()
 	for s := range g.streams {
 		s.poke()
 	}
@@ -263,6 +281,8 @@ func (h *Hub) add(s *stream) {
 		h.groups[s.key] = g
 	}
 	g.streams[s] = struct{}{}
+	g.n.Add(1)
+	s.g = g
 }
 
 func (h *Hub) remove(s *stream) {
@@ -270,16 +290,9 @@ func (h *Hub) remove(s *stream) {
 	defer h.mu.Unlock()
 	g := h.groups[s.key]
 	delete(g.streams, s)
-	if len(g.streams) == 0 {
+	if g.n.Add(-1) == 0 {
 		delete(h.groups, s.key)
 	}
-}
-
-// gen returns the gen of s's inbox now.
-func (h *Hub) gen(s *stream) uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.groups[s.key].gen
 }
 
 // ServeHTTP serves GET /v1/me/stream behind auth.RequireRecipient.
@@ -367,6 +380,8 @@ type conn struct {
 	// pending: written since the last flush; sent: flushed since serve
 	// last looked.
 	pending, sent bool
+	// deadline is the write deadline set last.
+	deadline time.Time
 }
 
 // serve writes live events until the client goes, the Hub closes, the
@@ -387,7 +402,7 @@ func (c *conn) serve(ctx context.Context, expiresAt time.Time) {
 		case <-h.done:
 			return
 		case <-c.s.wake:
-			err = c.catchUp(ctx, h.gen(c.s), true)
+			err = c.catchUp(ctx, c.s.g.gen.Load(), true)
 		case now := <-timer.C:
 			if !now.Before(expireAt) {
 				_ = c.comment("token expired")
@@ -434,7 +449,7 @@ func jitter(d time.Duration) time.Duration {
 // the first catch-up and the periodic ones read on their own.
 func (c *conn) catchUp(ctx context.Context, gen uint64, shared bool) error {
 	h := c.h
-	b, err := share(ctx, h, c.s, gen, shared, 0, badgeSlot, func(ctx context.Context) (store.InboxBadge, error) {
+	b, err := share(ctx, c.s.g, gen, shared, 0, badgeSlot, func(ctx context.Context) (store.InboxBadge, error) {
 		return h.cfg.Store.InboxBadge(ctx, c.s.key.Tenant, c.s.key.Recipient)
 	})
 	if err != nil {
@@ -445,14 +460,15 @@ func (c *conn) catchUp(ctx context.Context, gen uint64, shared bool) error {
 	// count alone).
 	for c.seq < b.Seq {
 		after := c.seq
-		items, err := share(ctx, h, c.s, gen, shared, after, itemsSlot, func(ctx context.Context) ([]store.InboxItem, error) {
-			return h.cfg.Store.InboxItemsAfter(ctx, c.s.key.Tenant, c.s.key.Recipient, after, h.cfg.Page)
+		items, err := share(ctx, c.s.g, gen, shared, after, itemsSlot, func(ctx context.Context) ([]item, error) {
+			return h.readItems(ctx, c.s.key, after)
 		})
 		if err != nil {
 			return err
 		}
 		for _, it := range items {
-			if err := c.item(it); err != nil {
+			c.seq = it.seq
+			if err := c.write(it.event); err != nil {
 				return err
 			}
 		}
@@ -468,27 +484,41 @@ func (c *conn) catchUp(ctx context.Context, gen uint64, shared bool) error {
 	return c.flush()
 }
 
-func badgeSlot(g *group) **flight[store.InboxBadge]  { return &g.badge }
-func itemsSlot(g *group) **flight[[]store.InboxItem] { return &g.items }
+func badgeSlot(g *group) **flight[store.InboxBadge] { return &g.badge }
+func itemsSlot(g *group) **flight[[]item]           { return &g.items }
 
-// share runs read for s. When shared and s's inbox has other streams, it
-// uses the inbox's flight in slot instead if that one reads after the same
-// seq, began at gen or later and has not failed; otherwise it reads and
-// leaves its read there for the others (until the next signal).
-func share[T any](ctx context.Context, h *Hub, s *stream, gen uint64, shared bool, after int64,
+// readItems reads a page of key's items after seq and encodes their events.
+func (h *Hub) readItems(ctx context.Context, key store.InboxKey, after int64) ([]item, error) {
+	its, err := h.cfg.Store.InboxItemsAfter(ctx, key.Tenant, key.Recipient, after, h.cfg.Page)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]item, len(its))
+	for i, it := range its {
+		// The feed's own item (inbox.Item): one shape wherever an app
+		// reads one.
+		data, err := json.Marshal(inbox.ItemOf(it))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = item{seq: it.Seq, event: appendEvent(nil, it.Seq, "item", data)}
+	}
+	return out, nil
+}
+
+// share runs read for a stream of g. When shared and g has other streams,
+// it uses g's flight in slot instead if that one reads after the same seq,
+// began at gen or later and has not failed; otherwise it reads and leaves
+// its read there for the others (until the next signal).
+func share[T any](ctx context.Context, g *group, gen uint64, shared bool, after int64,
 	slot func(*group) **flight[T], read func(context.Context) (T, error)) (T, error) {
-	if !shared {
+	if !shared || g.n.Load() < 2 {
 		return read(ctx)
 	}
-	h.mu.Lock()
-	g := h.groups[s.key]
-	if len(g.streams) < 2 {
-		h.mu.Unlock()
-		return read(ctx)
-	}
+	g.mu.Lock()
 	p := slot(g)
 	if f := *p; f != nil && f.gen >= gen && f.after == after && !failedFlight(f) {
-		h.mu.Unlock()
+		g.mu.Unlock()
 		select {
 		case <-f.done:
 			return f.val, f.err
@@ -497,9 +527,9 @@ func share[T any](ctx context.Context, h *Hub, s *stream, gen uint64, shared boo
 			return zero, ctx.Err()
 		}
 	}
-	f := &flight[T]{gen: g.gen, after: after, done: make(chan struct{})}
+	f := &flight[T]{gen: g.gen.Load(), after: after, done: make(chan struct{})}
 	*p = f
-	h.mu.Unlock()
+	g.mu.Unlock()
 	// The others may wait for this read after s's client went.
 	f.val, f.err = read(context.WithoutCancel(ctx))
 	close(f.done)
@@ -517,16 +547,6 @@ func failedFlight[T any](f *flight[T]) bool {
 	}
 }
 
-func (c *conn) item(it store.InboxItem) error {
-	// The feed's own item (inbox.Item): one shape wherever an app reads one.
-	data, err := json.Marshal(inbox.ItemOf(it))
-	if err != nil {
-		return err
-	}
-	c.seq = it.Seq
-	return c.event("item", data)
-}
-
 func (c *conn) badge(unread int64) error {
 	data, err := json.Marshal(inbox.Badge{UnreadCount: unread})
 	if err != nil {
@@ -538,15 +558,18 @@ func (c *conn) badge(unread int64) error {
 
 // event writes one event with id c.seq.
 func (c *conn) event(name string, data []byte) error {
-	buf := make([]byte, 0, len(data)+48)
+	return c.write(appendEvent(make([]byte, 0, len(data)+48), c.seq, name, data))
+}
+
+// appendEvent appends an event to buf: its id, name and one line of data.
+func appendEvent(buf []byte, id int64, name string, data []byte) []byte {
 	buf = append(buf, "id: "...)
-	buf = strconv.AppendInt(buf, c.seq, 10)
+	buf = strconv.AppendInt(buf, id, 10)
 	buf = append(buf, "\nevent: "...)
 	buf = append(buf, name...)
 	buf = append(buf, "\ndata: "...)
 	buf = append(buf, data...)
-	buf = append(buf, "\n\n"...)
-	return c.write(buf)
+	return append(buf, "\n\n"...)
 }
 
 // comment writes a comment line and flushes it.
@@ -558,10 +581,13 @@ func (c *conn) comment(text string) error {
 }
 
 func (c *conn) write(b []byte) error {
-	if !c.pending {
-		// One deadline for the batch up to the next flush. An error means
-		// the writer has no deadlines (a test's recorder): go on.
-		_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if now := time.Now(); !c.pending && c.deadline.Sub(now) < writeTimeout/2 {
+		// A batch up to the next flush has at least half of writeTimeout;
+		// the deadline moves only when less is left (setting it costs
+		// about a tenth of a broadcast's work). An error means the writer
+		// has no deadlines (a test's recorder): go on.
+		c.deadline = now.Add(writeTimeout)
+		_ = c.rc.SetWriteDeadline(c.deadline)
 	}
 	c.pending = true
 	_, err := c.w.Write(b)

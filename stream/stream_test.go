@@ -46,9 +46,9 @@ var (
 // drivers are the stores every behaviour runs on.
 var drivers = []struct {
 	name string
-	open func(t *testing.T) testStore
+	open func(t testing.TB) testStore
 }{
-	{"sqlite", func(t *testing.T) testStore {
+	{"sqlite", func(t testing.TB) testStore {
 		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -56,7 +56,7 @@ var drivers = []struct {
 		t.Cleanup(func() { s.Close() })
 		return s
 	}},
-	{"postgres", func(t *testing.T) testStore {
+	{"postgres", func(t testing.TB) testStore {
 		u := testpg.Schema(t)
 		s, err := postgres.Open(context.Background(), u, postgres.Options{})
 		if err != nil {
@@ -68,7 +68,7 @@ var drivers = []struct {
 }
 
 // eachDriver runs test on every driver, in parallel subtests.
-func eachDriver(t *testing.T, test func(t *testing.T, open func(t *testing.T) testStore)) {
+func eachDriver(t *testing.T, test func(t *testing.T, open func(t testing.TB) testStore)) {
 	t.Helper()
 	for _, d := range drivers {
 		t.Run(d.name, func(t *testing.T) {
@@ -92,7 +92,7 @@ type env struct {
 // setup starts a Hub on st with cfg (its Store, Signals, Clock and Metrics
 // filled unless set) behind RequireRecipient. Tokens exist for tenants
 // t1 and t2.
-func setup(t *testing.T, st testStore, cfg stream.Config) *env {
+func setup(t testing.TB, st testStore, cfg stream.Config) *env {
 	t.Helper()
 	e := &env{st: st, clock: clock.NewFake(time.Now()), metrics: metrics.New(nil)}
 	var err error
@@ -127,7 +127,7 @@ func setup(t *testing.T, st testStore, cfg stream.Config) *env {
 
 // add creates a notification with an inbox item for recipient of tenant
 // and returns the item's message id.
-func (e *env) add(t *testing.T, tenant, recipient, title string) string {
+func (e *env) add(t testing.TB, tenant, recipient, title string) string {
 	t.Helper()
 	id := fmt.Sprintf("ntf_%s_%d", strings.ReplaceAll(t.Name(), "/", "_"), e.n.Add(1))
 	_, err := e.st.NotificationCreate(context.Background(), store.NotificationCreateParams{
@@ -142,7 +142,7 @@ func (e *env) add(t *testing.T, tenant, recipient, title string) string {
 	return store.MessageID(id, heraldtype.ChannelInbox)
 }
 
-func (e *env) token(t *testing.T, tenant, recipient string) string {
+func (e *env) token(t testing.TB, tenant, recipient string) string {
 	t.Helper()
 	m, err := e.tokens.Mint(tenant, recipient, 0)
 	if err != nil {
@@ -168,7 +168,7 @@ func (e *env) open(t *testing.T, tenant, recipient string, headers ...string) *s
 
 func TestNewItemReachesAnOpenStream(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+	eachDriver(t, func(t *testing.T, open func(t testing.TB) testStore) {
 		// No periodic read within the test: only the signal can bring the item.
 		e := setup(t, open(t), stream.Config{Resync: time.Hour})
 		e.add(t, "t1", "alice", "before") // seq 1: before the stream, never sent
@@ -191,7 +191,7 @@ func TestNewItemReachesAnOpenStream(t *testing.T) {
 
 func TestBadgeFollowsReadsAndArchives(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+	eachDriver(t, func(t *testing.T, open func(t testing.TB) testStore) {
 		e := setup(t, open(t), stream.Config{})
 		a := e.add(t, "t1", "alice", "a")
 		b := e.add(t, "t1", "alice", "b")
@@ -221,7 +221,7 @@ func TestBadgeFollowsReadsAndArchives(t *testing.T) {
 
 func TestResumeReplaysExactlyTheMissedItems(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+	eachDriver(t, func(t *testing.T, open func(t testing.TB) testStore) {
 		// A page of 3 makes the replay of 10 take four reads.
 		e := setup(t, open(t), stream.Config{Page: 3})
 		for i := 1; i <= 10; i++ {
@@ -264,7 +264,7 @@ func TestResumeReplaysExactlyTheMissedItems(t *testing.T) {
 // it must see every item exactly once, in order.
 func TestReconnectsWhileItemsArriveMissNothing(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+	eachDriver(t, func(t *testing.T, open func(t testing.TB) testStore) {
 		e := setup(t, open(t), stream.Config{Page: 4})
 		const n = 60
 		written := make(chan struct{})
@@ -398,7 +398,7 @@ func TestCloseEndsStreamsAndRefusesNewOnes(t *testing.T) {
 
 func TestOnlyTheTokensOwnInbox(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+	eachDriver(t, func(t *testing.T, open func(t testing.TB) testStore) {
 		e := setup(t, open(t), stream.Config{})
 		// The same recipient id in two tenants, and two recipients of one.
 		who := []struct{ tenant, recipient string }{{"t1", "alice"}, {"t1", "bob"}, {"t2", "alice"}}
@@ -547,7 +547,7 @@ func TestABurstOfSignalsGivesOneRead(t *testing.T) {
 // one signal all get the item once, from far fewer reads than streams.
 func TestStreamsOfOneInboxShareReads(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, open func(t *testing.T) testStore) {
+	eachDriver(t, func(t *testing.T, open func(t testing.TB) testStore) {
 		st := open(t)
 		g := &gatedReader{Reader: st}
 		e := setup(t, st, stream.Config{Store: g})
