@@ -14,7 +14,8 @@ import (
 // raw is decoded as it is, for the tenant tsel picks and recipient:
 // whatever decodes must be, byte for byte, the cursor herald makes from
 // what it says (no other spelling of a cursor reads, and no cursor herald
-// did not make). Then a cursor is made from before and archived: it must
+// did not make). Then a cursor is made from before and flags (bit 0
+// archived, bit 1 a read cursor): it must
 // read back as made, and never for another tenant (b lists the same key
 // id and secret as a, c another) or another recipient, nor with its
 // character at flip changed.
@@ -32,19 +33,26 @@ func FuzzFeedCursor(f *testing.F) {
 		tenant, recipient string
 		c                 feedCursor
 	}{
-		{"a", "user-1", feedCursor{Before: 5}}, {"a", "user-1", feedCursor{Before: 1 << 40, Archived: true}},
-		{"b", "user-1", feedCursor{Before: 1}}, {"c", "", feedCursor{Before: 1<<63 - 1}},
+		{"a", "user-1", feedCursor{Seq: 5}}, {"a", "user-1", feedCursor{Seq: 1 << 40, Archived: true}},
+		{"b", "user-1", feedCursor{Seq: 1}}, {"c", "", feedCursor{Seq: 1<<63 - 1}}, {"a", "user-2", feedCursor{Seq: 7, Read: true}},
 	} {
 		raw, ok := encodeCursor(tokens, s.tenant, s.recipient, s.c)
 		if !ok {
 			f.Fatalf("no cursor for %+v", s)
 		}
-		f.Add(raw, uint8(0), s.recipient, s.c.Before, s.c.Archived, uint16(0))
-		f.Add(raw, uint8(1), s.recipient, s.c.Before, s.c.Archived, uint16(34))
+		flags := uint8(0)
+		if s.c.Archived {
+			flags |= flagArchived
+		}
+		if s.c.Read {
+			flags |= flagRead
+		}
+		f.Add(raw, uint8(0), s.recipient, s.c.Seq, flags, uint16(0))
+		f.Add(raw, uint8(1), s.recipient, s.c.Seq, flags, uint16(34))
 	}
-	f.Add("", uint8(0), "user-1", int64(0), false, uint16(0))
-	f.Add("AQAAAAAAAAAFAAAAAAAAAAAAAAAAAAAAAAAAAA", uint8(0), "user-1", int64(-1), true, uint16(7))
-	f.Fuzz(func(t *testing.T, raw string, tsel uint8, recipient string, before int64, archived bool, flip uint16) {
+	f.Add("", uint8(0), "user-1", int64(0), uint8(0), uint16(0))
+	f.Add("AQAAAAAAAAAFAAAAAAAAAAAAAAAAAAAAAAAAAA", uint8(0), "user-1", int64(-1), uint8(1), uint16(7))
+	f.Fuzz(func(t *testing.T, raw string, tsel uint8, recipient string, before int64, flags uint8, flip uint16) {
 		tenant := tenants[int(tsel)%len(tenants)]
 		if c, err := decodeCursor(tokens, tenant, recipient, raw); err == nil {
 			again, ok := encodeCursor(tokens, tenant, recipient, c)
@@ -53,7 +61,7 @@ func FuzzFeedCursor(f *testing.F) {
 			}
 		}
 
-		want := feedCursor{Before: before, Archived: archived}
+		want := feedCursor{Seq: before, Archived: flags&flagArchived != 0, Read: flags&flagRead != 0}
 		made, ok := encodeCursor(tokens, tenant, recipient, want)
 		if ok != (before >= 1) {
 			t.Fatalf("encode %+v: ok %v", want, ok)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 )
@@ -43,6 +44,9 @@ type Page struct {
 	// NextCursor reads the next (older) page; nil on the last.
 	NextCursor  *string `json:"next_cursor"`
 	UnreadCount int64   `json:"unread_count"`
+	// ReadCursor marks read every item up to this page's newest (POST
+	// /v1/me/read {"all": true, "up_to_cursor"}); nil for an empty page.
+	ReadCursor *string `json:"read_cursor"`
 }
 
 // Badge is the body of GET /v1/me/badge and POST /v1/me/read.
@@ -67,7 +71,8 @@ const (
 //
 // Pages follow the items' seq, which intake assigns in commit order, so
 // paging never skips or repeats an item while new ones arrive (those
-// appear on a new first page). Listing never marks anything read.
+// appear on a new first page). Listing never marks anything read; a
+// page's read_cursor marks read up to its newest item (Read).
 // A limit, archived or cursor that is not valid is 400 (param names it).
 func (a *API) Feed(w http.ResponseWriter, r *http.Request) {
 	rc, ok := recipient(w, r)
@@ -97,7 +102,7 @@ func (a *API) Feed(w http.ResponseWriter, r *http.Request) {
 	}
 	if q.Has("cursor") {
 		c, err := decodeCursor(a.Tokens, rc.Tenant, rc.ID, q.Get("cursor"))
-		if err != nil {
+		if err != nil || c.Read {
 			problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Param: "cursor",
 				Detail: "the cursor is not valid: pass next_cursor exactly as a feed page of this recipient gave it"})
 			return
@@ -110,7 +115,7 @@ func (a *API) Feed(w http.ResponseWriter, r *http.Request) {
 		cur = c
 	}
 	page, err := a.Store.InboxFeed(r.Context(), store.InboxFeedParams{
-		Tenant: rc.Tenant, Recipient: rc.ID, Before: cur.Before, Limit: limit, Archived: cur.Archived,
+		Tenant: rc.Tenant, Recipient: rc.ID, Before: cur.Seq, Limit: limit, Archived: cur.Archived,
 	})
 	if err != nil {
 		a.storeFailed(w, r, "read a feed", err)
@@ -120,16 +125,25 @@ func (a *API) Feed(w http.ResponseWriter, r *http.Request) {
 	for _, it := range page.Items {
 		out.Items = append(out.Items, ItemOf(it))
 	}
-	if page.Next > 0 {
-		next, ok := encodeCursor(a.Tokens, rc.Tenant, rc.ID, feedCursor{Before: page.Next, Archived: cur.Archived})
-		if !ok {
-			// The token verified under the tenant's keys a moment ago.
-			problem.New(w, http.StatusInternalServerError, "the cursor could not be signed")
-			return
-		}
-		out.NextCursor = &next
+	if out.NextCursor, ok = a.cursor(rc, feedCursor{Seq: page.Next, Archived: cur.Archived}); ok && len(page.Items) > 0 {
+		out.ReadCursor, ok = a.cursor(rc, feedCursor{Seq: page.Items[0].Seq, Read: true})
+	}
+	if !ok {
+		// The token verified under the tenant's keys a moment ago.
+		problem.New(w, http.StatusInternalServerError, "a cursor could not be signed")
+		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// cursor returns c encoded for rc, or nil when c.Seq is 0 (nothing to
+// point at); ok is false when it could not be signed.
+func (a *API) cursor(rc auth.Recipient, c feedCursor) (*string, bool) {
+	if c.Seq <= 0 {
+		return nil, true
+	}
+	s, ok := encodeCursor(a.Tokens, rc.Tenant, rc.ID, c)
+	return &s, ok
 }
 
 // Badge serves GET /v1/me/badge: the recipient's unread count, from the
@@ -147,10 +161,11 @@ func (a *API) Badge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, Badge{UnreadCount: b.Unread})
 }
 
-// readBody names what to mark read: ids, or all.
+// readBody names what to mark read: ids, or all (up to a read cursor).
 type readBody struct {
-	IDs []string `json:"ids"`
-	All bool     `json:"all"`
+	IDs        []string `json:"ids"`
+	All        bool     `json:"all"`
+	UpToCursor string   `json:"up_to_cursor"`
 }
 
 // MaxReadIDs bounds the ids of one read.
@@ -161,9 +176,12 @@ const maxItemID = 256
 
 // Read serves POST /v1/me/read: {"ids": [item ids]} marks those of the
 // recipient's items read (ids of no item of theirs are ignored, read ones
-// keep their read_at), {"all": true} every unread item; the answer is the
-// unread count after it. Both, neither, more than 1,000 ids or an empty
-// id is 422.
+// keep their read_at), {"all": true} every unread item, and {"all": true,
+// "up_to_cursor": a page's read_cursor} every unread item up to that
+// page's newest, leaving unread what arrived after it; the answer is the
+// unread count after it. Both ids and all, neither, up_to_cursor without
+// all, more than 1,000 ids or an empty id is 422; a read_cursor that is
+// not valid (as for the feed's cursor) is 400.
 func (a *API) Read(w http.ResponseWriter, r *http.Request) {
 	rc, ok := recipient(w, r)
 	if !ok {
@@ -181,6 +199,20 @@ func (a *API) Read(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Param: "ids",
 			Detail: fmt.Sprintf("ids must list 1..%d item ids", MaxReadIDs)})
 		return
+	case body.UpToCursor != "" && !body.All:
+		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Param: "up_to_cursor",
+			Detail: `up_to_cursor goes with "all": true`})
+		return
+	}
+	p := store.InboxMarkReadParams{Tenant: rc.Tenant, Recipient: rc.ID, IDs: body.IDs, All: body.All}
+	if body.UpToCursor != "" {
+		c, err := decodeCursor(a.Tokens, rc.Tenant, rc.ID, body.UpToCursor)
+		if err != nil || !c.Read {
+			problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Param: "up_to_cursor",
+				Detail: "up_to_cursor is not valid: pass a feed page's read_cursor exactly as it was given"})
+			return
+		}
+		p.UpToSeq = c.Seq
 	}
 	for _, id := range body.IDs {
 		if id == "" || len(id) > maxItemID {
@@ -189,7 +221,7 @@ func (a *API) Read(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b, err := a.Store.InboxMarkRead(r.Context(), store.InboxMarkReadParams{Tenant: rc.Tenant, Recipient: rc.ID, IDs: body.IDs, All: body.All})
+	b, err := a.Store.InboxMarkRead(r.Context(), p)
 	if err != nil {
 		a.storeFailed(w, r, "mark read", err)
 		return

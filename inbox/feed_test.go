@@ -202,10 +202,36 @@ func TestReadArchiveBadge(t *testing.T) {
 			`{"ids":[""]}`, map[string]any{"ids": many}, map[string]any{"ids": []string{strings.Repeat("x", 257)}}} {
 			wantProblem(t, b.do(t, http.MethodPost, "/v1/me/read", tok, body), http.StatusUnprocessableEntity)
 		}
-		for _, body := range []string{`{"ids":"x"}`, `{"up_to":1}`, `not json`, ``} {
+		for _, body := range []string{`{"ids":"x"}`, `{"up_to":1}`, `{"all":true,"up_to_cursor":5}`, `not json`, ``} {
 			wantProblem(t, b.do(t, http.MethodPost, "/v1/me/read", tok, body), http.StatusBadRequest)
 		}
 		wantProblem(t, b.do(t, http.MethodPost, "/v1/me/read", tok, `{"ids":["`+strings.Repeat("x", 70<<10)+`"]}`), http.StatusRequestEntityTooLarge)
+		// A read cursor is for read only, a page cursor for pages only, each
+		// for its own recipient only.
+		b.notify(t, keyA, "user-1", 2)
+		b.notify(t, keyA, "user-2", 1)
+		page := b.feed(t, tok, "limit=1")
+		other := b.feed(t, b.mint(t, keyA, "user-2"), "")
+		for name, c := range map[string]string{"PageCursor": *page.NextCursor, "OtherRecipients": *other.ReadCursor,
+			"Tampered": (*page.ReadCursor)[:20] + "A" + (*page.ReadCursor)[21:], "Garbage": "x"} {
+			if c == *page.ReadCursor {
+				continue
+			}
+			res := b.do(t, http.MethodPost, "/v1/me/read", tok, map[string]any{"all": true, "up_to_cursor": c})
+			if p := wantProblem(t, res, http.StatusBadRequest); p.Param != "up_to_cursor" {
+				t.Fatalf("%s: param %q", name, p.Param)
+			}
+		}
+		if p := wantProblem(t, b.do(t, http.MethodGet, "/v1/me/feed?cursor="+url.QueryEscape(*page.ReadCursor), tok, nil), http.StatusBadRequest); p.Param != "cursor" {
+			t.Fatalf("a read cursor as a page's: param %q", p.Param)
+		}
+		if p := wantProblem(t, b.do(t, http.MethodPost, "/v1/me/read", tok, map[string]any{"ids": []string{"x"}, "up_to_cursor": *page.ReadCursor}),
+			http.StatusUnprocessableEntity); p.Param != "up_to_cursor" {
+			t.Fatalf("up_to_cursor without all: param %q", p.Param)
+		}
+		if n := b.badge(t, tok); n != 2 {
+			t.Fatalf("a refused read changed the badge to %d", n)
+		}
 	})
 	t.Run("BadgeFollowsNewItems", func(t *testing.T) {
 		t.Parallel()
@@ -232,6 +258,7 @@ func TestFeedReadArchiveOnBothStores(t *testing.T) {
 			{"PagingNeverSkipsOrRepeatsWhileItemsArrive", testPaging},
 			{"ReadByIDs", testReadByIDs},
 			{"Archive", testArchive},
+			{"ReadUpToACursorLeavesLaterItemsUnread", testReadUpTo},
 		} {
 			t.Run(d.name+"/"+c.name, func(t *testing.T) {
 				t.Parallel()
@@ -317,5 +344,29 @@ func testArchive(t *testing.T, b *bundle) {
 	b.do(t, http.MethodPost, "/v1/me/items/"+itemID(ids[0])+"/archive", tok, nil).decode(t, http.StatusNoContent, nil)
 	if n := b.badge(t, tok); n != 1 {
 		t.Fatalf("badge %d, want 1", n)
+	}
+}
+
+func testReadUpTo(t *testing.T, b *bundle) {
+	ids := b.notify(t, keyA, "user-1", 3)
+	tok := b.mint(t, keyA, "user-1")
+	seen := b.feed(t, tok, "limit=2") // the app shows the two newest
+	if seen.ReadCursor == nil {
+		t.Fatal("no read_cursor")
+	}
+	later := b.notify(t, keyA, "user-1", 2) // arrive after the app's sync
+	var bd inbox.Badge
+	b.do(t, http.MethodPost, "/v1/me/read", tok, map[string]any{"all": true, "up_to_cursor": *seen.ReadCursor}).decode(t, http.StatusOK, &bd)
+	if bd.UnreadCount != 2 {
+		t.Fatalf("unread after reading up to the cursor: %d, want the 2 later items", bd.UnreadCount)
+	}
+	for _, it := range b.feed(t, tok, "").Items {
+		if read := it.ReadAt != nil; read != !slices.Contains(itemIDs(later), it.ID) {
+			t.Fatalf("item %s read %v; want the %d items up to the cursor read, the later ones not (ids %v)", it.ID, read, len(ids), itemIDs(ids))
+		}
+	}
+	// An empty page has none.
+	if p := b.feed(t, b.mint(t, keyA, "nobody"), ""); p.ReadCursor != nil || p.NextCursor != nil {
+		t.Fatalf("an empty page: read_cursor %v, next_cursor %v", p.ReadCursor, p.NextCursor)
 	}
 }

@@ -3,9 +3,9 @@
 // app reads and settles that one recipient's inbox with the token.
 //
 //	POST /v1/recipients/{recipient}/tokens  (API key)  → 201 {"token", "expires_at"}     Mint
-//	GET  /v1/me/feed?limit=&cursor=&archived=           → {"items", "next_cursor", "unread_count"}  Feed
+//	GET  /v1/me/feed?limit=&cursor=&archived=           → {"items", "next_cursor", "unread_count", "read_cursor"}  Feed
 //	GET  /v1/me/badge                                   → {"unread_count"}               Badge
-//	POST /v1/me/read {"ids": […]} | {"all": true}       → {"unread_count"}               Read
+//	POST /v1/me/read {"ids": […]} | {"all": true[, "up_to_cursor"]}  → {"unread_count"}     Read
 //	POST /v1/me/items/{id}/archive                      → 204                            Archive
 //	POST /v1/me/receipts {"message_id"}                 → 204                            Receipt
 //
