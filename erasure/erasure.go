@@ -58,12 +58,25 @@
 // parking queue stays there until a person discards it (its delivery is
 // already SUPPRESSED(ERASED); a requeue finds it ended).
 //
+// Recipient tokens are not stored (package auth), so there is none to
+// delete: one minted before the erasure stays valid until it expires (an
+// hour by default) and reads an empty inbox; an open stream hears the
+// change (the store signals it) and shows the badge at 0.
+//
+// An erasure erases what exists when each batch runs. A notification
+// accepted for the recipient while it runs is erased if a later batch
+// reaches it, and one accepted after it is not: the tenant that goes on
+// sending to an erased recipient id makes new data, which a new erasure
+// erases. Likewise a profile or a device put again.
+//
 // # Cost and concurrency
 //
 // An erasure runs in bounded batches (Config.Batch notifications and inbox
 // items each), each its own short transaction, until the store says
 // nothing is left; a recipient with a million notifications never holds a
-// lock for long. It is synchronous: the HTTP answer (200) comes when the
+// lock for long (measured, TestMeasureErasure: 10,000 notifications with
+// as many inbox items take 21 batches of 500, 0.7 s on SQLite, 1.8 s on
+// PostgreSQL). It is synchronous: the HTTP answer (200) comes when the
 // last batch committed, with what was erased. It wakes no dispatcher lane:
 // the outbox rows of the sends it suppressed stay due as they were, and the
 // claimer that takes one finds its delivery ended and settles it without a

@@ -47,7 +47,9 @@ func (b *batches) RecipientErase(_ context.Context, p store.RecipientEraseParams
 
 func (b *batches) NotificationErased(context.Context, string) (bool, error) { return false, nil }
 
-func pos(id string) *store.ListPosition { return &store.ListPosition{CreatedAt: time.Unix(1, 0), ID: id} }
+func pos(id string) *store.ListPosition {
+	return &store.ListPosition{CreatedAt: time.Unix(1, 0), ID: id}
+}
 
 func TestEraseRunsBatchesUntilNothingIsLeftAndSumsThem(t *testing.T) {
 	t.Parallel()
