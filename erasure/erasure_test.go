@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -17,12 +16,10 @@ import (
 	"github.com/heraldhq/herald/erasure"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
-	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/store"
-	"github.com/heraldhq/herald/store/postgres"
-	"github.com/heraldhq/herald/store/sqlite"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -114,24 +111,9 @@ func TestMeasureErasure(t *testing.T) {
 		t.Skip("set HERALD_MEASURE_ERASURE=N to measure")
 	}
 	ctx := context.Background()
-	for _, driver := range []string{"sqlite", "postgres"} {
+	for _, driver := range testdb.Drivers {
 		t.Run(driver, func(t *testing.T) {
-			var st store.Store
-			switch driver {
-			case "sqlite":
-				s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "h.db"), sqlite.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				st = s
-			case "postgres":
-				s, err := postgres.Open(ctx, testpg.Schema(t), postgres.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				st = s
-			}
-			defer st.Close()
+			st := testdb.Open(t, driver, nil).Store
 			start := time.Now()
 			for i := range n {
 				id := ids.New("ntf", clock.Real{}.Now())

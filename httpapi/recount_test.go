@@ -2,12 +2,10 @@ package httpapi_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,12 +14,10 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/httpapi"
 	"github.com/heraldhq/herald/ids"
-	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/store"
-	"github.com/heraldhq/herald/store/postgres"
-	"github.com/heraldhq/herald/store/sqlite"
 )
 
 // setupRecount serves the router with the operator key keyOps over a
@@ -31,36 +27,9 @@ func setupRecount(t *testing.T, driver string) (*bundle, store.Store, *metrics.M
 	t.Helper()
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
-	var st store.Store
-	var exec func(query string)
-	switch driver {
-	case "sqlite":
-		path := filepath.Join(t.TempDir(), "herald.db")
-		s, err := sqlite.Open(ctx, path, sqlite.Options{Clock: clk})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-		exec = func(query string) {
-			db, err := sql.Open("sqlite", sqlite.DSN(path))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			if _, err := db.Exec(query); err != nil {
-				t.Fatalf("%s: %v", query, err)
-			}
-		}
-	case "postgres":
-		url := testpg.Schema(t)
-		s, err := postgres.Open(ctx, url, postgres.Options{Clock: clk})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-		exec = func(query string) { testpg.Exec(t, url, query) }
-	}
-	t.Cleanup(func() { st.Close() })
+	db := testdb.Open(t, driver, clk)
+	st := db.Store
+	exec := func(query string) { db.Exec(t, query) }
 	m := metrics.New(nil)
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{
 		Keys:      auth.NewKeys(map[string]string{keyA: "a"}),
@@ -89,7 +58,7 @@ func setupRecount(t *testing.T, driver string) (*bundle, store.Store, *metrics.M
 // is refused.
 func TestOpsInboxRecount(t *testing.T) {
 	t.Parallel()
-	for _, driver := range []string{"sqlite", "postgres"} {
+	for _, driver := range testdb.Drivers {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			b, st, m, exec := setupRecount(t, driver)

@@ -2,25 +2,21 @@ package retention_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for countSQL
-
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/internal/testenv"
-	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/retention"
@@ -36,7 +32,7 @@ const day = 24 * time.Hour
 type bundle struct {
 	st store.Store
 	// count runs a count query on the store's database behind its back.
-	count   func(t *testing.T, query string) int
+	count   func(t testing.TB, query string) int
 	clk     *clock.Fake
 	metrics *metrics.Metrics
 	ctx     context.Context
@@ -45,55 +41,14 @@ type bundle struct {
 	pauses []time.Duration
 }
 
-// drivers opens a fresh store per driver, on a fake clock.
-var drivers = []struct {
-	name string
-	open func(t *testing.T, clk clock.Clock) (store.Store, func(t *testing.T, query string) int)
-}{
-	{"SQLite", func(t *testing.T, clk clock.Clock) (store.Store, func(t *testing.T, query string) int) {
-		path := filepath.Join(t.TempDir(), "h.db")
-		s, err := sqlite.Open(context.Background(), path, sqlite.Options{Clock: clk})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s, func(t *testing.T, query string) int { return countSQL(t, "sqlite", sqlite.DSN(path), query) }
-	}},
-	{"PostgreSQL", func(t *testing.T, clk clock.Clock) (store.Store, func(t *testing.T, query string) int) {
-		testpg.Require(t)
-		url := testpg.Schema(t)
-		s, err := postgres.Open(context.Background(), url, postgres.Options{Clock: clk})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s, func(t *testing.T, query string) int { return countSQL(t, "pgx", url, query) }
-	}},
-}
-
-// countSQL runs a count query on a database/sql connection of its own.
-func countSQL(t *testing.T, driver, dsn, query string) int {
-	t.Helper()
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var n int
-	if err := db.QueryRow(query).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return n
-}
-
 // each runs test on every driver.
 func each(t *testing.T, test func(t *testing.T, b *bundle)) {
-	for _, d := range drivers {
-		t.Run(d.name, func(t *testing.T) {
+	for _, driver := range testdb.Drivers {
+		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			clk := clock.NewFake(epoch)
-			st, count := d.open(t, clk)
-			test(t, &bundle{st: st, count: count, clk: clk, metrics: metrics.New(nil), ctx: context.Background()})
+			db := testdb.Open(t, driver, clk)
+			test(t, &bundle{st: db.Store, count: db.Count, clk: clk, metrics: metrics.New(nil), ctx: context.Background()})
 		})
 	}
 }

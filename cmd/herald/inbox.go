@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"io"
 
 	"github.com/heraldhq/herald/recount"
@@ -46,15 +44,8 @@ func inboxRecount(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(rep)
-	} else {
-		err = rep.WriteText(stdout)
-	}
-	if err != nil {
-		return fmt.Errorf("print the report: %w", err)
+	if err := printReport(stdout, rep, *asJSON); err != nil {
+		return err
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -13,58 +12,22 @@ import (
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
-	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/recount"
 	"github.com/heraldhq/herald/store"
-	"github.com/heraldhq/herald/store/postgres"
-	"github.com/heraldhq/herald/store/sqlite"
 )
 
-// recountDB is a migrated database with a store open on it, the config
-// file that names it, and a way to run SQL on it behind the store's back.
+// recountDB is a fresh database with a store open on it, and the config
+// file that names it.
 type recountDB struct {
-	st     store.Store
+	*testdb.DB
 	config string
-	exec   func(t *testing.T, query string)
 }
 
 func openRecountDB(t *testing.T, driver string) recountDB {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	var db recountDB
-	var database string
-	switch driver {
-	case "sqlite":
-		path := filepath.Join(dir, "herald.db")
-		s, err := sqlite.Open(ctx, path, sqlite.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.st, database = s, "sqlite:"+path
-		db.exec = func(t *testing.T, query string) {
-			t.Helper()
-			conn, err := sql.Open("sqlite", sqlite.DSN(path))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			if _, err := conn.Exec(query); err != nil {
-				t.Fatalf("%s: %v", query, err)
-			}
-		}
-	case "postgres":
-		url := testpg.Schema(t)
-		s, err := postgres.Open(ctx, url, postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.st, database = s, url
-		db.exec = func(t *testing.T, query string) { t.Helper(); testpg.Exec(t, url, query) }
-	}
-	t.Cleanup(func() { db.st.Close() })
-	db.config = filepath.Join(dir, "herald.yaml")
-	if err := os.WriteFile(db.config, []byte("database: '"+database+"'\n"), 0o600); err != nil {
+	db := recountDB{DB: testdb.Open(t, driver, nil), config: filepath.Join(t.TempDir(), "herald.yaml")}
+	if err := os.WriteFile(db.config, []byte("database: '"+db.Database+"'\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return db
@@ -75,7 +38,7 @@ func (db recountDB) items(t *testing.T, tenant, recipient string, n int) {
 	t.Helper()
 	for range n {
 		id := ids.New("ntf", time.Now())
-		if _, err := db.st.NotificationCreate(context.Background(), store.NotificationCreateParams{
+		if _, err := db.Store.NotificationCreate(context.Background(), store.NotificationCreateParams{
 			Tenant: tenant, ID: id, Recipient: recipient, EventID: id, Kind: "order.shipped", Lane: heraldtype.LaneTransactional,
 			Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelInbox},
 			Inbox: []store.InboxText{{Title: "Shipped", Body: "On its way"}},
@@ -87,7 +50,7 @@ func (db recountDB) items(t *testing.T, tenant, recipient string, n int) {
 
 func (db recountDB) badge(t *testing.T, tenant, recipient string) store.InboxBadge {
 	t.Helper()
-	b, err := db.st.InboxBadge(context.Background(), tenant, recipient)
+	b, err := db.Store.InboxBadge(context.Background(), tenant, recipient)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,15 +71,15 @@ func recountCLI(t *testing.T, args ...string) (int, string, string) {
 // touches.
 func TestInboxRecountRepairsABrokenCounter(t *testing.T) {
 	t.Parallel()
-	for _, driver := range []string{"sqlite", "postgres"} {
+	for _, driver := range testdb.Drivers {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			db := openRecountDB(t, driver)
 			db.items(t, "acme", "u1", 3)
 			db.items(t, "acme", "u2", 2)
 			db.items(t, "zeta", "u1", 1)
-			db.exec(t, `UPDATE inbox_counters SET unread = unread + 40 WHERE tenant = 'acme' AND recipient = 'u1'`)
-			db.exec(t, `UPDATE inbox_counters SET unread = 0 WHERE tenant = 'zeta' AND recipient = 'u1'`)
+			db.Exec(t, `UPDATE inbox_counters SET unread = unread + 40 WHERE tenant = 'acme' AND recipient = 'u1'`)
+			db.Exec(t, `UPDATE inbox_counters SET unread = 0 WHERE tenant = 'zeta' AND recipient = 'u1'`)
 			if b := db.badge(t, "acme", "u1"); b.Unread != 43 {
 				t.Fatalf("broken badge %+v, want 43 unread: the break did not take", b)
 			}

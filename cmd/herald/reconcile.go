@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -41,15 +40,8 @@ func reconcileCmd(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(rep)
-	} else {
-		err = rep.WriteText(stdout)
-	}
-	if err != nil {
-		return fmt.Errorf("print the report: %w", err)
+	if err := printReport(stdout, rep, *asJSON); err != nil {
+		return err
 	}
 	if !rep.Accounted() {
 		return &cliError{code: 1, err: fmt.Errorf("%d planned sends are unaccounted for (see unowned in the report)", rep.Unowned)}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -76,4 +77,25 @@ func openSession(path string, info, stderr io.Writer) (s *session, close func(),
 	}
 	fmt.Fprintf(info, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
 	return &session{ctx: ctx, cfg: cfg, store: st, logger: logger}, func() { st.Close(); stop() }, nil
+}
+
+// report is what a one-shot command prints: for a person, or as JSON.
+type report interface {
+	WriteText(w io.Writer) error
+}
+
+// printReport prints rep on w, as indented JSON with asJSON.
+func printReport(w io.Writer, rep report, asJSON bool) error {
+	var err error
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = rep.WriteText(w)
+	}
+	if err != nil {
+		return fmt.Errorf("print the report: %w", err)
+	}
+	return nil
 }
