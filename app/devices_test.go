@@ -159,6 +159,20 @@ func (h *devicesHerald) listed(t *testing.T, recipient string) map[string]device
 	return m
 }
 
+// waitInactive waits until the recipient's device is listed inactive: the
+// sender deactivates a dead device right after it wrote the push's result,
+// so the result can be read a moment before the deactivation.
+func (h *devicesHerald) waitInactive(t *testing.T, recipient, device string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for h.listed(t, recipient)[device].Active {
+		if time.Now().After(deadline) {
+			t.Fatalf("device %s still active after 30s", device)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // sent returns the push simulator's calls for notification id: message id
 // → the tokens it was sent to.
 func (h *devicesHerald) sent(id string) map[string][]string {
@@ -207,6 +221,18 @@ func TestPushFansOutToDevices(t *testing.T) {
 			if got := h.sent(id); !mapsEqual(got, want) {
 				t.Fatalf("provider calls %v, want %v", got, want)
 			}
+			// The list shows the same entries as the notification's own view.
+			code, body := h.call(t, http.MethodGet, "/v1/notifications?recipient=alice", "")
+			var list struct{ Notifications []lookup.Notification }
+			if err := json.Unmarshal(body, &list); code != http.StatusOK || err != nil || len(list.Notifications) != 1 ||
+				len(list.Notifications[0].Deliveries) != 3 {
+				t.Fatalf("list: %d %s, want one notification with three entries", code, body)
+			}
+			for _, d := range list.Notifications[0].Deliveries {
+				if d.Channel == string(heraldtype.ChannelPush) && !slices.Contains(wantIDs, d.MessageID) {
+					t.Errorf("listed push entry %+v, want one of %v", d, wantIDs)
+				}
+			}
 
 			// One device answers dead: that one only is deactivated, and the
 			// next notification goes to the other only.
@@ -222,6 +248,7 @@ func TestPushFansOutToDevices(t *testing.T) {
 			if len(push) != 3 {
 				t.Fatalf("push entries %+v, want three", push)
 			}
+			h.waitInactive(t, "alice", devDead)
 			devs := h.listed(t, "alice")
 			if devs[devDead].Active || devs[devDead].DeactivatedReason != heraldtype.ReasonUnregistered || !devs[devA].Active || !devs[devB].Active {
 				t.Fatalf("devices %+v, want only %s inactive (UNREGISTERED)", devs, devDead)
@@ -244,6 +271,7 @@ func TestPushFansOutToDevices(t *testing.T) {
 			if push = h.pushes(t, id); len(push) != 3 {
 				t.Fatalf("after re-registering: push entries %+v, want three", push)
 			}
+			h.waitInactive(t, "alice", devDead) // by this push's dead answer, again
 
 			// A device deleted between intake and send: its push is
 			// SUPPRESSED(DESTINATION_UNAVAILABLE), the others go out.
