@@ -1,6 +1,6 @@
 // Package app wires a Config into a running herald: store, providers,
-// sender, the transport's dispatchers, sweeps, the watchdog, reconciliation
-// and the HTTP API. cmd/herald
+// sender, the transport's dispatchers, sweeps, the watchdog, reconciliation,
+// the inbox's retention purge and the HTTP API. cmd/herald
 // and the in-process tests both start herald through it.
 package app
 
