@@ -16,7 +16,9 @@ package stream_test
 // per stream, and how long until every stream has the new item:
 //
 //	Recipients:    one stream for each of N recipients; an item for each
-//	               of them, created at once (concurrent creates).
+//	               of them, created at once (concurrent creates, which set
+//	               the pace); then another for each, committed unannounced,
+//	               and one signal for all N inboxes (the fan-out alone).
 //	OneRecipient:  N streams of one recipient; one item, five times.
 
 import (
@@ -40,6 +42,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/stream"
 )
@@ -271,7 +274,13 @@ func BenchmarkStreams(b *testing.B) {
 
 func benchStreams(b *testing.B, n int, one bool) {
 	st := benchStore(b)
-	e := setupBench(b, st)
+	// The Hub hears the store's signals through forward, which the
+	// broadcast's second round turns off.
+	sig := &store.InboxSignals{}
+	forward := &forwarder{to: sig}
+	forward.on.Store(true)
+	b.Cleanup(st.InboxSignals().Watch(forward))
+	e := setup(b, st, stream.Config{MaxStreams: 1 << 20, Signals: sig})
 	recipient := func(i int) string {
 		if one {
 			return "r0"
@@ -307,9 +316,8 @@ func benchStreams(b *testing.B, n int, one bool) {
 	b.Logf("%d streams: %.0f B each (heap %.0f, stacks %.0f), %.1f goroutines each",
 		n, perStream, float64(heap1-heap0)/float64(n), float64(stack1-stack0)/float64(n), float64(g1-g0)/float64(n))
 
-	if !one {
-		// An item for each recipient, created at once.
-		began, cpu0 := time.Now(), cpuTime(b)
+	// addAll creates an item for each recipient at once.
+	addAll := func() {
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		for range 256 { // as many as SQLite's writer commits together
@@ -322,6 +330,12 @@ func benchStreams(b *testing.B, n int, one bool) {
 			}()
 		}
 		wg.Wait()
+	}
+	if !one {
+		// An item for each recipient, created at once: the creates set
+		// the pace.
+		began, cpu0 := time.Now(), cpuTime(b)
+		addAll()
 		committed := time.Since(began)
 		reached := roundAt(b, await(b, lines, "round 1 ")).Sub(began)
 		cpu := cpuTime(b) - cpu0
@@ -333,20 +347,28 @@ func benchStreams(b *testing.B, n int, one bool) {
 			"(%s after the last commit); the server's CPU time, creates included: %s",
 			n, committed.Round(time.Millisecond), n, reached.Round(time.Millisecond), (reached - committed).Round(time.Millisecond),
 			cpu.Round(time.Millisecond))
+
+		// Another item for each, committed unannounced, then one signal
+		// for all 10,000 inboxes: the fan-out alone.
+		forward.on.Store(false)
+		addAll()
+		keys := make([]store.InboxKey, n)
+		for i := range keys {
+			keys[i] = store.InboxKey{Tenant: "t1", Recipient: recipient(i)}
+		}
+		stopProfile := profileCPU(b)
+		began, cpu0 = time.Now(), cpuTime(b)
+		sig.Changed(keys...)
+		reached = roundAt(b, await(b, lines, "round 2 ")).Sub(began)
+		cpu = cpuTime(b) - cpu0
+		stopProfile()
+		b.ReportMetric(float64(reached.Milliseconds()), "ms-fanout")
+		b.ReportMetric(float64(cpu.Milliseconds()), "server-cpu-ms-fanout")
+		b.Logf("one signal for %d inboxes with a new item each: all streams had theirs after %s; the server's CPU time: %s",
+			n, reached.Round(time.Millisecond), cpu.Round(time.Millisecond))
 		return
 	}
-	if path := os.Getenv("HERALD_BENCH_CPUPROFILE"); path != "" {
-		// The rounds alone, without the streams' opening.
-		f, err := os.Create(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			b.Fatal(err)
-		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
-	}
+	defer profileCPU(b)()
 	var took, cpu []time.Duration
 	for k := 1; k <= 5; k++ {
 		began, cpu0 := time.Now(), cpuTime(b)
@@ -362,6 +384,27 @@ func benchStreams(b *testing.B, n int, one bool) {
 	b.ReportMetric(float64(cpu[len(cpu)/2].Milliseconds()), "server-cpu-ms-p50")
 }
 
+// profileCPU profiles the CPU into the file HERALD_BENCH_CPUPROFILE names,
+// if any, until the returned function is called: the rounds alone,
+// without the streams' opening.
+func profileCPU(b *testing.B) (stop func()) {
+	path := os.Getenv("HERALD_BENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
 // cpuTime is this process's CPU time so far, user and system.
 func cpuTime(b *testing.B) time.Duration {
 	var ru syscall.Rusage
@@ -371,7 +414,20 @@ func cpuTime(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// setupBench is setup for a benchmark: a Hub without a cap that matters.
-func setupBench(b *testing.B, st testStore) *env {
-	return setup(b, st, stream.Config{MaxStreams: 1 << 20})
+// forwarder passes signals on while on.
+type forwarder struct {
+	to *store.InboxSignals
+	on atomic.Bool
+}
+
+func (f *forwarder) InboxChanged(keys []store.InboxKey) {
+	if f.on.Load() {
+		f.to.Changed(keys...)
+	}
+}
+
+func (f *forwarder) InboxMissed() {
+	if f.on.Load() {
+		f.to.Missed()
+	}
 }

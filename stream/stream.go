@@ -80,6 +80,8 @@ const (
 
 // Reader reads a recipient's inbox (store.Inbox's stream side).
 type Reader interface {
+	// InboxFeed reads the badge and the newest items in one snapshot.
+	InboxFeed(ctx context.Context, p store.InboxFeedParams) (store.InboxPage, error)
 	// InboxItemsAfter returns up to limit items with seq > afterSeq, oldest first.
 	InboxItemsAfter(ctx context.Context, tenant, recipient string, afterSeq int64, limit int) ([]store.InboxItem, error)
 	// InboxBadge reads the recipient's unread count and newest seq.
@@ -136,12 +138,21 @@ type group struct {
 	// only a read that began after it: a flight of gen ≥ the gen it saw.
 	gen atomic.Uint64
 
-	// mu guards badge and items: the newest shared reads (items: of the
+	// mu guards head and items: the newest shared reads (items: of the
 	// items after one seq), kept until the next signal; nil when there is
 	// none. Only the streams of an inbox that has more than one share reads.
 	mu    sync.Mutex
-	badge *flight[store.InboxBadge]
+	head  *flight[head]
 	items *flight[[]item]
+}
+
+// head is an inbox's badge and its newest item, read in one snapshot: what
+// a stream needs after one new item (the usual signal) or a read.
+type head struct {
+	badge store.InboxBadge
+	// newest is the item of seq badge.Seq; nil when there is none (no item
+	// yet, or it was purged).
+	newest *item
 }
 
 // item is an item read and its event, encoded once for all the streams
@@ -242,7 +253,7 @@ func (w watcher) InboxMissed() {
 func (g *group) signalled() {
 	g.gen.Add(1)
 	g.mu.Lock()
-	g.badge, g.items = nil, nil
+	g.head, g.items = nil, nil
 	g.mu.Unlock()
 	for s := range g.streams {
 		s.poke()
@@ -322,21 +333,30 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	c := &conn{h: h, s: s, w: w, rc: http.NewResponseController(w), seq: after, unread: -1}
 	ctx := r.Context()
+	var first store.InboxBadge
 	if !resume {
-		b, err := h.cfg.Store.InboxBadge(ctx, s.key.Tenant, s.key.Recipient)
-		if err != nil {
+		if first, err = h.cfg.Store.InboxBadge(ctx, s.key.Tenant, s.key.Recipient); err != nil {
 			h.failed(ctx, err, "first badge")
 			problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
 			return
 		}
-		c.seq = b.Seq
+		c.seq = first.Seq
 	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	if err := c.catchUp(ctx, 0, false); err != nil {
+	if resume {
+		err = c.catchUp(ctx, 0, false)
+	} else {
+		// The stream starts at the newest item: the badge is all there is
+		// to send (a change since it was read has woken s).
+		if err = c.badge(first.Unread); err == nil {
+			err = c.flush()
+		}
+	}
+	if err != nil {
 		h.failed(ctx, err, "catch up")
 		return
 	}
@@ -449,15 +469,22 @@ func jitter(d time.Duration) time.Duration {
 // the first catch-up and the periodic ones read on their own.
 func (c *conn) catchUp(ctx context.Context, gen uint64, shared bool) error {
 	h := c.h
-	b, err := share(ctx, c.s.g, gen, shared, 0, badgeSlot, func(ctx context.Context) (store.InboxBadge, error) {
-		return h.cfg.Store.InboxBadge(ctx, c.s.key.Tenant, c.s.key.Recipient)
+	hd, err := share(ctx, c.s.g, gen, shared, 0, headSlot, func(ctx context.Context) (head, error) {
+		return h.readHead(ctx, c.s.key)
 	})
 	if err != nil {
 		return err
 	}
-	// The badge's seq is the newest item committed when it was read: read
-	// items only when there are new ones (reads and archives change the
-	// count alone).
+	// The badge's seq is the newest item committed when it was read. One
+	// new item came with it; reads and archives change the count alone;
+	// only more than one new item takes another read.
+	b := hd.badge
+	if hd.newest != nil && b.Seq == c.seq+1 {
+		c.seq = b.Seq
+		if err := c.write(hd.newest.event); err != nil {
+			return err
+		}
+	}
 	for c.seq < b.Seq {
 		after := c.seq
 		items, err := share(ctx, c.s.g, gen, shared, after, itemsSlot, func(ctx context.Context) ([]item, error) {
@@ -473,6 +500,10 @@ func (c *conn) catchUp(ctx context.Context, gen uint64, shared bool) error {
 			}
 		}
 		if len(items) < h.cfg.Page {
+			// Every item up to b.Seq had committed when b was read: one
+			// not read now was purged or erased, and is no reason to
+			// read again.
+			c.seq = max(c.seq, b.Seq)
 			break
 		}
 	}
@@ -484,8 +515,26 @@ func (c *conn) catchUp(ctx context.Context, gen uint64, shared bool) error {
 	return c.flush()
 }
 
-func badgeSlot(g *group) **flight[store.InboxBadge] { return &g.badge }
-func itemsSlot(g *group) **flight[[]item]           { return &g.items }
+func headSlot(g *group) **flight[head]    { return &g.head }
+func itemsSlot(g *group) **flight[[]item] { return &g.items }
+
+// readHead reads key's badge and newest item, archived or not, in one
+// statement.
+func (h *Hub) readHead(ctx context.Context, key store.InboxKey) (head, error) {
+	pg, err := h.cfg.Store.InboxFeed(ctx, store.InboxFeedParams{Tenant: key.Tenant, Recipient: key.Recipient, Limit: 1, Archived: true})
+	if err != nil {
+		return head{}, err
+	}
+	hd := head{badge: pg.Badge}
+	if len(pg.Items) == 1 && pg.Items[0].Seq == pg.Badge.Seq {
+		it, err := encodeItem(pg.Items[0])
+		if err != nil {
+			return head{}, err
+		}
+		hd.newest = &it
+	}
+	return hd, nil
+}
 
 // readItems reads a page of key's items after seq and encodes their events.
 func (h *Hub) readItems(ctx context.Context, key store.InboxKey, after int64) ([]item, error) {
@@ -495,15 +544,21 @@ func (h *Hub) readItems(ctx context.Context, key store.InboxKey, after int64) ([
 	}
 	out := make([]item, len(its))
 	for i, it := range its {
-		// The feed's own item (inbox.Item): one shape wherever an app
-		// reads one.
-		data, err := json.Marshal(inbox.ItemOf(it))
-		if err != nil {
+		if out[i], err = encodeItem(it); err != nil {
 			return nil, err
 		}
-		out[i] = item{seq: it.Seq, event: appendEvent(nil, it.Seq, "item", data)}
 	}
 	return out, nil
+}
+
+// encodeItem encodes it's event once, for every stream that sends it.
+func encodeItem(it store.InboxItem) (item, error) {
+	// The feed's own item (inbox.Item): one shape wherever an app reads one.
+	data, err := json.Marshal(inbox.ItemOf(it))
+	if err != nil {
+		return item{}, err
+	}
+	return item{seq: it.Seq, event: appendEvent(nil, it.Seq, "item", data)}, nil
 }
 
 // share runs read for a stream of g. When shared and g has other streams,

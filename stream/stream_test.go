@@ -477,19 +477,21 @@ func TestMissedSignalsAndResyncCatchUp(t *testing.T) {
 	})
 }
 
-// gatedReader counts badge reads and, while gate is set, holds each until
+// gatedReader counts a woken stream's reads (heads: its badge and newest
+// item, through InboxFeed; items: InboxItemsAfter) and, while gate is set,
+// holds each head read until
 // the gate is closed.
 type gatedReader struct {
 	stream.Reader
 	mu      sync.Mutex
 	gate    chan struct{}
 	entered chan struct{}
-	badges  atomic.Int64
+	heads   atomic.Int64
 	items   atomic.Int64
 }
 
-func (g *gatedReader) InboxBadge(ctx context.Context, tenant, recipient string) (store.InboxBadge, error) {
-	g.badges.Add(1)
+func (g *gatedReader) InboxFeed(ctx context.Context, p store.InboxFeedParams) (store.InboxPage, error) {
+	g.heads.Add(1)
 	g.mu.Lock()
 	gate := g.gate
 	g.mu.Unlock()
@@ -497,7 +499,7 @@ func (g *gatedReader) InboxBadge(ctx context.Context, tenant, recipient string) 
 		g.entered <- struct{}{}
 		<-gate
 	}
-	return g.Reader.InboxBadge(ctx, tenant, recipient)
+	return g.Reader.InboxFeed(ctx, p)
 }
 
 func (g *gatedReader) InboxItemsAfter(ctx context.Context, tenant, recipient string, after int64, limit int) ([]store.InboxItem, error) {
@@ -520,7 +522,7 @@ func TestABurstOfSignalsGivesOneRead(t *testing.T) {
 	g.gate = gate
 	g.mu.Unlock()
 	e.add(t, "t1", "alice", "a")
-	start := g.badges.Load()
+	start := g.heads.Load()
 	key := store.InboxKey{Tenant: "t1", Recipient: "alice"}
 	sig.Changed(key)
 	testenv.Recv(t, g.entered, "the woken stream's read")
@@ -538,37 +540,51 @@ func TestABurstOfSignalsGivesOneRead(t *testing.T) {
 	e.add(t, "t1", "alice", "b")
 	sig.Changed(key)
 	c.Item(t)
-	if n := g.badges.Load() - start; n != 3 {
-		t.Fatalf("%d badge reads for the signal, the burst of 100 and the last signal, want 3", n)
+	if n := g.heads.Load() - start; n != 3 {
+		t.Fatalf("%d reads for the signal, the burst of 100 and the last signal, want 3", n)
 	}
 }
 
 // TestStreamsOfOneInboxShareReads: many streams of one recipient woken by
-// one signal all get the item once, from far fewer reads than streams.
+// one signal all get the new items once, from far fewer reads than
+// streams: with one new item (read with the badge) and with three (read
+// after it).
 func TestStreamsOfOneInboxShareReads(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, open func(t testing.TB) testStore) {
 		st := open(t)
 		g := &gatedReader{Reader: st}
-		e := setup(t, st, stream.Config{Store: g})
+		// Only the test signals: each round's items are all committed
+		// before its one signal.
+		sig := &store.InboxSignals{}
+		e := setup(t, st, stream.Config{Store: g, Signals: sig})
 		const n = 50
 		clients := make([]*ssetest.Client, n)
 		for i := range clients {
 			clients[i] = e.open(t, "t1", "alice")
 			clients[i].WantBadge(t, 0)
 		}
-		badges, items := g.badges.Load(), g.items.Load()
-		e.add(t, "t1", "alice", "all")
-		for _, c := range clients {
-			if seq, it := c.Item(t); seq != 1 || it.Title != "all" {
-				t.Fatalf("item %d %q", seq, it.Title)
+		seq := int64(0)
+		for _, items := range []int{1, 3} {
+			heads0, items0 := g.heads.Load(), g.items.Load()
+			for range items {
+				e.add(t, "t1", "alice", "all")
 			}
-			c.WantBadge(t, 1)
-		}
-		b, i := g.badges.Load()-badges, g.items.Load()-items
-		t.Logf("%d streams of one inbox: %d badge reads, %d item reads", n, b, i)
-		if b >= n || i >= n {
-			t.Fatalf("%d badge and %d item reads for %d streams: not shared", b, i, n)
+			sig.Changed(store.InboxKey{Tenant: "t1", Recipient: "alice"})
+			for _, c := range clients {
+				for k := range int64(items) {
+					if got, it := c.Item(t); got != seq+k+1 || it.Title != "all" {
+						t.Fatalf("item %d %q, want %d", got, it.Title, seq+k+1)
+					}
+				}
+				c.WantBadge(t, seq+int64(items))
+			}
+			seq += int64(items)
+			h, i := g.heads.Load()-heads0, g.items.Load()-items0
+			t.Logf("%d new items to %d streams of one inbox: %d head reads, %d item reads", items, n, h, i)
+			if h >= n || i >= n || (items > 1) != (i > 0) {
+				t.Fatalf("%d new items: %d head and %d item reads for %d streams: not shared, or not read as they should be", items, h, i, n)
+			}
 		}
 	})
 }
