@@ -17,6 +17,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/devices"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/provider/sim"
@@ -52,11 +53,18 @@ func (h *devicesHerald) holdSends(suffix string) (release func()) {
 
 func startDevicesHerald(t *testing.T, driver string) *devicesHerald {
 	t.Helper()
-	database := "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
-	if driver == "postgres" {
+	database, mq := "sqlite:"+filepath.Join(t.TempDir(), "herald.db"), ""
+	switch driver {
+	case "postgres":
 		database = testpg.Schema(t)
+	case "postgres+rabbitmq":
+		// Each job crosses the broker as JSON, its device in its channel.
+		database, mq = testpg.Schema(t), testmq.VHost(t)
 	}
 	cfg := testConfig(t, database, func(c *config.Config) {
+		if mq != "" {
+			c.Transport, c.RabbitMQURL = "rabbitmq", mq
+		}
 		for i := range c.Providers {
 			if c.Providers[i].Channel == string(heraldtype.ChannelPush) {
 				c.Providers[i].Faults.DeadAddresses = []string{deadToken}
@@ -190,15 +198,13 @@ var deviceMessageID = regexp.MustCompile(`^ntf_[0-9A-Z]{26}\.push\.d[0-9a-f]{16}
 // A push goes to each active device of the recipient with its own message
 // id; a device the provider calls dead is deactivated, alone, and gets no
 // later push until it is registered again; a device deleted between intake
-// and send is not sent to. Through HTTP, on both stores.
+// and send is not sent to. Through HTTP, on both stores, and with the
+// rabbitmq transport.
 func TestPushFansOutToDevices(t *testing.T) {
 	t.Parallel()
-	for _, driver := range []string{"sqlite", "postgres"} {
+	for _, driver := range []string{"sqlite", "postgres", "postgres+rabbitmq"} {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
-			if driver == "postgres" {
-				testpg.Require(t)
-			}
 			h := startDevicesHerald(t, driver)
 			devA := h.register(t, "alice", "tok-a-111111111111", http.StatusCreated)
 			devB := h.register(t, "alice", "tok-b-222222222222", http.StatusCreated)
