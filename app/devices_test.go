@@ -297,6 +297,10 @@ func TestPushFansOutToDevices(t *testing.T) {
 					t.Errorf("push entry %+v: the deleted device's alone should be SUPPRESSED(DESTINATION_UNAVAILABLE)", d)
 				}
 			}
+			// Each deactivation is counted: e2's and e4's.
+			if _, metrics := h.call(t, http.MethodGet, "/metrics", ""); !strings.Contains(string(metrics), `herald_devices_deactivated_total{reason="UNREGISTERED"} 2`) {
+				t.Errorf("/metrics lacks herald_devices_deactivated_total{reason=\"UNREGISTERED\"} 2")
+			}
 			// (The dead token's push of e4 deactivated it again: two devices.)
 			if got := h.sent(id)[id+".push."+devB]; len(push) != 2 || len(got) != 0 {
 				t.Fatalf("push entries %+v, calls to the deleted device %v; want two entries and no call", push, got)

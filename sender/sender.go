@@ -571,6 +571,7 @@ func (s *Sender) deactivate(ctx context.Context, job heraldtype.Job, reason stri
 		return
 	}
 	if changed {
+		s.Metrics.DeviceDeactivated(reason)
 		s.Logger.LogAttrs(ctx, slog.LevelInfo, "sender: device deactivated",
 			slog.String("message_id", job.MessageID), slog.String("device_id", device), slog.String("reason", reason))
 	}
