@@ -46,6 +46,12 @@ type env struct {
 // With trackCalls, every provider call's time is sent on e.called.
 func start(b *testing.B, trackCalls bool) *env {
 	b.Helper()
+	return startWith(b, trackCalls, nil)
+}
+
+// startWith is start with adjust applied to the config (benchConfig).
+func startWith(b *testing.B, trackCalls bool, adjust func(*config.Config)) *env {
+	b.Helper()
 	e := &env{}
 	if trackCalls {
 		e.called = make(chan time.Time, 1)
@@ -54,7 +60,7 @@ func start(b *testing.B, trackCalls bool) *env {
 	if db == "" {
 		db = "sqlite:" + filepath.Join(b.TempDir(), "bench.db")
 	}
-	cfg := benchConfig(b, db, nil)
+	cfg := benchConfig(b, db, adjust)
 	e.sim = sim.New(sim.Config{})
 	e.sim.OnCall(func(context.Context, provider.Message) provider.Outcome {
 		if e.called != nil {
@@ -147,6 +153,18 @@ func post(base string, i int) error {
 // from the first POST until the last delivery is recorded PROVIDER_ACCEPTED.
 func BenchmarkEndToEnd(b *testing.B) {
 	drive(b, start(b, false))
+}
+
+// BenchmarkEndToEndInbox is BenchmarkEndToEnd with the inbox channel added
+// to the kind: every notification also writes an inbox item, bumps its
+// recipient's counter and ends its inbox send STORED in intake's
+// transaction (and signals the inbox). Compare with BenchmarkEndToEnd.
+func BenchmarkEndToEndInbox(b *testing.B) {
+	drive(b, startWith(b, false, func(cfg *config.Config) {
+		k := &cfg.Kinds[0]
+		k.Channels = append(k.Channels, "inbox")
+		k.Templates["inbox"] = config.Template{Title: "Paid", Body: "Paid {{.amount}} won"}
+	}))
 }
 
 // drive posts b.N notifications from 16 concurrent clients, spread over the

@@ -1,8 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"math"
+	"slices"
+	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/locale"
@@ -88,4 +91,31 @@ func (pg *InboxPage) Cut(p InboxFeedParams) {
 		pg.Items = pg.Items[:limit]
 		pg.Next = pg.Items[limit-1].Seq
 	}
+}
+
+// InboxPurgeItem is one item a purge picked: its key and its age.
+type InboxPurgeItem struct {
+	Tenant, Recipient string
+	Seq               int64
+	CreatedAt         time.Time
+}
+
+// Tenants returns the tenants a purge of p goes through, of all, the
+// tenants that have an inbox: p.Tenant alone, or all but p.Except.
+func (p InboxPurgeParams) Tenants(all []string) []string {
+	if p.Tenant != "" {
+		return []string{p.Tenant}
+	}
+	return slices.DeleteFunc(all, func(t string) bool { return slices.Contains(p.Except, t) })
+}
+
+// Oldest keeps the p.Limit oldest of the items the drivers picked tenant
+// by tenant (each tenant's oldest p.Limit, walking its (tenant,
+// created_at) index), so a purge deletes the oldest first over all of them.
+func (p InboxPurgeParams) Oldest(picked []InboxPurgeItem) []InboxPurgeItem {
+	slices.SortFunc(picked, func(a, b InboxPurgeItem) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.Tenant, b.Tenant),
+			cmp.Compare(a.Recipient, b.Recipient), cmp.Compare(a.Seq, b.Seq))
+	})
+	return picked[:min(len(picked), max(p.Limit, 1))]
 }

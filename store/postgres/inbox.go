@@ -27,7 +27,7 @@ import (
 // Each statement finds its rows by key: the feed, the replay after a seq
 // and the recount walk inbox_items' primary key (tenant, recipient, seq);
 // marks by id find items by message_id; the purge walks
-// inbox_items_created from the oldest item.
+// inbox_items_tenant_created from each tenant's oldest item.
 const (
 	// qInboxLanguage reads the recipient's profile language for the
 	// choice of a create's text. $1 tenant, $2 recipient.
@@ -96,11 +96,16 @@ LATERAL (SELECT count(*) FILTER (WHERE i.read_at IS NULL AND i.archived_at IS NU
 	qInboxRecountSet = `UPDATE inbox_counters SET unread = $3::bigint, seq = greatest(seq, $4::bigint)
 WHERE tenant = $1::text AND recipient = $2::text RETURNING unread, seq`
 
-	// qInboxPurgePick lists up to $4 items created before $1, oldest
-	// first, of tenant $2 ('' for any) but none of the tenants $3.
-	qInboxPurgePick = `SELECT tenant, recipient, seq FROM inbox_items
-WHERE created_at < $1::timestamptz AND ($2::text = '' OR tenant = $2::text) AND tenant <> ALL($3::text[])
-ORDER BY created_at LIMIT $4::integer`
+	// qInboxTenants lists the tenants with an inbox (a skip scan of the
+	// counters' key); qInboxPurgePick the oldest $3 items of tenant $1
+	// created before $2, walking inbox_items_tenant_created.
+	qInboxTenants = `WITH RECURSIVE t AS (
+    SELECT min(tenant) AS tenant FROM inbox_counters
+    UNION ALL
+    SELECT (SELECT min(c.tenant) FROM inbox_counters c WHERE c.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL)
+SELECT tenant FROM t WHERE tenant IS NOT NULL`
+	qInboxPurgePick = `SELECT recipient, seq, created_at FROM inbox_items
+WHERE tenant = $1::text AND created_at < $2::timestamptz ORDER BY created_at LIMIT $3::integer`
 	// qInboxPurgeLock locks the picked items' counter rows in key order.
 	qInboxPurgeLock = `SELECT count(*) FROM (
     SELECT 1 FROM inbox_counters c JOIN unnest($1::text[], $2::text[]) AS v (tenant, recipient)
@@ -351,41 +356,23 @@ func recountLock(ctx context.Context, tx pgx.Tx, afterT, afterR string, p store.
 // it picks the items, locks their counters, then deletes those still
 // there.
 func (s *Store) InboxPurge(ctx context.Context, p store.InboxPurgeParams) (int, error) {
-	except := p.Except
-	if except == nil {
-		except = []string{}
-	}
 	var deleted int
 	var keys []store.InboxKey
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		deleted, keys = 0, nil
-		rows, err := tx.Query(ctx, qInboxPurgePick, p.Before, p.Tenant, except, max(p.Limit, 1))
-		if err != nil {
-			return fmt.Errorf("pick inbox items: %w", err)
+		picked, err := purgePick(ctx, tx, p)
+		if err != nil || len(picked) == 0 {
+			return err
 		}
-		var tenants, recipients []string
-		var seqs []int64
-		for rows.Next() {
-			var t, r string
-			var seq int64
-			if err := rows.Scan(&t, &r, &seq); err != nil {
-				rows.Close()
-				return fmt.Errorf("pick inbox items: %w", err)
-			}
-			tenants, recipients, seqs = append(tenants, t), append(recipients, r), append(seqs, seq)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("pick inbox items: %w", err)
-		}
-		if len(seqs) == 0 {
-			return nil
+		tenants, recipients, seqs := make([]string, len(picked)), make([]string, len(picked)), make([]int64, len(picked))
+		for i, it := range picked {
+			tenants[i], recipients[i], seqs[i] = it.Tenant, it.Recipient, it.Seq
 		}
 		var locked int64
 		if err := tx.QueryRow(ctx, qInboxPurgeLock, tenants, recipients).Scan(&locked); err != nil {
 			return fmt.Errorf("lock inbox counters: %w", err)
 		}
-		rows, err = tx.Query(ctx, qInboxPurge, tenants, recipients, seqs)
+		rows, err := tx.Query(ctx, qInboxPurge, tenants, recipients, seqs)
 		if err != nil {
 			return fmt.Errorf("delete inbox items: %w", err)
 		}
@@ -405,4 +392,39 @@ func (s *Store) InboxPurge(ctx context.Context, p store.InboxPurgeParams) (int, 
 	}
 	s.inboxChanged(keys...)
 	return deleted, nil
+}
+
+// purgePick picks the items a purge deletes: each tenant's oldest, then
+// the oldest of those.
+func purgePick(ctx context.Context, tx pgx.Tx, p store.InboxPurgeParams) ([]store.InboxPurgeItem, error) {
+	var all []string
+	if p.Tenant == "" {
+		rows, err := tx.Query(ctx, qInboxTenants)
+		if err != nil {
+			return nil, fmt.Errorf("list inbox tenants: %w", err)
+		}
+		if all, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return nil, fmt.Errorf("list inbox tenants: %w", err)
+		}
+	}
+	var picked []store.InboxPurgeItem
+	for _, t := range p.Tenants(all) {
+		rows, err := tx.Query(ctx, qInboxPurgePick, t, p.Before, max(p.Limit, 1))
+		if err != nil {
+			return nil, fmt.Errorf("pick inbox items: %w", err)
+		}
+		for rows.Next() {
+			it := store.InboxPurgeItem{Tenant: t}
+			if err := rows.Scan(&it.Recipient, &it.Seq, &it.CreatedAt); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("pick inbox items: %w", err)
+			}
+			picked = append(picked, it)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("pick inbox items: %w", err)
+		}
+	}
+	return p.Oldest(picked), nil
 }

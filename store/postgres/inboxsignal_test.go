@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +157,48 @@ func TestInboxChannelInSQL(t *testing.T) {
 	}
 	if len(a.inboxChannel) > 63 || a.inboxChannel != strings.ToLower(a.inboxChannel) {
 		t.Errorf("channel %q is not a short lower-case identifier", a.inboxChannel)
+	}
+}
+
+// TestInboxPayloadsPackAndRoundTrip: many inboxes travel in few payloads,
+// each within PostgreSQL's limit, and read back as the same set; one alone
+// keeps the short form that a statement's pg_notify sends; a key too long
+// for any payload is reported instead of breaking the others.
+func TestInboxPayloadsPackAndRoundTrip(t *testing.T) {
+	t.Parallel()
+	var keys []store.InboxKey
+	for i := range 2000 {
+		keys = append(keys, key(fmt.Sprintf("tenant-%d", i%3), fmt.Sprintf("user \"%d\"/ü\x1f\x1e", i)))
+	}
+	long := key("t", strings.Repeat("r", inboxPayloadMax))
+	payloads, tooLong := inboxPayloads(append(keys, long))
+	if !tooLong {
+		t.Error("a key longer than a payload was not reported")
+	}
+	if len(payloads) > 20 {
+		t.Errorf("%d payloads for %d inboxes, want them packed", len(payloads), len(keys))
+	}
+	var got []store.InboxKey
+	for _, p := range payloads {
+		if len(p) > inboxPayloadMax {
+			t.Fatalf("a payload of %d bytes", len(p))
+		}
+		k, ok := decodeInboxPayload(p)
+		if !ok {
+			t.Fatalf("payload %.40q… does not decode", p)
+		}
+		got = append(got, k...)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(keys) {
+		t.Fatalf("read back %d inboxes, want the %d sent in order", len(got), len(keys))
+	}
+	one, _ := inboxPayloads(keys[:1])
+	if want := keys[0].Tenant + "\x1f" + keys[0].Recipient; len(one) != 1 || one[0] != want {
+		t.Errorf("one inbox: %q, want %q", one, want)
+	}
+	for _, bad := range []string{"", "\x1e", "\x1e[]", "\x1e{", "no separator"} {
+		if k, ok := decodeInboxPayload(bad); ok {
+			t.Errorf("payload %q read as %v, want any inbox", bad, k)
+		}
 	}
 }

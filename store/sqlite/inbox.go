@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -19,7 +20,7 @@ import (
 // Each statement names its rows by key: the feed, the replay after a seq
 // and the recount walk inbox_items' primary key (tenant, recipient, seq);
 // marks by id find items by message_id; the purge walks
-// inbox_items_created from the oldest item.
+// inbox_items_tenant_created from each tenant's oldest item.
 const (
 	// Create (in the notification's transaction). ?1 tenant, ?2 recipient.
 	qInboxLanguage = `SELECT coalesce(json_extract(data, '$.language'), '') FROM profiles WHERE tenant = ?1 AND recipient = ?2`
@@ -84,13 +85,21 @@ ORDER BY c.tenant, c.recipient LIMIT ?5`
 	// goes back. ?1 tenant, ?2 recipient, ?3 unread, ?4 newest item's seq.
 	qInboxRecountSet = `UPDATE inbox_counters SET unread = ?3, seq = max(seq, ?4) WHERE tenant = ?1 AND recipient = ?2 RETURNING unread, seq`
 
-	// qInboxPurge deletes up to ?4 items created before ?1, oldest first,
-	// of tenant ?2 ('' for any) but none of the tenants in ?3 (JSON
-	// array), and returns each with whether it counted as unread.
+	// The purge, tenant by tenant: qInboxTenants lists the tenants with an
+	// inbox (a skip scan of the counters' key); qInboxPurgePick the oldest
+	// ?3 items of tenant ?1 created before ?2, walking
+	// inbox_items_tenant_created; qInboxPurge deletes the items the
+	// picks kept (?1, a JSON array of [tenant, recipient, seq]) and
+	// returns each with whether it counted as unread.
+	qInboxTenants = `WITH RECURSIVE t(tenant) AS (
+    SELECT min(tenant) FROM inbox_counters
+    UNION ALL
+    SELECT (SELECT min(c.tenant) FROM inbox_counters c WHERE c.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL)
+SELECT tenant FROM t WHERE tenant IS NOT NULL`
+	qInboxPurgePick = `SELECT recipient, seq, created_at FROM inbox_items
+WHERE tenant = ?1 AND created_at < ?2 ORDER BY created_at LIMIT ?3`
 	qInboxPurge = `DELETE FROM inbox_items WHERE (tenant, recipient, seq) IN (
-    SELECT tenant, recipient, seq FROM inbox_items
-    WHERE created_at < ?1 AND (?2 = '' OR tenant = ?2) AND tenant NOT IN (SELECT value FROM json_each(?3))
-    ORDER BY created_at LIMIT ?4)
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?1))
 RETURNING tenant, recipient, read_at IS NULL AND archived_at IS NULL`
 )
 
@@ -98,7 +107,7 @@ RETURNING tenant, recipient, read_at IS NULL AND archived_at IS NULL`
 var inboxQueries = []string{
 	qInboxLanguage, qInboxBump, qInboxItemInsert, qInboxOutboxInsert, qInboxDeliveryInsert,
 	qInboxReadIDs, qInboxReadUpTo, qInboxArchive, qInboxItemExists, qInboxUnreadLower, qInboxBadge,
-	qInboxRecountBatch, qInboxRecountSet, qInboxPurge,
+	qInboxRecountBatch, qInboxRecountSet, qInboxTenants, qInboxPurgePick, qInboxPurge,
 }
 
 // execer runs statements in a write transaction: the writer's (wtx) or a
@@ -418,15 +427,20 @@ func (s *Store) InboxRecount(ctx context.Context, p store.InboxRecountParams) (s
 // InboxPurge deletes up to p.Limit items created before p.Before, oldest
 // first, and lowers the counters of the unread ones, in one transaction.
 func (s *Store) InboxPurge(ctx context.Context, p store.InboxPurgeParams) (int, error) {
-	except := p.Except
-	if except == nil {
-		except = []string{}
-	}
 	var deleted int
 	var keys []store.InboxKey
 	err := s.w.do(ctx, func(tx wtx) error {
 		deleted, keys = 0, nil
-		rows, err := tx.Query(qInboxPurge, ms(p.Before), p.Tenant, jsonList(except), max(p.Limit, 1))
+		picked, err := purgePick(tx, p)
+		if err != nil || len(picked) == 0 {
+			return err
+		}
+		list := make([][3]any, len(picked))
+		for i, it := range picked {
+			list[i] = [3]any{it.Tenant, it.Recipient, it.Seq}
+		}
+		b, _ := json.Marshal(list)
+		rows, err := tx.Query(qInboxPurge, string(b))
 		if err != nil {
 			return fmt.Errorf("delete inbox items: %w", err)
 		}
@@ -464,4 +478,50 @@ func (s *Store) InboxPurge(ctx context.Context, p store.InboxPurgeParams) (int, 
 	}
 	s.inboxChanged(keys...)
 	return deleted, nil
+}
+
+// purgePick picks the items a purge deletes: each tenant's oldest, then
+// the oldest of those.
+func purgePick(tx wtx, p store.InboxPurgeParams) ([]store.InboxPurgeItem, error) {
+	var all []string
+	if p.Tenant == "" {
+		rows, err := tx.Query(qInboxTenants)
+		if err != nil {
+			return nil, fmt.Errorf("list inbox tenants: %w", err)
+		}
+		for rows.Next() {
+			var t string
+			if err := rows.Scan(&t); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("list inbox tenants: %w", err)
+			}
+			all = append(all, t)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("list inbox tenants: %w", err)
+		}
+	}
+	var picked []store.InboxPurgeItem
+	for _, t := range p.Tenants(all) {
+		rows, err := tx.Query(qInboxPurgePick, t, ms(p.Before), max(p.Limit, 1))
+		if err != nil {
+			return nil, fmt.Errorf("pick inbox items: %w", err)
+		}
+		for rows.Next() {
+			it := store.InboxPurgeItem{Tenant: t}
+			var created int64
+			if err := rows.Scan(&it.Recipient, &it.Seq, &created); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("pick inbox items: %w", err)
+			}
+			it.CreatedAt = fromMs(created)
+			picked = append(picked, it)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("pick inbox items: %w", err)
+		}
+	}
+	return p.Oldest(picked), nil
 }

@@ -592,6 +592,35 @@ func testInbox(t *testing.T, h Harness) {
 			t.Errorf("after a purge the next item is %v, want seq 5", got)
 		}
 	})
+	t.Run("PurgeTakesTheOldestOfEveryTenant", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		var made []store.NotificationCreateParams
+		for _, tenant := range []string{"t3", "t2", "t1", "t1", "t2"} { // an hour apart, oldest first
+			made = append(made, inboxCreate(t, b, tenant, "r1", nil))
+			b.clk.Advance(time.Hour)
+		}
+		left := func() []string {
+			t.Helper()
+			var ids []string
+			for _, tenant := range []string{"t1", "t2", "t3"} {
+				for _, it := range allItems(t, b, tenant, "r1") {
+					ids = append(ids, it.NotificationID)
+				}
+			}
+			slices.Sort(ids)
+			return ids
+		}
+		n, err := b.s.InboxPurge(b.ctx, store.InboxPurgeParams{Before: b.clk.Now(), Limit: 3})
+		if err != nil || n != 3 {
+			t.Fatalf("purged %d (%v), want 3", n, err)
+		}
+		want := []string{made[3].ID, made[4].ID}
+		slices.Sort(want)
+		if got := left(); !slices.Equal(got, want) {
+			t.Fatalf("left %v, want the two newest %v", got, want)
+		}
+	})
 	t.Run("TenantsAndRecipientsAreIsolated", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)

@@ -7,8 +7,8 @@
 -- order; message_id (the notification's id + ".inbox") is the item's public
 -- id. The primary key serves the feed (newest first, a backward scan), a
 -- stream's replay (oldest first after a seq) and the recount;
--- inbox_items_created the retention purge (oldest first); the unique
--- message_id the marks by id.
+-- inbox_items_tenant_created the retention purge (a tenant's oldest first,
+-- whatever the other tenants keep); the unique message_id the marks by id.
 --
 -- inbox_counters holds one row per recipient with an item: the last seq
 -- handed out and the count of items neither read nor archived. Intake bumps
@@ -31,7 +31,7 @@ CREATE TABLE inbox_items (
     archived_at     timestamptz,
     PRIMARY KEY (tenant, recipient, seq)
 );
-CREATE INDEX inbox_items_created ON inbox_items (created_at);
+CREATE INDEX inbox_items_tenant_created ON inbox_items (tenant, created_at);
 
 CREATE TABLE inbox_counters (
     tenant    text NOT NULL,

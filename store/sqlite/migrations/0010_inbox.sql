@@ -6,8 +6,9 @@
 -- archive marks. seq numbers one recipient's items 1, 2, 3… in commit
 -- order; message_id (the notification's id + ".inbox") is the item's public
 -- id. The primary key serves the feed (newest first), a stream's replay
--- (oldest first after a seq) and the badge's recount; inbox_items_created
--- the retention purge (oldest first); message_id the marks by id.
+-- (oldest first after a seq) and the badge's recount;
+-- inbox_items_tenant_created the retention purge (a tenant's oldest first,
+-- whatever the other tenants keep); message_id the marks by id.
 --
 -- inbox_counters holds one row per recipient with an item: the last seq
 -- handed out and the count of items neither read nor archived. Every write
@@ -28,7 +29,7 @@ CREATE TABLE inbox_items (
     archived_at     INTEGER,
     PRIMARY KEY (tenant, recipient, seq)
 ) WITHOUT ROWID;
-CREATE INDEX inbox_items_created ON inbox_items (created_at);
+CREATE INDEX inbox_items_tenant_created ON inbox_items (tenant, created_at);
 
 CREATE TABLE inbox_counters (
     tenant    TEXT NOT NULL,
