@@ -118,7 +118,9 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	// order, with the columns of qNotificationCreate after the request's id.
 	//
 	// A request with both an idempotency key and a dedup key never comes
-	// here: it needs its own transaction (createInTx). Two requests that
+	// here: it needs its own transaction (createInTx); nor does one whose
+	// inbox text depends on the recipient's language, read first in that
+	// transaction. Two requests that
 	// would both take one key (a new key, or an expired one) fail the
 	// statement (ON CONFLICT DO UPDATE cannot touch one row twice); the
 	// pipeline then runs each request alone. Replays of a live key share a

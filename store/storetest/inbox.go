@@ -402,6 +402,11 @@ func testInbox(t *testing.T, h Harness) {
 		if again := allItems(t, b, "t1", "r1")[0].ReadAt; firstRead == nil || again == nil || !again.Equal(*firstRead) {
 			t.Errorf("read_at %v then %v, want kept", firstRead, again)
 		}
+		// An unread item archived (it leaves the count) and then read
+		// does not leave it twice.
+		if _, err := b.s.InboxArchive(b.ctx, "t1", "r1", mine[2].ID+".inbox"); err != nil {
+			t.Fatal(err)
+		}
 		if bd := read(store.InboxMarkReadParams{All: true, UpToSeq: 3}); bd.Unread != 2 {
 			t.Fatalf("all up to seq 3: unread %d, want 2", bd.Unread)
 		}
@@ -431,10 +436,13 @@ func testInbox(t *testing.T, h Harness) {
 		var mu sync.Mutex
 		var created []string
 		start := make(chan struct{})
-		var wg sync.WaitGroup
+		var wg, creating sync.WaitGroup
+		createsDone := make(chan struct{})
 		errs := make(chan error, 100)
 		for w := range writers {
+			creating.Add(1)
 			wg.Go(func() { // creates
+				defer creating.Done()
 				<-start
 				for i := range each {
 					id := fmt.Sprintf("ntf_race_%d_%d", w, i)
@@ -451,10 +459,17 @@ func testInbox(t *testing.T, h Harness) {
 					mu.Unlock()
 				}
 			})
-			wg.Go(func() { // marks read and archives what exists so far
+			wg.Go(func() { // marks read and archives what exists so far, while creates go on and after
 				rng := rand.New(rand.NewPCG(uint64(w), 9))
 				<-start
-				for i := range each {
+				for i := 0; ; i++ {
+					select {
+					case <-createsDone:
+						if i >= 2*each {
+							return
+						}
+					default:
+					}
 					mu.Lock()
 					var pick []string
 					for range 3 {
@@ -480,6 +495,7 @@ func testInbox(t *testing.T, h Harness) {
 			})
 		}
 		close(start)
+		go func() { creating.Wait(); close(createsDone) }()
 		wait(t, &wg, "creates, reads and archives")
 		close(errs)
 		for err := range errs {
