@@ -115,3 +115,38 @@ func TestAnUnknownPushIsSettledByItsReceipt(t *testing.T) {
 		})
 	}
 }
+
+// A push to two devices has a message id per device; the app on one
+// device sends its receipt with the id its push carried, and only that
+// device's delivery becomes DELIVERED.
+func TestAReceiptSettlesThePushOfItsDeviceOnly(t *testing.T) {
+	t.Parallel()
+	h := startDevicesHerald(t, "sqlite")
+	phone, tablet := h.register(t, "user-1", "tok-phone-000000000001", http.StatusCreated), h.register(t, "user-1", "tok-tablet-00000000002", http.StatusCreated)
+	id := h.notify(t, "user-1", "e1")
+	push := h.pushes(t, id)
+	if len(push) != 2 {
+		t.Fatalf("pushes %+v, want one per device", push)
+	}
+	mid := map[string]string{}
+	for _, p := range push {
+		if p.State != "PROVIDER_ACCEPTED" {
+			t.Fatalf("push %+v", p)
+		}
+		mid[p.MessageID[strings.LastIndexByte(p.MessageID, '.')+1:]] = p.MessageID
+	}
+	code, body := h.call(t, http.MethodPost, "/v1/recipients/user-1/tokens", "")
+	var m inbox.Minted
+	if code != http.StatusCreated || json.Unmarshal(body, &m) != nil {
+		t.Fatalf("mint: %d %s", code, body)
+	}
+	if code, body := call(t, h.base, http.MethodPost, "/v1/me/receipts", m.Token, `{"message_id":"`+mid[phone]+`"}`); code != http.StatusNoContent {
+		t.Fatalf("receipt: %d %s", code, body)
+	}
+	for _, p := range h.pushes(t, id) {
+		want := map[string]string{mid[phone]: "DELIVERED/RECEIPT", mid[tablet]: "PROVIDER_ACCEPTED/"}[p.MessageID]
+		if p.State+"/"+p.Reason != want {
+			t.Fatalf("push %s is %s(%s), want %s", p.MessageID, p.State, p.Reason, want)
+		}
+	}
+}
