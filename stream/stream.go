@@ -134,13 +134,12 @@ type group struct {
 	// streams is guarded by Hub.mu; n counts them.
 	streams map[*stream]struct{}
 	n       atomic.Int32
-	// gen counts the signals for this inbox. A stream woken by one may use
-	// only a read that began after it: a flight of gen ≥ the gen it saw.
-	gen atomic.Uint64
 
 	// mu guards head and items: the newest shared reads (items: of the
-	// items after one seq), kept until the next signal; nil when there is
-	// none. Only the streams of an inbox that has more than one share reads.
+	// items after one seq) begun since the last signal; nil when there is
+	// none. A signal clears them before it wakes the streams, so a woken
+	// stream finds only reads begun after the change it was woken for.
+	// Only the streams of an inbox that has more than one share reads.
 	mu    sync.Mutex
 	head  *flight[head]
 	items *flight[[]item]
@@ -164,7 +163,6 @@ type item struct {
 
 // flight is one shared read: done is closed once val and err are set.
 type flight[T any] struct {
-	gen   uint64
 	after int64
 	done  chan struct{}
 	val   T
@@ -251,7 +249,6 @@ func (w watcher) InboxMissed() {
 // signalled makes later reads fresh and wakes every stream of g; Hub.mu
 // held.
 func (g *group) signalled() {
-	g.gen.Add(1)
 	g.mu.Lock()
 	g.head, g.items = nil, nil
 	g.mu.Unlock()
@@ -348,7 +345,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	if resume {
-		err = c.catchUp(ctx, 0, false)
+		err = c.catchUp(ctx, false)
 	} else {
 		// The stream starts at the newest item: the badge is all there is
 		// to send (a change since it was read has woken s).
@@ -422,7 +419,7 @@ func (c *conn) serve(ctx context.Context, expiresAt time.Time) {
 		case <-h.done:
 			return
 		case <-c.s.wake:
-			err = c.catchUp(ctx, c.s.g.gen.Load(), true)
+			err = c.catchUp(ctx, true)
 		case now := <-timer.C:
 			if !now.Before(expireAt) {
 				_ = c.comment("token expired")
@@ -430,7 +427,7 @@ func (c *conn) serve(ctx context.Context, expiresAt time.Time) {
 			}
 			if !now.Before(resyncAt) {
 				resyncAt = now.Add(jitter(h.cfg.Resync))
-				err = c.catchUp(ctx, 0, false)
+				err = c.catchUp(ctx, false)
 			}
 			if err == nil && !now.Before(pingAt) && !c.sent {
 				err = c.comment("ping")
@@ -465,11 +462,11 @@ func jitter(d time.Duration) time.Duration {
 
 // catchUp writes the items after c.seq and the badge if it changed (or was
 // never sent), and flushes. A woken stream shares its reads (shared) with
-// the others of its inbox, using only reads begun at signal gen or later;
-// the first catch-up and the periodic ones read on their own.
-func (c *conn) catchUp(ctx context.Context, gen uint64, shared bool) error {
+// the others of its inbox; the first catch-up and the periodic ones read
+// on their own.
+func (c *conn) catchUp(ctx context.Context, shared bool) error {
 	h := c.h
-	hd, err := share(ctx, c.s.g, gen, shared, 0, headSlot, func(ctx context.Context) (head, error) {
+	hd, err := share(ctx, c.s.g, shared, 0, headSlot, func(ctx context.Context) (head, error) {
 		return h.readHead(ctx, c.s.key)
 	})
 	if err != nil {
@@ -487,7 +484,7 @@ func (c *conn) catchUp(ctx context.Context, gen uint64, shared bool) error {
 	}
 	for c.seq < b.Seq {
 		after := c.seq
-		items, err := share(ctx, c.s.g, gen, shared, after, itemsSlot, func(ctx context.Context) ([]item, error) {
+		items, err := share(ctx, c.s.g, shared, after, itemsSlot, func(ctx context.Context) ([]item, error) {
 			return h.readItems(ctx, c.s.key, after)
 		})
 		if err != nil {
@@ -562,17 +559,17 @@ func encodeItem(it store.InboxItem) (item, error) {
 }
 
 // share runs read for a stream of g. When shared and g has other streams,
-// it uses g's flight in slot instead if that one reads after the same seq,
-// began at gen or later and has not failed; otherwise it reads and leaves
-// its read there for the others (until the next signal).
-func share[T any](ctx context.Context, g *group, gen uint64, shared bool, after int64,
+// it uses g's flight in slot instead if that one reads after the same seq
+// and has not failed; otherwise it reads and leaves its read there for the
+// others (until the next signal).
+func share[T any](ctx context.Context, g *group, shared bool, after int64,
 	slot func(*group) **flight[T], read func(context.Context) (T, error)) (T, error) {
 	if !shared || g.n.Load() < 2 {
 		return read(ctx)
 	}
 	g.mu.Lock()
 	p := slot(g)
-	if f := *p; f != nil && f.gen >= gen && f.after == after && !failedFlight(f) {
+	if f := *p; f != nil && f.after == after && !failedFlight(f) {
 		g.mu.Unlock()
 		select {
 		case <-f.done:
@@ -582,7 +579,7 @@ func share[T any](ctx context.Context, g *group, gen uint64, shared bool, after 
 			return zero, ctx.Err()
 		}
 	}
-	f := &flight[T]{gen: g.gen.Load(), after: after, done: make(chan struct{})}
+	f := &flight[T]{after: after, done: make(chan struct{})}
 	*p = f
 	g.mu.Unlock()
 	// The others may wait for this read after s's client went.
