@@ -167,6 +167,20 @@ func BenchmarkEndToEndInbox(b *testing.B) {
 	}))
 }
 
+// BenchmarkEndToEndInboxLocales is BenchmarkEndToEndInbox with the inbox
+// text given per locale, so each create chooses by the recipient's
+// profile language, read in its transaction.
+func BenchmarkEndToEndInboxLocales(b *testing.B) {
+	drive(b, startWith(b, false, func(cfg *config.Config) {
+		k := &cfg.Kinds[0]
+		k.Channels = append(k.Channels, "inbox")
+		k.Templates["inbox"] = config.Template{Locales: map[string]config.Template{
+			"ko":      {Title: "결제 완료", Body: "{{.amount}}원이 결제되었습니다"},
+			"default": {Title: "Paid", Body: "Paid {{.amount}} won"},
+		}}
+	}))
+}
+
 // drive posts b.N notifications from 16 concurrent clients, spread over the
 // instances, and reports the rate from the first POST until the last
 // delivery is recorded PROVIDER_ACCEPTED, and the intake rate alone.

@@ -68,7 +68,8 @@ func CreateTx(ctx context.Context, q Querier, p store.NotificationCreateParams) 
 	var inbox inboxArgs
 	if p.InboxWanted() {
 		var err error
-		if inbox, err = inboxForLanguage(ctx, q, p); err != nil {
+		// Read in the caller's transaction, as the statement after it.
+		if inbox, _, err = inboxForLanguage(ctx, q, p); err != nil {
 			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
 		}
 	}

@@ -127,19 +127,22 @@ u AS (
 SELECT tenant, recipient, deleted FROM g`
 )
 
-// inboxForLanguage reads the recipient's profile language with q (in the
-// create's transaction) and returns the inbox text it chooses.
-func inboxForLanguage(ctx context.Context, q Querier, p store.NotificationCreateParams) (inboxArgs, error) {
+// inboxForLanguage returns p's inbox text for the recipient and the
+// profile language it was chosen by, which it reads with q only when the
+// choice depends on it.
+func inboxForLanguage(ctx context.Context, q Querier, p store.NotificationCreateParams) (inboxArgs, string, error) {
 	var lang string
-	err := q.QueryRow(ctx, qInboxLanguage, p.Tenant, p.Recipient).Scan(&lang)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) && !errors.Is(err, sql.ErrNoRows) {
-		return inboxArgs{}, fmt.Errorf("read profile language: %w", err)
+	if p.InboxNeedsLanguage() {
+		err := q.QueryRow(ctx, qInboxLanguage, p.Tenant, p.Recipient).Scan(&lang)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) && !errors.Is(err, sql.ErrNoRows) {
+			return inboxArgs{}, "", fmt.Errorf("read profile language: %w", err)
+		}
 	}
 	text, err := p.InboxText(lang)
 	if err != nil {
-		return inboxArgs{}, err
+		return inboxArgs{}, "", err
 	}
-	return newInboxArgs(p, text), nil
+	return newInboxArgs(p, text), lang, nil
 }
 
 // scanItem scans qInboxAfter's columns.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,7 +51,16 @@ func TestMergedCreatesWriteInboxItems(t *testing.T) {
 	s := setup(t, "", Options{PipelineWorkers: 1})
 	replayed := params(withInbox("r1"))
 	mustCreate(t, s, replayed)
+	if err := s.ProfilePut(ctx, store.Profile{Tenant: "t1", Recipient: "r3", Language: "ko"}); err != nil {
+		t.Fatal(err)
+	}
+	var reads atomic.Int32
+	s.languageRead = func() { reads.Add(1) }
 	batch := []store.NotificationCreateParams{
+		params(func(p *store.NotificationCreateParams) { // its text by r3's language, checked in the merged statement
+			withInbox("r3")(p)
+			p.Inbox = []store.InboxText{{Locale: "default", Title: "Paid"}, {Locale: "ko", Title: "결제 완료"}}
+		}),
 		params(withInbox("r1")),
 		params(withInbox("r2")),
 		params(nil), // r1, no inbox
@@ -81,18 +91,21 @@ func TestMergedCreatesWriteInboxItems(t *testing.T) {
 		t.Fatalf("merged statements stood for %v creates, want one for %d", merged, len(batch))
 	}
 	mu.Unlock()
-	if got, want := itemTitles(t, s, "r1"), []string{replayed.ID, batch[0].ID, batch[4].ID, batch[7].ID}; !slices.Equal(got, want) {
+	if got, want := itemTitles(t, s, "r1"), []string{replayed.ID, batch[1].ID, batch[5].ID, batch[8].ID}; !slices.Equal(got, want) {
 		t.Errorf("r1's items %v, want %v", got, want)
 	}
-	if got, want := itemTitles(t, s, "r2"), []string{batch[1].ID, batch[5].ID}; !slices.Equal(got, want) {
+	if got, want := itemTitles(t, s, "r2"), []string{batch[2].ID, batch[6].ID}; !slices.Equal(got, want) {
 		t.Errorf("r2's items %v, want %v", got, want)
+	}
+	if got := itemTitles(t, s, "r3"); !slices.Equal(got, []string{"결제 완료"}) || reads.Load() != 1 {
+		t.Errorf("r3's items %v after %d reads of its language, want the Korean text after one", got, reads.Load())
 	}
 	for r, want := range map[string]store.InboxBadge{"r1": {Unread: 4, Seq: 4}, "r2": {Unread: 2, Seq: 2}} {
 		if b, err := s.InboxBadge(ctx, "t1", r); err != nil || b != want {
 			t.Errorf("%s's badge %+v (%v), want %+v", r, b, err, want)
 		}
 	}
-	v, err := s.NotificationGet(ctx, "t1", batch[4].ID)
+	v, err := s.NotificationGet(ctx, "t1", batch[5].ID)
 	if err != nil || len(v.Deliveries) != 2 {
 		t.Fatalf("view %+v (%v)", v, err)
 	}
@@ -155,5 +168,44 @@ func TestCreateTxWritesTheInboxItem(t *testing.T) {
 	claimed, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 10, Lease: time.Minute})
 	if err != nil || len(claimed) != 2 {
 		t.Fatalf("claimed %d (%v), want the sms and push rows alone", len(claimed), err)
+	}
+}
+
+// A create whose inbox text depends on the profile language chooses it by
+// the language read just before its statement, which writes it only if
+// that is still the language: changed in between, the create writes
+// nothing, reads the language again and writes the new language's text.
+func TestInboxLanguageChangedBeforeTheStatementIsChosenAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "", Options{})
+	profile := func(lang string) {
+		t.Helper()
+		if err := s.ProfilePut(ctx, store.Profile{Tenant: "t1", Recipient: "r1", Language: lang}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	profile("ko")
+	reads := 0
+	s.languageRead = func() {
+		if reads++; reads == 1 {
+			profile("fr") // after the text was chosen for ko
+		}
+	}
+	for _, key := range []string{"", "k"} { // the pipeline's statement, and with a dedup key too, createInTx's
+		reads = 0
+		p := params(withInbox("r1"))
+		p.IdempotencyKey, p.DedupKey = key, "d-"+p.ID
+		p.Inbox = []store.InboxText{{Locale: "default", Title: "Paid " + key}, {Locale: "ko", Title: "결제 완료 " + key}}
+		profile("ko")
+		if res, err := s.NotificationCreate(ctx, p); err != nil || res.Outcome != store.Created {
+			t.Fatalf("create (key %q): %v %v", key, res.Outcome, err)
+		}
+		if reads != 2 {
+			t.Errorf("key %q: the language was read %d times, want 2", key, reads)
+		}
+	}
+	if got := itemTitles(t, s, "r1"); !slices.Equal(got, []string{"Paid ", "Paid k"}) {
+		t.Fatalf("items %v, want the default texts alone (the language was fr at each write)", got)
 	}
 }

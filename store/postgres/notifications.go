@@ -24,6 +24,9 @@ type createRow struct {
 	createdID *string
 	due       bool // an outbox row is due now
 	notified  bool // the statement sent the lane's NOTIFY
+	// languageOK is false when the profile language changed after the
+	// inbox text was chosen: nothing was written; choose again.
+	languageOK bool
 }
 
 // NotificationCreate writes the idempotency key, the notification and its
@@ -60,33 +63,40 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 	if len(params) == 0 {
 		params = json.RawMessage("{}")
 	}
-	var inbox inboxArgs
-	if p.InboxWanted() && !p.InboxNeedsLanguage() {
-		text, err := p.InboxText("")
-		if err != nil {
-			return store.NotificationCreateResult{}, err
-		}
-		inbox = newInboxArgs(p, text)
-	}
 	for range createAttempts {
+		// The inbox text: the only one, or the one for the profile
+		// language read now; the statement writes it only if that is still
+		// the language (else it writes nothing, and this chooses again).
+		var inbox inboxArgs
+		var lang *string
+		if p.InboxWanted() {
+			l, err := "", error(nil)
+			if inbox, l, err = inboxForLanguage(ctx, s.pool, p); err != nil {
+				return store.NotificationCreateResult{}, err
+			}
+			if p.InboxNeedsLanguage() {
+				lang = &l
+				if s.languageRead != nil {
+					s.languageRead()
+				}
+			}
+		}
 		a := &createArgs{now: s.now(), tenant: p.Tenant, key: p.IdempotencyKey, hash: p.RequestHash, ttl: p.IdempotencyTTL,
 			response: response, id: p.ID, recipient: p.Recipient, event: p.EventID, kind: p.Kind, lane: string(p.Lane),
 			params: string(params), dedup: nullString(p.DedupKey), sendAt: p.SendAt, expiresAt: p.ExpiresAt,
-			channels: channels, messageIDs: messageIDs, wake: s.notify.inStatement(p.Lane), inbox: inbox}
+			channels: channels, messageIDs: messageIDs, wake: s.notify.inStatement(p.Lane), inbox: inbox, lang: lang}
 		var row createRow
 		var err error
-		switch {
-		case p.InboxWanted() && p.InboxNeedsLanguage():
-			// The text depends on the profile's language, read in the
-			// create's own transaction.
-			row, err = s.createInTx(ctx, a, &p)
-		case p.IdempotencyKey != "" && p.DedupKey != "":
-			row, err = s.createInTx(ctx, a, nil)
-		default:
+		if p.IdempotencyKey != "" && p.DedupKey != "" {
+			row, err = s.createInTx(ctx, a.list())
+		} else {
 			row, err = scanCreate(s.pipe.QueryRowMerged(ctx, createMerge, a, qNotificationCreate, a.list()...))
 		}
 		if err != nil {
 			return store.NotificationCreateResult{}, err
+		}
+		if !row.languageOK {
+			continue // the profile language changed: choose again
 		}
 		res, done, err := s.createOutcome(ctx, p, row)
 		if res.Outcome == store.Created && row.due && !row.notified {
@@ -99,13 +109,13 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 			return res, err
 		}
 	}
-	return store.NotificationCreateResult{}, fmt.Errorf("the idempotency key changed under each of %d attempts", createAttempts)
+	return store.NotificationCreateResult{}, fmt.Errorf("the idempotency key or the recipient's language changed under each of %d attempts", createAttempts)
 }
 
 func scanCreate(r pgx.Row) (createRow, error) {
 	var c createRow
 	var notified int64
-	err := r.Scan(&c.keyTaken, &c.createdID, &c.due, &notified)
+	err := r.Scan(&c.keyTaken, &c.createdID, &c.due, &notified, &c.languageOK)
 	if err != nil {
 		return c, fmt.Errorf("write notification: %w", err)
 	}
@@ -125,12 +135,13 @@ type createArgs struct {
 	sendAt, expiresAt                              *time.Time
 	channels, messageIDs                           []string
 	inbox                                          inboxArgs
+	lang                                           *string
 }
 
 func (a *createArgs) list() []any {
 	return []any{a.now, a.tenant, a.key, a.hash, a.ttl, a.response, a.id, a.recipient, a.event, a.kind, a.lane,
 		a.params, a.dedup, a.sendAt, a.expiresAt, a.channels, a.messageIDs, a.wake,
-		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID}
+		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang}
 }
 
 // inboxArgs are a create's inbox item: all nil when it writes none.
@@ -153,7 +164,7 @@ var createMerge = &merge{
 		tenant, key, hash, id := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		recipient, event, kind, lane := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		params, wake, dedup := make([]string, n), make([]string, n), make([]*string, n)
-		ititle, ibody, ilocale, imessage := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		ititle, ibody, ilocale, imessage, lang := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 		ttl, response := make([]time.Duration, n), make([][]byte, n)
 		sendAt, expiresAt := make([]*time.Time, n), make([]*time.Time, n)
 		var chReq []int32
@@ -163,13 +174,13 @@ var createMerge = &merge{
 			tenant[i], key[i], hash[i], ttl[i], response[i] = a.tenant, a.key, a.hash, a.ttl, a.response
 			id[i], recipient[i], event[i], kind[i], lane[i] = a.id, a.recipient, a.event, a.kind, a.lane
 			params[i], dedup[i], sendAt[i], expiresAt[i], wake[i] = a.params, a.dedup, a.sendAt, a.expiresAt, a.wake
-			ititle[i], ibody[i], ilocale[i], imessage[i] = a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID
+			ititle[i], ibody[i], ilocale[i], imessage[i], lang[i] = a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang
 			for j, ch := range a.channels {
 				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a.messageIDs[j])
 			}
 		}
 		return []any{ops[0].in.(*createArgs).now, tenant, key, hash, ttl, response, id, recipient, event, kind, lane,
-			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage}
+			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang}
 	},
 	scan: func(rows pgx.Rows, ops []*pipeOp) error {
 		i := 0
@@ -197,21 +208,14 @@ var createMerge = &merge{
 }
 
 // createInTx runs qNotificationCreate in a transaction it commits only if
-// the notification was written. With lang set it first reads the
-// recipient's profile language in that transaction and writes the inbox
-// text lang's params choose for it.
-func (s *Store) createInTx(ctx context.Context, a *createArgs, lang *store.NotificationCreateParams) (createRow, error) {
+// the notification was written.
+func (s *Store) createInTx(ctx context.Context, args []any) (createRow, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return createRow{}, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if lang != nil {
-		if a.inbox, err = inboxForLanguage(ctx, tx, *lang); err != nil {
-			return createRow{}, err
-		}
-	}
-	row, err := scanCreate(tx.QueryRow(ctx, qNotificationCreate, a.list()...))
+	row, err := scanCreate(tx.QueryRow(ctx, qNotificationCreate, args...))
 	if err != nil {
 		return row, err
 	}

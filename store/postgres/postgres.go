@@ -130,12 +130,15 @@ type Store struct {
 	logger  *slog.Logger
 	wakeups *store.Wakeups
 
-	channels       map[heraldtype.Lane]string
-	lanes          map[string]heraldtype.Lane
-	notify         *notifier
-	inboxChannel   string // inboxsignal.go
-	inboxNotify    *inboxNotifier
-	inboxSignals   store.InboxSignals
+	channels     map[heraldtype.Lane]string
+	lanes        map[string]heraldtype.Lane
+	notify       *notifier
+	inboxChannel string // inboxsignal.go
+	inboxNotify  *inboxNotifier
+	inboxSignals store.InboxSignals
+	// languageRead, when set (tests), runs after a create read the
+	// profile language its inbox text depends on, before its statement.
+	languageRead   func()
 	leaderKey      int64
 	leaderInterval time.Duration
 

@@ -25,6 +25,9 @@ package postgres
 const (
 	// qNotificationCreate is the whole intake write in one statement:
 	//
+	//   g  checks that the recipient's profile language is still $23, the
+	//      one the inbox text was chosen for (NULL: no text depends on it);
+	//      if it changed, nothing is written and the caller chooses again.
 	//   k  takes the idempotency key: inserts it, or replaces it if it has
 	//      expired (ON CONFLICT … DO UPDATE … WHERE expired). A live key makes
 	//      k return nothing, and then nothing else is written. A key another
@@ -56,11 +59,16 @@ const (
 	// $11 lane, $12 params, $13 dedup key, $14 send_at, $15 expires_at,
 	// $16 channels, $17 message ids (parallel to $16), $18 wake-up channel ('' for none),
 	// $19 inbox title (NULL: no inbox item), $20 inbox body, $21 the text's locale,
-	// $22 the inbox send's message id.
-	qNotificationCreate = `WITH k AS (
+	// $22 the inbox send's message id, $23 the profile language the text was
+	// chosen for (NULL: none).
+	qNotificationCreate = `WITH g AS (
+    SELECT $23::text IS NULL
+           OR coalesce((SELECT data->>'language' FROM profiles WHERE tenant = $2::text AND recipient = $8::text), '') = $23::text AS ok
+),
+k AS (
     INSERT INTO idempotency_keys AS ik (tenant, key, request_hash, notification_id, response, created_at, expires_at)
     SELECT $2::text, $3::text, $4::text, $7::text, $6::bytea, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()) + $5::interval
-    WHERE $3::text <> ''
+    WHERE $3::text <> '' AND (SELECT ok FROM g)
     ON CONFLICT (tenant, key) DO UPDATE
         SET request_hash = excluded.request_hash, notification_id = excluded.notification_id, response = excluded.response,
             created_at = excluded.created_at, expires_at = excluded.expires_at
@@ -71,7 +79,7 @@ n AS (
     INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
     SELECT $7::text, $2::text, $8::text, $9::text, $10::text, $11::text, $12::json, $13::text, $14::timestamptz, $15::timestamptz,
            coalesce($1::timestamptz, now())
-    WHERE $3::text = '' OR EXISTS (SELECT 1 FROM k)
+    WHERE ($3::text = '' OR EXISTS (SELECT 1 FROM k)) AND (SELECT ok FROM g)
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ),
@@ -103,7 +111,7 @@ ds AS (
     FROM n WHERE $19::text IS NOT NULL
 ),
 w AS (SELECT pg_notify($18::text, '') FROM o WHERE o.due AND $18::text <> '' LIMIT 1)
-SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w)`
+SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w), (SELECT ok FROM g)`
 
 	// qNotificationCreateMany is qNotificationCreate for several requests at
 	// once (see createMerge): the pipeline runs the creates waiting in one
@@ -118,9 +126,7 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	// order, with the columns of qNotificationCreate after the request's id.
 	//
 	// A request with both an idempotency key and a dedup key never comes
-	// here: it needs its own transaction (createInTx); nor does one whose
-	// inbox text depends on the recipient's language, read first in that
-	// transaction. Two requests that
+	// here: it needs its own transaction (createInTx). Two requests that
 	// would both take one key (a new key, or an expired one) fail the
 	// statement (ON CONFLICT DO UPDATE cannot touch one row twice); the
 	// pipeline then runs each request alone. Replays of a live key share a
@@ -130,8 +136,10 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	// $5 key TTL, $6 response, $7 id, $8 recipient, $9 event id, $10 kind,
 	// $11 lane, $12 params, $13 dedup key, $14 send_at, $15 expires_at,
 	// $16 wake-up channel, $20 inbox title (NULL: none), $21 inbox body,
-	// $22 its locale, $23 the inbox send's message id; per channel: $17
-	// request's position (1-based), $18 channel, $19 message id.
+	// $22 its locale, $23 the inbox send's message id, $24 the profile
+	// language the text was chosen for (NULL: none; g checks it as in
+	// qNotificationCreate); per channel: $17 request's position (1-based),
+	// $18 channel, $19 message id.
 	//
 	// The inbox items of one recipient's requests take consecutive seqs in
 	// r's order from one bump of its counter row; the counter rows are
@@ -140,14 +148,18 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	qNotificationCreateMany = `WITH r AS MATERIALIZED (
     SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::interval[], $6::bytea[], $7::text[], $8::text[], $9::text[],
                          $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::text[],
-                         $20::text[], $21::text[], $22::text[], $23::text[])
+                         $20::text[], $21::text[], $22::text[], $23::text[], $24::text[])
         WITH ORDINALITY AS r (tenant, key, hash, ttl, response, id, recipient, event_id, kind, lane, params, dedup, send_at, expires_at, wake,
-                              ititle, ibody, ilocale, imessage, ord)
+                              ititle, ibody, ilocale, imessage, lang, ord)
+),
+g AS MATERIALIZED (
+    SELECT r.ord, r.lang IS NULL OR coalesce(p.data->>'language', '') = r.lang AS ok
+    FROM r LEFT JOIN profiles p ON p.tenant = r.tenant AND p.recipient = r.recipient
 ),
 k AS (
     INSERT INTO idempotency_keys AS ik (tenant, key, request_hash, notification_id, response, created_at, expires_at)
     SELECT r.tenant, r.key, r.hash, r.id, r.response, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()) + r.ttl
-    FROM r WHERE r.key <> ''
+    FROM r JOIN g ON g.ord = r.ord WHERE r.key <> '' AND g.ok
     ORDER BY r.tenant, r.key
     ON CONFLICT (tenant, key) DO UPDATE
         SET request_hash = excluded.request_hash, notification_id = excluded.notification_id, response = excluded.response,
@@ -159,7 +171,7 @@ n AS (
     INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
     SELECT r.id, r.tenant, r.recipient, r.event_id, r.kind, r.lane, r.params::json, r.dedup, r.send_at, r.expires_at,
            coalesce($1::timestamptz, now())
-    FROM r WHERE r.key = '' OR r.id IN (SELECT id FROM k)
+    FROM r JOIN g ON g.ord = r.ord WHERE (r.key = '' OR r.id IN (SELECT id FROM k)) AND g.ok
     ORDER BY r.tenant, r.dedup, r.ord
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
@@ -204,8 +216,8 @@ w AS (
 ),
 d AS (SELECT notification_id, bool_or(due) AS due FROM o GROUP BY notification_id)
 SELECT r.id, r.key <> '' AND r.id IN (SELECT id FROM k), n.id, coalesce(d.due, false),
-       CASE WHEN r.wake <> '' AND coalesce(d.due, false) THEN (SELECT count(*) FROM w) ELSE 0 END
-FROM r LEFT JOIN n ON n.id = r.id LEFT JOIN d ON d.notification_id = r.id
+       CASE WHEN r.wake <> '' AND coalesce(d.due, false) THEN (SELECT count(*) FROM w) ELSE 0 END, g.ok
+FROM r JOIN g ON g.ord = r.ord LEFT JOIN n ON n.id = r.id LEFT JOIN d ON d.notification_id = r.id
 ORDER BY r.ord`
 
 	// qIdemGet reads a key in a new statement (so a new snapshot, under READ
