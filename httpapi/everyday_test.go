@@ -216,6 +216,19 @@ func (e *everyday) walkList(t *testing.T, query string, limit int) []string {
 	return nil
 }
 
+// TestListStoredInboxEntries: state=STORED lists the notifications whose
+// inbox item was written, as their entries show it.
+func TestListStoredInboxEntries(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, nil, func(t *testing.T, e *everyday) {
+		e.accept(t, "u1")
+		id := e.acceptKind(t, "u1", "order.shipped", `{"item":"Mug","tracking":"T1"}`)
+		if got := e.walkList(t, "state=STORED", 10); !slices.Equal(got, []string{id}) {
+			t.Errorf("state=STORED = %v, want [%s]", got, id)
+		}
+	})
+}
+
 func TestListNotifications(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, nil, func(t *testing.T, e *everyday) {
