@@ -95,6 +95,9 @@ type Store interface {
 	// InboxWatch carries "this recipient's inbox changed" signals
 	// (inboxsignal.go).
 	InboxWatch
+	// InboxHeads reads many inboxes' badges and newest items at once, for
+	// the live streams (inboxheads.go).
+	InboxHeads
 	Erasure
 	Devices
 	// Wakeups carries "a row became due on this lane" signals, from this

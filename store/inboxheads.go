@@ -1,0 +1,27 @@
+package store
+
+import "context"
+
+// InboxHeads reads many inboxes' heads at once: what a live stream needs
+// after a signal (package stream), one statement per batch of keys rather
+// than one per inbox.
+type InboxHeads interface {
+	// InboxHeads returns, for every key, its badge and its newest item
+	// (archived or not), each inbox's in one snapshot. The map holds every
+	// key asked for; an inbox with no item yet has the zero InboxHead.
+	// A caller keeps a batch to MaxInboxHeads keys.
+	InboxHeads(ctx context.Context, keys []InboxKey) (map[InboxKey]InboxHead, error)
+}
+
+// MaxInboxHeads is the most keys one InboxHeads call should ask for: one
+// statement reads them all.
+const MaxInboxHeads = 500
+
+// InboxHead is an inbox's badge and newest item.
+type InboxHead struct {
+	Badge InboxBadge
+	// Newest is the item of greatest seq, archived or not; nil when there
+	// is none (no item yet, or every one purged). Its Seq is Badge.Seq
+	// unless that item is gone.
+	Newest *InboxItem
+}
