@@ -477,21 +477,23 @@ func TestMissedSignalsAndResyncCatchUp(t *testing.T) {
 	})
 }
 
-// gatedReader counts a woken stream's reads (heads: its badge and newest
-// item, through InboxFeed; items: InboxItemsAfter) and, while gate is set,
-// holds each head read until
-// the gate is closed.
+// gatedReader counts a woken stream's reads (heads: statements of
+// badges and newest items, through InboxHeads, and the inboxes they read;
+// items: InboxItemsAfter) and, while gate is set, holds each head
+// statement until the gate is closed.
 type gatedReader struct {
 	stream.Reader
-	mu      sync.Mutex
-	gate    chan struct{}
-	entered chan struct{}
-	heads   atomic.Int64
-	items   atomic.Int64
+	mu        sync.Mutex
+	gate      chan struct{}
+	entered   chan struct{}
+	heads     atomic.Int64
+	headsKeys atomic.Int64
+	items     atomic.Int64
 }
 
-func (g *gatedReader) InboxFeed(ctx context.Context, p store.InboxFeedParams) (store.InboxPage, error) {
+func (g *gatedReader) InboxHeads(ctx context.Context, keys []store.InboxKey) (map[store.InboxKey]store.InboxHead, error) {
 	g.heads.Add(1)
+	g.headsKeys.Add(int64(len(keys)))
 	g.mu.Lock()
 	gate := g.gate
 	g.mu.Unlock()
@@ -499,7 +501,7 @@ func (g *gatedReader) InboxFeed(ctx context.Context, p store.InboxFeedParams) (s
 		g.entered <- struct{}{}
 		<-gate
 	}
-	return g.Reader.InboxFeed(ctx, p)
+	return g.Reader.InboxHeads(ctx, keys)
 }
 
 func (g *gatedReader) InboxItemsAfter(ctx context.Context, tenant, recipient string, after int64, limit int) ([]store.InboxItem, error) {
@@ -585,6 +587,55 @@ func TestStreamsOfOneInboxShareReads(t *testing.T) {
 			if h >= n || i >= n || (items > 1) != (i > 0) {
 				t.Fatalf("%d new items: %d head and %d item reads for %d streams: not shared, or not read as they should be", items, h, i, n)
 			}
+		}
+	})
+}
+
+// TestASignalForManyInboxesReadsTheirHeadsTogether: one signal for many
+// inboxes reads their heads in a bounded number of statements, not one
+// per inbox, and every stream gets its own new item and badge. With one
+// read at a time and the first statement held, every other woken stream
+// asks while it runs: all of them go into one more.
+func TestASignalForManyInboxesReadsTheirHeadsTogether(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, open func(t testing.TB) testStore) {
+		st := open(t)
+		g := &gatedReader{Reader: st, entered: make(chan struct{}, 1)}
+		sig := &store.InboxSignals{}
+		e := setup(t, st, stream.Config{Store: g, Signals: sig, Reads: 1})
+		const n = 300
+		keys := make([]store.InboxKey, n)
+		clients := make([]*ssetest.Client, n)
+		for i := range clients {
+			keys[i] = store.InboxKey{Tenant: "t1", Recipient: fmt.Sprintf("r%03d", i)}
+			clients[i] = e.open(t, "t1", keys[i].Recipient)
+			clients[i].WantBadge(t, 0)
+			e.add(t, "t1", keys[i].Recipient, "for "+keys[i].Recipient)
+		}
+		heads0, keys0, items0 := g.heads.Load(), g.headsKeys.Load(), g.items.Load()
+		gate := make(chan struct{})
+		g.mu.Lock()
+		g.gate = gate
+		g.mu.Unlock()
+		sig.Changed(keys...)
+		testenv.Recv(t, g.entered, "the first head statement")
+		testenv.WaitFor(t, "every woken stream to ask for its head", 30*time.Second, func() bool {
+			return int(g.headsKeys.Load()-keys0)+stream.HeadsWanted(e.hub) == n
+		})
+		g.mu.Lock()
+		g.gate = nil
+		g.mu.Unlock()
+		close(gate)
+		for i, c := range clients {
+			if seq, it := c.Item(t); seq != 1 || it.Title != "for "+keys[i].Recipient {
+				t.Fatalf("stream %d: item %d %q", i, seq, it.Title)
+			}
+			c.WantBadge(t, 1)
+		}
+		h, k, i := g.heads.Load()-heads0, g.headsKeys.Load()-keys0, g.items.Load()-items0
+		t.Logf("one signal for %d inboxes: %d head statements of %d inboxes in all, %d item reads", n, h, k, i)
+		if h > 2 || k != n || i != 0 {
+			t.Fatalf("one signal for %d inboxes: %d head statements (want at most 2) of %d inboxes, %d item reads (want 0)", n, h, k, i)
 		}
 	})
 }
