@@ -416,7 +416,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // failed logs a stream that ends on an error other than its client's going.
 func (h *Hub) failed(ctx context.Context, err error, what string) {
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, errClosed) {
 		return
 	}
 	h.logger.LogAttrs(ctx, slog.LevelWarn, "stream: ended", slog.String("step", what), slog.Any("error", err))
