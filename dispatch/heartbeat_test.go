@@ -74,7 +74,10 @@ func TestHeartbeatKeepsTheRowOfASendInFlight(t *testing.T) {
 		const lease = time.Minute
 		run(t, dispatch.NewClaimer(dispatch.ClaimerConfig{
 			Lane: lane, Store: out, Wake: b.store.Wakeups().C(lane), Sender: b.sender(sender.Hooks{}), Owner: "a",
-			Concurrency: 1, Lease: lease, Heartbeat: 5 * time.Millisecond, PollInterval: 5 * time.Millisecond, Alerts: b.alerts,
+			// A beat's write may take as long as the interval between beats:
+			// 100 ms, not 5, so that a loaded machine's slow round trip to
+			// PostgreSQL does not time every beat out.
+			Concurrency: 1, Lease: lease, Heartbeat: 100 * time.Millisecond, PollInterval: 5 * time.Millisecond, Alerts: b.alerts,
 		}))
 		t.Cleanup(release)
 		id := b.notify(t, "pay", lane)

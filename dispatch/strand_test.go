@@ -240,8 +240,12 @@ func TestRetryWaitWrittenWithItsAnswerLostKeepsItsOutboxRow(t *testing.T) {
 				_, release := b.holdFirstCall(t, provider.NotSentOutcome("HTTP_429", 0))
 				release() // not held: the first call is a definite non-send
 				seam := storefault.LoseRecord(b.store, c.Options)
+				// Windows long enough for a loaded machine's round trip to
+				// PostgreSQL to fit several times: with 100 ms the first
+				// write could use all of it, and no later try (the thing
+				// tested) was made.
 				snd := sender.New(sender.Config{Store: seam, Providers: b.reg, Catalog: b.cat, Clock: b.clk, Owner: "a",
-					Alerts: b.alerts, StoreRetry: 100 * time.Millisecond, RecordTimeout: 100 * time.Millisecond})
+					Alerts: b.alerts, StoreRetry: time.Second, RecordTimeout: time.Second})
 				recorded := make(chan sender.Result, 2) // one per attempt
 				snd.Hooks.AfterRecord = func(_ context.Context, _ heraldtype.Job, r sender.Result) { recorded <- r }
 				log := &settleLog{Outbox: b.store}
