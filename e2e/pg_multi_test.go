@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 )
 
@@ -117,6 +118,12 @@ func TestSeveralProcessesSharePostgres(t *testing.T) {
 	// A survivor takes over, as its own log says after the kill.
 	took, leader := lw.awaitTakeover(t)
 	t.Logf("process %d became leader %s after the kill", leader+1, took.Round(time.Millisecond))
+	// The lock is taken a moment before the line is logged (and the log
+	// reaches this test through a pipe): on a loaded machine the sampler
+	// can see the holder first.
+	testenv.WaitFor(t, "the new leader's \"became leader\" line", 10*time.Second, func() bool {
+		return len(logLines(servers[leader].logs.since(marks[leader]), "postgres: became leader")) > 0
+	})
 	for i, s := range servers {
 		after := logLines(s.logs.since(marks[i]), "postgres: became leader")
 		switch {
