@@ -320,11 +320,14 @@ func TestCancelledRetryIsNotRetried(t *testing.T) {
 	eachStore(t, func(t *testing.T, b *bundle) {
 		ids := b.create(t, 1)
 		msg := store.MessageID(ids[0], heraldtype.ChannelWebhook)
+		// Retry-After 2 s: the retry must not come before the cancel in the
+		// hook below has run, and with the schedule's 50 ms a loaded machine
+		// let another worker claim it first.
 		b.sim.OnCall(func(ctx context.Context, m provider.Message) provider.Outcome {
-			return provider.NotSentOutcome("HTTP_429", 0)
+			return provider.NotSentOutcome("HTTP_429", 2*time.Second)
 		})
 		// Right after the first attempt's RETRY_WAIT is written, before the
-		// retry (50 ms later) can come.
+		// retry (2 s later) can come.
 		cancelled := make(chan cancel.Entry, 1)
 		b.hooks.AfterRecord = func(ctx context.Context, job heraldtype.Job, res sender.Result) {
 			if res.State == heraldtype.DeliveryRetryWait {
