@@ -138,13 +138,13 @@ type Hub struct {
 	cfg       Config
 	logger    *slog.Logger
 	metrics   *metrics.Streams
-	done      chan struct{}
 	closeOnce sync.Once
 	stopWatch func()
 	open      atomic.Int64
 	// reads holds a token per store read under way (Config.Reads).
 	reads chan struct{}
-	// ctx ends at Close: the head statements' context.
+	// ctx ends at Close (its Done is what Close signals): the head
+	// statements' context, and what ends every stream.
 	ctx    context.Context
 	cancel context.CancelFunc
 	// headsMu guards headsWanted, the head reads asked for and not yet in
@@ -243,7 +243,7 @@ func New(cfg Config) *Hub {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	h := &Hub{cfg: cfg, logger: cfg.Logger, done: make(chan struct{}), reads: make(chan struct{}, cfg.Reads),
+	h := &Hub{cfg: cfg, logger: cfg.Logger, reads: make(chan struct{}, cfg.Reads),
 		headsAsked: make(chan struct{}, 1), headFlights: make(chan struct{}, headFlights),
 		groups: map[store.InboxKey]*group{}}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -267,7 +267,6 @@ func (h *Hub) Open() int { return int(h.open.Load()) }
 // HTTP requests in flight, which a stream would otherwise outlast.
 func (h *Hub) Close() {
 	h.closeOnce.Do(func() {
-		close(h.done)
 		h.cancel()
 		h.stopWatch()
 	})
@@ -322,7 +321,7 @@ func (s *stream) poke() {
 // acquire takes a slot, or reports that the cap is reached or the Hub closed.
 func (h *Hub) acquire() bool {
 	select {
-	case <-h.done:
+	case <-h.ctx.Done():
 		return false
 	default:
 	}
@@ -470,7 +469,7 @@ func (c *conn) serve(ctx context.Context, expiresAt time.Time) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-h.done:
+		case <-h.ctx.Done():
 			return
 		case <-c.s.wake:
 			err = c.catchUp(ctx, true)
@@ -606,7 +605,7 @@ func (h *Hub) readHead(ctx context.Context, key store.InboxKey) (head, error) {
 		return a.hd, a.err
 	case <-ctx.Done():
 		return head{}, ctx.Err()
-	case <-h.done:
+	case <-h.ctx.Done():
 		return head{}, errClosed
 	}
 }
@@ -617,19 +616,19 @@ func (h *Hub) readHead(ctx context.Context, key store.InboxKey) (head, error) {
 func (h *Hub) batchHeads() {
 	for {
 		select {
-		case <-h.done:
+		case <-h.ctx.Done():
 			return
 		case <-h.headsAsked:
 		}
 		for {
 			select {
 			case h.headFlights <- struct{}{}:
-			case <-h.done:
+			case <-h.ctx.Done():
 				return
 			}
 			select {
 			case h.reads <- struct{}{}:
-			case <-h.done:
+			case <-h.ctx.Done():
 				return
 			}
 			batch := h.takeHeads()
