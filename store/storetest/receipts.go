@@ -34,6 +34,18 @@ func sentPush(t *testing.T, b bundle, tenant, recipient string, state heraldtype
 	return mid
 }
 
+// unknownPush is sentPush left SENDING until the stale sweep ends it
+// UNKNOWN (its claim 11 minutes old, the sweep's limit 10).
+func unknownPush(t *testing.T, b bundle) string {
+	t.Helper()
+	mid := sentPush(t, b, "t1", "r1", heraldtype.DeliverySending)
+	b.clk.Advance(11 * time.Minute)
+	if stale, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute); err != nil || len(stale) != 1 {
+		t.Fatalf("stale sweep: %+v (%v)", stale, err)
+	}
+	return mid
+}
+
 // claimPush claims messageID of notification nid as the sender does.
 func claimPush(t *testing.T, b bundle, tenant, nid, mid string) {
 	t.Helper()
@@ -88,11 +100,7 @@ func testReceipts(t *testing.T, h Harness) {
 	t.Run("UnknownIsSettledAndReconciliationNoLongerListsIt", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		mid := sentPush(t, b, "t1", "r1", heraldtype.DeliverySending)
-		b.clk.Advance(11 * time.Minute)
-		if stale, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute); err != nil || len(stale) != 1 {
-			t.Fatalf("stale sweep: %+v (%v)", stale, err)
-		}
+		mid := unknownPush(t, b)
 		before := count(t, b, time.Minute, 0)
 		if before.Unknown.Count != 1 || len(before.Unknown.Sample) != 1 || before.Unknown.Sample[0].MessageID != mid {
 			t.Fatalf("before the receipt: unknown %+v, want %s", before.Unknown, mid)
@@ -202,11 +210,7 @@ func testReceipts(t *testing.T, h Harness) {
 	t.Run("ConcurrentReceiptsAndALateSenderOnUnknown", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		mid := sentPush(t, b, "t1", "r1", heraldtype.DeliverySending)
-		b.clk.Advance(11 * time.Minute)
-		if stale, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute); err != nil || len(stale) != 1 {
-			t.Fatalf("stale sweep: %+v (%v)", stale, err)
-		}
+		mid := unknownPush(t, b)
 		// The sender that claimed it comes back with its answer while
 		// receipts for it arrive: its write is conditional on SENDING and
 		// takes nothing, whichever runs first.
