@@ -143,8 +143,9 @@ type Hub struct {
 	open      atomic.Int64
 	// reads holds a token per store read under way (Config.Reads).
 	reads chan struct{}
-	// ctx ends at Close (its Done is what Close signals): the head
-	// statements' context, and what ends every stream.
+	// ctx ends at Close (its Done is what Close signals): the context of
+	// the reads no one stream owns (the head statements, a read an
+	// inbox's streams share), and what ends every stream.
 	ctx    context.Context
 	cancel context.CancelFunc
 	// headsMu guards headsWanted, the head reads asked for and not yet in
@@ -519,7 +520,7 @@ func jitter(d time.Duration) time.Duration {
 // on their own.
 func (c *conn) catchUp(ctx context.Context, shared bool) error {
 	h := c.h
-	hd, err := share(ctx, c.s.g, shared, 0, headSlot, func(ctx context.Context) (head, error) {
+	hd, err := share(ctx, h.ctx, c.s.g, shared, 0, headSlot, func(ctx context.Context) (head, error) {
 		return h.readHead(ctx, c.s.key)
 	})
 	if err != nil {
@@ -537,7 +538,7 @@ func (c *conn) catchUp(ctx context.Context, shared bool) error {
 	}
 	for c.seq < b.Seq {
 		after := c.seq
-		items, err := share(ctx, c.s.g, shared, after, itemsSlot, func(ctx context.Context) ([]item, error) {
+		items, err := share(ctx, h.ctx, c.s.g, shared, after, itemsSlot, func(ctx context.Context) ([]item, error) {
 			return h.readItems(ctx, c.s.key, after)
 		})
 		if err != nil {
@@ -728,8 +729,10 @@ func encodeItem(it store.InboxItem) (item, error) {
 // share runs read for a stream of g. When shared and g has other streams,
 // it uses g's flight in slot instead if that one reads after the same seq
 // and has not failed; otherwise it reads and leaves its read there for the
-// others (until the next signal).
-func share[T any](ctx context.Context, g *group, shared bool, after int64,
+// others (until the next signal). A read left for the others runs under
+// hub (the Hub's context), not ctx: it outlives the client of the stream
+// that began it, and ends at Close like the streams waiting for it.
+func share[T any](ctx, hub context.Context, g *group, shared bool, after int64,
 	slot func(*group) **flight[T], read func(context.Context) (T, error)) (T, error) {
 	if !shared || g.n.Load() < 2 {
 		return read(ctx)
@@ -749,8 +752,7 @@ func share[T any](ctx context.Context, g *group, shared bool, after int64,
 	f := &flight[T]{after: after, done: make(chan struct{})}
 	*p = f
 	g.mu.Unlock()
-	// The others may wait for this read after s's client went.
-	f.val, f.err = read(context.WithoutCancel(ctx))
+	f.val, f.err = read(hub)
 	close(f.done)
 	return f.val, f.err
 }
