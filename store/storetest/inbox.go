@@ -32,6 +32,17 @@ func inboxCreate(t *testing.T, b bundle, tenant, recipient string, mutate func(p
 	return p
 }
 
+// inboxCreateN is n inboxCreates of tenant/recipient without a mutation,
+// oldest first.
+func inboxCreateN(t *testing.T, b bundle, tenant, recipient string, n int) []store.NotificationCreateParams {
+	t.Helper()
+	ps := make([]store.NotificationCreateParams, n)
+	for i := range ps {
+		ps[i] = inboxCreate(t, b, tenant, recipient, nil)
+	}
+	return ps
+}
+
 // feed reads a page; any error fails the test.
 func feed(t *testing.T, b bundle, p store.InboxFeedParams) store.InboxPage {
 	t.Helper()
@@ -124,10 +135,7 @@ func testInbox(t *testing.T, h Harness) {
 	t.Run("CreateWritesTheItemAtOnceWithTheNextSeq", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		var ps []store.NotificationCreateParams
-		for range 3 {
-			ps = append(ps, inboxCreate(t, b, "t1", "r1", nil))
-		}
+		ps := inboxCreateN(t, b, "t1", "r1", 3)
 		page := feed(t, b, store.InboxFeedParams{Tenant: "t1", Recipient: "r1", Limit: 10})
 		if got := seqs(page.Items); !slices.Equal(got, []int64{3, 2, 1}) || page.Next != 0 {
 			t.Fatalf("feed seqs %v next %d, want [3 2 1] and 0", got, page.Next)
@@ -287,9 +295,7 @@ func testInbox(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		// The clock stands still: every item has the same created_at.
-		for range 25 {
-			inboxCreate(t, b, "t1", "r1", nil)
-		}
+		inboxCreateN(t, b, "t1", "r1", 25)
 		var seen []int64
 		before := int64(0)
 		for pages := 0; ; pages++ {
@@ -300,9 +306,7 @@ func testInbox(t *testing.T, h Harness) {
 			seen = append(seen, seqs(page.Items)...)
 			// Items arrive between pages; they are newer than the first
 			// page, so this walk does not see them.
-			for range 3 {
-				inboxCreate(t, b, "t1", "r1", nil)
-			}
+			inboxCreateN(t, b, "t1", "r1", 3)
 			if page.Next == 0 {
 				break
 			}
@@ -330,10 +334,7 @@ func testInbox(t *testing.T, h Harness) {
 	t.Run("ArchiveHidesAndCounts", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		var ps []store.NotificationCreateParams
-		for range 3 {
-			ps = append(ps, inboxCreate(t, b, "t1", "r1", nil))
-		}
+		ps := inboxCreateN(t, b, "t1", "r1", 3)
 		inboxCreate(t, b, "t1", "r2", nil)
 		archive := func(tenant, recipient, id string, want bool) {
 			t.Helper()
@@ -375,10 +376,7 @@ func testInbox(t *testing.T, h Harness) {
 	t.Run("MarkReadTouchesOnlyTheRecipientsUnreadItems", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		var mine []store.NotificationCreateParams
-		for range 5 {
-			mine = append(mine, inboxCreate(t, b, "t1", "r1", nil))
-		}
+		mine := inboxCreateN(t, b, "t1", "r1", 5)
 		other := inboxCreate(t, b, "t1", "r2", nil)
 		otherTenant := inboxCreate(t, b, "t2", "r1", nil)
 		read := func(p store.InboxMarkReadParams) store.InboxBadge {
@@ -519,8 +517,7 @@ func testInbox(t *testing.T, h Harness) {
 		}
 		b := setup(t, h)
 		for _, r := range []string{"r1", "r2", "r3", "r4", "r5"} {
-			inboxCreate(t, b, "t1", r, nil)
-			inboxCreate(t, b, "t1", r, nil)
+			inboxCreateN(t, b, "t1", r, 2)
 		}
 		inboxCreate(t, b, "t2", "r1", nil)
 		h.Exec(t, b.s, `UPDATE inbox_counters SET unread = unread + 7 WHERE tenant = 't1' AND recipient = 'r2'`)
@@ -640,8 +637,7 @@ func testInbox(t *testing.T, h Harness) {
 	t.Run("TenantsAndRecipientsAreIsolated", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		inboxCreate(t, b, "t1", "r1", nil)
-		inboxCreate(t, b, "t1", "r1", nil)
+		inboxCreateN(t, b, "t1", "r1", 2)
 		inboxCreate(t, b, "t1", "r2", nil)
 		inboxCreate(t, b, "t2", "r1", nil)
 		for _, c := range []struct {
