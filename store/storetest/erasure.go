@@ -142,10 +142,7 @@ func testErasure(t *testing.T, h Harness) {
 			})
 			sends[fmt.Sprintf("inbox%d", i)] = p.ID
 			if i == 0 {
-				if _, err := b.s.InboxMarkRead(b.ctx, store.InboxMarkReadParams{Tenant: "t1", Recipient: recipient,
-					IDs: []string{store.MessageID(p.ID, heraldtype.ChannelInbox)}}); err != nil {
-					t.Fatal(err)
-				}
+				markRead(t, b, "t1", recipient, store.MessageID(p.ID, heraldtype.ChannelInbox))
 			}
 		}
 		return sends

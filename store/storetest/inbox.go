@@ -43,6 +43,24 @@ func inboxCreateN(t *testing.T, b bundle, tenant, recipient string, n int) []sto
 	return ps
 }
 
+// markRead marks tenant/recipient's items messageIDs read, a step before
+// what a test looks at; any error fails the test.
+func markRead(t *testing.T, b bundle, tenant, recipient string, messageIDs ...string) {
+	t.Helper()
+	if _, err := b.s.InboxMarkRead(b.ctx, store.InboxMarkReadParams{Tenant: tenant, Recipient: recipient, IDs: messageIDs}); err != nil {
+		t.Fatalf("InboxMarkRead %s/%s %v: %v", tenant, recipient, messageIDs, err)
+	}
+}
+
+// archiveItem archives tenant/recipient's item messageID, a step before
+// what a test looks at; any error fails the test.
+func archiveItem(t *testing.T, b bundle, tenant, recipient, messageID string) {
+	t.Helper()
+	if _, err := b.s.InboxArchive(b.ctx, tenant, recipient, messageID); err != nil {
+		t.Fatalf("InboxArchive %s/%s %s: %v", tenant, recipient, messageID, err)
+	}
+}
+
 // feed reads a page; any error fails the test.
 func feed(t *testing.T, b bundle, p store.InboxFeedParams) store.InboxPage {
 	t.Helper()
@@ -347,9 +365,7 @@ func testInbox(t *testing.T, h Harness) {
 		if bd := badge(t, b, "t1", "r1"); bd.Unread != 2 {
 			t.Fatalf("archiving an unread item: unread %d, want 2", bd.Unread)
 		}
-		if _, err := b.s.InboxMarkRead(b.ctx, store.InboxMarkReadParams{Tenant: "t1", Recipient: "r1", IDs: []string{ps[1].ID + ".inbox"}}); err != nil {
-			t.Fatal(err)
-		}
+		markRead(t, b, "t1", "r1", ps[1].ID+".inbox")
 		archive("t1", "r1", ps[1].ID+".inbox", true) // read already: does not count again
 		archive("t1", "r1", ps[0].ID+".inbox", true) // archived already: nothing changes
 		archive("t1", "r2", ps[2].ID+".inbox", false)
@@ -402,9 +418,7 @@ func testInbox(t *testing.T, h Harness) {
 		}
 		// An unread item archived (it leaves the count) and then read
 		// does not leave it twice.
-		if _, err := b.s.InboxArchive(b.ctx, "t1", "r1", mine[2].ID+".inbox"); err != nil {
-			t.Fatal(err)
-		}
+		archiveItem(t, b, "t1", "r1", mine[2].ID+".inbox")
 		if bd := read(store.InboxMarkReadParams{All: true, UpToSeq: 3}); bd.Unread != 2 {
 			t.Fatalf("all up to seq 3: unread %d, want 2", bd.Unread)
 		}
@@ -557,12 +571,8 @@ func testInbox(t *testing.T, h Harness) {
 		}
 		cutoff := b.clk.Now()
 		inboxCreate(t, b, "t1", "r1", nil) // newer than the cutoff: stays
-		if _, err := b.s.InboxMarkRead(b.ctx, store.InboxMarkReadParams{Tenant: "t1", Recipient: "r1", IDs: []string{r1[0].ID + ".inbox"}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.s.InboxArchive(b.ctx, "t1", "r1", r1[1].ID+".inbox"); err != nil {
-			t.Fatal(err)
-		}
+		markRead(t, b, "t1", "r1", r1[0].ID+".inbox")
+		archiveItem(t, b, "t1", "r1", r1[1].ID+".inbox")
 		purge := func(p store.InboxPurgeParams) int {
 			t.Helper()
 			p.Before = cutoff

@@ -48,12 +48,8 @@ func testInboxHeads(t *testing.T, h Harness) {
 		a1 := inboxCreate(t, b, "t1", "alice", nil)
 		b.clk.Advance(time.Millisecond)
 		a2 := inboxCreate(t, b, "t1", "alice", nil)
-		if _, err := b.s.InboxArchive(b.ctx, "t1", "alice", store.MessageID(a2.ID, heraldtype.ChannelInbox)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.s.InboxMarkRead(b.ctx, store.InboxMarkReadParams{Tenant: "t1", Recipient: "alice", IDs: []string{store.MessageID(a1.ID, heraldtype.ChannelInbox)}}); err != nil {
-			t.Fatal(err)
-		}
+		archiveItem(t, b, "t1", "alice", store.MessageID(a2.ID, heraldtype.ChannelInbox))
+		markRead(t, b, "t1", "alice", store.MessageID(a1.ID, heraldtype.ChannelInbox))
 		// alice of t2, another inbox of the same name; bob of t1 unread.
 		b.clk.Advance(time.Millisecond)
 		other := inboxCreate(t, b, "t2", "alice", nil)
