@@ -11,7 +11,8 @@
 // more than Keys.Lookup, which knows no token.
 //
 // A handler behind RequireRecipient reads who is asking with
-// RecipientFrom(r.Context()): the verified tenant and recipient. It never
+// RequiredRecipient(w, r) (RecipientFrom(r.Context()), answering 401 when
+// the route lacks the middleware): the verified tenant and recipient. It never
 // takes either from the path, the query or the body. auth.Tenant(ctx) is
 // empty there: it is the API key's tenant.
 package auth

@@ -20,7 +20,7 @@ func RequireRecipient(tokens *RecipientTokens, apiKeys *Keys) func(http.Handler)
 			authz := r.Header.Get("Authorization")
 			cred, ok := bearer(authz)
 			if !ok {
-				refuseRecipient(w, "", "a recipient token is required: Authorization: Bearer <recipient token>")
+				refuseRecipient(w, "", detailNoToken)
 				return
 			}
 			rcpt, err := tokens.Verify(cred)
@@ -38,6 +38,22 @@ func RequireRecipient(tokens *RecipientTokens, apiKeys *Keys) func(http.Handler)
 			}
 		})
 	}
+}
+
+// detailNoToken is the detail of the 401 to a request without a recipient
+// token.
+const detailNoToken = "a recipient token is required: Authorization: Bearer <recipient token>"
+
+// RequiredRecipient returns the recipient RequireRecipient verified for r.
+// A handler of /v1/me/… takes who is asking from here; reached without
+// RequireRecipient (a routing mistake), it answers 401 as RequireRecipient
+// answers a request without a token, and ok is false.
+func RequiredRecipient(w http.ResponseWriter, r *http.Request) (rcpt Recipient, ok bool) {
+	rcpt, ok = RecipientFrom(r.Context())
+	if !ok {
+		refuseRecipient(w, "", detailNoToken)
+	}
+	return rcpt, ok
 }
 
 // refuseRecipient answers 401 with a challenge (RFC 6750 §3: no error code

@@ -95,3 +95,28 @@ func TestRequireRecipient(t *testing.T) {
 		t.Errorf("nil tokens: %d", resp.StatusCode)
 	}
 }
+
+// A /v1/me/… handler routed without RequireRecipient answers 401 itself,
+// as RequireRecipient answers a request without a token.
+func TestRequiredRecipientWithoutMiddleware(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rc, ok := RequiredRecipient(w, r); ok {
+			t.Errorf("RequiredRecipient = %+v without the middleware", rc)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p struct{ Detail string }
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Content-Type") != "application/problem+json" ||
+		!strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer ") || !strings.Contains(p.Detail, "a recipient token is required") {
+		t.Errorf("%d %q %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("WWW-Authenticate"), p.Detail)
+	}
+}

@@ -75,7 +75,7 @@ const (
 // page's read_cursor marks read up to its newest item (Read).
 // A limit, archived or cursor that is not valid is 400 (param names it).
 func (a *API) Feed(w http.ResponseWriter, r *http.Request) {
-	rc, ok := recipient(w, r)
+	rc, ok := auth.RequiredRecipient(w, r)
 	if !ok {
 		return
 	}
@@ -149,7 +149,7 @@ func (a *API) cursor(rc auth.Recipient, c feedCursor) (*string, bool) {
 // Badge serves GET /v1/me/badge: the recipient's unread count, from the
 // counter intake and every read, archive and purge keep exact.
 func (a *API) Badge(w http.ResponseWriter, r *http.Request) {
-	rc, ok := recipient(w, r)
+	rc, ok := auth.RequiredRecipient(w, r)
 	if !ok {
 		return
 	}
@@ -183,7 +183,7 @@ const maxItemID = 256
 // all, more than 1,000 ids or an empty id is 422; a read_cursor that is
 // not valid (as for the feed's cursor) is 400.
 func (a *API) Read(w http.ResponseWriter, r *http.Request) {
-	rc, ok := recipient(w, r)
+	rc, ok := auth.RequiredRecipient(w, r)
 	if !ok {
 		return
 	}
@@ -234,7 +234,7 @@ func (a *API) Read(w http.ResponseWriter, r *http.Request) {
 // recipient has no such item. An archived item leaves the feed (but for
 // archived=true) and the unread count.
 func (a *API) Archive(w http.ResponseWriter, r *http.Request) {
-	rc, ok := recipient(w, r)
+	rc, ok := auth.RequiredRecipient(w, r)
 	if !ok {
 		return
 	}

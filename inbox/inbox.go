@@ -62,16 +62,6 @@ func (a *API) logger() *slog.Logger {
 	return a.Logger
 }
 
-// recipient returns who the verified token speaks for. RequireRecipient
-// guards every route that calls it; without it, it answers 401 itself.
-func recipient(w http.ResponseWriter, r *http.Request) (auth.Recipient, bool) {
-	rc, ok := auth.RecipientFrom(r.Context())
-	if !ok {
-		problem.New(w, http.StatusUnauthorized, "a recipient token is required: Authorization: Bearer <recipient token>")
-	}
-	return rc, ok
-}
-
 // decodeBody decodes a JSON body of at most maxBody bytes with no unknown
 // field into v, or answers 400 (413 when too large) and returns false.
 // An empty body is allowed when emptyOK, leaving v as it is.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
@@ -40,7 +41,7 @@ const maxMessageID = 256
 //	     STORED); a delivery never goes back. Do not send it again.
 //	422  no message_id, or one over 256 characters
 func (a *API) Receipt(w http.ResponseWriter, r *http.Request) {
-	rc, ok := recipient(w, r)
+	rc, ok := auth.RequiredRecipient(w, r)
 	if !ok {
 		return
 	}

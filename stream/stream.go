@@ -359,9 +359,8 @@ func (h *Hub) remove(s *stream) {
 
 // ServeHTTP serves GET /v1/me/stream behind auth.RequireRecipient.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rcpt, ok := auth.RecipientFrom(r.Context())
+	rcpt, ok := auth.RequiredRecipient(w, r)
 	if !ok {
-		problem.New(w, http.StatusUnauthorized, "a recipient token is required: Authorization: Bearer <recipient token>")
 		return
 	}
 	after, resume, err := lastEventID(r)
