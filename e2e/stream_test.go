@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -45,19 +44,10 @@ poll_interval: 100ms
 // mint mints a recipient token through c's herald.
 func (c *client) mint(t *testing.T, recipient string) string {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, c.base()+"/v1/recipients/"+recipient+"/tokens", strings.NewReader(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	code, out := apiDo(t, http.MethodPost, c.ep.get(), c.key, "/v1/recipients/"+recipient+"/tokens", "", []byte(`{}`))
 	var body struct{ Token string }
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("mint on %s: %s %v", c.base(), resp.Status, err)
+	if err := json.Unmarshal(out, &body); err != nil || code != http.StatusCreated {
+		t.Fatalf("mint on %s: %d %s %v", c.base(), code, out, err)
 	}
 	return body.Token
 }
