@@ -2,17 +2,13 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
-	"slices"
 	"testing"
-	"time"
 
-	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/internal/inboxbench"
 )
 
 // BenchmarkInboxCreate measures intake writes with and without an inbox
@@ -21,34 +17,16 @@ import (
 //
 //	go test ./store/postgres -run '^$' -bench InboxCreate -benchtime 20000x -count 3
 func BenchmarkInboxCreate(b *testing.B) {
-	for _, inbox := range []bool{false, true} {
-		b.Run(fmt.Sprintf("inbox=%v", inbox), func(b *testing.B) {
-			s, err := Open(context.Background(), testpg.Schema(b), Options{Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			b.SetParallelism(max(1, DefaultMaxConns/runtime.GOMAXPROCS(0)))
-			start := time.Now()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					p := params(func(p *store.NotificationCreateParams) {
-						p.Recipient = fmt.Sprintf("user-%d", rand.IntN(1000))
-						if inbox {
-							p.Channels = append(p.Channels, heraldtype.ChannelInbox)
-							p.Inbox = []store.InboxText{{Title: "Paid", Body: "Paid 1,000 won"}}
-						}
-					})
-					if _, err := s.NotificationCreate(context.Background(), p); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "notifications/s")
-		})
+	open := func(b *testing.B) store.Store {
+		s, err := Open(context.Background(), testpg.Schema(b), Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
 	}
+	inboxbench.Create(b, open, max(1, DefaultMaxConns/runtime.GOMAXPROCS(0)), func(recipient string) store.NotificationCreateParams {
+		return params(func(p *store.NotificationCreateParams) { p.Recipient = recipient })
+	})
 }
 
 // BenchmarkInboxRead100k: a recipient with 100,000 items (a tenth of them
@@ -67,20 +45,7 @@ func BenchmarkInboxRead100k(b *testing.B) {
 	if _, err := s.pool.Exec(ctx, qBenchInboxFill); err != nil {
 		b.Fatal(err)
 	}
-	reads := map[string]func(rng *rand.Rand) error{
-		"feed-newest": func(*rand.Rand) error {
-			_, err := s.InboxFeed(ctx, store.InboxFeedParams{Tenant: "t1", Recipient: "r1", Limit: 50})
-			return err
-		},
-		"feed-deep": func(rng *rand.Rand) error {
-			_, err := s.InboxFeed(ctx, store.InboxFeedParams{Tenant: "t1", Recipient: "r1", Before: 1 + rng.Int64N(100_000), Limit: 50})
-			return err
-		},
-		"badge": func(*rand.Rand) error { _, err := s.InboxBadge(ctx, "t1", "r1"); return err },
-	}
-	for _, name := range []string{"feed-newest", "feed-deep", "badge"} {
-		b.Run(name, func(b *testing.B) { timeEach(b, reads[name]) })
-	}
+	inboxbench.Read100k(b, s)
 }
 
 // qBenchInboxFill writes the benchmark's items set-based: r1's 100,000 and
@@ -96,23 +61,3 @@ FROM generate_series(0, 99999) g;
 INSERT INTO inbox_counters (tenant, recipient, seq, unread)
 SELECT tenant, recipient, max(seq), count(*) FILTER (WHERE read_at IS NULL AND archived_at IS NULL) FROM inbox_items GROUP BY tenant, recipient;
 ANALYZE inbox_items; ANALYZE inbox_counters`
-
-// timeEach runs read b.N times, timing each call, and reports p50 and p99
-// in milliseconds.
-func timeEach(b *testing.B, read func(rng *rand.Rand) error) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	took := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		began := time.Now()
-		if err := read(rng); err != nil {
-			b.Fatal(err)
-		}
-		took = append(took, time.Since(began))
-	}
-	b.StopTimer()
-	slices.Sort(took)
-	at := func(q float64) float64 { return float64(took[int(q*float64(len(took)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(at(0.50), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
-}

@@ -2,16 +2,14 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/internal/inboxbench"
 )
 
 // BenchmarkInboxCreate measures intake writes with and without an inbox
@@ -20,37 +18,21 @@ import (
 //
 //	go test ./store/sqlite -run '^$' -bench InboxCreate -benchtime 20000x -count 3
 func BenchmarkInboxCreate(b *testing.B) {
-	for _, inbox := range []bool{false, true} {
-		b.Run(fmt.Sprintf("inbox=%v", inbox), func(b *testing.B) {
-			s, err := Open(context.Background(), filepath.Join(b.TempDir(), "herald.db"), Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			b.SetParallelism(32)
-			start := time.Now()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					id := ids.New("ntf", time.Now())
-					p := store.NotificationCreateParams{
-						Tenant: "t1", IdempotencyKey: "k-" + id, RequestHash: "h", IdempotencyTTL: time.Hour, Response: []byte(id),
-						ID: id, Recipient: fmt.Sprintf("user-%d", rand.IntN(1000)), EventID: "e", Kind: "k", Lane: heraldtype.LaneTransactional,
-						Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
-					}
-					if inbox {
-						p.Channels = append(p.Channels, heraldtype.ChannelInbox)
-						p.Inbox = []store.InboxText{{Title: "Paid", Body: "Paid 1,000 won"}}
-					}
-					if _, err := s.NotificationCreate(context.Background(), p); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "notifications/s")
-		})
+	open := func(b *testing.B) store.Store {
+		s, err := Open(context.Background(), filepath.Join(b.TempDir(), "herald.db"), Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
 	}
+	inboxbench.Create(b, open, 32, func(recipient string) store.NotificationCreateParams {
+		id := ids.New("ntf", time.Now())
+		return store.NotificationCreateParams{
+			Tenant: "t1", IdempotencyKey: "k-" + id, RequestHash: "h", IdempotencyTTL: time.Hour, Response: []byte(id),
+			ID: id, Recipient: recipient, EventID: "e", Kind: "k", Lane: heraldtype.LaneTransactional,
+			Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+		}
+	})
 }
 
 // qBenchInboxFill writes the benchmark's items set-based: r1's 100,000 (a
@@ -89,38 +71,5 @@ func BenchmarkInboxRead100k(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	reads := map[string]func(rng *rand.Rand) error{
-		"feed-newest": func(*rand.Rand) error {
-			_, err := s.InboxFeed(ctx, store.InboxFeedParams{Tenant: "t1", Recipient: "r1", Limit: 50})
-			return err
-		},
-		"feed-deep": func(rng *rand.Rand) error {
-			_, err := s.InboxFeed(ctx, store.InboxFeedParams{Tenant: "t1", Recipient: "r1", Before: 1 + rng.Int64N(100_000), Limit: 50})
-			return err
-		},
-		"badge": func(*rand.Rand) error { _, err := s.InboxBadge(ctx, "t1", "r1"); return err },
-	}
-	for _, name := range []string{"feed-newest", "feed-deep", "badge"} {
-		b.Run(name, func(b *testing.B) { timeEach(b, reads[name]) })
-	}
-}
-
-// timeEach runs read b.N times, timing each call, and reports p50 and p99
-// in milliseconds.
-func timeEach(b *testing.B, read func(rng *rand.Rand) error) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	took := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		began := time.Now()
-		if err := read(rng); err != nil {
-			b.Fatal(err)
-		}
-		took = append(took, time.Since(began))
-	}
-	b.StopTimer()
-	slices.Sort(took)
-	at := func(q float64) float64 { return float64(took[int(q*float64(len(took)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(at(0.50), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
+	inboxbench.Read100k(b, s)
 }
