@@ -251,16 +251,12 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 	}
 	now := c.clock.Now()
 	// The params are checked as stored and read back: what the sender renders.
-	kind, stored, ferr := c.catalog.Validate(now, catalog.Request{
+	kind, stored, inbox, ferr := c.catalog.Validate(now, catalog.Request{
 		Recipient: in.Recipient, EventID: in.EventID, Kind: in.Kind, Params: raw,
 		SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
 	})
 	if ferr != nil {
 		return bad(ferr.Param, "%s", ferr.Detail)
-	}
-	inbox, err := kind.Inbox(stored)
-	if err != nil {
-		return bad("params", "kind %q cannot render its inbox text with these params: %v", in.Kind, err)
 	}
 	return store.NotificationCreateParams{
 		Tenant: in.Tenant, DedupKey: in.DedupKey, ID: ids.New("ntf", now), Recipient: in.Recipient, EventID: in.EventID,

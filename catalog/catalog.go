@@ -171,13 +171,21 @@ func (tx *texts) render(ch heraldtype.Channel, i int, params map[string]any) (ti
 // read in the same transaction); nil when the kind has no inbox channel.
 // raw are the params as stored.
 func (k *Kind) Inbox(raw json.RawMessage) ([]store.InboxText, error) {
-	tx, ok := k.tmpl[heraldtype.ChannelInbox]
-	if !ok {
+	if _, ok := k.tmpl[heraldtype.ChannelInbox]; !ok {
 		return nil, nil
 	}
 	params, err := DecodeParams(raw)
 	if err != nil {
 		return nil, err
+	}
+	return k.inbox(params)
+}
+
+// inbox is Inbox on decoded params.
+func (k *Kind) inbox(params map[string]any) ([]store.InboxText, error) {
+	tx, ok := k.tmpl[heraldtype.ChannelInbox]
+	if !ok {
+		return nil, nil
 	}
 	out := make([]store.InboxText, len(tx.pairs))
 	for i := range tx.pairs {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/heraldhq/herald/store"
 )
 
 // Limits on the identifiers of a request, so message ids and keys stay small.
@@ -40,11 +42,13 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Detail }
 
 // Validate checks r at time now: identifiers, the kind, the due-by, and that
-// every template of the kind renders with the params. It returns the kind
-// and the params to store ("{}" when there are none).
-func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, *FieldError) {
-	bad := func(param, format string, args ...any) (*Kind, json.RawMessage, *FieldError) {
-		return nil, nil, &FieldError{Param: param, Detail: fmt.Sprintf(format, args...)}
+// every template of the kind renders with the params. It returns the kind,
+// the params to store ("{}" when there are none) and the kind's inbox
+// texts rendered with them, one per locale (Kind.Inbox; nil without an
+// inbox channel), for intake's inbox write.
+func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []store.InboxText, *FieldError) {
+	bad := func(param, format string, args ...any) (*Kind, json.RawMessage, []store.InboxText, *FieldError) {
+		return nil, nil, nil, &FieldError{Param: param, Detail: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case r.Recipient == "":
@@ -81,7 +85,7 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, *F
 			if len(missing.Params) > 1 {
 				noun = "params"
 			}
-			return nil, nil, &FieldError{
+			return nil, nil, nil, &FieldError{
 				Param:   "params." + missing.Params[0],
 				Detail:  fmt.Sprintf("kind %q needs %s %s", r.Kind, noun, quoteList(missing.Params)),
 				Missing: missing.Params,
@@ -89,11 +93,16 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, *F
 		}
 		return bad("params", "kind %q cannot render with these params: %v", r.Kind, err)
 	}
+	// Check rendered every text already; these are kept.
+	inbox, err := kind.inbox(params)
+	if err != nil {
+		return bad("params", "kind %q cannot render its inbox text with these params: %v", r.Kind, err)
+	}
 	stored := r.Params
 	if t := bytes.TrimSpace(stored); len(t) == 0 || string(t) == "null" {
 		stored = json.RawMessage("{}")
 	}
-	return kind, stored, nil
+	return kind, stored, inbox, nil
 }
 
 // Printable reports whether s is valid UTF-8 without control characters.

@@ -98,18 +98,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, err.Error(), "")
 		return
 	}
-	kind, params, ferr := h.Catalog.Validate(h.Clock.Now(), catalog.Request{
+	kind, params, inbox, ferr := h.Catalog.Validate(h.Clock.Now(), catalog.Request{
 		Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
 		Params: req.Params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt,
 	})
 	if ferr != nil {
 		unprocessable(w, ferr)
-		return
-	}
-	// Every text rendered in Validate; the inbox's are kept, one per locale.
-	inbox, err := kind.Inbox(params)
-	if err != nil {
-		fail(http.StatusUnprocessableEntity, fmt.Sprintf("kind %q cannot render its inbox text with these params: %v", req.Kind, err), "params")
 		return
 	}
 
