@@ -160,25 +160,27 @@ func BenchmarkEndToEnd(b *testing.B) {
 // recipient's counter and ends its inbox send STORED in intake's
 // transaction (and signals the inbox). Compare with BenchmarkEndToEnd.
 func BenchmarkEndToEndInbox(b *testing.B) {
-	drive(b, startWith(b, false, func(cfg *config.Config) {
-		k := &cfg.Kinds[0]
-		k.Channels = append(k.Channels, "inbox")
-		k.Templates["inbox"] = config.Template{Title: "Paid", Body: "Paid {{.amount}} won"}
-	}))
+	drive(b, startWith(b, false, withInbox(config.Template{Title: "Paid", Body: "Paid {{.amount}} won"})))
 }
 
 // BenchmarkEndToEndInboxLocales is BenchmarkEndToEndInbox with the inbox
 // text given per locale, so each create chooses by the recipient's
 // profile language, read in its transaction.
 func BenchmarkEndToEndInboxLocales(b *testing.B) {
-	drive(b, startWith(b, false, func(cfg *config.Config) {
+	drive(b, startWith(b, false, withInbox(config.Template{Locales: map[string]config.Template{
+		"ko":      {Title: "결제 완료", Body: "{{.amount}}원이 결제되었습니다"},
+		"default": {Title: "Paid", Body: "Paid {{.amount}} won"},
+	}})))
+}
+
+// withInbox adds the inbox channel, with text as its template, to the
+// bench kind (benchConfig's one kind).
+func withInbox(text config.Template) func(*config.Config) {
+	return func(cfg *config.Config) {
 		k := &cfg.Kinds[0]
 		k.Channels = append(k.Channels, "inbox")
-		k.Templates["inbox"] = config.Template{Locales: map[string]config.Template{
-			"ko":      {Title: "결제 완료", Body: "{{.amount}}원이 결제되었습니다"},
-			"default": {Title: "Paid", Body: "Paid {{.amount}} won"},
-		}}
-	}))
+		k.Templates["inbox"] = text
+	}
 }
 
 // drive posts b.N notifications from 16 concurrent clients, spread over the
