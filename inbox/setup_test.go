@@ -1,14 +1,12 @@
 package inbox_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,12 +20,10 @@ import (
 	"github.com/heraldhq/herald/httpapi"
 	"github.com/heraldhq/herald/inbox"
 	"github.com/heraldhq/herald/intake"
-	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/store"
-	"github.com/heraldhq/herald/store/postgres"
-	"github.com/heraldhq/herald/store/sqlite"
 )
 
 // API keys: tenants a and b have recipient token keys, c has none.
@@ -66,35 +62,18 @@ type options struct {
 }
 
 // opener opens a fresh store on clk: SQLite in t.TempDir() or PostgreSQL
-// in a fresh schema.
+// in a fresh schema (testdb.Open).
 type opener func(t *testing.T, clk clock.Clock) store.Store
 
-func openSQLite(t *testing.T, clk clock.Clock) store.Store {
-	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
-
-func openPostgres(t *testing.T, clk clock.Clock) store.Store {
-	t.Helper()
-	url := testpg.Schema(t)
-	st, err := postgres.Open(context.Background(), url, postgres.Options{Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
+func openWith(driver string) opener {
+	return func(t *testing.T, clk clock.Clock) store.Store { return testdb.Open(t, driver, clk).Store }
 }
 
 // drivers are the stores the tests of store behaviour run on.
 var drivers = []struct {
 	name string
 	open opener
-}{{"SQLite", openSQLite}, {"PostgreSQL", openPostgres}}
+}{{"SQLite", openWith("sqlite")}, {"PostgreSQL", openWith("postgres")}}
 
 // setup serves httpapi's router, with the inbox, intake and lookup, over a
 // real SQLite store (or opts.store) and a fake clock that the store, the
@@ -107,7 +86,7 @@ func setup(t *testing.T, opts options) *bundle {
 	}
 	st := opts.store
 	if st == nil {
-		st = openSQLite(t, clk)
+		st = testdb.Open(t, "sqlite", clk).Store
 	}
 	keys := opts.keys
 	if keys == nil {
