@@ -153,7 +153,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	for _, k := range cfg.OperatorKeys {
 		operators[k] = "operator"
 	}
-	tokens, err := RecipientTokens(cfg, a.clock)
+	tokens, err := recipientTokens(cfg, a.clock)
 	if err != nil {
 		a.store.Close()
 		return nil, err
@@ -281,7 +281,7 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); wd.Run(work) }()
 	// The inbox's retention purge, leader-only too, every purge_interval.
-	purger := retention.New(RetentionConfig(a.cfg, a.store, isLeader, a.clock, a.logger, a.metrics))
+	purger := retention.New(retentionConfig(a.cfg, a.store, isLeader, a.clock, a.logger, a.metrics))
 	wg.Add(1)
 	go func() { defer wg.Done(); purger.Run(work) }()
 	// Reconciliation, leader-only too, every reconcile_interval.
@@ -329,9 +329,9 @@ func (a *App) Run(ctx context.Context) error {
 	return runErr
 }
 
-// RetentionConfig is the inbox purge cfg asks for (config inbox:
+// retentionConfig is the inbox purge cfg asks for (config inbox:
 // retention, tenant_retention, purge_interval, purge_batch).
-func RetentionConfig(cfg *config.Config, st retention.Store, isLeader func() bool, clk clock.Clock, logger *slog.Logger, m *metrics.Metrics) retention.Config {
+func retentionConfig(cfg *config.Config, st retention.Store, isLeader func() bool, clk clock.Clock, logger *slog.Logger, m *metrics.Metrics) retention.Config {
 	c := retention.Config{
 		Store: st, Retention: cfg.Inbox.Retention.D(), TenantRetention: map[string]time.Duration{},
 		Interval: cfg.Inbox.PurgeInterval.D(), Batch: cfg.Inbox.PurgeBatch,
