@@ -16,16 +16,21 @@ import (
 	"github.com/heraldhq/herald/reconcile"
 )
 
-// call sends method base+path with the bearer credential and body, and
-// returns the status and body.
+// call sends method base+path with the bearer credential (none when
+// cred is "") and body, and returns the status and body. A request other
+// than a GET carries an idempotency key of its path and body.
 func call(t *testing.T, base, method, path, cred, body string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+cred)
-	req.Header.Set("Idempotency-Key", "idem-"+path+body)
+	if cred != "" {
+		req.Header.Set("Authorization", "Bearer "+cred)
+	}
+	if method != http.MethodGet {
+		req.Header.Set("Idempotency-Key", "idem-"+path+body)
+	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -36,26 +35,11 @@ func startHerald(t *testing.T, cfg *config.Config) (base string, stop func()) {
 	return base, runHerald(t, a)
 }
 
-// get calls base+path with the bearer key and returns the status and body.
+// get calls base+path with the bearer key (none when key is "") and
+// returns the status and body.
 func get(t *testing.T, base, path, key string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, base+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, body
+	return call(t, base, http.MethodGet, path, key, "")
 }
 
 // lastReport waits until GET /v1/ops/reconcile answers a report for which
