@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,12 +18,10 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/ssetest"
+	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/internal/testenv"
-	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/store"
-	"github.com/heraldhq/herald/store/postgres"
-	"github.com/heraldhq/herald/store/sqlite"
 	"github.com/heraldhq/herald/stream"
 )
 
@@ -38,33 +35,14 @@ type testStore interface {
 	Close() error
 }
 
-var (
-	_ testStore = (*sqlite.Store)(nil)
-	_ testStore = (*postgres.Store)(nil)
-)
-
-// drivers are the stores every behaviour runs on.
+// drivers are the stores every behaviour runs on (testdb.Open's drivers).
 var drivers = []struct {
 	name string
 	open func(t testing.TB) testStore
-}{
-	{"sqlite", func(t testing.TB) testStore {
-		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}},
-	{"postgres", func(t testing.TB) testStore {
-		u := testpg.Schema(t)
-		s, err := postgres.Open(context.Background(), u, postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}},
+}{{"sqlite", openWith("sqlite")}, {"postgres", openWith("postgres")}}
+
+func openWith(driver string) func(t testing.TB) testStore {
+	return func(t testing.TB) testStore { return testdb.Open(t, driver, nil).Store }
 }
 
 // eachDriver runs test on every driver, in parallel subtests.
