@@ -70,8 +70,9 @@ func testDevices(t *testing.T, h Harness) {
 		other := putDevice(t, b, "r1", "tok-b", store.PlatformAPNs)
 		putDevice(t, b, "r2", "tok-c", store.PlatformFCM)
 		list, err := b.s.DevicesList(b.ctx, "t1", "r1")
-		if err != nil || len(list) != 2 || list[0].DeviceID > list[1].DeviceID ||
-			(list[0].DeviceID != id && list[0].DeviceID != other) || (list[1].DeviceID != id && list[1].DeviceID != other) {
+		byID := []string{id, other}
+		slices.Sort(byID)
+		if err != nil || len(list) != 2 || list[0].DeviceID != byID[0] || list[1].DeviceID != byID[1] {
 			t.Fatalf("DevicesList = %+v, %v; want r1's two devices by id", list, err)
 		}
 		if list, err := b.s.DevicesList(b.ctx, "t2", "r1"); err != nil || len(list) != 0 {
