@@ -31,11 +31,7 @@ func inboxRecount(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if *recipient != "" && *tenant == "" {
 		return usageErrorf(cmd, "%s: --recipient needs --tenant", cmd.path())
 	}
-	info := stdout
-	if *asJSON {
-		info = stderr
-	}
-	s, closeSession, err := openSession(*path, info, stderr)
+	s, closeSession, err := openSession(*path, *asJSON, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -44,8 +40,5 @@ func inboxRecount(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := printReport(stdout, rep, *asJSON); err != nil {
-		return err
-	}
-	return nil
+	return printReport(stdout, rep, *asJSON)
 }

@@ -23,11 +23,7 @@ func reconcileCmd(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if err := parseNoArgs(cmd, fs, args); err != nil {
 		return err
 	}
-	info := stdout
-	if *asJSON {
-		info = stderr
-	}
-	s, closeSession, err := openSession(*path, info, stderr)
+	s, closeSession, err := openSession(*path, *asJSON, stdout, stderr)
 	if err != nil {
 		return err
 	}

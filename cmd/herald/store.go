@@ -61,9 +61,11 @@ type session struct {
 }
 
 // openSession loads the configuration at path, opens its existing
-// database (openExisting) and says which on info ("database …, transport
-// …"). close releases the store and the signal handlers.
-func openSession(path string, info, stderr io.Writer) (s *session, close func(), err error) {
+// database (openExisting) and says which ("database …, transport …") on
+// stdout, or on stderr when the command prints JSON (asJSON) so that
+// stdout holds only the JSON. close releases the store and the signal
+// handlers.
+func openSession(path string, asJSON bool, stdout, stderr io.Writer) (s *session, close func(), err error) {
 	cfg, err := load(path)
 	if err != nil {
 		return nil, nil, err
@@ -74,6 +76,10 @@ func openSession(path string, info, stderr io.Writer) (s *session, close func(),
 	if err != nil {
 		stop()
 		return nil, nil, err
+	}
+	info := stdout
+	if asJSON {
+		info = stderr
 	}
 	fmt.Fprintf(info, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
 	return &session{ctx: ctx, cfg: cfg, store: st, logger: logger}, func() { st.Close(); stop() }, nil
