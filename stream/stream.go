@@ -620,32 +620,40 @@ func (h *Hub) batchHeads() {
 			return
 		case <-h.headsAsked:
 		}
-		for {
-			select {
-			case h.headFlights <- struct{}{}:
-			case <-h.ctx.Done():
-				return
-			}
-			select {
-			case h.reads <- struct{}{}:
-			case <-h.ctx.Done():
-				return
-			}
-			batch := h.takeHeads()
-			if len(batch) == 0 {
-				<-h.reads
-				<-h.headFlights
-				break
-			}
-			go func() {
-				defer func() {
-					<-h.reads
-					<-h.headFlights
-				}()
-				h.readHeads(batch)
-			}()
+		for h.startHeads() {
 		}
 	}
+}
+
+// startHeads waits for a head flight and a read token and starts a
+// statement of the heads asked for; false when none were asked (or the
+// Hub closed).
+func (h *Hub) startHeads() bool {
+	select {
+	case h.headFlights <- struct{}{}:
+	case <-h.ctx.Done():
+		return false
+	}
+	select {
+	case h.reads <- struct{}{}:
+	case <-h.ctx.Done():
+		<-h.headFlights
+		return false
+	}
+	release := func() {
+		<-h.reads
+		<-h.headFlights
+	}
+	batch := h.takeHeads()
+	if len(batch) == 0 {
+		release()
+		return false
+	}
+	go func() {
+		defer release()
+		h.readHeads(batch)
+	}()
+	return true
 }
 
 // takeHeads takes up to store.MaxInboxHeads of the head reads asked for,
