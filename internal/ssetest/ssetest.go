@@ -1,6 +1,7 @@
 // Package ssetest reads a Server-Sent Events stream (GET /v1/me/stream) in
-// tests: the stream tests, the app's and the e2e tests, and the stream
-// benchmark's clients.
+// tests: the stream tests, the app's and the e2e tests. (The stream
+// benchmark's clients read raw connections of their own, to measure
+// thousands of streams at a few KiB each.)
 package ssetest
 
 import (
