@@ -72,11 +72,7 @@ type Metrics struct {
 	alerts       *prometheus.CounterVec
 	cancels      *prometheus.CounterVec
 	redriven     *prometheus.CounterVec
-	inboxOps     *inboxOps // inboxops.go
-	// receipts is herald_receipts_total (receipts.go).
-	receipts *prometheus.CounterVec
-	// devicesDeactivated is herald_devices_deactivated_total (devices.go).
-	devicesDeactivated *prometheus.CounterVec
+	inbox        *inbox // inbox.go
 }
 
 // IntakeCodes are the status codes POST /v1/notifications answers with
@@ -150,9 +146,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	}
 	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	m.receipts = newReceipts(m.Registry)
-	m.devicesDeactivated = newDevicesDeactivated(m.Registry)
-	m.inboxOps = newInboxOps(m.Registry)
+	m.inbox = newInbox(m.Registry)
 	if backlog != nil {
 		m.Registry.MustRegister(&backlogCollector{read: backlog, desc: prometheus.NewDesc(
 			"herald_outbox_backlog", "Due outbox rows waiting for a claimer, by lane.", []string{"lane"}, nil)})
