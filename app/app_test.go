@@ -11,6 +11,7 @@ import (
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testpg"
 )
 
 // testConfig is config.Dev() on database (a fresh SQLite file when it is
@@ -30,6 +31,16 @@ func testConfig(t *testing.T, database string, edit func(*config.Config)) *confi
 		t.Fatalf("test config: %v", err)
 	}
 	return cfg
+}
+
+// driverDatabase is a fresh database for driver: a PostgreSQL schema for
+// "postgres", else "" (testConfig's fresh SQLite file).
+func driverDatabase(t *testing.T, driver string) string {
+	t.Helper()
+	if driver == "postgres" {
+		return testpg.Schema(t)
+	}
+	return ""
 }
 
 // newHerald builds herald on cfg with opts, listening on a port of its own

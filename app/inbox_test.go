@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/inbox"
-	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/reconcile"
 )
 
@@ -54,10 +52,7 @@ func TestAnUnknownPushIsSettledByItsReceipt(t *testing.T) {
 	for _, driver := range []string{"sqlite", "postgres"} {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
-			database := "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
-			if driver == "postgres" {
-				database = testpg.Schema(t)
-			}
+			database := driverDatabase(t, driver)
 			cfg := testConfig(t, database, func(c *config.Config) {
 				c.OperatorKeys = []string{operatorKey}
 				c.ReconcileInterval = config.Duration(100 * time.Millisecond)

@@ -3,7 +3,6 @@ package app_test
 import (
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,10 +66,7 @@ func TestServerReconcilesAndShowsTheOperator(t *testing.T) {
 	for _, driver := range []string{"sqlite", "postgres"} {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
-			database := "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
-			if driver == "postgres" {
-				database = testpg.Schema(t)
-			}
+			database := driverDatabase(t, driver)
 			base, _ := startHerald(t, reconcileConfig(t, database, 200*time.Millisecond))
 			first := lastReport(t, base, "the run at start", func(r reconcile.Report) bool { return true })
 			if !strings.HasPrefix(first.RunBy, "server ") || !first.Accounted() {
