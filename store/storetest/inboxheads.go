@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
-
 	"github.com/heraldhq/herald/store"
 )
 
@@ -43,6 +42,7 @@ func headString(h store.InboxHead) string {
 
 func testInboxHeads(t *testing.T, h Harness) {
 	t.Run("EachInboxItsOwnBadgeAndNewestItem", func(t *testing.T) {
+		t.Parallel()
 		b := setup(t, h)
 		// alice of t1: two items, the newest archived and the oldest read.
 		a1 := inboxCreate(t, b, "t1", "alice", nil)
@@ -92,6 +92,7 @@ func testInboxHeads(t *testing.T, h Harness) {
 	})
 
 	t.Run("AFullBatch", func(t *testing.T) {
+		t.Parallel()
 		b := setup(t, h)
 		// MaxInboxHeads keys, a few with items (one to three each).
 		keys := make([]store.InboxKey, store.MaxInboxHeads)
