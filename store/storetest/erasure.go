@@ -64,15 +64,15 @@ func countRows(t *testing.T, h Harness, b bundle, query string) int {
 }
 
 // wordsAt are the columns that can hold a person's words (package erasure
-// lists each with what an erasure does with it), each with the recipient
-// column that names whose they are, or a join that finds it.
+// lists each with what an erasure does with it), each with the condition
+// (%s: the recipient) that picks whose they are.
 var wordsAt = []struct{ table, column, whose string }{
-	{"profiles", "data", "recipient"},
-	{"devices", "token", "recipient"},
-	{"inbox_items", "title", "recipient"},
-	{"inbox_items", "body", "recipient"},
-	{"notifications", "params", "recipient"},
-	{"parked_discards", "reason", "message_id IN (SELECT o.message_id FROM outbox o JOIN notifications n ON n.id = o.notification_id WHERE n.recipient"},
+	{"profiles", "data", "recipient = '%s'"},
+	{"devices", "token", "recipient = '%s'"},
+	{"inbox_items", "title", "recipient = '%s'"},
+	{"inbox_items", "body", "recipient = '%s'"},
+	{"notifications", "params", "recipient = '%s'"},
+	{"parked_discards", "reason", "message_id IN (SELECT o.message_id FROM outbox o JOIN notifications n ON n.id = o.notification_id WHERE n.recipient = '%s')"},
 }
 
 // holding counts, per column of wordsAt, the rows of recipient (tenant t1)
@@ -81,11 +81,7 @@ func holding(t *testing.T, h Harness, b bundle, recipient string) map[string]int
 	t.Helper()
 	out := map[string]int{}
 	for _, w := range wordsAt {
-		whose := fmt.Sprintf("%s = '%s'", w.whose, recipient)
-		if w.table == "parked_discards" {
-			whose += ")"
-		}
-		q := fmt.Sprintf("SELECT count(*) FROM %s WHERE %s AND CAST(%s AS TEXT) LIKE '%%%s%%'", w.table, whose, w.column, secret)
+		q := fmt.Sprintf("SELECT count(*) FROM %s WHERE %s AND CAST(%s AS TEXT) LIKE '%%%s%%'", w.table, fmt.Sprintf(w.whose, recipient), w.column, secret)
 		out[w.table+"."+w.column] = countRows(t, h, b, q)
 	}
 	return out
