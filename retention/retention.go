@@ -105,18 +105,33 @@ type Purger struct {
 // New returns a purger.
 func New(cfg Config) *Purger { return &Purger{cfg: cfg.WithDefaults()} }
 
-// Run runs a round every interval until ctx is cancelled.
+// Run runs rounds until ctx is cancelled: one as soon as this process
+// leads, then one every interval while it keeps the lead. It looks every
+// minute (or every interval, if shorter), so a process that gains the lead
+// purges within a minute: counting only from its own start, a leader
+// restarted more often than the interval would never purge.
 func (p *Purger) Run(ctx context.Context) {
-	tick := time.NewTicker(p.cfg.Interval)
+	look := min(p.cfg.Interval, time.Minute)
+	every := max(int(p.cfg.Interval/look), 1) // looks per round
+	tick := time.NewTicker(look)
 	defer tick.Stop()
+	since := -1 // looks since this process's last round as the leader; -1 while it does not lead
 	for {
+		switch {
+		case !p.leader():
+			since = -1
+		case since < 0 || since+1 >= every:
+			since = 0
+			if _, err := p.Round(ctx); err != nil && ctx.Err() == nil {
+				p.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "retention: round failed", slog.Any("error", err))
+			}
+		default:
+			since++
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		}
-		if _, err := p.Round(ctx); err != nil && ctx.Err() == nil {
-			p.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "retention: round failed", slog.Any("error", err))
 		}
 	}
 }

@@ -277,6 +277,21 @@ func TestRunPurgesEveryInterval(t *testing.T) {
 	})
 }
 
+// A process purges as soon as it leads, not one interval after it started:
+// a leader restarted more often than the interval (an hour here) would
+// otherwise never purge.
+func TestRunPurgesAtOnceWhenItLeads(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b *bundle) {
+		old := b.item(t, "t1", "r1")
+		b.clk.Advance(31 * day)
+		p := b.purger(10, func(c *retention.Config) { c.Interval = time.Hour })
+		stop := testenv.Start(t, p.Run)
+		defer stop()
+		testenv.WaitFor(t, "the purge of the old item", testenv.Patience, func() bool { return !b.items(t, "t1", "r1")[old] })
+	})
+}
+
 // TestMeasurePurge times a purge of every item of an existing database:
 // HERALD_MEASURE_PURGE=<postgres URL or sqlite:PATH> (its items are gone
 // afterwards).
