@@ -19,6 +19,16 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	testpg.Require(t)
 	var urls sync.Map // store → its schema's URL, for Exec and Query
+	// open opens a second connection pool on s's schema.
+	open := func(t *testing.T, s store.Store) *sql.DB {
+		t.Helper()
+		url, _ := urls.Load(s)
+		db, err := sql.Open("pgx", url.(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
 	storetest.Run(t, storetest.Harness{Open: func(t *testing.T, clk clock.Clock) store.Store {
 		// A fresh schema per test; it is dropped after the store closes.
 		url := testpg.Schema(t)
@@ -31,22 +41,14 @@ func TestConformance(t *testing.T) {
 		return s
 	}, Exec: func(t *testing.T, s store.Store, query string) {
 		t.Helper()
-		url, _ := urls.Load(s)
-		db, err := sql.Open("pgx", url.(string))
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := open(t, s)
 		defer db.Close()
 		if _, err := db.Exec(query); err != nil {
 			t.Fatalf("%s: %v", query, err)
 		}
 	}, Query: func(t *testing.T, s store.Store, query string) [][]string {
 		t.Helper()
-		url, _ := urls.Load(s)
-		db, err := sql.Open("pgx", url.(string))
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := open(t, s)
 		defer db.Close()
 		return storetest.TextRows(t, db, query)
 	}})

@@ -15,7 +15,17 @@ import (
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	var paths sync.Map // store → its file, for Exec
+	var paths sync.Map // store → its file, for Exec and Query
+	// open opens a second connection pool on s's file.
+	open := func(t *testing.T, s store.Store) *sql.DB {
+		t.Helper()
+		path, _ := paths.Load(s)
+		db, err := sql.Open("sqlite", sqlite.DSN(path.(string)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
 	storetest.Run(t, storetest.Harness{Open: func(t *testing.T, clk clock.Clock) store.Store {
 		path := filepath.Join(t.TempDir(), "herald.db")
 		s, err := sqlite.Open(context.Background(), path, sqlite.Options{Clock: clk})
@@ -27,22 +37,14 @@ func TestConformance(t *testing.T) {
 		return s
 	}, Exec: func(t *testing.T, s store.Store, query string) {
 		t.Helper()
-		path, _ := paths.Load(s)
-		db, err := sql.Open("sqlite", sqlite.DSN(path.(string)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := open(t, s)
 		defer db.Close()
 		if _, err := db.Exec(query); err != nil {
 			t.Fatalf("%s: %v", query, err)
 		}
 	}, Query: func(t *testing.T, s store.Store, query string) [][]string {
 		t.Helper()
-		path, _ := paths.Load(s)
-		db, err := sql.Open("sqlite", sqlite.DSN(path.(string)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := open(t, s)
 		defer db.Close()
 		return storetest.TextRows(t, db, query)
 	}})
