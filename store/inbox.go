@@ -64,6 +64,14 @@ func (r *InboxRecountResult) Add(checked int, drifted []InboxDrift) []InboxKey {
 	return keys
 }
 
+// DriftedFrom reports whether a counter that says was is wrong about the
+// items, which say b: its unread count differs, or an item is newer than
+// its seq. A seq ahead of the items is no drift: a purge or an erasure
+// leaves it there, so that no later item takes a seq again.
+func (b InboxBadge) DriftedFrom(was InboxBadge) bool {
+	return b.Unread != was.Unread || b.Seq > was.Seq
+}
+
 // BatchOrDefault returns p.Batch or its default, 1,000.
 func (p InboxRecountParams) BatchOrDefault() int {
 	if p.Batch <= 0 {

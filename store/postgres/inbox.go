@@ -312,7 +312,7 @@ func (s *Store) InboxRecount(ctx context.Context, p store.InboxRecountParams) (s
 			}
 			for i := range tenants {
 				k := store.InboxKey{Tenant: tenants[i], Recipient: recipients[i]}
-				if is[k].Unread == was[i].Unread && is[k].Seq <= was[i].Seq {
+				if !is[k].DriftedFrom(was[i]) {
 					continue
 				}
 				var now store.InboxBadge

@@ -402,7 +402,7 @@ func (s *Store) InboxRecount(ctx context.Context, p store.InboxRecountParams) (s
 			checked = len(list)
 			for _, r := range list {
 				lastT, lastR = r.tenant, r.recipient
-				if r.is.Unread == r.was.Unread && r.is.Seq <= r.was.Seq {
+				if !r.is.DriftedFrom(r.was) {
 					continue
 				}
 				var now store.InboxBadge
