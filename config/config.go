@@ -152,6 +152,9 @@ type Provider struct {
 	Latency Duration `yaml:"latency"`
 	// Faults is the simulated provider's fault mix. Defaults to none.
 	Faults Faults `yaml:"faults"`
+	// RateLimit caps the calls made to this provider by every herald
+	// process sharing the database. Defaults to no limit.
+	RateLimit *RateLimit `yaml:"rate_limit"`
 }
 
 // Faults are fractions (0..1) of calls the simulated provider answers with
