@@ -468,6 +468,9 @@ type DeliveryRecordParams struct {
 	Reason    string
 	// RetryDelay sets next_attempt_at when State is RETRY_WAIT.
 	RetryDelay time.Duration
+	// ProviderRef is the provider's own id for the message when it answered
+	// one (Outcome.ProviderRef): a status look-up by that id needs it.
+	ProviderRef string
 
 	// The attempt log row.
 	Owner     string
