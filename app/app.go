@@ -33,7 +33,6 @@ import (
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
-	"github.com/heraldhq/herald/provider/webhook"
 	"github.com/heraldhq/herald/reconcile"
 	"github.com/heraldhq/herald/retention"
 	"github.com/heraldhq/herald/sender"
@@ -102,21 +101,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.registry = provider.NewRegistry()
-	for _, p := range cfg.Providers {
-		impl, ok := opts.Providers[p.Name]
-		if !ok {
-			switch p.Type {
-			case "webhook":
-				impl = webhook.New(webhook.Config{URL: p.URL, Timeout: p.Timeout.D()})
-			case "sim":
-				s := sim.New(sim.Config{Latency: p.Latency.D(), NotSent: p.Faults.NotSent, Permanent: p.Faults.Permanent, Unknown: p.Faults.Unknown,
-					DeadAddresses: p.Faults.DeadAddresses})
-				a.sims[p.Name] = s
-				impl = s
-			}
-		}
-		a.registry.Register(heraldtype.Channel(p.Channel), p.Name, impl)
+	if err := a.buildProviders(cfg, opts); err != nil {
+		return nil, err
 	}
 
 	a.store, err = openStore(ctx, cfg, a.clock, a.logger)
