@@ -10,6 +10,43 @@
 // idempotent, and a request carrying an Idempotency-Key header qualifies.
 // A replay is a second call herald did not decide to make, so the adapter
 // clears Request.GetBody, which makes the request impossible to replay.
+//
+// # Classification
+//
+//	answer                                           class      reason
+//	2xx                                              Accepted   -
+//	401, 403                                         NotSent    HTTP_401, HTTP_403
+//	429 (Retry-After, seconds or date, up to 1 h)    NotSent    HTTP_429
+//	400, 404, 413, 422                               Permanent  HTTP_<code>
+//	410                                              Permanent  HTTP_410, DeadDestination
+//	3xx (never followed), 5xx, any other status      Unknown    HTTP_<code>
+//	DNS failure before the request was written       NotSent    DNS_FAILURE
+//	connection refused before it was written         NotSent    CONNECTION_REFUSED
+//	TLS certificate/handshake failure before it      NotSent    TLS_FAILURE
+//	deadline before it was written                   NotSent    CONNECT_TIMEOUT
+//	any other failure before it was written          NotSent    CONNECTION_FAILED
+//	deadline after it was written                    Unknown    TIMEOUT
+//	reset or EOF after it was written                Unknown    CONNECTION_RESET
+//	any other failure after it was written           Unknown    TRANSPORT_ERROR
+//	the body cannot be encoded / the URL is invalid  Permanent  ENCODE_FAILED, BAD_URL
+//
+// # Signing (Standard Webhooks)
+//
+// With Config.Secrets set, every request is signed as the Standard Webhooks
+// specification asks (github.com/standard-webhooks/standard-webhooks,
+// spec/standard-webhooks.md, "Signature scheme" and "Webhook headers"):
+// webhook-id is the message id, webhook-timestamp the Unix seconds of this
+// attempt (from Config.Now), and webhook-signature holds one "v1,<base64
+// HMAC-SHA256>" per secret, space-separated, over id + "." + timestamp + "."
+// + the exact body bytes sent. A secret is written "whsec_" + the base64 of
+// its key (ParseSecret); the key is 24 to 64 bytes. Signing with two
+// secrets, the new and the old, is the specification's rotation: a receiver
+// that knows either accepts the request. Sign reproduces the signature the
+// specification's own libraries are tested against (libraries/go
+// webhook_test.go, TestWebhookSign). The contract headers Idempotency-Key
+// and X-Herald-Message-Id are sent either way, and signing changes nothing
+// in the classification: a receiver that refuses a signature with 401
+// makes the call NotSent, retried with a new timestamp.
 package webhook
 
 import (
@@ -19,6 +56,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -40,6 +78,26 @@ type Config struct {
 	// Client overrides the HTTP client (tests use it for TLS). Its redirect
 	// policy is replaced: a redirect is answered, never followed.
 	Client *http.Client
+	// Secrets are the raw Standard Webhooks keys (ParseSecret decodes a
+	// "whsec_…" secret) each request is signed with, one signature per
+	// key: the new and the old one while a rotation's grace period lasts.
+	// Defaults to none: the request is not signed.
+	Secrets [][]byte
+	// Now is the clock the webhook-timestamp is read from. Defaults to
+	// time.Now.
+	Now func() time.Time
+}
+
+// Validate reports a configuration New would accept but should not run: a
+// signing key of the wrong size. Its error names the key by index, never
+// by value.
+func (c Config) Validate() error {
+	for i, key := range c.Secrets {
+		if err := checkKey(key); err != nil {
+			return fmt.Errorf("webhook: secrets[%d]: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // Webhook posts messages to one URL.
@@ -47,6 +105,8 @@ type Webhook struct {
 	url     string
 	timeout time.Duration
 	client  *http.Client
+	keys    [][]byte
+	now     func() time.Time
 }
 
 var _ provider.Provider = (*Webhook)(nil)
@@ -75,7 +135,14 @@ func New(cfg Config) *Webhook {
 		c = &cp
 	}
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Webhook{url: cfg.URL, timeout: cfg.Timeout, client: c}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	keys := make([][]byte, len(cfg.Secrets))
+	for i, k := range cfg.Secrets {
+		keys[i] = bytes.Clone(k)
+	}
+	return &Webhook{url: cfg.URL, timeout: cfg.Timeout, client: c, keys: keys, now: cfg.Now}
 }
 
 type payload struct {
@@ -113,6 +180,12 @@ func (w *Webhook) Send(ctx context.Context, m provider.Message) provider.Outcome
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", m.MessageID)
 	req.Header.Set("X-Herald-Message-Id", m.MessageID)
+	if len(w.keys) > 0 {
+		now := w.now()
+		req.Header.Set(HeaderID, m.MessageID)
+		req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+		req.Header.Set(HeaderSignature, Sign(w.keys, m.MessageID, now, body))
+	}
 
 	resp, err := w.client.Do(req)
 	if err != nil {
