@@ -91,6 +91,9 @@ type Store interface {
 	Reconciler
 	// Receipts settles a push DELIVERED on the app's receipt (receipts.go).
 	Receipts
+	// Reports applies a provider's delivery reports and status look-ups
+	// (reports.go).
+	Reports
 	Inbox
 	// InboxWatch carries "this recipient's inbox changed" signals
 	// (inboxsignal.go).

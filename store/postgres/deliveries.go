@@ -98,7 +98,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		delay = p.RetryDelay
 	}
 	args := []any{s.now(), string(p.State), p.Reason, delay, p.MessageID, p.Attempt,
-		p.Owner, p.StartedAt, p.StartedAt.Add(p.Duration), p.Class, p.Duration.Milliseconds()}
+		p.Owner, p.StartedAt, p.StartedAt.Add(p.Duration), p.Class, p.Duration.Milliseconds(), p.ProviderRef}
 	q := qDeliveryRecord
 	if p.Outbox != nil {
 		q = qDeliveryRecordSettle

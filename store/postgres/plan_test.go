@@ -47,8 +47,8 @@ SELECT id || '.sms', id, 't', 'sms', 'PROVIDER_ACCEPTED', 1, now(), now() FROM n
 		// The expiry finds the deliveries it ends by message id, however
 		// many rows the planner expects to expire.
 		"expire": {qOutboxExpire, []any{nil}, []string{"deliveries_message_id"}},
-		"record": {qDeliveryRecord, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1}, []string{"deliveries_message_id"}},
-		"settle": {qDeliveryRecordSettle, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1,
+		"record": {qDeliveryRecord, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1, ""}, []string{"deliveries_message_id"}},
+		"settle": {qDeliveryRecordSettle, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1, "",
 			rows[0].NotificationID, "webhook", rows[0].Fence.Token}, []string{"deliveries_message_id", "outbox_pkey"}},
 	} {
 		plans := bothPlans(t, conn, "plan_"+name, q.sql, q.args)

@@ -419,8 +419,9 @@ FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
 	//
 	// $1 now, $2 state, $3 reason, $4 retry delay (NULL unless RETRY_WAIT),
 	// $5 message id, $6 attempt, $7 owner, $8 started, $9 finished,
-	// $10 class, $11 duration in ms; qDeliveryRecordSettle: $12 notification
-	// id, $13 channel, $14 token.
+	// $10 class, $11 duration in ms, $12 the provider's reference ('' for
+	// none); qDeliveryRecordSettle: $13 notification id, $14 channel,
+	// $15 token.
 	qDeliveryRecord       = qDeliveryRecordWrite + `SELECT count(*), 0 FROM u`
 	qDeliveryRecordSettle = qDeliveryRecordWrite + `,
 o AS (
@@ -428,7 +429,7 @@ o AS (
     SET state = CASE WHEN $2::text = 'RETRY_WAIT' THEN 'PENDING' ELSE 'DONE' END,
         available_at = CASE WHEN $2::text = 'RETRY_WAIT' THEN coalesce($1::timestamptz, clock_timestamp()) + $4::interval ELSE available_at END,
         last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
-    WHERE notification_id = $12::text AND channel = $13::text AND token = $14::bigint
+    WHERE notification_id = $13::text AND channel = $14::text AND token = $15::bigint
       AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
       AND EXISTS (SELECT 1 FROM u)
     RETURNING 1
@@ -437,7 +438,7 @@ SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o)`
 	qDeliveryRecordWrite = `WITH u AS (
     UPDATE deliveries d
     SET state = $2::text, reason = $3::text, next_attempt_at = coalesce($1::timestamptz, clock_timestamp()) + $4::interval, claimed_by = NULL,
-        updated_at = coalesce($1::timestamptz, clock_timestamp())
+        updated_at = coalesce($1::timestamptz, clock_timestamp()), provider_ref = nullif($12::text, '')
     WHERE d.message_id = $5::text AND d.state || '' = 'SENDING' AND d.attempts = $6::integer
     RETURNING 1
 ),

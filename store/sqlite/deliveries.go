@@ -87,7 +87,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		if p.State == heraldtype.DeliveryRetryWait {
 			next = now + p.RetryDelay.Milliseconds()
 		}
-		r, err := tx.Exec(qDeliveryRecord, string(p.State), p.Reason, next, now, p.MessageID, p.Attempt)
+		r, err := tx.Exec(qDeliveryRecord, string(p.State), p.Reason, next, now, p.ProviderRef, p.MessageID, p.Attempt)
 		if err != nil {
 			return fmt.Errorf("record result: %w", err)
 		}

@@ -87,7 +87,7 @@ SET state = 'SENDING', attempts = attempts + 1, provider = ?, claimed_by = ?, cl
 WHERE message_id = ? AND state = 'RETRY_WAIT' AND next_attempt_at <= ?
 RETURNING attempts`
 	qDeliveryRecord = `UPDATE deliveries
-SET state = ?, reason = ?, next_attempt_at = ?, claimed_by = NULL, updated_at = ?
+SET state = ?, reason = ?, next_attempt_at = ?, claimed_by = NULL, updated_at = ?, provider_ref = nullif(?, '')
 WHERE message_id = ? AND state = 'SENDING' AND attempts = ?`
 	// qAttemptInsert logs the call once: a result written again after a
 	// lost answer finds its attempt logged and adds nothing.

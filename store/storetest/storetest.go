@@ -70,6 +70,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Inbox", func(t *testing.T) { testInbox(t, h) })
 	t.Run("InboxHeads", func(t *testing.T) { testInboxHeads(t, h) })
 	t.Run("Receipts", func(t *testing.T) { testReceipts(t, h) })
+	t.Run("Reports", func(t *testing.T) { testReports(t, h) })
 	t.Run("Devices", func(t *testing.T) { testDevices(t, h) })
 	t.Run("Erasure", func(t *testing.T) { testErasure(t, h) })
 }

@@ -1,0 +1,86 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// Provider reports (POST /v1/callbacks/{provider}, status look-ups).
+const (
+	// qReport reads the message's delivery, only if the provider made it,
+	// and moves it in the same statement when its state is one of $4,
+	// conditional on the state it read: a write that committed in between
+	// leaves the row changed, the update takes nothing, and the caller
+	// reads again.
+	//
+	// $1 now, $2 message id, $3 provider, $4 the states it may move,
+	// $5 the state it writes, $6 the reason.
+	qReport = `WITH cur AS (
+    SELECT message_id, state, channel FROM deliveries WHERE message_id = $2::text AND provider = $3::text
+),
+u AS (
+    UPDATE deliveries d
+    SET state = $5::text, reason = $6::text, updated_at = coalesce($1::timestamptz, clock_timestamp())
+    FROM cur
+    WHERE d.message_id = cur.message_id AND d.state = cur.state AND cur.state = ANY($4::text[])
+    RETURNING 1
+)
+SELECT cur.state, cur.channel, (SELECT count(*) FROM u) FROM cur`
+	// qUnknownPage walks deliveries_unknown (provider, message_id);
+	// 'LOOKUP_' is store.ReasonLookupPrefix.
+	qUnknownPage = `SELECT message_id, coalesce(provider_ref, ''), coalesce(claimed_at, updated_at)
+FROM deliveries
+WHERE provider = $1::text AND state = 'UNKNOWN' AND message_id > $2::text AND substr(reason, 1, 7) <> 'LOOKUP_'
+ORDER BY provider, message_id LIMIT $3::integer`
+)
+
+// reportTries bounds how often a report reads again after a concurrent
+// write changed the row between its read and its write.
+const reportTries = 3
+
+// DeliveryReport moves a provider's delivery as its report says.
+func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store.ReportOutcome, error) {
+	what := fmt.Sprintf("report for %s", p.MessageID)
+	from := make([]string, len(p.From))
+	for i, st := range p.From {
+		from[i] = string(st)
+	}
+	for range reportTries {
+		var state, ch string
+		var moved int64
+		err := s.pool.QueryRow(ctx, qReport, s.now(), p.MessageID, p.Provider, from, string(p.To), p.Reason).Scan(&state, &ch, &moved)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.ReportOutcome{}, store.ErrNotFound
+		}
+		if err != nil {
+			return store.ReportOutcome{}, s.fail(what, err)
+		}
+		out := store.ReportOutcome{From: heraldtype.DeliveryState(state), Channel: heraldtype.Channel(ch), Moved: moved == 1}
+		if out.Moved || !store.ReportMoves(p, out.From) {
+			return out, nil
+		}
+		// Changed between the statement's snapshot and its update.
+	}
+	return store.ReportOutcome{}, fmt.Errorf("%s: the delivery kept changing under %d tries", what, reportTries)
+}
+
+// DeliveryUnknownPage lists a provider's UNKNOWN deliveries a look-up may
+// settle.
+func (s *Store) DeliveryUnknownPage(ctx context.Context, p store.UnknownPageParams) ([]store.UnknownDelivery, error) {
+	what := fmt.Sprintf("list unknown deliveries of %s", p.Provider)
+	rows, err := s.pool.Query(ctx, qUnknownPage, p.Provider, p.After, p.Limit)
+	if err != nil {
+		return nil, s.fail(what, err)
+	}
+	page, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.UnknownDelivery])
+	if err != nil {
+		return nil, s.fail(what, err)
+	}
+	return page, nil
+}

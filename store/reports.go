@@ -1,0 +1,87 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+)
+
+// Reports applies a provider's later word on a message — a delivery report
+// (POST /v1/callbacks/{provider}) or the answer to a status look-up — to
+// its delivery, and lists the UNKNOWN deliveries a look-up may settle.
+// Package settle decides what a report may move; the store makes the move
+// exactly once.
+type Reports interface {
+	// DeliveryReport moves p.MessageID's delivery to p.To with p.Reason
+	// when it was made through p.Provider and is in one of p.From, through
+	// one write conditional on the state it read, so a report never
+	// writes over a result another write made meanwhile (a receipt, a
+	// second report), and nothing moves a delivery out of a state not in
+	// p.From. A message id that does not exist, or whose delivery another
+	// provider made, is ErrNotFound: a provider's report reaches only its
+	// own messages. The outcome says what the report found and whether it
+	// moved it.
+	DeliveryReport(ctx context.Context, p ReportParams) (ReportOutcome, error)
+	// DeliveryUnknownPage returns up to p.Limit UNKNOWN deliveries made
+	// through p.Provider with a message id after p.After, by message id,
+	// leaving out those whose reason starts with ReasonLookupPrefix: a
+	// look-up already answered for them and left them for a person.
+	DeliveryUnknownPage(ctx context.Context, p UnknownPageParams) ([]UnknownDelivery, error)
+}
+
+// ReasonLookupPrefix starts the reason of an UNKNOWN delivery a status
+// look-up could not settle (LOOKUP_NOT_FOUND): the settle rounds ask no
+// more about it.
+const ReasonLookupPrefix = "LOOKUP_"
+
+// ReportParams is one report's move.
+type ReportParams struct {
+	Provider  string
+	MessageID string
+	// From is the states the report may move the delivery out of.
+	From []heraldtype.DeliveryState
+	// To and Reason are what it writes.
+	To     heraldtype.DeliveryState
+	Reason string
+}
+
+// ReportOutcome is what a report did.
+type ReportOutcome struct {
+	// From is the delivery's state as the report found it.
+	From heraldtype.DeliveryState
+	// Moved: the report wrote To over From.
+	Moved bool
+	// Channel is the delivery's.
+	Channel heraldtype.Channel
+}
+
+// UnknownPageParams pages through a provider's UNKNOWN deliveries.
+type UnknownPageParams struct {
+	Provider string
+	// After is the last message id of the page before ("" for the first).
+	After string
+	Limit int
+}
+
+// UnknownDelivery is one UNKNOWN delivery a status look-up may settle.
+type UnknownDelivery struct {
+	MessageID string
+	// ProviderRef is the provider's own id for it, when an answer carried
+	// one ("" when the answer was lost, which is most UNKNOWNs).
+	ProviderRef string
+	// ClaimedAt is when its last attempt was claimed: about when the call
+	// was made.
+	ClaimedAt time.Time
+}
+
+// ReportMoves reports whether p may move a delivery found in state from.
+// Both drivers decide through it.
+func ReportMoves(p ReportParams, from heraldtype.DeliveryState) bool {
+	for _, s := range p.From {
+		if s == from {
+			return true
+		}
+	}
+	return false
+}

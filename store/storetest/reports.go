@@ -1,0 +1,190 @@
+package storetest
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// delivered is a delivery report: PROVIDER_ACCEPTED or UNKNOWN to
+// DELIVERED, for provider p (the provider claimPush claims with).
+func delivered(mid string) store.ReportParams {
+	return store.ReportParams{Provider: "p", MessageID: mid, To: heraldtype.DeliveryDelivered, Reason: "DLR",
+		From: []heraldtype.DeliveryState{heraldtype.DeliveryProviderAccepted, heraldtype.DeliveryUnknown}}
+}
+
+func report(t *testing.T, b bundle, p store.ReportParams) store.ReportOutcome {
+	t.Helper()
+	out, err := b.s.DeliveryReport(b.ctx, p)
+	if err != nil {
+		t.Fatalf("DeliveryReport %+v: %v", p, err)
+	}
+	return out
+}
+
+func testReports(t *testing.T, h Harness) {
+	t.Run("AcceptedMovesOnceThenNoChange", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		mid := sentPush(t, b, "t1", "r1", heraldtype.DeliveryProviderAccepted)
+		b.clk.Advance(time.Minute)
+		at := b.clk.Now()
+		want := store.ReportOutcome{From: heraldtype.DeliveryProviderAccepted, Moved: true, Channel: heraldtype.ChannelPush}
+		if got := report(t, b, delivered(mid)); got != want {
+			t.Fatalf("first report: %+v, want %+v", got, want)
+		}
+		wantRow(t, b, mid, heraldtype.DeliveryDelivered, "DLR", at)
+		b.clk.Advance(time.Minute)
+		want = store.ReportOutcome{From: heraldtype.DeliveryDelivered, Channel: heraldtype.ChannelPush}
+		if got := report(t, b, delivered(mid)); got != want {
+			t.Fatalf("second report: %+v, want %+v", got, want)
+		}
+		wantRow(t, b, mid, heraldtype.DeliveryDelivered, "DLR", at)
+	})
+	t.Run("NeverBackwards", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		mid := sentPush(t, b, "t1", "r1", heraldtype.DeliveryProviderAccepted)
+		report(t, b, delivered(mid))
+		at := b.clk.Now()
+		b.clk.Advance(time.Minute)
+		failed := delivered(mid)
+		failed.To, failed.Reason = heraldtype.DeliveryPermanentFailure, "DLR_FAILED"
+		if got := report(t, b, failed); got.Moved || got.From != heraldtype.DeliveryDelivered {
+			t.Fatalf("a failure after DELIVERED: %+v, want nothing moved", got)
+		}
+		wantRow(t, b, mid, heraldtype.DeliveryDelivered, "DLR", at)
+		// States the report may not move stay as they are: a send still in
+		// flight, one that ended without a call.
+		for _, st := range []heraldtype.DeliveryState{heraldtype.DeliverySending, heraldtype.DeliveryPermanentFailure, heraldtype.DeliveryRetryWait} {
+			m := sentPush(t, b, "t1", "r1", st)
+			before := delivery(t, b, m)
+			if got := report(t, b, delivered(m)); got.Moved || got.From != st {
+				t.Fatalf("report on %s: %+v, want nothing moved", st, got)
+			}
+			wantRow(t, b, m, st, before.Reason, before.UpdatedAt)
+		}
+	})
+	t.Run("OnlyTheProvidersOwnMessages", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		mid := sentPush(t, b, "t1", "r1", heraldtype.DeliveryProviderAccepted)
+		other := delivered(mid)
+		other.Provider = "q"
+		for name, p := range map[string]store.ReportParams{"OtherProvider": other, "NoSuchMessage": delivered(mid + "x")} {
+			if _, err := b.s.DeliveryReport(b.ctx, p); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("%s: %v, want ErrNotFound", name, err)
+			}
+		}
+		wantRow(t, b, mid, heraldtype.DeliveryProviderAccepted, "", delivery(t, b, mid).UpdatedAt)
+	})
+	t.Run("RacingReportsMoveOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		mid := unknownPush(t, b)
+		var wg sync.WaitGroup
+		// Reads at once first, so that a pool opens its connections
+		// before the race and the reports do overlap.
+		for range 32 {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = b.s.DeliveryGet(b.ctx, mid) }()
+		}
+		wg.Wait()
+		start := make(chan struct{})
+		outs := make([]store.ReportOutcome, 32)
+		errs := make([]error, 32)
+		for i := range outs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				p := delivered(mid)
+				if i%2 == 1 {
+					p.To, p.Reason = heraldtype.DeliveryPermanentFailure, "DLR_FAILED"
+				}
+				outs[i], errs[i] = b.s.DeliveryReport(b.ctx, p)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		moved := 0
+		for i, o := range outs {
+			if errs[i] != nil {
+				t.Fatalf("report %d: %v", i, errs[i])
+			}
+			if o.Moved {
+				moved++
+				if o.From != heraldtype.DeliveryUnknown {
+					t.Fatalf("report %d moved from %s, want UNKNOWN", i, o.From)
+				}
+			}
+		}
+		if moved != 1 {
+			t.Fatalf("%d reports moved the delivery, want exactly 1", moved)
+		}
+	})
+	t.Run("UnknownPageByProviderSkippingLookedUp", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		var mids []string
+		for range 3 {
+			mids = append(mids, unknownPush(t, b))
+		}
+		// One more UNKNOWN through the sender's record, with the provider's
+		// reference its answer carried.
+		nid, ref := pushFor(t, b, "t1", "r1")
+		claimPush(t, b, "t1", nid, ref)
+		if res, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: ref, Attempt: 1, State: heraldtype.DeliveryUnknown,
+			Reason: "HTTP_502", ProviderRef: "SM123", Owner: "w", Class: "unknown", StartedAt: b.clk.Now()}); err != nil || !res.Recorded {
+			t.Fatalf("record UNKNOWN with a reference: %+v %v", res, err)
+		}
+		mids = append(mids, ref)
+		// An accepted one and another provider's are not listed.
+		sentPush(t, b, "t1", "r1", heraldtype.DeliveryProviderAccepted)
+		// A look-up answered for the first: left for a person.
+		notFound := store.ReportParams{Provider: "p", MessageID: mids[0], From: []heraldtype.DeliveryState{heraldtype.DeliveryUnknown},
+			To: heraldtype.DeliveryUnknown, Reason: store.ReasonLookupPrefix + "NOT_FOUND"}
+		if got := report(t, b, notFound); !got.Moved {
+			t.Fatalf("LOOKUP_NOT_FOUND: %+v, want written", got)
+		}
+		want := append([]string(nil), mids[1:]...)
+		slices.Sort(want)
+		var got []string
+		refs := map[string]string{}
+		after := ""
+		for range 10 {
+			page, err := b.s.DeliveryUnknownPage(b.ctx, store.UnknownPageParams{Provider: "p", After: after, Limit: 2})
+			if err != nil {
+				t.Fatalf("DeliveryUnknownPage: %v", err)
+			}
+			if len(page) > 2 {
+				t.Fatalf("page of %d, limit 2", len(page))
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, u := range page {
+				got = append(got, u.MessageID)
+				refs[u.MessageID] = u.ProviderRef
+				if u.ClaimedAt.IsZero() {
+					t.Fatalf("%s: no claim time", u.MessageID)
+				}
+			}
+			after = page[len(page)-1].MessageID
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("pages: %v, want %v", got, want)
+		}
+		if refs[ref] != "SM123" || refs[mids[1]] != "" {
+			t.Fatalf("references %v, want SM123 for %s and none for %s", refs, ref, mids[1])
+		}
+		if page, err := b.s.DeliveryUnknownPage(b.ctx, store.UnknownPageParams{Provider: "q", Limit: 10}); err != nil || len(page) != 0 {
+			t.Fatalf("another provider's page: %v %v, want none", page, err)
+		}
+	})
+}
