@@ -72,7 +72,8 @@ type Metrics struct {
 	alerts       *prometheus.CounterVec
 	cancels      *prometheus.CounterVec
 	redriven     *prometheus.CounterVec
-	inbox        *inbox // inbox.go
+	inbox        *inbox   // inbox.go
+	reports      *reports // reports.go
 }
 
 // IntakeCodes are the status codes POST /v1/notifications answers with
@@ -147,6 +148,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.inbox = newInbox(m.Registry)
+	m.reports = newReports(m.Registry)
 	if backlog != nil {
 		m.Registry.MustRegister(&backlogCollector{read: backlog, desc: prometheus.NewDesc(
 			"herald_outbox_backlog", "Due outbox rows waiting for a claimer, by lane.", []string{"lane"}, nil)})

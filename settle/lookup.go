@@ -1,0 +1,182 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/store"
+)
+
+// Defaults of the look-up rounds.
+const (
+	DefaultLookupInterval = time.Minute
+	DefaultLookupsPerRound = 100
+	DefaultLookupRate      = 5 // per second, per provider
+)
+
+// LookupConfig configures the look-up rounds.
+type LookupConfig struct {
+	Store Store
+	// Checkers are the providers with a status look-up, by name.
+	Checkers map[string]provider.StatusChecker
+	// Interval is the time between two rounds. Defaults to a minute.
+	Interval time.Duration
+	// PerRound bounds the look-ups of one provider in one round.
+	// Defaults to 100.
+	PerRound int
+	// Rate bounds the look-ups per second of one provider (a look-up
+	// spends the same call budget as a send). Defaults to 5.
+	Rate float64
+	// IsLeader, when set, gates every round and every look-up.
+	IsLeader func() bool
+	Clock    clock.Clock
+	Logger   *slog.Logger
+	Metrics  *metrics.Metrics
+	Alerts   alert.Sink
+}
+
+// Looker runs the leader's look-up rounds: each provider's UNKNOWN
+// deliveries, a bounded page per round, asked about one by one at a
+// bounded rate. A round goes on from where the one before stopped and
+// starts over when it reaches the end, so every UNKNOWN is asked in turn
+// however many there are.
+type Looker struct {
+	cfg     LookupConfig
+	names   []string
+	limits  map[string]*rate.Limiter
+	cursors map[string]string
+}
+
+// NewLooker returns a Looker.
+func NewLooker(cfg LookupConfig) *Looker {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultLookupInterval
+	}
+	if cfg.PerRound <= 0 {
+		cfg.PerRound = DefaultLookupsPerRound
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = DefaultLookupRate
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	l := &Looker{cfg: cfg, limits: map[string]*rate.Limiter{}, cursors: map[string]string{}}
+	for name := range cfg.Checkers {
+		l.names = append(l.names, name)
+		l.limits[name] = rate.NewLimiter(rate.Limit(cfg.Rate), 1)
+	}
+	sort.Strings(l.names)
+	return l
+}
+
+// RoundReport is what one round did, per provider.
+type RoundReport struct {
+	// Asked counts the look-ups made, Settled those that moved a delivery
+	// out of UNKNOWN, NotFound those left for a person, Failed those that
+	// got no answer.
+	Asked, Settled, NotFound, Failed map[string]int
+}
+
+// Run runs rounds every interval until ctx ends; only while leading.
+func (l *Looker) Run(ctx context.Context) {
+	if len(l.names) == 0 {
+		return
+	}
+	t := time.NewTicker(l.cfg.Interval)
+	defer t.Stop()
+	for {
+		if l.leader() {
+			l.Round(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (l *Looker) leader() bool { return l.cfg.IsLeader == nil || l.cfg.IsLeader() }
+
+// Round asks each provider about up to PerRound of its UNKNOWN deliveries.
+func (l *Looker) Round(ctx context.Context) RoundReport {
+	rep := RoundReport{Asked: map[string]int{}, Settled: map[string]int{}, NotFound: map[string]int{}, Failed: map[string]int{}}
+	for _, name := range l.names {
+		if ctx.Err() != nil || !l.leader() {
+			break
+		}
+		l.roundOf(ctx, name, &rep)
+	}
+	if n := sum(rep.NotFound); n > 0 {
+		l.cfg.Metrics.Alert(alert.UnknownUnsettled)
+		if l.cfg.Alerts != nil {
+			l.cfg.Alerts.Alert(ctx, alert.Alert{Kind: alert.UnknownUnsettled, Reason: ReasonLookupNotFound})
+		}
+	}
+	return rep
+}
+
+func (l *Looker) roundOf(ctx context.Context, name string, rep *RoundReport) {
+	page, err := l.cfg.Store.DeliveryUnknownPage(ctx, store.UnknownPageParams{Provider: name, After: l.cursors[name], Limit: l.cfg.PerRound})
+	if err != nil {
+		l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "settle: cannot list unknown deliveries",
+			slog.String("provider", name), slog.Any("error", err))
+		return
+	}
+	if len(page) < l.cfg.PerRound {
+		l.cursors[name] = "" // the end: the next round starts over
+	} else {
+		l.cursors[name] = page[len(page)-1].MessageID
+	}
+	checker := l.cfg.Checkers[name]
+	for _, u := range page {
+		if err := l.limits[name].Wait(ctx); err != nil || !l.leader() {
+			return
+		}
+		rep.Asked[name]++
+		r, err := checker.Status(ctx, provider.StatusQuery{MessageID: u.MessageID, ProviderRef: u.ProviderRef, SentAt: u.ClaimedAt})
+		if err != nil {
+			rep.Failed[name]++
+			l.cfg.Metrics.ProviderLookupFailed(name)
+			l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "settle: status look-up failed; the delivery stays UNKNOWN for a later round",
+				slog.String("provider", name), slog.String("message_id", u.MessageID), slog.Any("error", err))
+			continue
+		}
+		r.MessageID = u.MessageID // the look-up was about this message, whatever the answer echoes
+		out, err := Apply(ctx, l.cfg.Store, l.cfg.Metrics, name, metrics.ReportLookup, r)
+		switch {
+		case err != nil && !errors.Is(err, ErrNotYet):
+			rep.Failed[name]++
+			l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "settle: cannot apply a status look-up",
+				slog.String("provider", name), slog.String("message_id", u.MessageID), slog.Any("error", err))
+		case out.Moved && r.Result == provider.ReportNotFound:
+			rep.NotFound[name]++
+		case out.Moved:
+			rep.Settled[name]++
+			l.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "settle: status look-up settled an UNKNOWN delivery",
+				slog.String("provider", name), slog.String("message_id", u.MessageID),
+				slog.String("result", r.Result.String()), slog.String("reason", r.Reason))
+		}
+	}
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

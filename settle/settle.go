@@ -1,0 +1,113 @@
+// Package settle applies a provider's later word on a message to its
+// delivery: the delivery reports a provider sends to
+// POST /v1/callbacks/{provider} (Apply, from httpapi) and the answers of
+// status look-ups the leader makes for UNKNOWN deliveries (Looker).
+//
+// What a report may move (Move), the same for both sources:
+//
+//	report      moves from                     to                  reason
+//	delivered   PROVIDER_ACCEPTED, UNKNOWN     DELIVERED           the report's (e.g. TWILIO_DELIVERED)
+//	failed      PROVIDER_ACCEPTED, UNKNOWN     PERMANENT_FAILURE   the report's (e.g. TWILIO_30003)
+//	pending     UNKNOWN                        PROVIDER_ACCEPTED   the report's: the call went out after all
+//	not_found   UNKNOWN                        UNKNOWN             LOOKUP_NOT_FOUND: left for a person
+//
+// Anything else changes nothing: a report never moves a delivery back
+// (a late "sent" after "delivered"), never ends a send that is still in
+// flight or waiting (SENDING, RETRY_WAIT: the sender owns those), and never
+// touches another provider's messages (the store answers ErrNotFound). A
+// report repeated changes nothing the second time. A report that finds the
+// send still SENDING — a provider can call back before the sender has
+// written what the call answered — is ErrNotYet, which the callback
+// endpoint answers 503 with Retry-After, so a provider that retries its
+// callbacks brings it again; the sender's own result, conditional on
+// SENDING, is never written over a report.
+//
+// A status look-up that finds no record of the message proves nothing
+// (providers keep records for days, some record a call only once it is
+// processed): the delivery stays UNKNOWN with reason LOOKUP_NOT_FOUND,
+// which takes it out of the look-up rounds and leaves it to a person (the
+// reconciliation report lists it among the UNKNOWN). A look-up that fails
+// (the provider unreachable or refusing) leaves the delivery as it was,
+// for a later round.
+package settle
+
+import (
+	"context"
+	"errors"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/store"
+)
+
+// Store is what settling needs of the store.
+type Store interface {
+	DeliveryReport(ctx context.Context, p store.ReportParams) (store.ReportOutcome, error)
+	DeliveryUnknownPage(ctx context.Context, p store.UnknownPageParams) ([]store.UnknownDelivery, error)
+}
+
+// Reasons written when a report carries none.
+const (
+	ReasonReportDelivered = "REPORT_DELIVERED"
+	ReasonReportFailed    = "REPORT_FAILED"
+	ReasonReportPending   = "REPORT_PENDING"
+	// ReasonLookupNotFound: a status look-up found no record (see the
+	// package doc); store.ReasonLookupPrefix keeps it out of later rounds.
+	ReasonLookupNotFound = store.ReasonLookupPrefix + "NOT_FOUND"
+)
+
+// ErrNotYet: the report found the send still in flight (SENDING); nothing
+// changed, and the report may be brought again later.
+var ErrNotYet = errors.New("settle: the send is still in flight")
+
+var (
+	sentOrUnknown = []heraldtype.DeliveryState{heraldtype.DeliveryProviderAccepted, heraldtype.DeliveryUnknown}
+	onlyUnknown   = []heraldtype.DeliveryState{heraldtype.DeliveryUnknown}
+)
+
+// Move is what r may do to a delivery of providerName (the package doc's
+// table); false for a report that moves nothing whatever the state.
+func Move(providerName string, r provider.Report) (store.ReportParams, bool) {
+	p := store.ReportParams{Provider: providerName, MessageID: r.MessageID, Reason: r.Reason}
+	def := ""
+	switch r.Result {
+	case provider.ReportDelivered:
+		p.From, p.To, def = sentOrUnknown, heraldtype.DeliveryDelivered, ReasonReportDelivered
+	case provider.ReportFailed:
+		p.From, p.To, def = sentOrUnknown, heraldtype.DeliveryPermanentFailure, ReasonReportFailed
+	case provider.ReportPending:
+		p.From, p.To, def = onlyUnknown, heraldtype.DeliveryProviderAccepted, ReasonReportPending
+	case provider.ReportNotFound:
+		p.From, p.To, p.Reason = onlyUnknown, heraldtype.DeliveryUnknown, ReasonLookupNotFound
+	default:
+		return store.ReportParams{}, false
+	}
+	if p.Reason == "" {
+		p.Reason = def
+	}
+	return p, true
+}
+
+// Apply applies r, which providerName sent (source: metrics.ReportCallback
+// or metrics.ReportLookup), to its delivery. A report that names no
+// message, or a message that is not the provider's, is store.ErrNotFound;
+// one that finds the send in flight is ErrNotYet.
+func Apply(ctx context.Context, st Store, m *metrics.Metrics, providerName, source string, r provider.Report) (store.ReportOutcome, error) {
+	p, ok := Move(providerName, r)
+	if !ok {
+		return store.ReportOutcome{}, errors.New("settle: a report with no result")
+	}
+	if p.MessageID == "" {
+		return store.ReportOutcome{}, store.ErrNotFound
+	}
+	out, err := st.DeliveryReport(ctx, p)
+	if err != nil {
+		return out, err
+	}
+	m.ProviderReport(providerName, source, r.Result.String(), out.Moved)
+	if !out.Moved && out.From == heraldtype.DeliverySending {
+		return out, ErrNotYet
+	}
+	return out, nil
+}
