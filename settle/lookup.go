@@ -18,7 +18,7 @@ import (
 
 // Defaults of the look-up rounds.
 const (
-	DefaultLookupInterval = time.Minute
+	DefaultLookupInterval  = time.Minute
 	DefaultLookupsPerRound = 100
 	DefaultLookupRate      = 5 // per second, per provider
 )
