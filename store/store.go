@@ -103,6 +103,8 @@ type Store interface {
 	InboxHeads
 	Erasure
 	Devices
+	// RateBuckets keeps the providers' shared rate limits (ratelimit.go).
+	RateBuckets
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.
 	Wakeups() *Wakeups
