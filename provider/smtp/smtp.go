@@ -24,24 +24,24 @@
 // # Classification
 //
 // Before the final dot of DATA has been written, nothing can have been
-// delivered: a server acts on a message only at the end-of-data indication
-// (RFC 5321 §4.1.1.4), and one that loses the connection earlier treats the
-// transaction as failed (§3.8). So every failure up to then is definite.
-// After the dot the server may have taken the message: a 250 reply is it
-// accepting responsibility (§6.1); a connection that breaks, or a reply that
-// does not come in time, in that window leaves the message possibly
-// delivered. RFC 1047 describes this gap as the main cause of duplicated
-// mail, and it is the one UNKNOWN of this adapter.
+// delivered: the end-of-data indication is what makes a server process the
+// transaction (RFC 5321 §4.1.1.4), so a server that lost the connection
+// earlier has no message. Every failure up to then is definite. After the
+// dot the server may have taken the message: a 250 reply is it accepting
+// responsibility (§6.1), and a connection that breaks, or a reply that does
+// not come in time, in that window leaves the message possibly delivered.
+// RFC 1047 names this gap a leading cause of duplicated mail (a client that
+// resends after it delivers twice); it is the one UNKNOWN of this adapter.
 //
 // A refusal of the session (greeting, EHLO, STARTTLS, AUTH) says nothing
 // about the message, so it is NotSent whatever its code, like the HTTP
 // 401/403 of DESIGN §2. A refusal of the transaction (MAIL, RCPT, DATA, or
 // the reply to the dot) follows the reply's class (RFC 5321 §4.2.1): 4yz
 // "the action did not occur, try later" (greylisting: 450/451/452) is
-// NotSent, 5yz "do not repeat it as is" is Permanent — except 530
-// ("authentication required", RFC 4954 §6), which is a session problem and
-// NotSent. A code the step does not define (a 354 to MAIL, a 334 after the
-// dot) is NotSent before the dot and Unknown after it.
+// NotSent, 5yz "do not repeat it as is" is Permanent — except a 530 to
+// MAIL, RCPT or DATA ("authentication required", RFC 4954 §6), a session
+// problem and NotSent. A code the step does not define (a 354 to MAIL, a
+// 354 after the dot) is NotSent before the dot and Unknown after it.
 //
 // A RCPT refusal is a dead destination when its enhanced status code
 // (RFC 3463, the IANA registry of SMTP enhanced status codes) says that the
@@ -106,6 +106,20 @@
 //
 // The message's id travels as its Message-ID, <message_id@Domain>, which
 // is what a bounce quotes back.
+//
+// # Sources
+//
+// What this adapter relies on, read for it: RFC 5321 (SMTP: reply classes
+// §4.2.1, codes §4.2.3, end of data §4.1.1.4, responsibility §6.1),
+// https://www.rfc-editor.org/rfc/rfc5321; RFC 1047 (the duplicate-message
+// gap after the final dot), https://www.rfc-editor.org/rfc/rfc1047; RFC
+// 3207 (STARTTLS), RFC 4954 (AUTH, 530 and 535), RFC 4616 (PLAIN); the
+// LOGIN mechanism, draft-murchison-sasl-login; RFC 3463 and the IANA
+// registry https://www.iana.org/assignments/smtp-enhanced-status-codes/
+// (X.1.1 "the mailbox does not exist", X.1.2 "the destination system does
+// not exist", X.1.3 syntax, X.1.6 moved); RFC 7505 (null MX, 556 5.1.10);
+// RFC 5322 (message format, folding), RFC 2045 and RFC 2047 (MIME,
+// encoded words). The tests run github.com/emersion/go-smtp as the server.
 package smtp
 
 import (
