@@ -36,6 +36,7 @@ import (
 	"github.com/heraldhq/herald/reconcile"
 	"github.com/heraldhq/herald/retention"
 	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/settle"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/store/sqlite"
@@ -65,13 +66,17 @@ type App struct {
 	metrics  *metrics.Metrics
 	registry *provider.Registry
 	sims     map[string]*sim.Sim
-	handler  http.Handler
-	listener net.Listener
-	owner    string
-	draining atomic.Bool
-	alerts   alert.Sink
-	clock    clock.Clock
-	parked   parked.Service
+	// receivers take delivery reports, checkers answer status look-ups
+	// (providers.go).
+	receivers map[string]provider.CallbackReceiver
+	checkers  map[string]provider.StatusChecker
+	handler   http.Handler
+	listener  net.Listener
+	owner     string
+	draining  atomic.Bool
+	alerts    alert.Sink
+	clock     clock.Clock
+	parked    parked.Service
 	// reconciler runs the leader's scheduled reconciliations.
 	reconciler *reconcile.Reconciler
 	// rabbit is the rabbitmq transport's relays and consumers, one of each
@@ -110,6 +115,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	a.metrics = metrics.New(a.store.OutboxBacklog)
+	a.wireSimReports()
 	a.metrics.Declare(knownSeries(cfg, cat))
 	a.metrics.WatchReconcile(reconcile.Kinds, a.reconcileFigures)
 	a.reconciler, err = Reconciler(cfg, a.store, ReconcileOptions{
@@ -156,7 +162,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(),
 			Logger: a.logger, Metrics: a.metrics,
 		},
-		Lookup:  &lookup.Handler{Store: a.store, Logger: a.logger},
+		Lookup: &lookup.Handler{Store: a.store, Logger: a.logger},
+		Callbacks: &settle.CallbackHandler{
+			Store: a.store, Receivers: a.receivers, Metrics: a.metrics, Logger: a.logger,
+		},
 		Parked:  a.parked,
 		Store:   a.store,
 		Metrics: a.metrics,
@@ -273,6 +282,13 @@ func (a *App) Run(ctx context.Context) error {
 	// Reconciliation, leader-only too, every reconcile_interval.
 	wg.Add(1)
 	go func() { defer wg.Done(); a.reconciler.Loop(work, a.cfg.ReconcileInterval.D(), isLeader) }()
+	// Status look-ups of UNKNOWN deliveries, leader-only too.
+	looker := settle.NewLooker(settle.LookupConfig{
+		Store: a.store, Checkers: a.checkers, Interval: a.cfg.LookupInterval.D(), IsLeader: isLeader,
+		Clock: a.clock, Logger: a.logger, Metrics: a.metrics, Alerts: a.alerts,
+	})
+	wg.Add(1)
+	go func() { defer wg.Done(); looker.Run(work) }()
 
 	var runErr error
 	select {

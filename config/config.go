@@ -104,6 +104,10 @@ type Config struct {
 	// (package reconcile): it runs one when the newest kept report, from
 	// the leader or from `herald reconcile`, is this old. Defaults to 1 hour.
 	ReconcileInterval Duration `yaml:"reconcile_interval"`
+	// LookupInterval is how often the leader asks the providers that
+	// have a status look-up about their UNKNOWN deliveries (package
+	// settle), a bounded page each round. Defaults to 1 minute.
+	LookupInterval Duration `yaml:"lookup_interval"`
 	// OperatorKeys are bearer keys for the operator's routes (GET
 	// /v1/ops/reconcile), which show every tenant's figures. An operator
 	// key is refused on every tenant route, and an API key on the
@@ -152,6 +156,18 @@ type Provider struct {
 	Latency Duration `yaml:"latency"`
 	// Faults is the simulated provider's fault mix. Defaults to none.
 	Faults Faults `yaml:"faults"`
+	// ReportAfter makes the simulated provider send a delivery report
+	// this long after each call that reached it (DELIVERED, or failed for
+	// the ReportFailed fraction). Defaults to 0: no reports.
+	ReportAfter Duration `yaml:"report_after"`
+	// ReportFailed is the fraction (0..1) of the simulated provider's
+	// delivery reports that say the message could not be delivered.
+	// Defaults to 0.
+	ReportFailed float64 `yaml:"report_failed"`
+	// StatusLookup makes the simulated provider answer status look-ups
+	// of UNKNOWN deliveries from its record of calls (this process's
+	// memory). Defaults to false.
+	StatusLookup bool `yaml:"status_lookup"`
 	// RateLimit caps the calls made to this provider by every herald
 	// process sharing the database. Defaults to no limit.
 	RateLimit *RateLimit `yaml:"rate_limit"`
@@ -693,6 +709,7 @@ func (c *Config) WithDefaults() *Config {
 	def(&c.IdempotencyTTL, 24*time.Hour)
 	def(&c.ShutdownTimeout, 25*time.Second)
 	def(&c.ReconcileInterval, time.Hour)
+	def(&c.LookupInterval, time.Minute)
 	if c.Retry.Quick == 0 {
 		c.Retry.Quick = 2
 	}
@@ -827,7 +844,8 @@ func (c *Config) Validate() error {
 		{"sweep_interval", c.SweepInterval}, {"idempotency_ttl", c.IdempotencyTTL},
 		{"watchdog_interval", c.WatchdogInterval}, {"watchdog_retry_grace", c.WatchdogRetryGrace},
 		{"watchdog_published_grace", c.WatchdogPublishedGrace}, {"watchdog_sweep_grace", c.WatchdogSweepGrace},
-		{"shutdown_timeout", c.ShutdownTimeout}, {"reconcile_interval", c.ReconcileInterval}, {"retry.quick_delay", c.Retry.QuickDelay},
+		{"shutdown_timeout", c.ShutdownTimeout}, {"reconcile_interval", c.ReconcileInterval}, {"lookup_interval", c.LookupInterval},
+		{"retry.quick_delay", c.Retry.QuickDelay},
 		{"retry.slow_delay", c.Retry.SlowDelay},
 	} {
 		if d.v <= 0 {
@@ -926,6 +944,12 @@ func (c *Config) validateProviders() error {
 			}
 			if p.Latency < 0 {
 				return fmt.Errorf("config: %s.latency: must not be negative", key)
+			}
+			if p.ReportAfter < 0 {
+				return fmt.Errorf("config: %s.report_after: must not be negative", key)
+			}
+			if p.ReportFailed < 0 || p.ReportFailed > 1 {
+				return fmt.Errorf("config: %s.report_failed: must be within 0..1", key)
 			}
 		default:
 			return fmt.Errorf("config: %s.type: %q is not webhook or sim", key, p.Type)

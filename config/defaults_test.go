@@ -107,6 +107,7 @@ func TestDefaultsAreDocumented(t *testing.T) {
 		{"Config.DispatchMaxAttempts", c.DispatchMaxAttempts, 20, "Defaults to 20.", []string{"dispatch_max_attempts: 20"}},
 		{"Config.ShutdownTimeout", c.ShutdownTimeout.D(), 25 * time.Second, "Defaults to 25 seconds.", []string{"shutdown_timeout: 25s"}},
 		{"Config.ReconcileInterval", c.ReconcileInterval.D(), time.Hour, "Defaults to 1 hour.", []string{"reconcile_interval: 1h"}},
+		{"Config.LookupInterval", c.LookupInterval.D(), time.Minute, "Defaults to 1 minute.", []string{"lookup_interval: 1m"}},
 		{"Config.OperatorKeys", c.OperatorKeys, []string(nil), "Defaults to none: the operator's routes then refuse every request.", nil},
 		{"Config.Lanes", c.Lanes, lanes, "Defaults per lane: alert 16, transactional 32, marketing 16, internal 8.", []string{"transactional: {concurrency: 32}"}},
 		{"Lane.Concurrency", c.Lanes["alert"].Concurrency, 16, "Defaults per lane: alert 16, transactional 32, marketing 16, internal 8.", nil},

@@ -46,6 +46,9 @@ type Config struct {
 	Inbox *inbox.API
 	// Stream serves GET /v1/me/stream (stream.go); nil leaves it out.
 	Stream *stream.Hub
+	// Callbacks serves POST /v1/callbacks/{provider} (callbacks.go); nil
+	// leaves it out.
+	Callbacks http.Handler
 	// Ready answers GET /readyz (app's readiness checks); nil leaves
 	// /readyz out.
 	Ready http.Handler
@@ -69,8 +72,9 @@ func New(cfg Config) http.Handler {
 	}
 	// The recipient token mint and /v1/me/… (me.go).
 	routeMe(mux, cfg, authed)
-	routeStream(mux, cfg) // stream.go
-	routeOps(mux, cfg)    // ops.go
+	routeStream(mux, cfg)    // stream.go
+	routeOps(mux, cfg)       // ops.go
+	routeCallbacks(mux, cfg) // callbacks.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")

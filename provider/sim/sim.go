@@ -5,6 +5,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -32,6 +33,20 @@ type Config struct {
 	// long-running development server does not grow without end.
 	// Defaults to 500,000 calls.
 	Keep int
+	// ReportAfter, when set, makes the simulator send a delivery report
+	// this long after each call that reached it (accepted, or answered
+	// UNKNOWN: the call went out, only its answer was lost), through the
+	// function SetReporter installs, as a provider calls back: DELIVERED,
+	// or for the ReportFailed fraction of them failed (SIM_UNDELIVERED).
+	ReportAfter time.Duration
+	// ReportFailed is the fraction (0..1) of reports that say failed.
+	ReportFailed float64
+	// StatusLookup makes the simulator a provider.StatusChecker: a
+	// look-up answers from its record of calls (what its report would
+	// say for a call that reached it; not found for any other). Off by
+	// default: the record is this process's memory, so after a restart
+	// every look-up would be "not found".
+	StatusLookup bool
 }
 
 // Call is one recorded call.
@@ -55,6 +70,11 @@ type Sim struct {
 	// barrier or to force an outcome). A non-zero returned class overrides
 	// the fault mix.
 	onCall func(ctx context.Context, m provider.Message) provider.Outcome
+	// reporter receives the delivery reports (ReportAfter).
+	reporter func(provider.Report)
+	// reached are the reports of the calls that reached the simulator, by
+	// message id (for look-ups); forgotten with the calls.
+	reached map[string]provider.Report
 }
 
 var _ provider.Provider = (*Sim)(nil)
@@ -71,7 +91,34 @@ func New(cfg Config) *Sim {
 	for _, a := range cfg.DeadAddresses {
 		dead[a] = true
 	}
-	return &Sim{cfg: cfg, dead: dead, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed)), counts: map[string]int{}}
+	return &Sim{cfg: cfg, dead: dead, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed)), counts: map[string]int{},
+		reached: map[string]provider.Report{}}
+}
+
+// SetReporter installs where the delivery reports go (Config.ReportAfter);
+// the app applies them as a provider's callback.
+func (s *Sim) SetReporter(f func(provider.Report)) {
+	s.mu.Lock()
+	s.reporter = f
+	s.mu.Unlock()
+}
+
+// Lookups reports whether the simulator answers status look-ups
+// (Config.StatusLookup).
+func (s *Sim) Lookups() bool { return s.cfg.StatusLookup }
+
+// Status answers a look-up from the record of calls.
+func (s *Sim) Status(_ context.Context, q provider.StatusQuery) (provider.Report, error) {
+	if !s.cfg.StatusLookup {
+		return provider.Report{}, errors.New("sim: status look-up is off")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.reached[q.MessageID]
+	if !ok {
+		return provider.Report{MessageID: q.MessageID, Result: provider.ReportNotFound}, nil
+	}
+	return r, nil
 }
 
 // OnCall installs a hook run at the start of every call. Its outcome, when its
@@ -108,12 +155,30 @@ func (s *Sim) Send(ctx context.Context, m provider.Message) provider.Outcome {
 		half := len(s.calls) / 2
 		for _, c := range s.calls[:half] {
 			delete(s.counts, c.Message.MessageID)
+			delete(s.reached, c.Message.MessageID)
 		}
 		s.calls = append(s.calls[:0:0], s.calls[half:]...)
 	}
 	s.calls = append(s.calls, Call{Message: m, At: time.Now(), Outcome: out})
 	s.counts[m.MessageID]++
+	if out.Class == provider.Accepted || out.Class == provider.Unknown {
+		s.reach(m.MessageID)
+	}
 	return out
+}
+
+// reach records what became of a call that reached the simulator and, with
+// ReportAfter, reports it later. Called with s.mu held.
+func (s *Sim) reach(messageID string) {
+	r := provider.Report{MessageID: messageID, Result: provider.ReportDelivered, Reason: "SIM_DELIVERED"}
+	if s.cfg.ReportFailed > 0 && s.rng.Float64() < s.cfg.ReportFailed {
+		r.Result, r.Reason = provider.ReportFailed, "SIM_UNDELIVERED"
+	}
+	s.reached[messageID] = r
+	if s.cfg.ReportAfter > 0 && s.reporter != nil {
+		report := s.reporter
+		time.AfterFunc(s.cfg.ReportAfter, func() { report(r) })
+	}
 }
 
 func (s *Sim) roll() provider.Outcome {
