@@ -139,7 +139,7 @@ type fakeServer struct {
 
 // newServer starts a go-smtp server on a loopback port, closed at the end
 // of the test.
-func newServer(t *testing.T, opts serverOpts) *fakeServer {
+func newServer(t testing.TB, opts serverOpts) *fakeServer {
 	t.Helper()
 	fs := &fakeServer{opts: opts}
 	srv := gosmtp.NewServer(gosmtp.BackendFunc(fs.newSession))

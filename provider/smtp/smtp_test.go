@@ -314,3 +314,23 @@ func TestTimeoutBoundsASilentServer(t *testing.T) {
 		t.Fatalf("call took %v, want about its 200ms timeout", d)
 	}
 }
+
+// BenchmarkSend is one message per connection over STARTTLS and AUTH PLAIN
+// to the local go-smtp server: dial, two EHLOs, a TLS handshake, AUTH, the
+// transaction and QUIT, from goroutines sending side by side.
+func BenchmarkSend(b *testing.B) {
+	fs := newServer(b, serverOpts{})
+	x, err := smtp.New(config(fs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if got := x.Send(context.Background(), message("n1.email")); got.Class != provider.Accepted {
+				b.Errorf("outcome = %+v", got)
+				return
+			}
+		}
+	})
+}
