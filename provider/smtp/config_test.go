@@ -2,6 +2,7 @@ package smtp_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -69,5 +70,23 @@ func TestDomainDefaultsToTheSendersDomain(t *testing.T) {
 	msgs := fs.messages()
 	if len(msgs) != 1 || !strings.Contains(string(msgs[0].data), "\r\nMessage-ID: <n1.email@example.org>\r\n") {
 		t.Fatalf("received %d messages; want one with Message-ID <n1.email@example.org>", len(msgs))
+	}
+}
+
+// TestPrintingNeverShowsThePassword: a Config or a Mailer put into a log
+// line with any verb shows no password.
+func TestPrintingNeverShowsThePassword(t *testing.T) {
+	t.Parallel()
+	cfg := smtp.Config{Addr: "smtp.example.org:587", Username: username, Password: password, From: "noreply@example.org"}
+	x, err := smtp.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		for _, v := range []any{cfg, &cfg, x} {
+			if s := fmt.Sprintf(verb, v); strings.Contains(s, password) {
+				t.Errorf("Sprintf(%q, %T) = %s: shows the password", verb, v, s)
+			}
+		}
 	}
 }

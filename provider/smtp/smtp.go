@@ -129,6 +129,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net"
 	"net/mail"
 	"net/textproto"
@@ -164,6 +165,20 @@ type Config struct {
 	// dot. Defaults to 10 seconds.
 	Timeout time.Duration
 }
+
+// String describes the configuration for a log line: every field but the
+// password, which shows only whether it is set.
+func (c Config) String() string {
+	pw := "unset"
+	if c.Password != "" {
+		pw = "set"
+	}
+	return fmt.Sprintf("smtp.Config{Addr:%q Username:%q Password:%s From:%q Domain:%q HelloName:%q InsecurePlaintext:%t Timeout:%v}",
+		c.Addr, c.Username, pw, c.From, c.Domain, c.HelloName, c.TLS.InsecurePlaintext, c.Timeout)
+}
+
+// GoString keeps %#v from printing the password too.
+func (c Config) GoString() string { return c.String() }
 
 // TLS controls STARTTLS.
 type TLS struct {
@@ -209,6 +224,14 @@ type Mailer struct {
 }
 
 var _ provider.Provider = (*Mailer)(nil)
+
+// String describes the provider for a log line, without its password.
+func (x *Mailer) String() string {
+	return fmt.Sprintf("smtp.Mailer{Addr:%q From:%q}", x.addr, x.from.Address)
+}
+
+// GoString keeps %#v from printing the password too.
+func (x *Mailer) GoString() string { return x.String() }
 
 // New returns an SMTP provider. Its errors name the field at fault and
 // never quote a credential.
