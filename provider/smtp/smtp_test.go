@@ -25,8 +25,8 @@ type classRow struct {
 	server serverOpts
 	// client changes the configuration config(server) gives.
 	client func(cfg *smtp.Config)
-	// body and address replace the message's.
-	body, address string
+	// body, address and id replace the message's.
+	body, address, id string
 	// holdAfterDot: after reading the whole message the server cancels
 	// the caller's context and keeps the connection open without a reply.
 	holdAfterDot bool
@@ -202,6 +202,7 @@ func classRows() []classRow {
 		// Checked before dialling.
 		{name: "AddressWithoutDomainIsPermanent", address: "kim", want: perm("SMTP_BAD_ADDRESS")},
 		{name: "AddressWithALineBreakIsPermanent", address: "kim@example.com\r\nRCPT TO:<x@example.net>", want: perm("SMTP_BAD_ADDRESS")},
+		{name: "MessageIDThatCannotBeAMessageIDIsPermanent", id: "n1 email>", want: perm("SMTP_BAD_MESSAGE_ID")},
 		{name: "InternationalizedAddressIsPermanent", address: "김@example.com", want: perm("SMTP_ADDRESS_NEEDS_SMTPUTF8")},
 	}
 }
@@ -236,6 +237,9 @@ func TestClassification(t *testing.T) {
 			m := message("n0123456789abcdef.email")
 			if row.body != "" {
 				m.Body = row.body
+			}
+			if row.id != "" {
+				m.MessageID = row.id
 			}
 			if row.address != "" {
 				m.Address = row.address
