@@ -171,6 +171,9 @@ type Provider struct {
 	// RateLimit caps the calls made to this provider by every herald
 	// process sharing the database. Defaults to no limit.
 	RateLimit *RateLimit `yaml:"rate_limit"`
+	// ProviderOptions are the real provider types' own settings
+	// (providers.go). No default: each type says what it requires.
+	ProviderOptions `yaml:",inline"`
 }
 
 // Faults are fractions (0..1) of calls the simulated provider answers with
@@ -388,6 +391,9 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		dir = filepath.Dir(path)
 	}
 	if err := c.readSecrets(dir, getenv); err != nil {
+		return nil, err
+	}
+	if err := c.readProviderSecrets(dir, getenv); err != nil {
 		return nil, err
 	}
 	c.WithDefaults()
@@ -951,8 +957,12 @@ func (c *Config) validateProviders() error {
 			if p.ReportFailed < 0 || p.ReportFailed > 1 {
 				return fmt.Errorf("config: %s.report_failed: must be within 0..1", key)
 			}
+		case "fcm", "apns", "smtp", "bizppurio", "twilio":
+			if err := checkProvider(key, &p); err != nil {
+				return err
+			}
 		default:
-			return fmt.Errorf("config: %s.type: %q is not webhook or sim", key, p.Type)
+			return fmt.Errorf("config: %s.type: %q is not one of %s", key, p.Type, strings.Join(ProviderTypes, ", "))
 		}
 	}
 	return nil

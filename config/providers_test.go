@@ -1,0 +1,116 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/config"
+)
+
+// realProviders names one provider of each real type, its credentials from
+// files beside the config and from the environment.
+const realProviders = `providers:
+  - {name: fcm, type: fcm, channel: push, credentials: {file: fcm.json}}
+  - {name: apns, type: apns, channel: push, key: {file: apns.p8}, key_id: K1, team_id: T1, topic: com.example.app}
+  - {name: mail, type: smtp, channel: email, addr: "smtp.example.com:587", username: u, password: {env: SMTP_PW}, from: "no-reply@example.com"}
+  - {name: biz, type: bizppurio, channel: alimtalk, account: acc, password: {env: BIZ_PW}, from: "0212345678",
+     sender_key: sk, templates: {payment.approved: T001}, callback_token: {file: biz.token}}
+  - {name: tw, type: twilio, channel: sms, account_sid: AC1, auth_token: {env: TW_TOKEN}, from: "+15005550006",
+     callback_url: "https://herald.example.com/v1/callbacks/tw"}
+  - {name: hooks, type: webhook, channel: webhook, url: "https://example.com/h", secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,
+     secrets: [{env: WH_OLD}]}
+`
+
+var secretValues = map[string]string{
+	"fcm.json": `{"type":"service_account","client_email":"x@y","private_key":"PEM-SECRET"}`,
+	"apns.p8":  "P8-SECRET\n", "biz.token": "BIZ-TOKEN-SECRET",
+}
+
+var secretEnv = map[string]string{"SMTP_PW": "SMTP-SECRET", "BIZ_PW": "BIZ-SECRET", "TW_TOKEN": "TWILIO-SECRET",
+	"WH_OLD": "whsec_b2xkLW9sZC1vbGQtb2xkLW9sZC1vbGQtb2xk"}
+
+func writeSecrets(t *testing.T, cfgPath string) {
+	t.Helper()
+	for name, v := range secretValues {
+		if err := os.WriteFile(filepath.Join(filepath.Dir(cfgPath), name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Each real provider type loads with its credentials read from the file or
+// the variable its entry names, once, at start; a file's trailing newline
+// is not part of the secret.
+func TestRealProvidersLoadTheirCredentials(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, realProviders)
+	writeSecrets(t, path)
+	c, err := config.Load(path, func(k string) string { return secretEnv[k] })
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := map[string]map[string]string{
+		"fcm": {"credentials": secretValues["fcm.json"]}, "apns": {"key": "P8-SECRET"},
+		"mail": {"password": "SMTP-SECRET"}, "biz": {"password": "BIZ-SECRET", "callback_token": "BIZ-TOKEN-SECRET"},
+		"tw": {"auth_token": "TWILIO-SECRET"}, "hooks": {"secrets[0]": secretEnv["WH_OLD"]},
+	}
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		for k, v := range want[p.Name] {
+			if got := string(p.Read(k)); got != v {
+				t.Errorf("%s: %s = %q, want %q", p.Name, k, got, v)
+			}
+		}
+	}
+	if c.Providers[3].Templates["payment.approved"] != "T001" || c.Providers[1].Topic != "com.example.app" {
+		t.Errorf("type settings not read: %+v", c.Providers[3].ProviderOptions)
+	}
+}
+
+// A missing or doubly given credential, or a type's required setting left
+// out, is refused at start with the key named — and no error ever holds a
+// credential's value.
+func TestRealProviderErrorsNameTheKeyNeverTheSecret(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, from, to, want string
+	}{
+		{"MissingFile", "credentials: {file: fcm.json}", "credentials: {file: nope.json}", "providers[0].credentials.file"},
+		{"UnsetEnv", "password: {env: SMTP_PW}", "password: {env: NOT_SET}", "providers[2].password.env: NOT_SET is not set"},
+		{"FileAndEnv", "auth_token: {env: TW_TOKEN}", "auth_token: {env: TW_TOKEN, file: biz.token}", "providers[4].auth_token: give file or env, not both"},
+		{"NoCredential", "key: {file: apns.p8}, ", "", "providers[1].key: required for type apns"},
+		{"NoTopic", ", topic: com.example.app", "", "providers[1].topic: required for type apns"},
+		{"NoSender", `from: "+15005550006",`, "", "providers[4].from or messaging_service_sid: required for type twilio"},
+		{"BadType", "type: twilio", "type: twillio", `providers[4].type: "twillio" is not one of webhook, sim, fcm, apns, smtp, bizppurio, twilio`},
+		{"SecretsEntryEmpty", "secrets: [{env: WH_OLD}]", "secrets: [{}]", "providers[5].secrets[0]: give file or env"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			text := strings.Replace(realProviders, tc.from, tc.to, 1)
+			if text == realProviders {
+				t.Fatalf("%q is not in the config", tc.from)
+			}
+			path := writeFile(t, text)
+			writeSecrets(t, path)
+			_, err := config.Load(path, func(k string) string { return secretEnv[k] })
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Load = %v, want an error containing %q", err, tc.want)
+			}
+			for _, v := range append(mapValues(secretValues), mapValues(secretEnv)...) {
+				if s := strings.TrimSpace(v); strings.Contains(err.Error(), s) {
+					t.Fatalf("the error holds a secret: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func mapValues(m map[string]string) []string {
+	var v []string
+	for _, s := range m {
+		v = append(v, s)
+	}
+	return v
+}
