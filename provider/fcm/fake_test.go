@@ -81,7 +81,7 @@ type sent struct {
 
 // fake is the Google of one test.
 type fake struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *httptest.Server
 	clock *clock.Fake
 
@@ -101,7 +101,7 @@ type fake struct {
 	sendAnswer http.HandlerFunc
 }
 
-func newFake(t *testing.T) *fake {
+func newFake(t testing.TB) *fake {
 	fk := &fake{t: t, clock: clock.NewFake(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)), issued: map[string]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /token", fk.token)
@@ -126,13 +126,13 @@ func (fk *fake) config() fcm.Config {
 }
 
 // setup returns an adapter pointed at a fresh fake.
-func setup(t *testing.T) (*fcm.FCM, *fake) {
+func setup(t testing.TB) (*fcm.FCM, *fake) {
 	t.Helper()
 	return setupWith(t, func(*fcm.Config) {})
 }
 
 // setupWith is setup with the configuration changed by edit first.
-func setupWith(t *testing.T, edit func(*fcm.Config)) (*fcm.FCM, *fake) {
+func setupWith(t testing.TB, edit func(*fcm.Config)) (*fcm.FCM, *fake) {
 	t.Helper()
 	fk := newFake(t)
 	cfg := fk.config()

@@ -35,11 +35,11 @@
 // An error answer is {"error": {"code", "message", "status", "details":
 // [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",
 // "errorCode": …}, …]}}. The FcmError errorCode decides when there is one,
-// else the canonical status; the message text is never read. Reasons are
-// FCM_ and the code. Which answers mean "not sent" follows DESIGN §2: only
-// a refusal (a 4xx) is, and only one the protocol names as a refusal;
-// everything after the request was written that is not such a refusal is
-// Unknown.
+// else the canonical status, each only with the HTTP status FCM documents
+// for it; the message text is never read. Reasons are FCM_ and the code.
+// Which answers mean "not sent" follows DESIGN §2: only a refusal (a 4xx)
+// is, and only one the protocol names as a refusal; everything after the
+// request was written that is not such a refusal is Unknown.
 //
 //	answer                                         class       reason                       note
 //	2xx {"name": …}                                Accepted    -                            ProviderRef = name
@@ -54,9 +54,9 @@
 //	403 status PERMISSION_DENIED                   NotSent     FCM_PERMISSION_DENIED
 //	503 errorCode/status UNAVAILABLE               Unknown     FCM_UNAVAILABLE
 //	500 errorCode/status INTERNAL                  Unknown     FCM_INTERNAL
-//	other 5xx, 3xx, any other answer               Unknown     FCM_<status> or HTTP_<code>
+//	other 5xx, 3xx, any other answer               Unknown     HTTP_<code>
 //	other 4xx without a code above                 as webhook  HTTP_<code>                  403/429 NotSent, 400/404/410/413/422 Permanent, else Unknown; never dead
-//	a code above with a status that is not 4xx     Unknown     FCM_<code>                   a refusal is a 4xx
+//	a code above with another HTTP status          as the two rows above                    e.g. UNREGISTERED with 400: Permanent HTTP_400, not dead
 //	empty Address                                  Permanent   FCM_NO_TOKEN                 no call made
 //	no access token (see Authorisation)            NotSent     FCM_AUTH_*                   no call made
 //	transport error before the request was written NotSent     CONNECTION_REFUSED, DNS_FAILURE, TLS_FAILURE, CONNECT_TIMEOUT, CONNECTION_FAILED
@@ -105,7 +105,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -340,30 +339,37 @@ func (f *FCM) Send(ctx context.Context, m provider.Message) provider.Outcome {
 
 const reasonUnauthenticated = "FCM_UNAUTHENTICATED"
 
-// rules maps an FcmError errorCode or a canonical status, met with a 4xx
-// answer, to its outcome (the package doc's table). Codes not listed here
-// are never turned into a reason: the HTTP status decides.
-var rules = map[string]provider.Outcome{
-	"UNREGISTERED":           provider.DeadDestinationOutcome("FCM_UNREGISTERED"),
-	"INVALID_ARGUMENT":       provider.PermanentOutcome("FCM_INVALID_ARGUMENT"),
-	"SENDER_ID_MISMATCH":     provider.PermanentOutcome("FCM_SENDER_ID_MISMATCH"),
-	"NOT_FOUND":              provider.PermanentOutcome("FCM_NOT_FOUND"),
-	"QUOTA_EXCEEDED":         provider.NotSentOutcome("FCM_QUOTA_EXCEEDED", 0),
-	"RESOURCE_EXHAUSTED":     provider.NotSentOutcome("FCM_RESOURCE_EXHAUSTED", 0),
-	"THIRD_PARTY_AUTH_ERROR": provider.NotSentOutcome("FCM_THIRD_PARTY_AUTH_ERROR", 0),
-	"APNS_AUTH_ERROR":        provider.NotSentOutcome("FCM_THIRD_PARTY_AUTH_ERROR", 0),
-	"UNAUTHENTICATED":        provider.NotSentOutcome(reasonUnauthenticated, 0),
-	"PERMISSION_DENIED":      provider.NotSentOutcome("FCM_PERMISSION_DENIED", 0),
-	"UNAVAILABLE":            provider.UnknownOutcome("FCM_UNAVAILABLE"),
-	"INTERNAL":               provider.UnknownOutcome("FCM_INTERNAL"),
+// rule is what an FCM code means, when it comes with its own HTTP status.
+type rule struct {
+	status  int
+	outcome provider.Outcome
+}
+
+// rules maps an FcmError errorCode or a canonical status to its HTTP
+// status and outcome (the package doc's table). A code met with another
+// HTTP status, or not listed here, is never turned into a reason: the
+// HTTP status decides.
+var rules = map[string]rule{
+	"UNREGISTERED":           {404, provider.DeadDestinationOutcome("FCM_UNREGISTERED")},
+	"INVALID_ARGUMENT":       {400, provider.PermanentOutcome("FCM_INVALID_ARGUMENT")},
+	"SENDER_ID_MISMATCH":     {403, provider.PermanentOutcome("FCM_SENDER_ID_MISMATCH")},
+	"NOT_FOUND":              {404, provider.PermanentOutcome("FCM_NOT_FOUND")},
+	"QUOTA_EXCEEDED":         {429, provider.NotSentOutcome("FCM_QUOTA_EXCEEDED", 0)},
+	"RESOURCE_EXHAUSTED":     {429, provider.NotSentOutcome("FCM_RESOURCE_EXHAUSTED", 0)},
+	"THIRD_PARTY_AUTH_ERROR": {401, provider.NotSentOutcome("FCM_THIRD_PARTY_AUTH_ERROR", 0)},
+	"APNS_AUTH_ERROR":        {401, provider.NotSentOutcome("FCM_THIRD_PARTY_AUTH_ERROR", 0)},
+	"UNAUTHENTICATED":        {401, provider.NotSentOutcome(reasonUnauthenticated, 0)},
+	"PERMISSION_DENIED":      {403, provider.NotSentOutcome("FCM_PERMISSION_DENIED", 0)},
+	"UNAVAILABLE":            {503, provider.UnknownOutcome("FCM_UNAVAILABLE")},
+	"INTERNAL":               {500, provider.UnknownOutcome("FCM_INTERNAL")},
 }
 
 // fcmErrorType is the @type of the details entry that carries errorCode.
 const fcmErrorType = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 
-// errorCode returns the answer's FcmError errorCode if it is one of rules,
-// else its canonical status if that is, else "".
-func errorCode(body []byte) string {
+// codes returns the answer's FcmError errorCodes, then its canonical
+// status: the order in which they decide.
+func codes(body []byte) []string {
 	var answer struct {
 		Error struct {
 			Status  string `json:"status"`
@@ -374,17 +380,15 @@ func errorCode(body []byte) string {
 		} `json:"error"`
 	}
 	if json.Unmarshal(body, &answer) != nil {
-		return ""
+		return nil
 	}
+	var cs []string
 	for _, d := range answer.Error.Details {
-		if _, known := rules[d.ErrorCode]; known && d.Type == fcmErrorType {
-			return d.ErrorCode
+		if d.Type == fcmErrorType {
+			cs = append(cs, d.ErrorCode)
 		}
 	}
-	if _, known := rules[answer.Error.Status]; known {
-		return answer.Error.Status
-	}
-	return ""
+	return append(cs, answer.Error.Status)
 }
 
 // Classify maps FCM's answer to a send (status code, Retry-After header,
@@ -406,23 +410,16 @@ func Classify(code int, retryAfter string, body []byte, now time.Time) provider.
 	byStatus := webhook.ClassifyStatus(code, retryAfter, now)
 	byStatus.DeadDestination = false
 
-	ec := errorCode(body)
-	rule, known := rules[ec]
-	switch {
-	case code < 400 || code >= 500:
-		// Not a refusal: whatever the code says, the request may have
-		// been acted on.
-		if known {
-			return provider.UnknownOutcome(rule.Reason)
+	for _, c := range codes(body) {
+		if r, known := rules[c]; known && r.status == code {
+			if code == http.StatusTooManyRequests {
+				r.outcome.RetryAfter = byStatus.RetryAfter
+			}
+			return r.outcome
 		}
-		return provider.UnknownOutcome("HTTP_" + strconv.Itoa(code))
-	case known:
-		if rule.Class == provider.NotSent && code == http.StatusTooManyRequests {
-			rule.RetryAfter = byStatus.RetryAfter
-		}
-		return rule
-	case code == http.StatusUnauthorized:
-		return rules["UNAUTHENTICATED"]
+	}
+	if code == http.StatusUnauthorized {
+		return rules["UNAUTHENTICATED"].outcome
 	}
 	return byStatus
 }
