@@ -35,8 +35,10 @@ import (
 )
 
 type env struct {
-	bases   []string
-	sim     *sim.Sim
+	bases []string
+	sim   *sim.Sim
+	// webhook serves the webhook channel instead of sim, when set.
+	webhook provider.Provider
 	records atomic.Int64
 	// called receives the time of each provider call, when set.
 	called chan time.Time
@@ -52,7 +54,25 @@ func start(b *testing.B, trackCalls bool) *env {
 // startWith is start with adjust applied to the config (benchConfig).
 func startWith(b *testing.B, trackCalls bool, adjust func(*config.Config)) *env {
 	b.Helper()
-	e := &env{}
+	return startEnv(b, &env{}, trackCalls, adjust)
+}
+
+// startWithProvider is startWith with p, not the simulator, serving the
+// webhook channel.
+func startWithProvider(b *testing.B, p provider.Provider, adjust func(*config.Config)) *env {
+	b.Helper()
+	return startEnv(b, &env{webhook: p}, false, adjust)
+}
+
+func (e *env) webhookProvider() provider.Provider {
+	if e.webhook != nil {
+		return e.webhook
+	}
+	return e.sim
+}
+
+func startEnv(b *testing.B, e *env, trackCalls bool, adjust func(*config.Config)) *env {
+	b.Helper()
 	if trackCalls {
 		e.called = make(chan time.Time, 1)
 	}
@@ -107,7 +127,7 @@ func startApp(b *testing.B, cfg *config.Config, e *env) string {
 	}
 	a, err := app.New(context.Background(), cfg, app.Options{
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Providers: map[string]provider.Provider{"sim-webhook": e.sim},
+		Providers: map[string]provider.Provider{"sim-webhook": e.webhookProvider()},
 		Listener:  l,
 		Hooks: sender.Hooks{AfterRecord: func(_ context.Context, _ heraldtype.Job, r sender.Result) {
 			if r.State == heraldtype.DeliveryProviderAccepted {
@@ -187,12 +207,30 @@ func withInbox(text config.Template) func(*config.Config) {
 // instances, and reports the rate from the first POST until the last
 // delivery is recorded PROVIDER_ACCEPTED, and the intake rate alone.
 func drive(b *testing.B, e *env) {
+	b.ResetTimer()
+	began := time.Now()
+	drivePosts(b, e)
+	intake := time.Since(began)
+	deadline := time.Now().Add(10 * time.Minute)
+	for e.records.Load() < int64(b.N) {
+		if time.Now().After(deadline) {
+			b.Fatalf("recorded %d of %d", e.records.Load(), b.N)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	total := time.Since(began)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/total.Seconds(), "notifications/s")
+	b.ReportMetric(float64(b.N)/intake.Seconds(), "accepted/s")
+}
+
+// drivePosts posts b.N notifications from 16 concurrent clients, spread
+// over the instances, and returns once every one is accepted.
+func drivePosts(b *testing.B, e *env) {
 	const clients = 16
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
-	b.ResetTimer()
-	began := time.Now()
 	for range clients {
 		wg.Add(1)
 		go func() {
@@ -210,22 +248,10 @@ func drive(b *testing.B, e *env) {
 		}()
 	}
 	wg.Wait()
-	intake := time.Since(began)
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Minute)
-	for e.records.Load() < int64(b.N) {
-		if time.Now().After(deadline) {
-			b.Fatalf("recorded %d of %d", e.records.Load(), b.N)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	total := time.Since(began)
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/total.Seconds(), "notifications/s")
-	b.ReportMetric(float64(b.N)/intake.Seconds(), "accepted/s")
 }
 
 // BenchmarkIdleLatency: one notification at a time on an idle server; the

@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/webhook"
+)
+
+// providerLatency is seed 003's provider answer time.
+const providerLatency = 100 * time.Millisecond
+
+// sendsConcurrency is the transactional lane's sender concurrency in the
+// provider benchmarks: at 100 ms a call, 2,000 sends/s need at least 200
+// calls in flight.
+const sendsConcurrency = 512
+
+// BenchmarkSendsWebhook100ms: b.N notifications through one herald process
+// whose webhook provider is the real adapter, calling a receiver that
+// answers after 100 ms. The receiver holds every call until all b.N are
+// accepted, so intake's pace is not measured: sends/s is calls answered
+// per second from the release to the last, and the peak Go heap and the
+// heap per call in flight are reported beside it.
+func BenchmarkSendsWebhook100ms(b *testing.B) {
+	f := newFakeReceiver()
+	srv := httptest.NewServer(f)
+	b.Cleanup(srv.Close)
+	driveSends(b, webhook.New(webhook.Config{URL: srv.URL}), f)
+}
+
+// fakeReceiver answers 202 after providerLatency, once released, and counts.
+type fakeReceiver struct {
+	gate  chan struct{}
+	calls atomic.Int64
+}
+
+func newFakeReceiver() *fakeReceiver { return &fakeReceiver{gate: make(chan struct{})} }
+
+func (f *fakeReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	<-f.gate
+	time.Sleep(providerLatency)
+	f.calls.Add(1)
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// driveSends runs one herald with p as its webhook provider and the
+// transactional lane at sendsConcurrency, posts b.N notifications, and
+// reports the provider's calls per second (calls counts them) and memory.
+func driveSends(b *testing.B, p provider.Provider, f *fakeReceiver) {
+	calls := &f.calls
+	e := startWithProvider(b, p, func(c *config.Config) {
+		c.Lanes = map[string]config.Lane{"transactional": {Concurrency: sendsConcurrency}}
+	})
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+		}
+	}()
+	var base runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&base)
+	drivePosts(b, e)
+	b.ResetTimer()
+	began := time.Now()
+	close(f.gate)
+	for calls.Load() < int64(b.N) {
+		if time.Since(began) > 10*time.Minute {
+			b.Fatalf("%d of %d calls", calls.Load(), b.N)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	took := time.Since(began)
+	b.StopTimer()
+	close(stop)
+	<-sampled
+	b.ReportMetric(float64(b.N)/took.Seconds(), "sends/s")
+	b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MB")
+	if peak.Load() > base.HeapInuse {
+		b.ReportMetric(float64(peak.Load()-base.HeapInuse)/sendsConcurrency/1024, "heap-KB/in-flight")
+	}
+}
