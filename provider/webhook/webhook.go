@@ -130,7 +130,7 @@ func New(cfg Config) *Webhook {
 			// idle limit below the calls in flight closes the surplus after
 			// each answer and dials it again for the next call (BenchmarkSend:
 			// with 128, 2,048 calls in flight opened 0.2-0.7 connections
-			// per call, cost 35-50% more CPU per call, and left the closed
+			// per call, cost about 1.5 times the CPU per call, and left the closed
 			// ones in TIME_WAIT, which exhausts the ephemeral ports at a
 			// few thousand sends/s). Past maxConns a call waits for a
 			// connection, unwritten, so one that waits out its Timeout is
