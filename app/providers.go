@@ -2,7 +2,10 @@ package app
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"os"
 	"log/slog"
 	"time"
 
@@ -10,7 +13,12 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/apns"
+	"github.com/heraldhq/herald/provider/bizppurio"
+	"github.com/heraldhq/herald/provider/fcm"
 	"github.com/heraldhq/herald/provider/sim"
+	"github.com/heraldhq/herald/provider/smtp"
+	"github.com/heraldhq/herald/provider/twilio"
 	"github.com/heraldhq/herald/provider/webhook"
 	"github.com/heraldhq/herald/settle"
 )
@@ -22,18 +30,12 @@ func (a *App) buildProviders(cfg *config.Config, opts Options) error {
 	a.registry = provider.NewRegistry()
 	a.receivers = map[string]provider.CallbackReceiver{}
 	a.checkers = map[string]provider.StatusChecker{}
-	for _, p := range cfg.Providers {
+	for i, p := range cfg.Providers {
 		impl, ok := opts.Providers[p.Name]
 		if !ok {
-			switch p.Type {
-			case "webhook":
-				impl = webhook.New(webhook.Config{URL: p.URL, Timeout: p.Timeout.D()})
-			case "sim":
-				s := sim.New(sim.Config{Latency: p.Latency.D(), NotSent: p.Faults.NotSent, Permanent: p.Faults.Permanent, Unknown: p.Faults.Unknown,
-					DeadAddresses: p.Faults.DeadAddresses, ReportAfter: p.ReportAfter.D(), ReportFailed: p.ReportFailed,
-					StatusLookup: p.StatusLookup})
-				a.sims[p.Name] = s
-				impl = s
+			var err error
+			if impl, err = a.newProvider(i, p); err != nil {
+				return err
 			}
 		}
 		a.registry.Register(heraldtype.Channel(p.Channel), p.Name, impl)
@@ -47,6 +49,107 @@ func (a *App) buildProviders(cfg *config.Config, opts Options) error {
 		}
 	}
 	return nil
+}
+
+// newProvider builds the adapter of the i-th provider entry. Its
+// credentials were read by config.Load; an error names the entry's key and
+// never holds a credential.
+func (a *App) newProvider(i int, p config.Provider) (provider.Provider, error) {
+	key := fmt.Sprintf("config: providers[%d]", i)
+	cred := func(k string) ([]byte, error) {
+		v := p.Read(k)
+		if v == nil {
+			return nil, fmt.Errorf("%s.%s: not read (credentials are read by config.Load)", key, k)
+		}
+		return v, nil
+	}
+	wrap := func(impl provider.Provider, err error) (provider.Provider, error) {
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", key, p.Type, err)
+		}
+		return impl, nil
+	}
+	timeout := p.Timeout.D()
+	switch p.Type {
+	case "webhook":
+		var keys [][]byte
+		if p.Secret != "" {
+			k, err := webhook.ParseSecret(p.Secret)
+			if err != nil {
+				return nil, fmt.Errorf("%s.secret: %w", key, err)
+			}
+			keys = append(keys, k)
+		}
+		for j := range p.Secrets {
+			raw, err := cred(fmt.Sprintf("secrets[%d]", j))
+			if err != nil {
+				return nil, err
+			}
+			k, err := webhook.ParseSecret(string(raw))
+			if err != nil {
+				return nil, fmt.Errorf("%s.secrets[%d]: %w", key, j, err)
+			}
+			keys = append(keys, k)
+		}
+		wc := webhook.Config{URL: p.URL, Timeout: timeout, Secrets: keys}
+		if err := wc.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		return webhook.New(wc), nil
+	case "sim":
+		s := sim.New(sim.Config{Latency: p.Latency.D(), NotSent: p.Faults.NotSent, Permanent: p.Faults.Permanent, Unknown: p.Faults.Unknown,
+			DeadAddresses: p.Faults.DeadAddresses, ReportAfter: p.ReportAfter.D(), ReportFailed: p.ReportFailed,
+			StatusLookup: p.StatusLookup})
+		a.sims[p.Name] = s
+		return s, nil
+	case "fcm":
+		sa, err := cred("credentials")
+		if err != nil {
+			return nil, err
+		}
+		return wrap(fcm.New(fcm.Config{ServiceAccountJSON: sa, Endpoint: p.Endpoint, Timeout: timeout, Clock: a.clock}))
+	case "apns":
+		k, err := cred("key")
+		if err != nil {
+			return nil, err
+		}
+		return wrap(apns.New(apns.Config{KeyP8: k, KeyID: p.KeyID, TeamID: p.TeamID, Topic: p.Topic, Endpoint: p.Endpoint,
+			Timeout: timeout, Clock: a.clock}))
+	case "smtp":
+		var pw []byte
+		if p.Username != "" {
+			var err error
+			if pw, err = cred("password"); err != nil {
+				return nil, err
+			}
+		}
+		tlsCfg := smtp.TLS{InsecurePlaintext: p.Plaintext}
+		if p.CAFile != "" {
+			pool := x509.NewCertPool()
+			pem, err := os.ReadFile(p.CAFile)
+			if err != nil || !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("%s.ca_file: no PEM certificate could be read from %s", key, p.CAFile)
+			}
+			tlsCfg.RootCAs = pool
+		}
+		return wrap(smtp.New(smtp.Config{Addr: p.Addr, Username: p.Username, Password: string(pw), From: p.From,
+			Domain: p.Domain, TLS: tlsCfg, Timeout: timeout}))
+	case "bizppurio":
+		pw, err := cred("password")
+		if err != nil {
+			return nil, err
+		}
+		return wrap(bizppurio.New(bizppurio.Config{BaseURL: p.Endpoint, Account: p.Account, Password: string(pw), From: p.From,
+			SenderKey: p.SenderKey, Templates: p.Templates, CallbackToken: string(p.Read("callback_token")), Timeout: timeout, Clock: a.clock}))
+	case "twilio":
+		tok, err := cred("auth_token")
+		if err != nil {
+			return nil, err
+		}
+		return wrap(twilio.New(twilio.Config{BaseURL: p.Endpoint, AccountSID: p.AccountSID, AuthToken: string(tok), From: p.From,
+			MessagingServiceSID: p.MessagingServiceSID, CallbackURL: p.CallbackURL, Timeout: timeout}))
+	}
+	return nil, fmt.Errorf("%s.type: %q has no adapter", key, p.Type)
 }
 
 // simReportTries bounds how often a simulated delivery report is brought

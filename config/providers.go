@@ -38,6 +38,10 @@ type ProviderOptions struct {
 	From      string `yaml:"from"`
 	Domain    string `yaml:"domain"`
 	Plaintext bool   `yaml:"plaintext"`
+	// CAFile is a PEM file of the certificates a private SMTP server's is
+	// verified against (relative to the config file), instead of the
+	// system's roots.
+	CAFile string `yaml:"ca_file"`
 
 	// bizppurio: the account (Password above), the sender number (From
 	// above), the AlimTalk sender key and a template code per kind, and
@@ -119,6 +123,9 @@ func (c *Config) readProviderSecrets(dir string, getenv func(string) string) err
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		entry := fmt.Sprintf("providers[%d]", i)
+		if p.CAFile != "" && !filepath.IsAbs(p.CAFile) {
+			p.CAFile = filepath.Join(dir, p.CAFile)
+		}
 		for key, s := range map[string]Secret{
 			"credentials": p.Credentials, "key": p.Key, "password": p.Password,
 			"callback_token": p.CallbackToken, "auth_token": p.AuthToken,
