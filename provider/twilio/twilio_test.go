@@ -343,11 +343,48 @@ func TestTransportFailures(t *testing.T) {
 			t.Fatalf("fake saw %d requests, want exactly 1 (never replayed)", n)
 		}
 	})
+	t.Run("ClosedWithoutAnswerOnAReusedConnectionIsUnknownAndNotReplayed", func(t *testing.T) {
+		t.Parallel()
+		// The first call leaves a kept-alive connection; the second is
+		// written on it and the fake closes it unanswered, which is when
+		// net/http would replay a request it thinks it may.
+		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.PostForm.Get("Body") == "Payment received\nPaid 5,000 won" {
+				created(201)(w, r)
+				return
+			}
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+		})
+		tw := newTwilio(t, config(f.URL))
+		var reused bool
+		if out := tw.Send(context.Background(), message("msg-first")); out.Class != provider.Accepted {
+			t.Fatalf("first call = %+v, want accepted", out)
+		}
+		second := message("msg-second")
+		second.Body = "again"
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = reused || i.Reused }})
+		if out := tw.Send(ctx, second); out.Class != provider.Unknown {
+			t.Fatalf("second call = %+v, want unknown", out)
+		}
+		if !reused {
+			t.Skip("the second call did not reuse the connection, so no replay could be tried")
+		}
+		if n := f.count(); n != 2 {
+			t.Fatalf("fake saw %d requests, want 2 (the second never replayed)", n)
+		}
+	})
 	t.Run("TimeoutAfterTheRequestWasWrittenIsUnknown", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
-		t.Cleanup(func() { close(release) })
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-release })
+		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		})
+		t.Cleanup(func() { close(release) }) // runs before the fake's Close, which waits for this handler
 		ctx := &expiringCtx{Context: context.Background(), done: make(chan struct{})}
 		// The adapter's own WroteRequest hook runs before this one (hooks
 		// compose newest first), so the deadline passes once it is recorded.
