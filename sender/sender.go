@@ -20,15 +20,25 @@
 //     (only a person moves it on). "Now" is send time:
 //     the db transport's claim reads the profile in its statement, moments
 //     before the send; otherwise the sender reads it here.
-//  3. Claim: insert the SENDING row (unique on message_id), or move a due
-//     RETRY_WAIT row to SENDING. Only the winner goes on; a loser answers
-//     from the row that blocked it, as the peek would.
+//  3. Pace, then claim. With a rate limit on the provider (Config.Limiter,
+//     package ratelimit), wait for its token first: before the claim,
+//     never while holding one, so a process that dies while waiting leaves
+//     no SENDING row, and a token is spent only by a send that passed its
+//     pre-checks. No token within the limiter's bound → Retry after the
+//     time it names (RATE_LIMITED; nothing written, not a failed attempt);
+//     a limiter that cannot reach the store → Backoff, as any store
+//     failure before the claim. Then insert the SENDING row (unique on
+//     message_id), or move a due RETRY_WAIT row to SENDING. Only the
+//     winner goes on; a loser answers from the row that blocked it, as the
+//     peek would (its token is spent without a call: the limit errs low).
 //  4. Call the provider with message_id as its reference, on a context that
 //     shutdown does not cancel: a claim left without a result would block
 //     the message for good.
 //  5. Record the result, conditional on the row still being SENDING at this
 //     attempt. A definite non-send releases the claim into RETRY_WAIT with
 //     its next attempt time, logged at warn level with its reason code;
+//     one refused for the provider's rate (HTTP_429, or any carrying a
+//     Retry-After) also slows the provider's limit for every process;
 //     everything the provider might have acted on
 //     (timeouts, 5xx) becomes UNKNOWN and is never resent automatically.
 //     A write whose outcome is not known (RecordTimeout of failed tries, or
@@ -139,7 +149,8 @@ const (
 	// know yet what becomes of the message (a recheck: another copy's
 	// SENDING claim, or a result write whose outcome is unknown) and must
 	// not drop its copy, which may be the only one left to carry out a
-	// retry.
+	// retry, or the provider's rate limit has no token for it soon
+	// (RATE_LIMITED, before any claim: nothing was written).
 	Retry
 	// Park: the same failure would recur; the delivery is PARKED with Reason.
 	// A person fixes the cause and requeues it.
@@ -247,7 +258,28 @@ type Config struct {
 	// RecordTimeout bound. Defaults to the system clock; tests pass one
 	// whose Sleep moves a fake clock.
 	RetryClock RetryClock
+	// Limiter paces the calls to rate-limited providers (package
+	// ratelimit). Defaults to nil: no provider is limited.
+	Limiter Limiter
 }
+
+// Limiter is the providers' shared rate limit, as the sender uses it.
+type Limiter interface {
+	// Wait returns (0, nil) once a call to provider may be made for a
+	// send on lane; a delay when none can be made soon (offer the send
+	// again after it); an error when ctx ended or the limit could not be
+	// read.
+	Wait(ctx context.Context, provider string, lane heraldtype.Lane) (later time.Duration, err error)
+	// Slow tells every process that provider refused a call for its
+	// rate, asking for retryAfter (0: it did not say).
+	Slow(ctx context.Context, provider string, retryAfter time.Duration)
+}
+
+// ReasonRateLimited is the reason of a Retry the rate limit answered.
+const ReasonRateLimited = "RATE_LIMITED"
+
+// reasonHTTP429 is the reason of a provider's 429 (provider/webhook).
+const reasonHTTP429 = "HTTP_429"
 
 // RetryClock is the time the sender's store retries run on.
 type RetryClock interface {
@@ -337,10 +369,15 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 		return backoff(err)
 	}
 
-	// 3. Claim. From here on, shutdown does not cancel: the claim, the call
-	// and the record form one unit. A claim retried after an error whose
-	// first try did commit finds its own SENDING row and loses; the stale
-	// sweep settles that row as UNKNOWN, never a second call.
+	// 3. Pace (before the claim: a process that dies while it waits leaves
+	// no SENDING row), then claim. From the claim on, shutdown does not
+	// cancel: the claim, the call and the record form one unit. A claim
+	// retried after an error whose first try did commit finds its own
+	// SENDING row and loses; the stale sweep settles that row as UNKNOWN,
+	// never a second call.
+	if r, stop := s.pace(ctx, job, named.Name); stop {
+		return r
+	}
 	work := context.WithoutCancel(ctx)
 	var claim store.DeliveryClaimResult
 	err := s.retryStore(work, func(ctx context.Context) (err error) {
@@ -371,6 +408,7 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 
 	// 5. Record.
 	res := s.record(work, job, claim.Attempt, out, started, took)
+	s.slow(work, named.Name, out)
 	if out.Class == provider.Permanent && out.DeadDestination {
 		s.deactivate(work, job, out.Reason)
 	}
@@ -457,6 +495,34 @@ func (s *Sender) blocked(d store.Delivery) Result {
 		return r
 	}
 	return Result{Verdict: Retry, State: d.State, Reason: d.Reason}
+}
+
+// pace waits for the provider's rate limit (Config.Limiter), before the
+// claim; stop is true with the result when the send does not go on now.
+// The wait may be long (the limiter's bound): a job that expired
+// meanwhile is suppressed, not sent late.
+func (s *Sender) pace(ctx context.Context, job heraldtype.Job, name string) (Result, bool) {
+	if s.Limiter == nil {
+		return Result{}, false
+	}
+	later, err := s.Limiter.Wait(ctx, name, job.Lane)
+	switch {
+	case err != nil:
+		return backoff(fmt.Errorf("rate limit: %w", err)), true
+	case later > 0:
+		return Result{Verdict: Retry, Reason: ReasonRateLimited, Delay: later}, true
+	case job.ExpiresAt != nil && !s.Clock.Now().Before(*job.ExpiresAt):
+		return s.decide(ctx, job, decision{state: heraldtype.DeliverySuppressed, reason: heraldtype.ReasonExpired}), true
+	}
+	return Result{}, false
+}
+
+// slow tells the limiter that the provider refused a call for its rate:
+// a 429, or any definite non-send with a Retry-After.
+func (s *Sender) slow(ctx context.Context, name string, out provider.Outcome) {
+	if s.Limiter != nil && out.Class == provider.NotSent && (out.Reason == reasonHTTP429 || out.RetryAfter > 0) {
+		s.Limiter.Slow(ctx, name, out.RetryAfter)
+	}
 }
 
 type decision struct {
