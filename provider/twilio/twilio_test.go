@@ -64,7 +64,7 @@ type fake struct {
 	hits []hit
 }
 
-func newFake(t *testing.T, answer http.HandlerFunc) *fake {
+func newFake(t testing.TB, answer http.HandlerFunc) *fake {
 	t.Helper()
 	f := &fake{}
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -110,7 +110,7 @@ func config(base string) twilio.Config {
 		CallbackURL: callbackURL, Timeout: waitLimit}
 }
 
-func newTwilio(t *testing.T, cfg twilio.Config) *twilio.Twilio {
+func newTwilio(t testing.TB, cfg twilio.Config) *twilio.Twilio {
 	t.Helper()
 	tw, err := twilio.New(cfg)
 	if err != nil {
