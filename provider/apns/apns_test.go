@@ -3,6 +3,7 @@ package apns_test
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
@@ -552,6 +553,14 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	// truncated key: the key's text must not come back in the error.
 	wrongType := []byte(strings.Replace(string(p8), "PRIVATE KEY", "CERTIFICATE", -1))
 	truncated := p8[:len(p8)/2]
+	block, _ := pem.Decode(p8)
+	corrupt := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: block.Bytes[:len(block.Bytes)-8]})
+	_, edKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edDER, _ := x509.MarshalPKCS8PrivateKey(edKey)
+	notEC := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: edDER})
 	good := apns.Config{KeyP8: p8, KeyID: keyID, TeamID: teamID, Topic: topic}
 	for _, tc := range []struct {
 		name string
@@ -562,6 +571,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"NotPEM", func(c *apns.Config) { c.KeyP8 = []byte("MIGTAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBHkwdwIBAQQg") }, "key_p8"},
 		{"WrongPEMType", func(c *apns.Config) { c.KeyP8 = wrongType }, "key_p8"},
 		{"Truncated", func(c *apns.Config) { c.KeyP8 = truncated }, "key_p8"},
+		{"CorruptPKCS8", func(c *apns.Config) { c.KeyP8 = corrupt }, "key_p8"},
+		{"NotAnECKey", func(c *apns.Config) { c.KeyP8 = notEC }, "EC"},
 		{"P384", func(c *apns.Config) { c.KeyP8 = p8P384 }, "P-256"},
 		{"NoKeyID", func(c *apns.Config) { c.KeyID = "" }, "key_id"},
 		{"NoTeamID", func(c *apns.Config) { c.TeamID = "" }, "team_id"},
@@ -625,8 +636,15 @@ func TestNoSecretInAnyOutcome(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	outs = append(outs, b.apns.Send(ctx, message("msg-secret-canceled")))
+	// Transport failures, before and after the request was written, with
+	// the same key.
+	untrusted := newAdapter(t, b.fake, b.clock, b.p8, func(c *apns.Config) { c.RootCAs = x509.NewCertPool() })
+	outs = append(outs, untrusted.Send(context.Background(), message("msg-secret-tls")))
+	reset := setup(t)
+	reset.fake.setHold(func(*http.Request) { panic(http.ErrAbortHandler) })
+	outs = append(outs, reset.send(message("msg-secret-reset")))
 	for _, out := range outs {
-		assertNoSecret(t, out.Reason+" "+out.ProviderRef, b.p8)
+		assertNoSecret(t, out.Reason+" "+out.ProviderRef, b.p8, reset.p8)
 		for _, s := range b.fake.seen() {
 			if strings.Contains(out.Reason+out.ProviderRef, s.token) {
 				t.Fatalf("outcome %+v holds the provider token", out)
