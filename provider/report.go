@@ -110,6 +110,12 @@ type CallbackResponder interface {
 	CallbackReply(w http.ResponseWriter)
 }
 
+// ErrNoReference is a StatusChecker's answer to a query it cannot ask:
+// the provider is asked only by its own reference, and the call's answer
+// carried none (it was lost: the usual UNKNOWN). Asking again will not
+// help; the delivery is left for a person.
+var ErrNoReference = errors.New("status look-up: the provider is asked only by its own reference, and none was answered")
+
 // Errors of ParseCallback.
 var (
 	ErrBadSignature = errors.New("callback: signature check failed")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/store"
@@ -148,6 +149,10 @@ func (l *Looker) roundOf(ctx context.Context, name string, rep *RoundReport) {
 		}
 		rep.Asked[name]++
 		r, err := checker.Status(ctx, provider.StatusQuery{MessageID: u.MessageID, ProviderRef: u.ProviderRef, SentAt: u.ClaimedAt})
+		if errors.Is(err, provider.ErrNoReference) {
+			l.leaveForAPerson(ctx, name, u.MessageID, rep)
+			continue
+		}
 		if err != nil {
 			rep.Failed[name]++
 			l.cfg.Metrics.ProviderLookupFailed(name)
@@ -170,6 +175,21 @@ func (l *Looker) roundOf(ctx context.Context, name string, rep *RoundReport) {
 				slog.String("provider", name), slog.String("message_id", u.MessageID),
 				slog.String("result", r.Result.String()), slog.String("reason", r.Reason))
 		}
+	}
+}
+
+// leaveForAPerson marks an UNKNOWN delivery its provider cannot be asked
+// about (LOOKUP_NO_REFERENCE), so later rounds skip it.
+func (l *Looker) leaveForAPerson(ctx context.Context, name, messageID string, rep *RoundReport) {
+	out, err := l.cfg.Store.DeliveryReport(ctx, store.ReportParams{Provider: name, MessageID: messageID,
+		From: onlyUnknown, To: heraldtype.DeliveryUnknown, Reason: ReasonLookupNoReference})
+	switch {
+	case err != nil:
+		rep.Failed[name]++
+		l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "settle: cannot mark a delivery the provider cannot be asked about",
+			slog.String("provider", name), slog.String("message_id", messageID), slog.Any("error", err))
+	case out.Moved:
+		rep.NotFound[name]++
 	}
 }
 

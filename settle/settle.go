@@ -22,6 +22,11 @@
 // callbacks brings it again; the sender's own result, conditional on
 // SENDING, is never written over a report.
 //
+// A provider that can be asked only by its own reference (Twilio's sid)
+// cannot be asked about a call whose answer was lost, which is most
+// UNKNOWNs: such a delivery stays UNKNOWN with reason
+// LOOKUP_NO_REFERENCE, for a person, and is not asked about again.
+//
 // A status look-up that finds no record of the message proves nothing
 // (providers keep records for days, some record a call only once it is
 // processed): the delivery stays UNKNOWN with reason LOOKUP_NOT_FOUND,
@@ -55,6 +60,10 @@ const (
 	// ReasonLookupNotFound: a status look-up found no record (see the
 	// package doc); store.ReasonLookupPrefix keeps it out of later rounds.
 	ReasonLookupNotFound = store.ReasonLookupPrefix + "NOT_FOUND"
+	// ReasonLookupNoReference: the provider can be asked only by its own
+	// reference and the call's answer carried none
+	// (provider.ErrNoReference); left for a person like LOOKUP_NOT_FOUND.
+	ReasonLookupNoReference = store.ReasonLookupPrefix + "NO_REFERENCE"
 )
 
 // ErrNotYet: the report found the send still in flight (SENDING); nothing

@@ -237,3 +237,35 @@ func TestLookerSettlesWhatTheAnswerProves(t *testing.T) {
 		})
 	}
 }
+
+// noRefChecker can be asked only by its own reference: every query without
+// one is provider.ErrNoReference.
+type noRefChecker struct{ asked int }
+
+func (c *noRefChecker) Status(_ context.Context, q provider.StatusQuery) (provider.Report, error) {
+	c.asked++
+	if q.ProviderRef == "" {
+		return provider.Report{}, fmt.Errorf("look-up: %w", provider.ErrNoReference)
+	}
+	return provider.Report{Result: provider.ReportDelivered}, nil
+}
+
+// An UNKNOWN whose provider can be asked only by a reference the call
+// never got is left for a person (LOOKUP_NO_REFERENCE) and not asked about
+// again.
+func TestLookerLeavesWhatCannotBeAskedForAPerson(t *testing.T) {
+	st := testdb.Open(t, "sqlite", nil).Store
+	mid := sent(t, st, "x", heraldtype.DeliveryUnknown)
+	c := &noRefChecker{}
+	l := settle.NewLooker(settle.LookupConfig{Store: st, Checkers: map[string]provider.StatusChecker{"x": c}, Rate: 1000})
+	if r := l.Round(context.Background()); r.NotFound["x"] != 1 {
+		t.Fatalf("round: %+v, want one left for a person", r)
+	}
+	if s, r := stateOf(t, st, mid); s != heraldtype.DeliveryUnknown || r != settle.ReasonLookupNoReference {
+		t.Fatalf("%s(%s), want UNKNOWN(%s)", s, r, settle.ReasonLookupNoReference)
+	}
+	l.Round(context.Background())
+	if c.asked != 1 {
+		t.Fatalf("asked %d times, want once", c.asked)
+	}
+}

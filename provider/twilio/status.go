@@ -15,7 +15,7 @@ import (
 
 // ErrNoSid is Status's answer to a query without Twilio's sid: Twilio
 // cannot be asked by herald's message id.
-var ErrNoSid = errors.New("twilio status: a look-up needs the message sid Twilio answered (ProviderRef); Twilio cannot be asked by herald's message id")
+var ErrNoSid = fmt.Errorf("twilio status: a look-up needs the message sid Twilio answered (ProviderRef); Twilio cannot be asked by herald's message id: %w", provider.ErrNoReference)
 
 // Status fetches the Message resource q.ProviderRef names and reports what
 // its status proves. A 404 is ReportNotFound; any other failure is an error.
