@@ -324,6 +324,7 @@ func (a *App) Run(ctx context.Context) error {
 		a.logger.Error("herald: drain timed out; sends still in flight are abandoned and become UNKNOWN after stale_claim_after",
 			slog.Duration("shutdown_timeout", a.cfg.ShutdownTimeout.D()))
 	}
+	a.closeProviders()
 	if err := a.store.Close(); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("close store: %w", err))
 	}

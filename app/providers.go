@@ -114,7 +114,8 @@ func (a *App) newProvider(i int, p config.Provider) (provider.Provider, error) {
 			return nil, err
 		}
 		return wrap(apns.New(apns.Config{KeyP8: k, KeyID: p.KeyID, TeamID: p.TeamID, Topic: p.Topic, Endpoint: p.Endpoint,
-			Timeout: timeout, Clock: a.clock}))
+			Timeout: timeout, Priority: p.Priority, TTL: p.TTL.D(), CollapseID: p.CollapseID, CollapseByKind: p.CollapseByKind,
+			MaxConns: p.MaxConns, Clock: a.clock}))
 	case "smtp":
 		var pw []byte
 		if p.Username != "" {
@@ -150,6 +151,19 @@ func (a *App) newProvider(i int, p config.Provider) (provider.Provider, error) {
 			MessagingServiceSID: p.MessagingServiceSID, CallbackURL: p.CallbackURL, Timeout: timeout}))
 	}
 	return nil, fmt.Errorf("%s.type: %q has no adapter", key, p.Type)
+}
+
+// closeProviders closes the adapters that hold connections of their own
+// (APNs' HTTP/2 pool), once the sends have ended.
+func (a *App) closeProviders() {
+	for _, p := range a.cfg.Providers {
+		n, ok := a.registry.For(heraldtype.Channel(p.Channel))
+		if c, isCloser := n.Provider.(interface{ Close() error }); ok && n.Name == p.Name && isCloser {
+			if err := c.Close(); err != nil {
+				a.logger.Warn("herald: close provider", slog.String("provider", p.Name), slog.Any("error", err))
+			}
+		}
+	}
 }
 
 // simReportTries bounds how often a simulated delivery report is brought

@@ -23,11 +23,19 @@ type ProviderOptions struct {
 	// fcm: the service account's JSON key.
 	Credentials Secret `yaml:"credentials"`
 
-	// apns: the .p8 signing key, its id, the team and the app's bundle id.
-	Key    Secret `yaml:"key"`
-	KeyID  string `yaml:"key_id"`
-	TeamID string `yaml:"team_id"`
-	Topic  string `yaml:"topic"`
+	// apns: the .p8 signing key, its id, the team and the app's bundle id;
+	// optionally apns-priority (10, 5 or 1), how long APNs keeps an
+	// undelivered push (ttl), one apns-collapse-id for every push or the
+	// kind as the collapse id, and the connections opened at most.
+	Key            Secret   `yaml:"key"`
+	KeyID          string   `yaml:"key_id"`
+	TeamID         string   `yaml:"team_id"`
+	Topic          string   `yaml:"topic"`
+	Priority       int      `yaml:"priority"`
+	TTL            Duration `yaml:"ttl"`
+	CollapseID     string   `yaml:"collapse_id"`
+	CollapseByKind bool     `yaml:"collapse_by_kind"`
+	MaxConns       int      `yaml:"max_conns"`
 
 	// smtp: the server (host:port), the account, the envelope sender and
 	// the domain of Message-IDs; plaintext lets a server without STARTTLS
