@@ -486,8 +486,10 @@ func (b *bucket) granted(g store.BucketGrant, err error, retry time.Duration) ti
 		b.l.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "ratelimit: the provider's bucket answers again", slog.String("provider", b.name))
 	}
 	if g.Granted > 0 {
-		b.tokens += g.Granted
-		b.free += g.Free
+		// Tokens of an earlier grant still here (reserved ones, which the
+		// marketing callers waiting could not spend) go: each token lives
+		// at most one window, which the bound in the package doc needs.
+		b.tokens, b.free = g.Granted, g.Free
 		b.expires = now.Add(b.l.cfg.GrantWindow)
 		b.serve()
 	}
