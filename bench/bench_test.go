@@ -37,9 +37,10 @@ import (
 type env struct {
 	bases []string
 	sim   *sim.Sim
-	// webhook serves the webhook channel instead of sim, when set.
-	webhook provider.Provider
-	records atomic.Int64
+	// providers replace providers of the development config by name
+	// (sim-webhook is the simulator unless replaced here).
+	providers map[string]provider.Provider
+	records   atomic.Int64
 	// called receives the time of each provider call, when set.
 	called chan time.Time
 }
@@ -57,18 +58,19 @@ func startWith(b *testing.B, trackCalls bool, adjust func(*config.Config)) *env 
 	return startEnv(b, &env{}, trackCalls, adjust)
 }
 
-// startWithProvider is startWith with p, not the simulator, serving the
-// webhook channel.
-func startWithProvider(b *testing.B, p provider.Provider, adjust func(*config.Config)) *env {
+// startWithProvider is startWith with p, not the simulator, as the
+// provider the development config calls name.
+func startWithProvider(b *testing.B, name string, p provider.Provider, adjust func(*config.Config)) *env {
 	b.Helper()
-	return startEnv(b, &env{webhook: p}, false, adjust)
+	return startEnv(b, &env{providers: map[string]provider.Provider{name: p}}, false, adjust)
 }
 
-func (e *env) webhookProvider() provider.Provider {
-	if e.webhook != nil {
-		return e.webhook
+func (e *env) providerSet() map[string]provider.Provider {
+	set := map[string]provider.Provider{"sim-webhook": e.sim}
+	for name, p := range e.providers {
+		set[name] = p
 	}
-	return e.sim
+	return set
 }
 
 func startEnv(b *testing.B, e *env, trackCalls bool, adjust func(*config.Config)) *env {
@@ -127,7 +129,7 @@ func startApp(b *testing.B, cfg *config.Config, e *env) string {
 	}
 	a, err := app.New(context.Background(), cfg, app.Options{
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Providers: map[string]provider.Provider{"sim-webhook": e.webhookProvider()},
+		Providers: e.providerSet(),
 		Listener:  l,
 		Hooks: sender.Hooks{AfterRecord: func(_ context.Context, _ heraldtype.Job, r sender.Result) {
 			if r.State == heraldtype.DeliveryProviderAccepted {

@@ -1,15 +1,23 @@
 package bench
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/apns"
 	"github.com/heraldhq/herald/provider/webhook"
 )
 
@@ -31,7 +39,58 @@ func BenchmarkSendsWebhook100ms(b *testing.B) {
 	f := newFakeReceiver()
 	srv := httptest.NewServer(f)
 	b.Cleanup(srv.Close)
-	driveSends(b, webhook.New(webhook.Config{URL: srv.URL}), f)
+	driveSends(b, "sim-webhook", webhook.New(webhook.Config{URL: srv.URL}), f, nil)
+}
+
+// BenchmarkSendsAPNs100ms is BenchmarkSendsWebhook100ms over the real APNs
+// adapter (HTTP/2, token auth) to a fake APNs answering after 100 ms: the
+// bench kind goes to push, and each of its 1,000 recipients has one device.
+func BenchmarkSendsAPNs100ms(b *testing.B) {
+	f := newFakeReceiver()
+	srv := httptest.NewUnstartedServer(f)
+	srv.EnableHTTP2 = true
+	srv.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 250} // as APNs grants an authenticated connection
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := apns.New(apns.Config{KeyP8: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
+		KeyID: "ABC123DEFG", TeamID: "TEAM456XYZ", Topic: "com.example.herald", Endpoint: srv.URL, RootCAs: roots})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = p.Close() })
+	driveSends(b, "sim-push", p, f, func(c *config.Config) {
+		k := &c.Kinds[0]
+		k.Channels = []string{"push"}
+		k.Templates = map[string]config.Template{"push": {Title: "Paid", Body: "Paid {{.amount}} won"}}
+	})
+}
+
+// registerDevices gives each of the bench's 1,000 recipients one push
+// device (a 64-hex-digit token, as APNs issues).
+func registerDevices(b *testing.B, e *env) {
+	for i := range 1000 {
+		req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/v1/recipients/user-%d/devices/%064x", e.bases[0], i, i+1),
+			strings.NewReader(`{"platform":"apns"}`))
+		req.Header.Set("Authorization", "Bearer "+config.DevAPIKey)
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			b.Fatalf("register a device: %d", resp.StatusCode)
+		}
+	}
 }
 
 // fakeReceiver answers 202 after providerLatency, once released, and counts.
@@ -52,11 +111,17 @@ func (f *fakeReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // driveSends runs one herald with p as its webhook provider and the
 // transactional lane at sendsConcurrency, posts b.N notifications, and
 // reports the provider's calls per second (calls counts them) and memory.
-func driveSends(b *testing.B, p provider.Provider, f *fakeReceiver) {
+func driveSends(b *testing.B, name string, p provider.Provider, f *fakeReceiver, adjust func(*config.Config)) {
 	calls := &f.calls
-	e := startWithProvider(b, p, func(c *config.Config) {
+	e := startWithProvider(b, name, p, func(c *config.Config) {
 		c.Lanes = map[string]config.Lane{"transactional": {Concurrency: sendsConcurrency}}
+		if adjust != nil {
+			adjust(c)
+		}
 	})
+	if name == "sim-push" {
+		registerDevices(b, e)
+	}
 	var peak atomic.Uint64
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
