@@ -127,6 +127,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	}
 	a.sender = sender.New(sender.Config{
 		Store: a.store, Providers: a.registry, Catalog: cat, Clock: a.clock,
+		Limiter: rateLimiter(cfg, a.store, a.logger),
 		Retry: sender.RetryPolicy{
 			Quick: cfg.Retry.Quick, QuickDelay: cfg.Retry.QuickDelay.D(),
 			Slow: cfg.Retry.Slow, SlowDelay: cfg.Retry.SlowDelay.D(),

@@ -932,6 +932,9 @@ func (c *Config) validateProviders() error {
 		if p.Timeout <= 0 {
 			return fmt.Errorf("config: %s.timeout: must be positive", key)
 		}
+		if err := p.RateLimit.validate(key); err != nil {
+			return err
+		}
 		switch p.Type {
 		case "webhook":
 			u, err := url.Parse(p.URL)

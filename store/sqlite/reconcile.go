@@ -39,9 +39,12 @@ ORDER BY n.id LIMIT ?3`
 WHERE n.id > ?1 AND n.id <= ?2 AND o.state = 'DONE' AND o.updated_at < ?4
   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)
 ORDER BY n.id, o.message_id LIMIT ?3`
+	// qReconcileUnknown: +d.state keeps the planner off deliveries_unknown
+	// (the look-up rounds' index), which would scan every UNKNOWN delivery
+	// instead of the page's notifications.
 	qReconcileUnknown = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
 JOIN deliveries d ON d.message_id = o.message_id
-WHERE n.id > ?1 AND n.id <= ?2 AND d.state = 'UNKNOWN'
+WHERE n.id > ?1 AND n.id <= ?2 AND +d.state = 'UNKNOWN'
 ORDER BY n.id, o.message_id LIMIT ?3`
 
 	// qReconcileNotification reads a notification that has no outbox row.
