@@ -59,6 +59,11 @@ type Outcome struct {
 	RetryAfter time.Duration
 	// ProviderRef is the provider's id for the message, when it returns one.
 	ProviderRef string
+	// RateLimited, with the NotSent class only: the provider refused the
+	// call for its rate (HTTP 429, FCM QUOTA_EXCEEDED, Twilio 20429, a
+	// vendor's call limit). The sender then slows that provider's shared
+	// bucket for every process (package ratelimit).
+	RateLimited bool
 	// DeadDestination, with the Permanent class only: the provider said
 	// the destination itself is dead for good, not just this message (FCM
 	// UNREGISTERED, APNs 410 Unregistered, a webhook receiver's 410). The
@@ -78,6 +83,12 @@ func NotSentOutcome(reason string, retryAfter time.Duration) Outcome {
 }
 func PermanentOutcome(reason string) Outcome { return Outcome{Class: Permanent, Reason: reason} }
 func UnknownOutcome(reason string) Outcome   { return Outcome{Class: Unknown, Reason: reason} }
+
+// RateLimitedOutcome is a refusal for the provider's rate: not sent, with
+// the provider's wait when it gave one (Outcome.RateLimited).
+func RateLimitedOutcome(reason string, retryAfter time.Duration) Outcome {
+	return Outcome{Class: NotSent, Reason: reason, RetryAfter: retryAfter, RateLimited: true}
+}
 
 // DeadDestinationOutcome is a permanent refusal because the destination is
 // dead (Outcome.DeadDestination).

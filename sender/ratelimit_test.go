@@ -156,9 +156,11 @@ func TestARefusalForTheRateSlowsTheLimit(t *testing.T) {
 		out  provider.Outcome
 		want []slowCall
 	}{
-		{"429WithRetryAfter", provider.NotSentOutcome("HTTP_429", 3*time.Second), []slowCall{{"sim-webhook", 3 * time.Second}}},
-		{"429Bare", provider.NotSentOutcome("HTTP_429", 0), []slowCall{{"sim-webhook", 0}}},
-		{"AnAdaptersQuotaWithRetryAfter", provider.NotSentOutcome("FCM_QUOTA_EXCEEDED", 5*time.Second), []slowCall{{"sim-webhook", 5 * time.Second}}},
+		{"429WithRetryAfter", provider.RateLimitedOutcome("HTTP_429", 3*time.Second), []slowCall{{"sim-webhook", 3 * time.Second}}},
+		{"429Bare", provider.RateLimitedOutcome("HTTP_429", 0), []slowCall{{"sim-webhook", 0}}},
+		{"AnAdaptersQuotaBare", provider.RateLimitedOutcome("FCM_QUOTA_EXCEEDED", 0), []slowCall{{"sim-webhook", 0}}},
+		{"ANotSentWithRetryAfter", provider.NotSentOutcome("BIZPPURIO_3008", 5*time.Second), []slowCall{{"sim-webhook", 5 * time.Second}}},
+		{"A401IsNotTheRate", provider.NotSentOutcome("HTTP_401", 0), nil},
 		{"ConnectionRefusedIsNotTheRate", provider.NotSentOutcome("CONNECTION_REFUSED", 0), nil},
 		{"Accepted", provider.AcceptedOutcome(""), nil},
 		{"Unknown", provider.UnknownOutcome("HTTP_503"), nil},

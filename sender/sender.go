@@ -37,7 +37,7 @@
 //  5. Record the result, conditional on the row still being SENDING at this
 //     attempt. A definite non-send releases the claim into RETRY_WAIT with
 //     its next attempt time, logged at warn level with its reason code;
-//     one refused for the provider's rate (HTTP_429, or any carrying a
+//     one refused for the provider's rate (Outcome.RateLimited, or any carrying a
 //     Retry-After) also slows the provider's limit for every process;
 //     everything the provider might have acted on
 //     (timeouts, 5xx) becomes UNKNOWN and is never resent automatically.
@@ -278,9 +278,6 @@ type Limiter interface {
 // ReasonRateLimited is the reason of a Retry the rate limit answered.
 const ReasonRateLimited = "RATE_LIMITED"
 
-// reasonHTTP429 is the reason of a provider's 429 (provider/webhook).
-const reasonHTTP429 = "HTTP_429"
-
 // RetryClock is the time the sender's store retries run on.
 type RetryClock interface {
 	Now() time.Time
@@ -520,7 +517,7 @@ func (s *Sender) pace(ctx context.Context, job heraldtype.Job, name string) (Res
 // slow tells the limiter that the provider refused a call for its rate:
 // a 429, or any definite non-send with a Retry-After.
 func (s *Sender) slow(ctx context.Context, name string, out provider.Outcome) {
-	if s.Limiter != nil && out.Class == provider.NotSent && (out.Reason == reasonHTTP429 || out.RetryAfter > 0) {
+	if s.Limiter != nil && out.Class == provider.NotSent && (out.RateLimited || out.RetryAfter > 0) {
 		s.Limiter.Slow(ctx, name, out.RetryAfter)
 	}
 }

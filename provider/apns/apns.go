@@ -518,7 +518,7 @@ func Classify(status int, reason string) provider.Outcome {
 	case http.StatusGone:
 		return provider.DeadDestinationOutcome(code)
 	case http.StatusTooManyRequests:
-		return provider.NotSentOutcome(code, TooManyRequestsBackoff)
+		return provider.RateLimitedOutcome(code, TooManyRequestsBackoff)
 	case http.StatusInternalServerError, http.StatusServiceUnavailable:
 		return provider.UnknownOutcome(code)
 	}

@@ -287,6 +287,9 @@ func wantOutcome(t *testing.T, got provider.Outcome, class provider.Class, reaso
 	if len(reason) > 0 && got.Reason != reason[0] {
 		t.Fatalf("outcome = %+v, want reason %q", got, reason[0])
 	}
+	if rate := strings.HasPrefix(got.Reason, "APNS_TOO_MANY_"); got.RateLimited != rate {
+		t.Fatalf("outcome = %+v, want RateLimited %v (a refusal for the rate slows the shared limit)", got, rate)
+	}
 }
 
 // TestWireFormat: the request as Apple documents it.

@@ -519,7 +519,7 @@ func classify(status int, h http.Header, body []byte, now time.Time) provider.Ou
 	case 3000, 3001, 3002, 3003, 3004, 3005, 3006, 3007, 3009, 3010, 5001:
 		return provider.NotSentOutcome(reason, 0)
 	case 3008, 5002:
-		return provider.NotSentOutcome(reason, limitHint(h, now))
+		return provider.RateLimitedOutcome(reason, limitHint(h, now))
 	case 3011, 9000:
 		return provider.UnknownOutcome(reason)
 	}

@@ -118,6 +118,9 @@ func TestClassification(t *testing.T) {
 				v.setToken(row.token)
 			}
 			o := b.Send(context.Background(), smsMessage("결제가 완료되었습니다."))
+			if rate := row.reason == "BIZPPURIO_3008" || row.reason == "BIZPPURIO_5002" || row.reason == "HTTP_429"; o.RateLimited != rate {
+				t.Fatalf("outcome = %+v, want RateLimited %v (a refusal for the rate slows the shared limit)", o, rate)
+			}
 			if o.Class != row.class || o.Reason != row.reason || o.RetryAfter != row.hint || o.ProviderRef != row.ref || o.DeadDestination != row.dead {
 				t.Fatalf("outcome = %+v, want class %v reason %q hint %v ref %q dead %v", o, row.class, row.reason, row.hint, row.ref, row.dead)
 			}

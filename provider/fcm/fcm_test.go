@@ -28,6 +28,9 @@ type want struct {
 
 func check(t *testing.T, got provider.Outcome, w want) {
 	t.Helper()
+	if rate := w.reason == "FCM_QUOTA_EXCEEDED" || w.reason == "FCM_RESOURCE_EXHAUSTED" || w.reason == "HTTP_429"; got.RateLimited != rate {
+		t.Fatalf("outcome = %+v, want RateLimited %v (a refusal for the rate slows the shared limit)", got, rate)
+	}
 	if got.Class != w.class || got.Reason != w.reason || got.DeadDestination != w.dead || got.RetryAfter != w.retryAfter {
 		t.Fatalf("outcome = %+v, want class %v reason %q dead %v retry-after %v", got, w.class, w.reason, w.dead, w.retryAfter)
 	}

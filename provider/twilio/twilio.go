@@ -389,6 +389,8 @@ func classify(status int, retryAfter string, c int, now time.Time) provider.Outc
 	}
 	out.Reason = reasonFor(c)
 	switch {
+	case status >= 400 && status < 500 && c == 20429:
+		return provider.RateLimitedOutcome(out.Reason, out.RetryAfter)
 	case status >= 400 && status < 500 && notSentCodes[c]:
 		return provider.NotSentOutcome(out.Reason, out.RetryAfter)
 	case out.Class == provider.Permanent && deadCodes[c]:

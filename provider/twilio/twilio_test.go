@@ -187,6 +187,9 @@ func TestClassificationTable(t *testing.T) {
 			t.Parallel()
 			f := newFake(t, row.answer)
 			out := newTwilio(t, config(f.URL)).Send(context.Background(), message("msg-"+row.name))
+			if rate := row.reason == "TWILIO_20429" || row.reason == "HTTP_429"; out.RateLimited != rate {
+				t.Fatalf("outcome = %+v, want RateLimited %v (a refusal for the rate slows the shared limit)", out, rate)
+			}
 			if out.Class != row.class || out.Reason != row.reason || out.DeadDestination != row.dead ||
 				out.RetryAfter != row.retryAfter || out.ProviderRef != row.ref {
 				t.Fatalf("outcome = %+v, want class %v reason %q dead %v retry-after %v ref %q",

@@ -221,7 +221,7 @@ func ClassifyStatus(code int, retryAfter string, now time.Time) provider.Outcome
 	case code == http.StatusUnauthorized, code == http.StatusForbidden:
 		return provider.NotSentOutcome(reason, 0)
 	case code == http.StatusTooManyRequests:
-		return provider.NotSentOutcome(reason, parseRetryAfter(retryAfter, now))
+		return provider.RateLimitedOutcome(reason, parseRetryAfter(retryAfter, now))
 	case code == http.StatusGone:
 		// 410 Gone: the receiver says the destination is gone for good, as
 		// APNs does for an unregistered token. A push sent to one device

@@ -816,8 +816,10 @@ func TestClassifyStatus(t *testing.T) {
 	}
 	for _, c := range cases {
 		got := webhook.ClassifyStatus(c.code, c.retryAfter, now)
-		// A 410 says the destination is gone for good (a dead device).
-		want := provider.Outcome{Class: c.class, Reason: c.reason, RetryAfter: c.wait, DeadDestination: c.code == http.StatusGone}
+		// A 410 says the destination is gone for good (a dead device); a
+		// 429 refuses for the rate.
+		want := provider.Outcome{Class: c.class, Reason: c.reason, RetryAfter: c.wait, DeadDestination: c.code == http.StatusGone,
+			RateLimited: c.code == http.StatusTooManyRequests}
 		if got != want {
 			t.Errorf("ClassifyStatus(%d, %q) = %+v, want %+v", c.code, c.retryAfter, got, want)
 		}
