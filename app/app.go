@@ -70,13 +70,16 @@ type App struct {
 	// (providers.go).
 	receivers map[string]provider.CallbackReceiver
 	checkers  map[string]provider.StatusChecker
-	handler   http.Handler
-	listener  net.Listener
-	owner     string
-	draining  atomic.Bool
-	alerts    alert.Sink
-	clock     clock.Clock
-	parked    parked.Service
+	// limiter holds the providers' shared rate limits (nil: none); the
+	// sender and the status look-ups both spend from it.
+	limiter  sender.Limiter
+	handler  http.Handler
+	listener net.Listener
+	owner    string
+	draining atomic.Bool
+	alerts   alert.Sink
+	clock    clock.Clock
+	parked   parked.Service
 	// reconciler runs the leader's scheduled reconciliations.
 	reconciler *reconcile.Reconciler
 	// rabbit is the rabbitmq transport's relays and consumers, one of each
@@ -125,9 +128,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		a.store.Close()
 		return nil, err
 	}
+	a.limiter = rateLimiter(cfg, a.store, a.logger)
 	a.sender = sender.New(sender.Config{
 		Store: a.store, Providers: a.registry, Catalog: cat, Clock: a.clock,
-		Limiter: rateLimiter(cfg, a.store, a.logger),
+		Limiter: a.limiter,
 		Retry: sender.RetryPolicy{
 			Quick: cfg.Retry.Quick, QuickDelay: cfg.Retry.QuickDelay.D(),
 			Slow: cfg.Retry.Slow, SlowDelay: cfg.Retry.SlowDelay.D(),
@@ -285,7 +289,7 @@ func (a *App) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); a.reconciler.Loop(work, a.cfg.ReconcileInterval.D(), isLeader) }()
 	// Status look-ups of UNKNOWN deliveries, leader-only too.
 	looker := settle.NewLooker(settle.LookupConfig{
-		Store: a.store, Checkers: a.checkers, Interval: a.cfg.LookupInterval.D(), IsLeader: isLeader,
+		Store: a.store, Checkers: a.checkers, Interval: a.cfg.LookupInterval.D(), IsLeader: isLeader, Limiter: a.limiter,
 		Clock: a.clock, Logger: a.logger, Metrics: a.metrics, Alerts: a.alerts,
 	})
 	wg.Add(1)

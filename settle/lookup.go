@@ -37,12 +37,21 @@ type LookupConfig struct {
 	// Rate bounds the look-ups per second of one provider (a look-up
 	// spends the same call budget as a send). Defaults to 5.
 	Rate float64
+	// Limiter, when set, is the providers' shared rate limit: a look-up
+	// spends from the provider's call budget like a send, on the
+	// marketing lane's terms (after every send waiting for a token).
+	Limiter Limiter
 	// IsLeader, when set, gates every round and every look-up.
 	IsLeader func() bool
 	Clock    clock.Clock
 	Logger   *slog.Logger
 	Metrics  *metrics.Metrics
 	Alerts   alert.Sink
+}
+
+// Limiter is the shared rate limit (package ratelimit, sender.Limiter).
+type Limiter interface {
+	Wait(ctx context.Context, provider string, lane heraldtype.Lane) (later time.Duration, err error)
 }
 
 // Looker runs the leader's look-up rounds: each provider's UNKNOWN
@@ -146,6 +155,13 @@ func (l *Looker) roundOf(ctx context.Context, name string, rep *RoundReport) {
 	for _, u := range page {
 		if err := l.limits[name].Wait(ctx); err != nil || !l.leader() {
 			return
+		}
+		if l.cfg.Limiter != nil {
+			// The provider's budget is short: sends first, the rest of the
+			// page next round.
+			if later, err := l.cfg.Limiter.Wait(ctx, name, heraldtype.LaneMarketing); err != nil || later > 0 {
+				return
+			}
 		}
 		rep.Asked[name]++
 		r, err := checker.Status(ctx, provider.StatusQuery{MessageID: u.MessageID, ProviderRef: u.ProviderRef, SentAt: u.ClaimedAt})

@@ -269,3 +269,24 @@ func TestLookerLeavesWhatCannotBeAskedForAPerson(t *testing.T) {
 		t.Fatalf("asked %d times, want once", c.asked)
 	}
 }
+
+// shortLimiter has no token for anyone.
+type shortLimiter struct{ waits int }
+
+func (s *shortLimiter) Wait(context.Context, string, heraldtype.Lane) (time.Duration, error) {
+	s.waits++
+	return time.Second, nil
+}
+
+// A look-up spends from the provider's shared call budget: with none left,
+// the round asks nothing (sends come first) and the next round tries again.
+func TestLookerSpendsFromTheSharedRateLimit(t *testing.T) {
+	st := testdb.Open(t, "sqlite", nil).Store
+	sent(t, st, "x", heraldtype.DeliveryUnknown)
+	c := &checker{answers: map[string]provider.Report{}}
+	lim := &shortLimiter{}
+	l := settle.NewLooker(settle.LookupConfig{Store: st, Checkers: map[string]provider.StatusChecker{"x": c}, Rate: 1000, Limiter: lim})
+	if r := l.Round(context.Background()); r.Asked["x"] != 0 || len(c.asked) != 0 || lim.waits != 1 {
+		t.Fatalf("asked %v with no budget (limiter asked %d times), want nothing asked", c.asked, lim.waits)
+	}
+}
