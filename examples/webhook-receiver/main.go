@@ -148,6 +148,7 @@ var (
 	ErrNoSignature    = errors.New("no v1 signature matches")
 )
 
+// README:begin webhook-verify
 // Verify checks a Standard Webhooks request: its timestamp is within
 // tolerance of now, and one of the v1 signatures in webhook-signature is
 // the HMAC-SHA256, under one of keys, of id + "." + timestamp + "." + body.
@@ -180,6 +181,8 @@ func Verify(keys [][]byte, header http.Header, body []byte, now time.Time, toler
 	}
 	return ErrNoSignature
 }
+
+// README:end
 
 // ParseSecrets decodes space-separated "whsec_<base64>" secrets (two during
 // a rotation) to their keys. Its errors never quote a secret.
