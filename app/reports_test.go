@@ -43,20 +43,27 @@ func (dlrProvider) ParseCallback(r *http.Request, body []byte) ([]provider.Repor
 // (or fails the test after 30 s) and returns it.
 func webhookEntry(t *testing.T, base, id, state string) lookup.Delivery {
 	t.Helper()
+	return waitEntry(t, base, config.DevAPIKey, id, "webhook", state)
+}
+
+// waitEntry waits until the notification's entry on channel is in state
+// (or fails the test after 30 s) and returns it.
+func waitEntry(t *testing.T, base, key, id, channel, state string) lookup.Delivery {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		code, body := call(t, base, http.MethodGet, "/v1/notifications/"+id, config.DevAPIKey, "")
+		code, body := call(t, base, http.MethodGet, "/v1/notifications/"+id, key, "")
 		var n lookup.Notification
 		if err := json.Unmarshal(body, &n); code != http.StatusOK || err != nil {
 			t.Fatalf("lookup %s: %d %s", id, code, body)
 		}
 		for _, d := range n.Deliveries {
-			if d.Channel == "webhook" && d.State == state {
+			if d.Channel == channel && d.State == state {
 				return d
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("notification %s: no webhook entry in %s after 30s: %s", id, state, body)
+			t.Fatalf("notification %s: no %s entry in %s after 30s: %s", id, channel, state, body)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
