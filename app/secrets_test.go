@@ -15,32 +15,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testenv"
 )
-
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // No provider credential reaches a log line, an API answer or a metric,
 // however the provider fails: a fake FCM token endpoint and a fake Twilio
@@ -109,7 +91,7 @@ kinds:
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	a, base := newHerald(t, cfg, app.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	runHerald(t, a)
 

@@ -31,6 +31,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // TestMain removes the built binary after the run.
@@ -221,7 +223,7 @@ type server struct {
 	moved bool
 	cmd   *exec.Cmd
 	done  chan struct{}
-	logs  *lockedBuffer
+	logs  *testenv.Buffer
 }
 
 // raceReport is how the race detector starts a report.
@@ -229,7 +231,7 @@ const raceReport = "WARNING: DATA RACE"
 
 func newServer(t *testing.T, config, addr string, env ...string) *server {
 	t.Helper()
-	s := &server{t: t, bin: heraldBinary(t), config: config, addr: addr, ep: &endpoint{addr: addr}, env: env, logs: &lockedBuffer{}}
+	s := &server{t: t, bin: heraldBinary(t), config: config, addr: addr, ep: &endpoint{addr: addr}, env: env, logs: &testenv.Buffer{}}
 	endpoints.Store(addr, s.ep)
 	t.Cleanup(func() {
 		// Runs after the processes' own clean-ups have killed them, so
@@ -239,37 +241,6 @@ func newServer(t *testing.T, config, addr string, env ...string) *server {
 		}
 	})
 	return s
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// mark is the position of the end of the output so far, for since.
-func (l *lockedBuffer) mark() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Len()
-}
-
-// since returns the output written after mark.
-func (l *lockedBuffer) since(mark int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.b.Bytes()[mark:])
 }
 
 // listeningLine is what `herald serve` prints once it has bound its address.
@@ -316,7 +287,7 @@ func (s *server) start() {
 // returns false if the process exited because its address was in use.
 func (s *server) launch() bool {
 	s.t.Helper()
-	mark := s.logs.mark()
+	mark := s.logs.Mark()
 	cmd := exec.Command(s.bin, "serve", "--config", s.config)
 	// The tests' configs decide; a developer's HERALD_* settings must not.
 	for _, kv := range os.Environ() {
@@ -351,14 +322,14 @@ func (s *server) launch() bool {
 	})
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if m := listeningLine.FindStringSubmatch(s.logs.since(mark)); m != nil {
+		if m := listeningLine.FindStringSubmatch(s.logs.Since(mark)); m != nil {
 			s.addr = m[1]
 			s.ep.set(s.addr)
 			return true
 		}
 		select {
 		case <-done:
-			out := s.logs.since(mark)
+			out := s.logs.Since(mark)
 			if strings.Contains(out, "address already in use") {
 				return false
 			}
@@ -366,7 +337,7 @@ func (s *server) launch() bool {
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("herald did not report its address within 60 s:\n%s", excerpt(s.logs.since(mark), 40))
+			s.t.Fatalf("herald did not report its address within 60 s:\n%s", excerpt(s.logs.Since(mark), 40))
 		}
 	}
 }

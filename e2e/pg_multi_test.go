@@ -92,7 +92,7 @@ func TestSeveralProcessesSharePostgres(t *testing.T) {
 	}
 	marks := make([]int, procs)
 	for i, s := range servers {
-		marks[i] = s.logs.mark()
+		marks[i] = s.logs.Mark()
 	}
 	lw.killing(victim)
 	servers[victim].kill()
@@ -122,10 +122,10 @@ func TestSeveralProcessesSharePostgres(t *testing.T) {
 	// reaches this test through a pipe): on a loaded machine the sampler
 	// can see the holder first.
 	testenv.WaitFor(t, "the new leader's \"became leader\" line", 10*time.Second, func() bool {
-		return len(logLines(servers[leader].logs.since(marks[leader]), "postgres: became leader")) > 0
+		return len(logLines(servers[leader].logs.Since(marks[leader]), "postgres: became leader")) > 0
 	})
 	for i, s := range servers {
-		after := logLines(s.logs.since(marks[i]), "postgres: became leader")
+		after := logLines(s.logs.Since(marks[i]), "postgres: became leader")
 		switch {
 		case i == leader && len(after) != 1:
 			t.Errorf("process %d holds the leader lock but logged %d \"became leader\" after the kill", i+1, len(after))

@@ -128,7 +128,7 @@ func cutSessions(t *testing.T, srv *server, app, name string) cut {
 	testenv.WaitFor(t, name+": herald's pool, listener and leader to be connected", 30*time.Second, func() bool {
 		return backendCount(t, app) >= 1 && backendCount(t, app+" listener") == 1 && backendCount(t, app+" leader") == 1
 	})
-	c := cut{name: name, mark: srv.logs.mark(), began: time.Now()}
+	c := cut{name: name, mark: srv.logs.Mark(), began: time.Now()}
 	pool := testpg.TerminateBackends(t, app)
 	listener := testpg.TerminateBackends(t, app+" listener")
 	leader := testpg.TerminateBackends(t, app+" leader")
@@ -144,7 +144,7 @@ func cutSessions(t *testing.T, srv *server, app, name string) cut {
 func (c cut) awaitNoticed(t *testing.T, srv *server) {
 	t.Helper()
 	testenv.WaitFor(t, c.name+": herald to log that its listener and its leader election lost their connections", 30*time.Second, func() bool {
-		out := srv.logs.since(c.mark)
+		out := srv.logs.Since(c.mark)
 		return strings.Contains(out, "postgres: wake-up listener disconnected") &&
 			strings.Contains(out, "postgres: leader election lost its connection")
 	})
@@ -210,7 +210,7 @@ func outage(t *testing.T, dbName, app string, srv *server) (cut, string) {
 	db := pgx.Identifier{dbName}.Sanitize()
 	testpg.Exec(t, testpg.BaseURL(), "ALTER DATABASE "+db+" ALLOW_CONNECTIONS false")
 	t.Cleanup(func() { testpg.Exec(t, testpg.BaseURL(), "ALTER DATABASE "+db+" ALLOW_CONNECTIONS true") })
-	oc := cut{name: "the outage", mark: srv.logs.mark(), began: time.Now()}
+	oc := cut{name: "the outage", mark: srv.logs.Mark(), began: time.Now()}
 	// Whatever reconnected since the last drop.
 	terminateHerald(t, app)
 	c := srv.client("crash-key")

@@ -91,7 +91,7 @@ func TestPostgresRestart(t *testing.T) {
 	go func() { defer close(sending); l.run(ctx) }()
 
 	testenv.WaitFor(t, "a third accepted", time.Minute, func() bool { return l.accepted.Load() >= n/3 })
-	stopped := cut{name: "the server's restart", mark: srv.logs.mark(), began: time.Now()}
+	stopped := cut{name: "the server's restart", mark: srv.logs.Mark(), began: time.Now()}
 	if err := ctl("stop"); err != nil {
 		t.Fatal(err)
 	}

@@ -173,13 +173,13 @@ poll_interval: 100ms
 				t.Fatalf("B before SIGTERM: code %d err %v view %+v; want PENDING behind A", code, err, nv)
 			}
 
-			mark := srv.logs.mark()
+			mark := srv.logs.Mark()
 			termAt := time.Now()
 			if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
 			testenv.WaitFor(t, "herald to log that it drains", 10*time.Second, func() bool {
-				return strings.Contains(srv.logs.since(mark), "herald: draining")
+				return strings.Contains(srv.logs.Since(mark), "herald: draining")
 			})
 			// Intake stops: the listener closes. An answer that raced the
 			// close may be a 503, never a 202.
@@ -239,7 +239,7 @@ poll_interval: 100ms
 			if code := srv.cmd.ProcessState.ExitCode(); code != 0 {
 				t.Errorf("exit code %d, want 0 (SIGTERM drains and exits 0):\n%s", code, srv.tail())
 			}
-			if tc.drainTimesOut && !strings.Contains(srv.logs.since(mark), "drain timed out") {
+			if tc.drainTimesOut && !strings.Contains(srv.logs.Since(mark), "drain timed out") {
 				t.Errorf("herald exited without saying the drain timed out:\n%s", srv.tail())
 			}
 			if n := len(k.called(msgB)); n != 0 || k.total() != 1 {
