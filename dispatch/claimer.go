@@ -75,6 +75,12 @@ type ClaimerConfig struct {
 	Metrics     *metrics.Metrics
 	// SettleTimeout bounds the fenced write after a send. Defaults to 10 seconds.
 	SettleTimeout time.Duration
+	// Gate, when set, looks at each claimed job before the sender does:
+	// the dispatcher's own layer of the send policy (quiet hours' early
+	// stop, the non-production allow-list). It returns the result of what
+	// it decided (sender.Sender.Apply) and true, or false to hand the job
+	// to the sender. The result is settled as the sender's would be.
+	Gate func(ctx context.Context, job heraldtype.Job) (sender.Result, bool)
 }
 
 // Claimer leases a lane's due rows and runs the sender on each.
@@ -225,6 +231,12 @@ func (c *Claimer) process(ctx context.Context, row store.Claimed) {
 	job := row.Job
 	fence := row.Fence
 	job.Outbox = &fence
+	if c.Gate != nil {
+		if res, decided := c.Gate(ctx, job); decided {
+			c.settle(ctx, row, res)
+			return
+		}
+	}
 	res := c.Sender.Send(ctx, job)
 	c.settle(ctx, row, res)
 }

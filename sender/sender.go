@@ -261,6 +261,9 @@ type Config struct {
 	// Limiter paces the calls to rate-limited providers (package
 	// ratelimit). Defaults to nil: no provider is limited.
 	Limiter Limiter
+	// Checks are the send policy's rules (checks.go), run in order after
+	// the built-in pre-checks. Defaults to none.
+	Checks []Check
 }
 
 // Limiter is the providers' shared rate limit, as the sender uses it.
@@ -357,10 +360,16 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 		h(ctx, job)
 	}
 
-	// 2. Pre-checks.
-	msg, named, decision := s.prepare(ctx, job)
+	// 2. Pre-checks, then the policy's rules.
+	msg, named, profile, decision := s.prepare(ctx, job)
 	if decision != nil {
 		return s.decide(ctx, job, *decision)
+	}
+	if len(s.Checks) > 0 {
+		sub := Subject{Job: job, Category: s.Catalog.Kind(job.Kind).Lane, Profile: profile, Message: &msg, Provider: named.Name}
+		if v := s.runChecks(ctx, sub); !v.Go() {
+			return s.Apply(ctx, job, v)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return backoff(err)
@@ -528,14 +537,16 @@ type decision struct {
 	err    error // a transient failure: decide nothing, back off
 }
 
-// prepare runs the pre-checks and builds the provider message.
-func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Message, provider.Named, *decision) {
+// prepare runs the pre-checks and builds the provider message; it returns
+// the recipient's profile as it read it, for the policy's rules.
+func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Message, provider.Named, store.Profile, *decision) {
 	var none provider.Named
-	suppress := func(reason string) (provider.Message, provider.Named, *decision) {
-		return provider.Message{}, none, &decision{state: heraldtype.DeliverySuppressed, reason: reason}
+	var noProfile store.Profile
+	suppress := func(reason string) (provider.Message, provider.Named, store.Profile, *decision) {
+		return provider.Message{}, none, noProfile, &decision{state: heraldtype.DeliverySuppressed, reason: reason}
 	}
-	park := func(reason string) (provider.Message, provider.Named, *decision) {
-		return provider.Message{}, none, &decision{state: heraldtype.DeliveryParked, reason: reason}
+	park := func(reason string) (provider.Message, provider.Named, store.Profile, *decision) {
+		return provider.Message{}, none, noProfile, &decision{state: heraldtype.DeliveryParked, reason: reason}
 	}
 	if len(job.MessageID) > heraldtype.MaxMessageIDLen {
 		return park(heraldtype.ReasonMessageIDTooLong)
@@ -556,14 +567,14 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	}
 	profile, err := s.profile(ctx, job)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return provider.Message{}, none, &decision{err: fmt.Errorf("read profile: %w", err)}
+		return provider.Message{}, none, noProfile, &decision{err: fmt.Errorf("read profile: %w", err)}
 	}
 	if job.Lane == heraldtype.LaneMarketing && !profile.Consent[ch] {
 		return suppress(heraldtype.ReasonConsentDenied)
 	}
 	address, dec := s.address(ctx, job, profile)
 	if dec != nil {
-		return provider.Message{}, none, dec
+		return provider.Message{}, none, noProfile, dec
 	}
 	params, err := catalog.DecodeParams(job.Params)
 	if err != nil {
@@ -579,7 +590,7 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	return provider.Message{
 		MessageID: job.MessageID, Tenant: job.Tenant, Recipient: job.Recipient, Kind: job.Kind,
 		Channel: ch, Address: address, Title: title, Body: body,
-	}, named, nil
+	}, named, profile, nil
 }
 
 // address is job's destination: for a push to one device, that device's

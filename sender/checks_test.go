@@ -1,0 +1,69 @@
+package sender_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
+)
+
+// checkFunc is a rule made of a function.
+type checkFunc func(ctx context.Context, s sender.Subject) sender.Ruling
+
+func (f checkFunc) Check(ctx context.Context, s sender.Subject) sender.Ruling { return f(ctx, s) }
+
+// A rule runs after the built-in pre-checks with the rendered message and
+// the profile read now, before the claim; the first ruling that is not Go
+// wins: a decision is recorded as the pre-checks' are, a deferral writes
+// nothing and answers Retry after its delay, and Go lets the send go on.
+func TestPolicyChecksRuleBeforeTheClaim(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		ruling sender.Ruling
+		want   sender.Result
+		row    heraldtype.DeliveryState // "" = no delivery row
+		calls  int
+	}{
+		{"Suppress", sender.Suppress("NOT_ALLOWLISTED"), sender.Result{Verdict: sender.Done, State: heraldtype.DeliverySuppressed, Reason: "NOT_ALLOWLISTED"}, heraldtype.DeliverySuppressed, 0},
+		{"Park", sender.ParkFor("TEXT_TOO_LONG"), sender.Result{Verdict: sender.Park, State: heraldtype.DeliveryParked, Reason: "TEXT_TOO_LONG"}, heraldtype.DeliveryParked, 0},
+		{"Defer", sender.DeferFor(9*time.Hour, "QUIET_HOURS"), sender.Result{Verdict: sender.Retry, Reason: "QUIET_HOURS", Delay: 9 * time.Hour}, "", 0},
+		{"Go", sender.Ruling{}, sender.Result{Verdict: sender.Done, State: heraldtype.DeliveryProviderAccepted}, heraldtype.DeliveryProviderAccepted, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			snd, b := setup(t, sender.Hooks{})
+			var seen []sender.Subject
+			snd.Checks = []sender.Check{
+				checkFunc(func(_ context.Context, s sender.Subject) sender.Ruling {
+					seen = append(seen, s)
+					return sender.Ruling{}
+				}),
+				checkFunc(func(context.Context, sender.Subject) sender.Ruling { return c.ruling }),
+			}
+			j := job("n1", heraldtype.ChannelWebhook)
+			res := snd.Send(b.ctx, j)
+			if res.Verdict != c.want.Verdict || res.State != c.want.State || res.Reason != c.want.Reason || res.Delay != c.want.Delay {
+				t.Fatalf("Send = %+v, want %+v", res, c.want)
+			}
+			if len(seen) != 1 || seen[0].Message == nil || seen[0].Message.MessageID != j.MessageID || seen[0].Message.Body == "" ||
+				seen[0].Provider == "" || seen[0].Category != j.Lane {
+				t.Fatalf("the rule saw %+v, want the rendered message, the provider and the category", seen)
+			}
+			d, err := b.store.DeliveryGet(b.ctx, j.MessageID)
+			switch {
+			case c.row == "" && !errors.Is(err, store.ErrNotFound):
+				t.Fatalf("a deferral wrote a row: %+v %v", d, err)
+			case c.row != "" && (err != nil || d.State != c.row):
+				t.Fatalf("row %+v %v, want %s", d, err, c.row)
+			}
+			if n := b.sims[heraldtype.ChannelWebhook].Total(); n != c.calls {
+				t.Fatalf("%d provider calls, want %d", n, c.calls)
+			}
+		})
+	}
+}
