@@ -70,6 +70,9 @@ type App struct {
 	// (providers.go).
 	receivers map[string]provider.CallbackReceiver
 	checkers  map[string]provider.StatusChecker
+	// closers are the adapters that hold connections of their own, closed
+	// once the sends have ended.
+	closers map[string]interface{ Close() error }
 	// limiter holds the providers' shared rate limits (nil: none); the
 	// sender and the status look-ups both spend from it.
 	limiter  sender.Limiter
@@ -131,7 +134,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	a.limiter = rateLimiter(cfg, a.store, a.logger)
 	a.sender = sender.New(sender.Config{
 		Store: a.store, Providers: a.registry, Catalog: cat, Clock: a.clock,
-		Limiter: a.limiter,
+		Limiter: a.limiter, Checks: a.policyChecks(),
 		Retry: sender.RetryPolicy{
 			Quick: cfg.Retry.Quick, QuickDelay: cfg.Retry.QuickDelay.D(),
 			Slow: cfg.Retry.Slow, SlowDelay: cfg.Retry.SlowDelay.D(),
@@ -249,6 +252,7 @@ func (a *App) Run(ctx context.Context) error {
 				Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Sender: a.sender, Owner: a.owner,
 				Concurrency: a.cfg.LaneConcurrency(lane), Lease: a.cfg.Lease.D(), PollInterval: a.cfg.PollInterval.D(),
 				MaxAttempts: a.cfg.DispatchMaxAttempts, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
+				Gate: a.dispatchGate(),
 			})
 			wg.Add(1)
 			go func() { defer wg.Done(); c.Run(work) }()

@@ -30,6 +30,7 @@ func (a *App) buildProviders(cfg *config.Config, opts Options) error {
 	a.registry = provider.NewRegistry()
 	a.receivers = map[string]provider.CallbackReceiver{}
 	a.checkers = map[string]provider.StatusChecker{}
+	a.closers = map[string]interface{ Close() error }{}
 	for i, p := range cfg.Providers {
 		impl, ok := opts.Providers[p.Name]
 		if !ok {
@@ -38,7 +39,6 @@ func (a *App) buildProviders(cfg *config.Config, opts Options) error {
 				return err
 			}
 		}
-		a.registry.Register(heraldtype.Channel(p.Channel), p.Name, impl)
 		if r, ok := impl.(provider.CallbackReceiver); ok {
 			a.receivers[p.Name] = r
 		}
@@ -47,6 +47,11 @@ func (a *App) buildProviders(cfg *config.Config, opts Options) error {
 				a.checkers[p.Name] = c
 			}
 		}
+		if c, ok := impl.(interface{ Close() error }); ok && opts.Providers[p.Name] == nil {
+			a.closers[p.Name] = c
+		}
+		// The non-production allow-list's own layer wraps the sends only.
+		a.registry.Register(heraldtype.Channel(p.Channel), p.Name, a.guardProvider(p, impl))
 	}
 	return nil
 }
@@ -156,12 +161,9 @@ func (a *App) newProvider(i int, p config.Provider) (provider.Provider, error) {
 // closeProviders closes the adapters that hold connections of their own
 // (APNs' HTTP/2 pool), once the sends have ended.
 func (a *App) closeProviders() {
-	for _, p := range a.cfg.Providers {
-		n, ok := a.registry.For(heraldtype.Channel(p.Channel))
-		if c, isCloser := n.Provider.(interface{ Close() error }); ok && n.Name == p.Name && isCloser {
-			if err := c.Close(); err != nil {
-				a.logger.Warn("herald: close provider", slog.String("provider", p.Name), slog.Any("error", err))
-			}
+	for name, c := range a.closers {
+		if err := c.Close(); err != nil {
+			a.logger.Warn("herald: close provider", slog.String("provider", name), slog.Any("error", err))
 		}
 	}
 }

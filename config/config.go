@@ -117,6 +117,19 @@ type Config struct {
 	// Inbox configures the recipient inbox's retention and live streams
 	// (config/inbox.go). Defaults are listed per field.
 	Inbox Inbox `yaml:"inbox"`
+	// Environment is production, staging or development: outside
+	// production only allow-listed addresses get provider calls
+	// (allowlist.go). Defaults to development.
+	Environment string `yaml:"environment"`
+	// AllowList is the addresses a non-production herald may send to
+	// (allowlist.go). Defaults to none.
+	AllowList AllowList `yaml:"allowlist"`
+	// QuietHours is when marketing may be sent, in the recipient's time
+	// zone (quiethours.go). Defaults to 08:00–20:50 Asia/Seoul.
+	QuietHours QuietHours `yaml:"quiet_hours"`
+	// EventSuppression is the at-most-one-send-per-event rule
+	// (suppression.go). Defaults to on, with a 10 minute lease.
+	EventSuppression EventSuppression `yaml:"event_suppression"`
 	// RecipientTokens configures the tokens apps read a recipient's inbox
 	// with (config/inbox.go). Defaults are listed per field.
 	RecipientTokens RecipientTokens `yaml:"recipient_tokens"`
@@ -194,6 +207,10 @@ type Kind struct {
 	Category  string              `yaml:"category"`
 	Channels  []string            `yaml:"channels"`
 	Templates map[string]Template `yaml:"templates"`
+	// Policy is how the channels are used: all (each one) or first (the
+	// first the recipient can receive on, the next only after a definite
+	// failure; channelpolicy.go). Defaults to all.
+	Policy string `yaml:"policy"`
 }
 
 // Template is a Go text/template pair over the request's params: one
@@ -692,6 +709,9 @@ func (c *Config) WithDefaults() *Config {
 			*d = Duration(v)
 		}
 	}
+	c.allowListDefaults()
+	c.quietHoursDefaults()
+	c.eventSuppressionDefaults()
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
@@ -896,6 +916,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateProviders(); err != nil {
 		return err
+	}
+	// The send policy's rules, each in a file of its own.
+	for _, validate := range []func() error{c.validateAllowList, c.validateQuietHours, c.validateEventSuppression, c.validateChannelPolicy} {
+		if err := validate(); err != nil {
+			return err
+		}
 	}
 	if err := c.validateInbox(); err != nil {
 		return err

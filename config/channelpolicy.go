@@ -1,0 +1,3 @@
+package config
+
+func (c *Config) validateChannelPolicy() error { return nil }
