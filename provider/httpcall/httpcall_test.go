@@ -13,7 +13,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/httpcall"
+	"github.com/heraldhq/herald/provider/httpcall/httpcalltest"
 )
 
 // waitLimit bounds every wait of these tests for something that should
@@ -86,12 +86,12 @@ func TestDoStalledWrite(t *testing.T) {
 				entered <- r.ProtoMajor
 				<-hold // never reads the body
 			})
-			ctx := newDeadlineCtx()
+			ctx := httpcalltest.NewDeadline()
 			go func() {
 				if got := wait(t, entered, "the handler"); got != proto {
 					t.Errorf("the request came over HTTP/%d", got)
 				}
-				ctx.expire()
+				ctx.Expire()
 			}()
 			req := newRequest(t, ctx, http.MethodPost, ts.URL, bigBody)
 			want(t, do(t, ts.Client().Do, req), provider.Unknown, "TIMEOUT_WHILE_WRITING")
@@ -111,10 +111,10 @@ func TestDoHTTP2RequestSentBeforeWroteRequest(t *testing.T) {
 		entered <- r.ProtoMajor
 		<-hold
 	})
-	ctx := newDeadlineCtx()
+	ctx := httpcalltest.NewDeadline()
 	returned := make(chan struct{})
-	ctx.hook(&httptrace.ClientTrace{WroteHeaders: func() {
-		ctx.expire()
+	ctx.Hook(&httptrace.ClientTrace{WroteHeaders: func() {
+		ctx.Expire()
 		select {
 		case <-returned:
 		case <-time.After(waitLimit):
@@ -188,10 +188,10 @@ func TestDoClientConn(t *testing.T) {
 	want(t, do(t, cc.RoundTrip, newRequest(t, ctx, http.MethodPost, ts.URL, 100)), provider.NotSent, "CONNECT_TIMEOUT")
 
 	first.Body.Close() // frees the stream
-	stalled := newDeadlineCtx()
+	stalled := httpcalltest.NewDeadline()
 	go func() {
 		wait(t, entered, "the second handler")
-		stalled.expire()
+		stalled.Expire()
 	}()
 	want(t, do(t, cc.RoundTrip, newRequest(t, stalled, http.MethodPost, ts.URL, bigBody)), provider.Unknown, "TIMEOUT_WHILE_WRITING")
 }
@@ -297,10 +297,10 @@ func TestDoWrittenTimeoutIsUnknown(t *testing.T) {
 				io.Copy(io.Discard, r.Body)
 				<-hold
 			})
-			ctx := newDeadlineCtx()
-			ctx.hook(&httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+			ctx := httpcalltest.NewDeadline()
+			ctx.Hook(&httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 				if i.Err == nil {
-					ctx.expire()
+					ctx.Expire()
 				}
 			}})
 			want(t, do(t, ts.Client().Do, newRequest(t, ctx, http.MethodPost, ts.URL, 100)), provider.Unknown, "TIMEOUT")
@@ -316,8 +316,8 @@ func TestDoWrittenTimeoutIsUnknown(t *testing.T) {
 func TestDoContextEndedWhileWriting(t *testing.T) {
 	t.Parallel()
 	expired := func() (context.Context, func()) {
-		d := newDeadlineCtx()
-		return d, d.expire
+		d := httpcalltest.NewDeadline()
+		return d, d.Expire
 	}
 	canceled := func() (context.Context, func()) { return context.WithCancel(context.Background()) }
 	live := func() (context.Context, func()) { return context.Background(), func() {} }
@@ -477,33 +477,5 @@ func wait[T any](t *testing.T, c <-chan T, what string) T {
 		t.Errorf("waited %s for %s", waitLimit, what)
 		var zero T
 		return zero
-	}
-}
-
-// deadlineCtx is a context whose deadline passes when the test says so:
-// its Err is then context.DeadlineExceeded, as a real deadline's.
-type deadlineCtx struct {
-	context.Context
-	once sync.Once
-	done chan struct{}
-}
-
-func newDeadlineCtx() *deadlineCtx {
-	return &deadlineCtx{Context: context.Background(), done: make(chan struct{})}
-}
-
-// hook makes the calls made with c run trace's hooks too.
-func (c *deadlineCtx) hook(trace *httptrace.ClientTrace) {
-	c.Context = httptrace.WithClientTrace(context.Background(), trace)
-}
-
-func (c *deadlineCtx) expire()               { c.once.Do(func() { close(c.done) }) }
-func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
-func (c *deadlineCtx) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
 	}
 }

@@ -1,0 +1,48 @@
+// Package httpcalltest helps the tests of adapters that send through
+// package httpcall to end a call at the step they choose.
+package httpcalltest
+
+import (
+	"context"
+	"net/http/httptrace"
+	"sync"
+)
+
+// Deadline is a context whose deadline passes when the test says so: Done
+// closes and Err is context.DeadlineExceeded, as when a deadline passes,
+// but at a step of the call the test chooses (from an httptrace hook, or
+// once a fake server holds the request), not after a wall-clock time a
+// loaded machine may overrun.
+type Deadline struct {
+	context.Context
+	once sync.Once
+	done chan struct{}
+}
+
+// NewDeadline returns a Deadline that has not passed.
+func NewDeadline() *Deadline {
+	return &Deadline{Context: context.Background(), done: make(chan struct{})}
+}
+
+// Hook makes the calls made with d run trace's hooks too, after those of
+// the adapter's own trace (httptrace composes newest first). Call it
+// before d is used.
+func (d *Deadline) Hook(trace *httptrace.ClientTrace) {
+	d.Context = httptrace.WithClientTrace(context.Background(), trace)
+}
+
+// Expire passes the deadline; calling it again does nothing.
+func (d *Deadline) Expire() { d.once.Do(func() { close(d.done) }) }
+
+// Done is closed once the deadline has passed.
+func (d *Deadline) Done() <-chan struct{} { return d.done }
+
+// Err is context.DeadlineExceeded once the deadline has passed, else nil.
+func (d *Deadline) Err() error {
+	select {
+	case <-d.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
