@@ -2,14 +2,17 @@
 //
 // It is the reference for how every adapter classifies an answer (DESIGN §2):
 // the one fact that decides between "definitely not sent" and "unknown" is
-// whether the whole request was written to the connection. An
-// httptrace.WroteRequest hook records that moment; any failure before it
-// cannot have reached the receiver, any failure after it might have.
+// how far the request got (package httpcall, which sends it): a failure
+// before a connection was held for it cannot have reached the receiver; a
+// deadline after that may have left the receiver the whole request, even
+// before net/http reports it written; any failure after it was written
+// might have reached it.
 //
 // net/http replays a request on its own when it believes the request is
 // idempotent, and a request carrying an Idempotency-Key header qualifies.
-// A replay is a second call herald did not decide to make, so the adapter
-// clears Request.GetBody, which makes the request impossible to replay.
+// A replay is a second call herald did not decide to make, so
+// httpcall.Do clears Request.GetBody, which makes the request impossible
+// to replay.
 //
 // # Classification
 //
@@ -23,8 +26,12 @@
 //	DNS failure before the request was written       NotSent    DNS_FAILURE
 //	connection refused before it was written         NotSent    CONNECTION_REFUSED
 //	TLS certificate/handshake failure before it      NotSent    TLS_FAILURE
-//	deadline before it was written                   NotSent    CONNECT_TIMEOUT
-//	any other failure before it was written          NotSent    CONNECTION_FAILED
+//	deadline before a connection was held for it     NotSent    CONNECT_TIMEOUT
+//	  (dial, TLS handshake, wait for a pooled one)
+//	deadline or cancel while it was being written    Unknown    TIMEOUT_WHILE_WRITING,
+//	                                                            CANCELED_WHILE_WRITING
+//	any other failure before it was written (the     NotSent    CONNECTION_FAILED
+//	  write itself failed: EPIPE, reset, closed)
 //	deadline after it was written                    Unknown    TIMEOUT
 //	reset or EOF after it was written                Unknown    CONNECTION_RESET
 //	any other failure after it was written           Unknown    TRANSPORT_ERROR
@@ -52,21 +59,17 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall"
 )
 
 // Config configures a webhook provider.
@@ -181,17 +184,10 @@ func (w *Webhook) Send(ctx context.Context, m provider.Message) provider.Outcome
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 
-	var written atomic.Bool
-	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
-		if i.Err == nil {
-			written.Store(true)
-		}
-	}}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, w.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
 	if err != nil {
 		return provider.PermanentOutcome("BAD_URL")
 	}
-	req.GetBody = nil // see the package comment: never replayed by net/http
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", m.MessageID)
 	req.Header.Set("X-Herald-Message-Id", m.MessageID)
@@ -202,9 +198,9 @@ func (w *Webhook) Send(ctx context.Context, m provider.Message) provider.Outcome
 		req.Header.Set(HeaderSignature, Sign(w.keys, m.MessageID, now, body))
 	}
 
-	resp, err := w.client.Do(req)
-	if err != nil {
-		return ClassifyError(err, written.Load())
+	resp, failed, ok := httpcall.Do(w.client.Do, req)
+	if !ok {
+		return failed
 	}
 	// Drain a little so the connection can be reused; the status decides.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -235,38 +231,15 @@ func ClassifyStatus(code int, retryAfter string, now time.Time) provider.Outcome
 }
 
 // ClassifyError maps a transport error to an outcome. written says whether
-// the whole request had been written when the error happened.
+// the whole request had been written when the error happened; without it
+// the request counts as never started (httpcall.Unsent), as for a dial
+// that failed. Send itself classifies through httpcall.Do, which also
+// knows a request caught while it was being written.
 func ClassifyError(err error, written bool) provider.Outcome {
 	if written {
-		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-			return provider.UnknownOutcome("TIMEOUT")
-		}
-		if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return provider.UnknownOutcome("CONNECTION_RESET")
-		}
-		return provider.UnknownOutcome("TRANSPORT_ERROR")
+		return httpcall.Classify(err, httpcall.Written)
 	}
-	var dnsErr *net.DNSError
-	var certErr *tls.CertificateVerificationError
-	var unknownAuth x509.UnknownAuthorityError
-	var hostErr x509.HostnameError
-	var recErr tls.RecordHeaderError
-	switch {
-	case errors.As(err, &dnsErr):
-		return provider.NotSentOutcome("DNS_FAILURE", 0)
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return provider.NotSentOutcome("CONNECTION_REFUSED", 0)
-	case errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr), errors.As(err, &recErr):
-		return provider.NotSentOutcome("TLS_FAILURE", 0)
-	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-		return provider.NotSentOutcome("CONNECT_TIMEOUT", 0)
-	}
-	return provider.NotSentOutcome("CONNECTION_FAILED", 0)
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	return httpcall.Classify(err, httpcall.Unsent)
 }
 
 // parseRetryAfter reads a Retry-After value, delta-seconds or HTTP-date,

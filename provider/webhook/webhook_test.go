@@ -6,10 +6,11 @@ package webhook_test
 // default client, never by a mock of net/http.
 //
 // Synchronisation is by channels and httptrace hooks only. A timeout is
-// made to pass at a chosen step of the call (a deadlineCtx expired from a
-// trace hook), never raced against the wall clock; the one test of the
-// adapter's own Timeout accepts either honest class. Every other wait is
-// bounded by a channel receive with a failure deadline, never by sleeping.
+// made to pass at a chosen step of the call (an httpcalltest.Deadline
+// expired from a trace hook), never raced against the wall clock; the one
+// test of the adapter's own Timeout accepts any honest class. Every other
+// wait is bounded by a channel receive with a failure deadline, never by
+// sleeping.
 
 import (
 	"context"
@@ -25,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -32,6 +34,7 @@ import (
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall/httpcalltest"
 	"github.com/heraldhq/herald/provider/webhook"
 )
 
@@ -449,10 +452,10 @@ func TestTransportFailures(t *testing.T) {
 		var rec recorder
 		entered := make(chan struct{}, 1)
 		ts := newServer(t, holdingHandler(t, &rec, entered))
-		ctx := newDeadlineCtx()
-		ctx.expireOn(&httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		ctx := httpcalltest.NewDeadline()
+		ctx.Hook(&httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 			if i.Err == nil {
-				ctx.expire()
+				ctx.Expire()
 			}
 		}})
 		out := sendCtx(t, ctx, ts.URL, message("msg-timeout"))
@@ -461,14 +464,39 @@ func TestTransportFailures(t *testing.T) {
 		assertWireFormat(t, rec.only(t), message("msg-timeout"))
 	})
 
+	// The receiver has read the headers and stopped reading the body; the
+	// deadline ends the stalled write with bytes of the request already
+	// there, so the call is Unknown although it was never written whole.
+	t.Run("DeadlineWhileWritingIsUnknown", func(t *testing.T) {
+		t.Parallel()
+		entered := make(chan struct{}, 1)
+		release := t.Context().Done()
+		ts := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{} // never reads the body
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		})
+		ctx := httpcalltest.NewDeadline()
+		go func() {
+			wait(t, entered, "the handler")
+			ctx.Expire()
+		}()
+		m := message("msg-stalled")
+		m.Body = strings.Repeat("x", 16<<20) // more than the loopback buffers hold
+		out := sendCtx(t, ctx, ts.URL, m)
+		wantOutcome(t, out, provider.Unknown, "TIMEOUT_WHILE_WRITING")
+	})
+
 	// A peer that accepts TCP but never answers the TLS handshake: the
 	// deadline passes during the handshake, before a byte of the request
 	// can have been written.
 	t.Run("TimeoutInTLSHandshakeIsNotSent", func(t *testing.T) {
 		t.Parallel()
 		ln := holdingListener(t)
-		ctx := newDeadlineCtx()
-		ctx.expireOn(&httptrace.ClientTrace{TLSHandshakeStart: ctx.expire})
+		ctx := httpcalltest.NewDeadline()
+		ctx.Hook(&httptrace.ClientTrace{TLSHandshakeStart: ctx.Expire})
 		out := sendCtx(t, ctx, "https://"+ln.Addr().String()+"/hook", message("msg-tls-hang"))
 		wantOutcome(t, out, provider.NotSent, "CONNECT_TIMEOUT")
 	})
@@ -491,9 +519,10 @@ func TestTransportFailures(t *testing.T) {
 			}
 			switch {
 			case out.Class == provider.Unknown && out.Reason == "TIMEOUT":
+			case out.Class == provider.Unknown && out.Reason == "TIMEOUT_WHILE_WRITING":
 			case out.Class == provider.NotSent && out.Reason == "CONNECT_TIMEOUT":
 			default:
-				t.Fatalf("outcome = %+v, want unknown TIMEOUT or not_sent CONNECT_TIMEOUT", out)
+				t.Fatalf("outcome = %+v, want unknown TIMEOUT or TIMEOUT_WHILE_WRITING, or not_sent CONNECT_TIMEOUT", out)
 			}
 		case <-time.After(timeout + waitLimit):
 			t.Fatalf("a call with a %s timeout still runs after %s", timeout, timeout+waitLimit)
@@ -641,37 +670,6 @@ func holdingHandler(t *testing.T, rec *recorder, entered chan<- struct{}) http.H
 		case <-release:
 		case <-r.Context().Done():
 		}
-	}
-}
-
-// deadlineCtx is a context whose deadline passes when the test says so:
-// Done closes and Err is context.DeadlineExceeded, as when a deadline
-// passes, but at a step of the call the test chooses (from an httptrace
-// hook), not after a wall-clock time a loaded machine may overrun.
-type deadlineCtx struct {
-	context.Context
-	once sync.Once
-	done chan struct{}
-}
-
-func newDeadlineCtx() *deadlineCtx {
-	return &deadlineCtx{Context: context.Background(), done: make(chan struct{})}
-}
-
-// expireOn makes the calls made with c run trace's hooks (after the
-// adapter's own).
-func (c *deadlineCtx) expireOn(trace *httptrace.ClientTrace) {
-	c.Context = httptrace.WithClientTrace(context.Background(), trace)
-}
-
-func (c *deadlineCtx) expire()               { c.once.Do(func() { close(c.done) }) }
-func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
-func (c *deadlineCtx) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
 	}
 }
 
