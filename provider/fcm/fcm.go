@@ -59,12 +59,18 @@
 //	a code above with another HTTP status          as the two rows above                    e.g. UNREGISTERED with 400: Permanent HTTP_400, not dead
 //	empty Address                                  Permanent   FCM_NO_TOKEN                 no call made
 //	no access token (see Authorisation)            NotSent     FCM_AUTH_*                   no call made
-//	transport error before the request was written NotSent     CONNECTION_REFUSED, DNS_FAILURE, TLS_FAILURE, CONNECT_TIMEOUT, CONNECTION_FAILED
+//	transport error before a stream was held       NotSent     CONNECTION_REFUSED, DNS_FAILURE, TLS_FAILURE, CONNECT_TIMEOUT, CONNECTION_FAILED
+//	deadline or cancel while it was being written  Unknown     TIMEOUT_WHILE_WRITING, CANCELED_WHILE_WRITING
+//	the write itself failed before it was whole    NotSent     CONNECTION_FAILED
 //	transport error after it was written           Unknown     TIMEOUT, CONNECTION_RESET, TRANSPORT_ERROR
 //
-// Transport errors are classified by webhook.ClassifyError, with the same
-// "was the whole request written?" hook and the same refusal to let
-// net/http replay a request (GetBody is nil).
+// Transport errors are classified by package httpcall, which sends the
+// request: it watches how far the request got and never lets net/http
+// replay it (GetBody is nil). Over HTTP/2 a call that waits for a stream
+// on a full connection has sent nothing; once its HEADERS frame is being
+// written, a deadline makes it Unknown even before net/http reports the
+// request written, since RoundTrip returns on the deadline without
+// waiting for its writer and FCM may hold the whole request.
 //
 // Decisions beyond the error-code page:
 //   - THIRD_PARTY_AUTH_ERROR is FCM refusing to pass the message on because
@@ -103,16 +109,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall"
 	"github.com/heraldhq/herald/provider/webhook"
 )
 
@@ -310,23 +315,16 @@ func (f *FCM) Send(ctx context.Context, m provider.Message) provider.Outcome {
 		return provider.NotSentOutcome(ae.reason, 0)
 	}
 
-	var written atomic.Bool
-	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
-		if i.Err == nil {
-			written.Store(true)
-		}
-	}}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, f.sendURL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.sendURL, bytes.NewReader(body))
 	if err != nil {
 		return provider.PermanentOutcome("BAD_URL")
 	}
-	req.GetBody = nil // never replayed by net/http (see package webhook)
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	req.Header.Set("Authorization", "Bearer "+token)
 
-	resp, err := f.client.Do(req)
-	if err != nil {
-		return webhook.ClassifyError(err, written.Load())
+	resp, failed, ok := httpcall.Do(f.client.Do, req)
+	if !ok {
+		return failed
 	}
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	resp.Body.Close()
