@@ -109,7 +109,23 @@ type Message struct {
 	Address string `json:"-"`
 	Title   string `json:"title"`
 	Body    string `json:"body"`
+	// SMSKind is the carrier message the Body goes as, chosen by its length
+	// in EUC-KR bytes (package smstext): for the sms channel the message
+	// itself, for alimtalk the fallback text the vendor resends. Set by
+	// the text-limit rule; empty when nothing measured it (an adapter that
+	// needs it measures the Body itself).
+	SMSKind SMSKind `json:"-"`
 }
+
+// SMSKind is a Korean carrier's message type.
+type SMSKind string
+
+const (
+	// SMSShort is a short SMS: at most 90 EUC-KR bytes.
+	SMSShort SMSKind = "sms"
+	// SMSLong is an LMS: at most 2,000 EUC-KR bytes, with a subject.
+	SMSLong SMSKind = "lms"
+)
 
 // Provider sends one message.
 type Provider interface {
