@@ -183,6 +183,10 @@ const (
 	ReasonCancelled        = "CANCELLED" // a cancel request stopped a send that had not gone out
 	ReasonDiscarded        = "DISCARDED" // a person discarded the parked message (SUPPRESSED, audited)
 	ReasonStored           = "STORED"    // an inbox send's outbox row: intake wrote the item and ended it DONE
+
+	// The text limits (package smstext): PARKED before any provider call.
+	ReasonTextTooLong      = "TEXT_TOO_LONG"     // an SMS or AlimTalk fallback text over 2,000 EUC-KR bytes
+	ReasonEUCKRUnencodable = "EUCKR_UNENCODABLE" // an SMS or AlimTalk fallback text EUC-KR cannot encode (an emoji)
 )
 
 // MaxMessageIDLen is the longest message_id herald will claim; providers take
