@@ -168,6 +168,7 @@ const (
 	ReasonDuplicateEvent         = "DUPLICATE_EVENT"
 	ReasonReminderWindowMissed   = "REMINDER_WINDOW_MISSED"
 	ReasonGatePaused             = "GATE_PAUSED"
+	ReasonNotAllowlisted         = "NOT_ALLOWLISTED" // outside production, a destination not on the allow-list
 
 	ReasonClaimExpired     = "CLAIM_EXPIRED"    // an outbox lease ran out
 	ReasonClaimHeld        = "CLAIM_HELD"       // a recheck: another copy's claim (or a crash's) held the delivery SENDING
