@@ -26,7 +26,7 @@
 //
 // net/http would replay a request on its own on some connection errors; a
 // replay is a second call herald did not decide to make, so Request.GetBody
-// is cleared as in the webhook adapter. HTTP/2 is required (no HTTP/1.1
+// is cleared (httpcall.Do does it). HTTP/2 is required (no HTTP/1.1
 // fallback); a redirect is never followed.
 //
 // # Connections
@@ -48,9 +48,13 @@
 //
 // # Classification
 //
-// Whether the whole request was written decides between NotSent and Unknown
-// for a transport failure, exactly as in the webhook adapter
-// (webhook.ClassifyError). An answer from APNs is classified by its status
+// How far the request got decides between NotSent and Unknown for a
+// transport failure, as in every adapter (package httpcall, whose Do takes
+// the pool connection's RoundTrip): a call still waiting for a stream has
+// sent nothing; once its HEADERS frame is being written, a deadline makes
+// it Unknown even before net/http reports it written, since RoundTrip
+// returns on the deadline without waiting for its writer and APNs may
+// hold the whole request. An answer from APNs is classified by its status
 // and the reason in its JSON body; the outcome's reason is APNS_ and the
 // reason in upper snake case, or HTTP_<status> for a reason this table does
 // not know:
@@ -85,10 +89,12 @@
 //	        token; a body over 4,096 bytes      Permanent   APNS_PAYLOAD_TOO_LARGE
 //	        a token that is not hex             Permanent,  APNS_MALFORMED_DEVICE_TOKEN
 //	                                            dead device
-//	—       transport failure                   webhook.ClassifyError: NotSent before the request was
-//	                                            written (CONNECTION_REFUSED, DNS_FAILURE, TLS_FAILURE,
-//	                                            CONNECT_TIMEOUT, CONNECTION_FAILED), Unknown after
-//	                                            (TIMEOUT, CONNECTION_RESET, TRANSPORT_ERROR)
+//	—       transport failure                   httpcall: NotSent before a stream was held (CONNECTION_REFUSED,
+//	                                            DNS_FAILURE, TLS_FAILURE, CONNECT_TIMEOUT, CONNECTION_FAILED)
+//	                                            or when the write itself failed (CONNECTION_FAILED);
+//	                                            Unknown for a deadline or cancel while it was being written
+//	                                            (TIMEOUT_WHILE_WRITING, CANCELED_WHILE_WRITING) and for any
+//	                                            failure after (TIMEOUT, CONNECTION_RESET, TRANSPORT_ERROR)
 //
 // BadDeviceToken is a dead device: Apple answers it for a token that is not
 // a token of this app in this environment (a sandbox build's token sent to
@@ -133,15 +139,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall"
 	"github.com/heraldhq/herald/provider/webhook"
 )
 
@@ -363,17 +368,10 @@ func (a *APNs) Send(ctx context.Context, m provider.Message) provider.Outcome {
 
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	var written atomic.Bool
-	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
-		if i.Err == nil {
-			written.Store(true)
-		}
-	}}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, a.base+m.Address, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+m.Address, bytes.NewReader(body))
 	if err != nil {
 		return provider.PermanentOutcome("BAD_URL")
 	}
-	req.GetBody = nil // never replayed by net/http: see the package comment
 	id := APNsID(m.MessageID)
 	h := req.Header
 	h.Set("authorization", "bearer "+token)
@@ -389,11 +387,11 @@ func (a *APNs) Send(ctx context.Context, m provider.Message) provider.Outcome {
 
 	c, err := a.pool.acquire(ctx)
 	if err != nil {
-		return webhook.ClassifyError(err, false)
+		return httpcall.Classify(err, httpcall.Unsent)
 	}
-	resp, err := c.cc.RoundTrip(req)
-	if err != nil {
-		return webhook.ClassifyError(err, written.Load())
+	resp, failed, ok := httpcall.Do(c.cc.RoundTrip, req)
+	if !ok {
+		return failed
 	}
 	a.pool.answered(c)
 	defer resp.Body.Close()

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/apns"
+	"github.com/heraldhq/herald/provider/httpcall/httpcalltest"
 )
 
 // waitLimit bounds every channel wait so a broken test fails, not hangs.
@@ -224,7 +226,8 @@ func TestClassifyRowsWithoutACall(t *testing.T) {
 	}
 }
 
-// TestTransportFailures: NotSent before the request was written, Unknown after.
+// TestTransportFailures: NotSent before a stream was held for the request,
+// Unknown once it may have been written.
 func TestTransportFailures(t *testing.T) {
 	t.Parallel()
 
@@ -256,6 +259,27 @@ func TestTransportFailures(t *testing.T) {
 		b := setup(t, func(c *apns.Config) { c.Timeout = 2 * time.Second })
 		b.fake.setHold(func(*http.Request) { <-release })
 		wantOutcome(t, b.send(message("msg-silent")), provider.Unknown, "TIMEOUT")
+	})
+
+	// The deadline passes once the HEADERS frame is out and before net/http
+	// reports the request written (RoundTrip does not wait for its writer,
+	// held here in its WroteHeaders hook until Send has returned): APNs may
+	// hold the request, so the call is Unknown, not NotSent.
+	t.Run("DeadlineWhileWritingIsUnknown", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := httpcalltest.NewDeadline()
+		returned := make(chan struct{})
+		ctx.Hook(&httptrace.ClientTrace{WroteHeaders: func() {
+			ctx.Expire()
+			select {
+			case <-returned:
+			case <-time.After(waitLimit):
+			}
+		}})
+		out := b.apns.Send(ctx, message("msg-cut"))
+		close(returned)
+		wantOutcome(t, out, provider.Unknown, "TIMEOUT_WHILE_WRITING")
 	})
 
 	t.Run("StreamResetAfterTheRequestWasWrittenIsUnknown", func(t *testing.T) {
