@@ -70,6 +70,12 @@ type Outcome struct {
 	// sender deactivates the device a per-device push went to; for any
 	// other send it is a permanent failure like another.
 	DeadDestination bool
+	// Suppressed, with the NotSent class only: the adapter's own guard
+	// refused the call before anything left herald, on a rule of the send
+	// policy (the non-production allow-list, NOT_ALLOWLISTED as Reason).
+	// The sender records SUPPRESSED with Reason, final, and counts no
+	// provider call.
+	Suppressed bool
 }
 
 // MaxRetryAfter caps a provider's Retry-After hint: a provider that asks
@@ -94,6 +100,12 @@ func RateLimitedOutcome(reason string, retryAfter time.Duration) Outcome {
 // dead (Outcome.DeadDestination).
 func DeadDestinationOutcome(reason string) Outcome {
 	return Outcome{Class: Permanent, Reason: reason, DeadDestination: true}
+}
+
+// SuppressedOutcome is a call the adapter's guard refused for a rule of
+// the send policy (Outcome.Suppressed).
+func SuppressedOutcome(reason string) Outcome {
+	return Outcome{Class: NotSent, Reason: reason, Suppressed: true}
 }
 
 // Message is what an adapter sends. MessageID is the provider reference on

@@ -410,7 +410,9 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	started := s.Clock.Now()
 	out := named.Send(work, msg)
 	took := s.Clock.Now().Sub(started)
-	s.Metrics.ProviderCall(named.Name, out.Class.String(), took)
+	if !out.Suppressed { // the adapter's guard refused it: no call was made
+		s.Metrics.ProviderCall(named.Name, out.Class.String(), took)
+	}
 
 	// 5. Record.
 	res := s.record(work, job, claim.Attempt, out, started, took)
@@ -713,6 +715,12 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 	case provider.Permanent:
 		res.State = heraldtype.DeliveryPermanentFailure
 	case provider.NotSent:
+		if out.Suppressed {
+			// The adapter's guard decided not to send (a policy rule):
+			// final, as a pre-check's decision would be.
+			res.State = heraldtype.DeliverySuppressed
+			break
+		}
 		if delay, again := s.Retry.DelayAfter(attempt); again {
 			hint := min(out.RetryAfter, MaxRetryAfterHint)
 			res = Result{Verdict: Retry, State: heraldtype.DeliveryRetryWait, Reason: out.Reason, Delay: max(delay, hint)}
