@@ -23,10 +23,10 @@
 //
 // # Classification
 //
-// As provider/webhook does, the one fact that decides between "not sent" and
-// "unknown" for a transport failure is whether the whole request was written
-// (httptrace.WroteRequest, then webhook.ClassifyError); net/http never replays
-// the POST (GetBody is cleared) and a redirect is answered, never followed.
+// As in every adapter, the one fact that decides between "not sent" and
+// "unknown" for a transport failure is how far the request got (package
+// httpcall, which sends it); net/http never replays the POST (GetBody is
+// cleared) and a redirect is answered, never followed.
 // The class of an HTTP answer is webhook.ClassifyStatus's, except where
 // Twilio's error code says more. A reason is TWILIO_<code> when the answer
 // carries a Twilio error code, else HTTP_<status>.
@@ -46,6 +46,9 @@
 //	429 (code 20429), Retry-After honoured              NotSent          TWILIO_20429 | HTTP_429
 //	5xx, 3xx, any other status                          Unknown          TWILIO_<code> | HTTP_<status>
 //	connection refused / DNS / TLS before the write     NotSent          CONNECTION_REFUSED, DNS_FAILURE, TLS_FAILURE, …
+//	timeout waiting for a connection                    NotSent          CONNECT_TIMEOUT
+//	the write itself failed before it was whole         NotSent          CONNECTION_FAILED
+//	deadline / cancel while it was being written        Unknown          TIMEOUT_WHILE_WRITING, CANCELED_WHILE_WRITING
 //	timeout / reset / EOF after the request was written Unknown          TIMEOUT, CONNECTION_RESET, TRANSPORT_ERROR
 //	message without an Address (no call is made)        Permanent        ADDRESS_MISSING
 //
@@ -109,14 +112,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall"
 	"github.com/heraldhq/herald/provider/webhook"
 )
 
@@ -278,19 +280,13 @@ func (t *Twilio) Send(ctx context.Context, m provider.Message) provider.Outcome 
 
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	var written atomic.Bool
-	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
-		if i.Err == nil {
-			written.Store(true)
-		}
-	}}
-	req, err := t.newRequest(httptrace.WithClientTrace(ctx, trace), http.MethodPost, t.messagesURL+".json", form.Encode())
+	req, err := t.newRequest(ctx, http.MethodPost, t.messagesURL+".json", form.Encode())
 	if err != nil {
 		return provider.PermanentOutcome("BAD_URL")
 	}
-	resp, err := t.client.Do(req)
-	if err != nil {
-		return webhook.ClassifyError(err, written.Load())
+	resp, failed, ok := httpcall.Do(t.client.Do, req)
+	if !ok {
+		return failed
 	}
 	body := readBody(resp)
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -302,7 +298,7 @@ func (t *Twilio) Send(ctx context.Context, m provider.Message) provider.Outcome 
 }
 
 // newRequest makes an authenticated request to Twilio's API; a body is a
-// form. The request is never replayed by net/http.
+// form.
 func (t *Twilio) newRequest(ctx context.Context, method, u, form string) (*http.Request, error) {
 	var body io.Reader
 	if form != "" {
@@ -312,7 +308,6 @@ func (t *Twilio) newRequest(ctx context.Context, method, u, form string) (*http.
 	if err != nil {
 		return nil, err
 	}
-	req.GetBody = nil // see the package comment: never replayed
 	req.SetBasicAuth(t.user, t.pass)
 	req.Header.Set("Accept", "application/json")
 	if form != "" {

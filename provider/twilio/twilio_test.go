@@ -24,6 +24,7 @@ import (
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall/httpcalltest"
 	"github.com/heraldhq/herald/provider/twilio"
 )
 
@@ -297,24 +298,6 @@ func TestMessageWithoutAddressMakesNoCall(t *testing.T) {
 	}
 }
 
-// expiringCtx is a context whose deadline passes when the test says so.
-type expiringCtx struct {
-	context.Context
-	once sync.Once
-	done chan struct{}
-}
-
-func (c *expiringCtx) expire()               { c.once.Do(func() { close(c.done) }) }
-func (c *expiringCtx) Done() <-chan struct{} { return c.done }
-func (c *expiringCtx) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
-}
-
 func TestTransportFailures(t *testing.T) {
 	t.Parallel()
 	t.Run("ConnectionRefusedIsNotSent", func(t *testing.T) {
@@ -388,11 +371,11 @@ func TestTransportFailures(t *testing.T) {
 			}
 		})
 		t.Cleanup(func() { close(release) }) // runs before the fake's Close, which waits for this handler
-		ctx := &expiringCtx{Context: context.Background(), done: make(chan struct{})}
+		ctx := httpcalltest.NewDeadline()
 		// The adapter's own WroteRequest hook runs before this one (hooks
 		// compose newest first), so the deadline passes once it is recorded.
-		traced := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { ctx.expire() }})
-		out := newTwilio(t, config(f.URL)).Send(traced, message("msg-timeout"))
+		ctx.Hook(&httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { ctx.Expire() }})
+		out := newTwilio(t, config(f.URL)).Send(ctx, message("msg-timeout"))
 		if out.Class != provider.Unknown || out.Reason != "TIMEOUT" {
 			t.Fatalf("outcome = %+v, want unknown TIMEOUT", out)
 		}
@@ -400,8 +383,8 @@ func TestTransportFailures(t *testing.T) {
 	t.Run("DeadlineBeforeTheCallIsNotSent", func(t *testing.T) {
 		t.Parallel()
 		f := newFake(t, created(201))
-		ctx := &expiringCtx{Context: context.Background(), done: make(chan struct{})}
-		ctx.expire()
+		ctx := httpcalltest.NewDeadline()
+		ctx.Expire()
 		out := newTwilio(t, config(f.URL)).Send(ctx, message("msg-expired"))
 		if out.Class != provider.NotSent {
 			t.Fatalf("outcome = %+v, want not_sent", out)
