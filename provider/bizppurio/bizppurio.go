@@ -52,6 +52,11 @@
 //     item lists are not sent: templates that need them are refused by the
 //     vendor (7204, 7327, 7328…), so keep AlimTalk templates plain.
 //
+// The count of EUC-KR bytes is package smstext's. A message whose
+// SMSKind is provider.SMSLong (the text-limit rule's choice) goes as an
+// LMS, or an LMS fallback, even when its body would fit a short SMS; a
+// body over 90 bytes goes as an LMS whatever SMSKind says.
+//
 // Everything a call would be refused for is found before the call: text
 // EUC-KR cannot encode (an emoji in SMS or fallback text), lengths, a kind
 // with no template, an address that is not a Korean number.
@@ -403,7 +408,7 @@ func (b *Bizppurio) build(m provider.Message) (request, string) {
 	req := request{Account: b.account, RefKey: key, From: b.from, To: to}
 	switch m.Channel {
 	case heraldtype.ChannelSMS:
-		kind, reason := textKind(m.Body, m.Title)
+		kind, reason := textKindAs(m.Body, m.Title, m.SMSKind)
 		if reason != "" {
 			return request{}, reason
 		}
@@ -416,7 +421,7 @@ func (b *Bizppurio) build(m provider.Message) (request, string) {
 		if reason := atTextOK(m.Body); reason != "" {
 			return request{}, reason
 		}
-		kind, reason := textKind(m.Body, m.Title)
+		kind, reason := textKindAs(m.Body, m.Title, m.SMSKind)
 		if reason != "" {
 			return request{}, reason
 		}

@@ -4,56 +4,55 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"golang.org/x/text/encoding/korean"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/smstext"
 )
 
 // Limits the vendor documents for the message body (api/dispatch, the
-// SMS/LMS/AT tables; the 2,000-byte LMS limit is the one seed 000 parks at).
+// SMS/LMS/AT tables). The SMS and LMS body limits (90 and 2,000 EUC-KR
+// bytes, the latter the one seed 000 parks at) are package smstext's, which
+// measures for the text-limit rule too: one count of EUC-KR bytes.
 const (
-	smsMaxBytes     = 90   // EUC-KR bytes of an SMS
-	lmsMaxBytes     = 2000 // EUC-KR bytes of an LMS body
 	subjectMaxBytes = 64   // EUC-KR bytes of an LMS subject
 	atMaxRunes      = 1000 // characters of an AlimTalk body
 	refKeyMax       = 32   // characters of a refkey
 	toMax           = 16   // characters of a destination number
 )
 
-// euckrLen is the length of s in EUC-KR, the encoding the vendor and the
-// carriers count SMS bytes in; ok is false when s has a character EUC-KR
-// cannot encode (an emoji, most non-Korean scripts). x/text's EUCKR is
-// code page 949, which covers every precomposed Hangul syllable.
-func euckrLen(s string) (n int, ok bool) {
-	b, err := korean.EUCKR.NewEncoder().String(s)
-	if err != nil {
-		return 0, false
-	}
-	return len(b), true
+// textKind is the vendor's message type for a carrier text: "sms" up to 90
+// EUC-KR bytes, "lms" above (smstext.Kind). reason is set (and kind empty)
+// when the text cannot be sent as either.
+func textKind(body, subject string) (kind, reason string) {
+	return textKindAs(body, subject, "")
 }
 
-// textKind is the vendor's message type for a carrier text: "sms" up to 90
-// EUC-KR bytes, "lms" above. reason is set (and kind empty) when the text
-// cannot be sent as either.
-func textKind(body, subject string) (kind, reason string) {
+// textKindAs is textKind for a message whose kind the text-limit rule
+// chose (provider.Message.SMSKind; "" when none did): an LMS is sent as an
+// LMS even when its body would fit a short SMS, while a body too long for
+// a short SMS goes as an LMS whatever was chosen, so the vendor never gets
+// a text over its type's limit.
+func textKindAs(body, subject string, chosen provider.SMSKind) (kind, reason string) {
 	if body == "" {
 		return "", "EMPTY_BODY"
 	}
-	n, ok := euckrLen(body)
-	if !ok {
-		return "", "EUCKR_UNENCODABLE"
+	k, reason := smstext.Kind(body)
+	if reason != "" {
+		return "", reason
 	}
-	if n <= smsMaxBytes {
-		return "sms", ""
+	if chosen == provider.SMSLong {
+		k = provider.SMSLong
 	}
-	if n > lmsMaxBytes {
-		return "", "TEXT_TOO_LONG"
+	if k == provider.SMSShort {
+		return string(k), ""
 	}
-	switch s, ok := euckrLen(subject); {
+	switch s, ok := smstext.Len(subject); {
 	case !ok:
-		return "", "EUCKR_UNENCODABLE"
+		return "", heraldtype.ReasonEUCKRUnencodable
 	case s > subjectMaxBytes:
 		return "", "SUBJECT_TOO_LONG"
 	}
-	return "lms", ""
+	return string(k), ""
 }
 
 // atTextOK reports why an AlimTalk body cannot be sent, or "".

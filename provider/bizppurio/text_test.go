@@ -3,6 +3,8 @@ package bizppurio
 import (
 	"strings"
 	"testing"
+
+	"github.com/heraldhq/herald/provider"
 )
 
 // TestTextKindBoundary: 90 EUC-KR bytes is still an SMS, 91 is an LMS; a
@@ -110,5 +112,33 @@ func TestPhoneNumber(t *testing.T) {
 		if got != row.want || ok != row.ok {
 			t.Errorf("phoneNumber(%q) = %q %v, want %q %v", row.in, got, ok, row.want, row.ok)
 		}
+	}
+}
+
+// TestTextKindAsChosen: the rule's choice of an LMS is sent as an LMS (with
+// its subject checked); a short SMS chosen for a long body still goes as an
+// LMS, never over the short type's limit.
+func TestTextKindAsChosen(t *testing.T) {
+	t.Parallel()
+	rows := []struct {
+		name, body, subject string
+		chosen              provider.SMSKind
+		kind, reason        string
+	}{
+		{"NoneChosen", "짧은 글", "", "", "sms", ""},
+		{"ShortChosen", "짧은 글", "", provider.SMSShort, "sms", ""},
+		{"LongChosenForShortBody", "짧은 글", "제목", provider.SMSLong, "lms", ""},
+		{"LongChosenSubjectTooLong", "짧은 글", strings.Repeat("나", 33), provider.SMSLong, "", "SUBJECT_TOO_LONG"},
+		{"ShortChosenForLongBody", strings.Repeat("가", 46), "", provider.SMSShort, "lms", ""},
+		{"TooLongWhateverChosen", strings.Repeat("가", 1001), "", provider.SMSLong, "", "TEXT_TOO_LONG"},
+	}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			t.Parallel()
+			kind, reason := textKindAs(row.body, row.subject, row.chosen)
+			if kind != row.kind || reason != row.reason {
+				t.Fatalf("textKindAs = %q %q, want %q %q", kind, reason, row.kind, row.reason)
+			}
+		})
 	}
 }
