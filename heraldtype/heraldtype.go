@@ -113,6 +113,11 @@ const (
 	OutboxSkipped    OutboxState = "SKIPPED"
 	OutboxFailed     OutboxState = "FAILED"  // gave up after backoff
 	OutboxExpired    OutboxState = "EXPIRED" // its expires_at passed before it was sent
+	// OutboxWaiting: a later step of a fallback chain (channel policy
+	// first, package fallback), taken by no claimer or relay until the
+	// step before it fails definitely (then PENDING) or ends otherwise
+	// (then SKIPPED).
+	OutboxWaiting OutboxState = "WAITING"
 )
 
 // Terminal reports whether the dispatcher is finished with the row.
