@@ -40,6 +40,10 @@
 //   - outbox PUBLISHED: the outbox's part is done; the broker's copy is the
 //     owner until a consumer acks it after the sender wrote the delivery.
 //     Bound: updated_at (the publication), when no delivery row follows.
+//   - outbox WAITING (a fallback chain's later step): the end of the
+//     step before, whose write releases (PENDING) or skips it (fallback.go).
+//     Bound: none of its own; once every earlier step has ended, the
+//     watchdog (UnownedWaiting).
 //   - delivery SENDING: the claimant's DeliveryRecord, conditional on
 //     SENDING at its attempt. Bound: claimed_at + stale_claim_after, when
 //     DeliverySweepStale makes it UNKNOWN (never sent again).
@@ -305,6 +309,10 @@ type NotificationCreateParams struct {
 	// recipient's counter, and ends the inbox send at once (outbox DONE with
 	// reason STORED, delivery STORED); the store writes no PENDING row for it.
 	Inbox []InboxText
+	// Fallback makes the channels but the inbox a fallback chain, in their
+	// order (channel policy first; fallback.go): the first one's rows
+	// PENDING, the others' WAITING.
+	Fallback bool
 }
 
 // CreateOutcome says what NotificationCreate did.
@@ -364,6 +372,8 @@ type DeliveryView struct {
 	OutboxUpdated time.Time
 	// Delivery is nil until the sender writes a row.
 	Delivery *Delivery
+	// Fallback is the send's place in its fallback chain; nil off a chain.
+	Fallback *FallbackStep
 }
 
 // Fence identifies one claim of one outbox row.
@@ -567,7 +577,8 @@ func (v NotificationView) Position() ListPosition {
 // merging the dispatcher's outbox row and the sender's delivery row:
 //
 //  1. a terminal delivery state (with its reason);
-//  2. an outbox row that ended without a send: EXPIRED or FAILED;
+//  2. an outbox row that ended without a send: EXPIRED or FAILED, or a
+//     fallback step that waits (WAITING) or was not needed (SKIPPED);
 //  3. a waiting delivery state: SENDING, RETRY_WAIT, PARKED;
 //  4. before the sender has written anything, SCHEDULED while send_at is
 //     after v.Now, PENDING after.
@@ -579,7 +590,8 @@ func (v NotificationView) EntryState(dv DeliveryView) (state, reason string, upd
 	switch {
 	case d != nil && d.State.Terminal():
 		return string(d.State), d.Reason, d.UpdatedAt
-	case dv.OutboxState == heraldtype.OutboxExpired || dv.OutboxState == heraldtype.OutboxFailed:
+	case dv.OutboxState == heraldtype.OutboxExpired || dv.OutboxState == heraldtype.OutboxFailed ||
+		dv.OutboxState == heraldtype.OutboxWaiting || dv.OutboxState == heraldtype.OutboxSkipped:
 		return string(dv.OutboxState), dv.OutboxReason, dv.OutboxUpdated
 	case d != nil:
 		return string(d.State), d.Reason, d.UpdatedAt
