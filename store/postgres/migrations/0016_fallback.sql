@@ -1,0 +1,20 @@
+-- Fallback chains (channel policy first, package fallback). A first kind's
+-- outbox rows carry their step (1, 2… in the kind's channel order; NULL
+-- for every other row, so rows of other kinds keep their width). Step 1 is
+-- PENDING, the later steps WAITING until the write that ends the step
+-- before releases them (PENDING) or skips them (SKIPPED). fallback_fails
+-- counts the definite failures of the step before, one per send (a push
+-- step has one per device): an UPDATE of the waiting row, so two failures
+-- committed at once are counted one after the other (the second re-reads
+-- the row it waited for) and the release comes exactly once, when the
+-- count reaches that step's number of rows. fallback_after is how the step
+-- before ended when it released or skipped this one. Adding the columns
+-- rewrites nothing (constant defaults).
+ALTER TABLE outbox ADD COLUMN fallback_step integer;
+ALTER TABLE outbox ADD COLUMN fallback_fails integer NOT NULL DEFAULT 0;
+ALTER TABLE outbox ADD COLUMN fallback_after text;
+-- The watchdog's walk of the WAITING rows (store.UnownedWaiting), by the
+-- time the chain could first start. Few rows: a later step waits only
+-- while the one before is under way. The chain's own look-ups go by the
+-- primary key's notification_id prefix.
+CREATE INDEX outbox_waiting ON outbox (available_at, message_id) WHERE state = 'WAITING';
