@@ -1,0 +1,146 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// Event keys (store.EventKeys, package suppression). A take reads the key
+// and writes it in one writer transaction, which holds the file's write
+// lock, so no other take reads the key in between; the rule is decided
+// here in Go. Every statement finds the key by its primary key; a takeover
+// reads the old owner's sends through outbox_notification and the
+// deliveries' primary key.
+//
+// ?1..?5 are the key (tenant, recipient, event_id, kind, channel) in every
+// statement that names one; ?6 the owner, ?7 now, ?8 the lease in
+// milliseconds.
+const (
+	qEventKeyGet = `SELECT owner, lease_until FROM event_keys
+WHERE tenant = ?1 AND recipient = ?2 AND event_id = ?3 AND kind = ?4 AND channel = ?5`
+	qEventKeyInsert = `INSERT INTO event_keys (tenant, recipient, event_id, kind, channel, owner, lease_until, taken_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7 + ?8, ?7)`
+	// qEventKeyExtend never shortens the owner's lease.
+	qEventKeyExtend = `UPDATE event_keys SET lease_until = max(lease_until, ?7 + ?8)
+WHERE tenant = ?1 AND recipient = ?2 AND event_id = ?3 AND kind = ?4 AND channel = ?5 AND owner = ?6
+RETURNING lease_until`
+	// qEventKeyTakeOver hands the key to ?6; taken_from is the owner
+	// before it (SET reads the row as it was).
+	qEventKeyTakeOver = `UPDATE event_keys SET owner = ?6, lease_until = ?7 + ?8, taken_at = ?7, taken_from = owner
+WHERE tenant = ?1 AND recipient = ?2 AND event_id = ?3 AND kind = ?4 AND channel = ?5`
+	// qEventKeyOwnerSends lists a notification's sends that have a
+	// delivery row: each planned send's channel and state.
+	qEventKeyOwnerSends = `SELECT o.channel, d.state FROM outbox o JOIN deliveries d ON d.message_id = o.message_id
+WHERE o.notification_id = ?1`
+	// qEventKeyPurge deletes up to ?2 keys whose lease ended before ?1,
+	// oldest first (event_keys_lease).
+	qEventKeyPurge = `DELETE FROM event_keys WHERE (tenant, recipient, event_id, kind, channel) IN (
+    SELECT tenant, recipient, event_id, kind, channel FROM event_keys WHERE lease_until < ?1 ORDER BY lease_until LIMIT ?2)`
+	qEventKeysTakenOver = `SELECT count(*) FROM event_keys WHERE taken_from IS NOT NULL AND taken_at >= ?1`
+)
+
+// eventKeyQueries are prepared on the writer's connection at open with the
+// rest of writeQueries: a take runs before every send.
+var eventKeyQueries = []string{qEventKeyGet, qEventKeyInsert, qEventKeyExtend, qEventKeyTakeOver, qEventKeyOwnerSends}
+
+func init() { writeQueries = append(writeQueries, eventKeyQueries...) }
+
+// EventKeyTake decides whether p.Owner may send under p.Key and records it.
+func (s *Store) EventKeyTake(ctx context.Context, p store.EventKeyTakeParams) (store.EventKeyTakeResult, error) {
+	var res store.EventKeyTakeResult
+	k := p.Key
+	err := s.w.do(ctx, func(tx wtx) error {
+		res = store.EventKeyTakeResult{}
+		now, lease := s.now(), p.Lease.Milliseconds()
+		args := []any{k.Tenant, k.Recipient, k.EventID, k.Kind, string(k.Channel), p.Owner, now, lease}
+		var owner string
+		var until int64
+		err := tx.QueryRow(qEventKeyGet, args[:5]...).Scan(&owner, &until)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			res = store.EventKeyTakeResult{Outcome: store.EventKeyTaken, Owner: p.Owner, LeaseUntil: fromMs(now + lease)}
+			_, err = tx.Exec(qEventKeyInsert, args...)
+			return err
+		case err != nil:
+			return err
+		case owner == p.Owner:
+			res = store.EventKeyTakeResult{Outcome: store.EventKeyOwned, Owner: p.Owner}
+			if err := tx.QueryRow(qEventKeyExtend, args...).Scan(&until); err != nil {
+				return err
+			}
+			res.LeaseUntil = fromMs(until)
+			return nil
+		}
+		held := until > now
+		if !held {
+			if held, err = ownerHolds(tx, owner, k); err != nil {
+				return err
+			}
+		}
+		if held {
+			res = store.EventKeyTakeResult{Outcome: store.EventKeyHeld, Owner: owner, LeaseUntil: fromMs(until)}
+			return nil
+		}
+		res = store.EventKeyTakeResult{Outcome: store.EventKeyTakenOver, Owner: p.Owner, Previous: owner, LeaseUntil: fromMs(now + lease)}
+		_, err = tx.Exec(qEventKeyTakeOver, args...)
+		return err
+	})
+	if err != nil {
+		return store.EventKeyTakeResult{}, fmt.Errorf("take event key: %w", err)
+	}
+	return res, nil
+}
+
+// ownerHolds reports whether one of owner's sends under k is in a state
+// that holds the key (store.EventKeyHolding).
+func ownerHolds(tx wtx, owner string, k store.EventKey) (bool, error) {
+	rows, err := tx.Query(qEventKeyOwnerSends, owner)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	held := false
+	for rows.Next() {
+		var ch, state string
+		if err := rows.Scan(&ch, &state); err != nil {
+			return false, err
+		}
+		if k.Covers(heraldtype.Channel(ch)) && store.EventKeyHolding(heraldtype.DeliveryState(state)) {
+			held = true
+		}
+	}
+	return held, rows.Err()
+}
+
+// EventKeyPurge deletes up to p.Limit keys whose lease ended more than
+// p.Keep ago.
+func (s *Store) EventKeyPurge(ctx context.Context, p store.EventKeyPurgeParams) (int, error) {
+	var n int64
+	err := s.w.do(ctx, func(tx wtx) error {
+		r, err := tx.Exec(qEventKeyPurge, s.now()-p.Keep.Milliseconds(), p.Limit)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purge event keys: %w", err)
+	}
+	return int(n), nil
+}
+
+// EventKeysTakenOver counts the keys last taken over at since or later.
+func (s *Store) EventKeysTakenOver(ctx context.Context, since time.Time) (int, error) {
+	var n int
+	if err := s.queryRow(ctx, qEventKeysTakenOver, ms(since)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count event keys taken over: %w", err)
+	}
+	return n, nil
+}
