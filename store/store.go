@@ -109,6 +109,8 @@ type Store interface {
 	Devices
 	// RateBuckets keeps the providers' shared rate limits (ratelimit.go).
 	RateBuckets
+	// EventKeys keeps event-level suppression's keys (suppression.go).
+	EventKeys
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.
 	Wakeups() *Wakeups
