@@ -74,8 +74,10 @@
 //
 // # Classification
 //
-// A transport failure is classified as provider/webhook does (webhook.ClassifyError):
-// before the request was completely written NotSent, after it Unknown. An
+// A transport failure is classified by package httpcall, which sends the
+// request: NotSent before a connection was held for it or when the write
+// itself failed, Unknown for a deadline while it was being written
+// (TIMEOUT_WHILE_WRITING) and for any failure after it was written. An
 // answer is classified by the vendor's code (api.md) when its body has one,
 // else by its HTTP status as webhook.ClassifyStatus does. Reasons are
 // BIZPPURIO_<code> for the vendor's codes.
@@ -99,7 +101,9 @@
 //	400, 404, 413, 422 without a code                        Permanent  HTTP_<status>
 //	410 without a code                                       Permanent  HTTP_410, DeadDestination
 //	3xx, 5xx, any other status without a code                Unknown    HTTP_<status>
-//	refused / DNS / TLS / timeout before the write           NotSent    CONNECTION_REFUSED, DNS_FAILURE, TLS_FAILURE, CONNECT_TIMEOUT, CONNECTION_FAILED
+//	refused / DNS / TLS / timeout before a connection held   NotSent    CONNECTION_REFUSED, DNS_FAILURE, TLS_FAILURE, CONNECT_TIMEOUT, CONNECTION_FAILED
+//	the write itself failed before the request was whole     NotSent    CONNECTION_FAILED
+//	deadline / cancel while the request was being written    Unknown    TIMEOUT_WHILE_WRITING, CANCELED_WHILE_WRITING
 //	timeout / reset / other failure after the write          Unknown    TIMEOUT, CONNECTION_RESET, TRANSPORT_ERROR
 //	token request failed (any way: nothing was sent)         NotSent    TOKEN_<reason above>, e.g. TOKEN_BIZPPURIO_3001
 //	cancelled while waiting for another send's token request NotSent    TOKEN_WAIT_CANCELED
@@ -189,13 +193,13 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall"
 	"github.com/heraldhq/herald/provider/webhook"
 )
 
@@ -460,15 +464,14 @@ func (b *Bizppurio) Send(ctx context.Context, m provider.Message) provider.Outco
 
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	var written atomic.Bool
-	hr, err := newRequest(ctx, b.messageURL, body, &written)
+	hr, err := newRequest(ctx, b.messageURL, body)
 	if err != nil {
 		return provider.PermanentOutcome("BAD_URL")
 	}
 	hr.Header.Set("Authorization", auth)
-	resp, err := b.client.Do(hr)
-	if err != nil {
-		return webhook.ClassifyError(err, written.Load())
+	resp, failed, ok := httpcall.Do(b.client.Do, hr)
+	if !ok {
+		return failed
 	}
 	o := classify(resp.StatusCode, resp.Header, readBody(resp), b.clock.Now())
 	if o.Reason == "BIZPPURIO_3002" || o.Reason == "BIZPPURIO_3005" {

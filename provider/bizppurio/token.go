@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/clock"
-	"github.com/heraldhq/herald/provider/webhook"
+	"github.com/heraldhq/herald/provider/httpcall"
 )
 
 const (
@@ -154,18 +152,17 @@ type tokenAnswer struct {
 func (s *tokenSource) fetch(ctx context.Context) (token, *tokenError) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	var written atomic.Bool
-	req, err := newRequest(ctx, s.url, nil, &written)
+	req, err := newRequest(ctx, s.url, nil)
 	if err != nil {
 		return token{}, &tokenError{reason: "TOKEN_BAD_URL"}
 	}
 	req.Header.Set("Authorization", s.basic)
-	resp, err := s.client.Do(req)
-	if err != nil {
+	resp, failed, ok := httpcall.Do(s.client.Do, req)
+	if !ok {
 		// Whatever happened, no message went out: only the token call
 		// failed. The reason still tells a refused connection from a
 		// timeout.
-		return token{}, &tokenError{reason: "TOKEN_" + webhook.ClassifyError(err, written.Load()).Reason}
+		return token{}, &tokenError{reason: "TOKEN_" + failed.Reason}
 	}
 	body := readBody(resp)
 	now := s.clock.Now()
@@ -195,24 +192,17 @@ func tokenExpiry(expired string, now time.Time) time.Time {
 	return t
 }
 
-// newRequest is a POST of body to url that net/http will never replay (its
-// GetBody is cleared) and that records in written when the whole request
-// has gone out (the fact that decides NotSent against Unknown).
-func newRequest(ctx context.Context, url string, body []byte, written *atomic.Bool) (*http.Request, error) {
-	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
-		if i.Err == nil {
-			written.Store(true)
-		}
-	}}
+// newRequest is a POST of body to url, to be sent with httpcall.Do (which
+// makes sure net/http never replays it and records how far it got).
+func newRequest(ctx context.Context, url string, body []byte) (*http.Request, error) {
 	var rd io.Reader = http.NoBody
 	if len(body) > 0 {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, url, rd)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rd)
 	if err != nil {
 		return nil, err
 	}
-	req.GetBody = nil
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	return req, nil
 }
