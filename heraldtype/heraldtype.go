@@ -171,6 +171,7 @@ const (
 	ReasonDestinationUnavailable = "DESTINATION_UNAVAILABLE"
 	ReasonQuietHours             = "QUIET_HOURS"
 	ReasonDuplicateEvent         = "DUPLICATE_EVENT"
+	ReasonSuppressionUnavailable = "SUPPRESSION_UNAVAILABLE" // event keys could not be read; the category chose not to send
 	ReasonReminderWindowMissed   = "REMINDER_WINDOW_MISSED"
 	ReasonGatePaused             = "GATE_PAUSED"
 	ReasonNotAllowlisted         = "NOT_ALLOWLISTED" // outside production, a destination not on the allow-list
