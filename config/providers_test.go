@@ -10,8 +10,10 @@ import (
 )
 
 // realProviders names one provider of each real type, its credentials from
-// files beside the config and from the environment.
-const realProviders = `providers:
+// files beside the config and from the environment; such a file says its
+// environment.
+const realProviders = `environment: production
+providers:
   - {name: fcm, type: fcm, channel: push, credentials: {file: fcm.json}}
   - {name: apns, type: apns, channel: push, key: {file: apns.p8}, key_id: K1, team_id: T1, topic: com.example.app}
   - {name: mail, type: smtp, channel: email, addr: "smtp.example.com:587", username: u, password: {env: SMTP_PW}, from: "no-reply@example.com"}
