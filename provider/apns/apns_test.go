@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
@@ -269,16 +268,9 @@ func TestTransportFailures(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ctx := httpcalltest.NewDeadline()
-		returned := make(chan struct{})
-		ctx.Hook(&httptrace.ClientTrace{WroteHeaders: func() {
-			ctx.Expire()
-			select {
-			case <-returned:
-			case <-time.After(waitLimit):
-			}
-		}})
+		release := ctx.ExpireAfterHeaders()
 		out := b.apns.Send(ctx, message("msg-cut"))
-		close(returned)
+		release()
 		wantOutcome(t, out, provider.Unknown, "TIMEOUT_WHILE_WRITING")
 	})
 

@@ -112,17 +112,10 @@ func TestDoHTTP2RequestSentBeforeWroteRequest(t *testing.T) {
 		<-hold
 	})
 	ctx := httpcalltest.NewDeadline()
-	returned := make(chan struct{})
-	ctx.Hook(&httptrace.ClientTrace{WroteHeaders: func() {
-		ctx.Expire()
-		select {
-		case <-returned:
-		case <-time.After(waitLimit):
-		}
-	}})
+	release := ctx.ExpireAfterHeaders()
 	req := newRequest(t, ctx, http.MethodGet, ts.URL, 0) // its HEADERS frame ends the stream
 	out := do(t, ts.Client().Do, req)
-	close(returned)
+	release()
 	want(t, out, provider.Unknown, "TIMEOUT_WHILE_WRITING")
 	wait(t, entered, "the handler")
 }
@@ -230,11 +223,7 @@ func hold(t *testing.T, send func(*http.Request) (*http.Response, error), req *h
 // nothing of the request is written.
 func TestDoUnacceptedTLSIsNotSent(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := listen(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	req := newRequest(t, ctx, http.MethodPost, "https://"+ln.Addr().String()+"/", 100)
@@ -262,11 +251,7 @@ func TestDoClosedPortIsNotSent(t *testing.T) {
 // whole: NotSent, as before the Writing stage existed.
 func TestDoWriteFailureIsNotSent(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := listen(t)
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
@@ -378,6 +363,17 @@ func TestDoNeverReplays(t *testing.T) {
 	if seen.GetBody != nil {
 		t.Error("the request was sent with GetBody set")
 	}
+}
+
+// listen is a loopback listener, closed when the test ends.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // newClient is a client with a transport of its own, closed at the end.

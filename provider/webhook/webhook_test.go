@@ -34,6 +34,7 @@ import (
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall"
 	"github.com/heraldhq/herald/provider/httpcall/httpcalltest"
 	"github.com/heraldhq/herald/provider/webhook"
 )
@@ -824,40 +825,22 @@ func TestClassifyStatus(t *testing.T) {
 	}
 }
 
-// TestClassifyError covers ClassifyError directly: the written flag alone
-// decides between NotSent and Unknown.
+// TestClassifyError: the wrapper kept for smtp's dial errors is
+// httpcall.Classify with written read as the Written stage and its absence
+// as Unsent (httpcall's own test walks the table).
 func TestClassifyError(t *testing.T) {
 	t.Parallel()
-	wrap := func(err error) error {
-		return &url.Error{Op: "Post", URL: "http://example.test", Err: err}
+	errs := []error{
+		&url.Error{Op: "Post", URL: "http://example.test", Err: context.DeadlineExceeded},
+		&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)},
+		&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)},
+		errors.New("boom"),
 	}
-	opErr := func(errno syscall.Errno) error {
-		return wrap(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", errno)})
-	}
-	cases := []struct {
-		name    string
-		err     error
-		written bool
-		class   provider.Class
-		reason  string
-	}{
-		{"RefusedBeforeWrite", opErr(syscall.ECONNREFUSED), false, provider.NotSent, "CONNECTION_REFUSED"},
-		{"DNSBeforeWrite", wrap(&net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", Name: "x.invalid", IsNotFound: true}}), false, provider.NotSent, "DNS_FAILURE"},
-		{"DeadlineBeforeWrite", wrap(context.DeadlineExceeded), false, provider.NotSent, "CONNECT_TIMEOUT"},
-		{"ResetBeforeWrite", opErr(syscall.ECONNRESET), false, provider.NotSent, "CONNECTION_FAILED"},
-		{"OtherBeforeWrite", wrap(errors.New("boom")), false, provider.NotSent, "CONNECTION_FAILED"},
-		{"DeadlineAfterWrite", wrap(context.DeadlineExceeded), true, provider.Unknown, "TIMEOUT"},
-		{"ResetAfterWrite", opErr(syscall.ECONNRESET), true, provider.Unknown, "CONNECTION_RESET"},
-		{"EOFAfterWrite", wrap(io.EOF), true, provider.Unknown, "CONNECTION_RESET"},
-		{"UnexpectedEOFAfterWrite", wrap(io.ErrUnexpectedEOF), true, provider.Unknown, "CONNECTION_RESET"},
-		{"RefusedAfterWrite", opErr(syscall.ECONNREFUSED), true, provider.Unknown, "TRANSPORT_ERROR"},
-		{"OtherAfterWrite", wrap(errors.New("boom")), true, provider.Unknown, "TRANSPORT_ERROR"},
-	}
-	for _, c := range cases {
-		got := webhook.ClassifyError(c.err, c.written)
-		want := provider.Outcome{Class: c.class, Reason: c.reason}
-		if got != want {
-			t.Errorf("%s: ClassifyError(%v, %v) = %+v, want %+v", c.name, c.err, c.written, got, want)
+	for _, err := range errs {
+		for written, stage := range map[bool]httpcall.Stage{false: httpcall.Unsent, true: httpcall.Written} {
+			if got, want := webhook.ClassifyError(err, written), httpcall.Classify(err, stage); got != want {
+				t.Errorf("ClassifyError(%v, %v) = %+v, want %+v", err, written, got, want)
+			}
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"net/http/httptrace"
 	"sync"
+	"time"
 )
 
 // Deadline is a context whose deadline passes when the test says so: Done
@@ -29,6 +30,27 @@ func NewDeadline() *Deadline {
 // before d is used.
 func (d *Deadline) Hook(trace *httptrace.ClientTrace) {
 	d.Context = httptrace.WithClientTrace(context.Background(), trace)
+}
+
+// ExpireAfterHeaders makes the deadline pass once a call's headers are
+// written (httptrace.WroteHeaders; over HTTP/2 the HEADERS frame has been
+// flushed) and holds net/http's writer there, before it can report the
+// request written, until release is called. Over HTTP/2 RoundTrip returns
+// on the deadline without waiting for its writer, so a test sees the call
+// end at exactly that step. Over HTTP/1 RoundTrip waits for its writer:
+// the hold then ends by itself after 30 seconds. Call it before d is used,
+// instead of Hook.
+func (d *Deadline) ExpireAfterHeaders() (release func()) {
+	held := make(chan struct{})
+	var once sync.Once
+	d.Hook(&httptrace.ClientTrace{WroteHeaders: func() {
+		d.Expire()
+		select {
+		case <-held:
+		case <-time.After(30 * time.Second):
+		}
+	}})
+	return func() { once.Do(func() { close(held) }) }
 }
 
 // Expire passes the deadline; calling it again does nothing.
