@@ -92,7 +92,12 @@ func testReports(t *testing.T, h Harness) {
 		// before the race and the reports do overlap.
 		for range 32 {
 			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = b.s.DeliveryGet(b.ctx, mid) }()
+			go func() {
+				defer wg.Done()
+				if _, err := b.s.DeliveryGet(b.ctx, mid); err != nil {
+					t.Errorf("warm-up read: %v", err)
+				}
+			}()
 		}
 		wg.Wait()
 		start := make(chan struct{})
