@@ -127,6 +127,9 @@ func (s *Store) RecipientErase(ctx context.Context, p store.RecipientEraseParams
 				return err
 			}
 			res.Profile = tag.RowsAffected() > 0
+			if _, err := tx.Exec(ctx, qEraseConsentHistory, p.Tenant, p.Recipient); err != nil {
+				return err
+			}
 			if tag, err = tx.Exec(ctx, qEraseDevices, p.Tenant, p.Recipient); err != nil {
 				return err
 			}

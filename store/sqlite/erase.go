@@ -118,7 +118,8 @@ func (s *Store) RecipientErase(ctx context.Context, p store.RecipientEraseParams
 	return res, nil
 }
 
-// eraseContacts deletes the profile and the devices (the first batch).
+// eraseContacts deletes the profile, its consent history and the devices
+// (the first batch).
 func eraseContacts(tx wtx, p store.RecipientEraseParams, res *store.RecipientEraseResult) error {
 	r, err := tx.Exec(qEraseProfile, p.Tenant, p.Recipient)
 	if err != nil {
@@ -126,6 +127,9 @@ func eraseContacts(tx wtx, p store.RecipientEraseParams, res *store.RecipientEra
 	}
 	n, _ := r.RowsAffected()
 	res.Profile = n > 0
+	if _, err := tx.Exec(qEraseConsentHistory, p.Tenant, p.Recipient); err != nil {
+		return fmt.Errorf("delete consent history: %w", err)
+	}
 	if r, err = tx.Exec(qEraseDevices, p.Tenant, p.Recipient); err != nil {
 		return fmt.Errorf("delete devices: %w", err)
 	}
