@@ -89,6 +89,8 @@ type Store interface {
 	// Watchdog finds rows waiting past their deadline with no owner.
 	Watchdog
 	Profiles
+	// ConsentHistory keeps every consent change of a profile (consent.go).
+	ConsentHistory
 	Parked
 	NotificationListing
 	Attempts
