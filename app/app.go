@@ -288,6 +288,7 @@ func (a *App) Run(ctx context.Context) error {
 	purger := retention.New(retentionConfig(a.cfg, a.store, isLeader, a.clock, a.logger, a.metrics))
 	wg.Add(1)
 	go func() { defer wg.Done(); purger.Run(work) }()
+	a.runSuppressionPurge(work, &wg, isLeader) // old event keys, leader-only too
 	// Reconciliation, leader-only too, every reconcile_interval.
 	wg.Add(1)
 	go func() { defer wg.Done(); a.reconciler.Loop(work, a.cfg.ReconcileInterval.D(), isLeader) }()
