@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/consent"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/inbox"
 	"github.com/heraldhq/herald/intake"
@@ -67,6 +68,7 @@ func New(cfg Config) http.Handler {
 	mux.Handle("GET /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.get)))
 	routeDevices(mux, cfg, authed) // devices.go
 	routeErasure(mux, cfg, authed) // erasure.go
+	routeConsent(mux, cfg, authed) // consent.go
 	if cfg.Parked != nil {
 		routeParked(mux, cfg.Parked, cfg.Logger, authed) // parked.go
 	}
@@ -164,7 +166,7 @@ func (p *profiles) put(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := p.store.ProfilePut(r.Context(), prof); err != nil {
+	if err := p.store.ProfilePutBy(r.Context(), prof, consent.Actor(r)); err != nil {
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "profiles: store unavailable", slog.Any("error", err))
 		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
 		return
