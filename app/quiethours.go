@@ -1,6 +1,55 @@
 package app
 
-import "github.com/heraldhq/herald/sender"
+import (
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/quiethours"
+	"github.com/heraldhq/herald/sender"
+)
 
-func (a *App) quietHoursChecks() []sender.Check { return nil }
-func (a *App) quietHoursGates() []gate          { return nil }
+// quietHours builds the quiet-hours rule (package quiethours) from the
+// config; nil when no tenant has quiet hours.
+func (a *App) quietHours() *quiethours.Rule {
+	def, tenants, err := a.cfg.QuietHoursRules()
+	if err != nil {
+		// config.Validate refuses such a config before herald is built.
+		panic("app: quiet hours of a config that did not validate: " + err.Error())
+	}
+	window := func(r config.QuietHoursRule) *quiethours.Window {
+		if !r.Enabled {
+			return nil
+		}
+		return &quiethours.Window{Start: r.Start, End: r.End, StopReleaseBefore: r.StopReleaseBefore, Zone: r.Zone}
+	}
+	cfg := quiethours.Config{Window: window(def), Tenants: map[string]*quiethours.Window{}, Clock: a.clock}
+	held := cfg.Window != nil
+	for t, r := range tenants {
+		cfg.Tenants[t] = window(r)
+		held = held || r.Enabled
+	}
+	if !held {
+		return nil
+	}
+	rule, err := quiethours.New(cfg)
+	if err != nil {
+		panic("app: quiet hours of a config that did not validate: " + err.Error())
+	}
+	return rule
+}
+
+// quietHoursChecks is the sender's layer: marketing outside its window is
+// deferred to the next opening (with rabbitmq the only layer).
+func (a *App) quietHoursChecks() []sender.Check {
+	if r := a.quietHours(); r != nil {
+		return []sender.Check{r}
+	}
+	return nil
+}
+
+// quietHoursGates is the db claimers' layer: marketing is no longer
+// released from stop_release_before ahead of the window's end.
+func (a *App) quietHoursGates() []gate {
+	if r := a.quietHours(); r != nil {
+		return []gate{r.Gate}
+	}
+	return nil
+}
