@@ -72,7 +72,9 @@ func startQuietHerald(t *testing.T, driver string, start time.Time) *quietHerald
 }
 
 // kst is a Seoul wall time in June 2026.
-func (h *quietHerald) kst(d, hh, mm int) time.Time { return time.Date(2026, 6, d, hh, mm, 0, 0, h.seoul) }
+func (h *quietHerald) kst(d, hh, mm int) time.Time {
+	return time.Date(2026, 6, d, hh, mm, 0, 0, h.seoul)
+}
 
 // setClock moves the fake clock forward to at.
 func (h *quietHerald) setClock(t *testing.T, at time.Time) {
