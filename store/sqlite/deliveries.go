@@ -80,8 +80,9 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 // (once per attempt).
 func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
 	var res store.RecordResult
+	var wake heraldtype.Lane
 	err := s.w.do(ctx, func(tx wtx) error {
-		res = store.RecordResult{}
+		res, wake = store.RecordResult{}, ""
 		now := s.now()
 		var next any
 		if p.State == heraldtype.DeliveryRetryWait {
@@ -93,6 +94,11 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		}
 		n, _ := r.RowsAffected()
 		res.Recorded = n == 1
+		if res.Recorded {
+			if wake, err = fallbackEnded(tx, now, p.MessageID, p.State, p.Reason); err != nil {
+				return err
+			}
+		}
 		finished := p.StartedAt.Add(p.Duration)
 		if _, err := tx.Exec(qAttemptInsert, p.MessageID, p.Attempt, p.Owner, ms(p.StartedAt), ms(finished),
 			p.Class, p.Reason, p.Duration.Milliseconds()); err != nil {
@@ -116,25 +122,31 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 	if err != nil {
 		return store.RecordResult{}, fmt.Errorf("record delivery %s: %w", p.MessageID, err)
 	}
+	s.wakeFallback(wake)
 	return res, nil
 }
 
 // DeliveryDecide records SUPPRESSED or PARKED for a message not yet claimed.
 func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams) (bool, error) {
 	var ok bool
+	var wake heraldtype.Lane
 	err := s.w.do(ctx, func(tx wtx) error {
+		wake = ""
 		now := s.now()
 		r, err := tx.Exec(qDeliveryDecide, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason, now, now)
 		if err != nil {
 			return err
 		}
 		n, _ := r.RowsAffected()
-		ok = n == 1
-		return nil
+		if ok = n == 1; ok {
+			wake, err = fallbackEnded(tx, now, p.MessageID, p.State, p.Reason)
+		}
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("decide delivery %s: %w", p.MessageID, err)
 	}
+	s.wakeFallback(wake)
 	return ok, nil
 }
 
@@ -159,7 +171,10 @@ func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration)
 			c.Lane, c.Channel = heraldtype.Lane(lane), heraldtype.Channel(ch)
 			stale = append(stale, c)
 		}
-		return rows.Err()
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		return fallbackStale(tx, now, stale)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sweep stale claims: %w", err)

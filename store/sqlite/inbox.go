@@ -136,6 +136,7 @@ func (t callerTx) QueryRow(q string, args ...any) *sql.Row {
 // It reports whether a PENDING row was written (a claimer has something to
 // wake for).
 func insertPlanned(tx execer, p store.NotificationCreateParams, available, now int64) (pending bool, err error) {
+	chain := newChain(p) // a fallback chain's rows carry their step (fallback.go)
 	for _, ch := range p.Channels {
 		mid := store.MessageID(p.ID, ch)
 		if ch == heraldtype.ChannelInbox {
@@ -155,7 +156,13 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 		if err != nil {
 			return false, err
 		}
-		for _, send := range sends {
+		for i, send := range sends {
+			if chain != nil {
+				if err := chain.insert(tx, p, send, i == 0, available, now); err != nil {
+					return false, err
+				}
+				continue
+			}
 			if _, err := tx.Exec(qOutboxInsert, p.ID, store.MessageID(p.ID, send), p.Tenant, string(p.Lane), string(send),
 				available, msPtr(p.ExpiresAt), now, now); err != nil {
 				return false, fmt.Errorf("insert outbox row: %w", err)

@@ -43,7 +43,8 @@ const (
 `
 	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at,
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
-       d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at
+       d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
+       o.fallback_step, o.fallback_after
 FROM page p
 LEFT JOIN outbox o ON o.notification_id = p.id
 LEFT JOIN deliveries d ON d.message_id = o.message_id
@@ -54,7 +55,7 @@ ORDER BY p.created_at DESC, p.id DESC, o.id`
 	// store.NotificationView.EntryState computes it; ?1 is now.
 	qEntryState = `CASE
               WHEN d.state IN ('PROVIDER_ACCEPTED', 'DELIVERED', 'PERMANENT_FAILURE', 'RETRY_EXHAUSTED', 'UNKNOWN', 'SUPPRESSED') THEN d.state
-              WHEN o.state IN ('EXPIRED', 'FAILED') THEN o.state
+              WHEN o.state IN ('EXPIRED', 'FAILED', 'WAITING', 'SKIPPED') THEN o.state
               WHEN d.state IS NOT NULL THEN d.state
               WHEN n.send_at > ?1 THEN 'SCHEDULED'
               ELSE 'PENDING'
@@ -120,11 +121,14 @@ type plannedSend struct {
 	avail, oupd                                    sql.NullInt64
 	dNotif, dTenant, dProvider, dState, dReason    sql.NullString
 	dAttempts, dClaimed, dNext, dCreated, dUpdated sql.NullInt64
+	fStep                                          sql.NullInt64
+	fAfter                                         sql.NullString
 }
 
 func (p *plannedSend) dest() []any {
 	return []any{&p.msgID, &p.ch, &p.ostate, &p.oreason, &p.avail, &p.oupd,
-		&p.dNotif, &p.dTenant, &p.dProvider, &p.dState, &p.dReason, &p.dAttempts, &p.dClaimed, &p.dNext, &p.dCreated, &p.dUpdated}
+		&p.dNotif, &p.dTenant, &p.dProvider, &p.dState, &p.dReason, &p.dAttempts, &p.dClaimed, &p.dNext, &p.dCreated, &p.dUpdated,
+		&p.fStep, &p.fAfter}
 }
 
 // view returns the planned send, or false when the row had none.
@@ -143,6 +147,9 @@ func (p *plannedSend) view() (store.DeliveryView, bool) {
 			Attempts: int(p.dAttempts.Int64), ClaimedAt: fromNullMs(p.dClaimed), NextAttemptAt: fromNullMs(p.dNext),
 			CreatedAt: fromMs(p.dCreated.Int64), UpdatedAt: fromMs(p.dUpdated.Int64),
 		}
+	}
+	if p.fStep.Valid {
+		dv.Fallback = &store.FallbackStep{Step: int(p.fStep.Int64), After: p.fAfter.String}
 	}
 	return dv, true
 }

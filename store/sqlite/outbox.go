@@ -284,6 +284,10 @@ func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
 		if err != nil {
 			return fmt.Errorf("end waiting deliveries: %w", err)
 		}
+		// A fallback chain's later steps expire with it (fallback.go).
+		if _, err := tx.Exec(qFallbackExpired, now, jsonList(ids)); err != nil {
+			return fmt.Errorf("skip waiting fallback steps: %w", err)
+		}
 		return nil
 	})
 	if err != nil {

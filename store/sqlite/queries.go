@@ -21,7 +21,8 @@ VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?)`
 	qNotificationGet = `SELECT id, tenant, recipient, event_id, kind, lane, send_at, expires_at, created_at
 FROM notifications WHERE id = ? AND tenant = ?`
 	qNotificationSends = `SELECT o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
-       d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at
+       d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
+       o.fallback_step, o.fallback_after
 FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
 WHERE o.notification_id = ? ORDER BY o.id`
 )
@@ -120,4 +121,4 @@ var writeQueries = append([]string{
 	qOutboxClaim, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,
 	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
 	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
-}, append(inboxQueries, deviceQueries...)...)
+}, append(append(inboxQueries, deviceQueries...), fallbackQueries...)...)

@@ -94,6 +94,7 @@ var unownedFind = map[store.UnownedKind]string{
 	store.UnownedPublished: qUnownedFindPublished,
 	store.UnownedSending:   qUnownedFindSending,
 	store.UnownedLease:     qUnownedFindLease,
+	store.UnownedWaiting:   qUnownedFindWaiting, // fallback.go
 }
 
 // UnownedFind reads one page of p.Kind.
@@ -144,6 +145,16 @@ func (s *Store) UnownedRedrive(ctx context.Context, rows []store.Unowned) ([]sto
 				r   sql.Result
 				err error
 			)
+			if u.Kind == store.UnownedWaiting {
+				moved, err := fallbackRepair(tx, now, u)
+				if err != nil {
+					return err
+				}
+				if moved {
+					out = append(out, u)
+				}
+				continue
+			}
 			if u.Kind == store.UnownedSending {
 				r, err = tx.Exec(qUnownedRedriveSending, now, u.MessageID, ms(u.At))
 			} else {
