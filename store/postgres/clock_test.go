@@ -80,7 +80,7 @@ func TestOwnershipIsDecidedByTheStatementsTimeNotTheTransactions(t *testing.T) {
 		{"SettleInRecordIsRefused", false, true, lease, func(tx pgx.Tx, r store.Claimed) (int64, error) {
 			var recorded, settled int64
 			err := tx.QueryRow(context.Background(), qDeliveryRecordSettle, nil, "PROVIDER_ACCEPTED", "", nil, r.MessageID, 1, "w",
-				time.Now(), time.Now(), "accepted", 1, "", r.NotificationID, string(r.Channel), r.Fence.Token).Scan(&recorded, &settled)
+				time.Now(), time.Now(), "accepted", 1, "", r.NotificationID, string(r.Channel), r.Fence.Token).Scan(&recorded, &settled, new(*string))
 			if err == nil && recorded != 1 {
 				return -1, nil // the result itself must be recorded
 			}

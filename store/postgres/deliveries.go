@@ -105,20 +105,26 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		args = append(args, p.Outbox.NotificationID, string(p.Outbox.Channel), p.Outbox.Token)
 	}
 	var recorded, settled int64
-	if err := s.pipe.QueryRow(ctx, q, args...).Scan(&recorded, &settled); err != nil {
+	var wake *string // a fallback step it released (fallback.go)
+	if err := s.pipe.QueryRow(ctx, q, args...).Scan(&recorded, &settled, &wake); err != nil {
 		return store.RecordResult{}, s.fail(fmt.Sprintf("record delivery %s", p.MessageID), err)
 	}
+	s.wakeFallback(wake)
 	return store.RecordResult{Recorded: recorded == 1, OutboxSettled: settled == 1}, nil
 }
 
 // DeliveryDecide records SUPPRESSED or PARKED for a message that has no row
 // yet or is waiting (RETRY_WAIT, PARKED).
 func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams) (bool, error) {
-	tag, err := s.pipe.Exec(ctx, qDeliveryDecide, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason)
+	var written int64
+	var wake *string // a fallback step it released (fallback.go)
+	err := s.pipe.QueryRow(ctx, qDeliveryDecide, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason).
+		Scan(&written, &wake)
 	if err != nil {
 		return false, s.fail(fmt.Sprintf("decide delivery %s", p.MessageID), err)
 	}
-	return tag.RowsAffected() == 1, nil
+	s.wakeFallback(wake)
+	return written == 1, nil
 }
 
 // DeliverySweepStale turns SENDING rows claimed more than olderThan ago into

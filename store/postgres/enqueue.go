@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -80,9 +81,13 @@ func CreateTx(ctx context.Context, q Querier, p store.NotificationCreateParams) 
 	)
 	// Lists travel as comma-joined text, not arrays, so that any
 	// database/sql driver for PostgreSQL can pass them.
+	steps := make([]string, len(p.Channels))
+	for i, n := range chainSteps(p) {
+		steps[i] = strconv.Itoa(int(n))
+	}
 	err := q.QueryRow(ctx, qEnqueue, p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
 		dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ","),
-		inbox.title, inbox.body, inbox.locale, inbox.messageID).
+		inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ",")).
 		Scan(&createdID, &due, &notified, &dupID, &told)
 	if err != nil {
 		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
@@ -126,7 +131,9 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 // $1 tenant, $2 id, $3 recipient, $4 event id, $5 kind, $6 lane, $7 params,
 // $8 dedup key (NULL for none), $9 send_at, $10 expires_at, $11 channels and
 // $12 message ids (comma-joined, parallel), $13 inbox title (NULL: no
-// item), $14 inbox body, $15 its locale, $16 the inbox send's message id.
+// item), $14 inbox body, $15 its locale, $16 the inbox send's message id,
+// $17 each channel's fallback step (comma-joined, parallel to $11; 0 off a
+// chain), a later step's rows WAITING (as qNotificationCreate).
 const qEnqueue = `WITH t AS (SELECT statement_timestamp() AS now),
 ` + qWakeHash + `,
 n AS (
@@ -149,12 +156,14 @@ ii AS (
     RETURNING $1::text || chr(31) || $3::text AS payload
 ),
 o AS (
-    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at)
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
+                        fallback_step)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $1::text, $6::text, c.channel || coalesce('.' || dv.device_id, ''),
-           CASE WHEN c.message_id = $16::text THEN 'DONE' ELSE 'PENDING' END,
+           CASE WHEN c.message_id = $16::text THEN 'DONE' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
            CASE WHEN c.message_id = $16::text THEN 'STORED' ELSE '' END,
-           greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at
-    FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ',')) WITH ORDINALITY AS c (channel, message_id, ord)
+           greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at, nullif(c.step, 0)
+    FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ','), string_to_array($17::text, ',')::integer[])
+        WITH ORDINALITY AS c (channel, message_id, step, ord)
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $1::text AND dv.recipient = $3::text AND dv.active
     ORDER BY c.ord, dv.device_id
     RETURNING state = 'PENDING' AND available_at <= created_at AS due

@@ -84,7 +84,7 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 		a := &createArgs{now: s.now(), tenant: p.Tenant, key: p.IdempotencyKey, hash: p.RequestHash, ttl: p.IdempotencyTTL,
 			response: response, id: p.ID, recipient: p.Recipient, event: p.EventID, kind: p.Kind, lane: string(p.Lane),
 			params: string(params), dedup: nullString(p.DedupKey), sendAt: p.SendAt, expiresAt: p.ExpiresAt,
-			channels: channels, messageIDs: messageIDs, wake: s.notify.inStatement(p.Lane), inbox: inbox, lang: lang}
+			channels: channels, messageIDs: messageIDs, steps: chainSteps(p), wake: s.notify.inStatement(p.Lane), inbox: inbox, lang: lang}
 		var row createRow
 		var err error
 		if p.IdempotencyKey != "" && p.DedupKey != "" {
@@ -134,6 +134,7 @@ type createArgs struct {
 	dedup                                          *string
 	sendAt, expiresAt                              *time.Time
 	channels, messageIDs                           []string
+	steps                                          []int32 // fallback steps (chainSteps)
 	inbox                                          inboxArgs
 	lang                                           *string
 }
@@ -141,7 +142,7 @@ type createArgs struct {
 func (a *createArgs) list() []any {
 	return []any{a.now, a.tenant, a.key, a.hash, a.ttl, a.response, a.id, a.recipient, a.event, a.kind, a.lane,
 		a.params, a.dedup, a.sendAt, a.expiresAt, a.channels, a.messageIDs, a.wake,
-		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang}
+		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang, a.steps}
 }
 
 // inboxArgs are a create's inbox item: all nil when it writes none.
@@ -167,7 +168,7 @@ var createMerge = &merge{
 		ititle, ibody, ilocale, imessage, lang := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 		ttl, response := make([]time.Duration, n), make([][]byte, n)
 		sendAt, expiresAt := make([]*time.Time, n), make([]*time.Time, n)
-		var chReq []int32
+		var chReq, chStep []int32
 		var chName, chMsg []string
 		for i, op := range ops {
 			a := op.in.(*createArgs)
@@ -177,10 +178,11 @@ var createMerge = &merge{
 			ititle[i], ibody[i], ilocale[i], imessage[i], lang[i] = a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang
 			for j, ch := range a.channels {
 				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a.messageIDs[j])
+				chStep = append(chStep, a.steps[j])
 			}
 		}
 		return []any{ops[0].in.(*createArgs).now, tenant, key, hash, ttl, response, id, recipient, event, kind, lane,
-			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang}
+			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep}
 	},
 	scan: func(rows pgx.Rows, ops []*pipeOp) error {
 		i := 0

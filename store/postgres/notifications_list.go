@@ -46,7 +46,8 @@ page AS (
 	// The columns of qNotificationGet, in its order (scanViewRow).
 	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at, t.now,
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
-       d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at
+       d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
+       o.fallback_step, o.fallback_after
 FROM page p CROSS JOIN t
 LEFT JOIN outbox o ON o.notification_id = p.id
 LEFT JOIN deliveries d ON d.message_id = o.message_id
@@ -57,7 +58,7 @@ ORDER BY p.created_at DESC, p.id DESC, o.id`
 	// store.NotificationView.EntryState computes it; t.now is now.
 	qEntryState = `CASE
               WHEN d.state IN ('PROVIDER_ACCEPTED', 'DELIVERED', 'PERMANENT_FAILURE', 'RETRY_EXHAUSTED', 'UNKNOWN', 'SUPPRESSED') THEN d.state
-              WHEN o.state IN ('EXPIRED', 'FAILED') THEN o.state
+              WHEN o.state IN ('EXPIRED', 'FAILED', 'WAITING', 'SKIPPED') THEN o.state
               WHEN d.state IS NOT NULL THEN d.state
               WHEN n.send_at > (SELECT now FROM t) THEN 'SCHEDULED'
               ELSE 'PENDING'
@@ -124,10 +125,12 @@ func scanViewRow(rows pgx.Rows, v *store.NotificationView) (dv store.DeliveryVie
 		dNotif, dTenant, dProv, dState, dReas *string
 		dAttempts                             *int
 		dClaimed, dNext, dCreated, dUpdated   *time.Time
+		fStep                                 *int32
+		fAfter                                *string
 	)
 	if err := rows.Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &now,
 		&msgID, &ch, &ostate, &oreason, &avail, &oupd,
-		&dNotif, &dTenant, &dProv, &dState, &dReas, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated); err != nil {
+		&dNotif, &dTenant, &dProv, &dState, &dReas, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated, &fStep, &fAfter); err != nil {
 		return dv, false, err
 	}
 	v.Lane, v.SendAt, v.ExpiresAt, v.CreatedAt, v.Now = heraldtype.Lane(lane), utcPtr(sendAt), utcPtr(expiresAt), utc(created), utc(now)
@@ -145,6 +148,9 @@ func scanViewRow(rows pgx.Rows, v *store.NotificationView) (dv store.DeliveryVie
 			Attempts: deref(dAttempts), ClaimedAt: utcPtr(dClaimed), NextAttemptAt: utcPtr(dNext),
 			CreatedAt: utc(deref(dCreated)), UpdatedAt: utc(deref(dUpdated)),
 		}
+	}
+	if fStep != nil {
+		dv.Fallback = &store.FallbackStep{Step: int(*fStep), After: deref(fAfter)}
 	}
 	return dv, true, nil
 }

@@ -60,7 +60,9 @@ const (
 	// $16 channels, $17 message ids (parallel to $16), $18 wake-up channel ('' for none),
 	// $19 inbox title (NULL: no inbox item), $20 inbox body, $21 the text's locale,
 	// $22 the inbox send's message id, $23 the profile language the text was
-	// chosen for (NULL: none).
+	// chosen for (NULL: none), $24 each channel's fallback step (parallel
+	// to $16; 0 off a chain: chainSteps, fallback.go), the first step's
+	// rows PENDING and a later step's WAITING.
 	qNotificationCreate = `WITH g AS (
     SELECT $23::text IS NULL
            OR coalesce((SELECT data->>'language' FROM profiles WHERE tenant = $2::text AND recipient = $8::text), '') = $23::text AS ok
@@ -95,12 +97,13 @@ ii AS (
     FROM n, ic
 ),
 o AS (
-    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at)
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
+                        fallback_step)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $2::text, $11::text, c.channel || coalesce('.' || dv.device_id, ''),
-           CASE WHEN c.message_id = $22::text THEN 'DONE' ELSE 'PENDING' END,
+           CASE WHEN c.message_id = $22::text THEN 'DONE' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
            CASE WHEN c.message_id = $22::text THEN 'STORED' ELSE '' END,
-           greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at
-    FROM n, unnest($16::text[], $17::text[]) WITH ORDINALITY AS c (channel, message_id, ord)
+           greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at, nullif(c.step, 0)
+    FROM n, unnest($16::text[], $17::text[], $24::integer[]) WITH ORDINALITY AS c (channel, message_id, step, ord)
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $2::text AND dv.recipient = $8::text AND dv.active
     ORDER BY c.ord, dv.device_id
     RETURNING state = 'PENDING' AND available_at <= created_at AS due
@@ -139,7 +142,7 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	// $22 its locale, $23 the inbox send's message id, $24 the profile
 	// language the text was chosen for (NULL: none; g checks it as in
 	// qNotificationCreate); per channel: $17 request's position (1-based),
-	// $18 channel, $19 message id.
+	// $18 channel, $19 message id, $25 fallback step (0 off a chain).
 	//
 	// The inbox items of one recipient's requests take consecutive seqs in
 	// r's order from one bump of its counter row; the counter rows are
@@ -196,12 +199,13 @@ ii AS (
     FROM ir JOIN ic ON ic.tenant = ir.tenant AND ic.recipient = ir.recipient
 ),
 o AS (
-    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at)
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
+                        fallback_step)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), r.tenant, r.lane, c.channel || coalesce('.' || dv.device_id, ''),
-           CASE WHEN c.message_id = r.imessage THEN 'DONE' ELSE 'PENDING' END,
+           CASE WHEN c.message_id = r.imessage THEN 'DONE' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
            CASE WHEN c.message_id = r.imessage THEN 'STORED' ELSE '' END,
-           greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at
-    FROM unnest($17::integer[], $18::text[], $19::text[]) WITH ORDINALITY AS c (req, channel, message_id, ord)
+           greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at, nullif(c.step, 0)
+    FROM unnest($17::integer[], $18::text[], $19::text[], $25::integer[]) WITH ORDINALITY AS c (req, channel, message_id, step, ord)
     JOIN r ON r.ord = c.req JOIN n ON n.id = r.id
     LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = r.tenant AND dv.recipient = r.recipient AND dv.active
     ORDER BY c.ord, dv.device_id
@@ -234,7 +238,8 @@ FROM idempotency_keys WHERE tenant = $1::text AND key = $2::text`
 	qNotificationGet = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at,
        coalesce($3::timestamptz, now()),
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
-       d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at
+       d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
+       o.fallback_step, o.fallback_after
 FROM notifications n
 LEFT JOIN outbox o ON o.notification_id = n.id
 LEFT JOIN deliveries d ON d.message_id = o.message_id
@@ -350,7 +355,13 @@ SELECT lane, count(*) FROM r GROUP BY lane`
 	qOutboxExpire = `WITH e AS (
     UPDATE outbox SET state = 'EXPIRED', last_reason = 'EXPIRED', updated_at = coalesce($1::timestamptz, clock_timestamp())
     WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
-    RETURNING id, message_id, tenant, lane, channel
+    RETURNING id, message_id, tenant, lane, channel, notification_id
+),
+fx AS (
+    -- A fallback chain's later steps expire with it (fallback.go).
+    UPDATE outbox w SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = 'EXPIRED',
+        updated_at = coalesce($1::timestamptz, clock_timestamp())
+    WHERE w.notification_id = ANY (ARRAY(SELECT notification_id FROM e)) AND w.state || '' = 'WAITING'
 ),
 d AS (
     UPDATE deliveries d
@@ -421,8 +432,9 @@ FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
 	// $5 message id, $6 attempt, $7 owner, $8 started, $9 finished,
 	// $10 class, $11 duration in ms, $12 the provider's reference ('' for
 	// none); qDeliveryRecordSettle: $13 notification id, $14 channel,
-	// $15 token.
-	qDeliveryRecord       = qDeliveryRecordWrite + `SELECT count(*), 0 FROM u`
+	// $15 token. Both move the send's fallback chain on (qFallbackMove) and
+	// return the lane of a step they released.
+	qDeliveryRecord       = qDeliveryRecordWrite + `SELECT (SELECT count(*) FROM u), 0, ` + qFallbackReleased
 	qDeliveryRecordSettle = qDeliveryRecordWrite + `,
 o AS (
     UPDATE outbox
@@ -434,20 +446,19 @@ o AS (
       AND EXISTS (SELECT 1 FROM u)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o)`
+SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o), ` + qFallbackReleased
 	qDeliveryRecordWrite = `WITH u AS (
     UPDATE deliveries d
     SET state = $2::text, reason = $3::text, next_attempt_at = coalesce($1::timestamptz, clock_timestamp()) + $4::interval, claimed_by = NULL,
         updated_at = coalesce($1::timestamptz, clock_timestamp()), provider_ref = nullif($12::text, '')
     WHERE d.message_id = $5::text AND d.state || '' = 'SENDING' AND d.attempts = $6::integer
-    RETURNING 1
+    RETURNING d.notification_id, d.channel, d.state, d.reason
 ),
 a AS (
     INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
     VALUES ($5::text, $6::integer, $7::text, $8::timestamptz, $9::timestamptz, $10::text, $3::text, $11::bigint)
     ON CONFLICT (message_id, attempt) DO NOTHING
-)
-`
+)` + qFallbackMove
 
 	// qDeliveryDecide records SUPPRESSED or PARKED for a message with no row
 	// yet, or one that is waiting: RETRY_WAIT, or PARKED when the decision
@@ -455,21 +466,31 @@ a AS (
 	// PARKED: a second copy that parks the message again writes nothing, so
 	// it raises no second alert and counts no second entry.
 	//
+	// A decision that was written moves the send's fallback chain on
+	// (qFallbackMove); the statement returns whether it was written and the
+	// lane of a step it released.
+	//
 	// $1 now, $2 message id, $3 notification id, $4 tenant, $5 channel,
 	// $6 state, $7 reason.
-	qDeliveryDecide = `INSERT INTO deliveries AS d (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
-VALUES ($2::text, $3::text, $4::text, $5::text, $6::text, $7::text, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()))
-ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
-SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
-WHERE d.state = 'RETRY_WAIT' OR (d.state = 'PARKED' AND excluded.state <> 'PARKED')`
+	qDeliveryDecide = `WITH u AS (
+    INSERT INTO deliveries AS d (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
+    VALUES ($2::text, $3::text, $4::text, $5::text, $6::text, $7::text, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()))
+    ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
+    SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
+    WHERE d.state = 'RETRY_WAIT' OR (d.state = 'PARKED' AND excluded.state <> 'PARKED')
+    RETURNING d.notification_id, d.channel, d.state, d.reason
+)` + qFallbackMove + `SELECT (SELECT count(*) FROM u), ` + qFallbackReleased
 
 	// qDeliverySweepStale returns each claim it turned with its channel
 	// and its notification's lane (the labels the sweep counts it under).
+	// An UNKNOWN ends a fallback chain: qFallbackMove skips its rest.
 	//
 	// $1 now, $2 age.
-	qDeliverySweepStale = `UPDATE deliveries d SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
-WHERE d.state = 'SENDING' AND d.claimed_at < (SELECT coalesce($1::timestamptz, clock_timestamp())) - $2::interval
-RETURNING d.message_id, d.tenant, coalesce((SELECT n.lane FROM notifications n WHERE n.id = d.notification_id), ''), d.channel`
+	qDeliverySweepStale = `WITH u AS (
+    UPDATE deliveries d SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
+    WHERE d.state = 'SENDING' AND d.claimed_at < (SELECT coalesce($1::timestamptz, clock_timestamp())) - $2::interval
+    RETURNING d.message_id, d.tenant, d.notification_id, d.channel, d.state, d.reason
+)` + qFallbackMove + `SELECT u.message_id, u.tenant, coalesce((SELECT n.lane FROM notifications n WHERE n.id = u.notification_id), ''), u.channel FROM u`
 )
 
 // Profiles.

@@ -125,6 +125,7 @@ var unownedFind = map[store.UnownedKind]string{
 	store.UnownedPublished: qUnownedFindPublished,
 	store.UnownedSending:   qUnownedFindSending,
 	store.UnownedLease:     qUnownedFindLease,
+	store.UnownedWaiting:   qUnownedFindWaiting, // fallback.go
 }
 
 // UnownedFind reads one page of p.Kind in one statement.
@@ -170,7 +171,12 @@ func (s *Store) UnownedRedrive(ctx context.Context, rows []store.Unowned) ([]sto
 		tokens                           []int64
 		ats, claimedAt                   []time.Time
 	)
+	var waiting []store.Unowned
 	for _, u := range rows {
+		if u.Kind == store.UnownedWaiting {
+			waiting = append(waiting, u)
+			continue
+		}
 		if u.Kind == store.UnownedSending {
 			claims, claimedAt = append(claims, u.MessageID), append(claimedAt, u.At)
 			continue
@@ -209,6 +215,13 @@ func (s *Store) UnownedRedrive(ctx context.Context, rows []store.Unowned) ([]sto
 		for _, id := range ids {
 			moved[key{a: id}] = true
 		}
+	}
+	repaired, err := s.fallbackRepair(ctx, waiting)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range repaired {
+		moved[key{a: u.NotificationID, b: string(u.Channel)}] = true
 	}
 	var out []store.Unowned
 	woken := map[heraldtype.Lane]bool{}
