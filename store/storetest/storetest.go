@@ -74,7 +74,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Devices", func(t *testing.T) { testDevices(t, h) })
 	t.Run("Erasure", func(t *testing.T) { testErasure(t, h) })
 	t.Run("RateBuckets", func(t *testing.T) { testRateBuckets(t, h) })
+	t.Run("ConsentHistory", func(t *testing.T) { testConsentHistory(t, h) })
 	t.Run("EventKeys", func(t *testing.T) { testEventKeys(t, h) })
+	t.Run("Fallback", func(t *testing.T) { testFallback(t, h) })
 }
 
 // create is a NotificationCreate with sensible defaults; mutate adjusts it.
