@@ -1,9 +1,9 @@
 // Package cancel cancels the sends of a notification that have not gone out
 // (POST /v1/notifications/{id}/cancel).
 //
-// Every planned send that is still waiting — PENDING, SCHEDULED, RETRY_WAIT
-// or PARKED as the read API shows it — ends SUPPRESSED with reason
-// CANCELLED. A send that is SENDING (its provider call may be in flight) or
+// Every planned send that is still waiting — PENDING, SCHEDULED, RETRY_WAIT,
+// PARKED, or a fallback step's WAITING, as the read API shows it — ends
+// SUPPRESSED with reason CANCELLED. A send that is SENDING (its provider call may be in flight) or
 // has ended (sent, failed, suppressed, EXPIRED, FAILED) is reported as it
 // is and not touched. Cancelling again changes nothing and answers the same.
 //
@@ -82,7 +82,8 @@ type Entry struct {
 func Waiting(state string) bool {
 	switch state {
 	case heraldtype.ViewPending, heraldtype.ViewScheduled,
-		string(heraldtype.DeliveryRetryWait), string(heraldtype.DeliveryParked):
+		string(heraldtype.DeliveryRetryWait), string(heraldtype.DeliveryParked),
+		string(heraldtype.OutboxWaiting): // a fallback step (package fallback)
 		return true
 	}
 	return false
