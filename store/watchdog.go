@@ -72,7 +72,7 @@ const (
 )
 
 // UnownedKinds is every kind, in the order the watchdog visits them.
-var UnownedKinds = []UnownedKind{UnownedRetryWait, UnownedPublished, UnownedSending, UnownedLease}
+var UnownedKinds = []UnownedKind{UnownedRetryWait, UnownedPublished, UnownedSending, UnownedLease, UnownedWaiting}
 
 // ReasonRedriven is the outbox reason of a row the watchdog re-drove.
 const ReasonRedriven = "REDRIVEN"

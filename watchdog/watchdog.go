@@ -11,6 +11,7 @@
 //	                     transport: PENDING with available_at at the retry time), or
 //	                     the copy in a retry queue (rabbitmq)
 //	PARKED               a person (alerted)
+//	WAITING              a fallback step: the end of the step before it (package fallback)
 //
 // The watchdog, leader-only, looks every interval for rows whose deadline
 // passed more than a grace ago and whose owner is gone (store.UnownedKind):
@@ -25,6 +26,9 @@
 //	            sweep did not run
 //	lease       a lease ended SweepGrace ago that the reclaim sweep did not
 //	            return
+//	waiting     a fallback step still WAITING though every earlier step
+//	            ended SweepGrace ago: its end did not move the chain on
+//	            (released or skipped)
 //
 // and moves each one on through the normal path, never around it: the
 // outbox row goes back to PENDING, due now, with reason REDRIVEN and a fresh
@@ -33,7 +37,10 @@
 // outbox row that EXPIRED is taken by no claim: the expiry sweep ends it
 // again, and its waiting delivery with it, SUPPRESSED(EXPIRED)). A stale
 // claim is turned UNKNOWN, exactly the stale sweep's write (the call may
-// have gone out: never resent). Each row moved is counted in
+// have gone out: never resent). A waiting fallback step is moved on by the
+// chain's own rule on its rows as they are (fallback.Decide): released
+// (PENDING, due now, reason REDRIVEN) when the step before failed
+// definitely, else SKIPPED(FALLBACK_NOT_NEEDED). Each row moved is counted in
 // herald_watchdog_redriven_total{lane,kind} and raises a REDRIVEN alert
 // (message id, tenant, reason) — the row is fine now, but the normal path
 // failed somewhere and the goal is zero.
@@ -116,6 +123,7 @@ const (
 	ReasonPublishedNoDelivery = "PUBLISHED_NO_DELIVERY" // published
 	ReasonStaleClaimUnswept   = "STALE_CLAIM_UNSWEPT"   // sending
 	ReasonLeaseUnreclaimed    = "LEASE_UNRECLAIMED"     // lease
+	ReasonFallbackUnmoved     = "FALLBACK_UNMOVED"      // waiting
 )
 
 var reasons = map[store.UnownedKind]string{
@@ -123,6 +131,7 @@ var reasons = map[store.UnownedKind]string{
 	store.UnownedPublished: ReasonPublishedNoDelivery,
 	store.UnownedSending:   ReasonStaleClaimUnswept,
 	store.UnownedLease:     ReasonLeaseUnreclaimed,
+	store.UnownedWaiting:   ReasonFallbackUnmoved,
 }
 
 // Config configures the watchdog.
@@ -274,7 +283,8 @@ func (w *Watchdog) Round(ctx context.Context) (Report, error) {
 	if n := total(r.Redriven); n > 0 {
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "watchdog: moved on rows that had no owner",
 			slog.Int("retry_wait", r.Redriven[store.UnownedRetryWait]), slog.Int("published", r.Redriven[store.UnownedPublished]),
-			slog.Int("sending", r.Redriven[store.UnownedSending]), slog.Int("lease", r.Redriven[store.UnownedLease]))
+			slog.Int("sending", r.Redriven[store.UnownedSending]), slog.Int("lease", r.Redriven[store.UnownedLease]),
+			slog.Int("waiting", r.Redriven[store.UnownedWaiting]))
 	}
 	return r, errors.Join(errs...)
 }

@@ -233,12 +233,14 @@ func TestRoundRedrivesCountsAndAlertsEachKind(t *testing.T) {
 	}
 	leased := w.notify(t)
 	w.claimOutbox(t, leased, false)
+	unmoved := w.unmovedChain(t) // fallback_test.go
 
 	wd := w.watchdog(false, nil)
 	cfg := wd.Config()
 	w.clk.Advance(max(cfg.RetryGrace, cfg.PublishedGrace, cfg.StaleClaimAfter+cfg.SweepGrace, time.Minute+cfg.SweepGrace) + time.Second)
 	r := round(t, wd, w.ctx)
-	want := map[store.UnownedKind]int{store.UnownedRetryWait: 1, store.UnownedPublished: 1, store.UnownedSending: 1, store.UnownedLease: 1}
+	want := map[store.UnownedKind]int{store.UnownedRetryWait: 1, store.UnownedPublished: 1, store.UnownedSending: 1, store.UnownedLease: 1,
+		store.UnownedWaiting: 1}
 	if !maps.Equal(r.Found, want) || !maps.Equal(r.Redriven, want) {
 		t.Fatalf("round %+v, want one of each kind found and moved on", r)
 	}
@@ -248,6 +250,7 @@ func TestRoundRedrivesCountsAndAlertsEachKind(t *testing.T) {
 		{Kind: alert.Redriven, MessageID: stale, Tenant: "t1", Reason: watchdog.ReasonStaleClaimUnswept}:       1,
 		{Kind: alert.StaleClaim, MessageID: stale, Tenant: "t1", Reason: heraldtype.ReasonStaleClaim}:          1,
 		{Kind: alert.Redriven, MessageID: leased, Tenant: "t1", Reason: watchdog.ReasonLeaseUnreclaimed}:       1,
+		{Kind: alert.Redriven, MessageID: unmoved, Tenant: "t1", Reason: watchdog.ReasonFallbackUnmoved}:       1,
 	}
 	gotAlerts := map[alert.Alert]int{}
 	for _, a := range w.alerts.Alerts() {
@@ -262,8 +265,8 @@ func TestRoundRedrivesCountsAndAlertsEachKind(t *testing.T) {
 			t.Errorf("herald_watchdog_redriven_total{lane=%s,kind=%s} = %v, want 1", lane, k, got)
 		}
 	}
-	if got := metricstest.Series(t, w.metrics, "herald_alerts_total", "kind"); got[alert.Redriven] != 4 || got[alert.StaleClaim] != 1 {
-		t.Errorf("herald_alerts_total %v, want REDRIVEN 4 and STALE_CLAIM 1", got)
+	if got := metricstest.Series(t, w.metrics, "herald_alerts_total", "kind"); got[alert.Redriven] != 5 || got[alert.StaleClaim] != 1 {
+		t.Errorf("herald_alerts_total %v, want REDRIVEN 5 and STALE_CLAIM 1", got)
 	}
 	if got := metricstest.Deliveries(t, w.metrics); !maps.Equal(got, map[string]float64{"transactional/webhook/UNKNOWN": 1}) {
 		t.Errorf("herald_deliveries_total %v, want the one stale claim's UNKNOWN", got)
