@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -155,14 +154,8 @@ func (s *Store) ProfileGet(ctx context.Context, tenant, recipient string) (store
 	return store.DecodeProfile(tenant, recipient, data, updated)
 }
 
-// ProfilePut creates or replaces a recipient's profile.
+// ProfilePut creates or replaces a recipient's profile, recording its
+// consent changes as made by its own tenant (ProfilePutBy, consent.go).
 func (s *Store) ProfilePut(ctx context.Context, p store.Profile) error {
-	data, err := json.Marshal(p)
-	if err != nil {
-		return fmt.Errorf("encode profile: %w", err)
-	}
-	if _, err := s.pool.Exec(ctx, qProfilePut, s.now(), p.Tenant, p.Recipient, string(data)); err != nil {
-		return s.fail("write profile", err)
-	}
-	return nil
+	return s.ProfilePutBy(ctx, p, store.ConsentActor{Tenant: p.Tenant})
 }

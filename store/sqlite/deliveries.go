@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -196,18 +195,8 @@ func (s *Store) ProfileGet(ctx context.Context, tenant, recipient string) (store
 	return store.DecodeProfile(tenant, recipient, []byte(data), fromMs(updated))
 }
 
-// ProfilePut creates or replaces a recipient's profile.
+// ProfilePut creates or replaces a recipient's profile, recording its
+// consent changes as made by its own tenant (ProfilePutBy, consent.go).
 func (s *Store) ProfilePut(ctx context.Context, p store.Profile) error {
-	data, err := json.Marshal(p)
-	if err != nil {
-		return fmt.Errorf("encode profile: %w", err)
-	}
-	err = s.w.do(ctx, func(tx wtx) error {
-		_, err := tx.Exec(qProfilePut, p.Tenant, p.Recipient, string(data), s.now())
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("write profile: %w", err)
-	}
-	return nil
+	return s.ProfilePutBy(ctx, p, store.ConsentActor{Tenant: p.Tenant})
 }
