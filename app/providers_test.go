@@ -51,7 +51,8 @@ func realConfig(t *testing.T, replace ...string) string {
 			t.Fatal(err)
 		}
 	}
-	text := `database: sqlite:` + filepath.Join(dir, "herald.db") + `
+	text := `environment: production
+database: sqlite:` + filepath.Join(dir, "herald.db") + `
 api_keys: [{key: k1, tenant: shop}]
 providers:
   - {name: fcm, type: fcm, channel: push, credentials: {file: fcm.json}}

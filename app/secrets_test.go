@@ -69,7 +69,8 @@ func TestProviderSecretsNeverReachLogsOrAnswers(t *testing.T) {
 		}
 	}
 	path := filepath.Join(dir, "herald.yaml")
-	text := `database: sqlite:` + filepath.Join(dir, "herald.db") + `
+	text := `environment: production
+database: sqlite:` + filepath.Join(dir, "herald.db") + `
 api_keys: [{key: k1, tenant: shop}]
 retry: {quick: 2, quick_delay: 10ms, slow: 0}
 providers:

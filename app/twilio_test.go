@@ -63,7 +63,8 @@ func TestTwilioStatusCallbacksSettleTheSMS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "tw.token"), []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	text := `database: sqlite:` + filepath.Join(dir, "herald.db") + `
+	text := `environment: production
+database: sqlite:` + filepath.Join(dir, "herald.db") + `
 api_keys: [{key: k1, tenant: shop}]
 providers:
   - {name: tw, type: twilio, channel: sms, account_sid: AC00000000000000000000000000000000, auth_token: {file: tw.token},
