@@ -2,6 +2,7 @@ package allowlist_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -257,4 +258,31 @@ func FuzzNormalizeEmail(f *testing.F) {
 			t.Fatalf("NormalizeEmail(%q) = %q, but that normalises to %q, %v", s, n, again, ok)
 		}
 	})
+}
+
+// The check a guarded send pays in each layer, for the report.
+func BenchmarkAllows(b *testing.B) {
+	phones := make([]string, 1000)
+	for i := range phones {
+		phones[i] = fmt.Sprintf("010-%04d-%04d", i, i)
+	}
+	l, err := allowlist.New(allowlist.Config{Phones: phones, EmailDomains: []string{"example.com"}, DeviceTokens: []string{"tok-qa"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name    string
+		ch      heraldtype.Channel
+		address string
+	}{
+		{"Phone", heraldtype.ChannelSMS, "+82 10-9999-0000"},
+		{"Email", heraldtype.ChannelEmail, "dev@example.com"},
+		{"Token", heraldtype.ChannelPush, "tok-real-0123456789abcdef"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				l.Allows(bc.ch, bc.address)
+			}
+		})
+	}
 }
