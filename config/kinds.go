@@ -45,6 +45,9 @@ func LoadKinds(path string) ([]Kind, error) {
 	if err := ValidateKinds(doc.Kinds, nil); err != nil {
 		return nil, fmt.Errorf("config: %s: %w", path, err)
 	}
+	if err := ValidateChannelPolicies(doc.Kinds); err != nil { // channelpolicy.go
+		return nil, fmt.Errorf("config: %s: %w", path, err)
+	}
 	return doc.Kinds, nil
 }
 
