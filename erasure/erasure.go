@@ -1,8 +1,9 @@
 // Package erasure erases what herald keeps about one recipient of one
-// tenant (DELETE /v1/recipients/{recipient}, issue 9 item 7): the profile,
-// the devices, the inbox items, every notification's params, and the free
-// text a person wrote about one of its messages. It keeps what accounting
-// needs: ids, states, reason codes and times.
+// tenant (DELETE /v1/recipients/{recipient}, issue 9 item 7): the profile
+// and its consent history, the devices, the inbox items, every
+// notification's params, and the free text a person wrote about one of
+// its messages. It keeps what accounting needs: ids, states, reason codes
+// and times.
 //
 // # What each table keeps
 //
@@ -10,6 +11,8 @@
 // with it:
 //
 //	profiles          the row (addresses, consent, language, time zone)     deleted
+//	consent_history   the rows (each consent change: channel, old → new,    deleted, with the
+//	                  when, by which tenant's key)                          profile
 //	devices           the rows (push tokens, platform)                      deleted
 //	inbox_items       the rows (rendered title and body)                    deleted
 //	inbox_counters    unread lowered by the unread items deleted; seq kept  kept (numbers only)
