@@ -71,6 +71,31 @@ func EventKeyHolding(s heraldtype.DeliveryState) bool {
 	return false
 }
 
+// EventKeyRows are a driver's rows of an owner's sends, each its planned
+// send's channel and its delivery state (database/sql's and pgx's rows
+// both).
+type EventKeyRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// EventKeyHeldBy reads an owner's sends and reports whether one under k
+// holds the key (EventKeyHolding). Both drivers decide through it.
+func EventKeyHeldBy(k EventKey, rows EventKeyRows) (bool, error) {
+	held := false
+	for rows.Next() {
+		var ch, state string
+		if err := rows.Scan(&ch, &state); err != nil {
+			return false, err
+		}
+		if k.Covers(heraldtype.Channel(ch)) && EventKeyHolding(heraldtype.DeliveryState(state)) {
+			held = true
+		}
+	}
+	return held, rows.Err()
+}
+
 // EventKeyTakeParams is one take.
 type EventKeyTakeParams struct {
 	Key EventKey

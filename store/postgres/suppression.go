@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -131,25 +130,15 @@ func (s *Store) eventKeyContest(ctx context.Context, p store.EventKeyTakeParams,
 	return res, again, nil
 }
 
-// eventKeyOwnerHolds reports whether one of owner's sends under k is in a
-// state that holds the key (store.EventKeyHolding).
+// eventKeyOwnerHolds reports whether one of owner's sends under k holds
+// the key.
 func eventKeyOwnerHolds(ctx context.Context, tx pgx.Tx, owner string, k store.EventKey) (bool, error) {
 	rows, err := tx.Query(ctx, qEventKeyOwnerSends, owner)
 	if err != nil {
 		return false, err
 	}
 	defer rows.Close()
-	held := false
-	for rows.Next() {
-		var ch, state string
-		if err := rows.Scan(&ch, &state); err != nil {
-			return false, err
-		}
-		if k.Covers(heraldtype.Channel(ch)) && store.EventKeyHolding(heraldtype.DeliveryState(state)) {
-			held = true
-		}
-	}
-	return held, rows.Err()
+	return store.EventKeyHeldBy(k, rows)
 }
 
 // EventKeyPurge deletes up to p.Limit keys whose lease ended more than

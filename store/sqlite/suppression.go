@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -97,25 +96,14 @@ func (s *Store) EventKeyTake(ctx context.Context, p store.EventKeyTakeParams) (s
 	return res, nil
 }
 
-// ownerHolds reports whether one of owner's sends under k is in a state
-// that holds the key (store.EventKeyHolding).
+// ownerHolds reports whether one of owner's sends under k holds the key.
 func ownerHolds(tx wtx, owner string, k store.EventKey) (bool, error) {
 	rows, err := tx.Query(qEventKeyOwnerSends, owner)
 	if err != nil {
 		return false, err
 	}
 	defer rows.Close()
-	held := false
-	for rows.Next() {
-		var ch, state string
-		if err := rows.Scan(&ch, &state); err != nil {
-			return false, err
-		}
-		if k.Covers(heraldtype.Channel(ch)) && store.EventKeyHolding(heraldtype.DeliveryState(state)) {
-			held = true
-		}
-	}
-	return held, rows.Err()
+	return store.EventKeyHeldBy(k, rows)
 }
 
 // EventKeyPurge deletes up to p.Limit keys whose lease ended more than
