@@ -89,6 +89,9 @@ func (c *Config) validateAllowList() error {
 	case EnvProduction, EnvStaging, EnvDevelopment:
 	case "":
 		p := c.reachesPeople()
+		if p == nil {
+			break // development, once WithDefaults has run
+		}
 		return fmt.Errorf("config: environment: required when a provider can reach people (provider %q, type %s on %s): "+
 			"say production, or staging or development to send only to the allowlist", p.Name, p.Type, p.Channel)
 	default:

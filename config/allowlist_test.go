@@ -112,3 +112,16 @@ allowlist:
 		t.Fatalf("the loaded list does not allow what the file says (%d entries)", l.Len())
 	}
 }
+
+// Validate on a Config whose defaults were not filled does not fail on a
+// missing environment it would default, nor panic.
+func TestValidateWithoutDefaults(t *testing.T) {
+	t.Parallel()
+	c := config.Dev()
+	c.Dev = false
+	c.WithDefaults()
+	c.Environment = ""
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate = %v", err)
+	}
+}
