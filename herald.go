@@ -261,7 +261,7 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 	return store.NotificationCreateParams{
 		Tenant: in.Tenant, DedupKey: in.DedupKey, ID: ids.New("ntf", now), Recipient: in.Recipient, EventID: in.EventID,
 		Kind: in.Kind, Lane: kind.Lane, Params: stored, SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
-		Channels: kind.Channels, Inbox: inbox,
+		Channels: kind.Channels, Inbox: inbox, Fallback: kind.Fallback,
 	}, nil
 }
 

@@ -27,6 +27,9 @@ type Kind struct {
 	Name     string
 	Lane     heraldtype.Lane
 	Channels []heraldtype.Channel
+	// Fallback: the channels are a fallback chain (policy first, package
+	// fallback), not sends made at once.
+	Fallback bool
 	tmpl     map[heraldtype.Channel]*texts
 	params   []Param
 }
@@ -49,7 +52,7 @@ type Catalog struct {
 func New(kinds []config.Kind) (*Catalog, error) {
 	c := &Catalog{kinds: make(map[string]*Kind, len(kinds))}
 	for _, k := range kinds {
-		ck := &Kind{Name: k.Name, Lane: heraldtype.Lane(k.Category), tmpl: map[heraldtype.Channel]*texts{}}
+		ck := &Kind{Name: k.Name, Lane: heraldtype.Lane(k.Category), Fallback: k.FirstAvailable(), tmpl: map[heraldtype.Channel]*texts{}}
 		var all []*template.Template
 		for _, ch := range k.Channels {
 			tx := &texts{}

@@ -115,7 +115,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Tenant: tenant, IdempotencyKey: key, RequestHash: hex.EncodeToString(sum[:]), IdempotencyTTL: h.IdempotencyTTL,
 		Response: body, ID: id, Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
 		Lane: kind.Lane, Params: params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
-		Inbox: inbox,
+		Inbox: inbox, Fallback: kind.Fallback,
 	})
 	if err != nil {
 		h.Logger.LogAttrs(r.Context(), slog.LevelError, "intake: store unavailable", slog.String("tenant", tenant), slog.Any("error", err))
