@@ -1,14 +1,12 @@
 package suppression_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/sender"
@@ -53,27 +52,9 @@ type bundle struct {
 	keys  *keys
 	clk   *clock.Fake
 	sim   *sim.Sim
-	logs  *lockedBuffer
+	logs  *testenv.Buffer
 	snd   *sender.Sender
 	ctx   context.Context
-}
-
-// lockedBuffer is the log, written by the sender's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // The kinds: one per category on the webhook channel (no address needed),
@@ -115,7 +96,7 @@ func setup(t *testing.T) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bundle{store: s, keys: &keys{Store: s}, clk: clk, sim: sim.New(sim.Config{}), logs: &lockedBuffer{}, ctx: context.Background()}
+	b := bundle{store: s, keys: &keys{Store: s}, clk: clk, sim: sim.New(sim.Config{}), logs: &testenv.Buffer{}, ctx: context.Background()}
 	reg := provider.NewRegistry()
 	for _, ch := range []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelPush, heraldtype.ChannelSMS} {
 		reg.Register(ch, "sim", b.sim)
