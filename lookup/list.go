@@ -33,6 +33,7 @@ var ListStates = []string{
 	string(heraldtype.DeliveryProviderAccepted), string(heraldtype.DeliveryDelivered), string(heraldtype.DeliveryPermanentFailure),
 	string(heraldtype.DeliveryRetryExhausted), string(heraldtype.DeliveryUnknown), string(heraldtype.DeliverySuppressed),
 	string(heraldtype.OutboxExpired), string(heraldtype.OutboxFailed), string(heraldtype.DeliveryStored),
+	string(heraldtype.OutboxWaiting), string(heraldtype.OutboxSkipped), // fallback steps
 }
 
 // ListHandler serves GET /v1/notifications: the caller's notifications,
@@ -47,7 +48,8 @@ var ListStates = []string{
 //	           state, as the entries show it (SCHEDULED, PENDING, SENDING,
 //	           RETRY_WAIT, PARKED, PROVIDER_ACCEPTED, DELIVERED,
 //	           PERMANENT_FAILURE, RETRY_EXHAUSTED, UNKNOWN, SUPPRESSED,
-//	           EXPIRED, FAILED, STORED)
+//	           EXPIRED, FAILED, STORED, and a fallback step's WAITING,
+//	           SKIPPED)
 //	since      only notifications accepted at or after this RFC 3339 time
 //	limit      page size, 1..100; defaults to 50
 //	cursor     next_cursor of the previous page, with the same filters

@@ -8,7 +8,11 @@
 // wins; an outbox row that ended without a send (EXPIRED, FAILED) comes next;
 // then a waiting delivery state (SENDING, RETRY_WAIT, PARKED); and before the
 // sender has written anything, SCHEDULED while send_at is ahead, PENDING
-// after.
+// after. A fallback chain's later step (a kind with policy first) shows
+// WAITING until the step before it ends, and SKIPPED (reason
+// FALLBACK_NOT_NEEDED) when it was not used; each entry of a chain says
+// its step and why it was or was not used (Fallback), and the
+// notification says channel_policy "first".
 package lookup
 
 import (
@@ -46,6 +50,9 @@ type Notification struct {
 	SendAt     *time.Time `json:"send_at,omitempty"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	Deliveries []Delivery `json:"deliveries"`
+	// ChannelPolicy is "first" for a fallback chain (fallback.go); absent
+	// for a kind whose channels are all sent at once.
+	ChannelPolicy string `json:"channel_policy,omitempty"`
 }
 
 // Delivery is one planned send.
@@ -63,6 +70,9 @@ type Delivery struct {
 	// /v1/notifications/{id} always (an empty list before the first call),
 	// never in the list's items.
 	AttemptsLog []Attempt `json:"attempts_log,omitzero"`
+	// Fallback is the send's step in its fallback chain and why it was or
+	// was not used (fallback.go); absent off a chain.
+	Fallback *Fallback `json:"fallback,omitempty"`
 }
 
 // Attempt is one provider call: when, its outcome class (accepted,
@@ -112,7 +122,7 @@ func View(v store.NotificationView) Notification {
 	for _, dv := range v.Deliveries {
 		// A push to one device shows its channel; its message id names the
 		// device (<id>.push.<device id>).
-		e := Delivery{MessageID: dv.MessageID, Channel: string(dv.Channel.Base())}
+		e := Delivery{MessageID: dv.MessageID, Channel: string(dv.Channel.Base()), Fallback: fallbackOf(dv)}
 		e.State, e.Reason, e.UpdatedAt = v.EntryState(dv)
 		if d := dv.Delivery; d != nil {
 			e.Attempts = d.Attempts
@@ -122,6 +132,7 @@ func View(v store.NotificationView) Notification {
 		}
 		n.Deliveries = append(n.Deliveries, e)
 	}
+	n.ChannelPolicy = channelPolicy(n)
 	return n
 }
 
