@@ -93,6 +93,7 @@ lanes: {alert: {concurrency: 1}}
 retry: {quick: 2, quick_delay: 200ms, slow: 1, slow_delay: 200ms}
 poll_interval: 100ms
 sweep_interval: 500ms
+quiet_hours: {enabled: false} # the marketing send is logged at any hour CI runs this
 `
 
 // TestNoPersonalDataInLogs runs herald with real-looking personal data
