@@ -18,6 +18,8 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testmq"
+	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/store"
@@ -382,5 +384,29 @@ func TestChannelPolicyFirstLostReleaseIsRepaired(t *testing.T) {
 				t.Fatalf("REDRIVEN alerts %+v, want %+v", redriven, want)
 			}
 		})
+	}
+}
+
+// With the rabbitmq transport the relay publishes only the first step;
+// the sender's result write releases AlimTalk's row, which the relay then
+// publishes: one call per channel, SMS skipped.
+func TestChannelPolicyFirstOverRabbitMQ(t *testing.T) {
+	t.Parallel()
+	mq := testmq.VHost(t)
+	push := func(provider.Message) provider.Outcome {
+		return provider.DeadDestinationOutcome(heraldtype.ReasonUnregistered)
+	}
+	h := startChainHerald(t, testpg.Schema(t), push, app.Options{}, func(c *config.Config) {
+		c.Transport, c.RabbitMQURL = "rabbitmq", mq
+	})
+	runHerald(t, h.app)
+	h.recipient(t, "dead", "tok-dead-0000000000001")
+	id := h.notify(t, "dead", "e1")
+	h.settled(t, id,
+		entry{"push", "PERMANENT_FAILURE", heraldtype.ReasonUnregistered, lookup.Fallback{Step: 1, Decision: fallback.DecisionFirst}},
+		entry{"alimtalk", "PROVIDER_ACCEPTED", "", lookup.Fallback{Step: 2, Decision: fallback.DecisionUsed, After: "PERMANENT_FAILURE"}},
+		entry{"sms", "SKIPPED", fallback.ReasonNotNeeded, lookup.Fallback{Step: 3, Decision: fallback.DecisionSkipped, After: "PROVIDER_ACCEPTED"}})
+	if p, a, s := h.push.callsOf(id), h.alimtalk.callsOf(id), h.sms.callsOf(id); p != 1 || a != 1 || s != 0 {
+		t.Fatalf("calls push %d, AlimTalk %d, SMS %d; want 1, 1, 0", p, a, s)
 	}
 }
