@@ -200,6 +200,9 @@ func (s *Store) eraseNotifications(ctx context.Context, tx pgx.Tx, ids []string,
 	if err != nil {
 		return err
 	}
+	if _, err := tx.Exec(ctx, qFallbackErased, s.now(), ids); err != nil { // fallback.go
+		return err
+	}
 	_, err = tx.Exec(ctx, qEraseDiscardWords, ids)
 	return err
 }

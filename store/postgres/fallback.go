@@ -131,6 +131,11 @@ ORDER BY notification_id, channel FOR UPDATE`
 	qFallbackChains = `SELECT o.notification_id, o.message_id, o.token, o.fallback_step, o.state, coalesce(d.state, ''), coalesce(d.reason, '')
 FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
 WHERE o.notification_id = ANY ($1::text[]) AND o.fallback_step IS NOT NULL`
+	// qFallbackErased ends the WAITING rows of the notifications $2 an
+	// erasure batch erased: nothing more goes to an erased recipient.
+	qFallbackErased = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = 'ERASED',
+    updated_at = coalesce($1::timestamptz, now())
+WHERE notification_id = ANY ($2::text[]) AND state || '' = 'WAITING'`
 	// qFallbackRelease is the repair's release of step $3 of chain $2
 	// ($4 the cause); qFallbackSkip its skip of every WAITING row.
 	qFallbackRelease = `UPDATE outbox SET state = 'PENDING', available_at = coalesce($1::timestamptz, now()), last_reason = 'REDRIVEN',

@@ -151,6 +151,9 @@ func eraseNotifications(tx wtx, now int64, ids []string, res *store.RecipientEra
 	if res.Suppressed, err = eraseSuppress(tx, now, idList); err != nil {
 		return err
 	}
+	if _, err := tx.Exec(qFallbackErased, now, idList); err != nil { // fallback.go
+		return fmt.Errorf("skip waiting fallback steps: %w", err)
+	}
 	if _, err := tx.Exec(qEraseDiscardWords, idList); err != nil {
 		return fmt.Errorf("erase discard reasons: %w", err)
 	}

@@ -47,6 +47,11 @@ WHERE notification_id = ?2 AND fallback_step > ?3 AND state = 'WAITING'`
 	qFallbackExpired = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = 'EXPIRED', updated_at = ?1
 WHERE state = 'WAITING' AND notification_id IN (
     SELECT notification_id FROM outbox WHERE message_id IN (SELECT value FROM json_each(?2)))`
+	// qFallbackErased ends the WAITING rows of the notifications an
+	// erasure batch (the JSON array ?2) erased: nothing more goes to an
+	// erased recipient.
+	qFallbackErased = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = 'ERASED', updated_at = ?1
+WHERE state = 'WAITING' AND notification_id IN (SELECT value FROM json_each(?2))`
 	// qFallbackChain reads a chain as fallback.Decide takes it.
 	qFallbackChain = `SELECT o.message_id, o.token, o.fallback_step, o.state, coalesce(d.state, ''), coalesce(d.reason, '')
 FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
@@ -76,7 +81,7 @@ WHERE notification_id = ?2 AND fallback_step = ?3 AND state = 'WAITING'`
 )
 
 // fallbackQueries are prepared on the writer's connection at open.
-var fallbackQueries = []string{qFallbackInsert, qFallbackOf, qFallbackFail, qFallbackSkip, qFallbackExpired, qFallbackChain, qFallbackRelease}
+var fallbackQueries = []string{qFallbackInsert, qFallbackOf, qFallbackFail, qFallbackSkip, qFallbackExpired, qFallbackErased, qFallbackChain, qFallbackRelease}
 
 // chain numbers a create's sends as insertPlanned writes them: nil off a
 // chain (NotificationCreateParams.Fallback false).

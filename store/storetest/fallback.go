@@ -387,6 +387,24 @@ func testFallback(t *testing.T, h Harness) {
 		})
 	})
 
+	t.Run("AnErasureEndsTheWaitingSteps", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p := chainCreate(t, b, "r1", nil)
+		eraseAll(t, b, "t1", "r1", 10)
+		erased := step{State: "SUPPRESSED", Reason: store.ReasonErased, Decision: fallback.DecisionSkipped, After: store.ReasonErased}
+		wantSteps(t, b, p.ID, map[string]step{
+			store.MessageID(p.ID, heraldtype.ChannelPush):     {State: "SUPPRESSED", Reason: store.ReasonErased, Decision: fallback.DecisionFirst},
+			store.MessageID(p.ID, heraldtype.ChannelAlimTalk): erased,
+			store.MessageID(p.ID, heraldtype.ChannelSMS):      erased,
+		})
+		// Nothing is left for the watchdog once push's row is finished.
+		b.clk.Advance(time.Hour)
+		if got := findAll(t, b, store.UnownedWaiting, 5*time.Minute); len(got) != 0 {
+			t.Fatalf("found %+v after the erasure", got)
+		}
+	})
+
 	t.Run("TheStaleSweepsUnknownSkipsTheRest", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
