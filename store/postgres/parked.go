@@ -73,6 +73,8 @@ WHERE message_id = $2::text AND state = 'RETRY_WAIT' AND reason = 'REQUEUED'`
 	//        leaves nothing to lock.
 	//   d    the guarded write: SUPPRESSED(DISCARDED), only while PARKED.
 	//   o    its outbox row, if PENDING (no one holds it), ends DONE.
+	//   u    the end of a fallback chain's send: its later steps are
+	//        skipped (qFallbackMove).
 	//   the audit row, with the delivery's tenant and parked reason.
 	//
 	// $1 now, $2 message id, $3 tenant, $4 actor, $5 reason. Inserts one
@@ -94,7 +96,8 @@ o AS (
     UPDATE outbox o SET state = 'DONE', last_reason = 'DISCARDED', updated_at = d.now
     FROM d
     WHERE o.notification_id = d.notification_id AND o.channel = d.channel AND o.state = 'PENDING'
-)
+),
+u AS (SELECT notification_id, channel, 'SUPPRESSED'::text AS state, 'DISCARDED'::text AS reason FROM d)` + qFallbackMove + `
 INSERT INTO parked_discards (discarded_at, actor, message_id, tenant, parked_reason, reason)
 SELECT d.now, $4::text, d.message_id, d.tenant, d.reason, $5::text FROM d`
 
@@ -113,8 +116,9 @@ decide AS (
     ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
     SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
     WHERE d.state IN ('RETRY_WAIT', 'PARKED')
-    RETURNING 1
+    RETURNING d.notification_id, d.channel, d.state, d.reason
 ),
+u AS (SELECT * FROM decide)` + qFallbackMove + `,
 audit AS (
     INSERT INTO parked_discards (discarded_at, actor, message_id, tenant, parked_reason, reason)
     SELECT t.now, $6::text, $2::text, $4::text, $7::text, $8::text FROM t

@@ -220,6 +220,11 @@ func (s *Store) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) 
 			}
 			ok = true
 		}
+		if ok { // a fallback chain's later steps are skipped (fallback.go)
+			if _, err := fallbackEnded(tx, now, p.MessageID, heraldtype.DeliverySuppressed, heraldtype.ReasonDiscarded); err != nil {
+				return err
+			}
+		}
 		_, err := tx.Exec(qParkedDiscardAudit, now, p.Actor, p.MessageID, tenant, parkedReason, p.Reason)
 		return err
 	})

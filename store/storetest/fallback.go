@@ -231,12 +231,26 @@ func testFallback(t *testing.T, h Harness) {
 			t.Fatal("park: not written")
 		}
 		wantSteps(t, b, p.ID, map[string]step{alim: {State: "WAITING", Decision: fallback.DecisionWaiting}})
-		// A person discards it: not a failure of the recipient's channel.
-		if !decideOnJob(t, b, row, heraldtype.DeliverySuppressed, heraldtype.ReasonDiscarded) {
+		// A person discards it: not a failure of the recipient's channel,
+		// and the discard's write skips the rest.
+		if !discard(t, b, store.ParkedDiscardParams{Tenant: "t1", MessageID: push, Reason: "wrong template", Actor: "api:t1"}) {
 			t.Fatal("discard: not written")
 		}
 		wantSteps(t, b, p.ID, map[string]step{
 			alim: {State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: heraldtype.ReasonDiscarded},
+		})
+		// A broker's parked copy discarded: the same.
+		q := chainCreate(t, b, "r2", nil)
+		qpush := store.MessageID(q.ID, heraldtype.ChannelPush)
+		if !decideOnJob(t, b, claimed(t, b, false)[qpush], heraldtype.DeliveryParked, heraldtype.ReasonTemplateMissing) {
+			t.Fatal("park: not written")
+		}
+		if !discard(t, b, store.ParkedDiscardParams{Tenant: "t1", MessageID: qpush, Broker: true, NotificationID: q.ID,
+			Channel: heraldtype.ChannelPush, ParkedReason: heraldtype.ReasonTemplateMissing, Reason: "wrong template", Actor: "api:t1"}) {
+			t.Fatal("broker discard: not written")
+		}
+		wantSteps(t, b, q.ID, map[string]step{
+			store.MessageID(q.ID, heraldtype.ChannelAlimTalk): {State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: heraldtype.ReasonDiscarded},
 		})
 	})
 
