@@ -21,8 +21,8 @@
 //
 // When a send of the chain ends, the very write that records how it ended
 // (store DeliveryRecord after a provider call, DeliveryDecide for a
-// pre-check's or a person's decision; the stale sweep's UNKNOWN too) moves
-// the chain on in the same transaction:
+// pre-check's decision or a cancel, a person's discard, the stale sweep's
+// UNKNOWN) moves the chain on in the same transaction:
 //
 //   - a definite failure (Definite: PERMANENT_FAILURE, RETRY_EXHAUSTED,
 //     SUPPRESSED for DESTINATION_UNAVAILABLE or CONSENT_DENIED) counts
@@ -54,7 +54,8 @@
 // sweep grace ago) and moves it on through Decide, the same rule from the
 // rows' states: release or skip. Reconciliation counts the same rows. The
 // expiry sweep ends the WAITING rows of a notification whose row it
-// expired (SKIPPED, after EXPIRED): the fallback's due-by has passed too.
+// expired (SKIPPED, after EXPIRED): the fallback's due-by has passed too;
+// an erasure those of what it erased (after ERASED).
 // A cancel suppresses WAITING rows like PENDING ones (their outbox rows
 // are then released or skipped as the chain goes, and a released one
 // finds its delivery ended and sends nothing).

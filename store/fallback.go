@@ -16,7 +16,7 @@ import (
 //
 // Two delegated writes join the dispatcher's table, as DeliveryRecord's
 // settle does: the write that ends a send of a chain (DeliveryRecord,
-// DeliveryDecide, DeliverySweepStale) moves the chain on in its own
+// DeliveryDecide, DeliverySweepStale, ParkedDiscard) moves the chain on in its own
 // transaction, only if it ended the send (a write that did not take moves
 // nothing): a definite failure (fallback.Definite) adds one to
 // fallback_fails of the next step's WAITING rows and makes them PENDING,
@@ -24,8 +24,11 @@ import (
 // other end makes every later WAITING row SKIPPED with reason
 // FALLBACK_NOT_NEEDED; a RETRY_WAIT or PARKED write moves nothing.
 // OutboxExpire ends the WAITING rows of each notification whose row it
-// expired: SKIPPED, after EXPIRED. A WAITING row left behind by any other
-// end is the watchdog's (UnownedWaiting).
+// expired (SKIPPED, after EXPIRED), RecipientErase those of what it
+// erased (after ERASED). A WAITING row left behind by any other end (an
+// outbox row the dispatcher ended FAILED, a delivery a receipt or report
+// ended before its result was written, a release lost) is the watchdog's
+// (UnownedWaiting).
 
 // FallbackStep is a planned send's place in its notification's fallback
 // chain (DeliveryView.Fallback).
