@@ -113,6 +113,9 @@ type Store interface {
 	RateBuckets
 	// EventKeys keeps event-level suppression's keys (suppression.go).
 	EventKeys
+	// Deferrals puts a deferred broker message back into the outbox
+	// (deferred.go).
+	Deferrals
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.
 	Wakeups() *Wakeups
@@ -392,6 +395,10 @@ type OutboxClaimParams struct {
 	// Publishing claims for the rabbitmq relay (state PUBLISHING) instead of
 	// a db-transport claimer (state CLAIMED). Both are fenced alike.
 	Publishing bool
+	// Profiles, with Publishing, reads each job's recipient profile too
+	// (Job.Known, ProfileRead), for the relay's gate; a claimer's claim
+	// always does.
+	Profiles bool
 }
 
 // State is the state a claim with these params puts rows in.

@@ -19,7 +19,10 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		return nil, nil
 	}
 	q := qOutboxClaim
-	if p.Publishing {
+	switch {
+	case p.Publishing && p.Profiles:
+		q = qOutboxClaimPublishingProfiles
+	case p.Publishing:
 		q = qOutboxClaimPublishing
 	}
 	rows, err := s.pool.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()))
@@ -35,9 +38,14 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		dest := []any{&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts,
 			&c.Tenant, &c.Recipient, &c.EventID, &c.Kind, &params, &expires}
 		var known *heraldtype.Known
-		if !p.Publishing {
+		switch {
+		case !p.Publishing:
 			known = &heraldtype.Known{ProfileRead: true}
 			dest = append(dest, &known.Delivery, &known.Profile, &profileAt)
+		case p.Profiles:
+			// For the relay's gate: whether a delivery row exists is not read.
+			known = &heraldtype.Known{ProfileRead: true, Delivery: true}
+			dest = append(dest, &known.Profile, &profileAt)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, s.fail("claim outbox batch: scan", err)

@@ -275,6 +275,13 @@ ORDER BY c.available_at, c.id`
        n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at
 FROM claimed c JOIN notifications n ON n.id = c.notification_id
 ORDER BY c.available_at, c.id`
+	// qOutboxClaimPublishingProfiles is the relay's claim with each job's
+	// recipient profile, for the relay's gate (OutboxClaimParams.Profiles).
+	qOutboxClaimPublishingProfiles = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
+       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, p.data, p.updated_at
+FROM claimed c JOIN notifications n ON n.id = c.notification_id
+LEFT JOIN profiles p ON p.tenant = n.tenant AND p.recipient = n.recipient
+ORDER BY c.available_at, c.id`
 	qOutboxClaimLease = `WITH due AS MATERIALIZED (
     SELECT notification_id, channel FROM outbox
     WHERE lane = $2::text AND state = 'PENDING' AND available_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))

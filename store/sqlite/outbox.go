@@ -46,10 +46,15 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 			return nil
 		}
 		idList, _ := json.Marshal(ids)
-		if err := readJobs(tx, out, byNotification, string(idList), !p.Publishing); err != nil {
+		if err := readJobs(tx, out, byNotification, string(idList), !p.Publishing || p.Profiles); err != nil {
 			return err
 		}
 		if p.Publishing {
+			for i := range out {
+				if k := out[i].Known; k != nil {
+					k.Delivery = true // for the relay's gate: not read
+				}
+			}
 			return nil
 		}
 		return readDelivered(tx, out)

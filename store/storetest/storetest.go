@@ -77,6 +77,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ConsentHistory", func(t *testing.T) { testConsentHistory(t, h) })
 	t.Run("EventKeys", func(t *testing.T) { testEventKeys(t, h) })
 	t.Run("Fallback", func(t *testing.T) { testFallback(t, h) })
+	t.Run("Deferrals", func(t *testing.T) { testDeferrals(t, h) })
 }
 
 // create is a NotificationCreate with sensible defaults; mutate adjusts it.
