@@ -10,6 +10,7 @@ import (
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -25,6 +26,9 @@ type Publisher interface {
 	Ready(ctx context.Context) error
 	// Publish sends every job of one lane as a persistent message whose
 	// message id is the job's MessageID, without waiting for confirms.
+	// Each job comes with the relay's claim of its row (Job.Outbox), whose
+	// token the message carries (the publication a consumer may put back
+	// into the outbox for a long deferral: store.Deferrals).
 	Publish(ctx context.Context, lane heraldtype.Lane, jobs []heraldtype.Job) Confirms
 }
 
@@ -74,6 +78,15 @@ type RelayConfig struct {
 	Hooks       RelayHooks
 	// SettleTimeout bounds the fenced writes after a batch. Defaults to 30 seconds.
 	SettleTimeout time.Duration
+	// Gate, when set, looks at each claimed job before it is published:
+	// the dispatcher's own layer of the send policy, as the db claimers'
+	// ClaimerConfig.Gate (quiet hours' early stop). The claim then reads
+	// each job's recipient profile for it (heraldtype.Known). A ruling
+	// that defers puts the row back to PENDING, due after Defer, with the
+	// ruling's reason (fenced, not a failed attempt): nothing is
+	// published, and the row waits in the outbox as with db. Any other
+	// ruling is the sender's to make, at send time: the job is published.
+	Gate func(ctx context.Context, job heraldtype.Job) sender.Ruling
 }
 
 // Relay moves one lane's outbox rows to the broker (seed 000 §2-2, §2-3):
@@ -93,6 +106,21 @@ type RelayConfig struct {
 // published again with the same message id, and the consumer's claim acks
 // the second copy without a provider call. Two relays (or two processes)
 // take disjoint rows: the claim skips locked rows and fences every write.
+//
+// # Deferred rows stay in the outbox
+//
+// With a Gate (quiet hours), a claimed row the gate defers is not
+// published: it goes back to PENDING, due at the end of the deferral, and
+// waits there as with the db transport, unseen by every claim until then
+// (the claim walks outbox_due only up to now). The seed puts this layer
+// here (seed 000 §2-2: the relay stops publishing marketing at 20:40 and
+// defers it to 08:00), so the night's backlog makes no broker copy at all.
+// What this layer cannot see, a message already in the broker when the
+// window closes (a campaign's queue still draining at 20:50) or a profile
+// changed after the publication, the consumer's sender defers at send
+// time; the consumer then puts the row back into the outbox itself
+// (store.Deferrals, package broker/rabbitmq), so no copy cycles through
+// the retry queues all night either.
 type Relay struct {
 	RelayConfig
 	settler settler
@@ -128,9 +156,18 @@ func NewRelay(cfg RelayConfig) *Relay {
 		maxAttempts: cfg.MaxAttempts, logger: cfg.Logger, alerts: cfg.Alerts, metrics: cfg.Metrics}}
 }
 
+// inflight is one claimed batch: the rows published, awaiting their
+// confirms (nil when none was), and the rows the gate held back.
 type inflight struct {
 	rows     []store.Claimed
 	confirms Confirms
+	held     []heldRow
+}
+
+// heldRow is a claimed row the gate deferred.
+type heldRow struct {
+	row    store.Claimed
+	ruling sender.Ruling
 }
 
 // Run relays until ctx is cancelled. It then stops claiming, waits for the
@@ -174,7 +211,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 			return
 		}
 		rows, err := r.Store.OutboxClaim(ctx, store.OutboxClaimParams{
-			Lane: r.Lane, Owner: r.Owner, Limit: r.BatchSize, Lease: r.Lease, Publishing: true,
+			Lane: r.Lane, Owner: r.Owner, Limit: r.BatchSize, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil,
 		})
 		if err != nil {
 			if !pause.after(ctx, r.Logger, "relay", r.Lane, err) {
@@ -184,15 +221,20 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		}
 		pause.reset()
 		if len(rows) > 0 {
+			b := r.gate(ctx, rows)
 			jobs = jobs[:0]
-			for i := range rows {
-				jobs = append(jobs, rows[i].Job)
+			for i := range b.rows {
+				job := b.rows[i].Job
+				job.Outbox = &b.rows[i].Fence
+				jobs = append(jobs, job)
 			}
-			// The publish is not cancelled by shutdown once the rows are
-			// claimed: finishing it costs at most the confirm timeout and
-			// spares the rows a wait for their lease.
-			confirms := r.Publisher.Publish(context.WithoutCancel(ctx), r.Lane, jobs)
-			batches <- inflight{rows: rows, confirms: confirms}
+			if len(jobs) > 0 {
+				// The publish is not cancelled by shutdown once the rows
+				// are claimed: finishing it costs at most the confirm
+				// timeout and spares the rows a wait for their lease.
+				b.confirms = r.Publisher.Publish(context.WithoutCancel(ctx), r.Lane, jobs)
+			}
+			batches <- b
 		}
 		if len(rows) == r.BatchSize {
 			continue // more may be waiting
@@ -206,11 +248,39 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	}
 }
 
-// settle waits for a batch's confirms and writes the outcome, fenced.
+// gate splits claimed rows into those to publish and those the Gate
+// defers.
+func (r *Relay) gate(ctx context.Context, rows []store.Claimed) inflight {
+	if r.Gate == nil {
+		return inflight{rows: rows}
+	}
+	var b inflight
+	for _, row := range rows {
+		if v := r.Gate(ctx, row.Job); v.State == "" && v.Defer > 0 {
+			b.held = append(b.held, heldRow{row: row, ruling: v})
+			continue
+		}
+		b.rows = append(b.rows, row)
+	}
+	return b
+}
+
+// settle puts back the rows the gate held, waits for a batch's confirms
+// and writes the outcome, fenced.
 func (r *Relay) settle(ctx context.Context, b inflight) {
-	errs := b.confirms.Wait()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.SettleTimeout)
 	defer cancel()
+	for _, h := range b.held {
+		ok, err := r.Store.OutboxRetry(wctx, store.OutboxRetryParams{Fence: h.row.Fence, Delay: h.ruling.Defer, Reason: h.ruling.Reason})
+		r.settler.report(ctx, h.row, ResultDeferred, ok, err)
+	}
+	if b.confirms == nil {
+		if h := r.Hooks.AfterSettle; h != nil {
+			h(0, 0)
+		}
+		return
+	}
+	errs := b.confirms.Wait()
 	confirmed := make([]store.Claimed, 0, len(b.rows))
 	var failed []int
 	for i, err := range errs {

@@ -21,13 +21,14 @@ const (
 	ResultFailed    = "failed"    // the last attempt failed: FAILED, alerted
 	ResultPublished = "published" // relay: the broker confirmed it
 	ResultRepublish = "republish" // relay: the connection was lost before the confirm; offered again
+	ResultDeferred  = "deferred"  // relay: its gate deferred the row, PENDING until it may go, unpublished
 )
 
 // ClaimerResults and RelayResults are the results each dispatcher counts,
 // exported at 0 from the start.
 var (
 	ClaimerResults = []string{ResultDone, ResultRetry, ResultReleased, ResultBackoff, ResultFailed}
-	RelayResults   = []string{ResultPublished, ResultRepublish, ResultBackoff, ResultFailed}
+	RelayResults   = []string{ResultPublished, ResultRepublish, ResultDeferred, ResultBackoff, ResultFailed}
 )
 
 // settler writes what became of a claimed row, fenced; the claimers and the

@@ -137,14 +137,20 @@ func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, jobs []he
 }
 
 // JobMessage is the message for a job: its JSON as the body, its message id,
-// persistent, with the tenant in a header.
+// persistent, with the tenant in a header, and for a job that comes with
+// the relay's claim of its row (Job.Outbox) the claim's token
+// (HeaderOutboxToken).
 func JobMessage(job heraldtype.Job, now time.Time) (amqp.Publishing, error) {
 	body, err := json.Marshal(job)
 	if err != nil {
 		return amqp.Publishing{}, fmt.Errorf("encode job %s: %w", job.MessageID, err)
 	}
+	headers := amqp.Table{HeaderTenant: job.Tenant}
+	if job.Outbox != nil {
+		headers[HeaderOutboxToken] = job.Outbox.Token
+	}
 	return amqp.Publishing{
-		Headers:      amqp.Table{HeaderTenant: job.Tenant},
+		Headers:      headers,
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
 		MessageId:    job.MessageID,

@@ -26,6 +26,55 @@
 // redelivery after a lost ack, a republish after a lost confirm and a
 // requeue from parking all make copies of a message. The deliveries claim
 // (a unique insert on message_id) is the one guard.
+//
+// # Long deferrals wait in the outbox
+//
+// A deferred send (quiet hours: sender.DeferFor) waits in the outbox, as
+// with the db transport, not in the broker. Two layers see to it:
+//
+//   - The relay's gate (dispatch.RelayConfig.Gate) defers a row before it
+//     is published: from 20:40 the night's marketing is put back to
+//     PENDING, due at the next opening, and makes no broker copy at all.
+//   - The consumer takes back what was published before the gate could
+//     hold it: a message still in the lane's queue when the window closes
+//     (a campaign that has not drained by 20:50), a profile whose time
+//     zone changed since, a copy back from the retry queue. A sender's
+//     Retry that holds nothing (no claim, nothing written by this copy)
+//     and waits longer than the longest retry tier would otherwise go
+//     round the retry queues until due (every 30 minutes on the default
+//     tiers: some 23 copies a night) while its outbox row stays PUBLISHED
+//     with no delivery row, which the watchdog re-drives every
+//     watchdog_published_grace (an hour): a REDRIVEN alert and one more
+//     copy each time. Instead the consumer puts the row back to PENDING,
+//     due at the end of the wait (store.Deferrals, fenced by the token of
+//     the relay's claim that published the message, HeaderOutboxToken),
+//     and acks the copy.
+//
+// Either way the row is then owned as every PENDING row is: the relay
+// publishes it again when it is due, the expiry sweep ends it EXPIRED at
+// its due-by, and the watchdog and reconciliation count it, and a delivery
+// waiting in RETRY_WAIT behind it, as owned. The relay's layer alone would
+// leave the second kind cycling; the consumer's alone would publish every
+// night row once and miss the 20:40 stop (the sender's own check closes
+// at 20:50), which seed 000 puts in the relay.
+//
+// How the consumer finds the row decides what becomes of its copy, so the
+// copy never closes the message's way back while nothing else holds it:
+//
+//	PUBLISHED, this publication    PENDING, due after the wait; ack (deferred)
+//	PUBLISHING, this publication   the relay has yet to mark it (its confirm
+//	                               and this copy raced): keep the copy and
+//	                               look again after the publication's age,
+//	                               1 s to 1 min, like the sender's recheck
+//	a newer publication's row,     another owner carries the message (that
+//	or PENDING                     copy, or the claim at available_at): ack
+//	ended or gone; no token        keep the copy in the retry queue for the
+//	header; no store configured    wait, as for any Retry
+//	store unavailable              keep the copy for the dispatcher's backoff
+//	                               and try again
+//
+// Only the sender decides whether to send: the row's next publication
+// meets the sender's checks and its claim again.
 package rabbitmq
 
 import (
@@ -49,6 +98,10 @@ const (
 	HeaderBackoffs = "x-herald-backoffs"
 	// HeaderParkedAt is when herald parked the message (RFC 3339).
 	HeaderParkedAt = "x-herald-parked-at"
+	// HeaderOutboxToken carries the fencing token of the relay's claim that
+	// published the message: the publication whose outbox row a long
+	// deferral puts back (consumer.go, "Long deferrals wait in the outbox").
+	HeaderOutboxToken = "x-herald-outbox-token"
 )
 
 // ParkedKey is the routing key of the parking exchange.
