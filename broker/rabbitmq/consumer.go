@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
 )
 
 // ConsumerHooks are test seams. Each may be nil.
@@ -51,6 +52,11 @@ type ConsumerConfig struct {
 	// Defaults to logging them.
 	Alerts alert.Sink
 	Hooks  ConsumerHooks
+	// Outbox takes back the outbox row of a message whose send waits
+	// longer than the longest retry tier ("Long deferrals wait in the
+	// outbox" in the package doc). Defaults to nil: every Retry goes to
+	// the retry queue.
+	Outbox store.Deferrals
 }
 
 // What a consumer did with a message, counted in herald_dispatch_total's
@@ -66,7 +72,7 @@ const (
 
 // ConsumerResults are the results a consumer counts, exported at 0 from
 // the start.
-var ConsumerResults = []string{ActionAcked, ActionRetryQueued, ActionParked, ActionRequeued, ActionBackoff, ActionAckLost}
+var ConsumerResults = []string{ActionAcked, ActionRetryQueued, ActionDeferred, ActionParked, ActionRequeued, ActionBackoff, ActionAckLost}
 
 // Consumer reads one lane's queue and hands every message to the sender.
 // It acks a message only after the sender returned (so after the delivery's
@@ -81,7 +87,9 @@ var ConsumerResults = []string{ActionAcked, ActionRetryQueued, ActionParked, Act
 //	Retry    publish to the retry queue for Result.Delay (confirmed), ack;
 //	         also a recheck: the sender found another copy's SENDING claim,
 //	         or could not tell whether its result was written, and this
-//	         copy may be the only one left to carry out a retry
+//	         copy may be the only one left to carry out a retry; a wait
+//	         longer than the longest tier that holds nothing (a deferral)
+//	         puts the outbox row back instead (ConsumerConfig.Outbox), ack
 //	Park     publish to the parking queue with x-failure-reason (confirmed), ack
 //	Backoff  during shutdown (before a claim): nack with requeue; otherwise
 //	         publish to the retry queue for the dispatcher's backoff, ack
@@ -214,9 +222,13 @@ func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer
 	switch res.Verdict {
 	case sender.Done:
 	case sender.Retry:
-		action = ActionRetryQueued
-		err = c.republish(wctx, conf, d, c.cfg.Topology.RetryExchange(),
-			c.cfg.Topology.RetryKey(c.cfg.Lane, c.cfg.Topology.RetryTier(res.Delay)), nil)
+		var keep bool
+		var delay time.Duration
+		var set amqp.Table
+		if action, keep, delay, set = c.retryCopy(wctx, d, job, res); keep {
+			err = c.republish(wctx, conf, d, c.cfg.Topology.RetryExchange(),
+				c.cfg.Topology.RetryKey(c.cfg.Lane, c.cfg.Topology.RetryTier(delay)), set)
+		}
 	case sender.Park:
 		action = ActionParked
 		err = c.republish(wctx, conf, d, c.cfg.Topology.ParkingExchange(), ParkedKey, amqp.Table{
