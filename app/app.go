@@ -400,12 +400,13 @@ func (a *App) newRabbitMQ() []rabbitLane {
 			Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Publisher: pub, Owner: a.owner,
 			BatchSize: a.cfg.RabbitMQ.RelayBatch, InFlight: a.cfg.RabbitMQ.RelayInFlight, Lease: a.cfg.Lease.D(),
 			PollInterval: a.cfg.PollInterval.D(), MaxAttempts: a.cfg.DispatchMaxAttempts,
-			Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
+			Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Gate: a.relayGate(lane),
 		})
 		cons := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{
 			URL: a.cfg.RabbitMQURL, Name: fmt.Sprintf("herald-consumer-%s-%s", lane, a.owner), Lane: lane, Topology: topo,
 			Sender: a.sender, Concurrency: a.cfg.LaneConcurrency(lane), Prefetch: a.cfg.LanePrefetch(lane),
 			ConfirmTimeout: a.cfg.RabbitMQ.ConfirmTimeout.D(), Logger: a.logger, Metrics: a.metrics, Alerts: a.alerts,
+			Outbox: a.store,
 		})
 		lanes = append(lanes, rabbitLane{lane: lane, pub: pub, relay: relay, cons: cons})
 	}

@@ -1,7 +1,10 @@
 package app
 
 import (
+	"context"
+
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/quiethours"
 	"github.com/heraldhq/herald/sender"
 )
@@ -50,6 +53,21 @@ func (a *App) quietHoursChecks() []sender.Check {
 func (a *App) quietHoursGates() []gate {
 	if r := a.quietHours(); r != nil {
 		return []gate{r.Gate}
+	}
+	return nil
+}
+
+// relayGate is the rabbitmq relay's layer, on the marketing lane (the
+// only one quiet hours hold): a row claimed from stop_release_before
+// ahead of the window's end is not published but waits in the outbox for
+// the next opening (dispatch.RelayConfig.Gate). nil on the other lanes,
+// whose claims then read no profiles.
+func (a *App) relayGate(lane heraldtype.Lane) func(ctx context.Context, job heraldtype.Job) sender.Ruling {
+	if lane != heraldtype.LaneMarketing {
+		return nil
+	}
+	if r := a.quietHours(); r != nil {
+		return r.Gate
 	}
 	return nil
 }

@@ -33,14 +33,21 @@ type quietHerald struct {
 	seoul  *time.Location
 }
 
-// startQuietHerald runs herald on driver ("sqlite", "postgres" or
-// "postgres+rabbitmq") with the default quiet hours (08:00–20:50
-// Asia/Seoul, the dispatcher stopping at 20:40), its clock at start.
-func startQuietHerald(t *testing.T, driver string, start time.Time) *quietHerald {
+// startQuietHerald runs herald on driver ("sqlite", "postgres",
+// "sqlite+rabbitmq" or "postgres+rabbitmq") with the default quiet hours
+// (08:00–20:50 Asia/Seoul, the dispatcher stopping at 20:40), its clock at
+// start; edits adjust the config and the options.
+func startQuietHerald(t *testing.T, driver string, start time.Time, edits ...func(*config.Config, *app.Options)) *quietHerald {
 	t.Helper()
+	h := &quietHerald{clk: clock.NewFake(start), alerts: &alert.Recorder{}}
+	h.seoul, _ = time.LoadLocation("Asia/Seoul")
+	opts := app.Options{Clock: h.clk, Alerts: h.alerts}
 	database, mq := driverDatabase(t, driver), ""
-	if driver == "postgres+rabbitmq" {
+	switch driver {
+	case "postgres+rabbitmq":
 		database, mq = testpg.Schema(t), testmq.VHost(t)
+	case "sqlite+rabbitmq":
+		mq = testmq.VHost(t)
 	}
 	cfg := testConfig(t, database, func(c *config.Config) {
 		if mq != "" {
@@ -53,10 +60,11 @@ func startQuietHerald(t *testing.T, driver string, start time.Time) *quietHerald
 			config.Kind{Name: "promo.sms", Category: "marketing", Channels: []string{"sms"}, Templates: sms},
 			config.Kind{Name: "receipt.sms", Category: "transactional", Channels: []string{"sms"}, Templates: sms},
 			config.Kind{Name: "fraud.sms", Category: "alert", Channels: []string{"sms"}, Templates: sms})
+		for _, edit := range edits {
+			edit(c, &opts)
+		}
 	})
-	h := &quietHerald{clk: clock.NewFake(start), alerts: &alert.Recorder{}}
-	h.seoul, _ = time.LoadLocation("Asia/Seoul")
-	h.a, h.base = newHerald(t, cfg, app.Options{Clock: h.clk, Alerts: h.alerts})
+	h.a, h.base = newHerald(t, cfg, opts)
 	h.sms = h.a.Sim("sim-sms")
 	runHerald(t, h.a)
 	for recipient, profile := range map[string]string{
@@ -226,37 +234,6 @@ func TestQuietHoursOverHTTP(t *testing.T) {
 				t.Fatalf("sent twice: %v", dups)
 			}
 		})
-	}
-}
-
-// With the rabbitmq transport the relay publishes without the dispatcher's
-// gate: the sender's own check defers marketing at 21:00 (the consumer
-// puts the copy in the retry queue; no call, no delivery row), while a
-// transactional send goes at once.
-func TestQuietHoursWithRabbitMQ(t *testing.T) {
-	t.Parallel()
-	seoul, _ := time.LoadLocation("Asia/Seoul")
-	h := startQuietHerald(t, "postgres+rabbitmq", time.Date(2026, 6, 11, 21, 0, 0, 0, seoul))
-	promo, promoMsg := h.post(t, "promo.sms", "r-kr", "promo", nil)
-	receipt, _ := h.post(t, "receipt.sms", "r-kr", "receipt", nil)
-	h.waitState(t, receipt, "PROVIDER_ACCEPTED", "")
-	testenv.WaitFor(t, "the marketing copy in the retry queue", testenv.Patience, func() bool {
-		return metric(t, h.base, `herald_dispatch_total{lane="marketing",result="retry_queued"}`) == "1"
-	})
-	h.wantCalls(t, promoMsg, 0)
-	// The relay marks the row PUBLISHED once the broker confirmed it,
-	// which may be after the consumer has had the copy.
-	var last store.DeliveryView
-	testenv.WaitFor(t, "the deferred marketing send PUBLISHED with no delivery row", testenv.Patience, func() bool {
-		v, err := h.a.Store().NotificationGet(context.Background(), config.DevTenant, promo)
-		if err != nil || len(v.Deliveries) != 1 {
-			t.Fatalf("NotificationGet: %+v %v", v, err)
-		}
-		last = v.Deliveries[0]
-		return last.OutboxState == heraldtype.OutboxPublished
-	})
-	if last.Delivery != nil {
-		t.Fatalf("the deferral wrote a delivery row: %+v", last.Delivery)
 	}
 }
 

@@ -7,16 +7,24 @@
 //
 // Two layers, each of which holds on its own:
 //
-//   - The dispatcher's (Rule.Gate, run by the db transport's claimers on
-//     each claimed job): it stops releasing marketing StopReleaseBefore (10
-//     minutes) before the window closes, from 20:40, so nothing it lets
-//     through is still on its way at 20:50, and defers each job it holds
-//     to the next opening. The claimer puts the outbox row back to PENDING
-//     with available_at at that opening and last_reason QUIET_HOURS.
+//   - The dispatcher's (Rule.Gate, run on each claimed job by the db
+//     transport's claimers and by the rabbitmq transport's marketing
+//     relay, whose claim then reads the profiles too): it stops releasing
+//     marketing StopReleaseBefore (10 minutes) before the window closes,
+//     from 20:40, so nothing it lets through is still on its way at
+//     20:50, and defers each job it holds to the next opening. The
+//     claimer or the relay puts the outbox row back to PENDING with
+//     available_at at that opening and last_reason QUIET_HOURS; the relay
+//     publishes nothing for it.
 //   - The sender's (Rule.Check), at send time, with the profile read now:
 //     outside the window itself (from 20:50) it defers rather than sends.
-//     With the rabbitmq transport, whose relay publishes without the gate,
-//     it is the only layer: the deferral goes to the retry queue.
+//     With rabbitmq this catches what was published before 20:40 and
+//     still sits in the broker at 20:50 (a campaign's queue draining):
+//     the consumer puts the row back to PENDING for the opening too and
+//     drops its copy (package broker/rabbitmq, "Long deferrals wait in
+//     the outbox"), so the night's wait is the outbox's with either
+//     transport: no copy goes round the retry queues, and no PUBLISHED
+//     row without a delivery is left for the watchdog to re-drive.
 //
 // A deferral is sender.DeferFor(until the next opening, QUIET_HOURS): no
 // delivery row, no provider call, no failed attempt. The row keeps its
@@ -37,10 +45,9 @@
 //
 // A job is deferred to the next opening even when its expires_at comes
 // first: it is not expired before its due-by, and no send is made after
-// it. With the db transport the expiry sweep ends the waiting row EXPIRED
-// at expires_at and raises OUTBOX_EXPIRED, as for any row past its due-by.
-// With rabbitmq the copy that returns from the retry queue after
-// expires_at is ended by the sender's expiry pre-check, SUPPRESSED(EXPIRED).
+// it. The expiry sweep ends the waiting row EXPIRED at expires_at and
+// raises OUTBOX_EXPIRED, as for any row past its due-by, with either
+// transport (the row waits in the outbox with both).
 //
 // # Time
 //
@@ -126,8 +133,9 @@ func (r *Rule) Check(_ context.Context, s sender.Subject) sender.Ruling {
 }
 
 // Gate is the dispatcher's layer, for the db transport's claimers (via
-// sender.Sender.Apply): a claimed marketing job outside its recipient's
-// window less StopReleaseBefore is deferred to the next opening. It reads
+// sender.Sender.Apply) and the rabbitmq relay (dispatch.RelayConfig.Gate):
+// a claimed marketing job outside its recipient's window less
+// StopReleaseBefore is deferred to the next opening. It reads
 // the recipient's profile the claim read with the job; a job that came
 // without it goes on to the sender, which reads the profile and checks
 // itself. So does a send the sender will refuse at once for want of
