@@ -24,7 +24,9 @@
 //     package ratelimit), wait for its token first: before the claim,
 //     never while holding one, so a process that dies while waiting leaves
 //     no SENDING row, and a token is spent only by a send that passed its
-//     pre-checks. No token within the limiter's bound → Retry after the
+//     pre-checks; a wait that lasted (recheckAfterPace) runs Config.Checks
+//     again, since it may have crossed a rule's boundary (quiet hours'
+//     20:50). No token within the limiter's bound → Retry after the
 //     time it names (RATE_LIMITED; nothing written, not a failed attempt);
 //     a limiter that cannot reach the store → Backoff, as any store
 //     failure before the claim. Then insert the SENDING row (unique on
@@ -281,6 +283,12 @@ type Limiter interface {
 // ReasonRateLimited is the reason of a Retry the rate limit answered.
 const ReasonRateLimited = "RATE_LIMITED"
 
+// recheckAfterPace is the rate-limit wait after which Config.Checks run
+// again before the claim. A shorter wait is within what the path from the
+// checks to the provider call takes anyway (the claim's round trip to the
+// store); a token taken from the process's own grant takes microseconds.
+const recheckAfterPace = 10 * time.Millisecond
+
 // RetryClock is the time the sender's store retries run on.
 type RetryClock interface {
 	Now() time.Time
@@ -365,8 +373,9 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	if decision != nil {
 		return s.decide(ctx, job, *decision)
 	}
+	var sub Subject
 	if len(s.Checks) > 0 {
-		sub := Subject{Job: job, Category: s.Catalog.Kind(job.Kind).Lane, Profile: profile, Message: &msg, Provider: named.Name}
+		sub = Subject{Job: job, Category: s.Catalog.Kind(job.Kind).Lane, Profile: profile, Message: &msg, Provider: named.Name}
 		if v := s.runChecks(ctx, sub); !v.Go() {
 			return s.Apply(ctx, job, v)
 		}
@@ -381,8 +390,17 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	// retried after an error whose first try did commit finds its own
 	// SENDING row and loses; the stale sweep settles that row as UNKNOWN,
 	// never a second call.
+	paced := s.Clock.Now()
 	if r, stop := s.pace(ctx, job, named.Name); stop {
 		return r
+	}
+	// A wait for the rate limit may cross a rule's boundary (quiet hours'
+	// 20:50): the rules rule again on a send that waited longer than the
+	// claim and the call themselves take (recheckAfterPace).
+	if len(s.Checks) > 0 && s.Clock.Now().Sub(paced) >= recheckAfterPace {
+		if v := s.runChecks(ctx, sub); !v.Go() {
+			return s.Apply(ctx, job, v)
+		}
 	}
 	work := context.WithoutCancel(ctx)
 	var claim store.DeliveryClaimResult
