@@ -71,8 +71,12 @@
 // (RATE_LIMITED) leaves the key to the same notification, whose next
 // attempt finds it its own; an expiry found after the wait ends the send
 // without a call (the key is freed at the lease's end, as above); a lost
-// claim is another copy of the same message. The lease (at least a
-// minute, config validation) outlasts that stretch. Taking the key after
+// claim is another copy of the same message. A pace that waited makes the
+// sender run the rules again before the claim: the check finds the key
+// its own and extends the lease at that moment, and a rule that now
+// defers the send (the wait crossed quiet hours' 20:50) leaves the key to
+// this notification for the lease only. The lease (at least a minute,
+// config validation) outlasts that stretch. Taking the key after
 // the claim instead would need a SENDING row to end SUPPRESSED without a
 // call, a transition the sender's table does not have (a SENDING row ends
 // by its call's result or the stale sweep): so the key is taken as the
