@@ -214,34 +214,27 @@ func TestChannelPolicyFirst(t *testing.T) {
 					t.Fatalf("%d SMS calls, want none", n)
 				}
 			})
-			t.Run("PushAcceptedTheRestSkipped", func(t *testing.T) {
-				h.recipient(t, "live", "tok-live-0000000000001")
-				id := h.notify(t, "live", "e2")
-				skipped := func(step int) lookup.Fallback {
-					return lookup.Fallback{Step: step, Decision: fallback.DecisionSkipped, After: "PROVIDER_ACCEPTED"}
-				}
-				h.settled(t, id,
-					entry{"push", "PROVIDER_ACCEPTED", "", first},
-					entry{"alimtalk", "SKIPPED", fallback.ReasonNotNeeded, skipped(2)},
-					entry{"sms", "SKIPPED", fallback.ReasonNotNeeded, skipped(3)})
-				if n := h.alimtalk.callsOf(id) + h.sms.callsOf(id); n != 0 {
-					t.Fatalf("%d AlimTalk and SMS calls, want none", n)
-				}
-			})
-			t.Run("PushUnknownNothingElseSent", func(t *testing.T) {
-				h.recipient(t, "lost", "tok-lost-0000000000001")
-				id := h.notify(t, "lost", "e3")
-				skipped := func(step int) lookup.Fallback {
-					return lookup.Fallback{Step: step, Decision: fallback.DecisionSkipped, After: "UNKNOWN"}
-				}
-				h.settled(t, id,
-					entry{"push", "UNKNOWN", "TIMEOUT_AFTER_WRITE", first},
-					entry{"alimtalk", "SKIPPED", fallback.ReasonNotNeeded, skipped(2)},
-					entry{"sms", "SKIPPED", fallback.ReasonNotNeeded, skipped(3)})
-				if n := h.alimtalk.callsOf(id) + h.sms.callsOf(id); n != 0 {
-					t.Fatalf("%d AlimTalk and SMS calls, want none", n)
-				}
-			})
+			// An accepted push, or one that may have gone out (UNKNOWN):
+			// no other channel is called.
+			for _, c := range []struct{ recipient, token, state, reason string }{
+				{"live", "tok-live-0000000000001", "PROVIDER_ACCEPTED", ""},
+				{"lost", "tok-lost-0000000000001", "UNKNOWN", "TIMEOUT_AFTER_WRITE"},
+			} {
+				t.Run("Push"+c.state+"NothingElseSent", func(t *testing.T) {
+					h.recipient(t, c.recipient, c.token)
+					id := h.notify(t, c.recipient, "e-"+c.recipient)
+					skipped := func(step int) lookup.Fallback {
+						return lookup.Fallback{Step: step, Decision: fallback.DecisionSkipped, After: c.state}
+					}
+					h.settled(t, id,
+						entry{"push", c.state, c.reason, first},
+						entry{"alimtalk", "SKIPPED", fallback.ReasonNotNeeded, skipped(2)},
+						entry{"sms", "SKIPPED", fallback.ReasonNotNeeded, skipped(3)})
+					if n := h.alimtalk.callsOf(id) + h.sms.callsOf(id); n != 0 {
+						t.Fatalf("%d AlimTalk and SMS calls, want none", n)
+					}
+				})
+			}
 			t.Run("NoPushDeviceFirstUsableChannel", func(t *testing.T) {
 				h.recipient(t, "nodevice")
 				id := h.notify(t, "nodevice", "e4")

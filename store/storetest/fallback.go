@@ -114,6 +114,13 @@ func endSend(t *testing.T, b bundle, row store.Claimed, state heraldtype.Deliver
 	}
 }
 
+// ending is how a test ends a send, and the cause the next step records.
+type ending struct {
+	state  heraldtype.DeliveryState
+	reason string
+	after  string
+}
+
 func testFallback(t *testing.T, h Harness) {
 	t.Run("IntakeWritesTheFirstStepPendingAndTheRestWaiting", func(t *testing.T) {
 		t.Parallel()
@@ -151,11 +158,7 @@ func testFallback(t *testing.T, h Harness) {
 	t.Run("DefiniteFailureReleasesTheNextStepInTheRecordsWrite", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		for _, end := range []struct {
-			state  heraldtype.DeliveryState
-			reason string
-			after  string
-		}{
+		for _, end := range []ending{
 			{heraldtype.DeliveryPermanentFailure, "UNREGISTERED", "PERMANENT_FAILURE"},
 			{heraldtype.DeliveryRetryExhausted, "HTTP_503", "RETRY_EXHAUSTED"},
 			{heraldtype.DeliverySuppressed, heraldtype.ReasonDestinationUnavailable, heraldtype.ReasonDestinationUnavailable},
@@ -190,11 +193,7 @@ func testFallback(t *testing.T, h Harness) {
 	t.Run("AnyOtherEndSkipsTheRest", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		for _, end := range []struct {
-			state  heraldtype.DeliveryState
-			reason string
-			after  string
-		}{
+		for _, end := range []ending{
 			{heraldtype.DeliveryProviderAccepted, "", "PROVIDER_ACCEPTED"},
 			{heraldtype.DeliveryUnknown, "TIMEOUT", "UNKNOWN"},
 			{heraldtype.DeliverySuppressed, heraldtype.ReasonQuietHours, heraldtype.ReasonQuietHours},
