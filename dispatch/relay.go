@@ -265,15 +265,33 @@ func (r *Relay) gate(ctx context.Context, rows []store.Claimed) inflight {
 	return b
 }
 
+// putBackAtOnce bounds the gate's deferral writes in flight per batch.
+const putBackAtOnce = 64
+
+// putBack returns the rows the gate held to PENDING, due after their
+// deferral, fenced. The writes go side by side: both stores commit
+// concurrent writes together (group commit), so a night's batch costs a
+// few commits, not one per row.
+func (r *Relay) putBack(ctx, wctx context.Context, held []heldRow) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, putBackAtOnce)
+	for _, h := range held {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			ok, err := r.Store.OutboxRetry(wctx, store.OutboxRetryParams{Fence: h.row.Fence, Delay: h.ruling.Defer, Reason: h.ruling.Reason})
+			r.settler.report(ctx, h.row, ResultDeferred, ok, err)
+		})
+	}
+	wg.Wait()
+}
+
 // settle puts back the rows the gate held, waits for a batch's confirms
 // and writes the outcome, fenced.
 func (r *Relay) settle(ctx context.Context, b inflight) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.SettleTimeout)
 	defer cancel()
-	for _, h := range b.held {
-		ok, err := r.Store.OutboxRetry(wctx, store.OutboxRetryParams{Fence: h.row.Fence, Delay: h.ruling.Defer, Reason: h.ruling.Reason})
-		r.settler.report(ctx, h.row, ResultDeferred, ok, err)
-	}
+	r.putBack(ctx, wctx, b.held)
 	if b.confirms == nil {
 		if h := r.Hooks.AfterSettle; h != nil {
 			h(0, 0)
