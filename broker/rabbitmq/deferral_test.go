@@ -225,3 +225,44 @@ func (e *env) publishJob(t *testing.T, id string, fence *heraldtype.Fence) {
 		t.Fatal("publish: nacked")
 	}
 }
+
+// A consumer that dies after putting the row back, before its ack: the
+// broker redelivers the copy, whose deferral finds the row PENDING (its
+// own earlier write) and drops it. The row keeps the first write's due
+// time; nothing is left in the broker.
+func TestLongDeferralCrashBeforeTheAckDropsTheRedelivery(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now().Truncate(time.Second))
+	e := setup(t, options{clk: clk})
+	id := e.notify(t, "pay")
+	fence := publishedOnce(t, e, id)
+	due := clk.Now().Add(2 * time.Hour)
+	var killed atomic.Bool
+	e.consumer(t, rabbitmq.ConsumerConfig{Concurrency: 1, Outbox: e.store,
+		Sender: senderFunc(func(context.Context, heraldtype.Job) sender.Result {
+			return sender.Result{Verdict: sender.Retry, Reason: heraldtype.ReasonQuietHours, Delay: 2 * time.Hour}
+		}),
+		Hooks: rabbitmq.ConsumerHooks{BeforeAck: func(_ heraldtype.Job, _ sender.Result, kill func()) {
+			if killed.CompareAndSwap(false, true) {
+				clk.Advance(time.Minute) // a second write would move the due time
+				kill()
+			}
+		}}})
+	e.publishJob(t, id, fence)
+	e.waitFor(t, "the redelivered copy settled", func() bool { return len(e.actions(id)) > 1 })
+	if a := e.actions(id); !slices.Equal(a, []string{rabbitmq.ActionAckLost, rabbitmq.ActionAcked}) {
+		t.Fatalf("actions %v, want the first ack lost, then the redelivery dropped", a)
+	}
+	v := e.view(t, id)
+	if v.OutboxState != heraldtype.OutboxPending || !v.AvailableAt.Equal(due) {
+		t.Fatalf("outbox %s due %s, want PENDING due %s", v.OutboxState, v.AvailableAt, due)
+	}
+	if n := e.readyIn(t, e.topo.Queue(lane)); n != 0 {
+		t.Fatalf("%d messages left in the lane queue", n)
+	}
+	for _, d := range e.topo.RetryDelays {
+		if n := e.readyIn(t, e.topo.RetryQueue(lane, d)); n != 0 {
+			t.Fatalf("%d copies in %s, want none", n, e.topo.RetryQueue(lane, d))
+		}
+	}
+}
