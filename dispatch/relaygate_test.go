@@ -96,3 +96,39 @@ func TestRelayGateKeepsDeferredRowsInTheOutbox(t *testing.T) {
 		}
 	})
 }
+
+// A relay that dies after its claim, before it put back the rows its gate
+// held, leaves them PUBLISHING under its lease: once the lease has run
+// out, the reclaim sweep returns them to PENDING and the next relay's
+// gate defers them. Nothing was published.
+func TestRelayDeadBeforeThePutBackLeavesItsRowsToTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.notify(t, "promo", heraldtype.LaneTransactional)
+	if rows, err := b.store.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "dead",
+		Limit: 10, Lease: time.Minute, Publishing: true, Profiles: true}); err != nil || len(rows) != 1 {
+		t.Fatalf("the dead relay's claim: %d rows (%v)", len(rows), err)
+	}
+	b.clk.Advance(time.Minute + time.Second)
+	if n, err := b.store.OutboxReclaimExpired(b.ctx); err != nil || n != 1 {
+		t.Fatalf("reclaimed %d (%v), want the dead relay's row", n, err)
+	}
+	pub := &fakePublisher{published: map[string]int{}}
+	stop := runRelay(t, dispatch.NewRelay(dispatch.RelayConfig{
+		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Publisher: pub, Owner: "relay", BatchSize: 7, Lease: time.Minute, PollInterval: 5 * time.Millisecond, Alerts: b.alerts,
+		Gate: func(context.Context, heraldtype.Job) sender.Ruling {
+			return sender.DeferFor(time.Hour, heraldtype.ReasonQuietHours)
+		},
+	}))
+	defer stop()
+	testenv.WaitFor(t, "the row deferred by the next relay", testenv.Patience, func() bool {
+		return b.entry(t, id).OutboxReason == heraldtype.ReasonQuietHours
+	})
+	if e := b.entry(t, id); e.OutboxState != heraldtype.OutboxPending || !e.AvailableAt.Equal(b.clk.Now().Add(time.Hour)) {
+		t.Fatalf("outbox %s due %s, want PENDING due in an hour", e.OutboxState, e.AvailableAt)
+	}
+	if n := pub.count(store.MessageID(id, heraldtype.ChannelWebhook)); n != 0 {
+		t.Fatalf("published %d times", n)
+	}
+}
