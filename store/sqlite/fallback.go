@@ -22,7 +22,7 @@ const (
 	qFallbackInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at, fallback_step)
 VALUES (?1, ?2, ?3, ?4, ?5, CASE WHEN ?10 = 1 THEN 'PENDING' ELSE 'WAITING' END, ?6, ?7, ?8, ?9, ?10)`
 	// qFallbackOf reads the chain of the send ?1, if it is on one, and
-	// how many sends its step has.
+	// how many sends its step has (for a definite failure).
 	qFallbackOf = `SELECT o.notification_id, o.fallback_step, o.lane,
        (SELECT count(*) FROM outbox s WHERE s.notification_id = o.notification_id AND s.fallback_step = o.fallback_step)
 FROM outbox o WHERE o.message_id = ?1 AND o.fallback_step IS NOT NULL`
@@ -38,6 +38,16 @@ SET fallback_fails = fallback_fails + 1,
     updated_at = ?1
 WHERE notification_id = ?2 AND fallback_step = ?3 + 1 AND state = 'WAITING'
 RETURNING state = 'PENDING'`
+	// qFallbackSkipAfter ends every WAITING row after the send ?2's step,
+	// if it is on a chain: SKIPPED, not needed, after ?3. One statement,
+	// the common end of a chain's send and of every other send (whose
+	// step is NULL: nothing matches). The send's row is found by its
+	// unique message_id; +state keeps the partial index of WAITING rows
+	// out of it, so the chain's rows are found by outbox_notification.
+	// ?1 now.
+	qFallbackSkipAfter = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = ?3, updated_at = ?1
+WHERE notification_id = (SELECT notification_id FROM outbox WHERE message_id = ?2)
+  AND fallback_step > (SELECT fallback_step FROM outbox WHERE message_id = ?2) AND +state = 'WAITING'`
 	// qFallbackSkip ends every WAITING row after step ?3: SKIPPED, not
 	// needed, after ?4. ?1 now, ?2 notification id.
 	qFallbackSkip = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = ?4, updated_at = ?1
@@ -81,7 +91,7 @@ WHERE notification_id = ?2 AND fallback_step = ?3 AND state = 'WAITING'`
 )
 
 // fallbackQueries are prepared on the writer's connection at open.
-var fallbackQueries = []string{qFallbackInsert, qFallbackOf, qFallbackFail, qFallbackSkip, qFallbackExpired, qFallbackErased, qFallbackChain, qFallbackRelease}
+var fallbackQueries = []string{qFallbackInsert, qFallbackOf, qFallbackFail, qFallbackSkipAfter, qFallbackSkip, qFallbackExpired, qFallbackErased, qFallbackChain, qFallbackRelease}
 
 // chain numbers a create's sends as insertPlanned writes them: nil off a
 // chain (NotificationCreateParams.Fallback false).
@@ -116,6 +126,12 @@ func fallbackEnded(tx wtx, now int64, messageID string, state heraldtype.Deliver
 	if !state.Terminal() {
 		return "", nil // RETRY_WAIT, PARKED: the chain waits
 	}
+	if !fallback.Definite(state, reason) {
+		if _, err := tx.Exec(qFallbackSkipAfter, now, messageID, fallback.Cause(state, reason)); err != nil {
+			return "", fmt.Errorf("skip fallback steps: %w", err)
+		}
+		return "", nil
+	}
 	var (
 		nid, lane   string
 		step, sends int
@@ -127,15 +143,8 @@ func fallbackEnded(tx wtx, now int64, messageID string, state heraldtype.Deliver
 	case err != nil:
 		return "", fmt.Errorf("read fallback chain: %w", err)
 	}
-	cause := fallback.Cause(state, reason)
-	if !fallback.Definite(state, reason) {
-		if _, err := tx.Exec(qFallbackSkip, now, nid, step, cause); err != nil {
-			return "", fmt.Errorf("skip fallback steps: %w", err)
-		}
-		return "", nil
-	}
 	var released bool
-	err = tx.QueryRow(qFallbackFail, now, nid, step, cause, sends).Scan(&released)
+	err = tx.QueryRow(qFallbackFail, now, nid, step, fallback.Cause(state, reason), sends).Scan(&released)
 	switch {
 	case errors.Is(err, sql.ErrNoRows), err == nil && !released:
 		return "", nil // the last step, or another send of the step is still under way
