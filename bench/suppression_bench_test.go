@@ -16,3 +16,15 @@ func BenchmarkEndToEndNoSuppression(b *testing.B) {
 		cfg.EventSuppression.Enabled = &off
 	}))
 }
+
+// BenchmarkEndToEndNoRules is BenchmarkEndToEnd with the send policy's
+// optional rules off (event suppression, quiet hours): the figure the
+// issue's "all rules enabled" run (BenchmarkEndToEndFirst: a fallback
+// chain of three, suppression on, quiet hours on) is compared with.
+func BenchmarkEndToEndNoRules(b *testing.B) {
+	drive(b, startWith(b, false, func(cfg *config.Config) {
+		off := false
+		cfg.EventSuppression.Enabled = &off
+		cfg.QuietHours.Enabled = &off
+	}))
+}
