@@ -711,7 +711,6 @@ func (c *Config) WithDefaults() *Config {
 	}
 	c.allowListDefaults()
 	c.quietHoursDefaults()
-	c.eventSuppressionDefaults()
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
@@ -733,6 +732,7 @@ func (c *Config) WithDefaults() *Config {
 	def(&c.WatchdogPublishedGrace, time.Hour)
 	def(&c.WatchdogSweepGrace, 5*time.Minute)
 	def(&c.IdempotencyTTL, 24*time.Hour)
+	c.eventSuppressionDefaults() // its ttl defaults to idempotency_ttl's
 	def(&c.ShutdownTimeout, 25*time.Second)
 	def(&c.ReconcileInterval, time.Hour)
 	def(&c.LookupInterval, time.Minute)

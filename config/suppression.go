@@ -50,9 +50,6 @@ func (c *Config) eventSuppressionDefaults() {
 	if e.TTL == 0 {
 		e.TTL = c.IdempotencyTTL
 	}
-	if e.TTL == 0 {
-		e.TTL = Duration(24 * time.Hour)
-	}
 }
 
 func (c *Config) validateEventSuppression() error {
