@@ -137,7 +137,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/provider"
-	"github.com/heraldhq/herald/provider/webhook"
+	"github.com/heraldhq/herald/provider/httpcall"
 )
 
 // Config configures an SMTP provider.
@@ -324,9 +324,9 @@ func (x *Mailer) Send(ctx context.Context, m provider.Message) provider.Outcome 
 	defer cancel()
 	raw, err := (&net.Dialer{}).DialContext(ctx, "tcp", x.addr)
 	if err != nil {
-		// Nothing was written: the webhook adapter's reading of a
-		// failed dial (refused, DNS, timeout) is exactly this one's.
-		return webhook.ClassifyError(err, false)
+		// Nothing was written: httpcall's reading of a failed dial
+		// (refused, DNS, timeout) before a request is exactly this one's.
+		return httpcall.Classify(err, httpcall.Unsent)
 	}
 	c := newClient(ctx, raw)
 	defer c.close()

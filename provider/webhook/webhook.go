@@ -230,18 +230,6 @@ func ClassifyStatus(code int, retryAfter string, now time.Time) provider.Outcome
 	return provider.UnknownOutcome(reason)
 }
 
-// ClassifyError maps a transport error to an outcome. written says whether
-// the whole request had been written when the error happened; without it
-// the request counts as never started (httpcall.Unsent), as for a dial
-// that failed. Send itself classifies through httpcall.Do, which also
-// knows a request caught while it was being written.
-func ClassifyError(err error, written bool) provider.Outcome {
-	if written {
-		return httpcall.Classify(err, httpcall.Written)
-	}
-	return httpcall.Classify(err, httpcall.Unsent)
-}
-
 // parseRetryAfter reads a Retry-After value, delta-seconds or HTTP-date,
 // as a wait within 0..provider.MaxRetryAfter: a longer wait is capped, a
 // value that is neither form, negative or in the past is no hint (0).

@@ -15,7 +15,6 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -23,18 +22,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
-	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
-	"github.com/heraldhq/herald/provider/httpcall"
 	"github.com/heraldhq/herald/provider/httpcall/httpcalltest"
 	"github.com/heraldhq/herald/provider/webhook"
 )
@@ -821,26 +816,6 @@ func TestClassifyStatus(t *testing.T) {
 			RateLimited: c.code == http.StatusTooManyRequests}
 		if got != want {
 			t.Errorf("ClassifyStatus(%d, %q) = %+v, want %+v", c.code, c.retryAfter, got, want)
-		}
-	}
-}
-
-// TestClassifyError: the wrapper kept for smtp's dial errors is
-// httpcall.Classify with written read as the Written stage and its absence
-// as Unsent (httpcall's own test walks the table).
-func TestClassifyError(t *testing.T) {
-	t.Parallel()
-	errs := []error{
-		&url.Error{Op: "Post", URL: "http://example.test", Err: context.DeadlineExceeded},
-		&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)},
-		&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)},
-		errors.New("boom"),
-	}
-	for _, err := range errs {
-		for written, stage := range map[bool]httpcall.Stage{false: httpcall.Unsent, true: httpcall.Written} {
-			if got, want := webhook.ClassifyError(err, written), httpcall.Classify(err, stage); got != want {
-				t.Errorf("ClassifyError(%v, %v) = %+v, want %+v", err, written, got, want)
-			}
 		}
 	}
 }
