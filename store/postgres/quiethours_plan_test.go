@@ -3,35 +3,15 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-// deferredRows is the night's backlog the quiet-hours plan tests defer:
-// a hundred thousand marketing rows (ten thousand with -short), or
-// HERALD_TEST_DEFERRED_ROWS.
-func deferredRows(t *testing.T) int {
-	t.Helper()
-	if v := os.Getenv("HERALD_TEST_DEFERRED_ROWS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("HERALD_TEST_DEFERRED_ROWS=%q is not a count", v)
-		}
-		return n
-	}
-	// A million rows take minutes to write under -race on two cores:
-	// the test command checks the shape with 100,000 (10,000 with
-	// -short), the README's figure is HERALD_TEST_DEFERRED_ROWS=1000000.
-	if testing.Short() {
-		return 10_000
-	}
-	return 100_000
-}
+	"github.com/heraldhq/herald/store/internal/quietplan"
+)
 
 // claimCost is what one marketing claim of 16 rows cost, run for real
 // (EXPLAIN ANALYZE) in a transaction rolled back after: the pages its
@@ -115,7 +95,7 @@ func (n planNode) find(match func(planNode) bool) []planNode {
 // index scan by available_at.
 func TestTheMarketingClaimSkipsTheDeferredBacklog(t *testing.T) {
 	t.Parallel()
-	n := deferredRows(t)
+	n := quietplan.DeferredRows(t)
 	now := time.Date(2026, 6, 11, 12, 0, 0, 0, time.UTC) // 21:00 in Seoul
 	opening := now.Add(11 * time.Hour)                   // 08:00 in Seoul
 	// 100 marketing rows due now (and their notifications), then the

@@ -2,33 +2,13 @@ package sqlite
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-)
 
-// deferredRows is the night's backlog the quiet-hours plan test defers:
-// a hundred thousand marketing rows (ten thousand with -short), or
-// HERALD_TEST_DEFERRED_ROWS.
-func deferredRows(t *testing.T) int {
-	t.Helper()
-	if v := os.Getenv("HERALD_TEST_DEFERRED_ROWS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("HERALD_TEST_DEFERRED_ROWS=%q is not a count", v)
-		}
-		return n
-	}
-	// A million rows take minutes to write under -race on two cores:
-	// the test command checks the shape with 100,000 (10,000 with
-	// -short), the README's figure is HERALD_TEST_DEFERRED_ROWS=1000000.
-	if testing.Short() {
-		return 10_000
-	}
-	return 100_000
-}
+	"github.com/heraldhq/herald/store/internal/quietplan"
+)
 
 // A night's backlog of deferred marketing does not occupy the marketing
 // claim: its plan searches outbox_due for the lane's rows up to now
@@ -40,7 +20,7 @@ func deferredRows(t *testing.T) int {
 // a hundred times more.
 func TestTheMarketingClaimSkipsTheDeferredBacklog(t *testing.T) {
 	t.Parallel()
-	n := deferredRows(t)
+	n := quietplan.DeferredRows(t)
 	now := time.Date(2026, 6, 11, 12, 0, 0, 0, time.UTC).UnixMilli() // 21:00 in Seoul
 	opening := now + (11 * time.Hour).Milliseconds()                 // 08:00 in Seoul
 	fill := func(rows int) []string {
