@@ -146,11 +146,6 @@ func (l *Looker) roundOf(ctx context.Context, name string, rep *RoundReport) {
 			slog.String("provider", name), slog.Any("error", err))
 		return
 	}
-	if len(page) < l.cfg.PerRound {
-		l.cursors[name] = "" // the end: the next round starts over
-	} else {
-		l.cursors[name] = page[len(page)-1].MessageID
-	}
 	checker := l.cfg.Checkers[name]
 	for _, u := range page {
 		if err := l.limits[name].Wait(ctx); err != nil || !l.leader() {
@@ -163,6 +158,9 @@ func (l *Looker) roundOf(ctx context.Context, name string, rep *RoundReport) {
 				return
 			}
 		}
+		// The cursor moves per look-up asked, so a round that stops early
+		// (the budget, leadership) is taken up there by the next.
+		l.cursors[name] = u.MessageID
 		rep.Asked[name]++
 		r, err := checker.Status(ctx, provider.StatusQuery{MessageID: u.MessageID, ProviderRef: u.ProviderRef, SentAt: u.ClaimedAt})
 		if errors.Is(err, provider.ErrNoReference) {
@@ -191,6 +189,9 @@ func (l *Looker) roundOf(ctx context.Context, name string, rep *RoundReport) {
 				slog.String("provider", name), slog.String("message_id", u.MessageID),
 				slog.String("result", r.Result.String()), slog.String("reason", r.Reason))
 		}
+	}
+	if len(page) < l.cfg.PerRound {
+		l.cursors[name] = "" // the end: the next round starts over
 	}
 }
 
