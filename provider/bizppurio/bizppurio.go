@@ -331,7 +331,8 @@ func New(cfg Config) (*Bizppurio, error) {
 	}, nil
 }
 
-// newClient is c (or a client of its own) that never follows a redirect.
+// newClient is c (or a client of its own) that never follows a redirect
+// (httpcall.NoRedirects).
 func newClient(c *http.Client) *http.Client {
 	if c == nil {
 		c = &http.Client{Transport: &http.Transport{
@@ -343,12 +344,8 @@ func newClient(c *http.Client) *http.Client {
 			// server is closing is an Unknown.
 			IdleConnTimeout: 4 * time.Second,
 		}}
-	} else {
-		cp := *c
-		c = &cp
 	}
-	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return c
+	return httpcall.NoRedirects(c)
 }
 
 // The request body of POST /v3/message.

@@ -264,12 +264,8 @@ func newClient(c *http.Client) *http.Client {
 		t.MaxIdleConnsPerHost = 64
 		t.TLSHandshakeTimeout = 5 * time.Second
 		c = &http.Client{Transport: t}
-	} else {
-		cp := *c
-		c = &cp
 	}
-	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return c
+	return httpcall.NoRedirects(c)
 }
 
 type sendRequest struct {

@@ -141,6 +141,15 @@ func Do(send func(*http.Request) (*http.Response, error), req *http.Request) (re
 	return resp, provider.Outcome{}, true
 }
 
+// NoRedirects returns a copy of c that answers a redirect instead of
+// following it: a followed redirect is a second call herald did not decide
+// to make, and the 3xx is classified like any other status.
+func NoRedirects(c *http.Client) *http.Client {
+	cp := *c
+	cp.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &cp
+}
+
 // Classify maps a transport error to an outcome, given the stage the
 // request had reached (the table in the package doc).
 func Classify(err error, s Stage) provider.Outcome {

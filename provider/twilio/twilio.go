@@ -224,19 +224,16 @@ func New(cfg Config) (*Twilio, error) {
 		t.callback, t.callbackQ, _ = strings.Cut(cfg.CallbackURL, "?")
 		t.hasCallback = true
 	}
-	t.client = cfg.Client
-	if t.client == nil {
+	c := cfg.Client
+	if c == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		// Shorter than common server keep-alive timeouts, as in
 		// provider/webhook: a request written on a connection the server is
 		// closing can only be UNKNOWN.
 		tr.IdleConnTimeout = 4 * time.Second
-		t.client = &http.Client{Transport: tr}
-	} else {
-		c := *t.client
-		t.client = &c
+		c = &http.Client{Transport: tr}
 	}
-	t.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	t.client = httpcall.NoRedirects(c)
 	return t, nil
 }
 

@@ -148,11 +148,8 @@ func New(cfg Config) *Webhook {
 			IdleConnTimeout:     4 * time.Second,
 			TLSHandshakeTimeout: 5 * time.Second,
 		}}
-	} else {
-		cp := *c
-		c = &cp
 	}
-	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c = httpcall.NoRedirects(c)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
