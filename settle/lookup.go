@@ -130,12 +130,6 @@ func (l *Looker) Round(ctx context.Context) RoundReport {
 		}
 		l.roundOf(ctx, name, &rep)
 	}
-	if n := sum(rep.NotFound); n > 0 {
-		l.cfg.Metrics.Alert(alert.UnknownUnsettled)
-		if l.cfg.Alerts != nil {
-			l.cfg.Alerts.Alert(ctx, alert.Alert{Kind: alert.UnknownUnsettled, Reason: ReasonLookupNotFound})
-		}
-	}
 	return rep
 }
 
@@ -182,7 +176,7 @@ func (l *Looker) roundOf(ctx context.Context, name string, rep *RoundReport) {
 			l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "settle: cannot apply a status look-up",
 				slog.String("provider", name), slog.String("message_id", u.MessageID), slog.Any("error", err))
 		case out.Moved && r.Result == provider.ReportNotFound:
-			rep.NotFound[name]++
+			l.left(ctx, name, u.MessageID, ReasonLookupNotFound, rep)
 		case out.Moved:
 			rep.Settled[name]++
 			l.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "settle: status look-up settled an UNKNOWN delivery",
@@ -206,14 +200,17 @@ func (l *Looker) leaveForAPerson(ctx context.Context, name, messageID string, re
 		l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "settle: cannot mark a delivery the provider cannot be asked about",
 			slog.String("provider", name), slog.String("message_id", messageID), slog.Any("error", err))
 	case out.Moved:
-		rep.NotFound[name]++
+		l.left(ctx, name, messageID, ReasonLookupNoReference, rep)
 	}
 }
 
-func sum(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
+// left counts and alerts a delivery just left UNKNOWN for a person, with
+// its message id and the reason it was left (later rounds skip it; the
+// reconciliation runs keep alerting while any UNKNOWN remains).
+func (l *Looker) left(ctx context.Context, name, messageID, reason string, rep *RoundReport) {
+	rep.NotFound[name]++
+	l.cfg.Metrics.Alert(alert.UnknownUnsettled)
+	if l.cfg.Alerts != nil {
+		l.cfg.Alerts.Alert(ctx, alert.Alert{Kind: alert.UnknownUnsettled, MessageID: messageID, Reason: reason})
 	}
-	return n
 }
