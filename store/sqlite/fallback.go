@@ -48,10 +48,10 @@ RETURNING state = 'PENDING'`
 	qFallbackSkipAfter = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = ?3, updated_at = ?1
 WHERE notification_id = (SELECT notification_id FROM outbox WHERE message_id = ?2)
   AND fallback_step > (SELECT fallback_step FROM outbox WHERE message_id = ?2) AND +state = 'WAITING'`
-	// qFallbackSkip ends every WAITING row after step ?3: SKIPPED, not
-	// needed, after ?4. ?1 now, ?2 notification id.
-	qFallbackSkip = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = ?4, updated_at = ?1
-WHERE notification_id = ?2 AND fallback_step > ?3 AND state = 'WAITING'`
+	// qFallbackSkip is the watchdog's skip of every WAITING row of chain
+	// ?2: SKIPPED, not needed, after ?3. ?1 now.
+	qFallbackSkip = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = ?3, updated_at = ?1
+WHERE notification_id = ?2 AND state = 'WAITING'`
 	// qFallbackExpired ends the WAITING rows of the notifications whose
 	// rows (message ids, the JSON array ?2) OutboxExpire expired.
 	qFallbackExpired = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = 'EXPIRED', updated_at = ?1
@@ -187,7 +187,7 @@ func fallbackRepair(tx wtx, now int64, u store.Unowned) (bool, error) {
 	d := fallback.Decide(sends)
 	switch d.Verdict {
 	case fallback.Skip:
-		_, err = tx.Exec(qFallbackSkip, now, u.NotificationID, 0, d.After)
+		_, err = tx.Exec(qFallbackSkip, now, u.NotificationID, d.After)
 		return err == nil, err
 	case fallback.Release:
 		r, err := tx.Exec(qFallbackRelease, now, u.NotificationID, d.Step, d.After)
