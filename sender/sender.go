@@ -537,10 +537,16 @@ func (s *Sender) pace(ctx context.Context, job heraldtype.Job, name string) (Res
 		return backoff(fmt.Errorf("rate limit: %w", err)), true
 	case later > 0:
 		return Result{Verdict: Retry, Reason: ReasonRateLimited, Delay: later}, true
-	case job.ExpiresAt != nil && !s.Clock.Now().Before(*job.ExpiresAt):
-		return s.decide(ctx, job, decision{state: heraldtype.DeliverySuppressed, reason: heraldtype.ReasonExpired}), true
+	case s.expired(job):
+		return s.Apply(ctx, job, Suppress(heraldtype.ReasonExpired)), true
 	}
 	return Result{}, false
+}
+
+// expired reports whether job's expires_at has passed: checked in the
+// pre-checks and again after a rate-limit wait.
+func (s *Sender) expired(job heraldtype.Job) bool {
+	return job.ExpiresAt != nil && !s.Clock.Now().Before(*job.ExpiresAt)
 }
 
 // slow tells the limiter that the provider refused a call for its rate:
@@ -571,7 +577,7 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	if len(job.MessageID) > heraldtype.MaxMessageIDLen {
 		return park(heraldtype.ReasonMessageIDTooLong)
 	}
-	if job.ExpiresAt != nil && !s.Clock.Now().Before(*job.ExpiresAt) {
+	if s.expired(job) {
 		return suppress(heraldtype.ReasonExpired)
 	}
 	kind := s.Catalog.Kind(job.Kind)
