@@ -547,8 +547,8 @@ const defaultLimitHint = time.Second
 // when present, else RateLimit-Reset in seconds (fractions allowed), else
 // defaultLimitHint; never more than provider.MaxRetryAfter.
 func limitHint(h http.Header, now time.Time) time.Duration {
-	if o := webhook.ClassifyStatus(http.StatusTooManyRequests, h.Get("Retry-After"), now); o.RetryAfter > 0 {
-		return o.RetryAfter
+	if d := httpcall.RetryAfter(h.Get("Retry-After"), now); d > 0 {
+		return d
 	}
 	s, err := strconv.ParseFloat(strings.TrimSpace(h.Get("RateLimit-Reset")), 64)
 	switch {

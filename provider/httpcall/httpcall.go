@@ -93,8 +93,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/heraldhq/herald/provider"
 )
@@ -148,6 +150,26 @@ func NoRedirects(c *http.Client) *http.Client {
 	cp := *c
 	cp.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &cp
+}
+
+// RetryAfter reads a Retry-After value, delta-seconds or HTTP-date,
+// as a wait within 0..provider.MaxRetryAfter: a longer wait is capped, a
+// value that is neither form, negative or in the past is no hint (0).
+func RetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	// Atoi returns the largest int with ErrRange: far above the cap.
+	if s, err := strconv.Atoi(v); (err == nil || errors.Is(err, strconv.ErrRange)) && s >= 0 {
+		if s >= int(provider.MaxRetryAfter/time.Second) {
+			return provider.MaxRetryAfter
+		}
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return min(t.Sub(now), provider.MaxRetryAfter)
+	}
+	return 0
 }
 
 // Classify maps a transport error to an outcome, given the stage the

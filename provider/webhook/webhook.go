@@ -60,7 +60,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -214,7 +213,7 @@ func ClassifyStatus(code int, retryAfter string, now time.Time) provider.Outcome
 	case code == http.StatusUnauthorized, code == http.StatusForbidden:
 		return provider.NotSentOutcome(reason, 0)
 	case code == http.StatusTooManyRequests:
-		return provider.RateLimitedOutcome(reason, parseRetryAfter(retryAfter, now))
+		return provider.RateLimitedOutcome(reason, httpcall.RetryAfter(retryAfter, now))
 	case code == http.StatusGone:
 		// 410 Gone: the receiver says the destination is gone for good, as
 		// APNs does for an unregistered token. A push sent to one device
@@ -225,24 +224,4 @@ func ClassifyStatus(code int, retryAfter string, now time.Time) provider.Outcome
 		return provider.PermanentOutcome(reason)
 	}
 	return provider.UnknownOutcome(reason)
-}
-
-// parseRetryAfter reads a Retry-After value, delta-seconds or HTTP-date,
-// as a wait within 0..provider.MaxRetryAfter: a longer wait is capped, a
-// value that is neither form, negative or in the past is no hint (0).
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	// Atoi returns the largest int with ErrRange: far above the cap.
-	if s, err := strconv.Atoi(v); (err == nil || errors.Is(err, strconv.ErrRange)) && s >= 0 {
-		if s >= int(provider.MaxRetryAfter/time.Second) {
-			return provider.MaxRetryAfter
-		}
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return min(t.Sub(now), provider.MaxRetryAfter)
-	}
-	return 0
 }
