@@ -40,8 +40,11 @@ const (
 	// that nothing will move on and could not repair it (a kind no longer
 	// configured, a failed repair); Reason is "<finding kind>:<why>".
 	Unaccounted = "UNACCOUNTED"
-	// UnknownUnsettled: a reconciliation run found deliveries in UNKNOWN,
-	// which no provider's status look-up settles yet; raised once per run.
+	// UnknownUnsettled: deliveries in UNKNOWN nothing has settled: raised
+	// once per reconciliation run that finds any (reason NO_STATUS_LOOKUP:
+	// not settled by a look-up), and by the leader's look-up rounds once per
+	// delivery they leave for a person (LOOKUP_NOT_FOUND,
+	// LOOKUP_NO_REFERENCE; package settle).
 	UnknownUnsettled = "UNKNOWN_UNSETTLED"
 )
 

@@ -37,9 +37,10 @@
 // Deliveries in UNKNOWN are ended, and not unowned: the call may or may not
 // have reached the provider, and herald never resends them. They are
 // counted and listed, and a run that finds any raises one UNKNOWN_UNSETTLED
-// alert. Settling them needs a provider's status look-up by message id
-// (DESIGN §6); no provider adapter has one yet, so every UNKNOWN waits for a
-// person or a receipt.
+// alert. They are settled by a provider's delivery report or status
+// look-up where it has one (package settle: Twilio, the simulator), by an
+// app's receipt, or by a person; what a look-up cannot settle is left
+// UNKNOWN with a LOOKUP_ reason.
 //
 // The count reads every notification once, a page of ids at a time, each
 // page a few set-based statements (no round trip per row) in a short
@@ -209,8 +210,8 @@ type Report struct {
 	// kind.
 	Repaired       int64            `json:"repaired"`
 	RepairedByKind map[string]int64 `json:"repaired_by_kind"`
-	// Unknown counts the deliveries in UNKNOWN, ended but unsettled (no
-	// provider offers a status look-up yet); UnknownSample names up to
+	// Unknown counts the deliveries in UNKNOWN, ended but not settled by a
+	// report, a look-up or a receipt yet; UnknownSample names up to
 	// Sample of them, oldest notification first.
 	Unknown       int64    `json:"unknown"`
 	UnknownSample []string `json:"unknown_sample"`

@@ -35,7 +35,7 @@ func (r Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "repaired     %d%s\n", r.Repaired, r.byKind(r.RepairedByKind, nil))
 	fmt.Fprintf(&b, "unknown      %d", r.Unknown)
 	if r.Unknown > 0 {
-		fmt.Fprintf(&b, " (ended, outcome unknown; no provider offers a status look-up yet: settle by receipt or by hand): %s",
+		fmt.Fprintf(&b, " (ended, outcome unknown: settled by the provider's report or look-up where it has one, by a receipt, or by hand): %s",
 			strings.Join(r.UnknownSample, ", "))
 		if int64(len(r.UnknownSample)) < r.Unknown {
 			b.WriteString(", …")
