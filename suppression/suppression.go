@@ -19,9 +19,10 @@
 //     on;
 //   - another notification holds it: SUPPRESSED(DUPLICATE_EVENT), final;
 //   - another notification's lease ran out and it holds nothing (below):
-//     the key is taken over and the send goes on. The store marks the key
-//     for reconciliation (store.EventKeys.EventKeysTakenOver) and the
-//     check logs it at warn level with both notification ids.
+//     the key is taken over and the send goes on. The store marks the
+//     takeover (store.EventKeys.EventKeysTakenOver counts them; the
+//     reconciliation report does not show the count yet) and the check
+//     logs it at warn level with both notification ids.
 //
 // # How long a key is held
 //
@@ -41,7 +42,7 @@
 // its check and before its claim has its message offered again (the
 // outbox lease, the broker's redelivery), finds its key and goes on; if it
 // does not come back within the lease, the next notification of the event
-// takes the key over, the case reconciliation counts.
+// takes the key over (logged, and marked in the store).
 //
 // The leader purges keys whose lease ended ttl ago (Purger), 1,000 per
 // statement, so a key lives ttl after its owner's last check; a
