@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -232,12 +231,7 @@ func TestTransportFailures(t *testing.T) {
 
 	t.Run("ConnectionRefusedIsNotSent", func(t *testing.T) {
 		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := httpcalltest.ClosedAddr(t)
 		b := setup(t, func(c *apns.Config) { c.Endpoint = "https://" + addr })
 		wantOutcome(t, b.send(message("msg-refused")), provider.NotSent, "CONNECTION_REFUSED")
 	})

@@ -3,7 +3,6 @@ package bizppurio
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall/httpcalltest"
 )
 
 // answer is a canned vendor answer.
@@ -151,12 +151,7 @@ func TestClassificationBeforeTheWrite(t *testing.T) {
 	})
 	t.Run("TokenConnectionRefusedIsNotSent", func(t *testing.T) {
 		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := httpcalltest.ClosedAddr(t)
 		v := newVendor(t)
 		cfg := testConfig(v, nil)
 		cfg.BaseURL = "https://" + addr

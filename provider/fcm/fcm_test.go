@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/fcm"
+	"github.com/heraldhq/herald/provider/httpcall/httpcalltest"
 )
 
 // want is an expected outcome; every field is compared.
@@ -179,19 +179,10 @@ func TestClassification(t *testing.T) {
 // TestClassificationTransport holds the transport rows of the table.
 func TestClassificationTransport(t *testing.T) {
 	t.Parallel()
-	closedAddr := func(t *testing.T) string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		return addr
-	}
 	t.Run("ConnectionRefusedBeforeWritten", func(t *testing.T) {
 		t.Parallel()
 		p, _ := setupWith(t, func(cfg *fcm.Config) {
-			cfg.Endpoint = "https://" + closedAddr(t)
+			cfg.Endpoint = "https://" + httpcalltest.ClosedAddr(t)
 		})
 		check(t, p.Send(context.Background(), message("m-1")), want{class: provider.NotSent, reason: "CONNECTION_REFUSED"})
 	})

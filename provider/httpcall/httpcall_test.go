@@ -234,14 +234,7 @@ func TestDoUnacceptedTLSIsNotSent(t *testing.T) {
 // process) so the port just released is not handed to another listener
 // before the dial.
 func TestDoClosedPortIsNotSent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
+	addr := httpcalltest.ClosedAddr(t)
 	req := newRequest(t, context.Background(), http.MethodPost, "http://"+addr+"/", 100)
 	want(t, do(t, newClient(t).Do, req), provider.NotSent, "CONNECTION_REFUSED")
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -302,12 +301,7 @@ func TestTransportFailures(t *testing.T) {
 	t.Parallel()
 	t.Run("ConnectionRefusedIsNotSent", func(t *testing.T) {
 		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := httpcalltest.ClosedAddr(t)
 		out := newTwilio(t, config("http://"+addr)).Send(context.Background(), message("msg-refused"))
 		if out.Class != provider.NotSent || out.Reason != "CONNECTION_REFUSED" {
 			t.Fatalf("outcome = %+v, want not_sent CONNECTION_REFUSED", out)
@@ -483,12 +477,7 @@ func TestSecretsNeverReachAReasonOrError(t *testing.T) {
 		}
 	}
 	// Transport failures, before and after the write.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := httpcalltest.ClosedAddr(t)
 	tw := newTwilio(t, config("http://"+addr))
 	assertNoSecret(t, tw.Send(context.Background(), message("msg-secret-refused")).Reason)
 	if _, err := tw.Status(context.Background(), provider.StatusQuery{ProviderRef: messageSid}); err == nil {

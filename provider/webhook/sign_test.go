@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall/httpcalltest"
 	"github.com/heraldhq/herald/provider/webhook"
 )
 
@@ -299,14 +299,7 @@ func TestSecretsNeverInOutcomes(t *testing.T) {
 	silent := holdingListener(t)
 	// Not parallel, and no listener opened after this one closes, so its
 	// port stays refused (as in TestConnectionRefusedIsNotSent).
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "http://" + ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
+	refused := "http://" + httpcalltest.ClosedAddr(t)
 	urls := []string{refused, "http://nosuch.invalid/", "https://" + statuses.Listener.Addr().String(),
 		"http://" + silent.Addr().String(), "http://[::1%zz]/", "::not a url"}
 	for _, code := range []int{200, 301, 400, 401, 410, 429, 500} {

@@ -381,14 +381,7 @@ func TestConcurrentSendsReachServerOnceEach(t *testing.T) {
 // process) so the port just released cannot be handed to another listener
 // before the dial.
 func TestConnectionRefusedIsNotSent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
+	addr := httpcalltest.ClosedAddr(t)
 	out := send(t, "http://"+addr+"/hook", callTimeout, message("msg-refused"))
 	wantOutcome(t, out, provider.NotSent, "CONNECTION_REFUSED")
 }

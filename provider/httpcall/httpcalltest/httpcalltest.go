@@ -4,8 +4,10 @@ package httpcalltest
 
 import (
 	"context"
+	"net"
 	"net/http/httptrace"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -67,4 +69,21 @@ func (d *Deadline) Err() error {
 	default:
 		return nil
 	}
+}
+
+// ClosedAddr is a 127.0.0.1 address where nothing listens: the port of a
+// listener it has just closed, so a dial to it is refused. A listener
+// opened meanwhile in the same process may be handed that port again; a
+// test that must not race one runs alone.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
