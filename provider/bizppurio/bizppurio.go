@@ -186,7 +186,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -470,19 +469,11 @@ func (b *Bizppurio) Send(ctx context.Context, m provider.Message) provider.Outco
 	if !ok {
 		return failed
 	}
-	o := classify(resp.StatusCode, resp.Header, readBody(resp), b.clock.Now())
+	o := classify(resp.StatusCode, resp.Header, httpcall.ReadBody(resp), b.clock.Now())
 	if o.Reason == "BIZPPURIO_3002" || o.Reason == "BIZPPURIO_3005" {
 		b.tokens.drop(auth)
 	}
 	return o
-}
-
-// readBody reads up to 64 KiB of an answer and closes it. What could not
-// be read stays unread: the caller classifies what it has.
-func readBody(resp *http.Response) []byte {
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	return b
 }
 
 // answer is the vendor's JSON answer: {"code", "description", "refkey",

@@ -164,7 +164,7 @@ func (s *tokenSource) fetch(ctx context.Context) (token, *tokenError) {
 		// timeout.
 		return token{}, &tokenError{reason: "TOKEN_" + failed.Reason}
 	}
-	body := readBody(resp)
+	body := httpcall.ReadBody(resp)
 	now := s.clock.Now()
 	if resp.StatusCode != http.StatusOK {
 		o := classify(resp.StatusCode, resp.Header, body, now)

@@ -107,7 +107,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -322,8 +321,7 @@ func (f *FCM) Send(ctx context.Context, m provider.Message) provider.Outcome {
 	if !ok {
 		return failed
 	}
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	resp.Body.Close()
+	answer := httpcall.ReadBody(resp)
 	out := Classify(resp.StatusCode, resp.Header.Get("Retry-After"), answer, f.clock.Now())
 	if out.Reason == reasonUnauthenticated {
 		f.tokens.drop(token)

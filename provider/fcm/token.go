@@ -27,7 +27,8 @@ const (
 	// replaced (half its lifetime for a token that lives shorter than twice
 	// this).
 	refreshEarly = 5 * time.Minute
-	// maxAnswer bounds what is read of any answer, token endpoint or FCM.
+	// maxAnswer bounds what is read of the token endpoint's answer, as
+	// httpcall.ReadBody does for FCM's.
 	maxAnswer = 64 << 10
 )
 

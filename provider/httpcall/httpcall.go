@@ -143,6 +143,14 @@ func Do(send func(*http.Request) (*http.Response, error), req *http.Request) (re
 	return resp, provider.Outcome{}, true
 }
 
+// ReadBody reads up to 64 KiB of an answer and closes it. What could not
+// be read stays unread: the caller classifies what it has.
+func ReadBody(resp *http.Response) []byte {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return b
+}
+
 // NoRedirects returns a copy of c that answers a redirect instead of
 // following it: a followed redirect is a second call herald did not decide
 // to make, and the 3xx is classified like any other status.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/httpcall"
 )
 
 // ErrNoSid is Status's answer to a query without Twilio's sid: Twilio
@@ -37,7 +38,7 @@ func (t *Twilio) Status(ctx context.Context, q provider.StatusQuery) (provider.R
 		}
 		return provider.Report{}, fmt.Errorf("twilio status: fetch message: %w", err)
 	}
-	body := readBody(resp)
+	body := httpcall.ReadBody(resp)
 	switch reason := answerReason(resp.StatusCode, body); resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound:

@@ -285,7 +285,7 @@ func (t *Twilio) Send(ctx context.Context, m provider.Message) provider.Outcome 
 	if !ok {
 		return failed
 	}
-	body := readBody(resp)
+	body := httpcall.ReadBody(resp)
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		var msg message
 		_ = json.Unmarshal(body, &msg) // the status proves the create; the sid is a bonus
@@ -311,14 +311,6 @@ func (t *Twilio) newRequest(ctx context.Context, method, u, form string) (*http.
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	return req, nil
-}
-
-// readBody reads up to 64 KiB of an answer and closes it; what cannot be
-// read stays unread (the status line has already been received).
-func readBody(resp *http.Response) []byte {
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	return b
 }
 
 // message is the part of Twilio's Message resource herald reads.
