@@ -70,7 +70,9 @@ WHERE id = ANY($2::text[]) AND erased_at IS NULL`
 
 	// qEraseSuppress ends the batch's waiting sends SUPPRESSED(ERASED) with
 	// the sender's decision write: an insert for a send that has no
-	// delivery row, an update of one in RETRY_WAIT or PARKED; a row a
+	// delivery row (and whose outbox row has not ended EXPIRED, FAILED or,
+	// a fallback step not needed, SKIPPED), an update of one in RETRY_WAIT
+	// or PARKED; a row a
 	// claim or a result got to first (SENDING, ended) is left as it is.
 	// It returns the sends it ended, with their lanes. Each notification's
 	// outbox rows and each send's delivery are probed by key (LATERAL with
@@ -85,7 +87,7 @@ sends AS (
     FROM unnest($2::text[]) AS n(id)
     CROSS JOIN LATERAL (SELECT * FROM outbox WHERE notification_id = n.id OFFSET 0) o
     LEFT JOIN LATERAL (SELECT state FROM deliveries WHERE message_id = o.message_id LIMIT 1) d ON true
-    WHERE (d.state IS NULL AND o.state NOT IN ('EXPIRED', 'FAILED')) OR d.state IN ('RETRY_WAIT', 'PARKED')
+    WHERE (d.state IS NULL AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED')) OR d.state IN ('RETRY_WAIT', 'PARKED')
 ),
 decided AS (
     INSERT INTO deliveries AS d (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)

@@ -49,12 +49,13 @@ WHERE id IN (SELECT value FROM json_each(?2)) AND erased_at IS NULL`
 	qNotificationErased = `SELECT erased_at IS NOT NULL FROM notifications WHERE id = ?1`
 
 	// qEraseWaiting lists the batch's waiting sends: no delivery row and
-	// the outbox row not EXPIRED or FAILED, or a delivery in RETRY_WAIT or
-	// PARKED. ?1 notification ids (JSON array).
+	// the outbox row not EXPIRED, FAILED or SKIPPED (a fallback step that
+	// was not needed has ended), or a delivery in RETRY_WAIT or PARKED.
+	// ?1 notification ids (JSON array).
 	qEraseWaiting = `SELECT o.message_id, o.notification_id, o.tenant, o.channel, o.lane
 FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
 WHERE o.notification_id IN (SELECT value FROM json_each(?1))
-  AND ((d.message_id IS NULL AND o.state NOT IN ('EXPIRED', 'FAILED')) OR d.state IN ('RETRY_WAIT', 'PARKED'))`
+  AND ((d.message_id IS NULL AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED')) OR d.state IN ('RETRY_WAIT', 'PARKED'))`
 
 	// qEraseSuppress is the sender's decision write with SUPPRESSED(ERASED):
 	// an insert when there is no row, an update of a waiting one, nothing

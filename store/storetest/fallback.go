@@ -418,6 +418,24 @@ func testFallback(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("AnErasureLeavesASkippedStepSkipped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p := chainCreate(t, b, "r1", nil)
+		push := store.MessageID(p.ID, heraldtype.ChannelPush)
+		endSend(t, b, claimed(t, b, false)[push], heraldtype.DeliveryProviderAccepted, "")
+		// The steps not needed have ended: the erasure suppresses none of
+		// them, and they stay SKIPPED.
+		if sum := eraseTotals(eraseAll(t, b, "t1", "r1", 10)); len(sum.Suppressed) != 0 {
+			t.Fatalf("the erasure suppressed %+v, want nothing", sum.Suppressed)
+		}
+		skipped := step{State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: "PROVIDER_ACCEPTED"}
+		wantSteps(t, b, p.ID, map[string]step{
+			store.MessageID(p.ID, heraldtype.ChannelAlimTalk): skipped,
+			store.MessageID(p.ID, heraldtype.ChannelSMS):      skipped,
+		})
+	})
+
 	t.Run("TheStaleSweepsUnknownSkipsTheRest", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
