@@ -84,7 +84,7 @@
 //	        TooManyProviderTokenUpdates                     RetryAfter 1 minute (APNs sends no Retry-After)
 //	500     InternalServerError                 Unknown     APNS_INTERNAL_SERVER_ERROR
 //	503     ServiceUnavailable, Shutdown        Unknown     APNS_SERVICE_UNAVAILABLE, APNS_SHUTDOWN
-//	other   (as the webhook adapter)            webhook.ClassifyStatus
+//	other   (the generic table)                 httpcall.ClassifyStatus
 //	—       refused before a call: no device    Permanent   MISSING_DEVICE_TOKEN
 //	        token; a body over 4,096 bytes      Permanent   APNS_PAYLOAD_TOO_LARGE
 //	        a token that is not hex             Permanent,  APNS_MALFORMED_DEVICE_TOKEN
@@ -147,7 +147,6 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/httpcall"
-	"github.com/heraldhq/herald/provider/webhook"
 )
 
 // APNs endpoints.
@@ -520,5 +519,5 @@ func Classify(status int, reason string) provider.Outcome {
 	case http.StatusInternalServerError, http.StatusServiceUnavailable:
 		return provider.UnknownOutcome(code)
 	}
-	return webhook.ClassifyStatus(status, "", time.Time{})
+	return httpcall.ClassifyStatus(status, "", time.Time{})
 }

@@ -117,7 +117,6 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/httpcall"
-	"github.com/heraldhq/herald/provider/webhook"
 )
 
 // Defaults of Config.
@@ -399,8 +398,7 @@ func Classify(code int, retryAfter string, body []byte, now time.Time) provider.
 	}
 	// The generic table (DESIGN §2) for what FCM's own codes do not decide.
 	// Only UNREGISTERED proves a device dead, not a bare 410.
-	byStatus := webhook.ClassifyStatus(code, retryAfter, now)
-	byStatus.DeadDestination = false
+	byStatus := httpcall.ClassifyStatus(code, retryAfter, now)
 
 	for _, c := range codes(body) {
 		if r, known := rules[c]; known && r.status == code {

@@ -160,6 +160,27 @@ func NoRedirects(c *http.Client) *http.Client {
 	return &cp
 }
 
+// ClassifyStatus maps an HTTP status to an outcome by the generic table
+// of DESIGN §2: 2xx Accepted; 401, 403 NotSent; 429 NotSent, rate limited,
+// with the Retry-After wait; 400, 404, 410, 413, 422 Permanent; any other
+// (3xx never followed, 5xx) Unknown. The reason is HTTP_<code>. An adapter
+// whose provider's 410 proves the destination dead says so itself.
+func ClassifyStatus(code int, retryAfter string, now time.Time) provider.Outcome {
+	reason := "HTTP_" + strconv.Itoa(code)
+	switch {
+	case code >= 200 && code < 300:
+		return provider.AcceptedOutcome("")
+	case code == http.StatusUnauthorized, code == http.StatusForbidden:
+		return provider.NotSentOutcome(reason, 0)
+	case code == http.StatusTooManyRequests:
+		return provider.RateLimitedOutcome(reason, RetryAfter(retryAfter, now))
+	case code == http.StatusBadRequest, code == http.StatusNotFound, code == http.StatusGone,
+		code == http.StatusRequestEntityTooLarge, code == http.StatusUnprocessableEntity:
+		return provider.PermanentOutcome(reason)
+	}
+	return provider.UnknownOutcome(reason)
+}
+
 // RetryAfter reads a Retry-After value, delta-seconds or HTTP-date,
 // as a wait within 0..provider.MaxRetryAfter: a longer wait is capped, a
 // value that is neither form, negative or in the past is no hint (0).

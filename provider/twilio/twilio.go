@@ -27,7 +27,7 @@
 // "unknown" for a transport failure is how far the request got (package
 // httpcall, which sends it); net/http never replays the POST (GetBody is
 // cleared) and a redirect is answered, never followed.
-// The class of an HTTP answer is webhook.ClassifyStatus's, except where
+// The class of an HTTP answer is httpcall.ClassifyStatus's, except where
 // Twilio's error code says more. A reason is TWILIO_<code> when the answer
 // carries a Twilio error code, else HTTP_<status>.
 //
@@ -119,7 +119,6 @@ import (
 
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/httpcall"
-	"github.com/heraldhq/herald/provider/webhook"
 )
 
 // Config configures a Twilio provider. Secrets arrive already read.
@@ -361,13 +360,13 @@ var deadCodes = map[int]bool{21211: true, 21614: true, 21635: true, 30005: true,
 // created: too many requests (20429) and a full sender queue (21611).
 var notSentCodes = map[int]bool{20429: true, 21611: true}
 
-// classify maps a non-2xx answer to an outcome: webhook.ClassifyStatus's
+// classify maps a non-2xx answer to an outcome: httpcall.ClassifyStatus's
 // class (DESIGN §2), with Twilio's error code as the reason and where it
 // decides (see the package comment's table).
 func classify(status int, retryAfter string, c int, now time.Time) provider.Outcome {
-	out := webhook.ClassifyStatus(status, retryAfter, now)
-	// A 410 from Twilio's API says nothing about the phone number.
-	out.DeadDestination = false
+	// httpcall's table, not webhook's: a 410 from Twilio's API says
+	// nothing about the phone number.
+	out := httpcall.ClassifyStatus(status, retryAfter, now)
 	if c == 0 {
 		return out
 	}

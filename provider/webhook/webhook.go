@@ -204,24 +204,13 @@ func (w *Webhook) Send(ctx context.Context, m provider.Message) provider.Outcome
 	return ClassifyStatus(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
 }
 
-// ClassifyStatus maps an HTTP status to an outcome (DESIGN §2).
+// ClassifyStatus maps an HTTP status to an outcome (DESIGN §2):
+// httpcall.ClassifyStatus, and a 410 Gone says the destination is gone for
+// good, as APNs does for an unregistered token. A push sent to one device
+// through a webhook deactivates that device.
 func ClassifyStatus(code int, retryAfter string, now time.Time) provider.Outcome {
-	reason := "HTTP_" + strconv.Itoa(code)
-	switch {
-	case code >= 200 && code < 300:
-		return provider.AcceptedOutcome("")
-	case code == http.StatusUnauthorized, code == http.StatusForbidden:
-		return provider.NotSentOutcome(reason, 0)
-	case code == http.StatusTooManyRequests:
-		return provider.RateLimitedOutcome(reason, httpcall.RetryAfter(retryAfter, now))
-	case code == http.StatusGone:
-		// 410 Gone: the receiver says the destination is gone for good, as
-		// APNs does for an unregistered token. A push sent to one device
-		// through a webhook deactivates that device.
-		return provider.DeadDestinationOutcome(reason)
-	case code == http.StatusBadRequest, code == http.StatusNotFound,
-		code == http.StatusRequestEntityTooLarge, code == http.StatusUnprocessableEntity:
-		return provider.PermanentOutcome(reason)
+	if code == http.StatusGone {
+		return provider.DeadDestinationOutcome("HTTP_410")
 	}
-	return provider.UnknownOutcome(reason)
+	return httpcall.ClassifyStatus(code, retryAfter, now)
 }
