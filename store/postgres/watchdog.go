@@ -102,14 +102,18 @@ RETURNING o.notification_id, o.channel`
 	// qUnownedRedriveSending is the stale sweep's write for the claims
 	// found, each still SENDING since the claim time found. The state is
 	// written as an expression so that the unique index on message_id, not
-	// the partial index of SENDING rows, finds each row.
+	// the partial index of SENDING rows, finds each row. As the sweep's
+	// (qDeliverySweepStale), the UNKNOWN skips the rest of a fallback
+	// chain (qFallbackMove; an UNKNOWN releases no step).
 	//
 	// $1 now; per claim: $2 message id, $3 claimed at.
-	qUnownedRedriveSending = `UPDATE deliveries d
-SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, now())
-FROM unnest($2::text[], $3::timestamptz[]) AS f(message_id, at)
-WHERE d.message_id = f.message_id AND d.state || '' = 'SENDING' AND d.claimed_at = f.at
-RETURNING d.message_id`
+	qUnownedRedriveSending = `WITH u AS (
+    UPDATE deliveries d
+    SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, now())
+    FROM unnest($2::text[], $3::timestamptz[]) AS f(message_id, at)
+    WHERE d.message_id = f.message_id AND d.state || '' = 'SENDING' AND d.claimed_at = f.at
+    RETURNING d.message_id, d.notification_id, d.channel, d.state, d.reason
+)` + qFallbackMove + `SELECT message_id FROM u`
 
 	// $1 kind.
 	qUnownedCheckpoint = `SELECT at, message_id FROM watchdog_checkpoints WHERE kind = $1::text`

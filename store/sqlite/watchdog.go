@@ -77,7 +77,8 @@ WHERE message_id = ?2 AND token = ?3 AND state = ?4
       WHEN 'published' THEN state = 'PUBLISHED' AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = ?2)
       WHEN 'lease' THEN state IN ('CLAIMED', 'PUBLISHING') AND claimed_until < ?1
       ELSE 0 END`
-	// qUnownedRedriveSending is the stale sweep's write for one claim.
+	// qUnownedRedriveSending is the stale sweep's write for one claim
+	// (UnownedRedrive then moves its fallback chain on, as the sweep does).
 	//
 	// ?1 now, ?2 message id, ?3 claimed at as found.
 	qUnownedRedriveSending = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = ?1
@@ -166,6 +167,11 @@ func (s *Store) UnownedRedrive(ctx context.Context, rows []store.Unowned) ([]sto
 			if n, err := r.RowsAffected(); err != nil {
 				return err
 			} else if n == 1 {
+				if u.Kind == store.UnownedSending { // as the stale sweep: skips the rest of a chain
+					if _, err := fallbackEnded(tx, now, u.MessageID, heraldtype.DeliveryUnknown, heraldtype.ReasonStaleClaim); err != nil {
+						return err
+					}
+				}
 				out = append(out, u)
 			}
 		}

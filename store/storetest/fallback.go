@@ -418,6 +418,26 @@ func testFallback(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("TheWatchdogsUnknownSkipsTheRest", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p := chainCreate(t, b, "r1", nil)
+		push := store.MessageID(p.ID, heraldtype.ChannelPush)
+		claimed(t, b, false)
+		claimDelivery(t, b, store.DeliveryClaimParams{MessageID: push, NotificationID: p.ID, Tenant: "t1", Channel: heraldtype.ChannelPush, Provider: "p", Owner: "w"})
+		b.clk.Advance(time.Hour)
+		// The stale sweep did not run: the watchdog's UNKNOWN, the sweep's
+		// write, skips the rest of the chain as the sweep's does.
+		if moved := redrive(t, b, wantFound(t, b, store.UnownedSending, 10*time.Minute, push)); len(moved) != 1 {
+			t.Fatalf("moved %+v, want push", moved)
+		}
+		skipped := step{State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: "UNKNOWN"}
+		wantSteps(t, b, p.ID, map[string]step{
+			store.MessageID(p.ID, heraldtype.ChannelAlimTalk): skipped,
+			store.MessageID(p.ID, heraldtype.ChannelSMS):      skipped,
+		})
+	})
+
 	t.Run("AnErasureLeavesASkippedStepSkipped", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
