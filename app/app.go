@@ -73,6 +73,8 @@ type App struct {
 	// closers are the adapters that hold connections of their own, closed
 	// once the sends have ended.
 	closers map[string]interface{ Close() error }
+	// stopSimReports ends the simulators' delivery reports (providers.go).
+	stopSimReports context.CancelFunc
 	// limiter holds the providers' shared rate limits (nil: none); the
 	// sender and the status look-ups both spend from it.
 	limiter  sender.Limiter
@@ -433,5 +435,6 @@ func (a *App) runRabbitMQ(work context.Context, wg *sync.WaitGroup) {
 // Close releases the store of an App that was never Run.
 func (a *App) Close() error {
 	a.streams.Close()
+	a.closeProviders()
 	return a.store.Close()
 }

@@ -161,6 +161,9 @@ func (a *App) newProvider(i int, p config.Provider) (provider.Provider, error) {
 // closeProviders closes the adapters that hold connections of their own
 // (APNs' HTTP/2 pool), once the sends have ended.
 func (a *App) closeProviders() {
+	if a.stopSimReports != nil {
+		a.stopSimReports()
+	}
 	for name, c := range a.closers {
 		if err := c.Close(); err != nil {
 			a.logger.Warn("herald: close provider", slog.String("provider", name), slog.Any("error", err))
@@ -175,20 +178,32 @@ const simReportTries = 10
 
 // wireSimReports makes each simulator's delivery reports reach the store
 // as a provider's callback would.
+// The reports live until closeProviders: a report whose timer fires
+// after it (the simulator's timers are not stopped) is dropped, as a
+// provider's callback to a herald that is down would be, and leaves the
+// delivery as it was (PROVIDER_ACCEPTED or UNKNOWN, both ended).
 func (a *App) wireSimReports() {
+	ctx, stop := context.WithCancel(context.Background())
+	a.stopSimReports = stop
 	for name, s := range a.sims {
 		s.SetReporter(func(r provider.Report) {
-			ctx := context.Background()
 			for range simReportTries {
+				if ctx.Err() != nil {
+					return
+				}
 				_, err := settle.Apply(ctx, a.store, a.metrics, name, metrics.ReportCallback, r)
 				if !errors.Is(err, settle.ErrNotYet) {
-					if err != nil {
+					if err != nil && ctx.Err() == nil {
 						a.logger.LogAttrs(ctx, slog.LevelWarn, "sim: delivery report not applied",
 							slog.String("provider", name), slog.String("message_id", r.MessageID), slog.Any("error", err))
 					}
 					return
 				}
-				time.Sleep(time.Second)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
 			}
 		})
 	}
