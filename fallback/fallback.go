@@ -47,9 +47,9 @@
 //
 // A WAITING row is owned by the sends of the step before it: their end is
 // its next write, in their transaction. What ends without that write (an
-// outbox row EXPIRED or FAILED before any delivery, a send ended by an
-// erasure, a release lost to a bug or an old row) leaves a WAITING row
-// with no owner; the watchdog finds it (store.UnownedWaiting: a WAITING
+// outbox row the dispatcher ended FAILED before any delivery, a release
+// lost to a bug or an old row) leaves a WAITING row with no owner; the
+// watchdog finds it (store.UnownedWaiting: a WAITING
 // row whose earlier steps have all ended, the last one more than the
 // sweep grace ago) and moves it on through Decide, the same rule from the
 // rows' states: release or skip. Reconciliation counts the same rows. The

@@ -25,10 +25,12 @@ import (
 // FALLBACK_NOT_NEEDED; a RETRY_WAIT or PARKED write moves nothing.
 // OutboxExpire ends the WAITING rows of each notification whose row it
 // expired (SKIPPED, after EXPIRED), RecipientErase those of what it
-// erased (after ERASED). A WAITING row left behind by any other end (an
-// outbox row the dispatcher ended FAILED, a delivery a receipt or report
-// ended before its result was written, a release lost) is the watchdog's
-// (UnownedWaiting).
+// erased (after ERASED); the watchdog's UNKNOWN for a stale claim
+// (UnownedRedrive) moves it as the stale sweep's does. Receipts and
+// reports move only a delivery that has already ended (PROVIDER_ACCEPTED,
+// UNKNOWN), whose end moved the chain. A WAITING row left behind by any
+// other end (an outbox row the dispatcher ended FAILED, a release lost) is
+// the watchdog's (UnownedWaiting).
 
 // FallbackStep is a planned send's place in its notification's fallback
 // chain (DeliveryView.Fallback).
