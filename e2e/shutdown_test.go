@@ -196,9 +196,12 @@ poll_interval: 100ms
 				if err != nil {
 					// Refused once the listener is closed; reset when the
 					// connection was still queued in the listener's backlog as
-					// it closed. Either way nothing was accepted.
-					if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ECONNRESET) {
-						t.Fatalf("POST after SIGTERM: %v; want the connection refused (or reset from the closing listener's backlog)", err)
+					// it closed; closed without an answer (EOF) when it was
+					// accepted just before the close: net/http drops a request
+					// it reads after Shutdown began, before any handler runs.
+					// Either way nothing was accepted.
+					if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) {
+						t.Fatalf("POST after SIGTERM: %v; want the connection refused, reset, or closed unanswered", err)
 					}
 					break
 				}
