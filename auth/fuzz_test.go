@@ -75,6 +75,13 @@ func FuzzRecipientToken(f *testing.F) {
 		valid := recipient != "" && len(recipient) <= catalog.MaxRecipientLen && catalog.Printable(recipient)
 		got, err := rt.Verify(s)
 		switch {
+		case len(s) > maxTokenLen:
+			// Bounded before anything is parsed: no token herald mints
+			// comes near it (a recipient is at most MaxRecipientLen), so
+			// a longer one is refused unread, expired or not.
+			if !errors.Is(err, ErrTokenInvalid) {
+				t.Fatalf("a token of %d bytes (over %d): Verify = %+v, %v; want ErrTokenInvalid", len(s), maxTokenLen, got, err)
+			}
 		case signed && valid && ttl > 0:
 			if err != nil || got.Tenant != tenant || got.ID != recipient {
 				t.Fatalf("a genuine token: Verify = %+v, %v", got, err)

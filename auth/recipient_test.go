@@ -12,6 +12,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
 )
 
@@ -332,5 +333,26 @@ func TestNewRecipientTokensRefuses(t *testing.T) {
 		if _, err := NewRecipientTokens(cfg); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestMintedTokensVerifyAtTheLimits: the longest tenant and recipient
+// herald takes, in characters JSON escapes six-fold, still make a token
+// Verify reads (it bounds its input before parsing); a longer tenant is
+// refused at Mint, not minted into a token nobody can use.
+func TestMintedTokensVerifyAtTheLimits(t *testing.T) {
+	long := strings.Repeat("<", 200)
+	tooLong := strings.Repeat("\u2028", 400)
+	keys := map[string][]RecipientKey{long: {{ID: "k1", Secret: secret1}}, tooLong: {{ID: "k1", Secret: secret1}}}
+	rt := newTokens(t, clock.NewFake(epoch), keys)
+	m, err := rt.Mint(long, strings.Repeat("\u2028", catalog.MaxRecipientLen/3), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rt.Verify(m.Token); err != nil || got.Tenant != long {
+		t.Fatalf("a %d-byte token: Verify = %+v, %v", len(m.Token), got, err)
+	}
+	if _, err := rt.Mint(tooLong, long, 0); err == nil {
+		t.Fatal("minted a token over maxTokenLen")
 	}
 }
