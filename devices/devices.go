@@ -31,6 +31,7 @@ import (
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/validate"
 )
 
 // MaxTokenLen bounds a device token, in bytes. FCM tokens are about 160
@@ -68,10 +69,7 @@ func (h *Handler) Put(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body putBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		problem.New(w, http.StatusBadRequest, "the body is not a valid device: "+err.Error())
+	if !validate.DecodeJSON(w, r, &body, 1<<10, false) {
 		return
 	}
 	platform := store.Platform(body.Platform)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
@@ -25,6 +27,7 @@ import (
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/store/sqlite"
@@ -55,6 +58,13 @@ func onEachStore(t *testing.T, wrap func(store.Store) store.Store, test func(t *
 
 func setupEveryday(t *testing.T, driver string, wrap func(store.Store) store.Store) *everyday {
 	t.Helper()
+	return setupTraced(t, driver, wrap, nil)
+}
+
+// setupTraced is setupEveryday with tracer, when set, tracing every
+// statement of the PostgreSQL store's pool.
+func setupTraced(t *testing.T, driver string, wrap func(store.Store) store.Store, tracer pgx.QueryTracer) *everyday {
+	t.Helper()
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
 	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
@@ -67,7 +77,7 @@ func setupEveryday(t *testing.T, driver string, wrap func(store.Store) store.Sto
 		}
 		st = s
 	case "postgres":
-		s, err := postgres.Open(ctx, testpg.Schema(t), postgres.Options{Clock: clk, Logger: logger})
+		s, err := postgres.Open(ctx, testpg.Schema(t), postgres.Options{Clock: clk, Logger: logger, Tracer: tracer})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,6 +101,7 @@ func setupEveryday(t *testing.T, driver string, wrap func(store.Store) store.Sto
 		Keys:    auth.NewKeys(map[string]string{keyA: "a", keyB: "b"}),
 		Intake:  &intake.Handler{Store: served, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour, Logger: logger, Metrics: m},
 		Lookup:  &lookup.Handler{Store: served, Logger: logger},
+		Parked:  parked.DB{Store: served},
 		Store:   served,
 		Metrics: m,
 		Logger:  logger,

@@ -26,6 +26,7 @@ import (
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/stream"
+	"github.com/heraldhq/herald/validate"
 )
 
 // Config wires the API.
@@ -90,7 +91,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.New(w, http.StatusNotFound, "no such endpoint")
 	})
-	return recoverer(cfg.Logger, mux)
+	// validate.Edge: a path or query no store can hold is a 400 before any
+	// route runs.
+	return recoverer(cfg.Logger, validate.Edge(mux))
 }
 
 func requireTenant(keys *auth.Keys, next http.Handler) http.Handler {
@@ -126,6 +129,9 @@ type profiles struct {
 	logger *slog.Logger
 }
 
+// maxProfileBody bounds PUT /v1/recipients/{recipient}/profile's body.
+const maxProfileBody = 16 << 10
+
 type profileBody struct {
 	Addresses map[string]string `json:"addresses"`
 	Consent   map[string]bool   `json:"consent"`
@@ -135,10 +141,7 @@ type profileBody struct {
 
 func (p *profiles) put(w http.ResponseWriter, r *http.Request) {
 	var body profileBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		problem.New(w, http.StatusBadRequest, "the body is not a valid profile: "+err.Error())
+	if !validate.DecodeJSON(w, r, &body, maxProfileBody, false) {
 		return
 	}
 	prof := store.Profile{
@@ -151,6 +154,10 @@ func (p *profiles) put(w http.ResponseWriter, r *http.Request) {
 			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "unknown channel " + ch, Param: "addresses." + ch})
 			return
 		}
+		if err := validate.Address(heraldtype.Channel(ch), a); err != nil {
+			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: ch + ": " + err.Error(), Param: "addresses." + ch})
+			return
+		}
 		prof.Addresses[heraldtype.Channel(ch)] = a
 	}
 	for ch, c := range body.Consent {
@@ -159,6 +166,12 @@ func (p *profiles) put(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		prof.Consent[heraldtype.Channel(ch)] = c
+	}
+	if body.Language != "" {
+		if err := validate.Language(body.Language); err != nil {
+			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: err.Error(), Param: "language"})
+			return
+		}
 	}
 	if tz := body.TimeZone; tz != "" {
 		if _, err := time.LoadLocation(tz); err != nil {

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/recount"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/validate"
 )
 
 // The operator's routes, which show every tenant's figures:
@@ -75,10 +75,7 @@ func (o *opsAPI) reconcile(w http.ResponseWriter, r *http.Request) {
 
 func (o *opsAPI) inboxRecount(w http.ResponseWriter, r *http.Request) {
 	var p recount.Params
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil && !errors.Is(err, io.EOF) {
-		problem.New(w, http.StatusBadRequest, "the body is not a valid recount request: "+err.Error())
+	if !validate.DecodeJSON(w, r, &p, 4<<10, true) {
 		return
 	}
 	rep, err := recount.Run(r.Context(), o.store, p, o.metrics, o.logger)

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/validate"
 )
 
 // parkedAPI serves a tenant's parked messages:
@@ -84,10 +84,7 @@ type discardBody struct {
 
 func (p *parkedAPI) discard(w http.ResponseWriter, r *http.Request) {
 	var body discardBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-		problem.New(w, http.StatusBadRequest, `the body must be {"reason": "…"}: `+err.Error())
+	if !validate.DecodeJSON(w, r, &body, 16<<10, true) {
 		return
 	}
 	tenant := auth.Tenant(r.Context())

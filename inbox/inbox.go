@@ -21,8 +21,6 @@ package inbox
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 
@@ -30,6 +28,7 @@ import (
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/validate"
 )
 
 // Store is what the inbox reads and writes.
@@ -66,24 +65,7 @@ func (a *API) logger() *slog.Logger {
 // field into v, or answers 400 (413 when too large) and returns false.
 // An empty body is allowed when emptyOK, leaving v as it is.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("a second JSON value follows the body")
-	}
-	var tooLarge *http.MaxBytesError
-	switch {
-	case err == nil:
-		return true
-	case errors.As(err, &tooLarge):
-		problem.New(w, http.StatusRequestEntityTooLarge, "the body is larger than 64 KiB")
-	case emptyOK && errors.Is(err, io.EOF):
-		return true
-	default:
-		problem.New(w, http.StatusBadRequest, "the body is not valid JSON for this request: "+err.Error())
-	}
-	return false
+	return validate.DecodeJSON(w, r, v, maxBody, emptyOK)
 }
 
 // storeFailed answers 503 for a store error and logs it (the error only:

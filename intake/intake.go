@@ -13,7 +13,6 @@
 package intake
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,7 +21,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/auth"
@@ -33,6 +31,7 @@ import (
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/validate"
 )
 
 // MaxBody is the largest request body accepted.
@@ -143,18 +142,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(body)
 }
 
-// decode parses the body strictly and returns it with its canonical form.
+// decode parses the body strictly (validate.Body: nothing a store cannot
+// hold, no unknown field, nothing after the object) and returns it with its
+// canonical form.
 func decode(raw []byte) (Request, []byte, error) {
 	var req Request
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, nil, fmt.Errorf("the body is not a valid notification request: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	// Anything after the object but white space is refused. (dec.More alone
-	// would let a stray closing '}' or ']' through.)
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return req, nil, errors.New("the body must hold exactly one JSON object")
+	if err := validate.Body(raw, &req); err != nil {
+		return req, nil, err
 	}
 	c, err := canonical.JSON(raw)
 	if err != nil {

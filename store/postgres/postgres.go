@@ -114,8 +114,9 @@ type Options struct {
 	// (Open applies pending migrations).
 	MustExist bool
 
-	// tracer, when set, traces every pool query (tests count round trips).
-	tracer pgx.QueryTracer
+	// Tracer, when set, traces every pool query (tests count round trips
+	// and see that a refused request sent no statement). Defaults to nil.
+	Tracer pgx.QueryTracer
 }
 
 // DefaultMaxConns is the pool size when neither Options nor the URL set one.
@@ -194,8 +195,8 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "herald"
 	}
-	if opts.tracer != nil {
-		cfg.ConnConfig.Tracer = opts.tracer
+	if opts.Tracer != nil {
+		cfg.ConnConfig.Tracer = opts.Tracer
 	}
 	return cfg, nil
 }

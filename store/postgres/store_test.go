@@ -157,7 +157,7 @@ func TestHotPathStatementCounts(t *testing.T) {
 	// one statement is one round trip and one (implicit) transaction. Every
 	// create NOTIFYs in its own statement here; under load, creates also
 	// share a trailing NOTIFY, at most one per lane and NotifyInterval.
-	s := setup(t, "", Options{tracer: tr, MaxConns: 1, NotifyInterval: time.Nanosecond})
+	s := setup(t, "", Options{Tracer: tr, MaxConns: 1, NotifyInterval: time.Nanosecond})
 	cycle := func() {
 		p := params(func(p *store.NotificationCreateParams) { p.Lane = heraldtype.LaneAlert })
 		mustCreate(t, s, p)

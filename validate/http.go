@@ -1,0 +1,139 @@
+package validate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/heraldhq/herald/problem"
+)
+
+// Edge refuses, with 400 application/problem+json, a request whose path or
+// query no store could hold (see the package doc), before next routes it:
+// every path id of every route is checked here once.
+func Edge(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := checkURL(r.URL); p != nil {
+			problem.Write(w, *p)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func checkURL(u *url.URL) *problem.Problem {
+	bad := func(status int, param, format string, args ...any) *problem.Problem {
+		return &problem.Problem{Status: status, Detail: fmt.Sprintf(format, args...), Param: param}
+	}
+	segs := strings.Split(u.EscapedPath(), "/")
+	for i, seg := range segs {
+		param, status, max := segment(segs, i)
+		s, err := url.PathUnescape(seg)
+		switch {
+		case err != nil:
+			return bad(status, param, "the path is not validly escaped")
+		case len(s) > max:
+			return bad(status, param, "a path segment (%s) is longer than %d bytes", or(param, "segment"), max)
+		case !Printable(s):
+			return bad(status, param, "the path (%s) must be printable UTF-8: no control characters, no NUL", or(param, "segment"))
+		}
+	}
+	if len(u.RawQuery) > MaxQuery {
+		return bad(http.StatusBadRequest, "", "the query is longer than %d bytes", MaxQuery)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return bad(http.StatusBadRequest, "", "the query is not validly escaped")
+	}
+	for k, vs := range q {
+		if !Printable(k) {
+			return bad(http.StatusBadRequest, "", "the query must be printable UTF-8: no control characters, no NUL")
+		}
+		for _, v := range vs {
+			if !Printable(v) {
+				return bad(http.StatusBadRequest, k, "the query must be printable UTF-8: no control characters, no NUL")
+			}
+		}
+	}
+	return nil
+}
+
+// segment names the path segment segs[i] (segs[0] is the empty string
+// before the first "/") as its route's wildcard does, with the status and
+// length limit a bad one gets: the recipient of /v1/recipients/{recipient}/…
+// is a request field like the intake's (422, MaxRecipient); any other
+// segment is a 400 over MaxSegment.
+func segment(segs []string, i int) (param string, status, max int) {
+	at := func(j int, s string) bool { return j < len(segs) && segs[j] == s }
+	switch {
+	case i == 3 && at(1, "v1") && at(2, "recipients"):
+		return "recipient", http.StatusUnprocessableEntity, MaxRecipient
+	case i == 5 && at(1, "v1") && at(2, "recipients") && at(4, "devices"):
+		return "token", http.StatusBadRequest, MaxSegment
+	case i == 3 && at(1, "v1") && at(2, "notifications"):
+		return "id", http.StatusBadRequest, MaxSegment
+	case i == 3 && at(1, "v1") && at(2, "parked"):
+		return "message_id", http.StatusBadRequest, MaxSegment
+	case i == 4 && at(1, "v1") && at(2, "me") && at(3, "items"):
+		return "id", http.StatusBadRequest, MaxSegment
+	}
+	return "", http.StatusBadRequest, MaxSegment
+}
+
+func or(s, dflt string) string {
+	if s == "" {
+		return dflt
+	}
+	return s
+}
+
+// DecodeJSON is every JSON-body route's decode step: it reads r's body (at
+// most max bytes, else 413), checks it with JSON (400), and decodes it
+// strictly into v: no unknown field, exactly one JSON value with nothing
+// after it but white space (400). An empty body is allowed when emptyOK,
+// leaving v as it is. It answers the problem itself and returns false
+// when the body is refused.
+func DecodeJSON(w http.ResponseWriter, r *http.Request, v any, max int64, emptyOK bool) bool {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			problem.New(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", max))
+			return false
+		}
+		problem.New(w, http.StatusBadRequest, "could not read the body")
+		return false
+	}
+	if emptyOK && len(bytes.TrimSpace(raw)) == 0 {
+		return true
+	}
+	if err := Body(raw, v); err != nil {
+		problem.New(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	return true
+}
+
+// Body checks raw with JSON and decodes it strictly into v, as DecodeJSON
+// does, for a handler that keeps the raw body (intake).
+func Body(raw []byte, v any) error {
+	if err := JSON(raw); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("the body is not valid JSON for this request: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	// Anything after the value but white space is refused. (dec.More alone
+	// would let a stray closing '}' or ']' through.)
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("the body must hold exactly one JSON value, with nothing after it")
+	}
+	return nil
+}

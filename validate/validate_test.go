@@ -1,0 +1,124 @@
+package validate_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/validate"
+)
+
+func TestJSON(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		raw string
+		ok  bool
+	}{
+		"Plain":                {`{"a":"b","c":[1,"d"]}`, true},
+		"Unicode":              {`{"merchant":"카페 모리 ☕"}`, true},
+		"EscapedPair":          {`{"e":"\ud83d\ude00"}`, true},
+		"EscapedBackslashU":    {`{"a":"\\u0000"}`, true}, // a backslash, then the text u0000
+		"EscapedQuote":         {`{"a":"\"\u0041"}`, true},
+		"NULEscape":            {`{"a":"x\u0000"}`, false},
+		"NULEscapeInAKey":      {`{"\u0000":1}`, false},
+		"NULEscapeUpperHex":    {`{"a":"\u0000"}`, false},
+		"InvalidUTF8":          {"{\"a\":\"\xff\"}", false},
+		"InvalidUTF8OutsideOf": {"{\"a\":1}\xff", false},
+		"LoneHigh":             {`{"a":"\ud800"}`, false},
+		"LoneHighThenText":     {`{"a":"\ud800x"}`, false},
+		"HighThenHigh":         {`{"a":"\ud800\ud800"}`, false},
+		"LoneLow":              {`{"a":"\udc00"}`, false},
+		"TruncatedEscape":      {`{"a":"\u00`, true}, // malformed: the decoder's to say
+	} {
+		if err := validate.JSON([]byte(c.raw)); (err == nil) != c.ok {
+			t.Errorf("%s: JSON(%q) = %v, want ok %v", name, c.raw, err, c.ok)
+		}
+	}
+}
+
+func TestAddress(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ch   heraldtype.Channel
+		addr string
+		ok   bool
+	}{
+		{heraldtype.ChannelSMS, "+821012345678", true},
+		{heraldtype.ChannelSMS, "010-1234-5678", true},
+		{heraldtype.ChannelSMS, "+1 (415) 555.0100", true},
+		{heraldtype.ChannelSMS, "123456", false},
+		{heraldtype.ChannelSMS, "+1234567890123456", false},
+		{heraldtype.ChannelSMS, "12+345678", false},
+		{heraldtype.ChannelAlimTalk, "tel:01012345678", false},
+		{heraldtype.ChannelEmail, "r@example.com", true},
+		{heraldtype.ChannelEmail, "R <r@example.com>", false},
+		{heraldtype.ChannelEmail, "r@example.com, s@example.com", false},
+		{heraldtype.ChannelEmail, strings.Repeat("a", 250) + "@x.io", false},
+		{heraldtype.ChannelPush, "fcm:APA91b_x-Y", true},
+		{heraldtype.ChannelPush, "", false},
+		{heraldtype.ChannelPush, "tok en", false},
+		{heraldtype.ChannelPush, "tök", false},
+		{heraldtype.ChannelWebhook, "https://example.com/hook", true},
+		{heraldtype.ChannelWebhook, "a\x00b", false},
+	} {
+		if err := validate.Address(c.ch, c.addr); (err == nil) != c.ok {
+			t.Errorf("Address(%s, %q) = %v, want ok %v", c.ch, c.addr, err, c.ok)
+		}
+	}
+}
+
+func TestLanguage(t *testing.T) {
+	t.Parallel()
+	for tag, ok := range map[string]bool{"ko": true, "en-US": true, "zh-Hant-TW": true, "not a tag": false, "en_US!": false, strings.Repeat("a", 36): false} {
+		if err := validate.Language(tag); (err == nil) != ok {
+			t.Errorf("Language(%q) = %v, want ok %v", tag, err, ok)
+		}
+	}
+}
+
+// FuzzJSON: whatever the body, JSON does not panic, and a body it and the
+// decoder accept holds, once decoded, only text both stores can keep: no
+// NUL, valid UTF-8, and no U+FFFD the body did not hold itself (Go's
+// decoder writes one for each invalid byte and lone surrogate escape).
+func FuzzJSON(f *testing.F) {
+	for _, s := range []string{`{"a":"b"}`, `{"a":"\u0000"}`, `{"a":"\ud800"}`, `{"\ud83d\ude00":["\\u0000"]}`, "{\"a\":\"\xff\"}", `"\ufffd"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if validate.JSON(raw) != nil || !json.Valid(raw) {
+			return
+		}
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber() // a number too large for float64 is valid JSON
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("json.Valid but Decode: %v", err)
+		}
+		replacement := strings.Contains(string(raw), "\ufffd") || strings.Contains(strings.ToLower(string(raw)), `\ufffd`)
+		var walk func(any)
+		check := func(s string) {
+			if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 || (!replacement && strings.ContainsRune(s, utf8.RuneError)) {
+				t.Fatalf("accepted %q decodes to %q", raw, s)
+			}
+		}
+		walk = func(v any) {
+			switch v := v.(type) {
+			case string:
+				check(v)
+			case []any:
+				for _, e := range v {
+					walk(e)
+				}
+			case map[string]any:
+				for k, e := range v {
+					check(k)
+					walk(e)
+				}
+			}
+		}
+		walk(v)
+	})
+}
