@@ -116,6 +116,10 @@ type Store interface {
 	// Deferrals puts a deferred broker message back into the outbox
 	// (deferred.go).
 	Deferrals
+	// APIKeys keeps the tenants' API keys, hashed (apikeys.go).
+	APIKeys
+	// Audit is the append-only log of admin actions (audit.go).
+	Audit
 	// Wakeups carries "a row became due on this lane" signals, from this
 	// process and (PostgreSQL) from every other process on the database.
 	Wakeups() *Wakeups

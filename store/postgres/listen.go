@@ -62,7 +62,8 @@ func (s *Store) listenOnce() error {
 	for _, l := range heraldtype.Lanes {
 		stmts = append(stmts, "LISTEN "+pgx.Identifier{s.channels[l]}.Sanitize())
 	}
-	stmts = append(stmts, "LISTEN "+pgx.Identifier{s.inboxChannel}.Sanitize())
+	stmts = append(stmts, "LISTEN "+pgx.Identifier{s.inboxChannel}.Sanitize(),
+		"LISTEN "+pgx.Identifier{s.keyChannel}.Sanitize())
 	if err := execTimeout(s.life, conn, strings.Join(stmts, "; ")); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -71,6 +72,7 @@ func (s *Store) listenOnce() error {
 		s.wakeups.Notify(l)
 	}
 	s.inboxSignals.Missed()
+	s.keyHeard()
 	s.listenConns.Add(1)
 	s.listening.Store(true)
 	defer s.listening.Store(false)
@@ -81,6 +83,8 @@ func (s *Store) listenOnce() error {
 		switch {
 		case err == nil && n.Channel == s.inboxChannel:
 			s.inboxHeard(n.Payload)
+		case err == nil && n.Channel == s.keyChannel:
+			s.keyHeard()
 		case err == nil:
 			if lane, ok := s.lanes[n.Channel]; ok {
 				s.wakeups.Notify(lane)

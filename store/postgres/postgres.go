@@ -137,6 +137,8 @@ type Store struct {
 	inboxChannel string // inboxsignal.go
 	inboxNotify  *inboxNotifier
 	inboxSignals store.InboxSignals
+	keyChannel   string // apikeys.go
+	keyChanges   store.APIKeyChanges
 	// languageRead, when set (tests), runs after a create read the
 	// profile language its inbox text depends on, before its statement.
 	languageRead   func()
@@ -247,6 +249,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, connCfg *pgx.ConnConfig, 
 	s.leaderKey = lockKey("leader", db, schema)
 	s.channels, s.lanes = wakeChannels(db, schema)
 	s.inboxChannel, s.inboxNotify = inboxChannel(db, schema), newInboxNotifier(s)
+	s.keyChannel = keyChannel(db, schema)
 	return s, nil
 }
 

@@ -51,5 +51,20 @@ func TestConformance(t *testing.T) {
 		db := open(t, s)
 		defer db.Close()
 		return storetest.TextRows(t, db, query)
+	}, TryExec: func(t *testing.T, s store.Store, query string) error {
+		t.Helper()
+		db := open(t, s)
+		defer db.Close()
+		_, err := db.Exec(query)
+		return err
+	}, Reopen: func(t *testing.T, s store.Store, clk clock.Clock) store.Store {
+		t.Helper()
+		url, _ := urls.Load(s)
+		s2, err := postgres.Open(context.Background(), url.(string), postgres.Options{Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s2.Close() })
+		return s2
 	}})
 }

@@ -52,6 +52,8 @@ type Store struct {
 	wakeups *store.Wakeups
 	// inboxSignals announces inbox changes to this process (inboxsignal.go).
 	inboxSignals store.InboxSignals
+	// keyChanges counts this process's API key writes (apikeys.go).
+	keyChanges store.APIKeyChanges
 }
 
 var _ store.Store = (*Store)(nil)

@@ -47,5 +47,20 @@ func TestConformance(t *testing.T) {
 		db := open(t, s)
 		defer db.Close()
 		return storetest.TextRows(t, db, query)
+	}, TryExec: func(t *testing.T, s store.Store, query string) error {
+		t.Helper()
+		db := open(t, s)
+		defer db.Close()
+		_, err := db.Exec(query)
+		return err
+	}, Reopen: func(t *testing.T, s store.Store, clk clock.Clock) store.Store {
+		t.Helper()
+		path, _ := paths.Load(s)
+		s2, err := sqlite.Open(context.Background(), path.(string), sqlite.Options{Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s2.Close() })
+		return s2
 	}})
 }
