@@ -27,8 +27,12 @@ type EventSuppression struct {
 	// send. At least 1 minute. Defaults to 10 minutes.
 	Lease Duration `yaml:"lease"`
 	// TTL is how long a key is kept after its lease ended: a notification
-	// of the event that comes later is a new event. Defaults to
-	// idempotency_ttl (24 hours).
+	// of the event that comes later is a new event. The purge deletes a
+	// key by its age alone, whatever its owner's sends are doing, so the
+	// ttl must outlast the longest a send can stay SENDING after its check
+	// (its claim comes within the lease; the stale sweep ends it
+	// stale_claim_after later): at least stale_claim_after. Defaults to
+	// idempotency_ttl (24 hours), or stale_claim_after if that is longer.
 	TTL Duration `yaml:"ttl"`
 }
 
@@ -48,7 +52,7 @@ func (c *Config) eventSuppressionDefaults() {
 		e.Lease = Duration(10 * time.Minute)
 	}
 	if e.TTL == 0 {
-		e.TTL = c.IdempotencyTTL
+		e.TTL = max(c.IdempotencyTTL, c.StaleClaimAfter)
 	}
 }
 
@@ -60,6 +64,12 @@ func (c *Config) validateEventSuppression() error {
 	}
 	if e.TTL <= 0 {
 		return fmt.Errorf("config: event_suppression.ttl: must be positive, got %s", e.TTL.D())
+	}
+	// A key purged while its owner's send may still be in flight would
+	// let a second notification of the event take it and send too.
+	if e.TTL.D() < c.StaleClaimAfter.D() {
+		return fmt.Errorf("config: event_suppression.ttl: must be at least stale_claim_after (%s), the longest a send stays SENDING, got %s",
+			c.StaleClaimAfter.D(), e.TTL.D())
 	}
 	return nil
 }
