@@ -14,7 +14,8 @@
 //     outbox row, so nothing was sent: the run recreates the planned sends,
 //     PENDING, one per channel of the kind as configured now (conditional on
 //     the notification still having none), and the claim guards the send as
-//     always. A kind no longer configured cannot be recreated: alerted.
+//     always. A kind with policy first gets its chain back as intake writes
+//     it: the first step PENDING, the later ones WAITING (package fallback). A kind no longer configured cannot be recreated: alerted.
 //   - no_delivery: a planned send whose outbox row is DONE, finished more
 //     than the grace ago, with no delivery row. The sender writes a
 //     delivery row before it answers Done, so its path was closed without
@@ -33,6 +34,15 @@
 // unowned: a finding that cannot be repaired, one past the per-run repair
 // limit, one whose repair failed. Each is alerted (UNACCOUNTED), and
 // `herald reconcile` exits 1 while any remains.
+//
+// Event keys taken over (package suppression): a notification of an event
+// took the key from another notification of it whose lease had run out
+// with nothing sent (its owner died before its claim, or its sends ended
+// without a call). Nothing is wrong to repair, but it is the rule's one
+// hand-over, and the report counts the keys taken over between the
+// previous kept run's count and this one's (event_keys_taken_over; the
+// store's clock; every kept key before the first run). A key is counted
+// by its last takeover, and only while it is kept (ttl after its lease).
 //
 // Deliveries in UNKNOWN are ended, and not unowned: the call may or may not
 // have reached the provider, and herald never resends them. They are
@@ -95,6 +105,9 @@ const DefaultDuty = 0.15
 type Store interface {
 	store.Reconciler
 	store.Watchdog
+	// EventKeysTakenOver is store.EventKeys': the takeovers since the
+	// last run.
+	EventKeysTakenOver(ctx context.Context, since time.Time) (int, error)
 }
 
 // Config wires a reconciler.
@@ -218,6 +231,14 @@ type Report struct {
 	// Overdue counts PENDING planned sends due more than the grace ago:
 	// owned by the claimers or the relay, which are behind (a backlog).
 	Overdue int64 `json:"overdue"`
+	// EventKeysTakenOver counts the event keys (package suppression)
+	// taken over since the previous kept run's CountedAt: another
+	// notification of the event sent after the first one's lease ran out
+	// with nothing sent.
+	EventKeysTakenOver int64 `json:"event_keys_taken_over"`
+	// CountedAt is the store's time when this run's count began; the next
+	// run counts takeovers from it.
+	CountedAt time.Time `json:"counted_at"`
 }
 
 // Accounted reports whether nothing was left unowned.
@@ -236,13 +257,20 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 		rep.UnownedByKind[k], rep.Found[k], rep.RepairedByKind[k] = 0, 0, 0
 		rep.UnownedSample[k] = []string{}
 	}
+	since, err := r.takeoversSince(ctx)
+	if err != nil {
+		return Report{}, err
+	}
 	counts, err := r.Store.ReconcileCount(ctx, store.ReconcileCountParams{
 		Grace: r.Grace, Sample: r.RepairLimit, UnknownSample: r.Sample, Pace: r.pace,
 	})
 	if err != nil {
 		return Report{}, fmt.Errorf("reconcile: count: %w", err)
 	}
-	rep.Accepted, rep.ByState, rep.Overdue = counts.Accepted, counts.ByState, counts.Overdue
+	rep.Accepted, rep.ByState, rep.Overdue, rep.CountedAt = counts.Accepted, counts.ByState, counts.Overdue, counts.Now
+	if rep.EventKeysTakenOver, err = r.takenOver(ctx, since, counts.Now); err != nil {
+		return Report{}, err
+	}
 	for _, n := range counts.ByState {
 		rep.PlannedSends += n
 	}
@@ -274,8 +302,39 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 	r.Logger.LogAttrs(ctx, level, "reconcile: run finished",
 		slog.Int64("accepted", rep.Accepted), slog.Int64("planned_sends", rep.PlannedSends),
 		slog.Int64("unowned", rep.Unowned), slog.Int64("repaired", rep.Repaired), slog.Int64("unknown", rep.Unknown),
-		slog.Int64("overdue", rep.Overdue), slog.Duration("took", rep.FinishedAt.Sub(rep.StartedAt)))
+		slog.Int64("overdue", rep.Overdue), slog.Int64("event_keys_taken_over", rep.EventKeysTakenOver),
+		slog.Duration("took", rep.FinishedAt.Sub(rep.StartedAt)))
 	return rep, nil
+}
+
+// takenOver counts the event keys last taken over at since or later and
+// before until (the store's times): those after until are the next run's.
+func (r *Reconciler) takenOver(ctx context.Context, since, until time.Time) (int64, error) {
+	from, err := r.Store.EventKeysTakenOver(ctx, since)
+	if err != nil {
+		return 0, fmt.Errorf("reconcile: count event keys taken over: %w", err)
+	}
+	later, err := r.Store.EventKeysTakenOver(ctx, until)
+	if err != nil {
+		return 0, fmt.Errorf("reconcile: count event keys taken over: %w", err)
+	}
+	return int64(max(from-later, 0)), nil
+}
+
+// takeoversSince is where this run's count of event-key takeovers starts:
+// the previous kept run's count time (its start, for a report kept before
+// reports had one), or the zero time before the first run.
+func (r *Reconciler) takeoversSince(ctx context.Context) (time.Time, error) {
+	_, last, ok, err := Last(ctx, r.Store)
+	switch {
+	case err != nil:
+		return time.Time{}, fmt.Errorf("reconcile: read the last run: %w", err)
+	case !ok:
+		return time.Time{}, nil
+	case !last.CountedAt.IsZero():
+		return last.CountedAt, nil
+	}
+	return last.StartedAt, nil
 }
 
 // pace pauses after a page so that the count spends Duty of its time in
@@ -310,7 +369,8 @@ func (r *Reconciler) repairMissingOutbox(ctx context.Context, rep *Report, found
 			r.unaccounted(ctx, rep, kind, f.NotificationID, f.Tenant, "UNKNOWN_KIND")
 			continue
 		}
-		n, err := r.Store.ReconcileOutboxRecreate(ctx, store.ReconcileOutboxRecreateParams{NotificationID: f.NotificationID, Channels: k.Channels})
+		n, err := r.Store.ReconcileOutboxRecreate(ctx, store.ReconcileOutboxRecreateParams{
+			NotificationID: f.NotificationID, Channels: k.Channels, Fallback: k.Fallback})
 		switch {
 		case err != nil:
 			unowned++

@@ -38,7 +38,8 @@ type bundle struct {
 }
 
 // setup returns a reconciler on a fresh SQLite store whose catalog has
-// the kind "payment" on webhook and sms; mutate adjusts its config.
+// the kind "payment" on webhook and sms, and "payment.first", the same
+// channels as a fallback chain (policy first); mutate adjusts its config.
 func setup(t *testing.T, mutate func(c *reconcile.Config)) bundle {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
@@ -47,8 +48,11 @@ func setup(t *testing.T, mutate func(c *reconcile.Config)) bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	cat, err := catalog.New([]config.Kind{{Name: "payment", Category: "transactional", Channels: []string{"webhook", "sms"},
-		Templates: map[string]config.Template{"webhook": {Title: "t", Body: "b"}, "sms": {Title: "t", Body: "b"}}}})
+	text := map[string]config.Template{"webhook": {Title: "t", Body: "b"}, "sms": {Title: "t", Body: "b"}}
+	cat, err := catalog.New([]config.Kind{
+		{Name: "payment", Category: "transactional", Channels: []string{"webhook", "sms"}, Templates: text},
+		{Name: "payment.first", Category: "transactional", Channels: []string{"webhook", "sms"}, Policy: config.PolicyFirst, Templates: text},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +186,28 @@ func TestRecreatesThePlannedSendsOfANotificationThatHasNone(t *testing.T) {
 	}
 	if again := run(t, b); again.Found[reconcile.KindMissingOutbox] != 0 || again.Repaired != 0 {
 		t.Fatalf("a second run: %+v, want nothing left to repair", again)
+	}
+}
+
+// A first kind's planned sends are recreated as its chain: the first
+// channel claimable, the next WAITING for it.
+func TestRecreatesAFirstKindsPlannedSendsAsItsChain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := accept(t, b, "payment.first")
+	if rep := run(t, b); rep.RepairedByKind[reconcile.KindMissingOutbox] != 1 || !rep.Accounted() {
+		t.Fatalf("report %+v: want the missing planned sends recreated", rep)
+	}
+	rows := claimAll(t, b)
+	if len(rows) != 1 || rows[0].MessageID != store.MessageID(id, heraldtype.ChannelWebhook) {
+		t.Fatalf("claimable after the run: %+v, want the chain's first step alone", rows)
+	}
+	v, err := b.st.NotificationGet(b.ctx, "t1", id)
+	if err != nil || len(v.Deliveries) != 2 {
+		t.Fatalf("NotificationGet: %+v, %v", v, err)
+	}
+	if dv := v.Deliveries[1]; dv.OutboxState != heraldtype.OutboxWaiting || dv.Fallback == nil || dv.Fallback.Step != 2 {
+		t.Fatalf("the SMS step: %s step %+v, want WAITING as step 2", dv.OutboxState, dv.Fallback)
 	}
 }
 
@@ -348,5 +374,47 @@ func TestFiguresAreTheLastReportsOrZero(t *testing.T) {
 	f, err := reconcile.Figures(b.ctx, b.st)
 	if err != nil || !f.Ran || !f.FinishedAt.Equal(rep.FinishedAt) || f.Unowned[reconcile.KindMissingOutbox] != 1 || f.Unknown != 0 {
 		t.Fatalf("figures %+v (%v), want the report's %+v", f, err, rep)
+	}
+}
+
+// A notification that takes over an event key whose owner's lease ran out
+// with nothing sent is counted by the next run, and only by it.
+func TestCountsTheEventKeysTakenOverSinceTheLastRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	take := func(owner string) store.EventKeyOutcome {
+		t.Helper()
+		res, err := b.st.EventKeyTake(b.ctx, store.EventKeyTakeParams{
+			Key: store.EventKey{Tenant: "t1", Recipient: "r1", EventID: "e1", Kind: "payment"}, Owner: owner, Lease: time.Minute})
+		if err != nil {
+			t.Fatalf("EventKeyTake: %v", err)
+		}
+		return res.Outcome
+	}
+	if got := take("ntf-a"); got != store.EventKeyTaken {
+		t.Fatalf("first take: %s", got)
+	}
+	if rep := run(t, b); rep.EventKeysTakenOver != 0 {
+		t.Fatalf("before any takeover: %d taken over", rep.EventKeysTakenOver)
+	}
+	b.clk.Advance(2 * time.Minute) // ntf-a's lease ran out; it sent nothing
+	if got := take("ntf-b"); got != store.EventKeyTakenOver {
+		t.Fatalf("take after the lease: %s", got)
+	}
+	b.clk.Advance(time.Second)
+	rep := run(t, b)
+	if rep.EventKeysTakenOver != 1 || !rep.Accounted() {
+		t.Fatalf("after a takeover: %d taken over (accounted %v), want 1", rep.EventKeysTakenOver, rep.Accounted())
+	}
+	var text strings.Builder
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "event keys   1 taken over since the last run") {
+		t.Fatalf("text report: %v\n%s", err, text.String())
+	}
+	if _, kept, _, err := reconcile.Last(b.ctx, b.st); err != nil || kept.EventKeysTakenOver != 1 {
+		t.Fatalf("kept report: %d taken over, %v", kept.EventKeysTakenOver, err)
+	}
+	b.clk.Advance(time.Second)
+	if rep := run(t, b); rep.EventKeysTakenOver != 0 {
+		t.Fatalf("the run after: %d taken over, want 0 (counted once)", rep.EventKeysTakenOver)
 	}
 }

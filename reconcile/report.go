@@ -43,6 +43,7 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "overdue      %d PENDING past the grace (owned by the claimers, behind)\n", r.Overdue)
+	fmt.Fprintf(&b, "event keys   %d taken over since the last run (an owner's lease ran out with nothing sent)\n", r.EventKeysTakenOver)
 	if r.Accounted() {
 		b.WriteString("every accepted notification is accounted for\n")
 	} else {

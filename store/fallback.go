@@ -32,6 +32,24 @@ import (
 // other end (an outbox row the dispatcher ended FAILED, a release lost) is
 // the watchdog's (UnownedWaiting).
 
+// FallbackSteps numbers channels, a kind's channels in its order, as the
+// steps of a chain (1, 2…) when chain is set; the inbox, written at
+// intake, is no step (0), and off a chain every channel is 0.
+func FallbackSteps(channels []heraldtype.Channel, chain bool) []int {
+	steps := make([]int, len(channels))
+	if !chain {
+		return steps
+	}
+	n := 0
+	for i, ch := range channels {
+		if ch != heraldtype.ChannelInbox {
+			n++
+			steps[i] = n
+		}
+	}
+	return steps
+}
+
 // FallbackStep is a planned send's place in its notification's fallback
 // chain (DeliveryView.Fallback).
 type FallbackStep struct {

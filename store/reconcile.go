@@ -27,11 +27,13 @@ type Reconciler interface {
 	// (so no provider call can have been made for it), and returns the
 	// message ids it moved.
 	ReconcileOutboxRedrive(ctx context.Context, rows []ReconcileFinding) ([]string, error)
-	// ReconcileOutboxRecreate writes a PENDING outbox row per channel of
+	// ReconcileOutboxRecreate writes an outbox row per channel of
 	// p.Channels for notification p.NotificationID, due at its send_at or
 	// now, in one statement conditional on the notification existing and
 	// having neither an outbox row nor a delivery row, and returns how many
-	// it wrote (0 when the condition no longer holds).
+	// it wrote (0 when the condition no longer holds). Each row is PENDING,
+	// but for a fallback chain (p.Fallback) each carries its step, as
+	// intake writes a chain: step 1 PENDING, the later steps WAITING.
 	ReconcileOutboxRecreate(ctx context.Context, p ReconcileOutboxRecreateParams) (int, error)
 	// ReconcileRunSave keeps one run's report and deletes all but the newest
 	// keep runs, in one transaction.
@@ -176,6 +178,9 @@ type ReconcileOutboxRecreateParams struct {
 	NotificationID string
 	// Channels are the notification's kind's channels, one row each.
 	Channels []heraldtype.Channel
+	// Fallback: the kind's channels are a fallback chain (policy first;
+	// NotificationCreateParams.Fallback).
+	Fallback bool
 }
 
 // ReconcileRun is one kept reconciliation run.

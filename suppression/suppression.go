@@ -20,9 +20,10 @@
 //   - another notification holds it: SUPPRESSED(DUPLICATE_EVENT), final;
 //   - another notification's lease ran out and it holds nothing (below):
 //     the key is taken over and the send goes on. The store marks the
-//     takeover (store.EventKeys.EventKeysTakenOver counts them; the
-//     reconciliation report does not show the count yet) and the check
-//     logs it at warn level with both notification ids.
+//     takeover (store.EventKeys.EventKeysTakenOver counts them; each
+//     reconciliation report shows those since the run before it,
+//     event_keys_taken_over) and the check logs it at warn level with
+//     both notification ids.
 //
 // # How long a key is held
 //
@@ -46,7 +47,10 @@
 //
 // The leader purges keys whose lease ended ttl ago (Purger), 1,000 per
 // statement, so a key lives ttl after its owner's last check; a
-// notification of the event that comes after that is a new event.
+// notification of the event that comes after that is a new event. The
+// purge goes by the key's age alone, so config validation holds ttl to at
+// least stale_claim_after, the longest a send stays SENDING after its
+// check: no key is purged while its owner's call may still be in flight.
 //
 // # The channel in the key
 //

@@ -79,15 +79,8 @@ const qFallbackReleased = `(SELECT min(lane) FROM fr WHERE released)`
 // chain and for the inbox, else 1, 2… in order.
 func chainSteps(p store.NotificationCreateParams) []int32 {
 	steps := make([]int32, len(p.Channels))
-	if !p.Fallback {
-		return steps
-	}
-	n := int32(0)
-	for i, ch := range p.Channels {
-		if ch != heraldtype.ChannelInbox {
-			n++
-			steps[i] = n
-		}
+	for i, n := range store.FallbackSteps(p.Channels, p.Fallback) {
+		steps[i] = int32(n)
 	}
 	return steps
 }

@@ -68,19 +68,22 @@ WHERE n.id > $1::text AND n.id <= $2::text AND d.state = 'UNKNOWN'
 ORDER BY n.id, o.message_id LIMIT $3::int`
 
 	// qReconcileOutboxRecreate writes the planned sends $3 (message ids
-	// $4) of notification $2 if it has no outbox row, each unless its
-	// message has a delivery row; $1 is now. It returns the lane and how
-	// many rows it wrote. A concurrent recreate conflicts on the outbox key
-	// and writes nothing.
+	// $4, fallback steps $5: 0 off a chain, a later step WAITING as intake
+	// writes it) of notification $2 if it has no outbox row, each unless
+	// its message has a delivery row; $1 is now. It returns the lane and
+	// how many rows it wrote. A concurrent recreate conflicts on the outbox
+	// key and writes nothing.
 	qReconcileOutboxRecreate = `WITH n AS (
     SELECT id, tenant, lane, send_at, expires_at FROM notifications
     WHERE id = $2::text AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = $2::text)
 ),
 ins AS (
-    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
-    SELECT n.id, c.message_id, n.tenant, n.lane, c.channel, 'PENDING',
-           greatest(coalesce($1::timestamptz, now()), n.send_at), n.expires_at, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now())
-    FROM n, unnest($3::text[], $4::text[]) AS c (channel, message_id)
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
+                        fallback_step)
+    SELECT n.id, c.message_id, n.tenant, n.lane, c.channel, CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
+           greatest(coalesce($1::timestamptz, now()), n.send_at), n.expires_at, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()),
+           nullif(c.step, 0)
+    FROM n, unnest($3::text[], $4::text[], $5::integer[]) AS c (channel, message_id, step)
     WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id)
     ON CONFLICT DO NOTHING
     RETURNING lane
@@ -143,13 +146,14 @@ func (s *Store) ReconcileCount(ctx context.Context, p store.ReconcileCountParams
 // ReconcileOutboxRecreate writes the planned sends of a notification that
 // has none, in one statement.
 func (s *Store) ReconcileOutboxRecreate(ctx context.Context, p store.ReconcileOutboxRecreateParams) (int, error) {
-	chs, msgs := make([]string, len(p.Channels)), make([]string, len(p.Channels))
-	for i, ch := range p.Channels {
-		chs[i], msgs[i] = string(ch), store.MessageID(p.NotificationID, ch)
+	chs, msgs, steps := make([]string, len(p.Channels)), make([]string, len(p.Channels)), make([]int32, len(p.Channels))
+	for i, n := range store.FallbackSteps(p.Channels, p.Fallback) {
+		ch := p.Channels[i]
+		chs[i], msgs[i], steps[i] = string(ch), store.MessageID(p.NotificationID, ch), int32(n)
 	}
 	var lane string
 	var n int
-	if err := s.pool.QueryRow(ctx, qReconcileOutboxRecreate, s.now(), p.NotificationID, chs, msgs).Scan(&lane, &n); err != nil {
+	if err := s.pool.QueryRow(ctx, qReconcileOutboxRecreate, s.now(), p.NotificationID, chs, msgs, steps).Scan(&lane, &n); err != nil {
 		return 0, s.fail("recreate planned sends of "+p.NotificationID, err)
 	}
 	if n > 0 {

@@ -51,9 +51,11 @@ ORDER BY n.id, o.message_id LIMIT ?3`
 	qReconcileNotification = `SELECT n.tenant, n.lane, n.send_at, n.expires_at FROM notifications n
 WHERE n.id = ? AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)`
 	// qReconcileOutboxInsert writes one recreated planned send unless its
-	// message has a delivery row.
-	qReconcileOutboxInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
-SELECT ?1, ?2, ?3, ?4, ?5, 'PENDING', ?6, ?7, ?8, ?8
+	// message has a delivery row: ?9 its fallback step (0 off a chain),
+	// a later step WAITING as intake writes it.
+	qReconcileOutboxInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
+                    fallback_step)
+SELECT ?1, ?2, ?3, ?4, ?5, CASE WHEN ?9 > 1 THEN 'WAITING' ELSE 'PENDING' END, ?6, ?7, ?8, ?8, nullif(?9, 0)
 WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = ?2)`
 
 	// qReconcileOutboxRedrive puts a DONE row whose message has no delivery
@@ -116,9 +118,10 @@ func (s *Store) ReconcileOutboxRecreate(ctx context.Context, p store.ReconcileOu
 		}
 		now := s.now()
 		available := max(now, sendAt.Int64)
-		for _, ch := range p.Channels {
+		steps := store.FallbackSteps(p.Channels, p.Fallback)
+		for i, ch := range p.Channels {
 			r, err := tx.Exec(qReconcileOutboxInsert, p.NotificationID, store.MessageID(p.NotificationID, ch), tenant, lane,
-				string(ch), available, expiresAt, now)
+				string(ch), available, expiresAt, now, steps[i])
 			if err != nil {
 				return fmt.Errorf("insert outbox row: %w", err)
 			}

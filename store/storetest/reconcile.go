@@ -143,6 +143,46 @@ func testReconcile(t *testing.T, h Harness) {
 		}
 	})
 
+	// A first kind's planned sends come back as the chain intake writes:
+	// step 1 PENDING, the later steps WAITING, each with its step, and
+	// the chain moves on as any: a definite failure of step 1 releases
+	// step 2, and step 3 waits still.
+	t.Run("RecreatesAFallbackChainAsIntakeWritesIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		id := noPlannedSends(t, b, nil)
+		chain := []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelSMS, heraldtype.ChannelAlimTalk}
+		n, err := b.s.ReconcileOutboxRecreate(b.ctx, store.ReconcileOutboxRecreateParams{NotificationID: id, Channels: chain, Fallback: true})
+		if err != nil || n != 3 {
+			t.Fatalf("ReconcileOutboxRecreate of a chain: %d rows, %v; want 3", n, err)
+		}
+		wantChain := func(states ...string) {
+			t.Helper()
+			v, err := b.s.NotificationGet(b.ctx, "t1", id)
+			if err != nil {
+				t.Fatalf("NotificationGet: %v", err)
+			}
+			var got []string
+			for i, dv := range v.Deliveries {
+				s, _, _ := v.EntryState(dv)
+				got = append(got, s)
+				if dv.Fallback == nil || dv.Fallback.Step != i+1 || dv.Channel != chain[i] {
+					t.Fatalf("entry %d: %s step %+v, want %s step %d", i, dv.Channel, dv.Fallback, chain[i], i+1)
+				}
+			}
+			if !slices.Equal(got, states) {
+				t.Fatalf("recreated chain shows %v, want %v", got, states)
+			}
+		}
+		wantChain(heraldtype.ViewPending, string(heraldtype.OutboxWaiting), string(heraldtype.OutboxWaiting))
+		rows := claim(t, b, heraldtype.LaneTransactional, 10)
+		if len(rows) != 1 || rows[0].MessageID != store.MessageID(id, heraldtype.ChannelWebhook) {
+			t.Fatalf("claimed %+v, want only the first step", rows)
+		}
+		decideOnJob(t, b, rows[0], heraldtype.DeliverySuppressed, heraldtype.ReasonDestinationUnavailable)
+		wantChain(string(heraldtype.DeliverySuppressed), heraldtype.ViewPending, string(heraldtype.OutboxWaiting))
+	})
+
 	t.Run("RecreatedSendsWaitForSendAtAndSkipAMessageWithADelivery", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
