@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
@@ -35,13 +37,56 @@ type Options struct {
 	// Clock supplies the time notification ids are made from and that
 	// ExpiresAt is checked against. Defaults to the system clock.
 	Clock clock.Clock
+	// WakeEvery is the least time between two wake-ups this client sends
+	// one lane on PostgreSQL (default 10ms; negative: every enqueue sends
+	// one). See Client.
+	WakeEvery time.Duration
 }
+
+// DefaultWakeEvery is Options.WakeEvery's default.
+const DefaultWakeEvery = 10 * time.Millisecond
 
 // Client enqueues notifications in the application's own transactions. It
 // holds no connection and is safe for concurrent use.
+//
+// On PostgreSQL an enqueue wakes herald's claimers with a NOTIFY its
+// transaction sends at commit, and PostgreSQL serialises the commits of
+// notifying transactions on one lock: at thousands of enqueues a second
+// that lock, not the inserts, set the pace. So a Client sends a lane's
+// wake-up at most once per Options.WakeEvery and writes the rows enqueued
+// in between without one; the claimers, woken, look once more shortly
+// after (dispatch.ClaimAgainAfterWake) and take them. A row whose
+// transaction commits later than that, or whose wake-up was in a
+// transaction that rolled back, is taken at the claimers' next wake-up or
+// poll (poll_interval). A client enqueueing less often than WakeEvery
+// wakes the lane every time.
 type Client struct {
 	catalog *catalog.Catalog
 	clock   clock.Clock
+	wake    wakeThrottle
+}
+
+// wakeThrottle decides which enqueues send their lane's wake-up: the first
+// after every `every` (on the machine's monotonic clock, not Options.Clock).
+type wakeThrottle struct {
+	every time.Duration
+	mu    sync.Mutex
+	last  map[heraldtype.Lane]time.Time
+}
+
+// take reports whether an enqueue in lane now sends the wake-up.
+func (w *wakeThrottle) take(lane heraldtype.Lane) bool {
+	if w.every <= 0 {
+		return true
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if last, ok := w.last[lane]; ok && now.Sub(last) < w.every {
+		return false
+	}
+	w.last[lane] = now
+	return true
 }
 
 // NewClient reads, checks and compiles the kinds. An error names the kind
@@ -68,7 +113,10 @@ func NewClient(opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("herald: %w", err)
 	}
-	c := &Client{catalog: cat, clock: opts.Clock}
+	c := &Client{catalog: cat, clock: opts.Clock, wake: wakeThrottle{every: opts.WakeEvery, last: map[heraldtype.Lane]time.Time{}}}
+	if opts.WakeEvery == 0 {
+		c.wake.every = DefaultWakeEvery
+	}
 	if c.clock == nil {
 		c.clock = clock.Real{}
 	}
@@ -132,8 +180,10 @@ func (e *InvalidIntentError) Error() string {
 // kind in tx, a pgx transaction on herald's PostgreSQL database. They
 // commit or roll back with the rest of tx. On commit herald's claimers, in
 // every herald process on the database, are woken at once (a NOTIFY sent
-// in tx, which PostgreSQL delivers only on commit). tx must see herald's
-// schema first on its search_path.
+// in tx, which PostgreSQL delivers only on commit), or, when another
+// enqueue of this client woke the lane a moment ago, take the rows at
+// their second look (see Client). tx must see herald's schema first on its
+// search_path.
 func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, in Intent) (Enqueued, error) {
 	return c.enqueuePostgres(ctx, tx, in)
 }
@@ -184,7 +234,7 @@ func (c *Client) Enqueue(ctx context.Context, db Beginner, in Intent) (Enqueued,
 	var res store.NotificationCreateResult
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		res, err = postgres.CreateTx(ctx, tx, p)
+		res, err = c.createTx(ctx, tx, p)
 		return err
 	})
 	return enqueued(in, res, err)
@@ -198,8 +248,18 @@ func (c *Client) enqueuePostgres(ctx context.Context, q postgres.Querier, in Int
 	if err != nil {
 		return Enqueued{}, err
 	}
-	res, err := postgres.CreateTx(ctx, q, p)
+	res, err := c.createTx(ctx, q, p)
 	return enqueued(in, res, err)
+}
+
+// createTx writes p with q, with the lane's wake-up when the throttle
+// gives it. A scheduled notification sends none (its rows are not due) and
+// so takes no turn from one that is.
+func (c *Client) createTx(ctx context.Context, q postgres.Querier, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
+	if p.SendAt != nil && p.SendAt.After(c.clock.Now()) || c.wake.take(p.Lane) {
+		return postgres.CreateTx(ctx, q, p)
+	}
+	return postgres.CreateTxNoWake(ctx, q, p)
 }
 
 func enqueued(in Intent, res store.NotificationCreateResult, err error) (Enqueued, error) {

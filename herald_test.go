@@ -345,3 +345,70 @@ func waitListening(t *testing.T, name string) {
 		return n > 0
 	})
 }
+
+// TestEnqueueThrottlesItsWakeUps: a client sends a lane's wake-up NOTIFY
+// at most once per WakeEvery (PostgreSQL serialises the commits of
+// notifying transactions), and a scheduled notification takes no turn from
+// a due one.
+func TestEnqueueThrottlesItsWakeUps(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		every time.Duration
+		want  int
+	}{{"OncePerWindow", time.Hour, 1}, {"EveryEnqueue", -1, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := newClinic(t)
+			ctx := context.Background()
+			client, err := herald.NewClient(herald.Options{KindsFile: clinicKindsFile, WakeEvery: tc.every})
+			if err != nil {
+				t.Fatal(err)
+			}
+			listener, err := pgx.Connect(ctx, c.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer listener.Close(ctx)
+			var channel string
+			if err := listener.QueryRow(ctx, `SELECT 'herald_wake_' || left(md5(current_database() || '.' || current_schema()), 8) || '_transactional'`).Scan(&channel); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+				t.Fatal(err)
+			}
+			// A scheduled reminder first: it must not use up the turn.
+			reminder := c.intents("booking-90")[1]
+			if _, err := client.Enqueue(ctx, c.pool, reminder); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				in := c.intents(fmt.Sprintf("booking-9%d", i+1))[0]
+				if _, err := client.Enqueue(ctx, c.pool, in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A marker NOTIFY after them: every wake-up the enqueues sent
+			// arrives before it.
+			if _, err := c.pool.Exec(ctx, `SELECT pg_notify($1, 'end')`, channel); err != nil {
+				t.Fatal(err)
+			}
+			got := 0
+			for {
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				n, err := listener.WaitForNotification(wctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("after %d wake-ups: %v", got, err)
+				}
+				if n.Payload == "end" {
+					break
+				}
+				got++
+			}
+			if got != tc.want {
+				t.Fatalf("%d wake-ups for three due enqueues, want %d", got, tc.want)
+			}
+		})
+	}
+}

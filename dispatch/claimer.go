@@ -180,6 +180,9 @@ func (c *Claimer) Run(ctx context.Context) {
 	defer func() { close(work); workers.Wait(); stopBeat(); beating.Wait() }()
 	poll := time.NewTicker(c.PollInterval)
 	defer poll.Stop()
+	again := time.NewTimer(ClaimAgainAfterWake)
+	again.Stop()
+	defer again.Stop()
 	var pause claimPause
 	for {
 		if ctx.Err() != nil {
@@ -212,6 +215,8 @@ func (c *Claimer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-c.Wake:
+			again.Reset(ClaimAgainAfterWake)
+		case <-again.C:
 		case <-poll.C:
 		case <-c.freed:
 		}

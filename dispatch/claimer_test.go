@@ -425,3 +425,38 @@ func TestFifthFailedAttemptAlertsWithTheTenant(t *testing.T) {
 		t.Fatalf("alerts %+v, want [%+v]", got, want)
 	}
 }
+
+// claimCount wraps the outbox to count claims.
+type claimCount struct {
+	store.Outbox
+	n atomic.Int64
+}
+
+func (c *claimCount) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	defer c.n.Add(1)
+	return c.Outbox.OutboxClaim(ctx, p)
+}
+
+// TestAWokenClaimerLooksAgain: rows that commit just after the claim a
+// wake-up caused, with no wake-up of their own (herald.Client throttles
+// them), are taken by the claimer's second look, not at its next poll (an
+// hour here).
+func TestAWokenClaimerLooksAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out := &claimCount{Outbox: b.store}
+	wake := make(chan struct{}, 1)
+	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: out, Wake: wake, Sender: b.sender(sender.Hooks{}), Owner: "c",
+		Concurrency: 2, Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts,
+	})
+	stop := run(t, c)
+	defer stop()
+	testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return out.n.Load() == 1 })
+	wake <- struct{}{}
+	testenv.WaitFor(t, "the woken claim", testenv.Patience, func() bool { return out.n.Load() == 2 })
+	id := b.notify(t, "pay", heraldtype.LaneTransactional)
+	testenv.WaitFor(t, "the row taken by the second look", testenv.Patience, func() bool {
+		return b.entry(t, id).OutboxState == heraldtype.OutboxDone
+	})
+}

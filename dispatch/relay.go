@@ -204,6 +204,9 @@ func (r *Relay) Run(ctx context.Context) {
 func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	poll := time.NewTicker(r.PollInterval)
 	defer poll.Stop()
+	again := time.NewTimer(ClaimAgainAfterWake)
+	again.Stop()
+	defer again.Stop()
 	var pause claimPause
 	jobs := make([]heraldtype.Job, 0, r.BatchSize)
 	for ctx.Err() == nil {
@@ -243,6 +246,8 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		case <-ctx.Done():
 			return
 		case <-r.Wake:
+			again.Reset(ClaimAgainAfterWake)
+		case <-again.C:
 		case <-poll.C:
 		}
 	}

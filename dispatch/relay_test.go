@@ -275,3 +275,27 @@ func TestRelayKeepsInFlightBatchesAwaitingConfirmsAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestAWokenRelayLooksAgain is TestAWokenClaimerLooksAgain for the relay:
+// a row committed just after the claim a wake-up caused, with no wake-up
+// of its own, is published at the loop's second look, not at its next poll
+// (an hour here).
+func TestAWokenRelayLooksAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out := &claimCount{Outbox: b.store}
+	wake := make(chan struct{}, 1)
+	pub := &fakePublisher{published: map[string]int{}}
+	stop := runRelay(t, dispatch.NewRelay(dispatch.RelayConfig{
+		Lane: heraldtype.LaneTransactional, Store: out, Wake: wake, Publisher: pub, Owner: "relay", BatchSize: 7,
+		Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts, Claimers: 1,
+	}))
+	defer stop()
+	testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return out.n.Load() == 1 })
+	wake <- struct{}{}
+	testenv.WaitFor(t, "the woken claim", testenv.Patience, func() bool { return out.n.Load() == 2 })
+	id := b.notify(t, "pay", heraldtype.LaneTransactional)
+	testenv.WaitFor(t, "the row published by the second look", testenv.Patience, func() bool {
+		return b.entry(t, id).OutboxState == heraldtype.OutboxPublished
+	})
+}

@@ -85,6 +85,13 @@ func (s settler) raise(ctx context.Context, kind string, row store.Claimed, reas
 	s.alerts.Alert(ctx, alert.Alert{Kind: kind, MessageID: row.MessageID, Tenant: row.Tenant, Reason: reason})
 }
 
+// ClaimAgainAfterWake is how long after a wake-up a loop that found its
+// lane drained claims once more. A wake-up is one NOTIFY for many rows:
+// herald.Client sends at most one per lane every few milliseconds and
+// writes the rows in between without one, so rows that commit just after
+// the woken claim ran are taken by this second look, not at the next poll.
+const ClaimAgainAfterWake = 25 * time.Millisecond
+
 // claimPause spaces out the claims of a loop whose claims keep failing (the
 // store is unreachable): 100 ms, doubling, at most 5 s; a success resets it.
 type claimPause struct{ wait time.Duration }

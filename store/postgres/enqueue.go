@@ -31,8 +31,10 @@ type Querier interface {
 // channel of this database and schema. PostgreSQL delivers a NOTIFY only
 // when its transaction commits, so herald's claimers (in every process) are
 // woken for a committed row and never for a rolled-back one. (PostgreSQL
-// serialises the commits of transactions that sent a NOTIFY; at thousands
-// of enqueueing commits a second, intake's batched path is the cheaper one.)
+// serialises the commits of transactions that sent a NOTIFY: at thousands
+// of enqueueing commits a second they queue on one lock, which is why
+// herald.Client sends at most one wake-up per lane per moment and calls
+// CreateTxNoWake in between.)
 //
 // Times come from the database server's clock (statement_timestamp()). The
 // herald schema must be the first schema of q's search_path, as it is for
@@ -44,6 +46,19 @@ type Querier interface {
 // a dedup key committed after this transaction's snapshot is a
 // serialization failure instead: retry the transaction.
 func CreateTx(ctx context.Context, q Querier, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
+	return createTx(ctx, q, p, true)
+}
+
+// CreateTxNoWake is CreateTx without the lane's wake-up NOTIFY (the inbox
+// item's signal, if any, is still sent). The rows are claimed at the next
+// wake-up of their lane or the claimers' next poll: it is for a caller that
+// throttles its wake-ups, as herald.Client does, knowing another enqueue
+// woke the lane a moment ago.
+func CreateTxNoWake(ctx context.Context, q Querier, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
+	return createTx(ctx, q, p, false)
+}
+
+func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, wake bool) (store.NotificationCreateResult, error) {
 	if p.IdempotencyKey != "" {
 		return store.NotificationCreateResult{}, errors.New("create notification in transaction: idempotency keys belong to intake; use a dedup key")
 	}
@@ -87,7 +102,7 @@ func CreateTx(ctx context.Context, q Querier, p store.NotificationCreateParams) 
 	}
 	err := q.QueryRow(ctx, qEnqueue, p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
 		dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ","),
-		inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ",")).
+		inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ","), wake).
 		Scan(&createdID, &due, &notified, &dupID, &told)
 	if err != nil {
 		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
@@ -124,7 +139,8 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 //	   the inbox's DONE (reason STORED); push one per active device
 //	   (as qNotificationCreate).
 //	ds inserts the inbox send's delivery, STORED.
-//	w  NOTIFYs the lane's channel if a row is due now (delivered at commit).
+//	w  NOTIFYs the lane's channel if a row is due now and $18 asks for it
+//	   (delivered at commit).
 //	wi NOTIFYs the inbox channel for the item (delivered at commit; a
 //	   payload too long for NOTIFY becomes the empty "any inbox" one).
 //
@@ -133,7 +149,8 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 // $12 message ids (comma-joined, parallel), $13 inbox title (NULL: no
 // item), $14 inbox body, $15 its locale, $16 the inbox send's message id,
 // $17 each channel's fallback step (comma-joined, parallel to $11; 0 off a
-// chain), a later step's rows WAITING (as qNotificationCreate).
+// chain), a later step's rows WAITING (as qNotificationCreate), $18 whether
+// to wake the lane.
 const qEnqueue = `WITH t AS (SELECT statement_timestamp() AS now),
 ` + qWakeHash + `,
 n AS (
@@ -173,7 +190,7 @@ ds AS (
     SELECT $16::text, n.id, $1::text, 'inbox', 'STORED', 'STORED', n.created_at, n.created_at
     FROM n WHERE $13::text IS NOT NULL
 ),
-w AS (SELECT pg_notify(wake.prefix || $6::text, '') FROM wake WHERE EXISTS (SELECT 1 FROM o WHERE o.due)),
+w AS (SELECT pg_notify(wake.prefix || $6::text, '') FROM wake WHERE $18::boolean AND EXISTS (SELECT 1 FROM o WHERE o.due)),
 wi AS (SELECT pg_notify(` + qInboxChannel + `, CASE WHEN octet_length(payload) <= 7999 THEN payload ELSE '' END) FROM ii)
 SELECT (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w), dup.id, (SELECT count(*) FROM wi)
 FROM t LEFT JOIN notifications dup ON dup.tenant = $1::text AND dup.dedup_key = $8::text`
