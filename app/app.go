@@ -165,8 +165,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Heartbeat: cfg.Inbox.StreamHeartbeat.D(), Resync: cfg.Inbox.StreamResync.D(),
 		Clock: a.clock, Logger: a.logger, Metrics: a.metrics,
 	})
+	apiKeys, lim, auditLog := a.security(cfg) // keys.go
 	a.handler = httpapi.New(httpapi.Config{
 		Keys:      auth.NewKeys(keys),
+		APIKeys:   apiKeys,
+		Limits:    lim,
+		Audit:     auditLog,
+		Now:       a.clock.Now,
 		Operators: auth.NewKeys(operators),
 		Intake: &intake.Handler{
 			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(),

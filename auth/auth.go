@@ -60,3 +60,7 @@ func (k *Keys) Lookup(header string) (string, bool) {
 	tenant, ok := k.byHash[sha256.Sum256([]byte(token))]
 	return tenant, ok
 }
+
+// Bearer returns the credential of an Authorization header value
+// "Bearer <credential>" (the scheme in any case).
+func Bearer(header string) (string, bool) { return bearer(header) }

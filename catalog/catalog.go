@@ -202,7 +202,7 @@ func (k *Kind) inbox(params map[string]any) ([]store.InboxText, error) {
 }
 
 func execute(ch heraldtype.Channel, t *template.Template, params map[string]any) (string, error) {
-	var b bytes.Buffer
+	b := capped{max: int(renderedMax.Load())}
 	if err := t.Execute(&b, params); err != nil {
 		if m := noEntry.FindStringSubmatch(err.Error()); m != nil {
 			path, hasFields := missingPath(m[1], m[2], params)
@@ -210,7 +210,7 @@ func execute(ch heraldtype.Channel, t *template.Template, params map[string]any)
 		}
 		return "", &RenderError{Channel: ch, Err: err}
 	}
-	return b.String(), nil
+	return string(b.b), nil
 }
 
 // DecodeParams decodes a JSON object of params, keeping numbers exact.

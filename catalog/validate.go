@@ -78,6 +78,9 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []
 	if err != nil {
 		return bad("params", "%s", err.Error())
 	}
+	if ferr := checkShape(params); ferr != nil {
+		return nil, nil, nil, ferr
+	}
 	if err := kind.Check(params); err != nil {
 		var missing *MissingParamsError
 		if errors.As(err, &missing) {

@@ -117,6 +117,9 @@ type Config struct {
 	// Inbox configures the recipient inbox's retention and live streams
 	// (config/inbox.go). Defaults are listed per field.
 	Inbox Inbox `yaml:"inbox"`
+	// Limits are the per-key and per-tenant rates and the request caps
+	// (limits.go).
+	Limits Limits `yaml:"limits"`
 	// Environment is production, staging or development: outside
 	// production only allow-listed addresses get provider calls
 	// (allowlist.go). Defaults to development.
@@ -151,6 +154,11 @@ type Config struct {
 type APIKey struct {
 	Key    string `yaml:"key"`
 	Tenant string `yaml:"tenant"`
+	// Name names the key in the audit log. Defaults to "config".
+	Name string `yaml:"name"`
+	// Scopes are what the key may do (send, read, admin). Defaults to
+	// every scope.
+	Scopes []string `yaml:"scopes"`
 }
 
 // Provider configures one adapter.
@@ -749,6 +757,7 @@ func (c *Config) WithDefaults() *Config {
 	}
 	c.RabbitMQ.withDefaults()
 	c.inboxDefaults()
+	c.limitsDefaults()
 	for i := range c.Providers {
 		def(&c.Providers[i].Timeout, 10*time.Second)
 	}
@@ -922,6 +931,9 @@ func (c *Config) Validate() error {
 		if err := validate(); err != nil {
 			return err
 		}
+	}
+	if err := c.validateLimits(); err != nil {
+		return err
 	}
 	if err := c.validateInbox(); err != nil {
 		return err

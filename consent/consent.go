@@ -47,6 +47,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/heraldhq/herald/apikeys"
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
@@ -58,10 +59,14 @@ const (
 	MaxLimit     = 200
 )
 
-// Actor is who an API-key request changes consent as: its key's tenant.
-// API keys have no names yet, so Key stays "".
+// Actor is who an API-key request changes consent as: its key's tenant
+// and name (package apikeys; "config" for a config key without one).
 func Actor(r *http.Request) store.ConsentActor {
-	return store.ConsentActor{Tenant: auth.Tenant(r.Context())}
+	by := store.ConsentActor{Tenant: auth.Tenant(r.Context())}
+	if p, ok := apikeys.From(r.Context()); ok {
+		by.Key = p.Name
+	}
+	return by
 }
 
 // History serves GET /v1/recipients/{recipient}/consent-history behind the

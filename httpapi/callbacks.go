@@ -1,11 +1,9 @@
 package httpapi
 
-import "net/http"
-
 // routeCallbacks adds POST /v1/callbacks/{provider}: providers' delivery
 // reports (package settle). No API key: each provider's own check says who
 // sent a report. cfg.Callbacks nil leaves it out.
-func routeCallbacks(mux *http.ServeMux, cfg Config) {
+func routeCallbacks(mux *router, cfg Config) {
 	if cfg.Callbacks == nil {
 		return
 	}

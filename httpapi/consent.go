@@ -14,7 +14,7 @@ import (
 //
 // The changes themselves are recorded by PUT /v1/recipients/{recipient}/profile
 // (consent.Actor is who it records).
-func routeConsent(mux *http.ServeMux, cfg Config, authed func(http.Handler) http.Handler) {
+func routeConsent(mux *router, cfg Config, authed func(http.Handler) http.Handler) {
 	h := &consent.History{Store: cfg.Store, Logger: cfg.Logger}
 	mux.Handle("GET /v1/recipients/{recipient}/consent-history", authed(h))
 }

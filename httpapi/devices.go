@@ -12,7 +12,7 @@ import (
 //	PUT    /v1/recipients/{recipient}/devices/{token}  register (or re-register) a token
 //	DELETE /v1/recipients/{recipient}/devices/{token}  delete it
 //	GET    /v1/recipients/{recipient}/devices          list them, tokens masked
-func routeDevices(mux *http.ServeMux, cfg Config, authed func(http.Handler) http.Handler) {
+func routeDevices(mux *router, cfg Config, authed func(http.Handler) http.Handler) {
 	h := &devices.Handler{Store: cfg.Store, Logger: cfg.Logger}
 	mux.Handle("PUT /v1/recipients/{recipient}/devices/{token}", authed(http.HandlerFunc(h.Put)))
 	mux.Handle("DELETE /v1/recipients/{recipient}/devices/{token}", authed(http.HandlerFunc(h.Delete)))

@@ -29,7 +29,7 @@ type erasureAPI struct {
 }
 
 // routeErasure adds DELETE /v1/recipients/{recipient} to mux.
-func routeErasure(mux *http.ServeMux, cfg Config, authed func(http.Handler) http.Handler) {
+func routeErasure(mux *router, cfg Config, authed func(http.Handler) http.Handler) {
 	e := &erasureAPI{eraser: erasure.New(erasure.Config{Store: cfg.Store, Metrics: cfg.Metrics, Logger: cfg.Logger}), logger: cfg.Logger}
 	mux.Handle("DELETE /v1/recipients/{recipient}", authed(http.HandlerFunc(e.erase)))
 }

@@ -15,11 +15,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/heraldhq/herald/apikeys"
+	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/consent"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/inbox"
 	"github.com/heraldhq/herald/intake"
+	"github.com/heraldhq/herald/limits"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/parked"
@@ -31,7 +34,22 @@ import (
 
 // Config wires the API.
 type Config struct {
+	// Keys are the config-file keys (every scope) where APIKeys is nil;
+	// /v1/me/… and /v1/ops/… name them in their refusals either way.
 	Keys *auth.Keys
+	// APIKeys verifies API keys, stored and configured, and their scopes
+	// (keys.go).
+	APIKeys *apikeys.Verifier
+	// Limits are the per-key request and per-tenant send rates; nil
+	// limits nothing.
+	Limits *limits.Limiter
+	// Audit records admin actions; nil records none.
+	Audit *audit.Log
+	// Now is the time key expiries are checked against. Defaults to
+	// time.Now.
+	Now func() time.Time
+	// routes, when set, receives the patterns (Routes).
+	routes *[]string
 	// Operators are the operator keys of /v1/ops/… (ops.go); nil refuses
 	// every request there.
 	Operators *auth.Keys
@@ -58,9 +76,10 @@ type Config struct {
 
 // New returns the router.
 func New(cfg Config) http.Handler {
-	mux := http.NewServeMux()
-	authed := func(h http.Handler) http.Handler { return requireTenant(cfg.Keys, h) }
-	mux.Handle("POST /v1/notifications", cfg.Metrics.CountIntake(authed(cfg.Intake)))
+	mux := newRouter()
+	defer mux.report(cfg.routes)
+	authed := tenantGuard(cfg) // keys.go: the key, its scope and rate, the audit
+	mux.Handle("POST /v1/notifications", cfg.Metrics.CountIntake(authed(sendLimited(cfg, cfg.Intake))))
 	mux.Handle("GET /v1/notifications/{id}", authed(cfg.Lookup))
 	// The everyday API: list, cancel, kinds (everyday.go).
 	routeEveryday(mux, cfg, authed)
@@ -75,9 +94,10 @@ func New(cfg Config) http.Handler {
 	}
 	// The recipient token mint and /v1/me/… (me.go).
 	routeMe(mux, cfg, authed)
-	routeStream(mux, cfg)    // stream.go
-	routeOps(mux, cfg)       // ops.go
-	routeCallbacks(mux, cfg) // callbacks.go
+	routeStream(mux, cfg)        // stream.go
+	routeAdmin(mux, cfg, authed) // keys.go
+	routeOps(mux, cfg)           // ops.go
+	routeCallbacks(mux, cfg)     // callbacks.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
@@ -94,18 +114,6 @@ func New(cfg Config) http.Handler {
 	// validate.Edge: a path or query no store can hold is a 400 before any
 	// route runs.
 	return recoverer(cfg.Logger, validate.Edge(mux))
-}
-
-func requireTenant(keys *auth.Keys, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant, ok := keys.Lookup(r.Header.Get("Authorization"))
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
-			problem.New(w, http.StatusUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(auth.WithTenant(r.Context(), tenant)))
-	})
 }
 
 func recoverer(logger *slog.Logger, next http.Handler) http.Handler {

@@ -20,7 +20,7 @@ import (
 // the answer); every other route takes an API key only, so a recipient
 // token there is 401 too (requireTenant knows no token). cfg.Inbox nil
 // leaves them all out.
-func routeMe(mux *http.ServeMux, cfg Config, authed func(http.Handler) http.Handler) {
+func routeMe(mux *router, cfg Config, authed func(http.Handler) http.Handler) {
 	in := cfg.Inbox
 	if in == nil {
 		return

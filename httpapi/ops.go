@@ -5,7 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
+	"github.com/heraldhq/herald/apikeys"
+	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/problem"
@@ -33,10 +36,11 @@ type opsAPI struct {
 }
 
 // routeOps adds the operator's routes to mux.
-func routeOps(mux *http.ServeMux, cfg Config) {
+func routeOps(mux *router, cfg Config) {
 	o := &opsAPI{store: cfg.Store, metrics: cfg.Metrics, logger: cfg.Logger}
 	mux.Handle("GET /v1/ops/reconcile", requireOperator(cfg.Operators, cfg.Keys, http.HandlerFunc(o.reconcile)))
-	mux.Handle("POST /v1/ops/inbox/recount", requireOperator(cfg.Operators, cfg.Keys, http.HandlerFunc(o.inboxRecount)))
+	mux.Handle("POST /v1/ops/inbox/recount", requireOperator(cfg.Operators, cfg.Keys,
+		cfg.Audit.Action(audit.InboxRecount, nil, http.HandlerFunc(o.inboxRecount))))
 }
 
 // requireOperator lets through a request with an operator key.
@@ -45,7 +49,10 @@ func requireOperator(operators, tenants *auth.Keys, next http.Handler) http.Hand
 		authz := r.Header.Get("Authorization")
 		if operators != nil {
 			if _, ok := operators.Lookup(authz); ok {
-				next.ServeHTTP(w, r)
+				// Who acts, for the audit log: the key's digest, not the key.
+				key, _ := auth.Bearer(authz)
+				id := "operator:" + strings.TrimPrefix(apikeys.StaticID(key), "config:")
+				next.ServeHTTP(w, r.WithContext(apikeys.WithPrincipal(r.Context(), apikeys.Principal{KeyID: id, Name: "operator"})))
 				return
 			}
 		}

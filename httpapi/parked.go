@@ -30,7 +30,7 @@ type parkedAPI struct {
 }
 
 // routeParked adds the parked-message endpoints to mux, behind authed.
-func routeParked(mux *http.ServeMux, svc parked.Service, logger *slog.Logger, authed func(http.Handler) http.Handler) {
+func routeParked(mux *router, svc parked.Service, logger *slog.Logger, authed func(http.Handler) http.Handler) {
 	pa := &parkedAPI{svc: svc, logger: logger}
 	mux.Handle("GET /v1/parked", authed(http.HandlerFunc(pa.list)))
 	mux.Handle("POST /v1/parked/requeue", authed(http.HandlerFunc(pa.requeue)))

@@ -1,11 +1,9 @@
 package httpapi
 
-import "net/http"
-
 // routeStream adds GET /v1/me/stream, the recipient's inbox as Server-Sent
 // Events (package stream), behind the recipient token of every /v1/me/…
 // route (meAuth). cfg.Stream nil leaves it out.
-func routeStream(mux *http.ServeMux, cfg Config) {
+func routeStream(mux *router, cfg Config) {
 	if cfg.Stream == nil {
 		return
 	}

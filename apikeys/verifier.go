@@ -1,0 +1,242 @@
+package apikeys
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/store"
+)
+
+// Errors of Verify. Any other error is the store's (answer 503).
+var (
+	ErrUnknown = errors.New("apikeys: unknown key")
+	ErrRevoked = errors.New("apikeys: key revoked")
+	ErrExpired = errors.New("apikeys: key expired")
+)
+
+// Principal is who a verified key speaks for and what it may do.
+type Principal struct {
+	// KeyID is the stored key's id, or "config:<8 hex digits of its
+	// digest>" for a config key (never the key).
+	KeyID  string
+	Name   string
+	Tenant string
+	Scopes []Scope
+}
+
+// Has reports whether p holds scope s.
+func (p Principal) Has(s Scope) bool { return slices.Contains(p.Scopes, s) }
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying p.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// From returns the principal in ctx.
+func From(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}
+
+// StaticKey is a config-file key.
+type StaticKey struct {
+	Key, Tenant, Name string
+	// Scopes defaults to every scope.
+	Scopes []Scope
+}
+
+// StaticID is the KeyID of a config key: a digest's prefix, not the key.
+func StaticID(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "config:" + hex.EncodeToString(sum[:4])
+}
+
+// DefaultRecheck is how often the verifier reads the store's revision.
+const DefaultRecheck = time.Second
+
+// KDFConcurrency caps the KDF runs in flight in one process.
+var KDFConcurrency = max(1, runtime.GOMAXPROCS(0)/2)
+
+// Config builds a Verifier.
+type Config struct {
+	// Store holds the stored keys; nil accepts config keys only.
+	Store store.APIKeys
+	// Static are the config-file keys.
+	Static []StaticKey
+	// Lookup, when set, is asked after Static for a key that is not
+	// shaped like a stored one (tests wire auth.Keys through it).
+	Lookup func(key string) (Principal, bool)
+	// Recheck bounds how stale the cache may be when no change was heard
+	// (SQLite across processes; a lost NOTIFY). Defaults to
+	// DefaultRecheck.
+	Recheck time.Duration
+	Clock   clock.Clock
+}
+
+// Verifier verifies presented keys, caching each verified one.
+type Verifier struct {
+	store   store.APIKeys
+	static  map[[32]byte]Principal
+	lookup  func(key string) (Principal, bool)
+	recheck time.Duration
+	clock   clock.Clock
+	kdf     chan struct{}
+
+	mu       sync.Mutex
+	cache    map[[32]byte]cached
+	gen      uint64 // the generation the cache was filled in
+	heard    uint64 // the store's change count when gen was set
+	rev      int64  // the revision read last
+	polledAt time.Time
+	polled   bool
+}
+
+type cached struct {
+	p       Principal
+	expires time.Time
+}
+
+// NewVerifier returns a verifier of cfg's keys.
+func NewVerifier(cfg Config) *Verifier {
+	v := &Verifier{store: cfg.Store, static: map[[32]byte]Principal{}, lookup: cfg.Lookup, recheck: cfg.Recheck, clock: cfg.Clock,
+		kdf: make(chan struct{}, KDFConcurrency), cache: map[[32]byte]cached{}}
+	if v.recheck <= 0 {
+		v.recheck = DefaultRecheck
+	}
+	if v.clock == nil {
+		v.clock = clock.Real{}
+	}
+	for _, k := range cfg.Static {
+		p := Principal{KeyID: StaticID(k.Key), Name: k.Name, Tenant: k.Tenant, Scopes: k.Scopes}
+		if p.Name == "" {
+			p.Name = "config"
+		}
+		if len(p.Scopes) == 0 {
+			p.Scopes = Scopes
+		}
+		v.static[sha256.Sum256([]byte(k.Key))] = p
+	}
+	return v
+}
+
+// Verify returns the principal of a presented key.
+func (v *Verifier) Verify(ctx context.Context, key string) (Principal, error) {
+	digest := sha256.Sum256([]byte(key))
+	if p, ok := v.static[digest]; ok {
+		return p, nil
+	}
+	id, secret, ok := Parse(key)
+	if !ok && v.lookup != nil {
+		if p, ok := v.lookup(key); ok {
+			return p, nil
+		}
+	}
+	if !ok || v.store == nil {
+		return Principal{}, ErrUnknown
+	}
+	now := v.clock.Now()
+	if err := v.fresh(ctx, now); err != nil {
+		return Principal{}, err
+	}
+	v.mu.Lock()
+	c, hit := v.cache[digest]
+	gen := v.gen
+	v.mu.Unlock()
+	if hit {
+		if !c.expires.IsZero() && !now.Before(c.expires) {
+			return Principal{}, ErrExpired
+		}
+		return c.p, nil
+	}
+	row, err := v.store.APIKeyGet(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Principal{}, ErrUnknown
+	case err != nil:
+		return Principal{}, fmt.Errorf("verify api key: %w", err)
+	}
+	if !v.check(ctx, row.Hash, secret) {
+		return Principal{}, ErrUnknown
+	}
+	switch {
+	case !row.RevokedAt.IsZero():
+		return Principal{}, ErrRevoked
+	case !row.ExpiresAt.IsZero() && !now.Before(row.ExpiresAt):
+		return Principal{}, ErrExpired
+	}
+	scopes := make([]Scope, len(row.Scopes))
+	for i, s := range row.Scopes {
+		scopes[i] = Scope(s)
+	}
+	p := Principal{KeyID: row.ID, Name: row.Name, Tenant: row.Tenant, Scopes: scopes}
+	v.mu.Lock()
+	// A change heard while the row was read may be this key's revocation:
+	// then the entry is not kept (the next request reads the row again).
+	if v.gen == gen {
+		v.cache[digest] = cached{p: p, expires: row.ExpiresAt}
+	}
+	v.mu.Unlock()
+	return p, nil
+}
+
+// check runs the KDF, at most KDFConcurrency at once.
+func (v *Verifier) check(ctx context.Context, hash, secret string) bool {
+	select {
+	case v.kdf <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	defer func() { <-v.kdf }()
+	return Check(hash, secret)
+}
+
+// fresh empties the cache when a key changed since it was filled: a change
+// this process heard of (its own write, a NOTIFY), or a revision read at
+// most once per recheck that differs from the last one.
+func (v *Verifier) fresh(ctx context.Context, now time.Time) error {
+	heard := v.store.APIKeyChanges().Generation()
+	v.mu.Lock()
+	poll := !v.polled || now.Sub(v.polledAt) >= v.recheck || now.Before(v.polledAt)
+	if poll {
+		// Taken by this request; the others go on with the cache.
+		v.polled, v.polledAt = true, now
+	}
+	if heard != v.heard {
+		v.heard = heard
+		v.flush()
+	}
+	v.mu.Unlock()
+	if !poll {
+		return nil
+	}
+	rev, err := v.store.APIKeyRevision(ctx)
+	if err != nil {
+		v.mu.Lock()
+		v.polled = false // the next request tries again
+		v.mu.Unlock()
+		return fmt.Errorf("verify api key: %w", err)
+	}
+	v.mu.Lock()
+	if rev != v.rev {
+		v.rev = rev
+		v.flush()
+	}
+	v.mu.Unlock()
+	return nil
+}
+
+// flush empties the cache; v.mu is held.
+func (v *Verifier) flush() {
+	v.gen++
+	clear(v.cache)
+}

@@ -1,0 +1,141 @@
+// Package audit records who did what through the admin and operator
+// routes, and serves the record (GET /v1/admin/audit).
+//
+// # What is recorded
+//
+// An entry per admin action that succeeded (a 2xx answer): a key created
+// or revoked (key.create, key.revoke), parked messages requeued or
+// discarded (parked.requeue, parked.discard), a recipient erased
+// (recipient.erase) and an inbox recount (ops.inbox_recount). Each says who
+// (the acting key's id and name: a stored key's id, "config:…" or
+// "operator:…" for a configured one, never the key), what (the action and
+// its target), when (the store's time), from where (the request's remote
+// address; behind a proxy, the proxy's) and the figures of the answer
+// where there are any. Consent changes are not here: the consent history
+// (package consent) records each one with the key that made it.
+//
+// # No personal data
+//
+// A recipient id is the tenant's own name for a person, often an account
+// number or an e-mail address, and an erasure must not leave it behind in
+// a log nobody can delete from. So an entry names a recipient by a digest,
+// "rcpt:" and the first 16 hex digits of SHA-256(tenant, 0x00, recipient)
+// (Recipient): whoever holds the id can find its entries, the log alone
+// does not give it back. Message ids and key ids are herald's own and
+// carry nothing personal.
+//
+// # Append-only
+//
+// The store has no update or delete of entries, and both drivers' tables
+// refuse UPDATE and DELETE with a trigger (PostgreSQL: TRUNCATE too). The
+// entry is written after the action committed, not in its transaction: a
+// store failure in between loses the entry (logged at error level, with
+// the action and its key id), never the action.
+package audit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+
+	"github.com/heraldhq/herald/apikeys"
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/store"
+)
+
+// The actions.
+const (
+	KeyCreate      = "key.create"
+	KeyRevoke      = "key.revoke"
+	ParkedRequeue  = "parked.requeue"
+	ParkedDiscard  = "parked.discard"
+	RecipientErase = "recipient.erase"
+	InboxRecount   = "ops.inbox_recount"
+)
+
+// Recipient is the name an entry gives a recipient: a digest, not the id.
+func Recipient(tenant, recipient string) string {
+	sum := sha256.Sum256([]byte(tenant + "\x00" + recipient))
+	return "rcpt:" + hex.EncodeToString(sum[:8])
+}
+
+// Log writes entries.
+type Log struct {
+	Store  store.Audit
+	Logger *slog.Logger
+}
+
+// Record appends an entry for r's caller (apikeys.From; the tenant is the
+// key's). detail, when not nil, is marshalled as the entry's figures.
+func (l *Log) Record(r *http.Request, action, target string, detail any) {
+	if l == nil || l.Store == nil {
+		return
+	}
+	p, _ := apikeys.From(r.Context())
+	e := store.AuditEntry{Tenant: auth.Tenant(r.Context()), ActorKey: p.KeyID, ActorName: p.Name,
+		Action: action, Target: target, Remote: r.RemoteAddr, Detail: "{}"}
+	if e.Tenant == "" {
+		e.Tenant = p.Tenant
+	}
+	if detail != nil {
+		if b, err := json.Marshal(detail); err == nil {
+			e.Detail = string(b)
+		}
+	}
+	if _, err := l.Store.AuditAppend(r.Context(), e); err != nil {
+		l.Logger.LogAttrs(r.Context(), slog.LevelError, "audit: an entry was lost", slog.String("action", action),
+			slog.String("key_id", p.KeyID), slog.Any("error", err))
+	}
+}
+
+// Action is middleware that records action with the target target names
+// once next answered 2xx.
+func (l *Log) Action(action string, target func(*http.Request) string, next http.Handler) http.Handler {
+	if l == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if sw.status == 0 || sw.status/100 == 2 {
+			var t string
+			if target != nil {
+				t = target(r)
+			}
+			l.Record(r, action, t, map[string]int{"status": max(sw.status, http.StatusOK)})
+		}
+	})
+}
+
+// PathValue is a target: the request's path value of that name.
+func PathValue(name string) func(*http.Request) string {
+	return func(r *http.Request) string { return r.PathValue(name) }
+}
+
+// RecipientPath is a target: the digest of the path's {recipient}.
+func RecipientPath(r *http.Request) string {
+	return Recipient(auth.Tenant(r.Context()), r.PathValue("recipient"))
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -1,0 +1,88 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// The caps on what one request may make herald hold or render (issue 13
+// item 2; config limits). Intake's 64 KiB body bounds the params' bytes;
+// these bound their shape, and what the templates make of them: a
+// template that ranges over a list inside a range over it turns a 64 KiB
+// body into gigabytes. Validate checks the shape (422, param "params") and
+// every render stops at RenderedMax bytes, at intake (422) and at send
+// time (a RenderError, which parks the message).
+var (
+	paramsMax   atomic.Int64
+	depthMax    atomic.Int64
+	renderedMax atomic.Int64
+)
+
+// Default caps (config limits' defaults).
+const (
+	DefaultParamsMax   = 1000
+	DefaultDepthMax    = 8
+	DefaultRenderedMax = 64 << 10
+)
+
+func init() { SetLimits(DefaultParamsMax, DefaultDepthMax, DefaultRenderedMax) }
+
+// SetLimits sets the caps for the process (app does, from config limits);
+// a value below 1 keeps the one set before.
+func SetLimits(params, depth, rendered int) {
+	for _, s := range []struct {
+		v *atomic.Int64
+		n int
+	}{{&paramsMax, params}, {&depthMax, depth}, {&renderedMax, rendered}} {
+		if s.n >= 1 {
+			s.v.Store(int64(s.n))
+		}
+	}
+}
+
+// ErrRenderedTooLong is a render that passed the cap.
+var ErrRenderedTooLong = errors.New("the rendered text is longer than the limit")
+
+// checkShape is the params' count and depth check.
+func checkShape(params map[string]any) *FieldError {
+	count, deepest := 0, 0
+	var walk func(v any, depth int)
+	walk = func(v any, depth int) {
+		deepest = max(deepest, depth)
+		switch v := v.(type) {
+		case map[string]any:
+			for _, e := range v {
+				count++
+				walk(e, depth+1)
+			}
+		case []any:
+			for _, e := range v {
+				count++
+				walk(e, depth+1)
+			}
+		}
+	}
+	walk(params, 0)
+	switch {
+	case int64(count) > paramsMax.Load():
+		return &FieldError{Param: "params", Detail: fmt.Sprintf("params hold %d values; at most %d are accepted", count, paramsMax.Load())}
+	case int64(deepest) > depthMax.Load():
+		return &FieldError{Param: "params", Detail: fmt.Sprintf("params nest %d deep; at most %d is accepted", deepest, depthMax.Load())}
+	}
+	return nil
+}
+
+// capped is a render's buffer that refuses to grow past the cap.
+type capped struct {
+	b   []byte
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if len(c.b)+len(p) > c.max {
+		return 0, ErrRenderedTooLong
+	}
+	c.b = append(c.b, p...)
+	return len(p), nil
+}

@@ -1,0 +1,80 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Limits are the rates and caps of issue 13 (package limits, catalog's
+// caps). A rate of 0 is no limit.
+type Limits struct {
+	// KeyRate is the requests a second one API key may make over every
+	// route, per herald process. Defaults to 0 (no limit).
+	KeyRate float64 `yaml:"key_rate"`
+	// KeyBurst is the most requests of one key at once. Defaults to twice
+	// key_rate (at least 1).
+	KeyBurst int `yaml:"key_burst"`
+	// SendRate is the notifications a second one tenant may send (POST
+	// /v1/notifications, all its keys together), per herald process.
+	// Defaults to 0 (no limit).
+	SendRate float64 `yaml:"send_rate"`
+	// SendBurst is the most sends of one tenant at once. Defaults to twice
+	// send_rate (at least 1).
+	SendBurst int `yaml:"send_burst"`
+	// ParamsMax caps the values in a request's params, counted at every
+	// depth (an object's members, an array's elements). Defaults to 1,000.
+	ParamsMax int `yaml:"params_max"`
+	// ParamsDepthMax caps how deep params nest (a flat object is 1).
+	// Defaults to 8.
+	ParamsDepthMax int `yaml:"params_depth_max"`
+	// RenderedMaxBytes caps one rendered title or body, at intake (422)
+	// and at send time. Defaults to 65,536.
+	RenderedMaxBytes int `yaml:"rendered_max_bytes"`
+	// KeyRecheck is how often a process reads the stored keys' revision
+	// (package apikeys): the most a revocation may take to reach a process
+	// that heard no announcement of it (SQLite processes sharing a file; a
+	// lost PostgreSQL NOTIFY). Defaults to 1 second.
+	KeyRecheck Duration `yaml:"key_recheck"`
+}
+
+// apiKeyScopes are the scopes an api_keys entry may list.
+var apiKeyScopes = []string{"send", "read", "admin"}
+
+func (c *Config) limitsDefaults() {
+	l := &c.Limits
+	if l.ParamsMax == 0 {
+		l.ParamsMax = 1000
+	}
+	if l.ParamsDepthMax == 0 {
+		l.ParamsDepthMax = 8
+	}
+	if l.RenderedMaxBytes == 0 {
+		l.RenderedMaxBytes = 64 << 10
+	}
+	if l.KeyRecheck == 0 {
+		l.KeyRecheck = Duration(time.Second)
+	}
+}
+
+func (c *Config) validateLimits() error {
+	l := c.Limits
+	switch {
+	case l.KeyRate < 0 || l.SendRate < 0:
+		return fmt.Errorf("config: limits: key_rate and send_rate must not be negative")
+	case l.KeyBurst < 0 || l.SendBurst < 0:
+		return fmt.Errorf("config: limits: key_burst and send_burst must not be negative")
+	case l.ParamsMax < 1 || l.ParamsDepthMax < 1 || l.RenderedMaxBytes < 1:
+		return fmt.Errorf("config: limits: params_max, params_depth_max and rendered_max_bytes must be positive")
+	case l.KeyRecheck <= 0 || l.KeyRecheck.D() > time.Minute:
+		return fmt.Errorf("config: limits.key_recheck: must be more than 0 and at most 1m, got %s", l.KeyRecheck.D())
+	}
+	for i, k := range c.APIKeys {
+		for _, s := range k.Scopes {
+			if !slices.Contains(apiKeyScopes, s) {
+				return fmt.Errorf("config: api_keys[%d].scopes: unknown scope %q (send, read, admin)", i, s)
+			}
+		}
+	}
+	return nil
+}
