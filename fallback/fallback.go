@@ -22,10 +22,13 @@
 // When a send of the chain ends, the very write that records how it ended
 // (store DeliveryRecord after a provider call, DeliveryDecide for a
 // pre-check's decision or a cancel, a person's discard, the stale sweep's
-// UNKNOWN) moves the chain on in the same transaction:
+// UNKNOWN, the dispatcher's FAILED for a row it gave up before any
+// delivery) moves the chain on in the same transaction:
 //
 //   - a definite failure (Definite: PERMANENT_FAILURE, RETRY_EXHAUSTED,
-//     SUPPRESSED for DESTINATION_UNAVAILABLE or CONSENT_DENIED) counts
+//     SUPPRESSED for DESTINATION_UNAVAILABLE or CONSENT_DENIED; and an
+//     outbox row the dispatcher ended FAILED without a delivery row: it
+//     gave up before any claim, so nothing was sent) counts
 //     against the next step's rows; when every row of its step has failed
 //     so, the next step's rows become PENDING, due now (released), and
 //     record why (After: the failure);
@@ -46,9 +49,9 @@
 // # Owner and deadline (DESIGN §3)
 //
 // A WAITING row is owned by the sends of the step before it: their end is
-// its next write, in their transaction. What ends without that write (an
-// outbox row the dispatcher ended FAILED before any delivery, a release
-// lost to a bug or an old row) leaves a WAITING row with no owner; the
+// its next write, in their transaction (the dispatcher's FAILED
+// included). What ends without that write (a release lost to a bug or an
+// old row) leaves a WAITING row with no owner; the
 // watchdog finds it (store.UnownedWaiting: a WAITING
 // row whose earlier steps have all ended, the last one more than the
 // sweep grace ago) and moves it on through Decide, the same rule from the
@@ -121,8 +124,9 @@ type Send struct {
 }
 
 // end says whether s has ended, whether that was a definite failure, and
-// its Cause. A send ended by its outbox row alone (EXPIRED, FAILED,
-// SKIPPED, or DONE with no delivery row) did not fail definitely.
+// its Cause. A send ended by its outbox row alone failed definitely when
+// the dispatcher gave it up (FAILED: no claim, so no call, was made);
+// EXPIRED, SKIPPED, or DONE with no delivery row did not.
 func (s Send) end() (ended, definite bool, cause string) {
 	if s.Delivery != "" {
 		if !s.Delivery.Terminal() {
@@ -131,7 +135,9 @@ func (s Send) end() (ended, definite bool, cause string) {
 		return true, Definite(s.Delivery, s.Reason), Cause(s.Delivery, s.Reason)
 	}
 	switch s.Outbox {
-	case heraldtype.OutboxExpired, heraldtype.OutboxFailed, heraldtype.OutboxSkipped, heraldtype.OutboxDone:
+	case heraldtype.OutboxFailed:
+		return true, true, string(s.Outbox)
+	case heraldtype.OutboxExpired, heraldtype.OutboxSkipped, heraldtype.OutboxDone:
 		return true, false, string(s.Outbox)
 	}
 	// PENDING, CLAIMED, PUBLISHING, WAITING; PUBLISHED without a delivery

@@ -18,7 +18,9 @@ import (
 // settle does: the write that ends a send of a chain (DeliveryRecord,
 // DeliveryDecide, DeliverySweepStale, ParkedDiscard) moves the chain on in its own
 // transaction, only if it ended the send (a write that did not take moves
-// nothing): a definite failure (fallback.Definite) adds one to
+// nothing); so does the dispatcher's OutboxComplete to FAILED of a chain's
+// row without a delivery row (it gave up before any claim: a definite
+// failure, cause FAILED): a definite failure (fallback.Definite) adds one to
 // fallback_fails of the next step's WAITING rows and makes them PENDING,
 // due now, once it equals the number of rows of the failed step; any
 // other end makes every later WAITING row SKIPPED with reason
@@ -29,8 +31,7 @@ import (
 // (UnownedRedrive) moves it as the stale sweep's does. Receipts and
 // reports move only a delivery that has already ended (PROVIDER_ACCEPTED,
 // UNKNOWN), whose end moved the chain. A WAITING row left behind by any
-// other end (an outbox row the dispatcher ended FAILED, a release lost) is
-// the watchdog's (UnownedWaiting).
+// other end (a release lost) is the watchdog's (UnownedWaiting).
 
 // FallbackSteps numbers channels, a kind's channels in its order, as the
 // steps of a chain (1, 2…) when chain is set; the inbox, written at

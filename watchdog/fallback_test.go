@@ -1,6 +1,7 @@
 package watchdog_test
 
 import (
+	"database/sql"
 	"encoding/json"
 	"testing"
 
@@ -10,10 +11,10 @@ import (
 )
 
 // unmovedChain leaves a fallback chain (webhook, then SMS) whose first
-// step's outbox row the dispatcher ended FAILED before any delivery: an
-// end that moves no chain, so the SMS step stays WAITING with no owner.
-// It returns the SMS step's message id. The lane must have no other due
-// row.
+// step's outbox row the dispatcher ended FAILED before any delivery, and
+// whose release of the SMS step was lost (put back by hand): the SMS step
+// stays WAITING with no owner. It returns the SMS step's message id. The
+// lane must have no other due row. SQLite only.
 func (w *world) unmovedChain(t *testing.T) string {
 	t.Helper()
 	id := ids.New("ntf", w.clk.Now())
@@ -28,5 +29,14 @@ func (w *world) unmovedChain(t *testing.T) string {
 	if ok, err := w.store.OutboxComplete(w.ctx, row.Fence, heraldtype.OutboxFailed, heraldtype.ReasonStoreUnavailable); err != nil || !ok {
 		t.Fatalf("fail the first step: %v (%v)", ok, err)
 	}
-	return store.MessageID(id, heraldtype.ChannelSMS)
+	sms := store.MessageID(id, heraldtype.ChannelSMS)
+	db, err := sql.Open("sqlite", "file:"+w.dsn+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE outbox SET state = 'WAITING', fallback_fails = 0, fallback_after = NULL WHERE message_id = ?`, sms); err != nil {
+		t.Fatalf("lose the release: %v", err)
+	}
+	return sms
 }

@@ -13,7 +13,7 @@ import (
 
 // Fallback chains (channel policy first; store/fallback.go, package
 // fallback). The writes that end a send (qDeliveryRecord, qDeliveryDecide,
-// qDeliverySweepStale) carry qFallbackMove's CTEs, so the chain moves on in
+// qDeliverySweepStale, and the dispatcher's qOutboxFail) carry qFallbackMove's CTEs, so the chain moves on in
 // the very statement, and so the transaction, that ends the send; intake's
 // statements write each row's step (chainSteps); the watchdog repairs a
 // chain in a transaction of its own (fallbackRepair).
@@ -28,7 +28,9 @@ import (
 //	    primary key, with their step, how many sends the step has (rows
 //	    are never added to a chain after intake, so the statement's
 //	    snapshot counts them right), whether the end was a definite
-//	    failure (fallback.Definite) and its cause (fallback.Cause).
+//	    failure (fallback.Definite; u's state FAILED is qOutboxFail's
+//	    outbox row ended without a delivery, definite too) and its cause
+//	    (fallback.Cause).
 //	fr  a definite failure: one more failure on each WAITING row of the
 //	    next step, and PENDING, due now, once they equal the step's
 //	    sends. An UPDATE of the waiting rows themselves: a second failure
@@ -46,7 +48,7 @@ const qFallbackMove = `,
 fm AS (
     SELECT o.notification_id, o.fallback_step, o.lane,
            (SELECT count(*) FROM outbox s WHERE s.notification_id = o.notification_id AND s.fallback_step = o.fallback_step) AS sends,
-           u.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED')
+           u.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED', 'FAILED')
                OR (u.state = 'SUPPRESSED' AND u.reason IN ('DESTINATION_UNAVAILABLE', 'CONSENT_DENIED')) AS definite,
            CASE WHEN u.state = 'SUPPRESSED' AND u.reason <> '' THEN u.reason ELSE u.state END AS cause
     FROM u JOIN outbox o ON o.notification_id = u.notification_id AND o.channel = u.channel

@@ -67,9 +67,22 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	return out, nil
 }
 
-// OutboxComplete moves a claimed row to a terminal state, fenced.
+// OutboxComplete moves a claimed row to a terminal state, fenced; to
+// FAILED, a fallback chain's row without a delivery moves its chain on in
+// the same statement (qOutboxFail).
 func (s *Store) OutboxComplete(ctx context.Context, f store.Fence, state heraldtype.OutboxState, reason string) (bool, error) {
-	tag, err := s.pipe.Exec(ctx, qOutboxComplete, s.now(), string(state), reason, f.NotificationID, string(f.Channel), f.Token)
+	args := []any{s.now(), string(state), reason, f.NotificationID, string(f.Channel), f.Token}
+	if state == heraldtype.OutboxFailed {
+		// A chain's row moves its chain on in the same statement.
+		var n int
+		var wake *string
+		if err := s.pipe.QueryRow(ctx, qOutboxFail, args...).Scan(&n, &wake); err != nil {
+			return false, s.fail(fmt.Sprintf("fail outbox row %d", f.ID), err)
+		}
+		s.wakeFallback(wake)
+		return n == 1, nil
+	}
+	tag, err := s.pipe.Exec(ctx, qOutboxComplete, args...)
 	if err != nil {
 		return false, s.fail(fmt.Sprintf("complete outbox row %d", f.ID), err)
 	}

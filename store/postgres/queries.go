@@ -317,6 +317,21 @@ claimed AS (
 SET state = $2::text, last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
 WHERE notification_id = $4::text AND channel = $5::text AND token = $6::bigint
   AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())`
+	// qOutboxFail is qOutboxComplete to FAILED ($2 unused) that moves the
+	// row's fallback chain on when its message has no delivery row (no
+	// send was made: a definite failure, released in this statement as a
+	// send's definite failure is); a row with a delivery moves nothing
+	// here (u's state SENDING: its delivery's own end moves the chain).
+	qOutboxFail = `WITH u AS (
+    UPDATE outbox o
+    SET state = 'FAILED', last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
+    WHERE o.notification_id = $4::text AND o.channel = $5::text AND o.token = $6::bigint
+      AND o.state || '' IN ('CLAIMED', 'PUBLISHING') AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
+      AND $2::text = 'FAILED'
+    RETURNING o.notification_id, o.channel,
+        CASE WHEN o.fallback_step IS NOT NULL AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)
+             THEN 'FAILED' ELSE 'SENDING' END AS state, ''::text AS reason
+)` + qFallbackMove + `SELECT (SELECT count(*) FROM u), ` + qFallbackReleased
 	// $1 now, $2 notification ids, $3 channels, $4 tokens (parallel arrays).
 	qOutboxPublished = `UPDATE outbox o
 SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())

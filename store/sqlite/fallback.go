@@ -12,7 +12,7 @@ import (
 
 // Fallback chains (channel policy first; store/fallback.go, package
 // fallback). The writes that end a send call fallbackEnded in their own
-// transaction; intake writes a chain's rows through chainInsert; the
+// transaction, and the dispatcher's FAILED calls fallbackFailed in its; intake writes a chain's rows through chainInsert; the
 // watchdog repairs a chain with fallbackRepair. Every statement finds the
 // chain's rows by outbox_notification, the ended send's row by its unique
 // message_id.
@@ -48,6 +48,10 @@ RETURNING state = 'PENDING'`
 	qFallbackSkipAfter = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = ?3, updated_at = ?1
 WHERE notification_id = (SELECT notification_id FROM outbox WHERE message_id = ?2)
   AND fallback_step > (SELECT fallback_step FROM outbox WHERE message_id = ?2) AND +state = 'WAITING'`
+	// qFallbackFailedRow reads the message of the outbox row ?1 if it is
+	// on a chain and has no delivery row.
+	qFallbackFailedRow = `SELECT o.message_id FROM outbox o
+WHERE o.id = ?1 AND o.fallback_step IS NOT NULL AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)`
 	// qFallbackSkip is the watchdog's skip of every WAITING row of chain
 	// ?2: SKIPPED, not needed, after ?3. ?1 now.
 	qFallbackSkip = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = ?3, updated_at = ?1
@@ -91,7 +95,7 @@ WHERE notification_id = ?2 AND fallback_step = ?3 AND state = 'WAITING'`
 )
 
 // fallbackQueries are prepared on the writer's connection at open.
-var fallbackQueries = []string{qFallbackInsert, qFallbackOf, qFallbackFail, qFallbackSkipAfter, qFallbackSkip, qFallbackExpired, qFallbackErased, qFallbackChain, qFallbackRelease}
+var fallbackQueries = []string{qFallbackInsert, qFallbackOf, qFallbackFailedRow, qFallbackFail, qFallbackSkipAfter, qFallbackSkip, qFallbackExpired, qFallbackErased, qFallbackChain, qFallbackRelease}
 
 // chain numbers a create's sends as insertPlanned writes them: nil off a
 // chain (NotificationCreateParams.Fallback false).
@@ -126,8 +130,30 @@ func fallbackEnded(tx wtx, now int64, messageID string, state heraldtype.Deliver
 	if !state.Terminal() {
 		return "", nil // RETRY_WAIT, PARKED: the chain waits
 	}
-	if !fallback.Definite(state, reason) {
-		if _, err := tx.Exec(qFallbackSkipAfter, now, messageID, fallback.Cause(state, reason)); err != nil {
+	return fallbackMove(tx, now, messageID, fallback.Definite(state, reason), fallback.Cause(state, reason))
+}
+
+// fallbackFailed moves on the chain of the outbox row id, which the
+// dispatcher has just ended FAILED in tx, if it is on one and its message
+// has no delivery row (no send was made: a definite failure, whose
+// release is then this write's, as for a send's); a delivery row's own
+// end moves the chain otherwise.
+func fallbackFailed(tx wtx, now, id int64) (heraldtype.Lane, error) {
+	var mid string
+	switch err := tx.QueryRow(qFallbackFailedRow, id).Scan(&mid); {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("read failed outbox row: %w", err)
+	}
+	return fallbackMove(tx, now, mid, true, string(heraldtype.OutboxFailed))
+}
+
+// fallbackMove moves on the chain of the send messageID, which has just
+// ended (definitely failed, or not) with cause.
+func fallbackMove(tx wtx, now int64, messageID string, definite bool, cause string) (heraldtype.Lane, error) {
+	if !definite {
+		if _, err := tx.Exec(qFallbackSkipAfter, now, messageID, cause); err != nil {
 			return "", fmt.Errorf("skip fallback steps: %w", err)
 		}
 		return "", nil
@@ -144,7 +170,7 @@ func fallbackEnded(tx wtx, now int64, messageID string, state heraldtype.Deliver
 		return "", fmt.Errorf("read fallback chain: %w", err)
 	}
 	var released bool
-	err = tx.QueryRow(qFallbackFail, now, nid, step, fallback.Cause(state, reason), sends).Scan(&released)
+	err = tx.QueryRow(qFallbackFail, now, nid, step, cause, sends).Scan(&released)
 	switch {
 	case errors.Is(err, sql.ErrNoRows), err == nil && !released:
 		return "", nil // the last step, or another send of the step is still under way

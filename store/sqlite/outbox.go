@@ -138,14 +138,29 @@ func forEachMessage(tx wtx, fn func(id string), q string, args ...any) error {
 	return rows.Err()
 }
 
-// OutboxComplete moves a claimed row to a terminal state, fenced.
+// OutboxComplete moves a claimed row to a terminal state, fenced. A row
+// of a fallback chain ended FAILED without a delivery moves its chain on
+// in the same transaction (fallbackFailed).
 func (s *Store) OutboxComplete(ctx context.Context, f store.Fence, state heraldtype.OutboxState, reason string) (bool, error) {
-	ok, err := s.fenced(ctx, qOutboxComplete, func(now int64) []any {
-		return []any{string(state), reason, now, f.ID, f.Token, now}
+	var ok bool
+	var wake heraldtype.Lane
+	err := s.w.do(ctx, func(tx wtx) error {
+		ok, wake = false, ""
+		now := s.now()
+		r, err := tx.Exec(qOutboxComplete, string(state), reason, now, f.ID, f.Token, now)
+		if err != nil {
+			return err
+		}
+		n, _ := r.RowsAffected()
+		if ok = n == 1; ok && state == heraldtype.OutboxFailed {
+			wake, err = fallbackFailed(tx, now, f.ID)
+		}
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("complete outbox row %d: %w", f.ID, err)
 	}
+	s.wakeFallback(wake)
 	return ok, nil
 }
 

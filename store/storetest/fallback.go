@@ -190,6 +190,42 @@ func testFallback(t *testing.T, h Harness) {
 		}
 	})
 
+	// The dispatcher that gives a step's row up (FAILED, its attempts
+	// spent) before any delivery row made no call: a definite failure,
+	// whose write releases the next step as a send's does, for the
+	// claimers (CLAIMED) and the relay (PUBLISHING) alike. A row whose
+	// message has a delivery leaves the chain to that delivery's end.
+	t.Run("TheDispatchersFailedReleasesTheNextStepInItsWrite", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for _, publishing := range []bool{false, true} {
+			p := chainCreate(t, b, fmt.Sprintf("r-failed-%v", publishing), nil)
+			push, alim, sms := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS)
+			rows := claimed(t, b, publishing)
+			if ok, err := b.s.OutboxComplete(b.ctx, rows[push].Fence, heraldtype.OutboxFailed, heraldtype.ReasonStoreUnavailable); err != nil || !ok {
+				t.Fatalf("fail push: %v %v", ok, err)
+			}
+			wantSteps(t, b, p.ID, map[string]step{
+				alim: {State: "PENDING", Decision: fallback.DecisionUsed, After: "FAILED"},
+				sms:  {State: "WAITING", Decision: fallback.DecisionWaiting},
+			})
+			if next := claimed(t, b, publishing); len(next) != 1 || next[alim].MessageID == "" {
+				t.Fatalf("after push FAILED: claimed %v, want AlimTalk", next)
+			}
+		}
+		// A step whose send waits for a retry: its row FAILED moves nothing.
+		p := chainCreate(t, b, "r-failed-retry", nil)
+		push, alim := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk)
+		rows := claimed(t, b, false)
+		endSend(t, b, rows[push], heraldtype.DeliveryRetryWait, "HTTP_429")
+		b.clk.Advance(time.Minute)
+		rows = claimed(t, b, false)
+		if ok, err := b.s.OutboxComplete(b.ctx, rows[push].Fence, heraldtype.OutboxFailed, heraldtype.ReasonStoreUnavailable); err != nil || !ok {
+			t.Fatalf("fail push: %v %v", ok, err)
+		}
+		wantSteps(t, b, p.ID, map[string]step{alim: {State: "WAITING", Decision: fallback.DecisionWaiting}})
+	})
+
 	t.Run("AnyOtherEndSkipsTheRest", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
@@ -527,7 +563,7 @@ func testFallback(t *testing.T, h Harness) {
 		grace := 5 * time.Minute
 		// lost: push failed, but the release was lost (put back by hand).
 		// failed: push's outbox row ended FAILED (the dispatcher gave up
-		// before any delivery), which moves no chain.
+		// before any delivery), its release lost too.
 		// busy: push waits for a retry; its chain is owned.
 		lost, failed, busy := chainCreate(t, b, "r1", nil), chainCreate(t, b, "r2", nil), chainCreate(t, b, "r3", nil)
 		pushOf := func(p store.NotificationCreateParams) string { return store.MessageID(p.ID, heraldtype.ChannelPush) }
@@ -540,6 +576,7 @@ func testFallback(t *testing.T, h Harness) {
 		if ok, err := b.s.OutboxComplete(b.ctx, rows[pushOf(failed)].Fence, heraldtype.OutboxFailed, heraldtype.ReasonStoreUnavailable); err != nil || !ok {
 			t.Fatalf("fail push: %v %v", ok, err)
 		}
+		h.Exec(t, b.s, "UPDATE outbox SET state = 'WAITING', fallback_fails = 0, fallback_after = NULL WHERE message_id = '"+alimOf(failed)+"'")
 		endSend(t, b, rows[pushOf(busy)], heraldtype.DeliveryRetryWait, "HTTP_429")
 
 		// Within the grace of those ends, every chain is still owned.
@@ -557,8 +594,10 @@ func testFallback(t *testing.T, h Harness) {
 			alimOf(lost): {State: "PENDING", Decision: fallback.DecisionUsed, After: "PERMANENT_FAILURE"},
 			store.MessageID(lost.ID, heraldtype.ChannelSMS): {State: "WAITING", Decision: fallback.DecisionWaiting},
 		})
-		skipped := step{State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: "FAILED"}
-		wantSteps(t, b, failed.ID, map[string]step{alimOf(failed): skipped, store.MessageID(failed.ID, heraldtype.ChannelSMS): skipped})
+		wantSteps(t, b, failed.ID, map[string]step{
+			alimOf(failed): {State: "PENDING", Decision: fallback.DecisionUsed, After: "FAILED"},
+			store.MessageID(failed.ID, heraldtype.ChannelSMS): {State: "WAITING", Decision: fallback.DecisionWaiting},
+		})
 		wantSteps(t, b, busy.ID, map[string]step{alimOf(busy): {State: "WAITING", Decision: fallback.DecisionWaiting}})
 		// Moved once: the same rows again move nothing, and nothing is left.
 		if again := redrive(t, b, found); len(again) != 0 {
