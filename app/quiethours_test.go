@@ -134,7 +134,7 @@ func (h *quietHerald) waitState(t *testing.T, id, state, reason string) {
 
 // waitDeferred waits for the outbox row of id to wait, PENDING, for
 // until with reason QUIET_HOURS: the claim took it and the quiet hours
-// put it back.
+// put it back; the lookup says so.
 func (h *quietHerald) waitDeferred(t *testing.T, id string, until time.Time) {
 	t.Helper()
 	var last store.DeliveryView
@@ -149,8 +149,10 @@ func (h *quietHerald) waitDeferred(t *testing.T, id string, until time.Time) {
 	if last.Delivery != nil {
 		t.Fatalf("%s: a deferral wrote a delivery row %+v", id, last.Delivery)
 	}
-	if d := h.state(t, id); d.State != heraldtype.ViewPending {
-		t.Fatalf("%s deferred shows %s, want PENDING", id, d.State)
+	// GET /v1/notifications/{id} shows it PENDING, and why and until when.
+	d := h.state(t, id)
+	if d.State != heraldtype.ViewPending || d.Deferred == nil || d.Deferred.Reason != heraldtype.ReasonQuietHours || !d.Deferred.Until.Equal(until) {
+		t.Fatalf("%s deferred shows %s deferred %+v, want PENDING deferred for QUIET_HOURS until %s", id, d.State, d.Deferred, until)
 	}
 }
 

@@ -13,6 +13,13 @@
 // FALLBACK_NOT_NEEDED) when it was not used; each entry of a chain says
 // its step and why it was or was not used (Fallback), and the
 // notification says channel_policy "first".
+//
+// A planned send the dispatcher or the sender put back to wait (quiet
+// hours' QUIET_HOURS until the next opening, a rate limit's RATE_LIMITED)
+// shows PENDING, as DESIGN §8 fixes it, with Deferred naming why and when
+// it will be offered again: the outbox row's reason and due time, while
+// no delivery row exists and that time is ahead. A field added to the
+// entry; state and reason are as before.
 package lookup
 
 import (
@@ -73,6 +80,28 @@ type Delivery struct {
 	// Fallback is the send's step in its fallback chain and why it was or
 	// was not used (fallback.go); absent off a chain.
 	Fallback *Fallback `json:"fallback,omitempty"`
+	// Deferred says why a PENDING send waits and until when (deferredOf);
+	// absent otherwise.
+	Deferred *Deferred `json:"deferred,omitempty"`
+}
+
+// Deferred is a PENDING send put back to wait: its reason code
+// (QUIET_HOURS…) and when it will be offered again.
+type Deferred struct {
+	Reason string    `json:"reason"`
+	Until  time.Time `json:"until"`
+}
+
+// deferredOf is the deferral of a send shown in state: one whose outbox
+// row waits PENDING with a reason (a deferral's, a rate limit's, a
+// backoff's) for a due time still ahead, with no delivery row. A row due
+// by its send_at (SCHEDULED) has no reason, and one due already no wait.
+func deferredOf(v store.NotificationView, dv store.DeliveryView, state string) *Deferred {
+	if state != heraldtype.ViewPending || dv.Delivery != nil || dv.OutboxState != heraldtype.OutboxPending ||
+		dv.OutboxReason == "" || !dv.AvailableAt.After(v.Now) {
+		return nil
+	}
+	return &Deferred{Reason: dv.OutboxReason, Until: dv.AvailableAt}
 }
 
 // Attempt is one provider call: when, its outcome class (accepted,
@@ -124,6 +153,7 @@ func View(v store.NotificationView) Notification {
 		// device (<id>.push.<device id>).
 		e := Delivery{MessageID: dv.MessageID, Channel: string(dv.Channel.Base()), Fallback: fallbackOf(dv)}
 		e.State, e.Reason, e.UpdatedAt = v.EntryState(dv)
+		e.Deferred = deferredOf(v, dv, e.State)
 		if d := dv.Delivery; d != nil {
 			e.Attempts = d.Attempts
 			if e.State == string(heraldtype.DeliveryRetryWait) {

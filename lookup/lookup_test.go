@@ -149,3 +149,33 @@ func TestNextAttemptOnlyWhileWaiting(t *testing.T) {
 		t.Errorf("PENDING entry %+v, want neither next_attempt_at nor (before WithAttempts) attempts_log", got)
 	}
 }
+
+// A send put back PENDING to wait (quiet hours) shows PENDING with its
+// reason "" as before, and deferred naming why and until when; not once
+// it is due, nor while SCHEDULED, nor with a delivery row.
+func TestDeferredShowsWhyAndUntilWhenWhilePending(t *testing.T) {
+	t.Parallel()
+	morning := now.Add(11 * time.Hour)
+	at := func(v store.NotificationView, due time.Time) store.NotificationView {
+		v.Deliveries[0].AvailableAt = due
+		return v
+	}
+	got := lookup.View(at(one(nil, heraldtype.OutboxPending, heraldtype.ReasonQuietHours, nil), morning)).Deliveries[0]
+	if got.State != heraldtype.ViewPending || got.Reason != "" || got.Deferred == nil ||
+		*got.Deferred != (lookup.Deferred{Reason: heraldtype.ReasonQuietHours, Until: morning}) {
+		t.Fatalf("deferred entry %+v (deferred %+v), want PENDING deferred for QUIET_HOURS until %s", got, got.Deferred, morning)
+	}
+	future := now.Add(time.Hour)
+	waiting := delivery(heraldtype.DeliveryRetryWait, "HTTP_429", 1)
+	for name, v := range map[string]store.NotificationView{
+		"Due":       at(one(nil, heraldtype.OutboxPending, heraldtype.ReasonQuietHours, nil), now),
+		"Scheduled": at(one(&future, heraldtype.OutboxPending, "", nil), future),
+		"NoReason":  at(one(nil, heraldtype.OutboxPending, "", nil), morning),
+		"RetryWait": at(one(nil, heraldtype.OutboxPending, "HTTP_429", waiting), morning),
+		"Claimed":   at(one(nil, heraldtype.OutboxClaimed, heraldtype.ReasonQuietHours, nil), morning),
+	} {
+		if e := lookup.View(v).Deliveries[0]; e.Deferred != nil {
+			t.Errorf("%s: %s entry deferred %+v, want none", name, e.State, e.Deferred)
+		}
+	}
+}
