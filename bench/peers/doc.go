@@ -1,0 +1,19 @@
+// Package peers measures herald beside the job queues and outboxes its
+// users would otherwise build on, on the same PostgreSQL in the same run, so
+// that every figure is a ratio to a peer measured a moment before or after
+// it. It is its own module, so herald itself does not depend on the peers.
+//
+// The Go API (issue 12): herald's Client.Enqueue and River's Insert, each
+// one transaction per item from 8 goroutines, timed end to end (from the
+// first enqueue until the last item is worked: herald's provider call,
+// River's no-op job), with the latency from an enqueue's commit to its
+// provider call or job. Run the pairs alternately, as the machine is
+// shared and noisy:
+//
+//	cd bench/peers
+//	for i in 1 2 3; do go test -run '^$' -bench 'GoAPI' -benchtime 20000x; done
+//
+// HERALD_BENCH_POSTGRES_URL names the server (default
+// postgres://postgres@127.0.0.1:5432/postgres); each benchmark creates and
+// drops a database of its own there.
+package peers

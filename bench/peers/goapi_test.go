@@ -1,0 +1,316 @@
+package peers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	neturl "net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/heraldhq/herald"
+	"github.com/heraldhq/herald/app"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/sim"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store/postgres"
+)
+
+// goroutines enqueue side by side, one transaction per item, in every
+// Go API benchmark.
+const goroutines = 8
+
+// BenchmarkGoAPIHerald: b.N notifications enqueued with Client.Enqueue
+// (one transaction each) from 8 goroutines into a running herald on the
+// same database, timed until the last is recorded PROVIDER_ACCEPTED by a
+// 0 ms provider.
+func BenchmarkGoAPIHerald(b *testing.B) { benchHerald(b, 0) }
+
+// BenchmarkGoAPIHeraldWakeEach is BenchmarkGoAPIHerald with a wake-up
+// NOTIFY in every enqueue's transaction (WakeEvery < 0), herald's Go API
+// before it throttled them.
+func BenchmarkGoAPIHeraldWakeEach(b *testing.B) { benchHerald(b, -1) }
+
+// BenchmarkGoAPIRiver: b.N no-op jobs inserted with River's Insert (one
+// transaction each) from 8 goroutines into a running River client with 64
+// workers on the same server, timed until the last is worked.
+func BenchmarkGoAPIRiver(b *testing.B) {
+	ctx := context.Background()
+	pool, _ := database(b)
+	if _, err := rivermigrate.New(riverpgxv5.New(pool), nil); err != nil {
+		b.Fatal(err)
+	}
+	migrator, _ := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		b.Fatal(err)
+	}
+	lat := newLatencies(b.N)
+	var worked atomic.Int64
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{done: func(job *river.Job[noopArgs]) {
+		lat.end(fmt.Sprint(job.ID))
+		worked.Add(1)
+	}})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 64}},
+		Workers: workers,
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := client.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_ = client.Stop(sctx)
+	}()
+	b.ResetTimer()
+	began := time.Now()
+	enqueue(b, func(i int) error {
+		res, err := client.Insert(ctx, noopArgs{N: i}, nil)
+		if err == nil {
+			lat.begin(fmt.Sprint(res.Job.ID))
+		}
+		return err
+	})
+	wait(b, &worked)
+	report(b, began, lat, "jobs/s")
+}
+
+type noopArgs struct {
+	N int `json:"n"`
+}
+
+func (noopArgs) Kind() string { return "noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	done func(*river.Job[noopArgs])
+}
+
+func (w *noopWorker) Work(_ context.Context, job *river.Job[noopArgs]) error {
+	w.done(job)
+	return nil
+}
+
+func benchHerald(b *testing.B, wakeEvery time.Duration) {
+	ctx := context.Background()
+	pool, url := database(b)
+	if _, err := postgres.Migrate(ctx, url); err != nil {
+		b.Fatal(err)
+	}
+	cfg := config.Dev()
+	cfg.Database = url
+	cfg.Kinds = []config.Kind{{
+		Name: "bench", Category: "transactional", Channels: []string{"webhook"},
+		Templates: map[string]config.Template{"webhook": {Title: "Paid", Body: "Paid {{.amount}} won"}},
+	}}
+	cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
+	cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	lat := newLatencies(b.N)
+	var recorded atomic.Int64
+	s := sim.New(sim.Config{})
+	s.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
+		lat.end(strings.TrimSuffix(m.MessageID, ".webhook"))
+		return provider.Outcome{}
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := app.New(ctx, cfg, app.Options{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Providers: map[string]provider.Provider{"sim-webhook": s},
+		Listener:  l,
+		Hooks: sender.Hooks{AfterRecord: func(_ context.Context, _ heraldtype.Job, r sender.Result) {
+			if r.State == heraldtype.DeliveryProviderAccepted {
+				recorded.Add(1)
+			}
+		}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
+	client, err := herald.NewClient(herald.Options{Kinds: cfg.Kinds, WakeEvery: wakeEvery})
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := time.Now().UnixNano()
+	b.ResetTimer()
+	began := time.Now()
+	enqueue(b, func(i int) error {
+		e, err := client.Enqueue(ctx, pool, herald.Intent{
+			Tenant: config.DevTenant, Recipient: fmt.Sprintf("user-%d", i%1000), EventID: fmt.Sprintf("e-%d-%d", run, i),
+			Kind: "bench", Params: map[string]any{"amount": i}, DedupKey: fmt.Sprintf("bench-%d-%d", run, i),
+		})
+		if err == nil {
+			lat.begin(e.ID)
+		}
+		return err
+	})
+	wait(b, &recorded)
+	report(b, began, lat, "notifications/s")
+}
+
+// database creates a database of its own on the benchmark's server and
+// returns a pool on it and its URL; both go when the benchmark ends.
+func database(b *testing.B) (*pgxpool.Pool, string) {
+	b.Helper()
+	ctx := context.Background()
+	base := os.Getenv("HERALD_BENCH_POSTGRES_URL")
+	if base == "" {
+		base = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		b.Skipf("no PostgreSQL at %s: %v", base, err)
+	}
+	name := fmt.Sprintf("peers_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		b.Fatal(err)
+	}
+	u, err := neturl.Parse(base)
+	if err != nil {
+		b.Fatal(err)
+	}
+	u.Path = "/" + name
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 2 * goroutines
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		pool.Close()
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		admin.Close(ctx)
+	})
+	return pool, u.String()
+}
+
+// enqueue runs one(i) for i in 1..b.N from 8 goroutines.
+func enqueue(b *testing.B, one func(i int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for range goroutines {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if err := one(int(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// wait waits until n reaches b.N.
+func wait(b *testing.B, n *atomic.Int64) {
+	deadline := time.Now().Add(10 * time.Minute)
+	for n.Load() < int64(b.N) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d done after 10 minutes", n.Load(), b.N)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func report(b *testing.B, began time.Time, lat *latencies, unit string) {
+	total := time.Since(began)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/total.Seconds(), unit)
+	p50, p99 := lat.percentiles()
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+}
+
+// latencies pairs each item's commit (the enqueue call returned) with its
+// end (the provider call, the job's work).
+type latencies struct {
+	mu    sync.Mutex
+	begun map[string]time.Time
+	early map[string]time.Time // ended before begin was noted
+	took  []time.Duration
+}
+
+func newLatencies(n int) *latencies {
+	return &latencies{begun: make(map[string]time.Time, n), early: map[string]time.Time{}, took: make([]time.Duration, 0, n)}
+}
+
+func (l *latencies) begin(id string) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if end, ok := l.early[id]; ok {
+		delete(l.early, id)
+		l.took = append(l.took, max(0, end.Sub(now)))
+		return
+	}
+	l.begun[id] = now
+}
+
+func (l *latencies) end(id string) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if at, ok := l.begun[id]; ok {
+		delete(l.begun, id)
+		l.took = append(l.took, now.Sub(at))
+		return
+	}
+	l.early[id] = now
+}
+
+func (l *latencies) percentiles() (p50, p99 time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.took) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(l.took)
+	slices.Sort(s)
+	return s[len(s)/2], s[len(s)*99/100]
+}
