@@ -1,0 +1,277 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/apikeys"
+	"github.com/heraldhq/herald/audit"
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/inbox"
+	"github.com/heraldhq/herald/intake"
+	"github.com/heraldhq/herald/internal/testdb"
+	"github.com/heraldhq/herald/lookup"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/parked"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/settle"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/stream"
+)
+
+func init() { apikeys.Iterations = 1000 } // the tests' stored keys
+
+// refused is 401 or 403.
+const refused = -1
+
+// routesWithoutAPIKey are the routes that take no API key, and what an API
+// key gets there. Every other route of the router must have a scope
+// (httpapi.RouteScope).
+var routesWithoutAPIKey = map[string]int{
+	"GET /v1/me/feed":                http.StatusUnauthorized,
+	"GET /v1/me/badge":               http.StatusUnauthorized,
+	"POST /v1/me/read":               http.StatusUnauthorized,
+	"POST /v1/me/items/{id}/archive": http.StatusUnauthorized,
+	"POST /v1/me/receipts":           http.StatusUnauthorized,
+	"GET /v1/me/stream":              http.StatusUnauthorized,
+	"GET /v1/ops/reconcile":          refused, // 403 for a config key, 401 for a stored one
+	"POST /v1/ops/inbox/recount":     refused,
+	"POST /v1/callbacks/{provider}":  0, // the provider's own check
+	"GET /healthz":                   0,
+	"GET /readyz":                    0,
+	"GET /metrics":                   0,
+	"/":                              0,
+}
+
+// walkConfigOptional are the fields of httpapi.Config that add no route;
+// every other field is set by fullConfig, so that Routes lists every route
+// the router can serve.
+var walkConfigOptional = map[string]bool{"Keys": true, "Operators": true, "Limits": true, "Audit": true,
+	"Now": true, "MetricsToken": true, "MetricsApart": true}
+
+type walk struct {
+	url    string
+	client *http.Client
+	routes []string
+	// keys: tenant a with every scope, tenant b with every scope, and
+	// tenant a with every scope but one.
+	keyA, keyB string
+	lacking    map[apikeys.Scope]string
+	// a's data, which b must never see.
+	notificationID, messageID, keyAID string
+}
+
+// fullConfig is the router with every part that adds routes, over st.
+func fullConfig(t *testing.T, st store.Store, clk clock.Clock) httpapi.Config {
+	t.Helper()
+	secret := []byte("walk-test-secret-one-0123456789abcdef")
+	tokens, err := auth.NewRecipientTokens(auth.RecipientTokensConfig{
+		Keys: map[string][]auth.RecipientKey{"a": {{ID: "k1", Secret: secret}}, "b": {{ID: "k1", Secret: secret}}},
+		TTL:  time.Hour, MaxTTL: 24 * time.Hour, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := catalog.New(config.Dev().Kinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
+	m := metrics.New(nil)
+	cfg := httpapi.Config{
+		Keys:      auth.NewKeys(map[string]string{}),
+		Operators: auth.NewKeys(map[string]string{"ops-key": "operator"}),
+		APIKeys:   apikeys.NewVerifier(apikeys.Config{Store: st, Clock: clk}),
+		Intake:    &intake.Handler{Store: st, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour, Logger: logger, Metrics: m},
+		Lookup:    &lookup.Handler{Store: st, Logger: logger},
+		Parked:    parked.DB{Store: st},
+		Store:     st,
+		Metrics:   m,
+		Logger:    logger,
+		Inbox:     &inbox.API{Store: st, Tokens: tokens, Metrics: m, Logger: logger},
+		Stream:    stream.New(stream.Config{Store: st, Clock: clk, Logger: logger, Metrics: m}),
+		Callbacks: &settle.CallbackHandler{Store: st, Receivers: map[string]provider.CallbackReceiver{}, Metrics: m, Logger: logger},
+		Ready:     http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}),
+		Audit:     &audit.Log{Store: st, Logger: logger},
+		Now:       clk.Now,
+	}
+	t.Cleanup(cfg.Stream.Close)
+	v := reflect.ValueOf(cfg)
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.IsExported() && !walkConfigOptional[f.Name] && v.Field(i).IsZero() {
+			t.Fatalf("httpapi.Config.%s is not set: set it in fullConfig, or list it in walkConfigOptional if it adds no route", f.Name)
+		}
+	}
+	return cfg
+}
+
+func setupWalk(t *testing.T, driver string) *walk {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
+	st := testdb.Open(t, driver, clk).Store
+	cfg := fullConfig(t, st, clk)
+	srv := httptest.NewServer(httpapi.New(cfg))
+	t.Cleanup(srv.Close)
+	w := &walk{url: srv.URL, client: srv.Client(), routes: httpapi.Routes(cfg), lacking: map[apikeys.Scope]string{}}
+	w.client.Timeout = 30 * time.Second
+	ctx := context.Background()
+	mk := func(tenant string, scopes ...apikeys.Scope) (store.APIKey, string) {
+		names := make([]string, len(scopes))
+		for i, s := range scopes {
+			names[i] = string(s)
+		}
+		row, key, err := apikeys.Create(ctx, st, apikeys.CreateParams{Tenant: tenant, Name: "walk", Scopes: names, Now: clk.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return row, key
+	}
+	var rowA store.APIKey
+	rowA, w.keyA = mk("a", apikeys.Scopes...)
+	w.keyAID = rowA.ID
+	_, w.keyB = mk("b", apikeys.Scopes...)
+	for _, lack := range apikeys.Scopes {
+		var others []apikeys.Scope
+		for _, s := range apikeys.Scopes {
+			if s != lack {
+				others = append(others, s)
+			}
+		}
+		_, w.lacking[lack] = mk("a", others...)
+	}
+	// a's data: a notification, a profile with an address, a device.
+	status, body := w.do(t, "POST", "/v1/notifications", w.keyA, `{"recipient":"alice","event_id":"e1","kind":"payment.approved","params":{"amount":"1000","merchant":"Cafe"}}`)
+	if status != http.StatusAccepted {
+		t.Fatalf("a's notification: %d %s", status, body)
+	}
+	w.notificationID = strings.Split(strings.Split(body, `"id":"`)[1], `"`)[0]
+	w.messageID = store.MessageID(w.notificationID, "webhook")
+	if status, body := w.do(t, "PUT", "/v1/recipients/alice/profile", w.keyA, `{"addresses":{"email":"alice@example.com"},"consent":{"email":true}}`); status != http.StatusNoContent {
+		t.Fatalf("a's profile: %d %s", status, body)
+	}
+	if status, body := w.do(t, "PUT", "/v1/recipients/alice/devices/alice-device-token-0123456789", w.keyA, `{"platform":"fcm"}`); status/100 != 2 {
+		t.Fatalf("a's device: %d %s", status, body)
+	}
+	return w
+}
+
+func (w *walk) do(t *testing.T, method, path, key, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, w.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	req.Header.Set("Idempotency-Key", "walk-"+method+path)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// request is a route's method and a path that names a's things.
+func (w *walk) request(pattern string) (method, path, body string) {
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok {
+		method, path = "GET", "/no-such-route"
+	}
+	id := w.notificationID
+	if strings.HasPrefix(path, "/v1/admin/keys/") {
+		id = w.keyAID
+	}
+	path = strings.NewReplacer("{id}", id, "{recipient}", "alice", "{token}", "alice-device-token-0123456789",
+		"{message_id}", w.messageID, "{provider}", "sim").Replace(path)
+	body = "{}"
+	switch pattern {
+	case "POST /v1/notifications":
+		body = `{"recipient":"alice","event_id":"e1","kind":"payment.approved","params":{"amount":"1000","merchant":"Cafe"}}`
+	case "PUT /v1/recipients/{recipient}/profile":
+		body = `{"addresses":{},"consent":{}}`
+	case "PUT /v1/recipients/{recipient}/devices/{token}":
+		body = `{"platform":"fcm"}`
+	case "POST /v1/admin/keys":
+		body = `{"name":"x","scopes":["read"]}`
+	case "POST /v1/parked/{message_id}/discard":
+		body = `{"reason":"walk"}`
+	}
+	return method, path, body
+}
+
+// TestEveryRouteRefusesTheWrongTenantAndTheWrongScope walks every route of
+// the router, as the router lists them, with no key, with a key of another
+// tenant and with a key of the right tenant that lacks the route's scope.
+func TestEveryRouteRefusesTheWrongTenantAndTheWrongScope(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			w := setupWalk(t, driver)
+			if len(w.routes) < 20 {
+				t.Fatalf("the router lists %d routes: %v", len(w.routes), w.routes)
+			}
+			secrets := []string{w.notificationID, w.messageID, "alice@example.com", "alice-device-token", w.keyAID}
+			for _, pattern := range w.routes {
+				method, path, body := w.request(pattern)
+				scope, hasScope := httpapi.RouteScope(pattern)
+				if !hasScope {
+					want, listed := routesWithoutAPIKey[pattern]
+					if !listed {
+						t.Errorf("%s has no scope and is not a route without API key: give it a scope in httpapi's routeScopes", pattern)
+						continue
+					}
+					if want != 0 {
+						if got, b := w.do(t, method, path, w.keyA, body); got != want && (want != refused || got != 401 && got != 403) {
+							t.Errorf("%s with an API key: %d %s, want %d", pattern, got, b, want)
+						}
+					}
+					continue
+				}
+				if got, b := w.do(t, method, path, "", body); got != http.StatusUnauthorized {
+					t.Errorf("%s without a key: %d %s, want 401", pattern, got, b)
+				}
+				if got, b := w.do(t, method, path, w.lacking[scope], body); got != http.StatusForbidden {
+					t.Errorf("%s with a key of tenant a without %s: %d %s, want 403", pattern, scope, got, b)
+				}
+				got, b := w.do(t, method, path, w.keyB, body)
+				if got >= 500 {
+					t.Errorf("%s with tenant b's key: %d %s", pattern, got, b)
+				}
+				for _, s := range secrets {
+					if strings.Contains(b, s) {
+						t.Errorf("%s with tenant b's key answered %d with a's %q: %s", pattern, got, s, b)
+					}
+				}
+			}
+			// a's things are as they were.
+			if got, b := w.do(t, "GET", "/v1/notifications/"+w.notificationID, w.keyA, ""); got != http.StatusOK {
+				t.Errorf("a's notification after the walk: %d %s", got, b)
+			}
+			if got, b := w.do(t, "GET", "/v1/recipients/alice/profile", w.keyA, ""); got != http.StatusOK || !strings.Contains(b, "alice@example.com") {
+				t.Errorf("a's profile after the walk: %d %s", got, b)
+			}
+			if got, b := w.do(t, "GET", "/v1/recipients/alice/devices", w.keyA, ""); got != http.StatusOK || !strings.Contains(b, "fcm") {
+				t.Errorf("a's devices after the walk: %d %s", got, b)
+			}
+			if got, b := w.do(t, "GET", "/v1/kinds", w.keyA, ""); got != http.StatusOK {
+				t.Errorf("a's key after the walk: %d %s", got, b)
+			}
+		})
+	}
+}
