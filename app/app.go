@@ -85,6 +85,8 @@ type App struct {
 	alerts   alert.Sink
 	clock    clock.Clock
 	parked   parked.Service
+	// metricsListener serves /metrics alone (config metrics.listen).
+	metricsListener net.Listener
 	// reconciler runs the leader's scheduled reconciliations.
 	reconciler *reconcile.Reconciler
 	// rabbit is the rabbitmq transport's relays and consumers, one of each
@@ -188,6 +190,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Ready:   http.HandlerFunc(a.serveReadyz),
 		Stream:  a.streams,
 		Inbox:   &inbox.API{Store: a.store, Tokens: tokens, Metrics: a.metrics, Logger: a.logger},
+		// /metrics: on its own listener, behind a token (server.go).
+		MetricsToken: cfg.Metrics.Token(), MetricsApart: cfg.Metrics.Listen != "",
 	})
 	a.listener = opts.Listener
 	return a, nil
@@ -228,7 +232,8 @@ func (a *App) Sim(name string) *sim.Sim { return a.sims[name] }
 // Handler returns the HTTP handler.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// Listen binds the HTTP address (unless a listener was given) and returns it.
+// Listen binds the HTTP address (unless a listener was given), and
+// metrics.listen's when it is set, and returns the first.
 func (a *App) Listen() (net.Addr, error) {
 	if a.listener == nil {
 		l, err := net.Listen("tcp", a.cfg.Listen)
@@ -237,7 +242,23 @@ func (a *App) Listen() (net.Addr, error) {
 		}
 		a.listener = l
 	}
+	if a.cfg.Metrics.Listen != "" && a.metricsListener == nil {
+		l, err := net.Listen("tcp", a.cfg.Metrics.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("listen on metrics.listen %s: %w", a.cfg.Metrics.Listen, err)
+		}
+		a.metricsListener = l
+	}
 	return a.listener.Addr(), nil
+}
+
+// MetricsAddr is metrics.listen's bound address once Listen ran; nil
+// without metrics.listen.
+func (a *App) MetricsAddr() net.Addr {
+	if a.metricsListener == nil {
+		return nil
+	}
+	return a.metricsListener.Addr()
 }
 
 // Run serves until ctx is cancelled, then drains: it stops accepting HTTP
@@ -247,9 +268,14 @@ func (a *App) Run(ctx context.Context) error {
 	if _, err := a.Listen(); err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn)}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(a.listener) }()
+	srv := httpServer(a.cfg.Server, a.handler, a.logger) // server.go: timeouts and limits
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- srv.Serve(limitConns(a.listener, a.cfg.Server.MaxConnections)) }()
+	var metricsSrv *http.Server
+	if a.metricsListener != nil {
+		metricsSrv = a.metricsServer()
+		go func() { serveErr <- metricsSrv.Serve(limitConns(a.metricsListener, a.cfg.Server.MaxConnections)) }()
+	}
 
 	work, stopWork := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -327,6 +353,9 @@ func (a *App) Run(ctx context.Context) error {
 	// commit), then stop claiming and wait for the sends in flight.
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		a.logger.Warn("herald: http shutdown", slog.Any("error", err))
+	}
+	if metricsSrv != nil {
+		_ = metricsSrv.Close()
 	}
 	stopWork()
 	done := make(chan struct{})

@@ -137,8 +137,20 @@ type Config struct {
 	// with (config/inbox.go). Defaults are listed per field.
 	RecipientTokens RecipientTokens `yaml:"recipient_tokens"`
 
+	// Server sets the HTTP server's timeouts and connection limits
+	// (hardening.go). Defaults are listed per field.
+	Server Server `yaml:"server"`
+	// Metrics says where GET /metrics is served and who may read it
+	// (hardening.go). Defaults to the API listener, without a token.
+	Metrics MetricsConfig `yaml:"metrics"`
+	// SendAtHorizon is how far ahead of now a send_at may be (422 beyond).
+	// Defaults to 366 days.
+	SendAtHorizon Duration `yaml:"send_at_horizon"`
+
 	// Dev is set when herald runs on its built-in defaults (no config file).
 	Dev bool `yaml:"-"`
+	// devAllowRemote: HERALD_DEV_ALLOW_REMOTE=1 (hardening.go).
+	devAllowRemote bool
 
 	// retrySlowGiven: the file set retry.slow (0 is a choice there, not
 	// "unset").
@@ -419,6 +431,9 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	if err := c.readProviderSecrets(dir, getenv); err != nil {
+		return nil, err
+	}
+	if err := c.readHardening(dir, getenv); err != nil {
 		return nil, err
 	}
 	c.WithDefaults()
@@ -718,6 +733,7 @@ func (c *Config) WithDefaults() *Config {
 		}
 	}
 	c.allowListDefaults()
+	c.hardeningDefaults()
 	c.quietHoursDefaults()
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
@@ -857,6 +873,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: listen: %q is not host:port", c.Listen)
 	}
 	if _, _, err := c.DatabaseDriver(); err != nil {
+		return err
+	}
+	if err := c.validateHardening(); err != nil {
 		return err
 	}
 	switch c.Transport {
@@ -1022,7 +1041,8 @@ func (c *Config) DatabaseDriver() (driver, dsn string, err error) {
 	case strings.HasPrefix(c.Database, "postgres://"), strings.HasPrefix(c.Database, "postgresql://"):
 		return "postgres", c.Database, nil
 	}
-	return "", "", fmt.Errorf("config: database: %q is neither sqlite:PATH nor a postgres:// URL", c.Database)
+	// The setting may hold a password: it is printed redacted.
+	return "", "", fmt.Errorf("config: database: %q is neither sqlite:PATH nor a postgres:// URL", RedactDatabase(c.Database))
 }
 
 func channelList() string {

@@ -13,8 +13,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/heraldhq/herald/apikeys"
 	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/auth"
@@ -72,6 +70,11 @@ type Config struct {
 	// Ready answers GET /readyz (app's readiness checks); nil leaves
 	// /readyz out.
 	Ready http.Handler
+	// MetricsToken, when set, is the bearer token GET /metrics requires
+	// (MetricsHandler); MetricsApart leaves /metrics out (config
+	// metrics.listen serves it on a listener of its own).
+	MetricsToken string
+	MetricsApart bool
 }
 
 // New returns the router.
@@ -105,8 +108,8 @@ func New(cfg Config) http.Handler {
 	if cfg.Ready != nil {
 		mux.Handle("GET /readyz", cfg.Ready)
 	}
-	if cfg.Metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
+	if cfg.Metrics != nil && !cfg.MetricsApart {
+		mux.Handle("GET /metrics", MetricsHandler(cfg.Metrics, cfg.MetricsToken, cfg.Logger))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.New(w, http.StatusNotFound, "no such endpoint")

@@ -5,9 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"path/filepath"
 	"strings"
+
+	"github.com/heraldhq/herald/config"
 )
 
 // command is one herald command, or a group of subcommands (sub).
@@ -181,7 +182,8 @@ func parseNoArgs(cmd *command, fs *flag.FlagSet, args []string) error {
 }
 
 // databaseLabel names a configured database for people: a postgres URL
-// without its password; a sqlite path as written and, when it is relative,
+// without its passwords (config.RedactDatabase: the userinfo's, and
+// password= and sslpassword= in the query); a sqlite path as written and, when it is relative,
 // the file it resolves to from the working directory.
 func databaseLabel(database string) string {
 	if path, ok := strings.CutPrefix(database, "sqlite:"); ok {
@@ -191,9 +193,5 @@ func databaseLabel(database string) string {
 		}
 		return fmt.Sprintf("%s (%s)", database, abs)
 	}
-	u, err := url.Parse(database)
-	if err != nil {
-		return "(unparsable database URL)"
-	}
-	return u.Redacted()
+	return config.RedactDatabase(database)
 }

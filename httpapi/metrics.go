@@ -1,0 +1,37 @@
+package httpapi
+
+import (
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/problem"
+)
+
+// MetricsHandler serves GET /metrics (Prometheus text) from m. With a
+// token, a scrape must send Authorization: Bearer <token> (401 otherwise).
+// A collector that fails is logged and left out of the answer: a scrape
+// never answers an error's text, which could name the database.
+func MetricsHandler(m *metrics.Metrics, token string, logger *slog.Logger) http.Handler {
+	h := promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelError),
+	})
+	if token == "" {
+		return h
+	}
+	want := []byte(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="herald metrics"`)
+			problem.New(w, http.StatusUnauthorized, "a valid metrics token is required: Authorization: Bearer <token>")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
