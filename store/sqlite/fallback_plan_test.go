@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"github.com/heraldhq/herald/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,9 @@ import (
 // find searches outbox_waiting.
 func TestFallbackStatementsSearchTheirKeys(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	s := planStore(t,
 		`WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20000)
 INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)

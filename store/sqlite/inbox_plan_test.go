@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"github.com/heraldhq/herald/internal/testenv"
 	"strings"
 	"testing"
 )
@@ -13,6 +14,9 @@ import (
 // inbox_items_tenant_created, in its order.
 func TestInboxStatementsSearchTheirKeys(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	s := planStore(t, qBenchInboxFill...)
 	for name, q := range map[string]struct {
 		sql  string

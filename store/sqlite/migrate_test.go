@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store/sqlite"
 )
 
@@ -21,6 +22,9 @@ import (
 // called for); 150 rounds miss that with a chance below 1 in 1,000.
 func TestMigrateAtOnceOnANewFile(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	latest := latestVersion(t)
 	const rounds, n = 150, 2
 	for round := range rounds {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store/internal/quietplan"
 )
 
@@ -20,6 +21,9 @@ import (
 // a hundred times more.
 func TestTheMarketingClaimSkipsTheDeferredBacklog(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	n := quietplan.DeferredRows(t)
 	now := time.Date(2026, 6, 11, 12, 0, 0, 0, time.UTC).UnixMilli() // 21:00 in Seoul
 	opening := now + (11 * time.Hour).Milliseconds()                 // 08:00 in Seoul

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"github.com/heraldhq/herald/internal/testenv"
 	"strings"
 	"testing"
 )
@@ -10,6 +11,9 @@ import (
 // statement of a page scans a table.
 func TestReconcilePagesSearchOnlyThePage(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	s := planStore(t,
 		`WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20000)
 INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)

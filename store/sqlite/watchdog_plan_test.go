@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"github.com/heraldhq/herald/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,9 @@ import (
 // deliveries is made of. The re-drive finds each row by its key.
 func TestWatchdogFindsSearchTheirIndexes(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	// 20,000 ended sends (half of them published by the relay), and a few
 	// rows of each kind the watchdog looks for.
 	s := planStore(t,

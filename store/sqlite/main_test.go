@@ -1,0 +1,12 @@
+package sqlite_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// TestMain removes the tests built without -race for the query-plan and
+// migration tests (testenv.WithoutRace).
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
