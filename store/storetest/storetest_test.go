@@ -19,6 +19,7 @@ import (
 
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 	"github.com/heraldhq/herald/store/storetest"
@@ -48,6 +49,13 @@ const helperEnv = "STORETEST_ERRING_HELPER"
 
 func TestSuiteFailsWhenAStoreCallFails(t *testing.T) {
 	t.Parallel()
+	// The child runs the whole suite once per call site; what it checks
+	// (each test fails when a store call fails) the race detector does not
+	// bear on, and under it the child took three minutes of CI's fifteen.
+	// The suite itself runs under -race in store/sqlite and store/postgres.
+	if testenv.WithoutRace(t) {
+		return
+	}
 	// The child runs the whole suite once per call site: give it the
 	// test binary's own deadline (less a minute to report), not a fixed
 	// five minutes, which a loaded machine came within two seconds of.
@@ -57,7 +65,7 @@ func TestSuiteFailsWhenAStoreCallFails(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, childBinary(t), "-test.run=^TestHelperErringStore$", "-test.v", "-test.count=1")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperErringStore$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	switch {
@@ -82,25 +90,6 @@ func TestSuiteFailsWhenAStoreCallFails(t *testing.T) {
 	if len(holes) > 0 {
 		t.Errorf("%d tests passed although a store call they made failed:\n%s", len(holes), strings.Join(holes, "\n"))
 	}
-}
-
-// childBinary is the test binary the erring suite runs in: this one, or,
-// when this one was built with -race, the package's tests built without
-// it. The child runs the whole suite once per call site; what it checks is
-// that each test fails when a store call fails, which the race detector
-// does not bear on, and under it the child took three minutes of CI's
-// fifteen. The suite itself runs under -race in store/sqlite and
-// store/postgres.
-func childBinary(t *testing.T) string {
-	if !raceEnabled {
-		return os.Args[0]
-	}
-	bin := filepath.Join(t.TempDir(), "storetest.test")
-	cmd := exec.Command("go", "test", "-c", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the suite's tests without -race: %v\n%s", err, out)
-	}
-	return bin
 }
 
 func lastLines(out []byte, n int) string {

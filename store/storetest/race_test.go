@@ -1,6 +1,0 @@
-//go:build race
-
-package storetest_test
-
-// raceEnabled: this test binary was built with -race.
-const raceEnabled = true
