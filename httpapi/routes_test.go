@@ -82,7 +82,11 @@ func fullConfig(t *testing.T, st store.Store, clk clock.Clock) httpapi.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := catalog.New(config.Dev().Kinds)
+	// walk.amplify renders its text once per element of list: a body
+	// under 64 KiB can ask for more than the rendered cap.
+	kinds := append(config.Dev().Kinds, config.Kind{Name: "walk.amplify", Category: "transactional", Channels: []string{"webhook"},
+		Templates: map[string]config.Template{"webhook": {Title: "t", Body: "{{range .list}}{{$.text}}{{end}}"}}})
+	cat, err := catalog.New(kinds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,4 +278,35 @@ func TestEveryRouteRefusesTheWrongTenantAndTheWrongScope(t *testing.T) {
 			}
 		})
 	}
+}
+
+// raw is do that returns the response (its body read and closed).
+func (w *walk) raw(t *testing.T, method, path, key, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, w.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	req.Header.Set("Idempotency-Key", "raw-"+method+path+body)
+	resp, err := w.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// mustKey makes a stored key of tenant with every scope.
+func mustKey(t *testing.T, st store.Store, clk clock.Clock, tenant string) string {
+	t.Helper()
+	_, key, err := apikeys.Create(context.Background(), st, apikeys.CreateParams{Tenant: tenant, Name: "walk",
+		Scopes: []string{"send", "read", "admin"}, Now: clk.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
 }

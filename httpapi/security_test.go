@@ -1,0 +1,175 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/audit"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/internal/testdb"
+	"github.com/heraldhq/herald/limits"
+)
+
+// setupLimited is the walk's router with limits, on a fresh store, with
+// a stored key of tenant a and one of tenant b.
+func setupLimited(t *testing.T, driver string, lc limits.Config) (*walk, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
+	st := testdb.Open(t, driver, clk).Store
+	cfg := fullConfig(t, st, clk)
+	lc.Clock = clk
+	cfg.Limits = limits.New(lc)
+	srv := httptest.NewServer(httpapi.New(cfg))
+	t.Cleanup(srv.Close)
+	w := &walk{url: srv.URL, client: srv.Client()}
+	w.keyA, w.keyB = mustKey(t, st, clk, "a"), mustKey(t, st, clk, "b")
+	return w, clk
+}
+
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	t.Run("KeyOverItsRateIs429WithRetryAfterAndOtherKeysGoOn", func(t *testing.T) {
+		t.Parallel()
+		w, clk := setupLimited(t, "sqlite", limits.Config{KeyRate: 1, KeyBurst: 2})
+		for i := range 2 {
+			if got, b := w.do(t, "GET", "/v1/kinds", w.keyA, ""); got != http.StatusOK {
+				t.Fatalf("request %d within the burst: %d %s", i+1, got, b)
+			}
+		}
+		resp := w.raw(t, "GET", "/v1/kinds", w.keyA, "")
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" ||
+			resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("past the burst: %d, Retry-After %q, %s; want 429 problem+json with Retry-After 1", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"))
+		}
+		if got, b := w.do(t, "GET", "/v1/kinds", w.keyB, ""); got != http.StatusOK {
+			t.Fatalf("another key: %d %s, want 200", got, b)
+		}
+		clk.Advance(time.Second)
+		if got, b := w.do(t, "GET", "/v1/kinds", w.keyA, ""); got != http.StatusOK {
+			t.Fatalf("after Retry-After: %d %s, want 200", got, b)
+		}
+	})
+	t.Run("TenantOverItsSendRateIs429", func(t *testing.T) {
+		t.Parallel()
+		w, clk := setupLimited(t, "sqlite", limits.Config{SendRate: 0.5, SendBurst: 1})
+		send := func(event string) *http.Response {
+			return w.raw(t, "POST", "/v1/notifications", w.keyA,
+				`{"recipient":"r1","event_id":"`+event+`","kind":"payment.approved","params":{"amount":"1","merchant":"m"}}`)
+		}
+		if resp := send("e1"); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("first send: %d", resp.StatusCode)
+		}
+		resp := send("e2")
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "2" {
+			t.Fatalf("second send: %d, Retry-After %q; want 429 with Retry-After 2", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		// Reads are not sends.
+		if got, b := w.do(t, "GET", "/v1/notifications", w.keyA, ""); got != http.StatusOK {
+			t.Fatalf("a read while sends are limited: %d %s", got, b)
+		}
+		clk.Advance(2 * time.Second)
+		if resp := send("e2"); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("after Retry-After: %d", resp.StatusCode)
+		}
+	})
+	t.Run("ParamsAndRenderedTextAreCapped", func(t *testing.T) {
+		t.Parallel()
+		w := setupWalk(t, "sqlite")
+		many := make([]string, 1001)
+		for i := range many {
+			many[i] = `"x"`
+		}
+		deep := strings.Repeat(`{"a":`, 9) + `1` + strings.Repeat(`}`, 9)
+		why := map[string]string{"TooMany": "at most 1000", "TooDeep": "at most 8", "TooLong": "longer than the limit"}
+		list := make([]string, 100)
+		for i := range list {
+			list[i] = "1"
+		}
+		for name, params := range map[string]string{
+			"TooMany": `{"amount":"1","merchant":"m","list":[` + strings.Join(many, ",") + `]}`,
+			"TooDeep": `{"amount":"1","merchant":"m","deep":` + deep + `}`,
+			"TooLong": `{"text":"` + strings.Repeat("y", 1000) + `","list":[` + strings.Join(list, ",") + `]}`,
+		} {
+			kind := "payment.approved"
+			if name == "TooLong" {
+				kind = "walk.amplify"
+			}
+			got, b := w.do(t, "POST", "/v1/notifications", w.keyA, `{"recipient":"r1","event_id":"`+name+`","kind":"`+kind+`","params":`+params+`}`)
+			if got != http.StatusUnprocessableEntity || !strings.Contains(b, `"param":"params"`) || !strings.Contains(b, why[name]) {
+				t.Errorf("%s: %d %s; want 422 on params", name, got, b)
+			}
+		}
+	})
+}
+
+func TestAuditLog(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			w := setupWalk(t, driver)
+			// A key made and revoked through the admin API, an erasure.
+			got, b := w.do(t, "POST", "/v1/admin/keys", w.keyA, `{"name":"billing","scopes":["send"]}`)
+			var made struct{ ID, Key string }
+			if got != http.StatusCreated || json.Unmarshal([]byte(b), &made) != nil || !strings.HasPrefix(made.Key, "hk_"+made.ID+"_") {
+				t.Fatalf("create: %d %s", got, b)
+			}
+			if got, b := w.do(t, "GET", "/v1/kinds", made.Key, ""); got != http.StatusForbidden {
+				t.Fatalf("the new send-only key reading: %d %s, want 403", got, b)
+			}
+			if got, b := w.do(t, "GET", "/v1/admin/keys", w.keyA, ""); got != http.StatusOK || strings.Contains(b, made.Key) || strings.Contains(b, "pbkdf2") {
+				t.Fatalf("list: %d %s; want no key and no hash", got, b)
+			}
+			if got, b := w.do(t, "POST", "/v1/admin/keys/"+made.ID+"/revoke", w.keyA, ""); got != http.StatusOK {
+				t.Fatalf("revoke: %d %s", got, b)
+			}
+			if got, b := w.do(t, "POST", "/v1/notifications", made.Key, `{}`); got != http.StatusUnauthorized || !strings.Contains(b, "revoked") {
+				t.Fatalf("the revoked key: %d %s, want 401 revoked", got, b)
+			}
+			if got, b := w.do(t, "DELETE", "/v1/recipients/alice", w.keyA, ""); got != http.StatusOK {
+				t.Fatalf("erase: %d %s", got, b)
+			}
+			// b erases its own alice: its entry is b's.
+			w.do(t, "DELETE", "/v1/recipients/alice", w.keyB, "")
+
+			got, b = w.do(t, "GET", "/v1/admin/audit?limit=2", w.keyA, "")
+			var page struct {
+				Entries []struct {
+					Action, Target, Remote string
+					ActorKey               string `json:"actor_key"`
+					ActorName              string `json:"actor_name"`
+				}
+				NextCursor *string `json:"next_cursor"`
+			}
+			if got != http.StatusOK || json.Unmarshal([]byte(b), &page) != nil || len(page.Entries) != 2 || page.NextCursor == nil {
+				t.Fatalf("audit page 1: %d %s", got, b)
+			}
+			e := page.Entries[0]
+			if e.Action != audit.RecipientErase || e.Target != audit.Recipient("a", "alice") || e.ActorKey != w.keyAID || e.ActorName != "walk" || e.Remote == "" {
+				t.Errorf("newest entry %+v: want a's erasure by key %s, the recipient as its digest", e, w.keyAID)
+			}
+			if strings.Contains(b, "alice") {
+				t.Errorf("the audit log names the recipient: %s", b)
+			}
+			if page.Entries[1].Action != audit.KeyRevoke || page.Entries[1].Target != made.ID {
+				t.Errorf("second entry %+v, want the revoke of %s", page.Entries[1], made.ID)
+			}
+			got, b = w.do(t, "GET", "/v1/admin/audit?cursor="+*page.NextCursor, w.keyA, "")
+			if got != http.StatusOK || !strings.Contains(b, `"action":"key.create"`) || strings.Contains(b, `"action":"key.revoke"`) {
+				t.Fatalf("audit page 2: %d %s; want the create only", got, b)
+			}
+			got, b = w.do(t, "GET", "/v1/admin/audit", w.keyB, "")
+			if got != http.StatusOK || strings.Count(b, `"action"`) != 1 || strings.Contains(b, w.keyAID) {
+				t.Fatalf("b's audit log: %d %s; want b's erasure only", got, b)
+			}
+			if got, _ := w.do(t, "GET", "/v1/admin/audit?cursor=bm9wZQ", w.keyA, ""); got != http.StatusBadRequest {
+				t.Errorf("a forged cursor: %d, want 400", got)
+			}
+		})
+	}
+}
