@@ -5,6 +5,7 @@
 //	herald parked list|requeue|discard   list, requeue or discard parked messages
 //	herald reconcile [--config FILE] [--json]   run one reconciliation; exit 1 if anything is unaccounted for
 //	herald inbox recount [--tenant T] [--recipient R] [--json]   repair the unread counters that drifted
+//	herald keys create|list|revoke   create (shown once), list or revoke API keys
 //	herald version                   print the version
 //
 // Every command takes the same configuration and database URLs as serve.
@@ -47,6 +48,7 @@ var commands = []*command{
 		summary: "account for every accepted notification: run one reconciliation, print its report; exit 1 if anything is unaccounted for",
 		run:     reconcileCmd},
 	{name: "inbox", summary: "look after the recipient inbox", sub: inboxCommands},
+	{name: "keys", summary: "create, list or revoke API keys", sub: keysCommands},
 	{name: "version", summary: "print herald's version", run: printVersion},
 	{name: "help", args: "[COMMAND]", summary: "print this help, or a command's", run: help},
 }

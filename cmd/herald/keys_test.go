@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/apikeys"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/store"
+)
+
+func TestKeysCommands(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			db := openRecountDB(t, driver)
+			herald := func(args ...string) (int, string, string) {
+				var out, errb bytes.Buffer
+				code := run(append(args, "--config", db.config), &out, &errb)
+				return code, out.String(), errb.String()
+			}
+			code, out, errb := herald("keys", "create", "--tenant", "t1", "--name", "billing", "--scopes", "send,admin")
+			if code != 0 {
+				t.Fatalf("keys create: exit %d, %s %s", code, out, errb)
+			}
+			var key string
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, "hk_") {
+					key = l
+				}
+			}
+			id, _, ok := apikeys.Parse(key)
+			if !ok {
+				t.Fatalf("keys create printed no key:\n%s", out)
+			}
+			// A process serving the API: the CLI's revoke reaches it within
+			// its recheck (at once on PostgreSQL, through NOTIFY).
+			clk := clock.NewFake(time.Now())
+			v := apikeys.NewVerifier(apikeys.Config{Store: db.Store, Clock: clk})
+			ctx := context.Background()
+			p, err := v.Verify(ctx, key)
+			if err != nil || p.Tenant != "t1" || p.Name != "billing" || !p.Has(apikeys.ScopeAdmin) || p.Has(apikeys.ScopeRead) {
+				t.Fatalf("the printed key verifies as %+v, %v", p, err)
+			}
+			code, out, _ = herald("keys", "list", "--tenant", "t1")
+			if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "send,admin") || strings.Contains(out, key) {
+				t.Fatalf("keys list: exit %d\n%s", code, out)
+			}
+			if code, out, errb = herald("keys", "revoke", id); code != 0 || !strings.Contains(out, "revoked key "+id) {
+				t.Fatalf("keys revoke: exit %d, %s %s", code, out, errb)
+			}
+			clk.Advance(apikeys.DefaultRecheck)
+			if _, err := v.Verify(ctx, key); !errors.Is(err, apikeys.ErrRevoked) {
+				t.Fatalf("after keys revoke: %v, want ErrRevoked", err)
+			}
+			entries, err := db.Store.AuditList(ctx, store.AuditListParams{Tenant: "t1"})
+			if err != nil || len(entries) != 2 || entries[0].Action != "key.revoke" || !strings.HasPrefix(entries[0].ActorKey, "cli:") {
+				t.Fatalf("audit after the CLI: %+v, %v", entries, err)
+			}
+			for _, bad := range [][]string{
+				{"keys", "create", "--tenant", "t1", "--name", "x", "--scopes", "root"},
+				{"keys", "create", "--name", "x"},
+				{"keys", "revoke"},
+			} {
+				code, _, errb := herald(bad...)
+				if code != 2 || !strings.HasPrefix(errb, "herald: ") {
+					t.Errorf("%v: exit %d, stderr %q; want 2 and one line", bad, code, errb)
+				}
+			}
+			if code, _, errb := herald("keys", "revoke", "nosuchkey"); code != 1 || strings.Count(strings.TrimSpace(errb), "\n") != 0 {
+				t.Errorf("revoke of an unknown key: exit %d, %q; want 1 and one line", code, errb)
+			}
+		})
+	}
+}
