@@ -66,7 +66,7 @@ type bundle struct {
 	v     *apikeys.Verifier
 }
 
-func setup(t *testing.T) bundle {
+func setup(t testing.TB) bundle {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	path := filepath.Join(t.TempDir(), "herald.db")
@@ -81,7 +81,7 @@ func setup(t *testing.T) bundle {
 	return bundle{ctx: context.Background(), clk: clk, path: path, store: cs, v: v}
 }
 
-func (b bundle) create(t *testing.T, p apikeys.CreateParams) (store.APIKey, string) {
+func (b bundle) create(t testing.TB, p apikeys.CreateParams) (store.APIKey, string) {
 	t.Helper()
 	if p.Tenant == "" {
 		p.Tenant = "t1"
@@ -134,6 +134,27 @@ func TestVerifier(t *testing.T) {
 		wrong := "hk_" + id + "_" + strings.Repeat("A", len(secret))
 		if _, err := b.v.Verify(b.ctx, wrong); !errors.Is(err, apikeys.ErrUnknown) {
 			t.Errorf("a wrong secret: %v, want ErrUnknown", err)
+		}
+	})
+	t.Run("AChangeRereadsTheRowButRunsNoKDF", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		row, key := b.create(t, apikeys.CreateParams{Scopes: []string{"send"}})
+		if _, err := b.v.Verify(b.ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		b.create(t, apikeys.CreateParams{Name: "another"}) // any change ages the cache
+		if _, err := b.v.Verify(b.ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.store.APIKeyRevoke(b.ctx, "t1", row.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.v.Verify(b.ctx, key); !errors.Is(err, apikeys.ErrRevoked) {
+			t.Fatalf("after the revoke: %v, want ErrRevoked", err)
+		}
+		if gets, runs := b.store.gets.Load(), b.v.KDFRuns(); gets != 3 || runs != 1 {
+			t.Errorf("3 verifications across 2 changes read the row %d times and ran the KDF %d times; want 3 and 1", gets, runs)
 		}
 	})
 	t.Run("RevokeInThisProcessTakesEffectAtOnce", func(t *testing.T) {

@@ -37,9 +37,13 @@
 //     revocation in one process takes effect in the others within Recheck.
 //     On PostgreSQL it is the backstop for a lost notification.
 //
-// A moved generation empties the whole cache: keys change rarely, and each
-// live key then costs one KDF run again. Expiry needs no store: a cached
-// entry carries its key's expiry and is refused once it has passed.
+// A moved generation makes every entry stale: its next use reads its row
+// again (one indexed read; scopes, expiry and revocation are taken from
+// it) but runs no KDF, since the entry remembers the hash the secret
+// matched and a row's hash never changes. Requests that present one key
+// while it is being verified wait for that one verification. Expiry needs
+// no store: a cached entry carries its key's expiry and is refused once it
+// has passed.
 //
 // A wrong secret for an existing id costs a KDF run each time; at most
 // KDFConcurrency of them run at once, so a flood of guesses queues rather

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/clock"
@@ -91,9 +92,11 @@ type Verifier struct {
 	recheck time.Duration
 	clock   clock.Clock
 	kdf     chan struct{}
+	kdfRuns atomic.Int64
 
 	mu       sync.Mutex
 	cache    map[[32]byte]cached
+	flights  map[[32]byte]*flight
 	gen      uint64 // the generation the cache was filled in
 	heard    uint64 // the store's change count when gen was set
 	rev      int64  // the revision read last
@@ -104,12 +107,17 @@ type Verifier struct {
 type cached struct {
 	p       Principal
 	expires time.Time
+	// gen is the generation the entry was last read in; hash is the row's
+	// hash the secret matched, so a stale entry is read again without the
+	// KDF (the hash of an id never changes).
+	gen  uint64
+	hash string
 }
 
 // NewVerifier returns a verifier of cfg's keys.
 func NewVerifier(cfg Config) *Verifier {
 	v := &Verifier{store: cfg.Store, static: map[[32]byte]Principal{}, lookup: cfg.Lookup, recheck: cfg.Recheck, clock: cfg.Clock,
-		kdf: make(chan struct{}, KDFConcurrency), cache: map[[32]byte]cached{}}
+		kdf: make(chan struct{}, KDFConcurrency), cache: map[[32]byte]cached{}, flights: map[[32]byte]*flight{}}
 	if v.recheck <= 0 {
 		v.recheck = DefaultRecheck
 	}
@@ -151,25 +159,70 @@ func (v *Verifier) Verify(ctx context.Context, key string) (Principal, error) {
 	v.mu.Lock()
 	c, hit := v.cache[digest]
 	gen := v.gen
-	v.mu.Unlock()
-	if hit {
-		if !c.expires.IsZero() && !now.Before(c.expires) {
-			return Principal{}, ErrExpired
+	if !hit || c.gen != gen {
+		// One verification per key at a time: the requests that come
+		// while it runs (a client's first burst) wait for its answer
+		// instead of each running the KDF.
+		if f, ok := v.flights[digest]; ok && f.gen == gen {
+			v.mu.Unlock()
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return Principal{}, fmt.Errorf("verify api key: %w", ctx.Err())
+			}
+			return f.p, f.err
 		}
-		return c.p, nil
+		f := &flight{gen: gen, done: make(chan struct{})}
+		v.flights[digest] = f
+		v.mu.Unlock()
+		var proven string
+		if hit {
+			proven = c.hash
+		}
+		f.p, f.err = v.verify(ctx, digest, id, secret, proven, now, gen)
+		v.mu.Lock()
+		if v.flights[digest] == f {
+			delete(v.flights, digest)
+		}
+		v.mu.Unlock()
+		close(f.done)
+		return f.p, f.err
 	}
+	v.mu.Unlock()
+	if !c.expires.IsZero() && !now.Before(c.expires) {
+		return Principal{}, ErrExpired
+	}
+	return c.p, nil
+}
+
+// flight is one verification in progress, for the requests that present
+// the same key meanwhile.
+type flight struct {
+	gen  uint64
+	done chan struct{}
+	p    Principal
+	err  error
+}
+
+// verify reads the key's row and checks the secret against its hash (not
+// again when it matched proven, the hash a stale entry holds), and caches
+// the principal unless a change was heard meanwhile.
+func (v *Verifier) verify(ctx context.Context, digest [32]byte, id, secret, proven string, now time.Time, gen uint64) (Principal, error) {
 	row, err := v.store.APIKeyGet(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
+		v.forget(digest)
 		return Principal{}, ErrUnknown
 	case err != nil:
 		return Principal{}, fmt.Errorf("verify api key: %w", err)
 	}
-	if !v.check(ctx, row.Hash, secret) {
+	if (proven == "" || row.Hash != proven) && !v.check(ctx, row.Hash, secret) {
+		v.forget(digest)
 		return Principal{}, ErrUnknown
 	}
 	switch {
 	case !row.RevokedAt.IsZero():
+		v.forget(digest)
 		return Principal{}, ErrRevoked
 	case !row.ExpiresAt.IsZero() && !now.Before(row.ExpiresAt):
 		return Principal{}, ErrExpired
@@ -183,10 +236,17 @@ func (v *Verifier) Verify(ctx context.Context, key string) (Principal, error) {
 	// A change heard while the row was read may be this key's revocation:
 	// then the entry is not kept (the next request reads the row again).
 	if v.gen == gen {
-		v.cache[digest] = cached{p: p, expires: row.ExpiresAt}
+		v.cache[digest] = cached{p: p, expires: row.ExpiresAt, gen: gen, hash: row.Hash}
 	}
 	v.mu.Unlock()
 	return p, nil
+}
+
+// forget drops a key's entry.
+func (v *Verifier) forget(digest [32]byte) {
+	v.mu.Lock()
+	delete(v.cache, digest)
+	v.mu.Unlock()
 }
 
 // check runs the KDF, at most KDFConcurrency at once.
@@ -197,10 +257,14 @@ func (v *Verifier) check(ctx context.Context, hash, secret string) bool {
 		return false
 	}
 	defer func() { <-v.kdf }()
+	v.kdfRuns.Add(1)
 	return Check(hash, secret)
 }
 
-// fresh empties the cache when a key changed since it was filled: a change
+// KDFRuns is how many KDF runs the verifier made (tests, benchmarks).
+func (v *Verifier) KDFRuns() int64 { return v.kdfRuns.Load() }
+
+// fresh ages the cache when a key changed since it was filled: a change
 // this process heard of (its own write, a NOTIFY), or a revision read at
 // most once per recheck that differs from the last one.
 func (v *Verifier) fresh(ctx context.Context, now time.Time) error {
@@ -235,8 +299,6 @@ func (v *Verifier) fresh(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// flush empties the cache; v.mu is held.
-func (v *Verifier) flush() {
-	v.gen++
-	clear(v.cache)
-}
+// flush makes every entry stale: its next use reads its row again (but
+// runs no KDF). v.mu is held.
+func (v *Verifier) flush() { v.gen++ }

@@ -160,7 +160,7 @@ func post(base string, i int) error {
 	key := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)
 	body := fmt.Appendf(nil, `{"recipient":"user-%d","event_id":"%s","kind":"bench","params":{"amount":%d}}`, i%1000, key, i)
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/notifications", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+config.DevAPIKey)
+	req.Header.Set("Authorization", "Bearer "+benchKey)
 	req.Header.Set("Idempotency-Key", key)
 	resp, err := httpClient.Do(req)
 	if err != nil {

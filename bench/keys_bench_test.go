@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/apikeys"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
+	"github.com/heraldhq/herald/store/sqlite"
+)
+
+// benchKey is the API key post sends: the development config's key, or a
+// stored one (BenchmarkEndToEndStoredKey).
+var benchKey = config.DevAPIKey
+
+// BenchmarkEndToEndStoredKey is BenchmarkEndToEnd with issue 13's
+// security on: the clients send a stored key (PBKDF2 at production's
+// rounds, verified once per process and then cached), and every request
+// passes the per-key request rate and the tenant's send rate (set high
+// enough not to refuse: the cost measured is the check). Compare its
+// accepted/s with BenchmarkEndToEnd's.
+func BenchmarkEndToEndStoredKey(b *testing.B) {
+	e := startWith(b, false, func(cfg *config.Config) {
+		cfg.Limits.KeyRate, cfg.Limits.SendRate = 1e6, 1e6
+		benchKey = storedKey(b, cfg.Database)
+	})
+	b.Cleanup(func() { benchKey = config.DevAPIKey })
+	drive(b, e)
+}
+
+// storedKey migrates the database and stores a key of the development
+// tenant in it.
+func storedKey(b *testing.B, database string) string {
+	b.Helper()
+	ctx := context.Background()
+	var st store.Store
+	var err error
+	if path, ok := strings.CutPrefix(database, "sqlite:"); ok {
+		st, err = sqlite.Open(ctx, path, sqlite.Options{})
+	} else {
+		st, err = postgres.Open(ctx, database, postgres.Options{})
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	_, key, err := apikeys.Create(ctx, st, apikeys.CreateParams{Tenant: config.DevTenant, Name: "bench",
+		Scopes: []string{"send", "read"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return key
+}
