@@ -1,0 +1,52 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/config"
+)
+
+func TestLimitsAndKeyScopes(t *testing.T) {
+	t.Parallel()
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.Load(writeFile(t, base), noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := c.Limits
+		if l.KeyRate != 0 || l.SendRate != 0 || l.ParamsMax != 1000 || l.ParamsDepthMax != 8 || l.RenderedMaxBytes != 65536 || l.KeyRecheck.D() != time.Second {
+			t.Errorf("limits = %+v; want no rates, 1000 params, depth 8, 64 KiB, recheck 1s", l)
+		}
+	})
+	t.Run("AsWritten", func(t *testing.T) {
+		t.Parallel()
+		text := edit(t, "    tenant: t1\n", "    tenant: t1\n    name: crm\n    scopes: [send]\n") +
+			"limits: {key_rate: 50, key_burst: 100, send_rate: 20, params_max: 10, key_recheck: 5s}\n"
+		c, err := config.Load(writeFile(t, text), noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k := c.APIKeys[0]; k.Name != "crm" || len(k.Scopes) != 1 || k.Scopes[0] != "send" {
+			t.Errorf("api_keys[0] = %+v", k)
+		}
+		if l := c.Limits; l.KeyRate != 50 || l.KeyBurst != 100 || l.SendRate != 20 || l.ParamsMax != 10 || l.KeyRecheck.D() != 5*time.Second {
+			t.Errorf("limits = %+v", l)
+		}
+	})
+	for _, tc := range []struct{ name, text, want string }{
+		{"UnknownScope", edit(t, "    tenant: t1\n", "    tenant: t1\n    scopes: [root]\n"), `api_keys[0].scopes: unknown scope "root"`},
+		{"NegativeRate", base + "limits: {key_rate: -1}\n", "key_rate"},
+		{"LongRecheck", base + "limits: {key_recheck: 2m}\n", "limits.key_recheck"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Load(writeFile(t, tc.text), noEnv)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Load = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
