@@ -118,7 +118,7 @@ type Config struct {
 	// (config/inbox.go). Defaults are listed per field.
 	Inbox Inbox `yaml:"inbox"`
 	// Limits are the per-key and per-tenant rates and the request caps
-	// (limits.go).
+	// (limits.go). Defaults are listed per field.
 	Limits Limits `yaml:"limits"`
 	// Environment is production, staging or development: outside
 	// production only allow-listed addresses get provider calls
