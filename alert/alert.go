@@ -17,6 +17,10 @@ type Alert struct {
 	MessageID string
 	Tenant    string
 	Reason    string
+	// Count, when above 1, is how many rows one alert stands for: a
+	// sweep that expires a flood of rows names the first ones each and
+	// the rest in one alert (MessageID empty; Tenant empty when several).
+	Count int
 }
 
 // Alert kinds.
@@ -63,9 +67,12 @@ type Log struct{ Logger *slog.Logger }
 
 // Alert logs a.
 func (l Log) Alert(ctx context.Context, a Alert) {
-	l.Logger.LogAttrs(ctx, slog.LevelError, "alert",
-		slog.String("alert", a.Kind), slog.String("message_id", a.MessageID),
-		slog.String("tenant", a.Tenant), slog.String("reason", a.Reason))
+	attrs := []slog.Attr{slog.String("alert", a.Kind), slog.String("message_id", a.MessageID),
+		slog.String("tenant", a.Tenant), slog.String("reason", a.Reason)}
+	if a.Count > 1 {
+		attrs = append(attrs, slog.Int("count", a.Count))
+	}
+	l.Logger.LogAttrs(ctx, slog.LevelError, "alert", attrs...)
 }
 
 // Recorder keeps alerts in memory, for tests.

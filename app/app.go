@@ -116,6 +116,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	cat.SendAtHorizon = cfg.SendAtHorizon.D()
 	if err := a.buildProviders(cfg, opts); err != nil {
 		return nil, err
 	}

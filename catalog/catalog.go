@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
@@ -46,6 +47,9 @@ type pair struct{ title, body *template.Template }
 // Catalog maps kind names to compiled kinds.
 type Catalog struct {
 	kinds map[string]*Kind
+	// SendAtHorizon is how far ahead of now Validate takes a send_at.
+	// Defaults to DefaultSendAtHorizon.
+	SendAtHorizon time.Duration
 }
 
 // New compiles every kind's templates; an error names the kind and channel.

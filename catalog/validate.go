@@ -17,6 +17,23 @@ const (
 	MaxEventIDLen   = 200
 )
 
+// Limits on a request's times (docs/hardening.md).
+const (
+	// MinExpiryWindow is the least time expires_at may leave after send_at
+	// (or after now, without send_at).
+	MinExpiryWindow = time.Second
+	// DefaultSendAtHorizon is how far ahead send_at may be unless
+	// Catalog.SendAtHorizon says otherwise (config send_at_horizon).
+	DefaultSendAtHorizon = 366 * 24 * time.Hour
+)
+
+func (c *Catalog) sendAtHorizon() time.Duration {
+	if c.SendAtHorizon > 0 {
+		return c.SendAtHorizon
+	}
+	return DefaultSendAtHorizon
+}
+
 // Request is a notification as a caller asks for it, through the HTTP API
 // or the Go API: both check it with Validate.
 type Request struct {
@@ -66,12 +83,24 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []
 	if kind == nil {
 		return bad("kind", "unknown kind %q", r.Kind)
 	}
+	if r.SendAt != nil && r.SendAt.After(now.Add(c.sendAtHorizon())) {
+		return bad("send_at", "send_at is more than %s ahead (send_at_horizon)", c.sendAtHorizon())
+	}
 	if r.ExpiresAt != nil {
 		if !r.ExpiresAt.After(now) {
 			return bad("expires_at", "expires_at is already past")
 		}
 		if r.SendAt != nil && !r.ExpiresAt.After(*r.SendAt) {
 			return bad("expires_at", "expires_at must be after send_at")
+		}
+		// A due-by too close to the send could only expire, and each
+		// expiry is alerted: refuse it here instead.
+		start := now
+		if r.SendAt != nil && r.SendAt.After(now) {
+			start = *r.SendAt
+		}
+		if r.ExpiresAt.Sub(start) < MinExpiryWindow {
+			return bad("expires_at", "expires_at must be at least %s after send_at (or now)", MinExpiryWindow)
 		}
 	}
 	params, err := DecodeParams(r.Params)

@@ -78,11 +78,6 @@ func (m MetricsConfig) WithToken(token string) MetricsConfig {
 	return m
 }
 
-// Intake limits. MinExpiryAfterSend is fixed (docs/hardening.md): a
-// notification whose due-by leaves less than this after its send time
-// could only expire, and each expiry raises an alert.
-const MinExpiryAfterSend = time.Minute
-
 func (s *Server) withDefaults() {
 	def := func(d *Duration, v time.Duration) {
 		if *d == 0 {

@@ -201,7 +201,7 @@ func runNoPersonalData(t *testing.T, database string, enqueue enqueueFunc) {
 		t.Fatalf("the alert-lane call for %s never reached the sink:\n%s", holder, srv.tail())
 	}
 	expiring := post(2, "visit.urgent", "patient-1007", params2,
-		map[string]any{"expires_at": time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)})
+		map[string]any{"expires_at": time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339Nano)}) // the least window is 1 s (catalog.MinExpiryWindow)
 
 	want := map[string]map[string]string{ // notification id → channel → state/reason
 		post(3, "visit.reminder", "patient-1001", params1, nil): {"webhook": "PROVIDER_ACCEPTED"},

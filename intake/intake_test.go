@@ -19,6 +19,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" driver, to count rows from outside the app
 
 	"github.com/heraldhq/herald/app"
+	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/intake"
@@ -445,6 +446,32 @@ func TestPostNotification(t *testing.T) {
 				`"send_at":"` + now.Add(2*time.Hour).Format(time.RFC3339) + `","expires_at":"` + now.Add(time.Hour).Format(time.RFC3339) + `"}`,
 			param: "expires_at", detail: "send_at",
 		},
+		// Issue 13: a due-by a millisecond after the send could only expire
+		// (and alert); a send_at in the year 9999 waits for ever.
+		{
+			name: "ExpiresAtAMillisecondAfterSendAtIs422",
+			body: `{"recipient":"user-1","event_id":"evt-1","kind":"payment.approved","params":{"amount":1,"merchant":"m"},` +
+				`"send_at":"` + now.Add(time.Hour).Format(time.RFC3339Nano) + `","expires_at":"` + now.Add(time.Hour+time.Millisecond).Format(time.RFC3339Nano) + `"}`,
+			param: "expires_at", detail: "at least 1s after send_at",
+		},
+		{
+			name: "ExpiresAtAMillisecondFromNowIs422",
+			body: `{"recipient":"user-1","event_id":"evt-1","kind":"payment.approved","params":{"amount":1,"merchant":"m"},` +
+				`"expires_at":"` + now.Add(time.Millisecond).Format(time.RFC3339Nano) + `"}`,
+			param: "expires_at", detail: "at least 1s",
+		},
+		{
+			name: "SendAtInTheYear9999Is422",
+			body: `{"recipient":"user-1","event_id":"evt-1","kind":"payment.approved","params":{"amount":1,"merchant":"m"},` +
+				`"send_at":"9999-12-31T00:00:00Z"}`,
+			param: "send_at", detail: "ahead",
+		},
+		{
+			name: "SendAtPastTheHorizonIs422",
+			body: `{"recipient":"user-1","event_id":"evt-1","kind":"payment.approved","params":{"amount":1,"merchant":"m"},` +
+				`"send_at":"` + now.Add(catalog.DefaultSendAtHorizon+time.Second).Format(time.RFC3339) + `"}`,
+			param: "send_at", detail: "ahead",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -459,6 +486,17 @@ func TestPostNotification(t *testing.T) {
 			b.wantNothingWritten(t)
 		})
 	}
+
+	t.Run("SendAtAndExpiryAtTheirLimitsAre202", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		sendAt := now.Add(catalog.DefaultSendAtHorizon)
+		body := `{"recipient":"user-1","event_id":"evt-1","kind":"payment.approved","params":{"amount":1,"merchant":"m"},` +
+			`"send_at":"` + sendAt.Format(time.RFC3339) + `","expires_at":"` + sendAt.Add(catalog.MinExpiryWindow).Format(time.RFC3339) + `"}`
+		if r := b.post(t, keyA, "k-1", body); r.status != http.StatusAccepted {
+			t.Fatalf("send_at at the horizon, expires_at the least window after: %d %s, want 202", r.status, r.body)
+		}
+	})
 
 	t.Run("BodyOver64KiBIs413", func(t *testing.T) {
 		t.Parallel()

@@ -168,7 +168,10 @@ type Outbox interface {
 	// EXPIRED, conditional on RETRY_WAIT like every delivery write
 	// (Expired.DeliveryEnded). A PARKED delivery is left to its person, who
 	// was alerted and can still discard it; a SENDING one to the stale sweep.
-	OutboxExpire(ctx context.Context) ([]Expired, error)
+	// It takes at most limit rows, the earliest due-by first, so one call
+	// is one bounded transaction (on SQLite the single writer's): a caller
+	// that gets limit rows calls again for the rest.
+	OutboxExpire(ctx context.Context, limit int) ([]Expired, error)
 	// OutboxBacklog counts PENDING rows that are due, per lane.
 	OutboxBacklog(ctx context.Context) (map[heraldtype.Lane]int, error)
 }

@@ -9,7 +9,9 @@
 // A stale claim the sweep turns UNKNOWN is a delivery entering UNKNOWN: it
 // is counted in herald_deliveries_total once, for the write that turned it
 // (the crashed sender's late result, refused, counts nothing). An expired
-// outbox row raises OUTBOX_EXPIRED (herald_alerts_total). If its delivery
+// outbox row raises OUTBOX_EXPIRED (herald_alerts_total), up to
+// Config.ExpireAlerts a round; the rest of the round share one alert with
+// their Count. If its delivery
 // was waiting in RETRY_WAIT (db transport: the row was PENDING until the
 // retry time), the same write ends that delivery SUPPRESSED(EXPIRED), and
 // the sweep counts that entry once; otherwise the expiry writes no delivery
@@ -37,6 +39,14 @@ type Config struct {
 	// LeaseInterval is how often expired leases and expired rows are swept.
 	// Defaults to Interval, at most 5 seconds.
 	LeaseInterval time.Duration
+	// ExpireBatch and ExpireBatches bound one round of the expiry sweep:
+	// at most ExpireBatches transactions of ExpireBatch rows each; the next
+	// round goes on. Default to 500 and 20.
+	ExpireBatch, ExpireBatches int
+	// ExpireAlerts is how many expired rows a round alerts one by one; the
+	// rest of the round share one OUTBOX_EXPIRED alert with their count,
+	// so a flood of expiries is a handful of alerts. Defaults to 10.
+	ExpireAlerts int
 	// IsLeader, when set, gates every sweep (PostgreSQL's advisory lock).
 	IsLeader func() bool
 	Logger   *slog.Logger
@@ -54,6 +64,15 @@ func New(cfg Config) *Sweeper {
 	}
 	if cfg.Alerts == nil {
 		cfg.Alerts = alert.Log{Logger: cfg.Logger}
+	}
+	if cfg.ExpireBatch <= 0 {
+		cfg.ExpireBatch = 500
+	}
+	if cfg.ExpireBatches <= 0 {
+		cfg.ExpireBatches = 20
+	}
+	if cfg.ExpireAlerts <= 0 {
+		cfg.ExpireAlerts = 10
 	}
 	if cfg.LeaseInterval <= 0 {
 		cfg.LeaseInterval = min(cfg.Interval, 5*time.Second)
@@ -93,15 +112,40 @@ func (s *Sweeper) Leases(ctx context.Context) {
 	} else if n > 0 {
 		s.Logger.LogAttrs(ctx, slog.LevelInfo, "sweep: returned expired leases", slog.Int("rows", n))
 	}
-	expired, err := s.Store.OutboxExpire(ctx)
-	if err != nil {
-		s.warn(ctx, "expire outbox rows", err)
-	}
-	for _, e := range expired {
-		if e.DeliveryEnded {
-			s.Metrics.Delivery(e.Lane, e.Channel, heraldtype.DeliverySuppressed)
+	s.expire(ctx)
+}
+
+// expire runs one round of the expiry sweep.
+func (s *Sweeper) expire(ctx context.Context) {
+	alerted, rest, restTenant := 0, 0, ""
+	for range s.ExpireBatches {
+		expired, err := s.Store.OutboxExpire(ctx, s.ExpireBatch)
+		if err != nil {
+			s.warn(ctx, "expire outbox rows", err)
+			break
 		}
-		s.raise(ctx, alert.Alert{Kind: alert.OutboxExpired, MessageID: e.MessageID, Tenant: e.Tenant, Reason: "EXPIRED"})
+		for _, e := range expired {
+			if e.DeliveryEnded {
+				s.Metrics.Delivery(e.Lane, e.Channel, heraldtype.DeliverySuppressed)
+			}
+			if alerted < s.ExpireAlerts {
+				alerted++
+				s.raise(ctx, alert.Alert{Kind: alert.OutboxExpired, MessageID: e.MessageID, Tenant: e.Tenant, Reason: "EXPIRED"})
+				continue
+			}
+			if rest == 0 {
+				restTenant = e.Tenant
+			} else if restTenant != e.Tenant {
+				restTenant = "" // several tenants
+			}
+			rest++
+		}
+		if len(expired) < s.ExpireBatch {
+			break
+		}
+	}
+	if rest > 0 {
+		s.raise(ctx, alert.Alert{Kind: alert.OutboxExpired, Tenant: restTenant, Reason: "EXPIRED", Count: rest})
 	}
 }
 

@@ -172,3 +172,50 @@ func sweepTwice(t *testing.T, m *metrics.Metrics, sweep func(), want map[string]
 		}
 	}
 }
+
+// TestExpiryFloodIsBounded: a round of the expiry sweep expires at most
+// ExpireBatches batches of ExpireBatch rows, alerts the first
+// ExpireAlerts rows one by one and the rest of the round in one alert
+// with their count; the next round goes on with what is left.
+func TestExpiryFloodIsBounded(t *testing.T) {
+	t.Parallel()
+	sw, b := setup(t)
+	sw.ExpireBatch, sw.ExpireBatches, sw.ExpireAlerts = 2, 3, 2
+	expires := b.clk.Now().Add(time.Second)
+	for i := range 10 {
+		id := "ntf_" + string(rune('a'+i))
+		res, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{Tenant: "t1", ID: id,
+			Recipient: "r", EventID: id, Kind: "k", Lane: heraldtype.LaneMarketing, ExpiresAt: &expires,
+			Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}})
+		if err != nil || res.Outcome != store.Created {
+			t.Fatalf("create %s: %+v (%v)", id, res, err)
+		}
+	}
+	b.clk.Advance(time.Second)
+	round := func(wantEach, wantRest int) {
+		t.Helper()
+		before := len(b.alerts.Alerts())
+		sw.Leases(b.ctx)
+		got := b.alerts.Alerts()[before:]
+		each, rest := 0, 0
+		for _, a := range got {
+			switch {
+			case a.Kind != alert.OutboxExpired:
+				t.Fatalf("alert %+v", a)
+			case a.Count > 1:
+				rest += a.Count
+				if a.MessageID != "" || a.Tenant != "t1" {
+					t.Errorf("the round's alert %+v names a message or not the one tenant", a)
+				}
+			default:
+				each++
+			}
+		}
+		if each != wantEach || rest != wantRest || len(got) > wantEach+1 {
+			t.Fatalf("a round raised %d alerts: %d one by one and one for %d more, want %d and %d", len(got), each, rest, wantEach, wantRest)
+		}
+	}
+	round(2, 4) // 3 batches of 2: 6 rows
+	round(2, 2) // the 4 left
+	round(0, 0)
+}

@@ -177,9 +177,10 @@ func (s *Store) OutboxReclaimExpired(ctx context.Context) (int, error) {
 }
 
 // OutboxExpire marks PENDING rows past expires_at EXPIRED, ends their
-// deliveries waiting in RETRY_WAIT, and returns them (qOutboxExpire).
-func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
-	rows, err := s.pool.Query(ctx, qOutboxExpire, s.now())
+// deliveries waiting in RETRY_WAIT, and returns them, at most limit
+// (qOutboxExpire).
+func (s *Store) OutboxExpire(ctx context.Context, limit int) ([]store.Expired, error) {
+	rows, err := s.pool.Query(ctx, qOutboxExpire, s.now(), limit)
 	if err != nil {
 		return nil, s.fail("expire outbox rows", err)
 	}

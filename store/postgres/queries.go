@@ -371,12 +371,18 @@ SELECT lane, count(*) FROM r GROUP BY lane`
 	// expired ids reach it as one array, so it finds each delivery by
 	// deliveries_message_id whatever the planner guesses of e's size, never
 	// by a scan of the table. It returns each expired row with whether its
-	// delivery ended here.
+	// delivery ended here. It takes at most $2 rows, the earliest due-by
+	// first (outbox_expiring), skipping rows another transaction holds.
 	//
-	// $1 now.
+	// $1 now, $2 the limit.
 	qOutboxExpire = `WITH e AS (
     UPDATE outbox SET state = 'EXPIRED', last_reason = 'EXPIRED', updated_at = coalesce($1::timestamptz, clock_timestamp())
-    WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
+    WHERE message_id = ANY (ARRAY(
+        SELECT message_id FROM outbox
+        WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
+        ORDER BY expires_at LIMIT $2
+        FOR UPDATE SKIP LOCKED))
+      AND state = 'PENDING'
     RETURNING id, message_id, tenant, lane, channel, notification_id
 ),
 fx AS (

@@ -268,13 +268,14 @@ func (s *Store) OutboxReclaimExpired(ctx context.Context) (int, error) {
 }
 
 // OutboxExpire marks PENDING rows past expires_at EXPIRED and, in the same
-// transaction, ends their deliveries waiting in RETRY_WAIT.
-func (s *Store) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
+// transaction, ends their deliveries waiting in RETRY_WAIT; at most limit
+// rows, so the writer's transaction stays short.
+func (s *Store) OutboxExpire(ctx context.Context, limit int) ([]store.Expired, error) {
 	var out []store.Expired
 	err := s.w.do(ctx, func(tx wtx) error {
 		out = out[:0]
 		now := s.now()
-		rows, err := tx.Query(qOutboxExpire, now, now)
+		rows, err := tx.Query(qOutboxExpire, now, now, limit)
 		if err != nil {
 			return err
 		}

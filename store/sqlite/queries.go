@@ -67,8 +67,13 @@ WHERE state IN ('CLAIMED', 'PUBLISHING') AND claimed_until < ?`
 	// transaction qOutboxExpireDeliveries ends the expired messages'
 	// deliveries that wait in RETRY_WAIT (nothing would claim them again),
 	// conditional on that state like every delivery write, and returns them.
+	// It takes at most the limit's rows, the earliest due-by first
+	// (outbox_expiring).
 	qOutboxExpire = `UPDATE outbox SET state = 'EXPIRED', last_reason = 'EXPIRED', updated_at = ?
-WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= ?
+WHERE rowid IN (
+    SELECT rowid FROM outbox
+    WHERE state = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= ?
+    ORDER BY expires_at LIMIT ?)
 RETURNING id, message_id, tenant, lane, channel`
 	qOutboxExpireDeliveries = `UPDATE deliveries
 SET state = 'SUPPRESSED', reason = 'EXPIRED', next_attempt_at = NULL, claimed_by = NULL, updated_at = ?

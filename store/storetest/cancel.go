@@ -138,7 +138,7 @@ func testCancel(t *testing.T, h Harness) {
 		soon := Epoch.Add(time.Second)
 		p, _ := create(t, b, func(p *store.NotificationCreateParams) { p.ExpiresAt = &soon })
 		b.clk.Advance(time.Second)
-		if expired, err := b.s.OutboxExpire(b.ctx); err != nil || len(expired) != 1 {
+		if expired, err := b.s.OutboxExpire(b.ctx, 1000); err != nil || len(expired) != 1 {
 			t.Fatalf("expire: %+v %v", expired, err)
 		}
 		res := cancelOf(t, b, p.ID)

@@ -153,7 +153,7 @@ func testDeferrals(t *testing.T, h Harness) {
 			t.Fatalf("OutboxDefer: %+v", res)
 		}
 		b.clk.Advance(2 * time.Hour)
-		expired, err := b.s.OutboxExpire(b.ctx)
+		expired, err := b.s.OutboxExpire(b.ctx, 1000)
 		if err != nil || len(expired) != 1 || expired[0].MessageID != row.MessageID {
 			t.Fatalf("OutboxExpire: %+v (%v), want the deferred row", expired, err)
 		}

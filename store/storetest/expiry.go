@@ -58,7 +58,7 @@ func testExpiry(t *testing.T, h Harness) {
 		if n, err := b.s.OutboxReclaimExpired(b.ctx); err != nil || n != 2 {
 			t.Fatalf("reclaimed %d leases (%v), want 2", n, err)
 		}
-		expired, err := b.s.OutboxExpire(b.ctx)
+		expired, err := b.s.OutboxExpire(b.ctx, 1000)
 		if err != nil {
 			t.Fatalf("OutboxExpire: %v", err)
 		}
@@ -101,7 +101,7 @@ func testExpiry(t *testing.T, h Harness) {
 				t.Errorf("%s is %s after the expiry, want %s", id, d.State, want)
 			}
 		}
-		if again, err := b.s.OutboxExpire(b.ctx); err != nil || len(again) != 0 {
+		if again, err := b.s.OutboxExpire(b.ctx, 1000); err != nil || len(again) != 0 {
 			t.Fatalf("second expiry %+v (%v), want nothing", again, err)
 		}
 		// Past its retry time the ended delivery is not claimed again.
@@ -115,6 +115,41 @@ func testExpiry(t *testing.T, h Harness) {
 		}
 		if !discard(t, b, store.ParkedDiscardParams{Tenant: "t1", MessageID: parked.MessageID, Reason: "expired", Actor: "api:t1"}) {
 			t.Fatal("could not discard the expired parked message")
+		}
+	})
+	// Issue 13: the expiry takes at most its limit's rows, the earliest
+	// due-by first, so a flood of expired rows is expired in short
+	// transactions; the rest wait for the next call.
+	t.Run("ExpiryTakesAtMostItsLimitEarliestFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		due := map[string]time.Time{}
+		for i := range 5 {
+			exp := Epoch.Add(time.Duration(5-i) * time.Minute) // the last created is due first
+			p, _ := create(t, b, func(p *store.NotificationCreateParams) { p.ExpiresAt = &exp })
+			due[store.MessageID(p.ID, heraldtype.ChannelWebhook)] = exp
+		}
+		b.clk.Advance(10 * time.Minute)
+		var last time.Time // the latest due-by of the calls before
+		for _, want := range []int{2, 2, 1, 0} {
+			expired, err := b.s.OutboxExpire(b.ctx, 2)
+			if err != nil || len(expired) != want {
+				t.Fatalf("OutboxExpire(2) = %d rows (%v), want %d", len(expired), err, want)
+			}
+			var latest time.Time
+			for _, e := range expired {
+				if due[e.MessageID].Before(last) {
+					t.Fatalf("%s (due %s) expired after a row due %s: want the earliest first", e.MessageID, due[e.MessageID], last)
+				}
+				if due[e.MessageID].After(latest) {
+					latest = due[e.MessageID]
+				}
+				delete(due, e.MessageID)
+			}
+			last = latest
+		}
+		if len(due) != 0 {
+			t.Fatalf("rows never expired: %v", due)
 		}
 	})
 }

@@ -420,7 +420,7 @@ func testFallback(t *testing.T, h Harness) {
 		due := Epoch.Add(time.Hour)
 		p := chainCreate(t, b, "r1", func(p *store.NotificationCreateParams) { p.ExpiresAt = &due })
 		b.clk.Advance(2 * time.Hour)
-		expired, err := b.s.OutboxExpire(b.ctx)
+		expired, err := b.s.OutboxExpire(b.ctx, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -242,7 +242,7 @@ func buildStates(t *testing.T, b bundle) map[string]string {
 		t.Fatal("record UNKNOWN before expiry")
 	}
 	b.clk.Advance(time.Second)
-	if expired, err := b.s.OutboxExpire(b.ctx); err != nil || len(expired) != 2 {
+	if expired, err := b.s.OutboxExpire(b.ctx, 1000); err != nil || len(expired) != 2 {
 		t.Fatalf("expired %+v (%v), want the two expiring rows", expired, err)
 	}
 	if got := entryStates(t, b, sent.ID); !slices.Equal(got, []string{"UNKNOWN"}) {

@@ -638,7 +638,7 @@ func testOutbox(t *testing.T, h Harness) {
 		if n := len(claim(t, b, heraldtype.LaneTransactional, 1)); n != 0 {
 			t.Fatal("claimed an expired row")
 		}
-		expired, err := b.s.OutboxExpire(b.ctx)
+		expired, err := b.s.OutboxExpire(b.ctx, 1000)
 		if err != nil || len(expired) != 1 || expired[0].MessageID != store.MessageID(p.ID, heraldtype.ChannelWebhook) {
 			t.Fatalf("expired %+v (%v)", expired, err)
 		}

@@ -241,8 +241,8 @@ func (e *erring) OutboxReclaimExpired(ctx context.Context) (int, error) {
 	return fail(e, "OutboxReclaimExpired", v, err)
 }
 
-func (e *erring) OutboxExpire(ctx context.Context) ([]store.Expired, error) {
-	v, err := e.Store.OutboxExpire(ctx)
+func (e *erring) OutboxExpire(ctx context.Context, limit int) ([]store.Expired, error) {
+	v, err := e.Store.OutboxExpire(ctx, limit)
 	return fail(e, "OutboxExpire", v, err)
 }
 
