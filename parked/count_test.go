@@ -30,6 +30,7 @@ import (
 // counted (parked.Counted), with the store and the metrics at hand.
 type counting struct {
 	ctx    context.Context
+	clk    *clock.Fake
 	st     store.Store
 	counts store.Store // st, counted
 	m      *metrics.Metrics
@@ -69,7 +70,7 @@ func setupCounting(t *testing.T, driver string) *counting {
 			t.Errorf("close the store: %v", err)
 		}
 	})
-	c := &counting{ctx: ctx, st: st, m: metrics.New(nil)}
+	c := &counting{ctx: ctx, clk: clk, st: st, m: metrics.New(nil)}
 	c.counts = parked.Counted(st, c.m, logger)
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{
 		Keys:   auth.NewKeys(map[string]string{"key-a": "a", "key-b": "b"}),

@@ -162,6 +162,9 @@ func (d Discard) Validate() error {
 // DB is the db transport's Service: the deliveries table's PARKED rows.
 type DB struct {
 	Store store.Parked
+	// PageSize is how many messages one requeue statement takes. Defaults
+	// to store.ParkedRequeueParams' default (1000).
+	PageSize int
 }
 
 var _ Service = DB{}
@@ -186,13 +189,15 @@ func (d DB) List(ctx context.Context, s Scope, limit int) ([]Entry, error) {
 // Requeue turns the deliveries into due retries and their outbox rows back
 // to PENDING, so a claimer offers them to the sender again. Requeueing every
 // message goes page by page (a requeued row is no longer PARKED) until a
-// page comes back short.
+// page comes back short, and takes only what was parked before its first
+// page: a message whose cause is not fixed parks again at once, and
+// without that bound a requeue of more than a page would never end.
 func (d DB) Requeue(ctx context.Context, s Scope, messageID string) (int, error) {
 	tenant, ok := s.storeTenant()
 	if !ok {
 		return 0, notFoundIf(messageID != "")
 	}
-	p := store.ParkedRequeueParams{Tenant: tenant, MessageID: messageID, Outbox: true}
+	p := store.ParkedRequeueParams{Tenant: tenant, MessageID: messageID, Outbox: true, Limit: d.PageSize}
 	total := 0
 	for {
 		rows, err := d.Store.ParkedRequeue(ctx, p)
@@ -202,6 +207,9 @@ func (d DB) Requeue(ctx context.Context, s Scope, messageID string) (int, error)
 		total += len(rows)
 		if messageID != "" || len(rows) < p.LimitOrDefault() {
 			break
+		}
+		if p.ParkedBefore.IsZero() {
+			p.ParkedBefore = rows[0].ParkedAt // the store's time of the first page
 		}
 	}
 	if messageID != "" && total == 0 {

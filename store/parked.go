@@ -55,6 +55,11 @@ type ParkedRequeueParams struct {
 	Outbox bool
 	// Limit caps the rows requeued at once. Defaults to 1000.
 	Limit int
+	// ParkedBefore, when set, takes only deliveries parked (last written)
+	// before it: a requeue of every message pages with it set to its first
+	// page's time, so rows that park again meanwhile (the cause is not
+	// fixed) are not taken again and the requeue ends. Defaults to no bound.
+	ParkedBefore time.Time
 }
 
 // ParkedRestoreParams names a requeued delivery to park again.

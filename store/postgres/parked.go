@@ -32,11 +32,13 @@ LIMIT $2::integer`
 	//        now, with a fresh token, so a claimer offers them again.
 	//
 	// $1 now, $2 tenant ('' for every tenant), $3 message id ('' for all),
-	// $4 limit, $5 outbox.
+	// $4 limit, $5 outbox, $6 parked before (NULL: no bound). sel walks
+	// deliveries_parked (0018) in order and stops at the limit.
 	qParkedRequeue = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 sel AS (
     SELECT p.message_id, p.reason FROM deliveries p
     WHERE p.state = 'PARKED' AND ($2::text = '' OR p.tenant = $2::text) AND ($3::text = '' OR p.message_id = $3::text)
+      AND ($6::timestamptz IS NULL OR p.updated_at < $6::timestamptz)
       AND (NOT $5::boolean OR EXISTS (SELECT 1 FROM outbox x WHERE x.notification_id = p.notification_id AND x.channel = p.channel AND x.state = 'DONE'))
     ORDER BY p.updated_at, p.message_id
     LIMIT $4::integer
@@ -148,7 +150,11 @@ func (s *Store) ParkedList(ctx context.Context, p store.ParkedListParams) ([]sto
 // ParkedRequeue makes PARKED deliveries claimable again (and, for the db
 // transport, their outbox rows due again) in one statement.
 func (s *Store) ParkedRequeue(ctx context.Context, p store.ParkedRequeueParams) ([]store.ParkedEntry, error) {
-	rows, err := s.pool.Query(ctx, qParkedRequeue, s.now(), p.Tenant, p.MessageID, p.LimitOrDefault(), p.Outbox)
+	var before *time.Time
+	if !p.ParkedBefore.IsZero() {
+		before = &p.ParkedBefore
+	}
+	rows, err := s.pool.Query(ctx, qParkedRequeue, s.now(), p.Tenant, p.MessageID, p.LimitOrDefault(), p.Outbox, before)
 	if err != nil {
 		return nil, s.fail("requeue parked deliveries", err)
 	}

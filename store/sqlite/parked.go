@@ -18,13 +18,14 @@ LEFT JOIN notifications n ON n.id = d.notification_id
 WHERE d.state = 'PARKED' AND (?1 = '' OR d.tenant = ?1)
 ORDER BY d.updated_at, d.message_id
 LIMIT ?2`
-	// The rows to requeue: PARKED, of the tenant, the message (or all), and
-	// with ?3 only those whose outbox row is DONE.
+	// The rows to requeue: PARKED, of the tenant, the message (or all),
+	// with ?3 only those whose outbox row is DONE, and with ?5 (ms) only
+	// those parked before it; deliveries_parked (0018) in order.
 	qParkedSelect = `SELECT d.message_id, d.notification_id, d.tenant, coalesce(n.kind, ''), coalesce(o.lane, ''), d.channel, d.reason
 FROM deliveries d LEFT JOIN outbox o ON o.message_id = d.message_id
 LEFT JOIN notifications n ON n.id = d.notification_id
 WHERE d.state = 'PARKED' AND (?1 = '' OR d.tenant = ?1) AND (?2 = '' OR d.message_id = ?2)
-  AND (?3 = 0 OR o.state = 'DONE')
+  AND (?3 = 0 OR o.state = 'DONE') AND (?5 = 0 OR d.updated_at < ?5)
 ORDER BY d.updated_at, d.message_id
 LIMIT ?4`
 	qParkedDelivery = `UPDATE deliveries
@@ -116,7 +117,11 @@ func (s *Store) ParkedRequeue(ctx context.Context, p store.ParkedRequeueParams) 
 	err := s.w.do(ctx, func(tx wtx) error {
 		out = out[:0]
 		now := s.now()
-		rows, err := tx.Query(qParkedSelect, p.Tenant, p.MessageID, outbox, p.LimitOrDefault())
+		var before int64
+		if !p.ParkedBefore.IsZero() {
+			before = p.ParkedBefore.UnixMilli()
+		}
+		rows, err := tx.Query(qParkedSelect, p.Tenant, p.MessageID, outbox, p.LimitOrDefault(), before)
 		if err != nil {
 			return err
 		}
