@@ -62,6 +62,10 @@ func TestKeysCommands(t *testing.T) {
 			if err != nil || len(entries) != 2 || entries[0].Action != "key.revoke" || !strings.HasPrefix(entries[0].ActorKey, "cli:") {
 				t.Fatalf("audit after the CLI: %+v, %v", entries, err)
 			}
+			code, out, _ = herald("audit", "list", "--tenant", "t1")
+			if code != 0 || !strings.Contains(out, "key.revoke") || !strings.Contains(out, "key.create") || !strings.Contains(out, id) {
+				t.Fatalf("audit list: exit %d\n%s", code, out)
+			}
 			for _, bad := range [][]string{
 				{"keys", "create", "--tenant", "t1", "--name", "x", "--scopes", "root"},
 				{"keys", "create", "--name", "x"},

@@ -6,6 +6,7 @@
 //	herald reconcile [--config FILE] [--json]   run one reconciliation; exit 1 if anything is unaccounted for
 //	herald inbox recount [--tenant T] [--recipient R] [--json]   repair the unread counters that drifted
 //	herald keys create|list|revoke   create (shown once), list or revoke API keys
+//	herald audit list [--tenant T]   the audit log of admin actions, newest first
 //	herald version                   print the version
 //
 // Every command takes the same configuration and database URLs as serve.
@@ -49,6 +50,7 @@ var commands = []*command{
 		run:     reconcileCmd},
 	{name: "inbox", summary: "look after the recipient inbox", sub: inboxCommands},
 	{name: "keys", summary: "create, list or revoke API keys", sub: keysCommands},
+	{name: "audit", summary: "read the audit log of admin actions", sub: auditCommands},
 	{name: "version", summary: "print herald's version", run: printVersion},
 	{name: "help", args: "[COMMAND]", summary: "print this help, or a command's", run: help},
 }
