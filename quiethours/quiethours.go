@@ -33,10 +33,10 @@
 //
 // # The night's backlog costs the claim nothing
 //
-// The claim walks the partial index outbox_due (lane, available_at, id)
-// from the lane's oldest row and stops at the first one not yet due. A
-// deferred row's available_at is the next opening, past every due row, so
-// no claim reads it before then: a backlog of a million deferred rows is
+// The claim walks the partial index outbox_fair (lane, tenant,
+// available_at, id) from each tenant's oldest row and stops at the first
+// one not yet due. A deferred row's available_at is the next opening, past
+// every due row of its tenant, so no claim reads it before then: a backlog of a million deferred rows is
 // touched once, when each is deferred, and the marketing claim costs the
 // same as with none (store/postgres and store/sqlite pin the plan, with a
 // million deferred rows, in quiethours_plan_test.go).

@@ -249,18 +249,32 @@ ORDER BY o.id`
 
 // Outbox: the claim and the fenced writes.
 const (
-	// qOutboxClaim leases due rows in one autocommitted statement. The inner
-	// SELECT walks the partial index outbox_due in order, from the lane's
-	// oldest row to the first not yet due (now is written out, not taken from
-	// a CTE, so it bounds the index scan), and locks up to LIMIT rows with
-	// FOR UPDATE SKIP LOCKED, so concurrent claimers (in any process) take
-	// disjoint rows without waiting for each other; it is MATERIALIZED so it
-	// runs exactly once. A row another claimer flipped after this statement's
-	// snapshot is re-checked under its lock and dropped (it is no longer
-	// PENDING). The UPDATE bumps the fencing token; the outer SELECT joins
-	// the jobs and returns them oldest first, each with whether a delivery
-	// row exists and the recipient's profile (heraldtype.Known), which
-	// spares the sender two reads per job.
+	// qOutboxClaim leases due rows in one autocommitted statement, shared
+	// fairly between the lane's tenants: a tenant's backlog does not hold up
+	// another tenant's rows behind it (issue 12: oldest-first across tenants
+	// made a small tenant wait a minute behind a big one's 20,000).
+	//
+	//	tenants  the lane's tenants with PENDING rows, one index probe each
+	//	         (a loose scan of outbox_fair), due or not;
+	//	busy     each tenant's rows in flight in the lane (CLAIMED or
+	//	         PUBLISHING: at most every claimer's concurrency, read
+	//	         through outbox_leased);
+	//	turns    up to LIMIT due rows per tenant, oldest first, walked on
+	//	         outbox_fair from the tenant's oldest row to the first not yet
+	//	         due (now is written out, so it bounds the index scan: a
+	//	         tenant's deferred backlog is never read), each numbered by
+	//	         its tenant's rows in flight plus its place: a tenant with
+	//	         nothing in flight takes the first turns;
+	//	due      the LIMIT rows with the lowest turns (oldest first among
+	//	         equals), locked FOR UPDATE SKIP LOCKED and re-checked
+	//	         PENDING; MATERIALIZED, so it runs exactly once. A row another
+	//	         claimer holds is skipped: that claim takes fewer rows, and
+	//	         its claimer claims again when a send ends or a wake-up comes.
+	//
+	// The UPDATE bumps the fencing token; the outer SELECT joins the jobs
+	// and returns them oldest first, each with whether a delivery row exists
+	// and the recipient's profile (heraldtype.Known), which spares the sender
+	// two reads per job.
 	//
 	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease, $6 state (CLAIMED or PUBLISHING).
 	qOutboxClaim = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
@@ -282,12 +296,35 @@ ORDER BY c.available_at, c.id`
 FROM claimed c JOIN notifications n ON n.id = c.notification_id
 LEFT JOIN profiles p ON p.tenant = n.tenant AND p.recipient = n.recipient
 ORDER BY c.available_at, c.id`
-	qOutboxClaimLease = `WITH due AS MATERIALIZED (
-    SELECT notification_id, channel FROM outbox
-    WHERE lane = $2::text AND state = 'PENDING' AND available_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
-      AND (expires_at IS NULL OR expires_at > (SELECT coalesce($1::timestamptz, clock_timestamp())))
-    ORDER BY available_at, id
-    LIMIT $3::integer
+	qOutboxClaimLease = `WITH RECURSIVE tenants (tenant) AS (
+    (SELECT tenant FROM outbox WHERE lane = $2::text AND state = 'PENDING' ORDER BY lane, tenant LIMIT 1)
+  UNION ALL
+    SELECT (SELECT o.tenant FROM outbox o WHERE o.lane = $2::text AND o.state = 'PENDING' AND o.tenant > t.tenant
+            ORDER BY o.lane, o.tenant LIMIT 1)
+    FROM tenants t WHERE t.tenant IS NOT NULL
+),
+busy AS (
+    SELECT tenant, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = $2::text GROUP BY tenant
+),
+turns AS (
+    SELECT c.notification_id, c.channel, c.available_at, c.id,
+           coalesce(b.n, 0) + row_number() OVER (PARTITION BY t.tenant ORDER BY c.available_at, c.id) AS turn
+    FROM tenants t
+    CROSS JOIN LATERAL (
+        SELECT o.notification_id, o.channel, o.available_at, o.id FROM outbox o
+        WHERE o.lane = $2::text AND o.tenant = t.tenant AND o.state = 'PENDING'
+          AND o.available_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
+          AND (o.expires_at IS NULL OR o.expires_at > (SELECT coalesce($1::timestamptz, clock_timestamp())))
+        ORDER BY o.available_at, o.id
+        LIMIT $3::integer
+    ) c
+    LEFT JOIN busy b ON b.tenant = t.tenant
+    WHERE t.tenant IS NOT NULL
+),
+due AS MATERIALIZED (
+    SELECT o.notification_id, o.channel FROM outbox o
+    WHERE (o.notification_id, o.channel) IN (SELECT notification_id, channel FROM turns ORDER BY turn, available_at, id LIMIT $3::integer)
+      AND o.state = 'PENDING'
     FOR UPDATE SKIP LOCKED
 ),
 claimed AS (

@@ -30,13 +30,40 @@ WHERE o.notification_id = ? ORDER BY o.id`
 // Outbox: claims and fenced writes.
 const (
 	// One statement flips the due rows to CLAIMED with a fresh token and
-	// returns them; SQLite's single writer makes it atomic.
+	// returns them; SQLite's single writer makes it atomic. The rows are
+	// shared fairly between the lane's tenants, as PostgreSQL's qOutboxClaim
+	// says: each tenant's due rows oldest first (outbox_fair, bounded by
+	// now), numbered from its rows in flight, and the lowest turns win.
+	//
+	// ?1 state, ?2 owner, ?3 claimed_until, ?4 now, ?5 lane, ?6 and ?7 now,
+	// ?8 limit.
 	qOutboxClaim = `UPDATE outbox
-SET state = ?, claimed_by = ?, claimed_until = ?, token = token + 1, updated_at = ?
+SET state = ?1, claimed_by = ?2, claimed_until = ?3, token = token + 1, updated_at = ?4
 WHERE id IN (
-    SELECT id FROM outbox
-    WHERE lane = ? AND state = 'PENDING' AND available_at <= ? AND (expires_at IS NULL OR expires_at > ?)
-    ORDER BY available_at, id LIMIT ?)
+    WITH RECURSIVE tenants (tenant) AS (
+        SELECT (SELECT tenant FROM outbox WHERE lane = ?5 AND state = 'PENDING' ORDER BY lane, tenant LIMIT 1)
+      UNION ALL
+        SELECT (SELECT o.tenant FROM outbox o WHERE o.lane = ?5 AND o.state = 'PENDING' AND o.tenant > t.tenant
+                ORDER BY o.lane, o.tenant LIMIT 1)
+        FROM tenants t WHERE t.tenant IS NOT NULL
+    ),
+    busy AS (
+        SELECT tenant, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = ?5 GROUP BY tenant
+    ),
+    cand AS (
+        SELECT x.id, x.tenant, x.available_at FROM tenants t JOIN outbox x ON x.id IN (
+            SELECT y.id FROM outbox y
+            WHERE y.lane = ?5 AND y.tenant = t.tenant AND y.state = 'PENDING' AND y.available_at <= ?6
+              AND (y.expires_at IS NULL OR y.expires_at > ?7)
+            ORDER BY y.available_at, y.id LIMIT ?8)
+        WHERE t.tenant IS NOT NULL
+    ),
+    turns AS (
+        SELECT c.id, c.available_at,
+               coalesce(b.n, 0) + row_number() OVER (PARTITION BY c.tenant ORDER BY c.available_at, c.id) AS turn
+        FROM cand c LEFT JOIN busy b ON b.tenant = c.tenant
+    )
+    SELECT id FROM turns ORDER BY turn, available_at, id LIMIT ?8)
 RETURNING id, token, notification_id, message_id, channel, attempts`
 	// qOutboxJobs reads the claimed rows' notifications, each with its
 	// recipient's profile; qOutboxDelivered which of the claimed messages
