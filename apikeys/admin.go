@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
-	"unicode/utf8"
 
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 )
@@ -37,9 +37,9 @@ var ErrInvalid = errors.New("invalid key")
 // Create makes and stores a key; key is the whole key, to show once.
 func Create(ctx context.Context, st store.APIKeys, p CreateParams) (row store.APIKey, key string, err error) {
 	switch {
-	case p.Tenant == "" || len(p.Tenant) > 200 || !printable(p.Tenant):
+	case p.Tenant == "" || len(p.Tenant) > 200 || !catalog.Printable(p.Tenant):
 		return store.APIKey{}, "", fmt.Errorf("%w: tenant must be 1..200 printable characters", ErrInvalid)
-	case p.Name == "" || len(p.Name) > MaxNameLen || !printable(p.Name):
+	case p.Name == "" || len(p.Name) > MaxNameLen || !catalog.Printable(p.Name):
 		return store.APIKey{}, "", fmt.Errorf("%w: name must be 1..%d printable characters", ErrInvalid, MaxNameLen)
 	case !p.ExpiresAt.IsZero() && !p.ExpiresAt.After(p.Now):
 		return store.APIKey{}, "", fmt.Errorf("%w: expires_at is already past", ErrInvalid)
@@ -62,18 +62,6 @@ func Create(ctx context.Context, st store.APIKeys, p CreateParams) (row store.AP
 		return store.APIKey{}, "", err
 	}
 	return row, key, nil
-}
-
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // Admin serves a tenant's keys (admin scope), the caller's tenant only:
