@@ -87,6 +87,8 @@ type App struct {
 	parked   parked.Service
 	// metricsListener serves /metrics alone (config metrics.listen).
 	metricsListener net.Listener
+	// gauges are the store's gauges, computed by the leader (gauges.go).
+	gauges *storeGauges
 	// reconciler runs the leader's scheduled reconciliations.
 	reconciler *reconcile.Reconciler
 	// rabbit is the rabbitmq transport's relays and consumers, one of each
@@ -125,10 +127,12 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.metrics = metrics.New(a.store.OutboxBacklog)
+	// The gauges that read the store, from memory (gauges.go).
+	a.gauges = &storeGauges{backlogOf: a.store.OutboxBacklog, figuresOf: a.reconcileFigures, logger: a.logger}
+	a.metrics = metrics.New(a.gauges.Backlog)
 	a.wireSimReports()
 	a.metrics.Declare(knownSeries(cfg, cat))
-	a.metrics.WatchReconcile(reconcile.Kinds, a.reconcileFigures)
+	a.metrics.WatchReconcile(reconcile.Kinds, a.gauges.Figures)
 	a.reconciler, err = Reconciler(cfg, a.store, ReconcileOptions{
 		RunBy: "server " + a.owner, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Clock: a.clock,
 	})
@@ -269,6 +273,9 @@ func (a *App) Run(ctx context.Context) error {
 	if _, err := a.Listen(); err != nil {
 		return err
 	}
+	if _, elects := a.store.(leaderElector); !elects {
+		a.gauges.refresh(ctx, time.Now()) // the only process leads: /metrics has them from the start
+	}
 	srv := httpServer(a.cfg.Server, a.handler, a.logger) // server.go: timeouts and limits
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(limitConns(a.listener, a.cfg.Server.MaxConnections)) }()
@@ -305,6 +312,8 @@ func (a *App) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); a.gauges.run(work, a.cfg.Metrics.RefreshInterval.D(), isLeader) }()
 	sw := sweep.New(sweep.Config{
 		Store: a.store, StaleClaimAfter: a.cfg.StaleClaimAfter.D(), Interval: a.cfg.SweepInterval.D(),
 		IsLeader: isLeader, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,

@@ -23,6 +23,8 @@ func reconcileConfig(t *testing.T, database string, interval time.Duration) *con
 	return testConfig(t, database, func(c *config.Config) {
 		c.OperatorKeys = []string{operatorKey}
 		c.ReconcileInterval = config.Duration(interval)
+		// The leader recomputes the store's gauges this often (gauges.go).
+		c.Metrics.RefreshInterval = config.Duration(interval)
 	})
 }
 
@@ -80,13 +82,18 @@ func TestServerReconcilesAndShowsTheOperator(t *testing.T) {
 			if code, _ := get(t, base, "/v1/notifications", operatorKey); code != http.StatusUnauthorized {
 				t.Fatalf("the operator key on /v1/notifications: %d, want 401", code)
 			}
-			_, metrics := get(t, base, "/metrics", "")
-			for _, want := range []string{`herald_reconcile_unowned{kind="missing_outbox"} 0`, `herald_reconcile_repaired{kind="lease"} 0`,
-				"herald_reconcile_unknown 0", "herald_reconcile_last_run_timestamp_seconds 1"} {
-				if !strings.Contains(string(metrics), want) {
-					t.Errorf("/metrics lacks %q", want)
+			// The leader's gauges follow within a refresh interval.
+			wants := []string{`herald_reconcile_unowned{kind="missing_outbox"} 0`, `herald_reconcile_repaired{kind="lease"} 0`,
+				"herald_reconcile_unknown 0", "herald_reconcile_last_run_timestamp_seconds 1"}
+			testenv.WaitFor(t, "/metrics to show the last reconciliation", testenv.Patience, func() bool {
+				_, metrics := get(t, base, "/metrics", "")
+				for _, want := range wants {
+					if !strings.Contains(string(metrics), want) {
+						return false
+					}
 				}
-			}
+				return true
+			})
 		})
 	}
 }

@@ -48,6 +48,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -93,8 +94,14 @@ var DeliveryStates = []heraldtype.DeliveryState{
 // providerClasses are the outcome classes a provider call is observed under.
 var providerClasses = []provider.Class{provider.Accepted, provider.NotSent, provider.Permanent, provider.Unknown}
 
+// ErrNoValue, from a gauge's read function, leaves the gauge out of the
+// scrape without an error: a value computed elsewhere (the leader's, on a
+// timer) is not there yet, or not in this process.
+var ErrNoValue = errors.New("metrics: no value in this process")
+
 // New registers herald's collectors on a fresh registry, with backlog read
-// from the store at scrape time.
+// at scrape time (herald's app serves it from memory, computed by the
+// leader on a timer: app/gauges.go).
 func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
@@ -335,6 +342,9 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	counts, err := c.read(ctx)
+	if errors.Is(err, ErrNoValue) {
+		return
+	}
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return

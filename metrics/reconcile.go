@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,6 +65,9 @@ func (c *reconcileCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	f, err := c.last(ctx)
+	if errors.Is(err, ErrNoValue) {
+		return
+	}
 	if err != nil {
 		for _, d := range []*prometheus.Desc{c.unowned, c.repaired, c.unknown, c.lastRun} {
 			ch <- prometheus.NewInvalidMetric(d, err)

@@ -1,0 +1,86 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/metrics"
+)
+
+// The store's gauges are computed by the leader on a timer and served
+// from memory (issue 13): scrapes never read the store, a process that
+// does not lead leaves them out, and a failed computation keeps the last
+// values and shows a scrape no error.
+func TestStoreGaugesAreServedFromMemory(t *testing.T) {
+	t.Parallel()
+	var reads atomic.Int64
+	var fail atomic.Bool
+	g := &storeGauges{
+		backlogOf: func(context.Context) (map[heraldtype.Lane]int, error) {
+			reads.Add(1)
+			if fail.Load() {
+				return nil, errors.New("dial postgres://herald:s3cret@db: connection refused")
+			}
+			return map[heraldtype.Lane]int{heraldtype.LaneAlert: 7}, nil
+		},
+		figuresOf: func(context.Context) (metrics.ReconcileFigures, error) { return metrics.ReconcileFigures{}, nil },
+		logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	m := metrics.New(g.Backlog)
+	m.WatchReconcile([]string{"lease"}, g.Figures)
+	srv := httptest.NewServer(httpapi.MetricsHandler(m, "", g.logger))
+	t.Cleanup(srv.Close)
+	scrape := func() string {
+		t.Helper()
+		res, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("scrape: %d %s", res.StatusCode, body)
+		}
+		return string(body)
+	}
+	const backlog = `herald_outbox_backlog{lane="alert"} 7`
+	if s := scrape(); strings.Contains(s, "herald_outbox_backlog") || strings.Contains(s, "herald_reconcile_unknown") {
+		t.Fatal("a process that has computed nothing shows the store's gauges")
+	}
+	now := time.Now()
+	g.refresh(context.Background(), now)
+	for range 20 {
+		if s := scrape(); !strings.Contains(s, backlog) || !strings.Contains(s, "herald_reconcile_unknown 0") {
+			t.Fatalf("after a refresh the scrape lacks the gauges:\n%s", s)
+		}
+	}
+	if n := reads.Load(); n != 1 {
+		t.Fatalf("21 scrapes and a refresh read the backlog %d times, want once (the refresh)", n)
+	}
+	// A failed refresh keeps the last values; no scrape sees the error.
+	fail.Store(true)
+	g.refresh(context.Background(), now.Add(time.Minute))
+	if s := scrape(); !strings.Contains(s, backlog) || strings.Contains(s, "s3cret") || strings.Contains(s, "refused") {
+		t.Fatalf("after a failed refresh:\n%s", s)
+	}
+	// A process that stops leading forgets them.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { g.run(ctx, time.Hour, func() bool { return false }); close(done) }()
+	testenv.WaitFor(t, "a process that does not lead to leave the backlog out", testenv.Patience, func() bool {
+		return !strings.Contains(scrape(), "herald_outbox_backlog")
+	})
+	cancel()
+	<-done
+}

@@ -1,0 +1,38 @@
+package httpapi_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/metrics"
+)
+
+// TestFailedScrapeAnswersNoErrorText: a collector that fails is logged and
+// left out; the scrape answers the rest, never the error's text, which
+// could name the database (issue 13).
+func TestFailedScrapeAnswersNoErrorText(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(func(context.Context) (map[heraldtype.Lane]int, error) {
+		return nil, errors.New("dial postgres://herald:s3cret@db.internal: connection refused")
+	})
+	srv := httptest.NewServer(httpapi.MetricsHandler(m, "", slog.New(slog.NewTextHandler(io.Discard, nil))))
+	t.Cleanup(srv.Close)
+	res, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK || strings.Contains(string(body), "s3cret") || strings.Contains(string(body), "db.internal") ||
+		!strings.Contains(string(body), "herald_notifications_accepted_total") {
+		t.Fatalf("scrape with a failing collector: %d\n%s", res.StatusCode, body)
+	}
+}
