@@ -16,7 +16,11 @@ func New(prefix string, now time.Time) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
 	_, _ = rand.Read(b[6:])
-	// 128 bits → 26 base32 characters (the top two bits are zero).
+	return prefix + "_" + encode(b)
+}
+
+// encode writes 128 bits as 26 base32 characters (the top two bits are zero).
+func encode(b [16]byte) string {
 	hi := binary.BigEndian.Uint64(b[:8])
 	lo := binary.BigEndian.Uint64(b[8:])
 	var out [26]byte
@@ -25,5 +29,5 @@ func New(prefix string, now time.Time) string {
 		lo = lo>>5 | hi<<59
 		hi >>= 5
 	}
-	return prefix + "_" + string(out[:])
+	return string(out[:])
 }

@@ -88,6 +88,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Deferrals", func(t *testing.T) { testDeferrals(t, h) })
 	t.Run("APIKeys", func(t *testing.T) { testAPIKeys(t, h) })
 	t.Run("Audit", func(t *testing.T) { testAudit(t, h) })
+	t.Run("Campaigns", func(t *testing.T) { testCampaigns(t, h) })
 	t.Run("Fairness", func(t *testing.T) { testFairness(t, h) })
 }
 

@@ -1,0 +1,184 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+)
+
+// Campaigns keeps campaigns (DESIGN §8, package campaign): one kind sent
+// to many recipients. A campaign is created DRAFT, takes pages of
+// recipients while it is DRAFT, is started (RUNNING) and fanned out in
+// batches by the leader (CampaignFanOut), each batch its own short
+// transaction, until it is DONE; a cancel ends it CANCELLED at any point.
+//
+// Exactly one notification per recipient: a recipient is added once
+// (unique per campaign, a repeated page adds nothing), with its
+// notification id fixed then; the fan-out writes recipients in seq order
+// and moves the campaign's cursor (every recipient up to it has its
+// notification) in the transaction that wrote them, so a batch that fails
+// or a process that dies mid-batch leaves nothing of it, and the next
+// batch starts where the last committed one ended. The notification's
+// primary key is the last guard: a write of an id that exists adds
+// nothing.
+type Campaigns interface {
+	// CampaignCreate writes a DRAFT campaign with its first recipients, or
+	// reports the campaign an earlier create with the same idempotency key
+	// made (Replayed) or that the key was used for another request
+	// (Conflict); either way it then writes nothing.
+	CampaignCreate(ctx context.Context, p CampaignCreateParams) (CampaignCreateResult, error)
+	// CampaignAddRecipients adds recipients to a DRAFT campaign; one it
+	// has already is left as it is. It returns how many were new.
+	// ErrNotFound for no such campaign of the tenant, ErrCampaignState
+	// when it is no longer DRAFT.
+	CampaignAddRecipients(ctx context.Context, tenant, id string, rs []CampaignRecipient) (int, error)
+	// CampaignStart moves a DRAFT campaign to RUNNING and returns it; a
+	// RUNNING or DONE one is returned as it is. ErrCampaignState for a
+	// CANCELLED one.
+	CampaignStart(ctx context.Context, tenant, id string) (Campaign, error)
+	// CampaignCancel ends a campaign CANCELLED: no recipient not yet
+	// fanned out gets a notification, and every send of its notifications
+	// that has not begun (no delivery row, or one waiting in RETRY_WAIT or
+	// PARKED) ends SUPPRESSED(CANCELLED), the single cancel's guarded
+	// write, set-based. It reports the campaign as it was at that moment.
+	// Cancelling again writes nothing and reports it as it is now.
+	CampaignCancel(ctx context.Context, tenant, id string) (CampaignCancelResult, error)
+	// CampaignGet returns a tenant's campaign with its send counts.
+	CampaignGet(ctx context.Context, tenant, id string) (Campaign, error)
+	// CampaignsRunning returns up to limit RUNNING campaigns, the
+	// earliest started first: the fan-out's work.
+	CampaignsRunning(ctx context.Context, limit int) ([]CampaignRef, error)
+	// CampaignFanOut writes the notifications and outbox rows of the next
+	// p.Limit recipients of a RUNNING campaign in one transaction and
+	// moves its cursor and enqueued counter in the same one; once no
+	// recipient is left it ends the campaign DONE.
+	CampaignFanOut(ctx context.Context, p CampaignFanOutParams) (CampaignFanOutResult, error)
+}
+
+// ErrCampaignState is returned for a write the campaign's state refuses.
+var ErrCampaignState = errors.New("store: the campaign's state does not allow this")
+
+// Campaign states.
+const (
+	CampaignDraft     = "DRAFT"
+	CampaignRunning   = "RUNNING"
+	CampaignDone      = "DONE"
+	CampaignCancelled = "CANCELLED"
+)
+
+// CampaignCreateParams is one POST /v1/campaigns.
+type CampaignCreateParams struct {
+	ID     string
+	Tenant string
+	// IdempotencyKey and RequestHash: the same key with the same hash is
+	// a replay, with another hash a conflict.
+	IdempotencyKey string
+	RequestHash    string
+	Kind           string
+	Lane           heraldtype.Lane
+	// Channels are the kind's channels in its order, Fallback whether they
+	// are a chain (FallbackSteps). The inbox channel is not supported.
+	Channels []heraldtype.Channel
+	Fallback bool
+	Params   json.RawMessage
+	SendAt   *time.Time
+	// Recipients is the first page (may be empty).
+	Recipients []CampaignRecipient
+}
+
+// CampaignCreateResult is what CampaignCreate did.
+type CampaignCreateResult struct {
+	// Outcome is Created, Replayed (ID is the earlier campaign's) or
+	// Conflict.
+	Outcome CreateOutcome
+	ID      string
+}
+
+// CampaignRecipient is one recipient of a campaign.
+type CampaignRecipient struct {
+	Recipient string
+	// NotificationID is the id its notification gets (fixed when it is
+	// added).
+	NotificationID string
+	// Params are the notification's params when the recipient has its own
+	// (already merged over the campaign's); nil for the campaign's.
+	Params json.RawMessage
+}
+
+// Campaign is a campaign as GET /v1/campaigns/{id} shows it.
+type Campaign struct {
+	ID     string
+	Tenant string
+	Kind   string
+	Lane   heraldtype.Lane
+	State  string
+	// Params are the campaign's own params (a recipient's override key
+	// by key).
+	Params json.RawMessage
+	// Total counts the recipients added, Enqueued those fanned out.
+	Total    int64
+	Enqueued int64
+	// Counts are its notifications' sends by outcome.
+	Counts    CampaignCounts
+	SendAt    *time.Time
+	CreatedAt time.Time
+	StartedAt *time.Time
+	EndedAt   *time.Time
+}
+
+// CampaignCounts counts a campaign's sends (one per outbox row: a push to
+// three devices is three) by how they ended: Sent (PROVIDER_ACCEPTED,
+// DELIVERED), Suppressed (SUPPRESSED, or a fallback step not needed),
+// Failed (PERMANENT_FAILURE, RETRY_EXHAUSTED, or an outbox row that
+// EXPIRED or FAILED unsent), Unknown (UNKNOWN). The others are under way.
+type CampaignCounts struct {
+	Sent, Suppressed, Failed, Unknown int64
+}
+
+// CampaignCancelResult is what a cancel found and did.
+type CampaignCancelResult struct {
+	// Campaign is the campaign as it was when the cancel took it: its
+	// counts are the sends that had already ended.
+	Campaign Campaign
+	// Cancelled counts the sends the cancel ended SUPPRESSED(CANCELLED);
+	// InFlight those it left because they were SENDING (a provider call
+	// may be under way; they end as the sender records them).
+	Cancelled int64
+	InFlight  int64
+	// Already: the campaign was CANCELLED before; nothing was written.
+	Already bool
+}
+
+// CampaignRef names a RUNNING campaign.
+type CampaignRef struct {
+	Tenant string
+	ID     string
+}
+
+// CampaignFanOutParams is one fan-out batch.
+type CampaignFanOutParams struct {
+	Tenant string
+	ID     string
+	// Limit is how many recipients the batch takes; at least 1.
+	Limit int
+	// BeforeCommit, when set (tests), runs inside the batch's transaction
+	// after its writes; an error rolls the whole batch back, as a crash
+	// there would.
+	BeforeCommit func() error
+}
+
+// CampaignFanOutResult is what one batch wrote.
+type CampaignFanOutResult struct {
+	// Recipients counts the recipients the batch took, Notifications and
+	// Outbox the rows it wrote.
+	Recipients    int
+	Notifications int
+	Outbox        int
+	// Done: no recipient is left; the campaign is DONE (or was not
+	// RUNNING: cancelled, or done before).
+	Done bool
+	Lane heraldtype.Lane
+}

@@ -1,0 +1,435 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+var _ store.Campaigns = (*Store)(nil)
+
+// Campaigns (store.Campaigns). Every write locks the campaign's row first
+// (FOR UPDATE), so a page, a start, a fan-out batch and a cancel of one
+// campaign take turns: a cancel sees exactly the batches that committed
+// before it, and no batch commits after it.
+const (
+	// $1 id, $2 tenant, $3 kind, $4 lane, $5 channels, $6 steps, $7 params,
+	// $8 send_at, $9 idempotency key, $10 request hash, $11 now.
+	qCampaignInsert = `INSERT INTO campaigns (id, tenant, kind, lane, channels, steps, params, send_at, state, idempotency_key, request_hash, created_at)
+VALUES ($1::text, $2::text, $3::text, $4::text, $5::text[], $6::integer[], $7::json, $8::timestamptz, 'DRAFT', $9::text, $10::text,
+        coalesce($11::timestamptz, now()))
+ON CONFLICT (tenant, idempotency_key) DO NOTHING
+RETURNING id`
+	qCampaignByKey = `SELECT id, request_hash FROM campaigns WHERE tenant = $1::text AND idempotency_key = $2::text`
+	qCampaignLock  = `SELECT state, fanout_seq FROM campaigns WHERE tenant = $1::text AND id = $2::text FOR UPDATE`
+
+	// qCampaignRecipientsAdd adds a page ($2 recipients, $3 notification
+	// ids, $4 params, NULL for the campaign's) in the page's order and
+	// counts the new ones into total in the same statement.
+	qCampaignRecipientsAdd = `WITH i AS (
+    INSERT INTO campaign_recipients (campaign_id, recipient, notification_id, params)
+    SELECT $1::text, x.recipient, x.nid, x.params::json
+    FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS x (recipient, nid, params, ord)
+    ORDER BY x.ord
+    ON CONFLICT (campaign_id, recipient) DO NOTHING
+    RETURNING 1
+),
+u AS (UPDATE campaigns SET total = total + (SELECT count(*) FROM i) WHERE id = $1::text)
+SELECT count(*) FROM i`
+
+	qCampaignStart = `UPDATE campaigns SET state = 'RUNNING', started_at = coalesce($3::timestamptz, now())
+WHERE tenant = $1::text AND id = $2::text AND state = 'DRAFT'`
+
+	qCampaignGet = `SELECT id, tenant, kind, lane, state, params::text, total, enqueued, send_at, created_at, started_at, ended_at
+FROM campaigns WHERE tenant = $1::text AND id = $2::text`
+
+	// qCampaignCounts counts a campaign's sends by outcome
+	// (store.CampaignCounts): the notifications through their campaign
+	// index, each one's outbox rows through the primary key's
+	// notification_id prefix, each row's delivery through its message id.
+	qCampaignCounts = `SELECT
+    count(*) FILTER (WHERE d.state IN ('PROVIDER_ACCEPTED', 'DELIVERED')),
+    count(*) FILTER (WHERE d.state = 'SUPPRESSED' OR (d.state IS NULL AND o.state = 'SKIPPED')),
+    count(*) FILTER (WHERE d.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED') OR (d.state IS NULL AND o.state IN ('EXPIRED', 'FAILED'))),
+    count(*) FILTER (WHERE d.state = 'UNKNOWN')
+FROM notifications n JOIN outbox o ON o.notification_id = n.id LEFT JOIN deliveries d ON d.message_id = o.message_id
+WHERE n.campaign_id = $1::text`
+
+	qCampaignsRunning = `SELECT tenant, id FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT $1`
+
+	qCampaignFanOutHead = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq
+FROM campaigns WHERE tenant = $1::text AND id = $2::text FOR UPDATE`
+
+	// qCampaignFanOut writes the notifications and outbox rows of the next
+	// $3 recipients after the cursor $2, as intake's statement writes one
+	// notification's (qNotificationCreateMany): one outbox row per channel
+	// ($10 channels, $11 their fallback steps), per active device for push,
+	// a chain's first step PENDING and the later ones WAITING. A
+	// notification id that exists already writes nothing (the primary
+	// key). It returns the recipients taken, the last one's seq (the new
+	// cursor) and the rows written.
+	//
+	// $1 campaign id, $4 tenant, $5 kind, $6 lane, $7 params, $8 send_at,
+	// $9 now.
+	qCampaignFanOut = `WITH r AS MATERIALIZED (
+    SELECT seq, recipient, notification_id, params FROM campaign_recipients
+    WHERE campaign_id = $1::text AND seq > $2::bigint ORDER BY seq LIMIT $3
+),
+n AS (
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, send_at, created_at, campaign_id)
+    SELECT r.notification_id, $4::text, r.recipient, $1::text, $5::text, $6::text, coalesce(r.params, $7::json), $8::timestamptz,
+           coalesce($9::timestamptz, now()), $1::text
+    FROM r ORDER BY r.seq
+    ON CONFLICT DO NOTHING
+    RETURNING id, recipient, created_at
+),
+o AS (
+    INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
+                        fallback_step)
+    SELECT n.id, n.id || '.' || c.channel || coalesce('.' || dv.device_id, ''), $4::text, $6::text, c.channel || coalesce('.' || dv.device_id, ''),
+           CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '', greatest(n.created_at, $8::timestamptz), NULL, n.created_at, n.created_at,
+           nullif(c.step, 0)
+    FROM n CROSS JOIN unnest($10::text[], $11::integer[]) AS c (channel, step)
+    LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $4::text AND dv.recipient = n.recipient AND dv.active
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM r), coalesce((SELECT max(seq) FROM r), $2::bigint), (SELECT count(*) FROM n), (SELECT count(*) FROM o)`
+
+	// $1 id, $2 new cursor, $3 recipients taken, $4 done, $5 now.
+	qCampaignAdvance = `UPDATE campaigns SET fanout_seq = $2::bigint, enqueued = enqueued + $3::bigint,
+    state = CASE WHEN $4::boolean THEN 'DONE' ELSE state END,
+    ended_at = CASE WHEN $4::boolean THEN coalesce($5::timestamptz, now()) ELSE ended_at END
+WHERE id = $1::text`
+
+	qCampaignCancelMark = `UPDATE campaigns SET state = 'CANCELLED', ended_at = coalesce($2::timestamptz, now()) WHERE id = $1::text
+RETURNING ended_at`
+
+	// qCampaignCancelSends ends every send of the campaign that has not
+	// begun with the single cancel's guarded write (qDeliveryDecide),
+	// set-based: SUPPRESSED(CANCELLED) where there is no delivery row or
+	// one waiting (RETRY_WAIT, PARKED); never over SENDING or a result.
+	// A fallback step still WAITING is skipped (SKIPPED,
+	// FALLBACK_NOT_NEEDED, after CANCELLED), the write a cancelled earlier
+	// step's end makes (qFallbackMove), so a chain whose step is in flight
+	// now releases nothing later. It returns the sends it ended and those
+	// it left SENDING.
+	//
+	// $1 campaign id, $2 tenant, $3 now.
+	qCampaignCancelSends = `WITH m AS MATERIALIZED (
+    SELECT o.message_id, o.notification_id, o.channel, o.state FROM notifications n JOIN outbox o ON o.notification_id = n.id
+    WHERE n.campaign_id = $1::text AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED')
+),
+s AS (
+    INSERT INTO deliveries AS d (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
+    SELECT m.message_id, m.notification_id, $2::text, m.channel, 'SUPPRESSED', 'CANCELLED', coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
+    FROM m WHERE m.state <> 'WAITING'
+    ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
+    SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
+    WHERE d.state IN ('RETRY_WAIT', 'PARKED')
+    RETURNING 1
+),
+w AS (
+    UPDATE outbox o SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = 'CANCELLED',
+        updated_at = coalesce($3::timestamptz, clock_timestamp())
+    FROM m WHERE m.state = 'WAITING' AND o.notification_id = m.notification_id AND o.channel = m.channel AND o.state = 'WAITING'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM s) + (SELECT count(*) FROM w),
+       (SELECT count(*) FROM m JOIN deliveries d ON d.message_id = m.message_id WHERE d.state = 'SENDING')`
+)
+
+// CampaignCreate writes a DRAFT campaign and its first page in one
+// transaction.
+func (s *Store) CampaignCreate(ctx context.Context, p store.CampaignCreateParams) (store.CampaignCreateResult, error) {
+	res, err := s.campaignCreate(ctx, p)
+	if err != nil {
+		return res, s.fail("create campaign", err)
+	}
+	return res, nil
+}
+
+func (s *Store) campaignCreate(ctx context.Context, p store.CampaignCreateParams) (store.CampaignCreateResult, error) {
+	channels, steps := campaignChannels(p.Channels, p.Fallback)
+	params := p.Params
+	if len(params) == 0 {
+		params = json.RawMessage("{}")
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return store.CampaignCreateResult{}, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var id string
+	err = tx.QueryRow(ctx, qCampaignInsert, p.ID, p.Tenant, p.Kind, string(p.Lane), channels, steps, string(params), p.SendAt,
+		p.IdempotencyKey, p.RequestHash, s.now()).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var hash string
+		if err := tx.QueryRow(ctx, qCampaignByKey, p.Tenant, p.IdempotencyKey).Scan(&id, &hash); err != nil {
+			return store.CampaignCreateResult{}, fmt.Errorf("read campaign by key: %w", err)
+		}
+		if hash != p.RequestHash {
+			return store.CampaignCreateResult{Outcome: store.Conflict}, nil
+		}
+		return store.CampaignCreateResult{Outcome: store.Replayed, ID: id}, nil
+	}
+	if err != nil {
+		return store.CampaignCreateResult{}, fmt.Errorf("insert campaign: %w", err)
+	}
+	if _, err := addRecipients(ctx, tx, p.ID, p.Recipients); err != nil {
+		return store.CampaignCreateResult{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.CampaignCreateResult{}, fmt.Errorf("commit: %w", err)
+	}
+	return store.CampaignCreateResult{Outcome: store.Created, ID: p.ID}, nil
+}
+
+// campaignChannels returns the channels and their fallback steps as the
+// campaign row keeps them.
+func campaignChannels(chs []heraldtype.Channel, chain bool) ([]string, []int32) {
+	names, steps := make([]string, len(chs)), make([]int32, len(chs))
+	for i, n := range store.FallbackSteps(chs, chain) {
+		names[i], steps[i] = string(chs[i]), int32(n)
+	}
+	return names, steps
+}
+
+func addRecipients(ctx context.Context, tx pgx.Tx, id string, rs []store.CampaignRecipient) (int, error) {
+	if len(rs) == 0 {
+		return 0, nil
+	}
+	recipients, nids, params := make([]string, len(rs)), make([]string, len(rs)), make([]*string, len(rs))
+	for i, r := range rs {
+		recipients[i], nids[i] = r.Recipient, r.NotificationID
+		if r.Params != nil {
+			p := string(r.Params)
+			params[i] = &p
+		}
+	}
+	var n int
+	if err := tx.QueryRow(ctx, qCampaignRecipientsAdd, id, recipients, nids, params).Scan(&n); err != nil {
+		return 0, fmt.Errorf("add recipients: %w", err)
+	}
+	return n, nil
+}
+
+// lockCampaign locks the campaign's row for tx and returns its state and
+// fan-out cursor, or store.ErrNotFound.
+func lockCampaign(ctx context.Context, tx pgx.Tx, tenant, id string) (state string, cursor int64, err error) {
+	err = tx.QueryRow(ctx, qCampaignLock, tenant, id).Scan(&state, &cursor)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, store.ErrNotFound
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("lock campaign: %w", err)
+	}
+	return state, cursor, nil
+}
+
+// CampaignAddRecipients adds a page to a DRAFT campaign.
+func (s *Store) CampaignAddRecipients(ctx context.Context, tenant, id string, rs []store.CampaignRecipient) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		state, _, err := lockCampaign(ctx, tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		if state != store.CampaignDraft {
+			return store.ErrCampaignState
+		}
+		n, err = addRecipients(ctx, tx, id, rs)
+		return err
+	})
+	if err != nil {
+		return 0, s.campaignFail("add campaign recipients", err)
+	}
+	return n, nil
+}
+
+// campaignFail wraps err, leaving the sentinel errors as they are.
+func (s *Store) campaignFail(what string, err error) error {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCampaignState) {
+		return err
+	}
+	return s.fail(what, err)
+}
+
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// CampaignStart moves a DRAFT campaign to RUNNING.
+func (s *Store) CampaignStart(ctx context.Context, tenant, id string) (store.Campaign, error) {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		state, _, err := lockCampaign(ctx, tx, tenant, id)
+		switch {
+		case err != nil:
+			return err
+		case state == store.CampaignCancelled:
+			return store.ErrCampaignState
+		case state != store.CampaignDraft:
+			return nil
+		}
+		if _, err := tx.Exec(ctx, qCampaignStart, tenant, id, s.now()); err != nil {
+			return fmt.Errorf("start campaign: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Campaign{}, s.campaignFail("start campaign", err)
+	}
+	return s.CampaignGet(ctx, tenant, id)
+}
+
+// querier is what a campaign read runs on: the pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// CampaignGet returns a campaign with its counts.
+func (s *Store) CampaignGet(ctx context.Context, tenant, id string) (store.Campaign, error) {
+	c, err := readCampaign(ctx, s.pool, tenant, id)
+	if err != nil {
+		return c, s.campaignFail("read campaign", err)
+	}
+	return c, nil
+}
+
+func readCampaign(ctx context.Context, q querier, tenant, id string) (store.Campaign, error) {
+	var c store.Campaign
+	var lane, params string
+	err := q.QueryRow(ctx, qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued,
+		&c.SendAt, &c.CreatedAt, &c.StartedAt, &c.EndedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, store.ErrNotFound
+	}
+	if err != nil {
+		return c, fmt.Errorf("read campaign: %w", err)
+	}
+	c.Lane, c.Params = heraldtype.Lane(lane), json.RawMessage(params)
+	c.SendAt, c.StartedAt, c.EndedAt = utcPtr(c.SendAt), utcPtr(c.StartedAt), utcPtr(c.EndedAt)
+	c.CreatedAt = utc(c.CreatedAt)
+	k := &c.Counts
+	if err := q.QueryRow(ctx, qCampaignCounts, id).Scan(&k.Sent, &k.Suppressed, &k.Failed, &k.Unknown); err != nil {
+		return c, fmt.Errorf("count campaign sends: %w", err)
+	}
+	return c, nil
+}
+
+// CampaignsRunning lists RUNNING campaigns.
+func (s *Store) CampaignsRunning(ctx context.Context, limit int) ([]store.CampaignRef, error) {
+	rows, err := s.pool.Query(ctx, qCampaignsRunning, limit)
+	if err != nil {
+		return nil, s.fail("list running campaigns", err)
+	}
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.CampaignRef, error) {
+		var c store.CampaignRef
+		return c, r.Scan(&c.Tenant, &c.ID)
+	})
+	if err != nil {
+		return nil, s.fail("list running campaigns", err)
+	}
+	return refs, nil
+}
+
+// CampaignFanOut writes one batch (qCampaignFanOut) and moves the cursor
+// in one transaction.
+func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
+	var res store.CampaignFanOutResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		res = store.CampaignFanOutResult{}
+		var kind, lane, state, params string
+		var channels []string
+		var steps []int32
+		var sendAt *time.Time
+		var cursor int64
+		err := tx.QueryRow(ctx, qCampaignFanOutHead, p.Tenant, p.ID).Scan(&kind, &lane, &channels, &steps, &params, &sendAt, &state, &cursor)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("lock campaign: %w", err)
+		}
+		res.Lane = heraldtype.Lane(lane)
+		if state != store.CampaignRunning {
+			res.Done = true
+			return nil
+		}
+		now := s.now()
+		var last int64
+		err = tx.QueryRow(ctx, qCampaignFanOut, p.ID, cursor, p.Limit, p.Tenant, kind, lane, params, sendAt, now, channels, steps).
+			Scan(&res.Recipients, &last, &res.Notifications, &res.Outbox)
+		if err != nil {
+			return fmt.Errorf("write batch: %w", err)
+		}
+		res.Done = res.Recipients < p.Limit
+		if _, err := tx.Exec(ctx, qCampaignAdvance, p.ID, last, res.Recipients, res.Done, now); err != nil {
+			return fmt.Errorf("advance cursor: %w", err)
+		}
+		if p.BeforeCommit != nil {
+			return p.BeforeCommit()
+		}
+		return nil
+	})
+	if err != nil {
+		return store.CampaignFanOutResult{}, s.campaignFail("fan out campaign", err)
+	}
+	if res.Outbox > 0 {
+		s.wakeups.Notify(res.Lane)
+		s.notify.committed(res.Lane)
+	}
+	return res, nil
+}
+
+// CampaignCancel ends a campaign CANCELLED and its sends that have not
+// begun, reporting what had gone before.
+func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.CampaignCancelResult, error) {
+	var res store.CampaignCancelResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		res = store.CampaignCancelResult{}
+		state, _, err := lockCampaign(ctx, tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		if res.Campaign, err = readCampaign(ctx, tx, tenant, id); err != nil {
+			return err
+		}
+		if state == store.CampaignCancelled {
+			res.Already = true
+			return nil
+		}
+		now := s.now()
+		var ended time.Time
+		if err := tx.QueryRow(ctx, qCampaignCancelMark, id, now).Scan(&ended); err != nil {
+			return fmt.Errorf("mark campaign cancelled: %w", err)
+		}
+		ended = ended.UTC()
+		res.Campaign.State, res.Campaign.EndedAt = store.CampaignCancelled, &ended
+		if err := tx.QueryRow(ctx, qCampaignCancelSends, id, tenant, now).Scan(&res.Cancelled, &res.InFlight); err != nil {
+			return fmt.Errorf("cancel campaign sends: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.CampaignCancelResult{}, s.campaignFail("cancel campaign", err)
+	}
+	return res, nil
+}

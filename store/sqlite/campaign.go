@@ -1,0 +1,382 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+var _ store.Campaigns = (*Store)(nil)
+
+// Campaigns (store.Campaigns). The single writer orders every write of a
+// campaign: a page, a start, a fan-out batch and a cancel each run whole
+// in one of its transactions.
+const (
+	qCampaignInsert = `INSERT INTO campaigns (id, tenant, kind, lane, channels, params, send_at, state, idempotency_key, request_hash, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'DRAFT', ?, ?, ?) ON CONFLICT (tenant, idempotency_key) DO NOTHING`
+	qCampaignByKey = `SELECT id, request_hash FROM campaigns WHERE tenant = ? AND idempotency_key = ?`
+	qCampaignState = `SELECT state FROM campaigns WHERE tenant = ? AND id = ?`
+	// qCampaignRecipientAdd adds one recipient of a page; the page's rows
+	// run in its order in one transaction, so seq keeps that order.
+	qCampaignRecipientAdd = `INSERT INTO campaign_recipients (campaign_id, recipient, notification_id, params) VALUES (?, ?, ?, ?)
+ON CONFLICT (campaign_id, recipient) DO NOTHING`
+	qCampaignTotal = `UPDATE campaigns SET total = total + ? WHERE id = ?`
+	qCampaignStart = `UPDATE campaigns SET state = 'RUNNING', started_at = ? WHERE tenant = ? AND id = ? AND state = 'DRAFT'`
+	qCampaignGet   = `SELECT id, tenant, kind, lane, state, params, total, enqueued, send_at, created_at, started_at, ended_at
+FROM campaigns WHERE tenant = ? AND id = ?`
+	// qCampaignCounts: store.CampaignCounts, as PostgreSQL's statement.
+	qCampaignCounts = `SELECT
+    coalesce(sum(d.state IN ('PROVIDER_ACCEPTED', 'DELIVERED')), 0),
+    coalesce(sum(d.state = 'SUPPRESSED' OR (d.state IS NULL AND o.state = 'SKIPPED')), 0),
+    coalesce(sum(d.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED') OR (d.state IS NULL AND o.state IN ('EXPIRED', 'FAILED'))), 0),
+    coalesce(sum(d.state = 'UNKNOWN'), 0)
+FROM notifications n JOIN outbox o ON o.notification_id = n.id LEFT JOIN deliveries d ON d.message_id = o.message_id
+WHERE n.campaign_id = ?`
+	qCampaignsRunning   = `SELECT tenant, id FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT ?`
+	qCampaignFanOutHead = `SELECT kind, lane, channels, params, send_at, state, fanout_seq FROM campaigns WHERE tenant = ? AND id = ?`
+	// qCampaignBatch bounds the next batch: how many recipients follow the
+	// cursor ?2 (at most ?3) and the last one's seq.
+	qCampaignBatch = `SELECT count(*), coalesce(max(seq), ?2) FROM (
+    SELECT seq FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3)`
+	// qCampaignNotifications writes the batch's notifications (seq in
+	// (?2, ?3]); an id that exists writes nothing.
+	qCampaignNotifications = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, send_at, created_at, campaign_id)
+SELECT notification_id, ?4, recipient, ?1, ?5, ?6, coalesce(params, ?7), ?8, ?9, ?1
+FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq
+ON CONFLICT DO NOTHING`
+	// qCampaignOutbox writes their outbox rows as intake does (insertPlanned):
+	// one per channel of ?7 (a JSON array of [channel, step]), per active
+	// device for push, a chain's first step PENDING and the later ones
+	// WAITING; a message id that exists writes nothing.
+	qCampaignOutbox = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
+                    fallback_step)
+SELECT r.notification_id, r.notification_id || '.' || json_extract(c.value, '$[0]') || coalesce('.' || dv.device_id, ''), ?4, ?5,
+       json_extract(c.value, '$[0]') || coalesce('.' || dv.device_id, ''),
+       CASE WHEN json_extract(c.value, '$[1]') > 1 THEN 'WAITING' ELSE 'PENDING' END, ?6, NULL, ?8, ?8, nullif(json_extract(c.value, '$[1]'), 0)
+FROM campaign_recipients r CROSS JOIN json_each(?7) c
+LEFT JOIN devices dv ON json_extract(c.value, '$[0]') = 'push' AND dv.tenant = ?4 AND dv.recipient = r.recipient AND dv.active = 1
+WHERE r.campaign_id = ?1 AND r.seq > ?2 AND r.seq <= ?3
+ORDER BY r.seq, c.key, dv.device_id
+ON CONFLICT DO NOTHING`
+	qCampaignAdvance = `UPDATE campaigns SET fanout_seq = ?2, enqueued = enqueued + ?3,
+    state = CASE WHEN ?4 THEN 'DONE' ELSE state END, ended_at = CASE WHEN ?4 THEN ?5 ELSE ended_at END
+WHERE id = ?1`
+	qCampaignCancelMark = `UPDATE campaigns SET state = 'CANCELLED', ended_at = ? WHERE id = ?`
+	// The cancel's writes: PostgreSQL's qCampaignCancelSends, one
+	// statement each. ?1 campaign id, ?2 tenant, ?3 now.
+	qCampaignInFlight = `SELECT count(*) FROM notifications n JOIN outbox o ON o.notification_id = n.id
+JOIN deliveries d ON d.message_id = o.message_id
+WHERE n.campaign_id = ?1 AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING') AND d.state = 'SENDING'`
+	qCampaignCancelSends = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
+SELECT o.message_id, o.notification_id, ?2, o.channel, 'SUPPRESSED', 'CANCELLED', ?3, ?3
+FROM notifications n JOIN outbox o ON o.notification_id = n.id
+WHERE n.campaign_id = ?1 AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING')
+ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
+WHERE deliveries.state IN ('RETRY_WAIT', 'PARKED')`
+	qCampaignCancelWaiting = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = 'CANCELLED', updated_at = ?3
+WHERE state = 'WAITING' AND tenant = ?2 AND notification_id IN (SELECT id FROM notifications WHERE campaign_id = ?1)`
+)
+
+// CampaignCreate writes a DRAFT campaign and its first page in one
+// transaction.
+func (s *Store) CampaignCreate(ctx context.Context, p store.CampaignCreateParams) (store.CampaignCreateResult, error) {
+	channels, err := campaignChannels(p.Channels, p.Fallback)
+	if err != nil {
+		return store.CampaignCreateResult{}, err
+	}
+	var res store.CampaignCreateResult
+	err = s.w.do(ctx, func(tx wtx) error {
+		res = store.CampaignCreateResult{}
+		r, err := tx.Exec(qCampaignInsert, p.ID, p.Tenant, p.Kind, string(p.Lane), channels, string(paramsOrEmpty(p.Params)),
+			msPtr(p.SendAt), p.IdempotencyKey, p.RequestHash, s.now())
+		if err != nil {
+			return fmt.Errorf("insert campaign: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n == 0 {
+			var id, hash string
+			if err := tx.QueryRow(qCampaignByKey, p.Tenant, p.IdempotencyKey).Scan(&id, &hash); err != nil {
+				return fmt.Errorf("read campaign by key: %w", err)
+			}
+			res = store.CampaignCreateResult{Outcome: store.Conflict}
+			if hash == p.RequestHash {
+				res = store.CampaignCreateResult{Outcome: store.Replayed, ID: id}
+			}
+			return nil
+		}
+		if _, err := addRecipients(tx, p.ID, p.Recipients); err != nil {
+			return err
+		}
+		res = store.CampaignCreateResult{Outcome: store.Created, ID: p.ID}
+		return nil
+	})
+	if err != nil {
+		return store.CampaignCreateResult{}, fmt.Errorf("create campaign: %w", err)
+	}
+	return res, nil
+}
+
+// campaignChannels returns the channels with their fallback steps as the
+// fan-out's JSON array of [channel, step].
+func campaignChannels(chs []heraldtype.Channel, chain bool) (string, error) {
+	pairs := make([][2]any, len(chs))
+	for i, n := range store.FallbackSteps(chs, chain) {
+		pairs[i] = [2]any{string(chs[i]), n}
+	}
+	b, err := json.Marshal(pairs)
+	if err != nil {
+		return "", fmt.Errorf("encode campaign channels: %w", err)
+	}
+	return string(b), nil
+}
+
+func addRecipients(tx wtx, id string, rs []store.CampaignRecipient) (int, error) {
+	added := 0
+	for _, r := range rs {
+		var params any
+		if r.Params != nil {
+			params = string(r.Params)
+		}
+		res, err := tx.Exec(qCampaignRecipientAdd, id, r.Recipient, r.NotificationID, params)
+		if err != nil {
+			return 0, fmt.Errorf("add recipient: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		added += int(n)
+	}
+	if _, err := tx.Exec(qCampaignTotal, added, id); err != nil {
+		return 0, fmt.Errorf("count recipients: %w", err)
+	}
+	return added, nil
+}
+
+func campaignState(tx wtx, tenant, id string) (string, error) {
+	var state string
+	err := tx.QueryRow(qCampaignState, tenant, id).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", store.ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("read campaign state: %w", err)
+	}
+	return state, nil
+}
+
+// campaignErr wraps err, leaving the sentinel errors as they are.
+func campaignErr(what string, err error) error {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCampaignState) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// CampaignAddRecipients adds a page to a DRAFT campaign.
+func (s *Store) CampaignAddRecipients(ctx context.Context, tenant, id string, rs []store.CampaignRecipient) (int, error) {
+	var n int
+	err := s.w.do(ctx, func(tx wtx) error {
+		n = 0
+		state, err := campaignState(tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		if state != store.CampaignDraft {
+			return store.ErrCampaignState
+		}
+		n, err = addRecipients(tx, id, rs)
+		return err
+	})
+	if err != nil {
+		return 0, campaignErr("add campaign recipients", err)
+	}
+	return n, nil
+}
+
+// CampaignStart moves a DRAFT campaign to RUNNING.
+func (s *Store) CampaignStart(ctx context.Context, tenant, id string) (store.Campaign, error) {
+	err := s.w.do(ctx, func(tx wtx) error {
+		state, err := campaignState(tx, tenant, id)
+		switch {
+		case err != nil:
+			return err
+		case state == store.CampaignCancelled:
+			return store.ErrCampaignState
+		}
+		if _, err := tx.Exec(qCampaignStart, s.now(), tenant, id); err != nil {
+			return fmt.Errorf("start campaign: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Campaign{}, campaignErr("start campaign", err)
+	}
+	return s.CampaignGet(ctx, tenant, id)
+}
+
+// rowQuerier is what a campaign read runs on: the read pool or the
+// writer's transaction.
+type rowQuerier func(q string, args ...any) *sql.Row
+
+// CampaignGet returns a campaign with its counts.
+func (s *Store) CampaignGet(ctx context.Context, tenant, id string) (store.Campaign, error) {
+	c, err := readCampaign(func(q string, args ...any) *sql.Row { return s.queryRow(ctx, q, args...) }, tenant, id)
+	if err != nil {
+		return c, campaignErr("read campaign", err)
+	}
+	return c, nil
+}
+
+func readCampaign(q rowQuerier, tenant, id string) (store.Campaign, error) {
+	var c store.Campaign
+	var lane, params string
+	var sendAt, started, ended sql.NullInt64
+	var created int64
+	err := q(qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued, &sendAt, &created, &started, &ended)
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, store.ErrNotFound
+	}
+	if err != nil {
+		return c, fmt.Errorf("read campaign: %w", err)
+	}
+	c.Lane, c.Params, c.CreatedAt = heraldtype.Lane(lane), json.RawMessage(params), fromMs(created)
+	c.SendAt, c.StartedAt, c.EndedAt = fromNullMs(sendAt), fromNullMs(started), fromNullMs(ended)
+	k := &c.Counts
+	if err := q(qCampaignCounts, id).Scan(&k.Sent, &k.Suppressed, &k.Failed, &k.Unknown); err != nil {
+		return c, fmt.Errorf("count campaign sends: %w", err)
+	}
+	return c, nil
+}
+
+// CampaignsRunning lists RUNNING campaigns.
+func (s *Store) CampaignsRunning(ctx context.Context, limit int) ([]store.CampaignRef, error) {
+	rows, err := s.rdb.QueryContext(ctx, qCampaignsRunning, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list running campaigns: %w", err)
+	}
+	defer rows.Close()
+	var out []store.CampaignRef
+	for rows.Next() {
+		var c store.CampaignRef
+		if err := rows.Scan(&c.Tenant, &c.ID); err != nil {
+			return nil, fmt.Errorf("list running campaigns: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list running campaigns: %w", err)
+	}
+	return out, nil
+}
+
+// CampaignFanOut writes one batch and moves the cursor in one of the
+// writer's transactions.
+func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
+	var res store.CampaignFanOutResult
+	err := s.w.do(ctx, func(tx wtx) error {
+		res = store.CampaignFanOutResult{}
+		var kind, lane, channels, params, state string
+		var sendAt sql.NullInt64
+		var cursor int64
+		err := tx.QueryRow(qCampaignFanOutHead, p.Tenant, p.ID).Scan(&kind, &lane, &channels, &params, &sendAt, &state, &cursor)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("read campaign: %w", err)
+		}
+		res.Lane = heraldtype.Lane(lane)
+		if state != store.CampaignRunning {
+			res.Done = true
+			return nil
+		}
+		var last int64
+		if err := tx.QueryRow(qCampaignBatch, p.ID, cursor, p.Limit).Scan(&res.Recipients, &last); err != nil {
+			return fmt.Errorf("bound batch: %w", err)
+		}
+		now := s.now()
+		available := now
+		if sendAt.Valid && sendAt.Int64 > now {
+			available = sendAt.Int64
+		}
+		if res.Recipients > 0 {
+			r, err := tx.Exec(qCampaignNotifications, p.ID, cursor, last, p.Tenant, kind, lane, params, nullMs(sendAt), now)
+			if err != nil {
+				return fmt.Errorf("write notifications: %w", err)
+			}
+			n, _ := r.RowsAffected()
+			res.Notifications = int(n)
+			if r, err = tx.Exec(qCampaignOutbox, p.ID, cursor, last, p.Tenant, lane, available, channels, now); err != nil {
+				return fmt.Errorf("write outbox rows: %w", err)
+			}
+			n, _ = r.RowsAffected()
+			res.Outbox = int(n)
+		}
+		res.Done = res.Recipients < p.Limit
+		if _, err := tx.Exec(qCampaignAdvance, p.ID, last, res.Recipients, res.Done, now); err != nil {
+			return fmt.Errorf("advance cursor: %w", err)
+		}
+		if p.BeforeCommit != nil {
+			return p.BeforeCommit()
+		}
+		return nil
+	})
+	if err != nil {
+		return store.CampaignFanOutResult{}, campaignErr("fan out campaign", err)
+	}
+	if res.Outbox > 0 {
+		s.wakeups.Notify(res.Lane)
+	}
+	return res, nil
+}
+
+func nullMs(v sql.NullInt64) any {
+	if !v.Valid {
+		return nil
+	}
+	return v.Int64
+}
+
+// CampaignCancel ends a campaign CANCELLED and its sends that have not
+// begun, reporting what had gone before.
+func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.CampaignCancelResult, error) {
+	var res store.CampaignCancelResult
+	err := s.w.do(ctx, func(tx wtx) error {
+		res = store.CampaignCancelResult{}
+		c, err := readCampaign(tx.QueryRow, tenant, id)
+		if err != nil {
+			return err
+		}
+		res.Campaign = c
+		if c.State == store.CampaignCancelled {
+			res.Already = true
+			return nil
+		}
+		now := s.now()
+		if _, err := tx.Exec(qCampaignCancelMark, now, id); err != nil {
+			return fmt.Errorf("mark campaign cancelled: %w", err)
+		}
+		ended := fromMs(now)
+		res.Campaign.State, res.Campaign.EndedAt = store.CampaignCancelled, &ended
+		if err := tx.QueryRow(qCampaignInFlight, id).Scan(&res.InFlight); err != nil {
+			return fmt.Errorf("count sends in flight: %w", err)
+		}
+		r, err := tx.Exec(qCampaignCancelSends, id, tenant, now)
+		if err != nil {
+			return fmt.Errorf("cancel campaign sends: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		if r, err = tx.Exec(qCampaignCancelWaiting, id, tenant, now); err != nil {
+			return fmt.Errorf("skip waiting steps: %w", err)
+		}
+		m, _ := r.RowsAffected()
+		res.Cancelled = n + m
+		return nil
+	})
+	if err != nil {
+		return store.CampaignCancelResult{}, campaignErr("cancel campaign", err)
+	}
+	return res, nil
+}

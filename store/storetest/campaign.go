@@ -1,0 +1,388 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/store"
+)
+
+// campaignBundle is a bundle whose store keeps campaigns.
+type campaignBundle struct {
+	bundle
+	c store.Campaigns
+}
+
+func setupCampaigns(t *testing.T, h Harness) campaignBundle {
+	t.Helper()
+	b := setup(t, h)
+	c, ok := b.s.(store.Campaigns)
+	if !ok {
+		t.Skip("the store does not keep campaigns")
+	}
+	return campaignBundle{bundle: b, c: c}
+}
+
+// recipients makes n recipients r<from>… with notification ids derived
+// from the campaign id.
+func recipients(id string, from, n int) []store.CampaignRecipient {
+	out := make([]store.CampaignRecipient, n)
+	for i := range out {
+		r := fmt.Sprintf("r%d", from+i)
+		out[i] = store.CampaignRecipient{Recipient: r, NotificationID: ids.Derived("ntf", id, id, r)}
+	}
+	return out
+}
+
+// newCampaign creates a DRAFT campaign of tenant t1 with rs; mutate adjusts
+// the params. Any error fails the test.
+func newCampaign(t *testing.T, b campaignBundle, rs func(id string) []store.CampaignRecipient, mutate func(p *store.CampaignCreateParams)) store.CampaignCreateParams {
+	t.Helper()
+	id := ids.New("cmp", b.clk.Now())
+	p := store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: "key-" + id, RequestHash: "h1", Kind: "k",
+		Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Params: json.RawMessage(`{"a":1}`)}
+	if rs != nil {
+		p.Recipients = rs(id)
+	}
+	if mutate != nil {
+		mutate(&p)
+	}
+	res, err := b.c.CampaignCreate(b.ctx, p)
+	if err != nil || res.Outcome != store.Created || res.ID != id {
+		t.Fatalf("CampaignCreate = %+v, %v; want Created %s", res, err, id)
+	}
+	return p
+}
+
+func startCampaign(t *testing.T, b campaignBundle, id string) store.Campaign {
+	t.Helper()
+	c, err := b.c.CampaignStart(b.ctx, "t1", id)
+	if err != nil {
+		t.Fatalf("CampaignStart: %v", err)
+	}
+	return c
+}
+
+func fanOut(t *testing.T, b campaignBundle, id string, limit int) store.CampaignFanOutResult {
+	t.Helper()
+	res, err := b.c.CampaignFanOut(b.ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: limit})
+	if err != nil {
+		t.Fatalf("CampaignFanOut: %v", err)
+	}
+	return res
+}
+
+func getCampaign(t *testing.T, b campaignBundle, id string) store.Campaign {
+	t.Helper()
+	c, err := b.c.CampaignGet(b.ctx, "t1", id)
+	if err != nil {
+		t.Fatalf("CampaignGet: %v", err)
+	}
+	return c
+}
+
+// campaignNotifications reads how many notifications each recipient of
+// the campaign has (through the harness's Query).
+func campaignNotifications(t *testing.T, h Harness, b campaignBundle, id string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, row := range h.Query(t, b.s, "SELECT recipient, count(*) FROM notifications WHERE campaign_id = '"+id+"' GROUP BY recipient") {
+		var n int
+		fmt.Sscan(row[1], &n)
+		out[row[0]] = n
+	}
+	return out
+}
+
+func testCampaigns(t *testing.T, h Harness) {
+	t.Run("PagesAreIdempotentPerRecipientAndTotalIsKept", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 3) }, nil)
+		n, err := b.c.CampaignAddRecipients(b.ctx, "t1", p.ID, recipients(p.ID, 2, 4)) // r2, r3 again; r4, r5 new
+		if err != nil || n != 2 {
+			t.Fatalf("CampaignAddRecipients = %d, %v; want 2 new", n, err)
+		}
+		n, err = b.c.CampaignAddRecipients(b.ctx, "t1", p.ID, recipients(p.ID, 1, 5))
+		if err != nil || n != 0 {
+			t.Fatalf("the same page again = %d, %v; want 0 new", n, err)
+		}
+		c := getCampaign(t, b, p.ID)
+		if c.State != store.CampaignDraft || c.Total != 5 || c.Enqueued != 0 || c.Kind != "k" || c.Lane != heraldtype.LaneMarketing {
+			t.Fatalf("campaign = %+v; want DRAFT, total 5, enqueued 0", c)
+		}
+		if _, err := b.c.CampaignGet(b.ctx, "t2", p.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("another tenant's CampaignGet: %v; want ErrNotFound", err)
+		}
+		if _, err := b.c.CampaignAddRecipients(b.ctx, "t2", p.ID, recipients(p.ID, 9, 1)); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("another tenant's page: %v; want ErrNotFound", err)
+		}
+	})
+
+	t.Run("SameKeyReplaysOtherBodyConflicts", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		p := newCampaign(t, b, nil, nil)
+		again := p
+		again.ID = ids.New("cmp", b.clk.Now())
+		res, err := b.c.CampaignCreate(b.ctx, again)
+		if err != nil || res.Outcome != store.Replayed || res.ID != p.ID {
+			t.Fatalf("same key and hash = %+v, %v; want Replayed %s", res, err, p.ID)
+		}
+		again.RequestHash = "h2"
+		if res, err = b.c.CampaignCreate(b.ctx, again); err != nil || res.Outcome != store.Conflict {
+			t.Fatalf("same key, other hash = %+v, %v; want Conflict", res, err)
+		}
+		if _, err := b.c.CampaignGet(b.ctx, "t1", again.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the replay wrote campaign %s: %v", again.ID, err)
+		}
+	})
+
+	t.Run("FanOutWritesEachRecipientOnceInBatches", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient {
+			rs := recipients(id, 1, 5)
+			rs[1].Params = json.RawMessage(`{"a":2,"b":"x"}`)
+			return rs
+		}, nil)
+		if _, err := b.c.CampaignFanOut(b.ctx, store.CampaignFanOutParams{Tenant: "t1", ID: p.ID, Limit: 2}); err != nil {
+			t.Fatalf("CampaignFanOut of a DRAFT campaign: %v", err)
+		}
+		if c := getCampaign(t, b, p.ID); c.Enqueued != 0 {
+			t.Fatalf("a DRAFT campaign was fanned out: %+v", c)
+		}
+		if c := startCampaign(t, b, p.ID); c.State != store.CampaignRunning || c.StartedAt == nil {
+			t.Fatalf("started campaign = %+v; want RUNNING with started_at", c)
+		}
+		if _, err := b.c.CampaignAddRecipients(b.ctx, "t1", p.ID, recipients(p.ID, 6, 1)); !errors.Is(err, store.ErrCampaignState) {
+			t.Fatalf("a page after start: %v; want ErrCampaignState", err)
+		}
+		refs, err := b.c.CampaignsRunning(b.ctx, 10)
+		if err != nil || len(refs) != 1 || refs[0] != (store.CampaignRef{Tenant: "t1", ID: p.ID}) {
+			t.Fatalf("CampaignsRunning = %+v, %v; want the campaign", refs, err)
+		}
+		var batches []int
+		for {
+			res := fanOut(t, b, p.ID, 2)
+			if res.Notifications != res.Recipients || res.Outbox != res.Recipients {
+				t.Fatalf("batch = %+v; want one notification and one outbox row per recipient", res)
+			}
+			batches = append(batches, res.Recipients)
+			if c := getCampaign(t, b, p.ID); c.Enqueued != int64(sum(batches)) {
+				t.Fatalf("enqueued %d after batches %v", c.Enqueued, batches)
+			}
+			if res.Done {
+				break
+			}
+		}
+		if fmt.Sprint(batches) != "[2 2 1]" {
+			t.Fatalf("batches %v; want [2 2 1]", batches)
+		}
+		c := getCampaign(t, b, p.ID)
+		if c.State != store.CampaignDone || c.Total != 5 || c.Enqueued != 5 || c.EndedAt == nil {
+			t.Fatalf("campaign after fan-out = %+v; want DONE, 5 of 5", c)
+		}
+		if res := fanOut(t, b, p.ID, 2); !res.Done || res.Recipients != 0 {
+			t.Fatalf("a DONE campaign's fan-out = %+v; want done, nothing", res)
+		}
+		rs := recipients(p.ID, 1, 5)
+		for _, r := range rs {
+			v, err := b.s.NotificationGet(b.ctx, "t1", r.NotificationID)
+			if err != nil {
+				t.Fatalf("NotificationGet %s: %v", r.Recipient, err)
+			}
+			if v.Recipient != r.Recipient || v.Kind != "k" || v.EventID != p.ID || v.Lane != heraldtype.LaneMarketing ||
+				len(v.Deliveries) != 1 || v.Deliveries[0].OutboxState != heraldtype.OutboxPending {
+				t.Fatalf("notification of %s = %+v", r.Recipient, v)
+			}
+		}
+		jobs := claim(t, b.bundle, heraldtype.LaneMarketing, 10)
+		params := map[string]string{}
+		for _, j := range jobs {
+			params[j.Recipient] = string(j.Params)
+		}
+		if len(jobs) != 5 || params["r1"] != `{"a":1}` || params["r2"] != `{"a":2,"b":"x"}` {
+			t.Fatalf("claimed %d jobs with params %v; want 5, r2's own", len(jobs), params)
+		}
+	})
+
+	t.Run("AFailedBatchLeavesNothingAndTheNextResumes", func(t *testing.T) {
+		t.Parallel()
+		if h.Query == nil {
+			t.Skip("needs Harness.Query")
+		}
+		b := setupCampaigns(t, h)
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 7) }, nil)
+		startCampaign(t, b, p.ID)
+		fanOut(t, b, p.ID, 3)
+		crash := errors.New("crash")
+		_, err := b.c.CampaignFanOut(b.ctx, store.CampaignFanOutParams{Tenant: "t1", ID: p.ID, Limit: 3, BeforeCommit: func() error { return crash }})
+		if !errors.Is(err, crash) {
+			t.Fatalf("CampaignFanOut with a failing commit: %v; want the crash", err)
+		}
+		if c := getCampaign(t, b, p.ID); c.Enqueued != 3 || c.State != store.CampaignRunning {
+			t.Fatalf("after the failed batch: %+v; want enqueued 3, RUNNING", c)
+		}
+		if got := campaignNotifications(t, h, b, p.ID); len(got) != 3 {
+			t.Fatalf("after the failed batch the notifications are %v; want r1..r3 only", got)
+		}
+		for !fanOut(t, b, p.ID, 3).Done {
+		}
+		got := campaignNotifications(t, h, b, p.ID)
+		for i := 1; i <= 7; i++ {
+			if got[fmt.Sprintf("r%d", i)] != 1 {
+				t.Fatalf("notifications per recipient %v; want exactly one each of r1..r7", got)
+			}
+		}
+		if c := getCampaign(t, b, p.ID); c.Enqueued != 7 || c.State != store.CampaignDone {
+			t.Fatalf("after resuming: %+v; want DONE, enqueued 7", c)
+		}
+	})
+
+	t.Run("PushDevicesAndFallbackStepsAsIntakeWritesThem", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		d1 := putDevice(t, b.bundle, "r1", "tok-1", store.PlatformFCM)
+		d2 := putDevice(t, b.bundle, "r1", "tok-2", store.PlatformAPNs)
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 2) }, func(p *store.CampaignCreateParams) {
+			p.Channels, p.Fallback = []heraldtype.Channel{heraldtype.ChannelPush, heraldtype.ChannelSMS}, true
+		})
+		startCampaign(t, b, p.ID)
+		if res := fanOut(t, b, p.ID, 10); res.Notifications != 2 || res.Outbox != 5 || !res.Done {
+			t.Fatalf("fan-out = %+v; want 2 notifications, 5 outbox rows (r1: 2 devices + sms, r2: push + sms)", res)
+		}
+		for _, r := range recipients(p.ID, 1, 2) {
+			v, err := b.s.NotificationGet(b.ctx, "t1", r.NotificationID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[heraldtype.Channel]string{}
+			for _, dv := range v.Deliveries {
+				step := 0
+				if dv.Fallback != nil {
+					step = dv.Fallback.Step
+				}
+				got[dv.Channel] = fmt.Sprintf("%s/%d", dv.OutboxState, step)
+			}
+			want := map[heraldtype.Channel]string{"push": "PENDING/1", "sms": "WAITING/2"}
+			if r.Recipient == "r1" {
+				want = map[heraldtype.Channel]string{heraldtype.DeviceSend("push", d1): "PENDING/1",
+					heraldtype.DeviceSend("push", d2): "PENDING/1", "sms": "WAITING/2"}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%s's sends = %v; want %v", r.Recipient, got, want)
+			}
+		}
+	})
+
+	t.Run("CancelReportsWhatHadGoneAndStopsTheRest", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 6) }, nil)
+		startCampaign(t, b, p.ID)
+		fanOut(t, b, p.ID, 4) // r1..r4 have notifications, r5 and r6 not yet
+		rs := recipients(p.ID, 1, 4)
+		send := func(r store.CampaignRecipient) string {
+			mid := store.MessageID(r.NotificationID, heraldtype.ChannelWebhook)
+			res := claimDelivery(t, b.bundle, store.DeliveryClaimParams{MessageID: mid, NotificationID: r.NotificationID, Tenant: "t1",
+				Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w1"})
+			if !res.Claimed {
+				t.Fatalf("DeliveryClaim %s: %+v", mid, res)
+			}
+			return mid
+		}
+		sent := send(rs[0])
+		if _, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: sent, Attempt: 1, State: heraldtype.DeliveryProviderAccepted,
+			Owner: "w1", Class: "accepted", StartedAt: b.clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		inFlight := send(rs[1])
+		if c := getCampaign(t, b, p.ID); c.Counts != (store.CampaignCounts{Sent: 1}) {
+			t.Fatalf("counts before the cancel = %+v; want 1 sent", c.Counts)
+		}
+		res, err := b.c.CampaignCancel(b.ctx, "t1", p.ID)
+		if err != nil {
+			t.Fatalf("CampaignCancel: %v", err)
+		}
+		c := res.Campaign
+		if c.State != store.CampaignCancelled || c.Enqueued != 4 || c.Total != 6 || c.Counts != (store.CampaignCounts{Sent: 1}) ||
+			res.Cancelled != 2 || res.InFlight != 1 || res.Already || c.EndedAt == nil {
+			t.Fatalf("CampaignCancel = %+v; want CANCELLED, 4 of 6 enqueued, 1 sent, 2 cancelled, 1 in flight", res)
+		}
+		for _, r := range rs[2:] {
+			if d := delivery(t, b.bundle, store.MessageID(r.NotificationID, heraldtype.ChannelWebhook)); d.State != heraldtype.DeliverySuppressed ||
+				d.Reason != heraldtype.ReasonCancelled {
+				t.Fatalf("%s's send after the cancel: %s %s; want SUPPRESSED CANCELLED", r.Recipient, d.State, d.Reason)
+			}
+		}
+		if d := delivery(t, b.bundle, inFlight); d.State != heraldtype.DeliverySending {
+			t.Fatalf("the send in flight became %s; a cancel never writes over SENDING", d.State)
+		}
+		if res := fanOut(t, b, p.ID, 10); !res.Done || res.Recipients != 0 {
+			t.Fatalf("fan-out after the cancel = %+v; want done, nothing", res)
+		}
+		if _, err := b.s.NotificationGet(b.ctx, "t1", recipients(p.ID, 5, 1)[0].NotificationID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("r5 got a notification after the cancel: %v", err)
+		}
+		again, err := b.c.CampaignCancel(b.ctx, "t1", p.ID)
+		if err != nil || !again.Already || again.Cancelled != 0 || again.Campaign.Counts != (store.CampaignCounts{Sent: 1, Suppressed: 2}) {
+			t.Fatalf("a second cancel = %+v, %v; want Already, counts 1 sent 2 suppressed", again, err)
+		}
+		if _, err := b.c.CampaignStart(b.ctx, "t1", p.ID); !errors.Is(err, store.ErrCampaignState) {
+			t.Fatalf("starting a cancelled campaign: %v; want ErrCampaignState", err)
+		}
+	})
+
+	t.Run("CancelSkipsWaitingStepsAndSuppressesRetries", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 1) }, func(p *store.CampaignCreateParams) {
+			p.Channels, p.Fallback = []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelSMS}, true
+		})
+		startCampaign(t, b, p.ID)
+		fanOut(t, b, p.ID, 10)
+		r := recipients(p.ID, 1, 1)[0]
+		mid := store.MessageID(r.NotificationID, heraldtype.ChannelWebhook)
+		claimDelivery(t, b.bundle, store.DeliveryClaimParams{MessageID: mid, NotificationID: r.NotificationID, Tenant: "t1",
+			Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w1"})
+		if _, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: mid, Attempt: 1, State: heraldtype.DeliveryRetryWait,
+			RetryDelay: time.Hour, Owner: "w1", Class: "not_sent", StartedAt: b.clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.c.CampaignCancel(b.ctx, "t1", p.ID)
+		if err != nil || res.Cancelled != 2 || res.InFlight != 0 {
+			t.Fatalf("CampaignCancel = %+v, %v; want 2 cancelled (the retry and the waiting step)", res, err)
+		}
+		v, err := b.s.NotificationGet(b.ctx, "t1", r.NotificationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dv := range v.Deliveries {
+			state, reason, _ := v.EntryState(dv)
+			want := "SUPPRESSED CANCELLED"
+			if dv.Channel == heraldtype.ChannelSMS {
+				want = "SKIPPED FALLBACK_NOT_NEEDED"
+			}
+			if state+" "+reason != want {
+				t.Fatalf("%s after the cancel: %s %s; want %s", dv.Channel, state, reason, want)
+			}
+		}
+		if c := getCampaign(t, b, p.ID); c.Counts != (store.CampaignCounts{Suppressed: 2}) {
+			t.Fatalf("counts = %+v; want 2 suppressed", c.Counts)
+		}
+	})
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
