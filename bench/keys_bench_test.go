@@ -28,6 +28,16 @@ func BenchmarkEndToEndStoredKey(b *testing.B) {
 		benchKey = storedKey(b, cfg.Database)
 	})
 	b.Cleanup(func() { benchKey = config.DevAPIKey })
+	// The key's one KDF run (about half a second, more on a loaded
+	// machine) is paid before the timer starts, by each instance: the
+	// figure is the steady state, the cost of every request after the
+	// first. Without this a short run counts the KDF's stall too.
+	for i, base := range e.bases {
+		if err := post(base, -1-i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e.records.Add(-int64(len(e.bases)))
 	drive(b, e)
 }
 

@@ -73,7 +73,7 @@ type walk struct {
 }
 
 // fullConfig is the router with every part that adds routes, over st.
-func fullConfig(t *testing.T, st store.Store, clk clock.Clock) httpapi.Config {
+func fullConfig(t testing.TB, st store.Store, clk clock.Clock) httpapi.Config {
 	t.Helper()
 	secret := []byte("walk-test-secret-one-0123456789abcdef")
 	tokens, err := auth.NewRecipientTokens(auth.RecipientTokensConfig{
@@ -301,7 +301,7 @@ func (w *walk) raw(t *testing.T, method, path, key, body string) *http.Response 
 }
 
 // mustKey makes a stored key of tenant with every scope.
-func mustKey(t *testing.T, st store.Store, clk clock.Clock, tenant string) string {
+func mustKey(t testing.TB, st store.Store, clk clock.Clock, tenant string) string {
 	t.Helper()
 	_, key, err := apikeys.Create(context.Background(), st, apikeys.CreateParams{Tenant: tenant, Name: "walk",
 		Scopes: []string{"send", "read", "admin"}, Now: clk.Now()})
