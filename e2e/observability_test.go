@@ -379,6 +379,7 @@ kinds:
   - {name: coupon.expiring, category: marketing, channels: [push], templates: {push: {title: "Coupon", body: "{{.pct}} off"}}}
 lanes: {internal: {concurrency: 1}}
 poll_interval: 100ms
+metrics: {refresh_interval: 100ms}
 `
 
 // readmeMetrics are the metrics "Running it in production" lists, with
@@ -535,13 +536,20 @@ func TestMetricsTheREADMELists(t *testing.T) {
 	}
 
 	// The claimer settles its outbox row after the delivery's result is
-	// visible; wait for the dispatch counters to catch up, then check all.
+	// visible; wait for the dispatch counters to catch up, and for the
+	// backlog, which the leader recomputes every refresh_interval, to
+	// follow; then check all.
 	var after map[string]*dto.MetricFamily
-	testenv.WaitFor(t, "herald_dispatch_total to count the 8 settled rows", 30*time.Second, func() bool {
+	testenv.WaitFor(t, "herald_dispatch_total to count the 8 settled rows and the backlog to read 0", 30*time.Second, func() bool {
 		after = scrapeMetrics(t, addr)
 		total := 0.0
 		for _, m := range after["herald_dispatch_total"].GetMetric() {
 			total += m.GetCounter().GetValue()
+		}
+		for _, m := range after["herald_outbox_backlog"].GetMetric() {
+			if m.GetGauge().GetValue() != 0 {
+				return false
+			}
 		}
 		return total >= 8
 	})
