@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/validate"
 )
 
 // MaxNameLen bounds a key's name.
@@ -114,14 +114,7 @@ type createBody struct {
 // Create answers POST /v1/admin/keys.
 func (a *Admin) Create(w http.ResponseWriter, r *http.Request) {
 	var body createBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		problem.New(w, http.StatusBadRequest, "the body is not a valid key request")
-		return
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		problem.New(w, http.StatusBadRequest, "the body must hold exactly one JSON object")
+	if !validate.DecodeJSON(w, r, &body, 4<<10, false) { // 400, 413 over 4 KiB
 		return
 	}
 	p := CreateParams{Tenant: auth.Tenant(r.Context()), Name: body.Name, Scopes: body.Scopes, Now: a.Now()}

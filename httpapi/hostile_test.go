@@ -198,3 +198,25 @@ func TestProfileValidation(t *testing.T) {
 		}
 	})
 }
+
+// TestAdminKeyBodyGoesThroughTheEdge: POST /v1/admin/keys decodes its body
+// as every JSON-body route does (validate.DecodeJSON).
+func TestAdminKeyBodyGoesThroughTheEdge(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			w := setupWalk(t, driver)
+			for body, want := range map[string]int{
+				`{"name":"billing","scopes":["send"]}{}`:                          http.StatusBadRequest,
+				`{"name":"bill\u0000ing","scopes":["send"]}`:                      http.StatusBadRequest,
+				`{"name":"` + strings.Repeat("n", 5<<10) + `","scopes":["send"]}`: http.StatusRequestEntityTooLarge,
+				"{\"name\":\"bill\xffing\",\"scopes\":[\"send\"]}":                http.StatusBadRequest,
+			} {
+				if got, b := w.do(t, "POST", "/v1/admin/keys", w.keyA, body); got != want {
+					t.Errorf("POST /v1/admin/keys %.40q: %d %s, want %d", body, got, b, want)
+				}
+			}
+		})
+	}
+}
