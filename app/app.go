@@ -332,6 +332,7 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); purger.Run(work) }()
 	a.runSuppressionPurge(work, &wg, isLeader) // old event keys, leader-only too
+	a.runCampaigns(work, &wg, isLeader)        // campaign fan-out, leader-only too
 	// Reconciliation, leader-only too, every reconcile_interval.
 	wg.Add(1)
 	go func() { defer wg.Done(); a.reconciler.Loop(work, a.cfg.ReconcileInterval.D(), isLeader) }()

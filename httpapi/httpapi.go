@@ -89,9 +89,10 @@ func New(cfg Config) http.Handler {
 	pr := &profiles{store: cfg.Store, logger: cfg.Logger}
 	mux.Handle("PUT /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.put)))
 	mux.Handle("GET /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.get)))
-	routeDevices(mux, cfg, authed) // devices.go
-	routeErasure(mux, cfg, authed) // erasure.go
-	routeConsent(mux, cfg, authed) // consent.go
+	routeDevices(mux, cfg, authed)   // devices.go
+	routeErasure(mux, cfg, authed)   // erasure.go
+	routeConsent(mux, cfg, authed)   // consent.go
+	routeCampaigns(mux, cfg, authed) // campaigns.go
 	if cfg.Parked != nil {
 		routeParked(mux, cfg.Parked, cfg.Logger, authed) // parked.go
 	}

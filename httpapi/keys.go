@@ -23,6 +23,10 @@ var routeScopes = map[string]apikeys.Scope{
 	"PUT /v1/recipients/{recipient}/devices/{token}":    apikeys.ScopeSend,
 	"DELETE /v1/recipients/{recipient}/devices/{token}": apikeys.ScopeSend,
 	"POST /v1/recipients/{recipient}/tokens":            apikeys.ScopeSend,
+	"POST /v1/campaigns":                                apikeys.ScopeSend,
+	"POST /v1/campaigns/{id}/recipients":                apikeys.ScopeSend,
+	"POST /v1/campaigns/{id}/start":                     apikeys.ScopeSend,
+	"POST /v1/campaigns/{id}/cancel":                    apikeys.ScopeSend,
 
 	"GET /v1/notifications":                          apikeys.ScopeRead,
 	"GET /v1/notifications/{id}":                     apikeys.ScopeRead,
@@ -30,6 +34,7 @@ var routeScopes = map[string]apikeys.Scope{
 	"GET /v1/recipients/{recipient}/profile":         apikeys.ScopeRead,
 	"GET /v1/recipients/{recipient}/devices":         apikeys.ScopeRead,
 	"GET /v1/recipients/{recipient}/consent-history": apikeys.ScopeRead,
+	"GET /v1/campaigns/{id}":                         apikeys.ScopeRead,
 
 	"DELETE /v1/recipients/{recipient}":    apikeys.ScopeAdmin,
 	"GET /v1/parked":                       apikeys.ScopeAdmin,

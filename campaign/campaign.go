@@ -1,0 +1,239 @@
+package campaign
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/store"
+)
+
+// MaxPage is the most recipients one request may carry (DESIGN §8).
+const MaxPage = 10_000
+
+// Errors the HTTP layer maps to statuses.
+var (
+	// ErrNotFound: no campaign with that id for the tenant (404).
+	ErrNotFound = store.ErrNotFound
+	// ErrState: the campaign's state refuses the request (409): a page
+	// after start, a start after cancel.
+	ErrState = store.ErrCampaignState
+	// ErrConflict: the Idempotency-Key was used with another body (409).
+	ErrConflict = errors.New("campaign: this Idempotency-Key was used with a different request body")
+)
+
+// Recipient is one recipient of a request: its id and its own params,
+// which override the campaign's key by key.
+type Recipient struct {
+	Recipient string          `json:"recipient"`
+	Params    json.RawMessage `json:"params,omitempty"`
+}
+
+// Request is the body of POST /v1/campaigns.
+type Request struct {
+	Kind       string          `json:"kind"`
+	Params     json.RawMessage `json:"params,omitempty"`
+	Recipients []Recipient     `json:"recipients,omitempty"`
+	SendAt     *time.Time      `json:"send_at,omitempty"`
+}
+
+// Service is the campaigns' logic: it checks requests against the
+// catalog and writes through the store.
+type Service struct {
+	Store   store.Campaigns
+	Catalog *catalog.Catalog
+	Clock   clock.Clock
+	// Kick, when set, is called after a start: it wakes this process's
+	// fan-out (Runner.Kick) instead of leaving it to its next round.
+	Kick func()
+}
+
+// Create checks req and writes a DRAFT campaign with its first page. The
+// same key and hash again answer the first campaign's id (replayed); the
+// same key with another hash is ErrConflict. A request the catalog refuses
+// is a *catalog.FieldError.
+func (s *Service) Create(ctx context.Context, tenant, key, hash string, req Request) (id string, replayed bool, err error) {
+	now := s.Clock.Now()
+	kind, params, ferr := s.checkCampaign(now, req)
+	if ferr != nil {
+		return "", false, ferr
+	}
+	id = ids.New("cmp", now)
+	rs, ferr := s.recipients(now, kind, params, id, req.Recipients)
+	if ferr != nil {
+		return "", false, ferr
+	}
+	res, err := s.Store.CampaignCreate(ctx, store.CampaignCreateParams{
+		ID: id, Tenant: tenant, IdempotencyKey: key, RequestHash: hash, Kind: kind.Name, Lane: kind.Lane,
+		Channels: kind.Channels, Fallback: kind.Fallback, Params: params, SendAt: req.SendAt, Recipients: rs,
+	})
+	if err != nil {
+		return "", false, err
+	}
+	switch res.Outcome {
+	case store.Conflict:
+		return "", false, ErrConflict
+	case store.Replayed:
+		return res.ID, true, nil
+	}
+	return id, false, nil
+}
+
+// AddRecipients checks a page against the campaign's kind and params and
+// adds it; recipients the campaign has already are left as they are. It
+// returns how many were new.
+func (s *Service) AddRecipients(ctx context.Context, tenant, id string, page []Recipient) (int, error) {
+	c, err := s.Store.CampaignGet(ctx, tenant, id)
+	if err != nil {
+		return 0, err
+	}
+	if c.State != store.CampaignDraft {
+		return 0, ErrState
+	}
+	kind := s.Catalog.Kind(c.Kind)
+	if kind == nil {
+		return 0, &catalog.FieldError{Param: "kind", Detail: fmt.Sprintf("the campaign's kind %q is no longer in the catalog", c.Kind)}
+	}
+	rs, ferr := s.recipients(s.Clock.Now(), kind, c.Params, id, page)
+	if ferr != nil {
+		return 0, ferr
+	}
+	return s.Store.CampaignAddRecipients(ctx, tenant, id, rs)
+}
+
+// Start moves a DRAFT campaign to RUNNING (a RUNNING or DONE one is
+// answered as it is) and wakes the fan-out.
+func (s *Service) Start(ctx context.Context, tenant, id string) (store.Campaign, error) {
+	c, err := s.Store.CampaignStart(ctx, tenant, id)
+	if err == nil && s.Kick != nil {
+		s.Kick()
+	}
+	return c, err
+}
+
+// Cancel ends a campaign CANCELLED (store.Campaigns.CampaignCancel).
+func (s *Service) Cancel(ctx context.Context, tenant, id string) (store.CampaignCancelResult, error) {
+	return s.Store.CampaignCancel(ctx, tenant, id)
+}
+
+// Get returns a campaign with its counts.
+func (s *Service) Get(ctx context.Context, tenant, id string) (store.Campaign, error) {
+	return s.Store.CampaignGet(ctx, tenant, id)
+}
+
+// checkCampaign checks what the campaign's notifications share: the
+// kind, its channels, send_at and the params as far as they go (a param
+// each recipient brings is not missing here).
+func (s *Service) checkCampaign(now time.Time, req Request) (*catalog.Kind, json.RawMessage, *catalog.FieldError) {
+	kind, params, _, ferr := s.Catalog.Validate(now, catalog.Request{
+		Recipient: "campaign", EventID: "campaign", Kind: req.Kind, Params: req.Params, SendAt: req.SendAt,
+	})
+	if ferr != nil && len(ferr.Missing) == 0 {
+		return nil, nil, ferr
+	}
+	if ferr != nil {
+		// Only params are missing: the recipients may bring them; each is
+		// checked with its own below.
+		kind = s.Catalog.Kind(req.Kind)
+		if params, ferr = objectParams(req.Params, "params"); ferr != nil {
+			return nil, nil, ferr
+		}
+	}
+	for _, ch := range kind.Channels {
+		if ch == heraldtype.ChannelInbox {
+			return nil, nil, &catalog.FieldError{Param: "kind",
+				Detail: fmt.Sprintf("kind %q writes an inbox item; campaigns do not support the inbox channel yet", req.Kind)}
+		}
+	}
+	if len(params) == 0 {
+		params = json.RawMessage("{}")
+	}
+	return kind, params, nil
+}
+
+// recipients checks a page and turns it into the store's rows: each
+// recipient's notification id, and its params merged over the campaign's
+// when it has its own. Every recipient's notification must render: the
+// campaign's params are rendered once, a recipient's own merge each time.
+func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawMessage, id string, page []Recipient) ([]store.CampaignRecipient, *catalog.FieldError) {
+	if len(page) > MaxPage {
+		return nil, &catalog.FieldError{Param: "recipients", Detail: fmt.Sprintf("a page holds at most %d recipients", MaxPage)}
+	}
+	base, ferr := objectParams(params, "params")
+	if ferr != nil {
+		return nil, ferr
+	}
+	var baseMap map[string]json.RawMessage
+	_ = json.Unmarshal(base, &baseMap)
+	baseChecked := false
+	out := make([]store.CampaignRecipient, len(page))
+	for i, r := range page {
+		at := fmt.Sprintf("recipients[%d]", i)
+		rp := store.CampaignRecipient{Recipient: r.Recipient, NotificationID: NotificationID(id, r.Recipient)}
+		merged := params
+		if own := r.Params; len(own) > 0 && string(own) != "null" {
+			o, ferr := objectParams(own, at+".params")
+			if ferr != nil {
+				return nil, ferr
+			}
+			var m map[string]json.RawMessage
+			_ = json.Unmarshal(o, &m)
+			all := maps.Clone(baseMap)
+			if all == nil {
+				all = map[string]json.RawMessage{}
+			}
+			maps.Copy(all, m)
+			b, err := json.Marshal(all)
+			if err != nil {
+				return nil, &catalog.FieldError{Param: at + ".params", Detail: "params must be a JSON object"}
+			}
+			merged, rp.Params = b, b
+		}
+		switch {
+		case rp.Params != nil || !baseChecked:
+			_, p, _, ferr := s.Catalog.Validate(now, catalog.Request{Recipient: r.Recipient, EventID: id, Kind: kind.Name, Params: merged})
+			if ferr != nil {
+				ferr.Param = at + "." + ferr.Param
+				return nil, ferr
+			}
+			if rp.Params != nil {
+				rp.Params = p
+			} else {
+				baseChecked = true
+			}
+		case r.Recipient == "" || len(r.Recipient) > catalog.MaxRecipientLen || !catalog.Printable(r.Recipient):
+			return nil, &catalog.FieldError{Param: at + ".recipient",
+				Detail: fmt.Sprintf("recipient must be 1..%d printable characters", catalog.MaxRecipientLen)}
+		}
+		out[i] = rp
+	}
+	return out, nil
+}
+
+// objectParams returns raw if it is a JSON object (or "{}" for none).
+func objectParams(raw json.RawMessage, param string) (json.RawMessage, *catalog.FieldError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return json.RawMessage("{}"), nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, &catalog.FieldError{Param: param, Detail: param + " must be a JSON object"}
+	}
+	return raw, nil
+}
+
+// NotificationID is the id of the notification campaign campaignID sends
+// to recipient: a notification id like any other ("ntf_" and 26
+// characters) with the campaign's creation time, derived from the two
+// (ids.Derived). The same campaign and recipient always give the same id,
+// so a fan-out that writes a recipient again writes nothing.
+func NotificationID(campaignID, recipient string) string {
+	return ids.Derived("ntf", campaignID, campaignID, recipient)
+}

@@ -1,0 +1,246 @@
+package campaign_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/campaign"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testdb"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
+	"github.com/heraldhq/herald/store/sqlite"
+)
+
+const childEnv = "HERALD_CAMPAIGN_CRASH_CHILD"
+
+// crashBatch is the batch size of the crash test, killAt the batch the
+// child is killed in (inside its transaction, after its writes).
+const (
+	crashBatch = 300
+	killAt     = 3
+)
+
+// setup opens a store of driver and a service over it with the dev
+// catalog.
+func setup(t *testing.T, driver string) (*testdb.DB, *campaign.Service) {
+	t.Helper()
+	db := testdb.Open(t, driver, nil)
+	cat, err := catalog.New(config.Dev().Kinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, &campaign.Service{Store: db.Store.(store.Campaigns), Catalog: cat, Clock: clock.Real{}}
+}
+
+// onEachDriver runs test on a fresh store of each driver, in parallel.
+func onEachDriver(t *testing.T, test func(t *testing.T, db *testdb.DB, svc *campaign.Service)) {
+	t.Helper()
+	for _, driver := range testdb.Drivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			db, svc := setup(t, driver)
+			test(t, db, svc)
+		})
+	}
+}
+
+// wantOnePerRecipient fails the test unless each of n recipients of
+// campaign id has exactly one notification.
+func wantOnePerRecipient(t *testing.T, db *testdb.DB, id string, n int) {
+	t.Helper()
+	if dup := db.Count(t, "SELECT count(*) FROM (SELECT recipient FROM notifications WHERE campaign_id = '"+id+
+		"' GROUP BY recipient HAVING count(*) <> 1) x"); dup != 0 {
+		t.Fatalf("%d recipients have other than one notification", dup)
+	}
+	if got := db.Count(t, "SELECT count(DISTINCT recipient) FROM notifications WHERE campaign_id = '"+id+"'"); got != n {
+		t.Fatalf("%d recipients have a notification; want %d", got, n)
+	}
+}
+
+// newRunning creates and starts a campaign of coupon.expiring (push and
+// email) to n recipients u0…, in pages of campaign.MaxPage.
+func newRunning(t *testing.T, svc *campaign.Service, n int) string {
+	t.Helper()
+	ctx := context.Background()
+	id, _, err := svc.Create(ctx, "t1", "key-1", "h1", campaign.Request{Kind: "coupon.expiring", Params: []byte(`{"coupon":"C","date":"d"}`)})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	for from := 0; from < n; from += campaign.MaxPage {
+		page := make([]campaign.Recipient, min(campaign.MaxPage, n-from))
+		for i := range page {
+			page[i].Recipient = fmt.Sprintf("u%d", from+i)
+		}
+		if _, err := svc.AddRecipients(ctx, "t1", id, page); err != nil {
+			t.Fatalf("AddRecipients: %v", err)
+		}
+	}
+	if _, err := svc.Start(ctx, "t1", id); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return id
+}
+
+// hooked passes every call to the store but sets a fan-out batch's
+// BeforeCommit: the crash seam.
+type hooked struct {
+	store.Campaigns
+	batches      int
+	beforeCommit func(batch int) error
+}
+
+func (h *hooked) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
+	h.batches++
+	n := h.batches
+	p.BeforeCommit = func() error { return h.beforeCommit(n) }
+	return h.Campaigns.CampaignFanOut(ctx, p)
+}
+
+// TestFanOutSurvivesAKill kills a process in the middle of a fan-out
+// batch (inside its transaction, after its writes, before its commit) and
+// resumes the fan-out in another: every recipient has exactly one
+// notification, with one outbox row per channel, and the counters agree.
+func TestFanOutSurvivesAKill(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		const n = 2000
+		id := newRunning(t, svc, n)
+
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
+		cmd.Env = append(os.Environ(), childEnv+"="+db.Database+"|"+id)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe() // held open until the kill
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stdin.Close()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		inBatch := false
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "IN BATCH") {
+				inBatch = true
+				break
+			}
+		}
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		if !inBatch {
+			t.Fatalf("the child never reached batch %d", killAt)
+		}
+
+		done := (killAt - 1) * crashBatch
+		if got := db.Count(t, "SELECT count(*) FROM notifications WHERE campaign_id = '"+id+"'"); got != done {
+			t.Fatalf("after the kill: %d notifications; want the %d of the committed batches", got, done)
+		}
+		c, err := svc.Get(context.Background(), "t1", id)
+		if err != nil || c.Enqueued != int64(done) || c.State != store.CampaignRunning {
+			t.Fatalf("after the kill: %+v, %v; want RUNNING, enqueued %d", c, err, done)
+		}
+
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: db.Store.(store.Campaigns), Batch: crashBatch})
+		if got, err := r.Round(context.Background()); err != nil || got != n-done {
+			t.Fatalf("resumed round = %d, %v; want the %d left", got, err, n-done)
+		}
+		wantOnePerRecipient(t, db, id, n)
+		if got := db.Count(t, "SELECT count(*) FROM outbox o JOIN notifications n ON n.id = o.notification_id WHERE n.campaign_id = '"+id+"'"); got != 2*n {
+			t.Fatalf("%d outbox rows; want %d (push and email each)", got, 2*n)
+		}
+		c, err = svc.Get(context.Background(), "t1", id)
+		if err != nil || c.Enqueued != n || c.Total != n || c.State != store.CampaignDone {
+			t.Fatalf("after resuming: %+v, %v; want DONE, %d of %d", c, err, n, n)
+		}
+	})
+}
+
+// TestCrashChild is TestFanOutSurvivesAKill's child: it fans the campaign
+// out and, inside batch killAt's transaction, says so and waits to be
+// killed.
+func TestCrashChild(t *testing.T) {
+	v := os.Getenv(childEnv)
+	if v == "" {
+		t.Skip("run by TestFanOutSurvivesAKill")
+	}
+	database, id, _ := strings.Cut(v, "|")
+	ctx := context.Background()
+	var st store.Campaigns
+	if path, ok := strings.CutPrefix(database, "sqlite:"); ok {
+		s, err := sqlite.Open(ctx, path, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = s
+	} else {
+		s, err := postgres.Open(ctx, database, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = s
+	}
+	h := &hooked{Campaigns: st, beforeCommit: func(batch int) error {
+		if batch == killAt {
+			fmt.Println("IN BATCH", batch)
+			_, _ = io.Copy(io.Discard, os.Stdin) // killed here, inside the transaction: the parent never closes stdin
+		}
+		return nil
+	}}
+	r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: crashBatch})
+	_, err := r.FanOut(ctx, "t1", id)
+	t.Fatalf("the child was not killed: %v", err)
+}
+
+// TestFailedBatchesResume fails a batch's commit through the seam, again
+// and again, and resumes: exactly one notification per recipient.
+func TestFailedBatchesResume(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		const n = 1000
+		id := newRunning(t, svc, n)
+		h := &hooked{Campaigns: db.Store.(store.Campaigns), beforeCommit: func(batch int) error {
+			if batch%2 == 0 {
+				return fmt.Errorf("batch %d: injected failure", batch)
+			}
+			return nil
+		}}
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: 150})
+		for range 20 { // every other batch fails: each round gets one further
+			if _, err := r.Round(context.Background()); err == nil {
+				break
+			}
+		}
+		wantOnePerRecipient(t, db, id, n)
+		if c, err := svc.Get(context.Background(), "t1", id); err != nil || c.Enqueued != n || c.State != store.CampaignDone {
+			t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
+		}
+	})
+}
+
+func TestNotificationIDIsStablePerCampaignAndRecipient(t *testing.T) {
+	t.Parallel()
+	a := campaign.NotificationID("cmp_01KBF0Z2QX0000000000000000", "u1")
+	if a != campaign.NotificationID("cmp_01KBF0Z2QX0000000000000000", "u1") || len(a) != len("ntf_")+26 ||
+		!strings.HasPrefix(a, "ntf_01KBF0Z2QX") {
+		t.Fatalf("NotificationID = %q; want a stable ntf_ id with the campaign's time", a)
+	}
+	if a == campaign.NotificationID("cmp_01KBF0Z2QX0000000000000000", "u2") ||
+		a == campaign.NotificationID("cmp_01KBF0Z2QX0000000000000001", "u1") {
+		t.Fatal("NotificationID is the same for another recipient or campaign")
+	}
+}

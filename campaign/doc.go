@@ -1,0 +1,62 @@
+// Package campaign sends one kind to many recipients (DESIGN §8,
+// issue 12): POST /v1/campaigns creates a DRAFT campaign, pages of up to
+// 10,000 recipients are added to it, a start makes it RUNNING, and the
+// leader's Runner fans it out into ordinary notifications and outbox rows,
+// which then go through the normal pipeline: every send policy applies to
+// them as to any notification of the kind (quiet hours for marketing,
+// consent, suppression, rate limits, lanes), checked at send time.
+//
+// # One notification per recipient
+//
+// A recipient is added to a campaign once: (campaign, recipient) is
+// unique, and a page sent again adds nothing (idempotent per recipient).
+// Its notification's id is fixed when it is added, derived from the
+// campaign and the recipient (NotificationID), and its params are merged
+// then (the recipient's keys over the campaign's).
+//
+// The fan-out (store.Campaigns.CampaignFanOut) takes the next Batch
+// recipients after the campaign's cursor, in the order they were added,
+// and writes their notifications and outbox rows with two set-based
+// statements (INSERT … SELECT from the recipients; on PostgreSQL one
+// statement with the outbox rows in a data-modifying CTE), then moves the
+// cursor and the enqueued counter, all in one short transaction. A batch
+// that fails, or a process that dies mid-batch, leaves nothing of that
+// batch; the next round starts at the cursor again. A second writer of the
+// same batch (a leader that lost its lock without knowing) waits on the
+// campaign row's lock and then finds the cursor moved; and an id written
+// twice would write nothing (the notification's primary key). Nothing holds
+// a transaction open for the whole campaign.
+//
+// # States and counts
+//
+// DRAFT → RUNNING (start) → DONE, or CANCELLED from any of them. DONE means
+// the fan-out has finished: every recipient has its notification. It does
+// not wait for the sends themselves; their outcome is in the counts, which
+// GET reads from the deliveries of the campaign's notifications (sent,
+// suppressed, failed, unknown; one per planned send, so a push to three
+// devices counts three). total and enqueued are counters kept by the
+// writes that change them.
+//
+// The counts are computed when read: the notifications through their
+// campaign index, each one's outbox rows and deliveries through their keys;
+// cheap for thousands, about a second per million on PostgreSQL. A counter
+// table kept by the sender's writes would make it constant; not done yet.
+//
+// # Cancel
+//
+// A cancel locks the campaign row (so no batch commits after it), reads
+// the counts as they are (what had already gone, reported in its answer),
+// marks the campaign CANCELLED so no further recipient is fanned out, and
+// ends every send that has not begun with the single cancel's guarded
+// write (package cancel), set-based: SUPPRESSED(CANCELLED) where there is
+// no delivery row yet or one waiting (RETRY_WAIT, PARKED), never over a
+// SENDING claim or a result; those in flight are counted and end as the
+// sender records them. A later fallback step still WAITING is SKIPPED,
+// which is what a cancelled earlier step's end would do to it.
+//
+// # Not supported yet
+//
+// Kinds with the inbox channel (the inbox item's text is rendered per
+// recipient at intake; the fan-out renders nothing) are refused at create
+// with 422. Pages are accepted while the campaign is DRAFT only.
+package campaign

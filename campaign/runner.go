@@ -1,0 +1,116 @@
+package campaign
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/heraldhq/herald/store"
+)
+
+// RunnerConfig configures the leader's fan-out.
+type RunnerConfig struct {
+	Store store.Campaigns
+	// Batch is how many recipients one transaction fans out. Defaults to
+	// 10,000.
+	Batch int
+	// Interval is how often the runner looks for RUNNING campaigns when
+	// nothing wakes it (a campaign started on another process). Defaults
+	// to 1 second.
+	Interval time.Duration
+	// IsLeader, when set, gates each round: only the leader fans out
+	// (PostgreSQL's advisory lock), like the sweeps.
+	IsLeader func() bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Runner fans RUNNING campaigns out into notifications.
+type Runner struct {
+	cfg  RunnerConfig
+	kick chan struct{}
+}
+
+// NewRunner returns a runner.
+func NewRunner(cfg RunnerConfig) *Runner {
+	if cfg.Batch <= 0 {
+		cfg.Batch = 10_000
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Runner{cfg: cfg, kick: make(chan struct{}, 1)}
+}
+
+// Kick wakes the runner for a round now (a campaign was started here).
+func (r *Runner) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run fans out every Interval, or when kicked, until ctx ends.
+func (r *Runner) Run(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.Interval)
+	defer tick.Stop()
+	for {
+		if r.cfg.IsLeader == nil || r.cfg.IsLeader() {
+			if _, err := r.Round(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "campaign: fan-out round failed", slog.Any("error", err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-r.kick:
+		}
+	}
+}
+
+// Round fans out every RUNNING campaign to its end, the earliest started
+// first, batch by batch, and returns how many recipients it fanned out. A
+// failed batch wrote nothing (its transaction rolled back): the next round
+// starts again at the campaign's cursor. It stops between batches when
+// ctx ends or this process stops being the leader.
+func (r *Runner) Round(ctx context.Context) (int, error) {
+	refs, err := r.cfg.Store.CampaignsRunning(ctx, 100)
+	if err != nil {
+		return 0, fmt.Errorf("list running campaigns: %w", err)
+	}
+	total := 0
+	for _, c := range refs {
+		n, err := r.FanOut(ctx, c.Tenant, c.ID)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// FanOut runs one campaign's batches until it is done (or no longer
+// RUNNING), ctx ends or leadership is lost.
+func (r *Runner) FanOut(ctx context.Context, tenant, id string) (int, error) {
+	total := 0
+	for ctx.Err() == nil && (r.cfg.IsLeader == nil || r.cfg.IsLeader()) {
+		res, err := r.cfg.Store.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: tenant, ID: id, Limit: r.cfg.Batch})
+		if err != nil {
+			return total, fmt.Errorf("fan out campaign %s: %w", id, err)
+		}
+		total += res.Recipients
+		if res.Done {
+			if res.Recipients > 0 || total > 0 {
+				r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "campaign: fan-out finished",
+					slog.String("tenant", tenant), slog.String("campaign", id), slog.Int("recipients", total))
+			}
+			break
+		}
+	}
+	return total, nil
+}

@@ -1,0 +1,197 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/campaign"
+	"github.com/heraldhq/herald/canonical"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/validate"
+)
+
+// maxCampaignBody bounds a campaign request: a page of campaign.MaxPage
+// recipients with their own params.
+const maxCampaignBody = 16 << 20
+
+// maxCampaignKeyLen bounds an Idempotency-Key, as intake does.
+const maxCampaignKeyLen = 255
+
+// campaignsAPI serves the campaigns (DESIGN §8; the logic is package
+// campaign's):
+//
+//	POST /v1/campaigns                   {kind, params, recipients?, send_at?} → 202 {"id"} (Idempotency-Key)
+//	POST /v1/campaigns/{id}/recipients   {"recipients": [{recipient, params?}]} → 200 {"added"}
+//	POST /v1/campaigns/{id}/start        → 202 the campaign
+//	POST /v1/campaigns/{id}/cancel       → 200 the campaign when cancelled, with "cancelled" and "in_flight"
+//	GET  /v1/campaigns/{id}              → 200 {"id", "state", "total", "enqueued", "sent", "suppressed", "failed", "unknown"}
+type campaignsAPI struct {
+	svc    *campaign.Service
+	logger *slog.Logger
+}
+
+// routeCampaigns adds the campaign endpoints when the store keeps
+// campaigns and there is a catalog to check them against.
+func routeCampaigns(mux *router, cfg Config, authed func(http.Handler) http.Handler) {
+	cs, ok := cfg.Store.(store.Campaigns)
+	if !ok || cfg.Intake == nil || cfg.Intake.Catalog == nil {
+		return
+	}
+	a := &campaignsAPI{svc: &campaign.Service{Store: cs, Catalog: cfg.Intake.Catalog, Clock: cfg.Intake.Clock}, logger: cfg.Logger}
+	mux.Handle("POST /v1/campaigns", authed(http.HandlerFunc(a.create)))
+	mux.Handle("POST /v1/campaigns/{id}/recipients", authed(http.HandlerFunc(a.add)))
+	mux.Handle("POST /v1/campaigns/{id}/start", authed(http.HandlerFunc(a.start)))
+	mux.Handle("POST /v1/campaigns/{id}/cancel", authed(http.HandlerFunc(a.cancel)))
+	mux.Handle("GET /v1/campaigns/{id}", authed(http.HandlerFunc(a.get)))
+}
+
+// campaignView is a campaign as the API shows it.
+type campaignView struct {
+	ID         string `json:"id"`
+	State      string `json:"state"`
+	Total      int64  `json:"total"`
+	Enqueued   int64  `json:"enqueued"`
+	Sent       int64  `json:"sent"`
+	Suppressed int64  `json:"suppressed"`
+	Failed     int64  `json:"failed"`
+	Unknown    int64  `json:"unknown"`
+	// Cancelled and InFlight answer a cancel only.
+	Cancelled *int64 `json:"cancelled,omitempty"`
+	InFlight  *int64 `json:"in_flight,omitempty"`
+}
+
+func viewOf(c store.Campaign) campaignView {
+	return campaignView{ID: c.ID, State: c.State, Total: c.Total, Enqueued: c.Enqueued,
+		Sent: c.Counts.Sent, Suppressed: c.Counts.Suppressed, Failed: c.Counts.Failed, Unknown: c.Counts.Unknown}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// fail answers err as a problem: a catalog refusal 422, no such campaign
+// 404, a state or key conflict 409, anything else 503.
+func (a *campaignsAPI) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
+	var ferr *catalog.FieldError
+	switch {
+	case errors.As(err, &ferr):
+		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: ferr.Detail, Param: ferr.Param, MissingParams: ferr.Missing})
+	case errors.Is(err, campaign.ErrNotFound):
+		problem.New(w, http.StatusNotFound, "no such campaign")
+	case errors.Is(err, campaign.ErrState):
+		problem.New(w, http.StatusConflict, "the campaign's state does not allow this (pages are added while it is DRAFT; a cancelled campaign does not start)")
+	case errors.Is(err, campaign.ErrConflict):
+		problem.Write(w, problem.Problem{Status: http.StatusConflict, Detail: err.Error(), Param: "Idempotency-Key"})
+	default:
+		a.logger.LogAttrs(r.Context(), slog.LevelError, "campaigns: "+what+" failed", slog.String("tenant", auth.Tenant(r.Context())), slog.Any("error", err))
+		w.Header().Set("Retry-After", "1")
+		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable; retry")
+	}
+}
+
+// readBody reads a body of at most maxCampaignBody and decodes it strictly
+// into v; it answers the problem itself and returns nil on failure.
+func readBody(w http.ResponseWriter, r *http.Request, v any) []byte {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCampaignBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			problem.New(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxCampaignBody))
+			return nil
+		}
+		problem.New(w, http.StatusBadRequest, "could not read the body")
+		return nil
+	}
+	if err := validate.Body(raw, v); err != nil {
+		problem.New(w, http.StatusBadRequest, err.Error())
+		return nil
+	}
+	return raw
+}
+
+func (a *campaignsAPI) create(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" || len(key) > maxCampaignKeyLen || !catalog.Printable(key) {
+		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Param: "Idempotency-Key",
+			Detail: fmt.Sprintf("the Idempotency-Key header is required: 1..%d printable characters", maxCampaignKeyLen)})
+		return
+	}
+	var req campaign.Request
+	raw := readBody(w, r, &req)
+	if raw == nil {
+		return
+	}
+	c, err := canonical.JSON(raw)
+	if err != nil {
+		problem.New(w, http.StatusBadRequest, "the body is not valid JSON")
+		return
+	}
+	sum := sha256.Sum256(c)
+	id, replayed, err := a.svc.Create(r.Context(), auth.Tenant(r.Context()), key, hex.EncodeToString(sum[:]), req)
+	if err != nil {
+		a.fail(w, r, "create", err)
+		return
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.Header().Set("Location", "/v1/campaigns/"+id)
+	writeJSON(w, http.StatusAccepted, map[string]string{"id": id})
+}
+
+func (a *campaignsAPI) add(w http.ResponseWriter, r *http.Request) {
+	var page struct {
+		Recipients []campaign.Recipient `json:"recipients"`
+	}
+	if readBody(w, r, &page) == nil {
+		return
+	}
+	n, err := a.svc.AddRecipients(r.Context(), auth.Tenant(r.Context()), r.PathValue("id"), page.Recipients)
+	if err != nil {
+		a.fail(w, r, "add recipients", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"added": n})
+}
+
+func (a *campaignsAPI) start(w http.ResponseWriter, r *http.Request) {
+	c, err := a.svc.Start(r.Context(), auth.Tenant(r.Context()), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, "start", err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, viewOf(c))
+}
+
+func (a *campaignsAPI) cancel(w http.ResponseWriter, r *http.Request) {
+	res, err := a.svc.Cancel(r.Context(), auth.Tenant(r.Context()), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, "cancel", err)
+		return
+	}
+	v := viewOf(res.Campaign)
+	if !res.Already {
+		v.Cancelled, v.InFlight = &res.Cancelled, &res.InFlight
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (a *campaignsAPI) get(w http.ResponseWriter, r *http.Request) {
+	c, err := a.svc.Get(r.Context(), auth.Tenant(r.Context()), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, "read", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(c))
+}

@@ -1,0 +1,158 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/campaign"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// The campaigns over HTTP on both stores: create (replayed by its key),
+// pages, start, the leader's fan-out, progress, cancel.
+
+// campaignCall sends one request as tenant a (key: Idempotency-Key, "" for
+// none) and decodes a JSON answer into out when it is set.
+func (e *everyday) campaignCall(t *testing.T, method, path, key, body string, out any) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, e.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	res, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if out != nil && res.StatusCode < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: %s: %v", method, path, raw, err)
+		}
+	}
+	return res
+}
+
+type campaignStatus struct {
+	ID                                                 string
+	State                                              string
+	Total, Enqueued, Sent, Suppressed, Failed, Unknown int64
+	Cancelled                                          *int64
+	InFlight                                           *int64 `json:"in_flight"`
+}
+
+func recipientsJSON(from, n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`{"recipient":"u%d"}`, from+i)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+func TestCampaignsOverHTTP(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, nil, func(t *testing.T, e *everyday) {
+		body := `{"kind":"coupon.expiring","params":{"coupon":"C10","date":"May 1"},"recipients":` + recipientsJSON(1, 3) + `}`
+		var created struct{ ID string }
+		if res := e.campaignCall(t, "POST", "/v1/campaigns", "", body, nil); res.StatusCode != http.StatusBadRequest {
+			t.Fatalf("create without Idempotency-Key = %d; want 400", res.StatusCode)
+		}
+		if res := e.campaignCall(t, "POST", "/v1/campaigns", "c1", body, &created); res.StatusCode != http.StatusAccepted || created.ID == "" {
+			t.Fatalf("create = %d %+v; want 202 with an id", res.StatusCode, created)
+		}
+		var again struct{ ID string }
+		res := e.campaignCall(t, "POST", "/v1/campaigns", "c1", body, &again)
+		if res.StatusCode != http.StatusAccepted || again.ID != created.ID || res.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("create replayed = %d %+v; want 202 with the same id", res.StatusCode, again)
+		}
+		if res := e.campaignCall(t, "POST", "/v1/campaigns", "c1", strings.Replace(body, "C10", "C20", 1), nil); res.StatusCode != http.StatusConflict {
+			t.Fatalf("same key, other body = %d; want 409", res.StatusCode)
+		}
+		path := "/v1/campaigns/" + created.ID
+		// u3 again, u4 with its own params overriding the coupon.
+		page := `{"recipients":[{"recipient":"u3"},{"recipient":"u4","params":{"coupon":"VIP"}}]}`
+		var added struct{ Added int }
+		if res := e.campaignCall(t, "POST", path+"/recipients", "", page, &added); res.StatusCode != http.StatusOK || added.Added != 1 {
+			t.Fatalf("page = %d %+v; want 200, 1 added", res.StatusCode, added)
+		}
+		var st campaignStatus
+		if e.campaignCall(t, "GET", path, "", "", &st); st.State != "DRAFT" || st.Total != 4 || st.Enqueued != 0 {
+			t.Fatalf("GET = %+v; want DRAFT, total 4", st)
+		}
+		if res := e.campaignCall(t, "POST", path+"/start", "", "", &st); res.StatusCode != http.StatusAccepted || st.State != "RUNNING" {
+			t.Fatalf("start = %d %+v; want 202 RUNNING", res.StatusCode, st)
+		}
+		if res := e.campaignCall(t, "POST", path+"/recipients", "", page, nil); res.StatusCode != http.StatusConflict {
+			t.Fatalf("a page after start = %d; want 409", res.StatusCode)
+		}
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: e.st.(store.Campaigns), Batch: 3})
+		if n, err := r.Round(context.Background()); err != nil || n != 4 {
+			t.Fatalf("fan-out round = %d, %v; want 4 recipients", n, err)
+		}
+		if e.campaignCall(t, "GET", path, "", "", &st); st.State != "DONE" || st.Total != 4 || st.Enqueued != 4 {
+			t.Fatalf("GET after fan-out = %+v; want DONE, 4 of 4", st)
+		}
+		jobs, err := e.st.OutboxClaim(context.Background(), store.OutboxClaimParams{Lane: heraldtype.LaneMarketing, Owner: "w", Limit: 100, Lease: 60e9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		coupons := map[string]string{}
+		for _, j := range jobs {
+			var p struct{ Coupon string }
+			_ = json.Unmarshal(j.Params, &p)
+			coupons[j.Recipient] += p.Coupon + "/" + string(j.Channel) + " "
+		}
+		if len(jobs) != 8 || coupons["u4"] != "VIP/push VIP/email " || coupons["u1"] != "C10/push C10/email " {
+			t.Fatalf("claimed %d sends: %v; want 8 (push and email each), u4 with its own coupon", len(jobs), coupons)
+		}
+		if res := e.campaignCall(t, "POST", path+"/cancel", "", "", &st); res.StatusCode != http.StatusOK || st.State != "CANCELLED" ||
+			st.Cancelled == nil || *st.Cancelled != 8 || st.InFlight == nil || *st.InFlight != 0 || st.Sent != 0 {
+			t.Fatalf("cancel = %d %+v; want 200 CANCELLED, 8 cancelled, none in flight", res.StatusCode, st)
+		}
+		if e.campaignCall(t, "GET", path, "", "", &st); st.State != "CANCELLED" || st.Suppressed != 8 {
+			t.Fatalf("GET after cancel = %+v; want CANCELLED, 8 suppressed", st)
+		}
+		if res := e.campaignCall(t, "GET", "/v1/campaigns/cmp_nope", "", "", nil); res.StatusCode != http.StatusNotFound {
+			t.Fatalf("GET of no campaign = %d; want 404", res.StatusCode)
+		}
+	})
+}
+
+func TestCampaignsRefuseWhatCannotBeSent(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, nil, func(t *testing.T, e *everyday) {
+		for _, c := range []struct{ name, body, param string }{
+			{"InboxKind", `{"kind":"order.shipped","params":{"order":"1"}}`, "kind"},
+			{"UnknownKind", `{"kind":"nope"}`, "kind"},
+			{"RecipientMissingAParam", `{"kind":"coupon.expiring","params":{"coupon":"C"},"recipients":[{"recipient":"u1","params":{"date":"d"}},{"recipient":"u2"}]}`, "recipients[1].params.date"},
+			{"BadRecipient", `{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"},"recipients":[{"recipient":"u1"},{"recipient":""}]}`, "recipients[1].recipient"},
+			{"ParamsNotAnObject", `{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"},"recipients":[{"recipient":"u1","params":[1]}]}`, "recipients[0].params"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				req, _ := http.NewRequest("POST", e.url+"/v1/campaigns", strings.NewReader(c.body))
+				req.Header.Set("Authorization", "Bearer "+keyA)
+				req.Header.Set("Idempotency-Key", c.name)
+				res, err := e.client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer res.Body.Close()
+				var p problemBody
+				_ = json.NewDecoder(res.Body).Decode(&p)
+				if res.StatusCode != http.StatusUnprocessableEntity || p.Param != c.param {
+					t.Fatalf("%s = %d param %q; want 422 naming %s", c.body, res.StatusCode, p.Param, c.param)
+				}
+			})
+		}
+	})
+}
