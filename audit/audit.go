@@ -34,6 +34,7 @@
 package audit
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -84,7 +85,8 @@ func (l *Log) Record(r *http.Request, action, target string, detail any) {
 			e.Detail = string(b)
 		}
 	}
-	if _, err := l.Store.AuditAppend(r.Context(), e); err != nil {
+	// The action is done even if the client hung up: so is its entry.
+	if _, err := l.Store.AuditAppend(context.WithoutCancel(r.Context()), e); err != nil {
 		l.Logger.LogAttrs(r.Context(), slog.LevelError, "audit: an entry was lost", slog.String("action", action),
 			slog.String("key_id", p.KeyID), slog.Any("error", err))
 	}

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/httpapi"
 	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/limits"
+	"github.com/heraldhq/herald/store"
 )
 
 // setupLimited is the walk's router with limits, on a fresh store, with
@@ -172,4 +174,38 @@ func TestAuditLog(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An erasure whose client hung up is finished (erasure.go), and so is its
+// audit entry.
+func TestAuditEntryOutlivesAClientThatHungUp(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
+	ctx, hangUp := context.WithCancel(context.Background())
+	st := &hangingUp{Store: testdb.Open(t, "sqlite", clk).Store, hangUp: hangUp}
+	cfg := fullConfig(t, st, clk)
+	key := mustKey(t, st, clk, "a")
+	req := httptest.NewRequestWithContext(ctx, http.MethodDelete, "/v1/recipients/alice", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	rec := httptest.NewRecorder()
+	httpapi.New(cfg).ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("erase: %d %s", rec.Code, rec.Body)
+	}
+	entries, err := st.AuditList(context.Background(), store.AuditListParams{Tenant: "a"})
+	if err != nil || len(entries) != 1 || entries[0].Action != audit.RecipientErase {
+		t.Fatalf("audit after the erasure: %+v, %v; want its entry", entries, err)
+	}
+}
+
+// hangingUp is a store whose erasure batches cancel the request's context
+// first: the client hangs up while the erasure runs.
+type hangingUp struct {
+	store.Store
+	hangUp context.CancelFunc
+}
+
+func (h *hangingUp) RecipientErase(ctx context.Context, p store.RecipientEraseParams) (store.RecipientEraseResult, error) {
+	h.hangUp()
+	return h.Store.RecipientErase(ctx, p)
 }
