@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/limits"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
 )
 
 // setupLimited is the walk's router with limits, on a fresh store, with
@@ -208,4 +210,47 @@ type hangingUp struct {
 func (h *hangingUp) RecipientErase(ctx context.Context, p store.RecipientEraseParams) (store.RecipientEraseResult, error) {
 	h.hangUp()
 	return h.Store.RecipientErase(ctx, p)
+}
+
+// A key revoked through one herald process is refused by another on the
+// same PostgreSQL database at once: the other hears the NOTIFY, long before
+// its recheck of the revision (the fake clock never reaches it).
+func TestRevokeReachesAnotherProcessAtOnceOnPostgres(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
+	db := testdb.Open(t, "postgres", clk)
+	other, err := postgres.Open(context.Background(), db.Database, postgres.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	serve := func(st store.Store) *walk {
+		srv := httptest.NewServer(httpapi.New(fullConfig(t, st, clk)))
+		t.Cleanup(srv.Close)
+		return &walk{url: srv.URL, client: srv.Client()}
+	}
+	one, two := serve(db.Store), serve(other)
+	admin := mustKey(t, db.Store, clk, "a")
+	got, b := one.do(t, "POST", "/v1/admin/keys", admin, `{"name":"crm","scopes":["read"]}`)
+	var made struct{ ID, Key string }
+	if got != http.StatusCreated || json.Unmarshal([]byte(b), &made) != nil {
+		t.Fatalf("create: %d %s", got, b)
+	}
+	if got, b := two.do(t, "GET", "/v1/kinds", made.Key, ""); got != http.StatusOK {
+		t.Fatalf("the other process, before the revoke: %d %s", got, b)
+	}
+	if got, b := one.do(t, "POST", "/v1/admin/keys/"+made.ID+"/revoke", admin, ""); got != http.StatusOK {
+		t.Fatalf("revoke: %d %s", got, b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, _ := two.do(t, "GET", "/v1/kinds", made.Key, "")
+		if got == http.StatusUnauthorized {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the other process still answers %d 10 s after the revoke", got)
+		}
+		runtime.Gosched()
+	}
 }
