@@ -381,7 +381,7 @@ func TestRedrivenExpiredRetryEndsWithTheExpiry(t *testing.T) {
 	if rows, err := w.store.OutboxClaim(w.ctx, store.OutboxClaimParams{Lane: lane, Owner: "c", Limit: 1, Lease: time.Minute}); err != nil || len(rows) != 0 {
 		t.Fatalf("claimed %+v (%v): no claim takes a row past its expires_at", rows, err)
 	}
-	expired, err := w.store.OutboxExpire(w.ctx)
+	expired, err := w.store.OutboxExpire(w.ctx, 1000)
 	if err != nil || len(expired) != 1 || !expired[0].DeliveryEnded {
 		t.Fatalf("expiry %+v (%v), want the row expired again with its delivery ended", expired, err)
 	}
