@@ -47,20 +47,24 @@ SELECT count(*) FROM i`
 	qCampaignStart = `UPDATE campaigns SET state = 'RUNNING', started_at = coalesce($3::timestamptz, now())
 WHERE tenant = $1::text AND id = $2::text AND state = 'DRAFT'`
 
+	qCampaignAnalyze = `ANALYZE campaign_recipients`
+
 	qCampaignGet = `SELECT id, tenant, kind, lane, state, params::text, total, enqueued, send_at, created_at, started_at, ended_at
 FROM campaigns WHERE tenant = $1::text AND id = $2::text`
 
 	// qCampaignCounts counts a campaign's sends by outcome
-	// (store.CampaignCounts): the notifications through their campaign
-	// index, each one's outbox rows through the primary key's
-	// notification_id prefix, each row's delivery through its message id.
+	// (store.CampaignCounts): its recipients' notification ids through
+	// the recipients' primary key, each one's outbox rows through the
+	// outbox key's notification_id prefix, each row's delivery through its
+	// message id. (No index on notifications.campaign_id: one more index
+	// entry per notification would cost the fan-out more than it saves.)
 	qCampaignCounts = `SELECT
     count(*) FILTER (WHERE d.state IN ('PROVIDER_ACCEPTED', 'DELIVERED')),
     count(*) FILTER (WHERE d.state = 'SUPPRESSED' OR (d.state IS NULL AND o.state = 'SKIPPED')),
     count(*) FILTER (WHERE d.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED') OR (d.state IS NULL AND o.state IN ('EXPIRED', 'FAILED'))),
     count(*) FILTER (WHERE d.state = 'UNKNOWN')
-FROM notifications n JOIN outbox o ON o.notification_id = n.id LEFT JOIN deliveries d ON d.message_id = o.message_id
-WHERE n.campaign_id = $1::text`
+FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id LEFT JOIN deliveries d ON d.message_id = o.message_id
+WHERE cr.campaign_id = $1::text`
 
 	qCampaignsRunning = `SELECT tenant, id FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT $1`
 
@@ -123,8 +127,8 @@ RETURNING ended_at`
 	//
 	// $1 campaign id, $2 tenant, $3 now.
 	qCampaignCancelSends = `WITH m AS MATERIALIZED (
-    SELECT o.message_id, o.notification_id, o.channel, o.state FROM notifications n JOIN outbox o ON o.notification_id = n.id
-    WHERE n.campaign_id = $1::text AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED')
+    SELECT o.message_id, o.notification_id, o.channel, o.state FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
+    WHERE cr.campaign_id = $1::text AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED')
 ),
 s AS (
     INSERT INTO deliveries AS d (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
@@ -295,6 +299,13 @@ func (s *Store) CampaignStart(ctx context.Context, tenant, id string) (store.Cam
 	})
 	if err != nil {
 		return store.Campaign{}, s.campaignFail("start campaign", err)
+	}
+	// The pages were just written, likely after autovacuum's last look:
+	// without fresh statistics the planner takes a campaign's recipients
+	// for a handful and reads all of them for each batch (a bitmap scan and
+	// a sort) instead of walking the primary key to the batch's end.
+	if _, err := s.pool.Exec(ctx, qCampaignAnalyze); err != nil {
+		return store.Campaign{}, s.fail("analyze campaign recipients", err)
 	}
 	return s.CampaignGet(ctx, tenant, id)
 }

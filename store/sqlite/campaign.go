@@ -35,8 +35,8 @@ FROM campaigns WHERE tenant = ? AND id = ?`
     coalesce(sum(d.state = 'SUPPRESSED' OR (d.state IS NULL AND o.state = 'SKIPPED')), 0),
     coalesce(sum(d.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED') OR (d.state IS NULL AND o.state IN ('EXPIRED', 'FAILED'))), 0),
     coalesce(sum(d.state = 'UNKNOWN'), 0)
-FROM notifications n JOIN outbox o ON o.notification_id = n.id LEFT JOIN deliveries d ON d.message_id = o.message_id
-WHERE n.campaign_id = ?`
+FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id LEFT JOIN deliveries d ON d.message_id = o.message_id
+WHERE cr.campaign_id = ?`
 	qCampaignsRunning   = `SELECT tenant, id FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT ?`
 	qCampaignFanOutHead = `SELECT kind, lane, channels, params, send_at, state, fanout_seq FROM campaigns WHERE tenant = ? AND id = ?`
 	// qCampaignBatch bounds the next batch: how many recipients follow the
@@ -69,17 +69,17 @@ WHERE id = ?1`
 	qCampaignCancelMark = `UPDATE campaigns SET state = 'CANCELLED', ended_at = ? WHERE id = ?`
 	// The cancel's writes: PostgreSQL's qCampaignCancelSends, one
 	// statement each. ?1 campaign id, ?2 tenant, ?3 now.
-	qCampaignInFlight = `SELECT count(*) FROM notifications n JOIN outbox o ON o.notification_id = n.id
+	qCampaignInFlight = `SELECT count(*) FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
 JOIN deliveries d ON d.message_id = o.message_id
-WHERE n.campaign_id = ?1 AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING') AND d.state = 'SENDING'`
+WHERE cr.campaign_id = ?1 AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING') AND d.state = 'SENDING'`
 	qCampaignCancelSends = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
 SELECT o.message_id, o.notification_id, ?2, o.channel, 'SUPPRESSED', 'CANCELLED', ?3, ?3
-FROM notifications n JOIN outbox o ON o.notification_id = n.id
-WHERE n.campaign_id = ?1 AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING')
+FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
+WHERE cr.campaign_id = ?1 AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING')
 ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
 WHERE deliveries.state IN ('RETRY_WAIT', 'PARKED')`
 	qCampaignCancelWaiting = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = 'CANCELLED', updated_at = ?3
-WHERE state = 'WAITING' AND tenant = ?2 AND notification_id IN (SELECT id FROM notifications WHERE campaign_id = ?1)`
+WHERE state = 'WAITING' AND tenant = ?2 AND notification_id IN (SELECT notification_id FROM campaign_recipients WHERE campaign_id = ?1)`
 )
 
 // CampaignCreate writes a DRAFT campaign and its first page in one

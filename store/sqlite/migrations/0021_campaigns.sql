@@ -33,5 +33,4 @@ CREATE TABLE campaign_recipients (
 );
 CREATE INDEX campaign_recipients_seq ON campaign_recipients (campaign_id, seq);
 
-ALTER TABLE notifications ADD COLUMN campaign_id TEXT;
-CREATE INDEX notifications_campaign ON notifications (campaign_id) WHERE campaign_id IS NOT NULL;
+ALTER TABLE notifications ADD COLUMN campaign_id TEXT; -- not indexed: see the PostgreSQL migration
