@@ -7,6 +7,7 @@
 //	herald inbox recount [--tenant T] [--recipient R] [--json]   repair the unread counters that drifted
 //	herald keys create|list|revoke   create (shown once), list or revoke API keys
 //	herald audit list [--tenant T]   the audit log of admin actions, newest first
+//	herald campaign send --kind K --recipients FILE.csv   one kind to many recipients, through a running herald's API
 //	herald version                   print the version
 //
 // Every command takes the same configuration and database URLs as serve.
@@ -51,6 +52,7 @@ var commands = []*command{
 	{name: "inbox", summary: "look after the recipient inbox", sub: inboxCommands},
 	{name: "keys", summary: "create, list or revoke API keys", sub: keysCommands},
 	{name: "audit", summary: "read the audit log of admin actions", sub: auditCommands},
+	{name: "campaign", summary: "send one kind to many recipients through a running herald (HERALD_URL, HERALD_API_KEY)", sub: campaignCommands},
 	{name: "version", summary: "print herald's version", run: printVersion},
 	{name: "help", args: "[COMMAND]", summary: "print this help, or a command's", run: help},
 }

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/campaign"
+)
+
+// Environment of the commands that talk to a running herald over HTTP.
+const (
+	envURL    = "HERALD_URL"
+	envAPIKey = "HERALD_API_KEY"
+)
+
+// campaignCommands are the subcommands of herald campaign: a tenant's side
+// of campaigns, through the HTTP API of a running herald (DESIGN §8).
+var campaignCommands = []*command{
+	{name: "send", args: "--kind K --recipients FILE.csv [--params JSON] [--send-at TIME] [--url URL] [--api-key KEY] [--no-wait]",
+		summary: "send kind K to every recipient of a CSV file as one campaign, and show its progress until it is DONE", run: campaignSend},
+}
+
+// campaignPoll is how often campaign send reads the progress.
+var campaignPoll = time.Second
+
+func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags(cmd)
+	kind := fs.String("kind", "", "the kind `K` to send (required)")
+	file := fs.String("recipients", "", "the recipients: a CSV `FILE`, one recipient per row in the first column; "+
+		"with a header row whose first cell is \"recipient\", the other columns are that recipient's params (required)")
+	params := fs.String("params", "", "the campaign's params, a JSON object (each recipient's own columns override them)")
+	sendAt := fs.String("send-at", "", "send at `TIME` (RFC 3339) instead of now")
+	url := fs.String("url", envOr(envURL, "http://127.0.0.1:8080"), "herald's base `URL` (or "+envURL+")")
+	apiKey := fs.String("api-key", os.Getenv(envAPIKey), "an API key with the send and read scopes (or "+envAPIKey+")")
+	noWait := fs.Bool("no-wait", false, "start the campaign and return without waiting for it to be DONE")
+	if err := parseNoArgs(cmd, fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *kind == "" || *file == "":
+		return usageErrorf(cmd, "%s: --kind and --recipients are required", cmd.path())
+	case *apiKey == "":
+		return usageErrorf(cmd, "%s: an API key is required: --api-key or %s", cmd.path(), envAPIKey)
+	}
+	req := campaign.Request{Kind: *kind}
+	if *params != "" {
+		req.Params = json.RawMessage(*params)
+		if !json.Valid(req.Params) {
+			return usageErrorf(cmd, "%s: --params is not JSON", cmd.path())
+		}
+	}
+	if *sendAt != "" {
+		t, err := time.Parse(time.RFC3339, *sendAt)
+		if err != nil {
+			return usageErrorf(cmd, "%s: --send-at: %v", cmd.path(), err)
+		}
+		req.SendAt = &t
+	}
+	raw, err := os.ReadFile(*file)
+	if err != nil {
+		return fmt.Errorf("read the recipients: %w", err)
+	}
+	recipients, err := readRecipients(raw)
+	if err != nil {
+		return &cliError{code: 2, cmd: cmd, err: fmt.Errorf("%s: %s: %w", cmd.path(), *file, err)}
+	}
+	c := &apiClient{base: strings.TrimRight(*url, "/"), key: *apiKey, http: &http.Client{Timeout: 2 * time.Minute}}
+	ctx := context.Background()
+
+	// The same command again (the same kind, params and file) names the
+	// same campaign: its key replays the create, and the pages add nobody
+	// twice, so a send that was interrupted is resumed by running it again.
+	body, _ := json.Marshal(req)
+	sum := sha256.Sum256(append(append(body, 0), raw...))
+	var created struct{ ID string }
+	if err := c.do(ctx, http.MethodPost, "/v1/campaigns", "cli-"+hex.EncodeToString(sum[:16]), req, &created); err != nil {
+		return fmt.Errorf("create the campaign: %w", err)
+	}
+	fmt.Fprintf(stdout, "campaign %s: %d recipients\n", created.ID, len(recipients))
+	path := "/v1/campaigns/" + created.ID
+	for from := 0; from < len(recipients); from += campaign.MaxPage {
+		page := recipients[from:min(from+campaign.MaxPage, len(recipients))]
+		var added struct{ Added int }
+		err := c.do(ctx, http.MethodPost, path+"/recipients", "", map[string]any{"recipients": page}, &added)
+		var he *httpError
+		if errors.As(err, &he) && he.status == http.StatusConflict {
+			break // started already: an earlier run added the pages
+		}
+		if err != nil {
+			return fmt.Errorf("add recipients %d..%d: %w", from+1, from+len(page), err)
+		}
+	}
+	var st campaignProgress
+	if err := c.do(ctx, http.MethodPost, path+"/start", "", nil, &st); err != nil {
+		return fmt.Errorf("start the campaign: %w", err)
+	}
+	if *noWait {
+		fmt.Fprintf(stdout, "%s\n", st.line())
+		return nil
+	}
+	for st.State == "DRAFT" || st.State == "RUNNING" {
+		fmt.Fprintf(stdout, "\r%s", st.line())
+		time.Sleep(campaignPoll)
+		if err := c.do(ctx, http.MethodGet, path, "", nil, &st); err != nil {
+			fmt.Fprintln(stdout)
+			return fmt.Errorf("read the campaign's progress: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "\r%s\n", st.line())
+	if st.State != "DONE" {
+		return fmt.Errorf("the campaign ended %s", st.State)
+	}
+	return nil
+}
+
+// readRecipients reads a recipients file (readRecipients' flag help).
+func readRecipients(raw []byte) ([]campaign.Recipient, error) {
+	r := csv.NewReader(bytes.NewReader(raw))
+	r.FieldsPerRecord = -1
+	r.TrimLeadingSpace = true
+	rows, err := r.ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	var header []string
+	if len(rows) > 0 && len(rows[0]) > 0 && strings.EqualFold(strings.TrimSpace(rows[0][0]), "recipient") {
+		header, rows = rows[0], rows[1:]
+	}
+	out := make([]campaign.Recipient, 0, len(rows))
+	for i, row := range rows {
+		if len(row) == 0 || (len(row) == 1 && strings.TrimSpace(row[0]) == "") {
+			continue
+		}
+		rc := campaign.Recipient{Recipient: strings.TrimSpace(row[0])}
+		if len(row) > 1 {
+			if len(header) != len(row) {
+				return nil, fmt.Errorf("row %d has %d columns; params columns need a header row (recipient,name,…) of as many", i+1, len(row))
+			}
+			p := map[string]string{}
+			for j := 1; j < len(row); j++ {
+				p[header[j]] = row[j]
+			}
+			rc.Params, _ = json.Marshal(p)
+		}
+		out = append(out, rc)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no recipients")
+	}
+	return out, nil
+}
+
+// campaignProgress is GET /v1/campaigns/{id}'s answer.
+type campaignProgress struct {
+	ID                                                 string
+	State                                              string
+	Total, Enqueued, Sent, Suppressed, Failed, Unknown int64
+}
+
+// line is the progress line: a bar of the recipients fanned out, then the
+// sends by outcome.
+func (p campaignProgress) line() string {
+	const width = 30
+	done := 0
+	if p.Total > 0 {
+		done = int(p.Enqueued * width / p.Total)
+	}
+	return fmt.Sprintf("[%s%s] %s %d/%d enqueued, %d sent, %d suppressed, %d failed, %d unknown",
+		strings.Repeat("#", done), strings.Repeat(".", width-done), p.State, p.Enqueued, p.Total, p.Sent, p.Suppressed, p.Failed, p.Unknown)
+}
+
+// apiClient calls herald's HTTP API with an API key.
+type apiClient struct {
+	base, key string
+	http      *http.Client
+}
+
+// httpError is an answer outside 2xx: its status and problem detail.
+type httpError struct {
+	status int
+	detail string
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("%d %s", e.status, e.detail) }
+
+// do sends in (JSON; nil for no body) with idempotency key key ("" for
+// none) and decodes a 2xx answer into out.
+func (c *apiClient) do(ctx context.Context, method, path, key string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if res.StatusCode/100 != 2 {
+		var p struct{ Detail, Param string }
+		_ = json.Unmarshal(raw, &p)
+		if p.Param != "" {
+			p.Detail += " (" + p.Param + ")"
+		}
+		return &httpError{status: res.StatusCode, detail: p.Detail}
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(raw, out)
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
