@@ -51,10 +51,15 @@ func TestKeyShapeAndHash(t *testing.T) {
 type countingStore struct {
 	store.Store
 	gets atomic.Int64
+	// onGet, when set, runs before each key read.
+	onGet func()
 }
 
 func (c *countingStore) APIKeyGet(ctx context.Context, id string) (store.APIKey, error) {
 	c.gets.Add(1)
+	if c.onGet != nil {
+		c.onGet()
+	}
 	return c.Store.APIKeyGet(ctx, id)
 }
 
@@ -155,6 +160,20 @@ func TestVerifier(t *testing.T) {
 		}
 		if gets, runs := b.store.gets.Load(), b.v.KDFRuns(); gets != 3 || runs != 1 {
 			t.Errorf("3 verifications across 2 changes read the row %d times and ran the KDF %d times; want 3 and 1", gets, runs)
+		}
+	})
+	t.Run("AClientThatHangsUpDoesNotFailTheCheckOthersWaitOn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, key := b.create(t, apikeys.CreateParams{})
+		ctx, hangUp := context.WithCancel(b.ctx)
+		b.store.onGet = hangUp // the first client leaves while its check runs
+		if _, err := b.v.Verify(ctx, key); err != nil {
+			t.Fatalf("the check whose client left: %v; want it finished (requests that joined it take its answer)", err)
+		}
+		b.store.onGet = nil
+		if _, err := b.v.Verify(b.ctx, key); err != nil || b.store.gets.Load() != 1 {
+			t.Fatalf("the next request: %v after %d reads; want the cached answer", err, b.store.gets.Load())
 		}
 	})
 	t.Run("RevokeInThisProcessTakesEffectAtOnce", func(t *testing.T) {

@@ -179,7 +179,9 @@ func (v *Verifier) Verify(ctx context.Context, key string) (Principal, error) {
 		if hit {
 			proven = c.hash
 		}
-		f.p, f.err = v.verify(ctx, digest, id, secret, proven, now, gen)
+		// Others may wait on this answer: the client that asked first
+		// hanging up must not make it a refusal for them.
+		f.p, f.err = v.verify(context.WithoutCancel(ctx), digest, id, secret, proven, now, gen)
 		v.mu.Lock()
 		if v.flights[digest] == f {
 			delete(v.flights, digest)
