@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +24,12 @@ func TestCampaignSend(t *testing.T) {
 	cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
 	cfg = cfg.WithDefaults()
 	_, base := testapp.Start(t, cfg)
+	api := &apiClient{base: base, key: config.DevAPIKey, http: &http.Client{Timeout: 30 * time.Second}}
+	// user-a consents to marketing push; nobody to e-mail.
+	if err := api.do(context.Background(), http.MethodPut, "/v1/recipients/user-a/profile", "",
+		map[string]any{"addresses": map[string]string{"push": "tok-a"}, "consent": map[string]bool{"push": true}}, nil); err != nil {
+		t.Fatal(err)
+	}
 
 	csvPath := filepath.Join(t.TempDir(), "recipients.csv")
 	var b strings.Builder
@@ -43,6 +51,18 @@ func TestCampaignSend(t *testing.T) {
 		t.Fatalf("campaign send: exit %d\n%s%s", code, out, errb)
 	}
 	first := strings.Fields(out)[1]
+	// The notifications went through the pipeline and its policies: the
+	// one consented push was sent, the other 49 sends suppressed.
+	var p campaignProgress
+	for deadline := time.Now().Add(30 * time.Second); p.Sent+p.Suppressed+p.Failed+p.Unknown < 50 && time.Now().Before(deadline); {
+		time.Sleep(campaignPoll)
+		if err := api.do(context.Background(), http.MethodGet, "/v1/campaigns/"+strings.TrimSuffix(first, ":"), "", nil, &p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.Sent != 1 || p.Suppressed != 49 {
+		t.Fatalf("sends = %+v; want 1 sent (user-a's push), 49 suppressed (no consent)", p)
+	}
 	code, out, errb = send()
 	if code != 0 || strings.Fields(out)[1] != first || !strings.Contains(out, "DONE 25/25 enqueued") {
 		t.Fatalf("campaign send again: exit %d\n%s%s; want campaign %s again, DONE", code, out, errb, first)
