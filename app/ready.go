@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/broker/rabbitmq"
+	"github.com/heraldhq/herald/config"
 )
 
 // Readiness (GET /readyz) answers 200 only while this process can deliver:
@@ -83,15 +83,12 @@ func linkCheck(name string, s rabbitmq.Status) Check {
 	return Check{Name: name, Status: "failing", Reason: "not connected: " + s.Err.Error()}
 }
 
-// redact hides the passwords of the database and broker URLs in s, in case
+// redact hides the passwords of the database and broker URLs in s
+// (config.URLSecrets: the userinfo's, password= and sslpassword=), in case
 // an error quoted one (the broker's dial errors already hide it).
 func (a *App) redact(s string) string {
 	for _, raw := range []string{a.cfg.Database, a.cfg.RabbitMQURL} {
-		u, err := url.Parse(raw)
-		if err != nil || u.User == nil {
-			continue
-		}
-		if pw, ok := u.User.Password(); ok && pw != "" {
+		for _, pw := range config.URLSecrets(raw) {
 			s = strings.ReplaceAll(s, pw, "xxxxx")
 		}
 	}

@@ -885,7 +885,7 @@ func (c *Config) Validate() error {
 			return errors.New("config: rabbitmq_url: required when transport is rabbitmq")
 		}
 		if u, err := url.Parse(c.RabbitMQURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
-			return fmt.Errorf("config: rabbitmq_url: %q is not an amqp:// URL", c.RabbitMQURL)
+			return fmt.Errorf("config: rabbitmq_url: %q is not an amqp:// URL", RedactURL(c.RabbitMQURL))
 		}
 	default:
 		return fmt.Errorf("config: transport: %q is not db or rabbitmq", c.Transport)
@@ -1042,7 +1042,7 @@ func (c *Config) DatabaseDriver() (driver, dsn string, err error) {
 		return "postgres", c.Database, nil
 	}
 	// The setting may hold a password: it is printed redacted.
-	return "", "", fmt.Errorf("config: database: %q is neither sqlite:PATH nor a postgres:// URL", RedactDatabase(c.Database))
+	return "", "", fmt.Errorf("config: database: %q is neither sqlite:PATH nor a postgres:// URL", RedactURL(c.Database))
 }
 
 func channelList() string {

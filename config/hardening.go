@@ -185,6 +185,28 @@ func (c *Config) readHardening(dir string, getenv func(string) string) error {
 	return nil
 }
 
+// URLSecrets returns the passwords a database setting or broker URL holds
+// (RedactURL's), for hiding them in text that may quote them: an error.
+func URLSecrets(raw string) []string {
+	var out []string
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			out = append(out, pw)
+		}
+	}
+	for _, m := range secretParam.FindAllStringSubmatch(raw, -1) {
+		v := strings.Trim(m[2], "'")
+		if v == "" {
+			continue
+		}
+		out = append(out, v) // as written, and unescaped when that differs
+		if uv, err := url.QueryUnescape(v); err == nil && uv != v {
+			out = append(out, uv)
+		}
+	}
+	return out
+}
+
 var (
 	// secretParam finds password=… and sslpassword=… in a key=value
 	// connection string or a query.
@@ -193,11 +215,12 @@ var (
 	userinfoPassword = regexp.MustCompile(`^((?:[a-zA-Z][a-zA-Z0-9+.-]*:)?//)?([^:/@\s]*):([^@\s]*)@`)
 )
 
-// RedactDatabase returns the database setting fit to print: a URL's
-// userinfo password and every password= or sslpassword= query parameter
-// become "xxxxx". A sqlite: path is returned as it is; a string that is no
-// URL (a mistyped scheme, a key=value string) is redacted by pattern.
-func RedactDatabase(database string) string {
+// RedactURL returns a database setting or a broker URL fit to print: a
+// URL's userinfo password and every password= or sslpassword= query
+// parameter become "xxxxx". A sqlite: path is returned as it is; a string
+// that is no URL (a mistyped scheme, a key=value string) is redacted by
+// pattern.
+func RedactURL(database string) string {
 	if strings.HasPrefix(database, "sqlite:") {
 		return database
 	}

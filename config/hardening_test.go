@@ -53,7 +53,7 @@ func TestDevConfigListensOnLoopbackOnly(t *testing.T) {
 	}
 }
 
-func TestRedactDatabase(t *testing.T) {
+func TestRedactURL(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ in, want string }{
 		{"sqlite:./herald.db", "sqlite:./herald.db"},
@@ -65,15 +65,26 @@ func TestRedactDatabase(t *testing.T) {
 		{"host=db user=herald password=s3cret sslpassword='a b'", "host=db user=herald password=xxxxx sslpassword=xxxxx"},
 		{"postgres://herald:s3cret@db:bad-port/herald?password=s3cret", "postgres://herald:xxxxx@db:bad-port/herald?password=xxxxx"},
 	} {
-		got := config.RedactDatabase(c.in)
+		got := config.RedactURL(c.in)
 		if got != c.want || strings.Contains(got, "s3cret") {
-			t.Errorf("RedactDatabase(%q) = %q, want %q", c.in, got, c.want)
+			t.Errorf("RedactURL(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
-	// A mistyped scheme's error does not echo the password either.
-	path := writeFile(t, "database: postgress://herald:s3cret@db/herald?password=s3cret\napi_keys: [{key: k, tenant: t}]\n")
-	if _, err := config.Load(path, noEnv); err == nil || strings.Contains(err.Error(), "s3cret") {
-		t.Errorf("Load of a mistyped scheme = %v, want an error without the password", err)
+	// A mistyped scheme's error does not echo the password either, for
+	// the database or the broker.
+	for _, yaml := range []string{
+		"database: postgress://herald:s3cret@db/herald?password=s3cret\n",
+		"transport: rabbitmq\nrabbitmq_url: amqq://herald:s3cret@mq:5672/\n",
+	} {
+		path := writeFile(t, yaml+"api_keys: [{key: k, tenant: t}]\n")
+		if _, err := config.Load(path, noEnv); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Load of a mistyped scheme = %v, want an error without the password", err)
+		}
+	}
+	// URLSecrets finds each, for hiding them in an error's text.
+	got := config.URLSecrets("postgres://herald:pw1@db/herald?password=pw%202&sslpassword=pw3")
+	if strings.Join(got, ",") != "pw1,pw%202,pw 2,pw3" {
+		t.Errorf("URLSecrets = %q, want pw1, pw%%202 (and unescaped), pw3", got)
 	}
 }
 

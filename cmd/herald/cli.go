@@ -182,7 +182,7 @@ func parseNoArgs(cmd *command, fs *flag.FlagSet, args []string) error {
 }
 
 // databaseLabel names a configured database for people: a postgres URL
-// without its passwords (config.RedactDatabase: the userinfo's, and
+// without its passwords (config.RedactURL: the userinfo's, and
 // password= and sslpassword= in the query); a sqlite path as written and, when it is relative,
 // the file it resolves to from the working directory.
 func databaseLabel(database string) string {
@@ -193,5 +193,5 @@ func databaseLabel(database string) string {
 		}
 		return fmt.Sprintf("%s (%s)", database, abs)
 	}
-	return config.RedactDatabase(database)
+	return config.RedactURL(database)
 }
