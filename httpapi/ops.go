@@ -38,13 +38,27 @@ type opsAPI struct {
 // routeOps adds the operator's routes to mux.
 func routeOps(mux *router, cfg Config) {
 	o := &opsAPI{store: cfg.Store, metrics: cfg.Metrics, logger: cfg.Logger}
-	mux.Handle("GET /v1/ops/reconcile", requireOperator(cfg.Operators, cfg.Keys, http.HandlerFunc(o.reconcile)))
-	mux.Handle("POST /v1/ops/inbox/recount", requireOperator(cfg.Operators, cfg.Keys,
+	isAPIKey := func(r *http.Request) bool {
+		authz := r.Header.Get("Authorization")
+		if _, ok := cfg.Keys.Lookup(authz); ok {
+			return true
+		}
+		key, ok := auth.Bearer(authz)
+		if !ok || cfg.APIKeys == nil {
+			return false
+		}
+		_, err := cfg.APIKeys.Verify(r.Context(), key)
+		return err == nil
+	}
+	mux.Handle("GET /v1/ops/reconcile", requireOperator(cfg.Operators, isAPIKey, http.HandlerFunc(o.reconcile)))
+	mux.Handle("POST /v1/ops/inbox/recount", requireOperator(cfg.Operators, isAPIKey,
 		cfg.Audit.Action(audit.InboxRecount, nil, http.HandlerFunc(o.inboxRecount))))
 }
 
-// requireOperator lets through a request with an operator key.
-func requireOperator(operators, tenants *auth.Keys, next http.Handler) http.Handler {
+// requireOperator lets through a request with an operator key; a valid
+// API key (isAPIKey: a config key or a stored one) is 403, anything else
+// 401.
+func requireOperator(operators *auth.Keys, isAPIKey func(*http.Request) bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		authz := r.Header.Get("Authorization")
 		if operators != nil {
@@ -56,7 +70,7 @@ func requireOperator(operators, tenants *auth.Keys, next http.Handler) http.Hand
 				return
 			}
 		}
-		if _, ok := tenants.Lookup(authz); ok {
+		if isAPIKey(r) {
 			problem.New(w, http.StatusForbidden, "an operator key is required: an API key reads only its tenant's routes")
 			return
 		}
