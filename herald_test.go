@@ -245,6 +245,9 @@ func TestEnqueueInTransaction(t *testing.T) {
 			{"NoDedupKey", "dedup_key", func(in *herald.Intent) { in.DedupKey = "" }},
 			{"NoRecipient", "recipient", func(in *herald.Intent) { in.Recipient = "" }},
 			{"ExpiresBeforeItIsSent", "expires_at", func(in *herald.Intent) { in.ExpiresAt = in.SendAt.Add(-time.Minute) }},
+			// PostgreSQL's jsonb refuses \u0000: the caller's transaction
+			// would abort (issue 13).
+			{"ParamWithNUL", "params", func(in *herald.Intent) { in.Params["at"] = "10:00\x00" }},
 		} {
 			in := c.intents("booking-46")[1]
 			tc.mutate(&in)

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/validate"
 )
 
 // Limits on the identifiers of a request, so message ids and keys stay small.
@@ -102,6 +103,12 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []
 		if r.ExpiresAt.Sub(start) < MinExpiryWindow {
 			return bad("expires_at", "expires_at must be at least %s after send_at (or now)", MinExpiryWindow)
 		}
+	}
+	// What no store can hold (\u0000, a lone surrogate, invalid UTF-8)
+	// is refused here too, for the Go API's callers: the HTTP edge refused
+	// it already (400).
+	if err := validate.JSON(r.Params); err != nil {
+		return bad("params", "params hold text no store can keep (%v)", err)
 	}
 	params, err := DecodeParams(r.Params)
 	if err != nil {
