@@ -32,6 +32,15 @@ func closedWithin(t *testing.T, c net.Conn, d time.Duration, what string) {
 	}
 }
 
+// serveWith runs herald on testConfig edited by edit until the test ends
+// and returns its base URL.
+func serveWith(t *testing.T, edit func(*config.Config)) string {
+	t.Helper()
+	a, base := newHerald(t, testConfig(t, "", edit), app.Options{})
+	runHerald(t, a)
+	return base
+}
+
 func dial(t *testing.T, base string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
@@ -44,9 +53,7 @@ func dial(t *testing.T, base string) net.Conn {
 
 func TestServerCutsOffATricklingBody(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t, "", func(c *config.Config) { c.Server.ReadTimeout = config.Duration(300 * time.Millisecond) })
-	a, base := newHerald(t, cfg, app.Options{})
-	runHerald(t, a)
+	base := serveWith(t, func(c *config.Config) { c.Server.ReadTimeout = config.Duration(300 * time.Millisecond) })
 	c := dial(t, base)
 	// Headers promise 1,000 bytes; the body stops after one.
 	_, err := io.WriteString(c, "POST /v1/notifications HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+config.DevAPIKey+
@@ -59,9 +66,7 @@ func TestServerCutsOffATricklingBody(t *testing.T) {
 
 func TestServerClosesIdleKeepAlives(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t, "", func(c *config.Config) { c.Server.IdleTimeout = config.Duration(300 * time.Millisecond) })
-	a, base := newHerald(t, cfg, app.Options{})
-	runHerald(t, a)
+	base := serveWith(t, func(c *config.Config) { c.Server.IdleTimeout = config.Duration(300 * time.Millisecond) })
 	c := dial(t, base)
 	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
@@ -84,9 +89,7 @@ func TestServerClosesIdleKeepAlives(t *testing.T) {
 
 func TestServerCapsOpenConnections(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t, "", func(c *config.Config) { c.Server.MaxConnections = 1 })
-	a, base := newHerald(t, cfg, app.Options{})
-	runHerald(t, a)
+	base := serveWith(t, func(c *config.Config) { c.Server.MaxConnections = 1 })
 	first := dial(t, base)
 	if _, err := io.WriteString(first, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
@@ -120,11 +123,9 @@ func TestServerCapsOpenConnections(t *testing.T) {
 func TestStreamOutlivesTheRequestTimeouts(t *testing.T) {
 	t.Parallel()
 	const short = 200 * time.Millisecond
-	cfg := testConfig(t, "", func(c *config.Config) {
+	base := serveWith(t, func(c *config.Config) {
 		c.Server.ReadTimeout, c.Server.WriteTimeout = config.Duration(short), config.Duration(short)
 	})
-	a, base := newHerald(t, cfg, app.Options{})
-	runHerald(t, a)
 	token := mintToken(t, base, "alice")
 	s := ssetest.Open(t, base+"/v1/me/stream", token)
 	s.WantBadge(t, 0)
