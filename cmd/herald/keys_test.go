@@ -13,6 +13,8 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
+func init() { apikeys.Iterations = 1000 } // the tests' keys: production's rounds take seconds under -race
+
 func TestKeysCommands(t *testing.T) {
 	t.Parallel()
 	for _, driver := range []string{"sqlite", "postgres"} {
