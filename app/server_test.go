@@ -87,6 +87,24 @@ func TestServerClosesIdleKeepAlives(t *testing.T) {
 	}
 }
 
+func TestServerRefusesOversizedHeaders(t *testing.T) {
+	t.Parallel()
+	base := serveWith(t, func(c *config.Config) { c.Server.MaxHeaderBytes = 4 << 10 })
+	req, err := http.NewRequest(http.MethodGet, base+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Filler", strings.Repeat("x", 16<<10)) // net/http allows 4 KiB over the limit
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("16 KiB of headers with max_header_bytes 4096: %d, want 431", res.StatusCode)
+	}
+}
+
 func TestServerCapsOpenConnections(t *testing.T) {
 	t.Parallel()
 	base := serveWith(t, func(c *config.Config) { c.Server.MaxConnections = 1 })
