@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/validate"
@@ -144,15 +143,6 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []
 	return kind, stored, inbox, nil
 }
 
-// Printable reports whether s is valid UTF-8 without control characters.
-func Printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
-}
+// Printable reports whether s is valid UTF-8 without control characters
+// (validate.Printable: a path's identifiers follow the same rule).
+func Printable(s string) bool { return validate.Printable(s) }

@@ -73,13 +73,14 @@ func Text(s string) error {
 }
 
 // Printable reports whether s is valid UTF-8 without control characters
-// (C0, DEL, C1).
+// (C0 and DEL): the rule of every identifier herald takes, in a body
+// (catalog.Printable) or a path.
 func Printable(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
-		if r < 0x20 || (r >= 0x7f && r < 0xa0) {
+		if r < 0x20 || r == 0x7f {
 			return false
 		}
 	}
