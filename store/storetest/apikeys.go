@@ -87,6 +87,27 @@ func testAPIKeys(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("RevisionGrowsWithEveryChange", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		rev := func() int64 {
+			t.Helper()
+			v, err := b.s.APIKeyRevision(b.ctx)
+			if err != nil {
+				t.Fatalf("APIKeyRevision: %v", err)
+			}
+			return v
+		}
+		r0 := rev()
+		create(t, b, key("k1", "t1"))
+		r1 := rev()
+		if _, err := b.s.APIKeyRevoke(b.ctx, "t1", "k1"); err != nil {
+			t.Fatalf("APIKeyRevoke: %v", err)
+		}
+		if r2 := rev(); r1 <= r0 || r2 <= r1 {
+			t.Fatalf("revisions %d, %d, %d around a create and a revoke; want each larger", r0, r1, r2)
+		}
+	})
 	t.Run("ChangesAreSeenByAnotherProcess", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
