@@ -13,7 +13,7 @@ import (
 
 // Limits on the identifiers of a request, so message ids and keys stay small.
 const (
-	MaxRecipientLen = 200
+	MaxRecipientLen = validate.MaxRecipient // the path's limit too
 	MaxEventIDLen   = 200
 )
 
