@@ -12,12 +12,14 @@
 //	WHERE id IN (SELECT id FROM outbox
 //	             WHERE lane = $lane AND state = 'PENDING' AND available_at <= now
 //	               AND (expires_at IS NULL OR expires_at > now)
-//	             ORDER BY available_at, id LIMIT $n
+//	             ORDER BY <its tenant's rows in flight + its place>, available_at
+//	             LIMIT $n
 //	             FOR UPDATE SKIP LOCKED)
 //	RETURNING … joined with the notifications
 //
-// The inner SELECT walks the partial index (lane, available_at, id) WHERE
-// state = 'PENDING'. SKIP LOCKED makes concurrent claimers take disjoint rows
+// The inner SELECT walks the partial index (lane, tenant, available_at, id)
+// WHERE state = 'PENDING', tenant by tenant, so a lane is shared fairly
+// between tenants (qOutboxClaim). SKIP LOCKED makes concurrent claimers take disjoint rows
 // without queueing behind each other, and no row lock outlives the
 // statement: afterwards ownership is the lease and the fencing token alone.
 // Every later outbox write is conditional on

@@ -255,12 +255,20 @@ const (
 	// made a small tenant wait a minute behind a big one's 20,000).
 	//
 	//	tenants  the lane's tenants with PENDING rows, one index probe each
-	//	         (a loose scan of outbox_fair), due or not;
+	//	         (a loose scan of outbox_fair), due or not. A plain index
+	//	         scan, not index-only (notification_id is not in the index):
+	//	         a claimed row leaves a dead entry in the partial index until
+	//	         vacuum, at the front of its tenant's range, and only a plain
+	//	         scan marks the dead entries it steps over so the next claim
+	//	         skips them; index-only, every claim fetched each one's heap
+	//	         page again, and a backlog's drain fell to 40%;
 	//	busy     each tenant's rows in flight in the lane (CLAIMED or
 	//	         PUBLISHING: at most every claimer's concurrency, read
 	//	         through outbox_leased);
 	//	turns    up to LIMIT due rows per tenant, oldest first, walked on
-	//	         outbox_fair from the tenant's oldest row to the first not yet
+	//	         outbox_fair (its ORDER BY is the index's, so no plan prefers
+	//	         outbox_due and filters a big tenant's rows out of a small
+	//	         one's walk) from the tenant's oldest row to the first not yet
 	//	         due (now is written out, so it bounds the index scan: a
 	//	         tenant's deferred backlog is never read), each numbered by
 	//	         its tenant's rows in flight plus its place: a tenant with
@@ -274,32 +282,40 @@ const (
 	// The UPDATE bumps the fencing token; the outer SELECT joins the jobs
 	// and returns them oldest first, each with whether a delivery row exists
 	// and the recipient's profile (heraldtype.Known), which spares the sender
-	// two reads per job.
+	// two reads per job. Its joins are LATERAL lookups with LIMIT 1, one
+	// index probe per claimed row: a prepared claim's generic plan,
+	// estimating the claimed rows from LIMIT $3, otherwise hashed the whole
+	// notifications table on every claim.
 	//
 	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease, $6 state (CLAIMED or PUBLISHING).
 	qOutboxClaim = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
        n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at,
        EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id), p.data, p.updated_at
-FROM claimed c JOIN notifications n ON n.id = c.notification_id
-LEFT JOIN profiles p ON p.tenant = n.tenant AND p.recipient = n.recipient
+FROM claimed c
+CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
+LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true
 ORDER BY c.available_at, c.id`
 	// qOutboxClaimPublishing is the relay's claim: the relay publishes the
 	// job and reads nothing for a sender.
 	qOutboxClaimPublishing = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
        n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at
-FROM claimed c JOIN notifications n ON n.id = c.notification_id
+FROM claimed c
+CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
 ORDER BY c.available_at, c.id`
 	// qOutboxClaimPublishingProfiles is the relay's claim with each job's
 	// recipient profile, for the relay's gate (OutboxClaimParams.Profiles).
 	qOutboxClaimPublishingProfiles = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
        n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, p.data, p.updated_at
-FROM claimed c JOIN notifications n ON n.id = c.notification_id
-LEFT JOIN profiles p ON p.tenant = n.tenant AND p.recipient = n.recipient
+FROM claimed c
+CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
+LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true
 ORDER BY c.available_at, c.id`
 	qOutboxClaimLease = `WITH RECURSIVE tenants (tenant) AS (
-    (SELECT tenant FROM outbox WHERE lane = $2::text AND state = 'PENDING' ORDER BY lane, tenant LIMIT 1)
+    (SELECT tenant FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND notification_id <> ''
+     ORDER BY lane, tenant LIMIT 1)
   UNION ALL
     SELECT (SELECT o.tenant FROM outbox o WHERE o.lane = $2::text AND o.state = 'PENDING' AND o.tenant > t.tenant
+              AND o.notification_id <> ''
             ORDER BY o.lane, o.tenant LIMIT 1)
     FROM tenants t WHERE t.tenant IS NOT NULL
 ),
@@ -315,7 +331,7 @@ turns AS (
         WHERE o.lane = $2::text AND o.tenant = t.tenant AND o.state = 'PENDING'
           AND o.available_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
           AND (o.expires_at IS NULL OR o.expires_at > (SELECT coalesce($1::timestamptz, clock_timestamp())))
-        ORDER BY o.available_at, o.id
+        ORDER BY o.lane, o.tenant, o.available_at, o.id
         LIMIT $3::integer
     ) c
     LEFT JOIN busy b ON b.tenant = t.tenant

@@ -1,0 +1,34 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// A small tenant's turn does not walk a big tenant's backlog: each
+// tenant's due rows are walked on outbox_fair by (lane, tenant) up to now,
+// in the custom plan and the generic one a prepared claim settles on. A
+// plan on outbox_due, filtering the tenant, would read the big tenant's
+// 100,000 older rows for the small tenant's one, on every claim.
+func TestTheClaimWalksEachTenantsOwnRows(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 6, 11, 3, 0, 0, 0, time.UTC)
+	_, conn := planConn(t,
+		`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
+SELECT 'n' || g, CASE WHEN g <= 100000 THEN 'big' ELSE 'small' END, 'r', 'e' || g, 'pay', 'transactional', '{}', '2026-06-11 01:00:00+00'
+FROM generate_series(1, 100010) g`,
+		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
+SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', created_at + (substr(id, 2)::int * interval '1 ms'), created_at, created_at
+FROM notifications`,
+		`ANALYZE outbox`)
+	args := []any{now, "transactional", 4, "w", time.Minute, "CLAIMED"}
+	for how, plan := range bothPlans(t, conn, "plan_fair_claim", qOutboxClaim, args) {
+		if strings.Contains(plan, "outbox_due") {
+			t.Errorf("the %s plan of the claim reads outbox_due:\n%s", how, plan)
+		}
+		if !strings.Contains(plan, "Index Scan using outbox_fair on outbox") || !indexCondNames(plan, "tenant = t") {
+			t.Errorf("the %s plan of the claim does not walk outbox_fair by tenant:\n%s", how, plan)
+		}
+	}
+}
