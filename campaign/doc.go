@@ -37,10 +37,11 @@
 // devices counts three). total and enqueued are counters kept by the
 // writes that change them.
 //
-// The counts are computed when read: the notifications through their
-// campaign index, each one's outbox rows and deliveries through their keys;
-// cheap for thousands, about a second per million on PostgreSQL. A counter
-// table kept by the sender's writes would make it constant; not done yet.
+// The counts are computed when read: the campaign's recipients through
+// their key, each one's outbox rows and deliveries through theirs (three
+// index probes per recipient); cheap for thousands, seconds for a million.
+// A counter table kept by the sender's writes would make it constant; not
+// done yet (it would put a write on every send's path).
 //
 // # Cancel
 //
