@@ -47,9 +47,9 @@ func BenchmarkCampaignFanOut(b *testing.B) {
 		added := time.Now()
 		for from := 0; from < n; from += campaign.MaxPage {
 			page := make([]store.CampaignRecipient, min(campaign.MaxPage, n-from))
+			nids := ids.Ordered("ntf", time.Now(), len(page))
 			for j := range page {
-				r := "user-" + strconv.Itoa(from+j)
-				page[j] = store.CampaignRecipient{Recipient: r, NotificationID: campaign.NotificationID(id, r)}
+				page[j] = store.CampaignRecipient{Recipient: "user-" + strconv.Itoa(from+j), NotificationID: nids[j]}
 			}
 			if _, err := st.CampaignAddRecipients(ctx, "bench", id, page); err != nil {
 				b.Fatal(err)

@@ -160,7 +160,12 @@ func (s *Service) checkCampaign(now time.Time, req Request) (*catalog.Kind, json
 
 // recipients checks a page and turns it into the store's rows: each
 // recipient's notification id, and its params merged over the campaign's
-// when it has its own. Every recipient's notification must render: the
+// when it has its own. The ids ascend in the page's order (ids.Ordered),
+// the order the fan-out writes them in, so a batch's entries in the
+// notifications' and the outbox's keys land side by side; the store keeps
+// a recipient's first id (a page sent again proposes new ones, which are
+// dropped with the recipient's repeat), and every write of its
+// notification uses that one. Every recipient's notification must render: the
 // campaign's params are rendered once, a recipient's own merge each time.
 func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawMessage, id string, page []Recipient) ([]store.CampaignRecipient, *catalog.FieldError) {
 	if len(page) > MaxPage {
@@ -174,9 +179,10 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 	_ = json.Unmarshal(base, &baseMap)
 	baseChecked := false
 	out := make([]store.CampaignRecipient, len(page))
+	nids := ids.Ordered("ntf", now, len(page))
 	for i, r := range page {
 		at := fmt.Sprintf("recipients[%d]", i)
-		rp := store.CampaignRecipient{Recipient: r.Recipient, NotificationID: NotificationID(id, r.Recipient)}
+		rp := store.CampaignRecipient{Recipient: r.Recipient, NotificationID: nids[i]}
 		merged := params
 		if own := r.Params; len(own) > 0 && string(own) != "null" {
 			o, ferr := objectParams(own, at+".params")
@@ -227,13 +233,4 @@ func objectParams(raw json.RawMessage, param string) (json.RawMessage, *catalog.
 		return nil, &catalog.FieldError{Param: param, Detail: param + " must be a JSON object"}
 	}
 	return raw, nil
-}
-
-// NotificationID is the id of the notification campaign campaignID sends
-// to recipient: a notification id like any other ("ntf_" and 26
-// characters) with the campaign's creation time, derived from the two
-// (ids.Derived). The same campaign and recipient always give the same id,
-// so a fan-out that writes a recipient again writes nothing.
-func NotificationID(campaignID, recipient string) string {
-	return ids.Derived("ntf", campaignID, campaignID, recipient)
 }

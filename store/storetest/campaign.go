@@ -28,13 +28,13 @@ func setupCampaigns(t *testing.T, h Harness) campaignBundle {
 	return campaignBundle{bundle: b, c: c}
 }
 
-// recipients makes n recipients r<from>… with notification ids derived
-// from the campaign id.
+// recipients makes n recipients r<from>… of campaign id, each with a
+// notification id of its own: the same recipient, the same id.
 func recipients(id string, from, n int) []store.CampaignRecipient {
 	out := make([]store.CampaignRecipient, n)
 	for i := range out {
 		r := fmt.Sprintf("r%d", from+i)
-		out[i] = store.CampaignRecipient{Recipient: r, NotificationID: ids.Derived("ntf", id, id, r)}
+		out[i] = store.CampaignRecipient{Recipient: r, NotificationID: "ntf_" + id[4:] + "_" + r}
 	}
 	return out
 }
