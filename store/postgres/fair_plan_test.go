@@ -32,3 +32,24 @@ FROM notifications`,
 		}
 	}
 }
+
+// The claim locks the rows it chose by their keys, one lookup each, even
+// in a plan made while the outbox was nearly empty (statistics from then,
+// 100,000 rows since): written as "key IN (chosen)", such a plan walked the
+// whole lane and semi-joined it with the chosen rows, on every claim.
+func TestTheClaimLocksItsRowsByKeyWhateverTheStatistics(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 6, 11, 3, 0, 0, 0, time.UTC)
+	_, conn := planConn(t,
+		`ANALYZE outbox`, `ANALYZE notifications`,
+		`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
+SELECT 'n' || g, 'big', 'r', 'e' || g, 'coupon', 'marketing', '{}', '2026-06-11 01:00:00+00' FROM generate_series(1, 100000) g`,
+		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
+SELECT id, id || '.webhook', tenant, 'marketing', 'webhook', 'PENDING', created_at, created_at, created_at FROM notifications`)
+	args := []any{now, "marketing", 1, "w", time.Minute, "CLAIMED"}
+	for how, plan := range bothPlans(t, conn, "plan_fair_lock", qOutboxClaim, args) {
+		if strings.Contains(plan, "Semi Join") || !strings.Contains(plan, "Index Scan using outbox_pkey on outbox x") {
+			t.Errorf("the %s plan of the claim does not lock its chosen rows by key:\n%s", how, plan)
+		}
+	}
+}
