@@ -264,7 +264,9 @@ const (
 	//	         page again, and a backlog's drain fell to 40%;
 	//	busy     each tenant's rows in flight in the lane (CLAIMED or
 	//	         PUBLISHING: at most every claimer's concurrency, read
-	//	         through outbox_leased);
+	//	         through outbox_leased), counted only when two tenants or
+	//	         more have rows waiting (a one-time filter): with one, there
+	//	         is nothing to share, and the count was a fifth of a claim;
 	//	turns    up to LIMIT due rows per tenant, oldest first, walked on
 	//	         outbox_fair (its ORDER BY is the index's, so no plan prefers
 	//	         outbox_due and filters a big tenant's rows out of a small
@@ -324,7 +326,9 @@ ORDER BY c.available_at, c.id`
     FROM tenants t WHERE t.tenant IS NOT NULL
 ),
 busy AS (
-    SELECT tenant, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = $2::text GROUP BY tenant
+    SELECT tenant, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = $2::text
+      AND (SELECT count(*) FROM tenants WHERE tenant IS NOT NULL) > 1
+    GROUP BY tenant
 ),
 turns AS (
     SELECT c.notification_id, c.channel, c.available_at, c.id,

@@ -48,7 +48,9 @@ WHERE id IN (
         FROM tenants t WHERE t.tenant IS NOT NULL
     ),
     busy AS (
-        SELECT tenant, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = ?5 GROUP BY tenant
+        SELECT tenant, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = ?5
+          AND (SELECT count(*) FROM tenants WHERE tenant IS NOT NULL) > 1
+        GROUP BY tenant
     ),
     cand AS (
         SELECT x.id, x.tenant, x.available_at FROM tenants t JOIN outbox x ON x.id IN (
