@@ -109,10 +109,16 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%s\n", st.line())
 		return nil
 	}
+	// The counts are computed when read (seconds for a million
+	// recipients): poll no more often than every four reads' time.
+	wait := campaignPoll
 	for st.State == "DRAFT" || st.State == "RUNNING" {
 		fmt.Fprintf(stdout, "\r%s", st.line())
-		time.Sleep(campaignPoll)
-		if err := c.do(ctx, http.MethodGet, path, "", nil, &st); err != nil {
+		time.Sleep(wait)
+		began := time.Now()
+		err := c.do(ctx, http.MethodGet, path, "", nil, &st)
+		wait = max(campaignPoll, 4*time.Since(began))
+		if err != nil {
 			fmt.Fprintln(stdout)
 			return fmt.Errorf("read the campaign's progress: %w", err)
 		}
