@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/sim"
+)
+
+// BenchmarkIsolation is issue 12's isolation run (seed 003 §1: a
+// 5-million-recipient campaign in one FIFO made a payment wait 62
+// minutes): a marketing campaign of HERALD_BENCH_ISOLATION_RECIPIENTS
+// (default 1,000,000) is created, filled and started through the HTTP API,
+// and while the leader fans it out and the marketing lane drains it to a
+// 100 ms provider, 100 transactional notifications a second are posted for
+// HERALD_BENCH_ISOLATION_SECONDS (default 60). It reports the
+// transactional latency from POST to provider call (p50, p99, max; the aim
+// is p99 ≤ 250 ms) and how far the campaign got. Use PostgreSQL
+// (HERALD_BENCH_DATABASE) for the million; run it once: -benchtime 1x.
+func BenchmarkIsolation(b *testing.B) {
+	n := envInt("HERALD_BENCH_ISOLATION_RECIPIENTS", 1_000_000)
+	seconds := envInt("HERALD_BENCH_ISOLATION_SECONDS", 60)
+	lat := &fairLatencies{begun: map[string]time.Time{}, ended: map[string]time.Time{}}
+	var marketing atomic.Int64
+	s := sim.New(sim.Config{Latency: providerLatency})
+	s.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
+		if m.Kind == "coupon" {
+			marketing.Add(1)
+		} else {
+			lat.end(strings.TrimSuffix(m.MessageID, ".webhook"))
+		}
+		return provider.Outcome{}
+	})
+	e := startWithProvider(b, "sim-webhook", s, func(cfg *config.Config) {
+		off := false
+		cfg.QuietHours.Enabled = &off // the run must not depend on the hour in Seoul
+		cfg.Kinds = append(cfg.Kinds, config.Kind{Name: "coupon", Category: "marketing", Channels: []string{"webhook"},
+			Templates: map[string]config.Template{"webhook": {Title: "Coupon", Body: "{{.coupon}} is yours"}}})
+		cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}, "marketing": {Concurrency: 64}}
+	})
+	base := e.bases[0]
+	for range b.N {
+		began := time.Now()
+		var created struct{ ID string }
+		if err := isoCall(http.MethodPost, base+"/v1/campaigns", fmt.Sprintf("iso-%d", began.UnixNano()),
+			map[string]any{"kind": "coupon", "params": map[string]any{"coupon": "C10"}}, &created); err != nil {
+			b.Fatal(err)
+		}
+		for from := 0; from < n; from += 10_000 {
+			page := make([]map[string]string, 0, 10_000)
+			for i := from; i < min(n, from+10_000); i++ {
+				page = append(page, map[string]string{"recipient": fmt.Sprintf("member-%d", i)})
+			}
+			if err := isoCall(http.MethodPost, base+"/v1/campaigns/"+created.ID+"/recipients", "", map[string]any{"recipients": page}, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Logf("campaign of %d filled in %s", n, time.Since(began).Round(time.Millisecond))
+		if err := isoCall(http.MethodPost, base+"/v1/campaigns/"+created.ID+"/start", "", map[string]any{}, nil); err != nil {
+			b.Fatal(err)
+		}
+		started := time.Now()
+		tick := time.NewTicker(10 * time.Millisecond)
+		var ids []string
+		for i := range seconds * 100 {
+			<-tick.C
+			at := time.Now()
+			id, err := fairPost(base, config.DevAPIKey, fmt.Sprintf("pay-%d-%d", started.UnixNano(), i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat.begin(id, at)
+			ids = append(ids, id)
+		}
+		tick.Stop()
+		deadline := time.Now().Add(5 * time.Minute)
+		var d []time.Duration
+		for {
+			var missing int
+			if d, missing = lat.of(ids); missing == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d transactional notifications not sent 5 minutes after the last", missing)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		slices.Sort(d)
+		var progress map[string]any
+		if err := isoCall(http.MethodGet, base+"/v1/campaigns/"+created.ID, "", nil, &progress); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("after %s: campaign %v; %d marketing provider calls", time.Since(started).Round(time.Second), progress, marketing.Load())
+		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "tx-p50-ms")
+		b.ReportMetric(float64(d[len(d)*99/100].Microseconds())/1000, "tx-p99-ms")
+		b.ReportMetric(float64(d[len(d)-1].Microseconds())/1000, "tx-max-ms")
+		b.ReportMetric(float64(marketing.Load()), "marketing-calls")
+	}
+}
+
+// isoCall sends body as JSON with the dev key (and key as the
+// Idempotency-Key when set) and decodes the answer into out.
+func isoCall(method, url, key string, body, out any) error {
+	var r io.Reader
+	if body != nil {
+		raw, _ := json.Marshal(body)
+		r = bytes.NewReader(raw)
+	}
+	req, _ := http.NewRequest(method, url, r)
+	req.Header.Set("Authorization", "Bearer "+config.DevAPIKey)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, raw)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
