@@ -3,6 +3,7 @@ package auth
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/heraldhq/herald/problem"
 )
@@ -30,7 +31,9 @@ func RequireRecipient(tokens *RecipientTokens, apiKeys *Keys) func(http.Handler)
 			case errors.Is(err, ErrTokenExpired):
 				refuseRecipient(w, "invalid_token", "the recipient token has expired: mint a new one (POST /v1/recipients/{recipient}/tokens)")
 			default:
-				if _, isKey := apiKeys.Lookup(authz); isKey {
+				// A config key, or one shaped like a stored key
+				// (hk_<id>_<secret>, package apikeys).
+				if _, isKey := apiKeys.Lookup(authz); isKey || strings.HasPrefix(cred, "hk_") {
 					refuseRecipient(w, "invalid_token", "an API key is not accepted on /v1/me/…: use a recipient token (POST /v1/recipients/{recipient}/tokens)")
 					return
 				}

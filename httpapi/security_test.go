@@ -254,3 +254,13 @@ func TestRevokeReachesAnotherProcessAtOnceOnPostgres(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// A stored key on /v1/me/… is named in the 401, as a config key is.
+func TestStoredKeyOnMeRoutesIsNamed(t *testing.T) {
+	t.Parallel()
+	w := setupWalk(t, "sqlite")
+	got, b := w.do(t, "GET", "/v1/me/feed", w.keyA, "")
+	if got != http.StatusUnauthorized || !strings.Contains(b, "an API key is not accepted") {
+		t.Fatalf("GET /v1/me/feed with a stored key: %d %s; want 401 naming the mix-up", got, b)
+	}
+}
