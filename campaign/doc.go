@@ -10,9 +10,10 @@
 //
 // A recipient is added to a campaign once: (campaign, recipient) is
 // unique, and a page sent again adds nothing (idempotent per recipient).
-// Its notification's id is fixed when it is added, derived from the
-// campaign and the recipient (NotificationID), and its params are merged
-// then (the recipient's keys over the campaign's).
+// Its notification's id is fixed when it is added and stored with it (a
+// page's ids ascend in the page's order, ids.Ordered, so the fan-out's
+// key entries land side by side), and its params are merged then (the
+// recipient's keys over the campaign's).
 //
 // The fan-out (store.Campaigns.CampaignFanOut) takes the next Batch
 // recipients after the campaign's cursor, in the order they were added,
