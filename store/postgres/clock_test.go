@@ -97,7 +97,7 @@ func TestOwnershipIsDecidedByTheStatementsTimeNotTheTransactions(t *testing.T) {
 			return vals[1].(int64), nil
 		}, 1},
 		{"ExpiryTakesTheRow", false, false, `UPDATE outbox SET state = 'PENDING', expires_at = ` + past,
-			func(tx pgx.Tx, _ store.Claimed) (int64, error) { return exec(tx, qOutboxExpire, nil) }, 1},
+			func(tx pgx.Tx, _ store.Claimed) (int64, error) { return exec(tx, qOutboxExpire, nil, 100) }, 1},
 		{"StaleSweepTakesTheClaim", false, true, `UPDATE deliveries SET claimed_at = ` + past + ` - interval '10 minutes'`,
 			func(tx pgx.Tx, _ store.Claimed) (int64, error) {
 				return exec(tx, qDeliverySweepStale, nil, 10*time.Minute)

@@ -46,7 +46,7 @@ SELECT id || '.sms', id, 't', 'sms', 'PROVIDER_ACCEPTED', 1, now(), now() FROM n
 		"extend":    {qOutboxExtend, []any{nil, time.Hour, []string{rows[0].NotificationID}, []string{"webhook"}, []int64{rows[0].Fence.Token}}, []string{"outbox_pkey"}},
 		// The expiry finds the deliveries it ends by message id, however
 		// many rows the planner expects to expire.
-		"expire": {qOutboxExpire, []any{nil}, []string{"deliveries_message_id"}},
+		"expire": {qOutboxExpire, []any{nil, 100}, []string{"deliveries_message_id"}},
 		"record": {qDeliveryRecord, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1, ""}, []string{"deliveries_message_id"}},
 		"settle": {qDeliveryRecordSettle, []any{nil, "UNKNOWN", "", nil, "m", 1, "o", time.Now(), time.Now(), "x", 1, "",
 			rows[0].NotificationID, "webhook", rows[0].Fence.Token}, []string{"deliveries_message_id", "outbox_pkey"}},

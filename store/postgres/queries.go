@@ -277,13 +277,20 @@ const (
 	//	         nothing in flight takes the first turns;
 	//	due      the LIMIT rows with the lowest turns (oldest first among
 	//	         equals), each locked FOR UPDATE SKIP LOCKED by its key and
-	//	         re-checked PENDING; MATERIALIZED, so it runs exactly once. A
-	//	         row another claimer holds is skipped: that claim takes fewer
-	//	         rows, and its claimer claims again when a send ends or a
-	//	         wake-up comes. The lock is a LATERAL lookup per chosen row,
-	//	         which no plan can turn around: as "key IN (chosen)", a plan
-	//	         made while the outbox was small walked the whole lane and
-	//	         semi-joined it with the chosen rows, 100,000 rows a claim.
+	//	         re-checked PENDING (on the version locked); MATERIALIZED, so
+	//	         it runs exactly once. A row another claimer holds is skipped:
+	//	         that claim takes fewer rows, and its claimer claims again
+	//	         when a send ends or a wake-up comes.
+	//	claimed  the UPDATE of exactly the locked row versions, by ctid (a
+	//	         TID scan: no plan can choose otherwise).
+	//
+	// Each step is shaped so that no plan can walk the lane, whatever the
+	// statistics say: a prepared claim's plan made while the outbox was
+	// nearly empty (a new database, the minute before autoanalyze) took
+	// "key IN (chosen)" as a scan of the lane or the table, 100,000 rows a
+	// claim. The lock is a LATERAL lookup per chosen row by the primary key
+	// alone (with "state = 'PENDING'" inside it, the partial index
+	// outbox_fair qualified and a plan walked it per row).
 	//
 	// The UPDATE bumps the fencing token; the outer SELECT joins the jobs
 	// and returns them oldest first, each with whether a delivery row exists
@@ -346,19 +353,20 @@ turns AS (
     WHERE t.tenant IS NOT NULL
 ),
 due AS MATERIALIZED (
-    SELECT o.notification_id, o.channel
+    SELECT o.tid
     FROM (SELECT notification_id, channel FROM turns ORDER BY turn, available_at, id LIMIT $3::integer) pick
     CROSS JOIN LATERAL (
-        SELECT x.notification_id, x.channel FROM outbox x
-        WHERE x.notification_id = pick.notification_id AND x.channel = pick.channel AND x.state = 'PENDING'
+        SELECT x.ctid AS tid, x.state FROM outbox x
+        WHERE x.notification_id = pick.notification_id AND x.channel = pick.channel
         FOR UPDATE SKIP LOCKED
     ) o
+    WHERE o.state = 'PENDING'
 ),
 claimed AS (
     UPDATE outbox o
     SET state = $6::text, claimed_by = $4::text, claimed_until = coalesce($1::timestamptz, clock_timestamp()) + $5::interval,
         token = o.token + 1, updated_at = coalesce($1::timestamptz, clock_timestamp())
-    WHERE (o.notification_id, o.channel) IN (SELECT notification_id, channel FROM due)
+    WHERE o.ctid = ANY (ARRAY(SELECT tid FROM due))
     RETURNING o.id, o.token, o.notification_id, o.message_id, o.channel, o.attempts, o.available_at
 )
 `
