@@ -56,7 +56,8 @@ FROM campaigns WHERE tenant = $1::text AND id = $2::text`
 	// (store.CampaignCounts): its recipients' notification ids through
 	// the recipients' primary key, each one's outbox rows through the
 	// outbox key's notification_id prefix, each row's delivery through its
-	// message id. (No index on notifications.campaign_id: one more index
+	// message id; only the recipients up to the cursor, which have their
+	// notifications. (No index on notifications.campaign_id: one more index
 	// entry per notification would cost the fan-out more than it saves.)
 	qCampaignCounts = `SELECT
     count(*) FILTER (WHERE d.state IN ('PROVIDER_ACCEPTED', 'DELIVERED')),
@@ -64,7 +65,7 @@ FROM campaigns WHERE tenant = $1::text AND id = $2::text`
     count(*) FILTER (WHERE d.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED') OR (d.state IS NULL AND o.state IN ('EXPIRED', 'FAILED'))),
     count(*) FILTER (WHERE d.state = 'UNKNOWN')
 FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id LEFT JOIN deliveries d ON d.message_id = o.message_id
-WHERE cr.campaign_id = $1::text`
+WHERE cr.campaign_id = $1::text AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = $1::text)`
 
 	qCampaignsRunning = `SELECT tenant, id FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT $1`
 
@@ -128,7 +129,7 @@ RETURNING ended_at`
 	// $1 campaign id, $2 tenant, $3 now.
 	qCampaignCancelSends = `WITH m AS MATERIALIZED (
     SELECT o.message_id, o.notification_id, o.channel, o.state FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
-    WHERE cr.campaign_id = $1::text AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED')
+    WHERE cr.campaign_id = $1::text AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = $1::text) AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED')
 ),
 s AS (
     INSERT INTO deliveries AS d (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
@@ -338,6 +339,9 @@ func readCampaign(ctx context.Context, q querier, tenant, id string) (store.Camp
 	c.Lane, c.Params = heraldtype.Lane(lane), json.RawMessage(params)
 	c.SendAt, c.StartedAt, c.EndedAt = utcPtr(c.SendAt), utcPtr(c.StartedAt), utcPtr(c.EndedAt)
 	c.CreatedAt = utc(c.CreatedAt)
+	if c.State == store.CampaignDraft {
+		return c, nil // nothing fanned out: no sends to count
+	}
 	k := &c.Counts
 	if err := q.QueryRow(ctx, qCampaignCounts, id).Scan(&k.Sent, &k.Suppressed, &k.Failed, &k.Unknown); err != nil {
 		return c, fmt.Errorf("count campaign sends: %w", err)

@@ -36,7 +36,7 @@ FROM campaigns WHERE tenant = ? AND id = ?`
     coalesce(sum(d.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED') OR (d.state IS NULL AND o.state IN ('EXPIRED', 'FAILED'))), 0),
     coalesce(sum(d.state = 'UNKNOWN'), 0)
 FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id LEFT JOIN deliveries d ON d.message_id = o.message_id
-WHERE cr.campaign_id = ?`
+WHERE cr.campaign_id = ?1 AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = ?1)`
 	qCampaignsRunning   = `SELECT tenant, id FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT ?`
 	qCampaignFanOutHead = `SELECT kind, lane, channels, params, send_at, state, fanout_seq FROM campaigns WHERE tenant = ? AND id = ?`
 	// qCampaignBatch bounds the next batch: how many recipients follow the
@@ -71,11 +71,11 @@ WHERE id = ?1`
 	// statement each. ?1 campaign id, ?2 tenant, ?3 now.
 	qCampaignInFlight = `SELECT count(*) FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
 JOIN deliveries d ON d.message_id = o.message_id
-WHERE cr.campaign_id = ?1 AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING') AND d.state = 'SENDING'`
+WHERE cr.campaign_id = ?1 AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = ?1) AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING') AND d.state = 'SENDING'`
 	qCampaignCancelSends = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
 SELECT o.message_id, o.notification_id, ?2, o.channel, 'SUPPRESSED', 'CANCELLED', ?3, ?3
 FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
-WHERE cr.campaign_id = ?1 AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING')
+WHERE cr.campaign_id = ?1 AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = ?1) AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING')
 ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
 WHERE deliveries.state IN ('RETRY_WAIT', 'PARKED')`
 	qCampaignCancelWaiting = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = 'CANCELLED', updated_at = ?3
@@ -243,6 +243,9 @@ func readCampaign(q rowQuerier, tenant, id string) (store.Campaign, error) {
 	}
 	c.Lane, c.Params, c.CreatedAt = heraldtype.Lane(lane), json.RawMessage(params), fromMs(created)
 	c.SendAt, c.StartedAt, c.EndedAt = fromNullMs(sendAt), fromNullMs(started), fromNullMs(ended)
+	if c.State == store.CampaignDraft {
+		return c, nil // nothing fanned out: no sends to count
+	}
 	k := &c.Counts
 	if err := q(qCampaignCounts, id).Scan(&k.Sent, &k.Suppressed, &k.Failed, &k.Unknown); err != nil {
 		return c, fmt.Errorf("count campaign sends: %w", err)
