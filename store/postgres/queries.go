@@ -289,8 +289,10 @@ const (
 	// nearly empty (a new database, the minute before autoanalyze) took
 	// "key IN (chosen)" as a scan of the lane or the table, 100,000 rows a
 	// claim. The lock is a LATERAL lookup per chosen row by the primary key
-	// alone (with "state = 'PENDING'" inside it, the partial index
-	// outbox_fair qualified and a plan walked it per row).
+	// alone, its LIMIT keeping the state check out of it (with "state =
+	// 'PENDING'" inside it, the partial index outbox_fair qualified and a
+	// plan walked it per row). OutboxClaim also has it planned at every
+	// call, with the table as it is.
 	//
 	// The UPDATE bumps the fencing token; the outer SELECT joins the jobs
 	// and returns them oldest first, each with whether a delivery row exists
@@ -358,6 +360,7 @@ due AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT x.ctid AS tid, x.state FROM outbox x
         WHERE x.notification_id = pick.notification_id AND x.channel = pick.channel
+        LIMIT 1
         FOR UPDATE SKIP LOCKED
     ) o
     WHERE o.state = 'PENDING'
