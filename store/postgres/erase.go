@@ -24,6 +24,14 @@ const (
 	// $1 tenant, $2 recipient.
 	qEraseDevices = `DELETE FROM devices WHERE tenant = $1::text AND recipient = $2::text`
 
+	// qEraseCampaignParams clears the recipient's own params in the
+	// tenant's campaigns (campaign_recipients_recipient); its row, id and
+	// notification id stay for the campaign's accounting, and a campaign
+	// not fanned out yet sends it the campaign's params. $1 tenant, $2
+	// recipient.
+	qEraseCampaignParams = `UPDATE campaign_recipients SET params = NULL
+WHERE recipient = $2::text AND params IS NOT NULL AND campaign_id IN (SELECT id FROM campaigns WHERE tenant = $1::text)`
+
 	// qEraseInboxLock locks the recipient's counter row, first, the order
 	// every inbox write takes (store.Inbox), so an intake of a new item
 	// waits for the erasure instead of deadlocking with it. $1 tenant,
@@ -136,6 +144,9 @@ func (s *Store) RecipientErase(ctx context.Context, p store.RecipientEraseParams
 				return err
 			}
 			res.Devices = int(tag.RowsAffected())
+			if _, err := tx.Exec(ctx, qEraseCampaignParams, p.Tenant, p.Recipient); err != nil {
+				return err
+			}
 		}
 		var afterAt *time.Time
 		afterID := ""

@@ -26,6 +26,10 @@ const (
 
 	// ?1 tenant, ?2 recipient.
 	qEraseDevices = `DELETE FROM devices WHERE tenant = ?1 AND recipient = ?2`
+	// qEraseCampaignParams clears the recipient's own params in the
+	// tenant's campaigns, as PostgreSQL's twin.
+	qEraseCampaignParams = `UPDATE campaign_recipients SET params = NULL
+WHERE recipient = ?2 AND params IS NOT NULL AND campaign_id IN (SELECT id FROM campaigns WHERE tenant = ?1)`
 
 	// qEraseInbox deletes up to ?3 of the recipient's inbox items, oldest
 	// first, and returns for each whether it counted as unread. The
@@ -119,8 +123,8 @@ func (s *Store) RecipientErase(ctx context.Context, p store.RecipientEraseParams
 	return res, nil
 }
 
-// eraseContacts deletes the profile, its consent history and the devices
-// (the first batch).
+// eraseContacts deletes the profile, its consent history and the devices,
+// and clears the recipient's own campaign params (the first batch).
 func eraseContacts(tx wtx, p store.RecipientEraseParams, res *store.RecipientEraseResult) error {
 	r, err := tx.Exec(qEraseProfile, p.Tenant, p.Recipient)
 	if err != nil {
@@ -136,6 +140,9 @@ func eraseContacts(tx wtx, p store.RecipientEraseParams, res *store.RecipientEra
 	}
 	n, _ = r.RowsAffected()
 	res.Devices = int(n)
+	if _, err := tx.Exec(qEraseCampaignParams, p.Tenant, p.Recipient); err != nil {
+		return fmt.Errorf("clear campaign params: %w", err)
+	}
 	return nil
 }
 
