@@ -26,7 +26,7 @@ func testErasureOfCampaignParams(t *testing.T, h Harness) {
 			id := "cmp_erase_" + tenant
 			if _, err := cs.CampaignCreate(b.ctx, store.CampaignCreateParams{ID: id, Tenant: tenant, IdempotencyKey: id, RequestHash: "h",
 				Kind: "coupon", Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
-				Params: json.RawMessage(`{"coupon":"C10"}`),
+				Params:     json.RawMessage(`{"coupon":"C10"}`),
 				Recipients: []store.CampaignRecipient{{Recipient: "r-erased", NotificationID: "ntf_erase_" + tenant, Params: own}}}); err != nil {
 				t.Fatal(err)
 			}
