@@ -197,6 +197,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Inbox:   &inbox.API{Store: a.store, Tokens: tokens, Metrics: a.metrics, Logger: a.logger},
 		// /metrics: on its own listener, behind a token (server.go).
 		MetricsToken: cfg.Metrics.Token(), MetricsApart: cfg.Metrics.Listen != "",
+		// A page past it is refused whole (campaign.Service.MaxRecipients).
+		CampaignMaxRecipients: cfg.Limits.CampaignCap(),
 	})
 	a.listener = opts.Listener
 	return a, nil

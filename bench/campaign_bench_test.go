@@ -51,7 +51,7 @@ func BenchmarkCampaignFanOut(b *testing.B) {
 			for j := range page {
 				page[j] = store.CampaignRecipient{Recipient: "user-" + strconv.Itoa(from+j), NotificationID: nids[j]}
 			}
-			if _, err := st.CampaignAddRecipients(ctx, "bench", id, page); err != nil {
+			if _, err := st.CampaignAddRecipients(ctx, store.CampaignAddParams{Tenant: "bench", ID: id, Recipients: page}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -53,6 +53,12 @@ type Service struct {
 	// Kick, when set, is called after a start: it wakes this process's
 	// fan-out (Runner.Kick) instead of leaving it to its next round.
 	Kick func()
+	// MaxRecipients caps one campaign's recipients (config
+	// limits.campaign_max_recipients): a page that would take it past the
+	// cap is refused whole (a *catalog.FieldError, param "recipients").
+	// The store decides it, in the page's own transaction (store.
+	// ErrCampaignFull). 0 is no cap.
+	MaxRecipients int64
 }
 
 // Create checks req and writes a DRAFT campaign with its first page. The
@@ -73,9 +79,10 @@ func (s *Service) Create(ctx context.Context, tenant, key, hash string, req Requ
 	res, err := s.Store.CampaignCreate(ctx, store.CampaignCreateParams{
 		ID: id, Tenant: tenant, IdempotencyKey: key, RequestHash: hash, Kind: kind.Name, Lane: kind.Lane,
 		Channels: kind.Channels, Fallback: kind.Fallback, Params: params, SendAt: req.SendAt, Recipients: rs,
+		MaxRecipients: s.MaxRecipients,
 	})
 	if err != nil {
-		return "", false, err
+		return "", false, s.full(err)
 	}
 	switch res.Outcome {
 	case store.Conflict:
@@ -88,7 +95,9 @@ func (s *Service) Create(ctx context.Context, tenant, key, hash string, req Requ
 
 // AddRecipients checks a page against the campaign's kind and params and
 // adds it; recipients the campaign has already are left as they are. It
-// returns how many were new.
+// returns how many were new. A page whose new recipients would take the
+// campaign past MaxRecipients adds nobody (a *catalog.FieldError); one
+// sent again, which adds nobody, is accepted at the cap.
 func (s *Service) AddRecipients(ctx context.Context, tenant, id string, page []Recipient) (int, error) {
 	c, err := s.Store.CampaignGet(ctx, tenant, id)
 	if err != nil {
@@ -105,7 +114,19 @@ func (s *Service) AddRecipients(ctx context.Context, tenant, id string, page []R
 	if ferr != nil {
 		return 0, ferr
 	}
-	return s.Store.CampaignAddRecipients(ctx, tenant, id, rs)
+	n, err := s.Store.CampaignAddRecipients(ctx, store.CampaignAddParams{Tenant: tenant, ID: id, Recipients: rs, MaxRecipients: s.MaxRecipients})
+	return n, s.full(err)
+}
+
+// full turns the store's refusal of a page past the cap into the
+// request's error naming the cap; any other err is returned as it is.
+func (s *Service) full(err error) error {
+	if !errors.Is(err, store.ErrCampaignFull) {
+		return err
+	}
+	return &catalog.FieldError{Param: "recipients", Detail: fmt.Sprintf(
+		"a campaign holds at most %d recipients (limits.campaign_max_recipients): this page's new recipients would take it past that; nothing of the page was added",
+		s.MaxRecipients)}
 }
 
 // Start moves a DRAFT campaign to RUNNING (a RUNNING or DONE one is

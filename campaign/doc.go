@@ -56,6 +56,19 @@
 // sender records them. A later fallback step still WAITING is SKIPPED,
 // which is what a cancelled earlier step's end would do to it.
 //
+// # Size
+//
+// Service.MaxRecipients (config limits.campaign_max_recipients, default
+// 1,000,000) caps a campaign's recipients. The store decides it, in the
+// transaction that adds the page (store.ErrCampaignFull): after the
+// page's inserts it has the total they leave, which counts only the new
+// recipients (a page sent again is accepted at the cap), and the pages of
+// one campaign take turns there (the row lock on PostgreSQL, the single
+// writer on SQLite), so two at once cannot both pass. A check here, before
+// the store, could do neither. A page over the cap is rolled back whole;
+// on SQLite, as any refused write, it makes the writer rerun its group's
+// other writes one by one.
+//
 // # Not supported yet
 //
 // Kinds with the inbox channel (the inbox item's text is rendered per

@@ -36,6 +36,21 @@ type Limits struct {
 	// that heard no announcement of it (SQLite processes sharing a file; a
 	// lost PostgreSQL NOTIFY). Defaults to 1 second.
 	KeyRecheck Duration `yaml:"key_recheck"`
+	// CampaignMaxRecipients caps the recipients of one campaign, for every
+	// tenant: a page that would take a campaign past it is refused whole
+	// (422, param "recipients"); 0 is no cap. Defaults to 1,000,000.
+	CampaignMaxRecipients *int64 `yaml:"campaign_max_recipients"`
+}
+
+// DefaultCampaignMaxRecipients is limits.campaign_max_recipients' default.
+const DefaultCampaignMaxRecipients = 1_000_000
+
+// CampaignCap is campaign_max_recipients as set or defaulted (0: no cap).
+func (l Limits) CampaignCap() int64 {
+	if l.CampaignMaxRecipients == nil {
+		return DefaultCampaignMaxRecipients
+	}
+	return *l.CampaignMaxRecipients
 }
 
 // apiKeyScopes are the scopes an api_keys entry may list.
@@ -55,6 +70,10 @@ func (c *Config) limitsDefaults() {
 	if l.KeyRecheck == 0 {
 		l.KeyRecheck = Duration(time.Second)
 	}
+	if l.CampaignMaxRecipients == nil {
+		n := int64(DefaultCampaignMaxRecipients)
+		l.CampaignMaxRecipients = &n
+	}
 }
 
 func (c *Config) validateLimits() error {
@@ -68,6 +87,8 @@ func (c *Config) validateLimits() error {
 		return fmt.Errorf("config: limits: params_max, params_depth_max and rendered_max_bytes must be positive")
 	case l.KeyRecheck <= 0 || l.KeyRecheck.D() > time.Minute:
 		return fmt.Errorf("config: limits.key_recheck: must be more than 0 and at most 1m, got %s", l.KeyRecheck.D())
+	case l.CampaignCap() < 0:
+		return fmt.Errorf("config: limits.campaign_max_recipients: must not be negative (0 is no cap), got %d", l.CampaignCap())
 	}
 	for i, k := range c.APIKeys {
 		for _, s := range k.Scopes {

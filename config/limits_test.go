@@ -20,6 +20,9 @@ func TestLimitsAndKeyScopes(t *testing.T) {
 		if l.KeyRate != 0 || l.SendRate != 0 || l.ParamsMax != 1000 || l.ParamsDepthMax != 8 || l.RenderedMaxBytes != 65536 || l.KeyRecheck.D() != time.Second {
 			t.Errorf("limits = %+v; want no rates, 1000 params, depth 8, 64 KiB, recheck 1s", l)
 		}
+		if l.CampaignCap() != 1_000_000 {
+			t.Errorf("campaign cap = %d; want 1,000,000", l.CampaignCap())
+		}
 	})
 	t.Run("AsWritten", func(t *testing.T) {
 		t.Parallel()
@@ -36,10 +39,23 @@ func TestLimitsAndKeyScopes(t *testing.T) {
 			t.Errorf("limits = %+v", l)
 		}
 	})
+	t.Run("CampaignCapZeroIsNoCap", func(t *testing.T) {
+		t.Parallel()
+		for text, want := range map[string]int64{"limits: {campaign_max_recipients: 0}\n": 0, "limits: {campaign_max_recipients: 50000}\n": 50000} {
+			c, err := config.Load(writeFile(t, base+text), noEnv)
+			if err != nil {
+				t.Fatalf("%q: %v", text, err)
+			}
+			if got := c.Limits.CampaignCap(); got != want {
+				t.Errorf("%q: cap %d; want %d", text, got, want)
+			}
+		}
+	})
 	for _, tc := range []struct{ name, text, want string }{
 		{"UnknownScope", edit(t, "    tenant: t1\n", "    tenant: t1\n    scopes: [root]\n"), `api_keys[0].scopes: unknown scope "root"`},
 		{"NegativeRate", base + "limits: {key_rate: -1}\n", "key_rate"},
 		{"LongRecheck", base + "limits: {key_recheck: 2m}\n", "limits.key_recheck"},
+		{"NegativeCampaignCap", base + "limits: {campaign_max_recipients: -1}\n", "limits.campaign_max_recipients"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

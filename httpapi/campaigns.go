@@ -46,7 +46,8 @@ func routeCampaigns(mux *router, cfg Config, authed func(http.Handler) http.Hand
 	if !ok || cfg.Intake == nil || cfg.Intake.Catalog == nil {
 		return
 	}
-	a := &campaignsAPI{svc: &campaign.Service{Store: cs, Catalog: cfg.Intake.Catalog, Clock: cfg.Intake.Clock}, logger: cfg.Logger}
+	a := &campaignsAPI{svc: &campaign.Service{Store: cs, Catalog: cfg.Intake.Catalog, Clock: cfg.Intake.Clock,
+		MaxRecipients: cfg.CampaignMaxRecipients}, logger: cfg.Logger}
 	mux.Handle("POST /v1/campaigns", authed(http.HandlerFunc(a.create)))
 	mux.Handle("POST /v1/campaigns/{id}/recipients", authed(http.HandlerFunc(a.add)))
 	mux.Handle("POST /v1/campaigns/{id}/start", authed(http.HandlerFunc(a.start)))
@@ -80,7 +81,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// fail answers err as a problem: a catalog refusal 422, no such campaign
+// fail answers err as a problem: a catalog refusal 422 (a page past the
+// campaign's cap among them, param "recipients"), no such campaign
 // 404, a state or key conflict 409, anything else 503.
 func (a *campaignsAPI) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
 	var ferr *catalog.FieldError

@@ -5,12 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/campaign"
+	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -20,6 +28,19 @@ import (
 // campaignCall sends one request as tenant a (key: Idempotency-Key, "" for
 // none) and decodes a JSON answer into out when it is set.
 func (e *everyday) campaignCall(t *testing.T, method, path, key, body string, out any) *http.Response {
+	t.Helper()
+	res, raw := e.campaignDo(t, method, path, key, body)
+	if out != nil && res.StatusCode < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: %s: %v", method, path, raw, err)
+		}
+	}
+	return res
+}
+
+// campaignDo sends one request as tenant a and returns the answer with its
+// body read.
+func (e *everyday) campaignDo(t *testing.T, method, path, key, body string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.url+path, strings.NewReader(body))
 	if err != nil {
@@ -35,12 +56,7 @@ func (e *everyday) campaignCall(t *testing.T, method, path, key, body string, ou
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
-	if out != nil && res.StatusCode < 300 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s: %s: %v", method, path, raw, err)
-		}
-	}
-	return res
+	return res, raw
 }
 
 type campaignStatus struct {
@@ -153,6 +169,72 @@ func TestCampaignsRefuseWhatCannotBeSent(t *testing.T) {
 					t.Fatalf("%s = %d param %q; want 422 naming %s", c.body, res.StatusCode, p.Param, c.param)
 				}
 			})
+		}
+	})
+}
+
+// cappedCampaigns is e's store behind a router whose campaigns hold at
+// most max recipients (limits.campaign_max_recipients).
+func cappedCampaigns(t *testing.T, e *everyday, max int64) *everyday {
+	t.Helper()
+	cat, err := catalog.New(config.Dev().Kinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{
+		Keys:   auth.NewKeys(map[string]string{keyA: "a", keyB: "b"}),
+		Intake: &intake.Handler{Store: e.st, Catalog: cat, Clock: e.clock, IdempotencyTTL: time.Hour, Logger: logger},
+		Store:  e.st, Logger: logger, CampaignMaxRecipients: max,
+	}))
+	t.Cleanup(srv.Close)
+	return &everyday{bundle: &bundle{url: srv.URL, client: srv.Client(), clock: e.clock}, st: e.st}
+}
+
+// campaignRefused sends a request that must be refused 422 naming
+// "recipients" and the cap of 5.
+func (e *everyday) campaignRefused(t *testing.T, path, key, body string) {
+	t.Helper()
+	res, raw := e.campaignDo(t, "POST", path, key, body)
+	var p problemBody
+	_ = json.Unmarshal(raw, &p)
+	if res.StatusCode != http.StatusUnprocessableEntity || res.Header.Get("Content-Type") != "application/problem+json" ||
+		p.Param != "recipients" || !strings.Contains(p.Detail, "at most 5 recipients") || !strings.Contains(p.Detail, "campaign_max_recipients") {
+		t.Fatalf("POST %s = %d %q %+v; want 422 problem+json, param recipients, naming the cap of 5", path, res.StatusCode, res.Header.Get("Content-Type"), p)
+	}
+}
+
+func TestCampaignSizeIsCapped(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, nil, func(t *testing.T, e *everyday) {
+		e = cappedCampaigns(t, e, 5)
+		create := func(n int) string {
+			return `{"kind":"coupon.expiring","params":{"coupon":"C10","date":"May 1"},"recipients":` + recipientsJSON(1, n) + `}`
+		}
+		// A first page past the cap creates nothing, so the key is free.
+		e.campaignRefused(t, "/v1/campaigns", "cap", create(6))
+		var created struct{ ID string }
+		if res := e.campaignCall(t, "POST", "/v1/campaigns", "cap", create(3), &created); res.StatusCode != http.StatusAccepted || created.ID == "" {
+			t.Fatalf("create of 3 = %d; want 202 (the refused create used up nothing)", res.StatusCode)
+		}
+		path := "/v1/campaigns/" + created.ID
+		// u3 again, u4..u6 new: 6 > 5, refused whole although two would fit.
+		e.campaignRefused(t, path+"/recipients", "", `{"recipients":`+recipientsJSON(3, 4)+`}`)
+		var st campaignStatus
+		if e.campaignCall(t, "GET", path, "", "", &st); st.Total != 3 {
+			t.Fatalf("total after the refused page = %d; want 3 (nothing of it written)", st.Total)
+		}
+		var added struct{ Added int }
+		if res := e.campaignCall(t, "POST", path+"/recipients", "", `{"recipients":`+recipientsJSON(2, 4)+`}`, &added); res.StatusCode != http.StatusOK || added.Added != 2 {
+			t.Fatalf("a page up to the cap = %d %+v; want 200, 2 added", res.StatusCode, added)
+		}
+		added.Added = -1
+		if res := e.campaignCall(t, "POST", path+"/recipients", "", `{"recipients":`+recipientsJSON(1, 5)+`}`, &added); res.StatusCode != http.StatusOK || added.Added != 0 {
+			t.Fatalf("the campaign's recipients sent again at the cap = %d %+v; want 200, 0 added", res.StatusCode, added)
+		}
+		e.campaignRefused(t, path+"/recipients", "", `{"recipients":`+recipientsJSON(6, 1)+`}`)
+		if e.campaignCall(t, "GET", path, "", "", &st); st.Total != 5 || st.State != "DRAFT" {
+			t.Fatalf("GET = %+v; want DRAFT, total 5", st)
 		}
 	})
 }

@@ -75,6 +75,9 @@ type Config struct {
 	// metrics.listen serves it on a listener of its own).
 	MetricsToken string
 	MetricsApart bool
+	// CampaignMaxRecipients caps one campaign's recipients (config
+	// limits.campaign_max_recipients; campaigns.go); 0 is no cap.
+	CampaignMaxRecipients int64
 }
 
 // New returns the router.

@@ -55,7 +55,7 @@ var routesWithoutAPIKey = map[string]int{
 // every other field is set by fullConfig, so that Routes lists every route
 // the router can serve.
 var walkConfigOptional = map[string]bool{"Keys": true, "Operators": true, "Limits": true, "Audit": true,
-	"Now": true, "MetricsToken": true, "MetricsApart": true}
+	"Now": true, "MetricsToken": true, "MetricsApart": true, "CampaignMaxRecipients": true}
 
 type walk struct {
 	url    string

@@ -28,13 +28,16 @@ type Campaigns interface {
 	// CampaignCreate writes a DRAFT campaign with its first recipients, or
 	// reports the campaign an earlier create with the same idempotency key
 	// made (Replayed) or that the key was used for another request
-	// (Conflict); either way it then writes nothing.
+	// (Conflict); either way it then writes nothing. ErrCampaignFull when
+	// the first page alone is past p.MaxRecipients: nothing is written.
 	CampaignCreate(ctx context.Context, p CampaignCreateParams) (CampaignCreateResult, error)
-	// CampaignAddRecipients adds recipients to a DRAFT campaign; one it
-	// has already is left as it is. It returns how many were new.
-	// ErrNotFound for no such campaign of the tenant, ErrCampaignState
-	// when it is no longer DRAFT.
-	CampaignAddRecipients(ctx context.Context, tenant, id string, rs []CampaignRecipient) (int, error)
+	// CampaignAddRecipients adds a page of recipients to a DRAFT
+	// campaign; one it has already is left as it is. It returns how many
+	// were new. ErrNotFound for no such campaign of the tenant,
+	// ErrCampaignState when it is no longer DRAFT, ErrCampaignFull when the
+	// new ones would take the campaign past p.MaxRecipients (then nothing
+	// of the page is written).
+	CampaignAddRecipients(ctx context.Context, p CampaignAddParams) (int, error)
 	// CampaignStart moves a DRAFT campaign to RUNNING and returns it; a
 	// RUNNING or DONE one is returned as it is. ErrCampaignState for a
 	// CANCELLED one.
@@ -60,6 +63,15 @@ type Campaigns interface {
 
 // ErrCampaignState is returned for a write the campaign's state refuses.
 var ErrCampaignState = errors.New("store: the campaign's state does not allow this")
+
+// ErrCampaignFull is returned for a page whose new recipients would take
+// the campaign's total past its cap (MaxRecipients). The cap is checked
+// in the transaction that adds the page, after its inserts, against the
+// total they leave: recipients the campaign has already count nothing, so
+// a page sent again is accepted, and two pages at once take turns (the
+// campaign row's lock on PostgreSQL, the single writer on SQLite), so
+// neither can slip past the cap beside the other.
+var ErrCampaignFull = errors.New("store: the page would take the campaign past its most recipients")
 
 // Campaign states.
 const (
@@ -87,6 +99,19 @@ type CampaignCreateParams struct {
 	SendAt   *time.Time
 	// Recipients is the first page (may be empty).
 	Recipients []CampaignRecipient
+	// MaxRecipients caps the campaign's recipients (ErrCampaignFull for a
+	// first page past it, and nothing is written); 0 is no cap.
+	MaxRecipients int64
+}
+
+// CampaignAddParams is one page of recipients for a campaign.
+type CampaignAddParams struct {
+	Tenant     string
+	ID         string
+	Recipients []CampaignRecipient
+	// MaxRecipients caps the campaign's total (ErrCampaignFull); 0 is no
+	// cap.
+	MaxRecipients int64
 }
 
 // CampaignCreateResult is what CampaignCreate did.

@@ -31,8 +31,10 @@ RETURNING id`
 	qCampaignLock  = `SELECT state, fanout_seq FROM campaigns WHERE tenant = $1::text AND id = $2::text FOR UPDATE`
 
 	// qCampaignRecipientsAdd adds a page ($2 recipients, $3 notification
-	// ids, $4 params, NULL for the campaign's) in the page's order and
-	// counts the new ones into total in the same statement.
+	// ids, $4 params, NULL for the campaign's) in the page's order, counts
+	// the new ones into total in the same statement and returns how many
+	// were new and the total they make (checked against the cap before the
+	// commit).
 	qCampaignRecipientsAdd = `WITH i AS (
     INSERT INTO campaign_recipients (campaign_id, recipient, notification_id, params)
     SELECT $1::text, x.recipient, x.nid, x.params::json
@@ -41,8 +43,8 @@ RETURNING id`
     ON CONFLICT (campaign_id, recipient) DO NOTHING
     RETURNING 1
 ),
-u AS (UPDATE campaigns SET total = total + (SELECT count(*) FROM i) WHERE id = $1::text)
-SELECT count(*) FROM i`
+u AS (UPDATE campaigns SET total = total + (SELECT count(*) FROM i) WHERE id = $1::text RETURNING total)
+SELECT (SELECT count(*) FROM i), (SELECT total FROM u)`
 
 	qCampaignStart = `UPDATE campaigns SET state = 'RUNNING', started_at = coalesce($3::timestamptz, now())
 WHERE tenant = $1::text AND id = $2::text AND state = 'DRAFT'`
@@ -155,7 +157,7 @@ SELECT (SELECT count(*) FROM s) + (SELECT count(*) FROM w),
 func (s *Store) CampaignCreate(ctx context.Context, p store.CampaignCreateParams) (store.CampaignCreateResult, error) {
 	res, err := s.campaignCreate(ctx, p)
 	if err != nil {
-		return res, s.fail("create campaign", err)
+		return res, s.campaignFail("create campaign", err)
 	}
 	return res, nil
 }
@@ -187,7 +189,7 @@ func (s *Store) campaignCreate(ctx context.Context, p store.CampaignCreateParams
 	if err != nil {
 		return store.CampaignCreateResult{}, fmt.Errorf("insert campaign: %w", err)
 	}
-	if _, err := addRecipients(ctx, tx, p.ID, p.Recipients); err != nil {
+	if _, err := addRecipients(ctx, tx, p.ID, p.Recipients, p.MaxRecipients); err != nil {
 		return store.CampaignCreateResult{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -206,7 +208,12 @@ func campaignChannels(chs []heraldtype.Channel, chain bool) ([]string, []int32) 
 	return names, steps
 }
 
-func addRecipients(ctx context.Context, tx pgx.Tx, id string, rs []store.CampaignRecipient) (int, error) {
+// addRecipients adds a page and counts the new ones into the campaign's
+// total; store.ErrCampaignFull when that total passes max (0: no cap), and
+// the caller's transaction, rolled back, writes nothing. The caller holds
+// the campaign row's lock (a create's row is its own until the commit), so
+// the total read here is not moved by another page before the commit.
+func addRecipients(ctx context.Context, tx pgx.Tx, id string, rs []store.CampaignRecipient, max int64) (int, error) {
 	if len(rs) == 0 {
 		return 0, nil
 	}
@@ -219,8 +226,12 @@ func addRecipients(ctx context.Context, tx pgx.Tx, id string, rs []store.Campaig
 		}
 	}
 	var n int
-	if err := tx.QueryRow(ctx, qCampaignRecipientsAdd, id, recipients, nids, params).Scan(&n); err != nil {
+	var total int64
+	if err := tx.QueryRow(ctx, qCampaignRecipientsAdd, id, recipients, nids, params).Scan(&n, &total); err != nil {
 		return 0, fmt.Errorf("add recipients: %w", err)
+	}
+	if max > 0 && total > max {
+		return 0, store.ErrCampaignFull
 	}
 	return n, nil
 }
@@ -239,17 +250,17 @@ func lockCampaign(ctx context.Context, tx pgx.Tx, tenant, id string) (state stri
 }
 
 // CampaignAddRecipients adds a page to a DRAFT campaign.
-func (s *Store) CampaignAddRecipients(ctx context.Context, tenant, id string, rs []store.CampaignRecipient) (int, error) {
+func (s *Store) CampaignAddRecipients(ctx context.Context, p store.CampaignAddParams) (int, error) {
 	var n int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		state, _, err := lockCampaign(ctx, tx, tenant, id)
+		state, _, err := lockCampaign(ctx, tx, p.Tenant, p.ID)
 		if err != nil {
 			return err
 		}
 		if state != store.CampaignDraft {
 			return store.ErrCampaignState
 		}
-		n, err = addRecipients(ctx, tx, id, rs)
+		n, err = addRecipients(ctx, tx, p.ID, p.Recipients, p.MaxRecipients)
 		return err
 	})
 	if err != nil {
@@ -260,7 +271,7 @@ func (s *Store) CampaignAddRecipients(ctx context.Context, tenant, id string, rs
 
 // campaignFail wraps err, leaving the sentinel errors as they are.
 func (s *Store) campaignFail(what string, err error) error {
-	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCampaignState) {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCampaignState) || errors.Is(err, store.ErrCampaignFull) {
 		return err
 	}
 	return s.fail(what, err)

@@ -25,7 +25,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, 'DRAFT', ?, ?, ?) ON CONFLICT (tenant, idempotency_
 	// run in its order in one transaction, so seq keeps that order.
 	qCampaignRecipientAdd = `INSERT INTO campaign_recipients (campaign_id, recipient, notification_id, params) VALUES (?, ?, ?, ?)
 ON CONFLICT (campaign_id, recipient) DO NOTHING`
-	qCampaignTotal = `UPDATE campaigns SET total = total + ? WHERE id = ?`
+	qCampaignTotal = `UPDATE campaigns SET total = total + ? WHERE id = ? RETURNING total`
 	qCampaignStart = `UPDATE campaigns SET state = 'RUNNING', started_at = ? WHERE tenant = ? AND id = ? AND state = 'DRAFT'`
 	qCampaignGet   = `SELECT id, tenant, kind, lane, state, params, total, enqueued, send_at, created_at, started_at, ended_at
 FROM campaigns WHERE tenant = ? AND id = ?`
@@ -90,34 +90,70 @@ func (s *Store) CampaignCreate(ctx context.Context, p store.CampaignCreateParams
 		return store.CampaignCreateResult{}, err
 	}
 	var res store.CampaignCreateResult
-	err = s.w.do(ctx, func(tx wtx) error {
-		res = store.CampaignCreateResult{}
-		r, err := tx.Exec(qCampaignInsert, p.ID, p.Tenant, p.Kind, string(p.Lane), channels, string(paramsOrEmpty(p.Params)),
-			msPtr(p.SendAt), p.IdempotencyKey, p.RequestHash, s.now())
-		if err != nil {
-			return fmt.Errorf("insert campaign: %w", err)
-		}
-		if n, _ := r.RowsAffected(); n == 0 {
-			var id, hash string
-			if err := tx.QueryRow(qCampaignByKey, p.Tenant, p.IdempotencyKey).Scan(&id, &hash); err != nil {
-				return fmt.Errorf("read campaign by key: %w", err)
-			}
-			res = store.CampaignCreateResult{Outcome: store.Conflict}
-			if hash == p.RequestHash {
-				res = store.CampaignCreateResult{Outcome: store.Replayed, ID: id}
-			}
-			return nil
-		}
-		if _, err := addRecipients(tx, p.ID, p.Recipients); err != nil {
-			return err
-		}
-		res = store.CampaignCreateResult{Outcome: store.Created, ID: p.ID}
-		return nil
+	var full error
+	err = s.w.do(ctx, func(tx wtx) (err error) {
+		res, full = store.CampaignCreateResult{}, nil
+		full, err = undoIfFull(tx, func() error { return s.campaignCreate(tx, p, channels, &res) })
+		return err
 	})
+	if err == nil {
+		err = full
+	}
 	if err != nil {
-		return store.CampaignCreateResult{}, fmt.Errorf("create campaign: %w", err)
+		return store.CampaignCreateResult{}, campaignErr("create campaign", err)
 	}
 	return res, nil
+}
+
+// campaignCreate is CampaignCreate's writes, res its answer.
+func (s *Store) campaignCreate(tx wtx, p store.CampaignCreateParams, channels string, res *store.CampaignCreateResult) error {
+	r, err := tx.Exec(qCampaignInsert, p.ID, p.Tenant, p.Kind, string(p.Lane), channels, string(paramsOrEmpty(p.Params)),
+		msPtr(p.SendAt), p.IdempotencyKey, p.RequestHash, s.now())
+	if err != nil {
+		return fmt.Errorf("insert campaign: %w", err)
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		var id, hash string
+		if err := tx.QueryRow(qCampaignByKey, p.Tenant, p.IdempotencyKey).Scan(&id, &hash); err != nil {
+			return fmt.Errorf("read campaign by key: %w", err)
+		}
+		*res = store.CampaignCreateResult{Outcome: store.Conflict}
+		if hash == p.RequestHash {
+			*res = store.CampaignCreateResult{Outcome: store.Replayed, ID: id}
+		}
+		return nil
+	}
+	if _, err := addRecipients(tx, p.ID, p.Recipients, p.MaxRecipients); err != nil {
+		return err
+	}
+	*res = store.CampaignCreateResult{Outcome: store.Created, ID: p.ID}
+	return nil
+}
+
+// undoIfFull runs fn under a savepoint. When fn finds a page past the
+// campaign's cap (store.ErrCampaignFull) it undoes fn's writes and returns
+// that as full, with a nil err for the writer: the refusal is the page's
+// answer, not a failed write, so the other writes of the writer's group
+// commit as they are instead of being rerun one by one (a client sending
+// pages over the cap slows nobody else's writes).
+func undoIfFull(tx wtx, fn func() error) (full, err error) {
+	if _, err := tx.Exec(`SAVEPOINT campaign_page`); err != nil {
+		return nil, fmt.Errorf("savepoint: %w", err)
+	}
+	err = fn()
+	if errors.Is(err, store.ErrCampaignFull) {
+		if _, rerr := tx.Exec(`ROLLBACK TO campaign_page`); rerr != nil {
+			return nil, fmt.Errorf("roll back the page: %w", rerr)
+		}
+		full, err = err, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(`RELEASE campaign_page`); err != nil {
+		return nil, fmt.Errorf("release savepoint: %w", err)
+	}
+	return full, nil
 }
 
 // campaignChannels returns the channels with their fallback steps as the
@@ -134,7 +170,10 @@ func campaignChannels(chs []heraldtype.Channel, chain bool) (string, error) {
 	return string(b), nil
 }
 
-func addRecipients(tx wtx, id string, rs []store.CampaignRecipient) (int, error) {
+// addRecipients adds a page in its order and counts the new ones into
+// the campaign's total; store.ErrCampaignFull when that total passes max
+// (0: no cap), and the caller's transaction, rolled back, writes nothing.
+func addRecipients(tx wtx, id string, rs []store.CampaignRecipient, max int64) (int, error) {
 	added := 0
 	for _, r := range rs {
 		var params any
@@ -148,8 +187,12 @@ func addRecipients(tx wtx, id string, rs []store.CampaignRecipient) (int, error)
 		n, _ := res.RowsAffected()
 		added += int(n)
 	}
-	if _, err := tx.Exec(qCampaignTotal, added, id); err != nil {
+	var total int64
+	if err := tx.QueryRow(qCampaignTotal, added, id).Scan(&total); err != nil {
 		return 0, fmt.Errorf("count recipients: %w", err)
+	}
+	if max > 0 && total > max {
+		return 0, store.ErrCampaignFull
 	}
 	return added, nil
 }
@@ -168,27 +211,34 @@ func campaignState(tx wtx, tenant, id string) (string, error) {
 
 // campaignErr wraps err, leaving the sentinel errors as they are.
 func campaignErr(what string, err error) error {
-	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCampaignState) {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCampaignState) || errors.Is(err, store.ErrCampaignFull) {
 		return err
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 
 // CampaignAddRecipients adds a page to a DRAFT campaign.
-func (s *Store) CampaignAddRecipients(ctx context.Context, tenant, id string, rs []store.CampaignRecipient) (int, error) {
+func (s *Store) CampaignAddRecipients(ctx context.Context, p store.CampaignAddParams) (int, error) {
 	var n int
+	var full error
 	err := s.w.do(ctx, func(tx wtx) error {
-		n = 0
-		state, err := campaignState(tx, tenant, id)
+		n, full = 0, nil
+		state, err := campaignState(tx, p.Tenant, p.ID)
 		if err != nil {
 			return err
 		}
 		if state != store.CampaignDraft {
 			return store.ErrCampaignState
 		}
-		n, err = addRecipients(tx, id, rs)
+		full, err = undoIfFull(tx, func() (err error) {
+			n, err = addRecipients(tx, p.ID, p.Recipients, p.MaxRecipients)
+			return err
+		})
 		return err
 	})
+	if err == nil {
+		err = full
+	}
 	if err != nil {
 		return 0, campaignErr("add campaign recipients", err)
 	}

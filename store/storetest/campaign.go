@@ -59,6 +59,11 @@ func newCampaign(t *testing.T, b campaignBundle, rs func(id string) []store.Camp
 	return p
 }
 
+// addPage adds rs to tenant's campaign id under the cap max (0: none).
+func addPage(b campaignBundle, tenant, id string, rs []store.CampaignRecipient, max int64) (int, error) {
+	return b.c.CampaignAddRecipients(b.ctx, store.CampaignAddParams{Tenant: tenant, ID: id, Recipients: rs, MaxRecipients: max})
+}
+
 func startCampaign(t *testing.T, b campaignBundle, id string) store.Campaign {
 	t.Helper()
 	c, err := b.c.CampaignStart(b.ctx, "t1", id)
@@ -99,16 +104,22 @@ func campaignNotifications(t *testing.T, h Harness, b campaignBundle, id string)
 	return out
 }
 
+// campaignRecipientRows reads the campaign's recipients as stored.
+func campaignRecipientRows(t *testing.T, h Harness, b campaignBundle, id string) [][]string {
+	t.Helper()
+	return h.Query(t, b.s, "SELECT recipient FROM campaign_recipients WHERE campaign_id = '"+id+"'")
+}
+
 func testCampaigns(t *testing.T, h Harness) {
 	t.Run("PagesAreIdempotentPerRecipientAndTotalIsKept", func(t *testing.T) {
 		t.Parallel()
 		b := setupCampaigns(t, h)
 		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 3) }, nil)
-		n, err := b.c.CampaignAddRecipients(b.ctx, "t1", p.ID, recipients(p.ID, 2, 4)) // r2, r3 again; r4, r5 new
+		n, err := addPage(b, "t1", p.ID, recipients(p.ID, 2, 4), 0) // r2, r3 again; r4, r5 new
 		if err != nil || n != 2 {
 			t.Fatalf("CampaignAddRecipients = %d, %v; want 2 new", n, err)
 		}
-		n, err = b.c.CampaignAddRecipients(b.ctx, "t1", p.ID, recipients(p.ID, 1, 5))
+		n, err = addPage(b, "t1", p.ID, recipients(p.ID, 1, 5), 0)
 		if err != nil || n != 0 {
 			t.Fatalf("the same page again = %d, %v; want 0 new", n, err)
 		}
@@ -119,8 +130,77 @@ func testCampaigns(t *testing.T, h Harness) {
 		if _, err := b.c.CampaignGet(b.ctx, "t2", p.ID); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("another tenant's CampaignGet: %v; want ErrNotFound", err)
 		}
-		if _, err := b.c.CampaignAddRecipients(b.ctx, "t2", p.ID, recipients(p.ID, 9, 1)); !errors.Is(err, store.ErrNotFound) {
+		if _, err := addPage(b, "t2", p.ID, recipients(p.ID, 9, 1), 0); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("another tenant's page: %v; want ErrNotFound", err)
+		}
+	})
+
+	t.Run("CapRefusesAPageWholeAndCountsOnlyNewRecipients", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		id := ids.New("cmp", b.clk.Now())
+		if _, err := b.c.CampaignCreate(b.ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: "key-" + id, RequestHash: "h1",
+			Kind: "k", Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+			Recipients: recipients(id, 1, 3), MaxRecipients: 2}); !errors.Is(err, store.ErrCampaignFull) {
+			t.Fatalf("a create whose first page is past the cap: %v; want ErrCampaignFull", err)
+		}
+		if _, err := b.c.CampaignGet(b.ctx, "t1", id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the refused create wrote its campaign: %v", err)
+		}
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 3) }, func(p *store.CampaignCreateParams) { p.MaxRecipients = 5 })
+		// r3 again and r4..r6 new: 6 > 5, refused whole (r4 and r5 would fit).
+		if n, err := addPage(b, "t1", p.ID, recipients(p.ID, 3, 4), 5); !errors.Is(err, store.ErrCampaignFull) || n != 0 {
+			t.Fatalf("a page past the cap = %d, %v; want 0, ErrCampaignFull", n, err)
+		}
+		if c := getCampaign(t, b, p.ID); c.Total != 3 {
+			t.Fatalf("total after the refused page = %d; want 3 (nothing of it written)", c.Total)
+		}
+		if n, err := addPage(b, "t1", p.ID, recipients(p.ID, 2, 4), 5); err != nil || n != 2 { // r2, r3 again; r4, r5 new: exactly 5
+			t.Fatalf("a page up to the cap = %d, %v; want 2 new", n, err)
+		}
+		if n, err := addPage(b, "t1", p.ID, recipients(p.ID, 1, 5), 5); err != nil || n != 0 {
+			t.Fatalf("a page sent again at the cap = %d, %v; want 0 new, accepted", n, err)
+		}
+		if n, err := addPage(b, "t1", p.ID, recipients(p.ID, 6, 1), 0); err != nil || n != 1 {
+			t.Fatalf("a page without a cap = %d, %v; want 1 new", n, err)
+		}
+		if got := len(campaignRecipientRows(t, h, b, p.ID)); got != 6 {
+			t.Fatalf("%d recipient rows; want 6", got)
+		}
+	})
+
+	t.Run("CapHoldsAgainstPagesAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		p := newCampaign(t, b, nil, nil)
+		// Eight pages of two new recipients each at once, cap 5: whatever
+		// the order, two fit (4) and a third would make 6, so exactly two
+		// are added and six refused.
+		const pages = 8
+		errs := make(chan error, pages)
+		start := make(chan struct{})
+		for i := range pages {
+			go func() {
+				<-start
+				_, err := addPage(b, "t1", p.ID, recipients(p.ID, 1+2*i, 2), 5)
+				errs <- err
+			}()
+		}
+		close(start)
+		added, full := 0, 0
+		for range pages {
+			switch err := <-errs; {
+			case err == nil:
+				added++
+			case errors.Is(err, store.ErrCampaignFull):
+				full++
+			default:
+				t.Errorf("a page: %v", err)
+			}
+		}
+		c := getCampaign(t, b, p.ID)
+		if added != 2 || full != pages-2 || c.Total != 4 || len(campaignRecipientRows(t, h, b, p.ID)) != 4 {
+			t.Fatalf("%d pages added, %d refused, total %d; want 2, %d, 4", added, full, c.Total, pages-2)
 		}
 	})
 
@@ -160,7 +240,7 @@ func testCampaigns(t *testing.T, h Harness) {
 		if c := startCampaign(t, b, p.ID); c.State != store.CampaignRunning || c.StartedAt == nil {
 			t.Fatalf("started campaign = %+v; want RUNNING with started_at", c)
 		}
-		if _, err := b.c.CampaignAddRecipients(b.ctx, "t1", p.ID, recipients(p.ID, 6, 1)); !errors.Is(err, store.ErrCampaignState) {
+		if _, err := addPage(b, "t1", p.ID, recipients(p.ID, 6, 1), 0); !errors.Is(err, store.ErrCampaignState) {
 			t.Fatalf("a page after start: %v; want ErrCampaignState", err)
 		}
 		refs, err := b.c.CampaignsRunning(b.ctx, 10)
