@@ -278,7 +278,7 @@ func (a *App) Run(ctx context.Context) error {
 	if _, elects := a.store.(leaderElector); !elects {
 		a.gauges.refresh(ctx, time.Now()) // the only process leads: /metrics has them from the start
 	}
-	srv := httpServer(a.cfg.Server, a.handler, a.logger) // server.go: timeouts and limits
+	srv := httpServer(a.cfg.Server, a.refuseWhileDraining(a.handler), a.logger) // server.go: timeouts and limits
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(limitConns(a.listener, a.cfg.Server.MaxConnections)) }()
 	var metricsSrv *http.Server
@@ -353,8 +353,11 @@ func (a *App) Run(ctx context.Context) error {
 		runErr = fmt.Errorf("http server: %w", err)
 	}
 
-	a.logger.Info("herald: draining")
+	// Draining first, then the log line: a request that reaches a handler
+	// after anyone could see "draining" is refused (refuseWhileDraining),
+	// even if the listener has not closed yet.
 	a.draining.Store(true)
+	a.logger.Info("herald: draining")
 	deadline := time.Now().Add(a.cfg.ShutdownTimeout.D())
 	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()

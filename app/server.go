@@ -82,3 +82,21 @@ func (c *limitConn) Close() error {
 	c.once.Do(c.release)
 	return err
 }
+
+// refuseWhileDraining answers 503 (Retry-After: 1, Connection: close) to a
+// request that reaches herald once it has begun to drain: between SIGTERM
+// and the listener's close a new request would otherwise be accepted by a
+// process on its way out. An idempotent client retries it, with the same
+// key, on another process. Liveness and readiness still answer (readiness
+// says draining).
+func (a *App) refuseWhileDraining(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.draining.Load() && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close")
+			problem.New(w, http.StatusServiceUnavailable, "herald is shutting down: retry, with the same Idempotency-Key")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
