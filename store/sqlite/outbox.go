@@ -18,7 +18,19 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	err := s.w.do(ctx, func(tx wtx) error {
 		out = out[:0]
 		now := s.now()
-		rows, err := tx.Query(qOutboxClaim, string(p.State()), p.Owner, now+p.Lease.Milliseconds(), now, string(p.Lane), now, now, p.Limit)
+		var first string
+		var another bool
+		switch err := tx.QueryRow(qOutboxLaneTenants, string(p.Lane)).Scan(&first, &another); {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil // nothing PENDING in the lane
+		case err != nil:
+			return fmt.Errorf("claim: lane's tenants: %w", err)
+		}
+		q, args := qOutboxClaim, []any{string(p.State()), p.Owner, now + p.Lease.Milliseconds(), now, string(p.Lane), now, now, p.Limit}
+		if !another {
+			q, args = qOutboxClaimOneTenant, append(args, first)
+		}
+		rows, err := tx.Query(q, args...)
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}

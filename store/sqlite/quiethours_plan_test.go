@@ -56,6 +56,15 @@ SELECT id, id || '.sms', 't', 'marketing', 'sms', 'PENDING',
 	if strings.Contains(strings.ReplaceAll(plan, "SCAN outbox USING INDEX outbox_leased", ""), "SCAN outbox") {
 		t.Errorf("the claim scans the outbox:\n%s", plan)
 	}
+	// The lane's one tenant (t) is claimed by qOutboxClaimOneTenant, after
+	// qOutboxLaneTenants' two probes: both search outbox_fair, neither scans.
+	one := queryPlan(t, night, qOutboxClaimOneTenant, append(args, "t")...)
+	if !strings.Contains(one, "USING INDEX outbox_fair (lane=? AND tenant=? AND available_at<?)") || strings.Contains(one, "SCAN outbox") {
+		t.Errorf("the one-tenant claim does not search outbox_fair up to now:\n%s", one)
+	}
+	if lt := queryPlan(t, night, qOutboxLaneTenants, "marketing"); strings.Contains(lt, "SCAN outbox") {
+		t.Errorf("the lane's tenants are found by a scan:\n%s", lt)
+	}
 
 	claim := func(s *Store) time.Duration {
 		ctx := context.Background()
