@@ -225,11 +225,18 @@ var (
 )
 
 // Enqueue is EnqueueTx in a transaction of its own, committed before it
-// returns: for a notification that goes with no other write.
+// returns: for a notification that goes with no other write. On a pool or
+// a connection (both run statements themselves) the write is one
+// autocommitted statement, which is atomic on its own: no BEGIN and COMMIT
+// round trips around it.
 func (c *Client) Enqueue(ctx context.Context, db Beginner, in Intent) (Enqueued, error) {
 	p, err := c.params(in)
 	if err != nil {
 		return Enqueued{}, err
+	}
+	if q, ok := db.(postgres.Querier); ok {
+		res, err := c.createTx(ctx, q, p)
+		return enqueued(in, res, err)
 	}
 	var res store.NotificationCreateResult
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
