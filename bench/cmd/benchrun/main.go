@@ -1,0 +1,300 @@
+// Command benchrun runs herald's benchmark scenarios with one command each,
+// prints a table and writes the figures as JSON:
+//
+//	go run ./bench/cmd/benchrun e2e            # end to end: SQLite, PostgreSQL, PostgreSQL+RabbitMQ
+//	go run ./bench/cmd/benchrun goapi          # Client.Enqueue beside River's Insert (bench/peers)
+//	go run ./bench/cmd/benchrun providers      # 100 ms providers: webhook, APNs
+//	go run ./bench/cmd/benchrun fairness       # two tenants in one lane, SQLite and PostgreSQL
+//	go run ./bench/cmd/benchrun campaign relay # fan-out; the RabbitMQ relay's drain
+//	go run ./bench/cmd/benchrun all
+//
+// Each benchmark runs in its own test binary, built once per package and
+// started directly, so the peak RSS the table shows is that benchmark's
+// process alone. PostgreSQL runs get a fresh database on
+// HERALD_BENCH_POSTGRES_URL's server (default the machine's, user postgres),
+// dropped after. -json names the JSON file (default
+// bench-<scenarios>-<time>.json); -count repeats each benchmark, in turn, so
+// paired runs alternate. Figures are what the machine gave: read the load
+// printed beside each.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// run is one benchmark of a scenario.
+type run struct {
+	Scenario  string
+	Name      string // shown in the table
+	Dir       string // package folder, from the module root
+	Bench     string // -test.bench pattern
+	Benchtime string
+	Postgres  bool // a fresh database in HERALD_BENCH_DATABASE
+	Env       []string
+}
+
+var scenarios = map[string][]run{
+	"e2e": {
+		{Name: "end to end, SQLite", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x"},
+		{Name: "end to end, PostgreSQL", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Postgres: true},
+		{Name: "end to end, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "10000x"},
+	},
+	"goapi": {
+		{Name: "Go API, herald Client.Enqueue", Dir: "bench/peers", Bench: "^BenchmarkGoAPIHerald$", Benchtime: "20000x"},
+		{Name: "Go API, River Insert", Dir: "bench/peers", Bench: "^BenchmarkGoAPIRiver$", Benchtime: "20000x"},
+	},
+	"providers": {
+		{Name: "webhook, 100 ms", Dir: "bench", Bench: "^BenchmarkSendsWebhook100ms$", Benchtime: "20000x"},
+		{Name: "APNs, 100 ms", Dir: "bench", Bench: "^BenchmarkSendsAPNs100ms$", Benchtime: "20000x"},
+	},
+	"fairness": {
+		{Name: "fairness, SQLite", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x"},
+		{Name: "fairness, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Postgres: true},
+	},
+	"campaign": {
+		{Name: "campaign fan-out, PostgreSQL", Dir: "bench", Bench: "^BenchmarkCampaignFanOut$", Benchtime: "1x"},
+	},
+	"relay": {
+		{Name: "relay drain, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkRelayDrain$", Benchtime: "1x"},
+	},
+}
+
+// result is one benchmark's figures.
+type result struct {
+	Scenario string             `json:"scenario"`
+	Name     string             `json:"name"`
+	Bench    string             `json:"benchmark"`
+	N        int64              `json:"n"`
+	Metrics  map[string]float64 `json:"metrics"`
+	PeakRSS  int64              `json:"peak_rss_bytes"`
+	Load     string             `json:"load_before"`
+	Took     string             `json:"took"`
+}
+
+func main() {
+	jsonPath := flag.String("json", "", "write the figures to this file (default bench-<scenarios>-<time>.json)")
+	count := flag.Int("count", 1, "run each benchmark this many times, in turn")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: benchrun [-json FILE] [-count N] SCENARIO...\nscenarios: %s, all\n", strings.Join(names(), ", "))
+	}
+	flag.Parse()
+	var runs []run
+	for _, s := range flag.Args() {
+		if s == "all" {
+			for _, n := range names() {
+				runs = append(runs, tagged(n)...)
+			}
+			continue
+		}
+		if _, ok := scenarios[s]; !ok {
+			fmt.Fprintf(os.Stderr, "benchrun: no scenario %q (have %s, all)\n", s, strings.Join(names(), ", "))
+			os.Exit(2)
+		}
+		runs = append(runs, tagged(s)...)
+	}
+	if len(runs) == 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		fail(err)
+	}
+	bins, err := os.MkdirTemp("", "benchrun-")
+	if err != nil {
+		fail(err)
+	}
+	defer os.RemoveAll(bins)
+	var results []result
+	for range *count {
+		for _, r := range runs {
+			res, err := execute(root, bins, r)
+			if err != nil {
+				fail(fmt.Errorf("%s: %w", r.Name, err))
+			}
+			results = append(results, res)
+			fmt.Fprintf(os.Stderr, "benchrun: %s: done in %s\n", r.Name, res.Took)
+		}
+	}
+	table(results)
+	if *jsonPath == "" {
+		*jsonPath = fmt.Sprintf("bench-%s-%s.json", strings.Join(flag.Args(), "-"), time.Now().UTC().Format("20060102T150405Z"))
+	}
+	out, _ := json.MarshalIndent(map[string]any{
+		"machine": map[string]any{"cpus": runtime.NumCPU(), "goos": runtime.GOOS, "goarch": runtime.GOARCH, "go": runtime.Version()},
+		"results": results,
+	}, "", "  ")
+	if err := os.WriteFile(*jsonPath, append(out, '\n'), 0o644); err != nil {
+		fail(err)
+	}
+	fmt.Printf("\nwrote %s\n", *jsonPath)
+}
+
+func names() []string {
+	var out []string
+	for n := range scenarios {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func tagged(s string) []run {
+	out := append([]run(nil), scenarios[s]...)
+	for i := range out {
+		out[i].Scenario = s
+	}
+	return out
+}
+
+// execute builds r's package tests once and runs r's benchmark.
+func execute(root, bins string, r run) (result, error) {
+	bin := filepath.Join(bins, strings.ReplaceAll(r.Dir, "/", "_")+".test")
+	if _, err := os.Stat(bin); err != nil {
+		build := exec.Command("go", "test", "-c", "-o", bin, ".")
+		build.Dir = filepath.Join(root, r.Dir)
+		if out, err := build.CombinedOutput(); err != nil {
+			return result{}, fmt.Errorf("build %s: %v\n%s", r.Dir, err, out)
+		}
+	}
+	env := append(os.Environ(), r.Env...)
+	if r.Postgres {
+		dbURL, drop, err := freshDatabase()
+		if err != nil {
+			return result{}, err
+		}
+		defer drop()
+		env = append(env, "HERALD_BENCH_DATABASE="+dbURL)
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	cmd := exec.Command(bin, "-test.run=^$", "-test.bench="+r.Bench, "-test.benchtime="+r.Benchtime, "-test.count=1")
+	cmd.Dir = filepath.Join(root, r.Dir)
+	cmd.Env = env
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = os.Stderr
+	began := time.Now()
+	err := cmd.Run()
+	took := time.Since(began).Round(time.Second)
+	if err != nil {
+		return result{}, fmt.Errorf("%v\n%s", err, stdout.String())
+	}
+	res := result{Scenario: r.Scenario, Name: r.Name, Load: strings.Join(strings.Fields(string(load))[:3], " "), Took: took.String()}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		res.PeakRSS = ru.Maxrss * 1024 // kilobytes on Linux
+	}
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		res.Bench = f[0]
+		res.N, _ = strconv.ParseInt(f[1], 10, 64)
+		res.Metrics = map[string]float64{}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err == nil {
+				res.Metrics[f[i+1]] = v
+			}
+		}
+	}
+	if res.Bench == "" {
+		return result{}, fmt.Errorf("no benchmark line in its output:\n%s", stdout.String())
+	}
+	return res, nil
+}
+
+// freshDatabase creates a database for one run and returns its URL and
+// what drops it.
+func freshDatabase() (string, func(), error) {
+	base := os.Getenv("HERALD_BENCH_POSTGRES_URL")
+	if base == "" {
+		base = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return "", nil, fmt.Errorf("PostgreSQL at %s: %w", redact(base), err)
+	}
+	name := fmt.Sprintf("herald_bench_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close(ctx)
+		return "", nil, err
+	}
+	u, _ := url.Parse(base)
+	u.Path = "/" + name
+	return u.String(), func() {
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		admin.Close(ctx)
+	}, nil
+}
+
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// table prints one row per result with its metrics.
+func table(results []result) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "scenario\tbenchmark\tn\tfigures\tpeak RSS\tload before\ttook")
+	for _, r := range results {
+		var keys []string
+		for k := range r.Metrics {
+			if k != "ns/op" {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		var figs []string
+		for _, k := range keys {
+			figs = append(figs, fmt.Sprintf("%s %s", strconv.FormatFloat(r.Metrics[k], 'f', -1, 64), k))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d MiB\t%s\t%s\n", r.Scenario, r.Name, r.N, strings.Join(figs, ", "), r.PeakRSS>>20, r.Load, r.Took)
+	}
+	w.Flush()
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("run benchrun inside herald's module")
+	}
+	// bench/peers is a module of its own: its root's root is herald's.
+	dir := filepath.Dir(mod)
+	if filepath.Base(dir) == "peers" {
+		dir = filepath.Dir(filepath.Dir(dir))
+	}
+	return dir, nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "benchrun:", err)
+	os.Exit(1)
+}
