@@ -5,6 +5,7 @@
 //	go run ./bench/cmd/benchrun goapi          # Client.Enqueue beside River's Insert (bench/peers)
 //	go run ./bench/cmd/benchrun providers      # 100 ms providers: webhook, APNs
 //	go run ./bench/cmd/benchrun fairness       # two tenants in one lane, SQLite and PostgreSQL
+//	go run ./bench/cmd/benchrun isolation      # 100 transactional/s beside a million-recipient campaign
 //	go run ./bench/cmd/benchrun campaign relay # fan-out; the RabbitMQ relay's drain
 //	go run ./bench/cmd/benchrun all
 //
@@ -68,6 +69,9 @@ var scenarios = map[string][]run{
 	"fairness": {
 		{Name: "fairness, SQLite", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x"},
 		{Name: "fairness, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Postgres: true},
+	},
+	"isolation": {
+		{Name: "isolation, 1,000,000-recipient campaign, PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true},
 	},
 	"campaign": {
 		{Name: "campaign fan-out, PostgreSQL", Dir: "bench", Bench: "^BenchmarkCampaignFanOut$", Benchtime: "1x"},
