@@ -2,6 +2,7 @@ package campaign
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -76,7 +77,8 @@ func (r *Runner) Run(ctx context.Context) {
 // Round fans out every RUNNING campaign to its end, the earliest started
 // first, batch by batch, and returns how many recipients it fanned out. A
 // failed batch wrote nothing (its transaction rolled back): the next round
-// starts again at the campaign's cursor. It stops between batches when
+// starts again at the campaign's cursor, and this one goes on with the
+// next campaign (the errors are returned joined). It stops between batches when
 // ctx ends or this process stops being the leader.
 func (r *Runner) Round(ctx context.Context) (int, error) {
 	refs, err := r.cfg.Store.CampaignsRunning(ctx, 100)
@@ -84,14 +86,20 @@ func (r *Runner) Round(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("list running campaigns: %w", err)
 	}
 	total := 0
+	var errs []error
 	for _, c := range refs {
 		n, err := r.FanOut(ctx, c.Tenant, c.ID)
 		total += n
 		if err != nil {
-			return total, err
+			if ctx.Err() != nil {
+				return total, err
+			}
+			// One campaign whose batches keep failing must not hold back
+			// the campaigns started after it: they go on this round.
+			errs = append(errs, err)
 		}
 	}
-	return total, nil
+	return total, errors.Join(errs...)
 }
 
 // FanOut runs one campaign's batches until it is done (or no longer
