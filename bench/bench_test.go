@@ -158,20 +158,32 @@ func post(base string, i int) error {
 	// The key is the event too: a run's events are new even on a database an
 	// earlier run filled (a second notification of one is a duplicate event).
 	key := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)
-	body := fmt.Appendf(nil, `{"recipient":"user-%d","event_id":"%s","kind":"bench","params":{"amount":%d}}`, i%1000, key, i)
+	_, err := postEvent(base, benchKey, key, fmt.Sprintf("user-%d", i%1000), i)
+	return err
+}
+
+// postEvent posts one bench notification of event (its Idempotency-Key
+// too) for recipient with apiKey and returns its id.
+func postEvent(base, apiKey, event, recipient string, amount int) (string, error) {
+	body := fmt.Appendf(nil, `{"recipient":"%s","event_id":"%s","kind":"bench","params":{"amount":%d}}`, recipient, event, amount)
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/notifications", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+benchKey)
-	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Idempotency-Key", event)
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("status %d", resp.StatusCode)
+		return "", fmt.Errorf("status %d: %s", resp.StatusCode, out)
 	}
-	return nil
+	i := bytes.Index(out, []byte(`"id":"`))
+	if i < 0 {
+		return "", fmt.Errorf("no id in %s", out)
+	}
+	id := out[i+6:]
+	return string(id[:bytes.IndexByte(id, '"')]), nil
 }
 
 // BenchmarkEndToEnd: b.N notifications posted by 16 concurrent clients, timed

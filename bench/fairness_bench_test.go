@@ -1,11 +1,8 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -66,7 +63,7 @@ func BenchmarkFairness(b *testing.B) {
 					if i > int64(backlog) {
 						return
 					}
-					if _, err := fairPost(base, config.DevAPIKey, fmt.Sprintf("a-%d-%d", began.UnixNano(), i)); err != nil {
+					if _, err := postEvent(base, config.DevAPIKey, fmt.Sprintf("a-%d-%d", began.UnixNano(), i), "user-1", 1); err != nil {
 						b.Error(err)
 						return
 					}
@@ -102,7 +99,7 @@ func fairSmallTenant(b *testing.B, base string, lat *fairLatencies, run string) 
 	for i := range 200 {
 		<-tick.C
 		at := time.Now()
-		id, err := fairPost(base, fairKeyB, fmt.Sprintf("b-%s-%d-%d", run, at.UnixNano(), i))
+		id, err := postEvent(base, fairKeyB, fmt.Sprintf("b-%s-%d-%d", run, at.UnixNano(), i), "user-1", 1)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -121,29 +118,6 @@ func fairSmallTenant(b *testing.B, base string, lat *fairLatencies, run string) 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// fairPost posts one bench notification with key and returns its id.
-func fairPost(base, key, event string) (string, error) {
-	body := fmt.Appendf(nil, `{"recipient":"user-1","event_id":"%s","kind":"bench","params":{"amount":1}}`, event)
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/notifications", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Idempotency-Key", event)
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusAccepted {
-		return "", fmt.Errorf("status %d: %s", resp.StatusCode, out)
-	}
-	i := bytes.Index(out, []byte(`"id":"`))
-	if i < 0 {
-		return "", fmt.Errorf("no id in %s", out)
-	}
-	id := out[i+6:]
-	return string(id[:bytes.IndexByte(id, '"')]), nil
 }
 
 // fairLatencies pairs each notification's POST with its provider call,

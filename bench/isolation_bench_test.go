@@ -95,7 +95,7 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 		for i := range seconds * 100 {
 			<-tick.C
 			at := time.Now()
-			id, err := fairPost(base, config.DevAPIKey, fmt.Sprintf("pay-%d-%d", started.UnixNano(), i))
+			id, err := postEvent(base, config.DevAPIKey, fmt.Sprintf("pay-%d-%d", started.UnixNano(), i), "user-1", 1)
 			if err != nil {
 				b.Fatal(err)
 			}
