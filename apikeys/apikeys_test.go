@@ -63,6 +63,14 @@ func (c *countingStore) APIKeyGet(ctx context.Context, id string) (store.APIKey,
 	return c.Store.APIKeyGet(ctx, id)
 }
 
+// stuckStore's key reads never answer, until their context ends.
+type stuckStore struct{ store.APIKeys }
+
+func (stuckStore) APIKeyGet(ctx context.Context, id string) (store.APIKey, error) {
+	<-ctx.Done()
+	return store.APIKey{}, ctx.Err()
+}
+
 type bundle struct {
 	ctx   context.Context
 	clk   *clock.Fake
@@ -174,6 +182,26 @@ func TestVerifier(t *testing.T) {
 		b.store.onGet = nil
 		if _, err := b.v.Verify(b.ctx, key); err != nil || b.store.gets.Load() != 1 {
 			t.Fatalf("the next request: %v after %d reads; want the cached answer", err, b.store.gets.Load())
+		}
+	})
+	t.Run("AStoreThatNeverAnswersEndsTheCheckAtItsTimeout", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, key := b.create(t, apikeys.CreateParams{})
+		v := apikeys.NewVerifier(apikeys.Config{Store: stuckStore{b.store}, Clock: b.clk, StoreTimeout: 20 * time.Millisecond})
+		errs := make(chan error, 2)
+		for range 2 { // the check and a request that joins it
+			go func() { _, err := v.Verify(b.ctx, key); errs <- err }()
+		}
+		for range 2 {
+			select {
+			case err := <-errs:
+				if err == nil || errors.Is(err, apikeys.ErrUnknown) {
+					t.Fatalf("Verify against a store that never answers = %v; want the store's error (503)", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Verify still waits on a store that never answers")
+			}
 		}
 	})
 	t.Run("RevokeInThisProcessTakesEffectAtOnce", func(t *testing.T) {

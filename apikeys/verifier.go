@@ -65,6 +65,12 @@ func StaticID(key string) string {
 // DefaultRecheck is how often the verifier reads the store's revision.
 const DefaultRecheck = time.Second
 
+// DefaultStoreTimeout bounds one verification's read of the store: it
+// runs detached from the request that started it (others wait on its
+// answer), so without a bound a store that never answers would hold every
+// later request for the key until each hangs up.
+const DefaultStoreTimeout = 5 * time.Second
+
 // KDFConcurrency caps the KDF runs in flight in one process.
 var KDFConcurrency = max(1, runtime.GOMAXPROCS(0)/2)
 
@@ -81,7 +87,10 @@ type Config struct {
 	// (SQLite across processes; a lost NOTIFY). Defaults to
 	// DefaultRecheck.
 	Recheck time.Duration
-	Clock   clock.Clock
+	// StoreTimeout bounds a verification's store read (and its wait for
+	// a KDF slot). Defaults to DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	Clock        clock.Clock
 }
 
 // Verifier verifies presented keys, caching each verified one.
@@ -90,6 +99,7 @@ type Verifier struct {
 	static  map[[32]byte]Principal
 	lookup  func(key string) (Principal, bool)
 	recheck time.Duration
+	timeout time.Duration
 	clock   clock.Clock
 	kdf     chan struct{}
 	kdfRuns atomic.Int64
@@ -116,10 +126,13 @@ type cached struct {
 
 // NewVerifier returns a verifier of cfg's keys.
 func NewVerifier(cfg Config) *Verifier {
-	v := &Verifier{store: cfg.Store, static: map[[32]byte]Principal{}, lookup: cfg.Lookup, recheck: cfg.Recheck, clock: cfg.Clock,
+	v := &Verifier{store: cfg.Store, static: map[[32]byte]Principal{}, lookup: cfg.Lookup, recheck: cfg.Recheck, timeout: cfg.StoreTimeout, clock: cfg.Clock,
 		kdf: make(chan struct{}, KDFConcurrency), cache: map[[32]byte]cached{}, flights: map[[32]byte]*flight{}}
 	if v.recheck <= 0 {
 		v.recheck = DefaultRecheck
+	}
+	if v.timeout <= 0 {
+		v.timeout = DefaultStoreTimeout
 	}
 	if v.clock == nil {
 		v.clock = clock.Real{}
@@ -180,8 +193,11 @@ func (v *Verifier) Verify(ctx context.Context, key string) (Principal, error) {
 			proven = c.hash
 		}
 		// Others may wait on this answer: the client that asked first
-		// hanging up must not make it a refusal for them.
-		f.p, f.err = v.verify(context.WithoutCancel(ctx), digest, id, secret, proven, now, gen)
+		// hanging up must not make it a refusal for them; the timeout
+		// is what ends the flight when the store does not answer.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.timeout)
+		f.p, f.err = v.verify(fctx, digest, id, secret, proven, now, gen)
+		cancel()
 		v.mu.Lock()
 		if v.flights[digest] == f {
 			delete(v.flights, digest)
@@ -219,6 +235,10 @@ func (v *Verifier) verify(ctx context.Context, digest [32]byte, id, secret, prov
 		return Principal{}, fmt.Errorf("verify api key: %w", err)
 	}
 	if (proven == "" || row.Hash != proven) && !v.check(ctx, row.Hash, secret) {
+		if err := ctx.Err(); err != nil {
+			// No KDF slot in time: the store's side, not a wrong key.
+			return Principal{}, fmt.Errorf("verify api key: %w", err)
+		}
 		v.forget(digest)
 		return Principal{}, ErrUnknown
 	}
