@@ -355,7 +355,7 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 			available = sendAt.Int64
 		}
 		if res.Recipients > 0 {
-			r, err := tx.Exec(qCampaignNotifications, p.ID, cursor, last, p.Tenant, kind, lane, params, nullMs(sendAt), now)
+			r, err := tx.Exec(qCampaignNotifications, p.ID, cursor, last, p.Tenant, kind, lane, params, sendAt, now)
 			if err != nil {
 				return fmt.Errorf("write notifications: %w", err)
 			}
@@ -383,13 +383,6 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 		s.wakeups.Notify(res.Lane)
 	}
 	return res, nil
-}
-
-func nullMs(v sql.NullInt64) any {
-	if !v.Valid {
-		return nil
-	}
-	return v.Int64
 }
 
 // CampaignCancel ends a campaign CANCELLED and its sends that have not
