@@ -168,34 +168,32 @@ func (s *Store) campaignCreate(ctx context.Context, p store.CampaignCreateParams
 	if len(params) == 0 {
 		params = json.RawMessage("{}")
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return store.CampaignCreateResult{}, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	var id string
-	err = tx.QueryRow(ctx, qCampaignInsert, p.ID, p.Tenant, p.Kind, string(p.Lane), channels, steps, string(params), p.SendAt,
-		p.IdempotencyKey, p.RequestHash, s.now()).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		var hash string
-		if err := tx.QueryRow(ctx, qCampaignByKey, p.Tenant, p.IdempotencyKey).Scan(&id, &hash); err != nil {
-			return store.CampaignCreateResult{}, fmt.Errorf("read campaign by key: %w", err)
+	res := store.CampaignCreateResult{Outcome: store.Created, ID: p.ID}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var id string
+		err := tx.QueryRow(ctx, qCampaignInsert, p.ID, p.Tenant, p.Kind, string(p.Lane), channels, steps, string(params), p.SendAt,
+			p.IdempotencyKey, p.RequestHash, s.now()).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			var hash string
+			if err := tx.QueryRow(ctx, qCampaignByKey, p.Tenant, p.IdempotencyKey).Scan(&id, &hash); err != nil {
+				return fmt.Errorf("read campaign by key: %w", err)
+			}
+			res = store.CampaignCreateResult{Outcome: store.Conflict}
+			if hash == p.RequestHash {
+				res = store.CampaignCreateResult{Outcome: store.Replayed, ID: id}
+			}
+			return nil
 		}
-		if hash != p.RequestHash {
-			return store.CampaignCreateResult{Outcome: store.Conflict}, nil
+		if err != nil {
+			return fmt.Errorf("insert campaign: %w", err)
 		}
-		return store.CampaignCreateResult{Outcome: store.Replayed, ID: id}, nil
-	}
+		_, err = addRecipients(ctx, tx, p.ID, p.Recipients, p.MaxRecipients)
+		return err
+	})
 	if err != nil {
-		return store.CampaignCreateResult{}, fmt.Errorf("insert campaign: %w", err)
-	}
-	if _, err := addRecipients(ctx, tx, p.ID, p.Recipients, p.MaxRecipients); err != nil {
 		return store.CampaignCreateResult{}, err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return store.CampaignCreateResult{}, fmt.Errorf("commit: %w", err)
-	}
-	return store.CampaignCreateResult{Outcome: store.Created, ID: p.ID}, nil
+	return res, nil
 }
 
 // campaignChannels returns the channels and their fallback steps as the
