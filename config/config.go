@@ -725,13 +725,15 @@ var DefaultLaneConcurrency = map[heraldtype.Lane]int{
 	heraldtype.LaneInternal:      8,
 }
 
+// def sets *d to v when it is unset (0): every duration's default.
+func def(d *Duration, v time.Duration) {
+	if *d == 0 {
+		*d = Duration(v)
+	}
+}
+
 // WithDefaults fills every unset field with its documented default.
 func (c *Config) WithDefaults() *Config {
-	def := func(d *Duration, v time.Duration) {
-		if *d == 0 {
-			*d = Duration(v)
-		}
-	}
 	c.allowListDefaults()
 	c.hardeningDefaults()
 	c.quietHoursDefaults()

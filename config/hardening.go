@@ -79,11 +79,6 @@ func (m MetricsConfig) WithToken(token string) MetricsConfig {
 }
 
 func (s *Server) withDefaults() {
-	def := func(d *Duration, v time.Duration) {
-		if *d == 0 {
-			*d = Duration(v)
-		}
-	}
 	def(&s.ReadHeaderTimeout, 10*time.Second)
 	def(&s.ReadTimeout, 30*time.Second)
 	def(&s.WriteTimeout, 60*time.Second)
@@ -99,12 +94,8 @@ func (s *Server) withDefaults() {
 // hardeningDefaults fills the defaults of this file's settings.
 func (c *Config) hardeningDefaults() {
 	c.Server.withDefaults()
-	if c.Metrics.RefreshInterval == 0 {
-		c.Metrics.RefreshInterval = Duration(15 * time.Second)
-	}
-	if c.SendAtHorizon == 0 {
-		c.SendAtHorizon = Duration(366 * 24 * time.Hour)
-	}
+	def(&c.Metrics.RefreshInterval, 15*time.Second)
+	def(&c.SendAtHorizon, 366*24*time.Hour)
 }
 
 // validateHardening checks this file's settings.

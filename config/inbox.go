@@ -130,11 +130,6 @@ func (c *Config) readSecrets(dir string, getenv func(string) string) error {
 }
 
 func (c *Config) inboxDefaults() {
-	def := func(d *Duration, v time.Duration) {
-		if *d == 0 {
-			*d = Duration(v)
-		}
-	}
 	def(&c.Inbox.Retention, 365*24*time.Hour)
 	def(&c.Inbox.PurgeInterval, time.Hour)
 	def(&c.Inbox.StreamHeartbeat, 25*time.Second)
