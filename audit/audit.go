@@ -40,6 +40,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/heraldhq/herald/apikeys"
 	"github.com/heraldhq/herald/auth"
@@ -62,10 +63,23 @@ func Recipient(tenant, recipient string) string {
 	return "rcpt:" + hex.EncodeToString(sum[:8])
 }
 
+// DefaultTimeout bounds the write of one entry.
+const DefaultTimeout = 5 * time.Second
+
 // Log writes entries.
 type Log struct {
 	Store  store.Audit
 	Logger *slog.Logger
+	// Timeout bounds the write of one entry (it outlives the request, so
+	// the request's end does not bound it). Defaults to DefaultTimeout.
+	Timeout time.Duration
+}
+
+func (l *Log) timeout() time.Duration {
+	if l.Timeout > 0 {
+		return l.Timeout
+	}
+	return DefaultTimeout
 }
 
 // Record appends an entry for r's caller (apikeys.From; the tenant is the
@@ -85,8 +99,11 @@ func (l *Log) Record(r *http.Request, action, target string, detail any) {
 			e.Detail = string(b)
 		}
 	}
-	// The action is done even if the client hung up: so is its entry.
-	if _, err := l.Store.AuditAppend(context.WithoutCancel(r.Context()), e); err != nil {
+	// The action is done even if the client hung up: so is its entry; the
+	// timeout is what ends a write the store never answers.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.timeout())
+	defer cancel()
+	if _, err := l.Store.AuditAppend(ctx, e); err != nil {
 		l.Logger.LogAttrs(r.Context(), slog.LevelError, "audit: an entry was lost", slog.String("action", action),
 			slog.String("key_id", p.KeyID), slog.Any("error", err))
 	}
