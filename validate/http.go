@@ -2,6 +2,7 @@ package validate
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,9 +39,9 @@ func checkURL(u *url.URL) *problem.Problem {
 		case err != nil:
 			return bad(status, param, "the path is not validly escaped")
 		case len(s) > max:
-			return bad(status, param, "a path segment (%s) is longer than %d bytes", or(param, "segment"), max)
+			return bad(status, param, "a path segment (%s) is longer than %d bytes", cmp.Or(param, "segment"), max)
 		case !Printable(s):
-			return bad(status, param, "the path (%s) must be printable UTF-8: no control characters, no NUL", or(param, "segment"))
+			return bad(status, param, "the path (%s) must be printable UTF-8: no control characters, no NUL", cmp.Or(param, "segment"))
 		}
 	}
 	if len(u.RawQuery) > MaxQuery {
@@ -83,13 +84,6 @@ func segment(segs []string, i int) (param string, status, max int) {
 		return "id", http.StatusBadRequest, MaxSegment
 	}
 	return "", http.StatusBadRequest, MaxSegment
-}
-
-func or(s, dflt string) string {
-	if s == "" {
-		return dflt
-	}
-	return s
 }
 
 // DecodeJSON is every JSON-body route's decode step: it reads r's body (at
