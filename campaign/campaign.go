@@ -50,9 +50,6 @@ type Service struct {
 	Store   store.Campaigns
 	Catalog *catalog.Catalog
 	Clock   clock.Clock
-	// Kick, when set, is called after a start: it wakes this process's
-	// fan-out (Runner.Kick) instead of leaving it to its next round.
-	Kick func()
 	// MaxRecipients caps one campaign's recipients (config
 	// limits.campaign_max_recipients): a page that would take it past the
 	// cap is refused whole (a *catalog.FieldError, param "recipients").
@@ -130,13 +127,9 @@ func (s *Service) full(err error) error {
 }
 
 // Start moves a DRAFT campaign to RUNNING (a RUNNING or DONE one is
-// answered as it is) and wakes the fan-out.
+// answered as it is); the leader's Runner fans it out on its next round.
 func (s *Service) Start(ctx context.Context, tenant, id string) (store.Campaign, error) {
-	c, err := s.Store.CampaignStart(ctx, tenant, id)
-	if err == nil && s.Kick != nil {
-		s.Kick()
-	}
-	return c, err
+	return s.Store.CampaignStart(ctx, tenant, id)
 }
 
 // Cancel ends a campaign CANCELLED (store.Campaigns.CampaignCancel).

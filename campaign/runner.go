@@ -16,9 +16,8 @@ type RunnerConfig struct {
 	// Batch is how many recipients one transaction fans out. Defaults to
 	// 10,000.
 	Batch int
-	// Interval is how often the runner looks for RUNNING campaigns when
-	// nothing wakes it (a campaign started on another process). Defaults
-	// to 1 second.
+	// Interval is how often the runner looks for RUNNING campaigns.
+	// Defaults to 1 second.
 	Interval time.Duration
 	// IsLeader, when set, gates each round: only the leader fans out
 	// (PostgreSQL's advisory lock), like the sweeps.
@@ -29,8 +28,7 @@ type RunnerConfig struct {
 
 // Runner fans RUNNING campaigns out into notifications.
 type Runner struct {
-	cfg  RunnerConfig
-	kick chan struct{}
+	cfg RunnerConfig
 }
 
 // NewRunner returns a runner.
@@ -44,18 +42,10 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Runner{cfg: cfg, kick: make(chan struct{}, 1)}
+	return &Runner{cfg: cfg}
 }
 
-// Kick wakes the runner for a round now (a campaign was started here).
-func (r *Runner) Kick() {
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
-}
-
-// Run fans out every Interval, or when kicked, until ctx ends.
+// Run fans out every Interval until ctx ends.
 func (r *Runner) Run(ctx context.Context) {
 	tick := time.NewTicker(r.cfg.Interval)
 	defer tick.Stop()
@@ -69,7 +59,6 @@ func (r *Runner) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-r.kick:
 		}
 	}
 }
