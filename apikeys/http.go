@@ -57,11 +57,5 @@ func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog
 	}
 }
 
-func refuse(w http.ResponseWriter, code, detail string) {
-	challenge := `Bearer realm="herald"`
-	if code != "" {
-		challenge += `, error="` + code + `"`
-	}
-	w.Header().Set("WWW-Authenticate", challenge)
-	problem.New(w, http.StatusUnauthorized, detail)
-}
+// refuse answers 401 with the API realm's challenge.
+func refuse(w http.ResponseWriter, code, detail string) { auth.Refuse(w, "herald", code, detail) }

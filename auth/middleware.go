@@ -59,10 +59,16 @@ func RequiredRecipient(w http.ResponseWriter, r *http.Request) (rcpt Recipient, 
 	return rcpt, ok
 }
 
-// refuseRecipient answers 401 with a challenge (RFC 6750 §3: no error code
-// when no credentials came).
+// refuseRecipient answers 401 with the recipient realm's challenge.
 func refuseRecipient(w http.ResponseWriter, code, detail string) {
-	challenge := `Bearer realm="herald recipient"`
+	Refuse(w, "herald recipient", code, detail)
+}
+
+// Refuse answers 401 problem+json with a Bearer challenge of realm and,
+// when code is not "", its error code (RFC 6750 §3: none when no
+// credentials came).
+func Refuse(w http.ResponseWriter, realm, code, detail string) {
+	challenge := `Bearer realm="` + realm + `"`
 	if code != "" {
 		challenge += `, error="` + code + `"`
 	}
