@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 
@@ -102,26 +101,6 @@ func (a *campaignsAPI) fail(w http.ResponseWriter, r *http.Request, what string,
 	}
 }
 
-// readBody reads a body of at most maxCampaignBody and decodes it strictly
-// into v; it answers the problem itself and returns nil on failure.
-func readBody(w http.ResponseWriter, r *http.Request, v any) []byte {
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCampaignBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			problem.New(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxCampaignBody))
-			return nil
-		}
-		problem.New(w, http.StatusBadRequest, "could not read the body")
-		return nil
-	}
-	if err := validate.Body(raw, v); err != nil {
-		problem.New(w, http.StatusBadRequest, err.Error())
-		return nil
-	}
-	return raw
-}
-
 func (a *campaignsAPI) create(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" || len(key) > maxCampaignKeyLen || !catalog.Printable(key) {
@@ -130,7 +109,7 @@ func (a *campaignsAPI) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req campaign.Request
-	raw := readBody(w, r, &req)
+	raw := validate.ReadJSON(w, r, &req, maxCampaignBody)
 	if raw == nil {
 		return
 	}
@@ -156,7 +135,7 @@ func (a *campaignsAPI) add(w http.ResponseWriter, r *http.Request) {
 	var page struct {
 		Recipients []campaign.Recipient `json:"recipients"`
 	}
-	if readBody(w, r, &page) == nil {
+	if validate.ReadJSON(w, r, &page, maxCampaignBody) == nil {
 		return
 	}
 	n, err := a.svc.AddRecipients(r.Context(), auth.Tenant(r.Context()), r.PathValue("id"), page.Recipients)

@@ -93,24 +93,34 @@ func segment(segs []string, i int) (param string, status, max int) {
 // leaving v as it is. It answers the problem itself and returns false
 // when the body is refused.
 func DecodeJSON(w http.ResponseWriter, r *http.Request, v any, max int64, emptyOK bool) bool {
+	return readJSON(w, r, v, max, emptyOK) != nil
+}
+
+// ReadJSON is DecodeJSON (no empty body) for a handler that keeps the body
+// as it came (a request hash): it returns the body, or nil when refused.
+func ReadJSON(w http.ResponseWriter, r *http.Request, v any, max int64) []byte {
+	return readJSON(w, r, v, max, false)
+}
+
+func readJSON(w http.ResponseWriter, r *http.Request, v any, max int64, emptyOK bool) []byte {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			problem.New(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", max))
-			return false
+			return nil
 		}
 		problem.New(w, http.StatusBadRequest, "could not read the body")
-		return false
+		return nil
 	}
 	if emptyOK && len(bytes.TrimSpace(raw)) == 0 {
-		return true
+		return raw // io.ReadAll's slice is never nil
 	}
 	if err := Body(raw, v); err != nil {
 		problem.New(w, http.StatusBadRequest, err.Error())
-		return false
+		return nil
 	}
-	return true
+	return raw
 }
 
 // Body checks raw with JSON and decodes it strictly into v, as DecodeJSON
