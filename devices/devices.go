@@ -34,9 +34,9 @@ import (
 	"github.com/heraldhq/herald/validate"
 )
 
-// MaxTokenLen bounds a device token, in bytes. FCM tokens are about 160
-// characters, APNs tokens 64; a web push subscription's endpoint is longer.
-const MaxTokenLen = 4096
+// MaxTokenLen bounds a device token, in bytes (validate.MaxPushToken, a
+// profile's push address's limit too).
+const MaxTokenLen = validate.MaxPushToken
 
 // Handler serves the three routes.
 type Handler struct {

@@ -41,13 +41,15 @@ const (
 	// a recipient a notification can name.
 	MaxRecipient = 200
 	// MaxSegment bounds any one path segment (a device token, a web push
-	// endpoint, is the longest: devices.MaxTokenLen).
-	MaxSegment = 4096
+	// endpoint, is the longest).
+	MaxSegment = MaxPushToken
 	// MaxQuery bounds the raw query string.
 	MaxQuery = 4096
 	// MaxEmail is RFC 5321's path limit.
 	MaxEmail = 254
-	// MaxPushToken bounds a push address (devices.MaxTokenLen).
+	// MaxPushToken bounds a device token, a profile's push address or the
+	// path's (devices.MaxTokenLen). FCM tokens are about 160 characters,
+	// APNs tokens 64; a web push subscription's endpoint is longer.
 	MaxPushToken = 4096
 	// MaxWebhookAddress bounds a webhook channel's address.
 	MaxWebhookAddress = 2048
