@@ -93,16 +93,8 @@ func (s *Store) APIKeyList(ctx context.Context, tenant string) ([]store.APIKey, 
 	if err != nil {
 		return nil, s.fail("list api keys", err)
 	}
-	defer rows.Close()
-	var out []store.APIKey
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, s.fail("list api keys", err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.APIKey, error) { return scanAPIKey(row) })
+	if err != nil {
 		return nil, s.fail("list api keys", err)
 	}
 	return out, nil
@@ -190,17 +182,13 @@ func (s *Store) AuditList(ctx context.Context, p store.AuditListParams) ([]store
 	if err != nil {
 		return nil, s.fail("list the audit log", err)
 	}
-	defer rows.Close()
-	var out []store.AuditEntry
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.AuditEntry, error) {
 		var e store.AuditEntry
-		if err := rows.Scan(&e.ID, &e.At, &e.Tenant, &e.ActorKey, &e.ActorName, &e.Action, &e.Target, &e.Remote, &e.Detail); err != nil {
-			return nil, s.fail("list the audit log", err)
-		}
+		err := row.Scan(&e.ID, &e.At, &e.Tenant, &e.ActorKey, &e.ActorName, &e.Action, &e.Target, &e.Remote, &e.Detail)
 		e.At = utc(e.At)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+		return e, err
+	})
+	if err != nil {
 		return nil, s.fail("list the audit log", err)
 	}
 	return out, nil
