@@ -732,6 +732,23 @@ func def(d *Duration, v time.Duration) {
 	}
 }
 
+// setting is a duration setting and its key, for positive.
+type setting struct {
+	key string
+	v   Duration
+}
+
+// positive refuses, naming its key, the first setting that is not more
+// than zero.
+func positive(settings []setting) error {
+	for _, d := range settings {
+		if d.v <= 0 {
+			return fmt.Errorf("config: %s: must be positive, got %s", d.key, d.v.D())
+		}
+	}
+	return nil
+}
+
 // WithDefaults fills every unset field with its documented default.
 func (c *Config) WithDefaults() *Config {
 	c.allowListDefaults()
@@ -892,10 +909,7 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("config: transport: %q is not db or rabbitmq", c.Transport)
 	}
-	for _, d := range []struct {
-		key string
-		v   Duration
-	}{
+	if err := positive([]setting{
 		{"stale_claim_after", c.StaleClaimAfter}, {"lease", c.Lease}, {"poll_interval", c.PollInterval},
 		{"sweep_interval", c.SweepInterval}, {"idempotency_ttl", c.IdempotencyTTL},
 		{"watchdog_interval", c.WatchdogInterval}, {"watchdog_retry_grace", c.WatchdogRetryGrace},
@@ -903,10 +917,8 @@ func (c *Config) Validate() error {
 		{"shutdown_timeout", c.ShutdownTimeout}, {"reconcile_interval", c.ReconcileInterval}, {"lookup_interval", c.LookupInterval},
 		{"retry.quick_delay", c.Retry.QuickDelay},
 		{"retry.slow_delay", c.Retry.SlowDelay},
-	} {
-		if d.v <= 0 {
-			return fmt.Errorf("config: %s: must be positive, got %s", d.key, d.v.D())
-		}
+	}); err != nil {
+		return err
 	}
 	if c.Retry.Quick < 1 || c.Retry.Slow < 0 {
 		return fmt.Errorf("config: retry: quick must be at least 1 and slow at least 0, got %d and %d", c.Retry.Quick, c.Retry.Slow)

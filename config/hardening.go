@@ -100,17 +100,12 @@ func (c *Config) hardeningDefaults() {
 
 // validateHardening checks this file's settings.
 func (c *Config) validateHardening() error {
-	for _, d := range []struct {
-		key string
-		v   Duration
-	}{
+	if err := positive([]setting{
 		{"server.read_header_timeout", c.Server.ReadHeaderTimeout}, {"server.read_timeout", c.Server.ReadTimeout},
 		{"server.write_timeout", c.Server.WriteTimeout}, {"server.idle_timeout", c.Server.IdleTimeout},
 		{"metrics.refresh_interval", c.Metrics.RefreshInterval}, {"send_at_horizon", c.SendAtHorizon},
-	} {
-		if d.v <= 0 {
-			return fmt.Errorf("config: %s: must be positive, got %s", d.key, d.v.D())
-		}
+	}); err != nil {
+		return err
 	}
 	if c.Server.MaxHeaderBytes < 4<<10 || c.Server.MaxHeaderBytes > 1<<20 {
 		return fmt.Errorf("config: server.max_header_bytes: must be 4096..1048576, got %d", c.Server.MaxHeaderBytes)

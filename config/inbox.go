@@ -145,17 +145,12 @@ func (c *Config) inboxDefaults() {
 }
 
 func (c *Config) validateInbox() error {
-	for _, d := range []struct {
-		key string
-		v   Duration
-	}{
+	if err := positive([]setting{
 		{"inbox.retention", c.Inbox.Retention}, {"inbox.purge_interval", c.Inbox.PurgeInterval},
 		{"inbox.stream_heartbeat", c.Inbox.StreamHeartbeat}, {"inbox.stream_resync", c.Inbox.StreamResync},
 		{"recipient_tokens.ttl", c.RecipientTokens.TTL}, {"recipient_tokens.max_ttl", c.RecipientTokens.MaxTTL},
-	} {
-		if d.v <= 0 {
-			return fmt.Errorf("config: %s: must be positive, got %s", d.key, d.v.D())
-		}
+	}); err != nil {
+		return err
 	}
 	for tenant, d := range c.Inbox.TenantRetention {
 		if d <= 0 {
