@@ -292,6 +292,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 
 // CampaignStart moves a DRAFT campaign to RUNNING.
 func (s *Store) CampaignStart(ctx context.Context, tenant, id string) (store.Campaign, error) {
+	started := false
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		state, _, err := lockCampaign(ctx, tx, tenant, id)
 		switch {
@@ -305,6 +306,7 @@ func (s *Store) CampaignStart(ctx context.Context, tenant, id string) (store.Cam
 		if _, err := tx.Exec(ctx, qCampaignStart, tenant, id, s.now()); err != nil {
 			return fmt.Errorf("start campaign: %w", err)
 		}
+		started = true
 		return nil
 	})
 	if err != nil {
@@ -313,9 +315,12 @@ func (s *Store) CampaignStart(ctx context.Context, tenant, id string) (store.Cam
 	// The pages were just written, likely after autovacuum's last look:
 	// without fresh statistics the planner takes a campaign's recipients
 	// for a handful and reads all of them for each batch (a bitmap scan and
-	// a sort) instead of walking the primary key to the batch's end.
-	if _, err := s.pool.Exec(ctx, qCampaignAnalyze); err != nil {
-		return store.Campaign{}, s.fail("analyze campaign recipients", err)
+	// a sort) instead of walking the primary key to the batch's end. A
+	// start sent again (the campaign RUNNING or DONE) added no pages.
+	if started {
+		if _, err := s.pool.Exec(ctx, qCampaignAnalyze); err != nil {
+			return store.Campaign{}, s.fail("analyze campaign recipients", err)
+		}
 	}
 	return s.CampaignGet(ctx, tenant, id)
 }
