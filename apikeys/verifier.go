@@ -107,11 +107,10 @@ type Verifier struct {
 	mu       sync.Mutex
 	cache    map[[32]byte]cached
 	flights  map[[32]byte]*flight
-	gen      uint64 // the generation the cache was filled in
-	heard    uint64 // the store's change count when gen was set
-	rev      int64  // the revision read last
-	polledAt time.Time
-	polled   bool
+	gen      uint64    // the generation the cache was filled in
+	heard    uint64    // the store's change count when gen was set
+	rev      int64     // the revision read last
+	polledAt time.Time // zero: poll at the next request
 }
 
 type cached struct {
@@ -292,10 +291,10 @@ func (v *Verifier) KDFRuns() int64 { return v.kdfRuns.Load() }
 func (v *Verifier) fresh(ctx context.Context, now time.Time) error {
 	heard := v.store.APIKeyChanges().Generation()
 	v.mu.Lock()
-	poll := !v.polled || now.Sub(v.polledAt) >= v.recheck || now.Before(v.polledAt)
+	poll := v.polledAt.IsZero() || now.Sub(v.polledAt) >= v.recheck || now.Before(v.polledAt)
 	if poll {
 		// Taken by this request; the others go on with the cache.
-		v.polled, v.polledAt = true, now
+		v.polledAt = now
 	}
 	if heard != v.heard {
 		v.heard = heard
@@ -308,7 +307,7 @@ func (v *Verifier) fresh(ctx context.Context, now time.Time) error {
 	rev, err := v.store.APIKeyRevision(ctx)
 	if err != nil {
 		v.mu.Lock()
-		v.polled = false // the next request tries again
+		v.polledAt = time.Time{} // the next request tries again
 		v.mu.Unlock()
 		return fmt.Errorf("verify api key: %w", err)
 	}
