@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/metrics"
-	"github.com/heraldhq/herald/problem"
 )
 
 // MetricsHandler serves GET /metrics (Prometheus text) from m. With a
@@ -28,8 +28,7 @@ func MetricsHandler(m *metrics.Metrics, token string, logger *slog.Logger) http.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="herald metrics"`)
-			problem.New(w, http.StatusUnauthorized, "a valid metrics token is required: Authorization: Bearer <token>")
+			auth.Refuse(w, "herald metrics", "", "a valid metrics token is required: Authorization: Bearer <token>")
 			return
 		}
 		h.ServeHTTP(w, r)

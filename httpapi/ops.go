@@ -74,8 +74,7 @@ func requireOperator(operators *auth.Keys, isAPIKey func(*http.Request) bool, ne
 			problem.New(w, http.StatusForbidden, "an operator key is required: an API key reads only its tenant's routes")
 			return
 		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="herald operator"`)
-		problem.New(w, http.StatusUnauthorized, "a valid operator key is required: Authorization: Bearer <operator key>")
+		auth.Refuse(w, "herald operator", "", "a valid operator key is required: Authorization: Bearer <operator key>")
 	})
 }
 
