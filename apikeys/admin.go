@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/auth"
@@ -33,6 +34,12 @@ type CreateParams struct {
 
 // ErrInvalid wraps what is wrong with CreateParams.
 var ErrInvalid = errors.New("invalid key")
+
+// InvalidDetail is what is wrong, of an error wrapping ErrInvalid: its
+// message without the "invalid key: " in front.
+func InvalidDetail(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+}
 
 // Create makes and stores a key; key is the whole key, to show once.
 func Create(ctx context.Context, st store.APIKeys, p CreateParams) (row store.APIKey, key string, err error) {
@@ -127,7 +134,7 @@ func (a *Admin) Create(w http.ResponseWriter, r *http.Request) {
 	row, key, err := Create(r.Context(), a.Store, p)
 	switch {
 	case errors.Is(err, ErrInvalid):
-		problem.New(w, http.StatusUnprocessableEntity, err.Error()[len(ErrInvalid.Error())+2:])
+		problem.New(w, http.StatusUnprocessableEntity, InvalidDetail(err))
 		return
 	case err != nil:
 		a.Logger.LogAttrs(r.Context(), slog.LevelError, "apikeys: create failed", slog.Any("error", err))

@@ -58,7 +58,7 @@ func keysCreate(cmd *command, args []string, stdout, stderr io.Writer) error {
 	row, key, err := apikeys.Create(s.ctx, s.store, p)
 	switch {
 	case errors.Is(err, apikeys.ErrInvalid):
-		return usageErrorf(cmd, "%s: %s", cmd.path(), strings.TrimPrefix(err.Error(), apikeys.ErrInvalid.Error()+": "))
+		return usageErrorf(cmd, "%s: %s", cmd.path(), apikeys.InvalidDetail(err))
 	case err != nil:
 		return fmt.Errorf("create the key: %w", err)
 	}
