@@ -41,12 +41,16 @@
 // again (one indexed read; scopes, expiry and revocation are taken from
 // it) but runs no KDF, since the entry remembers the hash the secret
 // matched and a row's hash never changes. Requests that present one key
-// while it is being verified wait for that one verification. Expiry needs
+// while it is being verified wait for that one verification; it outlives
+// the request that started it but not StoreTimeout (default 5 s), after
+// which it and its waiters answer 503, so a store that never answers
+// holds no request for ever. Expiry needs
 // no store: a cached entry carries its key's expiry and is refused once it
 // has passed.
 //
 // A wrong secret for an existing id costs a KDF run each time; at most
 // KDFConcurrency of them run at once, so a flood of guesses queues rather
-// than taking every core. A guess is hopeless (256 bits), so this guards
+// than taking every core (a check that has no KDF slot within StoreTimeout
+// answers 503). A guess is hopeless (256 bits), so this guards
 // only the CPU.
 package apikeys
