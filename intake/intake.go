@@ -16,9 +16,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -82,19 +80,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, fmt.Sprintf("Idempotency-Key must be 1..%d printable characters", maxKeyLen), "Idempotency-Key")
 		return
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBody), "")
-			return
-		}
-		fail(http.StatusBadRequest, "could not read the body", "")
+	// validate.ReadJSON: 413 over MaxBody; 400 for what no store can hold,
+	// an unknown field, or anything after the object.
+	var req Request
+	raw := validate.ReadJSON(w, r, &req, MaxBody)
+	if raw == nil {
 		return
 	}
-	req, canonicalBody, err := decode(raw)
+	canonicalBody, err := canonical.JSON(raw)
 	if err != nil {
-		fail(http.StatusBadRequest, err.Error(), "")
+		fail(http.StatusBadRequest, "the body is not valid JSON: "+err.Error(), "")
 		return
 	}
 	kind, params, inbox, ferr := h.Catalog.Validate(h.Clock.Now(), catalog.Request{
@@ -140,21 +135,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/v1/notifications/"+id)
 	w.WriteHeader(http.StatusAccepted)
 	_, _ = w.Write(body)
-}
-
-// decode parses the body strictly (validate.Body: nothing a store cannot
-// hold, no unknown field, nothing after the object) and returns it with its
-// canonical form.
-func decode(raw []byte) (Request, []byte, error) {
-	var req Request
-	if err := validate.Body(raw, &req); err != nil {
-		return req, nil, err
-	}
-	c, err := canonical.JSON(raw)
-	if err != nil {
-		return req, nil, fmt.Errorf("the body is not valid JSON: %w", err)
-	}
-	return req, c, nil
 }
 
 // unprocessable answers 422 for a request catalog.Validate refused.
