@@ -128,7 +128,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	// The gauges that read the store, from memory (gauges.go).
-	a.gauges = &storeGauges{backlogOf: a.store.OutboxBacklog, figuresOf: a.reconcileFigures, logger: a.logger}
+	a.gauges = &storeGauges{backlogOf: a.store.OutboxBacklog, figuresOf: a.reconcileFigures, logger: a.logger,
+		staleAfter: 3 * cfg.Metrics.RefreshInterval.D()}
 	a.metrics = metrics.New(a.gauges.Backlog)
 	a.wireSimReports()
 	a.metrics.Declare(knownSeries(cfg, cat))

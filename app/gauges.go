@@ -22,6 +22,10 @@ type storeGauges struct {
 	backlogOf func(context.Context) (map[heraldtype.Lane]int, error)
 	figuresOf func(context.Context) (metrics.ReconcileFigures, error)
 	logger    *slog.Logger
+	// staleAfter is the age past which failed refreshes drop the values
+	// (0: never), so /metrics leaves the gauges out rather than serve old
+	// figures as current for as long as the store fails.
+	staleAfter time.Duration
 
 	mu      sync.Mutex
 	have    bool
@@ -50,19 +54,19 @@ func (g *storeGauges) Figures(context.Context) (metrics.ReconcileFigures, error)
 	return g.figures, nil
 }
 
-// refresh computes the values once; a failure keeps the last ones (and
-// is logged, without a scrape ever seeing it).
+// refresh computes the values once; a failure keeps the last ones until
+// they are staleAfter old (and is logged, without a scrape ever seeing it).
 func (g *storeGauges) refresh(ctx context.Context, now time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	backlog, err := g.backlogOf(ctx)
 	if err != nil {
-		g.warn(ctx, err)
+		g.failed(ctx, now, err)
 		return
 	}
 	figures, err := g.figuresOf(ctx)
 	if err != nil {
-		g.warn(ctx, err)
+		g.failed(ctx, now, err)
 		return
 	}
 	g.mu.Lock()
@@ -70,10 +74,15 @@ func (g *storeGauges) refresh(ctx context.Context, now time.Time) {
 	g.mu.Unlock()
 }
 
-func (g *storeGauges) warn(ctx context.Context, err error) {
+func (g *storeGauges) failed(ctx context.Context, now time.Time, err error) {
 	if ctx.Err() == nil {
 		g.logger.LogAttrs(ctx, slog.LevelWarn, "metrics: computing the store's gauges failed", slog.Any("error", err))
 	}
+	g.mu.Lock()
+	if g.staleAfter > 0 && now.Sub(g.at) > g.staleAfter {
+		g.have = false
+	}
+	g.mu.Unlock()
 }
 
 // forget drops the values when this process stops leading: another

@@ -84,3 +84,36 @@ func TestStoreGaugesAreServedFromMemory(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// The last values do not outlive a store that keeps failing: past
+// staleAfter a failed refresh drops them, and a scrape leaves the gauges
+// out instead of serving old figures as current.
+func TestStoreGaugesGoStaleWhileTheStoreFails(t *testing.T) {
+	t.Parallel()
+	var fail atomic.Bool
+	g := &storeGauges{
+		backlogOf: func(context.Context) (map[heraldtype.Lane]int, error) {
+			if fail.Load() {
+				return nil, errors.New("connection refused")
+			}
+			return map[heraldtype.Lane]int{heraldtype.LaneAlert: 7}, nil
+		},
+		figuresOf:  func(context.Context) (metrics.ReconcileFigures, error) { return metrics.ReconcileFigures{}, nil },
+		logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		staleAfter: 3 * time.Minute,
+	}
+	now := time.Now()
+	g.refresh(context.Background(), now)
+	fail.Store(true)
+	g.refresh(context.Background(), now.Add(2*time.Minute))
+	if _, err := g.Backlog(context.Background()); err != nil {
+		t.Fatalf("within staleAfter: %v, want the last values", err)
+	}
+	g.refresh(context.Background(), now.Add(4*time.Minute))
+	if _, err := g.Backlog(context.Background()); !errors.Is(err, metrics.ErrNoValue) {
+		t.Fatalf("past staleAfter: %v, want ErrNoValue", err)
+	}
+	if _, err := g.Figures(context.Background()); !errors.Is(err, metrics.ErrNoValue) {
+		t.Fatalf("past staleAfter, figures: %v, want ErrNoValue", err)
+	}
+}
