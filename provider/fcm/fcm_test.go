@@ -220,6 +220,7 @@ func TestClassificationTransport(t *testing.T) {
 		fk.setSendAnswer(func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-r.Context().Done():
+				panic(http.ErrAbortHandler) // no late empty 200 for a client racing its deadline
 			case <-stop:
 			}
 		})

@@ -362,6 +362,7 @@ func TestTransportFailures(t *testing.T) {
 			select {
 			case <-release:
 			case <-r.Context().Done():
+				panic(http.ErrAbortHandler) // never a late empty 200
 			}
 		})
 		t.Cleanup(func() { close(release) }) // runs before the fake's Close, which waits for this handler

@@ -465,6 +465,7 @@ func TestTransportFailures(t *testing.T) {
 			select {
 			case <-release:
 			case <-r.Context().Done():
+				panic(http.ErrAbortHandler) // never a late empty 200
 			}
 		})
 		ctx := httpcalltest.NewDeadline()
@@ -658,6 +659,7 @@ func holdingHandler(t *testing.T, rec *recorder, entered chan<- struct{}) http.H
 		select {
 		case <-release:
 		case <-r.Context().Done():
+			panic(http.ErrAbortHandler) // never a late empty 200
 		}
 	}
 }
