@@ -17,6 +17,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/store/sqlite"
@@ -37,6 +38,11 @@ type Options struct {
 	// Clock supplies the time notification ids are made from and that
 	// ExpiresAt is checked against. Defaults to the system clock.
 	Clock clock.Clock
+	// PersonalData seals the params before they are stored (package
+	// seal): build it with seal.New from the keys of the herald server's
+	// personal_data.keys, in the same order. nil stores them plain, which
+	// a server with keys still reads.
+	PersonalData *seal.Keyring
 	// WakeEvery is the least time between two wake-ups this client sends
 	// one lane on PostgreSQL (default 10ms; negative: every enqueue sends
 	// one). See Client.
@@ -63,6 +69,7 @@ const DefaultWakeEvery = 10 * time.Millisecond
 type Client struct {
 	catalog *catalog.Catalog
 	clock   clock.Clock
+	seal    *seal.Keyring
 	wake    wakeThrottle
 }
 
@@ -113,7 +120,7 @@ func NewClient(opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("herald: %w", err)
 	}
-	c := &Client{catalog: cat, clock: opts.Clock, wake: wakeThrottle{every: opts.WakeEvery, last: map[heraldtype.Lane]time.Time{}}}
+	c := &Client{catalog: cat, clock: opts.Clock, seal: opts.PersonalData, wake: wakeThrottle{every: opts.WakeEvery, last: map[heraldtype.Lane]time.Time{}}}
 	if opts.WakeEvery == 0 {
 		c.wake.every = DefaultWakeEvery
 	}
@@ -327,7 +334,7 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 	}
 	return store.NotificationCreateParams{
 		Tenant: in.Tenant, DedupKey: in.DedupKey, ID: ids.New("ntf", now), Recipient: in.Recipient, EventID: in.EventID,
-		Kind: in.Kind, Lane: kind.Lane, Params: stored, SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
+		Kind: in.Kind, Lane: kind.Lane, Params: c.seal.SealJSON(in.Tenant, stored), SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
 		Channels: kind.Channels, Inbox: inbox, Fallback: kind.Fallback,
 	}, nil
 }

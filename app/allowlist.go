@@ -11,6 +11,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
 )
@@ -133,7 +134,7 @@ func (a *App) destination(ctx context.Context, job heraldtype.Job) (string, erro
 		case !d.Active:
 			return "", nil
 		}
-		return d.Token, nil
+		return a.openOrNone(seal.Device, job.Tenant, d.Token), nil
 	}
 	var p store.Profile
 	var err error
@@ -151,7 +152,19 @@ func (a *App) destination(ctx context.Context, job heraldtype.Job) (string, erro
 	case err != nil:
 		return "", err
 	}
-	return p.Addresses[job.Channel], nil
+	return a.openOrNone(seal.Address, job.Tenant, p.Addresses[job.Channel]), nil
+}
+
+// openOrNone is the sealed value v opened, or "" (no address: the
+// dispatcher lets the job on) when it does not open: the sender opens it
+// again and parks the job PERSONAL_DATA_UNREADABLE, before any provider
+// call.
+func (a *App) openOrNone(purpose, tenant, v string) string {
+	plain, err := a.seal.Open(purpose, tenant, v)
+	if err != nil {
+		return ""
+	}
+	return plain
 }
 
 // guardProvider is the allow-list's layer in the adapter itself: outside

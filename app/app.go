@@ -35,6 +35,7 @@ import (
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/reconcile"
 	"github.com/heraldhq/herald/retention"
+	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/settle"
 	"github.com/heraldhq/herald/store"
@@ -66,6 +67,9 @@ type App struct {
 	metrics  *metrics.Metrics
 	registry *provider.Registry
 	sims     map[string]*sim.Sim
+	// seal seals and opens personal data (personal_data.keys); nil when
+	// none are configured.
+	seal *seal.Keyring
 	// receivers take delivery reports, checkers answer status look-ups
 	// (providers.go).
 	receivers map[string]provider.CallbackReceiver
@@ -119,6 +123,12 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	cat.SendAtHorizon = cfg.SendAtHorizon.D()
+	if a.seal, err = Keyring(cfg); err != nil {
+		return nil, err
+	}
+	if a.seal == nil && cfg.Environment == config.EnvProduction {
+		a.logger.LogAttrs(ctx, slog.LevelWarn, "app: no personal_data keys: addresses, device tokens and params are stored as plain text")
+	}
 	if err := a.buildProviders(cfg, opts); err != nil {
 		return nil, err
 	}
@@ -143,7 +153,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	}
 	a.limiter = rateLimiter(cfg, a.store, a.logger)
 	a.sender = sender.New(sender.Config{
-		Store: a.store, Providers: a.registry, Catalog: cat, Clock: a.clock,
+		Store: a.store, Providers: a.registry, Catalog: cat, Clock: a.clock, Seal: a.seal,
 		Limiter: a.limiter, Checks: a.policyChecks(),
 		Retry: sender.RetryPolicy{
 			Quick: cfg.Retry.Quick, QuickDelay: cfg.Retry.QuickDelay.D(),
@@ -181,8 +191,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Audit:     auditLog,
 		Now:       a.clock.Now,
 		Operators: auth.NewKeys(operators),
+		Seal:      a.seal,
 		Intake: &intake.Handler{
-			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(),
+			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(), Seal: a.seal,
 			Logger: a.logger, Metrics: a.metrics,
 		},
 		Lookup: &lookup.Handler{Store: a.store, Logger: a.logger},
@@ -219,6 +230,24 @@ func openStore(ctx context.Context, cfg *config.Config, clk clock.Clock, logger 
 		return postgres.Open(ctx, dsn, postgres.Options{Clock: clk, Logger: logger})
 	}
 	return nil, fmt.Errorf("database driver %q is not available in this build", driver)
+}
+
+// Keyring is the personal data keyring of cfg's personal_data.keys, nil
+// when there are none.
+func Keyring(cfg *config.Config) (*seal.Keyring, error) {
+	keys := cfg.PersonalDataKeys()
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	ring := make([]seal.Key, len(keys))
+	for i, k := range keys {
+		ring[i] = seal.Key{ID: k.ID, Secret: k.Secret}
+	}
+	k, err := seal.New(ring)
+	if err != nil {
+		return nil, fmt.Errorf("config: personal_data: %w", err)
+	}
+	return k, nil
 }
 
 // leaderElector is a store shared by several processes that elects one of

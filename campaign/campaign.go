@@ -12,6 +12,7 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -56,6 +57,10 @@ type Service struct {
 	// The store decides it, in the page's own transaction (store.
 	// ErrCampaignFull). 0 is no cap.
 	MaxRecipients int64
+	// Seal seals the campaign's params and each recipient's before they
+	// are stored (package seal); the fan-out copies them sealed into the
+	// notifications. nil stores them plain.
+	Seal *seal.Keyring
 }
 
 // Create checks req and writes a DRAFT campaign with its first page. The
@@ -73,9 +78,10 @@ func (s *Service) Create(ctx context.Context, tenant, key, hash string, req Requ
 	if ferr != nil {
 		return "", false, ferr
 	}
+	s.sealParams(tenant, rs)
 	res, err := s.Store.CampaignCreate(ctx, store.CampaignCreateParams{
 		ID: id, Tenant: tenant, IdempotencyKey: key, RequestHash: hash, Kind: kind.Name, Lane: kind.Lane,
-		Channels: kind.Channels, Fallback: kind.Fallback, Params: params, SendAt: req.SendAt, Recipients: rs,
+		Channels: kind.Channels, Fallback: kind.Fallback, Params: s.Seal.SealJSON(tenant, params), SendAt: req.SendAt, Recipients: rs,
 		MaxRecipients: s.MaxRecipients,
 	})
 	if err != nil {
@@ -107,12 +113,26 @@ func (s *Service) AddRecipients(ctx context.Context, tenant, id string, page []R
 	if kind == nil {
 		return 0, &catalog.FieldError{Param: "kind", Detail: fmt.Sprintf("the campaign's kind %q is no longer in the catalog", c.Kind)}
 	}
-	rs, ferr := s.recipients(s.Clock.Now(), kind, c.Params, id, page)
+	params, err := s.Seal.OpenJSON(tenant, c.Params)
+	if err != nil {
+		return 0, fmt.Errorf("open the campaign's params: %w", err)
+	}
+	rs, ferr := s.recipients(s.Clock.Now(), kind, params, id, page)
 	if ferr != nil {
 		return 0, ferr
 	}
+	s.sealParams(tenant, rs)
 	n, err := s.Store.CampaignAddRecipients(ctx, store.CampaignAddParams{Tenant: tenant, ID: id, Recipients: rs, MaxRecipients: s.MaxRecipients})
 	return n, s.full(err)
+}
+
+// sealParams seals the recipients' own params in place.
+func (s *Service) sealParams(tenant string, rs []store.CampaignRecipient) {
+	for i := range rs {
+		if rs[i].Params != nil {
+			rs[i].Params = s.Seal.SealJSON(tenant, rs[i].Params)
+		}
+	}
 }
 
 // full turns the store's refusal of a page past the cap into the

@@ -136,6 +136,10 @@ type Config struct {
 	// RecipientTokens configures the tokens apps read a recipient's inbox
 	// with (config/inbox.go). Defaults are listed per field.
 	RecipientTokens RecipientTokens `yaml:"recipient_tokens"`
+	// PersonalData holds the keys that encrypt contact fields, device
+	// tokens and params at rest (personaldata.go, package seal). Defaults
+	// to none: stored as plain text.
+	PersonalData PersonalData `yaml:"personal_data"`
 
 	// Server sets the HTTP server's timeouts and connection limits
 	// (hardening.go). Defaults are listed per field.
@@ -160,6 +164,8 @@ type Config struct {
 	kindsFrom string
 	// tokenKeys are the recipient token keys with their secrets read.
 	tokenKeys map[string][]KeySecret
+	// pdKeys are the personal data keys with their secrets read.
+	pdKeys []KeySecret
 }
 
 // APIKey maps a bearer key to a tenant.
@@ -428,6 +434,9 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		dir = filepath.Dir(path)
 	}
 	if err := c.readSecrets(dir, getenv); err != nil {
+		return nil, err
+	}
+	if err := c.readPersonalData(dir, getenv); err != nil {
 		return nil, err
 	}
 	if err := c.readProviderSecrets(dir, getenv); err != nil {
@@ -895,6 +904,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateHardening(); err != nil {
+		return err
+	}
+	if err := c.validatePersonalData(); err != nil {
 		return err
 	}
 	switch c.Transport {

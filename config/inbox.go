@@ -93,40 +93,50 @@ func (c *Config) readSecrets(dir string, getenv func(string) string) error {
 	c.tokenKeys = map[string][]KeySecret{}
 	for tenant, keys := range c.RecipientTokens.Keys {
 		for i, k := range keys {
-			key := fmt.Sprintf("recipient_tokens.keys.%s[%d]", tenant, i)
-			given := 0
-			for _, s := range []string{k.Secret, k.SecretFile, k.SecretEnv} {
-				if s != "" {
-					given++
-				}
+			secret, err := readSecret(fmt.Sprintf("recipient_tokens.keys.%s[%d]", tenant, i), k, dir, getenv)
+			if err != nil {
+				return err
 			}
-			if given != 1 {
-				return fmt.Errorf("config: %s: exactly one of secret, secret_file, secret_env is required", key)
-			}
-			secret := k.Secret
-			switch {
-			case k.SecretFile != "":
-				path := k.SecretFile
-				if !filepath.IsAbs(path) && dir != "" {
-					path = filepath.Join(dir, path)
-				}
-				raw, err := os.ReadFile(path)
-				if err != nil {
-					// The path is the operator's own; the error of ReadFile
-					// holds no secret.
-					return fmt.Errorf("config: %s.secret_file: %w", key, err)
-				}
-				secret = strings.TrimSpace(string(raw))
-			case k.SecretEnv != "":
-				secret = getenv(k.SecretEnv)
-				if secret == "" {
-					return fmt.Errorf("config: %s.secret_env: %s is not set", key, k.SecretEnv)
-				}
-			}
-			c.tokenKeys[tenant] = append(c.tokenKeys[tenant], KeySecret{ID: k.ID, Secret: []byte(secret)})
+			c.tokenKeys[tenant] = append(c.tokenKeys[tenant], KeySecret{ID: k.ID, Secret: secret})
 		}
 	}
 	return nil
+}
+
+// readSecret reads the secret of k, named key in errors, from exactly one
+// of its sources. dir is the config file's directory. Errors name the key
+// and the file or variable, never the secret.
+func readSecret(key string, k RecipientKey, dir string, getenv func(string) string) ([]byte, error) {
+	given := 0
+	for _, s := range []string{k.Secret, k.SecretFile, k.SecretEnv} {
+		if s != "" {
+			given++
+		}
+	}
+	if given != 1 {
+		return nil, fmt.Errorf("config: %s: exactly one of secret, secret_file, secret_env is required", key)
+	}
+	secret := k.Secret
+	switch {
+	case k.SecretFile != "":
+		path := k.SecretFile
+		if !filepath.IsAbs(path) && dir != "" {
+			path = filepath.Join(dir, path)
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			// The path is the operator's own; the error of ReadFile
+			// holds no secret.
+			return nil, fmt.Errorf("config: %s.secret_file: %w", key, err)
+		}
+		secret = strings.TrimSpace(string(raw))
+	case k.SecretEnv != "":
+		secret = getenv(k.SecretEnv)
+		if secret == "" {
+			return nil, fmt.Errorf("config: %s.secret_env: %s is not set", key, k.SecretEnv)
+		}
+	}
+	return []byte(secret), nil
 }
 
 func (c *Config) inboxDefaults() {

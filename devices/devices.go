@@ -30,6 +30,7 @@ import (
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/validate"
 )
@@ -42,6 +43,9 @@ const MaxTokenLen = validate.MaxPushToken
 type Handler struct {
 	Store  store.Devices
 	Logger *slog.Logger
+	// Seal seals tokens before they are stored and opens them for the
+	// list's hint (package seal); nil keeps them plain.
+	Seal *seal.Keyring
 }
 
 // Device is one entry of the API.
@@ -78,7 +82,8 @@ func (h *Handler) Put(w http.ResponseWriter, r *http.Request) {
 			Detail: fmt.Sprintf("platform must be %s, %s or %s", store.PlatformFCM, store.PlatformAPNs, store.PlatformWeb), Param: "platform"})
 		return
 	}
-	d := store.Device{Tenant: tenant, Recipient: recipient, DeviceID: store.DeviceID(tenant, recipient, token), Token: token, Platform: platform}
+	d := store.Device{Tenant: tenant, Recipient: recipient, DeviceID: store.DeviceID(tenant, recipient, token),
+		Token: h.Seal.Seal(seal.Device, tenant, token), Platform: platform}
 	created, err := h.Store.DevicePut(r.Context(), d)
 	if err != nil {
 		h.unavailable(w, r, "put", err)
@@ -121,6 +126,8 @@ func (h *Handler) List(w http.ResponseWriter, r *http.Request) {
 		Devices []Device `json:"devices"`
 	}{Devices: make([]Device, 0, len(list))}
 	for _, d := range list {
+		// A token that does not open (its key is gone) shows no hint.
+		d.Token, _ = h.Seal.Open(seal.Device, d.Tenant, d.Token)
 		out.Devices = append(out.Devices, Device{
 			DeviceID: d.DeviceID, Platform: string(d.Platform), Active: d.Active, TokenHint: hint(d.Token),
 			CreatedAt: &d.CreatedAt, UpdatedAt: &d.UpdatedAt, DeactivatedAt: d.DeactivatedAt, DeactivatedReason: d.DeactivatedReason,
@@ -141,6 +148,8 @@ func pathToken(w http.ResponseWriter, r *http.Request) (string, bool) {
 		detail = fmt.Sprintf("the device token is longer than %d bytes", MaxTokenLen)
 	case !catalog.Printable(token):
 		detail = "the device token must be printable UTF-8 (URL-escape it in the path)"
+	case seal.Sealed(token):
+		detail = fmt.Sprintf("a device token may not begin with %q (herald's mark of a sealed value)", seal.Prefix)
 	default:
 		return token, true
 	}

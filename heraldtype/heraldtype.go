@@ -190,6 +190,10 @@ const (
 	ReasonCancelled        = "CANCELLED" // a cancel request stopped a send that had not gone out
 	ReasonDiscarded        = "DISCARDED" // a person discarded the parked message (SUPPRESSED, audited)
 	ReasonStored           = "STORED"    // an inbox send's outbox row: intake wrote the item and ended it DONE
+	// A sealed value the send needs (params, an address, a device token)
+	// did not open: its key is not in personal_data.keys (package seal).
+	// PARKED: configure the key and requeue.
+	ReasonPersonalDataUnreadable = "PERSONAL_DATA_UNREADABLE"
 
 	// The text limits (package smstext): PARKED before any provider call.
 	ReasonTextTooLong      = "TEXT_TOO_LONG"     // an SMS or AlimTalk fallback text over 2,000 EUC-KR bytes

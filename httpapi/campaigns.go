@@ -45,7 +45,7 @@ func routeCampaigns(mux *router, cfg Config, authed func(http.Handler) http.Hand
 	if !ok || cfg.Intake == nil || cfg.Intake.Catalog == nil {
 		return
 	}
-	a := &campaignsAPI{svc: &campaign.Service{Store: cs, Catalog: cfg.Intake.Catalog, Clock: cfg.Intake.Clock,
+	a := &campaignsAPI{svc: &campaign.Service{Store: cs, Catalog: cfg.Intake.Catalog, Clock: cfg.Intake.Clock, Seal: cfg.Seal,
 		MaxRecipients: cfg.CampaignMaxRecipients}, logger: cfg.Logger}
 	mux.Handle("POST /v1/campaigns", authed(http.HandlerFunc(a.create)))
 	mux.Handle("POST /v1/campaigns/{id}/recipients", authed(http.HandlerFunc(a.add)))

@@ -25,6 +25,7 @@ import (
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/stream"
 	"github.com/heraldhq/herald/validate"
@@ -57,6 +58,9 @@ type Config struct {
 	// /v1/parked out.
 	Parked  parked.Service
 	Store   store.Store
+	// Seal seals and opens the personal data the profile, device and
+	// campaign routes take and show (package seal); nil keeps it plain.
+	Seal    *seal.Keyring
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	// Inbox serves the recipient token mint and /v1/me/… (me.go); nil
@@ -89,7 +93,7 @@ func New(cfg Config) http.Handler {
 	mux.Handle("GET /v1/notifications/{id}", authed(cfg.Lookup))
 	// The everyday API: list, cancel, kinds (everyday.go).
 	routeEveryday(mux, cfg, authed)
-	pr := &profiles{store: cfg.Store, logger: cfg.Logger}
+	pr := &profiles{store: cfg.Store, logger: cfg.Logger, seal: cfg.Seal}
 	mux.Handle("PUT /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.put)))
 	mux.Handle("GET /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.get)))
 	routeDevices(mux, cfg, authed)   // devices.go
@@ -142,6 +146,7 @@ func recoverer(logger *slog.Logger, next http.Handler) http.Handler {
 type profiles struct {
 	store  store.Store
 	logger *slog.Logger
+	seal   *seal.Keyring
 }
 
 // maxProfileBody bounds PUT /v1/recipients/{recipient}/profile's body.
@@ -194,6 +199,7 @@ func (p *profiles) put(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	seal.SealMap(p.seal, seal.Address, prof.Tenant, prof.Addresses)
 	if err := p.store.ProfilePutBy(r.Context(), prof, consent.Actor(r)); err != nil {
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "profiles: store unavailable", slog.Any("error", err))
 		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
@@ -210,6 +216,11 @@ func (p *profiles) get(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+		return
+	}
+	if err := seal.OpenMap(p.seal, seal.Address, prof.Tenant, prof.Addresses); err != nil {
+		p.logger.LogAttrs(r.Context(), slog.LevelError, "profiles: an address does not open", slog.Any("error", err))
+		problem.New(w, http.StatusInternalServerError, "the profile's addresses are sealed with a key this herald does not hold (personal_data.keys)")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

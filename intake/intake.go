@@ -28,6 +28,7 @@ import (
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/validate"
 )
@@ -47,6 +48,9 @@ type Handler struct {
 	IdempotencyTTL time.Duration
 	Logger         *slog.Logger
 	Metrics        *metrics.Metrics
+	// Seal seals the params before they are stored (package seal); nil
+	// stores them plain.
+	Seal *seal.Keyring
 }
 
 // Request is the body of POST /v1/notifications.
@@ -108,7 +112,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res, err := h.Store.NotificationCreate(r.Context(), store.NotificationCreateParams{
 		Tenant: tenant, IdempotencyKey: key, RequestHash: hex.EncodeToString(sum[:]), IdempotencyTTL: h.IdempotencyTTL,
 		Response: body, ID: id, Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
-		Lane: kind.Lane, Params: params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
+		Lane: kind.Lane, Params: h.Seal.SealJSON(tenant, params), SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
 		Inbox: inbox, Fallback: kind.Fallback,
 	})
 	if err != nil {

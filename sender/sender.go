@@ -124,6 +124,7 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -242,6 +243,9 @@ type Config struct {
 	Alerts  alert.Sink
 	Metrics *metrics.Metrics
 	Hooks   Hooks
+	// Seal opens the sealed params, addresses and device tokens (package
+	// seal); nil opens only plain ones.
+	Seal *seal.Keyring
 	// RecordTimeout bounds the write of a provider call's result, retries
 	// included: the last try is made when it has passed. A result still not
 	// written then is given up (RECORD_FAILED): the claim stays SENDING and
@@ -595,6 +599,9 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return provider.Message{}, none, noProfile, &decision{err: fmt.Errorf("read profile: %w", err)}
 	}
+	if seal.OpenMap(s.Seal, seal.Address, job.Tenant, profile.Addresses) != nil {
+		return park(heraldtype.ReasonPersonalDataUnreadable)
+	}
 	if job.Lane == heraldtype.LaneMarketing && !profile.Consent[ch] {
 		return suppress(heraldtype.ReasonConsentDenied)
 	}
@@ -602,7 +609,11 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	if dec != nil {
 		return provider.Message{}, none, noProfile, dec
 	}
-	params, err := catalog.DecodeParams(job.Params)
+	plain, err := s.Seal.OpenJSON(job.Tenant, job.Params)
+	if err != nil {
+		return park(heraldtype.ReasonPersonalDataUnreadable)
+	}
+	params, err := catalog.DecodeParams(plain)
 	if err != nil {
 		return park(heraldtype.ReasonTemplateFailed)
 	}
@@ -646,7 +657,11 @@ func (s *Sender) address(ctx context.Context, job heraldtype.Job, profile store.
 	case !d.Active:
 		return "", unavailable
 	}
-	return d.Token, nil
+	token, err := s.Seal.Open(seal.Device, job.Tenant, d.Token)
+	if err != nil {
+		return "", &decision{state: heraldtype.DeliveryParked, reason: heraldtype.ReasonPersonalDataUnreadable}
+	}
+	return token, nil
 }
 
 // deactivate marks the device of a push the provider called dead inactive

@@ -32,6 +32,7 @@ import (
 	"golang.org/x/text/language"
 
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/seal"
 )
 
 // Limits, in bytes.
@@ -125,6 +126,9 @@ func Language(tag string) error {
 //     without spaces;
 //   - webhook: printable UTF-8, at most MaxWebhookAddress bytes.
 func Address(ch heraldtype.Channel, addr string) error {
+	if seal.Sealed(addr) {
+		return fmt.Errorf("an address may not begin with %q (herald's mark of a sealed value)", seal.Prefix)
+	}
 	switch ch {
 	case heraldtype.ChannelSMS, heraldtype.ChannelAlimTalk:
 		return phone(addr)
