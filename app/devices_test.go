@@ -21,6 +21,7 @@ import (
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/provider/sim"
+	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/storetest"
@@ -33,8 +34,9 @@ const deadToken = "tok-dead-000000000000"
 // simulator answering deadToken as dead, and hooks before each send's
 // pre-checks (a push held there reads its device only when released).
 type devicesHerald struct {
-	base string
-	sim  *sim.Sim
+	base  string
+	sim   *sim.Sim
+	store store.Store
 
 	mu   sync.Mutex
 	hold map[string]chan struct{} // message id suffix → closed to release its sends
@@ -70,6 +72,10 @@ func startDevicesHerald(t *testing.T, driver string) *devicesHerald {
 				c.Providers[i].Faults.DeadAddresses = []string{deadToken}
 			}
 		}
+		// Tokens are stored sealed: the sender opens them for the
+		// provider, the list for its hint, and the dead-device answer
+		// still finds its device.
+		c.PersonalData.Keys = []config.RecipientKey{{ID: "dev1", Secret: "devices-test-personal-data-key-0123456789"}}
 	})
 	h := &devicesHerald{hold: map[string]chan struct{}{}, held: make(chan string, 16)}
 	a, base := newHerald(t, cfg, app.Options{Hooks: sender.Hooks{AfterPeek: func(ctx context.Context, job heraldtype.Job) {
@@ -86,7 +92,7 @@ func startDevicesHerald(t *testing.T, driver string) *devicesHerald {
 			<-release
 		}
 	}}})
-	h.base, h.sim = base, a.Sim("sim-push")
+	h.base, h.sim, h.store = base, a.Sim("sim-push"), a.Store()
 	runHerald(t, a)
 	return h
 }
@@ -104,7 +110,11 @@ func (h *devicesHerald) register(t *testing.T, recipient, token string, want int
 	if code != want {
 		t.Fatalf("register %s: %d %s, want %d", token, code, body, want)
 	}
-	return store.DeviceID(config.DevTenant, recipient, token)
+	id := store.DeviceID(config.DevTenant, recipient, token)
+	if d, err := h.store.DeviceGet(context.Background(), config.DevTenant, recipient, id); err != nil || !strings.HasPrefix(d.Token, "hs1:dev1:") {
+		t.Fatalf("the stored token of %s is %q (%v), want it sealed with dev1", id, d.Token, err)
+	}
+	return id
 }
 
 // notify accepts a payment.approved (webhook and push) for recipient.
@@ -319,4 +329,46 @@ func mapsEqual(a, b map[string][]string) bool {
 		}
 	}
 	return true
+}
+
+// TestSealedTokenWithoutItsKeyParks: a device token sealed with a key this
+// herald no longer holds parks that push PERSONAL_DATA_UNREADABLE before
+// any provider call; the notification's other send, whose address opens,
+// goes out.
+func TestSealedTokenWithoutItsKeyParks(t *testing.T) {
+	t.Parallel()
+	h := startDevicesHerald(t, "sqlite")
+	gone, err := seal.New([]seal.Key{{ID: "gone", Secret: []byte("a-key-this-herald-was-never-given-0123456789")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "tok-c-333333333333"
+	dev := store.DeviceID(config.DevTenant, "carol", token)
+	if _, err := h.store.DevicePut(context.Background(), store.Device{Tenant: config.DevTenant, Recipient: "carol", DeviceID: dev,
+		Token: gone.Seal(seal.Device, config.DevTenant, token), Platform: store.PlatformFCM}); err != nil {
+		t.Fatal(err)
+	}
+	id := h.notify(t, "carol", "e1")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := h.call(t, http.MethodGet, "/v1/notifications/"+id, "")
+		var n lookup.Notification
+		if err := json.Unmarshal(body, &n); code != http.StatusOK || err != nil {
+			t.Fatalf("lookup %s: %d %s", id, code, body)
+		}
+		states := map[string]string{}
+		for _, d := range n.Deliveries {
+			states[d.Channel] = d.State + "/" + d.Reason
+		}
+		if states["push"] == "PARKED/PERSONAL_DATA_UNREADABLE" && strings.HasPrefix(states["webhook"], "PROVIDER_ACCEPTED") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("entries %v after 30s, want push PARKED/PERSONAL_DATA_UNREADABLE and webhook PROVIDER_ACCEPTED", states)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := h.sent(id); len(got) != 0 {
+		t.Fatalf("push provider calls %v for a token that does not open, want none", got)
+	}
 }

@@ -1,14 +1,17 @@
 package e2e
 
 // What herald tells its operators, held against the real binary: its logs
-// carry ids and reason codes but no personal data, alerts are logged at
+// carry ids and reason codes but no personal data, its database holds that
+// data only sealed, alerts are logged at
 // error level with the message id, tenant and reason code, and every metric
 // the README lists is exposed with its labels and counts the traffic.
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -26,6 +29,7 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/seal"
 )
 
 // Personal data a clinic sends through herald: phone numbers in the forms
@@ -45,6 +49,10 @@ const (
 	piiName2Latin  = "Park Seoyeon"
 	piiWhen        = "3월 14일 오후 2시"
 )
+
+// piiKeySecret is the personal data key of piiConfig: with it herald
+// seals addresses, device tokens and params before they are stored.
+const piiKeySecret = "e2e-personal-data-key-0123456789abcdef"
 
 // piiValues is every value no log line may contain, including the digits
 // alone (a logger that normalised a number would still leak it).
@@ -93,6 +101,7 @@ lanes: {alert: {concurrency: 1}}
 retry: {quick: 2, quick_delay: 200ms, slow: 1, slow_delay: 200ms}
 poll_interval: 100ms
 sweep_interval: 500ms
+personal_data: {keys: [{id: e2e1, secret: "` + piiKeySecret + `"}]}
 quiet_hours: {enabled: false} # the marketing send is logged at any hour CI runs this
 `
 
@@ -216,7 +225,11 @@ func runNoPersonalData(t *testing.T, database string, enqueue enqueueFunc) {
 		post(11, "coupon.expiring", "patient-2003", params2, nil): {"push": "PROVIDER_ACCEPTED"},
 	}
 	// An application that enqueues a kind this herald does not know: parked.
-	app, err := herald.NewClient(herald.Options{Kinds: []config.Kind{{
+	ring, err := seal.New([]seal.Key{{ID: "e2e1", Secret: []byte(piiKeySecret)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := herald.NewClient(herald.Options{PersonalData: ring, Kinds: []config.Kind{{
 		Name: "visit.followup", Category: "transactional", Channels: []string{"webhook"},
 		Templates: map[string]config.Template{"webhook": {Title: "{{.patient}} 님", Body: "{{.patient}} 님 {{.phone}}"}},
 	}}})
@@ -284,6 +297,17 @@ func runNoPersonalData(t *testing.T, database string, enqueue enqueueFunc) {
 		t.Fatalf("no webhook call carried the rendered name and phone number; the test sends no personal data")
 	}
 
+	// Nor does the database hold any of it: every table, byte by byte.
+	dump := databaseText(t, database)
+	if !strings.Contains(dump, seal.Prefix+"e2e1:") {
+		t.Fatalf("the database dump holds no value sealed with e2e1; the dump read nothing (%d bytes)", len(dump))
+	}
+	for _, v := range forbidden {
+		if v != "" && strings.Contains(dump, v) {
+			t.Errorf("the database holds personal data in plain text: %q", v)
+		}
+	}
+
 	logs := srv.logs.String()
 	for i, line := range strings.Split(logs, "\n") {
 		for _, v := range forbidden {
@@ -328,6 +352,31 @@ func runNoPersonalData(t *testing.T, database string, enqueue enqueueFunc) {
 		"RETRY_EXHAUSTED " + firstKey(want, "RETRY_EXHAUSTED/HTTP_401") + ".webhook clinic HTTP_401",
 		"UNKNOWN_OUTCOME " + firstKey(want, "UNKNOWN/HTTP_503") + ".webhook clinic HTTP_503",
 	})
+}
+
+// databaseText is everything database holds as text: for SQLite the bytes
+// of its files (the write-ahead log too), for PostgreSQL every row of every
+// table of the database, as XML.
+func databaseText(t *testing.T, database string) string {
+	t.Helper()
+	if path, ok := strings.CutPrefix(database, "sqlite:"); ok {
+		var b strings.Builder
+		for _, suffix := range []string{"", "-wal"} {
+			raw, err := os.ReadFile(path + suffix)
+			if err != nil && !(suffix != "" && errors.Is(err, os.ErrNotExist)) {
+				t.Fatal(err)
+			}
+			b.Write(raw)
+		}
+		return b.String()
+	}
+	var dump string
+	err := pgQuery(database, `SELECT coalesce(string_agg(query_to_xml(format('SELECT * FROM %I.%I', table_schema, table_name), true, false, '')::text, E'\n'), '')
+FROM information_schema.tables WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema')`, nil, &dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dump
 }
 
 // checkAlertLines checks that the alert lines are exactly want ("KIND

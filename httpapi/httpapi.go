@@ -56,8 +56,8 @@ type Config struct {
 	Lookup    *lookup.Handler
 	// Parked lists, requeues and discards parked messages; nil leaves
 	// /v1/parked out.
-	Parked  parked.Service
-	Store   store.Store
+	Parked parked.Service
+	Store  store.Store
 	// Seal seals and opens the personal data the profile, device and
 	// campaign routes take and show (package seal); nil keeps it plain.
 	Seal    *seal.Keyring

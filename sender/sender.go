@@ -599,9 +599,6 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return provider.Message{}, none, noProfile, &decision{err: fmt.Errorf("read profile: %w", err)}
 	}
-	if seal.OpenMap(s.Seal, seal.Address, job.Tenant, profile.Addresses) != nil {
-		return park(heraldtype.ReasonPersonalDataUnreadable)
-	}
 	if job.Lane == heraldtype.LaneMarketing && !profile.Consent[ch] {
 		return suppress(heraldtype.ReasonConsentDenied)
 	}
@@ -638,7 +635,10 @@ func (s *Sender) address(ctx context.Context, job heraldtype.Job, profile store.
 	unavailable := &decision{state: heraldtype.DeliverySuppressed, reason: heraldtype.ReasonDestinationUnavailable}
 	device := job.Channel.Device()
 	if device == "" {
-		address := profile.Addresses[job.Channel]
+		address, err := s.Seal.Open(seal.Address, job.Tenant, profile.Addresses[job.Channel])
+		if err != nil {
+			return "", &decision{state: heraldtype.DeliveryParked, reason: heraldtype.ReasonPersonalDataUnreadable}
+		}
 		if job.Channel.NeedsAddress() && address == "" {
 			return "", unavailable
 		}
