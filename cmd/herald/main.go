@@ -51,6 +51,7 @@ var commands = []*command{
 		run:     reconcileCmd},
 	{name: "inbox", summary: "look after the recipient inbox", sub: inboxCommands},
 	{name: "keys", summary: "create, list or revoke API keys", sub: keysCommands},
+	{name: "data", summary: "look after the personal data stored sealed (personal_data.keys)", sub: dataCommands},
 	{name: "audit", summary: "read the audit log of admin actions", sub: auditCommands},
 	{name: "campaign", summary: "send one kind to many recipients through a running herald (HERALD_URL, HERALD_API_KEY)", sub: campaignCommands},
 	{name: "version", summary: "print herald's version", run: printVersion},
