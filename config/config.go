@@ -453,7 +453,9 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 }
 
 var (
-	lineMsg      = regexp.MustCompile(`(?s)^line (\d+): (.*)$`)
+	lineMsg = regexp.MustCompile(`(?s)^line (\d+): (.*)$`)
+	// atColumn: a value's own check names the column it starts at.
+	atColumn     = regexp.MustCompile(`^column (\d+): (.*)$`)
 	unknownField = regexp.MustCompile(`(?s)^field (.*) not found in type \S+$`)
 	duplicateKey = regexp.MustCompile(`(?s)^mapping key "(.*)" already defined at line (\d+)$`)
 	// The bad value a decoder message quotes: yaml's `value`, or Duration's
@@ -531,6 +533,7 @@ func (e *ParseError) Error() string {
 // its full path and, for a scalar, its value.
 type keyAt struct {
 	line, valueLine   int
+	valueColumn       int
 	scalar            bool
 	name, path, value string
 	// badKey: a key that is a mapping or a sequence, not a name; path is
@@ -602,7 +605,7 @@ func indexKeys(raw []byte) keyIndex {
 				if path != "" {
 					p = path + "." + k.Value
 				}
-				at := keyAt{line: k.Line, valueLine: v.Line, scalar: v.Kind == yaml.ScalarNode, name: k.Value, path: p, value: v.Value}
+				at := keyAt{line: k.Line, valueLine: v.Line, valueColumn: v.Column, scalar: v.Kind == yaml.ScalarNode, name: k.Value, path: p, value: v.Value}
 				if v.Kind == yaml.AliasNode && v.Alias != nil {
 					at.aliased, at.valueLine, at.scalar, at.value = true, v.Alias.Line, v.Alias.Kind == yaml.ScalarNode, v.Alias.Value
 				}
@@ -632,6 +635,17 @@ func (ix keyIndex) name(msg, firstKey string, known map[string]bool) string {
 			}
 		}
 		return name
+	}
+	if f := atColumn.FindStringSubmatch(rest); f != nil {
+		// A value's own check (Secret.UnmarshalYAML) says where the value
+		// starts: name the key it belongs to.
+		col, _ := strconv.Atoi(f[1])
+		for _, k := range ix {
+			if !k.badKey && k.valueLine == line && k.valueColumn == col {
+				return fmt.Sprintf("line %d: %s: %s", line, k.path, f[2])
+			}
+		}
+		return fmt.Sprintf("line %d: %s", line, f[2])
 	}
 	if f := unknownField.FindStringSubmatch(rest); f != nil {
 		return fmt.Sprintf("line %d: unknown key %q", line, path(f[1]))

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // ProviderOptions are the settings of the real provider types, written in
@@ -85,6 +87,33 @@ type Secret struct {
 }
 
 func (s Secret) given() bool { return s.File != "" || s.Env != "" }
+
+// UnmarshalYAML takes {file: …} or {env: …} only. A credential written in
+// the file itself is refused without quoting it: the decoder's own error
+// would show its first characters.
+func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
+	refuse := func(msg string) error {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %s", n.Line, n.Column, msg)}}
+	}
+	if n.Kind != yaml.MappingNode {
+		return refuse("a credential may not be written in the config file: give {file: PATH} or {env: NAME}")
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if v.Kind != yaml.ScalarNode {
+			return refuse(fmt.Sprintf("%s: a file path or a variable name", k.Value))
+		}
+		switch k.Value {
+		case "file":
+			s.File = v.Value
+		case "env":
+			s.Env = v.Value
+		default:
+			return refuse(fmt.Sprintf("field %s not found in type config.Secret (file or env)", k.Value))
+		}
+	}
+	return nil
+}
 
 // Read returns the credential a provider's entry read at start for key
 // ("password", "secrets[1]"…); nil when the entry names none.

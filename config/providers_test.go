@@ -87,6 +87,11 @@ func TestRealProviderErrorsNameTheKeyNeverTheSecret(t *testing.T) {
 		{"NoSender", `from: "+15005550006",`, "", "providers[4].from or messaging_service_sid: required for type twilio"},
 		{"BadType", "type: twilio", "type: twillio", `providers[4].type: "twillio" is not one of webhook, sim, fcm, apns, smtp, bizppurio, twilio`},
 		{"SecretsEntryEmpty", "secrets: [{env: WH_OLD}]", "secrets: [{}]", "providers[5].secrets[0]: give file or env"},
+		// Written in the file itself: refused without quoting any of it
+		// (the YAML decoder's own message shows its first characters).
+		{"InlineCredential", "auth_token: {env: TW_TOKEN}", "auth_token: pw12345inline-secret", "auth_token: a credential may not be written in the config file"},
+		{"InlineInList", "secrets: [{env: WH_OLD}]", "secrets: [whsec_pw12345inline]", "a credential may not be written in the config file"},
+		{"UnknownSecretField", "secrets: [{env: WH_OLD}]", "secrets: [{envv: WH_OLD}]", "field envv not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -99,6 +104,9 @@ func TestRealProviderErrorsNameTheKeyNeverTheSecret(t *testing.T) {
 			_, err := config.Load(path, func(k string) string { return secretEnv[k] })
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Load = %v, want an error containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "pw12") {
+				t.Fatalf("the error quotes the inline credential: %v", err)
 			}
 			for _, v := range append(mapValues(secretValues), mapValues(secretEnv)...) {
 				if s := strings.TrimSpace(v); strings.Contains(err.Error(), s) {
