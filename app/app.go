@@ -235,7 +235,10 @@ func openStore(ctx context.Context, cfg *config.Config, clk clock.Clock, logger 
 // Keyring is the personal data keyring of cfg's personal_data.keys, nil
 // when there are none.
 func Keyring(cfg *config.Config) (*seal.Keyring, error) {
-	keys := cfg.PersonalDataKeys()
+	keys, err := cfg.PersonalDataKeys()
+	if err != nil {
+		return nil, err
+	}
 	if len(keys) == 0 {
 		return nil, nil
 	}

@@ -27,8 +27,17 @@ type PersonalData struct {
 }
 
 // PersonalDataKeys returns the personal data keys with their secrets, the
-// sealing one first; nil when none are configured.
-func (c *Config) PersonalDataKeys() []KeySecret { return c.pdKeys }
+// sealing one first; nil when none are configured. A config built in code
+// (not by Load) has its secrets read now, files relative to the working
+// directory.
+func (c *Config) PersonalDataKeys() ([]KeySecret, error) {
+	if c.pdKeys == nil && len(c.PersonalData.Keys) > 0 {
+		if err := c.readPersonalData("", nil); err != nil {
+			return nil, err
+		}
+	}
+	return c.pdKeys, nil
+}
 
 // readPersonalData reads the keys' secrets (Load calls it). Errors name
 // the key, never the secret.
@@ -48,14 +57,12 @@ func (c *Config) readPersonalData(dir string, getenv func(string) string) error 
 }
 
 func (c *Config) validatePersonalData() error {
-	if c.pdKeys == nil && len(c.PersonalData.Keys) > 0 {
-		// A config built in code rather than by Load.
-		if err := c.readPersonalData("", nil); err != nil {
-			return err
-		}
+	keys, err := c.PersonalDataKeys()
+	if err != nil {
+		return err
 	}
 	seen := map[string]bool{}
-	for i, k := range c.pdKeys {
+	for i, k := range keys {
 		key := fmt.Sprintf("personal_data.keys[%d]", i)
 		switch {
 		case !seal.ValidKeyID(k.ID):
