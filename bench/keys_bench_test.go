@@ -23,10 +23,18 @@ var benchKey = config.DevAPIKey
 // enough not to refuse: the cost measured is the check), and params are
 // sealed at intake and opened by the sender (personal_data.keys). Compare
 // its accepted/s with BenchmarkEndToEnd's.
-func BenchmarkEndToEndStoredKey(b *testing.B) {
+func BenchmarkEndToEndStoredKey(b *testing.B) { storedKeyBench(b, true) }
+
+// BenchmarkEndToEndStoredKeyUnsealed is BenchmarkEndToEndStoredKey without
+// personal_data keys: the pair measures what sealing costs alone.
+func BenchmarkEndToEndStoredKeyUnsealed(b *testing.B) { storedKeyBench(b, false) }
+
+func storedKeyBench(b *testing.B, sealed bool) {
 	e := startWith(b, false, func(cfg *config.Config) {
 		cfg.Limits.KeyRate, cfg.Limits.SendRate = 1e6, 1e6
-		cfg.PersonalData.Keys = []config.RecipientKey{{ID: "bench", Secret: "bench-personal-data-key-0123456789abcdef"}}
+		if sealed {
+			cfg.PersonalData.Keys = []config.RecipientKey{{ID: "bench", Secret: "bench-personal-data-key-0123456789abcdef"}}
+		}
 		benchKey = storedKey(b, cfg.Database)
 	})
 	b.Cleanup(func() { benchKey = config.DevAPIKey })
