@@ -223,8 +223,10 @@ func (k *Keyring) SealJSON(tenant string, raw json.RawMessage) json.RawMessage {
 	if k == nil || len(raw) == 0 {
 		return raw
 	}
-	b, _ := json.Marshal(k.Seal(Params, tenant, string(raw))) // a string always marshals
-	return b
+	s := k.Seal(Params, tenant, string(raw))
+	// A sealed string (prefix, id, base64url) holds nothing JSON escapes.
+	b := make([]byte, 0, len(s)+2)
+	return append(append(append(b, '"'), s...), '"')
 }
 
 // OpenJSON returns the params SealJSON sealed; plain params (anything
@@ -233,9 +235,12 @@ func (k *Keyring) OpenJSON(tenant string, raw json.RawMessage) (json.RawMessage,
 	if len(raw) == 0 || raw[0] != '"' {
 		return raw, nil
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, ErrCorrupt
+	s, ok := quoted(raw)
+	if !ok {
+		var err error
+		if err = json.Unmarshal(raw, &s); err != nil {
+			return nil, ErrCorrupt
+		}
 	}
 	if !Sealed(s) {
 		return nil, ErrCorrupt // params are an object when plain
@@ -245,6 +250,21 @@ func (k *Keyring) OpenJSON(tenant string, raw json.RawMessage) (json.RawMessage,
 		return nil, err
 	}
 	return json.RawMessage(plain), nil
+}
+
+// quoted is raw's string when raw is a JSON string without escapes (what
+// SealJSON writes).
+func quoted(raw json.RawMessage) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	inner := raw[1 : len(raw)-1]
+	for _, c := range inner {
+		if c == '\\' || c == '"' || c < 0x20 {
+			return "", false
+		}
+	}
+	return string(inner), true
 }
 
 // JSONKeyID is the id of the key a SealJSON value was sealed with, or ""

@@ -145,3 +145,16 @@ func FuzzOpen(f *testing.F) {
 		_, _ = k.OpenJSON("t1", json.RawMessage(s))
 	})
 }
+
+// BenchmarkParams is what sealing costs one notification: its params
+// sealed at intake and opened by the sender.
+func BenchmarkParams(b *testing.B) {
+	k := ring(b, "k1")
+	params := json.RawMessage(`{"amount":12000,"merchant":"서울커피 강남점","patient":"김민준","when":"3월 14일 오후 2시"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := k.OpenJSON("shop", k.SealJSON("shop", params)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
