@@ -483,6 +483,8 @@ func (a *App) newRabbitMQ() []rabbitLane {
 		})
 		relay := dispatch.NewRelay(dispatch.RelayConfig{
 			Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Publisher: pub, Owner: a.owner,
+			Window:    a.cfg.LanePublishWindow(lane),
+			Backlog:   func(ctx context.Context) (int, error) { return pub.Backlog(ctx, lane) },
 			BatchSize: a.cfg.RabbitMQ.RelayBatch, InFlight: a.cfg.RabbitMQ.RelayInFlight, Lease: a.cfg.Lease.D(),
 			PollInterval: a.cfg.PollInterval.D(), MaxAttempts: a.cfg.DispatchMaxAttempts,
 			Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Gate: a.relayGate(lane),

@@ -349,6 +349,12 @@ type RabbitMQ struct {
 	// RelayInFlight is how many claimed batches one lane's relay keeps
 	// awaiting confirms at once. Defaults to 4.
 	RelayInFlight int `yaml:"relay_in_flight"`
+	// PublishWindow is the most messages a lane's queue holds ready before
+	// the relays stop publishing to it: the rest of a backlog waits in the
+	// outbox, whose claims share the lane between tenants, instead of in
+	// the queue's one FIFO (dispatch.RelayConfig.Window). Defaults to twice
+	// the lane's prefetch, at least 32; -1 publishes without a window.
+	PublishWindow int `yaml:"publish_window"`
 	// ConfirmTimeout is how long the relay waits for a publisher confirm
 	// before it returns the row to PENDING. It must be shorter than lease.
 	// Defaults to 5 seconds.
@@ -861,6 +867,17 @@ func (r *RabbitMQ) withDefaults() {
 // LanePrefetch returns the rabbitmq consumer prefetch of l.
 func (c *Config) LanePrefetch(l heraldtype.Lane) int { return c.RabbitMQ.Prefetch[string(l)] }
 
+// LanePublishWindow returns the publish window of l's relays (0: none).
+func (c *Config) LanePublishWindow(l heraldtype.Lane) int {
+	switch w := c.RabbitMQ.PublishWindow; {
+	case w < 0:
+		return 0
+	case w > 0:
+		return w
+	}
+	return max(2*c.LanePrefetch(l), 32)
+}
+
 var namePrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 func (c *Config) validateRabbitMQ() error {
@@ -872,6 +889,9 @@ func (c *Config) validateRabbitMQ() error {
 		if n < 1 || n > 65535 {
 			return fmt.Errorf("config: rabbitmq.prefetch.%s: must be 1..65535, got %d", name, n)
 		}
+	}
+	if r.PublishWindow < -1 || r.PublishWindow > 1000000 {
+		return fmt.Errorf("config: rabbitmq.publish_window: must be -1 (none) or 0..1000000, got %d", r.PublishWindow)
 	}
 	if r.RelayBatch < 1 || r.RelayBatch > 10000 {
 		return fmt.Errorf("config: rabbitmq.relay_batch: must be 1..10000, got %d", r.RelayBatch)

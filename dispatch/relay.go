@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/alert"
@@ -78,6 +79,21 @@ type RelayConfig struct {
 	Hooks       RelayHooks
 	// SettleTimeout bounds the fenced writes after a batch. Defaults to 30 seconds.
 	SettleTimeout time.Duration
+	// Window, with Backlog, is the most messages the relay lets wait ready
+	// in the lane's queue: it claims only Window less what waits there, and
+	// claims nothing while the queue holds Window or more (looking again
+	// every WindowPoll). The rest of a backlog stays in the outbox, where
+	// each claim shares the lane between tenants (store.OutboxClaim): a
+	// broker queue is one FIFO, so a tenant's row published behind another
+	// tenant's 20,000 waits for all of them. 0 publishes without a window.
+	Window int
+	// Backlog reads how many messages wait ready in the lane's queue. An
+	// error is logged and that claim goes without the window: a relay that
+	// cannot read the depth publishes rather than stops.
+	Backlog func(ctx context.Context) (int, error)
+	// WindowPoll is how often a relay whose window is full reads the depth
+	// again. Defaults to 10ms.
+	WindowPoll time.Duration
 	// Gate, when set, looks at each claimed job before it is published:
 	// the dispatcher's own layer of the send policy, as the db claimers'
 	// ClaimerConfig.Gate (quiet hours' early stop). The claim then reads
@@ -124,6 +140,11 @@ type RelayConfig struct {
 type Relay struct {
 	RelayConfig
 	settler settler
+	// depthFailing: the last depth read failed (logged once per outage).
+	depthFailing atomic.Bool
+	// unconfirmed counts the messages published and not yet confirmed:
+	// the queue's depth may not show them yet, so the window counts them.
+	unconfirmed atomic.Int64
 }
 
 // NewRelay returns a relay.
@@ -151,6 +172,9 @@ func NewRelay(cfg RelayConfig) *Relay {
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 500 * time.Millisecond
+	}
+	if cfg.WindowPoll <= 0 {
+		cfg.WindowPoll = 10 * time.Millisecond
 	}
 	return &Relay{RelayConfig: cfg, settler: settler{who: "relay", lane: cfg.Lane, store: cfg.Store,
 		maxAttempts: cfg.MaxAttempts, logger: cfg.Logger, alerts: cfg.Alerts, metrics: cfg.Metrics}}
@@ -213,8 +237,17 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
 		}
+		limit, ok := r.room(ctx)
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(r.WindowPoll):
+			}
+			continue
+		}
 		rows, err := r.Store.OutboxClaim(ctx, store.OutboxClaimParams{
-			Lane: r.Lane, Owner: r.Owner, Limit: r.BatchSize, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil,
+			Lane: r.Lane, Owner: r.Owner, Limit: limit, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil,
 		})
 		if err != nil {
 			if !pause.after(ctx, r.Logger, "relay", r.Lane, err) {
@@ -235,11 +268,12 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 				// The publish is not cancelled by shutdown once the rows
 				// are claimed: finishing it costs at most the confirm
 				// timeout and spares the rows a wait for their lease.
+				r.unconfirmed.Add(int64(len(jobs)))
 				b.confirms = r.Publisher.Publish(context.WithoutCancel(ctx), r.Lane, jobs)
 			}
 			batches <- b
 		}
-		if len(rows) == r.BatchSize {
+		if len(rows) == limit {
 			continue // more may be waiting
 		}
 		select {
@@ -251,6 +285,35 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		case <-poll.C:
 		}
 	}
+}
+
+// room is how many rows the next claim may take: BatchSize, or less when
+// the lane's queue already holds part of the Window; false when it holds
+// all of it.
+func (r *Relay) room(ctx context.Context) (int, bool) {
+	if r.Window <= 0 || r.Backlog == nil {
+		return r.BatchSize, true
+	}
+	depth, err := r.Backlog(ctx)
+	if err != nil {
+		if ctx.Err() == nil && !r.depthFailing.Swap(true) {
+			r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: cannot read the queue's depth; publishing without the window",
+				slog.String("lane", string(r.Lane)), slog.Any("error", err))
+		}
+		return r.BatchSize, true
+	}
+	if r.depthFailing.Swap(false) {
+		r.Logger.LogAttrs(ctx, slog.LevelInfo, "relay: the queue's depth reads again; publishing within the window",
+			slog.String("lane", string(r.Lane)))
+	}
+	// A confirmed message is in the queue; one not yet confirmed may not
+	// show in its depth, so it counts against the window too (a confirmed
+	// one not yet settled counts twice for a moment: the window errs low).
+	depth += int(r.unconfirmed.Load())
+	if depth >= r.Window {
+		return 0, false
+	}
+	return min(r.BatchSize, r.Window-depth), true
 }
 
 // gate splits claimed rows into those to publish and those the Gate
@@ -304,6 +367,7 @@ func (r *Relay) settle(ctx context.Context, b inflight) {
 		return
 	}
 	errs := b.confirms.Wait()
+	r.unconfirmed.Add(-int64(len(b.rows)))
 	confirmed := make([]store.Claimed, 0, len(b.rows))
 	var failed []int
 	for i, err := range errs {

@@ -36,6 +36,9 @@ type Publisher struct {
 	cur   *confirmer
 	ready chan struct{} // closed while cur is usable
 	link  link
+	// inspect is a channel of the same connection for reading queue
+	// depths (Backlog); nil while disconnected.
+	inspect *amqp.Channel
 }
 
 var _ dispatch.Publisher = (*Publisher)(nil)
@@ -72,8 +75,12 @@ func (p *Publisher) Run(ctx context.Context) {
 		if err != nil {
 			return fmt.Errorf("enable publisher confirms: %w", err)
 		}
+		inspect, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open inspect channel: %w", err)
+		}
 		p.mu.Lock()
-		p.cur = c
+		p.cur, p.inspect = c, inspect
 		close(p.ready)
 		p.mu.Unlock()
 		p.link.up()
@@ -88,7 +95,7 @@ func (p *Publisher) Run(ctx context.Context) {
 			cause = fmt.Errorf("rabbitmq: publishing channel closed")
 		}
 		p.mu.Lock()
-		p.cur = nil
+		p.cur, p.inspect = nil, nil
 		p.ready = make(chan struct{})
 		p.mu.Unlock()
 		return cause
@@ -109,6 +116,24 @@ func (p *Publisher) Ready(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Backlog is how many messages wait ready in lane's queue (not counting
+// those consumers hold unacknowledged): the relay's publish window
+// (dispatch.RelayConfig.Backlog). It reads the queue with a passive
+// declare on the publisher's connection.
+func (p *Publisher) Backlog(ctx context.Context, lane heraldtype.Lane) (int, error) {
+	p.mu.Lock()
+	ch := p.inspect
+	p.mu.Unlock()
+	if ch == nil {
+		return 0, dispatch.ErrConnectionLost
+	}
+	q, err := ch.QueueDeclarePassive(p.cfg.Topology.Queue(lane), true, false, false, false, nil)
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: read the depth of %s: %w", p.cfg.Topology.Queue(lane), err)
+	}
+	return q.Messages, nil
 }
 
 // Publish sends each job to the lane's queue as a persistent, mandatory

@@ -136,6 +136,9 @@ type relayOpts struct {
 	alerts      alert.Sink
 	// waits, when set, receives what each batch's wait for confirms returned.
 	waits chan<- []error
+	// window, when set, is the relay's publish window, kept with the
+	// publisher's Backlog.
+	window int
 }
 
 // startRelay runs a publisher and a relay for the lane.
@@ -159,6 +162,7 @@ func (e *env) startRelay(t *testing.T, o relayOpts) (*rabbitmq.Publisher, func()
 		Lane: lane, Store: e.store, Wake: e.store.Wakeups().C(lane), Publisher: p, Owner: "relay",
 		BatchSize: 50, Lease: time.Minute, PollInterval: 20 * time.Millisecond, MaxAttempts: o.maxAttempts,
 		Logger: quiet, Alerts: o.alerts, Hooks: o.hooks,
+		Window: o.window, Backlog: func(ctx context.Context) (int, error) { return pub.Backlog(ctx, lane) },
 	})
 	stopRelay := testenv.Start(t, relay.Run)
 	return pub, func() { stopRelay(); stopPub() }
@@ -299,6 +303,44 @@ func TestRelayPublishesAndConsumerSendsEachOnce(t *testing.T) {
 	}
 	if d := e.sim.Duplicates(); len(d) > 0 {
 		t.Fatalf("duplicates: %v", d)
+	}
+}
+
+// With a publish window the relay fills the lane's queue to the window and
+// leaves the rest in the outbox (the depth is read from the broker); a
+// consumer that starts later drains the queue and the relay tops it up
+// until every message was sent once.
+func TestRelayPublishWindowHoldsTheRestInTheOutbox(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	const window, n = 10, 60
+	pub, _ := e.startRelay(t, relayOpts{window: window})
+	var sent []string
+	for range n {
+		sent = append(sent, e.notify(t, "pay"))
+	}
+	e.waitFor(t, "the queue filled to the window", func() bool {
+		d, err := pub.Backlog(e.ctx, lane)
+		return err == nil && d == window
+	})
+	published := 0
+	for _, id := range sent {
+		if e.outboxState(t, id) == heraldtype.OutboxPublished {
+			published++
+		}
+	}
+	if published > window {
+		t.Fatalf("%d rows PUBLISHED with no consumer, want at most the window of %d", published, window)
+	}
+	if d, err := pub.Backlog(e.ctx, lane); err != nil || d != window {
+		t.Fatalf("the queue holds %d (%v), want the window of %d", d, err, window)
+	}
+	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
+	for _, id := range sent {
+		e.waitFor(t, "delivery of "+id, func() bool { return e.delivery(t, id).State == heraldtype.DeliveryProviderAccepted })
+		if c := e.sim.CallCount(id); c != 1 {
+			t.Fatalf("%s called %d times", id, c)
+		}
 	}
 }
 

@@ -1,0 +1,124 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/store"
+)
+
+// queuePublisher is a broker queue: what the relay publishes waits in one
+// FIFO until the test consumes it. It records the deepest the queue got
+// right after a publish.
+type queuePublisher struct {
+	mu      sync.Mutex
+	queue   []heraldtype.Job
+	deepest int
+}
+
+func (q *queuePublisher) Ready(context.Context) error { return nil }
+
+func (q *queuePublisher) Publish(_ context.Context, _ heraldtype.Lane, jobs []heraldtype.Job) dispatch.Confirms {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.queue = append(q.queue, jobs...)
+	q.deepest = max(q.deepest, len(q.queue))
+	return make(fakeConfirms, len(jobs))
+}
+
+func (q *queuePublisher) Backlog(context.Context) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queue), nil
+}
+
+// consume takes n messages off the head of the queue.
+func (q *queuePublisher) consume(n int) []heraldtype.Job {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n = min(n, len(q.queue))
+	out := append([]heraldtype.Job(nil), q.queue[:n]...)
+	q.queue = q.queue[n:]
+	return out
+}
+
+func (q *queuePublisher) depth() int {
+	n, _ := q.Backlog(context.Background())
+	return n
+}
+
+// A relay with a publish window keeps at most Window messages waiting in
+// the queue and the rest of the backlog in the outbox, so a small tenant's
+// notification accepted behind a big tenant's backlog is published at the
+// next top-up (the claim shares the lane between tenants), not behind the
+// whole backlog; each consumption lets the relay top the queue up again.
+func TestRelayPublishWindowKeepsTheBacklogInTheOutbox(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b bundle) {
+		const window = 10
+		notify := func(tenant string) string {
+			id := ids.New("ntf", b.clk.Now())
+			if _, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
+				Tenant: tenant, ID: id, Recipient: "r1", EventID: id, Kind: "pay", Lane: heraldtype.LaneTransactional,
+				Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		for range 200 {
+			notify("big")
+		}
+		q := &queuePublisher{}
+		r := dispatch.NewRelay(dispatch.RelayConfig{
+			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+			Publisher: q, Owner: "relay", BatchSize: 7, Lease: time.Minute, PollInterval: 5 * time.Millisecond,
+			MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Millisecond,
+		})
+		defer runRelay(t, r)()
+
+		testenv.WaitFor(t, "the window filled", testenv.Patience, func() bool { return q.depth() >= window })
+		small := notify("small")
+		smallMsg := store.MessageID(small, heraldtype.ChannelWebhook)
+		// The consumer takes a few at a time; the small tenant's message
+		// must come out long before the big tenant's 200 have.
+		consumed, at := 0, -1
+		for consumed < 200 && at < 0 {
+			var got []heraldtype.Job
+			testenv.WaitFor(t, "a message to consume", testenv.Patience, func() bool {
+				got = q.consume(3)
+				return len(got) > 0
+			})
+			for _, j := range got {
+				if j.MessageID == smallMsg {
+					at = consumed
+				}
+				consumed++
+			}
+		}
+		if at < 0 || at > 2*window {
+			t.Fatalf("the small tenant's message came out after %d of the big tenant's (want within %d: the window, then its fair share)", at, 2*window)
+		}
+		q.mu.Lock()
+		deepest := q.deepest
+		q.mu.Unlock()
+		if deepest > window {
+			t.Fatalf("the queue held %d messages at once, more than the window of %d", deepest, window)
+		}
+		// The rest of the backlog waits in the outbox, not in the queue.
+		backlog, err := b.store.OutboxBacklog(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pending, want := backlog[heraldtype.LaneTransactional], 201-consumed-window; pending < want {
+			t.Fatalf("%d rows wait in the outbox, want at least %d (%d consumed, %d in the queue)", pending, want, consumed, q.depth())
+		}
+	})
+}
