@@ -1,8 +1,12 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,4 +125,43 @@ func TestRelayPublishWindowKeepsTheBacklogInTheOutbox(t *testing.T) {
 			t.Fatalf("%d rows wait in the outbox, want at least %d (%d consumed, %d in the queue)", pending, want, consumed, q.depth())
 		}
 	})
+}
+
+// A relay that cannot read the queue's depth publishes without the window
+// rather than stops (nothing waits on a broker call that fails), and says
+// so once, not per claim.
+func TestRelayWithoutTheDepthPublishesAndSaysSoOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := &queuePublisher{}
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	r := dispatch.NewRelay(dispatch.RelayConfig{
+		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Publisher: q, Owner: "relay", BatchSize: 7, Lease: time.Minute, PollInterval: 5 * time.Millisecond,
+		MaxAttempts: 3, Alerts: b.alerts, Logger: logger, Window: 5, WindowPoll: time.Millisecond,
+		Backlog: func(context.Context) (int, error) { return 0, errors.New("channel closed") },
+	})
+	defer runRelay(t, r)()
+	for range 30 {
+		b.notify(t, "pay", heraldtype.LaneTransactional)
+	}
+	testenv.WaitFor(t, "all 30 published", testenv.Patience, func() bool { return q.depth() == 30 })
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "cannot read the queue's depth"); n != 1 {
+		t.Fatalf("the depth failure was logged %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
