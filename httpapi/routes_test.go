@@ -25,6 +25,7 @@ import (
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/settle"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/stream"
@@ -89,11 +90,18 @@ func fullConfig(t testing.TB, st store.Store, clk clock.Clock) httpapi.Config {
 	}
 	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
 	m := metrics.New(nil)
+	// Personal data is sealed on the walk: every route that stores or
+	// shows it goes through the keyring.
+	ring, err := seal.New([]seal.Key{{ID: "walk", Secret: secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := httpapi.Config{
 		Keys:      auth.NewKeys(map[string]string{}),
 		Operators: auth.NewKeys(map[string]string{"ops-key": "operator"}),
 		APIKeys:   apikeys.NewVerifier(apikeys.Config{Store: st, Clock: clk}),
-		Intake:    &intake.Handler{Store: st, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour, Logger: logger, Metrics: m},
+		Intake:    &intake.Handler{Store: st, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour, Logger: logger, Metrics: m, Seal: ring},
+		Seal:      ring,
 		Lookup:    &lookup.Handler{Store: st, Logger: logger},
 		Parked:    parked.DB{Store: st},
 		Store:     st,
