@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 )
@@ -30,7 +31,15 @@ const fairKeyB = "bench-key-tenant-b"
 // go oldest first across tenants, which held B behind A's whole backlog
 // (61.9 s p99 measured before claims were shared between tenants).
 // Run it once: -benchtime 1x.
-func BenchmarkFairness(b *testing.B) {
+func BenchmarkFairness(b *testing.B) { fairness(b, false) }
+
+// BenchmarkFairnessRabbitMQ is BenchmarkFairness on the rabbitmq transport
+// (the machine's RabbitMQ, a fresh vhost): the relays' publish window
+// keeps A's backlog in the outbox, where claims are shared, rather than
+// in the lane queue's one FIFO.
+func BenchmarkFairnessRabbitMQ(b *testing.B) { fairness(b, true) }
+
+func fairness(b *testing.B, rabbit bool) {
 	backlog := 20_000
 	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_FAIR_BACKLOG")); err == nil && v > 0 {
 		backlog = v
@@ -48,6 +57,9 @@ func BenchmarkFairness(b *testing.B) {
 	e := startWithProvider(b, "sim-webhook", s, func(cfg *config.Config) {
 		cfg.APIKeys = append(cfg.APIKeys, config.APIKey{Key: fairKeyB, Tenant: "tenant-b"})
 		cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
+		if rabbit {
+			cfg.Transport, cfg.RabbitMQURL = "rabbitmq", testmq.VHost(b)
+		}
 	})
 	base := e.bases[0]
 	b.ResetTimer()
