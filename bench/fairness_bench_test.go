@@ -59,6 +59,11 @@ func fairness(b *testing.B, rabbit bool) {
 		cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
 		if rabbit {
 			cfg.Transport, cfg.RabbitMQURL = "rabbitmq", testmq.VHost(b)
+			// HERALD_BENCH_PUBLISH_WINDOW=-1 runs it without the window,
+			// as the relay published before it had one.
+			if w, err := strconv.Atoi(os.Getenv("HERALD_BENCH_PUBLISH_WINDOW")); err == nil {
+				cfg.RabbitMQ.PublishWindow = w
+			}
 		}
 	})
 	base := e.bases[0]
