@@ -352,8 +352,8 @@ type RabbitMQ struct {
 	// PublishWindow is the most messages a lane's queue holds ready before
 	// the relays stop publishing to it: the rest of a backlog waits in the
 	// outbox, whose claims share the lane between tenants, instead of in
-	// the queue's one FIFO (dispatch.RelayConfig.Window). Defaults to twice
-	// the lane's prefetch, at least 32; -1 publishes without a window.
+	// the queue's one FIFO (dispatch.RelayConfig.Window). Defaults to the
+	// lane's prefetch, at least 32; -1 publishes without a window.
 	PublishWindow int `yaml:"publish_window"`
 	// ConfirmTimeout is how long the relay waits for a publisher confirm
 	// before it returns the row to PENDING. It must be shorter than lease.
@@ -875,7 +875,7 @@ func (c *Config) LanePublishWindow(l heraldtype.Lane) int {
 	case w > 0:
 		return w
 	}
-	return max(2*c.LanePrefetch(l), 32)
+	return max(c.LanePrefetch(l), 32)
 }
 
 var namePrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
