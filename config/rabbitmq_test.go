@@ -27,6 +27,25 @@ func TestRabbitMQBlockDefaultsAndOverrides(t *testing.T) {
 	if c.LanePrefetch(heraldtype.LaneTransactional) != 99 || c.LanePrefetch(heraldtype.LaneAlert) != 5 {
 		t.Fatalf("prefetch %v, want transactional 99 and alert = its concurrency 5", r.Prefetch)
 	}
+	// The publish window: the lane's prefetch, at least 32, unless set.
+	if w, a := c.LanePublishWindow(heraldtype.LaneTransactional), c.LanePublishWindow(heraldtype.LaneAlert); w != 99 || a != 32 {
+		t.Fatalf("publish windows transactional %d, alert %d; want 99 and 32", w, a)
+	}
+	for _, tc := range []struct {
+		set  string
+		want int
+	}{{"-1", 0}, {"500", 500}} {
+		c, err := config.Load(writeFile(t, text+"  publish_window: "+tc.set+"\n"), noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := c.LanePublishWindow(heraldtype.LaneTransactional); w != tc.want {
+			t.Errorf("publish_window %s: window %d, want %d", tc.set, w, tc.want)
+		}
+	}
+	if _, err := config.Load(writeFile(t, text+"  publish_window: -2\n"), noEnv); err == nil || !strings.Contains(err.Error(), "rabbitmq.publish_window") {
+		t.Errorf("publish_window -2: %v, want an error naming rabbitmq.publish_window", err)
+	}
 }
 
 func TestRabbitMQBlockErrorsNameTheKey(t *testing.T) {
