@@ -149,7 +149,32 @@ func startApp(b *testing.B, cfg *config.Config, e *env) string {
 			b.Error(err)
 		}
 	})
-	return "http://" + l.Addr().String()
+	base := "http://" + l.Addr().String()
+	awaitReady(b, base)
+	return base
+}
+
+// awaitReady waits until base answers GET /readyz with 200: the store and,
+// on the rabbitmq transport, the broker's publishers and consumers are
+// connected, so no run times a herald that is still starting (the
+// RabbitMQ fairness run's idle p99 counted its first seconds).
+func awaitReady(b *testing.B, base string) {
+	b.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := httpClient.Get(base + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("herald at %s was not ready after 60s (last: %v)", base, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
