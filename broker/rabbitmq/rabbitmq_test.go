@@ -309,11 +309,14 @@ func TestRelayPublishesAndConsumerSendsEachOnce(t *testing.T) {
 // With a publish window the relay fills the lane's queue to the window and
 // leaves the rest in the outbox (the depth is read from the broker); a
 // consumer that starts later drains the queue and the relay tops it up
-// until every message was sent once.
+// until every message was sent once. The broker counts a message a moment
+// after it confirms it, so on a loaded broker the relay may read a depth
+// that lags and publish a little past the window: the test holds it to
+// twice the window, with the backlog ten times the window.
 func TestRelayPublishWindowHoldsTheRestInTheOutbox(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{})
-	const window, n = 10, 60
+	const window, n = 10, 100
 	pub, _ := e.startRelay(t, relayOpts{window: window})
 	var sent []string
 	for range n {
@@ -321,19 +324,29 @@ func TestRelayPublishWindowHoldsTheRestInTheOutbox(t *testing.T) {
 	}
 	e.waitFor(t, "the queue filled to the window", func() bool {
 		d, err := pub.Backlog(e.ctx, lane)
-		return err == nil && d == window
+		return err == nil && d >= window
 	})
-	published := 0
-	for _, id := range sent {
-		if e.outboxState(t, id) == heraldtype.OutboxPublished {
-			published++
+	published := func() int {
+		p := 0
+		for _, id := range sent {
+			if s := e.outboxState(t, id); s == heraldtype.OutboxPublished || s == heraldtype.OutboxPublishing {
+				p++
+			}
 		}
+		return p
 	}
-	if published > window {
-		t.Fatalf("%d rows PUBLISHED with no consumer, want at most the window of %d", published, window)
+	// The relay has stopped: what it published stays put with no consumer.
+	first := published()
+	e.waitFor(t, "the relay to stop publishing", func() bool {
+		now := published()
+		defer func() { first = now }()
+		return now == first
+	})
+	if p := published(); p < window || p > 2*window {
+		t.Fatalf("%d of %d rows published with no consumer, want the window of %d (at most twice it)", p, n, window)
 	}
-	if d, err := pub.Backlog(e.ctx, lane); err != nil || d != window {
-		t.Fatalf("the queue holds %d (%v), want the window of %d", d, err, window)
+	if d, err := pub.Backlog(e.ctx, lane); err != nil || d < window || d > 2*window {
+		t.Fatalf("the queue holds %d (%v), want the window of %d (at most twice it)", d, err, window)
 	}
 	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
 	for _, id := range sent {
