@@ -65,6 +65,10 @@ type env struct {
 	clock   *clock.Fake
 	metrics *metrics.Metrics
 	n       atomic.Int64
+	// run, when set, makes add's ids new on a database an earlier run
+	// filled (the benchmark's HERALD_BENCH_DATABASE): the same id again
+	// is a dedup hit that writes no item.
+	run string
 }
 
 // setup starts a Hub on st with cfg (its Store, Signals, Clock and Metrics
@@ -107,7 +111,7 @@ func setup(t testing.TB, st testStore, cfg stream.Config) *env {
 // and returns the item's message id.
 func (e *env) add(t testing.TB, tenant, recipient, title string) string {
 	t.Helper()
-	id := fmt.Sprintf("ntf_%s_%d", strings.ReplaceAll(t.Name(), "/", "_"), e.n.Add(1))
+	id := fmt.Sprintf("ntf_%s%s_%d", strings.ReplaceAll(t.Name(), "/", "_"), e.run, e.n.Add(1))
 	_, err := e.st.NotificationCreate(context.Background(), store.NotificationCreateParams{
 		Tenant: tenant, ID: id, Recipient: recipient, EventID: "evt-" + id, Kind: "order.shipped",
 		Lane: heraldtype.LaneTransactional, Params: json.RawMessage(`{}`), DedupKey: id,
