@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Sealed is the store's side of personal data at rest (package seal): the
 // stores keep sealed values as opaque text; the re-encryption job
@@ -74,4 +77,44 @@ type SealedValue struct {
 type SealedSwap struct {
 	Key      []string
 	Old, New string
+}
+
+// Args are a page statement's arguments, the same on every store: the key
+// after which the page starts (Field.KeyLen values, "" for a first page:
+// keys are never empty), then the limit.
+func (p SealedPageParams) Args() []any {
+	n := p.Field.KeyLen()
+	args := make([]any, 0, n+1)
+	for i := range n {
+		after := ""
+		if i < len(p.After) {
+			after = p.After[i]
+		}
+		args = append(args, after)
+	}
+	return append(args, p.Limit)
+}
+
+// Dest sizes v's key for field f and returns the scan destinations of a
+// page row: the key columns, the tenant, the value.
+func (f SealedField) Dest(v *SealedValue) []any {
+	v.Key = make([]string, f.KeyLen())
+	dest := make([]any, 0, len(v.Key)+2)
+	for i := range v.Key {
+		dest = append(dest, &v.Key[i])
+	}
+	return append(dest, &v.Tenant, &v.Value)
+}
+
+// Args are a swap statement's arguments: the key, the new value, the old
+// one. A key of the wrong length for f is an error.
+func (sw SealedSwap) Args(f SealedField) ([]any, error) {
+	if len(sw.Key) != f.KeyLen() {
+		return nil, fmt.Errorf("a key of %d values, want %d", len(sw.Key), f.KeyLen())
+	}
+	args := make([]any, 0, len(sw.Key)+2)
+	for _, k := range sw.Key {
+		args = append(args, k)
+	}
+	return append(args, sw.New, sw.Old), nil
 }

@@ -55,28 +55,15 @@ func (s *Store) SealedPage(ctx context.Context, p store.SealedPageParams) ([]sto
 	if !ok {
 		return nil, fmt.Errorf("sealed page: unknown field %q", p.Field)
 	}
-	n := p.Field.KeyLen()
-	args := make([]any, 0, n+1)
-	for i := range n {
-		after := ""
-		if i < len(p.After) {
-			after = p.After[i]
-		}
-		args = append(args, after)
-	}
-	rows, err := s.pool.Query(ctx, q.page, append(args, p.Limit)...)
+	rows, err := s.pool.Query(ctx, q.page, p.Args()...)
 	if err != nil {
 		return nil, s.fail("sealed page "+string(p.Field), err)
 	}
 	defer rows.Close()
 	var out []store.SealedValue
 	for rows.Next() {
-		v := store.SealedValue{Key: make([]string, n)}
-		dest := make([]any, 0, n+2)
-		for i := range v.Key {
-			dest = append(dest, &v.Key[i])
-		}
-		if err := rows.Scan(append(dest, &v.Tenant, &v.Value)...); err != nil {
+		var v store.SealedValue
+		if err := rows.Scan(p.Field.Dest(&v)...); err != nil {
 			return nil, s.fail("sealed page "+string(p.Field), err)
 		}
 		out = append(out, v)
@@ -98,14 +85,11 @@ func (s *Store) SealedSwap(ctx context.Context, field store.SealedField, swaps [
 		changed = 0
 		b := &pgx.Batch{}
 		for _, sw := range swaps {
-			if len(sw.Key) != field.KeyLen() {
-				return fmt.Errorf("a key of %d values, want %d", len(sw.Key), field.KeyLen())
+			args, err := sw.Args(field)
+			if err != nil {
+				return err
 			}
-			args := make([]any, 0, len(sw.Key)+2)
-			for _, k := range sw.Key {
-				args = append(args, k)
-			}
-			b.Queue(q.swap, append(args, sw.New, sw.Old)...)
+			b.Queue(q.swap, args...)
 		}
 		res := tx.SendBatch(ctx, b)
 		for range swaps {
