@@ -81,7 +81,7 @@ func rekeyField(ctx context.Context, st store.Sealed, k *Keyring, f store.Sealed
 				if r.UnreadableKeys == nil {
 					r.UnreadableKeys = map[string]int{}
 				}
-				r.UnreadableKeys[unreadableKey(f, v.Value, err)]++
+				r.UnreadableKeys[unreadableKey(err)]++
 			case !changed:
 				r.Current++
 			default:
@@ -107,28 +107,15 @@ func rekeyField(ctx context.Context, st store.Sealed, k *Keyring, f store.Sealed
 	}
 }
 
-// unreadableKey is the key id an unreadable value names.
-func unreadableKey(f store.SealedField, v string, err error) string {
-	if !errors.Is(err, ErrUnknownKey) {
-		return ""
+// unreadableKey is the key id an unreadable value names ("" for a
+// corrupt one).
+func unreadableKey(err error) string {
+	var ue *unknownKeyError
+	if errors.As(err, &ue) {
+		return ue.id
 	}
-	switch f {
-	case store.SealedDeviceTokens:
-		return KeyID(v)
-	case store.SealedProfiles:
-		var ue *unknownKeyError
-		if errors.As(err, &ue) {
-			return ue.id
-		}
-		return ""
-	}
-	return JSONKeyID(json.RawMessage(v))
+	return ""
 }
-
-type unknownKeyError struct{ id string }
-
-func (e *unknownKeyError) Error() string { return fmt.Sprintf("%v (key id %q)", ErrUnknownKey, e.id) }
-func (e *unknownKeyError) Unwrap() error { return ErrUnknownKey }
 
 // reseal returns v of field f sealed with the current key, and whether
 // that differs from v.
@@ -150,7 +137,7 @@ func (k *Keyring) reseal(f store.SealedField, tenant, v string) (string, bool, e
 	if JSONKeyID(raw) == k.current {
 		return v, false, nil
 	}
-	if !Sealed(jsonString(raw)) && isEmptyParams(raw) {
+	if isEmptyParams(raw) {
 		return v, false, nil // {} holds nothing personal (an erased row's)
 	}
 	plain, err := k.OpenJSON(tenant, raw)
@@ -182,9 +169,6 @@ func (k *Keyring) resealProfile(tenant, v string) (string, bool, error) {
 		}
 		plain, err := k.Open(Address, tenant, a)
 		if err != nil {
-			if errors.Is(err, ErrUnknownKey) {
-				return "", false, &unknownKeyError{id: KeyID(a)}
-			}
 			return "", false, err
 		}
 		addrs[ch], changed = k.Seal(Address, tenant, plain), true
@@ -200,19 +184,9 @@ func (k *Keyring) resealProfile(tenant, v string) (string, bool, error) {
 	return string(b), true, nil
 }
 
-// jsonString is raw's string value, or "" when raw is not a JSON string.
-func jsonString(raw json.RawMessage) string {
-	var s string
-	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-		return ""
-	}
-	return s
-}
-
+// isEmptyParams reports params that hold nothing personal: {} (an erased
+// row's), null or none. A sealed value, a JSON string, is never empty.
 func isEmptyParams(raw json.RawMessage) bool {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
-		return string(raw) == "null" || len(raw) == 0
-	}
-	return len(m) == 0
+	return len(raw) == 0 || json.Unmarshal(raw, &m) == nil && len(m) == 0
 }

@@ -84,6 +84,12 @@ var (
 	ErrNoKeys = errors.New("seal: the value is sealed and no personal_data keys are configured")
 )
 
+// unknownKeyError is ErrUnknownKey naming the key id.
+type unknownKeyError struct{ id string }
+
+func (e *unknownKeyError) Error() string { return fmt.Sprintf("%v (key id %q)", ErrUnknownKey, e.id) }
+func (e *unknownKeyError) Unwrap() error { return ErrUnknownKey }
+
 // Key is one key of the ring: its id (1..16 of a-z, 0-9, '-', '_') and its
 // secret (at least MinSecretLen bytes).
 type Key struct {
@@ -204,7 +210,7 @@ func (k *Keyring) Open(purpose, tenant, s string) (string, error) {
 	}
 	aead, ok := k.aeads[id]
 	if !ok {
-		return "", fmt.Errorf("%w (key id %q)", ErrUnknownKey, id)
+		return "", &unknownKeyError{id: id}
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(enc)
 	if err != nil || len(raw) < aead.NonceSize()+aead.Overhead() {
