@@ -133,6 +133,28 @@ func (h *devicesHerald) notify(t *testing.T, recipient, event string) string {
 // every entry of it has ended.
 func (h *devicesHerald) pushes(t *testing.T, id string) []lookup.Delivery {
 	t.Helper()
+	n := h.await(t, id, "every entry ended", func(n lookup.Notification) bool {
+		for _, d := range n.Deliveries {
+			if !heraldtype.DeliveryState(d.State).Terminal() {
+				return false
+			}
+		}
+		return true
+	})
+	var push []lookup.Delivery
+	for _, d := range n.Deliveries {
+		if d.Channel == string(heraldtype.ChannelPush) {
+			push = append(push, d)
+		}
+	}
+	slices.SortFunc(push, func(a, b lookup.Delivery) int { return strings.Compare(a.MessageID, b.MessageID) })
+	return push
+}
+
+// await reads the notification until done holds (30 s at most) and
+// returns it.
+func (h *devicesHerald) await(t *testing.T, id, what string, done func(lookup.Notification) bool) lookup.Notification {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, body := h.call(t, http.MethodGet, "/v1/notifications/"+id, "")
@@ -140,20 +162,11 @@ func (h *devicesHerald) pushes(t *testing.T, id string) []lookup.Delivery {
 		if err := json.Unmarshal(body, &n); code != http.StatusOK || err != nil {
 			t.Fatalf("lookup %s: %d %s", id, code, body)
 		}
-		ended := true
-		var push []lookup.Delivery
-		for _, d := range n.Deliveries {
-			ended = ended && heraldtype.DeliveryState(d.State).Terminal()
-			if d.Channel == string(heraldtype.ChannelPush) {
-				push = append(push, d)
-			}
-		}
-		if ended {
-			slices.SortFunc(push, func(a, b lookup.Delivery) int { return strings.Compare(a.MessageID, b.MessageID) })
-			return push
+		if done(n) {
+			return n
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("notification %s has not ended in 30s: %s", id, body)
+			t.Fatalf("notification %s: not %s in 30s: %s", id, what, body)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -349,25 +362,13 @@ func TestSealedTokenWithoutItsKeyParks(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := h.notify(t, "carol", "e1")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body := h.call(t, http.MethodGet, "/v1/notifications/"+id, "")
-		var n lookup.Notification
-		if err := json.Unmarshal(body, &n); code != http.StatusOK || err != nil {
-			t.Fatalf("lookup %s: %d %s", id, code, body)
-		}
+	h.await(t, id, "push PARKED/PERSONAL_DATA_UNREADABLE and webhook PROVIDER_ACCEPTED", func(n lookup.Notification) bool {
 		states := map[string]string{}
 		for _, d := range n.Deliveries {
 			states[d.Channel] = d.State + "/" + d.Reason
 		}
-		if states["push"] == "PARKED/PERSONAL_DATA_UNREADABLE" && strings.HasPrefix(states["webhook"], "PROVIDER_ACCEPTED") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("entries %v after 30s, want push PARKED/PERSONAL_DATA_UNREADABLE and webhook PROVIDER_ACCEPTED", states)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return states["push"] == "PARKED/PERSONAL_DATA_UNREADABLE" && strings.HasPrefix(states["webhook"], "PROVIDER_ACCEPTED")
+	})
 	if got := h.sent(id); len(got) != 0 {
 		t.Fatalf("push provider calls %v for a token that does not open, want none", got)
 	}
