@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -23,9 +22,7 @@ func rekeyCLI(t *testing.T, config string, args ...string) (int, string, string)
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr bytes.Buffer
-	code := run(append([]string{"data", "rekey", "--config", path}, args...), &stdout, &stderr)
-	return code, stdout.String(), stderr.String()
+	return cli(append([]string{"data", "rekey", "--config", path}, args...)...)
 }
 
 // A profile stored before keys were configured is sealed by herald data

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -61,9 +60,7 @@ func (db recountDB) badge(t *testing.T, tenant, recipient string) store.InboxBad
 // status and output.
 func recountCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	code := run(append([]string{"inbox", "recount"}, args...), &stdout, &stderr)
-	return code, stdout.String(), stderr.String()
+	return cli(append([]string{"inbox", "recount"}, args...)...)
 }
 
 // A counter broken on purpose with SQL shows a wrong badge until herald

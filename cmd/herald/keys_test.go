@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -21,11 +20,7 @@ func TestKeysCommands(t *testing.T) {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			db := openRecountDB(t, driver)
-			herald := func(args ...string) (int, string, string) {
-				var out, errb bytes.Buffer
-				code := run(append(args, "--config", db.config), &out, &errb)
-				return code, out.String(), errb.String()
-			}
+			herald := func(args ...string) (int, string, string) { return cli(append(args, "--config", db.config)...) }
 			code, out, errb := herald("keys", "create", "--tenant", "t1", "--name", "billing", "--scopes", "send,admin")
 			if code != 0 {
 				t.Fatalf("keys create: exit %d, %s %s", code, out, errb)

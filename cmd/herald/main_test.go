@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"regexp"
 	"runtime/debug"
 	"slices"
@@ -88,4 +89,12 @@ func TestDatabaseLabelHidesThePasswordAndResolvesRelativePaths(t *testing.T) {
 	if got := databaseLabel("sqlite:./herald.db"); !regexp.MustCompile(`^sqlite:\./herald\.db \(/.+/herald\.db\)$`).MatchString(got) {
 		t.Errorf("databaseLabel(sqlite:./herald.db) = %q, want the path as written and the absolute one", got)
 	}
+}
+
+// cli runs herald with args as the command line does and returns its exit
+// status and output.
+func cli(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
 }
