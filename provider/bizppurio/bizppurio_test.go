@@ -24,13 +24,8 @@ func answerWith(status int, header map[string]string, body string) http.HandlerF
 	}
 }
 
-// hang answers nothing until the client gives up, and then still nothing:
-// returning would send an empty 200, which a client whose deadline fired as
-// it closed the connection can still read (a BAD_RESPONSE, not a TIMEOUT).
-func hang(w http.ResponseWriter, r *http.Request) {
-	<-r.Context().Done()
-	panic(http.ErrAbortHandler)
-}
+// hang answers nothing until the client gives up (httpcalltest.Hang).
+func hang(w http.ResponseWriter, r *http.Request) { httpcalltest.Hang(r, nil) }
 
 // hangUp closes the connection after reading the whole request.
 func hangUp(w http.ResponseWriter, r *http.Request) {

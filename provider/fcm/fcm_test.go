@@ -217,13 +217,7 @@ func TestClassificationTransport(t *testing.T) {
 		check(t, p.Send(context.Background(), message("m-1")), want{class: provider.Accepted})
 		stop := make(chan struct{})
 		t.Cleanup(func() { close(stop) })
-		fk.setSendAnswer(func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-				panic(http.ErrAbortHandler) // no late empty 200 for a client racing its deadline
-			case <-stop:
-			}
-		})
+		fk.setSendAnswer(func(w http.ResponseWriter, r *http.Request) { httpcalltest.Hang(r, stop) })
 		check(t, p.Send(context.Background(), message("m-2")), want{class: provider.Unknown, reason: "TIMEOUT"})
 		if _, sends := fk.counts(); sends != 2 {
 			t.Errorf("FCM saw %d sends, want 2", sends)

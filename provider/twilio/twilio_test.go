@@ -358,13 +358,7 @@ func TestTransportFailures(t *testing.T) {
 	t.Run("TimeoutAfterTheRequestWasWrittenIsUnknown", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-				panic(http.ErrAbortHandler) // never a late empty 200
-			}
-		})
+		f := newFake(t, func(w http.ResponseWriter, r *http.Request) { httpcalltest.Hang(r, release) })
 		t.Cleanup(func() { close(release) }) // runs before the fake's Close, which waits for this handler
 		ctx := httpcalltest.NewDeadline()
 		// The adapter's own WroteRequest hook runs before this one (hooks

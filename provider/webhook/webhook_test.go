@@ -462,11 +462,7 @@ func TestTransportFailures(t *testing.T) {
 		release := t.Context().Done()
 		ts := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 			entered <- struct{}{} // never reads the body
-			select {
-			case <-release:
-			case <-r.Context().Done():
-				panic(http.ErrAbortHandler) // never a late empty 200
-			}
+			httpcalltest.Hang(r, release)
 		})
 		ctx := httpcalltest.NewDeadline()
 		go func() {
@@ -656,11 +652,7 @@ func holdingHandler(t *testing.T, rec *recorder, entered chan<- struct{}) http.H
 		case entered <- struct{}{}:
 		default: // nobody waits for this one
 		}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			panic(http.ErrAbortHandler) // never a late empty 200
-		}
+		httpcalltest.Hang(r, release)
 	}
 }
 

@@ -5,6 +5,7 @@ package httpcalltest
 import (
 	"context"
 	"net"
+	"net/http"
 	"net/http/httptrace"
 	"sync"
 	"testing"
@@ -86,4 +87,17 @@ func ClosedAddr(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// Hang holds a fake server's handler until release is closed (nil: never)
+// or the client gives up on the request, and then answers nothing: it
+// aborts the connection. Returning instead would make net/http write an
+// empty 200, which a client whose deadline fired while it was closing the
+// connection can still read, and a test of a timeout would see an answer.
+func Hang(r *http.Request, release <-chan struct{}) {
+	select {
+	case <-release:
+	case <-r.Context().Done():
+		panic(http.ErrAbortHandler)
+	}
 }
