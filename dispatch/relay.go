@@ -86,6 +86,9 @@ type RelayConfig struct {
 	// each claim shares the lane between tenants (store.OutboxClaim): a
 	// broker queue is one FIFO, so a tenant's row published behind another
 	// tenant's 20,000 waits for all of them. 0 publishes without a window.
+	// The window is kept as well as the depth is known: a quorum queue
+	// counts a message a moment after confirming it, so on a loaded broker
+	// the queue may briefly hold more (the rabbitmq tests allow twice).
 	Window int
 	// Backlog reads how many messages wait ready in the lane's queue. An
 	// error is logged and that claim goes without the window: a relay that
