@@ -13,7 +13,22 @@
 //	cd bench/peers
 //	for i in 1 2 3; do go test -run '^$' -bench 'GoAPI' -benchtime 20000x; done
 //
+// PostgreSQL + RabbitMQ (issue 12): herald's BenchmarkEndToEndRabbitMQ (in
+// bench: 16 HTTP clients, the relay to a quorum queue with confirms, the
+// lane consumer, a 0 ms provider) beside BenchmarkWatermillOutbox here:
+// Watermill's outbox, 16 producers each inserting one message through
+// watermill-sql's publisher in its own transaction, the forwarder moving
+// them to a RabbitMQ quorum queue with publisher confirms, a consumer
+// acking each; both timed from the first write until the last message is
+// handled. Its doc says how Watermill is tuned. benchrun runs the pair in
+// turn and prints the ratio:
+//
+//	go run ./bench/cmd/benchrun -count 3 outbox    # from herald's root
+//
 // HERALD_BENCH_POSTGRES_URL names the server (default
 // postgres://postgres@127.0.0.1:5432/postgres); each benchmark creates and
-// drops a database of its own there.
+// drops a database of its own there. The outbox benchmark makes a vhost of
+// its own on the broker of HERALD_TEST_RABBITMQ_URL (default
+// amqp://guest:guest@127.0.0.1:5672/) with rabbitmqctl, as herald's does,
+// and deletes it after.
 package peers

@@ -90,7 +90,7 @@ func BenchmarkGoAPIRiver(b *testing.B) {
 	}()
 	b.ResetTimer()
 	began := time.Now()
-	enqueue(b, func(i int) error {
+	enqueue(b, goroutines, func(i int) error {
 		res, err := client.Insert(ctx, noopArgs{N: i}, nil)
 		if err == nil {
 			lat.begin(fmt.Sprint(res.Job.ID))
@@ -175,7 +175,7 @@ func benchHerald(b *testing.B, wakeEvery time.Duration) {
 	run := time.Now().UnixNano()
 	b.ResetTimer()
 	began := time.Now()
-	enqueue(b, func(i int) error {
+	enqueue(b, goroutines, func(i int) error {
 		e, err := client.Enqueue(ctx, pool, herald.Intent{
 			Tenant: config.DevTenant, Recipient: fmt.Sprintf("user-%d", i%1000), EventID: fmt.Sprintf("e-%d-%d", run, i),
 			Kind: "bench", Params: map[string]any{"amount": i}, DedupKey: fmt.Sprintf("bench-%d-%d", run, i),
@@ -229,12 +229,12 @@ func database(b *testing.B) (*pgxpool.Pool, string) {
 	return pool, u.String()
 }
 
-// enqueue runs one(i) for i in 1..b.N from 8 goroutines.
-func enqueue(b *testing.B, one func(i int) error) {
+// enqueue runs one(i) for i in 1..b.N from workers goroutines.
+func enqueue(b *testing.B, workers int, one func(i int) error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for range goroutines {
+	errs := make(chan error, workers)
+	for range workers {
 		wg.Go(func() {
 			for {
 				i := next.Add(1)
