@@ -3,6 +3,7 @@
 //
 //	go run ./bench/cmd/benchrun e2e            # end to end: SQLite, PostgreSQL, PostgreSQL+RabbitMQ
 //	go run ./bench/cmd/benchrun goapi          # Client.Enqueue beside River's Insert (bench/peers)
+//	go run ./bench/cmd/benchrun outbox         # PostgreSQL+RabbitMQ end to end beside Watermill's outbox (bench/peers)
 //	go run ./bench/cmd/benchrun providers      # 100 ms providers: webhook, APNs
 //	go run ./bench/cmd/benchrun fairness       # two tenants in one lane, SQLite and PostgreSQL
 //	go run ./bench/cmd/benchrun isolation      # 100 transactional/s beside a million-recipient campaign
@@ -15,8 +16,10 @@
 // HERALD_BENCH_POSTGRES_URL's server (default the machine's, user postgres),
 // dropped after. -json names the JSON file (default
 // bench-<scenarios>-<time>.json); -count repeats each benchmark, in turn, so
-// paired runs alternate. Figures are what the machine gave: read the load
-// printed beside each.
+// paired runs alternate; a run measured against a peer (herald beside River,
+// beside Watermill) shows its ratio to the peer's run of the same round.
+// -cpuprofile DIR writes each run's CPU profile there. Figures are what the
+// machine gave: read the load printed beside each.
 package main
 
 import (
@@ -50,6 +53,15 @@ type run struct {
 	Benchtime string
 	Postgres  bool // a fresh database in HERALD_BENCH_DATABASE
 	Env       []string
+	// Versus, when set, divides this run's figure by a peer's run of the
+	// same scenario and round.
+	Versus *versus
+}
+
+// versus names the figures a ratio divides: Metric of the run it is set
+// on over PeerMetric of the run named Peer.
+type versus struct {
+	Metric, Peer, PeerMetric string
 }
 
 var scenarios = map[string][]run{
@@ -59,8 +71,17 @@ var scenarios = map[string][]run{
 		{Name: "end to end, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "10000x"},
 	},
 	"goapi": {
-		{Name: "Go API, herald Client.Enqueue", Dir: "bench/peers", Bench: "^BenchmarkGoAPIHerald$", Benchtime: "20000x"},
+		{Name: "Go API, herald Client.Enqueue", Dir: "bench/peers", Bench: "^BenchmarkGoAPIHerald$", Benchtime: "20000x",
+			Versus: &versus{Metric: "notifications/s", Peer: "Go API, River Insert", PeerMetric: "jobs/s"}},
 		{Name: "Go API, River Insert", Dir: "bench/peers", Bench: "^BenchmarkGoAPIRiver$", Benchtime: "20000x"},
+	},
+	// herald's PostgreSQL+RabbitMQ path against Watermill's outbox (SQL
+	// publisher, forwarder, quorum queue with confirms, consumer), each
+	// from the first write to the last message handled.
+	"outbox": {
+		{Name: "end to end, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "20000x",
+			Versus: &versus{Metric: "notifications/s", Peer: "Watermill outbox, PostgreSQL+RabbitMQ", PeerMetric: "messages/s"}},
+		{Name: "Watermill outbox, PostgreSQL+RabbitMQ", Dir: "bench/peers", Bench: "^BenchmarkWatermillOutbox$", Benchtime: "20000x"},
 	},
 	"providers": {
 		{Name: "webhook, 100 ms", Dir: "bench", Bench: "^BenchmarkSendsWebhook100ms$", Benchtime: "20000x"},
@@ -84,6 +105,7 @@ var scenarios = map[string][]run{
 // result is one benchmark's figures.
 type result struct {
 	Scenario string             `json:"scenario"`
+	Round    int                `json:"round"`
 	Name     string             `json:"name"`
 	Bench    string             `json:"benchmark"`
 	N        int64              `json:"n"`
@@ -91,13 +113,24 @@ type result struct {
 	PeakRSS  int64              `json:"peak_rss_bytes"`
 	Load     string             `json:"load_before"`
 	Took     string             `json:"took"`
+	versus   *versus
+}
+
+// ratio is one run's figure over its peer's in the same round.
+type ratio struct {
+	Scenario string  `json:"scenario"`
+	Round    int     `json:"round"`
+	Of       string  `json:"of"`
+	Over     string  `json:"over"`
+	Value    float64 `json:"value"`
 }
 
 func main() {
 	jsonPath := flag.String("json", "", "write the figures to this file (default bench-<scenarios>-<time>.json)")
 	count := flag.Int("count", 1, "run each benchmark this many times, in turn")
+	profiles := flag.String("cpuprofile", "", "write each run's CPU profile into this folder")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: benchrun [-json FILE] [-count N] SCENARIO...\nscenarios: %s, all\n", strings.Join(names(), ", "))
+		fmt.Fprintf(os.Stderr, "usage: benchrun [-json FILE] [-count N] [-cpuprofile DIR] SCENARIO...\nscenarios: %s, all\n", strings.Join(names(), ", "))
 	}
 	flag.Parse()
 	var runs []run
@@ -127,24 +160,39 @@ func main() {
 		fail(err)
 	}
 	defer os.RemoveAll(bins)
+	if *profiles != "" {
+		if *profiles, err = filepath.Abs(*profiles); err == nil {
+			err = os.MkdirAll(*profiles, 0o755)
+		}
+		if err != nil {
+			fail(err)
+		}
+	}
 	var results []result
-	for range *count {
+	for round := 1; round <= *count; round++ {
 		for _, r := range runs {
-			res, err := execute(root, bins, r)
+			profile := ""
+			if *profiles != "" {
+				profile = filepath.Join(*profiles, fmt.Sprintf("%s-%d.pprof", strings.TrimPrefix(strings.Trim(r.Bench, "^$"), "Benchmark"), round))
+			}
+			res, err := execute(root, bins, r, profile)
 			if err != nil {
 				fail(fmt.Errorf("%s: %w", r.Name, err))
 			}
+			res.Round = round
 			results = append(results, res)
 			fmt.Fprintf(os.Stderr, "benchrun: %s: done in %s\n", r.Name, res.Took)
 		}
 	}
-	table(results)
+	ratios := ratiosOf(results)
+	table(results, ratios)
 	if *jsonPath == "" {
 		*jsonPath = fmt.Sprintf("bench-%s-%s.json", strings.Join(flag.Args(), "-"), time.Now().UTC().Format("20060102T150405Z"))
 	}
 	out, _ := json.MarshalIndent(map[string]any{
 		"machine": map[string]any{"cpus": runtime.NumCPU(), "goos": runtime.GOOS, "goarch": runtime.GOARCH, "go": runtime.Version()},
 		"results": results,
+		"ratios":  ratios,
 	}, "", "  ")
 	if err := os.WriteFile(*jsonPath, append(out, '\n'), 0o644); err != nil {
 		fail(err)
@@ -169,8 +217,9 @@ func tagged(s string) []run {
 	return out
 }
 
-// execute builds r's package tests once and runs r's benchmark.
-func execute(root, bins string, r run) (result, error) {
+// execute builds r's package tests once and runs r's benchmark, with its
+// CPU profile written to profile unless that is empty.
+func execute(root, bins string, r run, profile string) (result, error) {
 	bin := filepath.Join(bins, strings.ReplaceAll(r.Dir, "/", "_")+".test")
 	if _, err := os.Stat(bin); err != nil {
 		build := exec.Command("go", "test", "-c", "-o", bin, ".")
@@ -189,7 +238,11 @@ func execute(root, bins string, r run) (result, error) {
 		env = append(env, "HERALD_BENCH_DATABASE="+dbURL)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	cmd := exec.Command(bin, "-test.run=^$", "-test.bench="+r.Bench, "-test.benchtime="+r.Benchtime, "-test.count=1")
+	args := []string{"-test.run=^$", "-test.bench=" + r.Bench, "-test.benchtime=" + r.Benchtime, "-test.count=1"}
+	if profile != "" {
+		args = append(args, "-test.cpuprofile="+profile)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = filepath.Join(root, r.Dir)
 	cmd.Env = env
 	var stdout bytes.Buffer
@@ -201,7 +254,7 @@ func execute(root, bins string, r run) (result, error) {
 	if err != nil {
 		return result{}, fmt.Errorf("%v\n%s", err, stdout.String())
 	}
-	res := result{Scenario: r.Scenario, Name: r.Name, Load: strings.Join(strings.Fields(string(load))[:3], " "), Took: took.String()}
+	res := result{Scenario: r.Scenario, Name: r.Name, Load: strings.Join(strings.Fields(string(load))[:3], " "), Took: took.String(), versus: r.Versus}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		res.PeakRSS = ru.Maxrss * 1024 // kilobytes on Linux
 	}
@@ -260,8 +313,29 @@ func redact(s string) string {
 	return u.Redacted()
 }
 
-// table prints one row per result with its metrics.
-func table(results []result) {
+// ratiosOf divides each result that has a peer by that peer's result of
+// the same scenario and round.
+func ratiosOf(results []result) []ratio {
+	var out []ratio
+	for _, r := range results {
+		if r.versus == nil {
+			continue
+		}
+		for _, p := range results {
+			if p.Scenario != r.Scenario || p.Round != r.Round || p.Name != r.versus.Peer {
+				continue
+			}
+			if of, over := r.Metrics[r.versus.Metric], p.Metrics[r.versus.PeerMetric]; over > 0 {
+				out = append(out, ratio{Scenario: r.Scenario, Round: r.Round,
+					Of: r.Name + " " + r.versus.Metric, Over: p.Name + " " + r.versus.PeerMetric, Value: of / over})
+			}
+		}
+	}
+	return out
+}
+
+// table prints one row per result with its metrics, then the ratios.
+func table(results []result, ratios []ratio) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "scenario\tbenchmark\tn\tfigures\tpeak RSS\tload before\ttook")
 	for _, r := range results {
@@ -277,6 +351,16 @@ func table(results []result) {
 			figs = append(figs, fmt.Sprintf("%s %s", strconv.FormatFloat(r.Metrics[k], 'f', -1, 64), k))
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d MiB\t%s\t%s\n", r.Scenario, r.Name, r.N, strings.Join(figs, ", "), r.PeakRSS>>20, r.Load, r.Took)
+	}
+	w.Flush()
+	if len(ratios) == 0 {
+		return
+	}
+	fmt.Println()
+	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "scenario\tround\tratio\tof\tover")
+	for _, q := range ratios {
+		fmt.Fprintf(w, "%s\t%d\t%.2f×\t%s\t%s\n", q.Scenario, q.Round, q.Value, q.Of, q.Over)
 	}
 	w.Flush()
 }
