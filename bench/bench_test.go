@@ -7,6 +7,9 @@
 // HERALD_BENCH_INSTANCES=2 runs two herald instances on that database (each
 // with its own store, pool, claimers, sweeps and listener, as two processes
 // would have), and the clients spread their requests over both.
+// HERALD_BENCH_CHART_DIR has the isolation and fairness runs draw their
+// latency and backlog over time there as SVG (package bench/chart); unset,
+// they draw nothing.
 package bench
 
 import (

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/bench/chart"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/provider"
@@ -30,7 +31,8 @@ const fairKeyB = "bench-key-tenant-b"
 // the aim is B's p99 within 2× its idle p99 and ≤ 250 ms. Claims used to
 // go oldest first across tenants, which held B behind A's whole backlog
 // (61.9 s p99 measured before claims were shared between tenants).
-// Run it once: -benchtime 1x.
+// Run it once: -benchtime 1x. With HERALD_BENCH_CHART_DIR it draws each of
+// B's sends and A's backlog over time in fairness-<store>.svg there.
 func BenchmarkFairness(b *testing.B) { fairness(b, false) }
 
 // BenchmarkFairnessRabbitMQ is BenchmarkFairness on the rabbitmq transport
@@ -45,12 +47,14 @@ func fairness(b *testing.B, rabbit bool) {
 		backlog = v
 	}
 	lat := &fairLatencies{begun: map[string]time.Time{}, ended: map[string]time.Time{}}
-	var calls atomic.Int64
+	var calls, callsA, postedA atomic.Int64
 	s := sim.New(sim.Config{Latency: providerLatency})
 	s.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
 		calls.Add(1)
 		if m.Tenant == "tenant-b" {
 			lat.end(strings.TrimSuffix(m.MessageID, ".webhook"))
+		} else {
+			callsA.Add(1)
 		}
 		return provider.Outcome{}
 	})
@@ -69,6 +73,13 @@ func fairness(b *testing.B, rabbit bool) {
 	base := e.bases[0]
 	b.ResetTimer()
 	for range b.N {
+		// The chart's backlog is A's notifications accepted and not yet
+		// sent: two counters, read four times a second.
+		runBegan := time.Now()
+		var backlogs *backlogSampler
+		if chartDir() != "" {
+			backlogs = sampleBacklog(runBegan, func() int64 { return postedA.Load() - callsA.Load() })
+		}
 		idle := fairSmallTenant(b, base, lat, "idle")
 		var next atomic.Int64
 		var wg sync.WaitGroup
@@ -84,11 +95,13 @@ func fairness(b *testing.B, rabbit bool) {
 						b.Error(err)
 						return
 					}
+					postedA.Add(1)
 				}
 			})
 		}
 		wg.Wait()
 		b.Logf("tenant A posted %d in %s; %d provider calls so far", backlog, time.Since(began).Round(time.Millisecond), calls.Load())
+		busyBegan := time.Now()
 		busy := fairSmallTenant(b, base, lat, "busy")
 		left := int64(backlog) + 400 - calls.Load()
 		b.Logf("tenant B's second run ended with %d of A's notifications not yet sent", left)
@@ -103,6 +116,28 @@ func fairness(b *testing.B, rabbit bool) {
 			b.ReportMetric(float64(p50.Microseconds())/1000, "B-"+r.name+"-p50-ms")
 			b.ReportMetric(float64(p99.Microseconds())/1000, "B-"+r.name+"-p99-ms")
 			b.ReportMetric(float64(mx.Microseconds())/1000, "B-"+r.name+"-max-ms")
+		}
+		if backlogs != nil {
+			store := storeName()
+			name := "fairness-" + strings.ToLower(store)
+			if rabbit {
+				store += " + RabbitMQ"
+				name += "-rabbitmq"
+			}
+			writeChart(b, name, &chart.Chart{
+				Title: fmt.Sprintf("Fairness: tenant B at 20/s beside tenant A's %s in one lane — %s, %s",
+					chart.Thousands(int64(backlog)), store, runBegan.UTC().Format("2006-01-02")),
+				Subtitle: fmt.Sprintf("100 ms provider, 64 sends in flight. B's p99 %s idle, %s beside A's backlog (max %s)",
+					msText(idle[len(idle)*99/100]), msText(busy[len(busy)*99/100]), msText(busy[len(busy)-1])),
+				Sends: lat.sends(runBegan), SendsLabel: "tenant B: POST → provider call",
+				Backlog: backlogs.Stop(), BacklogLabel: "tenant A: accepted, not yet sent",
+				Aim: 250 * time.Millisecond,
+				Marks: []chart.Mark{
+					{At: 0, Label: "B alone"},
+					{At: began.Sub(runBegan), Label: fmt.Sprintf("A posts %s", chart.Thousands(int64(backlog)))},
+					{At: busyBegan.Sub(runBegan), Label: "B beside A's backlog"},
+				},
+			})
 		}
 	}
 }

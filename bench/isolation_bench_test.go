@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldhq/herald/bench/chart"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
@@ -31,6 +32,9 @@ import (
 // transactional latency from POST to provider call (p50, p99, max; the aim
 // is p99 ≤ 250 ms) and how far the campaign got. Use PostgreSQL
 // (HERALD_BENCH_DATABASE) for the million; run it once: -benchtime 1x.
+// With HERALD_BENCH_CHART_DIR it draws each transactional send and the
+// campaign's recipients not yet sent (on PostgreSQL) over time in
+// isolation-<store>.svg there.
 func BenchmarkIsolation(b *testing.B) {
 	n := envInt("HERALD_BENCH_ISOLATION_RECIPIENTS", 1_000_000)
 	seconds := envInt("HERALD_BENCH_ISOLATION_SECONDS", 60)
@@ -57,7 +61,9 @@ func BenchmarkIsolation(b *testing.B) {
 	// campaign gets a profile consenting to webhook, written in one
 	// statement (on SQLite the campaign's sends end
 	// SUPPRESSED(CONSENT_DENIED) without a provider call).
-	if db := os.Getenv("HERALD_BENCH_DATABASE"); strings.HasPrefix(db, "postgres") {
+	db := os.Getenv("HERALD_BENCH_DATABASE")
+	consent := strings.HasPrefix(db, "postgres")
+	if consent {
 		conn, err := pgx.Connect(context.Background(), db)
 		if err != nil {
 			b.Fatal(err)
@@ -90,6 +96,14 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 			b.Fatal(err)
 		}
 		started := time.Now()
+		// The chart's backlog is the campaign's recipients not yet sent
+		// (fanned out or not): a counter, read four times a second. On
+		// SQLite, with no consent, they end suppressed, uncounted.
+		calledBefore := marketing.Load()
+		var backlogs *backlogSampler
+		if chartDir() != "" && consent {
+			backlogs = sampleBacklog(started, func() int64 { return int64(n) - (marketing.Load() - calledBefore) })
+		}
 		tick := time.NewTicker(10 * time.Millisecond)
 		var ids []string
 		for i := range seconds * 100 {
@@ -103,6 +117,7 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 			ids = append(ids, id)
 		}
 		tick.Stop()
+		postingEnded := time.Now()
 		deadline := time.Now().Add(5 * time.Minute)
 		var d []time.Duration
 		for {
@@ -125,6 +140,24 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 		b.ReportMetric(float64(d[len(d)*99/100].Microseconds())/1000, "tx-p99-ms")
 		b.ReportMetric(float64(d[len(d)-1].Microseconds())/1000, "tx-max-ms")
 		b.ReportMetric(float64(marketing.Load()), "marketing-calls")
+		if chartDir() != "" {
+			c := &chart.Chart{
+				Title: fmt.Sprintf("Isolation: 100 transactional/s beside a %s-recipient marketing campaign — %s, %s",
+					chart.Thousands(int64(n)), storeName(), started.UTC().Format("2006-01-02")),
+				Subtitle: fmt.Sprintf("100 ms provider, 64 sends in flight per lane. Transactional p50 %s, p99 %s, max %s; %s marketing calls by the end",
+					msText(d[len(d)/2]), msText(d[len(d)*99/100]), msText(d[len(d)-1]), chart.Thousands(marketing.Load()-calledBefore)),
+				Sends: lat.sends(started), SendsLabel: "transactional: POST → provider call",
+				Aim: 250 * time.Millisecond,
+				Marks: []chart.Mark{
+					{At: 0, Label: "campaign started; 100 transactional/s"},
+					{At: postingEnded.Sub(started), Label: "posting ends"},
+				},
+			}
+			if backlogs != nil {
+				c.Backlog, c.BacklogLabel = backlogs.Stop(), "campaign recipients not yet sent"
+			}
+			writeChart(b, "isolation-"+strings.ToLower(storeName()), c)
+		}
 	}
 }
 
