@@ -18,8 +18,10 @@
 // bench-<scenarios>-<time>.json); -count repeats each benchmark, in turn, so
 // paired runs alternate; a run measured against a peer (herald beside River,
 // beside Watermill) shows its ratio to the peer's run of the same round.
-// -cpuprofile DIR writes each run's CPU profile there. Figures are what the
-// machine gave: read the load printed beside each.
+// -cpuprofile DIR writes each run's CPU profile there; -charts DIR has the
+// fairness and isolation runs draw their latency and backlog over time
+// there as SVG (fairness-sqlite.svg, …; -2, -3… for later rounds). Figures
+// are what the machine gave: read the load printed beside each.
 package main
 
 import (
@@ -34,6 +36,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,6 +56,9 @@ type run struct {
 	Benchtime string
 	Postgres  bool // a fresh database in HERALD_BENCH_DATABASE
 	Env       []string
+	// Chart names the SVG the run draws with -charts (without .svg); ""
+	// for a run that draws none.
+	Chart string
 	// Versus, when set, divides this run's figure by a peer's run of the
 	// same scenario and round.
 	Versus *versus
@@ -88,11 +94,11 @@ var scenarios = map[string][]run{
 		{Name: "APNs, 100 ms", Dir: "bench", Bench: "^BenchmarkSendsAPNs100ms$", Benchtime: "20000x"},
 	},
 	"fairness": {
-		{Name: "fairness, SQLite", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x"},
-		{Name: "fairness, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Postgres: true},
+		{Name: "fairness, SQLite", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Chart: "fairness-sqlite"},
+		{Name: "fairness, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Postgres: true, Chart: "fairness-postgresql"},
 	},
 	"isolation": {
-		{Name: "isolation, 1,000,000-recipient campaign, PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true},
+		{Name: "isolation, 1,000,000-recipient campaign, PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql"},
 	},
 	"campaign": {
 		{Name: "campaign fan-out, PostgreSQL", Dir: "bench", Bench: "^BenchmarkCampaignFanOut$", Benchtime: "1x"},
@@ -113,6 +119,7 @@ type result struct {
 	PeakRSS  int64              `json:"peak_rss_bytes"`
 	Load     string             `json:"load_before"`
 	Took     string             `json:"took"`
+	Chart    string             `json:"chart,omitempty"` // the SVG it drew, with -charts
 	versus   *versus
 }
 
@@ -129,8 +136,9 @@ func main() {
 	jsonPath := flag.String("json", "", "write the figures to this file (default bench-<scenarios>-<time>.json)")
 	count := flag.Int("count", 1, "run each benchmark this many times, in turn")
 	profiles := flag.String("cpuprofile", "", "write each run's CPU profile into this folder")
+	charts := flag.String("charts", "", "have the fairness and isolation runs draw their charts (SVG) in this folder")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: benchrun [-json FILE] [-count N] [-cpuprofile DIR] SCENARIO...\nscenarios: %s, all\n", strings.Join(names(), ", "))
+		fmt.Fprintf(os.Stderr, "usage: benchrun [-json FILE] [-count N] [-cpuprofile DIR] [-charts DIR] SCENARIO...\nscenarios: %s, all\n", strings.Join(names(), ", "))
 	}
 	flag.Parse()
 	var runs []run
@@ -160,9 +168,12 @@ func main() {
 		fail(err)
 	}
 	defer os.RemoveAll(bins)
-	if *profiles != "" {
-		if *profiles, err = filepath.Abs(*profiles); err == nil {
-			err = os.MkdirAll(*profiles, 0o755)
+	for _, dir := range []*string{profiles, charts} {
+		if *dir == "" {
+			continue
+		}
+		if *dir, err = filepath.Abs(*dir); err == nil {
+			err = os.MkdirAll(*dir, 0o755)
 		}
 		if err != nil {
 			fail(err)
@@ -175,9 +186,20 @@ func main() {
 			if *profiles != "" {
 				profile = filepath.Join(*profiles, fmt.Sprintf("%s-%d.pprof", strings.TrimPrefix(strings.Trim(r.Bench, "^$"), "Benchmark"), round))
 			}
+			chart := chartFile(*charts, r, round)
+			if chart != "" {
+				r.Env = append(slices.Clone(r.Env), "HERALD_BENCH_CHART_DIR="+filepath.Dir(chart),
+					"HERALD_BENCH_CHART_NAME="+strings.TrimSuffix(filepath.Base(chart), ".svg"))
+			}
 			res, err := execute(root, bins, r, profile)
 			if err != nil {
 				fail(fmt.Errorf("%s: %w", r.Name, err))
+			}
+			if chart != "" {
+				if _, err := os.Stat(chart); err != nil {
+					fail(fmt.Errorf("%s drew no chart: %w", r.Name, err))
+				}
+				res.Chart = chart
 			}
 			res.Round = round
 			results = append(results, res)
@@ -215,6 +237,19 @@ func tagged(s string) []run {
 		out[i].Scenario = s
 	}
 	return out
+}
+
+// chartFile is the SVG r draws in round with -charts dir: r.Chart.svg in
+// the first round, r.Chart-2.svg in the second and so on; "" when there
+// is no dir or r draws no chart.
+func chartFile(dir string, r run, round int) string {
+	if dir == "" || r.Chart == "" {
+		return ""
+	}
+	if round > 1 {
+		return filepath.Join(dir, fmt.Sprintf("%s-%d.svg", r.Chart, round))
+	}
+	return filepath.Join(dir, r.Chart+".svg")
 }
 
 // execute builds r's package tests once and runs r's benchmark, with its

@@ -26,3 +26,26 @@ func TestRatiosPairTheSameRound(t *testing.T) {
 		t.Fatalf("ratios:\n got %+v\nwant %+v", got, want)
 	}
 }
+
+// With -charts a run that draws a chart gets its own file per round; the
+// others, and every run without -charts, get none.
+func TestChartFileNamesOneFilePerRunAndRound(t *testing.T) {
+	fair := run{Name: "fairness, SQLite", Chart: "fairness-sqlite"}
+	for _, c := range []struct {
+		name, dir string
+		r         run
+		round     int
+		want      string
+	}{
+		{"FirstRound", "/c", fair, 1, "/c/fairness-sqlite.svg"},
+		{"LaterRound", "/c", fair, 3, "/c/fairness-sqlite-3.svg"},
+		{"NoFolder", "", fair, 1, ""},
+		{"RunWithoutChart", "/c", run{Name: "end to end, SQLite"}, 1, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := chartFile(c.dir, c.r, c.round); got != c.want {
+				t.Errorf("chartFile(%q, %s, %d) = %q, want %q", c.dir, c.r.Name, c.round, got, c.want)
+			}
+		})
+	}
+}
