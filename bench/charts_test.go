@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +41,18 @@ func storeName() string {
 		return "PostgreSQL"
 	}
 	return "SQLite"
+}
+
+// machineNote is a chart's small print: the load average as the run
+// began and the CPUs it shared, since a loaded machine moves every figure.
+func machineNote() string {
+	load := "unknown"
+	if raw, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(raw)); len(f) >= 3 {
+			load = strings.Join(f[:3], " ")
+		}
+	}
+	return fmt.Sprintf("Load average %s as the run began, %d CPUs (herald, its store and the load generator on them)", load, runtime.NumCPU())
 }
 
 // backlogSampler reads a backlog every 250 ms from began until stopped.

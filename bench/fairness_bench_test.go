@@ -77,7 +77,9 @@ func fairness(b *testing.B, rabbit bool) {
 		// sent: two counters, read four times a second.
 		runBegan := time.Now()
 		var backlogs *backlogSampler
+		var note string
 		if chartDir() != "" {
+			note = machineNote()
 			backlogs = sampleBacklog(runBegan, func() int64 { return postedA.Load() - callsA.Load() })
 		}
 		idle := fairSmallTenant(b, base, lat, "idle")
@@ -137,6 +139,7 @@ func fairness(b *testing.B, rabbit bool) {
 					{At: began.Sub(runBegan), Label: fmt.Sprintf("A posts %s", chart.Thousands(int64(backlog)))},
 					{At: busyBegan.Sub(runBegan), Label: "B beside A's backlog"},
 				},
+				Note: note,
 			})
 		}
 	}

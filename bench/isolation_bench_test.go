@@ -101,6 +101,10 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 		// SQLite, with no consent, they end suppressed, uncounted.
 		calledBefore := marketing.Load()
 		var backlogs *backlogSampler
+		var note string
+		if chartDir() != "" {
+			note = machineNote()
+		}
 		if chartDir() != "" && consent {
 			backlogs = sampleBacklog(started, func() int64 { return int64(n) - (marketing.Load() - calledBefore) })
 		}
@@ -144,14 +148,16 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 			c := &chart.Chart{
 				Title: fmt.Sprintf("Isolation: 100 transactional/s beside a %s-recipient marketing campaign — %s, %s",
 					chart.Thousands(int64(n)), storeName(), started.UTC().Format("2006-01-02")),
-				Subtitle: fmt.Sprintf("100 ms provider, 64 sends in flight per lane. Transactional p50 %s, p99 %s, max %s; %s marketing calls by the end",
-					msText(d[len(d)/2]), msText(d[len(d)*99/100]), msText(d[len(d)-1]), chart.Thousands(marketing.Load()-calledBefore)),
+				Subtitle: fmt.Sprintf("100 ms provider, 64 in flight per lane. %s transactional posted in %s: p50 %s, p99 %s, max %s. %s marketing calls by the end",
+					chart.Thousands(int64(len(ids))), msText(postingEnded.Sub(started)), msText(d[len(d)/2]), msText(d[len(d)*99/100]), msText(d[len(d)-1]),
+					chart.Thousands(marketing.Load()-calledBefore)),
 				Sends: lat.sends(started), SendsLabel: "transactional: POST → provider call",
 				Aim: 250 * time.Millisecond,
 				Marks: []chart.Mark{
 					{At: 0, Label: "campaign started; 100 transactional/s"},
 					{At: postingEnded.Sub(started), Label: "posting ends"},
 				},
+				Note: note,
 			}
 			if backlogs != nil {
 				c.Backlog, c.BacklogLabel = backlogs.Stop(), "campaign recipients not yet sent"

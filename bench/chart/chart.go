@@ -51,11 +51,14 @@ type Chart struct {
 	// Aim, when not zero, is drawn as a dashed line at that latency.
 	Aim   time.Duration
 	Marks []Mark
+	// Note, when set, is a line of small print under the chart (the
+	// machine's load, say).
+	Note string
 }
 
 // The canvas and the plot area inside it, in SVG user units.
 const (
-	width, height        = 960.0, 494.0
+	width, height        = 960.0, 500.0
 	plotLeft, plotRight  = 80.0, 870.0
 	plotTop, plotBottom  = 106.0, 434.0
 	minLatency           = 100 * time.Microsecond // the lowest the left axis goes
@@ -201,6 +204,9 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	}
 	p(`<text x="%s" y="%s" text-anchor="middle" font-size="12">time since the run began</text>`+"\n",
 		num((plotLeft+plotRight)/2), num(plotBottom+38))
+	if c.Note != "" {
+		p(`<text x="16" y="%s" font-size="10" fill="#777777">%s</text>`+"\n", num(height-8), esc(c.Note))
+	}
 	p("</g>\n")
 
 	// The right axis.

@@ -147,6 +147,7 @@ func TestTheSVGIsWellFormedWhateverTheTitleSays(t *testing.T) {
 		Sends:   []Send{{At: time.Second, Latency: 3 * time.Millisecond}},
 		Backlog: []Count{{At: 0, N: 5}, {At: 2 * time.Second, N: 0}}, BacklogLabel: "A's <backlog>",
 		Aim: 250 * time.Millisecond, Marks: []Mark{{At: time.Second, Label: "B & A"}},
+		Note: "load < 2 & rising",
 	})
 	texts := svg.all(func(n *node) bool { return n.name == "text" && n.text == title })
 	if len(texts) != 1 {
