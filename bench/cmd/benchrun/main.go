@@ -98,7 +98,7 @@ var scenarios = map[string][]run{
 		{Name: "fairness, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Postgres: true, Chart: "fairness-postgresql"},
 	},
 	"isolation": {
-		{Name: "isolation, 1,000,000-recipient campaign, PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql"},
+		{Name: "isolation, campaign of HERALD_BENCH_ISOLATION_RECIPIENTS (1,000,000), PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql"},
 	},
 	"campaign": {
 		{Name: "campaign fan-out, PostgreSQL", Dir: "bench", Bench: "^BenchmarkCampaignFanOut$", Benchtime: "1x"},
