@@ -416,12 +416,33 @@ WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.toke
 	// qOutboxExtend moves each held lease to now + lease (never earlier);
 	// it changes neither the state nor updated_at.
 	//
+	// It never waits for a row lock: each held row is locked FOR UPDATE
+	// SKIP LOCKED by its key, and only the row versions locked are updated
+	// (by ctid, as the claim does). A row another transaction holds is
+	// being settled (its holder's fenced write, queued in a pipeline batch
+	// with other rows' writes) or reclaimed, and needs no longer lease; the
+	// next beat extends it if that transaction rolled back. Waiting for it
+	// deadlocked: the heartbeat held the leases of rows a pipeline batch
+	// was about to settle and waited for one that batch had settled
+	// already, so each waited for the other until PostgreSQL's deadlock
+	// check (deadlock_timeout, 1 s by default) aborted the batch, and every
+	// send of the lane stalled for that second (issue 12's fairness run:
+	// tenant B's p99 1,018 ms).
+	//
 	// $1 now, $2 lease, $3 notification ids, $4 channels, $5 tokens (parallel arrays).
 	qOutboxExtend = `UPDATE outbox o
 SET claimed_until = greatest(o.claimed_until, coalesce($1::timestamptz, clock_timestamp()) + $2::interval)
-FROM unnest($3::text[], $4::text[], $5::bigint[]) AS f(notification_id, channel, token)
-WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.token = f.token
-  AND o.state || '' IN ('CLAIMED', 'PUBLISHING') AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())`
+WHERE o.ctid = ANY (ARRAY(
+    SELECT h.tid
+    FROM unnest($3::text[], $4::text[], $5::bigint[]) AS f(notification_id, channel, token)
+    CROSS JOIN LATERAL (
+        SELECT x.ctid AS tid FROM outbox x
+        WHERE x.notification_id = f.notification_id AND x.channel = f.channel AND x.token = f.token
+          AND x.state || '' IN ('CLAIMED', 'PUBLISHING') AND x.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ) h
+))`
 	// $1 now, $2 delay, $3 reason, $4 failed (0 or 1), $5 notification id, $6 channel, $7 token.
 	qOutboxRetry = `UPDATE outbox
 SET state = 'PENDING', available_at = coalesce($1::timestamptz, clock_timestamp()) + $2::interval, last_reason = $3::text,
