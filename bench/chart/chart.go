@@ -193,7 +193,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 		}
 	}
 	p(`<text transform="translate(22,%s) rotate(-90)" text-anchor="middle" font-size="12">%s</text>`+"\n",
-		num((plotTop+plotBottom)/2), esc("POST → provider call (log scale)"))
+		num((plotTop+plotBottom)/2), esc("latency: due → provider call (log scale)"))
 	p("</g>\n")
 
 	// The time axis.
