@@ -105,9 +105,9 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 		var note string
 		if chartDir() != "" {
 			note = machineNote()
-		}
-		if chartDir() != "" && consent {
-			backlogs = sampleBacklog(started, func() int64 { return int64(n) - (marketing.Load() - calledBefore) })
+			if consent {
+				backlogs = sampleBacklog(started, func() int64 { return int64(n) - (marketing.Load() - calledBefore) })
+			}
 		}
 		ids, err := postOnSchedule(seconds*100, 10*time.Millisecond, lat, func(i int) (string, error) {
 			return postEvent(base, config.DevAPIKey, fmt.Sprintf("pay-%d-%d", started.UnixNano(), i), "user-1", 1)

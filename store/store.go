@@ -157,7 +157,11 @@ type Outbox interface {
 	// to the store's now + lease, never earlier than it was, and returns how
 	// many took. A claimer calls it while a row's send is still in flight,
 	// so its lease covers the whole send path; a fence it no longer holds
-	// is left alone (that row is someone else's, or the sweep's).
+	// is left alone (that row is someone else's, or the sweep's). It never
+	// waits for another transaction's lock on a row: such a row is being
+	// settled or reclaimed at that moment, is skipped and not counted, and
+	// the next call extends it if that write rolled back (on PostgreSQL a
+	// wait deadlocked with a batch of results; SQLite has one writer).
 	OutboxExtend(ctx context.Context, fences []Fence, lease time.Duration) (int, error)
 	// OutboxReclaimExpired returns rows whose lease ran out to PENDING (CLAIM_EXPIRED).
 	OutboxReclaimExpired(ctx context.Context) (int, error)

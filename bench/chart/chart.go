@@ -1,9 +1,9 @@
 // Package chart draws a benchmark run's latency and backlog over time as
-// one SVG file, with the standard library only: each send a dot at the
-// time it was posted, at its latency on a log scale on the left (from
-// fractions of a millisecond to minutes), the backlog a line on a linear
-// scale on the right, the aim a dashed line across, and the run's phases
-// as marks. The isolation and fairness runs (package bench) draw it for
+// one SVG file, with the standard library and x/text's number printer:
+// each send a dot at the time it was due, at its latency on a log scale on
+// the left (from fractions of a millisecond to minutes), the backlog a line
+// on a linear scale on the right, the aim a dashed line across, and the
+// run's phases as marks. The isolation and fairness runs (package bench) draw it for
 // the README.
 package chart
 
@@ -17,10 +17,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
-// Send is one send: when it was posted, since the run began, and how long
-// it took to reach the provider.
+// Send is one send: when it was due, since the run began, and how long it
+// took from then to reach the provider.
 type Send struct {
 	At, Latency time.Duration
 }
@@ -292,17 +295,10 @@ func msLabel(ms float64) string {
 }
 
 // Thousands writes n with commas, as the backlog axis does: 20,000.
-func Thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func Thousands(n int64) string { return english.Sprint(n) }
+
+// english groups digits in thousands.
+var english = message.NewPrinter(language.English)
 
 // esc escapes text for an SVG text node or attribute.
 func esc(s string) string {
