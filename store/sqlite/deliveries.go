@@ -87,16 +87,13 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		if p.State == heraldtype.DeliveryRetryWait {
 			next = now + p.RetryDelay.Milliseconds()
 		}
-		var chained bool
-		switch err := tx.QueryRow(qDeliveryRecord, string(p.State), p.Reason, next, now, p.ProviderRef, p.MessageID, p.Attempt).Scan(&chained); {
-		case errors.Is(err, sql.ErrNoRows): // not recorded: the claim is no longer this attempt's
-		case err != nil:
+		r, err := tx.Exec(qDeliveryRecord, string(p.State), p.Reason, next, now, p.ProviderRef, p.MessageID, p.Attempt)
+		if err != nil {
 			return fmt.Errorf("record result: %w", err)
-		default:
-			res.Recorded = true
 		}
-		if chained { // only a chain's send moves a chain (fallback.go)
-			var err error
+		n, _ := r.RowsAffected()
+		res.Recorded = n == 1
+		if res.Recorded {
 			if wake, err = fallbackEnded(tx, now, p.MessageID, p.State, p.Reason); err != nil {
 				return err
 			}
@@ -109,10 +106,6 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		if p.Outbox == nil || !res.Recorded {
 			return nil
 		}
-		var (
-			r   sql.Result
-			err error
-		)
 		if p.State == heraldtype.DeliveryRetryWait {
 			r, err = tx.Exec(qOutboxRetry, next, p.Reason, 0, now, p.Outbox.ID, p.Outbox.Token, now)
 		} else {
@@ -121,7 +114,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		if err != nil {
 			return fmt.Errorf("settle outbox row %d: %w", p.Outbox.ID, err)
 		}
-		n, _ := r.RowsAffected()
+		n, _ = r.RowsAffected()
 		res.OutboxSettled = n == 1
 		return nil
 	})
@@ -139,20 +132,14 @@ func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams
 	err := s.w.do(ctx, func(tx wtx) error {
 		wake = ""
 		now := s.now()
-		var chained bool
-		switch err := tx.QueryRow(qDeliveryDecide, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason, now, now).Scan(&chained); {
-		case errors.Is(err, sql.ErrNoRows): // a row that may not be decided over
-			ok = false
-			return nil
-		case err != nil:
+		r, err := tx.Exec(qDeliveryDecide, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason, now, now)
+		if err != nil {
 			return err
 		}
-		ok = true
-		if !chained { // only a chain's send moves a chain (fallback.go)
-			return nil
+		n, _ := r.RowsAffected()
+		if ok = n == 1; ok {
+			wake, err = fallbackEnded(tx, now, p.MessageID, p.State, p.Reason)
 		}
-		var err error
-		wake, err = fallbackEnded(tx, now, p.MessageID, p.State, p.Reason)
 		return err
 	})
 	if err != nil {

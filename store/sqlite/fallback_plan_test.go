@@ -39,12 +39,6 @@ FROM notifications n, (SELECT 'push' AS ch, 1 AS step UNION ALL SELECT 'sms', 2)
 			[]string{"SEARCH o USING INDEX sqlite_autoindex_outbox_1 (message_id=?)", "SEARCH s USING INDEX outbox_notification (notification_id=?)"}},
 		"Fail": {qFallbackFail, []any{cutoff, "ntf_00000001", 1, "PERMANENT_FAILURE", 1},
 			[]string{"SEARCH outbox USING INDEX outbox_notification (notification_id=?)"}},
-		// A send's end asks whether it is on a chain by its outbox row's
-		// message_id, so that only a chain's runs a chain statement.
-		"Record": {qDeliveryRecord, []any{"DELIVERED", "", nil, cutoff, "", "ntf_00000001.push", 1},
-			[]string{"SEARCH o USING INDEX sqlite_autoindex_outbox_1 (message_id=?)"}},
-		"Decide": {qDeliveryDecide, []any{"ntf_00000001.push", "ntf_00000001", "t", "push", "SUPPRESSED", "QUIET_HOURS", cutoff, cutoff},
-			[]string{"SEARCH o USING INDEX sqlite_autoindex_outbox_1 (message_id=?)"}},
 		"Find": {qUnownedFindWaiting, []any{cutoff, after, "", 1000},
 			[]string{"SEARCH outbox USING INDEX outbox_waiting ((available_at,message_id)>(?,?) AND available_at<?)", "SEARCH p USING INDEX outbox_notification (notification_id=?)"}},
 	} {

@@ -138,30 +138,19 @@ VALUES (?, ?, ?, ?, ?, 'SENDING', 1, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOT
 SET state = 'SENDING', attempts = attempts + 1, provider = ?, claimed_by = ?, claimed_at = ?, next_attempt_at = NULL, reason = '', updated_at = ?
 WHERE message_id = ? AND state = 'RETRY_WAIT' AND next_attempt_at <= ?
 RETURNING attempts`
-	// qDeliveryRecord returns a row only when it took, saying whether the
-	// send is on a fallback chain (its outbox row, found by its unique
-	// message_id, has a step): only then does its end move a chain
-	// (fallbackEnded), and every other send's end runs no chain statement.
 	qDeliveryRecord = `UPDATE deliveries
 SET state = ?, reason = ?, next_attempt_at = ?, claimed_by = NULL, updated_at = ?, provider_ref = nullif(?, '')
-WHERE message_id = ? AND state = 'SENDING' AND attempts = ?
-RETURNING ` + qOnChain
+WHERE message_id = ? AND state = 'SENDING' AND attempts = ?`
 	// qAttemptInsert logs the call once: a result written again after a
 	// lost answer finds its attempt logged and adds nothing.
 	qAttemptInsert = `INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (message_id, attempt) DO NOTHING`
 	// qDeliveryDecide: no row yet, or a waiting one (RETRY_WAIT; PARKED
 	// only when the decision is SUPPRESSED, never PARKED over PARKED).
-	// Like qDeliveryRecord, a row only when it took, saying whether the
-	// send is on a chain.
 	qDeliveryDecide = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
-WHERE deliveries.state = 'RETRY_WAIT' OR (deliveries.state = 'PARKED' AND excluded.state <> 'PARKED')
-RETURNING ` + qOnChain
-	// qOnChain is qDeliveryRecord's and qDeliveryDecide's returned column:
-	// whether the delivery's send has a fallback step.
-	qOnChain = `EXISTS (SELECT 1 FROM outbox o WHERE o.message_id = deliveries.message_id AND o.fallback_step IS NOT NULL)`
+WHERE deliveries.state = 'RETRY_WAIT' OR (deliveries.state = 'PARKED' AND excluded.state <> 'PARKED')`
 	// qDeliverySweepStale returns each claim it turned with its channel
 	// and its notification's lane (the labels the sweep counts it under).
 	qDeliverySweepStale = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = ?
