@@ -238,6 +238,12 @@ type Fence struct {
 	NotificationID string
 	Channel        Channel
 	Token          int64
+	// OffChain: the claim that set the token read that the row is on no
+	// fallback chain (package fallback), so the end of its send has no
+	// chain to move and its store need not look for one. False when not
+	// known (a fence rebuilt from a job, a store whose claim does not say):
+	// the end then looks.
+	OffChain bool
 }
 
 // Known is what a transport learnt about a job on its way in: a store's

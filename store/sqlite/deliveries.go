@@ -93,7 +93,9 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		}
 		n, _ := r.RowsAffected()
 		res.Recorded = n == 1
-		if res.Recorded {
+		// A send whose claim read that it is on no chain (its fence's
+		// OffChain) runs no chain statement (fallback.go).
+		if res.Recorded && (p.Outbox == nil || !p.Outbox.OffChain) {
 			if wake, err = fallbackEnded(tx, now, p.MessageID, p.State, p.Reason); err != nil {
 				return err
 			}

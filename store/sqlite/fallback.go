@@ -12,7 +12,8 @@ import (
 
 // Fallback chains (channel policy first; store/fallback.go, package
 // fallback). The writes that end a send call fallbackEnded in their own
-// transaction, and the dispatcher's FAILED calls fallbackFailed in its; intake writes a chain's rows through chainInsert; the
+// transaction (DeliveryRecord not for a send its claim read is on no
+// chain: store.Fence.OffChain, from the claim's own RETURNING), and the dispatcher's FAILED calls fallbackFailed in its; intake writes a chain's rows through chainInsert; the
 // watchdog repairs a chain with fallbackRepair. Every statement finds the
 // chain's rows by outbox_notification, the ended send's row by its unique
 // message_id.
@@ -40,11 +41,13 @@ WHERE notification_id = ?2 AND fallback_step = ?3 + 1 AND state = 'WAITING'
 RETURNING state = 'PENDING'`
 	// qFallbackSkipAfter ends every WAITING row after the send ?2's step,
 	// if it is on a chain: SKIPPED, not needed, after ?3. One statement,
-	// the common end of a chain's send and of every other send (whose
-	// step is NULL: nothing matches). The send's row is found by its
-	// unique message_id; +state keeps the partial index of WAITING rows
-	// out of it, so the chain's rows are found by outbox_notification.
-	// ?1 now.
+	// the common end of a chain's send and of every other send whose
+	// chain is not known (its step is NULL: nothing matches); the common
+	// end of a send off a chain, DeliveryRecord of a claimer's job whose
+	// claim read no step (Fence.OffChain), runs none. The send's row is
+	// found by its unique message_id; +state keeps the partial index of
+	// WAITING rows out of it, so the chain's rows are found by
+	// outbox_notification. ?1 now.
 	qFallbackSkipAfter = `UPDATE outbox SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = ?3, updated_at = ?1
 WHERE notification_id = (SELECT notification_id FROM outbox WHERE message_id = ?2)
   AND fallback_step > (SELECT fallback_step FROM outbox WHERE message_id = ?2) AND +state = 'WAITING'`

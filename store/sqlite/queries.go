@@ -53,7 +53,7 @@ WHERE id IN (
     SELECT id FROM outbox
     WHERE lane = ?5 AND tenant = ?9 AND state = 'PENDING' AND available_at <= ?6 AND (expires_at IS NULL OR expires_at > ?7)
     ORDER BY available_at, id LIMIT ?8)
-RETURNING id, token, notification_id, message_id, channel, attempts`
+RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL`
 	qOutboxClaim = `UPDATE outbox
 SET state = ?1, claimed_by = ?2, claimed_until = ?3, token = token + 1, updated_at = ?4
 WHERE id IN (
@@ -83,7 +83,7 @@ WHERE id IN (
         FROM cand c LEFT JOIN busy b ON b.tenant = c.tenant
     )
     SELECT id FROM turns ORDER BY turn, available_at, id LIMIT ?8)
-RETURNING id, token, notification_id, message_id, channel, attempts`
+RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL`
 	// qOutboxJobs reads the claimed rows' notifications, each with its
 	// recipient's profile; qOutboxDelivered which of the claimed messages
 	// already have a delivery row. Both feed heraldtype.Known, which spares
