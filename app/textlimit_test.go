@@ -121,13 +121,20 @@ func TestTextLimits(t *testing.T) {
 	}
 }
 
+// parkedAlert waits up to 10 s for the PARKED alert of messageID: the
+// sender raises it just after it commits the PARKED state, so a lookup can
+// show the state a moment before the alert exists.
 func parkedAlert(r *alert.Recorder, messageID, reason string) bool {
-	for _, a := range r.Alerts() {
-		if a.Kind == alert.Parked && a.MessageID == messageID && a.Reason == reason {
-			return true
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for _, a := range r.Alerts() {
+			if a.Kind == alert.Parked && a.MessageID == messageID && a.Reason == reason {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
 		}
 	}
-	return false
 }
 
 // An SMS provider that does not send through a Korean carrier (here a
