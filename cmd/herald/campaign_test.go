@@ -22,6 +22,11 @@ func TestCampaignSend(t *testing.T) {
 	campaignPoll = 20 * time.Millisecond
 	cfg := config.Dev()
 	cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
+	// The kind is marketing: with the default quiet hours (08:00–20:50 in
+	// Seoul) the test would wait for the morning whenever it ran at night
+	// there, on the real clock.
+	off := false
+	cfg.QuietHours.Enabled = &off
 	cfg = cfg.WithDefaults()
 	_, base := testapp.Start(t, cfg)
 	api := &apiClient{base: base, key: config.DevAPIKey, http: &http.Client{Timeout: 30 * time.Second}}
