@@ -3,14 +3,13 @@ package sqlite_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/store"
-	"github.com/heraldhq/herald/store/sqlite"
 )
 
 // The claim says, in its fence, which rows are on no fallback chain, so
@@ -21,11 +20,7 @@ func TestTheClaimSaysWhichRowsAreOffChain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
-	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := testdb.Open(t, "sqlite", clk).Store
 	create := func(id string, chain bool) {
 		t.Helper()
 		_, err := s.NotificationCreate(ctx, store.NotificationCreateParams{
