@@ -244,6 +244,13 @@ type Fence struct {
 	// known (a fence rebuilt from a job, a store whose claim does not say):
 	// the end then looks.
 	OffChain bool
+	// LazyChain: the claim read that the row is a first step's send of a
+	// lazy fallback chain (store/fallback.go) whose later steps had no
+	// rows then. An end of its send that does not move the chain on (not
+	// a definite failure) then runs no chain statement, on condition,
+	// checked in the write that settles the row, that they still have
+	// none. False when not known: the end then looks.
+	LazyChain bool
 }
 
 // Known is what a transport learnt about a job on its way in: a store's

@@ -33,6 +33,94 @@ import (
 // UNKNOWN), whose end moved the chain. A WAITING row left behind by any
 // other end (a release lost) is the watchdog's (UnownedWaiting).
 
+// # Lazy chains
+//
+// A driver may write a chain lazily (LazyPlan): intake writes the first
+// step's rows alone, each carrying the later steps' channels, and the
+// later steps' rows, WAITING, are written by the first write that needs
+// them, in its transaction: the definite failure of a first step's send
+// (which then releases step 2 in the same transaction), and before any
+// write that would otherwise have met the WAITING rows (a cancel's
+// decision on a later step, an erasure, a report or receipt that moves
+// an ended first step's delivery, so the step records the end it had).
+// Any other end of the first step leaves them unwritten: the chain
+// ended there, and the read API shows them SKIPPED, after that end
+// (WithPlannedSteps), as the eager rows would have been skipped by it.
+// The common path of a first kind, its first channel accepting, thus
+// writes one row, not one per step, and ends with no chain statement.
+// Who owns the unwritten steps is unchanged: the first step's sends,
+// whose end writes them or ends the chain. A chain one of whose later
+// steps is push is written whole: a push step is one send per device,
+// decided when its rows are written, and the read API shows a waiting
+// step as it will be sent.
+
+// LazyPlan is the later steps' channels of a chain a driver may write
+// lazily (a first kind with more than one step, no later step push), in
+// order; nil otherwise.
+func LazyPlan(p NotificationCreateParams) []heraldtype.Channel {
+	if !p.Fallback {
+		return nil
+	}
+	var later []heraldtype.Channel
+	first := true
+	for _, ch := range p.Channels {
+		switch {
+		case ch == heraldtype.ChannelInbox:
+		case first:
+			first = false
+		case ch == heraldtype.ChannelPush:
+			return nil
+		default:
+			later = append(later, ch)
+		}
+	}
+	return later
+}
+
+// WithPlannedSteps returns dvs, a notification's planned sends as its
+// rows hold them, with the later steps of a lazy chain that have no rows
+// yet added, as the eager rows would read: WAITING while a first step's
+// send is under way (or, should every one have failed definitely with
+// its release lost, still: nothing was sent), else SKIPPED with reason
+// FALLBACK_NOT_NEEDED after the end that ended the chain (fallback.Decide
+// on the first step's sends). Unchanged when no send carries a plan or a
+// later step's row exists.
+func WithPlannedSteps(notificationID string, dvs []DeliveryView) []DeliveryView {
+	var (
+		plan  []heraldtype.Channel
+		first DeliveryView
+		sends []fallback.Send
+	)
+	for _, dv := range dvs {
+		switch {
+		case dv.Fallback == nil:
+			continue
+		case dv.Fallback.Step > 1:
+			return dvs // written
+		case dv.Planned != nil && plan == nil:
+			plan, first = dv.Planned, dv
+		}
+		s := fallback.Send{Step: dv.Fallback.Step, Outbox: dv.OutboxState}
+		if dv.Delivery != nil {
+			s.Delivery, s.Reason = dv.Delivery.State, dv.Delivery.Reason
+		}
+		sends = append(sends, s)
+	}
+	if len(plan) == 0 {
+		return dvs
+	}
+	d := fallback.Decide(append(sends, fallback.Send{Step: 2, Outbox: heraldtype.OutboxWaiting}))
+	for i, ch := range plan {
+		v := DeliveryView{MessageID: MessageID(notificationID, ch), Channel: ch, OutboxState: heraldtype.OutboxWaiting,
+			AvailableAt: first.AvailableAt, OutboxUpdated: first.OutboxUpdated, Fallback: &FallbackStep{Step: i + 2}}
+		if d.Verdict == fallback.Skip {
+			v.OutboxState, v.OutboxReason, v.Fallback.After = heraldtype.OutboxSkipped, fallback.ReasonNotNeeded, d.After
+		}
+		dvs = append(dvs, v)
+	}
+	return dvs
+}
+
 // FallbackSteps numbers channels, a kind's channels in its order, as the
 // steps of a chain (1, 2…) when chain is set; the inbox, written at
 // intake, is no step (0), and off a chain every channel is 0.

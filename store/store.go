@@ -392,6 +392,10 @@ type DeliveryView struct {
 	Delivery *Delivery
 	// Fallback is the send's place in its fallback chain; nil off a chain.
 	Fallback *FallbackStep
+	// Planned is, on a first step's send of a lazy chain, the channels of
+	// the later steps in order (LazyPlan); the driver reads it for
+	// WithPlannedSteps, which shows them until their rows exist.
+	Planned []heraldtype.Channel
 }
 
 // Fence identifies one claim of one outbox row.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/heraldhq/herald/fallback"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
@@ -94,8 +95,10 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		n, _ := r.RowsAffected()
 		res.Recorded = n == 1
 		// A send whose claim read that it is on no chain (its fence's
-		// OffChain) runs no chain statement (fallback.go).
-		if res.Recorded && (p.Outbox == nil || !p.Outbox.OffChain) {
+		// OffChain) runs no chain statement (fallback.go); nor does one
+		// that leaves a lazy chain unwritten, if it still is (below).
+		lazy := p.Outbox != nil && p.Outbox.LazyChain && p.State.Terminal() && !fallback.Definite(p.State, p.Reason)
+		if res.Recorded && !lazy && (p.Outbox == nil || !p.Outbox.OffChain) {
 			if wake, err = fallbackEnded(tx, now, p.MessageID, p.State, p.Reason); err != nil {
 				return err
 			}
@@ -108,9 +111,22 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		if p.Outbox == nil || !res.Recorded {
 			return nil
 		}
-		if p.State == heraldtype.DeliveryRetryWait {
+		switch {
+		case p.State == heraldtype.DeliveryRetryWait:
 			r, err = tx.Exec(qOutboxRetry, next, p.Reason, 0, now, p.Outbox.ID, p.Outbox.Token, now)
-		} else {
+		case lazy:
+			// Settled while the chain's later steps have no rows: they
+			// need no skip. Else (written since the claim: another
+			// device's failure, a cancel, an erasure; or the lease lost)
+			// the chain moves as any send's end moves it.
+			r, err = tx.Exec(qOutboxCompleteLazy, string(heraldtype.OutboxDone), p.Reason, now, p.Outbox.ID, p.Outbox.Token, now)
+			if n, _ := r.RowsAffected(); err == nil && n == 0 {
+				if wake, err = fallbackEnded(tx, now, p.MessageID, p.State, p.Reason); err != nil {
+					return err
+				}
+				r, err = tx.Exec(qOutboxComplete, string(heraldtype.OutboxDone), p.Reason, now, p.Outbox.ID, p.Outbox.Token, now)
+			}
+		default:
 			r, err = tx.Exec(qOutboxComplete, string(heraldtype.OutboxDone), p.Reason, now, p.Outbox.ID, p.Outbox.Token, now)
 		}
 		if err != nil {
@@ -134,6 +150,11 @@ func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams
 	err := s.w.do(ctx, func(tx wtx) error {
 		wake = ""
 		now := s.now()
+		// A decision on a lazy chain's later step (a cancel) finds its row
+		// written first, as intake writes an eager chain's (fallback.go).
+		if err := materializeStep(tx, now, p.NotificationID, p.MessageID); err != nil {
+			return err
+		}
 		r, err := tx.Exec(qDeliveryDecide, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason, now, now)
 		if err != nil {
 			return err

@@ -156,6 +156,11 @@ func eraseNotifications(tx wtx, now int64, ids []string, res *store.RecipientEra
 	}
 	n, _ := r.RowsAffected()
 	res.Notifications = int(n)
+	// A lazy chain's later steps are written first, to be suppressed and
+	// skipped as an eager chain's are (fallback.go).
+	if err := materialize(tx, now, ids...); err != nil {
+		return err
+	}
 	if res.Suppressed, err = eraseSuppress(tx, now, idList); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -12,16 +13,78 @@ import (
 
 // Fallback chains (channel policy first; store/fallback.go, package
 // fallback). The writes that end a send call fallbackEnded in their own
-// transaction (DeliveryRecord not for a send its claim read is on no
-// chain: store.Fence.OffChain, from the claim's own RETURNING), and the dispatcher's FAILED calls fallbackFailed in its; intake writes a chain's rows through chainInsert; the
-// watchdog repairs a chain with fallbackRepair. Every statement finds the
-// chain's rows by outbox_notification, the ended send's row by its unique
-// message_id.
+// transaction, and the dispatcher's FAILED calls fallbackFailed in its;
+// intake writes a chain's rows through chain; the watchdog repairs a chain
+// with fallbackRepair. Every statement finds the chain's rows by
+// outbox_notification, the ended send's row by its unique message_id.
+//
+// Chains are lazy here (store.LazyPlan): intake writes the first step's
+// rows alone, with the later steps' channels as a JSON array in their
+// fallback_plan. The first write that needs the later steps writes them
+// (materialize, qFallbackMaterialize) and clears the plan
+// (qFallbackWritten), in its transaction: a definite failure of a first
+// step's send (fallbackMove, which then releases step 2 as for an eager
+// chain), a decision on a step with no row yet (a cancel's, in
+// DeliveryDecide: materializeStep, WAITING or SKIPPED as the read API
+// showed it), an erasure, and a report or receipt that moves an ended
+// first step's delivery (fallbackClose: SKIPPED after that end, so that a
+// later failure report does not reopen the chain). From then on the chain
+// is an eager one. The readers show the unwritten steps from the plan
+// (store.WithPlannedSteps; the list's qPlannedState).
+//
+// The common end, a first step's send accepted, writes nothing for the
+// chain: the claim's RETURNING says the row is on a lazy chain still
+// unwritten (Fence.LazyChain), and DeliveryRecord then settles the row with
+// qOutboxCompleteLazy, which takes only while the plan is still there;
+// when a write has materialized the chain since the claim (another
+// device's failure, a cancel, an erasure) it does not take, and the end
+// moves the chain as any end does. A send whose claim read that it is on
+// no chain (Fence.OffChain) runs no chain statement either.
 const (
 	// qFallbackInsert is qOutboxInsert for a row of a chain: ?10 its
 	// step, PENDING for the first, WAITING after.
-	qFallbackInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at, fallback_step)
-VALUES (?1, ?2, ?3, ?4, ?5, CASE WHEN ?10 = 1 THEN 'PENDING' ELSE 'WAITING' END, ?6, ?7, ?8, ?9, ?10)`
+	qFallbackInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at, fallback_step,
+                    fallback_plan)
+VALUES (?1, ?2, ?3, ?4, ?5, CASE WHEN ?10 = 1 THEN 'PENDING' ELSE 'WAITING' END, ?6, ?7, ?8, ?9, ?10, ?11)`
+	// qFallbackMaterialize writes the later steps of the lazy chains of the
+	// notifications ?2 (a JSON array) that have none yet, as intake writes
+	// an eager chain's: from the plan on one of each chain's first step's
+	// rows, with the notification's due time, due-by and acceptance. ?1
+	// now. With ?3 'WAITING', only chains still open (qFirstStepEndedOtherwise
+	// false: the rows would have been skipped); with ?3 'SKIPPED' (a close),
+	// every such chain, its steps SKIPPED, not needed, after ?4. A chain with a
+	// later step's row writes nothing, and a message id that exists is kept.
+	qFallbackMaterialize = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at,
+                    created_at, updated_at, fallback_step, fallback_after)
+SELECT o.notification_id, o.notification_id || '.' || j.value, o.tenant, o.lane, j.value, ?3,
+       CASE WHEN ?3 = 'SKIPPED' THEN 'FALLBACK_NOT_NEEDED' ELSE '' END,
+       max(n.created_at, coalesce(n.send_at, n.created_at)), n.expires_at, n.created_at, ?1, j.key + 2, ?4
+FROM outbox o JOIN notifications n ON n.id = o.notification_id, json_each(o.fallback_plan) j
+WHERE o.id IN (SELECT min(id) FROM outbox
+               WHERE notification_id IN (SELECT value FROM json_each(?2)) AND fallback_plan IS NOT NULL
+               GROUP BY notification_id)
+  AND NOT EXISTS (SELECT 1 FROM outbox l WHERE l.notification_id = o.notification_id AND l.fallback_step > 1)
+  AND (?3 = 'SKIPPED' OR NOT ` + qFirstStepEndedOtherwise + `)
+ORDER BY o.notification_id, j.key
+ON CONFLICT (message_id) DO NOTHING`
+	// qFallbackWritten clears the plan on the first steps' rows of the
+	// lazy chains ?1 (a JSON array) whose later steps now have rows: a
+	// claim of such a row reads Fence.LazyChain false, and an end settled
+	// under an earlier claim's (qOutboxCompleteLazy) no longer takes.
+	qFallbackWritten = `UPDATE outbox SET fallback_plan = NULL
+WHERE notification_id IN (SELECT value FROM json_each(?1)) AND fallback_plan IS NOT NULL
+  AND EXISTS (SELECT 1 FROM outbox l WHERE l.notification_id = outbox.notification_id AND l.fallback_step > 1)`
+	// qFallbackHasRow reads whether the message ?1 has an outbox row.
+	qFallbackHasRow = `SELECT EXISTS (SELECT 1 FROM outbox WHERE message_id = ?1)`
+	// qFirstStepEndedOtherwise: a send of the first step of notification
+	// n's chain has ended otherwise than by a definite failure (fallback.
+	// Send's end, fallback.Definite), which ends the chain (fallback.Decide).
+	qFirstStepEndedOtherwise = `EXISTS (
+    SELECT 1 FROM outbox fs LEFT JOIN deliveries fd ON fd.message_id = fs.message_id
+    WHERE fs.notification_id = n.id AND fs.fallback_step = 1 AND CASE
+        WHEN fd.state IS NOT NULL THEN fd.state IN ('PROVIDER_ACCEPTED', 'DELIVERED', 'UNKNOWN', 'STORED')
+            OR (fd.state = 'SUPPRESSED' AND fd.reason NOT IN ('DESTINATION_UNAVAILABLE', 'CONSENT_DENIED'))
+        ELSE fs.state IN ('EXPIRED', 'SKIPPED', 'DONE') END)`
 	// qFallbackOf reads the chain of the send ?1, if it is on one, and
 	// how many sends its step has (for a definite failure).
 	qFallbackOf = `SELECT o.notification_id, o.fallback_step, o.lane,
@@ -98,32 +161,113 @@ WHERE notification_id = ?2 AND fallback_step = ?3 AND state = 'WAITING'`
 )
 
 // fallbackQueries are prepared on the writer's connection at open.
-var fallbackQueries = []string{qFallbackInsert, qFallbackOf, qFallbackFailedRow, qFallbackFail, qFallbackSkipAfter, qFallbackSkip, qFallbackExpired, qFallbackErased, qFallbackChain, qFallbackRelease}
+var fallbackQueries = []string{qFallbackInsert, qFallbackMaterialize, qFallbackWritten, qFallbackHasRow, qFallbackOf, qFallbackFailedRow, qFallbackFail, qFallbackSkipAfter, qFallbackSkip, qFallbackExpired, qFallbackErased, qFallbackChain, qFallbackRelease}
 
 // chain numbers a create's sends as insertPlanned writes them: nil off a
-// chain (NotificationCreateParams.Fallback false).
-type chain struct{ step int }
-
-func newChain(p store.NotificationCreateParams) *chain {
-	if !p.Fallback {
-		return nil
-	}
-	return &chain{}
+// chain (NotificationCreateParams.Fallback false). A lazy chain
+// (store.LazyPlan) writes its first step alone, each of its rows carrying
+// plan, the later steps' channels as a JSON array.
+type chain struct {
+	step int
+	plan any // the JSON array, or nil: an eager chain
+	lazy bool
 }
 
-// insert writes the outbox row of send, one of channel ch's sends: the
-// inbox is no step, and every send of one channel (push's devices) shares
-// one. first is whether it is the channel's first send.
-func (c *chain) insert(tx execer, p store.NotificationCreateParams, send heraldtype.Channel, first bool, available, now int64) error {
-	if first {
-		c.step++
+func newChain(p store.NotificationCreateParams) (*chain, error) {
+	if !p.Fallback {
+		return nil, nil
+	}
+	c := &chain{}
+	if later := store.LazyPlan(p); len(later) > 0 {
+		b, err := json.Marshal(later)
+		if err != nil {
+			return nil, fmt.Errorf("fallback plan: %w", err)
+		}
+		c.plan, c.lazy = string(b), true
+	}
+	return c, nil
+}
+
+// written reports whether channel ch's sends get rows now: every step of
+// an eager chain, the first step of a lazy one. It counts ch as a step:
+// call it once per non-inbox channel, in the kind's order.
+func (c *chain) written() bool {
+	c.step++
+	return !c.lazy || c.step == 1
+}
+
+// insert writes the outbox row of send, one of the sends of the step
+// written last counted: every send of one channel (push's devices) shares
+// one.
+func (c *chain) insert(tx execer, p store.NotificationCreateParams, send heraldtype.Channel, available, now int64) error {
+	var plan any
+	if c.step == 1 {
+		plan = c.plan
 	}
 	_, err := tx.Exec(qFallbackInsert, p.ID, store.MessageID(p.ID, send), p.Tenant, string(p.Lane), string(send),
-		available, msPtr(p.ExpiresAt), now, now, c.step)
+		available, msPtr(p.ExpiresAt), now, now, c.step, plan)
 	if err != nil {
 		return fmt.Errorf("insert fallback outbox row: %w", err)
 	}
 	return nil
+}
+
+// materialize writes the later steps of the lazy chains of the
+// notifications ids that have none yet and are still open, WAITING
+// (qFallbackMaterialize).
+func materialize(tx execer, now int64, ids ...string) error {
+	return materializeAs(tx, now, heraldtype.OutboxWaiting, nil, ids...)
+}
+
+// materializeAs runs qFallbackMaterialize with state and after, and
+// clears the plan of the chains that now have their later steps' rows.
+func materializeAs(tx execer, now int64, state heraldtype.OutboxState, after any, ids ...string) error {
+	list := jsonList(ids)
+	if _, err := tx.Exec(qFallbackMaterialize, now, list, string(state), after); err != nil {
+		return fmt.Errorf("write lazy fallback steps: %w", err)
+	}
+	if _, err := tx.Exec(qFallbackWritten, list); err != nil {
+		return fmt.Errorf("clear lazy fallback plans: %w", err)
+	}
+	return nil
+}
+
+// materializeStep is for a write about to name messageID of notification
+// nid, which may be a later step of a lazy chain with no row yet, as the
+// read API showed it (a cancel's decision): it writes the chain's later
+// steps as the read API shows them (store.WithPlannedSteps), WAITING
+// while the chain is open, else SKIPPED after the end that ended it
+// (fallback.Decide on the first step's sends). Nothing when the message
+// has a row, the common case.
+func materializeStep(tx wtx, now int64, nid, messageID string) error {
+	var has bool
+	if err := tx.QueryRow(qFallbackHasRow, messageID).Scan(&has); err != nil || has {
+		return err
+	}
+	sends, err := readChain(tx, nid, nil)
+	if err != nil {
+		return err
+	}
+	sends = append(sends, fallback.Send{Step: 2, Outbox: heraldtype.OutboxWaiting}) // the steps to write
+	state, after := heraldtype.OutboxWaiting, any(nil)
+	if d := fallback.Decide(sends); d.Verdict == fallback.Skip {
+		state, after = heraldtype.OutboxSkipped, d.After
+	}
+	return materializeAs(tx, now, state, after, nid)
+}
+
+// fallbackClose is for a write about to move the delivery of messageID
+// (notification nid) that has already ended, from state with reason (a
+// report, a receipt): when that end ended its chain, the chain's rows
+// record it before the move, as they would have at the end, so the step
+// that later moves elsewhere does not reopen the chain. Ends that are not
+// the chain's (under way, or a definite failure, which released the
+// next step at its end) write nothing.
+func fallbackClose(tx wtx, now int64, nid, messageID string, state heraldtype.DeliveryState, reason string) error {
+	if !state.Terminal() || fallback.Definite(state, reason) {
+		return nil
+	}
+	return materializeAs(tx, now, heraldtype.OutboxSkipped, fallback.Cause(state, reason), nid)
 }
 
 // fallbackEnded moves on the chain of the send messageID, whose delivery
@@ -172,6 +316,11 @@ func fallbackMove(tx wtx, now int64, messageID string, definite bool, cause stri
 	case err != nil:
 		return "", fmt.Errorf("read fallback chain: %w", err)
 	}
+	if step == 1 { // a lazy chain's later steps are written now
+		if err := materialize(tx, now, nid); err != nil {
+			return "", err
+		}
+	}
 	var released bool
 	err = tx.QueryRow(qFallbackFail, now, nid, step, cause, sends).Scan(&released)
 	switch {
@@ -187,30 +336,13 @@ func fallbackMove(tx wtx, now int64, messageID string, definite bool, cause stri
 // chain's rule (fallback.Decide) applied to its rows as they are now. It
 // reports whether u itself moved (released or skipped).
 func fallbackRepair(tx wtx, now int64, u store.Unowned) (bool, error) {
-	rows, err := tx.Query(qFallbackChain, u.NotificationID)
-	if err != nil {
-		return false, err
-	}
-	var sends []fallback.Send
 	step := 0 // u's, while it is as found
-	for rows.Next() {
-		var (
-			s            fallback.Send
-			mid          string
-			token        int64
-			ostate, dsta string
-		)
-		if err := rows.Scan(&mid, &token, &s.Step, &ostate, &dsta, &s.Reason); err != nil {
-			rows.Close()
-			return false, err
-		}
-		s.Outbox, s.Delivery = heraldtype.OutboxState(ostate), heraldtype.DeliveryState(dsta)
-		sends = append(sends, s)
+	sends, err := readChain(tx, u.NotificationID, func(mid string, token int64, s fallback.Send) {
 		if mid == u.MessageID && token == u.Token && s.Outbox == heraldtype.OutboxWaiting {
 			step = s.Step
 		}
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil || step == 0 {
+	})
+	if err != nil || step == 0 {
 		return false, err // gone, or no longer as found
 	}
 	d := fallback.Decide(sends)
@@ -227,6 +359,38 @@ func fallbackRepair(tx wtx, now int64, u store.Unowned) (bool, error) {
 		return n > 0 && step == d.Step, err
 	}
 	return false, nil
+}
+
+// readChain reads the sends of notification nid's chain as fallback.Decide
+// takes them (qFallbackChain), calling each, when set, with every row's
+// message id and token.
+func readChain(tx wtx, nid string, each func(mid string, token int64, s fallback.Send)) ([]fallback.Send, error) {
+	rows, err := tx.Query(qFallbackChain, nid)
+	if err != nil {
+		return nil, fmt.Errorf("read fallback chain: %w", err)
+	}
+	var sends []fallback.Send
+	for rows.Next() {
+		var (
+			s            fallback.Send
+			mid          string
+			token        int64
+			ostate, dsta string
+		)
+		if err := rows.Scan(&mid, &token, &s.Step, &ostate, &dsta, &s.Reason); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read fallback chain: %w", err)
+		}
+		s.Outbox, s.Delivery = heraldtype.OutboxState(ostate), heraldtype.DeliveryState(dsta)
+		sends = append(sends, s)
+		if each != nil {
+			each(mid, token, s)
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("read fallback chain: %w", err)
+	}
+	return sends, nil
 }
 
 // fallbackStale moves on the chains of the claims the stale sweep turned

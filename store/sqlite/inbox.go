@@ -136,7 +136,10 @@ func (t callerTx) QueryRow(q string, args ...any) *sql.Row {
 // It reports whether a PENDING row was written (a claimer has something to
 // wake for).
 func insertPlanned(tx execer, p store.NotificationCreateParams, available, now int64) (pending bool, err error) {
-	chain := newChain(p) // a fallback chain's rows carry their step (fallback.go)
+	chain, err := newChain(p) // a fallback chain's rows carry their step (fallback.go)
+	if err != nil {
+		return false, err
+	}
 	for _, ch := range p.Channels {
 		mid := store.MessageID(p.ID, ch)
 		if ch == heraldtype.ChannelInbox {
@@ -151,14 +154,17 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 			}
 			continue
 		}
+		if chain != nil && !chain.written() {
+			continue // a lazy chain's later step
+		}
 		// Push plans a send per active device (devices.go).
 		sends, err := plannedSends(tx, p, ch)
 		if err != nil {
 			return false, err
 		}
-		for i, send := range sends {
+		for _, send := range sends {
 			if chain != nil {
-				if err := chain.insert(tx, p, send, i == 0, available, now); err != nil {
+				if err := chain.insert(tx, p, send, available, now); err != nil {
 					return false, err
 				}
 				continue

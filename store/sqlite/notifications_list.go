@@ -36,7 +36,8 @@ const (
       AND (?4 = '' OR n.kind = ?4)
       AND (?5 = '' OR EXISTS (
           SELECT 1 FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
-          WHERE o.notification_id = n.id AND ` + qEntryState + ` = ?5))
+          WHERE o.notification_id = n.id AND ` + qEntryState + ` = ?5)
+        OR (?5 IN ('WAITING', 'SKIPPED') AND ` + qPlannedState + ` = ?5))
     ORDER BY n.created_at DESC, n.id DESC
     LIMIT ?9
 )
@@ -44,7 +45,7 @@ const (
 	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at,
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
-       o.fallback_step, o.fallback_after
+       o.fallback_step, o.fallback_after, o.fallback_plan
 FROM page p
 LEFT JOIN outbox o ON o.notification_id = p.id
 LEFT JOIN deliveries d ON d.message_id = o.message_id
@@ -60,6 +61,15 @@ ORDER BY p.created_at DESC, p.id DESC, o.id`
               WHEN n.send_at > ?1 THEN 'SCHEDULED'
               ELSE 'PENDING'
           END`
+
+	// qPlannedState is the state the read API shows for the later steps
+	// of notification n's lazy chain that have no rows yet, as
+	// store.WithPlannedSteps computes it (fallback.Decide): SKIPPED once a
+	// first step's send has ended otherwise than by a definite failure,
+	// else WAITING; NULL when n has no such steps.
+	qPlannedState = `(SELECT CASE WHEN ` + qFirstStepEndedOtherwise + ` THEN 'SKIPPED' ELSE 'WAITING' END
+          WHERE EXISTS (SELECT 1 FROM outbox f WHERE f.notification_id = n.id AND f.fallback_plan IS NOT NULL)
+            AND NOT EXISTS (SELECT 1 FROM outbox l WHERE l.notification_id = n.id AND l.fallback_step > 1))`
 
 	// qAttemptList reads the attempt log of the messages in the JSON array ?1.
 	qAttemptList = `SELECT message_id, attempt, started_at, class, reason, duration_ms
@@ -110,6 +120,9 @@ func (s *Store) NotificationList(ctx context.Context, p store.NotificationListPa
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list notifications: %w", err)
 	}
+	for i := range out {
+		out[i].Deliveries = store.WithPlannedSteps(out[i].ID, out[i].Deliveries) // a lazy chain's later steps (fallback.go)
+	}
 	return out, nil
 }
 
@@ -122,13 +135,13 @@ type plannedSend struct {
 	dNotif, dTenant, dProvider, dState, dReason    sql.NullString
 	dAttempts, dClaimed, dNext, dCreated, dUpdated sql.NullInt64
 	fStep                                          sql.NullInt64
-	fAfter                                         sql.NullString
+	fAfter, fPlan                                  sql.NullString
 }
 
 func (p *plannedSend) dest() []any {
 	return []any{&p.msgID, &p.ch, &p.ostate, &p.oreason, &p.avail, &p.oupd,
 		&p.dNotif, &p.dTenant, &p.dProvider, &p.dState, &p.dReason, &p.dAttempts, &p.dClaimed, &p.dNext, &p.dCreated, &p.dUpdated,
-		&p.fStep, &p.fAfter}
+		&p.fStep, &p.fAfter, &p.fPlan}
 }
 
 // view returns the planned send, or false when the row had none.
@@ -150,6 +163,11 @@ func (p *plannedSend) view() (store.DeliveryView, bool) {
 	}
 	if p.fStep.Valid {
 		dv.Fallback = &store.FallbackStep{Step: int(p.fStep.Int64), After: p.fAfter.String}
+	}
+	if p.fPlan.Valid {
+		// Written by newChain from a []heraldtype.Channel; a plan that does
+		// not decode shows no later steps rather than fail the read.
+		_ = json.Unmarshal([]byte(p.fPlan.String), &dv.Planned)
 	}
 	return dv, true
 }

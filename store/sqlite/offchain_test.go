@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -22,15 +21,7 @@ func TestTheClaimSaysWhichRowsAreOffChain(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
 	s := testdb.Open(t, "sqlite", clk).Store
 	create := func(id string, chain bool) {
-		t.Helper()
-		_, err := s.NotificationCreate(ctx, store.NotificationCreateParams{
-			Tenant: "t1", IdempotencyKey: "key-" + id, RequestHash: "h", IdempotencyTTL: time.Hour, Response: []byte(`{}`),
-			ID: id, Recipient: "r1", EventID: "e-" + id, Kind: "k", Lane: heraldtype.LaneTransactional, Params: json.RawMessage(`{}`),
-			Channels: []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelSMS}, Fallback: chain,
-		})
-		if err != nil {
-			t.Fatalf("create %s: %v", id, err)
-		}
+		createFor(t, s, id, chain, heraldtype.ChannelWebhook, heraldtype.ChannelSMS)
 	}
 	create("ntf_plain", false)
 	create("ntf_chain", true)

@@ -39,7 +39,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		for rows.Next() {
 			var c store.Claimed
 			var ch string
-			if err := rows.Scan(&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts, &c.Fence.OffChain); err != nil {
+			if err := rows.Scan(&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts, &c.Fence.OffChain, &c.Fence.LazyChain); err != nil {
 				rows.Close()
 				return fmt.Errorf("scan claimed row: %w", err)
 			}

@@ -22,7 +22,7 @@ VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?)`
 FROM notifications WHERE id = ? AND tenant = ?`
 	qNotificationSends = `SELECT o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
-       o.fallback_step, o.fallback_after
+       o.fallback_step, o.fallback_after, o.fallback_plan
 FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
 WHERE o.notification_id = ? ORDER BY o.id`
 )
@@ -53,7 +53,7 @@ WHERE id IN (
     SELECT id FROM outbox
     WHERE lane = ?5 AND tenant = ?9 AND state = 'PENDING' AND available_at <= ?6 AND (expires_at IS NULL OR expires_at > ?7)
     ORDER BY available_at, id LIMIT ?8)
-RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL`
+RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL`
 	qOutboxClaim = `UPDATE outbox
 SET state = ?1, claimed_by = ?2, claimed_until = ?3, token = token + 1, updated_at = ?4
 WHERE id IN (
@@ -83,7 +83,7 @@ WHERE id IN (
         FROM cand c LEFT JOIN busy b ON b.tenant = c.tenant
     )
     SELECT id FROM turns ORDER BY turn, available_at, id LIMIT ?8)
-RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL`
+RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL`
 	// qOutboxJobs reads the claimed rows' notifications, each with its
 	// recipient's profile; qOutboxDelivered which of the claimed messages
 	// already have a delivery row. Both feed heraldtype.Known, which spares
@@ -97,6 +97,11 @@ WHERE n.id IN (SELECT value FROM json_each(?))`
 	qOutboxComplete = `UPDATE outbox
 SET state = ?, last_reason = ?, claimed_by = NULL, claimed_until = NULL, updated_at = ?
 WHERE id = ? AND token = ? AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_until >= ?`
+	// qOutboxCompleteLazy is qOutboxComplete for a send whose claim read
+	// Fence.LazyChain, ending so that its chain does not move on: it takes
+	// only while the chain's later steps still have no rows (fallback.go).
+	qOutboxCompleteLazy = qOutboxComplete + ` AND fallback_plan IS NOT NULL`
+
 	qOutboxRetry = `UPDATE outbox
 SET state = 'PENDING', available_at = ?, last_reason = ?, attempts = attempts + ?, claimed_by = NULL, claimed_until = NULL, updated_at = ?
 WHERE id = ? AND token = ? AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_until >= ?`
@@ -169,7 +174,7 @@ ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at =
 var writeQueries = append([]string{
 	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
-	qOutboxLaneTenants, qOutboxClaim, qOutboxClaimOneTenant, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,
+	qOutboxLaneTenants, qOutboxClaim, qOutboxClaimOneTenant, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxCompleteLazy, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,
 	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
 	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
 }, append(append(inboxQueries, deviceQueries...), fallbackQueries...)...)

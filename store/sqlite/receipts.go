@@ -15,7 +15,7 @@ import (
 const (
 	// qReceiptDelivery reads the message's delivery, only if its
 	// notification is the tenant's and the recipient's.
-	qReceiptDelivery = `SELECT d.state, n.lane, d.channel
+	qReceiptDelivery = `SELECT d.state, d.reason, n.lane, d.channel, d.notification_id
 FROM deliveries d JOIN notifications n ON n.id = d.notification_id
 WHERE d.message_id = ? AND d.tenant = ? AND n.tenant = ? AND n.recipient = ?`
 	// qReceiptPlanned finds a planned send with no delivery row yet, by
@@ -37,8 +37,8 @@ func (s *Store) DeliveryReceipt(ctx context.Context, tenant, recipient, messageI
 	found := false
 	err := s.w.do(ctx, func(tx wtx) error {
 		out, found = store.ReceiptOutcome{}, false
-		var state, lane, ch string
-		err := tx.QueryRow(qReceiptDelivery, messageID, tenant, tenant, recipient).Scan(&state, &lane, &ch)
+		var state, reason, lane, ch, nid string
+		err := tx.QueryRow(qReceiptDelivery, messageID, tenant, tenant, recipient).Scan(&state, &reason, &lane, &ch, &nid)
 		if errors.Is(err, sql.ErrNoRows) {
 			cands := jsonList(store.ReceiptNotificationCandidates(messageID))
 			err = tx.QueryRow(qReceiptPlanned, cands, messageID, tenant, recipient).Scan(&lane, &ch)
@@ -56,7 +56,11 @@ func (s *Store) DeliveryReceipt(ctx context.Context, tenant, recipient, messageI
 		if out.Result != store.ReceiptDelivered {
 			return nil
 		}
-		r, err := tx.Exec(qReceiptSettle, store.ReceiptReason(out.From), s.now(), messageID, state)
+		now := s.now()
+		if err := fallbackClose(tx, now, nid, messageID, out.From, reason); err != nil {
+			return err
+		}
+		r, err := tx.Exec(qReceiptSettle, store.ReceiptReason(out.From), now, messageID, state)
 		if err != nil {
 			return fmt.Errorf("settle: %w", err)
 		}

@@ -14,7 +14,7 @@ import (
 // next to the sender's writes, so they run unprepared.
 const (
 	// qReportRead reads the message's delivery, only if the provider made it.
-	qReportRead = `SELECT state, channel FROM deliveries WHERE message_id = ? AND provider = ?`
+	qReportRead = `SELECT state, reason, channel, notification_id FROM deliveries WHERE message_id = ? AND provider = ?`
 	// qReportMove is conditional on the state the report read.
 	qReportMove = `UPDATE deliveries SET state = ?, reason = ?, updated_at = ? WHERE message_id = ? AND state = ?`
 	// qUnknownPage walks deliveries_unknown (provider, message_id);
@@ -33,8 +33,8 @@ func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store
 	found := false
 	err := s.w.do(ctx, func(tx wtx) error {
 		out, found = store.ReportOutcome{}, false
-		var state, ch string
-		err := tx.QueryRow(qReportRead, p.MessageID, p.Provider).Scan(&state, &ch)
+		var state, reason, ch, nid string
+		err := tx.QueryRow(qReportRead, p.MessageID, p.Provider).Scan(&state, &reason, &ch, &nid)
 		if errors.Is(err, sql.ErrNoRows) {
 			// Not an error: an error would roll back the writer's whole batch.
 			return nil
@@ -47,7 +47,11 @@ func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store
 		if !store.ReportMoves(p, out.From) {
 			return nil
 		}
-		r, err := tx.Exec(qReportMove, string(p.To), p.Reason, s.now(), p.MessageID, state)
+		now := s.now()
+		if err := fallbackClose(tx, now, nid, p.MessageID, out.From, reason); err != nil {
+			return err
+		}
+		r, err := tx.Exec(qReportMove, string(p.To), p.Reason, now, p.MessageID, state)
 		if err != nil {
 			return fmt.Errorf("move: %w", err)
 		}

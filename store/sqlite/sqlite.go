@@ -294,6 +294,7 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 			v.Deliveries = append(v.Deliveries, dv)
 		}
 	}
+	v.Deliveries = store.WithPlannedSteps(v.ID, v.Deliveries) // a lazy chain's later steps (fallback.go)
 	return v, rows.Err()
 }
 

@@ -114,6 +114,19 @@ func endSend(t *testing.T, b bundle, row store.Claimed, state heraldtype.Deliver
 	}
 }
 
+// cancelWhileSending creates a chain for r1, claims its push row and
+// delivery (SENDING), and cancels the notification; it returns the
+// notification, push's claimed row and its delivery claim.
+func cancelWhileSending(t *testing.T, b bundle) (store.NotificationCreateParams, store.Claimed, store.DeliveryClaimResult) {
+	t.Helper()
+	p := chainCreate(t, b, "r1", nil)
+	push := store.MessageID(p.ID, heraldtype.ChannelPush)
+	row := claimed(t, b, false)[push]
+	res := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: push, NotificationID: p.ID, Tenant: "t1", Channel: heraldtype.ChannelPush, Provider: "p", Owner: "w"})
+	cancelOf(t, b, p.ID)
+	return p, row, res
+}
+
 // ending is how a test ends a send, and the cause the next step records.
 type ending struct {
 	state  heraldtype.DeliveryState
@@ -514,11 +527,8 @@ func testFallback(t *testing.T, h Harness) {
 		// Push is SENDING when the cancel comes: it is left alone, the
 		// waiting steps are suppressed; push then fails and releases
 		// AlimTalk's row, which finds its delivery ended and sends nothing.
-		p := chainCreate(t, b, "r1", nil)
+		p, row, res := cancelWhileSending(t, b)
 		push, alim, sms := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS)
-		row := claimed(t, b, false)[push]
-		res := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: push, NotificationID: p.ID, Tenant: "t1", Channel: heraldtype.ChannelPush, Provider: "p", Owner: "w"})
-		cancelOf(t, b, p.ID)
 		// AlimTalk's cancel is its end, and that write skips SMS's row.
 		wantSteps(t, b, p.ID, map[string]step{
 			push: {State: "SENDING", Decision: fallback.DecisionFirst},
@@ -551,6 +561,98 @@ func testFallback(t *testing.T, h Harness) {
 		}
 		if got := claimed(t, b, false); len(got) != 1 || got[store.MessageID(q.ID, heraldtype.ChannelPush)].MessageID == "" {
 			t.Fatalf("claimed %v, want only the cancelled push row (to finish it)", got)
+		}
+	})
+
+	// A cancel while the first step is being sent suppresses the waiting
+	// steps; the send's acceptance, recorded under the claim it had before
+	// the cancel, then ends the chain as any acceptance does: nothing is
+	// left waiting, for the claim or the watchdog.
+	t.Run("ACancelWhileSendingThenAnAcceptanceEndsTheChain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p, row, res := cancelWhileSending(t, b)
+		push, alim, sms := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS)
+		if rec, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: push, Attempt: res.Attempt, State: heraldtype.DeliveryProviderAccepted,
+			Owner: "w", Class: "ok", StartedAt: b.clk.Now(), Outbox: &row.Fence}); err != nil || !rec.Recorded || !rec.OutboxSettled {
+			t.Fatalf("record: %+v (%v)", rec, err)
+		}
+		wantSteps(t, b, p.ID, map[string]step{
+			push: {State: "PROVIDER_ACCEPTED", Decision: fallback.DecisionFirst},
+			alim: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: "PROVIDER_ACCEPTED"},
+			sms:  {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
+		})
+		b.clk.Advance(time.Hour)
+		if got := findAll(t, b, store.UnownedWaiting, 5*time.Minute); len(got) != 0 {
+			t.Fatalf("the watchdog found %+v", got)
+		}
+		if got := claimed(t, b, false); len(got) != 0 {
+			t.Fatalf("claimed %v after the chain ended", got)
+		}
+	})
+
+	// A chain ends with the first end that is not a definite failure; a
+	// report or receipt that later moves that send elsewhere, even to a
+	// definite failure, does not reopen it: the steps stay skipped after
+	// the end they had, and nothing becomes due.
+	t.Run("AMoveAfterTheEndKeepsTheChainEnded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		skipped := func(after string) step {
+			return step{State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: after}
+		}
+		for _, c := range []struct {
+			name string
+			end  heraldtype.DeliveryState
+			move func(t *testing.T, mid string)
+		}{
+			{"ReportFailsAnAcceptedSend", heraldtype.DeliveryProviderAccepted, func(t *testing.T, mid string) {
+				out, err := b.s.DeliveryReport(b.ctx, store.ReportParams{Provider: "p", MessageID: mid,
+					From: []heraldtype.DeliveryState{heraldtype.DeliveryProviderAccepted}, To: heraldtype.DeliveryPermanentFailure, Reason: "EXPIRED_ON_HANDSET"})
+				if err != nil || !out.Moved {
+					t.Fatalf("report: %+v (%v)", out, err)
+				}
+			}},
+			{"ReportFailsAnUnknownSend", heraldtype.DeliveryUnknown, func(t *testing.T, mid string) {
+				out, err := b.s.DeliveryReport(b.ctx, store.ReportParams{Provider: "p", MessageID: mid,
+					From: []heraldtype.DeliveryState{heraldtype.DeliveryUnknown}, To: heraldtype.DeliveryPermanentFailure, Reason: "REJECTED"})
+				if err != nil || !out.Moved {
+					t.Fatalf("report: %+v (%v)", out, err)
+				}
+			}},
+			{"ReceiptDeliversAnAcceptedSend", heraldtype.DeliveryProviderAccepted, func(t *testing.T, mid string) {
+				if out, err := b.s.DeliveryReceipt(b.ctx, "t1", "r-receipt", mid); err != nil || out.Result != store.ReceiptDelivered {
+					t.Fatalf("receipt: %+v (%v)", out, err)
+				}
+			}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				recipient := "r-" + c.name
+				if c.name == "ReceiptDeliversAnAcceptedSend" {
+					recipient = "r-receipt"
+				}
+				p := chainCreate(t, b, recipient, nil)
+				push, alim, sms := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS)
+				endSend(t, b, claimed(t, b, false)[push], c.end, "")
+				want := map[string]step{alim: skipped(string(c.end)), sms: skipped(string(c.end))}
+				wantSteps(t, b, p.ID, want)
+				c.move(t, push)
+				wantSteps(t, b, p.ID, want)
+				if got := claimed(t, b, false); len(got) != 0 {
+					t.Fatalf("claimed %v after the move", got)
+				}
+				// The listing's state filter computes SKIPPED as the view does.
+				found := false
+				for _, id := range idsOf(list(t, b, store.NotificationListParams{Tenant: "t1", Recipient: recipient, State: "SKIPPED", Limit: 10})) {
+					found = found || id == p.ID
+				}
+				if !found {
+					t.Fatalf("listed SKIPPED for %s: not %s", recipient, p.ID)
+				}
+				if got := idsOf(list(t, b, store.NotificationListParams{Tenant: "t1", Recipient: recipient, State: "WAITING", Limit: 10})); len(got) != 0 {
+					t.Fatalf("listed WAITING: %v, want none", got)
+				}
+			})
 		}
 	})
 
