@@ -41,7 +41,17 @@ import (
 //
 // The state is compared as an expression (w.state || ”), as the fenced
 // writes do, so the primary key's notification_id prefix, not the partial
-// index of WAITING rows, finds the rows. The statement selects, from fr,
+// index of WAITING rows, finds the rows. fm looks each send's outbox row up
+// by its key (a LATERAL lookup with LIMIT 1, one probe a send, however many
+// rows stale statistics make the planner expect), and fr and fs run only
+// when fm has a row for them (an uncorrelated EXISTS, a one-time filter
+// checked before their plan starts): a send off any chain, nearly every
+// send, moves nothing and reads nothing more. Without that gate a result
+// write planned on the statistics of a small outbox (autovacuum behind a
+// campaign's fan-out, or off) joined fm to the outbox by hash, and a hash
+// join reads its outer side first: it scanned the whole outbox for WAITING
+// rows on every send, a million rows in issue 12's isolation run, where it
+// stalled both lanes. The statement selects, from fr,
 // the lane of a released step (to wake this process's claimers). $1 is
 // now, as in every host statement.
 const qFallbackMove = `,
@@ -51,7 +61,11 @@ fm AS (
            u.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED', 'FAILED')
                OR (u.state = 'SUPPRESSED' AND u.reason IN ('DESTINATION_UNAVAILABLE', 'CONSENT_DENIED')) AS definite,
            CASE WHEN u.state = 'SUPPRESSED' AND u.reason <> '' THEN u.reason ELSE u.state END AS cause
-    FROM u JOIN outbox o ON o.notification_id = u.notification_id AND o.channel = u.channel
+    FROM u CROSS JOIN LATERAL (
+        SELECT o.notification_id, o.fallback_step, o.lane FROM outbox o
+        WHERE o.notification_id = u.notification_id AND o.channel = u.channel
+        LIMIT 1
+    ) o
     WHERE o.fallback_step IS NOT NULL AND u.state NOT IN ('SENDING', 'RETRY_WAIT', 'PARKED')
 ),
 fr AS (
@@ -63,6 +77,7 @@ fr AS (
         updated_at = coalesce($1::timestamptz, clock_timestamp())
     FROM fm
     WHERE fm.definite AND w.notification_id = fm.notification_id AND w.fallback_step = fm.fallback_step + 1 AND w.state || '' = 'WAITING'
+      AND EXISTS (SELECT 1 FROM fm WHERE fm.definite)
     RETURNING w.lane, w.state = 'PENDING' AS released
 ),
 fs AS (
@@ -70,6 +85,7 @@ fs AS (
     SET state = 'SKIPPED', last_reason = 'FALLBACK_NOT_NEEDED', fallback_after = fm.cause, updated_at = coalesce($1::timestamptz, clock_timestamp())
     FROM fm
     WHERE NOT fm.definite AND w.notification_id = fm.notification_id AND w.fallback_step > fm.fallback_step AND w.state || '' = 'WAITING'
+      AND EXISTS (SELECT 1 FROM fm WHERE NOT fm.definite)
 )
 `
 

@@ -129,6 +129,13 @@ func explain(t *testing.T, conn *pgxpool.Conn, what, sql string, args ...any) st
 // (quote_nullable of the value cast to text).
 func explainExecute(t *testing.T, conn *pgxpool.Conn, name, sql string, args []any) string {
 	t.Helper()
+	return explainExecuteAs(t, conn, "EXPLAIN", name, sql, args)
+}
+
+// explainExecuteAs is explainExecute with the EXPLAIN command given, such
+// as "EXPLAIN (ANALYZE, BUFFERS)", which runs the statement.
+func explainExecuteAs(t *testing.T, conn *pgxpool.Conn, command, name, sql string, args []any) string {
+	t.Helper()
 	ctx := context.Background()
 	name = strings.ToLower(name) // as PostgreSQL folds the unquoted name
 	if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+sql); err != nil {
@@ -149,7 +156,7 @@ FROM pg_prepared_statements, unnest(parameter_types::oid[]) WITH ORDINALITY AS p
 		}
 		literals[i] += "::" + types[i]
 	}
-	return explain(t, conn, name, "EXPLAIN EXECUTE "+name+"("+strings.Join(literals, ", ")+")")
+	return explain(t, conn, name, command+" EXECUTE "+name+"("+strings.Join(literals, ", ")+")")
 }
 
 // indexCondNames reports whether an "Index Cond" line of the plan names col.

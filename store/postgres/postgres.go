@@ -199,6 +199,16 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "herald"
 	}
+	// herald's statements are short and run many times a second; JIT
+	// compiles a plan at every execution once its estimated cost passes
+	// jit_above_cost, which stale statistics of a grown table make it do:
+	// in issue 12's isolation run each send's result write spent about
+	// 60 ms compiling (and a stale-claim sweep 3.4 s), on the two
+	// connections every hot statement is written through. A URL that sets
+	// jit keeps its own.
+	if _, ok := cfg.ConnConfig.RuntimeParams["jit"]; !ok {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	if opts.Tracer != nil {
 		cfg.ConnConfig.Tracer = opts.Tracer
 	}

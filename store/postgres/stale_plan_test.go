@@ -1,0 +1,125 @@
+package postgres
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The end of a send off any fallback chain, and the expiry sweep, read
+// their own rows and nothing more, whatever plan stale statistics lead the
+// planner to. In issue 12's isolation run (a million-row outbox never
+// analyzed: autovacuum off) every result write's generic plan scanned the
+// whole outbox for the WAITING steps of a chain the send was not on
+// (qFallbackMove's fr: a hash join, whose outer seq scan runs to its end
+// before the join learns that fm has no rows) and was compiled by JIT at
+// every call (its cost, inflated by the same statistics, passed
+// jit_above_cost): about 130 ms of scanning and 60 ms of compiling a send
+// on a quiet machine, on the few connections the pipeline writes through,
+// which stalled the sends of both lanes; and the expiry sweep read every
+// PENDING row each 5 s. Here the outbox has 100,000 rows and no
+// statistics, nested loops are off so that the planner takes the hash
+// join it took there, and jit_above_cost is 0. Each statement runs under
+// EXPLAIN (ANALYZE, BUFFERS) in the generic plan a pooled connection
+// settles on, and is rolled back.
+func TestASendsEndReadsOnlyItsOwnRowsWithStaleStatistics(t *testing.T) {
+	t.Parallel()
+	s, conn := planConn(t,
+		`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
+SELECT CASE WHEN g <= 3 THEN 'n' || g ELSE 'ntf_' || lpad(g::text, 26, '0') END, 't', 'member-' || g, 'cmp_01M8VFKPVA51Q2F959TH30MNV9', 'coupon',
+       'marketing', '{"coupon":"C10"}', now() FROM generate_series(1, 100000) g`,
+		// n1 and n3 are claimed, n1 is being sent; the rest wait.
+		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, claimed_by, claimed_until, token,
+                    created_at, updated_at)
+SELECT id, id || '.webhook', 't', 'marketing', 'webhook', CASE WHEN id IN ('n1', 'n3') THEN 'CLAIMED' ELSE 'PENDING' END, now(),
+       CASE WHEN id IN ('n1', 'n3') THEN 'w' END, CASE WHEN id IN ('n1', 'n3') THEN now() + interval '1 hour' END, 1, now(), now()
+FROM notifications`,
+		`INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, claimed_by, claimed_at, created_at, updated_at)
+VALUES ('n1.webhook', 'n1', 't', 'webhook', 'SENDING', 1, 'w', now(), now(), now())`,
+	)
+	// The plan the missing statistics of the million-row outbox led to
+	// (fm estimated at 14 rows, each probe of the primary key's
+	// notification_id prefix at 0.5% of the table): a hash join over a
+	// scan of the outbox. And any plan's cost past jit_above_cost.
+	if _, err := conn.Exec(context.Background(), `SET enable_nestloop = off; SET jit_above_cost = 0`); err != nil {
+		t.Fatal(err)
+	}
+	var jit string
+	if err := s.pool.QueryRow(context.Background(), `SHOW jit`).Scan(&jit); err != nil {
+		t.Fatal(err)
+	}
+	if jit != "off" {
+		t.Errorf("the store's connections run with jit = %s, want off", jit)
+	}
+	now := time.Now()
+	record := []any{nil, "PROVIDER_ACCEPTED", "", nil, "n1.webhook", 1, "w", now, now, "accepted", 100, ""}
+	for name, q := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"record": {qDeliveryRecord, record},
+		"settle": {qDeliveryRecordSettle, append(record, "n1", "webhook", int64(1))},
+		"decide": {qDeliveryDecide, []any{nil, "n2.webhook", "n2", "t", "webhook", "SUPPRESSED", "CONSENT_DENIED"}},
+		"fail":   {qOutboxFail, []any{nil, "FAILED", "RENDER", "n3", "webhook", int64(1)}},
+		"stale":  {qDeliverySweepStale, []any{nil, 10 * time.Minute}},
+		// The expiry sweep, every 5 s, with nothing to expire.
+		"expire": {qOutboxExpire, []any{nil, 100}},
+	} {
+		if _, err := conn.Exec(context.Background(), `BEGIN`); err != nil {
+			t.Fatal(err)
+		}
+		plan := explainExecuteAs(t, conn, "EXPLAIN (ANALYZE, BUFFERS)", "stale_"+name, q.sql, q.args)
+		if _, err := conn.Exec(context.Background(), `ROLLBACK`); err != nil {
+			t.Fatal(err)
+		}
+		if pages := planPages(plan); pages > 200 {
+			t.Errorf("%s read %d pages (it needs a handful):\n%s", name, pages, plan)
+		}
+		for _, line := range strings.Split(plan, "\n") {
+			if strings.Contains(line, "Seq Scan on outbox") && !strings.Contains(line, "never executed") {
+				t.Errorf("%s scanned the outbox:\n%s", name, plan)
+				break
+			}
+		}
+		if strings.Contains(plan, "JIT:") {
+			t.Errorf("%s was compiled by JIT:\n%s", name, plan)
+		}
+	}
+}
+
+// planPages returns the pages (shared hit and read) the top node of an
+// EXPLAIN (ANALYZE, BUFFERS) plan touched.
+func planPages(plan string) int {
+	m := regexp.MustCompile(`Buffers: shared((?: \w+=\d+)+)`).FindStringSubmatch(plan)
+	if m == nil {
+		return 0
+	}
+	total := 0
+	for _, kv := range strings.Fields(m[1]) {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "hit" || k == "read" {
+			n, _ := strconv.Atoi(v)
+			total += n
+		}
+	}
+	return total
+}
+
+// herald's connections run without JIT unless the URL asks for it.
+func TestConnectionsRunWithoutJITUnlessTheURLSetsIt(t *testing.T) {
+	for url, want := range map[string]string{
+		"postgres://u@127.0.0.1:5432/d":        "off",
+		"postgres://u@127.0.0.1:5432/d?jit=on": "on",
+	} {
+		cfg, err := poolConfig(url, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.ConnConfig.RuntimeParams["jit"]; got != want {
+			t.Errorf("%s: jit = %q, want %q", url, got, want)
+		}
+	}
+}
