@@ -117,3 +117,45 @@ func TestStoreGaugesGoStaleWhileTheStoreFails(t *testing.T) {
 		t.Fatalf("past staleAfter, figures: %v, want ErrNoValue", err)
 	}
 }
+
+// A refresh that read the store for long spaces the next by gaugeSpacing
+// times as long, whatever the interval: a count over a million-row backlog
+// must not take the leader's connection most of the time. A quick one
+// keeps the interval, and a process that starts leading refreshes at once.
+func TestStoreGaugesSpaceSlowRefreshes(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	end := t0
+	g := &storeGauges{
+		backlogOf: func(context.Context) (map[heraldtype.Lane]int, error) { return map[heraldtype.Lane]int{}, nil },
+		figuresOf: func(context.Context) (metrics.ReconcileFigures, error) { return metrics.ReconcileFigures{}, nil },
+		logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		clock:     func() time.Time { return end },
+	}
+	const interval = 15 * time.Second
+	if !g.due(t0, interval) {
+		t.Fatal("no refresh yet: not due")
+	}
+	end = t0.Add(3 * time.Second) // the refresh read the store for 3 s
+	g.refresh(context.Background(), t0)
+	for _, c := range []struct {
+		after time.Duration
+		due   bool
+	}{{15 * time.Second, false}, {29 * time.Second, false}, {30 * time.Second, true}} {
+		if got := g.due(t0.Add(c.after), interval); got != c.due {
+			t.Errorf("%v after a 3 s refresh: due %v, want %v", c.after, got, c.due)
+		}
+	}
+	// A quick refresh keeps the interval.
+	t1 := t0.Add(30 * time.Second)
+	end = t1.Add(100 * time.Millisecond)
+	g.refresh(context.Background(), t1)
+	if g.due(t1.Add(14*time.Second), interval) || !g.due(t1.Add(interval), interval) {
+		t.Error("after a quick refresh the interval does not rule")
+	}
+	// A process that stops leading and leads again refreshes at once.
+	g.forget()
+	if !g.due(t1.Add(time.Second), interval) {
+		t.Error("after forget: not due")
+	}
+}
