@@ -15,7 +15,10 @@ import (
 
 // refuseMoves makes the database refuse any write that takes an outbox row
 // out of WAITING (a release or a skip), as a fault in the chain's write
-// would; allow drops that again.
+// would; allow drops that again. On PostgreSQL a lazy chain's end writes
+// its later steps' rows already moved (an insert of step 2 released, or of
+// the steps skipped: store/postgres/fallback.go), so an insert of a later
+// step other than WAITING is refused too.
 var refuseMoves = map[string]struct{ refuse, allow []string }{
 	"sqlite": {
 		refuse: []string{`CREATE TRIGGER refuse_moves BEFORE UPDATE OF state ON outbox
@@ -27,8 +30,10 @@ WHEN OLD.state = 'WAITING' AND NEW.state <> 'WAITING' BEGIN SELECT RAISE(ABORT, 
 			`CREATE FUNCTION refuse_moves() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$`,
 			`CREATE TRIGGER refuse_moves BEFORE UPDATE ON outbox FOR EACH ROW
 WHEN (OLD.state = 'WAITING' AND NEW.state <> 'WAITING') EXECUTE FUNCTION refuse_moves()`,
+			`CREATE TRIGGER refuse_moved_inserts BEFORE INSERT ON outbox FOR EACH ROW
+WHEN (NEW.fallback_step > 1 AND NEW.state <> 'WAITING') EXECUTE FUNCTION refuse_moves()`,
 		},
-		allow: []string{`DROP TRIGGER refuse_moves ON outbox`, `DROP FUNCTION refuse_moves()`},
+		allow: []string{`DROP TRIGGER refuse_moves ON outbox`, `DROP TRIGGER refuse_moved_inserts ON outbox`, `DROP FUNCTION refuse_moves()`},
 	},
 }
 

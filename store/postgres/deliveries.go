@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldhq/herald/fallback"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
@@ -99,7 +100,14 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 	args := []any{s.now(), string(p.State), p.Reason, delay, p.MessageID, p.Attempt,
 		p.Owner, p.StartedAt, p.StartedAt.Add(p.Duration), p.Class, p.Duration.Milliseconds(), p.ProviderRef}
 	q := qDeliveryRecord
-	if p.Outbox != nil {
+	// A send that leaves a lazy chain unwritten runs no chain statement, if
+	// the chain still is unwritten when the row settles (fallback.go).
+	lazy := p.Outbox != nil && p.Outbox.LazyChain && p.State.Terminal() && !fallback.Definite(p.State, p.Reason)
+	switch {
+	case lazy:
+		q = qDeliveryRecordLazy
+		args = append(args, p.Outbox.NotificationID, string(p.Outbox.Channel), p.Outbox.Token)
+	case p.Outbox != nil:
 		q = qDeliveryRecordSettle
 		args = append(args, p.Outbox.NotificationID, string(p.Outbox.Channel), p.Outbox.Token)
 	}
@@ -107,6 +115,15 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 	var wake *string // a fallback step it released (fallback.go)
 	if err := s.pipe.QueryRow(ctx, q, args...).Scan(&recorded, &settled, &wake); err != nil {
 		return store.RecordResult{}, s.fail(fmt.Sprintf("record delivery %s", p.MessageID), err)
+	}
+	if lazy && recorded == 1 && settled == 0 {
+		// Written since the claim (a cancel, an erasure), or the lease
+		// lost: the chain moves as any send's end moves it.
+		err := s.pool.QueryRow(ctx, qFallbackEnd, s.now(), p.MessageID, p.Reason, p.Outbox.NotificationID, string(p.Outbox.Channel),
+			p.Outbox.Token).Scan(&settled, &wake)
+		if err != nil {
+			return store.RecordResult{Recorded: true}, s.fail(fmt.Sprintf("record delivery %s: move its fallback chain", p.MessageID), err)
+		}
 	}
 	s.wakeFallback(wake)
 	return store.RecordResult{Recorded: recorded == 1, OutboxSettled: settled == 1}, nil
@@ -117,10 +134,21 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams) (bool, error) {
 	var written int64
 	var wake *string // a fallback step it released (fallback.go)
-	err := s.pipe.QueryRow(ctx, qDeliveryDecide, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason).
-		Scan(&written, &wake)
-	if err != nil {
-		return false, s.fail(fmt.Sprintf("decide delivery %s", p.MessageID), err)
+	for try := 0; ; try++ {
+		var unwritten bool
+		err := s.pipe.QueryRow(ctx, qDeliveryDecide, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason).
+			Scan(&written, &wake, &unwritten)
+		if err != nil {
+			return false, s.fail(fmt.Sprintf("decide delivery %s", p.MessageID), err)
+		}
+		if !unwritten || try > 0 {
+			break
+		}
+		// A lazy chain's later step with no row yet: written first, as
+		// intake writes an eager chain's (fallback.go).
+		if err := s.materializeStep(ctx, p.NotificationID); err != nil {
+			return false, s.fail(fmt.Sprintf("decide delivery %s", p.MessageID), err)
+		}
 	}
 	s.wakeFallback(wake)
 	return written == 1, nil

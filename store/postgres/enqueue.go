@@ -65,11 +65,10 @@ func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, 
 	if len(p.Channels) == 0 {
 		return store.NotificationCreateResult{}, errors.New("create notification in transaction: no channels")
 	}
-	channels := make([]string, len(p.Channels))
-	messageIDs := make([]string, len(p.Channels))
-	for i, ch := range p.Channels {
-		channels[i], messageIDs[i] = string(ch), store.MessageID(p.ID, ch)
-		if strings.Contains(channels[i], ",") || strings.Contains(messageIDs[i], ",") {
+	c := newChainArgs(p) // a lazy chain's later steps get no rows (fallback.go)
+	channels, messageIDs := c.channels, c.messageIDs
+	for i, ch := range channels {
+		if strings.Contains(ch, ",") || strings.Contains(messageIDs[i], ",") {
 			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %q is not a channel", ch)
 		}
 	}
@@ -96,13 +95,13 @@ func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, 
 	)
 	// Lists travel as comma-joined text, not arrays, so that any
 	// database/sql driver for PostgreSQL can pass them.
-	steps := make([]string, len(p.Channels))
-	for i, n := range chainSteps(p) {
+	steps := make([]string, len(c.steps))
+	for i, n := range c.steps {
 		steps[i] = strconv.Itoa(int(n))
 	}
 	err := q.QueryRow(ctx, qEnqueue, p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
 		dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ","),
-		inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ","), wake).
+		inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ","), wake, c.plan).
 		Scan(&createdID, &due, &notified, &dupID, &told)
 	if err != nil {
 		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
@@ -150,7 +149,9 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 // item), $14 inbox body, $15 its locale, $16 the inbox send's message id,
 // $17 each channel's fallback step (comma-joined, parallel to $11; 0 off a
 // chain), a later step's rows WAITING (as qNotificationCreate), $18 whether
-// to wake the lane.
+// to wake the lane, $19 a lazy chain's later channels, comma-joined, the
+// first step's rows' fallback_plan (empty for none; as qNotificationCreate's
+// $25).
 const qEnqueue = `WITH t AS (SELECT statement_timestamp() AS now),
 ` + qWakeHash + `,
 n AS (
@@ -174,11 +175,12 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step)
+                        fallback_step, fallback_plan)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $1::text, $6::text, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.message_id = $16::text THEN 'DONE' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
            CASE WHEN c.message_id = $16::text THEN 'STORED' ELSE '' END,
-           greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at, nullif(c.step, 0)
+           greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
+           CASE WHEN c.step = 1 THEN string_to_array(nullif($19::text, ''), ',') END
     FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ','), string_to_array($17::text, ',')::integer[])
         WITH ORDINALITY AS c (channel, message_id, step, ord)
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $1::text AND dv.recipient = $3::text AND dv.active

@@ -43,6 +43,12 @@ FROM notifications`,
 		"stale":   {qDeliverySweepStale, []any{nil, 10 * time.Minute}, []string{"deliveries_sending", "outbox_pkey"}},
 		"find":    {qUnownedFindWaiting, []any{nil, time.Minute, time.Time{}, "", 1000}, []string{"outbox_waiting", "outbox_pkey"}},
 		"release": {qFallbackRelease, []any{nil, "n1", 2, "PERMANENT_FAILURE"}, []string{"outbox_pkey"}},
+		// A lazy chain's statements (fallback.go).
+		"lazy":        {qDeliveryRecordLazy, append(record, "n1", "push", int64(1)), []string{"deliveries_message_id", "outbox_pkey"}},
+		"end":         {qFallbackEnd, []any{nil, "n1.push", "", "n1", "push", int64(1)}, []string{"deliveries_message_id", "outbox_pkey"}},
+		"lock":        {qFallbackLockPlanned, []any{[]string{"n1"}}, []string{"outbox_pkey"}},
+		"materialize": {qFallbackMaterialize, []any{nil, []string{"n1"}, "WAITING", nil}, []string{"outbox_pkey"}},
+		"written":     {qFallbackWritten, []any{[]string{"n1"}}, []string{"outbox_pkey"}},
 	} {
 		plans := bothPlans(t, conn, "plan_fallback_"+name, q.sql, q.args)
 		for _, how := range []string{"custom", "generic"} {

@@ -50,6 +50,9 @@ func TestMergedCreatesMatchSingleOnes(t *testing.T) {
 		{"dedup first", params(func(p *store.NotificationCreateParams) { p.IdempotencyKey, p.DedupKey = "", "d1" }), store.Created},
 		{"dedup second", params(func(p *store.NotificationCreateParams) { p.IdempotencyKey, p.DedupKey = "", "d1" }), store.Deduplicated},
 		{"no key", params(func(p *store.NotificationCreateParams) { p.IdempotencyKey = "" }), store.Created},
+		{"lazy fallback chain", params(func(p *store.NotificationCreateParams) {
+			p.Channels, p.Fallback = []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelSMS, heraldtype.ChannelAlimTalk}, true
+		}), store.Created},
 	}
 	var merged []int
 	var mu sync.Mutex
@@ -112,6 +115,19 @@ func TestMergedCreatesMatchSingleOnes(t *testing.T) {
 				t.Errorf("%s: entry %d = %+v", batch[i].name, j, d)
 			}
 		}
+	}
+	// A lazy chain's first step alone, carrying the later channels
+	// (fallback.go); the read API shows them WAITING.
+	lazy := batch[8].p
+	var rows int
+	var plan []string
+	if err := s.pool.QueryRow(ctx, `SELECT count(*), max(fallback_plan::text)::text[] FROM outbox WHERE notification_id = $1`, lazy.ID).
+		Scan(&rows, &plan); err != nil || rows != 1 || fmt.Sprint(plan) != "[sms alimtalk]" {
+		t.Errorf("lazy chain: %d rows, plan %v (%v), want the first step's alone with [sms alimtalk]", rows, plan, err)
+	}
+	if v, err := s.NotificationGet(ctx, "t1", lazy.ID); err != nil || len(v.Deliveries) != 3 ||
+		v.Deliveries[1].OutboxState != heraldtype.OutboxWaiting || v.Deliveries[2].OutboxState != heraldtype.OutboxWaiting {
+		t.Errorf("lazy chain: view %+v (%v)", v, err)
 	}
 	for _, i := range []int{6} {
 		if _, err := s.NotificationGet(ctx, "t1", batch[i].p.ID); err == nil {

@@ -50,11 +50,7 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 }
 
 func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
-	channels := make([]string, len(p.Channels))
-	messageIDs := make([]string, len(p.Channels))
-	for i, ch := range p.Channels {
-		channels[i], messageIDs[i] = string(ch), store.MessageID(p.ID, ch)
-	}
+	c := newChainArgs(p) // a lazy chain's later steps get no rows (fallback.go)
 	response := p.Response
 	if response == nil {
 		response = []byte{}
@@ -84,7 +80,7 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 		a := &createArgs{now: s.now(), tenant: p.Tenant, key: p.IdempotencyKey, hash: p.RequestHash, ttl: p.IdempotencyTTL,
 			response: response, id: p.ID, recipient: p.Recipient, event: p.EventID, kind: p.Kind, lane: string(p.Lane),
 			params: string(params), dedup: nullString(p.DedupKey), sendAt: p.SendAt, expiresAt: p.ExpiresAt,
-			channels: channels, messageIDs: messageIDs, steps: chainSteps(p), wake: s.notify.inStatement(p.Lane), inbox: inbox, lang: lang}
+			channels: c.channels, messageIDs: c.messageIDs, steps: c.steps, plan: c.plan, wake: s.notify.inStatement(p.Lane), inbox: inbox, lang: lang}
 		var row createRow
 		var err error
 		if p.IdempotencyKey != "" && p.DedupKey != "" {
@@ -134,7 +130,8 @@ type createArgs struct {
 	dedup                                          *string
 	sendAt, expiresAt                              *time.Time
 	channels, messageIDs                           []string
-	steps                                          []int32 // fallback steps (chainSteps)
+	steps                                          []int32 // fallback steps (chainArgs)
+	plan                                           string  // a lazy chain's later channels, comma-joined ('' for none)
 	inbox                                          inboxArgs
 	lang                                           *string
 }
@@ -142,7 +139,7 @@ type createArgs struct {
 func (a *createArgs) list() []any {
 	return []any{a.now, a.tenant, a.key, a.hash, a.ttl, a.response, a.id, a.recipient, a.event, a.kind, a.lane,
 		a.params, a.dedup, a.sendAt, a.expiresAt, a.channels, a.messageIDs, a.wake,
-		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang, a.steps}
+		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang, a.steps, a.plan}
 }
 
 // inboxArgs are a create's inbox item: all nil when it writes none.
@@ -169,7 +166,7 @@ var createMerge = &merge{
 		ttl, response := make([]time.Duration, n), make([][]byte, n)
 		sendAt, expiresAt := make([]*time.Time, n), make([]*time.Time, n)
 		var chReq, chStep []int32
-		var chName, chMsg []string
+		var chName, chMsg, chPlan []string
 		for i, op := range ops {
 			a := op.in.(*createArgs)
 			tenant[i], key[i], hash[i], ttl[i], response[i] = a.tenant, a.key, a.hash, a.ttl, a.response
@@ -178,11 +175,11 @@ var createMerge = &merge{
 			ititle[i], ibody[i], ilocale[i], imessage[i], lang[i] = a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang
 			for j, ch := range a.channels {
 				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a.messageIDs[j])
-				chStep = append(chStep, a.steps[j])
+				chStep, chPlan = append(chStep, a.steps[j]), append(chPlan, a.plan)
 			}
 		}
 		return []any{ops[0].in.(*createArgs).now, tenant, key, hash, ttl, response, id, recipient, event, kind, lane,
-			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep}
+			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep, chPlan}
 	},
 	scan: func(rows pgx.Rows, ops []*pipeOp) error {
 		i := 0
@@ -305,6 +302,7 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	if !found {
 		return store.NotificationView{}, store.ErrNotFound
 	}
+	v.Deliveries = store.WithPlannedSteps(v.ID, v.Deliveries) // a lazy chain's later steps (fallback.go)
 	return v, nil
 }
 

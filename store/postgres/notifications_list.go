@@ -38,7 +38,8 @@ page AS (
       AND ($4::text = '' OR n.kind = $4::text)
       AND ($5::text = '' OR EXISTS (
           SELECT 1 FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
-          WHERE o.notification_id = n.id AND ` + qEntryState + ` = $5::text))
+          WHERE o.notification_id = n.id AND ` + qEntryState + ` = $5::text)
+        OR ($5::text IN ('WAITING', 'SKIPPED') AND ` + qPlannedState + ` = $5::text))
     ORDER BY n.created_at DESC, n.id DESC
     LIMIT $9::integer
 )
@@ -47,11 +48,22 @@ page AS (
 	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at, t.now,
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
-       o.fallback_step, o.fallback_after
+       o.fallback_step, o.fallback_after, o.fallback_plan
 FROM page p CROSS JOIN t
 LEFT JOIN outbox o ON o.notification_id = p.id
 LEFT JOIN deliveries d ON d.message_id = o.message_id
 ORDER BY p.created_at DESC, p.id DESC, o.id`
+
+	// qPlannedState is the state the read API shows for the later steps
+	// of notification n's lazy chain that have no rows yet, as
+	// store.WithPlannedSteps computes it (fallback.Decide): SKIPPED once a
+	// first step's send has ended otherwise than by a definite failure,
+	// else WAITING; NULL when n has no such steps. Read only when the
+	// filter asks for WAITING or SKIPPED; each probe is of the primary
+	// key's notification_id prefix.
+	qPlannedState = `(SELECT CASE WHEN ` + qFirstStepEndedOtherwise + ` THEN 'SKIPPED' ELSE 'WAITING' END
+          WHERE EXISTS (SELECT 1 FROM outbox f WHERE f.notification_id = n.id AND f.fallback_step = 1 AND f.fallback_plan IS NOT NULL)
+            AND NOT EXISTS (SELECT 1 FROM outbox l WHERE l.notification_id = n.id AND l.fallback_step > 1))`
 
 	// qEntryState is the state the read API shows for the planned send o
 	// (with its delivery d) of notification n, as
@@ -109,6 +121,9 @@ func (s *Store) NotificationList(ctx context.Context, p store.NotificationListPa
 	if err := rows.Err(); err != nil {
 		return nil, s.fail("list notifications", err)
 	}
+	for i := range out {
+		out[i].Deliveries = store.WithPlannedSteps(out[i].ID, out[i].Deliveries) // a lazy chain's later steps (fallback.go)
+	}
 	return out, nil
 }
 
@@ -127,10 +142,11 @@ func scanViewRow(rows pgx.Rows, v *store.NotificationView) (dv store.DeliveryVie
 		dClaimed, dNext, dCreated, dUpdated   *time.Time
 		fStep                                 *int32
 		fAfter                                *string
+		fPlan                                 []string
 	)
 	if err := rows.Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &now,
 		&msgID, &ch, &ostate, &oreason, &avail, &oupd,
-		&dNotif, &dTenant, &dProv, &dState, &dReas, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated, &fStep, &fAfter); err != nil {
+		&dNotif, &dTenant, &dProv, &dState, &dReas, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated, &fStep, &fAfter, &fPlan); err != nil {
 		return dv, false, err
 	}
 	v.Lane, v.SendAt, v.ExpiresAt, v.CreatedAt, v.Now = heraldtype.Lane(lane), utcPtr(sendAt), utcPtr(expiresAt), utc(created), utc(now)
@@ -151,6 +167,9 @@ func scanViewRow(rows pgx.Rows, v *store.NotificationView) (dv store.DeliveryVie
 	}
 	if fStep != nil {
 		dv.Fallback = &store.FallbackStep{Step: int(*fStep), After: deref(fAfter)}
+	}
+	for _, ch := range fPlan { // a lazy chain's first step (fallback.go)
+		dv.Planned = append(dv.Planned, heraldtype.Channel(ch))
 	}
 	return dv, true, nil
 }

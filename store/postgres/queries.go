@@ -61,8 +61,10 @@ const (
 	// $19 inbox title (NULL: no inbox item), $20 inbox body, $21 the text's locale,
 	// $22 the inbox send's message id, $23 the profile language the text was
 	// chosen for (NULL: none), $24 each channel's fallback step (parallel
-	// to $16; 0 off a chain: chainSteps, fallback.go), the first step's
-	// rows PENDING and a later step's WAITING.
+	// to $16; 0 off a chain: chainArgs, fallback.go), the first step's
+	// rows PENDING and a later step's WAITING, $25 a lazy chain's later
+	// channels, comma-joined ('' for none), written on the first step's
+	// rows as their fallback_plan (the later steps are then not in $16).
 	qNotificationCreate = `WITH g AS (
     SELECT $23::text IS NULL
            OR coalesce((SELECT data->>'language' FROM profiles WHERE tenant = $2::text AND recipient = $8::text), '') = $23::text AS ok
@@ -98,11 +100,12 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step)
+                        fallback_step, fallback_plan)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $2::text, $11::text, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.message_id = $22::text THEN 'DONE' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
            CASE WHEN c.message_id = $22::text THEN 'STORED' ELSE '' END,
-           greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at, nullif(c.step, 0)
+           greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
+           CASE WHEN c.step = 1 THEN string_to_array(nullif($25::text, ''), ',') END
     FROM n, unnest($16::text[], $17::text[], $24::integer[]) WITH ORDINALITY AS c (channel, message_id, step, ord)
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $2::text AND dv.recipient = $8::text AND dv.active
     ORDER BY c.ord, dv.device_id
@@ -142,7 +145,8 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	// $22 its locale, $23 the inbox send's message id, $24 the profile
 	// language the text was chosen for (NULL: none; g checks it as in
 	// qNotificationCreate); per channel: $17 request's position (1-based),
-	// $18 channel, $19 message id, $25 fallback step (0 off a chain).
+	// $18 channel, $19 message id, $25 fallback step (0 off a chain), $26
+	// its request's lazy plan (qNotificationCreate's $25).
 	//
 	// The inbox items of one recipient's requests take consecutive seqs in
 	// r's order from one bump of its counter row; the counter rows are
@@ -200,12 +204,13 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step)
+                        fallback_step, fallback_plan)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), r.tenant, r.lane, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.message_id = r.imessage THEN 'DONE' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
            CASE WHEN c.message_id = r.imessage THEN 'STORED' ELSE '' END,
-           greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at, nullif(c.step, 0)
-    FROM unnest($17::integer[], $18::text[], $19::text[], $25::integer[]) WITH ORDINALITY AS c (req, channel, message_id, step, ord)
+           greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at, nullif(c.step, 0),
+           CASE WHEN c.step = 1 THEN string_to_array(nullif(c.plan, ''), ',') END
+    FROM unnest($17::integer[], $18::text[], $19::text[], $25::integer[], $26::text[]) WITH ORDINALITY AS c (req, channel, message_id, step, plan, ord)
     JOIN r ON r.ord = c.req JOIN n ON n.id = r.id
     LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = r.tenant AND dv.recipient = r.recipient AND dv.active
     ORDER BY c.ord, dv.device_id
@@ -239,7 +244,7 @@ FROM idempotency_keys WHERE tenant = $1::text AND key = $2::text`
        coalesce($3::timestamptz, now()),
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
-       o.fallback_step, o.fallback_after
+       o.fallback_step, o.fallback_after, o.fallback_plan
 FROM notifications n
 LEFT JOIN outbox o ON o.notification_id = n.id
 LEFT JOIN deliveries d ON d.message_id = o.message_id
@@ -297,7 +302,10 @@ const (
 	// The UPDATE bumps the fencing token; the outer SELECT joins the jobs
 	// and returns them oldest first, each with whether a delivery row exists
 	// and the recipient's profile (heraldtype.Known), which spares the sender
-	// two reads per job. Its joins are LATERAL lookups with LIMIT 1, one
+	// two reads per job, and whether the row is the only send of a lazy
+	// chain's unwritten first step (Fence.LazyChain, fallback.go: a probe
+	// of the notification's rows, for a row with a plan only). Its joins
+	// are LATERAL lookups with LIMIT 1, one
 	// index probe per claimed row: a prepared claim's generic plan,
 	// estimating the claimed rows from LIMIT $3, otherwise hashed the whole
 	// notifications table on every claim.
@@ -305,7 +313,9 @@ const (
 	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease, $6 state (CLAIMED or PUBLISHING).
 	qOutboxClaim = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
        n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at,
-       EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id), p.data, p.updated_at
+       EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id), p.data, p.updated_at,
+       CASE WHEN c.planned THEN NOT EXISTS (SELECT 1 FROM outbox s WHERE s.notification_id = c.notification_id AND s.fallback_step = 1
+                                                                     AND s.channel <> c.channel) ELSE false END
 FROM claimed c
 CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
 LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true
@@ -370,7 +380,7 @@ claimed AS (
     SET state = $6::text, claimed_by = $4::text, claimed_until = coalesce($1::timestamptz, clock_timestamp()) + $5::interval,
         token = o.token + 1, updated_at = coalesce($1::timestamptz, clock_timestamp())
     WHERE o.ctid = ANY (ARRAY(SELECT tid FROM due))
-    RETURNING o.id, o.token, o.notification_id, o.message_id, o.channel, o.attempts, o.available_at
+    RETURNING o.id, o.token, o.notification_id, o.message_id, o.channel, o.attempts, o.available_at, o.fallback_plan IS NOT NULL AS planned
 )
 `
 
@@ -576,7 +586,39 @@ o AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o), ` + qFallbackReleased
-	qDeliveryRecordWrite = `WITH u AS (
+	// qDeliveryRecordLazy is qDeliveryRecordSettle for a send whose claim
+	// read Fence.LazyChain, ending so that its chain does not move on (not
+	// a definite failure, not RETRY_WAIT): no chain CTE, and the settle
+	// takes only while the row still carries its plan (fallback.go). When
+	// it does not, DeliveryRecord moves the chain with qFallbackEnd.
+	qDeliveryRecordLazy = qDeliveryRecordResult + `,
+o AS (
+    UPDATE outbox
+    SET state = 'DONE', last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
+    WHERE notification_id = $13::text AND channel = $14::text AND token = $15::bigint
+      AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
+      AND EXISTS (SELECT 1 FROM u) AND fallback_plan IS NOT NULL
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o), NULL::text`
+	// qFallbackEnd is the rest of a lazy record whose settle did not take
+	// (qDeliveryRecordLazy): the chain of the send $2, as its delivery is
+	// now, moved on (qFallbackMove), and the row settled as
+	// qDeliveryRecordSettle settles it, in one statement. $1 now, $2
+	// message id, $3 reason, $4 notification id, $5 channel, $6 token.
+	qFallbackEnd = `WITH u AS (
+    SELECT notification_id, channel, state, reason FROM deliveries WHERE message_id = $2::text
+)` + qFallbackMove + `,
+o AS (
+    UPDATE outbox
+    SET state = 'DONE', last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
+    WHERE notification_id = $4::text AND channel = $5::text AND token = $6::bigint
+      AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM o), ` + qFallbackReleased
+	qDeliveryRecordWrite  = qDeliveryRecordResult + qFallbackMove
+	qDeliveryRecordResult = `WITH u AS (
     UPDATE deliveries d
     SET state = $2::text, reason = $3::text, next_attempt_at = coalesce($1::timestamptz, clock_timestamp()) + $4::interval, claimed_by = NULL,
         updated_at = coalesce($1::timestamptz, clock_timestamp()), provider_ref = nullif($12::text, '')
@@ -587,7 +629,7 @@ a AS (
     INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
     VALUES ($5::text, $6::integer, $7::text, $8::timestamptz, $9::timestamptz, $10::text, $3::text, $11::bigint)
     ON CONFLICT (message_id, attempt) DO NOTHING
-)` + qFallbackMove
+)`
 
 	// qDeliveryDecide records SUPPRESSED or PARKED for a message with no row
 	// yet, or one that is waiting: RETRY_WAIT, or PARKED when the decision
@@ -599,16 +641,27 @@ a AS (
 	// (qFallbackMove); the statement returns whether it was written and the
 	// lane of a step it released.
 	//
+	// A decision on a later step of a lazy chain that has no row yet (a
+	// cancel of a step the read API shows WAITING) writes nothing: lz says
+	// so, and DeliveryDecide writes the chain's later steps first
+	// (materializeStep, fallback.go) and decides again. Two probes of the
+	// primary key's notification_id prefix.
+	//
 	// $1 now, $2 message id, $3 notification id, $4 tenant, $5 channel,
 	// $6 state, $7 reason.
-	qDeliveryDecide = `WITH u AS (
+	qDeliveryDecide = `WITH lz AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM outbox f WHERE f.notification_id = $3::text AND f.fallback_step = 1 AND $5::text = ANY (f.fallback_plan))
+           AND NOT EXISTS (SELECT 1 FROM outbox l WHERE l.notification_id = $3::text AND l.channel = $5::text) AS unwritten
+),
+u AS (
     INSERT INTO deliveries AS d (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
-    VALUES ($2::text, $3::text, $4::text, $5::text, $6::text, $7::text, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()))
+    SELECT $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now())
+    WHERE NOT (SELECT unwritten FROM lz)
     ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
     SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
     WHERE d.state = 'RETRY_WAIT' OR (d.state = 'PARKED' AND excluded.state <> 'PARKED')
     RETURNING d.notification_id, d.channel, d.state, d.reason
-)` + qFallbackMove + `SELECT (SELECT count(*) FROM u), ` + qFallbackReleased
+)` + qFallbackMove + `SELECT (SELECT count(*) FROM u), ` + qFallbackReleased + `, (SELECT unwritten FROM lz)`
 
 	// qDeliverySweepStale returns each claim it turned with its channel
 	// and its notification's lane (the labels the sweep counts it under).

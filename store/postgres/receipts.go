@@ -23,12 +23,13 @@ const (
 	// same statement when it was PROVIDER_ACCEPTED or UNKNOWN, conditional
 	// on the state it read: a write that committed in between (another
 	// receipt) leaves the row changed, the update takes nothing, and the
-	// caller reads again.
+	// caller reads again. Settling an ended first step's delivery records
+	// its end on a lazy chain first (qFallbackClose, fallback.go).
 	//
 	// $1 now, $2 message id, $3 tenant, $4 recipient, $5 the reason after
 	// PROVIDER_ACCEPTED, $6 after UNKNOWN.
 	qReceipt = `WITH cur AS (
-    SELECT d.message_id, d.state, n.lane, d.channel
+    SELECT d.message_id, d.state, d.reason, n.lane, d.channel, d.notification_id
     FROM deliveries d CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = d.notification_id OFFSET 0) n
     WHERE d.message_id = $2::text AND d.tenant = $3::text AND n.tenant = $3::text AND n.recipient = $4::text
 ),
@@ -39,14 +40,18 @@ u AS (
     FROM cur
     WHERE d.message_id = cur.message_id AND d.state = cur.state AND cur.state IN ('PROVIDER_ACCEPTED', 'UNKNOWN')
     RETURNING 1
-)
-SELECT cur.state, cur.lane, cur.channel, (SELECT count(*) FROM u) FROM cur`
+)` + qFallbackClose + `SELECT cur.state, cur.lane, cur.channel, (SELECT count(*) FROM u) FROM cur`
 	// qReceiptPlanned finds a planned send with no delivery row yet, by
-	// the outbox's key (store.ReceiptNotificationCandidates) and then its
-	// exact message id.
+	// the outbox's key (store.ReceiptNotificationCandidates, one LATERAL
+	// probe each: on an outbox never analyzed, "notification_id = ANY"
+	// was planned as a scan once migration 24 had added fallback_plan,
+	// the planner sizing such a table's rows from its columns) and then
+	// its exact message id.
 	qReceiptPlanned = `SELECT n.lane, o.channel
-FROM outbox o CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = o.notification_id OFFSET 0) n
-WHERE o.notification_id = ANY($1::text[]) AND o.message_id = $2::text AND n.tenant = $3::text AND n.recipient = $4::text`
+FROM unnest($1::text[]) AS c (id)
+CROSS JOIN LATERAL (SELECT * FROM outbox o WHERE o.notification_id = c.id AND o.message_id = $2::text OFFSET 0) o
+CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = o.notification_id OFFSET 0) n
+WHERE n.tenant = $3::text AND n.recipient = $4::text`
 )
 
 // receiptTries bounds how often a receipt reads again after a concurrent

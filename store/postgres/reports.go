@@ -17,12 +17,13 @@ const (
 	// and moves it in the same statement when its state is one of $4,
 	// conditional on the state it read: a write that committed in between
 	// leaves the row changed, the update takes nothing, and the caller
-	// reads again.
+	// reads again. A move of an ended first step's delivery records its
+	// end on a lazy chain first (qFallbackClose, fallback.go).
 	//
 	// $1 now, $2 message id, $3 provider, $4 the states it may move,
 	// $5 the state it writes, $6 the reason.
 	qReport = `WITH cur AS (
-    SELECT message_id, state, channel FROM deliveries WHERE message_id = $2::text AND provider = $3::text
+    SELECT message_id, state, reason, channel, notification_id FROM deliveries WHERE message_id = $2::text AND provider = $3::text
 ),
 u AS (
     UPDATE deliveries d
@@ -30,8 +31,7 @@ u AS (
     FROM cur
     WHERE d.message_id = cur.message_id AND d.state = cur.state AND cur.state = ANY($4::text[])
     RETURNING 1
-)
-SELECT cur.state, cur.channel, (SELECT count(*) FROM u) FROM cur`
+)` + qFallbackClose + `SELECT cur.state, cur.channel, (SELECT count(*) FROM u) FROM cur`
 	// qUnknownPage walks deliveries_unknown (provider, message_id);
 	// 'LOOKUP_' is store.ReasonLookupPrefix.
 	qUnknownPage = `SELECT message_id, coalesce(provider_ref, ''), coalesce(claimed_at, updated_at)

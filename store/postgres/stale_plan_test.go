@@ -39,6 +39,11 @@ SELECT id, id || '.webhook', 't', 'marketing', 'webhook', CASE WHEN id IN ('n1',
 FROM notifications`,
 		`INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, claimed_by, claimed_at, created_at, updated_at)
 VALUES ('n1.webhook', 'n1', 't', 'webhook', 'SENDING', 1, 'w', now(), now(), now())`,
+		// n2 is a lazy fallback chain's first step (fallback.go), being sent.
+		`UPDATE outbox SET state = 'CLAIMED', claimed_by = 'w', claimed_until = now() + interval '1 hour', fallback_step = 1,
+    fallback_plan = '{sms,alimtalk}' WHERE notification_id = 'n2'`,
+		`INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, claimed_by, claimed_at, created_at, updated_at)
+VALUES ('n2.webhook', 'n2', 't', 'webhook', 'SENDING', 1, 'w', now(), now(), now())`,
 	)
 	// The plan the missing statistics of the million-row outbox led to
 	// (fm estimated at 14 rows, each probe of the primary key's
@@ -62,9 +67,16 @@ VALUES ('n1.webhook', 'n1', 't', 'webhook', 'SENDING', 1, 'w', now(), now(), now
 	}{
 		"record": {qDeliveryRecord, record},
 		"settle": {qDeliveryRecordSettle, append(record, "n1", "webhook", int64(1))},
-		"decide": {qDeliveryDecide, []any{nil, "n2.webhook", "n2", "t", "webhook", "SUPPRESSED", "CONSENT_DENIED"}},
-		"fail":   {qOutboxFail, []any{nil, "FAILED", "RENDER", "n3", "webhook", int64(1)}},
-		"stale":  {qDeliverySweepStale, []any{nil, 10 * time.Minute}},
+		"lazy":   {qDeliveryRecordLazy, append(record, "n1", "webhook", int64(1))},
+		"end":    {qFallbackEnd, []any{nil, "n1.webhook", "", "n1", "webhook", int64(1)}},
+		// The definite failure and the acceptance of a lazy chain's first
+		// step, which write its later steps (qFallbackMove's fl).
+		"chainfailed": {qDeliveryRecordSettle, []any{nil, "PERMANENT_FAILURE", "X", nil, "n2.webhook", 1, "w", now, now, "permanent", 100, "",
+			"n2", "webhook", int64(1)}},
+		"chainended": {qFallbackEnd, []any{nil, "n2.webhook", "", "n2", "webhook", int64(1)}},
+		"decide":     {qDeliveryDecide, []any{nil, "n2.webhook", "n2", "t", "webhook", "SUPPRESSED", "CONSENT_DENIED"}},
+		"fail":       {qOutboxFail, []any{nil, "FAILED", "RENDER", "n3", "webhook", int64(1)}},
+		"stale":      {qDeliverySweepStale, []any{nil, 10 * time.Minute}},
 		// The expiry sweep, every 5 s, with nothing to expire.
 		"expire": {qOutboxExpire, []any{nil, 100}},
 	} {

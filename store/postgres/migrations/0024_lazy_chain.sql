@@ -1,0 +1,12 @@
+-- A lazy fallback chain (store/postgres/fallback.go): intake writes only
+-- the first step's rows, and on them the later steps' channels in order
+-- ('{alimtalk,sms}'). Their rows are written, WAITING, by the write that
+-- first needs them (a definite failure of the first step, a cancel, an
+-- erasure, a report or receipt that moves an ended first step), and the
+-- read API shows them from the plan until then. NULL on every other row,
+-- and on the rows of a chain intake wrote whole. An array, not text: the
+-- statements that write the later steps unnest it WITH ORDINALITY into
+-- their rows and steps, and the decision write asks whether a channel is
+-- in it (= ANY), with no parsing. Adding a nullable column rewrites
+-- nothing.
+ALTER TABLE outbox ADD COLUMN fallback_plan text[];
