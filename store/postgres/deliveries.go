@@ -103,12 +103,16 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 	// A send that leaves a lazy chain unwritten runs no chain statement, if
 	// the chain still is unwritten when the row settles (fallback.go).
 	lazy := p.Outbox != nil && p.Outbox.LazyChain && p.State.Terminal() && !fallback.Definite(p.State, p.Reason)
+	// Nor does one whose claim read that it is on no chain.
 	switch {
 	case lazy:
 		q = qDeliveryRecordLazy
-		args = append(args, p.Outbox.NotificationID, string(p.Outbox.Channel), p.Outbox.Token)
+	case p.Outbox != nil && p.Outbox.OffChain:
+		q = qDeliveryRecordOffChain
 	case p.Outbox != nil:
 		q = qDeliveryRecordSettle
+	}
+	if p.Outbox != nil {
 		args = append(args, p.Outbox.NotificationID, string(p.Outbox.Channel), p.Outbox.Token)
 	}
 	var recorded, settled int64

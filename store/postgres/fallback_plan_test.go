@@ -45,6 +45,7 @@ FROM notifications`,
 		"release": {qFallbackRelease, []any{nil, "n1", 2, "PERMANENT_FAILURE"}, []string{"outbox_pkey"}},
 		// A lazy chain's statements (fallback.go).
 		"lazy":        {qDeliveryRecordLazy, append(record, "n1", "push", int64(1)), []string{"deliveries_message_id", "outbox_pkey"}},
+		"offchain":    {qDeliveryRecordOffChain, append(record, "n1", "push", int64(1)), []string{"deliveries_message_id", "outbox_pkey"}},
 		"end":         {qFallbackEnd, []any{nil, "n1.push", "", "n1", "push", int64(1)}, []string{"deliveries_message_id", "outbox_pkey"}},
 		"lock":        {qFallbackLockPlanned, []any{[]string{"n1"}}, []string{"outbox_pkey"}},
 		"materialize": {qFallbackMaterialize, []any{nil, []string{"n1"}, "WAITING", nil}, []string{"outbox_pkey"}},

@@ -118,6 +118,9 @@ func TestALazyChainWritesItsLaterStepsOnlyWhenNeeded(t *testing.T) {
 	// A later push step is written whole at intake: its sends are the
 	// devices of then.
 	eager := chain(t, s, "r3", []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelPush})
+	// A send on no chain: its claim says so, and its end runs no chain CTE.
+	plain := params(func(p *store.NotificationCreateParams) { p.Recipient = "r5" })
+	mustCreate(t, s, plain)
 	// CreateTx's statement writes a lazy chain as intake does.
 	tx, err := s.pool.Begin(context.Background())
 	if err != nil {
@@ -146,8 +149,11 @@ func TestALazyChainWritesItsLaterStepsOnlyWhenNeeded(t *testing.T) {
 
 	claimed := claimAll(t, s)
 	for mid, c := range claimed {
-		if want := c.NotificationID != eager; c.Fence.LazyChain != want {
+		if want := c.NotificationID != eager && c.NotificationID != plain.ID; c.Fence.LazyChain != want {
 			t.Errorf("%s: the claim read LazyChain %v, want %v", mid, c.Fence.LazyChain, want)
+		}
+		if want := c.NotificationID == plain.ID; c.Fence.OffChain != want {
+			t.Errorf("%s: the claim read OffChain %v, want %v", mid, c.Fence.OffChain, want)
 		}
 	}
 	for _, c := range claimed {

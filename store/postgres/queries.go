@@ -302,9 +302,10 @@ const (
 	// The UPDATE bumps the fencing token; the outer SELECT joins the jobs
 	// and returns them oldest first, each with whether a delivery row exists
 	// and the recipient's profile (heraldtype.Known), which spares the sender
-	// two reads per job, and whether the row is the only send of a lazy
-	// chain's unwritten first step (Fence.LazyChain, fallback.go: a probe
-	// of the notification's rows, for a row with a plan only). Its joins
+	// two reads per job, whether the row is on no fallback chain
+	// (Fence.OffChain), and whether it is the only send of a lazy chain's
+	// unwritten first step (Fence.LazyChain, fallback.go: a probe of the
+	// notification's rows, for a row with a plan only). Its joins
 	// are LATERAL lookups with LIMIT 1, one
 	// index probe per claimed row: a prepared claim's generic plan,
 	// estimating the claimed rows from LIMIT $3, otherwise hashed the whole
@@ -313,7 +314,7 @@ const (
 	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease, $6 state (CLAIMED or PUBLISHING).
 	qOutboxClaim = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
        n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at,
-       EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id), p.data, p.updated_at,
+       EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id), p.data, p.updated_at, c.off_chain,
        CASE WHEN c.planned THEN NOT EXISTS (SELECT 1 FROM outbox s WHERE s.notification_id = c.notification_id AND s.fallback_step = 1
                                                                      AND s.channel <> c.channel) ELSE false END
 FROM claimed c
@@ -380,7 +381,8 @@ claimed AS (
     SET state = $6::text, claimed_by = $4::text, claimed_until = coalesce($1::timestamptz, clock_timestamp()) + $5::interval,
         token = o.token + 1, updated_at = coalesce($1::timestamptz, clock_timestamp())
     WHERE o.ctid = ANY (ARRAY(SELECT tid FROM due))
-    RETURNING o.id, o.token, o.notification_id, o.message_id, o.channel, o.attempts, o.available_at, o.fallback_plan IS NOT NULL AS planned
+    RETURNING o.id, o.token, o.notification_id, o.message_id, o.channel, o.attempts, o.available_at, o.fallback_plan IS NOT NULL AS planned,
+        o.fallback_step IS NULL AS off_chain
 )
 `
 
@@ -574,7 +576,13 @@ FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
 	// $15 token. Both move the send's fallback chain on (qFallbackMove) and
 	// return the lane of a step they released.
 	qDeliveryRecord       = qDeliveryRecordWrite + `SELECT (SELECT count(*) FROM u), 0, ` + qFallbackReleased
-	qDeliveryRecordSettle = qDeliveryRecordWrite + `,
+	qDeliveryRecordSettle = qDeliveryRecordWrite + qDeliveryRecordSettleRow + `
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o), ` + qFallbackReleased
+	// qDeliveryRecordSettleRow is the settle's CTE o, but for its
+	// RETURNING, which each statement writes after any condition it adds.
+	qDeliveryRecordSettleRow = `,
 o AS (
     UPDATE outbox
     SET state = CASE WHEN $2::text = 'RETRY_WAIT' THEN 'PENDING' ELSE 'DONE' END,
@@ -582,22 +590,20 @@ o AS (
         last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
     WHERE notification_id = $13::text AND channel = $14::text AND token = $15::bigint
       AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
-      AND EXISTS (SELECT 1 FROM u)
+      AND EXISTS (SELECT 1 FROM u)`
+	// qDeliveryRecordOffChain is qDeliveryRecordSettle for a send whose
+	// claim read that it is on no chain (Fence.OffChain): no chain CTE,
+	// whose planning and start every off-chain end would otherwise pay.
+	qDeliveryRecordOffChain = qDeliveryRecordResult + qDeliveryRecordSettleRow + `
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o), ` + qFallbackReleased
+SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o), NULL::text`
 	// qDeliveryRecordLazy is qDeliveryRecordSettle for a send whose claim
 	// read Fence.LazyChain, ending so that its chain does not move on (not
 	// a definite failure, not RETRY_WAIT): no chain CTE, and the settle
 	// takes only while the row still carries its plan (fallback.go). When
 	// it does not, DeliveryRecord moves the chain with qFallbackEnd.
-	qDeliveryRecordLazy = qDeliveryRecordResult + `,
-o AS (
-    UPDATE outbox
-    SET state = 'DONE', last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
-    WHERE notification_id = $13::text AND channel = $14::text AND token = $15::bigint
-      AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
-      AND EXISTS (SELECT 1 FROM u) AND fallback_plan IS NOT NULL
+	qDeliveryRecordLazy = qDeliveryRecordResult + qDeliveryRecordSettleRow + ` AND fallback_plan IS NOT NULL
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o), NULL::text`

@@ -65,10 +65,11 @@ VALUES ('n2.webhook', 'n2', 't', 'webhook', 'SENDING', 1, 'w', now(), now(), now
 		sql  string
 		args []any
 	}{
-		"record": {qDeliveryRecord, record},
-		"settle": {qDeliveryRecordSettle, append(record, "n1", "webhook", int64(1))},
-		"lazy":   {qDeliveryRecordLazy, append(record, "n1", "webhook", int64(1))},
-		"end":    {qFallbackEnd, []any{nil, "n1.webhook", "", "n1", "webhook", int64(1)}},
+		"record":   {qDeliveryRecord, record},
+		"settle":   {qDeliveryRecordSettle, append(record, "n1", "webhook", int64(1))},
+		"lazy":     {qDeliveryRecordLazy, append(record, "n1", "webhook", int64(1))},
+		"offchain": {qDeliveryRecordOffChain, append(record, "n1", "webhook", int64(1))},
+		"end":      {qFallbackEnd, []any{nil, "n1.webhook", "", "n1", "webhook", int64(1)}},
 		// The definite failure and the acceptance of a lazy chain's first
 		// step, which write its later steps (qFallbackMove's fl).
 		"chainfailed": {qDeliveryRecordSettle, []any{nil, "PERMANENT_FAILURE", "X", nil, "n2.webhook", 1, "w", now, now, "permanent", 100, "",
