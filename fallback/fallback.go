@@ -15,9 +15,9 @@
 //
 // A store may write a chain lazily (store.LazyPlan, store/fallback.go;
 // both SQLite and PostgreSQL do): intake writes step 1's rows alone, and
-// the later steps' rows are written, WAITING, by the first write that
-// needs them, in its transaction (step 1's definite failure, before it
-// releases step 2).
+// the later steps' rows are written by the first write that needs them,
+// in its transaction (step 1's definite failure, which releases step 2 as
+// it writes it).
 // The read API shows them the same either way. The common path, the
 // first channel taking the notification, then writes no row for the
 // steps it did not need.

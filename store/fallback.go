@@ -43,9 +43,11 @@ import (
 // write that would otherwise have met the WAITING rows (a cancel's
 // decision on a later step, an erasure, a report or receipt that moves
 // an ended first step's delivery, so the step records the end it had).
-// Any other end of the first step leaves them unwritten: the chain
-// ended there, and the read API shows them SKIPPED, after that end
-// (WithPlannedSteps), as the eager rows would have been skipped by it.
+// Any other end of the first step ended the chain there, and the read API
+// shows the unwritten steps SKIPPED, after that end (WithPlannedSteps), as
+// the eager rows would have been skipped by it: the end of a step's only
+// send writes nothing more, and a driver may write them SKIPPED (PostgreSQL
+// does for a step of several sends, where two devices' ends can meet).
 // The common path of a first kind, its first channel accepting, thus
 // writes one row, not one per step, and ends with no chain statement.
 // Who owns the unwritten steps is unchanged: the first step's sends,

@@ -202,7 +202,7 @@ func (s *Store) eraseNotifications(ctx context.Context, tx pgx.Tx, ids []string,
 	res.Notifications = int(tag.RowsAffected())
 	// A lazy chain's later steps are written first, to be suppressed and
 	// skipped as an eager chain's are (fallback.go).
-	if err := s.materialize(ctx, tx, ids, heraldtype.OutboxWaiting, nil); err != nil {
+	if err := s.materialize(ctx, tx, ids); err != nil {
 		return err
 	}
 	rows, err := tx.Query(ctx, qEraseSuppress, s.now(), ids)

@@ -298,15 +298,14 @@ fc AS (
 `
 
 // materialize writes, in tx, the later steps of the lazy chains of the
-// notifications nids that have none yet, as state (WAITING: only the
-// chains still open; SKIPPED: all, after after), having first locked
-// their first steps' rows (qFallbackLockPlanned), and clears the plans of
-// the chains that now have their rows.
-func (s *Store) materialize(ctx context.Context, tx pgx.Tx, nids []string, state heraldtype.OutboxState, after *string) error {
+// notifications nids that have none yet and are still open, WAITING,
+// having first locked their first steps' rows (qFallbackLockPlanned), and
+// clears the plans of the chains that now have their rows.
+func (s *Store) materialize(ctx context.Context, tx pgx.Tx, nids []string) error {
 	if _, err := tx.Exec(ctx, qFallbackLockPlanned, nids); err != nil {
 		return fmt.Errorf("lock lazy fallback chains: %w", err)
 	}
-	return s.writeSteps(ctx, tx, nids, state, after)
+	return s.writeSteps(ctx, tx, nids, heraldtype.OutboxWaiting, nil)
 }
 
 // writeSteps runs qFallbackMaterialize and qFallbackWritten.

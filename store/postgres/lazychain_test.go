@@ -291,7 +291,7 @@ FROM (VALUES ('sms', 2), ('alimtalk', 3)) AS v (c, st)`, id)
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
-		if err := s.materialize(ctx, tx, []string{id}, heraldtype.OutboxWaiting, nil); err != nil {
+		if err := s.materialize(ctx, tx, []string{id}); err != nil {
 			t.Fatal(err)
 		}
 		acceptWhileHeld(t, s, clk, app, c, func() {

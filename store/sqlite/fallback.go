@@ -188,9 +188,9 @@ func newChain(p store.NotificationCreateParams) (*chain, error) {
 	return c, nil
 }
 
-// written reports whether channel ch's sends get rows now: every step of
-// an eager chain, the first step of a lazy one. It counts ch as a step:
-// call it once per non-inbox channel, in the kind's order.
+// written counts the next channel as a step and reports whether its sends
+// get rows now: every step of an eager chain, the first step of a lazy
+// one. Call it once per non-inbox channel, in the kind's order.
 func (c *chain) written() bool {
 	c.step++
 	return !c.lazy || c.step == 1
