@@ -11,7 +11,7 @@ import (
 )
 
 // suppressionChecks is event-level suppression (package suppression): the
-// last of the sender's rules, right before the pace and the claim; none
+// last of the sender's rules, its key taken by the claim itself; none
 // when event_suppression.enabled is false.
 func (a *App) suppressionChecks() []sender.Check {
 	if !a.cfg.EventSuppression.On() {
@@ -22,7 +22,7 @@ func (a *App) suppressionChecks() []sender.Check {
 		kinds[k.Name] = suppression.Kind{First: k.FirstAvailable(), Inbox: slices.Contains(k.Channels, string(heraldtype.ChannelInbox))}
 	}
 	return []sender.Check{suppression.New(suppression.Config{
-		Store: a.store, Lease: a.cfg.EventSuppression.Lease.D(), Kinds: kinds, Logger: a.logger,
+		InClaim: true, Lease: a.cfg.EventSuppression.Lease.D(), Kinds: kinds, Logger: a.logger,
 	})}
 }
 

@@ -8,9 +8,10 @@ import (
 
 // BenchmarkEndToEndFirst is BenchmarkEndToEnd with the bench kind's
 // channels a fallback chain of three (policy first: webhook, SMS,
-// AlimTalk): intake writes the two later steps WAITING, and the
-// webhook's PROVIDER_ACCEPTED, in its own write, skips them. The common
-// path of a first kind: the first channel takes it.
+// AlimTalk): intake writes the first step and the rest as a plan, and
+// the webhook's PROVIDER_ACCEPTED settles the chain without writing the
+// later steps. The common path of a first kind: the first channel takes
+// it.
 func BenchmarkEndToEndFirst(b *testing.B) {
 	drive(b, startWith(b, false, withChain("webhook", "sms", "alimtalk")))
 }

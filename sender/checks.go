@@ -42,6 +42,26 @@ type Ruling struct {
 	// written, and the transport offers the job again after Defer (with
 	// the db transport its outbox row waits, not claimable, until then).
 	Defer time.Duration
+	// Take, on a ruling that lets the send go on, is a key the claim
+	// takes in its own write (event-level suppression's): the rule's
+	// decision is made by the claim, as close to the call as a decision
+	// not to send can be written.
+	Take ClaimTake
+}
+
+// ClaimTake is a rule's part in the claim (Ruling.Take).
+type ClaimTake interface {
+	// Params is the event key the claim takes (store.DeliveryClaimParams.Event).
+	Params() store.EventKeyTakeParams
+	// Taken rules on what the claim's take found: Go, or a ruling not to
+	// send (the key is another notification's).
+	Taken(ctx context.Context, res store.EventKeyTakeResult) Ruling
+	// Failed rules on the send when the key could not be taken
+	// (store.ErrEventKeys) for Wait: Go claims without it.
+	Failed(ctx context.Context, err error) Ruling
+	// Wait is how long a claim whose key cannot be taken is tried again
+	// before Failed rules (at most Config.StoreRetry).
+	Wait() time.Duration
 }
 
 // Go reports whether v lets the send go on.
@@ -69,12 +89,18 @@ func (s *Sender) Apply(ctx context.Context, job heraldtype.Job, v Ruling) Result
 }
 
 // runChecks runs Config.Checks on a send that passed the built-in
-// pre-checks; the first ruling that is not Go wins.
+// pre-checks; the first ruling that is not Go wins. A Go carries the
+// last Take a rule asked for.
 func (s *Sender) runChecks(ctx context.Context, sub Subject) Ruling {
+	var take ClaimTake
 	for _, c := range s.Checks {
-		if v := c.Check(ctx, sub); !v.Go() {
+		v := c.Check(ctx, sub)
+		if !v.Go() {
 			return v
 		}
+		if v.Take != nil {
+			take = v.Take
+		}
 	}
-	return Ruling{}
+	return Ruling{Take: take}
 }

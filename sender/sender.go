@@ -33,6 +33,9 @@
 //     message_id), or move a due RETRY_WAIT row to SENDING. Only the
 //     winner goes on; a loser answers from the row that blocked it, as the
 //     peek would (its token is spent without a call: the limit errs low).
+//     A rule's key (Ruling.Take: event-level suppression's) is taken by
+//     the claim itself, first: a key another notification holds claims
+//     nothing, and the rule's ruling on it is written instead.
 //  4. Call the provider with message_id as its reference, on a context that
 //     shutdown does not cancel: a claim left without a result would block
 //     the message for good.
@@ -378,11 +381,14 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 		return s.decide(ctx, job, *decision)
 	}
 	var sub Subject
+	var take ClaimTake
 	if len(s.Checks) > 0 {
 		sub = Subject{Job: job, Category: s.Catalog.Kind(job.Kind).Lane, Profile: profile, Message: &msg, Provider: named.Name}
-		if v := s.runChecks(ctx, sub); !v.Go() {
+		v := s.runChecks(ctx, sub)
+		if !v.Go() {
 			return s.Apply(ctx, job, v)
 		}
+		take = v.Take
 	}
 	if err := ctx.Err(); err != nil {
 		return backoff(err)
@@ -402,25 +408,36 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	// 20:50): the rules rule again on a send that waited longer than the
 	// claim and the call themselves take (recheckAfterPace).
 	if len(s.Checks) > 0 && s.Clock.Now().Sub(paced) >= recheckAfterPace {
-		if v := s.runChecks(ctx, sub); !v.Go() {
+		v := s.runChecks(ctx, sub)
+		if !v.Go() {
 			return s.Apply(ctx, job, v)
 		}
+		take = v.Take
 	}
 	work := context.WithoutCancel(ctx)
-	var claim store.DeliveryClaimResult
-	err := s.retryStore(work, func(ctx context.Context) (err error) {
-		claim, err = s.Store.DeliveryClaim(ctx, store.DeliveryClaimParams{
-			MessageID: job.MessageID, NotificationID: job.NotificationID, Tenant: job.Tenant,
-			Channel: job.Channel, Provider: named.Name, Owner: s.Owner,
-		})
-		return err
-	})
+	claim, err := s.claim(work, job, named.Name, take)
+	if err != nil && take != nil && errors.Is(err, store.ErrEventKeys) && !errors.Is(err, store.ErrClosed) {
+		// The key could not be taken: the rule decides without it.
+		if v := take.Failed(work, err); !v.Go() {
+			return s.Apply(work, job, v)
+		}
+		take = nil
+		claim, err = s.claim(work, job, named.Name, nil)
+	}
 	if err != nil {
 		// If the claim did commit, the row stays SENDING and the stale sweep
 		// turns it UNKNOWN: never a second call.
 		return backoff(fmt.Errorf("claim: %w", err))
 	}
+	if take != nil && claim.Event.Outcome != 0 {
+		if v := take.Taken(work, claim.Event); !v.Go() {
+			return s.Apply(work, job, v)
+		}
+	}
 	if !claim.Claimed {
+		if claim.Current == nil { // a held key that its rule let go on
+			return backoff(errors.New("claim: the event key is another notification's"))
+		}
 		return s.blocked(*claim.Current)
 	}
 	s.Metrics.Delivery(job.Lane, job.Channel, heraldtype.DeliverySending)
@@ -447,6 +464,34 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	}
 	return res
 }
+
+// claim claims job's message for a call to provider, taking take's key
+// with it when take is set.
+func (s *Sender) claim(ctx context.Context, job heraldtype.Job, provider string, take ClaimTake) (store.DeliveryClaimResult, error) {
+	p := store.DeliveryClaimParams{
+		MessageID: job.MessageID, NotificationID: job.NotificationID, Tenant: job.Tenant,
+		Channel: job.Channel, Provider: provider, Owner: s.Owner,
+	}
+	if take != nil {
+		key := take.Params()
+		p.Event = &key
+	}
+	var claim store.DeliveryClaimResult
+	began := s.RetryClock.Now()
+	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
+		claim, err = s.Store.DeliveryClaim(ctx, p)
+		if take != nil && errors.Is(err, store.ErrEventKeys) && s.RetryClock.Now().Sub(began) >= take.Wait() {
+			return final{err}
+		}
+		return err
+	})
+	return claim, err
+}
+
+// final is an error retryStore does not try again after.
+type final struct{ error }
+
+func (f final) Unwrap() error { return f.error }
 
 // existing turns a delivery row found by the peek (or one that blocked the
 // claim, or a decision write) into a result. stop is false when the row is
@@ -881,7 +926,7 @@ func (s *Sender) alreadyRecorded(ctx context.Context, p store.DeliveryRecordPara
 }
 
 // retryStore runs op until it succeeds or fails with an answer (not found,
-// store closed), ctx is done, or StoreRetry has passed (the last try is made
+// store closed, an error op marks final), ctx is done, or StoreRetry has passed (the last try is made
 // then); it returns op's last error. Every op it runs is safe to repeat: a
 // read, or a conditional write that a repeat cannot apply twice.
 func (s *Sender) retryStore(ctx context.Context, op func(context.Context) error) error {
@@ -891,6 +936,9 @@ func (s *Sender) retryStore(ctx context.Context, op func(context.Context) error)
 		err := op(ctx)
 		if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrClosed) || ctx.Err() != nil {
 			return err
+		}
+		if f, ok := err.(final); ok {
+			return f.error
 		}
 		left := deadline.Sub(s.RetryClock.Now())
 		if left <= 0 {

@@ -81,6 +81,12 @@ var ErrNotFound = errors.New("store: not found")
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("store: closed")
 
+// ErrEventKeys is wrapped by a DeliveryClaim whose event key
+// (DeliveryClaimParams.Event) could not be taken: nothing was claimed,
+// and the caller may rule on the send without the key (package
+// suppression's table) and claim again without it.
+var ErrEventKeys = errors.New("store: event keys unavailable")
+
 // Store is everything herald keeps.
 type Store interface {
 	Notifications
@@ -186,7 +192,13 @@ type Deliveries interface {
 	DeliveryGet(ctx context.Context, messageID string) (Delivery, error)
 	// DeliveryClaim inserts a SENDING row for the message (or turns a due
 	// RETRY_WAIT row into SENDING). Only the caller that gets Claimed may call
-	// the provider.
+	// the provider. With p.Event it takes that event key first, by
+	// EventKeys.EventKeyTake's rule: a key another notification holds
+	// claims nothing (Claimed false, no Current, Event.Outcome
+	// EventKeyHeld); a take that fails fails the claim with ErrEventKeys.
+	// SQLite takes the key in the claim's own transaction; PostgreSQL
+	// takes it just before, as a take before the claim always did (a take
+	// whose claim then fails leaves the key to its owner for the lease).
 	DeliveryClaim(ctx context.Context, p DeliveryClaimParams) (DeliveryClaimResult, error)
 	// DeliveryRecord writes the outcome of a claimed attempt, conditional on
 	// the row still being SENDING at that attempt, with its attempt log row
@@ -490,6 +502,9 @@ type DeliveryClaimParams struct {
 	Channel        heraldtype.Channel
 	Provider       string
 	Owner          string
+	// Event, when set, is the send's event key, taken with the claim
+	// (package suppression): one write before the call, not two.
+	Event *EventKeyTakeParams
 }
 
 // DeliveryClaimResult says whether the caller won the claim.
@@ -497,8 +512,12 @@ type DeliveryClaimResult struct {
 	Claimed bool
 	// Attempt is the number of this provider call (1 for the first).
 	Attempt int
-	// Current is the row that blocked the claim when Claimed is false.
+	// Current is the row that blocked the claim when Claimed is false
+	// (nil when the event key did).
 	Current *Delivery
+	// Event is what the take of the params' Event found (zero without
+	// one).
+	Event EventKeyTakeResult
 }
 
 // DeliveryRecordParams is the result of one claimed attempt.

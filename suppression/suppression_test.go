@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -47,6 +48,38 @@ func (k *keys) EventKeyTake(ctx context.Context, p store.EventKeyTakeParams) (st
 	return k.Store.EventKeyTake(ctx, p)
 }
 
+// claims is the seam of a check InClaim: the sender's store, whose claims
+// cannot take an event key while keys is down.
+type claims struct {
+	*sqlite.Store
+	keys *keys
+}
+
+func (c claims) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+	if p.Event != nil {
+		c.keys.calls.Add(1)
+		if c.keys.down.Load() {
+			return store.DeliveryClaimResult{}, fmt.Errorf("claim delivery %s: %w: %w", p.MessageID, store.ErrEventKeys, errDown)
+		}
+	}
+	return c.Store.DeliveryClaim(ctx, p)
+}
+
+// modes runs test with the check taking keys itself and with the claim
+// taking them (InClaim, as herald runs it).
+func modes(t *testing.T, test func(t *testing.T, b bundle)) {
+	for _, inClaim := range []bool{false, true} {
+		name := "check"
+		if inClaim {
+			name = "claim"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, setupMode(t, inClaim))
+		})
+	}
+}
+
 type bundle struct {
 	store *sqlite.Store
 	keys  *keys
@@ -86,6 +119,13 @@ func kinds() []config.Kind {
 // store's keys through the seam.
 func setup(t *testing.T) bundle {
 	t.Helper()
+	return setupMode(t, false)
+}
+
+// setupMode is setup with the check InClaim or not; InClaim the seam is
+// the sender's claims.
+func setupMode(t *testing.T, inClaim bool) bundle {
+	t.Helper()
 	clk := clock.NewFake(epoch)
 	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "h.db"), sqlite.Options{Clock: clk})
 	if err != nil {
@@ -106,9 +146,13 @@ func setup(t *testing.T) bundle {
 	for _, k := range kinds() {
 		byName[k.Name] = suppression.Kind{First: k.FirstAvailable(), Inbox: k.Channels[0] == "inbox"}
 	}
-	check := suppression.New(suppression.Config{Store: b.keys, Lease: lease, Kinds: byName, StoreWait: time.Nanosecond, Logger: logger})
+	check := suppression.New(suppression.Config{Store: b.keys, InClaim: inClaim, Lease: lease, Kinds: byName, StoreWait: time.Nanosecond, Logger: logger})
+	var st store.Store = s
+	if inClaim {
+		st = claims{Store: s, keys: b.keys}
+	}
 	b.snd = sender.New(sender.Config{
-		Store: s, Providers: reg, Catalog: cat, Clock: clk, Owner: "test", Logger: logger, Checks: []sender.Check{check},
+		Store: st, Providers: reg, Catalog: cat, Clock: clk, Owner: "test", Logger: logger, Checks: []sender.Check{check},
 		Retry: sender.RetryPolicy{Quick: 2, QuickDelay: time.Second, Slow: 3, SlowDelay: 10 * time.Minute},
 	})
 	for _, r := range []string{"r1", "r2"} {
@@ -177,79 +221,95 @@ func send(t *testing.T, b bundle, job heraldtype.Job, state heraldtype.DeliveryS
 // (DUPLICATE_EVENT) without a call; the first one's own send again (its
 // retry's copy) finds its key and is not suppressed by it.
 func TestASecondNotificationOfAnEventIsADuplicate(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	first := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
-	send(t, b, first, heraldtype.DeliveryProviderAccepted, "")
-	second := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
-	send(t, b, second, heraldtype.DeliverySuppressed, heraldtype.ReasonDuplicateEvent)
-	if res := b.snd.Send(b.ctx, first); res.Verdict != sender.Done || res.State != heraldtype.DeliveryProviderAccepted {
-		t.Fatalf("the first one's copy again: %+v", res)
-	}
-	other := notify(t, b, "payment", "e2")[heraldtype.ChannelWebhook]
-	send(t, b, other, heraldtype.DeliveryProviderAccepted, "")
-	if n := b.sim.Total(); n != 2 {
-		t.Fatalf("%d provider calls, want 2 (e1 once, e2 once)", n)
-	}
+	modes(t, func(t *testing.T, b bundle) {
+		first := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
+		send(t, b, first, heraldtype.DeliveryProviderAccepted, "")
+		second := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
+		send(t, b, second, heraldtype.DeliverySuppressed, heraldtype.ReasonDuplicateEvent)
+		if res := b.snd.Send(b.ctx, first); res.Verdict != sender.Done || res.State != heraldtype.DeliveryProviderAccepted {
+			t.Fatalf("the first one's copy again: %+v", res)
+		}
+		other := notify(t, b, "payment", "e2")[heraldtype.ChannelWebhook]
+		send(t, b, other, heraldtype.DeliveryProviderAccepted, "")
+		if n := b.sim.Total(); n != 2 {
+			t.Fatalf("%d provider calls, want 2 (e1 once, e2 once)", n)
+		}
+	})
 }
 
 // A send that waits for its retry holds the event past the lease: other
 // notifications are duplicates, and the owner's retry goes on.
 func TestTheOwnersRetryGoesOnAndHoldsTheEventMeanwhile(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	refuse := true
-	b.sim.OnCall(func(context.Context, provider.Message) provider.Outcome {
-		if refuse {
-			return provider.Outcome{Class: provider.NotSent, Reason: "HTTP_503"}
+	modes(t, func(t *testing.T, b bundle) {
+		refuse := true
+		b.sim.OnCall(func(context.Context, provider.Message) provider.Outcome {
+			if refuse {
+				return provider.Outcome{Class: provider.NotSent, Reason: "HTTP_503"}
+			}
+			return provider.Outcome{Class: provider.Accepted}
+		})
+		owner := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
+		send(t, b, owner, heraldtype.DeliveryRetryWait, "HTTP_503")
+		b.clk.Advance(lease)
+		dup := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
+		send(t, b, dup, heraldtype.DeliverySuppressed, heraldtype.ReasonDuplicateEvent)
+		refuse = false
+		send(t, b, owner, heraldtype.DeliveryProviderAccepted, "")
+		if n := b.sim.Total(); n != 2 {
+			t.Fatalf("%d provider calls, want the owner's two", n)
 		}
-		return provider.Outcome{Class: provider.Accepted}
 	})
-	owner := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
-	send(t, b, owner, heraldtype.DeliveryRetryWait, "HTTP_503")
-	b.clk.Advance(lease)
-	dup := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
-	send(t, b, dup, heraldtype.DeliverySuppressed, heraldtype.ReasonDuplicateEvent)
-	refuse = false
-	send(t, b, owner, heraldtype.DeliveryProviderAccepted, "")
-	if n := b.sim.Total(); n != 2 {
-		t.Fatalf("%d provider calls, want the owner's two", n)
-	}
 }
 
 // A send that ended without a call frees the event once the lease has
 // run out: the next notification takes the key over and sends, which is
 // logged with both owners.
 func TestAKeyFreedByADefiniteFailureIsTakenOverAfterTheLease(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.sim.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
-		if b.sim.Total() == 0 {
-			return provider.Outcome{Class: provider.Permanent, Reason: "HTTP_410"}
+	modes(t, func(t *testing.T, b bundle) {
+		b.sim.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
+			if b.sim.Total() == 0 {
+				return provider.Outcome{Class: provider.Permanent, Reason: "HTTP_410"}
+			}
+			return provider.Outcome{Class: provider.Accepted}
+		})
+		owner := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
+		send(t, b, owner, heraldtype.DeliveryPermanentFailure, "HTTP_410")
+		early := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
+		send(t, b, early, heraldtype.DeliverySuppressed, heraldtype.ReasonDuplicateEvent)
+		b.clk.Advance(lease)
+		late := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
+		send(t, b, late, heraldtype.DeliveryProviderAccepted, "")
+		if !strings.Contains(b.logs.String(), "previous_owner="+owner.NotificationID) {
+			t.Fatalf("the takeover was not logged with the previous owner:\n%s", b.logs.String())
 		}
-		return provider.Outcome{Class: provider.Accepted}
+		if n, err := b.store.EventKeysTakenOver(b.ctx, epoch); err != nil || n != 1 {
+			t.Fatalf("keys taken over: %d %v, want 1", n, err)
+		}
 	})
-	owner := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
-	send(t, b, owner, heraldtype.DeliveryPermanentFailure, "HTTP_410")
-	early := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
-	send(t, b, early, heraldtype.DeliverySuppressed, heraldtype.ReasonDuplicateEvent)
-	b.clk.Advance(lease)
-	late := notify(t, b, "payment", "e1")[heraldtype.ChannelWebhook]
-	send(t, b, late, heraldtype.DeliveryProviderAccepted, "")
-	if !strings.Contains(b.logs.String(), "previous_owner="+owner.NotificationID) {
-		t.Fatalf("the takeover was not logged with the previous owner:\n%s", b.logs.String())
-	}
-	if n, err := b.store.EventKeysTakenOver(b.ctx, epoch); err != nil || n != 1 {
-		t.Fatalf("keys taken over: %d %v, want 1", n, err)
-	}
 }
 
 // Policy all: each planned channel once per event, so a second
 // notification sends on a channel the first did not send on. Policy
 // first: one send per event, whatever the channel.
 func TestTheChannelIsInTheKeyOfAnAllKindOnly(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	modes(t, sendBothChannels)
+	check := suppression.New(suppression.Config{Kinds: map[string]suppression.Kind{"login.code": {First: true}}})
+	device := heraldtype.DeviceSend(heraldtype.ChannelPush, "d1")
+	for _, c := range []struct {
+		kind string
+		ch   heraldtype.Channel
+		want heraldtype.Channel
+	}{{"security.notice", device, heraldtype.ChannelPush}, {"security.notice", heraldtype.ChannelSMS, heraldtype.ChannelSMS}, {"login.code", device, ""}} {
+		k := check.Key(heraldtype.Job{Tenant: "t1", Recipient: "r1", EventID: "e1", Kind: c.kind, Channel: c.ch})
+		if want := (store.EventKey{Tenant: "t1", Recipient: "r1", EventID: "e1", Kind: c.kind, Channel: c.want}); k != want {
+			t.Fatalf("key of %s on %s: %+v, want %+v", c.kind, c.ch, k, want)
+		}
+	}
+}
+
+// sendBothChannels: policy all sends a second notification of an event on
+// a channel the first did not send on; policy first does not.
+func sendBothChannels(t *testing.T, b bundle) {
 	for _, kind := range []string{"security.notice", "login.code"} {
 		first := notify(t, b, kind, "e1")
 		send(t, b, first[heraldtype.ChannelPush], heraldtype.DeliveryProviderAccepted, "")
@@ -261,18 +321,6 @@ func TestTheChannelIsInTheKeyOfAnAllKindOnly(t *testing.T) {
 		} else {
 			send(t, b, second[heraldtype.ChannelSMS], heraldtype.DeliverySuppressed, heraldtype.ReasonDuplicateEvent)
 			send(t, b, first[heraldtype.ChannelSMS], heraldtype.DeliveryProviderAccepted, "")
-		}
-	}
-	check := suppression.New(suppression.Config{Kinds: map[string]suppression.Kind{"login.code": {First: true}}})
-	device := heraldtype.DeviceSend(heraldtype.ChannelPush, "d1")
-	for _, c := range []struct {
-		kind string
-		ch   heraldtype.Channel
-		want heraldtype.Channel
-	}{{"security.notice", device, heraldtype.ChannelPush}, {"security.notice", heraldtype.ChannelSMS, heraldtype.ChannelSMS}, {"login.code", device, ""}} {
-		k := check.Key(heraldtype.Job{Tenant: "t1", Recipient: "r1", EventID: "e1", Kind: c.kind, Channel: c.ch})
-		if want := (store.EventKey{Tenant: "t1", Recipient: "r1", EventID: "e1", Kind: c.kind, Channel: c.want}); k != want {
-			t.Fatalf("key of %s on %s: %+v, want %+v", c.kind, c.ch, k, want)
 		}
 	}
 }
@@ -294,23 +342,23 @@ func TestTheCategoryDecidesWhenTheKeysAreUnavailable(t *testing.T) {
 		{"disk.full", heraldtype.DeliveryProviderAccepted, ""},
 	} {
 		t.Run(c.kind, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			b.keys.down.Store(true)
-			send(t, b, notify(t, b, c.kind, "e1")[heraldtype.ChannelWebhook], c.state, c.reason)
-			if b.keys.calls.Load() == 0 {
-				t.Fatal("the check never asked the store")
-			}
-			calls := 0
-			if c.state == heraldtype.DeliveryProviderAccepted {
-				calls = 1
-			}
-			if n := b.sim.Total(); n != calls {
-				t.Fatalf("%d provider calls, want %d", n, calls)
-			}
-			if !strings.Contains(b.logs.String(), "event keys unavailable") {
-				t.Fatalf("nothing logged:\n%s", b.logs.String())
-			}
+			modes(t, func(t *testing.T, b bundle) {
+				b.keys.down.Store(true)
+				send(t, b, notify(t, b, c.kind, "e1")[heraldtype.ChannelWebhook], c.state, c.reason)
+				if b.keys.calls.Load() == 0 {
+					t.Fatal("the check never asked the store")
+				}
+				calls := 0
+				if c.state == heraldtype.DeliveryProviderAccepted {
+					calls = 1
+				}
+				if n := b.sim.Total(); n != calls {
+					t.Fatalf("%d provider calls, want %d", n, calls)
+				}
+				if !strings.Contains(b.logs.String(), "event keys unavailable") {
+					t.Fatalf("nothing logged:\n%s", b.logs.String())
+				}
+			})
 		})
 	}
 	for _, c := range []struct {
@@ -389,4 +437,40 @@ type cancelling struct {
 func (c cancelling) EventKeyTake(ctx context.Context, p store.EventKeyTakeParams) (store.EventKeyTakeResult, error) {
 	c.cancel()
 	return store.EventKeyTakeResult{}, ctx.Err()
+}
+
+// InClaim, a claim whose key cannot be taken is tried again for StoreWait
+// before the category decides: a store that recovers within it takes
+// the key, and the event's next notification is a duplicate.
+func TestAFailedClaimTakeIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	b := setupMode(t, true)
+	check := suppression.New(suppression.Config{InClaim: true, StoreWait: time.Minute})
+	flaky := &flakyClaims{Store: b.store, fail: 2}
+	snd := sender.New(sender.Config{Store: flaky, Providers: b.snd.Providers, Catalog: b.snd.Catalog, Clock: b.clk, Owner: "test", Logger: slog.New(slog.NewTextHandler(b.logs, nil)),
+		Checks: []sender.Check{check}})
+	job := notify(t, b, "coupon", "e1")[heraldtype.ChannelWebhook]
+	if res := snd.Send(b.ctx, job); res.State != heraldtype.DeliveryProviderAccepted {
+		t.Fatalf("Send = %+v after two failed takes, want PROVIDER_ACCEPTED", res)
+	}
+	if n := flaky.calls.Load(); n != 3 {
+		t.Fatalf("%d claims, want 3", n)
+	}
+	dup := notify(t, b, "coupon", "e1")[heraldtype.ChannelWebhook]
+	if res := snd.Send(b.ctx, dup); res.State != heraldtype.DeliverySuppressed || res.Reason != heraldtype.ReasonDuplicateEvent {
+		t.Fatalf("the event's second notification: %+v, want SUPPRESSED(DUPLICATE_EVENT)", res)
+	}
+}
+
+type flakyClaims struct {
+	*sqlite.Store
+	fail  int32
+	calls atomic.Int32
+}
+
+func (f *flakyClaims) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+	if p.Event != nil && f.calls.Add(1) <= f.fail {
+		return store.DeliveryClaimResult{}, fmt.Errorf("claim: %w: %w", store.ErrEventKeys, errDown)
+	}
+	return f.Store.DeliveryClaim(ctx, p)
 }

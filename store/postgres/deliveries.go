@@ -44,6 +44,25 @@ func scanDelivery(row pgx.Row) (store.Delivery, error) {
 // a row exists, takes it if it is a due RETRY_WAIT (qDeliveryClaimRetry).
 // Only a caller that gets Claimed may call the provider.
 func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+	var take store.EventKeyTakeResult
+	if p.Event != nil {
+		// The event key just before the claim, on the pipeline as the
+		// claim: a take whose claim then fails holds the key for its
+		// lease, as one made by a check before the claim did.
+		var err error
+		if take, err = s.EventKeyTake(ctx, *p.Event); err != nil {
+			return store.DeliveryClaimResult{}, fmt.Errorf("claim delivery %s: %w: %w", p.MessageID, store.ErrEventKeys, err)
+		}
+		if take.Outcome == store.EventKeyHeld {
+			return store.DeliveryClaimResult{Event: take}, nil
+		}
+	}
+	res, err := s.deliveryClaim(ctx, p)
+	res.Event = take
+	return res, err
+}
+
+func (s *Store) deliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var attempt int
 	err := s.pipe.QueryRow(ctx, qDeliveryClaim, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).Scan(&attempt)
 	switch {

@@ -46,18 +46,30 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 	err := s.w.do(ctx, func(tx wtx) error {
 		res = store.DeliveryClaimResult{}
 		now := s.now()
+		if p.Event != nil {
+			// The event key in the claim's own transaction: one writer
+			// operation before the call, not two.
+			take, err := takeEventKey(tx, now, *p.Event)
+			if err != nil {
+				return fmt.Errorf("%w: %w", store.ErrEventKeys, err)
+			}
+			res.Event = take
+			if take.Outcome == store.EventKeyHeld {
+				return nil
+			}
+		}
 		r, err := tx.Exec(qDeliveryClaimInsert, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner, now, now, now)
 		if err != nil {
 			return fmt.Errorf("insert claim: %w", err)
 		}
 		if n, _ := r.RowsAffected(); n == 1 {
-			res = store.DeliveryClaimResult{Claimed: true, Attempt: 1}
+			res.Claimed, res.Attempt = true, 1
 			return nil
 		}
 		var attempt int
 		err = tx.QueryRow(qDeliveryClaimRetry, p.Provider, p.Owner, now, now, p.MessageID, now).Scan(&attempt)
 		if err == nil {
-			res = store.DeliveryClaimResult{Claimed: true, Attempt: attempt}
+			res.Claimed, res.Attempt = true, attempt
 			return nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {

@@ -55,54 +55,55 @@ func init() { writeQueries = append(writeQueries, eventKeyQueries...) }
 // EventKeyTake decides whether p.Owner may send under p.Key and records it.
 func (s *Store) EventKeyTake(ctx context.Context, p store.EventKeyTakeParams) (store.EventKeyTakeResult, error) {
 	var res store.EventKeyTakeResult
-	k := p.Key
-	err := s.w.do(ctx, func(tx wtx) error {
-		res = store.EventKeyTakeResult{}
-		now, lease := s.now(), p.Lease.Milliseconds()
-		args := []any{k.Tenant, k.Recipient, k.EventID, k.Kind, string(k.Channel), p.Owner, now, lease}
-		r, err := tx.Exec(qEventKeyInsert, args...)
-		if err != nil {
-			return err
-		}
-		switch n, err := r.RowsAffected(); {
-		case err != nil:
-			return err
-		case n == 1:
-			res = store.EventKeyTakeResult{Outcome: store.EventKeyTaken, Owner: p.Owner, LeaseUntil: fromMs(now + lease)}
-			return nil
-		}
-		var owner string
-		var until int64
-		err = tx.QueryRow(qEventKeyGet, args[:5]...).Scan(&owner, &until)
-		switch {
-		case err != nil:
-			return err
-		case owner == p.Owner:
-			res = store.EventKeyTakeResult{Outcome: store.EventKeyOwned, Owner: p.Owner}
-			if err := tx.QueryRow(qEventKeyExtend, args...).Scan(&until); err != nil {
-				return err
-			}
-			res.LeaseUntil = fromMs(until)
-			return nil
-		}
-		held := until > now
-		if !held {
-			if held, err = ownerHolds(tx, owner, k); err != nil {
-				return err
-			}
-		}
-		if held {
-			res = store.EventKeyTakeResult{Outcome: store.EventKeyHeld, Owner: owner, LeaseUntil: fromMs(until)}
-			return nil
-		}
-		res = store.EventKeyTakeResult{Outcome: store.EventKeyTakenOver, Owner: p.Owner, Previous: owner, LeaseUntil: fromMs(now + lease)}
-		_, err = tx.Exec(qEventKeyTakeOver, args...)
+	err := s.w.do(ctx, func(tx wtx) (err error) {
+		res, err = takeEventKey(tx, s.now(), p)
 		return err
 	})
 	if err != nil {
 		return store.EventKeyTakeResult{}, fmt.Errorf("take event key: %w", err)
 	}
 	return res, nil
+}
+
+// takeEventKey is a take in the writer's transaction tx at now: the
+// EventKeyTake's and DeliveryClaim's with an event key.
+func takeEventKey(tx wtx, now int64, p store.EventKeyTakeParams) (store.EventKeyTakeResult, error) {
+	k, lease := p.Key, p.Lease.Milliseconds()
+	args := []any{k.Tenant, k.Recipient, k.EventID, k.Kind, string(k.Channel), p.Owner, now, lease}
+	r, err := tx.Exec(qEventKeyInsert, args...)
+	if err != nil {
+		return store.EventKeyTakeResult{}, err
+	}
+	switch n, err := r.RowsAffected(); {
+	case err != nil:
+		return store.EventKeyTakeResult{}, err
+	case n == 1:
+		return store.EventKeyTakeResult{Outcome: store.EventKeyTaken, Owner: p.Owner, LeaseUntil: fromMs(now + lease)}, nil
+	}
+	var owner string
+	var until int64
+	if err := tx.QueryRow(qEventKeyGet, args[:5]...).Scan(&owner, &until); err != nil {
+		return store.EventKeyTakeResult{}, err
+	}
+	if owner == p.Owner {
+		if err := tx.QueryRow(qEventKeyExtend, args...).Scan(&until); err != nil {
+			return store.EventKeyTakeResult{}, err
+		}
+		return store.EventKeyTakeResult{Outcome: store.EventKeyOwned, Owner: p.Owner, LeaseUntil: fromMs(until)}, nil
+	}
+	held := until > now
+	if !held {
+		if held, err = ownerHolds(tx, owner, k); err != nil {
+			return store.EventKeyTakeResult{}, err
+		}
+	}
+	if held {
+		return store.EventKeyTakeResult{Outcome: store.EventKeyHeld, Owner: owner, LeaseUntil: fromMs(until)}, nil
+	}
+	if _, err := tx.Exec(qEventKeyTakeOver, args...); err != nil {
+		return store.EventKeyTakeResult{}, err
+	}
+	return store.EventKeyTakeResult{Outcome: store.EventKeyTakenOver, Owner: p.Owner, Previous: owner, LeaseUntil: fromMs(now + lease)}, nil
 }
 
 // ownerHolds reports whether one of owner's sends under k holds the key.

@@ -84,6 +84,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RateBuckets", func(t *testing.T) { testRateBuckets(t, h) })
 	t.Run("ConsentHistory", func(t *testing.T) { testConsentHistory(t, h) })
 	t.Run("EventKeys", func(t *testing.T) { testEventKeys(t, h) })
+	t.Run("ClaimTakes", func(t *testing.T) { testClaimTakes(t, h) })
 	t.Run("Fallback", func(t *testing.T) { testFallback(t, h) })
 	t.Run("Deferrals", func(t *testing.T) { testDeferrals(t, h) })
 	t.Run("APIKeys", func(t *testing.T) { testAPIKeys(t, h) })

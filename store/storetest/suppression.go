@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -311,5 +312,69 @@ func testEventKeys(t *testing.T, h Harness) {
 		}
 		wantTake(t, "the fresh key after its purge", takeKey(t, b, fresh, "n3"),
 			store.EventKeyTakeResult{Outcome: store.EventKeyTaken, Owner: "n3", LeaseUntil: b.clk.Now().Add(keyLease)})
+	})
+}
+
+// testClaimTakes: a claim with an event key (store.DeliveryClaimParams.
+// Event) takes it first, by EventKeyTake's rule; a key another
+// notification holds claims nothing, and a key that cannot be taken
+// fails the claim with store.ErrEventKeys and writes nothing.
+func testClaimTakes(t *testing.T, h Harness) {
+	webhook := []heraldtype.Channel{heraldtype.ChannelWebhook}
+	none := func(heraldtype.Channel) heraldtype.DeliveryState { return "" }
+	withKey := func(id string) store.DeliveryClaimParams {
+		p := sendClaim(id)
+		p.Event = &store.EventKeyTakeParams{Key: eventKey(""), Owner: id, Lease: keyLease}
+		return p
+	}
+	t.Run("TheClaimTakesTheKeyFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		n1, n2 := owning(t, b, webhook, none), owning(t, b, webhook, none)
+		res := claimDelivery(t, b, withKey(n1))
+		if !res.Claimed || res.Attempt != 1 {
+			t.Fatalf("the first claim with the key: %+v", res)
+		}
+		wantTake(t, "the first claim's take", res.Event,
+			store.EventKeyTakeResult{Outcome: store.EventKeyTaken, Owner: n1, LeaseUntil: Epoch.Add(keyLease)})
+		res = claimDelivery(t, b, withKey(n2))
+		if res.Claimed || res.Current != nil {
+			t.Fatalf("another notification's claim under the key: %+v, want nothing claimed", res)
+		}
+		wantTake(t, "another notification's take", res.Event,
+			store.EventKeyTakeResult{Outcome: store.EventKeyHeld, Owner: n1, LeaseUntil: Epoch.Add(keyLease)})
+		wantNoDelivery(t, b, n2)
+		// The owner's retry takes its own key again with the claim.
+		if !record(t, b, store.MessageID(n1, heraldtype.ChannelWebhook), 1, heraldtype.DeliveryRetryWait, time.Minute) {
+			t.Fatal("record RETRY_WAIT")
+		}
+		b.clk.Advance(time.Minute)
+		res = claimDelivery(t, b, withKey(n1))
+		if !res.Claimed || res.Attempt != 2 {
+			t.Fatalf("the owner's retry: %+v", res)
+		}
+		wantTake(t, "the owner's retry's take", res.Event,
+			store.EventKeyTakeResult{Outcome: store.EventKeyOwned, Owner: n1, LeaseUntil: b.clk.Now().Add(keyLease)})
+		// A claim without a key takes none.
+		if res := claimDelivery(t, b, sendClaim(n2)); !res.Claimed || res.Event.Outcome != 0 {
+			t.Fatalf("a claim without a key: %+v", res)
+		}
+	})
+	t.Run("AKeyThatCannotBeTakenFailsTheClaimWithNothingWritten", func(t *testing.T) {
+		if h.Exec == nil {
+			t.Skip("the harness runs no statements")
+		}
+		t.Parallel()
+		b := setup(t, h)
+		n1 := owning(t, b, webhook, none)
+		h.Exec(t, b.s, "ALTER TABLE event_keys RENAME TO event_keys_away")
+		_, err := b.s.DeliveryClaim(b.ctx, withKey(n1))
+		if !errors.Is(err, store.ErrEventKeys) {
+			t.Fatalf("a claim whose key cannot be taken: %v, want store.ErrEventKeys", err)
+		}
+		wantNoDelivery(t, b, n1)
+		if res := claimDelivery(t, b, sendClaim(n1)); !res.Claimed {
+			t.Fatalf("the claim again without the key: %+v", res)
+		}
 	})
 }
