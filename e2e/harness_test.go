@@ -33,11 +33,13 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testmq"
 )
 
-// TestMain removes the built binary after the run.
+// TestMain removes the built binary after the run, and puts each test's
+// vhost deletion off to the next test's creation (testmq.Main).
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testmq.Main(m)
 	if binDir != "" {
 		if err := os.RemoveAll(binDir); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: remove the built binary: %v\n", err)
