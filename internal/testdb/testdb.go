@@ -6,13 +6,13 @@ package testdb
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/store/sqlite"
@@ -40,7 +40,7 @@ func Open(t testing.TB, driver string, clk clock.Clock) *DB {
 	d := &DB{driver: driver}
 	switch driver {
 	case "sqlite":
-		path := filepath.Join(t.TempDir(), "herald.db")
+		path := testsqlite.Path(t)
 		s, err := sqlite.Open(ctx, path, sqlite.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)

@@ -3,11 +3,11 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 	"github.com/heraldhq/herald/store/storetest"
@@ -27,7 +27,7 @@ func TestConformance(t *testing.T) {
 		return db
 	}
 	storetest.Run(t, storetest.Harness{Open: func(t *testing.T, clk clock.Clock) store.Store {
-		path := filepath.Join(t.TempDir(), "herald.db")
+		path := testsqlite.Path(t)
 		s, err := sqlite.Open(context.Background(), path, sqlite.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 	"github.com/heraldhq/herald/store/storetest"
@@ -118,7 +119,7 @@ func TestHelperErringStore(t *testing.T) {
 			if skip {
 				t.Skip("does not reach " + place)
 			}
-			s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
+			s, err := sqlite.Open(context.Background(), testsqlite.Path(t), sqlite.Options{Clock: clk})
 			if err != nil {
 				t.Fatal(err)
 			}
