@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/sender"
@@ -60,7 +60,7 @@ func setup(t *testing.T, driver string) *bundle {
 	var st store.Store
 	switch driver {
 	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{})
+		s, err := sqlite.Open(ctx, testsqlite.Path(t), sqlite.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

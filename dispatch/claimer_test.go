@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/sender"
@@ -64,7 +64,7 @@ func setupOn(t *testing.T, driver string) bundle {
 	var err error
 	switch driver {
 	case "sqlite":
-		s, err = sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "h.db"), sqlite.Options{Clock: clk})
+		s, err = sqlite.Open(context.Background(), testsqlite.Path(t), sqlite.Options{Clock: clk})
 	case "postgres":
 		s, err = postgres.Open(context.Background(), testpg.Schema(t), postgres.Options{Clock: clk})
 	default:

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,6 +24,7 @@ import (
 	"github.com/heraldhq/herald/httpapi"
 	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/parked"
@@ -71,7 +71,7 @@ func setupTraced(t *testing.T, driver string, wrap func(store.Store) store.Store
 	var st store.Store
 	switch driver {
 	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
+		s, err := sqlite.Open(ctx, testsqlite.Path(t), sqlite.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}

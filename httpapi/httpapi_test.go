@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/httpapi"
 	"github.com/heraldhq/herald/intake"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/parked"
@@ -50,7 +50,7 @@ type options struct {
 func setup(t *testing.T, opts options) *bundle {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
+	st, err := sqlite.Open(context.Background(), testsqlite.Path(t), sqlite.Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

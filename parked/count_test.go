@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/httpapi"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/parked"
@@ -58,7 +58,7 @@ func setupCounting(t *testing.T, driver string) *counting {
 	var err error
 	switch driver {
 	case "sqlite":
-		st, err = sqlite.Open(ctx, filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
+		st, err = sqlite.Open(ctx, testsqlite.Path(t), sqlite.Options{Clock: clk})
 	case "postgres":
 		st, err = postgres.Open(ctx, testpg.Schema(t), postgres.Options{Clock: clk, Logger: logger})
 	}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"maps"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/store"
@@ -28,7 +28,7 @@ type bundle struct {
 func setup(t *testing.T) (*sweep.Sweeper, bundle) {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{Clock: clk})
+	s, err := sqlite.Open(context.Background(), testsqlite.Path(t), sqlite.Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,6 +25,7 @@ import (
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testmq"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
@@ -65,7 +65,7 @@ func setup(t *testing.T, o options) *env {
 	if o.clk == nil {
 		o.clk = clock.Real{}
 	}
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "h.db"), sqlite.Options{Clock: o.clk})
+	s, err := sqlite.Open(context.Background(), testsqlite.Path(t), sqlite.Options{Clock: o.clk})
 	if err != nil {
 		t.Fatal(err)
 	}
