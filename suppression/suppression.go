@@ -209,7 +209,7 @@ func (c *Check) Key(job heraldtype.Job) store.EventKey {
 // send by what it found (see the package doc); with InClaim it hands the
 // key to the claim, which takes it.
 func (c *Check) Check(ctx context.Context, s sender.Subject) sender.Ruling {
-	t := take{c: c, sub: s}
+	t := keyTake{c: c, sub: s}
 	if c.cfg.InClaim {
 		return sender.Ruling{Take: t}
 	}
@@ -224,19 +224,19 @@ func (c *Check) Check(ctx context.Context, s sender.Subject) sender.Ruling {
 	return t.Taken(ctx, res)
 }
 
-// take is one send's key: the claim's part (sender.ClaimTake) with
+// keyTake is one send's key: the claim's part (sender.ClaimTake) with
 // InClaim, the check's own otherwise.
-type take struct {
+type keyTake struct {
 	c   *Check
 	sub sender.Subject
 }
 
-func (t take) Params() store.EventKeyTakeParams {
+func (t keyTake) Params() store.EventKeyTakeParams {
 	return store.EventKeyTakeParams{Key: t.c.Key(t.sub.Job), Owner: t.sub.Job.NotificationID, Lease: t.c.cfg.Lease}
 }
 
 // Taken rules on what a take found.
-func (t take) Taken(ctx context.Context, res store.EventKeyTakeResult) sender.Ruling {
+func (t keyTake) Taken(ctx context.Context, res store.EventKeyTakeResult) sender.Ruling {
 	job := t.sub.Job
 	switch res.Outcome {
 	case store.EventKeyHeld:
@@ -251,12 +251,12 @@ func (t take) Taken(ctx context.Context, res store.EventKeyTakeResult) sender.Ru
 
 // Failed rules on a send whose key could not be taken: the category
 // decides (Unavailable).
-func (t take) Failed(ctx context.Context, err error) sender.Ruling {
+func (t keyTake) Failed(ctx context.Context, err error) sender.Ruling {
 	return t.c.unavailable(ctx, t.sub, err)
 }
 
 // Wait is how long a failing take is tried again: StoreWait.
-func (t take) Wait() time.Duration { return t.c.cfg.StoreWait }
+func (t keyTake) Wait() time.Duration { return t.c.cfg.StoreWait }
 
 // take runs the store's take, again while it fails, for StoreWait.
 func (c *Check) take(ctx context.Context, p store.EventKeyTakeParams) (store.EventKeyTakeResult, error) {

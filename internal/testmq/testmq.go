@@ -77,7 +77,7 @@ func VHost(t testing.TB) string {
 		t.Fatalf("testmq: create vhost %s: %v\n%s", name, err, out)
 	}
 	t.Cleanup(func() {
-		if vhosts.defer_(name) {
+		if vhosts.later(name) {
 			return
 		}
 		if out, err := ctl("eval", deleteExpr([]string{name})+"ok."); err != nil {
@@ -117,8 +117,8 @@ type pending struct {
 	names     []string
 }
 
-// defer_ puts name's deletion off when Main runs the tests.
-func (p *pending) defer_(name string) bool {
+// later puts name's deletion off when Main runs the tests.
+func (p *pending) later(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.deferring {
