@@ -52,7 +52,30 @@ func machineNote() string {
 			load = strings.Join(f[:3], " ")
 		}
 	}
-	return fmt.Sprintf("Load average %s as the run began, %d CPUs (herald, its store and the load generator on them)", load, runtime.NumCPU())
+	return fmt.Sprintf("Load average %s as the run began, %d CPUs (herald, its store and the load generator on them); %s",
+		load, runtime.NumCPU(), writeBack())
+}
+
+// writeBack describes the kernel's dirty-page write-back limits: left at
+// their defaults (a share of RAM), PostgreSQL's checkpoints stall every
+// commit while a campaign's fan-out writes (README, Running on
+// PostgreSQL), so a PostgreSQL run's latencies depend on them.
+func writeBack() string {
+	read := func(name string) string {
+		raw, err := os.ReadFile("/proc/sys/vm/" + name)
+		if err != nil {
+			return "?"
+		}
+		return strings.TrimSpace(string(raw))
+	}
+	limit := func(bytes, ratio string) string {
+		if bytes != "0" && bytes != "?" {
+			return bytes + " bytes"
+		}
+		return ratio + "% of RAM"
+	}
+	return fmt.Sprintf("kernel write-back from %s, writers held at %s",
+		limit(read("dirty_background_bytes"), read("dirty_background_ratio")), limit(read("dirty_bytes"), read("dirty_ratio")))
 }
 
 // backlogSampler reads a backlog every 250 ms from began until stopped.

@@ -92,7 +92,7 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.Logf("campaign of %d filled in %s", n, time.Since(began).Round(time.Millisecond))
+		b.Logf("campaign of %d filled in %s; %s", n, time.Since(began).Round(time.Millisecond), writeBack())
 		if err := isoCall(http.MethodPost, base+"/v1/campaigns/"+created.ID+"/start", "", map[string]any{}, nil); err != nil {
 			b.Fatal(err)
 		}
