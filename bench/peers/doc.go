@@ -13,6 +13,17 @@
 //	cd bench/peers
 //	for i in 1 2 3; do go test -run '^$' -bench 'GoAPI' -benchtime 20000x; done
 //
+// A campaign's drain (issue 12): BenchmarkDrainHerald starts a campaign of
+// b.N recipients (added first through the HTTP API) on PostgreSQL with the
+// db transport and a 0 ms provider, timed from the start until the last
+// send is recorded (the leader's fan-out and the sends overlap);
+// BenchmarkDrainRiver batch-inserts as many no-op jobs (InsertManyFast,
+// 10,000 a call) and times River's client, as tuned for the Go API, from
+// its start until the last is worked. benchrun's campaign scenario runs
+// the pair and prints herald's sent/s over River's worked/s:
+//
+//	go run ./bench/cmd/benchrun -count 3 campaign    # from herald's root
+//
 // PostgreSQL + RabbitMQ (issue 12): herald's BenchmarkEndToEndRabbitMQ (in
 // bench: 16 HTTP clients, the relay to a quorum queue with confirms, the
 // lane consumer, a 0 ms provider) beside BenchmarkWatermillOutbox here:

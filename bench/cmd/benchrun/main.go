@@ -7,7 +7,7 @@
 //	go run ./bench/cmd/benchrun providers      # 100 ms providers: webhook, APNs
 //	go run ./bench/cmd/benchrun fairness       # two tenants in one lane, SQLite and PostgreSQL
 //	go run ./bench/cmd/benchrun isolation      # 100 transactional/s beside a million-recipient campaign
-//	go run ./bench/cmd/benchrun campaign relay # fan-out; the RabbitMQ relay's drain
+//	go run ./bench/cmd/benchrun campaign relay # fan-out, a campaign's drain beside River's; the RabbitMQ relay's drain
 //	go run ./bench/cmd/benchrun all
 //
 // Each benchmark runs in its own test binary, built once per package and
@@ -100,8 +100,14 @@ var scenarios = map[string][]run{
 	"isolation": {
 		{Name: "isolation, campaign of HERALD_BENCH_ISOLATION_RECIPIENTS (1,000,000), PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql"},
 	},
+	// The fan-out alone; then a campaign's drain (fan-out and sends, db
+	// transport, 0 ms provider) against River working as many
+	// batch-inserted no-op jobs.
 	"campaign": {
 		{Name: "campaign fan-out, PostgreSQL", Dir: "bench", Bench: "^BenchmarkCampaignFanOut$", Benchtime: "1x"},
+		{Name: "campaign drain, herald, PostgreSQL", Dir: "bench/peers", Bench: "^BenchmarkDrainHerald$", Benchtime: "100000x",
+			Versus: &versus{Metric: "sent/s", Peer: "batch-inserted jobs, River", PeerMetric: "worked/s"}},
+		{Name: "batch-inserted jobs, River", Dir: "bench/peers", Bench: "^BenchmarkDrainRiver$", Benchtime: "100000x"},
 	},
 	"relay": {
 		{Name: "relay drain, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkRelayDrain$", Benchtime: "1x"},
