@@ -7,7 +7,9 @@
 // HERALD_BENCH_INSTANCES=2 runs two herald instances on that database (each
 // with its own store, pool, claimers, sweeps and listener, as two processes
 // would have), and the clients spread their requests over both.
-// HERALD_BENCH_CHART_DIR has the isolation and fairness runs draw their
+// HERALD_BENCH_PROVIDER_MS gives the simulated provider of the end-to-end
+// runs an answer time (BenchmarkEndToEnd, …Inbox, …RabbitMQ: 0 ms unless
+// set). HERALD_BENCH_CHART_DIR has the isolation and fairness runs draw their
 // latency and backlog over time there as SVG (package bench/chart); unset,
 // they draw nothing.
 package bench
@@ -86,7 +88,7 @@ func startEnv(b *testing.B, e *env, trackCalls bool, adjust func(*config.Config)
 		db = "sqlite:" + filepath.Join(b.TempDir(), "bench.db")
 	}
 	cfg := benchConfig(b, db, adjust)
-	e.sim = sim.New(sim.Config{})
+	e.sim = sim.New(sim.Config{Latency: providerDelay()})
 	e.sim.OnCall(func(context.Context, provider.Message) provider.Outcome {
 		if e.called != nil {
 			e.called <- time.Now()
@@ -114,6 +116,9 @@ func benchConfig(b *testing.B, database string, adjust func(*config.Config)) *co
 		Templates: map[string]config.Template{"webhook": {Title: "Paid", Body: "Paid {{.amount}} won"}},
 	}}
 	cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
+	if providerDelay() > 0 {
+		cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 512}}
+	}
 	if adjust != nil {
 		adjust(cfg)
 	}
@@ -122,6 +127,15 @@ func benchConfig(b *testing.B, database string, adjust func(*config.Config)) *co
 		b.Fatal(err)
 	}
 	return cfg
+}
+
+// providerDelay is HERALD_BENCH_PROVIDER_MS, the simulated provider's
+// answer time in the end-to-end runs (default 0). With a delay the bench
+// kind's lane sends 512 at once, as the providers runs do: 64 at 100 ms
+// would cap a run at 640/s.
+func providerDelay() time.Duration {
+	ms, _ := strconv.Atoi(os.Getenv("HERALD_BENCH_PROVIDER_MS"))
+	return time.Duration(max(ms, 0)) * time.Millisecond
 }
 
 // startApp runs one herald instance and returns its base URL.

@@ -105,13 +105,13 @@ func BenchmarkRelayDrain(b *testing.B) {
 
 // BenchmarkEndToEndRabbitMQ: b.N notifications posted by 16 HTTP clients to a
 // herald on PostgreSQL with the rabbitmq transport and a 0 ms simulated
-// provider; timed from the first POST until the last delivery is recorded,
+// provider (HERALD_BENCH_PROVIDER_MS); timed from the first POST until the last delivery is recorded,
 // with the CPU per notification of each process (cpuSplit).
 func BenchmarkEndToEndRabbitMQ(b *testing.B) {
 	db := testpg.Database(b)
 	mq := testmq.VHost(b)
 	cfg := benchConfig(b, db, func(c *config.Config) { c.Transport, c.RabbitMQURL = "rabbitmq", mq })
-	e := &env{sim: sim.New(sim.Config{Keep: 10})}
+	e := &env{sim: sim.New(sim.Config{Keep: 10, Latency: providerDelay()})}
 	e.bases = []string{startApp(b, cfg, e)}
 	cpu := startCPUSplit(b, db, mq)
 	drive(b, e)

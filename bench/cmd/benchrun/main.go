@@ -1,7 +1,7 @@
 // Command benchrun runs herald's benchmark scenarios with one command each,
 // prints a table and writes the figures as JSON:
 //
-//	go run ./bench/cmd/benchrun e2e            # end to end: SQLite, PostgreSQL, PostgreSQL+RabbitMQ
+//	go run ./bench/cmd/benchrun e2e            # end to end: SQLite, PostgreSQL, PostgreSQL+RabbitMQ, at 0 and 100 ms
 //	go run ./bench/cmd/benchrun goapi          # Client.Enqueue beside River's Insert (bench/peers)
 //	go run ./bench/cmd/benchrun outbox         # PostgreSQL+RabbitMQ end to end beside Watermill's outbox (bench/peers)
 //	go run ./bench/cmd/benchrun providers      # 100 ms providers: webhook, APNs
@@ -75,6 +75,9 @@ var scenarios = map[string][]run{
 		{Name: "end to end, SQLite", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x"},
 		{Name: "end to end, PostgreSQL", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Postgres: true},
 		{Name: "end to end, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "10000x"},
+		{Name: "end to end, SQLite, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Env: []string{"HERALD_BENCH_PROVIDER_MS=100"}},
+		{Name: "end to end, PostgreSQL, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Postgres: true, Env: []string{"HERALD_BENCH_PROVIDER_MS=100"}},
+		{Name: "end to end, PostgreSQL+RabbitMQ, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "10000x", Env: []string{"HERALD_BENCH_PROVIDER_MS=100"}},
 	},
 	"goapi": {
 		{Name: "Go API, herald Client.Enqueue", Dir: "bench/peers", Bench: "^BenchmarkGoAPIHerald$", Benchtime: "20000x",
