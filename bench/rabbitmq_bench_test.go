@@ -105,8 +105,9 @@ func BenchmarkRelayDrain(b *testing.B) {
 
 // BenchmarkEndToEndRabbitMQ: b.N notifications posted by 16 HTTP clients to a
 // herald on PostgreSQL with the rabbitmq transport and a 0 ms simulated
-// provider (HERALD_BENCH_PROVIDER_MS); timed from the first POST until the last delivery is recorded,
-// with the CPU per notification of each process (cpuSplit).
+// provider (HERALD_BENCH_PROVIDER_MS sets another); timed from the first
+// POST until the last delivery is recorded, with the CPU per notification
+// of each process (cpuSplit).
 func BenchmarkEndToEndRabbitMQ(b *testing.B) {
 	db := testpg.Database(b)
 	mq := testmq.VHost(b)
