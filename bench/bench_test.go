@@ -115,10 +115,11 @@ func benchConfig(b *testing.B, database string, adjust func(*config.Config)) *co
 		Name: "bench", Category: "transactional", Channels: []string{"webhook"},
 		Templates: map[string]config.Template{"webhook": {Title: "Paid", Body: "Paid {{.amount}} won"}},
 	}}
-	cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
+	concurrency := 64
 	if providerDelay() > 0 {
-		cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 512}}
+		concurrency = 512
 	}
+	cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: concurrency}}
 	if adjust != nil {
 		adjust(cfg)
 	}

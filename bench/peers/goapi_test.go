@@ -53,41 +53,16 @@ func BenchmarkGoAPIHeraldWakeEach(b *testing.B) { benchHerald(b, -1) }
 func BenchmarkGoAPIRiver(b *testing.B) {
 	ctx := context.Background()
 	pool, _ := database(b)
-	if _, err := rivermigrate.New(riverpgxv5.New(pool), nil); err != nil {
-		b.Fatal(err)
-	}
-	migrator, _ := rivermigrate.New(riverpgxv5.New(pool), nil)
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		b.Fatal(err)
-	}
 	lat := newLatencies(b.N)
 	var worked atomic.Int64
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &noopWorker{done: func(job *river.Job[noopArgs]) {
+	client := riverClient(b, pool, func(job *river.Job[noopArgs]) {
 		lat.end(fmt.Sprint(job.ID))
 		worked.Add(1)
-	}})
-	// Tuned as herald is: 64 workers (herald's lane concurrency here), and
-	// a fetch cooldown of 10 ms, which is also River's insert-notification
-	// throttle (herald's WakeEvery); River's default, 100 ms, caps 64
-	// workers at 640 jobs/s.
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 64}},
-		FetchCooldown: 10 * time.Millisecond,
-		Workers:       workers,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
 	if err := client.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		_ = client.Stop(sctx)
-	}()
+	defer stopRiver(client)
 	b.ResetTimer()
 	began := time.Now()
 	enqueue(b, goroutines, func(i int) error {
@@ -118,56 +93,47 @@ func (w *noopWorker) Work(_ context.Context, job *river.Job[noopArgs]) error {
 	return nil
 }
 
+// riverClient migrates River's schema on pool and returns a client, not
+// yet started, whose no-op worker calls done for each job. It is tuned as
+// herald is: 64 workers (herald's lane concurrency here), and a fetch
+// cooldown of 10 ms, which is also River's insert-notification throttle
+// (herald's WakeEvery); River's default, 100 ms, caps 64 workers at 640
+// jobs/s.
+func riverClient(b *testing.B, pool *pgxpool.Pool, done func(*river.Job[noopArgs])) *river.Client[pgx.Tx] {
+	b.Helper()
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := migrator.Migrate(context.Background(), rivermigrate.DirectionUp, nil); err != nil {
+		b.Fatal(err)
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{done: done})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 64}},
+		FetchCooldown: 10 * time.Millisecond,
+		Workers:       workers,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return client
+}
+
+// stopRiver stops a started client, waiting up to a minute.
+func stopRiver(client *river.Client[pgx.Tx]) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = client.Stop(ctx)
+}
+
 func benchHerald(b *testing.B, wakeEvery time.Duration) {
 	ctx := context.Background()
-	pool, url := database(b)
-	if _, err := postgres.Migrate(ctx, url); err != nil {
-		b.Fatal(err)
-	}
-	cfg := config.Dev()
-	cfg.Database = url
-	cfg.Kinds = []config.Kind{{
-		Name: "bench", Category: "transactional", Channels: []string{"webhook"},
-		Templates: map[string]config.Template{"webhook": {Title: "Paid", Body: "Paid {{.amount}} won"}},
-	}}
-	cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
-	cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		b.Fatal(err)
-	}
 	lat := newLatencies(b.N)
-	var recorded atomic.Int64
-	s := sim.New(sim.Config{})
-	s.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
-		lat.end(strings.TrimSuffix(m.MessageID, ".webhook"))
-		return provider.Outcome{}
-	})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	a, err := app.New(ctx, cfg, app.Options{
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Providers: map[string]provider.Provider{"sim-webhook": s},
-		Listener:  l,
-		Hooks: sender.Hooks{AfterRecord: func(_ context.Context, _ heraldtype.Job, r sender.Result) {
-			if r.State == heraldtype.DeliveryProviderAccepted {
-				recorded.Add(1)
-			}
-		}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Error(err)
-		}
-	}()
+	h := startHerald(b, func(m provider.Message) { lat.end(strings.TrimSuffix(m.MessageID, ".webhook")) })
+	pool, cfg := h.pool, h.cfg
 	client, err := herald.NewClient(herald.Options{Kinds: cfg.Kinds, WakeEvery: wakeEvery})
 	if err != nil {
 		b.Fatal(err)
@@ -186,8 +152,76 @@ func benchHerald(b *testing.B, wakeEvery time.Duration) {
 		return err
 	})
 	enqueued := time.Now()
-	wait(b, &recorded)
+	wait(b, &h.recorded)
 	report(b, began, enqueued, lat, "notifications/s")
+}
+
+// heraldRun is a herald running on a database of its own until the
+// benchmark ends: the bench kind (transactional, a webhook) to a 0 ms
+// simulated provider, 64 sends in flight, the db transport.
+type heraldRun struct {
+	pool     *pgxpool.Pool
+	cfg      *config.Config
+	base     string       // its HTTP API
+	recorded atomic.Int64 // sends recorded PROVIDER_ACCEPTED
+}
+
+// startHerald migrates a new database (database) and runs herald on it;
+// onCall, when set, sees every provider call.
+func startHerald(b *testing.B, onCall func(provider.Message)) *heraldRun {
+	b.Helper()
+	ctx := context.Background()
+	pool, url := database(b)
+	if _, err := postgres.Migrate(ctx, url); err != nil {
+		b.Fatal(err)
+	}
+	cfg := config.Dev()
+	cfg.Database = url
+	cfg.Kinds = []config.Kind{{
+		Name: "bench", Category: "transactional", Channels: []string{"webhook"},
+		Templates: map[string]config.Template{"webhook": {Title: "Paid", Body: "Paid {{.amount}} won"}},
+	}}
+	cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
+	cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	h := &heraldRun{pool: pool, cfg: cfg}
+	s := sim.New(sim.Config{})
+	if onCall != nil {
+		s.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
+			onCall(m)
+			return provider.Outcome{}
+		})
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := app.New(ctx, cfg, app.Options{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Providers: map[string]provider.Provider{"sim-webhook": s},
+		Listener:  l,
+		Hooks: sender.Hooks{AfterRecord: func(_ context.Context, _ heraldtype.Job, r sender.Result) {
+			if r.State == heraldtype.DeliveryProviderAccepted {
+				h.recorded.Add(1)
+			}
+		}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(rctx) }()
+	b.Cleanup(func() { // before database's clean-up drops the database
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	})
+	h.base = "http://" + l.Addr().String()
+	return h
 }
 
 // database creates a database of its own on the benchmark's server and
