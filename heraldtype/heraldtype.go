@@ -143,7 +143,8 @@ const (
 	DeliveryUnknown          DeliveryState = "UNKNOWN"
 	DeliverySuppressed       DeliveryState = "SUPPRESSED"
 	// DeliveryStored: the inbox item (ChannelInbox) is written; herald was its
-	// own provider. Written by intake with the item, never by a sender.
+	// own provider. Recorded by intake with the item (in the notification
+	// row: package store, inboxsend.go), never by a sender.
 	DeliveryStored DeliveryState = "STORED"
 )
 
@@ -189,7 +190,7 @@ const (
 	ReasonRequeued         = "REQUEUED"
 	ReasonCancelled        = "CANCELLED" // a cancel request stopped a send that had not gone out
 	ReasonDiscarded        = "DISCARDED" // a person discarded the parked message (SUPPRESSED, audited)
-	ReasonStored           = "STORED"    // an inbox send's outbox row: intake wrote the item and ended it DONE
+	ReasonStored           = "STORED"    // an inbox send: intake wrote the item and ended the send at once
 	// A sealed value the send needs (params, an address, a device token)
 	// did not open: its key is not in personal_data.keys (package seal).
 	// PARKED: configure the key and requeue.

@@ -182,13 +182,14 @@ func TestPurgesPastEachTenantsRetentionAndKeepsTheBadgeExact(t *testing.T) {
 		b.wantBadgeExact(t, "t1", "r1", 0)
 		b.wantBadgeExact(t, "t2", "r1", 1)
 		// The tables: one item left; the counters' unread sum to it; the
-		// notifications and their sends stay (only the items go).
+		// notifications and their inbox sends (inbox_at) stay (only the
+		// items go).
 		for q, want := range map[string]int{
 			"SELECT count(*) FROM inbox_items":                                 1,
 			"SELECT coalesce(sum(unread), 0) FROM inbox_counters":              1,
 			"SELECT count(*) FROM inbox_counters":                              3,
 			"SELECT count(*) FROM notifications":                               6,
-			"SELECT count(*) FROM deliveries WHERE state = 'STORED'":           6,
+			"SELECT count(*) FROM notifications WHERE inbox_at > 0":            6,
 			"SELECT count(*) FROM inbox_items WHERE tenant = 't2' AND seq = 2": 1,
 		} {
 			if got := b.count(t, q); got != want {

@@ -336,8 +336,9 @@ type NotificationCreateParams struct {
 	Channels  []heraldtype.Channel
 	// Inbox is the inbox item's text when Channels lists ChannelInbox (and
 	// only then): the same transaction writes the item, bumps the
-	// recipient's counter, and ends the inbox send at once (outbox DONE with
-	// reason STORED, delivery STORED); the store writes no PENDING row for it.
+	// recipient's counter, and records the inbox send, ended STORED at once,
+	// in the notification row (InboxAt, inboxsend.go): no outbox or delivery
+	// row.
 	Inbox []InboxText
 	// Fallback makes the channels but the inbox a fallback chain, in their
 	// order (channel policy first; fallback.go): the first one's rows

@@ -13,10 +13,22 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// DeliveryGet reads the delivery of messageID.
+// DeliveryGet reads the delivery of messageID; an inbox send's is its
+// notification's flag (store.InboxDelivery).
 func (s *Store) DeliveryGet(ctx context.Context, messageID string) (store.Delivery, error) {
 	d, err := scanDelivery(s.pipe.QueryRow(ctx, qDeliveryGet, messageID))
 	if errors.Is(err, pgx.ErrNoRows) {
+		if id, ok := store.InboxNotificationID(messageID); ok {
+			var tenant string
+			var created time.Time
+			err := s.pool.QueryRow(ctx, qInboxSendGet, id).Scan(&tenant, &created)
+			if err == nil {
+				return store.InboxDelivery(id, tenant, utc(created)), nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return store.Delivery{}, s.fail("read inbox send", err)
+			}
+		}
 		return d, store.ErrNotFound
 	}
 	if err != nil {

@@ -101,7 +101,7 @@ func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, 
 	}
 	err := q.QueryRow(ctx, qEnqueue, p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
 		dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ","),
-		inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ","), wake, c.plan).
+		inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ","), wake, c.plan, int16(p.InboxAt())).
 		Scan(&createdID, &due, &notified, &dupID, &told)
 	if err != nil {
 		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
@@ -133,11 +133,10 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 //
 //	n  inserts the notification; an existing dedup key makes it return nothing.
 //	ic bumps the recipient's inbox counter if $13 carries an inbox text.
-//	ii inserts the inbox item with that seq.
-//	o  inserts one outbox row per channel, in channel order: PENDING, but
-//	   the inbox's DONE (reason STORED); push one per active device
-//	   (as qNotificationCreate).
-//	ds inserts the inbox send's delivery, STORED.
+//	ii inserts the inbox item with that seq; the notification's inbox flag
+//	   is its send, STORED (store, inboxsend.go).
+//	o  inserts one outbox row per channel (the inbox is not in $11), in
+//	   channel order; push one per active device (as qNotificationCreate).
 //	w  NOTIFYs the lane's channel if a row is due now and $18 asks for it
 //	   (delivered at commit).
 //	wi NOTIFYs the inbox channel for the item (delivered at commit; a
@@ -146,17 +145,19 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 // $1 tenant, $2 id, $3 recipient, $4 event id, $5 kind, $6 lane, $7 params,
 // $8 dedup key (NULL for none), $9 send_at, $10 expires_at, $11 channels and
 // $12 message ids (comma-joined, parallel), $13 inbox title (NULL: no
-// item), $14 inbox body, $15 its locale, $16 the inbox send's message id,
+// item), $14 inbox body, $15 its locale, $16 the inbox item's message id,
 // $17 each channel's fallback step (comma-joined, parallel to $11; 0 off a
 // chain), a later step's rows WAITING (as qNotificationCreate), $18 whether
 // to wake the lane, $19 a lazy chain's later channels, comma-joined, the
 // first step's rows' fallback_plan (empty for none; as qNotificationCreate's
-// $25).
+// $25), $20 the inbox's place among the kind's channels (0: none; as
+// qNotificationCreate's $26).
 const qEnqueue = `WITH t AS (SELECT statement_timestamp() AS now),
 ` + qWakeHash + `,
 n AS (
-    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
-    SELECT $2::text, $1::text, $3::text, $4::text, $5::text, $6::text, $7::json, $8::text, $9::timestamptz, $10::timestamptz, t.now
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
+    SELECT $2::text, $1::text, $3::text, $4::text, $5::text, $6::text, $7::json, $8::text, $9::timestamptz, $10::timestamptz, t.now,
+           $20::smallint
     FROM t
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
@@ -177,8 +178,7 @@ o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
                         fallback_step, fallback_plan)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $1::text, $6::text, c.channel || coalesce('.' || dv.device_id, ''),
-           CASE WHEN c.message_id = $16::text THEN 'DONE' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
-           CASE WHEN c.message_id = $16::text THEN 'STORED' ELSE '' END,
+           CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
            CASE WHEN c.step = 1 THEN string_to_array(nullif($19::text, ''), ',') END
     FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ','), string_to_array($17::text, ',')::integer[])
@@ -186,11 +186,6 @@ o AS (
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $1::text AND dv.recipient = $3::text AND dv.active
     ORDER BY c.ord, dv.device_id
     RETURNING state = 'PENDING' AND available_at <= created_at AS due
-),
-ds AS (
-    INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
-    SELECT $16::text, n.id, $1::text, 'inbox', 'STORED', 'STORED', n.created_at, n.created_at
-    FROM n WHERE $13::text IS NOT NULL
 ),
 w AS (SELECT pg_notify(wake.prefix || $6::text, '') FROM wake WHERE $18::boolean AND EXISTS (SELECT 1 FROM o WHERE o.due)),
 wi AS (SELECT pg_notify(` + qInboxChannel + `, CASE WHEN octet_length(payload) <= 7999 THEN payload ELSE '' END) FROM ii)

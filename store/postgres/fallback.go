@@ -201,10 +201,10 @@ const qFirstStepEndedOtherwise = `EXISTS (
     WHERE fs.notification_id = n.id AND fs.fallback_step = 1 AND ` + qSendEndedOtherwise + `)`
 
 // chainArgs are a create's channels as intake's statements write them:
-// every channel, each with its step (0 off a chain and for the inbox, else
-// 1, 2… in order), but for a lazy chain (store.LazyPlan) only the inbox
-// and the first step, whose rows carry plan, the later channels
-// comma-joined (empty for none).
+// every channel but the inbox, whose send is the notification's flag
+// (store, inboxsend.go), each with its step (0 off a chain, else 1, 2… in
+// order), but for a lazy chain (store.LazyPlan) only the first step, whose
+// rows carry plan, the later channels comma-joined (empty for none).
 type chainArgs struct {
 	channels, messageIDs []string
 	steps                []int32
@@ -223,6 +223,9 @@ func newChainArgs(p store.NotificationCreateParams) chainArgs {
 			continue // a lazy chain's later step
 		}
 		ch := p.Channels[i]
+		if ch == heraldtype.ChannelInbox {
+			continue
+		}
 		c.channels, c.messageIDs, c.steps = append(c.channels, string(ch)), append(c.messageIDs, store.MessageID(p.ID, ch)), append(c.steps, int32(n))
 	}
 	return c

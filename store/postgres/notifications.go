@@ -80,7 +80,8 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 		a := &createArgs{now: s.now(), tenant: p.Tenant, key: p.IdempotencyKey, hash: p.RequestHash, ttl: p.IdempotencyTTL,
 			response: response, id: p.ID, recipient: p.Recipient, event: p.EventID, kind: p.Kind, lane: string(p.Lane),
 			params: string(params), dedup: nullString(p.DedupKey), sendAt: p.SendAt, expiresAt: p.ExpiresAt,
-			channels: c.channels, messageIDs: c.messageIDs, steps: c.steps, plan: c.plan, wake: s.notify.inStatement(p.Lane), inbox: inbox, lang: lang}
+			channels: c.channels, messageIDs: c.messageIDs, steps: c.steps, plan: c.plan, wake: s.notify.inStatement(p.Lane), inbox: inbox, lang: lang,
+			inboxAt: int16(p.InboxAt())}
 		var row createRow
 		var err error
 		if p.IdempotencyKey != "" && p.DedupKey != "" {
@@ -133,13 +134,14 @@ type createArgs struct {
 	steps                                          []int32 // fallback steps (chainArgs)
 	plan                                           string  // a lazy chain's later channels, comma-joined ('' for none)
 	inbox                                          inboxArgs
+	inboxAt                                        int16 // the inbox's place among the channels (store.InboxAt)
 	lang                                           *string
 }
 
 func (a *createArgs) list() []any {
 	return []any{a.now, a.tenant, a.key, a.hash, a.ttl, a.response, a.id, a.recipient, a.event, a.kind, a.lane,
 		a.params, a.dedup, a.sendAt, a.expiresAt, a.channels, a.messageIDs, a.wake,
-		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang, a.steps, a.plan}
+		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang, a.steps, a.plan, a.inboxAt}
 }
 
 // inboxArgs are a create's inbox item: all nil when it writes none.
@@ -163,6 +165,7 @@ var createMerge = &merge{
 		recipient, event, kind, lane := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		params, wake, dedup := make([]string, n), make([]string, n), make([]*string, n)
 		ititle, ibody, ilocale, imessage, lang := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		iat := make([]int16, n)
 		ttl, response := make([]time.Duration, n), make([][]byte, n)
 		sendAt, expiresAt := make([]*time.Time, n), make([]*time.Time, n)
 		var chReq, chStep []int32
@@ -173,13 +176,14 @@ var createMerge = &merge{
 			id[i], recipient[i], event[i], kind[i], lane[i] = a.id, a.recipient, a.event, a.kind, a.lane
 			params[i], dedup[i], sendAt[i], expiresAt[i], wake[i] = a.params, a.dedup, a.sendAt, a.expiresAt, a.wake
 			ititle[i], ibody[i], ilocale[i], imessage[i], lang[i] = a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang
+			iat[i] = a.inboxAt
 			for j, ch := range a.channels {
 				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a.messageIDs[j])
 				chStep, chPlan = append(chStep, a.steps[j]), append(chPlan, a.plan)
 			}
 		}
 		return []any{ops[0].in.(*createArgs).now, tenant, key, hash, ttl, response, id, recipient, event, kind, lane,
-			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep, chPlan}
+			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep, chPlan, iat}
 	},
 	scan: func(rows pgx.Rows, ops []*pipeOp) error {
 		i := 0
@@ -285,9 +289,10 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	}
 	defer rows.Close()
 	var v store.NotificationView
+	var inboxAt int
 	found := false
 	for rows.Next() {
-		dv, ok, err := scanViewRow(rows, &v)
+		dv, ok, err := scanViewRow(rows, &v, &inboxAt)
 		if err != nil {
 			return store.NotificationView{}, s.fail("scan notification", err)
 		}
@@ -302,6 +307,7 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	if !found {
 		return store.NotificationView{}, store.ErrNotFound
 	}
+	v.Deliveries = store.WithInboxSend(v, inboxAt)
 	v.Deliveries = store.WithPlannedSteps(v.ID, v.Deliveries) // a lazy chain's later steps (fallback.go)
 	return v, nil
 }

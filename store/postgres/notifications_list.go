@@ -29,7 +29,7 @@ const (
 
 	qNotificationListHead = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 page AS (
-    SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at
+    SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at, n.inbox_at
     FROM notifications n
     WHERE n.tenant = $2::text `
 	qNotificationListFilters = `
@@ -39,13 +39,14 @@ page AS (
       AND ($5::text = '' OR EXISTS (
           SELECT 1 FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
           WHERE o.notification_id = n.id AND ` + qEntryState + ` = $5::text)
+        OR ($5::text = 'STORED' AND n.inbox_at > 0)
         OR ($5::text IN ('WAITING', 'SKIPPED') AND ` + qPlannedState + ` = $5::text))
     ORDER BY n.created_at DESC, n.id DESC
     LIMIT $9::integer
 )
 `
 	// The columns of qNotificationGet, in its order (scanViewRow).
-	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at, t.now,
+	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at, t.now, p.inbox_at,
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
        o.fallback_step, o.fallback_after, o.fallback_plan
@@ -104,14 +105,17 @@ func (s *Store) NotificationList(ctx context.Context, p store.NotificationListPa
 	}
 	defer rows.Close()
 	var out []store.NotificationView
+	var inboxAt []int // each view's inbox place (store.WithInboxSend)
 	for rows.Next() {
 		var v store.NotificationView
-		dv, ok, err := scanViewRow(rows, &v)
+		var at int
+		dv, ok, err := scanViewRow(rows, &v, &at)
 		if err != nil {
 			return nil, s.fail("list notifications", err)
 		}
 		if n := len(out); n == 0 || out[n-1].ID != v.ID {
 			out = append(out, v)
+			inboxAt = append(inboxAt, at)
 		}
 		if ok {
 			last := &out[len(out)-1]
@@ -122,15 +126,16 @@ func (s *Store) NotificationList(ctx context.Context, p store.NotificationListPa
 		return nil, s.fail("list notifications", err)
 	}
 	for i := range out {
+		out[i].Deliveries = store.WithInboxSend(out[i], inboxAt[i])
 		out[i].Deliveries = store.WithPlannedSteps(out[i].ID, out[i].Deliveries) // a lazy chain's later steps (fallback.go)
 	}
 	return out, nil
 }
 
 // scanViewRow scans one row of qNotificationGet (or of the list, which
-// selects the same columns): the notification's columns into v, and its
-// planned send, if the row has one (ok).
-func scanViewRow(rows pgx.Rows, v *store.NotificationView) (dv store.DeliveryView, ok bool, err error) {
+// selects the same columns): the notification's columns into v and its
+// inbox place into inboxAt, and its planned send, if the row has one (ok).
+func scanViewRow(rows pgx.Rows, v *store.NotificationView, inboxAt *int) (dv store.DeliveryView, ok bool, err error) {
 	var (
 		lane                                  string
 		sendAt, expiresAt                     *time.Time
@@ -144,7 +149,7 @@ func scanViewRow(rows pgx.Rows, v *store.NotificationView) (dv store.DeliveryVie
 		fAfter                                *string
 		fPlan                                 []string
 	)
-	if err := rows.Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &now,
+	if err := rows.Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &now, inboxAt,
 		&msgID, &ch, &ostate, &oreason, &avail, &oupd,
 		&dNotif, &dTenant, &dProv, &dState, &dReas, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated, &fStep, &fAfter, &fPlan); err != nil {
 		return dv, false, err

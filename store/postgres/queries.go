@@ -37,14 +37,14 @@ const (
 	//   ic bumps the recipient's inbox counter (seq + 1, unread + 1) if the
 	//      notification was written and $19 carries an inbox text; the row's
 	//      lock, held to commit, orders the recipient's items.
-	//   ii inserts the inbox item with that seq.
-	//   o  inserts one outbox row per channel, in channel order: PENDING, but
-	//      the inbox's DONE (reason STORED), which no claimer sees. Push
+	//   ii inserts the inbox item with that seq; the notification's inbox
+	//      flag is its send, STORED (store, inboxsend.go).
+	//   o  inserts one outbox row per channel, in channel order (the inbox
+	//      is not in $16): PENDING, a later fallback step's WAITING. Push
 	//      has one per active device of the recipient (channel and message
 	//      id suffixed .<device id>, heraldtype.DeviceSend), or the one
 	//      when there is none: the LEFT JOIN on devices, by the key's
 	//      (tenant, recipient) prefix, for the push channel's row only.
-	//   ds inserts the inbox send's delivery, STORED.
 	//   w  NOTIFYs the lane's channel if a row is due now and $18 names one
 	//      (see notifier); PostgreSQL delivers it when the statement's
 	//      transaction commits.
@@ -59,12 +59,14 @@ const (
 	// $11 lane, $12 params, $13 dedup key, $14 send_at, $15 expires_at,
 	// $16 channels, $17 message ids (parallel to $16), $18 wake-up channel ('' for none),
 	// $19 inbox title (NULL: no inbox item), $20 inbox body, $21 the text's locale,
-	// $22 the inbox send's message id, $23 the profile language the text was
+	// $22 the inbox item's message id, $23 the profile language the text was
 	// chosen for (NULL: none), $24 each channel's fallback step (parallel
 	// to $16; 0 off a chain: chainArgs, fallback.go), the first step's
 	// rows PENDING and a later step's WAITING, $25 a lazy chain's later
 	// channels, comma-joined ('' for none), written on the first step's
-	// rows as their fallback_plan (the later steps are then not in $16).
+	// rows as their fallback_plan (the later steps are then not in $16),
+	// $26 the inbox's place among the kind's channels (0: none; the
+	// notification's inbox_at, store.InboxAt).
 	qNotificationCreate = `WITH g AS (
     SELECT $23::text IS NULL
            OR coalesce((SELECT data->>'language' FROM profiles WHERE tenant = $2::text AND recipient = $8::text), '') = $23::text AS ok
@@ -80,9 +82,9 @@ k AS (
     RETURNING 1
 ),
 n AS (
-    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
     SELECT $7::text, $2::text, $8::text, $9::text, $10::text, $11::text, $12::json, $13::text, $14::timestamptz, $15::timestamptz,
-           coalesce($1::timestamptz, now())
+           coalesce($1::timestamptz, now()), $26::smallint
     WHERE ($3::text = '' OR EXISTS (SELECT 1 FROM k)) AND (SELECT ok FROM g)
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
@@ -102,19 +104,13 @@ o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
                         fallback_step, fallback_plan)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $2::text, $11::text, c.channel || coalesce('.' || dv.device_id, ''),
-           CASE WHEN c.message_id = $22::text THEN 'DONE' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
-           CASE WHEN c.message_id = $22::text THEN 'STORED' ELSE '' END,
+           CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
            CASE WHEN c.step = 1 THEN string_to_array(nullif($25::text, ''), ',') END
     FROM n, unnest($16::text[], $17::text[], $24::integer[]) WITH ORDINALITY AS c (channel, message_id, step, ord)
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $2::text AND dv.recipient = $8::text AND dv.active
     ORDER BY c.ord, dv.device_id
     RETURNING state = 'PENDING' AND available_at <= created_at AS due
-),
-ds AS (
-    INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
-    SELECT $22::text, n.id, $2::text, 'inbox', 'STORED', 'STORED', n.created_at, n.created_at
-    FROM n WHERE $19::text IS NOT NULL
 ),
 w AS (SELECT pg_notify($18::text, '') FROM o WHERE o.due AND $18::text <> '' LIMIT 1)
 SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w), (SELECT ok FROM g)`
@@ -142,11 +138,12 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	// $5 key TTL, $6 response, $7 id, $8 recipient, $9 event id, $10 kind,
 	// $11 lane, $12 params, $13 dedup key, $14 send_at, $15 expires_at,
 	// $16 wake-up channel, $20 inbox title (NULL: none), $21 inbox body,
-	// $22 its locale, $23 the inbox send's message id, $24 the profile
+	// $22 its locale, $23 the inbox item's message id, $24 the profile
 	// language the text was chosen for (NULL: none; g checks it as in
 	// qNotificationCreate); per channel: $17 request's position (1-based),
 	// $18 channel, $19 message id, $25 fallback step (0 off a chain), $26
-	// its request's lazy plan (qNotificationCreate's $25).
+	// its request's lazy plan (qNotificationCreate's $25); per request
+	// again: $27 the inbox's place (qNotificationCreate's $26).
 	//
 	// The inbox items of one recipient's requests take consecutive seqs in
 	// r's order from one bump of its counter row; the counter rows are
@@ -155,9 +152,9 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	qNotificationCreateMany = `WITH r AS MATERIALIZED (
     SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::interval[], $6::bytea[], $7::text[], $8::text[], $9::text[],
                          $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::text[],
-                         $20::text[], $21::text[], $22::text[], $23::text[], $24::text[])
+                         $20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $27::smallint[])
         WITH ORDINALITY AS r (tenant, key, hash, ttl, response, id, recipient, event_id, kind, lane, params, dedup, send_at, expires_at, wake,
-                              ititle, ibody, ilocale, imessage, lang, ord)
+                              ititle, ibody, ilocale, imessage, lang, iat, ord)
 ),
 g AS MATERIALIZED (
     SELECT r.ord, r.lang IS NULL OR coalesce(p.data->>'language', '') = r.lang AS ok
@@ -175,9 +172,9 @@ k AS (
     RETURNING ik.notification_id AS id
 ),
 n AS (
-    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
     SELECT r.id, r.tenant, r.recipient, r.event_id, r.kind, r.lane, r.params::json, r.dedup, r.send_at, r.expires_at,
-           coalesce($1::timestamptz, now())
+           coalesce($1::timestamptz, now()), r.iat
     FROM r JOIN g ON g.ord = r.ord WHERE (r.key = '' OR r.id IN (SELECT id FROM k)) AND g.ok
     ORDER BY r.tenant, r.dedup, r.ord
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
@@ -206,8 +203,7 @@ o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
                         fallback_step, fallback_plan)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), r.tenant, r.lane, c.channel || coalesce('.' || dv.device_id, ''),
-           CASE WHEN c.message_id = r.imessage THEN 'DONE' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
-           CASE WHEN c.message_id = r.imessage THEN 'STORED' ELSE '' END,
+           CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at, nullif(c.step, 0),
            CASE WHEN c.step = 1 THEN string_to_array(nullif(c.plan, ''), ',') END
     FROM unnest($17::integer[], $18::text[], $19::text[], $25::integer[], $26::text[]) WITH ORDINALITY AS c (req, channel, message_id, step, plan, ord)
@@ -215,10 +211,6 @@ o AS (
     LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = r.tenant AND dv.recipient = r.recipient AND dv.active
     ORDER BY c.ord, dv.device_id
     RETURNING notification_id, state = 'PENDING' AND available_at <= created_at AS due
-),
-ds AS (
-    INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
-    SELECT ir.imessage, ir.id, ir.tenant, 'inbox', 'STORED', 'STORED', ir.created_at, ir.created_at FROM ir
 ),
 w AS (
     SELECT pg_notify(x.wake, '') FROM (SELECT DISTINCT r.wake FROM r JOIN o ON o.notification_id = r.id WHERE o.due AND r.wake <> '') x
@@ -241,7 +233,7 @@ FROM idempotency_keys WHERE tenant = $1::text AND key = $2::text`
 	// qNotificationGet reads the notification, its planned sends and their
 	// deliveries from one snapshot, with the time it read them.
 	qNotificationGet = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at,
-       coalesce($3::timestamptz, now()),
+       coalesce($3::timestamptz, now()), n.inbox_at,
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
        o.fallback_step, o.fallback_after, o.fallback_plan
@@ -523,6 +515,9 @@ const (
 	qDeliveryGet = `SELECT message_id, notification_id, tenant, channel, provider, state, reason, attempts,
        claimed_at, next_attempt_at, created_at, updated_at
 FROM deliveries WHERE message_id = $1::text`
+	// qInboxSendGet reads the notification whose inbox send is STORED
+	// (store.InboxDelivery).
+	qInboxSendGet = `SELECT tenant, created_at FROM notifications WHERE id = $1::text AND inbox_at > 0`
 
 	// The sender's claim is one autocommitted statement in the common case:
 	//

@@ -52,6 +52,9 @@ FROM unnest($1::text[]) AS c (id)
 CROSS JOIN LATERAL (SELECT * FROM outbox o WHERE o.notification_id = c.id AND o.message_id = $2::text OFFSET 0) o
 CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = o.notification_id OFFSET 0) n
 WHERE n.tenant = $3::text AND n.recipient = $4::text`
+	// qReceiptInbox finds an inbox send, STORED (store.InboxDelivery), by
+	// its notification.
+	qReceiptInbox = `SELECT lane FROM notifications WHERE id = $1::text AND tenant = $2::text AND recipient = $3::text AND inbox_at > 0`
 )
 
 // receiptTries bounds how often a receipt reads again after a concurrent
@@ -85,10 +88,21 @@ func (s *Store) DeliveryReceipt(ctx context.Context, tenant, recipient, messageI
 }
 
 // receiptPlanned answers a receipt for a message with no delivery row:
-// ReceiptNotYet if it is a planned send of the recipient's, else
-// ErrNotFound.
+// ReceiptRefused if it is the recipient's inbox send (STORED), ReceiptNotYet
+// if it is a planned send of the recipient's, else ErrNotFound.
 func (s *Store) receiptPlanned(ctx context.Context, tenant, recipient, messageID string) (store.ReceiptOutcome, error) {
 	var lane, ch string
+	if id, ok := store.InboxNotificationID(messageID); ok {
+		err := s.pool.QueryRow(ctx, qReceiptInbox, id, tenant, recipient).Scan(&lane)
+		switch {
+		case err == nil:
+			out := store.ReceiptOutcome{From: heraldtype.DeliveryStored, Lane: heraldtype.Lane(lane), Channel: heraldtype.ChannelInbox}
+			out.Result = store.ReceiptFrom(out.From)
+			return out, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return store.ReceiptOutcome{}, s.fail(fmt.Sprintf("receipt for %s: read the inbox send", messageID), err)
+		}
+	}
 	err := s.pool.QueryRow(ctx, qReceiptPlanned, store.ReceiptNotificationCandidates(messageID), messageID, tenant, recipient).Scan(&lane, &ch)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

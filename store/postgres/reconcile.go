@@ -39,7 +39,10 @@ SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off`
 	// qReconcileBound: the last id of up to $2 notifications after $1.
 	qReconcileBound = `SELECT coalesce(max(id), ''), count(*) FROM (SELECT id FROM notifications WHERE id > $1::text ORDER BY id LIMIT $2::int) p`
 	// qReconcileGroups counts the page after $2 up to $3 by outbox and
-	// delivery state ('' for none); $1 is now, $4 now minus the grace.
+	// delivery state ('' for none); $1 is now, $4 now minus the grace. An
+	// inbox send counts as the DONE and STORED rows it once had
+	// (store.InboxDelivery), and an inbox-only notification, which has no
+	// outbox row, is not one without planned sends.
 	qReconcileGroups = `SELECT coalesce(o.state, ''), coalesce(d.state, ''), count(*),
        count(*) FILTER (WHERE d.state IS NULL AND n.send_at > $1::timestamptz),
        count(*) FILTER (WHERE d.state IS NULL AND o.state = 'DONE' AND o.updated_at < $4::timestamptz),
@@ -47,11 +50,13 @@ SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off`
 FROM notifications n
 LEFT JOIN outbox o ON o.notification_id = n.id AND o.notification_id > $2::text AND o.notification_id <= $3::text
 LEFT JOIN LATERAL (SELECT d.state FROM deliveries d WHERE d.message_id = o.message_id LIMIT 1) d ON true
-WHERE n.id > $2::text AND n.id <= $3::text
-GROUP BY 1, 2`
+WHERE n.id > $2::text AND n.id <= $3::text AND (o.notification_id IS NOT NULL OR n.inbox_at = 0)
+GROUP BY 1, 2
+UNION ALL
+SELECT 'DONE', 'STORED', count(*), 0, 0, 0 FROM notifications n WHERE n.id > $2::text AND n.id <= $3::text AND n.inbox_at > 0`
 	// The findings of the page after $1 up to $2, at most $3 ($4 as above).
 	qReconcileMissingOutbox = `SELECT n.id, '', '', n.tenant, n.kind FROM notifications n
-WHERE n.id > $1::text AND n.id <= $2::text
+WHERE n.id > $1::text AND n.id <= $2::text AND n.inbox_at = 0
   AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id AND o.notification_id > $1::text AND o.notification_id <= $2::text)
 ORDER BY n.id LIMIT $3::int`
 	qReconcileNoDelivery = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind

@@ -12,10 +12,22 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// DeliveryGet reads the delivery of messageID.
+// DeliveryGet reads the delivery of messageID; an inbox send's is its
+// notification's flag (store.InboxDelivery).
 func (s *Store) DeliveryGet(ctx context.Context, messageID string) (store.Delivery, error) {
 	d, err := scanDelivery(s.queryRow(ctx, qDeliveryGet, messageID))
 	if errors.Is(err, sql.ErrNoRows) {
+		if id, ok := store.InboxNotificationID(messageID); ok {
+			var tenant string
+			var created int64
+			err := s.queryRow(ctx, qInboxSendGet, id).Scan(&tenant, &created)
+			if err == nil {
+				return store.InboxDelivery(id, tenant, fromMs(created)), nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return store.Delivery{}, fmt.Errorf("read inbox send: %w", err)
+			}
+		}
 		return d, store.ErrNotFound
 	}
 	if err != nil {

@@ -35,12 +35,6 @@ const (
 ON CONFLICT (tenant, recipient) DO UPDATE SET seq = seq + 1, unread = unread + 1`
 	qInboxItemInsert = `INSERT INTO inbox_items (tenant, recipient, seq, message_id, notification_id, kind, title, body, locale, created_at)
 VALUES (?1, ?2, (SELECT seq FROM inbox_counters WHERE tenant = ?1 AND recipient = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
-	// The inbox send ends at once: its outbox row DONE (reason STORED), no
-	// claimer ever sees it; its delivery STORED, terminal.
-	qInboxOutboxInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, 'DONE', 'STORED', ?, ?, ?, ?)`
-	qInboxDeliveryInsert = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
-VALUES (?, ?, ?, ?, 'STORED', 'STORED', ?, ?)`
 
 	// qInboxFeed reads the counter and a page of items in one statement,
 	// so one snapshot. ?1 tenant, ?2 recipient, ?3 before (seq), ?4 1 to
@@ -109,7 +103,7 @@ RETURNING tenant, recipient, read_at IS NULL AND archived_at IS NULL`
 
 // inboxQueries are prepared on the writer's connection at open.
 var inboxQueries = []string{
-	qInboxLanguage, qInboxBump, qInboxItemInsert, qInboxOutboxInsert, qInboxDeliveryInsert,
+	qInboxLanguage, qInboxBump, qInboxItemInsert,
 	qInboxReadIDs, qInboxReadUpTo, qInboxArchive, qInboxItemExists, qInboxUnreadLower, qInboxBadge,
 	qInboxRecountBatch, qInboxRecountSet, qInboxTenants, qInboxPurgePick, qInboxPurge,
 }
@@ -136,7 +130,8 @@ func (t callerTx) QueryRow(q string, args ...any) *sql.Row {
 
 // insertPlanned writes the notification's planned sends after its row: a
 // PENDING outbox row per channel (for push, per active device), and for
-// the inbox the item, the counter's bump and the send ended STORED at once.
+// the inbox the item and the counter's bump: the send itself is the
+// notification row's inbox flag, ended STORED at once (store, inboxsend.go).
 // It reports whether a PENDING row was written (a claimer has something to
 // wake for).
 func insertPlanned(tx execer, p store.NotificationCreateParams, available, now int64) (pending bool, err error) {
@@ -145,16 +140,9 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 		return false, err
 	}
 	for _, ch := range p.Channels {
-		mid := store.MessageID(p.ID, ch)
 		if ch == heraldtype.ChannelInbox {
 			if err := insertInboxItem(tx, p, now); err != nil {
 				return false, err
-			}
-			if _, err := tx.Exec(qInboxOutboxInsert, p.ID, mid, p.Tenant, string(p.Lane), string(ch), now, msPtr(p.ExpiresAt), now, now); err != nil {
-				return false, fmt.Errorf("insert inbox outbox row: %w", err)
-			}
-			if _, err := tx.Exec(qInboxDeliveryInsert, mid, p.ID, p.Tenant, string(ch), now, now); err != nil {
-				return false, fmt.Errorf("insert inbox delivery: %w", err)
 			}
 			continue
 		}

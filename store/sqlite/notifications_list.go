@@ -28,7 +28,7 @@ const (
 ` + qNotificationListFilters + qNotificationListTail
 
 	qNotificationListHead = `WITH page AS (
-    SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at
+    SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at, n.inbox_at
     FROM notifications n
     WHERE n.tenant = ?2
 `
@@ -37,12 +37,13 @@ const (
       AND (?5 = '' OR EXISTS (
           SELECT 1 FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
           WHERE o.notification_id = n.id AND ` + qEntryState + ` = ?5)
+        OR (?5 = 'STORED' AND n.inbox_at > 0)
         OR (?5 IN ('WAITING', 'SKIPPED') AND ` + qPlannedState + ` = ?5))
     ORDER BY n.created_at DESC, n.id DESC
     LIMIT ?9
 )
 `
-	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at,
+	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at, p.inbox_at,
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
        o.fallback_step, o.fallback_after, o.fallback_plan
@@ -98,12 +99,14 @@ func (s *Store) NotificationList(ctx context.Context, p store.NotificationListPa
 	}
 	defer rows.Close()
 	var out []store.NotificationView
+	var inboxAt []int // each view's inbox place (store.WithInboxSend)
 	for rows.Next() {
 		var v store.NotificationView
 		var lane string
 		var sendAt, expiresAt sql.NullInt64
 		var created int64
-		dest := []any{&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created}
+		var at int
+		dest := []any{&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &at}
 		var send plannedSend
 		if err := rows.Scan(append(dest, send.dest()...)...); err != nil {
 			return nil, fmt.Errorf("list notifications: scan: %w", err)
@@ -111,6 +114,7 @@ func (s *Store) NotificationList(ctx context.Context, p store.NotificationListPa
 		if n := len(out); n == 0 || out[n-1].ID != v.ID {
 			v.Lane, v.SendAt, v.ExpiresAt, v.CreatedAt, v.Now = heraldtype.Lane(lane), fromNullMs(sendAt), fromNullMs(expiresAt), fromMs(created), now
 			out = append(out, v)
+			inboxAt = append(inboxAt, at)
 		}
 		if dv, ok := send.view(); ok {
 			last := &out[len(out)-1]
@@ -121,6 +125,7 @@ func (s *Store) NotificationList(ctx context.Context, p store.NotificationListPa
 		return nil, fmt.Errorf("list notifications: %w", err)
 	}
 	for i := range out {
+		out[i].Deliveries = store.WithInboxSend(out[i], inboxAt[i])
 		out[i].Deliveries = store.WithPlannedSteps(out[i].ID, out[i].Deliveries) // a lazy chain's later steps (fallback.go)
 	}
 	return out, nil

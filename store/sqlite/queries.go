@@ -12,13 +12,14 @@ VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, key) DO NOTHING`
 WHERE tenant = ? AND key = ?`
 	qIdemSweep = `DELETE FROM idempotency_keys WHERE expires_at <= ?`
 
-	qNotificationInsert = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
+	// qNotificationInsert's last value is the inbox's place (store, inboxsend.go).
+	qNotificationInsert = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
 	qNotificationByDedup = `SELECT id FROM notifications WHERE tenant = ? AND dedup_key = ?`
 	qOutboxInsert        = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?)`
 
-	qNotificationGet = `SELECT id, tenant, recipient, event_id, kind, lane, send_at, expires_at, created_at
+	qNotificationGet = `SELECT id, tenant, recipient, event_id, kind, lane, send_at, expires_at, created_at, inbox_at
 FROM notifications WHERE id = ? AND tenant = ?`
 	qNotificationSends = `SELECT o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
@@ -137,6 +138,9 @@ RETURNING message_id`
 const (
 	qDeliveryGet = `SELECT message_id, notification_id, tenant, channel, provider, state, reason, attempts, claimed_at, next_attempt_at, created_at, updated_at
 FROM deliveries WHERE message_id = ?`
+	// qInboxSendGet reads the notification whose inbox send is STORED
+	// (store.InboxDelivery).
+	qInboxSendGet        = `SELECT tenant, created_at FROM notifications WHERE id = ? AND inbox_at > 0`
 	qDeliveryClaimInsert = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, 'SENDING', 1, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`
 	qDeliveryClaimRetry = `UPDATE deliveries

@@ -24,6 +24,9 @@ WHERE d.message_id = ? AND d.tenant = ? AND n.tenant = ? AND n.recipient = ?`
 	qReceiptPlanned = `SELECT n.lane, o.channel
 FROM outbox o JOIN notifications n ON n.id = o.notification_id
 WHERE o.notification_id IN (SELECT value FROM json_each(?)) AND o.message_id = ? AND n.tenant = ? AND n.recipient = ?`
+	// qReceiptInbox finds an inbox send, STORED (store.InboxDelivery), by
+	// its notification.
+	qReceiptInbox = `SELECT lane FROM notifications WHERE id = ? AND tenant = ? AND recipient = ? AND inbox_at > 0`
 	// qReceiptSettle is conditional on the state the receipt read.
 	qReceiptSettle = `UPDATE deliveries SET state = 'DELIVERED', reason = ?, updated_at = ?
 WHERE message_id = ? AND state = ?`
@@ -39,8 +42,13 @@ func (s *Store) DeliveryReceipt(ctx context.Context, tenant, recipient, messageI
 		out, found = store.ReceiptOutcome{}, false
 		var state, reason, lane, ch, nid string
 		err := tx.QueryRow(qReceiptDelivery, messageID, tenant, tenant, recipient).Scan(&state, &reason, &lane, &ch, &nid)
+		if id, ok := store.InboxNotificationID(messageID); ok && errors.Is(err, sql.ErrNoRows) {
+			state, ch = string(heraldtype.DeliveryStored), string(heraldtype.ChannelInbox)
+			err = tx.QueryRow(qReceiptInbox, id, tenant, recipient).Scan(&lane)
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			cands := jsonList(store.ReceiptNotificationCandidates(messageID))
+			state = ""
 			err = tx.QueryRow(qReceiptPlanned, cands, messageID, tenant, recipient).Scan(&lane, &ch)
 			if errors.Is(err, sql.ErrNoRows) {
 				// Not an error: an error would roll back the writer's whole batch.

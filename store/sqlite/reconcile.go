@@ -21,7 +21,10 @@ const (
 	// qReconcileBound: the last id of up to ?2 notifications after ?1.
 	qReconcileBound = `SELECT coalesce(max(id), ''), count(*) FROM (SELECT id FROM notifications WHERE id > ?1 ORDER BY id LIMIT ?2)`
 	// qReconcileGroups counts the page after ?2 up to ?3 by outbox and
-	// delivery state ('' for none); ?1 is now, ?4 now minus the grace.
+	// delivery state ('' for none); ?1 is now, ?4 now minus the grace. An
+	// inbox send counts as the DONE and STORED rows it once had
+	// (store.InboxDelivery), and an inbox-only notification, which has no
+	// outbox row, is not one without planned sends.
 	qReconcileGroups = `SELECT coalesce(o.state, ''), coalesce(d.state, ''), count(*),
        count(*) FILTER (WHERE d.state IS NULL AND n.send_at > ?1),
        count(*) FILTER (WHERE d.state IS NULL AND o.state = 'DONE' AND o.updated_at < ?4),
@@ -29,11 +32,13 @@ const (
 FROM notifications n
 LEFT JOIN outbox o ON o.notification_id = n.id
 LEFT JOIN deliveries d ON d.message_id = o.message_id
-WHERE n.id > ?2 AND n.id <= ?3
-GROUP BY o.state, d.state`
+WHERE n.id > ?2 AND n.id <= ?3 AND (o.id IS NOT NULL OR n.inbox_at = 0)
+GROUP BY o.state, d.state
+UNION ALL
+SELECT 'DONE', 'STORED', count(*), 0, 0, 0 FROM notifications n WHERE n.id > ?2 AND n.id <= ?3 AND n.inbox_at > 0`
 	// The findings of the page after ?1 up to ?2, at most ?3 (or ?4).
 	qReconcileMissingOutbox = `SELECT n.id, '', '', n.tenant, n.kind FROM notifications n
-WHERE n.id > ?1 AND n.id <= ?2 AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)
+WHERE n.id > ?1 AND n.id <= ?2 AND n.inbox_at = 0 AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)
 ORDER BY n.id LIMIT ?3`
 	qReconcileNoDelivery = `SELECT n.id, o.message_id, o.channel, n.tenant, n.kind FROM notifications n JOIN outbox o ON o.notification_id = n.id
 WHERE n.id > ?1 AND n.id <= ?2 AND o.state = 'DONE' AND o.updated_at < ?4

@@ -213,7 +213,7 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 			}
 		}
 		r, err := tx.Exec(qNotificationInsert, p.ID, p.Tenant, p.Recipient, p.EventID, p.Kind, string(p.Lane),
-			string(paramsOrEmpty(p.Params)), nullString(p.DedupKey), msPtr(p.SendAt), msPtr(p.ExpiresAt), now)
+			string(paramsOrEmpty(p.Params)), nullString(p.DedupKey), msPtr(p.SendAt), msPtr(p.ExpiresAt), now, p.InboxAt())
 		if err != nil {
 			return fmt.Errorf("insert notification: %w", err)
 		}
@@ -271,7 +271,8 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	var sendAt, expiresAt sql.NullInt64
 	var created int64
 	var lane string
-	err := s.queryRow(ctx, qNotificationGet, id, tenant).Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created)
+	var inboxAt int
+	err := s.queryRow(ctx, qNotificationGet, id, tenant).Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &inboxAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return v, store.ErrNotFound
 	}
@@ -294,6 +295,7 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 			v.Deliveries = append(v.Deliveries, dv)
 		}
 	}
+	v.Deliveries = store.WithInboxSend(v, inboxAt)
 	v.Deliveries = store.WithPlannedSteps(v.ID, v.Deliveries) // a lazy chain's later steps (fallback.go)
 	return v, rows.Err()
 }

@@ -201,9 +201,12 @@ func testErasure(t *testing.T, h Harness) {
 			{"SELECT count(*) FROM notifications WHERE recipient = 'r-gone' AND CAST(params AS TEXT) = '{}' AND erased_at IS NOT NULL", 9},
 			{"SELECT count(*) FROM notifications WHERE recipient = 'r-stays' AND erased_at IS NULL", 9},
 			// Accounting stays: every planned send's outbox row and every
-			// delivery row, with its state and reason code.
-			{"SELECT count(*) FROM outbox o JOIN notifications n ON n.id = o.notification_id WHERE n.recipient = 'r-gone'", 9},
-			{"SELECT count(*) FROM deliveries d JOIN notifications n ON n.id = d.notification_id WHERE n.recipient = 'r-gone'", 9},
+			// delivery row, with its state and reason code, and the three
+			// inbox sends, STORED, in their notifications' inbox_at
+			// (store.WithInboxSend).
+			{"SELECT count(*) FROM outbox o JOIN notifications n ON n.id = o.notification_id WHERE n.recipient = 'r-gone'", 6},
+			{"SELECT count(*) FROM deliveries d JOIN notifications n ON n.id = d.notification_id WHERE n.recipient = 'r-gone'", 6},
+			{"SELECT count(*) FROM notifications WHERE recipient = 'r-gone' AND inbox_at = 1", 3},
 			{"SELECT count(*) FROM parked_discards WHERE reason = 'ERASED' AND parked_reason = 'TEMPLATE_FAILED'", 1},
 			// The counter row stays with its seq; nothing is unread.
 			{"SELECT count(*) FROM inbox_counters WHERE recipient = 'r-gone' AND unread = 0 AND seq = 3", 1},

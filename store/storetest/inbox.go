@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -213,6 +214,63 @@ func testInbox(t *testing.T, h Harness) {
 		list, err := b.s.NotificationList(b.ctx, store.NotificationListParams{Tenant: "t1", State: "STORED", Limit: 10})
 		if err != nil || len(list) != 1 || list[0].ID != p.ID {
 			t.Errorf("list of STORED: %d (%v), want the notification", len(list), err)
+		}
+	})
+	t.Run("TheInboxSendHasNoRowsAndKeepsItsPlace", func(t *testing.T) {
+		// The inbox send is the notification's inbox_at, not outbox and
+		// delivery rows (store, inboxsend.go): the read API shows it in its
+		// channel's place (after a push's sends, one per device), the
+		// listing filters on it, a receipt is refused as for any STORED
+		// send and finds nothing for another recipient, and reconciliation
+		// counts it STORED and an inbox-only notification as planned.
+		t.Parallel()
+		b := setup(t, h)
+		putDevice(t, b, "r1", "tok-a", store.PlatformFCM)
+		putDevice(t, b, "r1", "tok-b", store.PlatformFCM)
+		mixed := inboxCreate(t, b, "t1", "r1", func(p *store.NotificationCreateParams) {
+			p.Channels = []heraldtype.Channel{heraldtype.ChannelPush, heraldtype.ChannelInbox, heraldtype.ChannelSMS}
+		})
+		only := inboxCreate(t, b, "t1", "r1", func(p *store.NotificationCreateParams) {
+			p.Channels = []heraldtype.Channel{heraldtype.ChannelInbox}
+		})
+		plain, _ := create(t, b, func(p *store.NotificationCreateParams) { p.Tenant, p.Recipient = "t1", "r1" })
+		want := map[string]string{
+			mixed.ID: "[push=PENDING push=PENDING inbox=STORED sms=PENDING]",
+			only.ID:  "[inbox=STORED]",
+			plain.ID: "[webhook=PENDING]",
+		}
+		for id, want := range want {
+			v, err := b.s.NotificationGet(b.ctx, "t1", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, dv := range v.Deliveries {
+				state, _, _ := v.EntryState(dv)
+				ch, _, _ := strings.Cut(string(dv.Channel), ".")
+				got = append(got, ch+"="+state)
+			}
+			if fmt.Sprint(got) != want {
+				t.Errorf("%s's sends %v, want %s", id, got, want)
+			}
+		}
+		list, err := b.s.NotificationList(b.ctx, store.NotificationListParams{Tenant: "t1", State: "STORED", Limit: 10})
+		if err != nil || len(list) != 2 || (list[0].ID != only.ID && list[1].ID != only.ID) || (list[0].ID != mixed.ID && list[1].ID != mixed.ID) {
+			t.Errorf("list of STORED: %d (%v), want the two with an inbox item", len(list), err)
+		}
+		if _, err := b.s.DeliveryGet(b.ctx, plain.ID+".inbox"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the inbox send of a notification without one: %v, want ErrNotFound", err)
+		}
+		if out, err := b.s.DeliveryReceipt(b.ctx, "t1", "r1", only.ID+".inbox"); err != nil || out.Result != store.ReceiptRefused ||
+			out.From != heraldtype.DeliveryStored || out.Channel != heraldtype.ChannelInbox {
+			t.Errorf("receipt for the inbox send: %+v (%v), want refused, STORED", out, err)
+		}
+		if _, err := b.s.DeliveryReceipt(b.ctx, "t1", "r2", only.ID+".inbox"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("another recipient's receipt for it: %v, want ErrNotFound", err)
+		}
+		c := count(t, b, time.Hour, 2)
+		if c.MissingOutbox.Count != 0 || c.ByState["STORED"] != 2 || c.ByState["PENDING"] != 4 {
+			t.Errorf("reconciliation counted %+v, want 2 STORED, 4 PENDING, none missing its outbox", c)
 		}
 	})
 	t.Run("TheRecipientsLanguageChoosesTheText", func(t *testing.T) {
