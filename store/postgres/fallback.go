@@ -105,7 +105,9 @@ import (
 // join reads its outer side first: it scanned the whole outbox for WAITING
 // rows on every send, a million rows in issue 12's isolation run, where it
 // stalled both lanes. fp is gated alike, and finds each notification by
-// its key. The statement selects, from fr and fl, the lane of a released step (to wake this process's claimers).
+// its key; its EXISTS is kept a per-row probe by OFFSET 0 (no EXISTS with
+// an OFFSET becomes a hashed subplan, which in a generic plan made on a
+// small outbox read every first step of the outbox to build its hash). The statement selects, from fr and fl, the lane of a released step (to wake this process's claimers).
 // $1 is now, as in every host statement.
 const qFallbackMove = `,
 fm AS (
@@ -149,7 +151,8 @@ fp AS (
     WHERE fm.plan IS NOT NULL AND fm.fallback_step = 1 AND EXISTS (SELECT 1 FROM fm WHERE fm.plan IS NOT NULL)
       AND NOT (fm.definite AND EXISTS (
           SELECT 1 FROM outbox fs LEFT JOIN deliveries fd ON fd.message_id = fs.message_id
-          WHERE fs.notification_id = fm.notification_id AND fs.fallback_step = 1 AND ` + qSendEndedOtherwise + `))
+          WHERE fs.notification_id = fm.notification_id AND fs.fallback_step = 1 AND ` + qSendEndedOtherwise + `
+          OFFSET 0))
     ORDER BY fm.notification_id, fm.definite
 ),
 fl AS (

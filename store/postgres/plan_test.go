@@ -136,11 +136,26 @@ func explainExecute(t *testing.T, conn *pgxpool.Conn, name, sql string, args []a
 // as "EXPLAIN (ANALYZE, BUFFERS)", which runs the statement.
 func explainExecuteAs(t *testing.T, conn *pgxpool.Conn, command, name, sql string, args []any) string {
 	t.Helper()
-	ctx := context.Background()
 	name = strings.ToLower(name) // as PostgreSQL folds the unquoted name
-	if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+sql); err != nil {
+	prepare(t, conn, name, sql)
+	return explainPrepared(t, conn, command, name, args)
+}
+
+// prepare prepares sql as name on conn.
+func prepare(t *testing.T, conn *pgxpool.Conn, name, sql string) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), "PREPARE "+name+" AS "+sql); err != nil {
 		t.Fatalf("%s: prepare: %v", name, err)
 	}
+}
+
+// explainPrepared returns the plan of the prepared statement name's
+// execution with args, run through command (EXPLAIN, or EXPLAIN with
+// options): under force_generic_plan, the generic plan it made at its
+// first execution, whatever the tables hold now.
+func explainPrepared(t *testing.T, conn *pgxpool.Conn, command, name string, args []any) string {
+	t.Helper()
+	ctx := context.Background()
 	var types []string
 	if err := conn.QueryRow(ctx, `SELECT array_agg(format_type(t, NULL) ORDER BY i)
 FROM pg_prepared_statements, unnest(parameter_types::oid[]) WITH ORDINALITY AS p(t, i) WHERE name = $1`, name).Scan(&types); err != nil {

@@ -145,6 +145,10 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	// its request's lazy plan (qNotificationCreate's $25); per request
 	// again: $27 the inbox's place (qNotificationCreate's $26).
 	//
+	// g reads each request's profile by its key (LATERAL … LIMIT 1): as a
+	// plain join, a generic plan made while profiles was small scanned it
+	// for every batch of creates (growth_plan_test.go).
+	//
 	// The inbox items of one recipient's requests take consecutive seqs in
 	// r's order from one bump of its counter row; the counter rows are
 	// locked in (tenant, recipient) order, so two statements wait rather
@@ -158,7 +162,7 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 ),
 g AS MATERIALIZED (
     SELECT r.ord, r.lang IS NULL OR coalesce(p.data->>'language', '') = r.lang AS ok
-    FROM r LEFT JOIN profiles p ON p.tenant = r.tenant AND p.recipient = r.recipient
+    FROM r LEFT JOIN LATERAL (SELECT p.data FROM profiles p WHERE p.tenant = r.tenant AND p.recipient = r.recipient LIMIT 1) p ON true
 ),
 k AS (
     INSERT INTO idempotency_keys AS ik (tenant, key, request_hash, notification_id, response, created_at, expires_at)
@@ -411,18 +415,39 @@ WHERE notification_id = $4::text AND channel = $5::text AND token = $6::bigint
         CASE WHEN o.fallback_step IS NOT NULL AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)
              THEN 'FAILED' ELSE 'SENDING' END AS state, ''::text AS reason
 )` + qFallbackMove + `SELECT (SELECT count(*) FROM u), ` + qFallbackReleased
+	// qOutboxPublished marks relay-claimed rows PUBLISHED, each fenced by
+	// its own token. Each row is found by its key (a LATERAL look-up,
+	// locked FOR UPDATE, so the version found is the one updated) and
+	// updated by its ctid, a join every plan makes a TID look-up: as a
+	// plain join of the outbox to the unnest'ed keys, a generic plan made
+	// while the outbox was small (a new database, its first minute before
+	// autoanalyze) scanned the outbox for every batch as it grew, 3.5 ms
+	// at 20,000 rows and 600 ms at 100,000 (growth_plan_test.go).
+	//
 	// $1 now, $2 notification ids, $3 channels, $4 tokens (parallel arrays).
 	qOutboxPublished = `UPDATE outbox o
 SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
-FROM unnest($2::text[], $3::text[], $4::bigint[]) AS f(notification_id, channel, token)
-WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.token = f.token
-  AND o.state || '' = 'PUBLISHING' AND o.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())`
+FROM (
+    SELECT h.tid
+    FROM unnest($2::text[], $3::text[], $4::bigint[]) AS f(notification_id, channel, token)
+    CROSS JOIN LATERAL (
+        SELECT x.ctid AS tid FROM outbox x
+        WHERE x.notification_id = f.notification_id AND x.channel = f.channel AND x.token = f.token
+          AND x.state || '' = 'PUBLISHING' AND x.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
+        LIMIT 1
+        FOR UPDATE
+    ) h
+) k
+WHERE o.ctid = k.tid`
 	// qOutboxExtend moves each held lease to now + lease (never earlier);
 	// it changes neither the state nor updated_at.
 	//
 	// It never waits for a row lock: each held row is locked FOR UPDATE
-	// SKIP LOCKED by its key, and only the row versions locked are updated
-	// (by ctid, as the claim does). A row another transaction holds is
+	// SKIP LOCKED by its key, and only the row versions locked are updated,
+	// by ctid, joined as qOutboxPublished joins them (written as "ctid = ANY
+	// (ARRAY(…))", a generic plan made on a small outbox scanned the
+	// outbox filtered by ctid, cheaper there than ten TID look-ups, and
+	// every beat then read the whole table). A row another transaction holds is
 	// being settled (its holder's fenced write, queued in a pipeline batch
 	// with other rows' writes) or reclaimed, and needs no longer lease; the
 	// next beat extends it if that transaction rolled back. Waiting for it
@@ -436,7 +461,7 @@ WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.toke
 	// $1 now, $2 lease, $3 notification ids, $4 channels, $5 tokens (parallel arrays).
 	qOutboxExtend = `UPDATE outbox o
 SET claimed_until = greatest(o.claimed_until, coalesce($1::timestamptz, clock_timestamp()) + $2::interval)
-WHERE o.ctid = ANY (ARRAY(
+FROM (
     SELECT h.tid
     FROM unnest($3::text[], $4::text[], $5::bigint[]) AS f(notification_id, channel, token)
     CROSS JOIN LATERAL (
@@ -446,7 +471,8 @@ WHERE o.ctid = ANY (ARRAY(
         LIMIT 1
         FOR UPDATE SKIP LOCKED
     ) h
-))`
+) k
+WHERE o.ctid = k.tid`
 	// $1 now, $2 delay, $3 reason, $4 failed (0 or 1), $5 notification id, $6 channel, $7 token.
 	qOutboxRetry = `UPDATE outbox
 SET state = 'PENDING', available_at = coalesce($1::timestamptz, clock_timestamp()) + $2::interval, last_reason = $3::text,
