@@ -427,18 +427,8 @@ WHERE notification_id = $4::text AND channel = $5::text AND token = $6::bigint
 	// $1 now, $2 notification ids, $3 channels, $4 tokens (parallel arrays).
 	qOutboxPublished = `UPDATE outbox o
 SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
-FROM (
-    SELECT h.tid
-    FROM unnest($2::text[], $3::text[], $4::bigint[]) AS f(notification_id, channel, token)
-    CROSS JOIN LATERAL (
-        SELECT x.ctid AS tid FROM outbox x
-        WHERE x.notification_id = f.notification_id AND x.channel = f.channel AND x.token = f.token
-          AND x.state || '' = 'PUBLISHING' AND x.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
-        LIMIT 1
-        FOR UPDATE
-    ) h
-) k
-WHERE o.ctid = k.tid`
+` + qHeldRowsFrom + `$2::text[], $3::text[], $4::bigint[]` + qHeldRowsKeys + `
+          AND x.state || '' = 'PUBLISHING'` + qHeldRowsLock + `FOR UPDATE` + qHeldRowsJoin
 	// qOutboxExtend moves each held lease to now + lease (never earlier);
 	// it changes neither the state nor updated_at.
 	//
@@ -461,15 +451,23 @@ WHERE o.ctid = k.tid`
 	// $1 now, $2 lease, $3 notification ids, $4 channels, $5 tokens (parallel arrays).
 	qOutboxExtend = `UPDATE outbox o
 SET claimed_until = greatest(o.claimed_until, coalesce($1::timestamptz, clock_timestamp()) + $2::interval)
-FROM (
+` + qHeldRowsFrom + `$3::text[], $4::text[], $5::bigint[]` + qHeldRowsKeys + `
+          AND x.state || '' IN ('CLAIMED', 'PUBLISHING')` + qHeldRowsLock + `FOR UPDATE SKIP LOCKED` + qHeldRowsJoin
+	// The parts of a set-based fenced write's FROM and WHERE, around its
+	// arrays (notification ids, channels, tokens), the states it takes and
+	// its lock: each row whose fence and lease still hold, looked up by its
+	// key and locked, then joined by ctid (qOutboxPublished says why).
+	qHeldRowsFrom = `FROM (
     SELECT h.tid
-    FROM unnest($3::text[], $4::text[], $5::bigint[]) AS f(notification_id, channel, token)
+    FROM unnest(`
+	qHeldRowsKeys = `) AS f(notification_id, channel, token)
     CROSS JOIN LATERAL (
         SELECT x.ctid AS tid FROM outbox x
-        WHERE x.notification_id = f.notification_id AND x.channel = f.channel AND x.token = f.token
-          AND x.state || '' IN ('CLAIMED', 'PUBLISHING') AND x.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
+        WHERE x.notification_id = f.notification_id AND x.channel = f.channel AND x.token = f.token`
+	qHeldRowsLock = ` AND x.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
         LIMIT 1
-        FOR UPDATE SKIP LOCKED
+        `
+	qHeldRowsJoin = `
     ) h
 ) k
 WHERE o.ctid = k.tid`
