@@ -58,6 +58,13 @@ func scanDelivery(row pgx.Row) (store.Delivery, error) {
 func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var take store.EventKeyTakeResult
 	if p.Event != nil {
+		// Nearly always the key is new or the caller's own: one statement
+		// takes it and claims (qDeliveryClaimTake), one pipeline round trip
+		// where two followed each other.
+		if res, ok, err := s.deliveryClaimTake(ctx, p); err != nil || ok {
+			return res, err
+		}
+		// Another notification's key: the take decides (eventKeyContest).
 		// The event key just before the claim, on the pipeline as the
 		// claim: a take whose claim then fails holds the key for its
 		// lease, as one made by a check before the claim did.
@@ -74,6 +81,34 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 	return res, err
 }
 
+// deliveryClaimTake takes p.Event's key and claims in one statement; ok
+// is false, with nothing written, when another notification holds the key.
+func (s *Store) deliveryClaimTake(ctx context.Context, p store.DeliveryClaimParams) (res store.DeliveryClaimResult, ok bool, err error) {
+	k := p.Event.Key
+	var taken *bool
+	var until *time.Time
+	var attempt *int
+	err = s.pipe.QueryRow(ctx, qDeliveryClaimTake, s.now(), k.Tenant, k.Recipient, k.EventID, k.Kind, string(k.Channel), p.Event.Owner, p.Event.Lease,
+		p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).Scan(&taken, &until, &attempt)
+	switch {
+	case err != nil:
+		return res, false, fmt.Errorf("claim delivery %s: %w: %w", p.MessageID, store.ErrEventKeys, s.fail("take event key", err))
+	case taken == nil:
+		return res, false, nil
+	}
+	res.Event = store.EventKeyTakeResult{Outcome: store.EventKeyOwned, Owner: p.Event.Owner, LeaseUntil: utc(*until)}
+	if *taken {
+		res.Event.Outcome = store.EventKeyTaken
+	}
+	if attempt != nil {
+		res.Claimed, res.Attempt = true, *attempt
+		return res, true, nil
+	}
+	claim, err := s.deliveryClaimExisting(ctx, p)
+	claim.Event = res.Event
+	return claim, true, err
+}
+
 func (s *Store) deliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var attempt int
 	err := s.pipe.QueryRow(ctx, qDeliveryClaim, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).Scan(&attempt)
@@ -83,6 +118,12 @@ func (s *Store) deliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 	case !errors.Is(err, pgx.ErrNoRows):
 		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s", p.MessageID), err)
 	}
+	return s.deliveryClaimExisting(ctx, p)
+}
+
+// deliveryClaimExisting claims the message whose row exists if it is a
+// due RETRY_WAIT (qDeliveryClaimRetry), or returns the row that blocks.
+func (s *Store) deliveryClaimExisting(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var (
 		won   *int
 		stale *bool
@@ -93,7 +134,7 @@ func (s *Store) deliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 			claimed, next, created, updated        *time.Time
 		}
 	)
-	err = s.pipe.QueryRow(ctx, qDeliveryClaimRetry, s.now(), p.MessageID, p.Provider, p.Owner).
+	err := s.pipe.QueryRow(ctx, qDeliveryClaimRetry, s.now(), p.MessageID, p.Provider, p.Owner).
 		Scan(&won, &stale, &msgID, &cur.notif, &cur.tenant, &cur.ch, &cur.prov, &cur.state, &cur.reason, &cur.attempts,
 			&cur.claimed, &cur.next, &cur.created, &cur.updated)
 	if err != nil {

@@ -562,6 +562,33 @@ SELECT $2::text, $3::text, $4::text, $5::text, $6::text, 'SENDING', 1, $7::text,
 FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) t
 ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
 RETURNING attempts`
+	// qDeliveryClaimTake is qEventKeyTake and qDeliveryClaim in one
+	// statement, for a send under an event key (DeliveryClaim): the upsert
+	// takes a new key or extends the owner's own, and only then is the
+	// delivery claimed. On another notification's key it writes nothing and
+	// returns NULLs; a claim that finds the row already there returns a
+	// NULL attempt and leaves the key taken, as the two statements did.
+	//
+	// $1 now, $2..$6 the key (tenant, recipient, event_id, kind, channel),
+	// $7 the key's owner (the notification), $8 the lease, $9 message id,
+	// $10 notification id, $11 tenant, $12 channel, $13 provider, $14 the
+	// claim's owner.
+	qDeliveryClaimTake = `WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
+k AS (
+    INSERT INTO event_keys AS k (tenant, recipient, event_id, kind, channel, owner, lease_until, taken_at)
+    SELECT $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, t.now + $8::interval, t.now FROM t
+    ON CONFLICT (tenant, recipient, event_id, kind, channel) DO UPDATE SET lease_until = greatest(k.lease_until, excluded.lease_until)
+    WHERE k.owner = excluded.owner
+    RETURNING k.xmax = 0 AS taken, k.lease_until
+),
+c AS (
+    INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
+    SELECT $9::text, $10::text, $11::text, $12::text, $13::text, 'SENDING', 1, $14::text, t.now, t.now, t.now
+    FROM t WHERE EXISTS (SELECT 1 FROM k)
+    ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
+    RETURNING attempts
+)
+SELECT (SELECT taken FROM k), (SELECT lease_until FROM k), (SELECT attempts FROM c)`
 	// $1 now, $2 message id, $3 provider, $4 owner.
 	qDeliveryClaimRetry = `WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
 retry AS (
