@@ -26,6 +26,22 @@
 // id = $id AND token = $token AND state = 'CLAIMED' AND claimed_until >= now,
 // and every delivery write on the row still being SENDING (at that attempt).
 //
+// # Plans made on an empty database
+//
+// pgx prepares statements, and PostgreSQL keeps each connection's generic
+// plan until an ANALYZE of its tables (autovacuum's, a minute or more after
+// a new database starts filling; never where autovacuum is off) or until
+// the pool replaces the connection. A plan made on empty tables prefers a
+// scan wherever a join or an array of keys meets a table, and then runs it
+// against millions of rows. So every hot statement finds its rows by key in
+// a form no plan turns into a scan: one key's equality; a LATERAL … LIMIT 1
+// probe per key (with FOR UPDATE where the row is written); an update by a
+// join on the probed ctids, which every plan makes a TID look-up; OFFSET 0
+// in an EXISTS that would otherwise become a hashed subplan. The claim,
+// whose plan does not survive an empty outbox even so, is planned at every
+// call. growth_plan_test.go plans the hot statements on empty tables and
+// reads their plans again at 100,000 rows; a new hot statement belongs there.
+//
 // # The clock seam
 //
 // Ownership times (leases, due times, staleness, key expiry) come from one
