@@ -44,6 +44,7 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 			"t", "b", "", "n10.inbox", "0,0", true, "", int16(1)}, nil},
 		"fail":    {qOutboxFail, []any{nil, "FAILED", "", "n7", "webhook", int64(1)}, []string{"outbox_pkey"}},
 		"defer":   {qOutboxDefer, []any{nil, time.Second, "", "n7", "webhook", int64(1)}, []string{"outbox_pkey"}},
+		"fanout":  {qCampaignFanOut, []any{"c1", int64(0), 10000, "t", "k", "marketing", "{}", nil, nil, []string{"push", "sms"}, []int32{0, 0}}, nil},
 		"retried": {qDeliveryClaimRetry, []any{nil, "n7.webhook", "sim", "w"}, []string{"deliveries_message_id"}},
 		"creates": {qNotificationCreateMany, createMerge.args([]*pipeOp{{in: create}, {in: &other}}), nil},
 		"settle": {qDeliveryRecordOffChain, []any{nil, "UNKNOWN", "", nil, "n7.webhook", 1, "o", now, now, "x", 1, "", "n7", "webhook", int64(1)},
@@ -63,6 +64,8 @@ SELECT message_id, notification_id, 't', 'webhook', 'SENDING', 1, now(), now() F
 		`INSERT INTO profiles (tenant, recipient, data, updated_at) SELECT 't', 'r' || g, '{}', now() FROM generate_series(1, 100000) g`,
 		`INSERT INTO devices (tenant, recipient, device_id, token, platform, active, created_at, updated_at)
 SELECT 't', 'r' || g, 'd' || g, 'tok' || g, 'fcm', true, now(), now() FROM generate_series(1, 100000) g`,
+		`INSERT INTO campaigns (id, tenant, kind, lane, channels, steps, params, state, idempotency_key, request_hash, created_at) VALUES ('c1', 't', 'k', 'marketing', '{push,sms}', '{0,0}', '{}', 'RUNNING', 'c1', 'h', now())`,
+		`INSERT INTO campaign_recipients (campaign_id, recipient, notification_id) SELECT 'c1', 'r' || g, 'c1n' || g FROM generate_series(1, 100000) g`,
 		`INSERT INTO inbox_counters (tenant, recipient, seq, unread) SELECT 't', 'r' || g, 1, 1 FROM generate_series(1, 100000) g`,
 		`INSERT INTO idempotency_keys (tenant, key, request_hash, notification_id, response, created_at, expires_at)
 SELECT 't', 'k' || g, 'h', 'n' || g, '', now(), now() + interval '1 hour' FROM generate_series(1, 100000) g`,
