@@ -64,14 +64,14 @@ func WithInboxSend(v NotificationView, at int) []DeliveryView {
 	}
 	i, before, last := 0, 0, heraldtype.Channel("")
 	for ; i < len(v.Deliveries); i++ {
-		ch, _, _ := strings.Cut(string(v.Deliveries[i].Channel), ".")
-		if heraldtype.Channel(ch) == last {
+		ch := v.Deliveries[i].Channel.Base()
+		if ch == last {
 			continue
 		}
 		if before == at-1 {
 			break
 		}
-		before, last = before+1, heraldtype.Channel(ch)
+		before, last = before+1, ch
 	}
 	return slices.Insert(v.Deliveries, i, send)
 }

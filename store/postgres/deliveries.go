@@ -13,8 +13,8 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// DeliveryGet reads the delivery of messageID; an inbox send's is its
-// notification's flag (store.InboxDelivery).
+// DeliveryGet reads the delivery of messageID; an inbox send's is read
+// from its notification's inbox_at (store.InboxDelivery).
 func (s *Store) DeliveryGet(ctx context.Context, messageID string) (store.Delivery, error) {
 	d, err := scanDelivery(s.pipe.QueryRow(ctx, qDeliveryGet, messageID))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -64,10 +64,10 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 		if res, ok, err := s.deliveryClaimTake(ctx, p); err != nil || ok {
 			return res, err
 		}
-		// Another notification's key: the take decides (eventKeyContest).
-		// The event key just before the claim, on the pipeline as the
-		// claim: a take whose claim then fails holds the key for its
-		// lease, as one made by a check before the claim did.
+		// Another notification's key: the take decides (eventKeyContest),
+		// then the claim runs on its own. A take whose claim then fails
+		// holds the key for its lease, as one made by a check before the
+		// claim did.
 		var err error
 		if take, err = s.EventKeyTake(ctx, *p.Event); err != nil {
 			return store.DeliveryClaimResult{}, fmt.Errorf("claim delivery %s: %w: %w", p.MessageID, store.ErrEventKeys, err)

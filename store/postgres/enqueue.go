@@ -133,8 +133,8 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 //
 //	n  inserts the notification; an existing dedup key makes it return nothing.
 //	ic bumps the recipient's inbox counter if $13 carries an inbox text.
-//	ii inserts the inbox item with that seq; the notification's inbox flag
-//	   is its send, STORED (store, inboxsend.go).
+//	ii inserts the inbox item with that seq; the notification's inbox_at
+//	   records its send, STORED (store, inboxsend.go).
 //	o  inserts one outbox row per channel (the inbox is not in $11), in
 //	   channel order; push one per active device (as qNotificationCreate).
 //	w  NOTIFYs the lane's channel if a row is due now and $18 asks for it

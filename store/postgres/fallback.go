@@ -204,7 +204,7 @@ const qFirstStepEndedOtherwise = `EXISTS (
     WHERE fs.notification_id = n.id AND fs.fallback_step = 1 AND ` + qSendEndedOtherwise + `)`
 
 // chainArgs are a create's channels as intake's statements write them:
-// every channel but the inbox, whose send is the notification's flag
+// every channel but the inbox, whose send is the notification's inbox_at
 // (store, inboxsend.go), each with its step (0 off a chain, else 1, 2… in
 // order), but for a lazy chain (store.LazyPlan) only the first step, whose
 // rows carry plan, the later channels comma-joined (empty for none).

@@ -37,8 +37,8 @@ const (
 	//   ic bumps the recipient's inbox counter (seq + 1, unread + 1) if the
 	//      notification was written and $19 carries an inbox text; the row's
 	//      lock, held to commit, orders the recipient's items.
-	//   ii inserts the inbox item with that seq; the notification's inbox
-	//      flag is its send, STORED (store, inboxsend.go).
+	//   ii inserts the inbox item with that seq; the notification's
+	//      inbox_at records its send, STORED (store, inboxsend.go).
 	//   o  inserts one outbox row per channel, in channel order (the inbox
 	//      is not in $16): PENDING, a later fallback step's WAITING. Push
 	//      has one per active device of the recipient (channel and message
@@ -575,11 +575,7 @@ RETURNING attempts`
 	// claim's owner.
 	qDeliveryClaimTake = `WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
 k AS (
-    INSERT INTO event_keys AS k (tenant, recipient, event_id, kind, channel, owner, lease_until, taken_at)
-    SELECT $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, t.now + $8::interval, t.now FROM t
-    ON CONFLICT (tenant, recipient, event_id, kind, channel) DO UPDATE SET lease_until = greatest(k.lease_until, excluded.lease_until)
-    WHERE k.owner = excluded.owner
-    RETURNING k.xmax = 0 AS taken, k.lease_until
+` + qEventKeyUpsert + `
 ),
 c AS (
     INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)

@@ -26,9 +26,12 @@ const (
 	// (never shortening it); on another's key it returns no row. taken is
 	// whether the row was inserted: a row version this statement inserted
 	// has no xmax, one it updated carries the updating transaction's.
-	qEventKeyTake = `INSERT INTO event_keys AS k (tenant, recipient, event_id, kind, channel, owner, lease_until, taken_at)
-SELECT $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, t.now + $8::interval, t.now
-FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) t
+	qEventKeyTake = `WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now)
+` + qEventKeyUpsert
+	// qEventKeyUpsert is qEventKeyTake's write, at the time t.now of its
+	// statement's CTE t; qDeliveryClaimTake runs it too.
+	qEventKeyUpsert = `INSERT INTO event_keys AS k (tenant, recipient, event_id, kind, channel, owner, lease_until, taken_at)
+SELECT $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, t.now + $8::interval, t.now FROM t
 ON CONFLICT (tenant, recipient, event_id, kind, channel) DO UPDATE SET lease_until = greatest(k.lease_until, excluded.lease_until)
 WHERE k.owner = excluded.owner
 RETURNING k.xmax = 0 AS taken, k.lease_until`

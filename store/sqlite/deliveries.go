@@ -12,8 +12,8 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// DeliveryGet reads the delivery of messageID; an inbox send's is its
-// notification's flag (store.InboxDelivery).
+// DeliveryGet reads the delivery of messageID; an inbox send's is read
+// from its notification's inbox_at (store.InboxDelivery).
 func (s *Store) DeliveryGet(ctx context.Context, messageID string) (store.Delivery, error) {
 	d, err := scanDelivery(s.queryRow(ctx, qDeliveryGet, messageID))
 	if errors.Is(err, sql.ErrNoRows) {

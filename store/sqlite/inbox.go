@@ -130,8 +130,9 @@ func (t callerTx) QueryRow(q string, args ...any) *sql.Row {
 
 // insertPlanned writes the notification's planned sends after its row: a
 // PENDING outbox row per channel (for push, per active device), and for
-// the inbox the item and the counter's bump: the send itself is the
-// notification row's inbox flag, ended STORED at once (store, inboxsend.go).
+// the inbox the item and the counter's bump: the send itself is recorded
+// in the notification row's inbox_at, ended STORED at once (store,
+// inboxsend.go).
 // It reports whether a PENDING row was written (a claimer has something to
 // wake for).
 func insertPlanned(tx execer, p store.NotificationCreateParams, available, now int64) (pending bool, err error) {

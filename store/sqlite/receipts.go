@@ -43,12 +43,12 @@ func (s *Store) DeliveryReceipt(ctx context.Context, tenant, recipient, messageI
 		var state, reason, lane, ch, nid string
 		err := tx.QueryRow(qReceiptDelivery, messageID, tenant, tenant, recipient).Scan(&state, &reason, &lane, &ch, &nid)
 		if id, ok := store.InboxNotificationID(messageID); ok && errors.Is(err, sql.ErrNoRows) {
-			state, ch = string(heraldtype.DeliveryStored), string(heraldtype.ChannelInbox)
-			err = tx.QueryRow(qReceiptInbox, id, tenant, recipient).Scan(&lane)
+			if err = tx.QueryRow(qReceiptInbox, id, tenant, recipient).Scan(&lane); err == nil {
+				state, ch = string(heraldtype.DeliveryStored), string(heraldtype.ChannelInbox)
+			}
 		}
 		if errors.Is(err, sql.ErrNoRows) {
 			cands := jsonList(store.ReceiptNotificationCandidates(messageID))
-			state = ""
 			err = tx.QueryRow(qReceiptPlanned, cands, messageID, tenant, recipient).Scan(&lane, &ch)
 			if errors.Is(err, sql.ErrNoRows) {
 				// Not an error: an error would roll back the writer's whole batch.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -247,8 +246,7 @@ func testInbox(t *testing.T, h Harness) {
 			var got []string
 			for _, dv := range v.Deliveries {
 				state, _, _ := v.EntryState(dv)
-				ch, _, _ := strings.Cut(string(dv.Channel), ".")
-				got = append(got, ch+"="+state)
+				got = append(got, string(dv.Channel.Base())+"="+state)
 			}
 			if fmt.Sprint(got) != want {
 				t.Errorf("%s's sends %v, want %s", id, got, want)
