@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // A herald started on a new database prepares its statements while the
@@ -19,7 +21,24 @@ import (
 func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, conn := planConn(t)
+	s, conn := planConn(t)
+	// The claims are planned as on the claim pool's connections.
+	claimConn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(claimConn.Release)
+	for k, v := range claimSettings {
+		if _, err := claimConn.Exec(ctx, "SET "+k+" = "+v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	connFor := func(name string) *pgxpool.Conn {
+		if strings.HasPrefix(name, "claim") {
+			return claimConn
+		}
+		return conn
+	}
 	now := time.Now()
 	title, body, locale, mid := "t", "b", "", "n8.inbox"
 	create := &createArgs{tenant: "t", key: "k", hash: "h", ttl: time.Hour, response: []byte("{}"), id: "n8", recipient: "r", event: "e",
@@ -42,17 +61,20 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 		"create": {qNotificationCreate, create.list(), nil},
 		"enqueue": {qEnqueue, []any{"t", "n10", "r5", "e", "k", "transactional", "{}", nil, nil, nil, "push,sms", "n10.push,n10.sms",
 			"t", "b", "", "n10.inbox", "0,0", true, "", int16(1)}, nil},
-		"fail":    {qOutboxFail, []any{nil, "FAILED", "", "n7", "webhook", int64(1)}, []string{"outbox_pkey"}},
-		"defer":   {qOutboxDefer, []any{nil, time.Second, "", "n7", "webhook", int64(1)}, []string{"outbox_pkey"}},
-		"fanout":  {qCampaignFanOut, []any{"c1", int64(0), 10000, "t", "k", "marketing", "{}", nil, nil, []string{"push", "sms"}, []int32{0, 0}}, nil},
-		"retried": {qDeliveryClaimRetry, []any{nil, "n7.webhook", "sim", "w"}, []string{"deliveries_message_id"}},
-		"creates": {qNotificationCreateMany, createMerge.args([]*pipeOp{{in: create}, {in: &other}}), nil},
+		"fail":                {qOutboxFail, []any{nil, "FAILED", "", "n7", "webhook", int64(1)}, []string{"outbox_pkey"}},
+		"defer":               {qOutboxDefer, []any{nil, time.Second, "", "n7", "webhook", int64(1)}, []string{"outbox_pkey"}},
+		"fanout":              {qCampaignFanOut, []any{"c1", int64(0), 10000, "t", "k", "marketing", "{}", nil, nil, []string{"push", "sms"}, []int32{0, 0}}, nil},
+		"retried":             {qDeliveryClaimRetry, []any{nil, "n7.webhook", "sim", "w"}, []string{"deliveries_message_id"}},
+		"creates":             {qNotificationCreateMany, createMerge.args([]*pipeOp{{in: create}, {in: &other}}), nil},
+		"claim":               {qOutboxClaim, []any{nil, "transactional", 12, "w", time.Minute, "CLAIMED"}, []string{"outbox_pkey", "outbox_fair"}},
+		"claimpublishing":     {qOutboxClaimPublishing, []any{nil, "transactional", 500, "w", time.Minute, "PUBLISHING"}, []string{"outbox_pkey", "outbox_fair"}},
+		"claimpublishinggate": {qOutboxClaimPublishingProfiles, []any{nil, "transactional", 500, "w", time.Minute, "PUBLISHING"}, []string{"outbox_pkey", "outbox_fair"}},
 		"settle": {qDeliveryRecordOffChain, []any{nil, "UNKNOWN", "", nil, "n7.webhook", 1, "o", now, now, "x", 1, "", "n7", "webhook", int64(1)},
 			[]string{"deliveries_message_id", "outbox_pkey"}},
 	}
 	for name, q := range statements {
-		prepare(t, conn, "growth_"+name, q.sql)
-		explainPrepared(t, conn, "EXPLAIN", "growth_"+name, q.args) // its generic plan, made on the empty tables
+		prepare(t, connFor(name), "growth_"+name, q.sql)
+		explainPrepared(t, connFor(name), "EXPLAIN", "growth_"+name, q.args) // its generic plan, made on the empty tables
 	}
 	for _, fill := range []string{
 		`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
@@ -75,7 +97,7 @@ SELECT 't', 'k' || g, 'h', 'n' || g, '', now(), now() + interval '1 hour' FROM g
 		}
 	}
 	for name, q := range statements {
-		plan := explainPrepared(t, conn, "EXPLAIN", "growth_"+name, q.args)
+		plan := explainPrepared(t, connFor(name), "EXPLAIN", "growth_"+name, q.args)
 		if strings.Contains(plan, "Seq Scan on ") {
 			t.Errorf("%s, planned on the empty tables, scans a table now:\n%s", name, plan)
 			continue

@@ -25,13 +25,9 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	case p.Publishing:
 		q = qOutboxClaimPublishing
 	}
-	// Planned at every call (pgx's exec mode: an unnamed statement), not a
-	// prepared statement's cached generic plan: a plan made while the
-	// outbox was nearly empty (a new database, the minute before
-	// autoanalyze) thinks every step a scan of a page or two and keeps
-	// doing so as the lane grows to millions; a plan made now sees the
-	// table's pages as they are. Planning costs about what running it does.
-	rows, err := s.pool.Query(ctx, q, pgx.QueryExecModeExec, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()))
+	// On the claim's own connections, prepared and planned once each
+	// (claimPoolConfig).
+	rows, err := s.claims.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()))
 	if err != nil {
 		return nil, s.fail("claim outbox batch", err)
 	}

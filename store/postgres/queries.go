@@ -283,7 +283,8 @@ const (
 	//	         that claim takes fewer rows, and its claimer claims again
 	//	         when a send ends or a wake-up comes.
 	//	claimed  the UPDATE of exactly the locked row versions, by ctid (a
-	//	         TID scan: no plan can choose otherwise).
+	//	         TID scan on the claim's connections, where sequential scans
+	//	         are priced out: claimPoolConfig).
 	//
 	// Each step is shaped so that no plan can walk the lane, whatever the
 	// statistics say: a prepared claim's plan made while the outbox was
@@ -292,8 +293,8 @@ const (
 	// claim. The lock is a LATERAL lookup per chosen row by the primary key
 	// alone, its LIMIT keeping the state check out of it (with "state =
 	// 'PENDING'" inside it, the partial index outbox_fair qualified and a
-	// plan walked it per row). OutboxClaim also has it planned at every
-	// call, with the table as it is.
+	// plan walked it per row). OutboxClaim runs it prepared, its generic
+	// plan made once per connection of the claim pool (claimPoolConfig).
 	//
 	// The UPDATE bumps the fencing token; the outer SELECT joins the jobs
 	// and returns them oldest first, each with whether a delivery row exists
