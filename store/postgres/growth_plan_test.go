@@ -22,17 +22,13 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, conn := planConn(t)
-	// The claims are planned as on the claim pool's connections.
-	claimConn, err := s.pool.Acquire(ctx)
+	// The claims are planned on a connection of the claim pool, under its
+	// settings (claimPoolConfig).
+	claimConn, err := s.claims.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(claimConn.Release)
-	for k, v := range claimSettings {
-		if _, err := claimConn.Exec(ctx, "SET "+k+" = "+v); err != nil {
-			t.Fatal(err)
-		}
-	}
 	connFor := func(name string) *pgxpool.Conn {
 		if strings.HasPrefix(name, "claim") {
 			return claimConn

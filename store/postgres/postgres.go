@@ -198,13 +198,12 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres pool for claims: %w", err)
 	}
-	s, err := newStore(ctx, pool, cfg.ConnConfig, opts)
+	s, err := newStore(ctx, pool, claims, cfg.ConnConfig, opts)
 	if err != nil {
 		claims.Close()
 		pool.Close()
 		return nil, err
 	}
-	s.claims = claims
 	s.wg.Add(1)
 	go s.listen()
 	return s, nil
@@ -280,8 +279,8 @@ func claimPoolConfig(cfg *pgxpool.Config) *pgxpool.Config {
 	return c
 }
 
-func newStore(ctx context.Context, pool *pgxpool.Pool, connCfg *pgx.ConnConfig, opts Options) (*Store, error) {
-	s := &Store{pool: pool, logger: opts.Logger, wakeups: store.NewWakeups(), leaderInterval: opts.LeaderInterval}
+func newStore(ctx context.Context, pool, claims *pgxpool.Pool, connCfg *pgx.ConnConfig, opts Options) (*Store, error) {
+	s := &Store{pool: pool, claims: claims, logger: opts.Logger, wakeups: store.NewWakeups(), leaderInterval: opts.LeaderInterval}
 	if opts.Clock != nil && !clock.IsReal(opts.Clock) {
 		s.clock = opts.Clock
 	}
