@@ -28,6 +28,7 @@ import (
 	"github.com/heraldhq/herald/httpapi"
 	"github.com/heraldhq/herald/inbox"
 	"github.com/heraldhq/herald/intake"
+	"github.com/heraldhq/herald/limits"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/parked"
@@ -81,7 +82,11 @@ type App struct {
 	stopSimReports context.CancelFunc
 	// limiter holds the providers' shared rate limits (nil: none); the
 	// sender and the status look-ups both spend from it.
-	limiter  sender.Limiter
+	limiter sender.Limiter
+	// quotas holds the tenants' send quotas per lane with the other rates
+	// of package limits (nil: none), shared by intake and the campaign
+	// fan-out.
+	quotas   *limits.Limiter
 	handler  http.Handler
 	listener net.Listener
 	owner    string
@@ -184,6 +189,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Clock: a.clock, Logger: a.logger, Metrics: a.metrics,
 	})
 	apiKeys, lim, auditLog := a.security(cfg) // keys.go
+	a.quotas = lim
 	a.handler = httpapi.New(httpapi.Config{
 		Keys:      auth.NewKeys(keys),
 		APIKeys:   apiKeys,
@@ -194,7 +200,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Seal:      a.seal,
 		Intake: &intake.Handler{
 			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(), Seal: a.seal,
-			Logger: a.logger, Metrics: a.metrics,
+			Logger: a.logger, Metrics: a.metrics, Quotas: lim,
 		},
 		Lookup: &lookup.Handler{Store: a.store, Logger: a.logger},
 		Callbacks: &settle.CallbackHandler{

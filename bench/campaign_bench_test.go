@@ -62,7 +62,7 @@ func BenchmarkCampaignFanOut(b *testing.B) {
 		r := campaign.NewRunner(campaign.RunnerConfig{Store: st, Batch: batch})
 		b.StartTimer()
 		began := time.Now()
-		got, err := r.FanOut(ctx, "bench", id)
+		got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "bench", ID: id, Lane: heraldtype.LaneMarketing})
 		took := time.Since(began)
 		b.StopTimer()
 		if err != nil || got != n {

@@ -14,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
@@ -206,7 +207,7 @@ func TestCrashChild(t *testing.T) {
 		return nil
 	}}
 	r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: crashBatch})
-	_, err := r.FanOut(ctx, "t1", id)
+	_, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
 	t.Fatalf("the child was not killed: %v", err)
 }
 

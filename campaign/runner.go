@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/heraldhq/herald/limits"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -19,6 +20,13 @@ type RunnerConfig struct {
 	// Interval is how often the runner looks for RUNNING campaigns.
 	// Defaults to 1 second.
 	Interval time.Duration
+	// Quotas paces each campaign to its tenant's send quota in the
+	// campaign's lane (limits.Quota): a batch fans out no more recipients
+	// than the quota's bucket holds, and a campaign whose bucket is empty
+	// waits for a later round. A campaign whose last batch took exactly
+	// its tokens becomes DONE at the next batch, which finds no one left,
+	// when the bucket holds a token again. Nil: no quotas.
+	Quotas *limits.Limiter
 	// IsLeader, when set, gates each round: only the leader fans out
 	// (PostgreSQL's advisory lock), like the sweeps.
 	IsLeader func() bool
@@ -77,7 +85,7 @@ func (r *Runner) Round(ctx context.Context) (int, error) {
 	total := 0
 	var errs []error
 	for _, c := range refs {
-		n, err := r.FanOut(ctx, c.Tenant, c.ID)
+		n, err := r.FanOut(ctx, c)
 		total += n
 		if err != nil {
 			if ctx.Err() != nil {
@@ -92,11 +100,17 @@ func (r *Runner) Round(ctx context.Context) (int, error) {
 }
 
 // FanOut runs one campaign's batches until it is done (or no longer
-// RUNNING), ctx ends or leadership is lost.
-func (r *Runner) FanOut(ctx context.Context, tenant, id string) (int, error) {
+// RUNNING), its lane quota's bucket is empty, ctx ends or leadership is
+// lost.
+func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
+	tenant, id := c.Tenant, c.ID
 	total := 0
 	for ctx.Err() == nil && (r.cfg.IsLeader == nil || r.cfg.IsLeader()) {
-		res, err := r.cfg.Store.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: tenant, ID: id, Limit: r.cfg.Batch})
+		limit := r.cfg.Quotas.LaneTake(tenant, c.Lane, r.cfg.Batch)
+		if limit == 0 {
+			break // paced: the rest in a later round
+		}
+		res, err := r.cfg.Store.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: tenant, ID: id, Limit: limit})
 		if err != nil {
 			return total, fmt.Errorf("fan out campaign %s: %w", id, err)
 		}

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/campaign"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testdb"
+	"github.com/heraldhq/herald/limits"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -62,5 +66,72 @@ func TestRoundGoesOnPastAFailingCampaign(t *testing.T) {
 				t.Fatalf("campaign %s (failing: %v) is %s; want %s", id, id == f.bad, c.State, want)
 			}
 		}
+	})
+}
+
+// TestFanOutIsPacedToTheLaneQuota: a tenant with a send quota in the
+// campaign's lane gets its campaign fanned out at the quota's rate, round
+// by round as the bucket refills, never refused and never past its
+// recipients; another tenant's campaign in the same round goes whole.
+func TestFanOutIsPacedToTheLaneQuota(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		ctx := context.Background()
+		start := func(tenant string, n int) string {
+			t.Helper()
+			page := make([]campaign.Recipient, n)
+			for i := range page {
+				page[i].Recipient = fmt.Sprintf("u%d", i)
+			}
+			id, _, err := svc.Create(ctx, tenant, "key-"+tenant, "h", campaign.Request{Kind: "coupon.expiring",
+				Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: page})
+			if err != nil {
+				t.Fatalf("Create: %v", err)
+			}
+			if _, err := svc.Start(ctx, tenant, id); err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			return id
+		}
+		paced, free := start("t1", 25), start("t2", 25)
+		clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		quotas := limits.New(limits.Config{Clock: clk,
+			Quotas: []limits.Quota{{Tenant: "t1", Lane: heraldtype.LaneMarketing, Rate: 10, Burst: 10}}})
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: db.Store.(store.Campaigns), Batch: 100, Quotas: quotas})
+		enqueued := func(tenant, id string) (int64, string) {
+			t.Helper()
+			c, err := svc.Get(ctx, tenant, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.Enqueued, c.State
+		}
+		for i, step := range []struct {
+			advance time.Duration
+			round   int
+			want    int64
+			state   string
+		}{
+			{0, 10 + 25, 10, store.CampaignRunning}, // t1's burst; t2 whole
+			{0, 0, 10, store.CampaignRunning},       // empty bucket: nothing, and no error
+			{500 * time.Millisecond, 5, 15, store.CampaignRunning},
+			{2 * time.Second, 10, 25, store.CampaignRunning}, // the rest, not the whole burst again
+			// Its last batch was full, so the store knows it is done only
+			// at the next one, which needs a token (100 ms at 10/s).
+			{100 * time.Millisecond, 0, 25, store.CampaignDone},
+		} {
+			clk.Advance(step.advance)
+			n, err := r.Round(ctx)
+			if err != nil || n != step.round {
+				t.Fatalf("round %d: fanned out %d, %v; want %d", i, n, err, step.round)
+			}
+			if got, state := enqueued("t1", paced); got != step.want || state != step.state {
+				t.Fatalf("round %d: t1's campaign %s with %d enqueued; want %s with %d", i, state, got, step.state, step.want)
+			}
+		}
+		if got, state := enqueued("t2", free); got != 25 || state != store.CampaignDone {
+			t.Fatalf("t2's campaign %s with %d enqueued; want DONE with 25", state, got)
+		}
+		wantOnePerRecipient(t, db, paced, 25)
 	})
 }

@@ -2,8 +2,11 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
 )
 
 // Limits are the rates and caps of issue 13 (package limits, catalog's
@@ -40,6 +43,26 @@ type Limits struct {
 	// tenant: a page that would take a campaign past it is refused whole
 	// (422, param "recipients"); 0 is no cap. Defaults to 1,000,000.
 	CampaignMaxRecipients *int64 `yaml:"campaign_max_recipients"`
+	// LaneQuotas are the tenants' send quotas per lane (package limits,
+	// Quota): an entry without a tenant is every tenant's quota in its
+	// lane, each tenant with a bucket of its own; one with a tenant
+	// replaces it for that tenant (rate 0 there: no quota). Per process,
+	// like send_rate. Defaults to none.
+	LaneQuotas []LaneQuota `yaml:"lane_quotas"`
+}
+
+// LaneQuota is one entry of limits.lane_quotas.
+type LaneQuota struct {
+	// Lane is alert, transactional, marketing or internal. Required.
+	Lane string `yaml:"lane"`
+	// Tenant, when set, makes the entry that tenant's own. Defaults to
+	// every tenant.
+	Tenant string `yaml:"tenant"`
+	// Rate is the notifications a second one tenant may put into the
+	// lane. Required (more than 0) without a tenant.
+	Rate float64 `yaml:"rate"`
+	// Burst is the most at once. Defaults to twice rate (at least 1).
+	Burst int `yaml:"burst"`
 }
 
 // DefaultCampaignMaxRecipients is limits.campaign_max_recipients' default.
@@ -90,12 +113,38 @@ func (c *Config) validateLimits() error {
 	case l.CampaignCap() < 0:
 		return fmt.Errorf("config: limits.campaign_max_recipients: must not be negative (0 is no cap), got %d", l.CampaignCap())
 	}
+	if err := validateLaneQuotas(l.LaneQuotas); err != nil {
+		return err
+	}
 	for i, k := range c.APIKeys {
 		for _, s := range k.Scopes {
 			if !slices.Contains(apiKeyScopes, s) {
 				return fmt.Errorf("config: api_keys[%d].scopes: unknown scope %q (send, read, admin)", i, s)
 			}
 		}
+	}
+	return nil
+}
+
+func validateLaneQuotas(qs []LaneQuota) error {
+	seen := map[[2]string]int{}
+	for i, q := range qs {
+		at := fmt.Sprintf("config: limits.lane_quotas[%d]", i)
+		switch {
+		case !heraldtype.Lane(q.Lane).Valid():
+			return fmt.Errorf("%s.lane: unknown lane %q (alert, transactional, marketing, internal)", at, q.Lane)
+		case q.Rate < 0 || math.IsNaN(q.Rate) || math.IsInf(q.Rate, 0):
+			return fmt.Errorf("%s.rate: must be a number not below 0, got %v", at, q.Rate)
+		case q.Rate == 0 && q.Tenant == "":
+			return fmt.Errorf("%s.rate: required (more than 0) for every tenant's quota; rate 0 is only for one tenant's, to exempt it", at)
+		case q.Burst < 0:
+			return fmt.Errorf("%s.burst: must not be negative, got %d", at, q.Burst)
+		}
+		k := [2]string{q.Tenant, q.Lane}
+		if j, ok := seen[k]; ok {
+			return fmt.Errorf("%s: the same lane and tenant as lane_quotas[%d]", at, j)
+		}
+		seen[k] = i
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +52,27 @@ func TestLimitsAndKeyScopes(t *testing.T) {
 			}
 		}
 	})
+	t.Run("LaneQuotas", func(t *testing.T) {
+		t.Parallel()
+		text := base + "limits:\n  lane_quotas:\n    - {lane: marketing, rate: 50, burst: 100}\n" +
+			"    - {lane: marketing, tenant: t1, rate: 0}\n    - {lane: transactional, tenant: t1, rate: 2.5}\n"
+		c, err := config.Load(writeFile(t, text), noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []config.LaneQuota{{Lane: "marketing", Rate: 50, Burst: 100}, {Lane: "marketing", Tenant: "t1"}, {Lane: "transactional", Tenant: "t1", Rate: 2.5}}
+		if got := c.Limits.LaneQuotas; !slices.Equal(got, want) {
+			t.Errorf("lane_quotas = %+v; want %+v", got, want)
+		}
+	})
 	for _, tc := range []struct{ name, text, want string }{
+		{"QuotaUnknownLane", base + "limits: {lane_quotas: [{lane: bulk, rate: 1}]}\n", `limits.lane_quotas[0].lane: unknown lane "bulk"`},
+		{"QuotaNoRate", base + "limits: {lane_quotas: [{lane: marketing}]}\n", "limits.lane_quotas[0].rate: required"},
+		{"QuotaNegativeRate", base + "limits: {lane_quotas: [{lane: marketing, tenant: t1, rate: -1}]}\n", "limits.lane_quotas[0].rate"},
+		{"QuotaNegativeBurst", base + "limits: {lane_quotas: [{lane: marketing, rate: 1, burst: -1}]}\n", "limits.lane_quotas[0].burst"},
+		{"QuotaTwice", base + "limits: {lane_quotas: [{lane: marketing, tenant: t1, rate: 1}, {lane: marketing, tenant: t1, rate: 2}]}\n",
+			"limits.lane_quotas[1]: the same lane and tenant as lane_quotas[0]"},
+		{"QuotaUnknownField", base + "limits: {lane_quotas: [{lane: marketing, rate: 1, per: day}]}\n", "per"},
 		{"UnknownScope", edit(t, "    tenant: t1\n", "    tenant: t1\n    scopes: [root]\n"), `api_keys[0].scopes: unknown scope "root"`},
 		{"NegativeRate", base + "limits: {key_rate: -1}\n", "key_rate"},
 		{"LongRecheck", base + "limits: {key_recheck: 2m}\n", "limits.key_recheck"},

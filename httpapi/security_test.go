@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/httpapi"
 	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/limits"
@@ -28,6 +30,7 @@ func setupLimited(t *testing.T, driver string, lc limits.Config) (*walk, *clock.
 	cfg := fullConfig(t, st, clk)
 	lc.Clock = clk
 	cfg.Limits = limits.New(lc)
+	cfg.Intake.Quotas = cfg.Limits // as package app wires them: one limiter
 	srv := httptest.NewServer(httpapi.New(cfg))
 	t.Cleanup(srv.Close)
 	w := &walk{url: srv.URL, client: srv.Client()}
@@ -80,6 +83,77 @@ func TestLimits(t *testing.T) {
 		if resp := send("e2"); resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("after Retry-After: %d", resp.StatusCode)
 		}
+	})
+	t.Run("TenantOverItsLaneQuotaIs429AndNothingIsWritten", func(t *testing.T) {
+		t.Parallel()
+		w, clk := setupLimited(t, "sqlite", limits.Config{Quotas: []limits.Quota{
+			{Lane: heraldtype.LaneMarketing, Rate: 0.5, Burst: 1},
+		}})
+		// send posts a notification under its own Idempotency-Key and
+		// returns the answer and its body.
+		send := func(key, idem, kind, event string) (*http.Response, string) {
+			t.Helper()
+			params := `{"amount":"1","merchant":"m"}`
+			if kind == "coupon.expiring" {
+				params = `{"coupon":"C","date":"d"}`
+			}
+			req, err := http.NewRequest("POST", w.url+"/v1/notifications",
+				strings.NewReader(`{"recipient":"r1","event_id":"`+event+`","kind":"`+kind+`","params":`+params+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Idempotency-Key", idem)
+			resp, err := w.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp, string(b)
+		}
+		want := func(resp *http.Response, body string, status int, what string) {
+			t.Helper()
+			if resp.StatusCode != status {
+				t.Fatalf("%s: %d %s; want %d", what, resp.StatusCode, body, status)
+			}
+		}
+		resp, first := send(w.keyA, "m1", "coupon.expiring", "e1")
+		want(resp, first, http.StatusAccepted, "a's first marketing send")
+		resp, body := send(w.keyA, "m2", "coupon.expiring", "e2")
+		want(resp, body, http.StatusTooManyRequests, "a's second marketing send")
+		if resp.Header.Get("Retry-After") != "2" || resp.Header.Get("Content-Type") != "application/problem+json" ||
+			!strings.Contains(body, "send quota in lane marketing") {
+			t.Fatalf("over the quota: Retry-After %q, %s, %s; want 2, a problem naming the lane",
+				resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"), body)
+		}
+		// Another lane, and another tenant's bucket, are not a's.
+		resp, body = send(w.keyA, "t1", "payment.approved", "e3")
+		want(resp, body, http.StatusAccepted, "a's transactional send")
+		resp, body = send(w.keyB, "m1", "coupon.expiring", "e1")
+		want(resp, body, http.StatusAccepted, "b's marketing send")
+		// The refused send wrote nothing: a's list holds two.
+		var list struct {
+			Notifications []struct {
+				ID string `json:"id"`
+			} `json:"notifications"`
+		}
+		if got, b := w.do(t, "GET", "/v1/notifications", w.keyA, ""); got != http.StatusOK || json.Unmarshal([]byte(b), &list) != nil ||
+			len(list.Notifications) != 2 {
+			t.Fatalf("a's notifications after the refusal: %d %s; want the two accepted", got, b)
+		}
+		// A replay writes nothing new and gives its token back: the send
+		// refused before goes through at once after it.
+		clk.Advance(2 * time.Second)
+		resp, body = send(w.keyA, "m1", "coupon.expiring", "e1")
+		want(resp, body, http.StatusAccepted, "the replay")
+		if resp.Header.Get("Idempotent-Replayed") != "true" || body != first {
+			t.Fatalf("the replay: %s, replayed %q; want %s again", body, resp.Header.Get("Idempotent-Replayed"), first)
+		}
+		resp, body = send(w.keyA, "m2", "coupon.expiring", "e2")
+		want(resp, body, http.StatusAccepted, "the refused send after Retry-After")
+		resp, body = send(w.keyA, "m3", "coupon.expiring", "e4")
+		want(resp, body, http.StatusTooManyRequests, "the next at once")
 	})
 	t.Run("ParamsAndRenderedTextAreCapped", func(t *testing.T) {
 		t.Parallel()

@@ -26,6 +26,7 @@ import (
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/limits"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/seal"
@@ -51,6 +52,9 @@ type Handler struct {
 	// Seal seals the params before they are stored (package seal); nil
 	// stores them plain.
 	Seal *seal.Keyring
+	// Quotas are the tenants' send quotas per lane (limits.Quota): a send
+	// past its kind's lane quota is 429, with nothing written. Nil: none.
+	Quotas *limits.Limiter
 }
 
 // Request is the body of POST /v1/notifications.
@@ -105,6 +109,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The quota is taken once the kind names the lane, before the write;
+	// a request that writes nothing new gives its token back.
+	undo, wait := h.Quotas.LaneSend(tenant, kind.Lane)
+	if wait > 0 {
+		limits.OverQuota(w, wait, kind.Lane)
+		return
+	}
+
 	now := h.Clock.Now()
 	id := ids.New("ntf", now)
 	body, _ := json.Marshal(Accepted{ID: id})
@@ -115,6 +127,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Lane: kind.Lane, Params: h.Seal.SealJSON(tenant, params), SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
 		Inbox: inbox, Fallback: kind.Fallback,
 	})
+	if res.Outcome != store.Created {
+		undo()
+	}
 	if err != nil {
 		h.Logger.LogAttrs(r.Context(), slog.LevelError, "intake: store unavailable", slog.String("tenant", tenant), slog.Any("error", err))
 		w.Header().Set("Retry-After", "1")

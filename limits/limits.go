@@ -1,6 +1,7 @@
 // Package limits answers 429 to a caller that goes faster than its share:
-// each API key has a request rate over every route it calls, and each
-// tenant a send rate over POST /v1/notifications. Both are token buckets
+// each API key has a request rate over every route it calls, each
+// tenant a send rate over POST /v1/notifications, and a tenant may have a
+// send quota per lane (quota.go). All are token buckets
 // (golang.org/x/time/rate) held in the process's memory: with N herald
 // processes behind a load balancer a caller gets up to N times the rate,
 // which the deployment divides (or sets per process). They guard the
@@ -42,7 +43,9 @@ type Config struct {
 	// most at once (defaults to twice SendRate, at least 1).
 	SendRate  float64
 	SendBurst int
-	Clock     clock.Clock
+	// Quotas are the tenants' send quotas per lane (quota.go).
+	Quotas []Quota
+	Clock  clock.Clock
 }
 
 // Limiter holds the buckets of one process.
@@ -52,12 +55,16 @@ type Limiter struct {
 	mu    sync.Mutex
 	keys  map[string]*rate.Limiter
 	sends map[string]*rate.Limiter
+
+	quotas quotas
+	lanes  map[laneKey]*rate.Limiter
 }
 
 // New returns a limiter; nil when cfg limits nothing (every method of a
 // nil Limiter allows).
 func New(cfg Config) *Limiter {
-	if cfg.KeyRate <= 0 && cfg.SendRate <= 0 {
+	q := newQuotas(cfg.Quotas)
+	if cfg.KeyRate <= 0 && cfg.SendRate <= 0 && q.empty() {
 		return nil
 	}
 	if cfg.Clock == nil {
@@ -65,7 +72,8 @@ func New(cfg Config) *Limiter {
 	}
 	cfg.KeyBurst = burst(cfg.KeyRate, cfg.KeyBurst)
 	cfg.SendBurst = burst(cfg.SendRate, cfg.SendBurst)
-	return &Limiter{cfg: cfg, keys: map[string]*rate.Limiter{}, sends: map[string]*rate.Limiter{}}
+	return &Limiter{cfg: cfg, keys: map[string]*rate.Limiter{}, sends: map[string]*rate.Limiter{},
+		quotas: q, lanes: map[laneKey]*rate.Limiter{}}
 }
 
 func burst(r float64, b int) int {

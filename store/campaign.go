@@ -181,6 +181,8 @@ type CampaignCancelResult struct {
 type CampaignRef struct {
 	Tenant string
 	ID     string
+	// Lane is the campaign's kind's lane, whose quota paces its fan-out.
+	Lane heraldtype.Lane
 }
 
 // CampaignFanOutParams is one fan-out batch.

@@ -69,7 +69,7 @@ FROM campaigns WHERE tenant = $1::text AND id = $2::text`
 FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id LEFT JOIN deliveries d ON d.message_id = o.message_id
 WHERE cr.campaign_id = $1::text AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = $1::text)`
 
-	qCampaignsRunning = `SELECT tenant, id FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT $1`
+	qCampaignsRunning = `SELECT tenant, id, lane FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT $1`
 
 	qCampaignFanOutHead = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq
 FROM campaigns WHERE tenant = $1::text AND id = $2::text FOR UPDATE`
@@ -371,7 +371,7 @@ func (s *Store) CampaignsRunning(ctx context.Context, limit int) ([]store.Campai
 	}
 	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.CampaignRef, error) {
 		var c store.CampaignRef
-		return c, r.Scan(&c.Tenant, &c.ID)
+		return c, r.Scan(&c.Tenant, &c.ID, &c.Lane)
 	})
 	if err != nil {
 		return nil, s.fail("list running campaigns", err)

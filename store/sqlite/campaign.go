@@ -37,7 +37,7 @@ FROM campaigns WHERE tenant = ? AND id = ?`
     coalesce(sum(d.state = 'UNKNOWN'), 0)
 FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id LEFT JOIN deliveries d ON d.message_id = o.message_id
 WHERE cr.campaign_id = ?1 AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = ?1)`
-	qCampaignsRunning   = `SELECT tenant, id FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT ?`
+	qCampaignsRunning   = `SELECT tenant, id, lane FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT ?`
 	qCampaignFanOutHead = `SELECT kind, lane, channels, params, send_at, state, fanout_seq FROM campaigns WHERE tenant = ? AND id = ?`
 	// qCampaignBatch bounds the next batch: how many recipients follow the
 	// cursor ?2 (at most ?3) and the last one's seq.
@@ -313,7 +313,7 @@ func (s *Store) CampaignsRunning(ctx context.Context, limit int) ([]store.Campai
 	var out []store.CampaignRef
 	for rows.Next() {
 		var c store.CampaignRef
-		if err := rows.Scan(&c.Tenant, &c.ID); err != nil {
+		if err := rows.Scan(&c.Tenant, &c.ID, &c.Lane); err != nil {
 			return nil, fmt.Errorf("list running campaigns: %w", err)
 		}
 		out = append(out, c)

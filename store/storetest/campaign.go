@@ -244,7 +244,7 @@ func testCampaigns(t *testing.T, h Harness) {
 			t.Fatalf("a page after start: %v; want ErrCampaignState", err)
 		}
 		refs, err := b.c.CampaignsRunning(b.ctx, 10)
-		if err != nil || len(refs) != 1 || refs[0] != (store.CampaignRef{Tenant: "t1", ID: p.ID}) {
+		if err != nil || len(refs) != 1 || refs[0] != (store.CampaignRef{Tenant: "t1", ID: p.ID, Lane: heraldtype.LaneMarketing}) {
 			t.Fatalf("CampaignsRunning = %+v, %v; want the campaign", refs, err)
 		}
 		var batches []int
