@@ -189,7 +189,14 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 	}
 	var recorded, settled int64
 	var wake *string // a fallback step it released (fallback.go)
-	if err := s.pipe.QueryRow(ctx, q, args...).Scan(&recorded, &settled, &wake); err != nil {
+	var row pgx.Row
+	if q == qDeliveryRecordOffChain {
+		// Merged with the batch's other off-chain results (recordmerge.go).
+		row = s.pipe.QueryRowMerged(ctx, recordMerge, &recordArgs{now: args[0], p: p}, q, args...)
+	} else {
+		row = s.pipe.QueryRow(ctx, q, args...)
+	}
+	if err := row.Scan(&recorded, &settled, &wake); err != nil {
 		return store.RecordResult{}, s.fail(fmt.Sprintf("record delivery %s", p.MessageID), err)
 	}
 	if lazy && recorded == 1 && settled == 0 {

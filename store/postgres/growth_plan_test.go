@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/store"
 )
 
 // A herald started on a new database prepares its statements while the
@@ -42,6 +44,10 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 		steps: []int32{0, 0}, inbox: inboxArgs{title: &title, body: &body, locale: &locale, messageID: &mid}, inboxAt: 1}
 	other := *create
 	other.id, other.key = "n9", "k9"
+	settle := recordArgs{p: store.DeliveryRecordParams{MessageID: "n7.webhook", Attempt: 1, State: "UNKNOWN", Owner: "o", Class: "x",
+		StartedAt: now, Outbox: &store.Fence{NotificationID: "n7", Channel: "webhook", Token: 1}}}
+	settle2 := settle
+	settle2.p.MessageID, settle2.p.Outbox = "n9.webhook", &store.Fence{NotificationID: "n9", Channel: "webhook", Token: 1}
 	statements := map[string]struct {
 		sql  string
 		args []any
@@ -65,6 +71,8 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 		"claim":               {qOutboxClaim, []any{nil, "transactional", 12, "w", time.Minute, "CLAIMED"}, []string{"outbox_pkey", "outbox_fair"}},
 		"claimpublishing":     {qOutboxClaimPublishing, []any{nil, "transactional", 500, "w", time.Minute, "PUBLISHING"}, []string{"outbox_pkey", "outbox_fair"}},
 		"claimpublishinggate": {qOutboxClaimPublishingProfiles, []any{nil, "transactional", 500, "w", time.Minute, "PUBLISHING"}, []string{"outbox_pkey", "outbox_fair"}},
+		"settles": {qDeliveryRecordOffChainMany, recordMerge.args([]*pipeOp{{in: &settle}, {in: &settle2}}),
+			[]string{"deliveries_message_id", "outbox_pkey"}},
 		"settle": {qDeliveryRecordOffChain, []any{nil, "UNKNOWN", "", nil, "n7.webhook", 1, "o", now, now, "x", 1, "", "n7", "webhook", int64(1)},
 			[]string{"deliveries_message_id", "outbox_pkey"}},
 	}

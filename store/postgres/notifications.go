@@ -185,29 +185,7 @@ var createMerge = &merge{
 		return []any{ops[0].in.(*createArgs).now, tenant, key, hash, ttl, response, id, recipient, event, kind, lane,
 			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep, chPlan, iat}
 	},
-	scan: func(rows pgx.Rows, ops []*pipeOp) error {
-		i := 0
-		for rows.Next() {
-			if i == len(ops) {
-				return errors.New("merged create: more rows than requests")
-			}
-			var id string
-			if err := rows.Scan(append([]any{&id}, ops[i].dest...)...); err != nil {
-				return fmt.Errorf("merged create: %w", err)
-			}
-			if want := ops[i].in.(*createArgs).id; id != want {
-				return fmt.Errorf("merged create: row %d is %s, want %s", i, id, want)
-			}
-			i++
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if i != len(ops) {
-			return fmt.Errorf("merged create: %d rows for %d requests", i, len(ops))
-		}
-		return nil
-	},
+	scan: scanInOrder("create", func(op *pipeOp) string { return op.in.(*createArgs).id }),
 }
 
 // createInTx runs qNotificationCreate in a transaction it commits only if

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -49,7 +50,9 @@ import (
 // must be equivalent to running the single ones in order in one
 // transaction, and must not depend on the statements queued between them
 // (nor they on it); each caller keeps its single statement, which runs
-// alone if the batch is rerun.
+// alone if the batch is rerun. Two kinds are merged: intake's creates
+// (createMerge) and the sender's off-chain result writes (recordMerge,
+// recordmerge.go).
 type pipeline struct {
 	pool     *pgxpool.Pool
 	ops      chan *pipeOp
@@ -132,6 +135,35 @@ type merge struct {
 	// scan reads the merged statement's rows and gives each op its row, as
 	// Scan of its own statement would have.
 	scan func(rows pgx.Rows, ops []*pipeOp) error
+}
+
+// scanInOrder is a merge's scan for a statement that returns one row per
+// op, in the ops' order, each led by the op's key, then the columns the
+// op's single statement returns.
+func scanInOrder(what string, key func(op *pipeOp) string) func(rows pgx.Rows, ops []*pipeOp) error {
+	return func(rows pgx.Rows, ops []*pipeOp) error {
+		i := 0
+		for rows.Next() {
+			if i == len(ops) {
+				return fmt.Errorf("merged %s: more rows than statements", what)
+			}
+			var k string
+			if err := rows.Scan(append([]any{&k}, ops[i].dest...)...); err != nil {
+				return fmt.Errorf("merged %s: %w", what, err)
+			}
+			if want := key(ops[i]); k != want {
+				return fmt.Errorf("merged %s: row %d is %s, want %s", what, i, k, want)
+			}
+			i++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if i != len(ops) {
+			return fmt.Errorf("merged %s: %d rows for %d statements", what, i, len(ops))
+		}
+		return nil
+	}
 }
 
 // Exec runs sql through the pipeline.

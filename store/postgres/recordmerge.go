@@ -1,0 +1,118 @@
+package postgres
+
+import (
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// The sender's result writes of sends on no fallback chain
+// (qDeliveryRecordOffChain), the most common end of a send, are merged
+// like intake's creates: the ones waiting in one pipeline batch run as one
+// qDeliveryRecordOffChainMany, which PostgreSQL plans, starts and runs once
+// for all of them. Each result still writes what its own statement would:
+// the delivery (fenced on SENDING at its attempt), the attempt log row, and
+// the claimed outbox row (fenced on its token and lease) only if the
+// delivery was written.
+//
+// Equivalence with the single statements run in order: the results of one
+// batch come from different senders, so no two hold the same claim; if two
+// named one message all the same, only the first (by its place in the
+// batch) is written, as the second's fence would refuse it after the first.
+// Each row is found by its key (a LATERAL probe, locked FOR UPDATE so the
+// version found is the one written) and written by its ctid, so a plan
+// made on empty tables still looks rows up by key (growth_plan_test.go).
+const qDeliveryRecordOffChainMany = `WITH f AS (
+    SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::integer[], $7::text[], $8::timestamptz[],
+        $9::timestamptz[], $10::text[], $11::bigint[], $12::text[], $13::text[], $14::text[], $15::bigint[])
+        WITH ORDINALITY AS f(state, reason, delay_us, message_id, attempt, owner, started_at, finished_at, class, duration_ms,
+            provider_ref, notification_id, channel, token, ord)
+),
+first AS (
+    SELECT DISTINCT ON (message_id) * FROM f ORDER BY message_id, ord
+),
+u AS (
+    UPDATE deliveries d
+    SET state = k.state, reason = k.reason,
+        next_attempt_at = coalesce($1::timestamptz, clock_timestamp()) + k.delay_us * interval '1 microsecond', claimed_by = NULL,
+        updated_at = coalesce($1::timestamptz, clock_timestamp()), provider_ref = nullif(k.provider_ref, '')
+    FROM (
+        SELECT first.ord, first.state, first.reason, first.delay_us, first.provider_ref, h.tid
+        FROM first
+        CROSS JOIN LATERAL (
+            SELECT x.ctid AS tid FROM deliveries x
+            WHERE x.message_id = first.message_id AND x.state || '' = 'SENDING' AND x.attempts = first.attempt
+            LIMIT 1
+            FOR UPDATE
+        ) h
+    ) k
+    WHERE d.ctid = k.tid
+    RETURNING k.ord
+),
+a AS (
+    INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
+    SELECT message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms FROM f ORDER BY ord
+    ON CONFLICT (message_id, attempt) DO NOTHING
+),
+o AS (
+    UPDATE outbox o
+    SET state = CASE WHEN k.state = 'RETRY_WAIT' THEN 'PENDING' ELSE 'DONE' END,
+        available_at = CASE WHEN k.state = 'RETRY_WAIT'
+                            THEN coalesce($1::timestamptz, clock_timestamp()) + k.delay_us * interval '1 microsecond'
+                            ELSE o.available_at END,
+        last_reason = k.reason, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
+    FROM (
+        SELECT first.ord, first.state, first.reason, first.delay_us, h.tid
+        FROM first
+        CROSS JOIN LATERAL (
+            SELECT x.ctid AS tid FROM outbox x
+            WHERE x.notification_id = first.notification_id AND x.channel = first.channel AND x.token = first.token
+              AND x.state || '' = 'CLAIMED' AND x.claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
+            LIMIT 1
+            FOR UPDATE
+        ) h
+        WHERE first.ord IN (SELECT ord FROM u)
+    ) k
+    WHERE o.ctid = k.tid
+    RETURNING k.ord
+)
+SELECT f.message_id, (f.ord IN (SELECT ord FROM u))::int, (f.ord IN (SELECT ord FROM o))::int, NULL::text
+FROM f ORDER BY f.ord`
+
+// recordArgs is one off-chain result write, one row of
+// qDeliveryRecordOffChainMany's arrays.
+type recordArgs struct {
+	now any // nil: the server's clock
+	p   store.DeliveryRecordParams
+}
+
+// recordMerge runs the off-chain result writes waiting in one pipeline
+// batch as one qDeliveryRecordOffChainMany; each op gets the row its
+// qDeliveryRecordOffChain would have returned.
+var recordMerge = &merge{
+	sql: qDeliveryRecordOffChainMany,
+	args: func(ops []*pipeOp) []any {
+		n := len(ops)
+		state, reason, mid, owner, class, ref := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		nid, channel := make([]string, n), make([]string, n)
+		delay := make([]*int64, n)
+		attempt := make([]int32, n)
+		started, finished := make([]time.Time, n), make([]time.Time, n)
+		duration, token := make([]int64, n), make([]int64, n)
+		for i, op := range ops {
+			p := op.in.(*recordArgs).p
+			state[i], reason[i], mid[i], owner[i], class[i], ref[i] = string(p.State), p.Reason, p.MessageID, p.Owner, p.Class, p.ProviderRef
+			if p.State == heraldtype.DeliveryRetryWait {
+				us := p.RetryDelay.Microseconds()
+				delay[i] = &us
+			}
+			attempt[i] = int32(p.Attempt)
+			started[i], finished[i], duration[i] = p.StartedAt, p.StartedAt.Add(p.Duration), p.Duration.Milliseconds()
+			nid[i], channel[i], token[i] = p.Outbox.NotificationID, string(p.Outbox.Channel), p.Outbox.Token
+		}
+		return []any{ops[0].in.(*recordArgs).now, state, reason, delay, mid, attempt, owner, started, finished, class, duration, ref,
+			nid, channel, token}
+	},
+	scan: scanInOrder("record", func(op *pipeOp) string { return op.in.(*recordArgs).p.MessageID }),
+}

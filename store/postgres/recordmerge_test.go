@@ -1,0 +1,162 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/storetest"
+)
+
+// recordCase is one result write of TestMergedRecordsMatchSingleOnes, on
+// the claim of notification n (0..4).
+type recordCase struct {
+	name  string
+	n     int
+	edit  func(p *store.DeliveryRecordParams)
+	state heraldtype.DeliveryState
+}
+
+var recordCases = []recordCase{
+	{"accepted", 1, func(p *store.DeliveryRecordParams) { p.ProviderRef = "ref-1" }, heraldtype.DeliveryProviderAccepted},
+	{"retry", 2, func(p *store.DeliveryRecordParams) { p.Reason, p.RetryDelay = "HTTP_503", 30*time.Second }, heraldtype.DeliveryRetryWait},
+	{"another attempt's", 3, func(p *store.DeliveryRecordParams) { p.Attempt = 2 }, heraldtype.DeliveryProviderAccepted},
+	{"a stale token", 4, func(p *store.DeliveryRecordParams) { p.Outbox.Token++; p.Reason = "HTTP_400" }, heraldtype.DeliveryPermanentFailure},
+	{"a lease run out", 0, nil, heraldtype.DeliveryUnknown},
+	{"a second copy of the first", 1, nil, heraldtype.DeliveryUnknown},
+}
+
+// runRecordCases writes recordCases on a fresh store, merged (queued behind
+// a held pipeline worker, so they share one batch) or one by one, and
+// returns each result and what the tables hold afterwards, named by case.
+func runRecordCases(t *testing.T, merged bool) ([]store.RecordResult, []string) {
+	t.Helper()
+	ctx := context.Background()
+	clk := clock.NewFake(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
+	s := setup(t, "", Options{Clock: clk, PipelineWorkers: 1})
+	ids := make([]string, 5)
+	claims := make([]store.Claimed, 5)
+	claim := func(lease time.Duration, from, to int) {
+		for i := from; i < to; i++ {
+			p := params(nil)
+			ids[i] = p.ID
+			mustCreate(t, s, p)
+		}
+		rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 100, Lease: lease})
+		if err != nil || len(rows) != to-from {
+			t.Fatalf("claim: %d rows (%v), want %d", len(rows), err, to-from)
+		}
+		for _, c := range rows {
+			for i := from; i < to; i++ {
+				if ids[i] == c.NotificationID {
+					claims[i] = c
+				}
+			}
+		}
+	}
+	claim(time.Minute, 0, 1) // notification 0's lease runs out before the results
+	clk.Advance(2 * time.Minute)
+	claim(10*time.Minute, 1, 5)
+	for _, c := range claims {
+		cl, err := s.DeliveryClaim(ctx, store.DeliveryClaimParams{MessageID: c.MessageID, NotificationID: c.NotificationID,
+			Tenant: "t1", Channel: c.Channel, Provider: "p", Owner: "w"})
+		if err != nil || !cl.Claimed {
+			t.Fatalf("claim %s: %+v (%v)", c.MessageID, cl, err)
+		}
+	}
+	write := func(i int) (store.RecordResult, error) {
+		c := recordCases[i]
+		fence := claims[c.n].Fence
+		p := store.DeliveryRecordParams{MessageID: claims[c.n].MessageID, Attempt: 1, State: c.state, Owner: "w", Class: "x",
+			StartedAt: clk.Now(), Duration: 40 * time.Millisecond, Outbox: &fence}
+		if c.edit != nil {
+			c.edit(&p)
+		}
+		return s.DeliveryRecord(ctx, p)
+	}
+	results := make([]store.RecordResult, len(recordCases))
+	if merged {
+		var sizes []int
+		var mu sync.Mutex
+		s.pipe.merged = func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
+		s.pipe.rerun = func(n int) { t.Errorf("a batch of %d was rerun statement by statement", n) }
+		queued, release := hold(t, s.pipe, s.pool, 4344)
+		errs := make([]error, len(recordCases))
+		done := make(chan struct{}, len(recordCases))
+		for i := range recordCases {
+			go func() { results[i], errs[i] = write(i); done <- struct{}{} }()
+			storetest.Receive(t, queued, fmt.Sprintf("result %q was queued", recordCases[i].name)) // in order
+		}
+		release()
+		for range recordCases {
+			storetest.Receive(t, done, "a result returned")
+		}
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("%s: %v", recordCases[i].name, err)
+			}
+		}
+		mu.Lock()
+		if len(sizes) != 1 || sizes[0] != len(recordCases) {
+			t.Fatalf("merged statements stood for %v results, want one for %d", sizes, len(recordCases))
+		}
+		mu.Unlock()
+	} else {
+		for i := range recordCases {
+			var err error
+			if results[i], err = write(i); err != nil {
+				t.Fatalf("%s: %v", recordCases[i].name, err)
+			}
+		}
+	}
+	var tables []string
+	for n, id := range ids {
+		var d, o, a string
+		if err := s.pool.QueryRow(ctx, `SELECT concat_ws(' ', state, reason, attempts, coalesce(next_attempt_at::text, '-'),
+    coalesce(provider_ref, '-'), coalesce(claimed_by, '-'), updated_at)
+FROM deliveries WHERE notification_id = $1`, id).Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.pool.QueryRow(ctx, `SELECT concat_ws(' ', state, last_reason, available_at, coalesce(claimed_by, '-'),
+    coalesce(claimed_until::text, '-'), token, updated_at)
+FROM outbox WHERE notification_id = $1`, id).Scan(&o); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce(string_agg(concat_ws(' ', attempt, owner, started_at, finished_at, class, reason, duration_ms), '; '
+    ORDER BY attempt), '-') FROM delivery_attempts WHERE message_id LIKE $1 || '.%'`, id).Scan(&a); err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, fmt.Sprintf("notification %d: delivery %s | outbox %s | attempts %s", n, d, o, a))
+	}
+	return results, tables
+}
+
+// Result writes waiting in one batch run as one merged statement, and each
+// gets, and writes, exactly what it would have alone, in the batch's order:
+// a result and its outbox row settled, a retry's due times, another
+// attempt's result and a stale token's settle refused by their fences, a
+// lease run out, a second copy of a result refused as the first's fence
+// would refuse it.
+func TestMergedRecordsMatchSingleOnes(t *testing.T) {
+	t.Parallel()
+	single, singleTables := runRecordCases(t, false)
+	merged, mergedTables := runRecordCases(t, true)
+	settled, recorded, refused := store.RecordResult{Recorded: true, OutboxSettled: true}, store.RecordResult{Recorded: true}, store.RecordResult{}
+	want := []store.RecordResult{settled, settled, refused, recorded, recorded, refused}
+	for i, c := range recordCases {
+		if single[i] != want[i] || merged[i] != want[i] {
+			t.Errorf("%s: alone %+v, merged %+v; want %+v", c.name, single[i], merged[i], want[i])
+		}
+	}
+	for i := range singleTables {
+		if singleTables[i] != mergedTables[i] {
+			t.Errorf("the tables differ:\n alone:  %s\n merged: %s", singleTables[i], mergedTables[i])
+		}
+	}
+	t.Logf("the tables after the results:\n%s", fmt.Sprint(singleTables))
+}
