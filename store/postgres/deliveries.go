@@ -88,7 +88,10 @@ func (s *Store) deliveryClaimTake(ctx context.Context, p store.DeliveryClaimPara
 	var taken *bool
 	var until *time.Time
 	var attempt *int
-	err = s.pipe.QueryRow(ctx, qDeliveryClaimTake, s.now(), k.Tenant, k.Recipient, k.EventID, k.Kind, string(k.Channel), p.Event.Owner, p.Event.Lease,
+	now := s.now()
+	// Merged with the batch's other claims under event keys (claimmerge.go).
+	err = s.pipe.QueryRowMerged(ctx, claimTakeMerge, &claimArgs{now: now, p: p},
+		qDeliveryClaimTake, now, k.Tenant, k.Recipient, k.EventID, k.Kind, string(k.Channel), p.Event.Owner, p.Event.Lease,
 		p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).Scan(&taken, &until, &attempt)
 	switch {
 	case err != nil:
@@ -111,7 +114,10 @@ func (s *Store) deliveryClaimTake(ctx context.Context, p store.DeliveryClaimPara
 
 func (s *Store) deliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var attempt int
-	err := s.pipe.QueryRow(ctx, qDeliveryClaim, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).Scan(&attempt)
+	now := s.now()
+	// Merged with the batch's other delivery claims (claimmerge.go).
+	err := s.pipe.QueryRowMerged(ctx, claimMerge, &claimArgs{now: now, p: p},
+		qDeliveryClaim, now, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).Scan(&attempt)
 	switch {
 	case err == nil:
 		return store.DeliveryClaimResult{Claimed: true, Attempt: attempt}, nil

@@ -50,9 +50,9 @@ import (
 // must be equivalent to running the single ones in order in one
 // transaction, and must not depend on the statements queued between them
 // (nor they on it); each caller keeps its single statement, which runs
-// alone if the batch is rerun. Two kinds are merged: intake's creates
-// (createMerge) and the sender's off-chain result writes (recordMerge,
-// recordmerge.go).
+// alone if the batch is rerun. Four kinds are merged: intake's creates
+// (createMerge), the sender's delivery claims (claimMerge,
+// claimTakeMerge) and its off-chain result writes (recordMerge).
 type pipeline struct {
 	pool     *pgxpool.Pool
 	ops      chan *pipeOp
@@ -129,12 +129,41 @@ func (r *pipeRow) Scan(dest ...any) error {
 // merge runs several single-row statements of one kind as one statement.
 type merge struct {
 	sql string
+	// accept, when set, says whether ops (two or more, in batch order) may
+	// share the merged statement; when it refuses, each runs its single
+	// statement in the batch as any other statement does.
+	accept func(ops []*pipeOp) bool
 	// args builds the merged statement's arguments from the ops' inputs, in
 	// the order of ops.
 	args func(ops []*pipeOp) []any
 	// scan reads the merged statement's rows and gives each op its row, as
 	// Scan of its own statement would have.
 	scan func(rows pgx.Rows, ops []*pipeOp) error
+}
+
+// mergeArgs is one op's input to a merge: its store call's params and the
+// statement's now ($1: nil for the server's clock), which the merged
+// statement takes from the batch's first op.
+type mergeArgs[P any] struct {
+	now any
+	p   P
+}
+
+// textColumns returns k text arrays of n elements each: a merged
+// statement's parallel arrays, filled one op at a time (setRow).
+func textColumns(k, n int) [][]string {
+	cols := make([][]string, k)
+	for j := range cols {
+		cols[j] = make([]string, n)
+	}
+	return cols
+}
+
+// setRow sets element i of each of cols to the matching value.
+func setRow(cols [][]string, i int, values ...string) {
+	for j, v := range values {
+		cols[j][i] = v
+	}
 }
 
 // scanInOrder is a merge's scan for a statement that returns one row per
@@ -263,6 +292,11 @@ func (p *pipeline) run(batch []*pipeOp) {
 	for _, op := range live {
 		if op.merge != nil {
 			groups[op.merge] = append(groups[op.merge], op)
+		}
+	}
+	for m, group := range groups {
+		if len(group) > 1 && m.accept != nil && !m.accept(group) {
+			delete(groups, m)
 		}
 	}
 	for _, op := range live {

@@ -82,10 +82,7 @@ FROM f ORDER BY f.ord`
 
 // recordArgs is one off-chain result write, one row of
 // qDeliveryRecordOffChainMany's arrays.
-type recordArgs struct {
-	now any // nil: the server's clock
-	p   store.DeliveryRecordParams
-}
+type recordArgs = mergeArgs[store.DeliveryRecordParams]
 
 // recordMerge runs the off-chain result writes waiting in one pipeline
 // batch as one qDeliveryRecordOffChainMany; each op gets the row its
@@ -94,25 +91,24 @@ var recordMerge = &merge{
 	sql: qDeliveryRecordOffChainMany,
 	args: func(ops []*pipeOp) []any {
 		n := len(ops)
-		state, reason, mid, owner, class, ref := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		nid, channel := make([]string, n), make([]string, n)
+		text := textColumns(8, n) // state, reason, message id, owner, class, provider ref, notification id, channel
 		delay := make([]*int64, n)
 		attempt := make([]int32, n)
 		started, finished := make([]time.Time, n), make([]time.Time, n)
 		duration, token := make([]int64, n), make([]int64, n)
 		for i, op := range ops {
 			p := op.in.(*recordArgs).p
-			state[i], reason[i], mid[i], owner[i], class[i], ref[i] = string(p.State), p.Reason, p.MessageID, p.Owner, p.Class, p.ProviderRef
+			setRow(text, i, string(p.State), p.Reason, p.MessageID, p.Owner, p.Class, p.ProviderRef, p.Outbox.NotificationID, string(p.Outbox.Channel))
 			if p.State == heraldtype.DeliveryRetryWait {
 				us := p.RetryDelay.Microseconds()
 				delay[i] = &us
 			}
 			attempt[i] = int32(p.Attempt)
 			started[i], finished[i], duration[i] = p.StartedAt, p.StartedAt.Add(p.Duration), p.Duration.Milliseconds()
-			nid[i], channel[i], token[i] = p.Outbox.NotificationID, string(p.Outbox.Channel), p.Outbox.Token
+			token[i] = p.Outbox.Token
 		}
-		return []any{ops[0].in.(*recordArgs).now, state, reason, delay, mid, attempt, owner, started, finished, class, duration, ref,
-			nid, channel, token}
+		return []any{ops[0].in.(*recordArgs).now, text[0], text[1], delay, text[2], attempt, text[3], started, finished, text[4], duration, text[5],
+			text[6], text[7], token}
 	},
 	scan: scanInOrder("record", func(op *pipeOp) string { return op.in.(*recordArgs).p.MessageID }),
 }
