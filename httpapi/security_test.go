@@ -154,6 +154,12 @@ func TestLimits(t *testing.T) {
 		want(resp, body, http.StatusAccepted, "the refused send after Retry-After")
 		resp, body = send(w.keyA, "m3", "coupon.expiring", "e4")
 		want(resp, body, http.StatusTooManyRequests, "the next at once")
+		// Both refusals are counted, in their lane.
+		if got, metrics := w.do(t, "GET", "/metrics", "", ""); got != http.StatusOK ||
+			!strings.Contains(metrics, `herald_lane_quota_refused_total{lane="marketing"} 2`) ||
+			!strings.Contains(metrics, `herald_lane_quota_refused_total{lane="transactional"} 0`) {
+			t.Errorf("/metrics: %d, without 2 quota refusals in marketing and 0 in transactional:\n%s", got, metrics)
+		}
 	})
 	t.Run("ParamsAndRenderedTextAreCapped", func(t *testing.T) {
 		t.Parallel()

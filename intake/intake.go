@@ -113,6 +113,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// a request that writes nothing new gives its token back.
 	undo, wait := h.Quotas.LaneSend(tenant, kind.Lane)
 	if wait > 0 {
+		h.Metrics.QuotaRefused(kind.Lane)
 		limits.OverQuota(w, wait, kind.Lane)
 		return
 	}

@@ -73,15 +73,17 @@ type Metrics struct {
 	alerts       *prometheus.CounterVec
 	cancels      *prometheus.CounterVec
 	redriven     *prometheus.CounterVec
+	quota        *prometheus.CounterVec
 	inbox        *inbox   // inbox.go
 	reports      *reports // reports.go
 }
 
 // IntakeCodes are the status codes POST /v1/notifications answers with
-// (401 from authentication, the rest from intake).
+// (401 from authentication, 429 from the send rate or a lane quota, the
+// rest from intake).
 var IntakeCodes = []int{
 	http.StatusAccepted, http.StatusBadRequest, http.StatusUnauthorized, http.StatusConflict,
-	http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity, http.StatusServiceUnavailable,
+	http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity, http.StatusTooManyRequests, http.StatusServiceUnavailable,
 }
 
 // DeliveryStates are the states herald_deliveries_total counts entries into.
@@ -136,12 +138,17 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 			Help: "Rows the watchdog found waiting past their deadline with no owner and moved on, by lane and kind " +
 				"(retry_wait, published, sending, lease). Each is also a REDRIVEN alert; the goal is zero.",
 		}, []string{"lane", "kind"}),
+		quota: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_lane_quota_refused_total",
+			Help: "Sends refused (429) at intake because their tenant was over its send quota in their lane (limits.lane_quotas), by lane.",
+		}, []string{"lane"}),
 	}
 	for _, r := range []string{CancelCancelled, CancelUnchanged} {
 		m.cancels.WithLabelValues(r)
 	}
 	for _, l := range heraldtype.Lanes {
 		m.accepted.WithLabelValues(string(l))
+		m.quota.WithLabelValues(string(l))
 		for _, k := range store.UnownedKinds {
 			m.redriven.WithLabelValues(string(l), string(k))
 		}
@@ -152,7 +159,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	for _, c := range IntakeCodes {
 		m.intake.WithLabelValues(strconv.Itoa(c))
 	}
-	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven,
+	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven, m.quota,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.inbox = newInbox(m.Registry)
 	m.reports = newReports(m.Registry)
@@ -204,6 +211,13 @@ func (m *Metrics) Declare(k Known) {
 func (m *Metrics) Accepted(l heraldtype.Lane) {
 	if m != nil {
 		m.accepted.WithLabelValues(string(l)).Inc()
+	}
+}
+
+// QuotaRefused counts a send refused over its tenant's quota in lane l.
+func (m *Metrics) QuotaRefused(l heraldtype.Lane) {
+	if m != nil {
+		m.quota.WithLabelValues(string(l)).Inc()
 	}
 }
 
