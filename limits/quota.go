@@ -74,15 +74,15 @@ func (q quotas) of(tenant string, lane heraldtype.Lane) (Quota, bool) {
 	return e, ok && e.Rate > 0
 }
 
-// bucket returns the bucket of (tenant, lane) and its quota; nil when the
-// pair has no quota.
-func (l *Limiter) bucket(tenant string, lane heraldtype.Lane) (*rate.Limiter, Quota) {
+// bucket returns the bucket of (tenant, lane); nil when the pair has no
+// quota.
+func (l *Limiter) bucket(tenant string, lane heraldtype.Lane) *rate.Limiter {
 	if l == nil {
-		return nil, Quota{}
+		return nil
 	}
 	q, ok := l.quotas.of(tenant, lane)
 	if !ok {
-		return nil, Quota{}
+		return nil
 	}
 	k := laneKey{tenant, lane}
 	l.mu.Lock()
@@ -92,7 +92,7 @@ func (l *Limiter) bucket(tenant string, lane heraldtype.Lane) (*rate.Limiter, Qu
 		b = rate.NewLimiter(rate.Limit(q.Rate), q.Burst)
 		l.lanes[k] = b
 	}
-	return b, q
+	return b
 }
 
 // LaneSend takes one send of tenant's into lane. It returns undo, which
@@ -100,7 +100,7 @@ func (l *Limiter) bucket(tenant string, lane heraldtype.Lane) (*rate.Limiter, Qu
 // wait until the bucket holds a token again when it is empty; a refused
 // send spends nothing.
 func (l *Limiter) LaneSend(tenant string, lane heraldtype.Lane) (undo func(), wait time.Duration) {
-	b, _ := l.bucket(tenant, lane)
+	b := l.bucket(tenant, lane)
 	if b == nil {
 		return func() {}, 0
 	}
@@ -117,7 +117,7 @@ func (l *Limiter) LaneSend(tenant string, lane heraldtype.Lane) (undo func(), wa
 // n when the pair has no quota, else as many whole tokens as the bucket
 // holds now (0 when it is empty).
 func (l *Limiter) LaneTake(tenant string, lane heraldtype.Lane, n int) int {
-	b, _ := l.bucket(tenant, lane)
+	b := l.bucket(tenant, lane)
 	if b == nil || n <= 0 {
 		return max(n, 0)
 	}
