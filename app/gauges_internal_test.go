@@ -71,7 +71,7 @@ func TestStoreGaugesAreServedFromMemory(t *testing.T) {
 	// A failed refresh keeps the last values; no scrape sees the error.
 	fail.Store(true)
 	g.refresh(context.Background(), now.Add(time.Minute))
-	if s := scrape(); !strings.Contains(s, backlog) || strings.Contains(s, "s3cret") || strings.Contains(s, "refused") {
+	if s := scrape(); !strings.Contains(s, backlog) || strings.Contains(s, "s3cret") || strings.Contains(s, "connection refused") {
 		t.Fatalf("after a failed refresh:\n%s", s)
 	}
 	// A process that stops leading forgets them.
