@@ -109,7 +109,7 @@ type takeCase struct {
 // runClaimTakeCases sets up keys and rows, claims cases under their keys
 // merged (one held batch) or one by one, and returns each claim's result
 // and the tables afterwards, named by notification.
-func runClaimTakeCases(t *testing.T, cases []takeCase, merged bool) ([]string, []string, []int) {
+func runClaimTakeCases(t *testing.T, cases []takeCase, mode runMode, merges bool) ([]string, []string) {
 	t.Helper()
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
@@ -140,11 +140,18 @@ func runClaimTakeCases(t *testing.T, cases []takeCase, merged bool) ([]string, [
 		t.Fatal(err)
 	}
 	clk.Advance(time.Minute)
-	var sizes []int
-	var mu sync.Mutex
 	results := make([]store.DeliveryClaimResult, len(cases))
 	errs := make([]error, len(cases))
-	if merged {
+	switch {
+	case mode != alone && merges:
+		queueBatch(t, s, mode, 4350, len(cases), func(i int) (err error) {
+			results[i], err = s.DeliveryClaim(ctx, claim(cases[i].n, cases[i].event))
+			return err
+		})
+	case mode != alone:
+		// A batch the merge refuses: its claims run one by one in it.
+		var mu sync.Mutex
+		var sizes []int
 		s.pipe.merged = func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
 		s.pipe.rerun = func(n int) { t.Errorf("a batch of %d was rerun statement by statement", n) }
 		queued, release := hold(t, s.pipe, s.pool, 4346)
@@ -157,7 +164,12 @@ func runClaimTakeCases(t *testing.T, cases []takeCase, merged bool) ([]string, [
 		for range cases {
 			storetest.Receive(t, done, "a claim returned")
 		}
-	} else {
+		mu.Lock()
+		if len(sizes) != 0 {
+			t.Errorf("merged statements stood for %v claims; want none", sizes)
+		}
+		mu.Unlock()
+	default:
 		for i, c := range cases {
 			results[i], errs[i] = s.DeliveryClaim(ctx, claim(c.n, c.event))
 		}
@@ -197,15 +209,17 @@ UNION ALL SELECT 'delivery ' || notification_id || ' ' || state || ' ' || attemp
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return got, tables, sizes
+	return got, tables
 }
 
 // Claims under event keys waiting in one batch take their keys and insert
 // their rows with one merged statement, and each gets what it would have
 // got alone: a new key taken and the send claimed, the owner's own key
 // extended, another notification's key held (nothing written), a send
-// whose row exists already (its key extended, the row returned). A batch
-// in which two claims name one key runs them one by one.
+// whose row exists already (its key extended, the row returned); and the
+// same when another statement's failure aborts the batch and each claim
+// runs again alone. A batch in which two claims name one key runs them one
+// by one.
 func TestMergedClaimsUnderEventKeysMatchSingleOnes(t *testing.T) {
 	t.Parallel()
 	distinct := []takeCase{{"a new key", 0, "e0"}, {"the owner's own key", 1, "e-own"}, {"another's key", 2, "e-other"},
@@ -214,17 +228,17 @@ func TestMergedClaimsUnderEventKeysMatchSingleOnes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		cases  []takeCase
-		merged []int
+		merges bool
 		want   []string
 	}{
-		{"DistinctKeys", distinct, []int{5}, []string{
+		{"DistinctKeys", distinct, true, []string{
 			"claimed true attempt 1 current - key taken until 09:11:00",
 			"claimed true attempt 1 current - key owned until 09:11:00",
 			"claimed false attempt 0 current - key held until 09:10:00",
 			"claimed false attempt 0 current SENDING key owned until 09:11:00",
 			"claimed true attempt 1 current - key taken until 09:11:00",
 		}},
-		{"OneKeyTwice", oneKey, nil, []string{
+		{"OneKeyTwice", oneKey, false, []string{
 			"claimed true attempt 1 current - key taken until 09:11:00",
 			"claimed false attempt 0 current - key held until 09:11:00",
 			"claimed true attempt 1 current - key taken until 09:11:00",
@@ -232,18 +246,21 @@ func TestMergedClaimsUnderEventKeysMatchSingleOnes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			single, singleTables, _ := runClaimTakeCases(t, tc.cases, false)
-			merged, mergedTables, sizes := runClaimTakeCases(t, tc.cases, true)
-			if fmt.Sprint(sizes) != fmt.Sprint(tc.merged) {
-				t.Errorf("merged statements stood for %v claims; want %v", sizes, tc.merged)
+			single, singleTables := runClaimTakeCases(t, tc.cases, alone, tc.merges)
+			modes := []runMode{merged}
+			if tc.merges {
+				modes = append(modes, aborted)
 			}
-			for i, c := range tc.cases {
-				if single[i] != tc.want[i] || merged[i] != tc.want[i] {
-					t.Errorf("%s:\n alone:  %s\n merged: %s\n want:   %s", c.name, single[i], merged[i], tc.want[i])
+			for _, mode := range modes {
+				got, tables := runClaimTakeCases(t, tc.cases, mode, tc.merges)
+				for i, c := range tc.cases {
+					if single[i] != tc.want[i] || got[i] != tc.want[i] {
+						t.Errorf("%s (mode %d):\n alone: %s\n here:  %s\n want:  %s", c.name, mode, single[i], got[i], tc.want[i])
+					}
 				}
-			}
-			if fmt.Sprint(singleTables) != fmt.Sprint(mergedTables) {
-				t.Errorf("the tables differ:\n alone:  %v\n merged: %v", singleTables, mergedTables)
+				if fmt.Sprint(singleTables) != fmt.Sprint(tables) {
+					t.Errorf("the tables differ (mode %d):\n alone: %v\n here:  %v", mode, singleTables, tables)
+				}
 			}
 		})
 	}

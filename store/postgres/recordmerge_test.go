@@ -31,10 +31,68 @@ var recordCases = []recordCase{
 	{"a second copy of the first", 1, nil, heraldtype.DeliveryUnknown},
 }
 
-// runRecordCases writes recordCases on a fresh store, merged (queued behind
-// a held pipeline worker, so they share one batch) or one by one, and
-// returns each result and what the tables hold afterwards, named by case.
-func runRecordCases(t *testing.T, merged bool) ([]store.RecordResult, []string) {
+// runMode is how runRecordCases and runClaimTakeCases send their writes:
+// one by one, merged in one batch, or merged in a batch that a failing
+// statement among them aborts, so each is run again alone.
+type runMode int
+
+const (
+	alone runMode = iota
+	merged
+	aborted
+)
+
+// queueBatch runs n calls of write behind a held pipeline worker, in order,
+// so they share one batch (with a statement that fails on the server in
+// its middle if mode is aborted), and checks what the pipeline did with
+// them: merged as one statement, and rerun one by one if aborted.
+func queueBatch(t *testing.T, s *Store, mode runMode, lock int64, n int, write func(i int) error) {
+	t.Helper()
+	var sizes, reruns []int
+	var mu sync.Mutex
+	s.pipe.merged = func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
+	s.pipe.rerun = func(n int) { mu.Lock(); reruns = append(reruns, n); mu.Unlock() }
+	queued, release := hold(t, s.pipe, s.pool, lock+int64(mode)) // a lock of its own: the tests run at once
+	errs := make([]error, n)
+	done := make(chan struct{}, n+1)
+	var failed error
+	for i := range n {
+		go func() { errs[i] = write(i); done <- struct{}{} }()
+		storetest.Receive(t, queued, fmt.Sprintf("write %d was queued", i)) // in order
+		if mode == aborted && i == n/2 {
+			go func() { _, failed = s.pipe.Exec(context.Background(), `SELECT 1/0`); done <- struct{}{} }()
+			storetest.Receive(t, queued, "the failing statement was queued")
+		}
+	}
+	release()
+	for range n {
+		storetest.Receive(t, done, "a write returned")
+	}
+	if mode == aborted {
+		storetest.Receive(t, done, "the failing statement returned")
+		if failed == nil {
+			t.Fatal("SELECT 1/0 did not fail")
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	wantReruns := []int(nil)
+	if mode == aborted {
+		wantReruns = []int{n + 1}
+	}
+	if len(sizes) == 0 || sizes[0] != n || fmt.Sprint(reruns) != fmt.Sprint(wantReruns) {
+		t.Fatalf("merged statements stood for %v writes and batches of %v were rerun; want one for %d, reruns %v", sizes, reruns, n, wantReruns)
+	}
+}
+
+// runRecordCases writes recordCases on a fresh store, in mode, and returns
+// each result and what the tables hold afterwards, named by case.
+func runRecordCases(t *testing.T, mode runMode) ([]store.RecordResult, []string) {
 	t.Helper()
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
@@ -80,32 +138,8 @@ func runRecordCases(t *testing.T, merged bool) ([]store.RecordResult, []string) 
 		return s.DeliveryRecord(ctx, p)
 	}
 	results := make([]store.RecordResult, len(recordCases))
-	if merged {
-		var sizes []int
-		var mu sync.Mutex
-		s.pipe.merged = func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
-		s.pipe.rerun = func(n int) { t.Errorf("a batch of %d was rerun statement by statement", n) }
-		queued, release := hold(t, s.pipe, s.pool, 4344)
-		errs := make([]error, len(recordCases))
-		done := make(chan struct{}, len(recordCases))
-		for i := range recordCases {
-			go func() { results[i], errs[i] = write(i); done <- struct{}{} }()
-			storetest.Receive(t, queued, fmt.Sprintf("result %q was queued", recordCases[i].name)) // in order
-		}
-		release()
-		for range recordCases {
-			storetest.Receive(t, done, "a result returned")
-		}
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("%s: %v", recordCases[i].name, err)
-			}
-		}
-		mu.Lock()
-		if len(sizes) != 1 || sizes[0] != len(recordCases) {
-			t.Fatalf("merged statements stood for %v results, want one for %d", sizes, len(recordCases))
-		}
-		mu.Unlock()
+	if mode != alone {
+		queueBatch(t, s, mode, 4344, len(recordCases), func(i int) (err error) { results[i], err = write(i); return err })
 	} else {
 		for i := range recordCases {
 			var err error
@@ -141,22 +175,28 @@ FROM outbox WHERE notification_id = $1`, id).Scan(&o); err != nil {
 // a result and its outbox row settled, a retry's due times, another
 // attempt's result and a stale token's settle refused by their fences, a
 // lease run out, a second copy of a result refused as the first's fence
-// would refuse it.
+// would refuse it. A batch that another statement's failure aborts leaves
+// nothing of the merged statement, and each result, run again alone,
+// writes the same.
 func TestMergedRecordsMatchSingleOnes(t *testing.T) {
 	t.Parallel()
-	single, singleTables := runRecordCases(t, false)
-	merged, mergedTables := runRecordCases(t, true)
+	single, singleTables := runRecordCases(t, alone)
 	settled, recorded, refused := store.RecordResult{Recorded: true, OutboxSettled: true}, store.RecordResult{Recorded: true}, store.RecordResult{}
 	want := []store.RecordResult{settled, settled, refused, recorded, recorded, refused}
-	for i, c := range recordCases {
-		if single[i] != want[i] || merged[i] != want[i] {
-			t.Errorf("%s: alone %+v, merged %+v; want %+v", c.name, single[i], merged[i], want[i])
-		}
+	for _, mode := range []runMode{merged, aborted} {
+		t.Run(map[runMode]string{merged: "Merged", aborted: "Aborted"}[mode], func(t *testing.T) {
+			t.Parallel()
+			got, tables := runRecordCases(t, mode)
+			for i, c := range recordCases {
+				if single[i] != want[i] || got[i] != want[i] {
+					t.Errorf("%s: alone %+v, here %+v; want %+v", c.name, single[i], got[i], want[i])
+				}
+			}
+			for i := range singleTables {
+				if singleTables[i] != tables[i] {
+					t.Errorf("the tables differ:\n alone: %s\n here:  %s", singleTables[i], tables[i])
+				}
+			}
+		})
 	}
-	for i := range singleTables {
-		if singleTables[i] != mergedTables[i] {
-			t.Errorf("the tables differ:\n alone:  %s\n merged: %s", singleTables[i], mergedTables[i])
-		}
-	}
-	t.Logf("the tables after the results:\n%s", fmt.Sprint(singleTables))
 }
