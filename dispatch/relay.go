@@ -265,6 +265,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 			for i := range b.rows {
 				job := b.rows[i].Job
 				job.Outbox = &b.rows[i].Fence
+				job.OffChain = b.rows[i].Fence.OffChain
 				jobs = append(jobs, job)
 			}
 			if len(jobs) > 0 {

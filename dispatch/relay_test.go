@@ -14,10 +14,12 @@ import (
 )
 
 // fakePublisher confirms or fails every job with outcome(job) and records
-// each message id it was asked to publish.
+// each message id it was asked to publish, and the jobs that said they
+// were on no fallback chain.
 type fakePublisher struct {
 	mu        sync.Mutex
 	published map[string]int
+	offChain  map[string]bool
 	outcome   func(job heraldtype.Job) error
 }
 
@@ -33,6 +35,12 @@ func (p *fakePublisher) Publish(_ context.Context, _ heraldtype.Lane, jobs []her
 	out := make(fakeConfirms, len(jobs))
 	for i, j := range jobs {
 		p.published[j.MessageID]++
+		if j.OffChain {
+			if p.offChain == nil {
+				p.offChain = map[string]bool{}
+			}
+			p.offChain[j.MessageID] = true
+		}
 		if p.outcome != nil {
 			out[i] = p.outcome(j)
 		}
@@ -73,6 +81,14 @@ func TestRelayMarksConfirmedRowsPublished(t *testing.T) {
 		testenv.WaitFor(t, "PUBLISHED", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
 		if n := pub.count(store.MessageID(id, heraldtype.ChannelWebhook)); n != 1 {
 			t.Fatalf("%s published %d times", id, n)
+		}
+		// The message says the row is on no chain, so the consumer's
+		// result write need not look for one.
+		pub.mu.Lock()
+		off := pub.offChain[store.MessageID(id, heraldtype.ChannelWebhook)]
+		pub.mu.Unlock()
+		if !off {
+			t.Fatalf("%s, on no chain, was published without OffChain", id)
 		}
 	}
 }

@@ -220,6 +220,12 @@ type Job struct {
 	Channel        Channel         `json:"channel"`
 	Params         json.RawMessage `json:"params"`
 	ExpiresAt      *time.Time      `json:"expires_at,omitempty"`
+	// OffChain: the claim that published the job read that its outbox row
+	// is on no fallback chain (Fence.OffChain), so the end of its send has
+	// no chain to move and the store need not look for one. False when not
+	// known (a message published before herald wrote it): the end then
+	// looks.
+	OffChain bool `json:"off_chain,omitempty"`
 	// Known is what the transport learnt about the job on its way in, so
 	// the sender need not read it again; nil when the transport says
 	// nothing. Never part of the message body.

@@ -822,6 +822,7 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 	params := store.DeliveryRecordParams{
 		MessageID: job.MessageID, Attempt: attempt, State: res.State, Reason: res.Reason, RetryDelay: res.Delay,
 		ProviderRef: out.ProviderRef, Owner: s.Owner, Class: out.Class.String(), StartedAt: started, Duration: took, Outbox: job.Outbox,
+		OffChain: job.OffChain,
 	}
 	rec, err := s.recordWithRetry(ctx, params)
 	if err != nil {

@@ -695,3 +695,40 @@ func TestRecordWhoseFirstAnswerWasLost(t *testing.T) {
 		t.Fatalf("%+v, want Retry", r)
 	}
 }
+
+// recordSpy passes every store call through and keeps the result writes'
+// params.
+type recordSpy struct {
+	store.Store
+	mu  sync.Mutex
+	got []store.DeliveryRecordParams
+}
+
+func (r *recordSpy) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
+	r.mu.Lock()
+	r.got = append(r.got, p)
+	r.mu.Unlock()
+	return r.Store.DeliveryRecord(ctx, p)
+}
+
+// A job that came as a message says whether its row is on no fallback
+// chain (Job.OffChain, from the relay's claim); the sender hands that to
+// its result write, which then need not look for a chain.
+func TestTheResultWriteKnowsAJobOnNoChain(t *testing.T) {
+	t.Parallel()
+	snd, b := setup(t, sender.Hooks{})
+	spy := &recordSpy{Store: b.store}
+	snd.Store = spy
+	for _, off := range []bool{true, false} {
+		j := job(map[bool]string{true: "n-off", false: "n-on"}[off], heraldtype.ChannelWebhook)
+		j.OffChain = off
+		if r := snd.Send(b.ctx, j); r.Verdict != sender.Done {
+			t.Fatalf("off chain %v: %+v", off, r)
+		}
+	}
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	if len(spy.got) != 2 || !spy.got[0].OffChain || spy.got[1].OffChain {
+		t.Fatalf("result writes %+v; want the first OffChain, the second not", spy.got)
+	}
+}

@@ -539,6 +539,11 @@ type DeliveryRecordParams struct {
 	StartedAt time.Time
 	Duration  time.Duration
 
+	// OffChain, for a result without Outbox, says the job's row is on no
+	// fallback chain (heraldtype.Job.OffChain): the write moves no chain
+	// and need not look for one. False when not known.
+	OffChain bool
+
 	// Outbox, when set, is the claimed outbox row the job came from. The
 	// same write then settles it, fenced, if the result itself was
 	// recorded: back to PENDING after RetryDelay for RETRY_WAIT, otherwise

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/storetest"
@@ -23,17 +22,10 @@ import (
 func TestMergedDeliveryClaimsMatchSingleOnes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := clock.NewFake(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
-	s := setup(t, "", Options{Clock: clk, PipelineWorkers: 1})
+	s, clk, ids := mergeStore(t, 5)
 	claimParams := func(id string) store.DeliveryClaimParams {
 		return store.DeliveryClaimParams{MessageID: id + ".webhook", NotificationID: id, Tenant: "t1",
 			Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w"}
-	}
-	ids := make([]string, 5)
-	for i := range ids {
-		p := params(nil)
-		ids[i] = p.ID
-		mustCreate(t, s, p)
 	}
 	// ids[3]'s row is SENDING; ids[4]'s waits in RETRY_WAIT, due.
 	for _, i := range []int{3, 4} {
@@ -112,14 +104,7 @@ type takeCase struct {
 func runClaimTakeCases(t *testing.T, cases []takeCase, mode runMode, merges bool) ([]string, []string) {
 	t.Helper()
 	ctx := context.Background()
-	clk := clock.NewFake(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
-	s := setup(t, "", Options{Clock: clk, PipelineWorkers: 1})
-	ids := make([]string, 7)
-	for i := range ids {
-		p := params(nil)
-		ids[i] = p.ID
-		mustCreate(t, s, p)
-	}
+	s, clk, ids := mergeStore(t, 7)
 	claim := func(n int, event string) store.DeliveryClaimParams {
 		return store.DeliveryClaimParams{MessageID: ids[n] + ".webhook", NotificationID: ids[n], Tenant: "t1",
 			Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w",

@@ -189,17 +189,23 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		q = qDeliveryRecordOffChain
 	case p.Outbox != nil:
 		q = qDeliveryRecordSettle
+	case p.OffChain:
+		q = qDeliveryRecordNoChain
 	}
 	if p.Outbox != nil {
 		args = append(args, p.Outbox.NotificationID, string(p.Outbox.Channel), p.Outbox.Token)
 	}
 	var recorded, settled int64
 	var wake *string // a fallback step it released (fallback.go)
+	// Off-chain results are merged with the batch's others of their kind
+	// (recordmerge.go).
 	var row pgx.Row
-	if q == qDeliveryRecordOffChain {
-		// Merged with the batch's other off-chain results (recordmerge.go).
+	switch q {
+	case qDeliveryRecordOffChain:
 		row = s.pipe.QueryRowMerged(ctx, recordMerge, &recordArgs{now: args[0], p: p}, q, args...)
-	} else {
+	case qDeliveryRecordNoChain:
+		row = s.pipe.QueryRowMerged(ctx, recordNoChainMerge, &recordArgs{now: args[0], p: p}, q, args...)
+	default:
 		row = s.pipe.QueryRow(ctx, q, args...)
 	}
 	if err := row.Scan(&recorded, &settled, &wake); err != nil {

@@ -78,6 +78,10 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 			Event: &store.EventKeyTakeParams{Key: store.EventKey{Tenant: "t", Recipient: "r", EventID: "e7", Kind: "k"}, Owner: "n7", Lease: time.Minute}}}}}), nil},
 		"settles": {qDeliveryRecordOffChainMany, recordMerge.args([]*pipeOp{{in: &settle}, {in: &settle2}}),
 			[]string{"deliveries_message_id", "outbox_pkey"}},
+		"settlesnochain": {qDeliveryRecordNoChainMany, recordNoChainMerge.args([]*pipeOp{{in: &recordArgs{p: store.DeliveryRecordParams{
+			MessageID: "n7.webhook", Attempt: 1, State: "UNKNOWN", Owner: "o", Class: "x", StartedAt: now, OffChain: true}}}}),
+			[]string{"deliveries_message_id"}},
+		"nochain": {qDeliveryRecordNoChain, []any{nil, "UNKNOWN", "", nil, "n7.webhook", 1, "o", now, now, "x", 1, ""}, []string{"deliveries_message_id"}},
 		"settle": {qDeliveryRecordOffChain, []any{nil, "UNKNOWN", "", nil, "n7.webhook", 1, "o", now, now, "x", 1, "", "n7", "webhook", int64(1)},
 			[]string{"deliveries_message_id", "outbox_pkey"}},
 	}

@@ -47,7 +47,9 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		case p.Profiles:
 			// For the relay's gate: whether a delivery row exists is not read.
 			known = &heraldtype.Known{ProfileRead: true, Delivery: true}
-			dest = append(dest, &known.Profile, &profileAt)
+			dest = append(dest, &c.Fence.OffChain, &known.Profile, &profileAt)
+		default:
+			dest = append(dest, &c.Fence.OffChain)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, s.fail("claim outbox batch: scan", err)

@@ -52,7 +52,8 @@ import (
 // (nor they on it); each caller keeps its single statement, which runs
 // alone if the batch is rerun. Four kinds are merged: intake's creates
 // (createMerge), the sender's delivery claims (claimMerge,
-// claimTakeMerge) and its off-chain result writes (recordMerge).
+// claimTakeMerge) and its off-chain result writes (recordMerge, and
+// recordNoChainMerge for jobs that came as messages).
 type pipeline struct {
 	pool     *pgxpool.Pool
 	ops      chan *pipeOp

@@ -319,16 +319,17 @@ CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id
 LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true
 ORDER BY c.available_at, c.id`
 	// qOutboxClaimPublishing is the relay's claim: the relay publishes the
-	// job and reads nothing for a sender.
+	// job and reads nothing for a sender but whether the row is on no
+	// fallback chain (heraldtype.Job.OffChain, which the message carries).
 	qOutboxClaimPublishing = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
-       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at
+       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, c.off_chain
 FROM claimed c
 CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
 ORDER BY c.available_at, c.id`
 	// qOutboxClaimPublishingProfiles is the relay's claim with each job's
 	// recipient profile, for the relay's gate (OutboxClaimParams.Profiles).
 	qOutboxClaimPublishingProfiles = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
-       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, p.data, p.updated_at
+       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, c.off_chain, p.data, p.updated_at
 FROM claimed c
 CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
 LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true
@@ -641,6 +642,11 @@ o AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM o), NULL::text`
+	// qDeliveryRecordNoChain is qDeliveryRecord for a job that came as a
+	// message whose row is on no chain (DeliveryRecordParams.OffChain): no
+	// chain CTE.
+	qDeliveryRecordNoChain = qDeliveryRecordResult + `
+SELECT (SELECT count(*) FROM u), 0, NULL::text`
 	// qDeliveryRecordLazy is qDeliveryRecordSettle for a send whose claim
 	// read Fence.LazyChain, ending so that its chain does not move on (not
 	// a definite failure, not RETRY_WAIT): no chain CTE, and the settle

@@ -8,8 +8,9 @@ import (
 )
 
 // The sender's result writes of sends on no fallback chain
-// (qDeliveryRecordOffChain), the most common end of a send, are merged
-// like intake's creates: the ones waiting in one pipeline batch run as one
+// (qDeliveryRecordOffChain with the db transport, qDeliveryRecordNoChain
+// for a job that came as a message), the most common end of a send, are
+// merged like intake's creates: the ones waiting in one pipeline batch run as one
 // qDeliveryRecordOffChainMany, which PostgreSQL plans, starts and runs once
 // for all of them. Each result still writes what its own statement would:
 // the delivery (fenced on SENDING at its attempt), the attempt log row, and
@@ -23,38 +24,13 @@ import (
 // Each row is found by its key (a LATERAL probe, locked FOR UPDATE so the
 // version found is the one written) and written by its ctid, so a plan
 // made on empty tables still looks rows up by key (growth_plan_test.go).
-const qDeliveryRecordOffChainMany = `WITH f AS (
-    SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::integer[], $7::text[], $8::timestamptz[],
-        $9::timestamptz[], $10::text[], $11::bigint[], $12::text[], $13::text[], $14::text[], $15::bigint[])
-        WITH ORDINALITY AS f(state, reason, delay_us, message_id, attempt, owner, started_at, finished_at, class, duration_ms,
-            provider_ref, notification_id, channel, token, ord)
-),
-first AS (
-    SELECT DISTINCT ON (message_id) * FROM f ORDER BY message_id, ord
-),
-u AS (
-    UPDATE deliveries d
-    SET state = k.state, reason = k.reason,
-        next_attempt_at = coalesce($1::timestamptz, clock_timestamp()) + k.delay_us * interval '1 microsecond', claimed_by = NULL,
-        updated_at = coalesce($1::timestamptz, clock_timestamp()), provider_ref = nullif(k.provider_ref, '')
-    FROM (
-        SELECT first.ord, first.state, first.reason, first.delay_us, first.provider_ref, h.tid
-        FROM first
-        CROSS JOIN LATERAL (
-            SELECT x.ctid AS tid FROM deliveries x
-            WHERE x.message_id = first.message_id AND x.state || '' = 'SENDING' AND x.attempts = first.attempt
-            LIMIT 1
-            FOR UPDATE
-        ) h
-    ) k
-    WHERE d.ctid = k.tid
-    RETURNING k.ord
-),
-a AS (
-    INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
-    SELECT message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms FROM f ORDER BY ord
-    ON CONFLICT (message_id, attempt) DO NOTHING
-),
+const (
+	// qDeliveryRecordOffChainMany merges qDeliveryRecordOffChain: results
+	// of the db transport, each settling its claimed outbox row.
+	qDeliveryRecordOffChainMany = `WITH f AS (
+    SELECT * FROM unnest(` + qRecordManyArrays + `, $13::text[], $14::text[], $15::bigint[])
+        WITH ORDINALITY AS f(` + qRecordManyColumns + `, notification_id, channel, token, ord)
+),` + qRecordManyWrite + `,
 o AS (
     UPDATE outbox o
     SET state = CASE WHEN k.state = 'RETRY_WAIT' THEN 'PENDING' ELSE 'DONE' END,
@@ -80,35 +56,100 @@ o AS (
 SELECT f.message_id, (f.ord IN (SELECT ord FROM u))::int, (f.ord IN (SELECT ord FROM o))::int, NULL::text
 FROM f ORDER BY f.ord`
 
+	// qDeliveryRecordNoChainMany merges qDeliveryRecordNoChain: results of
+	// jobs that came as messages (no outbox row to settle) whose rows are
+	// on no chain (Job.OffChain).
+	qDeliveryRecordNoChainMany = `WITH f AS (
+    SELECT * FROM unnest(` + qRecordManyArrays + `)
+        WITH ORDINALITY AS f(` + qRecordManyColumns + `, ord)
+),` + qRecordManyWrite + `
+SELECT f.message_id, (f.ord IN (SELECT ord FROM u))::int, 0, NULL::text
+FROM f ORDER BY f.ord`
+
+	// The parts both share: the results' arrays ($2..$12), and CTEs first
+	// (each message's first result in the batch), u (the deliveries
+	// written) and a (the attempt log).
+	qRecordManyArrays = `$2::text[], $3::text[], $4::bigint[], $5::text[], $6::integer[], $7::text[], $8::timestamptz[],
+        $9::timestamptz[], $10::text[], $11::bigint[], $12::text[]`
+	qRecordManyColumns = `state, reason, delay_us, message_id, attempt, owner, started_at, finished_at, class, duration_ms,
+            provider_ref`
+	qRecordManyWrite = `
+first AS (
+    SELECT DISTINCT ON (message_id) * FROM f ORDER BY message_id, ord
+),
+u AS (
+    UPDATE deliveries d
+    SET state = k.state, reason = k.reason,
+        next_attempt_at = coalesce($1::timestamptz, clock_timestamp()) + k.delay_us * interval '1 microsecond', claimed_by = NULL,
+        updated_at = coalesce($1::timestamptz, clock_timestamp()), provider_ref = nullif(k.provider_ref, '')
+    FROM (
+        SELECT first.ord, first.state, first.reason, first.delay_us, first.provider_ref, h.tid
+        FROM first
+        CROSS JOIN LATERAL (
+            SELECT x.ctid AS tid FROM deliveries x
+            WHERE x.message_id = first.message_id AND x.state || '' = 'SENDING' AND x.attempts = first.attempt
+            LIMIT 1
+            FOR UPDATE
+        ) h
+    ) k
+    WHERE d.ctid = k.tid
+    RETURNING k.ord
+),
+a AS (
+    INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
+    SELECT message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms FROM f ORDER BY ord
+    ON CONFLICT (message_id, attempt) DO NOTHING
+)`
+)
+
 // recordArgs is one off-chain result write, one row of
-// qDeliveryRecordOffChainMany's arrays.
+// qDeliveryRecordOffChainMany's (or qDeliveryRecordNoChainMany's) arrays.
 type recordArgs = mergeArgs[store.DeliveryRecordParams]
 
 // recordMerge runs the off-chain result writes waiting in one pipeline
 // batch as one qDeliveryRecordOffChainMany; each op gets the row its
 // qDeliveryRecordOffChain would have returned.
 var recordMerge = &merge{
-	sql: qDeliveryRecordOffChainMany,
-	args: func(ops []*pipeOp) []any {
-		n := len(ops)
-		text := textColumns(8, n) // state, reason, message id, owner, class, provider ref, notification id, channel
-		delay := make([]*int64, n)
-		attempt := make([]int32, n)
-		started, finished := make([]time.Time, n), make([]time.Time, n)
-		duration, token := make([]int64, n), make([]int64, n)
-		for i, op := range ops {
-			p := op.in.(*recordArgs).p
-			setRow(text, i, string(p.State), p.Reason, p.MessageID, p.Owner, p.Class, p.ProviderRef, p.Outbox.NotificationID, string(p.Outbox.Channel))
-			if p.State == heraldtype.DeliveryRetryWait {
-				us := p.RetryDelay.Microseconds()
-				delay[i] = &us
-			}
-			attempt[i] = int32(p.Attempt)
-			started[i], finished[i], duration[i] = p.StartedAt, p.StartedAt.Add(p.Duration), p.Duration.Milliseconds()
+	sql:  qDeliveryRecordOffChainMany,
+	args: func(ops []*pipeOp) []any { return recordManyArgs(ops, true) },
+	scan: scanInOrder("record", func(op *pipeOp) string { return op.in.(*recordArgs).p.MessageID }),
+}
+
+// recordNoChainMerge runs the results of jobs that came as messages on no
+// chain, waiting in one batch, as one qDeliveryRecordNoChainMany; each op
+// gets the row its qDeliveryRecordNoChain would have returned.
+var recordNoChainMerge = &merge{
+	sql:  qDeliveryRecordNoChainMany,
+	args: func(ops []*pipeOp) []any { return recordManyArgs(ops, false) },
+	scan: scanInOrder("record", func(op *pipeOp) string { return op.in.(*recordArgs).p.MessageID }),
+}
+
+// recordManyArgs builds the merged result write's arrays from ops, with
+// each result's outbox row ($13..$15) when settle.
+func recordManyArgs(ops []*pipeOp, settle bool) []any {
+	n := len(ops)
+	text := textColumns(8, n) // state, reason, message id, owner, class, provider ref, notification id, channel
+	delay := make([]*int64, n)
+	attempt := make([]int32, n)
+	started, finished := make([]time.Time, n), make([]time.Time, n)
+	duration, token := make([]int64, n), make([]int64, n)
+	for i, op := range ops {
+		p := op.in.(*recordArgs).p
+		setRow(text, i, string(p.State), p.Reason, p.MessageID, p.Owner, p.Class, p.ProviderRef)
+		if settle {
+			setRow(text[6:], i, p.Outbox.NotificationID, string(p.Outbox.Channel))
 			token[i] = p.Outbox.Token
 		}
-		return []any{ops[0].in.(*recordArgs).now, text[0], text[1], delay, text[2], attempt, text[3], started, finished, text[4], duration, text[5],
-			text[6], text[7], token}
-	},
-	scan: scanInOrder("record", func(op *pipeOp) string { return op.in.(*recordArgs).p.MessageID }),
+		if p.State == heraldtype.DeliveryRetryWait {
+			us := p.RetryDelay.Microseconds()
+			delay[i] = &us
+		}
+		attempt[i] = int32(p.Attempt)
+		started[i], finished[i], duration[i] = p.StartedAt, p.StartedAt.Add(p.Duration), p.Duration.Milliseconds()
+	}
+	args := []any{ops[0].in.(*recordArgs).now, text[0], text[1], delay, text[2], attempt, text[3], started, finished, text[4], duration, text[5]}
+	if settle {
+		args = append(args, text[6], text[7], token)
+	}
+	return args
 }

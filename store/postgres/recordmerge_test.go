@@ -90,6 +90,22 @@ func queueBatch(t *testing.T, s *Store, mode runMode, lock int64, n int, write f
 	}
 }
 
+// mergeStore returns a fresh store on a fake clock with one pipeline
+// worker (so a held batch holds every statement), and the ids of n
+// notifications created on it, one webhook send each.
+func mergeStore(t *testing.T, n int) (*Store, *clock.Fake, []string) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
+	s := setup(t, "", Options{Clock: clk, PipelineWorkers: 1})
+	ids := make([]string, n)
+	for i := range ids {
+		p := params(nil)
+		ids[i] = p.ID
+		mustCreate(t, s, p)
+	}
+	return s, clk, ids
+}
+
 // runRecordCases writes recordCases on a fresh store, in mode, and returns
 // each result and what the tables hold afterwards, named by case.
 func runRecordCases(t *testing.T, mode runMode) ([]store.RecordResult, []string) {
@@ -196,6 +212,85 @@ func TestMergedRecordsMatchSingleOnes(t *testing.T) {
 				if singleTables[i] != tables[i] {
 					t.Errorf("the tables differ:\n alone: %s\n here:  %s", singleTables[i], tables[i])
 				}
+			}
+		})
+	}
+}
+
+// A job that came as a message has no outbox row to settle; when its row
+// is on no chain (Job.OffChain) its result is merged too
+// (qDeliveryRecordNoChainMany). Each result gets and writes what the
+// chain-aware single statement (qDeliveryRecord) gives it alone: a result,
+// a retry's due time, another attempt's refused, a second copy refused;
+// and the same when the batch is aborted and each runs again alone.
+func TestMergedNoChainRecordsMatchChainAwareOnes(t *testing.T) {
+	t.Parallel()
+	cases := []recordCase{
+		{"accepted", 0, func(p *store.DeliveryRecordParams) { p.ProviderRef = "ref-0" }, heraldtype.DeliveryProviderAccepted},
+		{"retry", 1, func(p *store.DeliveryRecordParams) { p.Reason, p.RetryDelay = "HTTP_503", 30*time.Second }, heraldtype.DeliveryRetryWait},
+		{"another attempt's", 2, func(p *store.DeliveryRecordParams) { p.Attempt = 2 }, heraldtype.DeliveryProviderAccepted},
+		{"a second copy of the first", 0, nil, heraldtype.DeliveryUnknown},
+	}
+	run := func(t *testing.T, mode runMode, offChain bool) ([]store.RecordResult, []string) {
+		t.Helper()
+		ctx := context.Background()
+		s, clk, ids := mergeStore(t, 3)
+		for i, id := range ids {
+			if res, err := s.DeliveryClaim(ctx, store.DeliveryClaimParams{MessageID: id + ".webhook", NotificationID: id,
+				Tenant: "t1", Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w"}); err != nil || !res.Claimed {
+				t.Fatalf("claim %d: %+v (%v)", i, res, err)
+			}
+		}
+		clk.Advance(time.Minute)
+		write := func(i int) (store.RecordResult, error) {
+			c := cases[i]
+			p := store.DeliveryRecordParams{MessageID: ids[c.n] + ".webhook", Attempt: 1, State: c.state, Owner: "w", Class: "x",
+				StartedAt: clk.Now(), Duration: 40 * time.Millisecond, OffChain: offChain}
+			if c.edit != nil {
+				c.edit(&p)
+			}
+			return s.DeliveryRecord(ctx, p)
+		}
+		results := make([]store.RecordResult, len(cases))
+		if mode == alone {
+			for i := range cases {
+				var err error
+				if results[i], err = write(i); err != nil {
+					t.Fatalf("%s: %v", cases[i].name, err)
+				}
+			}
+		} else {
+			queueBatch(t, s, mode, 4360, len(cases), func(i int) (err error) { results[i], err = write(i); return err })
+		}
+		var tables []string
+		for n, id := range ids {
+			var d, a string
+			if err := s.pool.QueryRow(ctx, `SELECT concat_ws(' ', state, reason, attempts, coalesce(next_attempt_at::text, '-'),
+    coalesce(provider_ref, '-'), coalesce(claimed_by, '-'), updated_at) FROM deliveries WHERE notification_id = $1`, id).Scan(&d); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.pool.QueryRow(ctx, `SELECT coalesce(string_agg(concat_ws(' ', attempt, owner, started_at, finished_at, class, reason, duration_ms), '; '
+    ORDER BY attempt), '-') FROM delivery_attempts WHERE message_id LIKE $1 || '.%'`, id).Scan(&a); err != nil {
+				t.Fatal(err)
+			}
+			tables = append(tables, fmt.Sprintf("notification %d: delivery %s | attempts %s", n, d, a))
+		}
+		return results, tables
+	}
+	chainAware, wantTables := run(t, alone, false)
+	recorded, refused := store.RecordResult{Recorded: true}, store.RecordResult{}
+	want := []store.RecordResult{recorded, recorded, refused, refused}
+	for _, mode := range []runMode{alone, merged, aborted} {
+		t.Run(map[runMode]string{alone: "Alone", merged: "Merged", aborted: "Aborted"}[mode], func(t *testing.T) {
+			t.Parallel()
+			got, tables := run(t, mode, true)
+			for i, c := range cases {
+				if chainAware[i] != want[i] || got[i] != want[i] {
+					t.Errorf("%s: chain-aware %+v, here %+v; want %+v", c.name, chainAware[i], got[i], want[i])
+				}
+			}
+			if fmt.Sprint(tables) != fmt.Sprint(wantTables) {
+				t.Errorf("the tables differ:\n chain-aware: %v\n here:        %v", wantTables, tables)
 			}
 		})
 	}

@@ -412,6 +412,40 @@ func testOutbox(t *testing.T, h Harness) {
 			t.Fatalf("relay claim %+v (%v), want one row without Known", pub, err)
 		}
 	})
+	t.Run("ClaimsSayWhichRowsAreOnNoChain", func(t *testing.T) {
+		t.Parallel()
+		// Both claims read it: the relay's travels in the message
+		// (heraldtype.Job.OffChain), so the consumer's result write need not
+		// look for a chain.
+		for _, publishing := range []bool{false, true} {
+			b := setup(t, h)
+			off, _ := create(t, b, nil)
+			on := chainCreate(t, b, "r2", nil)
+			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 10,
+				Lease: time.Minute, Publishing: publishing})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := 0
+			for _, r := range rows {
+				switch r.NotificationID {
+				case off.ID:
+					seen++
+					if !r.Fence.OffChain {
+						t.Errorf("publishing %v: %s, on no chain, claimed without OffChain", publishing, r.MessageID)
+					}
+				case on.ID:
+					seen++
+					if r.Fence.OffChain {
+						t.Errorf("publishing %v: %s, a chain's first step, claimed OffChain", publishing, r.MessageID)
+					}
+				}
+			}
+			if seen < 2 {
+				t.Fatalf("publishing %v: claimed %+v; want both notifications' rows", publishing, rows)
+			}
+		}
+	})
 	t.Run("ClaimedRowIsNotClaimedAgain", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
