@@ -177,6 +177,14 @@ func setupWalk(t *testing.T, driver string) *walk {
 
 func (w *walk) do(t *testing.T, method, path, key, body string) (int, string) {
 	t.Helper()
+	resp, b := w.send(t, method, path, key, "walk-"+method+path, body)
+	return resp.StatusCode, b
+}
+
+// send calls method path with the bearer key (none when "") under the
+// Idempotency-Key idem and returns the answer and its body.
+func (w *walk) send(t *testing.T, method, path, key, idem, body string) (*http.Response, string) {
+	t.Helper()
 	req, err := http.NewRequest(method, w.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +192,7 @@ func (w *walk) do(t *testing.T, method, path, key, body string) (int, string) {
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	req.Header.Set("Idempotency-Key", "walk-"+method+path)
+	req.Header.Set("Idempotency-Key", idem)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := w.client.Do(req)
 	if err != nil {
@@ -192,7 +200,7 @@ func (w *walk) do(t *testing.T, method, path, key, body string) (int, string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp, string(b)
 }
 
 // request is a route's method and a path that names a's things.

@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -97,20 +96,8 @@ func TestLimits(t *testing.T) {
 			if kind == "coupon.expiring" {
 				params = `{"coupon":"C","date":"d"}`
 			}
-			req, err := http.NewRequest("POST", w.url+"/v1/notifications",
-				strings.NewReader(`{"recipient":"r1","event_id":"`+event+`","kind":"`+kind+`","params":`+params+`}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Authorization", "Bearer "+key)
-			req.Header.Set("Idempotency-Key", idem)
-			resp, err := w.client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return resp, string(b)
+			return w.send(t, "POST", "/v1/notifications", key, idem,
+				`{"recipient":"r1","event_id":"`+event+`","kind":"`+kind+`","params":`+params+`}`)
 		}
 		want := func(resp *http.Response, body string, status int, what string) {
 			t.Helper()

@@ -100,20 +100,34 @@ func (l *Limiter) Send(tenant string) time.Duration {
 }
 
 func (l *Limiter) take(m map[string]*rate.Limiter, name string, r float64, b int) time.Duration {
-	now := l.cfg.Clock.Now()
+	_, wait := l.reserve(bucketOf(l, m, name, r, b))
+	return wait
+}
+
+// bucketOf returns m's bucket for k, made with rate r and burst b at its
+// first use.
+func bucketOf[K comparable](l *Limiter, m map[K]*rate.Limiter, k K, r float64, b int) *rate.Limiter {
 	l.mu.Lock()
-	lim, ok := m[name]
+	defer l.mu.Unlock()
+	lim, ok := m[k]
 	if !ok {
 		lim = rate.NewLimiter(rate.Limit(r), b)
-		m[name] = lim
+		m[k] = lim
 	}
-	l.mu.Unlock()
+	return lim
+}
+
+// reserve takes one token of lim now. It returns undo, which gives the
+// token back, or the wait until lim holds one again; a refusal spends
+// nothing.
+func (l *Limiter) reserve(lim *rate.Limiter) (undo func(), wait time.Duration) {
+	now := l.cfg.Clock.Now()
 	res := lim.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
-		return d
+		return nil, d
 	}
-	return 0
+	return func() { res.CancelAt(l.cfg.Clock.Now()) }, 0
 }
 
 // TooMany answers 429 with Retry-After: wait rounded up to whole seconds.

@@ -84,15 +84,7 @@ func (l *Limiter) bucket(tenant string, lane heraldtype.Lane) *rate.Limiter {
 	if !ok {
 		return nil
 	}
-	k := laneKey{tenant, lane}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.lanes[k]
-	if !ok {
-		b = rate.NewLimiter(rate.Limit(q.Rate), q.Burst)
-		l.lanes[k] = b
-	}
-	return b
+	return bucketOf(l, l.lanes, laneKey{tenant, lane}, q.Rate, q.Burst)
 }
 
 // LaneSend takes one send of tenant's into lane. It returns undo, which
@@ -104,13 +96,7 @@ func (l *Limiter) LaneSend(tenant string, lane heraldtype.Lane) (undo func(), wa
 	if b == nil {
 		return func() {}, 0
 	}
-	now := l.cfg.Clock.Now()
-	res := b.ReserveN(now, 1)
-	if d := res.DelayFrom(now); d > 0 {
-		res.CancelAt(now)
-		return nil, d
-	}
-	return func() { res.CancelAt(l.cfg.Clock.Now()) }, 0
+	return l.reserve(b)
 }
 
 // LaneTake takes up to n sends of tenant's into lane without waiting: all

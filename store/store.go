@@ -551,6 +551,13 @@ type DeliveryRecordParams struct {
 	Outbox *Fence
 }
 
+// OnNoChain says the send is on no fallback chain, as the job told it
+// (OffChain, a job that came as a message) or the claim read it
+// (Outbox.OffChain): its end has no chain to move.
+func (p DeliveryRecordParams) OnNoChain() bool {
+	return p.OffChain || p.Outbox != nil && p.Outbox.OffChain
+}
+
 // RecordResult is what DeliveryRecord wrote.
 type RecordResult struct {
 	// Recorded: the row was SENDING at that attempt and now holds the result.

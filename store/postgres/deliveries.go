@@ -181,34 +181,25 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 	// A send that leaves a lazy chain unwritten runs no chain statement, if
 	// the chain still is unwritten when the row settles (fallback.go).
 	lazy := p.Outbox != nil && p.Outbox.LazyChain && p.State.Terminal() && !fallback.Definite(p.State, p.Reason)
-	// Nor does one whose claim read that it is on no chain.
+	// Nor does one on no chain, whose result is merged with the batch's
+	// others of its kind (recordmerge.go).
+	var m *merge
 	switch {
 	case lazy:
 		q = qDeliveryRecordLazy
-	case p.Outbox != nil && p.Outbox.OffChain:
-		q = qDeliveryRecordOffChain
+	case p.Outbox != nil && p.OnNoChain():
+		q, m = qDeliveryRecordOffChain, recordMerge
 	case p.Outbox != nil:
 		q = qDeliveryRecordSettle
-	case p.OffChain:
-		q = qDeliveryRecordNoChain
+	case p.OnNoChain():
+		q, m = qDeliveryRecordNoChain, recordNoChainMerge
 	}
 	if p.Outbox != nil {
 		args = append(args, p.Outbox.NotificationID, string(p.Outbox.Channel), p.Outbox.Token)
 	}
 	var recorded, settled int64
 	var wake *string // a fallback step it released (fallback.go)
-	// Off-chain results are merged with the batch's others of their kind
-	// (recordmerge.go).
-	var row pgx.Row
-	switch q {
-	case qDeliveryRecordOffChain:
-		row = s.pipe.QueryRowMerged(ctx, recordMerge, &recordArgs{now: args[0], p: p}, q, args...)
-	case qDeliveryRecordNoChain:
-		row = s.pipe.QueryRowMerged(ctx, recordNoChainMerge, &recordArgs{now: args[0], p: p}, q, args...)
-	default:
-		row = s.pipe.QueryRow(ctx, q, args...)
-	}
-	if err := row.Scan(&recorded, &settled, &wake); err != nil {
+	if err := s.pipe.QueryRowMerged(ctx, m, &recordArgs{now: args[0], p: p}, q, args...).Scan(&recorded, &settled, &wake); err != nil {
 		return store.RecordResult{}, s.fail(fmt.Sprintf("record delivery %s", p.MessageID), err)
 	}
 	if lazy && recorded == 1 && settled == 0 {

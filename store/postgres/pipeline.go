@@ -50,9 +50,9 @@ import (
 // must be equivalent to running the single ones in order in one
 // transaction, and must not depend on the statements queued between them
 // (nor they on it); each caller keeps its single statement, which runs
-// alone if the batch is rerun. Four kinds are merged: intake's creates
-// (createMerge), the sender's delivery claims (claimMerge,
-// claimTakeMerge) and its off-chain result writes (recordMerge, and
+// alone if the batch is rerun. Merged are intake's creates (createMerge),
+// the sender's delivery claims (claimMerge; claimTakeMerge under an event
+// key) and its result writes of sends on no chain (recordMerge;
 // recordNoChainMerge for jobs that came as messages).
 type pipeline struct {
 	pool     *pgxpool.Pool
@@ -109,7 +109,8 @@ func (p *pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 }
 
 // QueryRowMerged is QueryRow for a statement that m may run together with
-// others of its kind; in is this statement's input for m.
+// others of its kind; in is this statement's input for m. A nil m is
+// QueryRow.
 func (p *pipeline) QueryRowMerged(ctx context.Context, m *merge, in any, sql string, args ...any) pgx.Row {
 	return &pipeRow{p: p, ctx: ctx, sql: sql, args: args, merge: m, in: in}
 }

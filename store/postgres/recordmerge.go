@@ -10,12 +10,13 @@ import (
 // The sender's result writes of sends on no fallback chain
 // (qDeliveryRecordOffChain with the db transport, qDeliveryRecordNoChain
 // for a job that came as a message), the most common end of a send, are
-// merged like intake's creates: the ones waiting in one pipeline batch run as one
-// qDeliveryRecordOffChainMany, which PostgreSQL plans, starts and runs once
+// merged like intake's creates: the ones of a kind waiting in one pipeline
+// batch run as one statement (qDeliveryRecordOffChainMany,
+// qDeliveryRecordNoChainMany), which PostgreSQL plans, starts and runs once
 // for all of them. Each result still writes what its own statement would:
-// the delivery (fenced on SENDING at its attempt), the attempt log row, and
-// the claimed outbox row (fenced on its token and lease) only if the
-// delivery was written.
+// the delivery (fenced on SENDING at its attempt), the attempt log row,
+// and, with the db transport, the claimed outbox row (fenced on its token
+// and lease) only if the delivery was written.
 //
 // Equivalence with the single statements run in order: the results of one
 // batch come from different senders, so no two hold the same claim; if two

@@ -122,7 +122,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		// OffChain) runs no chain statement (fallback.go); nor does one
 		// that leaves a lazy chain unwritten, if it still is (below).
 		lazy := p.Outbox != nil && p.Outbox.LazyChain && p.State.Terminal() && !fallback.Definite(p.State, p.Reason)
-		if res.Recorded && !lazy && !p.OffChain && (p.Outbox == nil || !p.Outbox.OffChain) {
+		if res.Recorded && !lazy && !p.OnNoChain() {
 			if wake, err = fallbackEnded(tx, now, p.MessageID, p.State, p.Reason); err != nil {
 				return err
 			}
