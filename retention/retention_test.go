@@ -185,21 +185,22 @@ func TestPurgesPastEachTenantsRetentionAndKeepsTheBadgeExact(t *testing.T) {
 		// notifications and their inbox sends (inbox_at) stay (only the
 		// items go).
 		for q, want := range map[string]int{
-			"SELECT count(*) FROM inbox_items":                                 1,
-			"SELECT coalesce(sum(unread), 0) FROM inbox_counters":              1,
-			"SELECT count(*) FROM inbox_counters":                              3,
-			"SELECT count(*) FROM notifications":                               6,
-			"SELECT count(*) FROM notifications WHERE inbox_at > 0":            6,
-			"SELECT count(*) FROM inbox_items WHERE tenant = 't2' AND seq = 2": 1,
+			"SELECT count(*) FROM inbox_items":                                                  1,
+			"SELECT coalesce(sum(unread), 0) FROM inbox_counters":                               1,
+			"SELECT count(*) FROM inbox_counters":                                               3,
+			"SELECT count(*) FROM notifications":                                                6,
+			"SELECT count(*) FROM notifications WHERE inbox_at > 0":                             6,
+			"SELECT count(*) FROM inbox_items WHERE tenant = 't2' AND message_id = '" + e + "'": 1,
 		} {
 			if got := b.count(t, q); got != want {
 				t.Errorf("%s = %d, want %d", q, got, want)
 			}
 		}
-		// A new item takes the next seq: the counter's seq stayed.
+		// A new item takes a seq after the counter's, which stayed.
+		was, _ := b.st.InboxBadge(b.ctx, "t1", "r1")
 		b.item(t, "t1", "r1")
-		if bd, _ := b.st.InboxBadge(b.ctx, "t1", "r1"); bd.Seq != 4 || bd.Unread != 1 {
-			t.Errorf("badge after a new item %+v, want seq 4, 1 unread", bd)
+		if bd, _ := b.st.InboxBadge(b.ctx, "t1", "r1"); bd.Seq <= was.Seq || was.Seq == 0 || bd.Unread != 1 {
+			t.Errorf("badge after a new item %+v (was %+v), want a later seq, 1 unread", bd, was)
 		}
 		if got := metricstest.Series(t, b.metrics, "herald_inbox_purged_total")[""]; got != 5 {
 			t.Errorf("herald_inbox_purged_total %v, want 5", got)

@@ -24,4 +24,10 @@ type InboxHead struct {
 	// is none (no item yet, or every one purged). Its Seq is Badge.Seq
 	// unless that item is gone.
 	Newest *InboxItem
+	// Before is a seq below Newest's with no item between them: the seq of
+	// the item before it, or any lower one (PostgreSQL numbers an inbox
+	// 1, 2, 3…, so its Newest.Seq-1; SQLite's seqs are the file's, so the
+	// inbox's item before Newest, 0 for none). A stream that has sent up to
+	// a seq in [Before, Newest.Seq) has only Newest to send.
+	Before int64
 }

@@ -184,6 +184,9 @@ type head struct {
 	// newest is the item of seq badge.Seq; nil when there is none (no item
 	// yet, or it was purged).
 	newest *item
+	// before is a seq below newest's with no item between them
+	// (store.InboxHead.Before).
+	before int64
 }
 
 // item is an item read and its event, encoded once for all the streams
@@ -529,7 +532,7 @@ func (c *conn) catchUp(ctx context.Context, shared bool) error {
 	// new item came with it; reads and archives change the count alone;
 	// only more than one new item takes another read.
 	b := hd.badge
-	if hd.newest != nil && b.Seq == c.seq+1 {
+	if hd.newest != nil && hd.before <= c.seq && c.seq < b.Seq {
 		c.seq = b.Seq
 		if err := c.write(hd.newest.event); err != nil {
 			return err
@@ -692,7 +695,7 @@ func (h *Hub) readHeads(batch []headWant) {
 // headOf is the head of a store.InboxHead: its newest item (encoded) only
 // when it is the badge's newest seq.
 func headOf(sh store.InboxHead) (head, error) {
-	hd := head{badge: sh.Badge}
+	hd := head{badge: sh.Badge, before: sh.Before}
 	if sh.Newest != nil && sh.Newest.Seq == sh.Badge.Seq {
 		it, err := encodeItem(*sh.Newest)
 		if err != nil {

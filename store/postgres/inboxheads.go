@@ -59,6 +59,7 @@ func (s *Store) InboxHeads(ctx context.Context, keys []store.InboxKey) (map[stor
 		if seq != nil {
 			h.Newest = &store.InboxItem{Seq: *seq, MessageID: *mid, NotificationID: *nid, Kind: *kind, Title: *t, Body: *b,
 				CreatedAt: created.UTC(), ReadAt: utcPtr(readAt), ArchivedAt: utcPtr(archivedAt)}
+			h.Before = *seq - 1 // an inbox's seqs are 1, 2, 3…
 		}
 		out[k] = h
 	}

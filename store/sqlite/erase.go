@@ -31,12 +31,11 @@ const (
 	qEraseCampaignParams = `UPDATE campaign_recipients SET params = NULL
 WHERE recipient = ?2 AND params IS NOT NULL AND campaign_id IN (SELECT id FROM campaigns WHERE tenant = ?1)`
 
-	// qEraseInbox deletes up to ?3 of the recipient's inbox items, oldest
-	// first, and returns for each whether it counted as unread. The
-	// counter's seq stays, so a later item never reuses one. ?1 tenant,
-	// ?2 recipient.
-	qEraseInbox = `DELETE FROM inbox_items WHERE tenant = ?1 AND recipient = ?2 AND seq IN (
-    SELECT seq FROM inbox_items WHERE tenant = ?1 AND recipient = ?2 ORDER BY seq LIMIT ?3)
+	// qEraseInbox deletes the inbox items of the batch's notifications
+	// (?3, a JSON array of their ids) and returns for each whether it
+	// counted as unread. The counter's seq stays. ?1 tenant, ?2 recipient.
+	qEraseInbox = `DELETE FROM inbox_items WHERE message_id IN (SELECT value || '.inbox' FROM json_each(?3))
+  AND tenant = ?1 AND recipient = ?2
 RETURNING read_at IS NULL AND archived_at IS NULL`
 
 	// ?1 tenant, ?2 recipient, ?3 after created_at, ?4 after id, ?5 limit.
@@ -81,7 +80,6 @@ WHERE reason <> 'ERASED' AND message_id IN (
 // RecipientErase erases one batch of what herald keeps about a recipient.
 func (s *Store) RecipientErase(ctx context.Context, p store.RecipientEraseParams) (store.RecipientEraseResult, error) {
 	var res store.RecipientEraseResult
-	limit := p.LimitOrDefault()
 	err := s.w.do(ctx, func(tx wtx) error {
 		res = store.RecipientEraseResult{}
 		now := s.now()
@@ -103,9 +101,13 @@ func (s *Store) RecipientErase(ctx context.Context, p store.RecipientEraseParams
 				return err
 			}
 		}
-		counted, deleted, err := countTrue(tx, qEraseInbox, p.Tenant, p.Recipient, limit)
-		if err != nil {
-			return fmt.Errorf("delete inbox items: %w", err)
+		// Every item has its notification, so the batch's items are the
+		// items left before the batch's end.
+		var counted, deleted int64
+		if len(ids) > 0 {
+			if counted, deleted, err = countTrue(tx, qEraseInbox, p.Tenant, p.Recipient, jsonList(ids)); err != nil {
+				return fmt.Errorf("delete inbox items: %w", err)
+			}
 		}
 		res.InboxItems = int(deleted)
 		if _, err := lowerUnread(tx, p.Tenant, p.Recipient, counted); err != nil {

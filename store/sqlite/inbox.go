@@ -17,40 +17,96 @@ import (
 // row's lock. Reads are single statements on the read pool, each its own
 // snapshot (WAL).
 //
-// Each statement names its rows by key: the feed, the replay after a seq
-// and the recount walk inbox_items' primary key (tenant, recipient, seq);
-// marks by id find items by message_id; the purge walks
+// An item is a row of inbox_items in commit order: its seq is its rowid,
+// unique over the file and never reused (migration 26). A recipient's items
+// are found through the notifications of the recipient, walking
+// notifications_tenant_recipient_created and joining each one's item by
+// message_id, so a create writes no page of its own per recipient (the
+// notification's entry in that index is written anyway). That walk is in
+// seq order because a create keeps it so (qNotificationInsertFeed): a notification with
+// an item sorts, in (created_at, id), after every notification its
+// recipient already has, and the writer hands out seqs in commit order.
+// A walk seeks to a seq through its item's notification (qInboxSeqKey);
+// when that item is gone (purged or erased) it walks from the end and
+// skips by seq, which still gives the right items, only slower.
+//
+// Marks by id find items by message_id; the purge walks
 // inbox_items_tenant_created from each tenant's oldest item.
 const (
 	// Create (in the notification's transaction). ?1 tenant, ?2 recipient.
 	qInboxLanguage = `SELECT coalesce(json_extract(data, '$.language'), '') FROM profiles WHERE tenant = ?1 AND recipient = ?2`
-	// qInboxBump takes the recipient's next seq and counts the new item
-	// unread; ?1 tenant, ?2 recipient. qInboxItemInsert, next in the same
-	// transaction, reads that seq back from the counter row in its own
-	// statement: a RETURNING here would cost an ephemeral table in SQLite
-	// and, as a query inside a database/sql transaction, a goroutine that
-	// watches the transaction's context (about 7% of an inbox
-	// notification's intake, measured with BenchmarkEndToEndInbox).
-	qInboxBump = `INSERT INTO inbox_counters (tenant, recipient, seq, unread) VALUES (?1, ?2, 1, 1)
-ON CONFLICT (tenant, recipient) DO UPDATE SET seq = seq + 1, unread = unread + 1`
-	qInboxItemInsert = `INSERT INTO inbox_items (tenant, recipient, seq, message_id, notification_id, kind, title, body, locale, created_at)
-VALUES (?1, ?2, (SELECT seq FROM inbox_counters WHERE tenant = ?1 AND recipient = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
+	// qNotificationInsertFeed is qNotificationInsert for a notification
+	// with an inbox item: its created_at is ?11 (now) unless the recipient
+	// already has a notification at or after (?11, ?1) in (created_at, id),
+	// the order the feed walks (a clock stepped back, or a notification of
+	// the recipient created in the same millisecond with a greater id and
+	// committed first); it then sorts just after the newest one: in its
+	// millisecond if ?1 is greater than its id, else in the next. So the
+	// walk's order is the order the items were committed in, their seq
+	// order, and a feed page or a replay never skips an item that commits
+	// while an app reads. The statement holds the file's write lock (SQLite
+	// has one writer), so no other create comes between its read and its
+	// write. (A separate read would cost a query in database/sql's
+	// transaction, about 4% of an inbox notification's intake.)
+	qNotificationInsertFeed = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, coalesce((
+    SELECT CASE WHEN ?11 > m.created_at OR ?11 = m.created_at AND ?1 > m.id THEN ?11
+                WHEN ?1 > m.id THEN m.created_at
+                ELSE m.created_at + 1 END
+    FROM (SELECT created_at, id FROM notifications WHERE tenant = ?2 AND recipient = ?3 ORDER BY created_at DESC, id DESC LIMIT 1) m), ?11),
+    ?12)
+ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
+	// qInboxItemInsert writes the item with the next seq and its
+	// notification's created_at; the trigger inbox_items_count (migration
+	// 26) sets the recipient's counter's seq to it and counts it unread, in
+	// the same statement.
+	qInboxItemInsert = `INSERT INTO inbox_items (tenant, recipient, message_id, notification_id, kind, title, body, locale, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (SELECT created_at FROM notifications WHERE id = ?4))`
+
+	// qInboxSeqKey is the place in the walk of item seq ?3 of tenant ?1's
+	// recipient ?2: its notification's (created_at, id), or, with no such
+	// item, the end the walk starts from: (max, '') going down,
+	// (min, '') going up (?4: 1 going down).
+	qInboxSeqKey = `key AS (
+    SELECT coalesce(max(n.created_at), CASE WHEN ?4 THEN 9223372036854775807 ELSE -9223372036854775808 END) AS at,
+           coalesce(max(n.id), '') AS id
+    FROM inbox_items k JOIN notifications n ON n.id = k.notification_id
+    WHERE k.seq = ?3 AND k.tenant = ?1 AND k.recipient = ?2)`
+	// qInboxWalk joins a recipient's notifications, in the feed's order, to
+	// their items.
+	qInboxWalk     = `notifications n JOIN inbox_items i ON i.message_id = n.id || '.inbox'`
+	qInboxItemCols = `i.seq, i.message_id, i.notification_id, i.kind, i.title, i.body, i.created_at, i.read_at, i.archived_at`
 
 	// qInboxFeed reads the counter and a page of items in one statement,
-	// so one snapshot. ?1 tenant, ?2 recipient, ?3 before (seq), ?4 1 to
-	// include archived items, ?5 limit.
-	qInboxFeed = `SELECT c.unread, c.seq, i.seq, i.message_id, i.notification_id, i.kind, i.title, i.body, i.created_at, i.read_at, i.archived_at
+	// so one snapshot. ?1 tenant, ?2 recipient, ?3 before (seq), ?4 1 (the
+	// walk goes down), ?5 1 to include archived items, ?6 limit.
+	qInboxFeed = `WITH ` + qInboxSeqKey + `
+SELECT c.unread, c.seq, p.seq, p.message_id, p.notification_id, p.kind, p.title, p.body, p.created_at, p.read_at, p.archived_at
 FROM (SELECT coalesce(max(unread), 0) AS unread, coalesce(max(seq), 0) AS seq
       FROM inbox_counters WHERE tenant = ?1 AND recipient = ?2) c
-LEFT JOIN (SELECT seq, message_id, notification_id, kind, title, body, created_at, read_at, archived_at FROM inbox_items
-           WHERE tenant = ?1 AND recipient = ?2 AND seq < ?3 AND (?4 OR archived_at IS NULL)
-           ORDER BY seq DESC LIMIT ?5) i
-ORDER BY i.seq DESC`
-	// ?1 tenant, ?2 recipient, ?3 after (seq), ?4 limit.
-	qInboxAfter = `SELECT seq, message_id, notification_id, kind, title, body, created_at, read_at, archived_at FROM inbox_items
-WHERE tenant = ?1 AND recipient = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4`
+LEFT JOIN (SELECT ` + qInboxItemCols + ` FROM ` + qInboxWalk + `
+           WHERE n.tenant = ?1 AND n.recipient = ?2 AND (n.created_at, n.id) < (SELECT at, id FROM key)
+             AND i.seq < ?3 AND (?5 OR i.archived_at IS NULL)
+           ORDER BY n.created_at DESC, n.id DESC LIMIT ?6) p
+ORDER BY p.seq DESC`
+	// qInboxAfter: ?1 tenant, ?2 recipient, ?3 after (seq), ?4 0 (the
+	// walk goes up), ?5 limit.
+	qInboxAfter = `WITH ` + qInboxSeqKey + `
+SELECT ` + qInboxItemCols + ` FROM ` + qInboxWalk + `
+WHERE n.tenant = ?1 AND n.recipient = ?2 AND (n.created_at, n.id) > (SELECT at, id FROM key) AND i.seq > ?3
+ORDER BY n.created_at, n.id LIMIT ?5`
 	// ?1 tenant, ?2 recipient.
 	qInboxBadge = `SELECT unread, seq FROM inbox_counters WHERE tenant = ?1 AND recipient = ?2`
+
+	// Seqs handed out before migration 26 (inboxSeq). qInboxLegacyUp is
+	// the newest item up to old number ?3, qInboxLegacyDown the oldest
+	// from it on (or, with none, one above the newest item that had an
+	// old number; 1 with none at all). ?1 tenant, ?2 recipient.
+	qInboxLegacyCeiling = `SELECT coalesce(max(ceiling), 0) FROM inbox_legacy`
+	qInboxLegacyUp      = `SELECT coalesce(max(seq), 0) FROM inbox_items WHERE tenant = ?1 AND recipient = ?2 AND legacy_seq <= ?3`
+	qInboxLegacyDown    = `SELECT coalesce(
+    (SELECT min(seq) FROM inbox_items WHERE tenant = ?1 AND recipient = ?2 AND legacy_seq >= ?3),
+    (SELECT max(seq) + 1 FROM inbox_items WHERE tenant = ?1 AND recipient = ?2 AND legacy_seq IS NOT NULL), 1)`
 
 	// The marks set read_at (or archived_at) where it is unset and return,
 	// per item changed, whether it counted as unread before. ?1 now,
@@ -60,7 +116,8 @@ WHERE tenant = ?1 AND recipient = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4`
 WHERE message_id IN (SELECT value FROM json_each(?4)) AND tenant = ?2 AND recipient = ?3 AND read_at IS NULL
 RETURNING archived_at IS NULL`
 	qInboxReadUpTo = `UPDATE inbox_items SET read_at = ?1
-WHERE tenant = ?2 AND recipient = ?3 AND seq <= ?4 AND read_at IS NULL
+WHERE message_id IN (SELECT n.id || '.inbox' FROM notifications n WHERE n.tenant = ?2 AND n.recipient = ?3)
+  AND tenant = ?2 AND recipient = ?3 AND seq <= ?4 AND read_at IS NULL
 RETURNING archived_at IS NULL`
 	qInboxArchive = `UPDATE inbox_items SET archived_at = ?1
 WHERE message_id = ?4 AND tenant = ?2 AND recipient = ?3 AND archived_at IS NULL
@@ -74,8 +131,9 @@ RETURNING read_at IS NULL`
 	// tenant ?3 and recipient ?4 ('' for any), each with what its items
 	// say: the unread count and the newest seq.
 	qInboxRecountBatch = `SELECT c.tenant, c.recipient, c.unread, c.seq,
-       (SELECT count(*) FROM inbox_items i WHERE i.tenant = c.tenant AND i.recipient = c.recipient AND i.read_at IS NULL AND i.archived_at IS NULL),
-       (SELECT coalesce(max(i.seq), 0) FROM inbox_items i WHERE i.tenant = c.tenant AND i.recipient = c.recipient)
+       (SELECT count(*) FROM ` + qInboxWalk + `
+        WHERE n.tenant = c.tenant AND n.recipient = c.recipient AND i.read_at IS NULL AND i.archived_at IS NULL),
+       (SELECT coalesce(max(i.seq), 0) FROM ` + qInboxWalk + ` WHERE n.tenant = c.tenant AND n.recipient = c.recipient)
 FROM inbox_counters c
 WHERE (c.tenant, c.recipient) > (?1, ?2) AND (?3 = '' OR c.tenant = ?3) AND (?4 = '' OR c.recipient = ?4)
 ORDER BY c.tenant, c.recipient LIMIT ?5`
@@ -87,8 +145,8 @@ ORDER BY c.tenant, c.recipient LIMIT ?5`
 	// inbox (a skip scan of the counters' key); qInboxPurgePick the oldest
 	// ?3 items of tenant ?1 created before ?2, walking
 	// inbox_items_tenant_created; qInboxPurge deletes the items the
-	// picks kept (?1, a JSON array of [tenant, recipient, seq]) and
-	// returns each with whether it counted as unread.
+	// picks kept (?1, a JSON array of seqs) and returns each with its
+	// inbox and whether it counted as unread.
 	qInboxTenants = `WITH RECURSIVE t(tenant) AS (
     SELECT min(tenant) FROM inbox_counters
     UNION ALL
@@ -96,14 +154,13 @@ ORDER BY c.tenant, c.recipient LIMIT ?5`
 SELECT tenant FROM t WHERE tenant IS NOT NULL`
 	qInboxPurgePick = `SELECT recipient, seq, created_at FROM inbox_items
 WHERE tenant = ?1 AND created_at < ?2 ORDER BY created_at LIMIT ?3`
-	qInboxPurge = `DELETE FROM inbox_items WHERE (tenant, recipient, seq) IN (
-    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?1))
+	qInboxPurge = `DELETE FROM inbox_items WHERE seq IN (SELECT value FROM json_each(?1))
 RETURNING tenant, recipient, read_at IS NULL AND archived_at IS NULL`
 )
 
 // inboxQueries are prepared on the writer's connection at open.
 var inboxQueries = []string{
-	qInboxLanguage, qInboxBump, qInboxItemInsert,
+	qInboxLanguage, qNotificationInsertFeed, qInboxItemInsert,
 	qInboxReadIDs, qInboxReadUpTo, qInboxArchive, qInboxItemExists, qInboxUnreadLower, qInboxBadge,
 	qInboxRecountBatch, qInboxRecountSet, qInboxTenants, qInboxPurgePick, qInboxPurge,
 }
@@ -142,7 +199,7 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 	}
 	for _, ch := range p.Channels {
 		if ch == heraldtype.ChannelInbox {
-			if err := insertInboxItem(tx, p, now); err != nil {
+			if err := insertInboxItem(tx, p); err != nil {
 				return false, err
 			}
 			continue
@@ -172,9 +229,20 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 	return pending, nil
 }
 
-// insertInboxItem writes p's inbox item with the recipient's next seq, in
-// the text for the profile's language as this transaction reads it.
-func insertInboxItem(tx execer, p store.NotificationCreateParams, now int64) error {
+// notificationInsert is the statement that inserts p's notification:
+// qNotificationInsertFeed when it writes an inbox item, which keeps the
+// feed's walk in commit order, else qNotificationInsert.
+func notificationInsert(p store.NotificationCreateParams) string {
+	if p.InboxWanted() {
+		return qNotificationInsertFeed
+	}
+	return qNotificationInsert
+}
+
+// insertInboxItem writes p's inbox item with the next seq, in the text for
+// the profile's language as this transaction reads it, and counts it on
+// the recipient's counter.
+func insertInboxItem(tx execer, p store.NotificationCreateParams) error {
 	var lang string
 	if p.InboxNeedsLanguage() {
 		err := tx.QueryRow(qInboxLanguage, p.Tenant, p.Recipient).Scan(&lang)
@@ -186,11 +254,8 @@ func insertInboxItem(tx execer, p store.NotificationCreateParams, now int64) err
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(qInboxBump, p.Tenant, p.Recipient); err != nil {
-		return fmt.Errorf("bump inbox counter: %w", err)
-	}
 	if _, err := tx.Exec(qInboxItemInsert, p.Tenant, p.Recipient, store.MessageID(p.ID, heraldtype.ChannelInbox), p.ID, p.Kind,
-		text.Title, text.Body, text.Locale, now); err != nil {
+		text.Title, text.Body, text.Locale); err != nil {
 		return fmt.Errorf("insert inbox item: %w", err)
 	}
 	return nil
@@ -205,11 +270,40 @@ func fillItem(it *store.InboxItem, created int64, readAt, archivedAt sql.NullInt
 	it.CreatedAt, it.ReadAt, it.ArchivedAt = fromMs(created), fromNullMs(readAt), fromNullMs(archivedAt)
 }
 
+// inboxSeq returns the seq an app gave (a cursor's, a stream's last event
+// id) in today's numbers. A seq from before migration 26 (at most
+// s.legacySeqs, and not 0) named a recipient's items 1, 2, 3…; the
+// migration kept each item's old number in legacy_seq and numbered the
+// items again above them all. So up (reading after it, or marking up to
+// it) it becomes the newest item whose old number is at most it; down
+// (reading below it) the oldest whose old number is at least it. Where a
+// recipient's old numbers did not follow the items' (created_at, id),
+// which the migration's numbering follows, the walk from such a cursor
+// follows the new order.
+func (s *Store) inboxSeq(ctx context.Context, tenant, recipient string, seq int64, up bool) (int64, error) {
+	if seq <= 0 || seq > s.legacySeqs {
+		return seq, nil
+	}
+	q := qInboxLegacyDown
+	if up {
+		q = qInboxLegacyUp
+	}
+	var now int64
+	if err := s.queryRow(ctx, q, tenant, recipient, seq).Scan(&now); err != nil {
+		return 0, fmt.Errorf("read the item of inbox seq %d from before migration 26: %w", seq, err)
+	}
+	return now, nil
+}
+
 // InboxFeed reads a page of the recipient's items, newest first, and the
 // badge, in one statement.
 func (s *Store) InboxFeed(ctx context.Context, p store.InboxFeedParams) (store.InboxPage, error) {
+	var err error
+	if p.Before, err = s.inboxSeq(ctx, p.Tenant, p.Recipient, p.Before, false); err != nil {
+		return store.InboxPage{}, fmt.Errorf("read inbox feed: %w", err)
+	}
 	before, fetch := p.Window()
-	rows, err := s.query(ctx, qInboxFeed, p.Tenant, p.Recipient, before, p.Archived, fetch)
+	rows, err := s.query(ctx, qInboxFeed, p.Tenant, p.Recipient, before, true, p.Archived, fetch)
 	if err != nil {
 		return store.InboxPage{}, fmt.Errorf("read inbox feed: %w", err)
 	}
@@ -240,7 +334,11 @@ func (s *Store) InboxFeed(ctx context.Context, p store.InboxFeedParams) (store.I
 
 // InboxItemsAfter reads up to limit items after afterSeq, oldest first.
 func (s *Store) InboxItemsAfter(ctx context.Context, tenant, recipient string, afterSeq int64, limit int) ([]store.InboxItem, error) {
-	rows, err := s.query(ctx, qInboxAfter, tenant, recipient, afterSeq, max(limit, 1))
+	afterSeq, err := s.inboxSeq(ctx, tenant, recipient, afterSeq, true)
+	if err != nil {
+		return nil, fmt.Errorf("read inbox items: %w", err)
+	}
+	rows, err := s.query(ctx, qInboxAfter, tenant, recipient, afterSeq, false, max(limit, 1))
 	if err != nil {
 		return nil, fmt.Errorf("read inbox items: %w", err)
 	}
@@ -311,7 +409,11 @@ func lowerUnread(tx wtx, tenant, recipient string, n int64) (store.InboxBadge, e
 // InboxMarkRead marks the recipient's unread items named by p read and
 // lowers the counter by the unread ones among them.
 func (s *Store) InboxMarkRead(ctx context.Context, p store.InboxMarkReadParams) (store.InboxBadge, error) {
-	q, which := qInboxReadUpTo, any(p.UpToSeq)
+	upTo, err := s.inboxSeq(ctx, p.Tenant, p.Recipient, p.UpToSeq, true) // 0 for an old number below every item: marks none
+	if err != nil {
+		return store.InboxBadge{}, fmt.Errorf("mark inbox read: %w", err)
+	}
+	q, which := qInboxReadUpTo, any(upTo)
 	switch {
 	case p.All && p.UpToSeq <= 0:
 		which = int64(1<<63 - 1)
@@ -323,7 +425,7 @@ func (s *Store) InboxMarkRead(ctx context.Context, p store.InboxMarkReadParams) 
 	}
 	var badge store.InboxBadge
 	var changed int64
-	err := s.w.do(ctx, func(tx wtx) error {
+	err = s.w.do(ctx, func(tx wtx) error {
 		counted, n, err := countTrue(tx, q, s.now(), p.Tenant, p.Recipient, which)
 		if err != nil {
 			return fmt.Errorf("mark inbox items read: %w", err)
@@ -440,9 +542,9 @@ func (s *Store) InboxPurge(ctx context.Context, p store.InboxPurgeParams) (int, 
 		if err != nil || len(picked) == 0 {
 			return err
 		}
-		list := make([][3]any, len(picked))
+		list := make([]int64, len(picked))
 		for i, it := range picked {
-			list[i] = [3]any{it.Tenant, it.Recipient, it.Seq}
+			list[i] = it.Seq
 		}
 		b, _ := json.Marshal(list)
 		rows, err := tx.Query(qInboxPurge, string(b))

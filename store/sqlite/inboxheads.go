@@ -13,17 +13,20 @@ import (
 // snapshot, for a batch of inboxes.
 const (
 	// qInboxHeads reads, for each key of ?1 (a JSON array of [tenant,
-	// recipient]), the counter row and the newest item, each found by its
-	// primary key (the item walking inbox_items' key backward from the
-	// recipient's end).
+	// recipient]), the counter row by its key, the newest item, the first
+	// found walking the recipient's notifications backward from the end
+	// (inbox.go), and the seq of the item before it (0: none).
 	qInboxHeads = `WITH k AS (
     SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS recipient FROM json_each(?1))
 SELECT k.tenant, k.recipient, coalesce(c.unread, 0), coalesce(c.seq, 0),
-       i.seq, i.message_id, i.notification_id, i.kind, i.title, i.body, i.created_at, i.read_at, i.archived_at
+       i.seq, i.message_id, i.notification_id, i.kind, i.title, i.body, i.created_at, i.read_at, i.archived_at,
+       coalesce((SELECT i.seq FROM ` + qInboxWalk + `
+                 WHERE n.tenant = k.tenant AND n.recipient = k.recipient ORDER BY n.created_at DESC, n.id DESC LIMIT 1 OFFSET 1), 0)
 FROM k
 LEFT JOIN inbox_counters c ON c.tenant = k.tenant AND c.recipient = k.recipient
-LEFT JOIN inbox_items i ON i.tenant = k.tenant AND i.recipient = k.recipient AND i.seq = (
-    SELECT m.seq FROM inbox_items m WHERE m.tenant = k.tenant AND m.recipient = k.recipient ORDER BY m.seq DESC LIMIT 1)`
+LEFT JOIN inbox_items i ON i.message_id = (
+    SELECT n.id || '.inbox' FROM ` + qInboxWalk + `
+    WHERE n.tenant = k.tenant AND n.recipient = k.recipient ORDER BY n.created_at DESC, n.id DESC LIMIT 1)`
 )
 
 // InboxHeads reads the badge and newest item of every inbox of keys in one
@@ -55,13 +58,15 @@ func (s *Store) InboxHeads(ctx context.Context, keys []store.InboxKey) (map[stor
 			mid, nid, kind, t, b sql.NullString
 		)
 		if err := rows.Scan(&k.Tenant, &k.Recipient, &h.Badge.Unread, &h.Badge.Seq,
-			&seq, &mid, &nid, &kind, &t, &b, &created, &readAt, &archivedAt); err != nil {
+			&seq, &mid, &nid, &kind, &t, &b, &created, &readAt, &archivedAt, &h.Before); err != nil {
 			return nil, fmt.Errorf("read inbox heads: %w", err)
 		}
 		if seq.Valid {
 			it := store.InboxItem{Seq: seq.Int64, MessageID: mid.String, NotificationID: nid.String, Kind: kind.String, Title: t.String, Body: b.String}
 			fillItem(&it, created.Int64, readAt, archivedAt)
 			h.Newest = &it
+		} else {
+			h.Before = 0
 		}
 		out[k] = h
 	}

@@ -54,6 +54,9 @@ type Store struct {
 	inboxSignals store.InboxSignals
 	// keyChanges counts this process's API key writes (apikeys.go).
 	keyChanges store.APIKeyChanges
+	// legacySeqs is the highest inbox seq handed out before migration 26
+	// (inbox.go, inboxSeq); 0 when there was none.
+	legacySeqs int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -98,6 +101,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		wdb.Close()
 		return nil, err
 	}
+	var legacy int64
+	if err := wdb.QueryRowContext(ctx, qInboxLegacyCeiling).Scan(&legacy); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
 	rdb, err := sql.Open("sqlite", rdsn)
 	if err != nil {
 		wdb.Close()
@@ -114,7 +122,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	rst, _ := newStmts(rdb)
 	return &Store{
 		w: newWriter(wdb, wst, opts.MaxBatch), wdb: wdb, rdb: rdb, rst: rst,
-		clock: opts.Clock, wakeups: store.NewWakeups(),
+		clock: opts.Clock, wakeups: store.NewWakeups(), legacySeqs: legacy,
 	}, nil
 }
 
@@ -212,7 +220,7 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 				}
 			}
 		}
-		r, err := tx.Exec(qNotificationInsert, p.ID, p.Tenant, p.Recipient, p.EventID, p.Kind, string(p.Lane),
+		r, err := tx.Exec(notificationInsert(p), p.ID, p.Tenant, p.Recipient, p.EventID, p.Kind, string(p.Lane),
 			string(paramsOrEmpty(p.Params)), nullString(p.DedupKey), msPtr(p.SendAt), msPtr(p.ExpiresAt), now, p.InboxAt())
 		if err != nil {
 			return fmt.Errorf("insert notification: %w", err)

@@ -159,6 +159,7 @@ func testErasure(t *testing.T, h Harness) {
 			}
 		}
 		stays := holding(t, h, b, "r-stays")
+		goneSeq, staysSeq := badge(t, b, "t1", "r-gone").Seq, badge(t, b, "t1", "r-stays").Seq
 
 		// Batches of 2 over 9 notifications and 3 inbox items: several
 		// transactions, each its own.
@@ -209,8 +210,8 @@ func testErasure(t *testing.T, h Harness) {
 			{"SELECT count(*) FROM notifications WHERE recipient = 'r-gone' AND inbox_at = 1", 3},
 			{"SELECT count(*) FROM parked_discards WHERE reason = 'ERASED' AND parked_reason = 'TEMPLATE_FAILED'", 1},
 			// The counter row stays with its seq; nothing is unread.
-			{"SELECT count(*) FROM inbox_counters WHERE recipient = 'r-gone' AND unread = 0 AND seq = 3", 1},
-			{"SELECT count(*) FROM inbox_counters WHERE recipient = 'r-stays' AND unread = 2 AND seq = 3", 1},
+			{fmt.Sprintf("SELECT count(*) FROM inbox_counters WHERE recipient = 'r-gone' AND unread = 0 AND seq = %d", goneSeq), 1},
+			{fmt.Sprintf("SELECT count(*) FROM inbox_counters WHERE recipient = 'r-stays' AND unread = 2 AND seq = %d", staysSeq), 1},
 		} {
 			if n := countRows(t, h, b, q.query); n != q.want {
 				t.Errorf("%s = %d, want %d", q.query, n, q.want)
@@ -247,16 +248,16 @@ func testErasure(t *testing.T, h Harness) {
 		if _, err := b.s.ProfileGet(b.ctx, "t1", "r-gone"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("ProfileGet after the erasure: %v, want ErrNotFound", err)
 		}
-		if bd := badge(t, b, "t1", "r-gone"); bd.Unread != 0 || bd.Seq != 3 {
-			t.Errorf("badge after the erasure %+v, want 0 unread at seq 3", bd)
+		if bd := badge(t, b, "t1", "r-gone"); bd.Unread != 0 || bd.Seq != goneSeq {
+			t.Errorf("badge after the erasure %+v, want 0 unread at seq %d", bd, goneSeq)
 		}
 		if bd := badge(t, b, "t1", "r-stays"); bd.Unread != 2 {
 			t.Errorf("the other recipient's badge %+v, want 2 unread", bd)
 		}
 		// A new item after the erasure takes the next seq, never a used one.
 		inboxCreate(t, b, "t1", "r-gone", nil)
-		if bd := badge(t, b, "t1", "r-gone"); bd.Unread != 1 || bd.Seq != 4 {
-			t.Errorf("badge after a new item %+v, want 1 unread at seq 4", bd)
+		if bd := badge(t, b, "t1", "r-gone"); bd.Unread != 1 || bd.Seq <= goneSeq {
+			t.Errorf("badge after a new item %+v, want 1 unread at a seq after %d", bd, goneSeq)
 		}
 	})
 

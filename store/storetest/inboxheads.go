@@ -25,8 +25,19 @@ func heads(t *testing.T, b bundle, keys []store.InboxKey) map[store.InboxKey]sto
 func wantHead(t *testing.T, b bundle, k store.InboxKey, h store.InboxHead) {
 	t.Helper()
 	want := store.InboxHead{Badge: badge(t, b, k.Tenant, k.Recipient)}
-	if items := allItems(t, b, k.Tenant, k.Recipient); len(items) > 0 {
+	items := allItems(t, b, k.Tenant, k.Recipient)
+	if len(items) > 0 {
 		want.Newest = &items[len(items)-1]
+		// Before: below the newest, at or above the item before it (a
+		// store may name any seq in between: there is no item there).
+		prev := int64(0)
+		if len(items) > 1 {
+			prev = items[len(items)-2].Seq
+		}
+		if h.Before < prev || h.Before >= want.Newest.Seq {
+			t.Fatalf("head of %v: before %d, want in [%d, %d)", k, h.Before, prev, want.Newest.Seq)
+		}
+		want.Before = h.Before
 	}
 	if !reflect.DeepEqual(h, want) {
 		t.Fatalf("head of %v: %s, want %s", k, headString(h), headString(want))
@@ -35,9 +46,9 @@ func wantHead(t *testing.T, b bundle, k store.InboxKey, h store.InboxHead) {
 
 func headString(h store.InboxHead) string {
 	if h.Newest == nil {
-		return fmt.Sprintf("%+v, no item", h.Badge)
+		return fmt.Sprintf("%+v, no item, before %d", h.Badge, h.Before)
 	}
-	return fmt.Sprintf("%+v, newest %+v", h.Badge, *h.Newest)
+	return fmt.Sprintf("%+v, newest %+v, before %d", h.Badge, *h.Newest, h.Before)
 }
 
 func testInboxHeads(t *testing.T, h Harness) {
@@ -73,14 +84,15 @@ func testInboxHeads(t *testing.T, h Harness) {
 		}
 		// Spelled out: the archived newest item is alice's head, the
 		// other tenant's alice has her own, no item is the zero head.
-		if n := got[alice].Newest; got[alice].Badge != (store.InboxBadge{Unread: 0, Seq: 2}) || n == nil || n.Seq != 2 ||
+		sa, sa2, sb := itemSeqs(t, b, "t1", "alice"), itemSeqs(t, b, "t2", "alice"), itemSeqs(t, b, "t1", "bob")
+		if n := got[alice].Newest; got[alice].Badge != (store.InboxBadge{Unread: 0, Seq: sa[1]}) || n == nil || n.Seq != sa[1] ||
 			n.MessageID != store.MessageID(a2.ID, heraldtype.ChannelInbox) || n.ArchivedAt == nil || n.Title != "title "+a2.ID {
 			t.Fatalf("alice: %s", headString(got[alice]))
 		}
-		if n := got[alice2].Newest; got[alice2].Badge != (store.InboxBadge{Unread: 1, Seq: 1}) || n == nil || n.NotificationID != other.ID {
+		if n := got[alice2].Newest; got[alice2].Badge != (store.InboxBadge{Unread: 1, Seq: sa2[0]}) || n == nil || n.NotificationID != other.ID {
 			t.Fatalf("t2's alice: %s", headString(got[alice2]))
 		}
-		if n := got[bob].Newest; got[bob].Badge != (store.InboxBadge{Unread: 2, Seq: 2}) || n == nil || n.NotificationID != bob2.ID || n.ReadAt != nil {
+		if n := got[bob].Newest; got[bob].Badge != (store.InboxBadge{Unread: 2, Seq: sb[1]}) || n == nil || n.NotificationID != bob2.ID || n.ReadAt != nil {
 			t.Fatalf("bob: %s", headString(got[bob]))
 		}
 		if got[none] != (store.InboxHead{}) || got[noneT] != (store.InboxHead{}) {
