@@ -36,8 +36,11 @@ func CreateTx(ctx context.Context, tx *sql.Tx, now time.Time, p store.Notificati
 		return store.NotificationCreateResult{}, errors.New("create notification in transaction: no channels")
 	}
 	at := now.UnixMilli()
-	r, err := tx.ExecContext(ctx, notificationInsert(p), p.ID, p.Tenant, p.Recipient, p.EventID, p.Kind, string(p.Lane),
-		string(paramsOrEmpty(p.Params)), nullString(p.DedupKey), msPtr(p.SendAt), msPtr(p.ExpiresAt), at, p.InboxAt())
+	q, args, err := notificationInsert(callerTx{ctx: ctx, tx: tx}, p, at)
+	if err != nil {
+		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
+	}
+	r, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
 		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
 	}

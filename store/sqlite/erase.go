@@ -31,12 +31,14 @@ const (
 	qEraseCampaignParams = `UPDATE campaign_recipients SET params = NULL
 WHERE recipient = ?2 AND params IS NOT NULL AND campaign_id IN (SELECT id FROM campaigns WHERE tenant = ?1)`
 
-	// qEraseInbox deletes the inbox items of the batch's notifications
-	// (?3, a JSON array of their ids) and returns for each whether it
-	// counted as unread. The counter's seq stays. ?1 tenant, ?2 recipient.
-	qEraseInbox = `DELETE FROM inbox_items WHERE message_id IN (SELECT value || '.inbox' FROM json_each(?3))
-  AND tenant = ?1 AND recipient = ?2
-RETURNING read_at IS NULL AND archived_at IS NULL`
+	// qEraseInboxItems lists the inbox items of the batch's notifications
+	// (?3, a JSON array of their ids), each with whether it counts as
+	// unread; qEraseInbox clears them off their rows (words, marks and
+	// seq). The counter's seq stays. ?1 tenant, ?2 recipient.
+	qEraseInboxItems = `SELECT inbox_read_at IS NULL AND inbox_archived_at IS NULL FROM notifications
+WHERE id IN (SELECT value FROM json_each(?3)) AND tenant = ?1 AND recipient = ?2 AND inbox_seq IS NOT NULL`
+	qEraseInbox = `UPDATE notifications SET ` + qInboxClear + `
+WHERE id IN (SELECT value FROM json_each(?3)) AND tenant = ?1 AND recipient = ?2 AND inbox_seq IS NOT NULL`
 
 	// ?1 tenant, ?2 recipient, ?3 after created_at, ?4 after id, ?5 limit.
 	qEraseBatch = `SELECT id, created_at FROM notifications
@@ -105,8 +107,12 @@ func (s *Store) RecipientErase(ctx context.Context, p store.RecipientEraseParams
 		// items left before the batch's end.
 		var counted, deleted int64
 		if len(ids) > 0 {
-			if counted, deleted, err = countTrue(tx, qEraseInbox, p.Tenant, p.Recipient, jsonList(ids)); err != nil {
-				return fmt.Errorf("delete inbox items: %w", err)
+			list := jsonList(ids)
+			if counted, deleted, err = countTrue(tx, qEraseInboxItems, p.Tenant, p.Recipient, list); err != nil {
+				return fmt.Errorf("read inbox items: %w", err)
+			}
+			if _, err := tx.Exec(qEraseInbox, p.Tenant, p.Recipient, list); err != nil {
+				return fmt.Errorf("clear inbox items: %w", err)
 			}
 		}
 		res.InboxItems = int(deleted)

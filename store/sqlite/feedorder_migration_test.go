@@ -12,8 +12,9 @@ import (
 )
 
 // TestMigration26NumbersTheItemsInTheFeedsOrder: a file from before
-// migration 26, whose items are numbered 1, 2, 3… per recipient under the
-// key (tenant, recipient, seq), keeps every item with its read and archive
+// migration 26, whose items are rows of inbox_items numbered 1, 2, 3… per
+// recipient under the key (tenant, recipient, seq), keeps every item, now
+// on its notification's row, with its words and its read and archive
 // marks; the new seqs, above every old one, follow each recipient's
 // notifications in (created_at, id), even where the old numbers did not
 // (r1's items 2 and 3 were committed out of that order); each counter's
@@ -29,8 +30,19 @@ func TestMigration26NumbersTheItemsInTheFeedsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to the schema before migration 26, with its rows.
-	exec(t, path, `DROP TABLE inbox_items;
+	exec(t, path, `DROP VIEW inbox_items;
 DROP TABLE inbox_legacy;
+DROP TABLE inbox_sequence;
+DROP TRIGGER notifications_inbox_count;
+DROP INDEX notifications_inbox_seq;
+DROP INDEX notifications_inbox_created;
+DROP TABLE inbox_legacy_items;
+ALTER TABLE notifications DROP COLUMN inbox_seq;
+ALTER TABLE notifications DROP COLUMN inbox_title;
+ALTER TABLE notifications DROP COLUMN inbox_body;
+ALTER TABLE notifications DROP COLUMN inbox_locale;
+ALTER TABLE notifications DROP COLUMN inbox_read_at;
+ALTER TABLE notifications DROP COLUMN inbox_archived_at;
 CREATE TABLE inbox_items (
     tenant          TEXT NOT NULL,
     recipient       TEXT NOT NULL,

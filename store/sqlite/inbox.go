@@ -17,112 +17,110 @@ import (
 // row's lock. Reads are single statements on the read pool, each its own
 // snapshot (WAL).
 //
-// An item is a row of inbox_items in commit order: its seq is its rowid,
-// unique over the file and never reused (migration 26). A recipient's items
-// are found through the notifications of the recipient, walking
-// notifications_tenant_recipient_created and joining each one's item by
-// message_id, so a create writes no page of its own per recipient (the
-// notification's entry in that index is written anyway). That walk is in
-// seq order because a create keeps it so (qNotificationInsertFeed): a notification with
-// an item sorts, in (created_at, id), after every notification its
-// recipient already has, and the writer hands out seqs in commit order.
-// A walk seeks to a seq through its item's notification (qInboxSeqKey);
-// when that item is gone (purged or erased) it walks from the end and
-// skips by seq, which still gives the right items, only slower.
+// An item is its notification's row (migration 26): inbox_seq, unique over
+// the file and handed out in commit order, and the item's words and marks
+// (inbox_title, inbox_body, inbox_locale, inbox_read_at,
+// inbox_archived_at), written by the create's own insert
+// (qNotificationInsertFeed); a trigger moves the sequence on and counts the
+// item. A recipient's items are found walking
+// notifications_tenant_recipient_created, which intake writes for every
+// notification anyway. That walk is in seq order because a create keeps it
+// so: a notification with an item sorts, in (created_at, id), after every
+// notification its recipient already has. A walk seeks to a seq through
+// notifications_inbox_seq; when that item is gone (purged or erased) it
+// walks from the end and skips by seq, which still gives the right items,
+// only slower. A purged or erased item's seq and words are cleared
+// (inbox_seq NULL); its notification stays.
 //
-// Marks by id find items by message_id; the purge walks
-// inbox_items_tenant_created from each tenant's oldest item.
+// Marks by id find the notification by its id (the item's message id less
+// ".inbox"); the purge walks notifications_inbox_created from each
+// tenant's oldest item.
 const (
 	// Create (in the notification's transaction). ?1 tenant, ?2 recipient.
 	qInboxLanguage = `SELECT coalesce(json_extract(data, '$.language'), '') FROM profiles WHERE tenant = ?1 AND recipient = ?2`
 	// qNotificationInsertFeed is qNotificationInsert for a notification
-	// with an inbox item: its created_at is ?11 (now) unless the recipient
-	// already has a notification at or after (?11, ?1) in (created_at, id),
-	// the order the feed walks (a clock stepped back, or a notification of
-	// the recipient created in the same millisecond with a greater id and
+	// with an inbox item (?13 title, ?14 body, ?15 locale), which takes the
+	// next seq. Its created_at is ?11 (now) unless the recipient already has
+	// a notification at or after (?11, ?1) in (created_at, id), the order
+	// the feed walks (a clock stepped back, or a notification of the
+	// recipient created in the same millisecond with a greater id and
 	// committed first); it then sorts just after the newest one: in its
 	// millisecond if ?1 is greater than its id, else in the next. So the
 	// walk's order is the order the items were committed in, their seq
 	// order, and a feed page or a replay never skips an item that commits
 	// while an app reads. The statement holds the file's write lock (SQLite
-	// has one writer), so no other create comes between its read and its
-	// write. (A separate read would cost a query in database/sql's
-	// transaction, about 4% of an inbox notification's intake.)
-	qNotificationInsertFeed = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
+	// has one writer), so no other create comes between its reads and its
+	// write.
+	qNotificationInsertFeed = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at,
+                           inbox_seq, inbox_title, inbox_body, inbox_locale)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, coalesce((
     SELECT CASE WHEN ?11 > m.created_at OR ?11 = m.created_at AND ?1 > m.id THEN ?11
                 WHEN ?1 > m.id THEN m.created_at
                 ELSE m.created_at + 1 END
     FROM (SELECT created_at, id FROM notifications WHERE tenant = ?2 AND recipient = ?3 ORDER BY created_at DESC, id DESC LIMIT 1) m), ?11),
-    ?12)
+    ?12, (SELECT seq + 1 FROM inbox_sequence), ?13, ?14, ?15)
 ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
-	// qInboxItemInsert writes the item with the next seq and its
-	// notification's created_at; the trigger inbox_items_count (migration
-	// 26) sets the recipient's counter's seq to it and counts it unread, in
-	// the same statement.
-	qInboxItemInsert = `INSERT INTO inbox_items (tenant, recipient, message_id, notification_id, kind, title, body, locale, created_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (SELECT created_at FROM notifications WHERE id = ?4))`
 
 	// qInboxSeqKey is the place in the walk of item seq ?3 of tenant ?1's
 	// recipient ?2: its notification's (created_at, id), or, with no such
 	// item, the end the walk starts from: (max, '') going down,
 	// (min, '') going up (?4: 1 going down).
 	qInboxSeqKey = `key AS (
-    SELECT coalesce(max(n.created_at), CASE WHEN ?4 THEN 9223372036854775807 ELSE -9223372036854775808 END) AS at,
-           coalesce(max(n.id), '') AS id
-    FROM inbox_items k JOIN notifications n ON n.id = k.notification_id
-    WHERE k.seq = ?3 AND k.tenant = ?1 AND k.recipient = ?2)`
-	// qInboxWalk joins a recipient's notifications, in the feed's order, to
-	// their items.
-	qInboxWalk     = `notifications n JOIN inbox_items i ON i.message_id = n.id || '.inbox'`
-	qInboxItemCols = `i.seq, i.message_id, i.notification_id, i.kind, i.title, i.body, i.created_at, i.read_at, i.archived_at`
+    SELECT coalesce(max(created_at), CASE WHEN ?4 THEN 9223372036854775807 ELSE -9223372036854775808 END) AS at,
+           coalesce(max(id), '') AS id
+    FROM notifications WHERE inbox_seq = ?3 AND tenant = ?1 AND recipient = ?2)`
+	qInboxItemCols = `n.inbox_seq, n.id || '.inbox', n.id, n.kind, n.inbox_title, n.inbox_body, n.created_at, n.inbox_read_at, n.inbox_archived_at`
 
 	// qInboxFeed reads the counter and a page of items in one statement,
 	// so one snapshot. ?1 tenant, ?2 recipient, ?3 before (seq), ?4 1 (the
 	// walk goes down), ?5 1 to include archived items, ?6 limit.
 	qInboxFeed = `WITH ` + qInboxSeqKey + `
-SELECT c.unread, c.seq, p.seq, p.message_id, p.notification_id, p.kind, p.title, p.body, p.created_at, p.read_at, p.archived_at
+SELECT c.unread, c.seq, p.*
 FROM (SELECT coalesce(max(unread), 0) AS unread, coalesce(max(seq), 0) AS seq
       FROM inbox_counters WHERE tenant = ?1 AND recipient = ?2) c
-LEFT JOIN (SELECT ` + qInboxItemCols + ` FROM ` + qInboxWalk + `
+LEFT JOIN (SELECT ` + qInboxItemCols + ` FROM notifications n
            WHERE n.tenant = ?1 AND n.recipient = ?2 AND (n.created_at, n.id) < (SELECT at, id FROM key)
-             AND i.seq < ?3 AND (?5 OR i.archived_at IS NULL)
+             AND n.inbox_seq < ?3 AND (?5 OR n.inbox_archived_at IS NULL)
            ORDER BY n.created_at DESC, n.id DESC LIMIT ?6) p
-ORDER BY p.seq DESC`
+ORDER BY 3 DESC`
 	// qInboxAfter: ?1 tenant, ?2 recipient, ?3 after (seq), ?4 0 (the
 	// walk goes up), ?5 limit.
 	qInboxAfter = `WITH ` + qInboxSeqKey + `
-SELECT ` + qInboxItemCols + ` FROM ` + qInboxWalk + `
-WHERE n.tenant = ?1 AND n.recipient = ?2 AND (n.created_at, n.id) > (SELECT at, id FROM key) AND i.seq > ?3
+SELECT ` + qInboxItemCols + ` FROM notifications n
+WHERE n.tenant = ?1 AND n.recipient = ?2 AND (n.created_at, n.id) > (SELECT at, id FROM key) AND n.inbox_seq > ?3
 ORDER BY n.created_at, n.id LIMIT ?5`
 	// ?1 tenant, ?2 recipient.
 	qInboxBadge = `SELECT unread, seq FROM inbox_counters WHERE tenant = ?1 AND recipient = ?2`
 
-	// Seqs handed out before migration 26 (inboxSeq). qInboxLegacyUp is
-	// the newest item up to old number ?3, qInboxLegacyDown the oldest
-	// from it on (or, with none, one above the newest item that had an
-	// old number; 1 with none at all). ?1 tenant, ?2 recipient.
+	// Seqs handed out before migration 26 (inboxSeq), through
+	// inbox_legacy_items (each item's old number and new seq, as the
+	// migration numbered them; an item gone since may still be listed, and
+	// takes no part in a walk). qInboxLegacyUp is the newest item up to old
+	// number ?3, qInboxLegacyDown the oldest from it on (or, with none, one
+	// above the newest; 1 with none at all). ?1 tenant, ?2 recipient.
 	qInboxLegacyCeiling = `SELECT coalesce(max(ceiling), 0) FROM inbox_legacy`
-	qInboxLegacyUp      = `SELECT coalesce(max(seq), 0) FROM inbox_items WHERE tenant = ?1 AND recipient = ?2 AND legacy_seq <= ?3`
+	qInboxLegacyUp      = `SELECT coalesce(max(seq), 0) FROM inbox_legacy_items WHERE tenant = ?1 AND recipient = ?2 AND legacy_seq <= ?3`
 	qInboxLegacyDown    = `SELECT coalesce(
-    (SELECT min(seq) FROM inbox_items WHERE tenant = ?1 AND recipient = ?2 AND legacy_seq >= ?3),
-    (SELECT max(seq) + 1 FROM inbox_items WHERE tenant = ?1 AND recipient = ?2 AND legacy_seq IS NOT NULL), 1)`
+    (SELECT min(seq) FROM inbox_legacy_items WHERE tenant = ?1 AND recipient = ?2 AND legacy_seq >= ?3),
+    (SELECT max(seq) + 1 FROM inbox_legacy_items WHERE tenant = ?1 AND recipient = ?2), 1)`
 
-	// The marks set read_at (or archived_at) where it is unset and return,
-	// per item changed, whether it counted as unread before. ?1 now,
-	// ?2 tenant, ?3 recipient, then ?4 the message ids (JSON array) or the
-	// last seq.
-	qInboxReadIDs = `UPDATE inbox_items SET read_at = ?1
-WHERE message_id IN (SELECT value FROM json_each(?4)) AND tenant = ?2 AND recipient = ?3 AND read_at IS NULL
-RETURNING archived_at IS NULL`
-	qInboxReadUpTo = `UPDATE inbox_items SET read_at = ?1
-WHERE message_id IN (SELECT n.id || '.inbox' FROM notifications n WHERE n.tenant = ?2 AND n.recipient = ?3)
-  AND tenant = ?2 AND recipient = ?3 AND seq <= ?4 AND read_at IS NULL
-RETURNING archived_at IS NULL`
-	qInboxArchive = `UPDATE inbox_items SET archived_at = ?1
-WHERE message_id = ?4 AND tenant = ?2 AND recipient = ?3 AND archived_at IS NULL
-RETURNING read_at IS NULL`
-	qInboxItemExists = `SELECT count(*) FROM inbox_items WHERE message_id = ?1 AND tenant = ?2 AND recipient = ?3`
+	// The marks set inbox_read_at (or inbox_archived_at) where it is unset
+	// and return, per item changed, whether it counted as unread before.
+	// ?1 now, ?2 tenant, ?3 recipient, then ?4 the message ids (JSON array),
+	// the last seq, or the message id.
+	qInboxReadIDs = `UPDATE notifications SET inbox_read_at = ?1
+WHERE id IN (SELECT substr(value, 1, length(value) - 6) FROM json_each(?4) WHERE substr(value, -6) = '.inbox')
+  AND tenant = ?2 AND recipient = ?3 AND inbox_seq IS NOT NULL AND inbox_read_at IS NULL
+RETURNING inbox_archived_at IS NULL`
+	qInboxReadUpTo = `UPDATE notifications SET inbox_read_at = ?1
+WHERE tenant = ?2 AND recipient = ?3 AND inbox_seq <= ?4 AND inbox_read_at IS NULL
+RETURNING inbox_archived_at IS NULL`
+	qInboxArchive = `UPDATE notifications SET inbox_archived_at = ?1
+WHERE id = substr(?4, 1, length(?4) - 6) AND substr(?4, -6) = '.inbox'
+  AND tenant = ?2 AND recipient = ?3 AND inbox_seq IS NOT NULL AND inbox_archived_at IS NULL
+RETURNING inbox_read_at IS NULL`
+	qInboxItemExists = `SELECT count(*) FROM notifications
+WHERE id = substr(?1, 1, length(?1) - 6) AND substr(?1, -6) = '.inbox' AND tenant = ?2 AND recipient = ?3 AND inbox_seq IS NOT NULL`
 	// qInboxUnreadLower takes n (?3) items off the counter and returns it.
 	// ?1 tenant, ?2 recipient.
 	qInboxUnreadLower = `UPDATE inbox_counters SET unread = unread - ?3 WHERE tenant = ?1 AND recipient = ?2 RETURNING unread, seq`
@@ -131,9 +129,10 @@ RETURNING read_at IS NULL`
 	// tenant ?3 and recipient ?4 ('' for any), each with what its items
 	// say: the unread count and the newest seq.
 	qInboxRecountBatch = `SELECT c.tenant, c.recipient, c.unread, c.seq,
-       (SELECT count(*) FROM ` + qInboxWalk + `
-        WHERE n.tenant = c.tenant AND n.recipient = c.recipient AND i.read_at IS NULL AND i.archived_at IS NULL),
-       (SELECT coalesce(max(i.seq), 0) FROM ` + qInboxWalk + ` WHERE n.tenant = c.tenant AND n.recipient = c.recipient)
+       (SELECT count(*) FROM notifications n
+        WHERE n.tenant = c.tenant AND n.recipient = c.recipient AND n.inbox_seq IS NOT NULL
+          AND n.inbox_read_at IS NULL AND n.inbox_archived_at IS NULL),
+       (SELECT coalesce(max(n.inbox_seq), 0) FROM notifications n WHERE n.tenant = c.tenant AND n.recipient = c.recipient)
 FROM inbox_counters c
 WHERE (c.tenant, c.recipient) > (?1, ?2) AND (?3 = '' OR c.tenant = ?3) AND (?4 = '' OR c.recipient = ?4)
 ORDER BY c.tenant, c.recipient LIMIT ?5`
@@ -144,23 +143,29 @@ ORDER BY c.tenant, c.recipient LIMIT ?5`
 	// The purge, tenant by tenant: qInboxTenants lists the tenants with an
 	// inbox (a skip scan of the counters' key); qInboxPurgePick the oldest
 	// ?3 items of tenant ?1 created before ?2, walking
-	// inbox_items_tenant_created; qInboxPurge deletes the items the
-	// picks kept (?1, a JSON array of seqs) and returns each with its
-	// inbox and whether it counted as unread.
+	// notifications_inbox_created (named: the planner would walk
+	// notifications_tenant_created and skip the rows cleared before, which
+	// grow with every purge), each with whether it counts as unread;
+	// qInboxPurge clears the items the picks kept (?1, a JSON array of
+	// seqs).
 	qInboxTenants = `WITH RECURSIVE t(tenant) AS (
     SELECT min(tenant) FROM inbox_counters
     UNION ALL
     SELECT (SELECT min(c.tenant) FROM inbox_counters c WHERE c.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL)
 SELECT tenant FROM t WHERE tenant IS NOT NULL`
-	qInboxPurgePick = `SELECT recipient, seq, created_at FROM inbox_items
-WHERE tenant = ?1 AND created_at < ?2 ORDER BY created_at LIMIT ?3`
-	qInboxPurge = `DELETE FROM inbox_items WHERE seq IN (SELECT value FROM json_each(?1))
-RETURNING tenant, recipient, read_at IS NULL AND archived_at IS NULL`
+	qInboxPurgePick = `SELECT recipient, inbox_seq, created_at, inbox_read_at IS NULL AND inbox_archived_at IS NULL
+FROM notifications INDEXED BY notifications_inbox_created
+WHERE tenant = ?1 AND created_at < ?2 AND inbox_seq IS NOT NULL ORDER BY created_at LIMIT ?3`
+	qInboxPurge = `UPDATE notifications SET ` + qInboxClear + `
+WHERE inbox_seq IN (SELECT value FROM json_each(?1))`
+	// qInboxClear clears an item off its notification row.
+	qInboxClear = `inbox_seq = NULL, inbox_title = NULL, inbox_body = NULL, inbox_locale = NULL,
+    inbox_read_at = NULL, inbox_archived_at = NULL`
 )
 
 // inboxQueries are prepared on the writer's connection at open.
 var inboxQueries = []string{
-	qInboxLanguage, qNotificationInsertFeed, qInboxItemInsert,
+	qInboxLanguage, qNotificationInsertFeed,
 	qInboxReadIDs, qInboxReadUpTo, qInboxArchive, qInboxItemExists, qInboxUnreadLower, qInboxBadge,
 	qInboxRecountBatch, qInboxRecountSet, qInboxTenants, qInboxPurgePick, qInboxPurge,
 }
@@ -186,9 +191,9 @@ func (t callerTx) QueryRow(q string, args ...any) *sql.Row {
 }
 
 // insertPlanned writes the notification's planned sends after its row: a
-// PENDING outbox row per channel (for push, per active device), and for
-// the inbox the item and the counter's bump: the send itself is recorded
-// in the notification row's inbox_at, ended STORED at once (store,
+// PENDING outbox row per channel (for push, per active device). The inbox's
+// item is the notification row itself (notificationInsert) and its send is
+// recorded in the row's inbox_at, ended STORED at once (store,
 // inboxsend.go).
 // It reports whether a PENDING row was written (a claimer has something to
 // wake for).
@@ -199,9 +204,6 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 	}
 	for _, ch := range p.Channels {
 		if ch == heraldtype.ChannelInbox {
-			if err := insertInboxItem(tx, p); err != nil {
-				return false, err
-			}
 			continue
 		}
 		if chain != nil && !chain.written() {
@@ -229,36 +231,28 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 	return pending, nil
 }
 
-// notificationInsert is the statement that inserts p's notification:
-// qNotificationInsertFeed when it writes an inbox item, which keeps the
-// feed's walk in commit order, else qNotificationInsert.
-func notificationInsert(p store.NotificationCreateParams) string {
-	if p.InboxWanted() {
-		return qNotificationInsertFeed
+// notificationInsert returns the statement and arguments that insert p's
+// notification created now: with an inbox item, qNotificationInsertFeed
+// with the item's text for the profile's language as tx reads it, else
+// qNotificationInsert.
+func notificationInsert(tx execer, p store.NotificationCreateParams, now int64) (string, []any, error) {
+	args := []any{p.ID, p.Tenant, p.Recipient, p.EventID, p.Kind, string(p.Lane),
+		string(paramsOrEmpty(p.Params)), nullString(p.DedupKey), msPtr(p.SendAt), msPtr(p.ExpiresAt), now, p.InboxAt()}
+	if !p.InboxWanted() {
+		return qNotificationInsert, args, nil
 	}
-	return qNotificationInsert
-}
-
-// insertInboxItem writes p's inbox item with the next seq, in the text for
-// the profile's language as this transaction reads it, and counts it on
-// the recipient's counter.
-func insertInboxItem(tx execer, p store.NotificationCreateParams) error {
 	var lang string
 	if p.InboxNeedsLanguage() {
 		err := tx.QueryRow(qInboxLanguage, p.Tenant, p.Recipient).Scan(&lang)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("read profile language: %w", err)
+			return "", nil, fmt.Errorf("read profile language: %w", err)
 		}
 	}
 	text, err := p.InboxText(lang)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	if _, err := tx.Exec(qInboxItemInsert, p.Tenant, p.Recipient, store.MessageID(p.ID, heraldtype.ChannelInbox), p.ID, p.Kind,
-		text.Title, text.Body, text.Locale); err != nil {
-		return fmt.Errorf("insert inbox item: %w", err)
-	}
-	return nil
+	return qNotificationInsertFeed, append(args, text.Title, text.Body, text.Locale), nil
 }
 
 // itemCols scans an item's columns (seq first).
@@ -531,46 +525,37 @@ func (s *Store) InboxRecount(ctx context.Context, p store.InboxRecountParams) (s
 	}
 }
 
-// InboxPurge deletes up to p.Limit items created before p.Before, oldest
-// first, and lowers the counters of the unread ones, in one transaction.
+// InboxPurge clears up to p.Limit items created before p.Before off their
+// notifications, oldest first, and lowers the counters of the unread ones,
+// in one transaction.
 func (s *Store) InboxPurge(ctx context.Context, p store.InboxPurgeParams) (int, error) {
 	var deleted int
 	var keys []store.InboxKey
 	err := s.w.do(ctx, func(tx wtx) error {
 		deleted, keys = 0, nil
-		picked, err := purgePick(tx, p)
+		picked, unreadSeqs, err := purgePick(tx, p)
 		if err != nil || len(picked) == 0 {
 			return err
 		}
 		list := make([]int64, len(picked))
+		unread := map[store.InboxKey]int64{}
 		for i, it := range picked {
 			list[i] = it.Seq
-		}
-		b, _ := json.Marshal(list)
-		rows, err := tx.Query(qInboxPurge, string(b))
-		if err != nil {
-			return fmt.Errorf("delete inbox items: %w", err)
-		}
-		unread := map[store.InboxKey]int64{}
-		for rows.Next() {
-			var k store.InboxKey
-			var counted bool
-			if err := rows.Scan(&k.Tenant, &k.Recipient, &counted); err != nil {
-				rows.Close()
-				return fmt.Errorf("delete inbox items: %w", err)
-			}
-			deleted++
+			k := store.InboxKey{Tenant: it.Tenant, Recipient: it.Recipient}
 			if _, seen := unread[k]; !seen {
 				keys, unread[k] = append(keys, k), 0
 			}
-			if counted {
+			if unreadSeqs[it.Seq] {
 				unread[k]++
 			}
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("delete inbox items: %w", err)
+		b, _ := json.Marshal(list)
+		r, err := tx.Exec(qInboxPurge, string(b))
+		if err != nil {
+			return fmt.Errorf("clear inbox items: %w", err)
 		}
+		n, _ := r.RowsAffected()
+		deleted = int(n)
 		for _, k := range keys {
 			if n := unread[k]; n > 0 {
 				if _, err := lowerUnread(tx, k.Tenant, k.Recipient, n); err != nil {
@@ -587,48 +572,52 @@ func (s *Store) InboxPurge(ctx context.Context, p store.InboxPurgeParams) (int, 
 	return deleted, nil
 }
 
-// purgePick picks the items a purge deletes: each tenant's oldest, then
-// the oldest of those.
-func purgePick(tx wtx, p store.InboxPurgeParams) ([]store.InboxPurgeItem, error) {
+// purgePick picks the items a purge clears: each tenant's oldest, then
+// the oldest of those; unread holds the seqs of the picked ones that count
+// as unread. It runs in the purge's write transaction, so what it read
+// stays true until the purge clears them.
+func purgePick(tx wtx, p store.InboxPurgeParams) (picked []store.InboxPurgeItem, unread map[int64]bool, err error) {
 	var all []string
 	if p.Tenant == "" {
 		rows, err := tx.Query(qInboxTenants)
 		if err != nil {
-			return nil, fmt.Errorf("list inbox tenants: %w", err)
+			return nil, nil, fmt.Errorf("list inbox tenants: %w", err)
 		}
 		for rows.Next() {
 			var t string
 			if err := rows.Scan(&t); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("list inbox tenants: %w", err)
+				return nil, nil, fmt.Errorf("list inbox tenants: %w", err)
 			}
 			all = append(all, t)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("list inbox tenants: %w", err)
+			return nil, nil, fmt.Errorf("list inbox tenants: %w", err)
 		}
 	}
-	var picked []store.InboxPurgeItem
+	unread = map[int64]bool{}
 	for _, t := range p.Tenants(all) {
 		rows, err := tx.Query(qInboxPurgePick, t, ms(p.Before), max(p.Limit, 1))
 		if err != nil {
-			return nil, fmt.Errorf("pick inbox items: %w", err)
+			return nil, nil, fmt.Errorf("pick inbox items: %w", err)
 		}
 		for rows.Next() {
 			it := store.InboxPurgeItem{Tenant: t}
 			var created int64
-			if err := rows.Scan(&it.Recipient, &it.Seq, &created); err != nil {
+			var counted bool
+			if err := rows.Scan(&it.Recipient, &it.Seq, &created, &counted); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("pick inbox items: %w", err)
+				return nil, nil, fmt.Errorf("pick inbox items: %w", err)
 			}
 			it.CreatedAt = fromMs(created)
 			picked = append(picked, it)
+			unread[it.Seq] = counted
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("pick inbox items: %w", err)
+			return nil, nil, fmt.Errorf("pick inbox items: %w", err)
 		}
 	}
-	return p.Oldest(picked), nil
+	return p.Oldest(picked), unread, nil
 }

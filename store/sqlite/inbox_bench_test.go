@@ -43,18 +43,19 @@ func BenchmarkInboxCreate(b *testing.B) {
 // make SQLite prepare the feed again).
 var qBenchInboxFill = []string{
 	`WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 100000)
-INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at, inbox_at)
-SELECT 'ntf_' || i, 't1', 'r1', 'e', 'k', 'transactional', '{}', 1000 * i, 1 FROM g
+INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at, inbox_at,
+                           inbox_seq, inbox_title, inbox_body, inbox_locale, inbox_read_at, inbox_archived_at)
+SELECT 'ntf_' || i, 't1', 'r1', 'e', 'k', 'transactional', '{}', 1000 * i, 1,
+       i, 'Paid', 'Paid ' || i || ' won', '', CASE WHEN i % 10 = 0 THEN 1 END, CASE WHEN i % 100 = 0 THEN 1 END
+FROM g
 UNION ALL
-SELECT 'ntf_o' || (i - 1), 't1', 'u' || ((i - 1) / 100), 'e', 'k', 'transactional', '{}', 1000 * i + 500, 1 FROM g`,
-	`INSERT INTO inbox_items (tenant, recipient, message_id, notification_id, kind, title, body, locale, created_at, read_at, archived_at)
-SELECT tenant, recipient, id || '.inbox', id, 'k', 'Paid', 'Paid ' || created_at || ' won', '', created_at,
-       CASE WHEN recipient = 'r1' AND created_at % 10000 = 0 THEN 1 END, CASE WHEN recipient = 'r1' AND created_at % 100000 = 0 THEN 1 END
-FROM notifications ORDER BY recipient <> 'r1', created_at`,
-	// The insert counted every item unread (inbox_items_count); r1's are
-	// seqs 1 to 100,000.
+SELECT 'ntf_o' || (i - 1), 't1', 'u' || ((i - 1) / 100), 'e', 'k', 'transactional', '{}', 1000 * i + 500, 1,
+       100000 + i, 'Paid', 'Paid', '', NULL, NULL
+FROM g`,
+	// The insert counted every item unread (notifications_inbox_count);
+	// r1's are seqs 1 to 100,000.
 	`UPDATE inbox_counters SET unread = unread - (
-    SELECT count(*) FROM inbox_items WHERE seq <= 100000 AND (read_at IS NOT NULL OR archived_at IS NOT NULL))
+    SELECT count(*) FROM notifications WHERE inbox_seq <= 100000 AND (inbox_read_at IS NOT NULL OR inbox_archived_at IS NOT NULL))
 WHERE tenant = 't1' AND recipient = 'r1'`,
 }
 

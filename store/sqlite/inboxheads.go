@@ -19,14 +19,16 @@ const (
 	qInboxHeads = `WITH k AS (
     SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS recipient FROM json_each(?1))
 SELECT k.tenant, k.recipient, coalesce(c.unread, 0), coalesce(c.seq, 0),
-       i.seq, i.message_id, i.notification_id, i.kind, i.title, i.body, i.created_at, i.read_at, i.archived_at,
-       coalesce((SELECT i.seq FROM ` + qInboxWalk + `
-                 WHERE n.tenant = k.tenant AND n.recipient = k.recipient ORDER BY n.created_at DESC, n.id DESC LIMIT 1 OFFSET 1), 0)
+       n.inbox_seq, n.id || '.inbox', n.id, n.kind, n.inbox_title, n.inbox_body, n.created_at, n.inbox_read_at, n.inbox_archived_at,
+       coalesce((SELECT m.inbox_seq FROM notifications m
+                 WHERE m.tenant = k.tenant AND m.recipient = k.recipient AND m.inbox_seq IS NOT NULL
+                 ORDER BY m.created_at DESC, m.id DESC LIMIT 1 OFFSET 1), 0)
 FROM k
 LEFT JOIN inbox_counters c ON c.tenant = k.tenant AND c.recipient = k.recipient
-LEFT JOIN inbox_items i ON i.message_id = (
-    SELECT n.id || '.inbox' FROM ` + qInboxWalk + `
-    WHERE n.tenant = k.tenant AND n.recipient = k.recipient ORDER BY n.created_at DESC, n.id DESC LIMIT 1)`
+LEFT JOIN notifications n ON n.rowid = (
+    SELECT m.rowid FROM notifications m
+    WHERE m.tenant = k.tenant AND m.recipient = k.recipient AND m.inbox_seq IS NOT NULL
+    ORDER BY m.created_at DESC, m.id DESC LIMIT 1)`
 )
 
 // InboxHeads reads the badge and newest item of every inbox of keys in one

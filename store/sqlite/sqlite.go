@@ -220,8 +220,11 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 				}
 			}
 		}
-		r, err := tx.Exec(notificationInsert(p), p.ID, p.Tenant, p.Recipient, p.EventID, p.Kind, string(p.Lane),
-			string(paramsOrEmpty(p.Params)), nullString(p.DedupKey), msPtr(p.SendAt), msPtr(p.ExpiresAt), now, p.InboxAt())
+		q, args, err := notificationInsert(tx, p, now)
+		if err != nil {
+			return err
+		}
+		r, err := tx.Exec(q, args...)
 		if err != nil {
 			return fmt.Errorf("insert notification: %w", err)
 		}
