@@ -67,8 +67,6 @@ func (s *Store) InboxHeads(ctx context.Context, keys []store.InboxKey) (map[stor
 			it := store.InboxItem{Seq: seq.Int64, MessageID: mid.String, NotificationID: nid.String, Kind: kind.String, Title: t.String, Body: b.String}
 			fillItem(&it, created.Int64, readAt, archivedAt)
 			h.Newest = &it
-		} else {
-			h.Before = 0
 		}
 		out[k] = h
 	}
