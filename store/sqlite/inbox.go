@@ -61,34 +61,10 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, coalesce((
     ?12, (SELECT seq + 1 FROM inbox_sequence), ?13, ?14, ?15)
 ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
 
-	// qInboxSeqKey is the place in the walk of item seq ?3 of tenant ?1's
-	// recipient ?2: its notification's (created_at, id), or, with no such
-	// item, the end the walk starts from: (max, '') going down,
-	// (min, '') going up (?4: 1 going down).
-	qInboxSeqKey = `key AS (
-    SELECT coalesce(max(created_at), CASE WHEN ?4 THEN 9223372036854775807 ELSE -9223372036854775808 END) AS at,
-           coalesce(max(id), '') AS id
-    FROM notifications WHERE inbox_seq = ?3 AND tenant = ?1 AND recipient = ?2)`
+	// qInboxItemCols are an item's columns off its notification row n, in
+	// itemCols' order.
 	qInboxItemCols = `n.inbox_seq, n.id || '.inbox', n.id, n.kind, n.inbox_title, n.inbox_body, n.created_at, n.inbox_read_at, n.inbox_archived_at`
 
-	// qInboxFeed reads the counter and a page of items in one statement,
-	// so one snapshot. ?1 tenant, ?2 recipient, ?3 before (seq), ?4 1 (the
-	// walk goes down), ?5 1 to include archived items, ?6 limit.
-	qInboxFeed = `WITH ` + qInboxSeqKey + `
-SELECT c.unread, c.seq, p.*
-FROM (SELECT coalesce(max(unread), 0) AS unread, coalesce(max(seq), 0) AS seq
-      FROM inbox_counters WHERE tenant = ?1 AND recipient = ?2) c
-LEFT JOIN (SELECT ` + qInboxItemCols + ` FROM notifications n
-           WHERE n.tenant = ?1 AND n.recipient = ?2 AND (n.created_at, n.id) < (SELECT at, id FROM key)
-             AND n.inbox_seq < ?3 AND (?5 OR n.inbox_archived_at IS NULL)
-           ORDER BY n.created_at DESC, n.id DESC LIMIT ?6) p
-ORDER BY 3 DESC`
-	// qInboxAfter: ?1 tenant, ?2 recipient, ?3 after (seq), ?4 0 (the
-	// walk goes up), ?5 limit.
-	qInboxAfter = `WITH ` + qInboxSeqKey + `
-SELECT ` + qInboxItemCols + ` FROM notifications n
-WHERE n.tenant = ?1 AND n.recipient = ?2 AND (n.created_at, n.id) > (SELECT at, id FROM key) AND n.inbox_seq > ?3
-ORDER BY n.created_at, n.id LIMIT ?5`
 	// ?1 tenant, ?2 recipient.
 	qInboxBadge = `SELECT unread, seq FROM inbox_counters WHERE tenant = ?1 AND recipient = ?2`
 
@@ -106,21 +82,21 @@ ORDER BY n.created_at, n.id LIMIT ?5`
 
 	// The marks set inbox_read_at (or inbox_archived_at) where it is unset
 	// and return, per item changed, whether it counted as unread before.
-	// ?1 now, ?2 tenant, ?3 recipient, then ?4 the message ids (JSON array),
-	// the last seq, or the message id.
+	// ?1 now, ?2 tenant, ?3 recipient, then ?4 the items' notification ids
+	// (JSON array; store.InboxNotificationID), the last seq, or the item's
+	// notification id.
 	qInboxReadIDs = `UPDATE notifications SET inbox_read_at = ?1
-WHERE id IN (SELECT substr(value, 1, length(value) - 6) FROM json_each(?4) WHERE substr(value, -6) = '.inbox')
+WHERE id IN (SELECT value FROM json_each(?4))
   AND tenant = ?2 AND recipient = ?3 AND inbox_seq IS NOT NULL AND inbox_read_at IS NULL
 RETURNING inbox_archived_at IS NULL`
 	qInboxReadUpTo = `UPDATE notifications SET inbox_read_at = ?1
 WHERE tenant = ?2 AND recipient = ?3 AND inbox_seq <= ?4 AND inbox_read_at IS NULL
 RETURNING inbox_archived_at IS NULL`
 	qInboxArchive = `UPDATE notifications SET inbox_archived_at = ?1
-WHERE id = substr(?4, 1, length(?4) - 6) AND substr(?4, -6) = '.inbox'
-  AND tenant = ?2 AND recipient = ?3 AND inbox_seq IS NOT NULL AND inbox_archived_at IS NULL
+WHERE id = ?4 AND tenant = ?2 AND recipient = ?3 AND inbox_seq IS NOT NULL AND inbox_archived_at IS NULL
 RETURNING inbox_read_at IS NULL`
-	qInboxItemExists = `SELECT count(*) FROM notifications
-WHERE id = substr(?1, 1, length(?1) - 6) AND substr(?1, -6) = '.inbox' AND tenant = ?2 AND recipient = ?3 AND inbox_seq IS NOT NULL`
+	// ?1 the item's notification id, ?2 tenant, ?3 recipient.
+	qInboxItemExists = `SELECT count(*) FROM notifications WHERE id = ?1 AND tenant = ?2 AND recipient = ?3 AND inbox_seq IS NOT NULL`
 	// qInboxUnreadLower takes n (?3) items off the counter and returns it.
 	// ?1 tenant, ?2 recipient.
 	qInboxUnreadLower = `UPDATE inbox_counters SET unread = unread - ?3 WHERE tenant = ?1 AND recipient = ?2 RETURNING unread, seq`
@@ -162,6 +138,37 @@ WHERE inbox_seq IN (SELECT value FROM json_each(?1))`
 	qInboxClear = `inbox_seq = NULL, inbox_title = NULL, inbox_body = NULL, inbox_locale = NULL,
     inbox_read_at = NULL, inbox_archived_at = NULL`
 )
+
+// The feed walks a recipient's items down from a seq, a replay up.
+var (
+	// qInboxFeed reads the counter and a page of items in one statement,
+	// so one snapshot. ?1 tenant, ?2 recipient, ?3 before (seq), ?4 1 to
+	// include archived items, ?5 limit.
+	qInboxFeed = `WITH ` + inboxSeqKey("9223372036854775807") + `
+SELECT c.unread, c.seq, p.*
+FROM (SELECT coalesce(max(unread), 0) AS unread, coalesce(max(seq), 0) AS seq
+      FROM inbox_counters WHERE tenant = ?1 AND recipient = ?2) c
+LEFT JOIN (SELECT ` + qInboxItemCols + ` FROM notifications n
+           WHERE n.tenant = ?1 AND n.recipient = ?2 AND (n.created_at, n.id) < (SELECT at, id FROM key)
+             AND n.inbox_seq < ?3 AND (?4 OR n.inbox_archived_at IS NULL)
+           ORDER BY n.created_at DESC, n.id DESC LIMIT ?5) p
+ORDER BY 3 DESC`
+	// qInboxAfter: ?1 tenant, ?2 recipient, ?3 after (seq), ?4 limit.
+	qInboxAfter = `WITH ` + inboxSeqKey("-9223372036854775808") + `
+SELECT ` + qInboxItemCols + ` FROM notifications n
+WHERE n.tenant = ?1 AND n.recipient = ?2 AND (n.created_at, n.id) > (SELECT at, id FROM key) AND n.inbox_seq > ?3
+ORDER BY n.created_at, n.id LIMIT ?4`
+)
+
+// inboxSeqKey is the CTE key: the place in the walk of item seq ?3 of
+// tenant ?1's recipient ?2, its notification's (created_at, id), or, with
+// no such item, (end, ”), the end the walk starts from (the largest time
+// going down, the smallest going up).
+func inboxSeqKey(end string) string {
+	return `key AS (
+    SELECT coalesce(max(created_at), ` + end + `) AS at, coalesce(max(id), '') AS id
+    FROM notifications WHERE inbox_seq = ?3 AND tenant = ?1 AND recipient = ?2)`
+}
 
 // inboxQueries are prepared on the writer's connection at open.
 var inboxQueries = []string{
@@ -267,8 +274,8 @@ func fillItem(it *store.InboxItem, created int64, readAt, archivedAt sql.NullInt
 // inboxSeq returns the seq an app gave (a cursor's, a stream's last event
 // id) in today's numbers. A seq from before migration 26 (at most
 // s.legacySeqs, and not 0) named a recipient's items 1, 2, 3…; the
-// migration kept each item's old number in legacy_seq and numbered the
-// items again above them all. So up (reading after it, or marking up to
+// migration numbered the items again above them all and kept each item's
+// old number in inbox_legacy_items. So up (reading after it, or marking up to
 // it) it becomes the newest item whose old number is at most it; down
 // (reading below it) the oldest whose old number is at least it. Where a
 // recipient's old numbers did not follow the items' (created_at, id),
@@ -297,7 +304,7 @@ func (s *Store) InboxFeed(ctx context.Context, p store.InboxFeedParams) (store.I
 		return store.InboxPage{}, fmt.Errorf("read inbox feed: %w", err)
 	}
 	before, fetch := p.Window()
-	rows, err := s.query(ctx, qInboxFeed, p.Tenant, p.Recipient, before, true, p.Archived, fetch)
+	rows, err := s.query(ctx, qInboxFeed, p.Tenant, p.Recipient, before, p.Archived, fetch)
 	if err != nil {
 		return store.InboxPage{}, fmt.Errorf("read inbox feed: %w", err)
 	}
@@ -332,7 +339,7 @@ func (s *Store) InboxItemsAfter(ctx context.Context, tenant, recipient string, a
 	if err != nil {
 		return nil, fmt.Errorf("read inbox items: %w", err)
 	}
-	rows, err := s.query(ctx, qInboxAfter, tenant, recipient, afterSeq, false, max(limit, 1))
+	rows, err := s.query(ctx, qInboxAfter, tenant, recipient, afterSeq, max(limit, 1))
 	if err != nil {
 		return nil, fmt.Errorf("read inbox items: %w", err)
 	}
@@ -412,10 +419,16 @@ func (s *Store) InboxMarkRead(ctx context.Context, p store.InboxMarkReadParams) 
 	case p.All && p.UpToSeq <= 0:
 		which = int64(1<<63 - 1)
 	case !p.All:
-		if len(p.IDs) == 0 {
+		var ids []string
+		for _, mid := range p.IDs {
+			if id, ok := store.InboxNotificationID(mid); ok {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) == 0 {
 			return s.InboxBadge(ctx, p.Tenant, p.Recipient)
 		}
-		q, which = qInboxReadIDs, jsonList(p.IDs)
+		q, which = qInboxReadIDs, jsonList(ids)
 	}
 	var badge store.InboxBadge
 	var changed int64
@@ -439,16 +452,20 @@ func (s *Store) InboxMarkRead(ctx context.Context, p store.InboxMarkReadParams) 
 
 // InboxArchive archives one of the recipient's items.
 func (s *Store) InboxArchive(ctx context.Context, tenant, recipient, messageID string) (bool, error) {
+	id, ok := store.InboxNotificationID(messageID)
+	if !ok {
+		return false, nil // not an inbox item's id
+	}
 	var found, changed bool
 	err := s.w.do(ctx, func(tx wtx) error {
 		found, changed = false, false
-		counted, n, err := countTrue(tx, qInboxArchive, s.now(), tenant, recipient, messageID)
+		counted, n, err := countTrue(tx, qInboxArchive, s.now(), tenant, recipient, id)
 		if err != nil {
 			return fmt.Errorf("archive inbox item: %w", err)
 		}
 		if n == 0 {
 			var k int
-			if err := tx.QueryRow(qInboxItemExists, messageID, tenant, recipient).Scan(&k); err != nil {
+			if err := tx.QueryRow(qInboxItemExists, id, tenant, recipient).Scan(&k); err != nil {
 				return fmt.Errorf("read inbox item: %w", err)
 			}
 			found = k > 0

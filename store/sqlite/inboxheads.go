@@ -19,7 +19,7 @@ const (
 	qInboxHeads = `WITH k AS (
     SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS recipient FROM json_each(?1))
 SELECT k.tenant, k.recipient, coalesce(c.unread, 0), coalesce(c.seq, 0),
-       n.inbox_seq, n.id || '.inbox', n.id, n.kind, n.inbox_title, n.inbox_body, n.created_at, n.inbox_read_at, n.inbox_archived_at,
+       ` + qInboxItemCols + `,
        coalesce((SELECT m.inbox_seq FROM notifications m
                  WHERE m.tenant = k.tenant AND m.recipient = k.recipient AND m.inbox_seq IS NOT NULL
                  ORDER BY m.created_at DESC, m.id DESC LIMIT 1 OFFSET 1), 0)
