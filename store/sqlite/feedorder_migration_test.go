@@ -74,7 +74,7 @@ INSERT INTO inbox_items (tenant, recipient, seq, message_id, notification_id, ki
     ('t1', 'r2', 1, 'ntf_d.inbox', 'ntf_d', 'k', 'd', 'D', '', 1500, NULL, NULL),
     ('t2', 'r1', 1, 'ntf_e.inbox', 'ntf_e', 'k', 'e', 'E', 'ko', 500, NULL, NULL);
 INSERT INTO inbox_counters (tenant, recipient, seq, unread) VALUES
-    ('t1', 'r1', 3, 1), ('t1', 'r2', 1, 1), ('t2', 'r1', 1, 1), ('t1', 'r3', 1, 0);`)
+    ('t1', 'r1', 3, 1), ('t1', 'r2', 1, 1), ('t2', 'r1', 1, 1), ('t1', 'r3', 20, 0);`)
 	if v, err := sqlite.Migrate(ctx, path); err != nil || v < 26 {
 		t.Fatalf("migrate: version %d, %v", v, err)
 	}
@@ -84,9 +84,10 @@ INSERT INTO inbox_counters (tenant, recipient, seq, unread) VALUES
 	}
 	defer s.Close()
 
-	// Numbered above the old numbers (at most 3), in the order of
+	// Numbered above the old numbers (at most 20: r3's counter had handed
+	// out 20 before its items were purged), in the order of
 	// (created_at, id) over the file: e, a, d, b, c.
-	want := map[string]int64{"ntf_e": 4, "ntf_a": 5, "ntf_d": 6, "ntf_b": 7, "ntf_c": 8}
+	want := map[string]int64{"ntf_e": 21, "ntf_a": 22, "ntf_d": 23, "ntf_b": 24, "ntf_c": 25}
 	r1, err := s.InboxItemsAfter(ctx, "t1", "r1", 0, 10)
 	if err != nil {
 		t.Fatal(err)
@@ -102,16 +103,16 @@ INSERT INTO inbox_counters (tenant, recipient, seq, unread) VALUES
 		t.Fatalf("t1/r1: %+v, want a (read), b (archived), c", r1)
 	}
 	page, err := s.InboxFeed(ctx, store.InboxFeedParams{Tenant: "t1", Recipient: "r1", Limit: 10, Archived: true})
-	if err != nil || len(page.Items) != 3 || page.Items[0].NotificationID != "ntf_c" || page.Badge != (store.InboxBadge{Unread: 1, Seq: 8}) {
+	if err != nil || len(page.Items) != 3 || page.Items[0].NotificationID != "ntf_c" || page.Badge != (store.InboxBadge{Unread: 1, Seq: 25}) {
 		t.Fatalf("t1/r1's feed: %+v (%v)", page, err)
 	}
 	for _, c := range []struct {
 		tenant, recipient string
 		want              store.InboxBadge
 	}{
-		{"t1", "r2", store.InboxBadge{Unread: 1, Seq: 6}},
-		{"t2", "r1", store.InboxBadge{Unread: 1, Seq: 4}},
-		{"t1", "r3", store.InboxBadge{Unread: 0, Seq: 8}}, // every item purged: the file's newest
+		{"t1", "r2", store.InboxBadge{Unread: 1, Seq: 23}},
+		{"t2", "r1", store.InboxBadge{Unread: 1, Seq: 21}},
+		{"t1", "r3", store.InboxBadge{Unread: 0, Seq: 25}}, // every item purged: the file's newest
 	} {
 		if bd, err := s.InboxBadge(ctx, c.tenant, c.recipient); err != nil || bd != c.want {
 			t.Errorf("%s/%s: badge %+v (%v), want %+v", c.tenant, c.recipient, bd, err, c.want)
@@ -124,8 +125,12 @@ INSERT INTO inbox_counters (tenant, recipient, seq, unread) VALUES
 	if err != nil || res.Outcome != store.Created {
 		t.Fatalf("create after the migration: %+v (%v)", res, err)
 	}
-	if bd, err := s.InboxBadge(ctx, "t1", "r3"); err != nil || bd != (store.InboxBadge{Unread: 1, Seq: 9}) {
-		t.Errorf("t1/r3 after a new item: %+v (%v), want 1 unread at seq 9", bd, err)
+	if bd, err := s.InboxBadge(ctx, "t1", "r3"); err != nil || bd != (store.InboxBadge{Unread: 1, Seq: 26}) {
+		t.Errorf("t1/r3 after a new item: %+v (%v), want 1 unread at seq 26", bd, err)
+	}
+	// A stream of r3's that had sent its item 20, purged since, gets g.
+	if after, err := s.InboxItemsAfter(ctx, "t1", "r3", 20, 10); err != nil || len(after) != 1 || after[0].NotificationID != "ntf_g" {
+		t.Errorf("t1/r3 after old seq 20: %+v (%v), want g", after, err)
 	}
 
 	// Old numbers: a stream that had sent r1's item 1 (a) replays b and c;

@@ -32,8 +32,12 @@ ALTER TABLE notifications ADD COLUMN inbox_locale TEXT;
 ALTER TABLE notifications ADD COLUMN inbox_read_at INTEGER;
 ALTER TABLE notifications ADD COLUMN inbox_archived_at INTEGER;
 
+-- The ceiling is the highest old number handed out: a counter's seq, which
+-- may be above every item left (the newer ones purged or erased), as well
+-- as the items'.
 CREATE TABLE inbox_legacy (ceiling INTEGER NOT NULL);
-INSERT INTO inbox_legacy (ceiling) SELECT coalesce(max(seq), 0) FROM inbox_items;
+INSERT INTO inbox_legacy (ceiling)
+SELECT max(coalesce((SELECT max(seq) FROM inbox_items), 0), coalesce((SELECT max(seq) FROM inbox_counters), 0));
 
 CREATE TABLE inbox_legacy_items (
     tenant     TEXT NOT NULL,
