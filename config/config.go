@@ -335,6 +335,13 @@ type Lane struct {
 	// Concurrency is the number of sends in flight at once on this lane.
 	// Defaults per lane: alert 16, transactional 32, marketing 16, internal 8.
 	Concurrency int `yaml:"concurrency"`
+	// Reserve is how many of the lane's slots one tenant never fills (db
+	// transport): a tenant holds at most concurrency − reserve sends in
+	// flight, so another tenant's send finds a slot free at once instead of
+	// waiting for one of a big tenant's sends to end; 0 lets one tenant
+	// fill the lane. Defaults to a sixteenth of the concurrency: alert 1,
+	// transactional 2, marketing 1, internal 0.
+	Reserve *int `yaml:"reserve"`
 }
 
 // RabbitMQ tunes the rabbitmq transport (relay, queues, consumers).
@@ -920,6 +927,16 @@ func (c *Config) validateRabbitMQ() error {
 // LaneConcurrency returns the configured concurrency of l.
 func (c *Config) LaneConcurrency(l heraldtype.Lane) int { return c.Lanes[string(l)].Concurrency }
 
+// LaneReserve returns the slots of l that one tenant never fills
+// (Lane.Reserve), its default when not configured.
+func (c *Config) LaneReserve(l heraldtype.Lane) int {
+	lc := c.Lanes[string(l)]
+	if lc.Reserve != nil {
+		return *lc.Reserve
+	}
+	return lc.Concurrency / 16
+}
+
 // MaxProviderTimeout is the longest timeout of any configured provider.
 func (c *Config) MaxProviderTimeout() time.Duration {
 	var m time.Duration
@@ -978,6 +995,9 @@ func (c *Config) Validate() error {
 		}
 		if l.Concurrency < 1 || l.Concurrency > 4096 {
 			return fmt.Errorf("config: lanes.%s.concurrency: must be 1..4096, got %d", name, l.Concurrency)
+		}
+		if r := l.Reserve; r != nil && (*r < 0 || 2**r >= l.Concurrency) {
+			return fmt.Errorf("config: lanes.%s.reserve: must be 0..%d (less than half the lane's concurrency), got %d", name, (l.Concurrency-1)/2, *r)
 		}
 	}
 	keys := map[string]bool{}

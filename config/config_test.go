@@ -326,6 +326,16 @@ func TestLoadRefusesBadValues(t *testing.T) {
 			want: []string{"reconcile_interval", "positive"},
 		},
 		{
+			name: "ReserveHalfTheLane",
+			text: base + "lanes:\n  marketing: {concurrency: 4, reserve: 2}\n",
+			want: []string{"lanes.marketing.reserve", "0..1", "got 2"},
+		},
+		{
+			name: "ReserveNegative",
+			text: base + "lanes:\n  marketing: {reserve: -1}\n",
+			want: []string{"lanes.marketing.reserve", "got -1"},
+		},
+		{
 			name: "UnknownLane",
 			text: base + "lanes:\n  bulk: {concurrency: 4}\n",
 			want: []string{"lanes.bulk"},

@@ -460,3 +460,89 @@ func TestAWokenClaimerLooksAgain(t *testing.T) {
 		return b.entry(t, id).OutboxState == heraldtype.OutboxDone
 	})
 }
+
+// A tenant never fills the slots the lane reserves (Reserve): tenant A's
+// sends hang at the provider, and A holds Concurrency − Reserve of them
+// however many it has waiting; tenant B's row, posted after them, takes a
+// kept slot at once and is sent while A's are still in flight. Without the
+// reserve A held every slot and B waited for A's provider.
+func TestATenantLeavesTheReservedSlotsToTheOthers(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b bundle) {
+		release := make(chan struct{})
+		var callsA atomic.Int64
+		b.sim.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
+			if m.Tenant == "tenant-a" {
+				callsA.Add(1)
+				<-release
+			}
+			return provider.Outcome{}
+		})
+		post := func(tenant string) string {
+			t.Helper()
+			id := ids.New("ntf", b.clk.Now())
+			if _, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
+				Tenant: tenant, ID: id, Recipient: "r1", EventID: id, Kind: "pay", Lane: heraldtype.LaneTransactional,
+				Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		state := func(tenant, id string) heraldtype.OutboxState {
+			t.Helper()
+			v, err := b.store.NotificationGet(b.ctx, tenant, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v.Deliveries[0].OutboxState
+		}
+		var idsA []string
+		for range 10 {
+			idsA = append(idsA, post("tenant-a"))
+		}
+		c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+			Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 5, Reserve: 2, Lease: time.Minute,
+			PollInterval: 5 * time.Millisecond, MaxAttempts: 3, Alerts: b.alerts,
+		})
+		stop := run(t, c)
+		defer stop()
+		released := false
+		defer func() {
+			if !released {
+				close(release)
+			}
+		}()
+		testenv.WaitFor(t, "tenant A's first three sends to reach the provider", testenv.Patience, func() bool { return callsA.Load() >= 3 })
+		idB := post("tenant-b")
+		testenv.WaitFor(t, "tenant B's send to be done beside A's three", testenv.Patience, func() bool {
+			return state("tenant-b", idB) == heraldtype.OutboxDone
+		})
+		// B's claim and every claim after it skipped A: A holds three rows,
+		// its other seven wait.
+		claimed := 0
+		for _, id := range idsA {
+			switch s := state("tenant-a", id); s {
+			case heraldtype.OutboxClaimed:
+				claimed++
+			case heraldtype.OutboxPending:
+			default:
+				t.Fatalf("A's %s is %s while A's provider hangs", id, s)
+			}
+		}
+		if claimed != 3 || callsA.Load() != 3 {
+			t.Fatalf("A holds %d rows and made %d calls, want 3 and 3 (5 slots, 2 reserved)", claimed, callsA.Load())
+		}
+		close(release)
+		released = true
+		testenv.WaitFor(t, "all of A's sends to be done", testenv.Patience, func() bool {
+			for _, id := range idsA {
+				if state("tenant-a", id) != heraldtype.OutboxDone {
+					return false
+				}
+			}
+			return true
+		})
+	})
+}

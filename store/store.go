@@ -427,6 +427,11 @@ type OutboxClaimParams struct {
 	// (Job.Known, ProfileRead), for the relay's gate; a claimer's claim
 	// always does.
 	Profiles bool
+	// Skip names a tenant whose rows this claim leaves PENDING ("" none):
+	// a claimer's tenant that already holds its share of the lane's slots
+	// (dispatch.ClaimerConfig.Reserve), so the claim fills the slots it
+	// keeps free with the other tenants' rows only.
+	Skip string
 }
 
 // State is the state a claim with these params puts rows in.

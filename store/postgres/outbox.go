@@ -27,7 +27,11 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	}
 	// On the claim's own connections, prepared and planned once each
 	// (claimPoolConfig).
-	rows, err := s.claims.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()))
+	var skip *string
+	if p.Skip != "" {
+		skip = &p.Skip
+	}
+	rows, err := s.claims.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()), skip)
 	if err != nil {
 		return nil, s.fail("claim outbox batch", err)
 	}

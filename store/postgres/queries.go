@@ -308,7 +308,9 @@ const (
 	// estimating the claimed rows from LIMIT $3, otherwise hashed the whole
 	// notifications table on every claim.
 	//
-	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease, $6 state (CLAIMED or PUBLISHING).
+	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease, $6 state (CLAIMED or
+	// PUBLISHING), $7 a tenant whose rows it leaves (OutboxClaimParams.Skip;
+	// NULL none).
 	qOutboxClaim = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
        n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at,
        EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id), p.data, p.updated_at, c.off_chain,
@@ -361,7 +363,7 @@ turns AS (
         LIMIT $3::integer
     ) c
     LEFT JOIN busy b ON b.tenant = t.tenant
-    WHERE t.tenant IS NOT NULL
+    WHERE t.tenant IS NOT NULL AND t.tenant IS DISTINCT FROM $7::text
 ),
 due AS MATERIALIZED (
     SELECT o.tid

@@ -27,8 +27,16 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 			return fmt.Errorf("claim: lane's tenants: %w", err)
 		}
 		q, args := qOutboxClaim, []any{string(p.State()), p.Owner, now + p.Lease.Milliseconds(), now, string(p.Lane), now, now, p.Limit}
-		if !another {
-			q, args = qOutboxClaimOneTenant, append(args, first)
+		switch {
+		case !another && first == p.Skip:
+			return nil // the one tenant waiting is the one to skip
+		case !another:
+			args = append(args, first)
+			q = qOutboxClaimOneTenant
+		case p.Skip != "":
+			args = append(args, p.Skip)
+		default:
+			args = append(args, nil)
 		}
 		rows, err := tx.Query(q, args...)
 		if err != nil {

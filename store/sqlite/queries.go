@@ -37,7 +37,7 @@ const (
 	// now), numbered from its rows in flight, and the lowest turns win.
 	//
 	// ?1 state, ?2 owner, ?3 claimed_until, ?4 now, ?5 lane, ?6 and ?7 now,
-	// ?8 limit.
+	// ?8 limit, ?9 a tenant to skip (OutboxClaimParams.Skip; NULL none).
 	// qOutboxLaneTenants is the lane's first tenant with PENDING rows and
 	// whether another has some (two probes of outbox_fair); no row when
 	// none has. With one tenant OutboxClaim runs qOutboxClaimOneTenant,
@@ -76,7 +76,7 @@ WHERE id IN (
             WHERE y.lane = ?5 AND y.tenant = t.tenant AND y.state = 'PENDING' AND y.available_at <= ?6
               AND (y.expires_at IS NULL OR y.expires_at > ?7)
             ORDER BY y.available_at, y.id LIMIT ?8)
-        WHERE t.tenant IS NOT NULL
+        WHERE t.tenant IS NOT NULL AND t.tenant IS NOT ?9
     ),
     turns AS (
         SELECT c.id, c.available_at,

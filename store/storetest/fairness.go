@@ -103,6 +103,46 @@ func testFairness(t *testing.T, h Harness) {
 		}
 	})
 
+	// A claim that skips a tenant (the claimer's tenant already at its
+	// share of the slots) takes the other tenants' rows only, in their
+	// turns, whoever is alone or first; with nobody else waiting it takes
+	// nothing, and the skipped tenant's rows stay PENDING for the next.
+	t.Run("AClaimSkipsTheTenantItIsToldTo", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for range 5 {
+			inTenant(t, b, "tenant-a", time.Time{})
+			b.clk.Advance(time.Millisecond)
+		}
+		skipA := func(limit int) []store.Claimed {
+			t.Helper()
+			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: limit,
+				Lease: time.Minute, Skip: "tenant-a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rows
+		}
+		if got := skipA(10); len(got) != 0 {
+			t.Fatalf("A alone, skipped: %v, want nothing", tenantsOf(got))
+		}
+		idC := inTenant(t, b, "tenant-c", time.Time{})
+		if got := skipA(10); len(got) != 1 || got[0].NotificationID != idC {
+			t.Fatalf("A and C, A skipped: %v, want C's one", tenantsOf(got))
+		}
+		for range 3 {
+			inTenant(t, b, "tenant-b", time.Time{})
+		}
+		inTenant(t, b, "tenant-c", time.Time{})
+		if got := tenantsOf(skipA(10)); len(got) != 2 || got["tenant-b"] != 3 || got["tenant-c"] != 1 {
+			t.Fatalf("A, B and C, A skipped: %v, want B's 3 and C's 1", got)
+		}
+		// Not skipped, A's five are all still there.
+		if got := tenantsOf(claim(t, b, heraldtype.LaneTransactional, 10)); len(got) != 1 || got["tenant-a"] != 5 {
+			t.Fatalf("claim without a skip: %v, want A's 5", got)
+		}
+	})
+
 	// Every row is claimed exactly once while tenants compete: the fair
 	// choice never loses or repeats one.
 	t.Run("EveryRowOnceAcrossTenants", func(t *testing.T) {
