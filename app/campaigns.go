@@ -6,18 +6,24 @@ import (
 
 	"github.com/heraldhq/herald/campaign"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/postgres"
 )
 
 // runCampaigns starts the leader's campaign fan-out (package campaign) on
 // wg until ctx ends: it looks for RUNNING campaigns every second and fans
 // each out in batches of 10,000 recipients, each batch its own
-// transaction, paced to the tenant's lane quota where it has one. A store
+// transaction (two at once on PostgreSQL), paced to the tenant's lane quota where it has one. A store
 // that keeps no campaigns runs none.
 func (a *App) runCampaigns(ctx context.Context, wg *sync.WaitGroup, isLeader func() bool) {
 	cs, ok := a.store.(store.Campaigns)
 	if !ok {
 		return
 	}
-	r := campaign.NewRunner(campaign.RunnerConfig{Store: cs, IsLeader: isLeader, Quotas: a.quotas, Logger: a.logger})
+	// On PostgreSQL two batches are written at once, on two backends.
+	parallel := 1
+	if _, pg := cs.(*postgres.Store); pg {
+		parallel = 2
+	}
+	r := campaign.NewRunner(campaign.RunnerConfig{Store: cs, IsLeader: isLeader, Quotas: a.quotas, Parallel: parallel, Logger: a.logger})
 	wg.Go(func() { r.Run(ctx) })
 }

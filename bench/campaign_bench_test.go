@@ -59,7 +59,7 @@ func BenchmarkCampaignFanOut(b *testing.B) {
 		if _, err := st.CampaignStart(ctx, "bench", id); err != nil {
 			b.Fatal(err)
 		}
-		r := campaign.NewRunner(campaign.RunnerConfig{Store: st, Batch: batch})
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: st, Batch: batch, Parallel: envInt("HERALD_BENCH_CAMPAIGN_PARALLEL", 2)})
 		b.StartTimer()
 		began := time.Now()
 		got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "bench", ID: id, Lane: heraldtype.LaneMarketing})

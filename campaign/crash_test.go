@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/heraldhq/herald/campaign"
@@ -23,12 +25,8 @@ import (
 
 const childEnv = "HERALD_CAMPAIGN_CRASH_CHILD"
 
-// crashBatch is the batch size of the crash test, killAt the batch the
-// child is killed in (inside its transaction, after its writes).
-const (
-	crashBatch = 300
-	killAt     = 3
-)
+// crashBatch is the batch size of the crash test.
+const crashBatch = 300
 
 // setup opens a store of driver and a service over it with the dev
 // catalog.
@@ -99,13 +97,19 @@ func newRunning(t *testing.T, svc *campaign.Service, n int) string {
 // BeforeCommit: the crash seam.
 type hooked struct {
 	store.Campaigns
-	batches      int
+	batches      atomic.Int64
 	beforeCommit func(batch int) error
+	// ranked, when set, numbers a ranged batch by where it begins (the
+	// campaign's batches read up front) instead of by the order of the
+	// calls, which side by side is the goroutines'.
+	ranked map[int64]int
 }
 
 func (h *hooked) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
-	h.batches++
-	n := h.batches
+	n := int(h.batches.Add(1))
+	if p.Range != nil && h.ranked != nil {
+		n = h.ranked[p.Range.After]
+	}
 	p.BeforeCommit = func() error { return h.beforeCommit(n) }
 	return h.Campaigns.CampaignFanOut(ctx, p)
 }
@@ -114,14 +118,27 @@ func (h *hooked) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParam
 // batch (inside its transaction, after its writes, before its commit) and
 // resumes the fan-out in another: every recipient has exactly one
 // notification, with one outbox row per channel, and the counters agree.
+// With two batches side by side the kill comes in the first of a pair
+// (the second has written its rows, or is writing them, and waits for the
+// first: it leaves nothing either) or in the second (the first has
+// committed).
 func TestFanOutSurvivesAKill(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct{ parallel, killAt, committed int }{{1, 3, 2}, {2, 3, 2}, {2, 4, 3}} {
+		t.Run(fmt.Sprintf("parallel=%d,kill=%d", tc.parallel, tc.killAt), func(t *testing.T) {
+			t.Parallel()
+			fanOutSurvivesAKill(t, tc.parallel, tc.killAt, tc.committed)
+		})
+	}
+}
+
+func fanOutSurvivesAKill(t *testing.T, parallel, killAt, committed int) {
 	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
 		const n = 2000
 		id := newRunning(t, svc, n)
 
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
-		cmd.Env = append(os.Environ(), childEnv+"="+db.Database+"|"+id)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%d", childEnv, db.Database, id, parallel, killAt))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -151,7 +168,7 @@ func TestFanOutSurvivesAKill(t *testing.T) {
 			t.Fatalf("the child never reached batch %d", killAt)
 		}
 
-		done := (killAt - 1) * crashBatch
+		done := committed * crashBatch
 		if got := db.Count(t, "SELECT count(*) FROM notifications WHERE campaign_id = '"+id+"'"); got != done {
 			t.Fatalf("after the kill: %d notifications; want the %d of the committed batches", got, done)
 		}
@@ -160,7 +177,7 @@ func TestFanOutSurvivesAKill(t *testing.T) {
 			t.Fatalf("after the kill: %+v, %v; want RUNNING, enqueued %d", c, err, done)
 		}
 
-		r := campaign.NewRunner(campaign.RunnerConfig{Store: db.Store.(store.Campaigns), Batch: crashBatch})
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: db.Store.(store.Campaigns), Batch: crashBatch, Parallel: parallel})
 		if got, err := r.Round(context.Background()); err != nil || got != n-done {
 			t.Fatalf("resumed round = %d, %v; want the %d left", got, err, n-done)
 		}
@@ -183,7 +200,13 @@ func TestCrashChild(t *testing.T) {
 	if v == "" {
 		t.Skip("run by TestFanOutSurvivesAKill")
 	}
-	database, id, _ := strings.Cut(v, "|")
+	parts := strings.Split(v, "|")
+	if len(parts) != 4 {
+		t.Fatalf("%s=%q: want database|campaign|parallel|kill", childEnv, v)
+	}
+	database, id := parts[0], parts[1]
+	parallel, _ := strconv.Atoi(parts[2])
+	killAt, _ := strconv.Atoi(parts[3])
 	ctx := context.Background()
 	var st store.Campaigns
 	if path, ok := strings.CutPrefix(database, "sqlite:"); ok {
@@ -206,7 +229,17 @@ func TestCrashChild(t *testing.T) {
 		}
 		return nil
 	}}
-	r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: crashBatch})
+	if parallel > 1 {
+		all, err := st.CampaignBatches(ctx, "t1", id, crashBatch, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.ranked = map[int64]int{}
+		for i, r := range all {
+			h.ranked[r.After] = i + 1
+		}
+	}
+	r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: crashBatch, Parallel: parallel})
 	_, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
 	t.Fatalf("the child was not killed: %v", err)
 }

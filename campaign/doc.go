@@ -25,8 +25,20 @@
 // batch; the next round starts at the cursor again. A second writer of the
 // same batch (a leader that lost its lock without knowing) waits on the
 // campaign row's lock and then finds the cursor moved; and an id written
-// twice would write nothing (the notification's primary key). Nothing holds
+// twice fails its batch (the notification's primary key). Nothing holds
 // a transaction open for the whole campaign.
+//
+// On PostgreSQL the runner writes two batches at once (RunnerConfig.Parallel,
+// store.CampaignFanOutParams.Range): a batch's inserts keep one backend busy,
+// and two use the machine's second core. It reads the bounds of the next two
+// batches first (CampaignBatches); the first, where the cursor stands, locks
+// the campaign row at its start, the second writes its rows and then waits
+// for that lock, so it commits after the first and only if the first moved
+// the cursor to its start. One cursor still says how far the campaign went,
+// and a kill in either batch leaves nothing of the batches not committed
+// (TestFanOutSurvivesAKill). A million recipients took 9.8–11.8 s this way
+// against 12.3–12.5 s one batch after the other, and 10.1–12.2 s once the
+// notifications' insert lost its ON CONFLICT DO NOTHING (docs/campaigns.md).
 //
 // # States and counts
 //

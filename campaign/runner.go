@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/heraldhq/herald/limits"
@@ -17,6 +18,13 @@ type RunnerConfig struct {
 	// Batch is how many recipients one transaction fans out. Defaults to
 	// 10,000.
 	Batch int
+	// Parallel is how many batches of a campaign are written at once, each
+	// on its own connection (store.CampaignFanOutParams.Range): a batch's
+	// inserts keep one database backend busy, so on PostgreSQL two side by
+	// side use two cores. The cursor still moves batch by batch in seq
+	// order. Defaults to 1 (one batch after the other, as on SQLite, whose
+	// single writer would only take them in turn).
+	Parallel int
 	// Interval is how often the runner looks for RUNNING campaigns.
 	// Defaults to 1 second.
 	Interval time.Duration
@@ -46,6 +54,9 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
+	}
+	if cfg.Parallel < 1 {
+		cfg.Parallel = 1
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -106,15 +117,21 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 	tenant, id := c.Tenant, c.ID
 	total := 0
 	for ctx.Err() == nil && (r.cfg.IsLeader == nil || r.cfg.IsLeader()) {
-		limit := r.cfg.Quotas.LaneTake(tenant, c.Lane, r.cfg.Batch)
+		limit := r.cfg.Quotas.LaneTake(tenant, c.Lane, r.cfg.Parallel*r.cfg.Batch)
 		if limit == 0 {
 			break // paced: the rest in a later round
 		}
-		res, err := r.cfg.Store.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: tenant, ID: id, Limit: limit})
+		var res store.CampaignFanOutResult
+		var err error
+		if size := limit / r.cfg.Parallel; size > 0 && r.cfg.Parallel > 1 {
+			res, err = r.fanOutSideBySide(ctx, c, size)
+		} else {
+			res, err = r.cfg.Store.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: tenant, ID: id, Limit: limit})
+		}
+		total += res.Recipients // side by side, the batches before a failed one count
 		if err != nil {
 			return total, fmt.Errorf("fan out campaign %s: %w", id, err)
 		}
-		total += res.Recipients
 		if res.Done {
 			if res.Recipients > 0 || total > 0 {
 				r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "campaign: fan-out finished",
@@ -124,4 +141,52 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// fanOutSideBySide writes the campaign's next Parallel batches of size
+// recipients at once, each in its own transaction (Range), and returns
+// what they wrote together. Each commits after the one before it; when one
+// fails, those after it write nothing (store.ErrCampaignBehind) and the
+// first failure is returned: the next round starts again at the cursor. A
+// batch refused although the one before it was written (it took the
+// campaign's lock first: store.CampaignFanOutParams.Range) is not a
+// failure: the caller's next call writes it.
+// When no recipient is left, one batch after the cursor ends the campaign
+// DONE, as the one-by-one loop does.
+func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size int) (store.CampaignFanOutResult, error) {
+	ranges, err := r.cfg.Store.CampaignBatches(ctx, c.Tenant, c.ID, size, r.cfg.Parallel)
+	if err != nil {
+		return store.CampaignFanOutResult{}, fmt.Errorf("read batches: %w", err)
+	}
+	if len(ranges) == 0 {
+		return r.cfg.Store.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: c.Tenant, ID: c.ID, Limit: size})
+	}
+	results := make([]store.CampaignFanOutResult, len(ranges))
+	errs := make([]error, len(ranges))
+	var wg sync.WaitGroup
+	for i := range ranges {
+		wg.Go(func() {
+			results[i], errs[i] = r.cfg.Store.CampaignFanOut(ctx, store.CampaignFanOutParams{
+				Tenant: c.Tenant, ID: c.ID, Limit: size, Range: &ranges[i],
+			})
+		})
+	}
+	wg.Wait()
+	var sum store.CampaignFanOutResult
+	for i, res := range results {
+		if i > 0 && errs[i-1] == nil && errors.Is(errs[i], store.ErrCampaignBehind) {
+			// It took the campaign's lock before the batch before it had
+			// begun and wrote nothing; the next call writes it again.
+			return sum, nil
+		}
+		if errs[i] != nil {
+			return sum, errs[i] // those after it were refused
+		}
+		sum.Recipients += res.Recipients
+		sum.Notifications += res.Notifications
+		sum.Outbox += res.Outbox
+		sum.Done = sum.Done || res.Done
+		sum.Lane = res.Lane
+	}
+	return sum, nil
 }

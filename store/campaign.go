@@ -59,7 +59,40 @@ type Campaigns interface {
 	// moves its cursor and enqueued counter in the same one; once no
 	// recipient is left it ends the campaign DONE.
 	CampaignFanOut(ctx context.Context, p CampaignFanOutParams) (CampaignFanOutResult, error)
+	// CampaignBatches divides the recipients of a RUNNING campaign after
+	// its cursor into up to count ranges of size recipients each, in seq
+	// order, the last one ending at the campaign's last recipient: the
+	// bounds of batches the runner writes side by side
+	// (CampaignFanOutParams.Range). None when no recipient is left or the
+	// campaign is not RUNNING; ErrNotFound for no such campaign.
+	CampaignBatches(ctx context.Context, tenant, id string, size, count int) ([]CampaignRange, error)
 }
+
+// CampaignRange is a batch's recipients: seq in (After, Upto].
+type CampaignRange struct {
+	After, Upto int64
+}
+
+// CampaignRanges makes CampaignBatches' ranges from the cursor, the seqs
+// that end the full batches after it, and the last recipient read (nil:
+// none): one range per end, and a shorter last one up to last.
+func CampaignRanges(cursor int64, ends []int64, last *int64) []CampaignRange {
+	var out []CampaignRange
+	for _, e := range ends {
+		out = append(out, CampaignRange{After: cursor, Upto: e})
+		cursor = e
+	}
+	if last != nil && *last > cursor {
+		out = append(out, CampaignRange{After: cursor, Upto: *last})
+	}
+	return out
+}
+
+// ErrCampaignBehind is a ranged batch's refusal (CampaignFanOutParams.Range)
+// when the campaign's cursor does not stand at the range's start once the
+// batch before it has ended: that batch failed, or the campaign was fanned
+// out past the range meanwhile. The batch wrote nothing.
+var ErrCampaignBehind = errors.New("store: the campaign's cursor is not at the batch's start")
 
 // ErrCampaignState is returned for a write the campaign's state refuses.
 var ErrCampaignState = errors.New("store: the campaign's state does not allow this")
@@ -191,6 +224,17 @@ type CampaignFanOutParams struct {
 	ID     string
 	// Limit is how many recipients the batch takes; at least 1.
 	Limit int
+	// Range, when set, is the batch's recipients instead of the Limit
+	// after the cursor: bounds the runner read beforehand
+	// (CampaignBatches), so that it can write a batch while the one before
+	// it is still being written. The batch writes its recipients, then
+	// moves the cursor from Range.After to Range.Upto, after the batch
+	// before it has committed (on PostgreSQL it waits for it: the
+	// campaign row's lock); if the cursor is not at Range.After then, it
+	// writes nothing and returns ErrCampaignBehind. So the cursor still
+	// moves in seq order only, and every recipient up to it has its
+	// notification.
+	Range *CampaignRange
 	// BeforeCommit, when set (tests), runs inside the batch's transaction
 	// after its writes; an error rolls the whole batch back, as a crash
 	// there would.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
@@ -44,11 +45,10 @@ WHERE cr.campaign_id = ?1 AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE 
 	qCampaignBatch = `SELECT count(*), coalesce(max(seq), ?2) FROM (
     SELECT seq FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3)`
 	// qCampaignNotifications writes the batch's notifications (seq in
-	// (?2, ?3]); an id that exists writes nothing.
+	// (?2, ?3]); an id that exists fails the batch, as on PostgreSQL.
 	qCampaignNotifications = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, send_at, created_at, campaign_id)
 SELECT notification_id, ?4, recipient, ?1, ?5, ?6, coalesce(params, ?7), ?8, ?9, ?1
-FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq
-ON CONFLICT DO NOTHING`
+FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq`
 	// qCampaignOutbox writes their outbox rows as intake does (insertPlanned):
 	// one per channel of ?7 (a JSON array of [channel, step]), per active
 	// device for push, a chain's first step PENDING and the later ones
@@ -63,6 +63,19 @@ LEFT JOIN devices dv ON json_extract(c.value, '$[0]') = 'push' AND dv.tenant = ?
 WHERE r.campaign_id = ?1 AND r.seq > ?2 AND r.seq <= ?3
 ORDER BY r.seq, c.key, dv.device_id
 ON CONFLICT DO NOTHING`
+	// qCampaignBatches: PostgreSQL's, on the single writer's snapshot.
+	// ?1 tenant, ?2 id, ?3 size, ?4 count.
+	qCampaignBatches = `SELECT c.state, c.fanout_seq,
+       (SELECT json_group_array(x.seq) FROM (
+            SELECT seq, row_number() OVER (ORDER BY seq) AS rn FROM campaign_recipients
+            WHERE campaign_id = c.id AND seq > c.fanout_seq ORDER BY seq LIMIT ?3 * ?4) x WHERE x.rn % ?3 = 0),
+       (SELECT max(seq) FROM (SELECT seq FROM campaign_recipients WHERE campaign_id = c.id AND seq > c.fanout_seq
+                              ORDER BY seq LIMIT ?3 * ?4))
+FROM campaigns c WHERE c.tenant = ?1 AND c.id = ?2`
+	// qCampaignRangeCount counts a ranged batch's recipients, seq in (?2, ?3].
+	qCampaignRangeCount = `SELECT count(*) FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3`
+	// qCampaignLeft: whether any recipient follows ?2.
+	qCampaignLeft    = `SELECT EXISTS (SELECT 1 FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2)`
 	qCampaignAdvance = `UPDATE campaigns SET fanout_seq = ?2, enqueued = enqueued + ?3,
     state = CASE WHEN ?4 THEN 'DONE' ELSE state END, ended_at = CASE WHEN ?4 THEN ?5 ELSE ended_at END
 WHERE id = ?1`
@@ -346,7 +359,17 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 			return nil
 		}
 		var last int64
-		if err := tx.QueryRow(qCampaignBatch, p.ID, cursor, p.Limit).Scan(&res.Recipients, &last); err != nil {
+		if p.Range != nil {
+			// A ranged batch: on the single writer the batch before it
+			// has committed or failed by now.
+			if cursor != p.Range.After {
+				return store.ErrCampaignBehind
+			}
+			if err := tx.QueryRow(qCampaignRangeCount, p.ID, cursor, p.Range.Upto).Scan(&res.Recipients); err != nil {
+				return fmt.Errorf("bound batch: %w", err)
+			}
+			last = p.Range.Upto
+		} else if err := tx.QueryRow(qCampaignBatch, p.ID, cursor, p.Limit).Scan(&res.Recipients, &last); err != nil {
 			return fmt.Errorf("bound batch: %w", err)
 		}
 		now := s.now()
@@ -367,7 +390,15 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 			n, _ = r.RowsAffected()
 			res.Outbox = int(n)
 		}
-		res.Done = res.Recipients < p.Limit
+		if p.Range != nil {
+			var left bool
+			if err := tx.QueryRow(qCampaignLeft, p.ID, last).Scan(&left); err != nil {
+				return fmt.Errorf("read what is left: %w", err)
+			}
+			res.Done = !left
+		} else {
+			res.Done = res.Recipients < p.Limit
+		}
 		if _, err := tx.Exec(qCampaignAdvance, p.ID, last, res.Recipients, res.Done, now); err != nil {
 			return fmt.Errorf("advance cursor: %w", err)
 		}
@@ -383,6 +414,34 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 		s.wakeups.Notify(res.Lane)
 	}
 	return res, nil
+}
+
+// CampaignBatches reads the bounds of the next count batches
+// (qCampaignBatches).
+func (s *Store) CampaignBatches(ctx context.Context, tenant, id string, size, count int) ([]store.CampaignRange, error) {
+	var state, endsJSON string
+	var cursor int64
+	var last sql.NullInt64
+	err := s.queryRow(ctx, qCampaignBatches, tenant, id, size, count).Scan(&state, &cursor, &endsJSON, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read campaign batches: %w", err)
+	}
+	if state != store.CampaignRunning {
+		return nil, nil
+	}
+	var ends []int64
+	if err := json.Unmarshal([]byte(endsJSON), &ends); err != nil {
+		return nil, fmt.Errorf("read campaign batches: %w", err)
+	}
+	slices.Sort(ends) // json_group_array keeps no promised order
+	var lastp *int64
+	if last.Valid {
+		lastp = &last.Int64
+	}
+	return store.CampaignRanges(cursor, ends, lastp), nil
 }
 
 // CampaignCancel ends a campaign CANCELLED and its sends that have not

@@ -325,6 +325,108 @@ func testCampaigns(t *testing.T, h Harness) {
 		}
 	})
 
+	// Batches written side by side (Range) still move the cursor in seq
+	// order: a batch whose predecessor has not committed, failed or was
+	// overtaken writes nothing; the campaign ends DONE with one
+	// notification per recipient.
+	t.Run("RangedBatchesCommitOnlyInSeqOrder", func(t *testing.T) {
+		t.Parallel()
+		if h.Query == nil {
+			t.Skip("needs Harness.Query")
+		}
+		b := setupCampaigns(t, h)
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 11) }, nil)
+		if rs, err := b.c.CampaignBatches(b.ctx, "t1", p.ID, 3, 2); err != nil || len(rs) != 0 {
+			t.Fatalf("batches of a DRAFT campaign = %v, %v; want none", rs, err)
+		}
+		if _, err := b.c.CampaignBatches(b.ctx, "t1", "cmp_none", 3, 2); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("batches of no campaign: %v; want ErrNotFound", err)
+		}
+		startCampaign(t, b, p.ID)
+		batches := func(size, count int) []store.CampaignRange {
+			t.Helper()
+			rs, err := b.c.CampaignBatches(b.ctx, "t1", p.ID, size, count)
+			if err != nil {
+				t.Fatalf("CampaignBatches: %v", err)
+			}
+			return rs
+		}
+		ranged := func(r store.CampaignRange, hook func() error) (store.CampaignFanOutResult, error) {
+			return b.c.CampaignFanOut(b.ctx, store.CampaignFanOutParams{Tenant: "t1", ID: p.ID, Limit: 3, Range: &r, BeforeCommit: hook})
+		}
+		rs := batches(3, 2)
+		if len(rs) != 2 || rs[0].Upto != rs[1].After || rs[0].After >= rs[0].Upto || rs[1].After >= rs[1].Upto {
+			t.Fatalf("batches = %v; want two that follow each other", rs)
+		}
+		// The second before the first: refused, nothing written.
+		if _, err := ranged(rs[1], nil); !errors.Is(err, store.ErrCampaignBehind) {
+			t.Fatalf("the second batch first: %v; want ErrCampaignBehind", err)
+		}
+		if got := campaignNotifications(t, h, b, p.ID); len(got) != 0 {
+			t.Fatalf("a refused batch wrote %v", got)
+		}
+		// The first fails with the second started beside it (it waits for
+		// the first's end, or runs after it): both write nothing.
+		crash := errors.New("crash")
+		second := make(chan error, 1)
+		if _, err := ranged(rs[0], func() error {
+			go func() { _, err := ranged(rs[1], nil); second <- err }()
+			return crash
+		}); !errors.Is(err, crash) {
+			t.Fatalf("the first batch with a failing commit: %v; want the crash", err)
+		}
+		if err := <-second; !errors.Is(err, store.ErrCampaignBehind) {
+			t.Fatalf("the second batch beside a failed first: %v; want ErrCampaignBehind", err)
+		}
+		if c := getCampaign(t, b, p.ID); c.Enqueued != 0 || len(campaignNotifications(t, h, b, p.ID)) != 0 {
+			t.Fatalf("after a failed first batch: %+v, notifications %v; want nothing", c, campaignNotifications(t, h, b, p.ID))
+		}
+		// The first commits with the second beside it: both are written.
+		if res, err := ranged(rs[0], func() error {
+			go func() {
+				res, err := ranged(rs[1], nil)
+				second <- errors.Join(err, check(res.Recipients == 3 && !res.Done, "second %+v", res))
+			}()
+			return nil
+		}); err != nil || res.Recipients != 3 || res.Notifications != 3 || res.Outbox != 3 || res.Done {
+			t.Fatalf("the first batch = %+v, %v; want 3 recipients written, not done", res, err)
+		}
+		if err := <-second; err != nil {
+			t.Fatalf("the second batch beside the first: %v", err)
+		}
+		if c := getCampaign(t, b, p.ID); c.Enqueued != 6 || c.State != store.CampaignRunning {
+			t.Fatalf("after two batches: %+v; want 6 enqueued, RUNNING", c)
+		}
+		// Written already: refused.
+		if _, err := ranged(rs[0], nil); !errors.Is(err, store.ErrCampaignBehind) {
+			t.Fatalf("a batch written already: %v; want ErrCampaignBehind", err)
+		}
+		// The rest: one full batch and a shorter last one, which ends the
+		// campaign DONE; then no batch is left.
+		rest := batches(3, 4)
+		if len(rest) != 2 || rest[0].After != rs[1].Upto || rest[1].After != rest[0].Upto {
+			t.Fatalf("the rest's batches = %v; want two after %d", rest, rs[1].Upto)
+		}
+		if res, err := ranged(rest[0], nil); err != nil || res.Recipients != 3 || res.Done {
+			t.Fatalf("the third batch = %+v, %v; want 3, not done", res, err)
+		}
+		if res, err := ranged(rest[1], nil); err != nil || res.Recipients != 2 || !res.Done {
+			t.Fatalf("the last batch = %+v, %v; want 2, done", res, err)
+		}
+		if left := batches(3, 2); len(left) != 0 {
+			t.Fatalf("batches of a DONE campaign: %v; want none", left)
+		}
+		got := campaignNotifications(t, h, b, p.ID)
+		for i := 1; i <= 11; i++ {
+			if got[fmt.Sprintf("r%d", i)] != 1 {
+				t.Fatalf("notifications per recipient %v; want exactly one each of r1..r11", got)
+			}
+		}
+		if c := getCampaign(t, b, p.ID); c.Enqueued != 11 || c.State != store.CampaignDone || c.EndedAt == nil {
+			t.Fatalf("after the ranged batches: %+v; want DONE, enqueued 11", c)
+		}
+	})
+
 	t.Run("PushDevicesAndFallbackStepsAsIntakeWritesThem", func(t *testing.T) {
 		t.Parallel()
 		b := setupCampaigns(t, h)
@@ -457,6 +559,14 @@ func testCampaigns(t *testing.T, h Harness) {
 			t.Fatalf("counts = %+v; want 2 suppressed", c.Counts)
 		}
 	})
+}
+
+// check is nil when ok, else an error of format and args.
+func check(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf(format, args...)
 }
 
 func sum(xs []int) int {
