@@ -10,6 +10,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,11 +109,17 @@ func BenchmarkRelayDrain(b *testing.B) {
 // herald on PostgreSQL with the rabbitmq transport and a 0 ms simulated
 // provider (HERALD_BENCH_PROVIDER_MS sets another); timed from the first
 // POST until the last delivery is recorded, with the CPU per notification
-// of each process (cpuSplit).
+// of each process (cpuSplit). HERALD_BENCH_PUBLISH_WINDOW sets the
+// relays' publish window, as for BenchmarkFairnessRabbitMQ.
 func BenchmarkEndToEndRabbitMQ(b *testing.B) {
 	db := testpg.Database(b)
 	mq := testmq.VHost(b)
-	cfg := benchConfig(b, db, func(c *config.Config) { c.Transport, c.RabbitMQURL = "rabbitmq", mq })
+	cfg := benchConfig(b, db, func(c *config.Config) {
+		c.Transport, c.RabbitMQURL = "rabbitmq", mq
+		if w, err := strconv.Atoi(os.Getenv("HERALD_BENCH_PUBLISH_WINDOW")); err == nil {
+			c.RabbitMQ.PublishWindow = w
+		}
+	})
 	e := &env{sim: sim.New(sim.Config{Keep: 10, Latency: providerDelay()})}
 	e.bases = []string{startApp(b, cfg, e)}
 	cpu := startCPUSplit(b, db, mq)
