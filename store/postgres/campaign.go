@@ -28,7 +28,11 @@ VALUES ($1::text, $2::text, $3::text, $4::text, $5::text[], $6::integer[], $7::j
 ON CONFLICT (tenant, idempotency_key) DO NOTHING
 RETURNING id`
 	qCampaignByKey = `SELECT id, request_hash FROM campaigns WHERE tenant = $1::text AND idempotency_key = $2::text`
-	qCampaignLock  = `SELECT state, fanout_seq FROM campaigns WHERE tenant = $1::text AND id = $2::text FOR UPDATE`
+	// The statements that name one campaign find it by its id alone
+	// (tenant || '' only checks the tenant): on the tenant, a plan made
+	// while the table was empty took campaigns_key, the tenant's
+	// idempotency keys, and filtered every campaign of the tenant by id.
+	qCampaignLock = `SELECT state, fanout_seq FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text FOR UPDATE`
 
 	// qCampaignRecipientsAdd adds a page ($2 recipients, $3 notification
 	// ids, $4 params, NULL for the campaign's) in the page's order, counts
@@ -47,12 +51,12 @@ u AS (UPDATE campaigns SET total = total + (SELECT count(*) FROM i) WHERE id = $
 SELECT (SELECT count(*) FROM i), (SELECT total FROM u)`
 
 	qCampaignStart = `UPDATE campaigns SET state = 'RUNNING', started_at = coalesce($3::timestamptz, now())
-WHERE tenant = $1::text AND id = $2::text AND state = 'DRAFT'`
+WHERE id = $2::text AND tenant || '' = $1::text AND state = 'DRAFT'`
 
 	qCampaignAnalyze = `ANALYZE campaign_recipients`
 
 	qCampaignGet = `SELECT id, tenant, kind, lane, state, params::text, total, enqueued, send_at, created_at, started_at, ended_at
-FROM campaigns WHERE tenant = $1::text AND id = $2::text`
+FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text`
 
 	// qCampaignCounts counts a campaign's sends by outcome
 	// (store.CampaignCounts): its recipients' notification ids through
@@ -72,7 +76,7 @@ WHERE cr.campaign_id = $1::text AND cr.seq <= (SELECT fanout_seq FROM campaigns 
 	qCampaignsRunning = `SELECT tenant, id, lane FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT $1`
 
 	qCampaignFanOutHead = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq
-FROM campaigns WHERE tenant = $1::text AND id = $2::text FOR UPDATE`
+FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text FOR UPDATE`
 
 	// qCampaignFanOut writes the notifications and outbox rows of the next
 	// $3 recipients after the cursor $2, as intake's statement writes one
@@ -120,7 +124,7 @@ SELECT (SELECT count(*) FROM r), coalesce((SELECT max(seq) FROM r), $2::bigint),
 	// (campaignFanOutRange), so it is written while the batch before it
 	// still holds the lock.
 	qCampaignFanOutPeek = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq
-FROM campaigns WHERE tenant = $1::text AND id = $2::text`
+FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text`
 
 	// qCampaignAdvanceTo moves a ranged batch's cursor to $2, once
 	// qCampaignLock found it at the batch's start, and ends the campaign
@@ -142,7 +146,7 @@ LEFT JOIN LATERAL (
     FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn FROM campaign_recipients
           WHERE campaign_id = c.id AND seq > c.fanout_seq ORDER BY seq LIMIT $3::bigint * $4::bigint) x
 ) b ON true
-WHERE c.tenant = $1::text AND c.id = $2::text`
+WHERE c.id = $2::text AND c.tenant || '' = $1::text`
 
 	// $1 id, $2 new cursor, $3 recipients taken, $4 done, $5 now.
 	qCampaignAdvance = `UPDATE campaigns SET fanout_seq = $2::bigint, enqueued = enqueued + $3::bigint,
