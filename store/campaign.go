@@ -22,8 +22,8 @@ import (
 // notification) in the transaction that wrote them, so a batch that fails
 // or a process that dies mid-batch leaves nothing of it, and the next
 // batch starts where the last committed one ended. The notification's
-// primary key is the last guard: a write of an id that exists adds
-// nothing.
+// primary key is the last guard: a write of an id that exists fails its
+// batch.
 type Campaigns interface {
 	// CampaignCreate writes a DRAFT campaign with its first recipients, or
 	// reports the campaign an earlier create with the same idempotency key
