@@ -75,8 +75,13 @@ WHERE cr.campaign_id = $1::text AND cr.seq <= (SELECT fanout_seq FROM campaigns 
 
 	qCampaignsRunning = `SELECT tenant, id, lane FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT $1`
 
-	qCampaignFanOutHead = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq
-FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text FOR UPDATE`
+	// qCampaignFanOutHead reads what a batch needs of its campaign and
+	// locks its row; qCampaignFanOutPeek reads it without the lock: a
+	// ranged batch takes the lock later (fanOutRange), so it is written
+	// while the batch before it still holds the lock.
+	qCampaignFanOutHead = qCampaignFanOutPeek + ` FOR UPDATE`
+	qCampaignFanOutPeek = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq
+FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text`
 
 	// qCampaignFanOut writes the notifications and outbox rows of the next
 	// $3 recipients after the cursor $2, as intake's statement writes one
@@ -118,13 +123,6 @@ o AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM r), coalesce((SELECT max(seq) FROM r), $2::bigint), (SELECT count(*) FROM n), (SELECT count(*) FROM o)`
-
-	// qCampaignFanOutPeek is qCampaignFanOutHead without the lock: a
-	// ranged batch takes the campaign row's lock only at its end
-	// (campaignFanOutRange), so it is written while the batch before it
-	// still holds the lock.
-	qCampaignFanOutPeek = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq
-FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text`
 
 	// qCampaignAdvanceTo moves a ranged batch's cursor to $2, once
 	// qCampaignLock found it at the batch's start, and ends the campaign
@@ -419,132 +417,48 @@ func (s *Store) CampaignsRunning(ctx context.Context, limit int) ([]store.Campai
 	return refs, nil
 }
 
-// CampaignFanOut writes one batch (qCampaignFanOut) and moves the cursor
-// in one transaction.
+// CampaignFanOut writes one batch and moves the cursor in one
+// transaction: the next p.Limit recipients after the cursor
+// (qCampaignFanOut), the campaign row locked from the start, or a ranged
+// batch (fanOutRange).
 func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
-	if p.Range != nil {
-		return s.campaignFanOutRange(ctx, p)
-	}
 	var res store.CampaignFanOutResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res = store.CampaignFanOutResult{}
-		var kind, lane, state, params string
-		var channels []string
-		var steps []int32
-		var sendAt *time.Time
-		var cursor int64
-		err := tx.QueryRow(ctx, qCampaignFanOutHead, p.Tenant, p.ID).Scan(&kind, &lane, &channels, &steps, &params, &sendAt, &state, &cursor)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return store.ErrNotFound
+		q := qCampaignFanOutHead
+		if p.Range != nil {
+			q = qCampaignFanOutPeek
 		}
-		if err != nil {
-			return fmt.Errorf("lock campaign: %w", err)
-		}
-		res.Lane = heraldtype.Lane(lane)
-		if state != store.CampaignRunning {
-			res.Done = true
-			return nil
-		}
-		now := s.now()
-		var last int64
-		err = tx.QueryRow(ctx, qCampaignFanOut, p.ID, cursor, p.Limit, p.Tenant, kind, lane, params, sendAt, now, channels, steps).
-			Scan(&res.Recipients, &last, &res.Notifications, &res.Outbox)
-		if err != nil {
-			return fmt.Errorf("write batch: %w", err)
-		}
-		res.Done = res.Recipients < p.Limit
-		if _, err := tx.Exec(ctx, qCampaignAdvance, p.ID, last, res.Recipients, res.Done, now); err != nil {
-			return fmt.Errorf("advance cursor: %w", err)
-		}
-		if p.BeforeCommit != nil {
-			return p.BeforeCommit()
-		}
-		return nil
-	})
-	if err != nil {
-		return store.CampaignFanOutResult{}, s.campaignFail("fan out campaign", err)
-	}
-	if res.Outbox > 0 {
-		s.wakeups.Notify(res.Lane)
-		s.notify.committed(res.Lane)
-	}
-	return res, nil
-}
-
-// campaignFanOutRange writes a ranged batch (qCampaignFanOutRange) and
-// moves the cursor from its start (qCampaignAdvanceFrom), in one
-// transaction that takes the campaign row's lock only at that last step.
-func (s *Store) campaignFanOutRange(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
-	var res store.CampaignFanOutResult
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		res = store.CampaignFanOutResult{}
-		var kind, lane, state, params string
-		var channels []string
-		var steps []int32
-		var sendAt *time.Time
-		var cursor int64
-		err := tx.QueryRow(ctx, qCampaignFanOutPeek, p.Tenant, p.ID).Scan(&kind, &lane, &channels, &steps, &params, &sendAt, &state, &cursor)
+		var h fanOutHead
+		err := tx.QueryRow(ctx, q, p.Tenant, p.ID).Scan(&h.kind, &h.lane, &h.channels, &h.steps, &h.params, &h.sendAt, &h.state, &h.cursor)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrNotFound
 		}
 		if err != nil {
 			return fmt.Errorf("read campaign: %w", err)
 		}
-		res.Lane = heraldtype.Lane(lane)
-		switch {
-		case state != store.CampaignRunning:
+		res.Lane = heraldtype.Lane(h.lane)
+		if h.state != store.CampaignRunning {
 			res.Done = true
 			return nil
-		case cursor > p.Range.After:
-			return store.ErrCampaignBehind // written already
-		}
-		// The campaign row's lock orders the batches. The batch the cursor
-		// stands at takes it now and holds it to its commit; a batch after
-		// it takes it once its own rows are written, so it waits there for
-		// the one before it to end and then reads the cursor that one
-		// left. (An UPDATE … WHERE fanout_seq = start would not wait: the
-		// version it sees before the wait does not match, so it skips the
-		// row.) Were a later batch to take the lock before the one before
-		// it (which had not yet begun: only two side by side, as the
-		// runner writes them, make that rare), it finds the cursor short
-		// of its start and writes nothing.
-		lock := func() error {
-			state, cursor, err := lockCampaign(ctx, tx, p.Tenant, p.ID)
-			switch {
-			case err != nil:
-				return err
-			case state != store.CampaignRunning:
-				return errCampaignStopped
-			case cursor != p.Range.After:
-				return store.ErrCampaignBehind
-			}
-			return nil
-		}
-		head := cursor == p.Range.After
-		if head {
-			if err := lock(); err != nil {
-				return err
-			}
 		}
 		now := s.now()
-		var last int64
-		err = tx.QueryRow(ctx, qCampaignFanOutRange, p.ID, p.Range.After, p.Range.Upto, p.Tenant, kind, lane, params, sendAt, now, channels, steps).
-			Scan(&res.Recipients, &last, &res.Notifications, &res.Outbox)
-		if err != nil {
-			return fmt.Errorf("write batch: %w", err)
-		}
-		if !head {
-			if err := lock(); err != nil {
+		if p.Range != nil {
+			err = fanOutRange(ctx, tx, p, h, now, &res)
+		} else {
+			var last int64
+			if last, err = h.write(ctx, tx, qCampaignFanOut, p, h.cursor, p.Limit, now, &res); err != nil {
 				return err
 			}
+			res.Done = res.Recipients < p.Limit
+			if _, err = tx.Exec(ctx, qCampaignAdvance, p.ID, last, res.Recipients, res.Done, now); err != nil {
+				err = fmt.Errorf("advance cursor: %w", err)
+			}
 		}
-		if err := tx.QueryRow(ctx, qCampaignAdvanceTo, p.ID, p.Range.Upto, res.Recipients, now).Scan(&res.Done); err != nil {
-			return fmt.Errorf("advance cursor: %w", err)
+		if err == nil && p.BeforeCommit != nil {
+			err = p.BeforeCommit()
 		}
-		if p.BeforeCommit != nil {
-			return p.BeforeCommit()
-		}
-		return nil
+		return err
 	})
 	if errors.Is(err, errCampaignStopped) {
 		// Cancelled (or ended) while the batch was written: it wrote nothing.
@@ -558,6 +472,77 @@ func (s *Store) campaignFanOutRange(ctx context.Context, p store.CampaignFanOutP
 		s.notify.committed(res.Lane)
 	}
 	return res, nil
+}
+
+// fanOutHead is what a batch reads of its campaign (qCampaignFanOutPeek).
+type fanOutHead struct {
+	kind, lane, state, params string
+	channels                  []string
+	steps                     []int32
+	sendAt                    *time.Time
+	cursor                    int64
+}
+
+// write runs q, qCampaignFanOut (bound: the limit) or qCampaignFanOutRange
+// (bound: the range's end), for the recipients after after, counts what it
+// wrote into res and returns the last recipient's seq.
+func (h fanOutHead) write(ctx context.Context, tx pgx.Tx, q string, p store.CampaignFanOutParams, after int64, bound any, now any,
+	res *store.CampaignFanOutResult) (int64, error) {
+	var last int64
+	err := tx.QueryRow(ctx, q, p.ID, after, bound, p.Tenant, h.kind, h.lane, h.params, h.sendAt, now, h.channels, h.steps).
+		Scan(&res.Recipients, &last, &res.Notifications, &res.Outbox)
+	if err != nil {
+		return 0, fmt.Errorf("write batch: %w", err)
+	}
+	return last, nil
+}
+
+// fanOutRange writes a ranged batch (qCampaignFanOutRange) and moves the
+// cursor from its start to its end (qCampaignAdvanceTo).
+//
+// The campaign row's lock orders the batches. The batch the cursor stands
+// at takes it before its writes and holds it to its commit; a batch after
+// it takes it once its own rows are written, so it waits there for the one
+// before it to end and then reads the cursor that one left. (An UPDATE …
+// WHERE fanout_seq = start would not wait: the version it sees before the
+// wait does not match, so it skips the row.) Were a later batch to take
+// the lock before the one before it (which had not yet begun: only two
+// side by side, as the runner writes them, make that rare), it finds the
+// cursor short of its start and writes nothing.
+func fanOutRange(ctx context.Context, tx pgx.Tx, p store.CampaignFanOutParams, h fanOutHead, now any, res *store.CampaignFanOutResult) error {
+	if h.cursor > p.Range.After {
+		return store.ErrCampaignBehind // written already
+	}
+	lock := func() error {
+		state, cursor, err := lockCampaign(ctx, tx, p.Tenant, p.ID)
+		switch {
+		case err != nil:
+			return err
+		case state != store.CampaignRunning:
+			return errCampaignStopped
+		case cursor != p.Range.After:
+			return store.ErrCampaignBehind
+		}
+		return nil
+	}
+	first := h.cursor == p.Range.After
+	if first {
+		if err := lock(); err != nil {
+			return err
+		}
+	}
+	if _, err := h.write(ctx, tx, qCampaignFanOutRange, p, p.Range.After, p.Range.Upto, now, res); err != nil {
+		return err
+	}
+	if !first {
+		if err := lock(); err != nil {
+			return err
+		}
+	}
+	if err := tx.QueryRow(ctx, qCampaignAdvanceTo, p.ID, p.Range.Upto, res.Recipients, now).Scan(&res.Done); err != nil {
+		return fmt.Errorf("advance cursor: %w", err)
+	}
+	return nil
 }
 
 // errCampaignStopped rolls back a ranged batch whose campaign is no longer
