@@ -112,9 +112,15 @@ func (b bundle) claimer(lane heraldtype.Lane, out store.Outbox, snd dispatch.Sen
 
 func (b bundle) notify(t *testing.T, kind string, lane heraldtype.Lane) string {
 	t.Helper()
+	return b.notifyAs(t, "t1", kind, lane)
+}
+
+// notifyAs creates a notification of tenant's to r1 on the webhook.
+func (b bundle) notifyAs(t *testing.T, tenant, kind string, lane heraldtype.Lane) string {
+	t.Helper()
 	id := ids.New("ntf", b.clk.Now())
 	_, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
-		Tenant: "t1", ID: id, Recipient: "r1", EventID: id, Kind: kind, Lane: lane,
+		Tenant: tenant, ID: id, Recipient: "r1", EventID: id, Kind: kind, Lane: lane,
 		Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
 	})
 	if err != nil {
@@ -131,7 +137,13 @@ func run(t *testing.T, c *dispatch.Claimer) (stop func()) {
 
 func (b bundle) entry(t *testing.T, id string) store.DeliveryView {
 	t.Helper()
-	v, err := b.store.NotificationGet(b.ctx, "t1", id)
+	return b.entryOf(t, "t1", id)
+}
+
+// entryOf reads the first planned send of tenant's notification id.
+func (b bundle) entryOf(t *testing.T, tenant, id string) store.DeliveryView {
+	t.Helper()
+	v, err := b.store.NotificationGet(b.ctx, tenant, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,25 +490,8 @@ func TestATenantLeavesTheReservedSlotsToTheOthers(t *testing.T) {
 			}
 			return provider.Outcome{}
 		})
-		post := func(tenant string) string {
-			t.Helper()
-			id := ids.New("ntf", b.clk.Now())
-			if _, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
-				Tenant: tenant, ID: id, Recipient: "r1", EventID: id, Kind: "pay", Lane: heraldtype.LaneTransactional,
-				Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
-			}); err != nil {
-				t.Fatal(err)
-			}
-			return id
-		}
-		state := func(tenant, id string) heraldtype.OutboxState {
-			t.Helper()
-			v, err := b.store.NotificationGet(b.ctx, tenant, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v.Deliveries[0].OutboxState
-		}
+		post := func(tenant string) string { return b.notifyAs(t, tenant, "pay", heraldtype.LaneTransactional) }
+		state := func(tenant, id string) heraldtype.OutboxState { return b.entryOf(t, tenant, id).OutboxState }
 		var idsA []string
 		for range 10 {
 			idsA = append(idsA, post("tenant-a"))

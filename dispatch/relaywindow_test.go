@@ -3,7 +3,6 @@ package dispatch_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
-	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store"
 )
@@ -67,16 +65,7 @@ func TestRelayPublishWindowKeepsTheBacklogInTheOutbox(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b bundle) {
 		const window = 10
-		notify := func(tenant string) string {
-			id := ids.New("ntf", b.clk.Now())
-			if _, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
-				Tenant: tenant, ID: id, Recipient: "r1", EventID: id, Kind: "pay", Lane: heraldtype.LaneTransactional,
-				Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
-			}); err != nil {
-				t.Fatal(err)
-			}
-			return id
-		}
+		notify := func(tenant string) string { return b.notifyAs(t, tenant, "pay", heraldtype.LaneTransactional) }
 		for range 200 {
 			notify("big")
 		}

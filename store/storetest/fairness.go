@@ -116,12 +116,7 @@ func testFairness(t *testing.T, h Harness) {
 		}
 		skipA := func(limit int) []store.Claimed {
 			t.Helper()
-			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: limit,
-				Lease: time.Minute, Skip: "tenant-a"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return rows
+			return claimSkipping(t, b, heraldtype.LaneTransactional, limit, "tenant-a")
 		}
 		if got := skipA(10); len(got) != 0 {
 			t.Fatalf("A alone, skipped: %v, want nothing", tenantsOf(got))

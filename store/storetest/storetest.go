@@ -117,7 +117,13 @@ func create(t *testing.T, b bundle, mutate func(p *store.NotificationCreateParam
 
 func claim(t *testing.T, b bundle, lane heraldtype.Lane, limit int) []store.Claimed {
 	t.Helper()
-	rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: lane, Owner: "w1", Limit: limit, Lease: time.Minute})
+	return claimSkipping(t, b, lane, limit, "")
+}
+
+// claimSkipping is claim leaving tenant skip's rows (OutboxClaimParams.Skip).
+func claimSkipping(t *testing.T, b bundle, lane heraldtype.Lane, limit int, skip string) []store.Claimed {
+	t.Helper()
+	rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: lane, Owner: "w1", Limit: limit, Lease: time.Minute, Skip: skip})
 	if err != nil {
 		t.Fatalf("OutboxClaim: %v", err)
 	}
