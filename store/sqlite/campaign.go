@@ -63,15 +63,16 @@ LEFT JOIN devices dv ON json_extract(c.value, '$[0]') = 'push' AND dv.tenant = ?
 WHERE r.campaign_id = ?1 AND r.seq > ?2 AND r.seq <= ?3
 ORDER BY r.seq, c.key, dv.device_id
 ON CONFLICT DO NOTHING`
-	// qCampaignBatches: PostgreSQL's, on the single writer's snapshot.
+	// qCampaignBatches: PostgreSQL's, the recipients read once for both
+	// the ends and the last.
 	// ?1 tenant, ?2 id, ?3 size, ?4 count.
-	qCampaignBatches = `SELECT c.state, c.fanout_seq,
-       (SELECT json_group_array(x.seq) FROM (
-            SELECT seq, row_number() OVER (ORDER BY seq) AS rn FROM campaign_recipients
-            WHERE campaign_id = c.id AND seq > c.fanout_seq ORDER BY seq LIMIT ?3 * ?4) x WHERE x.rn % ?3 = 0),
-       (SELECT max(seq) FROM (SELECT seq FROM campaign_recipients WHERE campaign_id = c.id AND seq > c.fanout_seq
-                              ORDER BY seq LIMIT ?3 * ?4))
-FROM campaigns c WHERE c.tenant = ?1 AND c.id = ?2`
+	qCampaignBatches = `SELECT c.state, c.fanout_seq, b.ends, b.last
+FROM campaigns c, (
+    SELECT json_group_array(x.seq) FILTER (WHERE x.rn % ?3 = 0) AS ends, max(x.seq) AS last
+    FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn FROM campaign_recipients
+          WHERE campaign_id = ?2 AND seq > (SELECT fanout_seq FROM campaigns WHERE id = ?2) ORDER BY seq LIMIT ?3 * ?4) x
+) b
+WHERE c.tenant = ?1 AND c.id = ?2`
 	// qCampaignRangeCount counts a ranged batch's recipients, seq in (?2, ?3].
 	qCampaignRangeCount = `SELECT count(*) FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3`
 	// qCampaignLeft: whether any recipient follows ?2.
