@@ -332,7 +332,8 @@ func (a *App) Run(ctx context.Context) error {
 		for _, lane := range heraldtype.Lanes {
 			c := dispatch.NewClaimer(dispatch.ClaimerConfig{
 				Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Sender: a.sender, Owner: a.owner,
-				Concurrency: a.cfg.LaneConcurrency(lane), Reserve: a.cfg.LaneReserve(lane), Lease: a.cfg.Lease.D(), PollInterval: a.cfg.PollInterval.D(),
+				Concurrency: a.cfg.LaneConcurrency(lane), Reserve: a.cfg.LaneReserve(lane), Gather: a.cfg.LaneConcurrency(lane) / 2,
+				Lease: a.cfg.Lease.D(), PollInterval: a.cfg.PollInterval.D(),
 				MaxAttempts: a.cfg.DispatchMaxAttempts, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
 				Gate: a.dispatchGate(),
 			})

@@ -11,6 +11,14 @@
 // case it writes nothing after the claim at all: it hands the sender the
 // row's fence with the job, and the sender's result write settles the row
 // in the same statement; the Claimer settles only what that did not.
+//
+// A Claimer claims as soon as a slot is free, except while its lane has a
+// backlog (the claim before came back full): then it waits for Gather
+// slots, at most GatherWait, or for a wake-up. A claim's cost is mostly
+// per statement, and sends that end one by one otherwise make claims of a
+// few rows each. The wake-up ends the wait because a row just committed
+// may be a small tenant's behind a big one's backlog, and the reserve
+// (ClaimerConfig.Reserve) keeps a slot free for it.
 package dispatch
 
 import (
@@ -68,6 +76,20 @@ type ClaimerConfig struct {
 	// idle). Below half of Concurrency (more is taken as the most below
 	// it); zero (the default) lets one tenant fill the lane.
 	Reserve int
+	// Gather is how many free slots a claim waits for while the lane has
+	// a backlog (the claim before it came back full), for at most
+	// GatherWait: fewer, larger claims. A claim's cost on PostgreSQL is
+	// mostly fixed (it walks the tenants and their turns, then updates and
+	// joins its rows), so claiming as each slot frees made a 0 ms
+	// provider's drain claim about 10 rows at a time, 74 µs of the
+	// database's time a row; waiting for 32 of 64 slots made it 23 rows,
+	// 53 µs a row. A wake-up (rows just committed) ends the wait, and with
+	// no backlog a row is claimed as soon as it is due, as before. Zero
+	// (the default) claims as soon as any slot is free.
+	Gather int
+	// GatherWait bounds the wait for Gather free slots: the most a claim
+	// is put off. Defaults to DefaultGatherWait.
+	GatherWait time.Duration
 	// Lease is how long a claim holds a row before the reclaim sweep may
 	// offer it again. While a row's send is in flight the claimer extends
 	// its lease every Heartbeat, so a send that takes longer (store
@@ -169,6 +191,10 @@ func NewClaimer(cfg ClaimerConfig) *Claimer {
 		cfg.Concurrency = 1
 	}
 	cfg.Reserve = max(min(cfg.Reserve, (cfg.Concurrency-1)/2), 0)
+	cfg.Gather = max(min(cfg.Gather, cfg.Concurrency), 0)
+	if cfg.GatherWait <= 0 {
+		cfg.GatherWait = DefaultGatherWait
+	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 500 * time.Millisecond
 	}
@@ -215,11 +241,21 @@ func (c *Claimer) Run(ctx context.Context) {
 	again.Stop()
 	defer again.Stop()
 	var pause claimPause
+	backlog := false // the last claim came back full
 	for {
 		if ctx.Err() != nil {
 			return
 		}
-		free := cap(c.slots) - len(c.slots)
+		if backlog {
+			woken, ok := c.gather(ctx)
+			if !ok {
+				return
+			}
+			if woken {
+				again.Reset(ClaimAgainAfterWake)
+			}
+		}
+		free := c.free()
 		full := false
 		if free > 0 {
 			limit, skip := c.share(free)
@@ -240,7 +276,7 @@ func (c *Claimer) Run(ctx context.Context) {
 			}
 			full = len(rows) == limit
 		}
-		if full {
+		if backlog = full; full {
 			continue // more may be waiting
 		}
 		select {
@@ -254,6 +290,38 @@ func (c *Claimer) Run(ctx context.Context) {
 		}
 	}
 }
+
+// DefaultGatherWait is ClaimerConfig.GatherWait's default: what a row of a
+// lane with a backlog may wait for a larger claim, beside the many
+// milliseconds such a row waits for a slot anyway.
+const DefaultGatherWait = 3 * time.Millisecond
+
+// gather waits, while fewer than Gather slots are free, for more sends to
+// end, at most GatherWait. A wake-up ends the wait (woken): rows just
+// committed, perhaps a small tenant's behind a big one's backlog, are
+// claimed at once, so the wait puts off only a backlog's own rows. It
+// returns ok false if ctx ended.
+func (c *Claimer) gather(ctx context.Context) (woken, ok bool) {
+	if c.free() >= c.Gather {
+		return false, true
+	}
+	t := time.NewTimer(c.GatherWait)
+	defer t.Stop()
+	for c.free() < c.Gather {
+		select {
+		case <-c.freed:
+		case <-c.Wake:
+			return true, true
+		case <-t.C:
+			return false, true
+		case <-ctx.Done():
+			return false, false
+		}
+	}
+	return false, true
+}
+
+func (c *Claimer) free() int { return cap(c.slots) - len(c.slots) }
 
 // share returns how many rows the next claim may take of the free slots,
 // and the tenant it must skip ("" none): no tenant is handed more than

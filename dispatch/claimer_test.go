@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -540,4 +541,121 @@ func TestATenantLeavesTheReservedSlotsToTheOthers(t *testing.T) {
 			return true
 		})
 	})
+}
+
+// claimLimits wraps the outbox to record each claim's limit.
+type claimLimits struct {
+	store.Outbox
+	mu     sync.Mutex
+	limits []int
+}
+
+func (c *claimLimits) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	c.mu.Lock()
+	c.limits = append(c.limits, p.Limit)
+	c.mu.Unlock()
+	return c.Outbox.OutboxClaim(ctx, p)
+}
+
+func (c *claimLimits) get() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.limits)
+}
+
+// While a lane has a backlog, a claim waits for Gather free slots
+// (GatherWait is an hour here, so only slots or a wake-up end the wait):
+// the sends end one at a time, and still the claims after the first take
+// four rows each, but for one a wake-up started with a single slot free,
+// as it would for a row just committed. A lane without a backlog claims
+// at once: a row posted to the drained lane is sent without waiting out
+// the hour. Gather 0 claims each slot as it frees, the claims this test
+// tells apart.
+func TestALaneWithABacklogClaimsGatheredSlots(t *testing.T) {
+	t.Parallel()
+	for _, gather := range []int{4, 0} {
+		t.Run(fmt.Sprintf("gather %d", gather), func(t *testing.T) {
+			eachStore(t, func(t *testing.T, b bundle) {
+				release := make(chan struct{})
+				releaseAll := sync.OnceFunc(func() { close(release) })
+				b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
+					select {
+					case <-release:
+					case <-ctx.Done():
+					}
+					return provider.Outcome{}
+				})
+				var posted []string
+				for range 20 {
+					posted = append(posted, b.notify(t, "pay", heraldtype.LaneTransactional))
+				}
+				out := &claimLimits{Outbox: b.store}
+				wake := make(chan struct{}, 1)
+				stop := run(t, dispatch.NewClaimer(dispatch.ClaimerConfig{
+					Lane: heraldtype.LaneTransactional, Store: out, Wake: wake,
+					Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 8, Gather: gather, GatherWait: time.Hour,
+					Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts,
+				}))
+				defer stop()
+				defer releaseAll() // before stop: it waits for the sends in flight
+				claims := func(n int) {
+					t.Helper()
+					if gather > 0 {
+						testenv.WaitFor(t, fmt.Sprintf("claim %d", n), testenv.Patience, func() bool { return len(out.get()) >= n })
+					}
+				}
+				// Each send ends alone, the next not before the one
+				// before it is done (so before any claim it freed ran).
+				done := 0
+				end := func(n int) {
+					t.Helper()
+					for range n {
+						release <- struct{}{}
+						done++
+						testenv.WaitFor(t, "the released send to be done", testenv.Patience, func() bool {
+							n := 0
+							for _, id := range posted {
+								if b.entry(t, id).OutboxState == heraldtype.OutboxDone {
+									n++
+								}
+							}
+							return n == done
+						})
+					}
+				}
+				poke := func() {
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				}
+				claims(1)
+				end(4)
+				claims(2)
+				end(4)
+				claims(3)
+				end(1)
+				poke()
+				claims(4)
+				end(4)
+				claims(5)
+				got := out.get()
+				if gather > 0 {
+					// The twelve rows behind the first eight went four,
+					// four, one (woken) and the last three.
+					if !slices.Equal(got[:5], []int{8, 4, 4, 1, 4}) {
+						t.Fatalf("claim limits %v, want [8 4 4 1 4] first", got)
+					}
+				} else if !slices.Contains(got[1:], 1) {
+					t.Fatalf("claim limits %v: no claim of a single freed slot", got)
+				}
+				releaseAll()
+				id := b.notify(t, "pay", heraldtype.LaneTransactional)
+				poke()
+				testenv.WaitFor(t, "a row posted to the drained lane to be sent", testenv.Patience, func() bool {
+					return b.entry(t, id).OutboxState == heraldtype.OutboxDone
+				})
+			})
+		})
+	}
 }
