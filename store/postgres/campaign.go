@@ -96,6 +96,13 @@ FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text`
 	// taken, the last one's seq (the new cursor) and the rows written. qCampaignFanOutRange writes those of a
 	// ranged batch instead: seq in ($2, $3].
 	//
+	// The notifications are inserted as r holds them, in seq order, as the
+	// recipients' key read them: nothing needs that order, and an ORDER BY
+	// there sorted each batch's 10,000 rows again, which PostgreSQL does
+	// not know r to be in (10 ms of a 180 ms batch; 1,000,000 recipients
+	// fanned out in 10.7–13.7 s without it against 12.6–15.9 s with it,
+	// five alternated pairs).
+	//
 	// $1 campaign id, $4 tenant, $5 kind, $6 lane, $7 params, $8 send_at,
 	// $9 now.
 	qCampaignFanOut      = qFanOutRecipients + `ORDER BY seq LIMIT $3` + qFanOutWrite
@@ -109,7 +116,7 @@ n AS (
     INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, send_at, created_at, campaign_id)
     SELECT r.notification_id, $4::text, r.recipient, $1::text, $5::text, $6::text, coalesce(r.params, $7::json), $8::timestamptz,
            coalesce($9::timestamptz, now()), $1::text
-    FROM r ORDER BY r.seq
+    FROM r
     RETURNING id, recipient, created_at
 ),
 o AS (
