@@ -490,7 +490,7 @@ func (a *App) newRabbitMQ() []rabbitLane {
 		})
 		relay := dispatch.NewRelay(dispatch.RelayConfig{
 			Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Publisher: pub, Owner: a.owner,
-			Window:    a.cfg.LanePublishWindow(lane),
+			Window: a.cfg.LanePublishWindow(lane), Express: a.cfg.LaneReserve(lane) > 0,
 			Backlog:   func(ctx context.Context) (int, error) { return pub.Backlog(ctx, lane) },
 			BatchSize: a.cfg.RabbitMQ.RelayBatch, InFlight: a.cfg.RabbitMQ.RelayInFlight, Lease: a.cfg.Lease.D(),
 			PollInterval: a.cfg.PollInterval.D(), MaxAttempts: a.cfg.DispatchMaxAttempts,
@@ -499,6 +499,7 @@ func (a *App) newRabbitMQ() []rabbitLane {
 		cons := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{
 			URL: a.cfg.RabbitMQURL, Name: fmt.Sprintf("herald-consumer-%s-%s", lane, a.owner), Lane: lane, Topology: topo,
 			Sender: a.sender, Concurrency: a.cfg.LaneConcurrency(lane), Prefetch: a.cfg.LanePrefetch(lane),
+			Reserve:        a.cfg.LaneReserve(lane),
 			ConfirmTimeout: a.cfg.RabbitMQ.ConfirmTimeout.D(), Logger: a.logger, Metrics: a.metrics, Alerts: a.alerts,
 			Outbox: a.store,
 		})

@@ -21,16 +21,31 @@ import (
 // is connected again, and the deliveries claim stops a second send.
 var ErrConnectionLost = errors.New("dispatch: broker connection lost before the confirm")
 
+// Queue is which of a lane's two broker queues a message goes to.
+type Queue uint8
+
+const (
+	// LaneQueue is the lane's queue: every row of a tenant with a backlog,
+	// and every row when the relay has no express queue.
+	LaneQueue Queue = iota
+	// ExpressQueue is the lane's express queue: the rows of tenants
+	// without a backlog (RelayConfig.Express). The consumer keeps some of
+	// its slots for it, so these do not wait behind the lane queue's
+	// ready messages.
+	ExpressQueue
+)
+
 // Publisher puts jobs on a broker (the rabbitmq transport implements it).
 type Publisher interface {
 	// Ready blocks until the publisher is connected, or ctx is done.
 	Ready(ctx context.Context) error
-	// Publish sends every job of one lane as a persistent message whose
-	// message id is the job's MessageID, without waiting for confirms.
-	// Each job comes with the relay's claim of its row (Job.Outbox), whose
-	// token the message carries (the publication a consumer may put back
-	// into the outbox for a long deferral: store.Deferrals).
-	Publish(ctx context.Context, lane heraldtype.Lane, jobs []heraldtype.Job) Confirms
+	// Publish sends every job to one queue of a lane as a persistent
+	// message whose message id is the job's MessageID, without waiting for
+	// confirms. Each job comes with the relay's claim of its row
+	// (Job.Outbox), whose token the message carries (the publication a
+	// consumer may put back into the outbox for a long deferral:
+	// store.Deferrals).
+	Publish(ctx context.Context, lane heraldtype.Lane, q Queue, jobs []heraldtype.Job) Confirms
 }
 
 // Confirms are a published batch's outcomes.
@@ -97,6 +112,14 @@ type RelayConfig struct {
 	// WindowPoll is how often a relay whose window is full reads the depth
 	// again. Defaults to 10ms.
 	WindowPoll time.Duration
+	// Express sends the rows of tenants without a backlog to the lane's
+	// express queue, the others' to the lane's queue (see "Tenants share a
+	// lane" below). Off, every row goes to the lane's queue.
+	Express bool
+	// ExpressHold is how long a tenant keeps its backlog mark after the
+	// last full claim that gave it the most rows. Defaults to
+	// DefaultExpressHold.
+	ExpressHold time.Duration
 	// Gate, when set, looks at each claimed job before it is published:
 	// the dispatcher's own layer of the send policy, as the db claimers'
 	// ClaimerConfig.Gate (quiet hours' early stop). The claim then reads
@@ -140,9 +163,41 @@ type RelayConfig struct {
 // time; the consumer then puts the row back into the outbox itself
 // (store.Deferrals, package broker/rabbitmq), so no copy cycles through
 // the retry queues all night either.
+//
+// # Tenants share a lane
+//
+// The claim shares the lane's rows between its tenants in turns, and the
+// window keeps a backlog in the outbox, where the turns apply. What the
+// window lets into the broker still waits in one FIFO: a small tenant's
+// row published behind a big tenant's Window ready messages waits for all
+// of them (at 64 slots and a 100 ms provider, 100 ms). With Express, the
+// relay sends a tenant's rows to the lane's express queue unless the
+// tenant has a backlog, and the consumer keeps the lane's reserve of its
+// slots for that queue (broker/rabbitmq).
+//
+// A tenant has a backlog when a full claim (as many rows as it asked for,
+// so more may be due) gave it the most rows of any tenant, at least two:
+// the turns gave every other tenant all its due rows first. It keeps the
+// mark for ExpressHold after its last such claim, so the small claims a
+// window lets through one by one do not send its rows to the express
+// queue between two full ones. A row's queue changes nothing else: the
+// same message, the same consumer, the same sender; the window counts
+// both queues.
+//
+// While the window is full the relay looks again every WindowPoll, and a
+// row committed meanwhile would wait for that look. So on a wake-up, when
+// exactly one tenant has the mark, it claims up to ExpressPastWindow rows
+// at once, leaving that tenant's (OutboxClaimParams.Skip): the others'
+// rows, which go to the express queue past the window. With two tenants
+// marked or more it waits for the look: their rows would go to the lane
+// queue, past the window.
 type Relay struct {
 	RelayConfig
 	settler settler
+	// backlogged is when each tenant's backlog mark ends (Express), under
+	// backlogMu: the claim loops share it.
+	backlogMu  sync.Mutex
+	backlogged map[string]time.Time
 	// depthFailing: the last depth read failed (logged once per outage).
 	depthFailing atomic.Bool
 	// unconfirmed counts the messages published and not yet confirmed:
@@ -179,14 +234,78 @@ func NewRelay(cfg RelayConfig) *Relay {
 	if cfg.WindowPoll <= 0 {
 		cfg.WindowPoll = 10 * time.Millisecond
 	}
+	if cfg.ExpressHold <= 0 {
+		cfg.ExpressHold = DefaultExpressHold
+	}
 	return &Relay{RelayConfig: cfg, settler: settler{who: "relay", lane: cfg.Lane, store: cfg.Store,
-		maxAttempts: cfg.MaxAttempts, logger: cfg.Logger, alerts: cfg.Alerts, metrics: cfg.Metrics}}
+		maxAttempts: cfg.MaxAttempts, logger: cfg.Logger, alerts: cfg.Alerts, metrics: cfg.Metrics},
+		backlogged: map[string]time.Time{}}
+}
+
+// DefaultExpressHold is RelayConfig.ExpressHold's default.
+const DefaultExpressHold = time.Second
+
+// ExpressPastWindow is the most rows a claim takes past a full window, on
+// a wake-up, leaving the one backlogged tenant's rows ("Tenants share a
+// lane").
+const ExpressPastWindow = 8
+
+// onlyBacklogged is the tenant with a backlog mark at now when there is
+// exactly one, else "".
+func (r *Relay) onlyBacklogged(now time.Time) string {
+	r.backlogMu.Lock()
+	defer r.backlogMu.Unlock()
+	only := ""
+	for t, until := range r.backlogged {
+		if now.Before(until) {
+			if only != "" {
+				return ""
+			}
+			only = t
+		}
+	}
+	return only
+}
+
+// express marks the tenants with a backlog from a claim of limit rows and
+// returns, per row, whether it goes to the express queue.
+func (r *Relay) express(now time.Time, rows []store.Claimed, limit int) []bool {
+	out := make([]bool, len(rows))
+	if !r.Express {
+		return out
+	}
+	per := map[string]int{}
+	most := 0
+	for _, row := range rows {
+		per[row.Job.Tenant]++
+		most = max(most, per[row.Job.Tenant])
+	}
+	r.backlogMu.Lock()
+	defer r.backlogMu.Unlock()
+	if len(rows) >= limit && most >= 2 {
+		for t, n := range per {
+			if n == most {
+				r.backlogged[t] = now.Add(r.ExpressHold)
+			}
+		}
+	}
+	for t, until := range r.backlogged {
+		if !now.Before(until) {
+			delete(r.backlogged, t)
+		}
+	}
+	for i, row := range rows {
+		_, marked := r.backlogged[row.Job.Tenant]
+		out[i] = !marked
+	}
+	return out
 }
 
 // inflight is one claimed batch: the rows published, awaiting their
 // confirms (nil when none was), and the rows the gate held back.
 type inflight struct {
 	rows     []store.Claimed
+	express  []bool // per row, before it is published: to the express queue
 	confirms Confirms
 	held     []heldRow
 }
@@ -235,22 +354,35 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	again.Stop()
 	defer again.Stop()
 	var pause claimPause
-	jobs := make([]heraldtype.Job, 0, r.BatchSize)
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
 		}
+		skip := ""
 		limit, ok := r.room(ctx)
 		if !ok {
+			var wake <-chan struct{}
+			if r.Express {
+				wake = r.Wake
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(r.WindowPoll):
+				continue
+			case <-wake:
+				// A row just committed may be a tenant's without a
+				// backlog: past the full window, a small claim that
+				// leaves the one backlogged tenant's rows takes it to
+				// the express queue now, not at the next look.
+				if skip = r.onlyBacklogged(time.Now()); skip == "" {
+					continue
+				}
+				limit = ExpressPastWindow
 			}
-			continue
 		}
 		rows, err := r.Store.OutboxClaim(ctx, store.OutboxClaimParams{
-			Lane: r.Lane, Owner: r.Owner, Limit: limit, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil,
+			Lane: r.Lane, Owner: r.Owner, Limit: limit, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil, Skip: skip,
 		})
 		if err != nil {
 			if !pause.after(ctx, r.Logger, "relay", r.Lane, err) {
@@ -260,25 +392,13 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		}
 		pause.reset()
 		if len(rows) > 0 {
-			b := r.gate(ctx, rows)
-			jobs = jobs[:0]
-			for i := range b.rows {
-				job := b.rows[i].Job
-				job.Outbox = &b.rows[i].Fence
-				job.OffChain = b.rows[i].Fence.OffChain
-				jobs = append(jobs, job)
-			}
-			if len(jobs) > 0 {
-				// The publish is not cancelled by shutdown once the rows
-				// are claimed: finishing it costs at most the confirm
-				// timeout and spares the rows a wait for their lease.
-				r.unconfirmed.Add(int64(len(jobs)))
-				b.confirms = r.Publisher.Publish(context.WithoutCancel(ctx), r.Lane, jobs)
-			}
+			express := r.express(time.Now(), rows, limit)
+			b := r.gate(ctx, rows, express)
+			b.rows, b.confirms = r.publish(ctx, b.rows, b.express)
 			batches <- b
 		}
-		if len(rows) == limit {
-			continue // more may be waiting
+		if len(rows) == limit || skip != "" {
+			continue // more may be waiting; or the window, full, is to be looked at again
 		}
 		select {
 		case <-ctx.Done():
@@ -289,6 +409,63 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		case <-poll.C:
 		}
 	}
+}
+
+// publish publishes rows (express: per row, whether it goes to the
+// express queue) and returns them in the order of their confirms, the lane
+// queue's first, with the confirms (nil when there were no rows).
+func (r *Relay) publish(ctx context.Context, rows []store.Claimed, express []bool) ([]store.Claimed, Confirms) {
+	if len(rows) == 0 {
+		return rows, nil
+	}
+	var lane, fast []store.Claimed
+	for i, row := range rows {
+		if express[i] {
+			fast = append(fast, row)
+		} else {
+			lane = append(lane, row)
+		}
+	}
+	// The publish is not cancelled by shutdown once the rows are claimed:
+	// finishing it costs at most the confirm timeout and spares the rows a
+	// wait for their lease.
+	r.unconfirmed.Add(int64(len(rows)))
+	var all joinedConfirms
+	for _, part := range []struct {
+		q    Queue
+		rows []store.Claimed
+	}{{LaneQueue, lane}, {ExpressQueue, fast}} {
+		if len(part.rows) > 0 {
+			all = append(all, r.Publisher.Publish(context.WithoutCancel(ctx), r.Lane, part.q, jobsOf(part.rows)))
+		}
+	}
+	if len(all) == 1 {
+		return rows, all[0] // one queue: rows keep their order
+	}
+	return append(lane, fast...), all
+}
+
+// jobsOf is the jobs of claimed rows, each with its claim.
+func jobsOf(rows []store.Claimed) []heraldtype.Job {
+	jobs := make([]heraldtype.Job, len(rows))
+	for i := range rows {
+		jobs[i] = rows[i].Job
+		jobs[i].Outbox = &rows[i].Fence
+		jobs[i].OffChain = rows[i].Fence.OffChain
+	}
+	return jobs
+}
+
+// joinedConfirms are the confirms of one batch published to both queues,
+// in the order they were published.
+type joinedConfirms []Confirms
+
+func (j joinedConfirms) Wait() []error {
+	var errs []error
+	for _, c := range j {
+		errs = append(errs, c.Wait()...)
+	}
+	return errs
 }
 
 // room is how many rows the next claim may take: BatchSize, or less when
@@ -320,19 +497,20 @@ func (r *Relay) room(ctx context.Context) (int, bool) {
 	return min(r.BatchSize, r.Window-depth), true
 }
 
-// gate splits claimed rows into those to publish and those the Gate
-// defers.
-func (r *Relay) gate(ctx context.Context, rows []store.Claimed) inflight {
+// gate splits claimed rows into those to publish, each with its queue
+// (express), and those the Gate defers.
+func (r *Relay) gate(ctx context.Context, rows []store.Claimed, express []bool) inflight {
 	if r.Gate == nil {
-		return inflight{rows: rows}
+		return inflight{rows: rows, express: express}
 	}
 	var b inflight
-	for _, row := range rows {
+	for i, row := range rows {
 		if v := r.Gate(ctx, row.Job); v.State == "" && v.Defer > 0 {
 			b.held = append(b.held, heldRow{row: row, ruling: v})
 			continue
 		}
 		b.rows = append(b.rows, row)
+		b.express = append(b.express, express[i])
 	}
 	return b
 }

@@ -29,7 +29,7 @@ func (f fakeConfirms) Wait() []error { return f }
 
 func (p *fakePublisher) Ready(ctx context.Context) error { return nil }
 
-func (p *fakePublisher) Publish(_ context.Context, _ heraldtype.Lane, jobs []heraldtype.Job) dispatch.Confirms {
+func (p *fakePublisher) Publish(_ context.Context, _ heraldtype.Lane, _ dispatch.Queue, jobs []heraldtype.Job) dispatch.Confirms {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make(fakeConfirms, len(jobs))
@@ -190,7 +190,7 @@ func (p *gatedPublisher) unblock() { close(p.closed) }
 
 func (p *gatedPublisher) Ready(context.Context) error { return nil }
 
-func (p *gatedPublisher) Publish(_ context.Context, _ heraldtype.Lane, jobs []heraldtype.Job) dispatch.Confirms {
+func (p *gatedPublisher) Publish(_ context.Context, _ heraldtype.Lane, _ dispatch.Queue, jobs []heraldtype.Job) dispatch.Confirms {
 	p.update(func() { p.published++ })
 	return gatedConfirms{p, len(jobs)}
 }

@@ -16,29 +16,51 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// queuePublisher is a broker queue: what the relay publishes waits in one
-// FIFO until the test consumes it. It records the deepest the queue got
-// right after a publish.
+// queuePublisher is a lane's broker queues: what the relay publishes
+// waits in the lane queue (queue, one FIFO) until the test consumes it, or
+// in the express queue (express). It records the deepest the lane queue
+// got right after a publish. The window counts both (as
+// rabbitmq.Publisher.Backlog does).
 type queuePublisher struct {
 	mu      sync.Mutex
 	queue   []heraldtype.Job
+	express []heraldtype.Job
 	deepest int
 }
 
 func (q *queuePublisher) Ready(context.Context) error { return nil }
 
-func (q *queuePublisher) Publish(_ context.Context, _ heraldtype.Lane, jobs []heraldtype.Job) dispatch.Confirms {
+func (q *queuePublisher) Publish(_ context.Context, _ heraldtype.Lane, to dispatch.Queue, jobs []heraldtype.Job) dispatch.Confirms {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.queue = append(q.queue, jobs...)
-	q.deepest = max(q.deepest, len(q.queue))
+	if to == dispatch.ExpressQueue {
+		q.express = append(q.express, jobs...)
+	} else {
+		q.queue = append(q.queue, jobs...)
+		q.deepest = max(q.deepest, len(q.queue))
+	}
 	return make(fakeConfirms, len(jobs))
 }
 
 func (q *queuePublisher) Backlog(context.Context) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.queue), nil
+	return len(q.queue) + len(q.express), nil
+}
+
+// tenants lists the tenant of each message waiting in queue to.
+func (q *queuePublisher) tenants(to dispatch.Queue) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	jobs := q.queue
+	if to == dispatch.ExpressQueue {
+		jobs = q.express
+	}
+	var ts []string
+	for _, j := range jobs {
+		ts = append(ts, j.Tenant)
+	}
+	return ts
 }
 
 // consume takes n messages off the head of the queue.

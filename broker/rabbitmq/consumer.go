@@ -43,6 +43,14 @@ type ConsumerConfig struct {
 	Concurrency int
 	// Prefetch is the broker's window of unacked messages. Defaults to Concurrency.
 	Prefetch int
+	// Reserve is the slots kept for the lane's express queue: the lane
+	// queue's messages take at most Concurrency − Reserve of them at once
+	// (and its prefetch is Prefetch − Reserve), so a tenant without a
+	// backlog, whose rows the relay sends to the express queue, finds a
+	// slot while another tenant's messages fill the rest. The express
+	// queue is read whatever it is; 0 keeps no slots for it. Must be less
+	// than Concurrency.
+	Reserve int
 	// ConfirmTimeout bounds the confirm of a retry or parking copy. Defaults to 5 seconds.
 	ConfirmTimeout time.Duration
 	Logger         *slog.Logger
@@ -114,6 +122,7 @@ func NewConsumer(cfg ConsumerConfig) *Consumer {
 	if cfg.Prefetch < 1 {
 		cfg.Prefetch = cfg.Concurrency
 	}
+	cfg.Reserve = min(max(cfg.Reserve, 0), cfg.Concurrency-1)
 	if cfg.ConfirmTimeout <= 0 {
 		cfg.ConfirmTimeout = 5 * time.Second
 	}
@@ -145,9 +154,6 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 	if err := c.cfg.Topology.Declare(ch); err != nil {
 		return err
 	}
-	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("set prefetch: %w", err)
-	}
 	pubCh, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open publishing channel: %w", err)
@@ -156,9 +162,26 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 	if err != nil {
 		return fmt.Errorf("enable publisher confirms: %w", err)
 	}
-	deliveries, err := ch.Consume(c.cfg.Topology.Queue(c.cfg.Lane), c.cfg.Name, false, false, false, false, nil)
+	// Two consumers on one channel, each with its own prefetch (RabbitMQ
+	// applies a non-global basic.qos to the consumers started after it).
+	consume := func(queue, tag string, prefetch int) (<-chan amqp.Delivery, error) {
+		if err := ch.Qos(prefetch, 0, false); err != nil {
+			return nil, fmt.Errorf("set prefetch: %w", err)
+		}
+		d, err := ch.Consume(queue, tag, false, false, false, false, nil)
+		if err != nil {
+			return nil, fmt.Errorf("consume %s: %w", queue, err)
+		}
+		return d, nil
+	}
+	lane := c.cfg.Concurrency - c.cfg.Reserve
+	deliveries, err := consume(c.cfg.Topology.Queue(c.cfg.Lane), c.cfg.Name, max(1, c.cfg.Prefetch-c.cfg.Reserve))
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", c.cfg.Topology.Queue(c.cfg.Lane), err)
+		return err
+	}
+	express, err := consume(c.cfg.Topology.ExpressQueue(c.cfg.Lane), c.expressTag(), c.cfg.Prefetch)
+	if err != nil {
+		return err
 	}
 	c.link.up()
 	c.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rabbitmq: consumer connected",
@@ -166,38 +189,72 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 
 	kill := func() { _ = conn.Close() }
 	// Concurrency long-lived workers take the deliveries: a goroutine per
-	// message would grow a fresh stack for every send.
-	work := make(chan amqp.Delivery)
+	// message would grow a fresh stack for every send. A lane queue's
+	// message holds one of its lane slots from its receipt to its end, so
+	// Reserve workers are always left for the express queue.
+	type item struct {
+		d    amqp.Delivery
+		lane bool
+	}
+	work := make(chan item)
+	slots := make(chan struct{}, lane)
 	var wg sync.WaitGroup
 	for range c.cfg.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for d := range work {
-				c.handle(ctx, ch, conf, d, kill)
+			for it := range work {
+				c.handle(ctx, ch, conf, it.d, kill)
+				if it.lane {
+					<-slots
+				}
 			}
 		}()
 	}
 	defer func() { close(work); wg.Wait() }()
+	held := false // a lane slot taken for the next lane message
 	for {
+		var fromLane <-chan amqp.Delivery
+		take := slots
+		if held {
+			fromLane, take = deliveries, nil
+		}
+		var it item
 		select {
 		case <-ctx.Done():
 			_ = ch.Cancel(c.cfg.Name, false)
+			_ = ch.Cancel(c.expressTag(), false)
 			return nil
 		case e := <-closed:
 			return errClosed(e)
-		case d, ok := <-deliveries:
+		case take <- struct{}{}:
+			held = true
+			continue
+		case d, ok := <-fromLane:
 			if !ok {
 				return errClosed(nil)
 			}
-			select {
-			case work <- d:
-			case <-ctx.Done():
-				continue // not started: it goes back to the queue with the channel
+			held = false
+			it = item{d: d, lane: true}
+		case d, ok := <-express:
+			if !ok {
+				return errClosed(nil)
+			}
+			it = item{d: d}
+		}
+		select {
+		case work <- it:
+		case <-ctx.Done():
+			// Not started: it goes back to its queue with the channel.
+			if it.lane {
+				<-slots
 			}
 		}
 	}
 }
+
+// expressTag is the consumer tag of the express queue's consumer.
+func (c *Consumer) expressTag() string { return c.cfg.Name + ".express" }
 
 func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer, d amqp.Delivery, kill func()) {
 	var job heraldtype.Job

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -99,4 +100,71 @@ func TestShutdownBeforeAClaimNacksTheMessageBackToItsQueue(t *testing.T) {
 	if n := e.sim.CallCount(id); n != 1 {
 		t.Fatalf("provider called %d times, want 1", n)
 	}
+}
+
+// With a reserve, the lane queue's messages take at most Concurrency −
+// Reserve of the consumer's slots: while they fill those, a message in the
+// express queue (a tenant without a backlog: dispatch.ExpressQueue) is
+// sent at once, and the lane queue's next message waits for a lane slot
+// although a worker is free and the broker has delivered it (a prefetch
+// above the concurrency: the slots, not the prefetch, hold it back).
+func TestConsumerKeepsItsReserveForTheExpressQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	started := make(chan string, 8)
+	release := make(chan struct{})
+	e.consumer(t, rabbitmq.ConsumerConfig{Lane: lane, Topology: e.topo, Concurrency: 3, Reserve: 1, Prefetch: 6,
+		Sender: senderFunc(func(ctx context.Context, job heraldtype.Job) sender.Result {
+			started <- job.MessageID
+			if job.Tenant == "big" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return sender.Result{Verdict: sender.Done}
+		})})
+	publish := func(id, tenant string, q dispatch.Queue) {
+		t.Helper()
+		msg, err := rabbitmq.JobMessage(heraldtype.Job{MessageID: id, NotificationID: id, Tenant: tenant, Kind: "pay",
+			Lane: lane, Channel: heraldtype.ChannelWebhook}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !e.publish(t, e.topo.Exchange(), e.topo.Key(lane, q), msg) {
+			t.Fatalf("publish %s: nacked", id)
+		}
+	}
+	for i := range 4 {
+		publish(fmt.Sprintf("big-%d", i), "big", dispatch.LaneQueue)
+	}
+	// Two lane slots of three: two of the four start, the others wait.
+	seen := map[string]bool{}
+	for range 2 {
+		seen[testenv.Recv(t, started, "a lane message to start")] = true
+	}
+	select {
+	case id := <-started:
+		t.Fatalf("%s started while two lane messages held both lane slots (seen %v)", id, seen)
+	case <-time.After(200 * time.Millisecond):
+	}
+	publish("small-0", "small", dispatch.ExpressQueue)
+	if id := testenv.Recv(t, started, "the express message to start"); id != "small-0" {
+		t.Fatalf("%s started, want small-0 from the express queue in the reserved slot", id)
+	}
+	close(release)
+	for range 2 {
+		seen[testenv.Recv(t, started, "the waiting lane messages to start")] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("started %v, want the four lane messages", seen)
+	}
+	e.waitFor(t, "every message acked", func() bool {
+		for _, id := range []string{"big-0", "big-1", "big-2", "big-3", "small-0"} {
+			if !slices.Equal(e.actions(id), []string{"acked"}) {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -118,10 +118,10 @@ func (p *Publisher) Ready(ctx context.Context) error {
 	}
 }
 
-// Backlog is how many messages wait ready in lane's queue (not counting
-// those consumers hold unacknowledged): the relay's publish window
-// (dispatch.RelayConfig.Backlog). It reads the queue with a passive
-// declare on the publisher's connection.
+// Backlog is how many messages wait ready in lane's queue and its express
+// queue (not counting those consumers hold unacknowledged): the relay's
+// publish window (dispatch.RelayConfig.Backlog). It reads the queues with
+// passive declares on the publisher's connection.
 func (p *Publisher) Backlog(ctx context.Context, lane heraldtype.Lane) (int, error) {
 	p.mu.Lock()
 	ch := p.inspect
@@ -129,17 +129,21 @@ func (p *Publisher) Backlog(ctx context.Context, lane heraldtype.Lane) (int, err
 	if ch == nil {
 		return 0, dispatch.ErrConnectionLost
 	}
-	q, err := ch.QueueDeclarePassive(p.cfg.Topology.Queue(lane), true, false, false, false, nil)
-	if err != nil {
-		return 0, fmt.Errorf("rabbitmq: read the depth of %s: %w", p.cfg.Topology.Queue(lane), err)
+	n := 0
+	for _, name := range []string{p.cfg.Topology.Queue(lane), p.cfg.Topology.ExpressQueue(lane)} {
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err != nil {
+			return 0, fmt.Errorf("rabbitmq: read the depth of %s: %w", name, err)
+		}
+		n += q.Messages
 	}
-	return q.Messages, nil
+	return n, nil
 }
 
-// Publish sends each job to the lane's queue as a persistent, mandatory
-// message with the job's message id, and returns at once; Wait on the result
-// gives each job's confirm.
-func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, jobs []heraldtype.Job) dispatch.Confirms {
+// Publish sends each job to one of the lane's queues (q) as a persistent,
+// mandatory message with the job's message id, and returns at once; Wait
+// on the result gives each job's confirm.
+func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, q dispatch.Queue, jobs []heraldtype.Job) dispatch.Confirms {
 	b := newBatch(len(jobs), p.cfg.ConfirmTimeout)
 	p.mu.Lock()
 	c := p.cur
@@ -152,7 +156,7 @@ func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, jobs []he
 		}
 		msg, err := JobMessage(jobs[i], now)
 		if err == nil {
-			err = c.publish(ctx, b, i, p.cfg.Topology.Exchange(), string(lane), msg)
+			err = c.publish(ctx, b, i, p.cfg.Topology.Exchange(), p.cfg.Topology.Key(lane, q), msg)
 		}
 		if err != nil {
 			b.set(i, err)

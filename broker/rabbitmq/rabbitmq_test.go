@@ -174,8 +174,8 @@ type recordingPublisher struct {
 	waits chan<- []error
 }
 
-func (p recordingPublisher) Publish(ctx context.Context, l heraldtype.Lane, jobs []heraldtype.Job) dispatch.Confirms {
-	return recordingConfirms{p.Publisher.Publish(ctx, l, jobs), p.waits}
+func (p recordingPublisher) Publish(ctx context.Context, l heraldtype.Lane, q dispatch.Queue, jobs []heraldtype.Job) dispatch.Confirms {
+	return recordingConfirms{p.Publisher.Publish(ctx, l, q, jobs), p.waits}
 }
 
 type recordingConfirms struct {

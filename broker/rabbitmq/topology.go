@@ -7,6 +7,8 @@
 //
 //	exchange  herald                   direct; routing key = lane
 //	queue     herald.<lane>            bound with key <lane>; the consumers read it
+//	queue     herald.<lane>.express    bound with key <lane>.express; the same
+//	                                   consumers read it (see "Tenants share a lane")
 //	exchange  herald.retry             direct; routing key = <lane>.<delay>
 //	queue     herald.retry.<lane>.<d>  x-message-ttl d, no consumer; on expiry it
 //	                                   dead-letters back to herald with key <lane>
@@ -26,6 +28,21 @@
 // redelivery after a lost ack, a republish after a lost confirm and a
 // requeue from parking all make copies of a message. The deliveries claim
 // (a unique insert on message_id) is the one guard.
+//
+// # Tenants share a lane
+//
+// A lane has two queues with the same arguments: herald.<lane>, and
+// herald.<lane>.express for the rows of tenants without a backlog (the
+// relay decides: dispatch.Relay, "Tenants share a lane"). One consumer
+// reads both on one channel, each with its own prefetch, and hands them
+// to the same workers; a lane queue's message holds one of Concurrency −
+// Reserve lane slots from its receipt to its end, so Reserve workers are
+// always left for the express queue (ConsumerConfig.Reserve). Which of
+// its ready messages comes next is Go's choice between the two queues, so
+// neither waits for the other to empty. The express queue's prefetch is
+// the whole Prefetch: when every tenant is small, the express queue
+// carries the lane alone at full width. Retries, backoffs and requeues
+// from parking come back to the lane queue.
 //
 // # Long deferrals wait in the outbox
 //
@@ -84,6 +101,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
 )
 
@@ -157,6 +175,19 @@ func (t Topology) Exchange() string { return t.Prefix }
 // Queue is a lane's queue.
 func (t Topology) Queue(l heraldtype.Lane) string { return t.Prefix + "." + string(l) }
 
+// ExpressQueue is a lane's express queue: the relay publishes there the
+// rows of tenants without a backlog (dispatch.ExpressQueue), so they do
+// not wait behind another tenant's messages ready in the lane's queue.
+func (t Topology) ExpressQueue(l heraldtype.Lane) string { return t.Queue(l) + ".express" }
+
+// Key is the main exchange's routing key of a lane's queue (q).
+func (t Topology) Key(l heraldtype.Lane, q dispatch.Queue) string {
+	if q == dispatch.ExpressQueue {
+		return string(l) + ".express"
+	}
+	return string(l)
+}
+
 // RetryExchange receives messages to offer again later.
 func (t Topology) RetryExchange() string { return t.Prefix + ".retry" }
 
@@ -220,12 +251,15 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		if t.SingleActiveConsumer {
 			args["x-single-active-consumer"] = true
 		}
-		q := t.Queue(l)
-		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
-			return fmt.Errorf("declare queue %s: %w", q, err)
-		}
-		if err := ch.QueueBind(q, string(l), t.Exchange(), false, nil); err != nil {
-			return fmt.Errorf("bind queue %s: %w", q, err)
+		for _, q := range []struct {
+			name, key string
+		}{{t.Queue(l), t.Key(l, dispatch.LaneQueue)}, {t.ExpressQueue(l), t.Key(l, dispatch.ExpressQueue)}} {
+			if _, err := ch.QueueDeclare(q.name, true, false, false, false, args); err != nil {
+				return fmt.Errorf("declare queue %s: %w", q.name, err)
+			}
+			if err := ch.QueueBind(q.name, q.key, t.Exchange(), false, nil); err != nil {
+				return fmt.Errorf("bind queue %s: %w", q.name, err)
+			}
 		}
 		for _, d := range t.RetryDelays {
 			rq := t.RetryQueue(l, d)

@@ -62,7 +62,7 @@ func TestQueuesAreQuorumAndDeadLetterAtLeastOnce(t *testing.T) {
 		{defaults, []time.Duration{time.Second, 10 * time.Second, time.Minute, 10 * time.Minute, 30 * time.Minute}},
 		{custom, []time.Duration{time.Second, 3 * time.Second, 10 * time.Second, time.Minute, 7 * time.Minute, 10 * time.Minute, 30 * time.Minute}},
 	} {
-		queues += 1 + len(heraldtype.Lanes)*(1+len(c.ttls))
+		queues += 1 + len(heraldtype.Lanes)*(2+len(c.ttls))
 		if _, ok := qs[c.topo.ParkingQueue()]; !ok {
 			t.Errorf("no parking queue %s", c.topo.ParkingQueue())
 		}
@@ -77,6 +77,9 @@ func TestQueuesAreQuorumAndDeadLetterAtLeastOnce(t *testing.T) {
 			}
 			if _, sac := q.Args["x-single-active-consumer"]; sac {
 				t.Errorf("lane queue %s has single active consumer by default", c.topo.Queue(l))
+			}
+			if x, ok := qs[c.topo.ExpressQueue(l)]; !ok || !maps.Equal(x.Args, q.Args) {
+				t.Errorf("express queue %s: %v (found %v); want the lane queue's arguments %v", c.topo.ExpressQueue(l), x.Args, ok, q.Args)
 			}
 			var ttls []time.Duration
 			for _, d := range c.ttls {
@@ -174,7 +177,9 @@ func TestSingleActiveConsumerFeedsOneConsumerAtATime(t *testing.T) {
 }
 
 // The broker hands each lane's consumer rabbitmq.prefetch.<lane> unacked
-// messages at once; by default, the lane's concurrency.
+// messages at once; by default, the lane's concurrency. Of the lane queue's,
+// less the lane's reserve: those slots are kept for the express queue,
+// whose consumer takes the whole prefetch.
 func TestPrefetchIsPerLaneAndDefaultsToTheLaneConcurrency(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{})
@@ -185,12 +190,16 @@ func TestPrefetchIsPerLaneAndDefaultsToTheLaneConcurrency(t *testing.T) {
 	want := map[string]int{}
 	for _, l := range []heraldtype.Lane{heraldtype.LaneTransactional, heraldtype.LaneAlert} {
 		// As app wires it.
-		e.consumer(t, rabbitmq.ConsumerConfig{Lane: l, Sender: e.sender(t), Concurrency: cfg.LaneConcurrency(l), Prefetch: cfg.LanePrefetch(l)})
+		e.consumer(t, rabbitmq.ConsumerConfig{Lane: l, Sender: e.sender(t), Concurrency: cfg.LaneConcurrency(l), Prefetch: cfg.LanePrefetch(l),
+			Reserve: cfg.LaneReserve(l)})
 		want[e.topo.Queue(l)] = map[heraldtype.Lane]int{heraldtype.LaneTransactional: 3, heraldtype.LaneAlert: 7}[l]
+		want[e.topo.ExpressQueue(l)] = want[e.topo.Queue(l)]
 	}
-	// A consumer given no prefetch takes its concurrency.
-	e.consumer(t, rabbitmq.ConsumerConfig{Lane: heraldtype.LaneMarketing, Sender: e.sender(t), Concurrency: 5})
-	want[e.topo.Queue(heraldtype.LaneMarketing)] = 5
+	// A consumer given no prefetch takes its concurrency, less its reserve
+	// on the lane queue.
+	e.consumer(t, rabbitmq.ConsumerConfig{Lane: heraldtype.LaneMarketing, Sender: e.sender(t), Concurrency: 5, Reserve: 2})
+	want[e.topo.Queue(heraldtype.LaneMarketing)] = 3
+	want[e.topo.ExpressQueue(heraldtype.LaneMarketing)] = 5
 
 	got := map[string]int{}
 	for _, c := range e.awaitConsumers(t, 1, slices.Collect(maps.Keys(want))...) {

@@ -1,0 +1,79 @@
+package dispatch_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// With Express, a tenant whose full claims give it the most rows (a
+// backlog) is published to the lane queue, within the window; a tenant
+// without one is published to the express queue, and a row it commits
+// while the window is full goes at once, on its wake-up, without the
+// window's next look (an hour here) and without taking the backlogged
+// tenant's rows past the window. Without Express everything goes to the
+// lane queue.
+func TestRelayExpressQueueTakesTenantsWithoutABacklog(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b bundle) {
+		const window = 7 // one full claim: the big tenant's mark
+		notify := func(tenant string) string { return b.notifyAs(t, tenant, "pay", heraldtype.LaneTransactional) }
+		for range 100 {
+			notify("big")
+		}
+		q := &queuePublisher{}
+		r := dispatch.NewRelay(dispatch.RelayConfig{
+			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+			Publisher: q, Owner: "relay", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
+			MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Hour,
+			Express: true, ExpressHold: time.Hour,
+		})
+		defer runRelay(t, r)()
+		testenv.WaitFor(t, "the window filled", testenv.Patience, func() bool { n, _ := q.Backlog(b.ctx); return n >= window })
+
+		notify("small")
+		notify("small")
+		testenv.WaitFor(t, "the small tenant's two rows in the express queue", testenv.Patience, func() bool {
+			return len(q.tenants(dispatch.ExpressQueue)) == 2
+		})
+		for _, tn := range q.tenants(dispatch.ExpressQueue) {
+			if tn != "small" {
+				t.Fatalf("express queue holds %v, want only the small tenant's rows", q.tenants(dispatch.ExpressQueue))
+			}
+		}
+		lane := q.tenants(dispatch.LaneQueue)
+		if len(lane) != window {
+			t.Fatalf("lane queue holds %d messages, want the window's %d (the backlogged tenant's rows past it stay in the outbox)", len(lane), window)
+		}
+		for _, tn := range lane {
+			if tn != "big" {
+				t.Fatalf("lane queue holds %v, want only the big tenant's rows", lane)
+			}
+		}
+	})
+}
+
+// Without Express, a small tenant's row goes to the lane queue like the
+// big tenant's, at the window's next look.
+func TestRelayWithoutExpressPublishesToTheLaneQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 30 {
+		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+	}
+	b.notifyAs(t, "small", "pay", heraldtype.LaneTransactional)
+	q := &queuePublisher{}
+	r := dispatch.NewRelay(dispatch.RelayConfig{
+		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Publisher: q, Owner: "relay", BatchSize: 7, Lease: time.Minute, PollInterval: 5 * time.Millisecond,
+		MaxAttempts: 3, Alerts: b.alerts,
+	})
+	defer runRelay(t, r)()
+	testenv.WaitFor(t, "all 31 published", testenv.Patience, func() bool { return len(q.tenants(dispatch.LaneQueue)) == 31 })
+	if x := q.tenants(dispatch.ExpressQueue); len(x) != 0 {
+		t.Fatalf("express queue holds %v without Express", x)
+	}
+}
