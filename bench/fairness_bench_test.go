@@ -38,7 +38,8 @@ func BenchmarkFairness(b *testing.B) { fairness(b, false) }
 // BenchmarkFairnessRabbitMQ is BenchmarkFairness on the rabbitmq transport
 // (the machine's RabbitMQ, a fresh vhost): the relays' publish window
 // keeps A's backlog in the outbox, where claims are shared, rather than
-// in the lane queue's one FIFO.
+// in the lane queue's one FIFO, and B's rows, B having no backlog, go to
+// the lane's express queue, past A's messages ready in the lane queue.
 func BenchmarkFairnessRabbitMQ(b *testing.B) { fairness(b, true) }
 
 func fairness(b *testing.B, rabbit bool) {
