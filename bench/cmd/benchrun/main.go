@@ -5,7 +5,7 @@
 //	go run ./bench/cmd/benchrun goapi          # Client.Enqueue beside River's Insert (bench/peers)
 //	go run ./bench/cmd/benchrun outbox         # PostgreSQL+RabbitMQ end to end beside Watermill's outbox (bench/peers)
 //	go run ./bench/cmd/benchrun providers      # 100 ms providers: webhook, APNs
-//	go run ./bench/cmd/benchrun fairness       # two tenants in one lane, SQLite and PostgreSQL
+//	go run ./bench/cmd/benchrun fairness       # two tenants in one lane, SQLite, PostgreSQL and PostgreSQL+RabbitMQ
 //	go run ./bench/cmd/benchrun isolation      # 100 transactional/s beside a million-recipient campaign
 //	go run ./bench/cmd/benchrun campaign relay # fan-out, a campaign's drain beside River's; the RabbitMQ relay's drain
 //	go run ./bench/cmd/benchrun all
@@ -102,6 +102,7 @@ var scenarios = map[string][]run{
 	"fairness": {
 		{Name: "fairness, SQLite", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Chart: "fairness-sqlite"},
 		{Name: "fairness, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Postgres: true, Chart: "fairness-postgresql"},
+		{Name: "fairness, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkFairnessRabbitMQ$", Benchtime: "1x", Postgres: true, Chart: "fairness-rabbitmq"},
 	},
 	"isolation": {
 		{Name: "isolation, campaign of HERALD_BENCH_ISOLATION_RECIPIENTS (1,000,000), PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql"},
