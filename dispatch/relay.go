@@ -267,12 +267,12 @@ func (r *Relay) onlyBacklogged(now time.Time) string {
 	return only
 }
 
-// express marks the tenants with a backlog from a claim of limit rows and
-// returns, per row, whether it goes to the express queue.
-func (r *Relay) express(now time.Time, rows []store.Claimed, limit int) []bool {
-	out := make([]bool, len(rows))
+// backlogs marks the tenants with a backlog from a claim of limit rows and
+// returns the tenants marked at now, whose rows go to the lane queue; nil
+// without Express, when every row does.
+func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[string]bool {
 	if !r.Express {
-		return out
+		return nil
 	}
 	per := map[string]int{}
 	most := 0
@@ -289,23 +289,21 @@ func (r *Relay) express(now time.Time, rows []store.Claimed, limit int) []bool {
 			}
 		}
 	}
+	marked := make(map[string]bool, len(r.backlogged))
 	for t, until := range r.backlogged {
-		if !now.Before(until) {
+		if now.Before(until) {
+			marked[t] = true
+		} else {
 			delete(r.backlogged, t)
 		}
 	}
-	for i, row := range rows {
-		_, marked := r.backlogged[row.Job.Tenant]
-		out[i] = !marked
-	}
-	return out
+	return marked
 }
 
 // inflight is one claimed batch: the rows published, awaiting their
 // confirms (nil when none was), and the rows the gate held back.
 type inflight struct {
 	rows     []store.Claimed
-	express  []bool // per row, before it is published: to the express queue
 	confirms Confirms
 	held     []heldRow
 }
@@ -392,9 +390,9 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		}
 		pause.reset()
 		if len(rows) > 0 {
-			express := r.express(time.Now(), rows, limit)
-			b := r.gate(ctx, rows, express)
-			b.rows, b.confirms = r.publish(ctx, b.rows, b.express)
+			marked := r.backlogs(time.Now(), rows, limit)
+			b := r.gate(ctx, rows)
+			b.rows, b.confirms = r.publish(ctx, b.rows, marked)
 			batches <- b
 		}
 		if len(rows) == limit || skip != "" {
@@ -411,19 +409,20 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	}
 }
 
-// publish publishes rows (express: per row, whether it goes to the
-// express queue) and returns them in the order of their confirms, the lane
-// queue's first, with the confirms (nil when there were no rows).
-func (r *Relay) publish(ctx context.Context, rows []store.Claimed, express []bool) ([]store.Claimed, Confirms) {
+// publish publishes rows, the marked tenants' (backlogs) to the lane
+// queue and the others' to the express queue (all to the lane queue when
+// marked is nil), and returns them in the order of their confirms, the
+// lane queue's first, with the confirms (nil when there were no rows).
+func (r *Relay) publish(ctx context.Context, rows []store.Claimed, marked map[string]bool) ([]store.Claimed, Confirms) {
 	if len(rows) == 0 {
 		return rows, nil
 	}
 	var lane, fast []store.Claimed
-	for i, row := range rows {
-		if express[i] {
-			fast = append(fast, row)
-		} else {
+	for _, row := range rows {
+		if marked == nil || marked[row.Job.Tenant] {
 			lane = append(lane, row)
+		} else {
+			fast = append(fast, row)
 		}
 	}
 	// The publish is not cancelled by shutdown once the rows are claimed:
@@ -497,20 +496,19 @@ func (r *Relay) room(ctx context.Context) (int, bool) {
 	return min(r.BatchSize, r.Window-depth), true
 }
 
-// gate splits claimed rows into those to publish, each with its queue
-// (express), and those the Gate defers.
-func (r *Relay) gate(ctx context.Context, rows []store.Claimed, express []bool) inflight {
+// gate splits claimed rows into those to publish and those the Gate
+// defers.
+func (r *Relay) gate(ctx context.Context, rows []store.Claimed) inflight {
 	if r.Gate == nil {
-		return inflight{rows: rows, express: express}
+		return inflight{rows: rows}
 	}
 	var b inflight
-	for i, row := range rows {
+	for _, row := range rows {
 		if v := r.Gate(ctx, row.Job); v.State == "" && v.Defer > 0 {
 			b.held = append(b.held, heldRow{row: row, ruling: v})
 			continue
 		}
 		b.rows = append(b.rows, row)
-		b.express = append(b.express, express[i])
 	}
 	return b
 }
