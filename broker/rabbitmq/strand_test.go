@@ -101,11 +101,14 @@ func TestRedeliveryThatFindsAClaimKeepsItsCopy(t *testing.T) {
 	id := e.notify(t, "pay")
 	testenv.Recv(t, inCall, "consumer A's provider call")
 
+	// A's connection drops mid-call (so does the relay's, which
+	// reconnects; A cannot until its send returns). B starts after it: had
+	// it started before, the broker could hand it the redelivered message
+	// on a connection the same close was about to end, and its ack would
+	// be lost (seen once in CI). B gets the message.
+	testmq.CloseConnections(t, e.url)
 	hooksB, settledB := settles()
 	e.consumer(t, rabbitmq.ConsumerConfig{Name: "consumer-b", Sender: e.sender(t), Concurrency: 1, Hooks: hooksB})
-	// A's connection drops mid-call (so do B's and the relay's, which
-	// reconnect; A cannot until its send returns): B gets the message.
-	testmq.CloseConnections(t, e.url)
 	b := testenv.Recv(t, settledB, "consumer B to settle the redelivered copy")
 	if b.action != rabbitmq.ActionRetryQueued || b.res.State != heraldtype.DeliverySending || b.res.Reason != heraldtype.ReasonClaimHeld {
 		t.Fatalf("B found %+v and %s its copy; want a recheck in the retry queue", b.res, b.action)
