@@ -659,3 +659,86 @@ func TestALaneWithABacklogClaimsGatheredSlots(t *testing.T) {
 		})
 	}
 }
+
+// slowRecords holds every result write until release is closed, counting
+// the writes waiting.
+type slowRecords struct {
+	sender.Store
+	release chan struct{}
+	waiting atomic.Int32
+}
+
+func (s *slowRecords) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams) (store.RecordResult, error) {
+	s.waiting.Add(1)
+	<-s.release
+	s.waiting.Add(-1)
+	return s.Store.DeliveryRecord(ctx, p)
+}
+
+// A send's slot is free again once its provider call has returned: the
+// next send starts while the result is still being written. The rows whose
+// results are being written are bounded too, by Concurrency more.
+func TestASendGivesItsSlotBackWhenItsCallReturns(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b bundle) {
+		var calling, most atomic.Int32
+		calls := make(chan struct{})
+		b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
+			n := calling.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			<-calls
+			calling.Add(-1)
+			return provider.Outcome{}
+		})
+		var posted []string
+		for range 10 {
+			posted = append(posted, b.notify(t, "pay", heraldtype.LaneTransactional))
+		}
+		records := &slowRecords{Store: b.store, release: make(chan struct{})}
+		releaseRecords := sync.OnceFunc(func() { close(records.release) })
+		stop := run(t, b.claimer(heraldtype.LaneTransactional, b.store, b.senderOn(records, sender.Hooks{}), 2))
+		defer stop()
+		defer releaseRecords() // before stop: it waits for the sends in flight
+		state := func() (int32, int32) { return calling.Load(), records.waiting.Load() }
+		want := func(what string, call, record int32) {
+			t.Helper()
+			testenv.WaitFor(t, what, testenv.Patience, func() bool {
+				c, r := state()
+				return c == call && r == record
+			})
+		}
+		stays := func(what string, call, record int32) {
+			t.Helper()
+			deadline := time.Now().Add(200 * time.Millisecond)
+			for time.Now().Before(deadline) {
+				if c, r := state(); c != call || r != record {
+					t.Fatalf("%s: %d calls and %d result writes, want %d and %d", what, c, r, call, record)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		want("two calls", 2, 0)
+		stays("two slots, two calls", 2, 0)
+		calls <- struct{}{}
+		calls <- struct{}{}
+		want("two more calls beside the two result writes", 2, 2)
+		calls <- struct{}{}
+		calls <- struct{}{}
+		want("four result writes", 0, 4)
+		stays("four rows held, twice the concurrency", 0, 4)
+		releaseRecords()
+		close(calls)
+		testenv.WaitFor(t, "every row sent and settled", testenv.Patience, func() bool {
+			for _, id := range posted {
+				if b.entry(t, id).OutboxState != heraldtype.OutboxDone {
+					return false
+				}
+			}
+			return true
+		})
+		if m := most.Load(); m > 2 {
+			t.Fatalf("%d calls at once with a concurrency of 2", m)
+		}
+	})
+}

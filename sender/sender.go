@@ -449,6 +449,7 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	started := s.Clock.Now()
 	out := named.Send(work, msg)
 	took := s.Clock.Now().Sub(started)
+	CallEnded(ctx)
 	if !out.Suppressed { // the adapter's guard refused it: no call was made
 		s.Metrics.ProviderCall(named.Name, out.Class.String(), took)
 	}
@@ -963,4 +964,25 @@ func backoff(err error) Result {
 		reason = "SHUTDOWN"
 	}
 	return Result{Verdict: Backoff, Err: err, Reason: reason}
+}
+
+// callEndedKey carries the function WithCallEnded sets.
+type callEndedKey struct{}
+
+// WithCallEnded returns a copy of ctx with which Send calls f once the
+// provider call has returned, before its result is written: the dispatcher
+// frees the send's slot there (dispatch.Claimer), so that the next send
+// does not wait for the commit of this one's result. A send that makes no
+// call never calls f. f must not block. Like net/http/httptrace, it is a
+// hook on one call, carried by the call's context.
+func WithCallEnded(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, callEndedKey{}, f)
+}
+
+// CallEnded calls the function WithCallEnded set on ctx, if any: Send calls
+// it when its provider call returns, as does a stand-in for Send in tests.
+func CallEnded(ctx context.Context) {
+	if f, ok := ctx.Value(callEndedKey{}).(func()); ok {
+		f()
+	}
 }

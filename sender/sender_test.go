@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -730,5 +732,31 @@ func TestTheResultWriteKnowsAJobOnNoChain(t *testing.T) {
 	defer spy.mu.Unlock()
 	if len(spy.got) != 2 || !spy.got[0].OffChain || spy.got[1].OffChain {
 		t.Fatalf("result writes %+v; want the first OffChain, the second not", spy.got)
+	}
+}
+
+// WithCallEnded's function runs once the provider call has returned and
+// before its result is written (the dispatcher frees the send's slot
+// there), and not at all for a send that makes no call.
+func TestCallEndedComesBetweenTheCallAndItsRecord(t *testing.T) {
+	t.Parallel()
+	snd, b := setup(t, sender.Hooks{})
+	j := job("n1", heraldtype.ChannelWebhook)
+	var seen []string
+	ctx := sender.WithCallEnded(b.ctx, func() {
+		seen = append(seen, fmt.Sprintf("%d call(s), %s", b.sims[heraldtype.ChannelWebhook].Total(), delivery(t, b, j.MessageID).State))
+	})
+	if r := snd.Send(ctx, j); r.Verdict != sender.Done || r.State != heraldtype.DeliveryProviderAccepted {
+		t.Fatalf("send: %+v", r)
+	}
+	if want := []string{"1 call(s), SENDING"}; !slices.Equal(seen, want) {
+		t.Fatalf("call ended at %q, want %q", seen, want)
+	}
+	// A copy finds the send recorded and makes no call.
+	if r := snd.Send(ctx, j); r.Verdict != sender.Done {
+		t.Fatalf("a copy: %+v", r)
+	}
+	if len(seen) != 1 {
+		t.Fatalf("call ended %d times for one call: %q", len(seen), seen)
 	}
 }
