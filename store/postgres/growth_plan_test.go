@@ -63,6 +63,8 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 		"create": {qNotificationCreate, create.list(), nil},
 		"enqueue": {qEnqueue, []any{"t", "n10", "r5", "e", "k", "transactional", "{}", nil, nil, nil, "push,sms", "n10.push,n10.sms",
 			"t", "b", "", "n10.inbox", "0,0", true, "", int16(1)}, nil},
+		"enqueueplain": {qEnqueuePlain, []any{"t", "n11", "r5", "e", "k", "transactional", "{}", "d11", nil, nil, "sms,webhook",
+			"n11.sms,n11.webhook", "0,0", true, ""}, nil},
 		"fail":   {qOutboxFail, []any{nil, "FAILED", "", "n7", "webhook", int64(1)}, []string{"outbox_pkey"}},
 		"defer":  {qOutboxDefer, []any{nil, time.Second, "", "n7", "webhook", int64(1)}, []string{"outbox_pkey"}},
 		"fanout": {qCampaignFanOut, []any{"c1", int64(0), 10000, "t", "k", "marketing", "{}", nil, nil, []string{"push", "sms"}, []int32{0, 0}}, nil},
