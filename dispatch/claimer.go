@@ -23,7 +23,7 @@
 // A slot stands for a provider call, not for the row's whole way: a send
 // gives it back once its call has returned (sender.WithCallEnded), while
 // its result is still being written, and the row keeps a place of its own
-// until it is settled (at most Concurrency rows so, besides the sends). With
+// until it is settled (at most Concurrency such rows besides the sends). With
 // a fast provider a send's result write took as long as its claim and call
 // together, and held the slot all that while: a 0 ms provider's drain ran
 // about 25% more sends a second once the slot was freed at the call's end
@@ -136,12 +136,12 @@ type Claimer struct {
 	settler settler
 	// slots holds a token per send in flight (Concurrency), from the claim
 	// until the provider call returns or the row is settled without one;
-	// rows, one per row held (twice Concurrency), from the claim until the
-	// row is settled. A claim takes what both have free.
-	slots chan struct{}
-	rows  chan struct{}
-	freed chan struct{}
-	held  held
+	// places, one per row held (twice Concurrency), from the claim until
+	// the row is settled. A claim takes what both have free.
+	slots  chan struct{}
+	places chan struct{}
+	freed  chan struct{}
+	held   held
 }
 
 // held is the fences of the rows a claimer holds, from the claim until the
@@ -232,7 +232,7 @@ func NewClaimer(cfg ClaimerConfig) *Claimer {
 		cfg.Heartbeat = max(cfg.Lease/3, time.Millisecond)
 	}
 	return &Claimer{
-		ClaimerConfig: cfg, slots: make(chan struct{}, cfg.Concurrency), rows: make(chan struct{}, 2*cfg.Concurrency),
+		ClaimerConfig: cfg, slots: make(chan struct{}, cfg.Concurrency), places: make(chan struct{}, 2*cfg.Concurrency),
 		freed: make(chan struct{}, 1),
 		settler: settler{who: "dispatch", lane: cfg.Lane, store: cfg.Store, maxAttempts: cfg.MaxAttempts,
 			logger: cfg.Logger, alerts: cfg.Alerts, metrics: cfg.Metrics},
@@ -245,11 +245,11 @@ func NewClaimer(cfg ClaimerConfig) *Claimer {
 func (c *Claimer) Run(ctx context.Context) {
 	// A long-lived worker per row that may be held runs the sends: a
 	// goroutine per row would grow a fresh stack for every send. A row
-	// takes a slot and a row place before it is handed over, so work never
+	// takes a slot and a place before it is handed over, so work never
 	// holds more rows than there are workers.
-	work := make(chan store.Claimed, cap(c.rows))
+	work := make(chan store.Claimed, cap(c.places))
 	var workers sync.WaitGroup
-	for range cap(c.rows) {
+	for range cap(c.places) {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
@@ -301,7 +301,7 @@ func (c *Claimer) Run(ctx context.Context) {
 			for _, row := range rows {
 				c.held.add(row)
 				c.slots <- struct{}{}
-				c.rows <- struct{}{}
+				c.places <- struct{}{}
 				work <- row
 			}
 			full = len(rows) == limit
@@ -354,7 +354,7 @@ func (c *Claimer) gather(ctx context.Context) (woken, ok bool) {
 // free returns how many rows a claim may take now: the free send slots,
 // or fewer while the rows whose results are being written fill the rest.
 func (c *Claimer) free() int {
-	return min(cap(c.slots)-len(c.slots), cap(c.rows)-len(c.rows))
+	return min(cap(c.slots)-len(c.slots), cap(c.places)-len(c.places))
 }
 
 // share returns how many rows the next claim may take of the free slots,
@@ -379,7 +379,7 @@ func (c *Claimer) share(free int) (int, string) {
 
 func (c *Claimer) process(ctx context.Context, row store.Claimed) {
 	// The send slot is given back when the provider call returns, or at
-	// the end for a row that made none; the row's place once it is settled.
+	// the end for a row that made none; its place once it is settled.
 	callEnded := sync.OnceFunc(func() {
 		c.held.called(row)
 		<-c.slots
@@ -388,7 +388,7 @@ func (c *Claimer) process(ctx context.Context, row store.Claimed) {
 	defer func() {
 		callEnded()
 		c.held.remove(row)
-		<-c.rows
+		<-c.places
 		c.signalFreed()
 	}()
 	ctx = sender.WithCallEnded(ctx, callEnded)

@@ -970,11 +970,13 @@ func backoff(err error) Result {
 type callEndedKey struct{}
 
 // WithCallEnded returns a copy of ctx with which Send calls f once the
-// provider call has returned, before its result is written: the dispatcher
-// frees the send's slot there (dispatch.Claimer), so that the next send
-// does not wait for the commit of this one's result. A send that makes no
-// call never calls f. f must not block. Like net/http/httptrace, it is a
-// hook on one call, carried by the call's context.
+// provider call has returned (or the adapter's guard refused it), before
+// its result is written: the dispatcher frees the send's slot there
+// (dispatch.Claimer), so that the next send does not wait for the commit
+// of this one's result. A send that never reaches the provider (a copy
+// that finds its result, a decision not to send) never calls f. f must not
+// block. Like net/http/httptrace, it is a hook on one call, carried by the
+// call's context.
 func WithCallEnded(ctx context.Context, f func()) context.Context {
 	return context.WithValue(ctx, callEndedKey{}, f)
 }
