@@ -379,12 +379,13 @@ FROM information_schema.tables WHERE table_type = 'BASE TABLE' AND table_schema 
 	return dump
 }
 
-// checkAlertLines checks that the alert lines are exactly want ("KIND
-// message_id tenant reason", sorted) and each is logged at error level.
 // reconcileUnknownAlert is the line of a reconciliation run that found an
 // UNKNOWN delivery (reconcile.Reconciler.Run).
 const reconcileUnknownAlert = alert.UnknownUnsettled + "   NO_STATUS_LOOKUP"
 
+// checkAlertLines checks that the alert lines are exactly want ("KIND
+// message_id tenant reason", sorted), but for reconcileUnknownAlert, and
+// each is logged at error level.
 func checkAlertLines(t *testing.T, recs []logRecord, want []string) {
 	t.Helper()
 	var got []string

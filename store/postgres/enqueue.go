@@ -101,18 +101,18 @@ func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, 
 	for i, n := range c.steps {
 		steps[i] = strconv.Itoa(int(n))
 	}
-	var err error
+	// Both statements take the same first twelve arguments (room for
+	// qEnqueue's twenty, so the appends below do not copy them).
+	args := append(make([]any, 0, 20), p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
+		dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ","))
+	stmt, dest := qEnqueuePlain, []any{&createdID, &due, &notified}
 	if plain := inbox.title == nil && !slices.Contains(channels, string(heraldtype.ChannelPush)); plain {
-		err = q.QueryRow(ctx, qEnqueuePlain, p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
-			dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ","),
-			strings.Join(steps, ","), wake, c.plan).
-			Scan(&createdID, &due, &notified)
+		args = append(args, strings.Join(steps, ","), wake, c.plan)
 	} else {
-		err = q.QueryRow(ctx, qEnqueue, p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
-			dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ","),
-			inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ","), wake, c.plan, int16(p.InboxAt())).
-			Scan(&createdID, &due, &notified, &dupID, &told)
+		stmt, dest = qEnqueue, append(dest, &dupID, &told)
+		args = append(args, inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ","), wake, c.plan, int16(p.InboxAt()))
 	}
+	err := q.QueryRow(ctx, stmt, args...).Scan(dest...)
 	if err != nil {
 		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
 	}
