@@ -235,6 +235,15 @@ type CampaignFanOutParams struct {
 	// moves in seq order only, and every recipient up to it has its
 	// notification.
 	Range *CampaignRange
+	// Turn, when set, is called by a ranged batch before it takes the
+	// campaign's lock to move the cursor, and the batch waits for it to
+	// return: the runner's batch before it has ended by then, so the lock
+	// is free and the cursor where that batch left it. On PostgreSQL it is
+	// called after the batch's rows are written, unless the cursor already
+	// stood at Range.After when the batch began (then it locks at once); a
+	// store that writes one batch at a time (SQLite) calls it before the
+	// batch begins. An error ends the batch with nothing written.
+	Turn func(context.Context) error
 	// BeforeCommit, when set (tests), runs inside the batch's transaction
 	// after its writes; an error rolls the whole batch back, as a crash
 	// there would.

@@ -542,6 +542,11 @@ func fanOutRange(ctx context.Context, tx pgx.Tx, p store.CampaignFanOutParams, h
 		return err
 	}
 	if !first {
+		if p.Turn != nil {
+			if err := p.Turn(ctx); err != nil {
+				return fmt.Errorf("wait for the batch before: %w", err)
+			}
+		}
 		if err := lock(); err != nil {
 			return err
 		}

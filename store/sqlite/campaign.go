@@ -339,6 +339,13 @@ func (s *Store) CampaignsRunning(ctx context.Context, limit int) ([]store.Campai
 // CampaignFanOut writes one batch and moves the cursor in one of the
 // writer's transactions.
 func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
+	if p.Range != nil && p.Turn != nil {
+		// Before the writer: inside its transaction the batch before
+		// this one could never be written.
+		if err := p.Turn(ctx); err != nil {
+			return store.CampaignFanOutResult{}, campaignErr("fan out campaign", fmt.Errorf("wait for the batch before: %w", err))
+		}
+	}
 	var res store.CampaignFanOutResult
 	err := s.w.do(ctx, func(tx wtx) error {
 		res = store.CampaignFanOutResult{}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -424,6 +425,67 @@ func testCampaigns(t *testing.T, h Harness) {
 		}
 		if c := getCampaign(t, b, p.ID); c.Enqueued != 11 || c.State != store.CampaignDone || c.EndedAt == nil {
 			t.Fatalf("after the ranged batches: %+v; want DONE, enqueued 11", c)
+		}
+	})
+
+	// A ranged batch not at the cursor calls Turn before it takes the
+	// campaign's lock (on PostgreSQL after its writes, on SQLite before
+	// it begins), and waits for it: the batch before it, begun later, is
+	// written and committed meanwhile, and then it commits after it. An
+	// error from Turn writes nothing.
+	t.Run("ARangedBatchWaitsForItsTurn", func(t *testing.T) {
+		t.Parallel()
+		if h.Query == nil {
+			t.Skip("needs Harness.Query")
+		}
+		b := setupCampaigns(t, h)
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 6) }, nil)
+		startCampaign(t, b, p.ID)
+		rs, err := b.c.CampaignBatches(b.ctx, "t1", p.ID, 3, 2)
+		if err != nil || len(rs) != 2 {
+			t.Fatalf("CampaignBatches = %v, %v; want two", rs, err)
+		}
+		ranged := func(ctx context.Context, r store.CampaignRange, turn func(context.Context) error) (store.CampaignFanOutResult, error) {
+			return b.c.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: p.ID, Limit: 3, Range: &r, Turn: turn})
+		}
+		refused := errors.New("not its turn")
+		if _, err := ranged(b.ctx, rs[1], func(context.Context) error { return refused }); !errors.Is(err, refused) {
+			t.Fatalf("a batch whose turn failed: %v; want that failure", err)
+		}
+		if got := campaignNotifications(t, h, b, p.ID); len(got) != 0 {
+			t.Fatalf("a batch whose turn failed wrote %v", got)
+		}
+		waiting, turn := make(chan struct{}), make(chan struct{})
+		second := make(chan error, 1)
+		go func() {
+			res, err := ranged(b.ctx, rs[1], func(context.Context) error { close(waiting); <-turn; return nil })
+			second <- errors.Join(err, check(res.Recipients == 3 && res.Done, "second %+v", res))
+		}()
+		select {
+		case <-waiting:
+		case err := <-second:
+			t.Fatalf("the second batch ended without waiting for its turn: %v", err)
+		}
+		// Were the second holding the campaign's lock (or the single
+		// writer), the first would wait for it: bounded, so the test
+		// fails rather than hangs.
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		defer cancel()
+		if res, err := ranged(ctx, rs[0], nil); err != nil || res.Recipients != 3 || res.Done {
+			t.Fatalf("the first batch while the second waits for its turn = %+v, %v; want 3 written, not done", res, err)
+		}
+		close(turn)
+		if err := <-second; err != nil {
+			t.Fatalf("the second batch after its turn: %v", err)
+		}
+		got := campaignNotifications(t, h, b, p.ID)
+		for i := 1; i <= 6; i++ {
+			if got[fmt.Sprintf("r%d", i)] != 1 {
+				t.Fatalf("notifications per recipient %v; want exactly one each of r1..r6", got)
+			}
+		}
+		if c := getCampaign(t, b, p.ID); c.Enqueued != 6 || c.State != store.CampaignDone {
+			t.Fatalf("after both batches: %+v; want DONE, enqueued 6", c)
 		}
 	})
 
