@@ -19,7 +19,8 @@ func (a *App) runCampaigns(ctx context.Context, wg *sync.WaitGroup, isLeader fun
 	if !ok {
 		return
 	}
-	// On PostgreSQL two batches are written at once, on two backends.
+	// On PostgreSQL two batches are written at once, on two backends
+	// (more may wait there for their turn to commit).
 	parallel := 1
 	if _, pg := cs.(*postgres.Store); pg {
 		parallel = 2

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -99,10 +100,27 @@ type hooked struct {
 	store.Campaigns
 	batches      atomic.Int64
 	beforeCommit func(batch int) error
+	// onTurn, when set, is told when a batch begins waiting for its turn
+	// (store.CampaignFanOutParams.Turn).
+	onTurn func(batch int)
 	// ranked, when set, numbers a ranged batch by where it begins (the
 	// campaign's batches read up front) instead of by the order of the
 	// calls, which side by side is the goroutines'.
 	ranked map[int64]int
+}
+
+// rank reads campaign id's batches of size recipients up front and numbers
+// them for ranked.
+func (h *hooked) rank(t *testing.T, id string, size int) {
+	t.Helper()
+	all, err := h.CampaignBatches(context.Background(), "t1", id, size, 1000000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ranked = map[int64]int{}
+	for i, r := range all {
+		h.ranked[r.After] = i + 1
+	}
 }
 
 func (h *hooked) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
@@ -111,6 +129,9 @@ func (h *hooked) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParam
 		n = h.ranked[p.Range.After]
 	}
 	p.BeforeCommit = func() error { return h.beforeCommit(n) }
+	if turn := p.Turn; turn != nil && h.onTurn != nil {
+		p.Turn = func(ctx context.Context) error { h.onTurn(n); return turn(ctx) }
+	}
 	return h.Campaigns.CampaignFanOut(ctx, p)
 }
 
@@ -118,13 +139,14 @@ func (h *hooked) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParam
 // batch (inside its transaction, after its writes, before its commit) and
 // resumes the fan-out in another: every recipient has exactly one
 // notification, with one outbox row per channel, and the counters agree.
-// With two batches side by side the kill comes in the first of a pair
-// (the second has written its rows, or is writing them, and waits for the
-// first: it leaves nothing either) or in the second (the first has
-// committed).
+// Side by side (Parallel 2) the kill comes in a batch holding the
+// campaign's lock, while up to three after it have written their rows or
+// are writing them and wait for their turn: they leave nothing either.
+// Kills at batches 3, 4 and 6 of the round's window of seven: the ones
+// before have committed.
 func TestFanOutSurvivesAKill(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ parallel, killAt, committed int }{{1, 3, 2}, {2, 3, 2}, {2, 4, 3}} {
+	for _, tc := range []struct{ parallel, killAt, committed int }{{1, 3, 2}, {2, 3, 2}, {2, 4, 3}, {2, 6, 5}} {
 		t.Run(fmt.Sprintf("parallel=%d,kill=%d", tc.parallel, tc.killAt), func(t *testing.T) {
 			t.Parallel()
 			fanOutSurvivesAKill(t, tc.parallel, tc.killAt, tc.committed)
@@ -238,14 +260,7 @@ func TestCrashChild(t *testing.T) {
 		return nil
 	}}
 	if parallel > 1 {
-		all, err := st.CampaignBatches(ctx, "t1", id, crashBatch, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.ranked = map[int64]int{}
-		for i, r := range all {
-			h.ranked[r.After] = i + 1
-		}
+		h.rank(t, id, crashBatch)
 	}
 	r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: crashBatch, Parallel: parallel})
 	_, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
@@ -253,20 +268,41 @@ func TestCrashChild(t *testing.T) {
 }
 
 // TestFailedBatchesResume fails a batch's commit through the seam, again
-// and again, and resumes: exactly one notification per recipient.
+// and again, and resumes: exactly one notification per recipient. One
+// batch after the other, every other call fails; side by side, each even
+// batch fails the first time it is written, with the batches after it in
+// the window waiting for their turn.
 func TestFailedBatchesResume(t *testing.T) {
 	t.Parallel()
+	for _, parallel := range []int{1, 2} {
+		t.Run(fmt.Sprint("parallel=", parallel), func(t *testing.T) {
+			t.Parallel()
+			failedBatchesResume(t, parallel)
+		})
+	}
+}
+
+func failedBatchesResume(t *testing.T, parallel int) {
 	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
-		const n = 1000
+		const n, size = 1000, 150
 		id := newRunning(t, svc, n)
-		h := &hooked{Campaigns: db.Store.(store.Campaigns), beforeCommit: func(batch int) error {
-			if batch%2 == 0 {
+		st := db.Store.(store.Campaigns)
+		var mu sync.Mutex
+		tries := map[int]int{}
+		h := &hooked{Campaigns: st, beforeCommit: func(batch int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			tries[batch]++
+			if batch%2 == 0 && (parallel == 1 || tries[batch] == 1) {
 				return fmt.Errorf("batch %d: injected failure", batch)
 			}
 			return nil
 		}}
-		r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: 150})
-		for range 20 { // every other batch fails: each round gets one further
+		if parallel > 1 {
+			h.rank(t, id, size)
+		}
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: size, Parallel: parallel})
+		for range 20 { // each round gets one batch or more further
 			if _, err := r.Round(context.Background()); err == nil {
 				break
 			}

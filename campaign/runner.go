@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/limits"
@@ -21,9 +22,11 @@ type RunnerConfig struct {
 	// Parallel is how many batches of a campaign are written at once, each
 	// on its own connection (store.CampaignFanOutParams.Range): a batch's
 	// inserts keep one database backend busy, so on PostgreSQL two side by
-	// side use two cores. The cursor still moves batch by batch in seq
-	// order. Defaults to 1 (one batch after the other, as on SQLite, whose
-	// single writer would only take them in turn).
+	// side use two cores. Up to twice as many are begun: those that have
+	// written wait for their turn to commit while the next write. The
+	// cursor still moves batch by batch in seq order. Defaults to 1 (one
+	// batch after the other, as on SQLite, whose single writer would only
+	// take them in turn).
 	Parallel int
 	// Interval is how often the runner looks for RUNNING campaigns.
 	// Defaults to 1 second.
@@ -117,14 +120,14 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 	tenant, id := c.Tenant, c.ID
 	total := 0
 	for ctx.Err() == nil && (r.cfg.IsLeader == nil || r.cfg.IsLeader()) {
-		limit := r.cfg.Quotas.LaneTake(tenant, c.Lane, r.cfg.Parallel*r.cfg.Batch)
+		limit := r.cfg.Quotas.LaneTake(tenant, c.Lane, r.roundBatches()*r.cfg.Batch)
 		if limit == 0 {
 			break // paced: the rest in a later round
 		}
 		var res store.CampaignFanOutResult
 		var err error
-		if size := limit / r.cfg.Parallel; size > 0 && r.cfg.Parallel > 1 {
-			res, err = r.fanOutSideBySide(ctx, c, size)
+		if count := r.windowBatches(limit); count > 0 {
+			res, err = r.fanOutSideBySide(ctx, c, limit/count, count)
 		} else {
 			res, err = r.cfg.Store.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: tenant, ID: id, Limit: limit})
 		}
@@ -143,18 +146,51 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 	return total, nil
 }
 
-// fanOutSideBySide writes the campaign's next Parallel batches of size
-// recipients at once, each in its own transaction (Range), and returns
-// what they wrote together. Each commits after the one before it; when one
-// fails, those after it write nothing (store.ErrCampaignBehind) and the
-// first failure is returned: the next round starts again at the cursor. A
-// batch refused although the one before it was written (it took the
-// campaign's lock first: store.CampaignFanOutParams.Range) is not a
-// failure: the caller's next call writes it.
-// When no recipient is left, one batch after the cursor ends the campaign
-// DONE, as the one-by-one loop does.
-func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size int) (store.CampaignFanOutResult, error) {
-	ranges, err := r.cfg.Store.CampaignBatches(ctx, c.Tenant, c.ID, size, r.cfg.Parallel)
+// alreadyEnded is the turn of a round's first batch: nothing before it
+// is in flight.
+var alreadyEnded = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// windowRounds is how many times Parallel batches one side-by-side call
+// of the runner reads and writes: its batches run in a window of Parallel,
+// the next beginning as soon as one ends, so a backend is idle only
+// between these calls (see fanOutSideBySide).
+const windowRounds = 4
+
+// roundBatches is how many batches of Batch recipients one call of
+// FanOut's loop asks the quota for.
+func (r *Runner) roundBatches() int {
+	if r.cfg.Parallel > 1 {
+		return r.cfg.Parallel * windowRounds
+	}
+	return 1
+}
+
+// windowBatches is how many batches the limit the quota granted is written
+// in side by side: as many whole Batches as it holds, at least Parallel
+// (smaller ones then, under a quota), at most roundBatches. 0: one batch
+// of limit after the cursor (Parallel 1, or fewer recipients granted than
+// Parallel).
+func (r *Runner) windowBatches(limit int) int {
+	if r.cfg.Parallel < 2 || limit < r.cfg.Parallel {
+		return 0
+	}
+	return min(r.roundBatches(), max(r.cfg.Parallel, limit/r.cfg.Batch))
+}
+
+// fanOutSideBySide writes the campaign's next count batches of size
+// recipients, Parallel at once, each in its own transaction (Range), and
+// returns what they wrote together. The batches start in seq order, the
+// next as soon as one ends, so Parallel backends stay busy through the
+// call rather than waiting for the slowest of each pair. A batch writes
+// its rows, then waits for its turn (the batch before it has ended:
+// store.CampaignFanOutParams.Turn) to take the campaign's lock and move
+// the cursor, so each commits after the one before it. When one fails,
+// those after it write nothing (store.ErrCampaignBehind), none after it
+// starts, and the first failure is returned: the next round starts again
+// at the cursor. When no recipient is left, one batch after the cursor
+// ends the campaign DONE, as the one-by-one loop does.
+func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size, count int) (store.CampaignFanOutResult, error) {
+	ranges, err := r.cfg.Store.CampaignBatches(ctx, c.Tenant, c.ID, size, count)
 	if err != nil {
 		return store.CampaignFanOutResult{}, fmt.Errorf("read batches: %w", err)
 	}
@@ -163,30 +199,62 @@ func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size
 	}
 	results := make([]store.CampaignFanOutResult, len(ranges))
 	errs := make([]error, len(ranges))
+	ended := make([]chan struct{}, len(ranges))
+	for i := range ended {
+		ended[i] = make(chan struct{})
+	}
+	begun := make(chan struct{}, 2*r.cfg.Parallel) // batches begun and not ended
+	writing := make(chan struct{}, r.cfg.Parallel) // of them, those not yet waiting for their turn
+	var stop atomic.Bool                           // a batch failed or ended the campaign: begin no more
 	var wg sync.WaitGroup
 	for i := range ranges {
+		begun <- struct{}{}
+		writing <- struct{}{}
+		if stop.Load() || ctx.Err() != nil {
+			break
+		}
+		wrote := sync.OnceFunc(func() { <-writing })
+		before := alreadyEnded
+		if i > 0 {
+			before = ended[i-1]
+		}
+		p := store.CampaignFanOutParams{Tenant: c.Tenant, ID: c.ID, Limit: size, Range: &ranges[i],
+			Turn: func(ctx context.Context) error {
+				wrote() // idle in its transaction from here: the next batch may begin writing
+				select {
+				case <-before:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}}
 		wg.Go(func() {
-			results[i], errs[i] = r.cfg.Store.CampaignFanOut(ctx, store.CampaignFanOutParams{
-				Tenant: c.Tenant, ID: c.ID, Limit: size, Range: &ranges[i],
-			})
+			defer func() { wrote(); close(ended[i]); <-begun }()
+			results[i], errs[i] = r.cfg.Store.CampaignFanOut(ctx, p)
+			if errs[i] != nil || results[i].Done {
+				stop.Store(true)
+			}
 		})
 	}
 	wg.Wait()
 	var sum store.CampaignFanOutResult
 	for i, res := range results {
 		if i > 0 && errs[i-1] == nil && errors.Is(errs[i], store.ErrCampaignBehind) {
-			// It took the campaign's lock before the batch before it had
-			// begun and wrote nothing; the next call writes it again.
+			// The cursor had moved past it although the batch before it
+			// was written (another writer's); the next call reads where
+			// it stands.
 			return sum, nil
 		}
 		if errs[i] != nil {
-			return sum, errs[i] // those after it were refused
+			return sum, errs[i] // those after it were refused or not begun
 		}
 		sum.Recipients += res.Recipients
 		sum.Notifications += res.Notifications
 		sum.Outbox += res.Outbox
 		sum.Done = sum.Done || res.Done
-		sum.Lane = res.Lane
+		if res.Lane != "" {
+			sum.Lane = res.Lane
+		}
 	}
 	return sum, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testdb"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/limits"
 	"github.com/heraldhq/herald/store"
 )
@@ -134,4 +136,73 @@ func TestFanOutIsPacedToTheLaneQuota(t *testing.T) {
 		}
 		wantOnePerRecipient(t, db, paced, 25)
 	})
+}
+
+// TestABatchWaitingForItsTurnLetsTheNextBegin: side by side, a batch that
+// has written its rows and waits for the batch before it to commit gives
+// its place to the next batch, up to twice Parallel batches begun. With
+// the first of a round held in its commit, batches 2–4 begin, write and
+// wait for their turn, and no fifth begins; let go, all commit in order:
+// one notification per recipient, the campaign DONE.
+func TestABatchWaitingForItsTurnLetsTheNextBegin(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		const n, size = 800, 100
+		ctx := context.Background()
+		id := newRunning(t, svc, n)
+		st := db.Store.(store.Campaigns)
+		all, err := st.CampaignBatches(ctx, "t1", id, size, n/size)
+		if err != nil || len(all) != n/size {
+			t.Fatalf("CampaignBatches = %v, %v", all, err)
+		}
+		var mu sync.Mutex
+		waiting := map[int]bool{}
+		release := make(chan struct{})
+		let := sync.OnceFunc(func() { close(release) })
+		defer let() // a failure below still lets the fan-out end
+		h := &hooked{Campaigns: st, ranked: map[int64]int{},
+			beforeCommit: func(batch int) error {
+				if batch == 1 {
+					<-release
+				}
+				return nil
+			},
+			onTurn: func(batch int) { mu.Lock(); waiting[batch] = true; mu.Unlock() }}
+		for i, r := range all {
+			h.ranked[r.After] = i + 1
+		}
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: size, Parallel: 2})
+		done := make(chan error, 1)
+		go func() {
+			got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
+			done <- errors.Join(err, check(got == n, "fanned out %d, want %d", got, n))
+		}()
+		testenv.WaitFor(t, "batches 2, 3 and 4 to wait for their turn behind batch 1", testenv.Patience, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return waiting[2] && waiting[3] && waiting[4]
+		})
+		// The fifth would begin at once were the bound missing; give it
+		// the time a batch of 100 takes many times over.
+		time.Sleep(200 * time.Millisecond)
+		if begun := h.batches.Load(); begun != 4 {
+			t.Errorf("%d batches begun while the first is held; want 4 (twice Parallel)", begun)
+		}
+		let()
+		if err := testenv.Recv(t, done, "the fan-out"); err != nil {
+			t.Fatal(err)
+		}
+		wantOnePerRecipient(t, db, id, n)
+		if c, err := svc.Get(ctx, "t1", id); err != nil || c.Enqueued != n || c.State != store.CampaignDone {
+			t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
+		}
+	})
+}
+
+// check returns an error saying format unless ok.
+func check(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf(format, args...)
 }
