@@ -44,6 +44,17 @@
 // plans the hot statements on empty tables and reads their plans again at
 // 100,000 rows; a new hot statement belongs there.
 //
+// # Text keys compare byte by byte
+//
+// Every text column is COLLATE "C" (migration 26): ids, tenants, keys and
+// channels are compared in b-trees millions of times a minute and never
+// shown in a language's order, and under a database collation such as
+// C.UTF-8 or an ICU locale each comparison calls strcoll or ICU. A new
+// table writes COLLATE "C" on each text column;
+// TestEveryTextColumnIsCollatedC fails otherwise. A comparison with a
+// value of the database's default collation (a parameter, a jsonb field, a
+// user's column) takes the column's "C" and is never refused.
+//
 // # The clock seam
 //
 // Ownership times (leases, due times, staleness, key expiry) come from one
