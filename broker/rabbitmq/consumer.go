@@ -85,7 +85,7 @@ var ConsumerResults = []string{ActionAcked, ActionRetryQueued, ActionDeferred, A
 // Consumer reads one lane's queue and hands every message to the sender.
 // It acks a message only after the sender returned (so after the delivery's
 // result is written) and after any copy it had to publish (retry, parking)
-// was confirmed. A message whose ack is lost is redelivered by the broker;
+// was confirmed; acks are gathered into few frames (acker). A message whose ack is lost is redelivered by the broker;
 // the sender's claim then finds the delivery row and no second provider call
 // happens.
 //
@@ -198,20 +198,21 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 	}
 	work := make(chan item)
 	slots := make(chan struct{}, lane)
+	acks := newAcker(ch)
 	var wg sync.WaitGroup
 	for range c.cfg.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for it := range work {
-				c.handle(ctx, ch, conf, it.d, kill)
+				c.handle(ctx, acks, conf, it.d, kill)
 				if it.lane {
 					<-slots
 				}
 			}
 		}()
 	}
-	defer func() { close(work); wg.Wait() }()
+	defer func() { close(work); wg.Wait(); acks.stop() }()
 	held := false // a lane slot taken for the next lane message
 	for {
 		var fromLane <-chan amqp.Delivery
@@ -242,6 +243,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 			}
 			it = item{d: d}
 		}
+		acks.seen(it.d.DeliveryTag)
 		select {
 		case work <- it:
 		case <-ctx.Done():
@@ -256,7 +258,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 // expressTag is the consumer tag of the express queue's consumer.
 func (c *Consumer) expressTag() string { return c.cfg.Name + ".express" }
 
-func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer, d amqp.Delivery, kill func()) {
+func (c *Consumer) handle(ctx context.Context, acks *acker, conf *confirmer, d amqp.Delivery, kill func()) {
 	var job heraldtype.Job
 	var res sender.Result
 	malformed := false
@@ -321,10 +323,15 @@ func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, conf *confirmer
 		h(job, res, kill)
 	}
 	if requeue {
-		err = d.Nack(false, true)
-	} else {
-		err = d.Ack(false)
+		c.settled(wctx, job, res, action, acks.nack(d.DeliveryTag, true))
+		return
 	}
+	acks.ack(d.DeliveryTag, func(err error) { c.settled(wctx, job, res, action, err) })
+}
+
+// settled counts what was done with a message once its ack or nack was
+// written (err: it was not; the broker redelivers).
+func (c *Consumer) settled(ctx context.Context, job heraldtype.Job, res sender.Result, action string, err error) {
 	if err != nil {
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: ack failed; the broker will redeliver",
 			slog.String("message_id", job.MessageID), slog.Any("error", err))

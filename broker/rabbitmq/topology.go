@@ -44,6 +44,21 @@
 // carries the lane alone at full width. Retries, backoffs and requeues
 // from parking come back to the lane queue.
 //
+// # Acks are gathered
+//
+// The consumer acks a message once its send is over and its result
+// written, but not in a frame of its own: the acker (acker.go) gathers up
+// to 16 acks, at most a millisecond, and writes them as one ack with
+// multiple set up to below the lowest delivery not known done, and the
+// rest one by one. RabbitMQ's work for an ack is mostly per frame: 20,001
+// acks went out in 7,300–7,600 frames instead of 20,001, and end to end
+// (BenchmarkEndToEndRabbitMQ, alternated, four pairs on 2026-12-04) herald
+// did 2,035 / 2,542 / 2,803 / 2,712 notifications/s against 2,011 / 2,234 /
+// 2,279 / 2,612, RabbitMQ's CPU 147–197 µs a notification against
+// 177–216. A crash before a gathered ack is written loses it, as any ack
+// may be lost: the broker redelivers, and the deliveries claim stops a
+// second call.
+//
 // # Long deferrals wait in the outbox
 //
 // A deferred send (quiet hours: sender.DeferFor) waits in the outbox, as
