@@ -45,7 +45,6 @@ type acker struct {
 	kick   chan struct{}
 	quit   chan struct{}
 	done   chan struct{}
-	frames func(n int) // tests: told the frames each round wrote
 
 	mu      sync.Mutex
 	next    uint64                 // lowest tag not yet seen
@@ -208,9 +207,6 @@ func (a *acker) flush() {
 	if len(below.then) > 0 {
 		below.multiple = len(below.then) > 1
 		writes = append([]ackWrite{below}, alone...)
-	}
-	if a.frames != nil && len(writes) > 0 {
-		a.frames(len(writes))
 	}
 	for _, w := range writes {
 		err := a.ch.Ack(w.tag, w.multiple)

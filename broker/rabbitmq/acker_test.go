@@ -15,15 +15,13 @@ import (
 // test when an ack settles a delivery the consumer had not finished, or
 // names a tag that is not unacked (RabbitMQ closes the channel then).
 type fakeBroker struct {
-	t     *testing.T
-	block chan struct{} // when set, the first Ack waits for it to close
+	t *testing.T
 
-	mu       sync.Mutex
-	unacked  map[uint64]bool // tag → the consumer has finished it
-	acked    map[uint64]bool
-	nacked   map[uint64]bool
-	frames   []string
-	blocking bool
+	mu      sync.Mutex
+	unacked map[uint64]bool // tag → the consumer has finished it
+	acked   map[uint64]bool
+	nacked  map[uint64]bool
+	frames  []string
 }
 
 func newFakeBroker(t *testing.T, delivered int) *fakeBroker {
@@ -44,12 +42,6 @@ func (b *fakeBroker) finished(tag uint64) {
 
 func (b *fakeBroker) Ack(tag uint64, multiple bool) error {
 	b.mu.Lock()
-	if b.block != nil && !b.blocking {
-		b.blocking = true
-		b.mu.Unlock()
-		<-b.block
-		b.mu.Lock()
-	}
 	defer b.mu.Unlock()
 	b.frames = append(b.frames, fmt.Sprintf("ack %d %v", tag, multiple))
 	if _, ok := b.unacked[tag]; !ok {
@@ -86,8 +78,8 @@ func (b *fakeBroker) sent() []string {
 	return append([]string(nil), b.frames...)
 }
 
-// acked collects the callbacks of acks: wait returns once n have run,
-// and fails the test on an error.
+// acked hands out ack callbacks that fail the test on an error; wg waits
+// for every one handed out to have run.
 type acked struct {
 	t  *testing.T
 	wg sync.WaitGroup

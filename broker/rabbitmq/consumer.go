@@ -85,9 +85,9 @@ var ConsumerResults = []string{ActionAcked, ActionRetryQueued, ActionDeferred, A
 // Consumer reads one lane's queue and hands every message to the sender.
 // It acks a message only after the sender returned (so after the delivery's
 // result is written) and after any copy it had to publish (retry, parking)
-// was confirmed; acks are gathered into few frames (acker). A message whose ack is lost is redelivered by the broker;
-// the sender's claim then finds the delivery row and no second provider call
-// happens.
+// was confirmed; acks are gathered into few frames (acker). A message
+// whose ack is lost is redelivered by the broker; the sender's claim then
+// finds the delivery row and no second provider call happens.
 //
 // Verdicts:
 //
