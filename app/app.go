@@ -333,7 +333,7 @@ func (a *App) Run(ctx context.Context) error {
 			c := dispatch.NewClaimer(dispatch.ClaimerConfig{
 				Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Sender: a.sender, Owner: a.owner,
 				Concurrency: a.cfg.LaneConcurrency(lane), Reserve: a.cfg.LaneReserve(lane), Gather: a.cfg.LaneConcurrency(lane) / 2,
-				Lease: a.cfg.Lease.D(), PollInterval: a.cfg.PollInterval.D(),
+				Lease: a.cfg.Lease.D(), PollInterval: a.cfg.PollInterval.D(), Cooldown: a.cfg.Cooldown(),
 				MaxAttempts: a.cfg.DispatchMaxAttempts, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
 				Gate: a.dispatchGate(),
 			})
@@ -493,7 +493,7 @@ func (a *App) newRabbitMQ() []rabbitLane {
 			Window: a.cfg.LanePublishWindow(lane), Express: a.cfg.LaneReserve(lane) > 0,
 			Backlog:   func(ctx context.Context) (int, error) { return pub.Backlog(ctx, lane) },
 			BatchSize: a.cfg.RabbitMQ.RelayBatch, InFlight: a.cfg.RabbitMQ.RelayInFlight, Lease: a.cfg.Lease.D(),
-			PollInterval: a.cfg.PollInterval.D(), MaxAttempts: a.cfg.DispatchMaxAttempts,
+			PollInterval: a.cfg.PollInterval.D(), Cooldown: a.cfg.Cooldown(), MaxAttempts: a.cfg.DispatchMaxAttempts,
 			Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Gate: a.relayGate(lane),
 		})
 		cons := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{

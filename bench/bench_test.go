@@ -120,6 +120,11 @@ func benchConfig(b *testing.B, database string, adjust func(*config.Config)) *co
 		concurrency = 512
 	}
 	cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: concurrency}}
+	// HERALD_BENCH_CLAIM_COOLDOWN sets claim_cooldown ("-1ns": none), to
+	// set a run beside one with the default.
+	if d, err := time.ParseDuration(os.Getenv("HERALD_BENCH_CLAIM_COOLDOWN")); err == nil {
+		cfg.ClaimCooldown = config.Duration(d)
+	}
 	if adjust != nil {
 		adjust(cfg)
 	}

@@ -67,6 +67,14 @@ type Config struct {
 	// PollInterval is how often an idle claimer looks for due rows it was not
 	// woken for (scheduled sends, retries). Defaults to 500 milliseconds.
 	PollInterval Duration `yaml:"poll_interval"`
+	// ClaimCooldown is the least time between two claims of a lane's
+	// claimer (or relay) once the lane has caught up (its last claim came
+	// back short): under a steady stream each claim takes what came in
+	// meanwhile, fewer and larger claims, at most this much later; an idle
+	// lane's first row is claimed at once, and a backlog is claimed
+	// without it. A negative value claims on every wake-up. At most 1
+	// second. Defaults to 10 milliseconds.
+	ClaimCooldown Duration `yaml:"claim_cooldown"`
 	// SweepInterval is how often the sweeps (stale claims, expired leases,
 	// expired idempotency keys, expired rows) run. Defaults to 1 minute.
 	SweepInterval Duration `yaml:"sweep_interval"`
@@ -802,6 +810,7 @@ func (c *Config) WithDefaults() *Config {
 	def(&c.StaleClaimAfter, 10*time.Minute)
 	def(&c.Lease, time.Minute)
 	def(&c.PollInterval, 500*time.Millisecond)
+	def(&c.ClaimCooldown, DefaultClaimCooldown)
 	def(&c.SweepInterval, time.Minute)
 	def(&c.WatchdogInterval, time.Minute)
 	if c.Transport == "rabbitmq" {
@@ -873,6 +882,14 @@ func (r *RabbitMQ) withDefaults() {
 
 // LanePrefetch returns the rabbitmq consumer prefetch of l.
 func (c *Config) LanePrefetch(l heraldtype.Lane) int { return c.RabbitMQ.Prefetch[string(l)] }
+
+// DefaultClaimCooldown is ClaimCooldown's default: River's FetchCooldown
+// as herald's peer benchmarks run it, and herald.Client's wake-up throttle.
+const DefaultClaimCooldown = 10 * time.Millisecond
+
+// Cooldown returns ClaimCooldown for the claimers and relays: zero (none)
+// when it is negative.
+func (c *Config) Cooldown() time.Duration { return max(c.ClaimCooldown.D(), 0) }
 
 // LanePublishWindow returns the publish window of l's relays (0: none).
 func (c *Config) LanePublishWindow(l heraldtype.Lane) int {
@@ -982,6 +999,9 @@ func (c *Config) Validate() error {
 		{"retry.slow_delay", c.Retry.SlowDelay},
 	}); err != nil {
 		return err
+	}
+	if c.ClaimCooldown > Duration(time.Second) {
+		return fmt.Errorf("config: claim_cooldown: must be at most 1s (or negative for none), got %s", c.ClaimCooldown.D())
 	}
 	if c.Retry.Quick < 1 || c.Retry.Slow < 0 {
 		return fmt.Errorf("config: retry: quick must be at least 1 and slow at least 0, got %d and %d", c.Retry.Quick, c.Retry.Slow)

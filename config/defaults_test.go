@@ -91,6 +91,7 @@ func TestDefaultsAreDocumented(t *testing.T) {
 		{"Config.StaleClaimAfter", c.StaleClaimAfter.D(), 10 * time.Minute, "Defaults to 10 minutes.", []string{"stale_claim_after: 10m"}},
 		{"Config.Lease", c.Lease.D(), time.Minute, "Defaults to 1 minute.", []string{"lease: 1m"}},
 		{"Config.PollInterval", c.PollInterval.D(), 500 * time.Millisecond, "Defaults to 500 milliseconds.", []string{"poll_interval: 500ms"}},
+		{"Config.ClaimCooldown", c.ClaimCooldown.D(), 10 * time.Millisecond, "Defaults to 10 milliseconds.", []string{"claim_cooldown: 10ms"}},
 		{"Config.SweepInterval", c.SweepInterval.D(), time.Minute, "Defaults to 1 minute.", []string{"sweep_interval: 1m"}},
 		{"Config.WatchdogInterval", c.WatchdogInterval.D(), time.Minute, "Defaults to 1 minute.", []string{"watchdog_interval: 1m"}},
 		{"Config.WatchdogRetryGrace", c.WatchdogRetryGrace.D(), 5 * time.Minute, "Defaults to 5 minutes, or 1 hour with transport rabbitmq.", []string{"watchdog_retry_grace: 5m"}},

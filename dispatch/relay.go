@@ -86,6 +86,11 @@ type RelayConfig struct {
 	Lease time.Duration
 	// PollInterval is how often an idle relay looks for due rows unbidden.
 	PollInterval time.Duration
+	// Cooldown is the least time from the start of a claim that came back
+	// short of its limit to the start of the loop's next, as
+	// ClaimerConfig.Cooldown: under a steady stream the relay publishes
+	// fewer, larger batches. Zero (the default) claims on each wake-up.
+	Cooldown time.Duration
 	// MaxAttempts is the failed publish attempts after which a row is FAILED.
 	MaxAttempts int
 	Logger      *slog.Logger
@@ -352,10 +357,19 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	again.Stop()
 	defer again.Stop()
 	var pause claimPause
+	var claimed time.Time // when the last claim that came back short began; zero after a full one
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
 		}
+		woken, ok := coolDown(ctx, claimed, r.Cooldown, r.Wake)
+		if !ok {
+			return
+		}
+		if woken {
+			again.Reset(ClaimAgainAfterWake)
+		}
+		claimed = time.Time{}
 		skip := ""
 		limit, ok := r.room(ctx)
 		if !ok {
@@ -379,6 +393,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 				limit = ExpressPastWindow
 			}
 		}
+		began := time.Now()
 		rows, err := r.Store.OutboxClaim(ctx, store.OutboxClaimParams{
 			Lane: r.Lane, Owner: r.Owner, Limit: limit, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil, Skip: skip,
 		})
@@ -398,6 +413,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		if len(rows) == limit || skip != "" {
 			continue // more may be waiting; or the window, full, is to be looked at again
 		}
+		claimed = began
 		select {
 		case <-ctx.Done():
 			return

@@ -92,6 +92,38 @@ func (s settler) raise(ctx context.Context, kind string, row store.Claimed, reas
 // the woken claim ran are taken by this second look, not at the next poll.
 const ClaimAgainAfterWake = 25 * time.Millisecond
 
+// coolDown waits, when a loop's last claim began less than cooldown ago,
+// for the rest of that time, then takes the wake-ups and other signals
+// (signals) that came meanwhile: the claim about to begin sees every row
+// they were sent for. woken reports whether one of them was a wake-up
+// (wake, a NOTIFY), for the loop's second look. ok is false when ctx
+// ended. A claim that began longer ago, or never, waits for nothing.
+func coolDown(ctx context.Context, last time.Time, cooldown time.Duration, wake <-chan struct{}, signals ...<-chan struct{}) (woken, ok bool) {
+	wait := cooldown - time.Since(last)
+	if last.IsZero() || wait <= 0 {
+		return false, ctx.Err() == nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-t.C:
+	}
+	select {
+	case <-wake:
+		woken = true
+	default:
+	}
+	for _, s := range signals {
+		select {
+		case <-s:
+		default:
+		}
+	}
+	return woken, true
+}
+
 // claimPause spaces out the claims of a loop whose claims keep failing (the
 // store is unreachable): 100 ms, doubling, at most 5 s; a success resets it.
 type claimPause struct{ wait time.Duration }
