@@ -182,6 +182,11 @@ func startHerald(b *testing.B, onCall func(provider.Message)) *heraldRun {
 		Templates: map[string]config.Template{"webhook": {Title: "Paid", Body: "Paid {{.amount}} won"}},
 	}}
 	cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
+	// HERALD_BENCH_CLAIM_COOLDOWN sets claim_cooldown ("-1ns": none), as
+	// in bench.
+	if d, err := time.ParseDuration(os.Getenv("HERALD_BENCH_CLAIM_COOLDOWN")); err == nil {
+		cfg.ClaimCooldown = config.Duration(d)
+	}
 	cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		b.Fatal(err)
