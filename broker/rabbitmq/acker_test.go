@@ -203,7 +203,7 @@ func TestAcksNeverSettleADeliveryNotFinished(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 1))
 			b := newFakeBroker(t, n)
-			a := newAcker(b)
+			a := newAcker(b, 32)
 			// Two queues share the channel's tags; each is read in its
 			// order, the two interleaved at random.
 			var lane, express []uint64
@@ -287,5 +287,18 @@ func TestAcksNeverSettleADeliveryNotFinished(t *testing.T) {
 			}
 			t.Logf("%d deliveries, %d frames", n, len(b.frames))
 		})
+	}
+}
+
+// A consumer gathers at most half its lane's prefetch, so the done
+// deliveries waiting for their ack never fill the window the broker
+// delivers into; never fewer than one, never more than ackGather.
+func TestGatherIsAtMostHalfThePrefetch(t *testing.T) {
+	for _, c := range []struct{ prefetch, want int }{
+		{1, 1}, {2, 1}, {3, 1}, {8, 4}, {15, 7}, {31, 15}, {32, 16}, {64, 16}, {512, 16},
+	} {
+		if got := gatherFor(c.prefetch); got != c.want {
+			t.Errorf("gatherFor(%d) = %d, want %d", c.prefetch, got, c.want)
+		}
 	}
 }

@@ -175,7 +175,8 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 		return d, nil
 	}
 	lane := c.cfg.Concurrency - c.cfg.Reserve
-	deliveries, err := consume(c.cfg.Topology.Queue(c.cfg.Lane), c.cfg.Name, max(1, c.cfg.Prefetch-c.cfg.Reserve))
+	lanePrefetch := max(1, c.cfg.Prefetch-c.cfg.Reserve)
+	deliveries, err := consume(c.cfg.Topology.Queue(c.cfg.Lane), c.cfg.Name, lanePrefetch)
 	if err != nil {
 		return err
 	}
@@ -198,7 +199,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 	}
 	work := make(chan item)
 	slots := make(chan struct{}, lane)
-	acks := newAcker(ch)
+	acks := newAcker(ch, lanePrefetch)
 	var wg sync.WaitGroup
 	for range c.cfg.Concurrency {
 		wg.Add(1)
