@@ -80,10 +80,10 @@ var cooldownCases = []struct {
 	}, heraldtype.OutboxPublished},
 }
 
-// A loop whose claim took a row but came back short (the lane caught up)
-// begins its next claim no sooner than Cooldown after it, however soon the
-// next row and its wake-up come; the first claim of a loop waits for
-// nothing.
+// A loop whose claim took two rows (CoolAfter) but came back short (the
+// lane caught up) begins its next claim no sooner than Cooldown after it,
+// however soon the next row and its wake-up come; the first claim of a
+// loop waits for nothing.
 func TestAClaimThatCameBackShortCoolsDown(t *testing.T) {
 	t.Parallel()
 	const cooldown = time.Second
@@ -91,7 +91,7 @@ func TestAClaimThatCameBackShortCoolsDown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			first := b.notify(t, "pay", heraldtype.LaneTransactional)
+			first := []string{b.notify(t, "pay", heraldtype.LaneTransactional), b.notify(t, "pay", heraldtype.LaneTransactional)}
 			out := &claimTimes{Outbox: b.store}
 			start := time.Now()
 			stop := tc.start(t, b, out, cooldown)
@@ -100,12 +100,14 @@ func TestAClaimThatCameBackShortCoolsDown(t *testing.T) {
 			if wait := took.began.Sub(start); wait >= cooldown {
 				t.Fatalf("the first claim began %s after the start, not at once", wait)
 			}
-			if took.took != 1 || took.limit <= 1 {
-				t.Fatalf("the first claim took %d of %d rows, want 1 of more", took.took, took.limit)
+			if took.took != dispatch.CoolAfter || took.limit <= dispatch.CoolAfter {
+				t.Fatalf("the first claim took %d of %d rows, want %d of more", took.took, took.limit, dispatch.CoolAfter)
 			}
-			testenv.WaitFor(t, "the first row to be handed on", testenv.Patience, func() bool {
-				return b.entry(t, first).OutboxState == tc.done
-			})
+			for _, id := range first {
+				testenv.WaitFor(t, "the first rows to be handed on", testenv.Patience, func() bool {
+					return b.entry(t, id).OutboxState == tc.done
+				})
+			}
 			claims := len(out.get())
 			next := b.notify(t, "pay", heraldtype.LaneTransactional) // wakes the lane
 			again := out.tookIt(t, claims)
@@ -119,14 +121,15 @@ func TestAClaimThatCameBackShortCoolsDown(t *testing.T) {
 	}
 }
 
-// A claim that found no row starts no cooldown: with an hour's, a row
-// posted after a loop's first claim found the outbox empty is claimed on
-// its wake-up. And a claim that came back full (a backlog) is followed by
-// the next at once: ten rows go out in claims of at most four.
-func TestAnEmptyClaimOrABacklogHasNoCooldown(t *testing.T) {
+// A claim that took fewer than CoolAfter rows starts no cooldown: with an
+// hour's, a row posted after a loop's first claim found the outbox empty
+// is claimed on its wake-up, and so is one posted after that row's claim.
+// And a claim that came back full (a backlog) is followed by the next at
+// once: ten rows go out in claims of at most four.
+func TestASmallClaimOrABacklogHasNoCooldown(t *testing.T) {
 	t.Parallel()
 	for _, tc := range cooldownCases {
-		t.Run(tc.name+", empty", func(t *testing.T) {
+		t.Run(tc.name+", small", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			out := &claimTimes{Outbox: b.store}
@@ -136,10 +139,12 @@ func TestAnEmptyClaimOrABacklogHasNoCooldown(t *testing.T) {
 			if c := out.get()[0]; c.took != 0 {
 				t.Fatalf("the first claim took %d rows of an empty outbox", c.took)
 			}
-			id := b.notify(t, "pay", heraldtype.LaneTransactional)
-			testenv.WaitFor(t, "the row posted after an empty claim to be handed on", testenv.Patience, func() bool {
-				return b.entry(t, id).OutboxState == tc.done
-			})
+			for _, after := range []string{"an empty claim", "a claim of one row"} {
+				id := b.notify(t, "pay", heraldtype.LaneTransactional)
+				testenv.WaitFor(t, "the row posted after "+after+" to be handed on", testenv.Patience, func() bool {
+					return b.entry(t, id).OutboxState == tc.done
+				})
+			}
 		})
 		t.Run(tc.name+", backlog", func(t *testing.T) {
 			t.Parallel()

@@ -86,8 +86,9 @@ type RelayConfig struct {
 	Lease time.Duration
 	// PollInterval is how often an idle relay looks for due rows unbidden.
 	PollInterval time.Duration
-	// Cooldown is the least time from the start of a claim that took rows
-	// but came back short of its limit to the start of the loop's next, as
+	// Cooldown is the least time from the start of a claim that took
+	// CoolAfter rows or more but came back short of its limit to the start
+	// of the loop's next, as
 	// ClaimerConfig.Cooldown: under a steady stream the relay publishes
 	// fewer, larger batches. Zero (the default) claims on each wake-up.
 	Cooldown time.Duration
@@ -357,7 +358,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	again.Stop()
 	defer again.Stop()
 	var pause claimPause
-	var claimed time.Time // when the last claim that took rows but came back short began; zero otherwise
+	var claimed time.Time // when the last claim that took CoolAfter rows or more but came back short began; zero otherwise
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
@@ -413,7 +414,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		if len(rows) == limit || skip != "" {
 			continue // more may be waiting; or the window, full, is to be looked at again
 		}
-		if len(rows) > 0 {
+		if len(rows) >= CoolAfter {
 			claimed = began
 		}
 		select {

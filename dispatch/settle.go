@@ -92,6 +92,12 @@ func (s settler) raise(ctx context.Context, kind string, row store.Claimed, reas
 // the woken claim ran are taken by this second look, not at the next poll.
 const ClaimAgainAfterWake = 25 * time.Millisecond
 
+// CoolAfter is the fewest rows a claim that came back short must have
+// taken for its loop to cool down before the next ("Claims cool down"):
+// a claim that took one row or none says rows come no faster than claims
+// take them.
+const CoolAfter = 2
+
 // coolDown waits, when a loop's last claim began less than cooldown ago,
 // for the rest of that time, then takes the wake-ups and other signals
 // (signals) that came meanwhile: the claim about to begin sees every row
