@@ -68,12 +68,12 @@ type Config struct {
 	// woken for (scheduled sends, retries). Defaults to 500 milliseconds.
 	PollInterval Duration `yaml:"poll_interval"`
 	// ClaimCooldown is the least time between two claims of a lane's
-	// claimer (or relay) once the lane has caught up (its last claim came
-	// back short): under a steady stream each claim takes what came in
-	// meanwhile, fewer and larger claims, at most this much later; an idle
-	// lane's first row is claimed at once, and a backlog is claimed
-	// without it. A negative value claims on every wake-up. At most 1
-	// second. Defaults to 10 milliseconds.
+	// claimer (or relay) once the lane has caught up with a stream (its
+	// last claim took two rows or more but came back short): each claim
+	// then takes what came in meanwhile, fewer and larger claims, at most
+	// this much later. An idle lane or a slow stream is claimed at once,
+	// and a backlog without it. A negative value claims on every wake-up.
+	// At most 1 second. Defaults to 10 milliseconds.
 	ClaimCooldown Duration `yaml:"claim_cooldown"`
 	// SweepInterval is how often the sweeps (stale claims, expired leases,
 	// expired idempotency keys, expired rows) run. Defaults to 1 minute.

@@ -12,21 +12,23 @@
 // row's fence with the job, and the sender's result write settles the row
 // in the same statement; the Claimer settles only what that did not.
 //
-// A Claimer claims as soon as a slot is free, except within Cooldown of
-// a claim that came back short ("Claims cool down" below) and while its
-// lane has a backlog (the claim before came back full): then it waits for
-// Gather slots, at most GatherWait, or for a wake-up. A claim's cost is mostly
-// per statement, and sends that end one by one otherwise make claims of a
-// few rows each. The wake-up ends the wait because a row just committed
-// may be a small tenant's behind a big one's backlog, and the reserve
-// (ClaimerConfig.Reserve) keeps a slot free for it.
+// A Claimer claims as soon as a slot is free, with two exceptions. While
+// its lane has a backlog (the claim before came back full) it waits for
+// Gather slots, at most GatherWait, or for a wake-up: a claim's cost is
+// mostly per statement, and sends that end one by one otherwise make
+// claims of a few rows each. The wake-up ends the wait because a row just
+// committed may be a small tenant's behind a big one's backlog, and the
+// reserve (ClaimerConfig.Reserve) keeps a slot free for it. And once the
+// lane has caught up with a stream of rows it cools down between claims
+// (below).
 //
 // # Claims cool down
 //
-// A loop whose claim took several rows (CoolAfter) but came back short
-// of its limit has caught up with a stream of them, and begins its next
-// claim no sooner than Cooldown after that one began (ClaimerConfig.Cooldown, RelayConfig.Cooldown; claim_cooldown,
-// 10 ms by default). The wake-ups, freed slots and second looks that come
+// A loop whose claim took several rows (CoolAfter) but came back short of
+// its limit has caught up with a stream of them, and begins its next
+// claim no sooner than Cooldown after that one began
+// (ClaimerConfig.Cooldown, RelayConfig.Cooldown; claim_cooldown, 10 ms by
+// default). The wake-ups, freed slots and second looks that come
 // meanwhile make one claim when it ends, which takes what they were sent
 // for. Without it a steady stream was claimed as it committed: intake's
 // group commits and the sends ending one by one made claims of about five
@@ -34,19 +36,23 @@
 // the claim's mostly fixed cost, and the relay published batches of about
 // a dozen, which RabbitMQ writes to a quorum queue's log and confirms at a
 // cost mostly per batch (a bare client: 161 µs of the broker's CPU a
-// message in bursts of 12, 88 µs in bursts of 200). A row waits at most
-// Cooldown for it, and only while rows come faster than claims take
-// them: a claim that found one row or none starts no cooldown (rows
-// arrive more slowly than claims end, and waiting would gather nothing),
-// a loop idle for longer claims at once, and a backlog (a claim that came
-// back full) is claimed without it. With a cooldown after every claim
-// that took a row, transactional notifications at 100 a second beside a
-// draining campaign waited 12 ms at the median against 6 ms without one
-// (BenchmarkIsolation), each claim taking one row either way; and the Go
-// API's median from commit to provider call went from 12–13 ms to
-// 15–16 ms (p99 unchanged at about 40 ms) while it ran 8–18% more
-// notifications a second. River's FetchCooldown is the same idea (100 ms by default;
-// its runs beside herald use 10 ms).
+// message in bursts of 12, 88 µs in bursts of 200). With it the HTTP
+// end-to-end run on PostgreSQL ran 13% more notifications a second
+// (alternated pairs, docs/benchmarks.md).
+//
+// A row waits at most Cooldown for it, and only while rows come faster
+// than claims take them: a claim that found one row or none starts no
+// cooldown (rows arrive more slowly than claims end, and waiting would
+// gather nothing), a loop idle for longer claims at once, and a backlog (a
+// claim that came back full) is claimed without it. With a cooldown after
+// every claim that took a row, transactional notifications at 100 a
+// second beside a draining campaign waited 12 ms at the median against
+// 6 ms without one (BenchmarkIsolation), each claim taking one row either
+// way; with the CoolAfter rule the median is 5 ms again. Where a stream is dense enough the price
+// stays: the Go API's median from commit to provider call went from
+// 12–13 ms to 15–16 ms (p99 unchanged at about 40 ms) while it ran 8–18%
+// more notifications a second. River's FetchCooldown is the same idea
+// (100 ms by default; its runs beside herald use 10 ms).
 //
 // A slot stands for a provider call, not for the row's whole way: a send
 // gives it back once its call has returned (sender.WithCallEnded), while
@@ -135,10 +141,10 @@ type ClaimerConfig struct {
 	GatherWait time.Duration
 	// Cooldown is the least time from the start of a claim that took
 	// CoolAfter rows or more but came back short of its limit (the lane
-	// caught up with a stream) to the start of the next:
-	// the wake-ups, freed slots and second looks meanwhile make one claim
-	// when it ends. Zero (the default) claims on each of them at once.
-	// See "Claims cool down" in the package doc.
+	// caught up with a stream) to the start of the next: the wake-ups,
+	// freed slots and second looks meanwhile make one claim when it ends.
+	// Zero (the default) claims on each of them at once. See "Claims cool
+	// down" in the package doc.
 	Cooldown time.Duration
 	// Lease is how long a claim holds a row before the reclaim sweep may
 	// offer it again. While a row's send is in flight the claimer extends
@@ -306,7 +312,9 @@ func (c *Claimer) Run(ctx context.Context) {
 	defer again.Stop()
 	var pause claimPause
 	backlog := false      // the last claim came back full
-	var claimed time.Time // when the last claim began, if it took CoolAfter rows or more but came back short; zero otherwise
+	// claimed is when the last claim began if it took CoolAfter rows or
+	// more but came back short; zero otherwise (no cooldown).
+	var claimed time.Time
 	for {
 		if ctx.Err() != nil {
 			return

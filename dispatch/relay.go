@@ -88,9 +88,9 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// Cooldown is the least time from the start of a claim that took
 	// CoolAfter rows or more but came back short of its limit to the start
-	// of the loop's next, as
-	// ClaimerConfig.Cooldown: under a steady stream the relay publishes
-	// fewer, larger batches. Zero (the default) claims on each wake-up.
+	// of the loop's next, as ClaimerConfig.Cooldown: under a steady stream
+	// the relay publishes fewer, larger batches. Zero (the default) claims
+	// on each wake-up.
 	Cooldown time.Duration
 	// MaxAttempts is the failed publish attempts after which a row is FAILED.
 	MaxAttempts int
@@ -358,7 +358,9 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	again.Stop()
 	defer again.Stop()
 	var pause claimPause
-	var claimed time.Time // when the last claim that took CoolAfter rows or more but came back short began; zero otherwise
+	// claimed is when the last claim began if it took CoolAfter rows or
+	// more but came back short; zero otherwise (no cooldown).
+	var claimed time.Time
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return

@@ -104,7 +104,8 @@ const CoolAfter = 2
 // they were sent for. woken reports whether one of them was a wake-up
 // (wake, a NOTIFY), for the loop's second look. ok is false when ctx
 // ended. A claim that began longer ago, or never, waits for nothing.
-func coolDown(ctx context.Context, last time.Time, cooldown time.Duration, wake <-chan struct{}, signals ...<-chan struct{}) (woken, ok bool) {
+func coolDown(ctx context.Context, last time.Time, cooldown time.Duration,
+	wake <-chan struct{}, signals ...<-chan struct{}) (woken, ok bool) {
 	wait := cooldown - time.Since(last)
 	if last.IsZero() || wait <= 0 {
 		return false, ctx.Err() == nil
