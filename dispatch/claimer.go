@@ -311,7 +311,7 @@ func (c *Claimer) Run(ctx context.Context) {
 	again.Stop()
 	defer again.Stop()
 	var pause claimPause
-	backlog := false      // the last claim came back full
+	backlog := false // the last claim came back full
 	// claimed is when the last claim began if it took CoolAfter rows or
 	// more but came back short; zero otherwise (no cooldown).
 	var claimed time.Time
