@@ -48,11 +48,12 @@
 // every claim that took a row, transactional notifications at 100 a
 // second beside a draining campaign waited 12 ms at the median against
 // 6 ms without one (BenchmarkIsolation), each claim taking one row either
-// way; with the CoolAfter rule the median is 5 ms again. Where a stream is dense enough the price
-// stays: the Go API's median from commit to provider call went from
-// 12–13 ms to 15–16 ms (p99 unchanged at about 40 ms) while it ran 8–18%
-// more notifications a second. River's FetchCooldown is the same idea
-// (100 ms by default; its runs beside herald use 10 ms).
+// way; with the CoolAfter rule the median is 5 ms again. Where a stream
+// is dense enough the price stays: the Go API's median from commit to
+// provider call went from 12–13 ms to 15–16 ms (p99 unchanged at about
+// 40 ms) while it ran 8–18% more notifications a second. River's
+// FetchCooldown is the same idea (100 ms by default; its runs beside
+// herald use 10 ms).
 //
 // A slot stands for a provider call, not for the row's whole way: a send
 // gives it back once its call has returned (sender.WithCallEnded), while
@@ -312,9 +313,7 @@ func (c *Claimer) Run(ctx context.Context) {
 	defer again.Stop()
 	var pause claimPause
 	backlog := false // the last claim came back full
-	// claimed is when the last claim began if it took CoolAfter rows or
-	// more but came back short; zero otherwise (no cooldown).
-	var claimed time.Time
+	cool := cooler{every: c.Cooldown}
 	for {
 		if ctx.Err() != nil {
 			return
@@ -328,7 +327,7 @@ func (c *Claimer) Run(ctx context.Context) {
 				again.Reset(ClaimAgainAfterWake)
 			}
 		} else {
-			woken, ok := coolDown(ctx, claimed, c.Cooldown, c.Wake, c.freed)
+			woken, ok := cool.wait(ctx, c.Wake, c.freed)
 			if !ok {
 				return
 			}
@@ -341,7 +340,6 @@ func (c *Claimer) Run(ctx context.Context) {
 		if free > 0 {
 			limit, skip := c.share(free)
 			began := time.Now()
-			claimed = time.Time{}
 			rows, err := c.Store.OutboxClaim(ctx, store.OutboxClaimParams{
 				Lane: c.Lane, Owner: c.Owner, Limit: limit, Lease: c.Lease, Skip: skip,
 			})
@@ -358,9 +356,8 @@ func (c *Claimer) Run(ctx context.Context) {
 				c.places <- struct{}{}
 				work <- row
 			}
-			if full = len(rows) == limit; !full && len(rows) >= CoolAfter {
-				claimed = began
-			}
+			full = len(rows) == limit
+			cool.claimed(began, len(rows), limit)
 		}
 		if backlog = full; full {
 			continue // more may be waiting

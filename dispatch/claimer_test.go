@@ -439,15 +439,44 @@ func TestFifthFailedAttemptAlertsWithTheTenant(t *testing.T) {
 	}
 }
 
-// claimCount wraps the outbox to count claims.
-type claimCount struct {
+// claimLog wraps the outbox to record each claim: when it began, its
+// limit and how many rows it took.
+type claimLog struct {
 	store.Outbox
-	n atomic.Int64
+	mu     sync.Mutex
+	claims []loggedClaim
 }
 
-func (c *claimCount) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
-	defer c.n.Add(1)
-	return c.Outbox.OutboxClaim(ctx, p)
+type loggedClaim struct {
+	began       time.Time
+	limit, took int
+}
+
+func (c *claimLog) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	began := time.Now()
+	rows, err := c.Outbox.OutboxClaim(ctx, p)
+	c.mu.Lock()
+	c.claims = append(c.claims, loggedClaim{began: began, limit: p.Limit, took: len(rows)})
+	c.mu.Unlock()
+	return rows, err
+}
+
+func (c *claimLog) get() []loggedClaim {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.claims)
+}
+
+// count is how many claims have returned.
+func (c *claimLog) count() int { return len(c.get()) }
+
+// limits are the claims' limits, in order.
+func (c *claimLog) limits() []int {
+	var out []int
+	for _, cl := range c.get() {
+		out = append(out, cl.limit)
+	}
+	return out
 }
 
 // TestAWokenClaimerLooksAgain: rows that commit just after the claim a
@@ -457,7 +486,7 @@ func (c *claimCount) OutboxClaim(ctx context.Context, p store.OutboxClaimParams)
 func TestAWokenClaimerLooksAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	out := &claimCount{Outbox: b.store}
+	out := &claimLog{Outbox: b.store}
 	wake := make(chan struct{}, 1)
 	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
 		Lane: heraldtype.LaneTransactional, Store: out, Wake: wake, Sender: b.sender(sender.Hooks{}), Owner: "c",
@@ -465,9 +494,9 @@ func TestAWokenClaimerLooksAgain(t *testing.T) {
 	})
 	stop := run(t, c)
 	defer stop()
-	testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return out.n.Load() == 1 })
+	testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return out.count() == 1 })
 	wake <- struct{}{}
-	testenv.WaitFor(t, "the woken claim", testenv.Patience, func() bool { return out.n.Load() == 2 })
+	testenv.WaitFor(t, "the woken claim", testenv.Patience, func() bool { return out.count() == 2 })
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
 	testenv.WaitFor(t, "the row taken by the second look", testenv.Patience, func() bool {
 		return b.entry(t, id).OutboxState == heraldtype.OutboxDone
@@ -543,26 +572,6 @@ func TestATenantLeavesTheReservedSlotsToTheOthers(t *testing.T) {
 	})
 }
 
-// claimLimits wraps the outbox to record each claim's limit.
-type claimLimits struct {
-	store.Outbox
-	mu     sync.Mutex
-	limits []int
-}
-
-func (c *claimLimits) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
-	c.mu.Lock()
-	c.limits = append(c.limits, p.Limit)
-	c.mu.Unlock()
-	return c.Outbox.OutboxClaim(ctx, p)
-}
-
-func (c *claimLimits) get() []int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.limits)
-}
-
 // While a lane has a backlog, a claim waits for Gather free slots
 // (GatherWait is an hour here, so only slots or a wake-up end the wait):
 // the sends end one at a time, and still the claims after the first take
@@ -589,7 +598,7 @@ func TestALaneWithABacklogClaimsGatheredSlots(t *testing.T) {
 				for range 20 {
 					posted = append(posted, b.notify(t, "pay", heraldtype.LaneTransactional))
 				}
-				out := &claimLimits{Outbox: b.store}
+				out := &claimLog{Outbox: b.store}
 				wake := make(chan struct{}, 1)
 				stop := run(t, dispatch.NewClaimer(dispatch.ClaimerConfig{
 					Lane: heraldtype.LaneTransactional, Store: out, Wake: wake,
@@ -601,7 +610,7 @@ func TestALaneWithABacklogClaimsGatheredSlots(t *testing.T) {
 				claims := func(n int) {
 					t.Helper()
 					if gather > 0 {
-						testenv.WaitFor(t, fmt.Sprintf("claim %d", n), testenv.Patience, func() bool { return len(out.get()) >= n })
+						testenv.WaitFor(t, fmt.Sprintf("claim %d", n), testenv.Patience, func() bool { return out.count() >= n })
 					}
 				}
 				// Each send ends alone, the next not before the one
@@ -639,7 +648,7 @@ func TestALaneWithABacklogClaimsGatheredSlots(t *testing.T) {
 				claims(4)
 				end(4)
 				claims(5)
-				got := out.get()
+				got := out.limits()
 				if gather > 0 {
 					// The twelve rows behind the first eight went four,
 					// four, one (woken) and the last three.

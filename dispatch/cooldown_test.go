@@ -1,8 +1,6 @@
 package dispatch_test
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,38 +11,10 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// claimTimes wraps the outbox to record when each claim began, its limit
-// and how many rows it took.
-type claimTimes struct {
-	store.Outbox
-	mu     sync.Mutex
-	claims []timedClaim
-}
-
-type timedClaim struct {
-	began       time.Time
-	limit, took int
-}
-
-func (c *claimTimes) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
-	began := time.Now()
-	rows, err := c.Outbox.OutboxClaim(ctx, p)
-	c.mu.Lock()
-	c.claims = append(c.claims, timedClaim{began: began, limit: p.Limit, took: len(rows)})
-	c.mu.Unlock()
-	return rows, err
-}
-
-func (c *claimTimes) get() []timedClaim {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]timedClaim(nil), c.claims...)
-}
-
 // tookIt returns the first claim that took a row at or after claim from.
-func (c *claimTimes) tookIt(t *testing.T, from int) timedClaim {
+func (c *claimLog) tookIt(t *testing.T, from int) loggedClaim {
 	t.Helper()
-	var got timedClaim
+	var got loggedClaim
 	testenv.WaitFor(t, "a claim that takes the row", testenv.Patience, func() bool {
 		for _, cl := range c.get()[from:] {
 			if cl.took > 0 {
@@ -92,7 +62,7 @@ func TestAClaimThatCameBackShortCoolsDown(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			first := []string{b.notify(t, "pay", heraldtype.LaneTransactional), b.notify(t, "pay", heraldtype.LaneTransactional)}
-			out := &claimTimes{Outbox: b.store}
+			out := &claimLog{Outbox: b.store}
 			start := time.Now()
 			stop := tc.start(t, b, out, cooldown)
 			defer stop()
@@ -108,7 +78,7 @@ func TestAClaimThatCameBackShortCoolsDown(t *testing.T) {
 					return b.entry(t, id).OutboxState == tc.done
 				})
 			}
-			claims := len(out.get())
+			claims := out.count()
 			next := b.notify(t, "pay", heraldtype.LaneTransactional) // wakes the lane
 			again := out.tookIt(t, claims)
 			if gap := again.began.Sub(took.began); gap < cooldown {
@@ -132,10 +102,10 @@ func TestASmallClaimOrABacklogHasNoCooldown(t *testing.T) {
 		t.Run(tc.name+", small", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			out := &claimTimes{Outbox: b.store}
+			out := &claimLog{Outbox: b.store}
 			stop := tc.start(t, b, out, time.Hour)
 			defer stop()
-			testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return len(out.get()) > 0 })
+			testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return out.count() > 0 })
 			if c := out.get()[0]; c.took != 0 {
 				t.Fatalf("the first claim took %d rows of an empty outbox", c.took)
 			}
@@ -153,7 +123,7 @@ func TestASmallClaimOrABacklogHasNoCooldown(t *testing.T) {
 			for range 10 {
 				posted = append(posted, b.notify(t, "pay", heraldtype.LaneTransactional))
 			}
-			out := &claimTimes{Outbox: b.store}
+			out := &claimLog{Outbox: b.store}
 			stop := tc.start(t, b, out, time.Hour)
 			defer stop()
 			for _, id := range posted {

@@ -358,21 +358,18 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	again.Stop()
 	defer again.Stop()
 	var pause claimPause
-	// claimed is when the last claim began if it took CoolAfter rows or
-	// more but came back short; zero otherwise (no cooldown).
-	var claimed time.Time
+	cool := cooler{every: r.Cooldown}
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
 		}
-		woken, ok := coolDown(ctx, claimed, r.Cooldown, r.Wake)
+		woken, ok := cool.wait(ctx, r.Wake, nil)
 		if !ok {
 			return
 		}
 		if woken {
 			again.Reset(ClaimAgainAfterWake)
 		}
-		claimed = time.Time{}
 		skip := ""
 		limit, ok := r.room(ctx)
 		if !ok {
@@ -416,9 +413,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		if len(rows) == limit || skip != "" {
 			continue // more may be waiting; or the window, full, is to be looked at again
 		}
-		if len(rows) >= CoolAfter {
-			claimed = began
-		}
+		cool.claimed(began, len(rows), limit)
 		select {
 		case <-ctx.Done():
 			return

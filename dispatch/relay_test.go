@@ -299,7 +299,7 @@ func TestRelayKeepsInFlightBatchesAwaitingConfirmsAtOnce(t *testing.T) {
 func TestAWokenRelayLooksAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	out := &claimCount{Outbox: b.store}
+	out := &claimLog{Outbox: b.store}
 	wake := make(chan struct{}, 1)
 	pub := &fakePublisher{published: map[string]int{}}
 	stop := runRelay(t, dispatch.NewRelay(dispatch.RelayConfig{
@@ -307,9 +307,9 @@ func TestAWokenRelayLooksAgain(t *testing.T) {
 		Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts, Claimers: 1,
 	}))
 	defer stop()
-	testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return out.n.Load() == 1 })
+	testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return out.count() == 1 })
 	wake <- struct{}{}
-	testenv.WaitFor(t, "the woken claim", testenv.Patience, func() bool { return out.n.Load() == 2 })
+	testenv.WaitFor(t, "the woken claim", testenv.Patience, func() bool { return out.count() == 2 })
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
 	testenv.WaitFor(t, "the row published by the second look", testenv.Patience, func() bool {
 		return b.entry(t, id).OutboxState == heraldtype.OutboxPublished

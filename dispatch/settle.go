@@ -98,19 +98,36 @@ const ClaimAgainAfterWake = 25 * time.Millisecond
 // take them.
 const CoolAfter = 2
 
-// coolDown waits, when a loop's last claim began less than cooldown ago,
-// for the rest of that time, then takes the wake-ups and other signals
-// (signals) that came meanwhile: the claim about to begin sees every row
-// they were sent for. woken reports whether one of them was a wake-up
-// (wake, a NOTIFY), for the loop's second look. ok is false when ctx
-// ended. A claim that began longer ago, or never, waits for nothing.
-func coolDown(ctx context.Context, last time.Time, cooldown time.Duration,
-	wake <-chan struct{}, signals ...<-chan struct{}) (woken, ok bool) {
-	wait := cooldown - time.Since(last)
-	if last.IsZero() || wait <= 0 {
+// cooler is a claim loop's cooldown ("Claims cool down"): when its last
+// claim began, if that claim took CoolAfter rows or more but came back
+// short of its limit.
+type cooler struct {
+	every time.Duration
+	since time.Time // zero: no cooldown
+}
+
+// claimed records a claim that began at began and took took of limit rows.
+func (c *cooler) claimed(began time.Time, took, limit int) {
+	c.since = time.Time{}
+	if took >= CoolAfter && took < limit {
+		c.since = began
+	}
+}
+
+// wait waits out the rest of the cooldown, if any, then takes the
+// wake-up (wake, a NOTIFY) and freed-slot signal (freed; nil for none)
+// that came meanwhile: the claim about to begin sees every row they were
+// sent for. woken reports whether a wake-up was taken, for the loop's
+// second look; ok is false when ctx ended. The cooldown is spent either
+// way: the next wait waits only after another claimed.
+func (c *cooler) wait(ctx context.Context, wake, freed <-chan struct{}) (woken, ok bool) {
+	rest := c.every - time.Since(c.since)
+	if c.since.IsZero() || rest <= 0 {
+		c.since = time.Time{}
 		return false, ctx.Err() == nil
 	}
-	t := time.NewTimer(wait)
+	c.since = time.Time{}
+	t := time.NewTimer(rest)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -122,11 +139,9 @@ func coolDown(ctx context.Context, last time.Time, cooldown time.Duration,
 		woken = true
 	default:
 	}
-	for _, s := range signals {
-		select {
-		case <-s:
-		default:
-		}
+	select {
+	case <-freed:
+	default:
 	}
 	return woken, true
 }
