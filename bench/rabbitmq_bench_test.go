@@ -1,13 +1,16 @@
 package bench
 
-// The rabbitmq transport's benchmarks. Both need the machine's PostgreSQL
+// The rabbitmq transport's benchmarks. They need the machine's PostgreSQL
 // and RabbitMQ (a fresh database and vhost each):
 //
 //	go test ./bench -run '^$' -bench RelayDrain -benchtime 100000x          # relay rows/s, confirms on
 //	go test ./bench -run '^$' -bench EndToEndRabbitMQ -benchtime 50000x     # notifications/s end to end
+//	go test ./bench -run '^$' -bench BrokerCeiling -benchtime 100000x       # the broker alone, RelayDrain's ceiling
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldhq/herald/broker/rabbitmq"
 	"github.com/heraldhq/herald/config"
@@ -125,4 +129,79 @@ func BenchmarkEndToEndRabbitMQ(b *testing.B) {
 	cpu := startCPUSplit(b, db, mq)
 	drive(b, e)
 	cpu.report(b.N, "notification")
+}
+
+// BenchmarkBrokerCeiling: what the broker takes from a bare client, as the
+// ceiling BenchmarkRelayDrain is read against. One amqp091 channel in
+// confirm mode publishes b.N of the relay's messages (rabbitmq.JobMessage
+// of the rows fillOutbox writes) to herald's transactional lane queue (its
+// topology: a quorum queue), in batches of the relay's 500 with up to its 4
+// batches awaiting confirms; no database, no claim, no marking. Timed from
+// the first publish until the last confirm, with the client's and the
+// broker's CPU per message.
+func BenchmarkBrokerCeiling(b *testing.B) {
+	const batch, inFlight = 500, 4
+	mq := testmq.VHost(b)
+	conn, err := amqp.Dial(mq)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	top := rabbitmq.Topology{}.WithDefaults()
+	if err := top.Declare(ch); err != nil {
+		b.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, batch*inFlight))
+	now := time.Now()
+	msgs := make([]amqp.Publishing, b.N)
+	for i := range msgs {
+		id := fmt.Sprintf("ntf_bench%010d", i+1)
+		job := heraldtype.Job{
+			MessageID: id + ".webhook", OutboxID: int64(i + 1), NotificationID: id, Tenant: "t1",
+			Recipient: fmt.Sprintf("user-%d", (i+1)%1000), EventID: fmt.Sprintf("evt-%d", i+1), Kind: "bench",
+			Lane: heraldtype.LaneTransactional, Channel: "webhook", Params: json.RawMessage(fmt.Sprintf(`{"amount":%d}`, i+1)),
+			OffChain: true, Outbox: &heraldtype.Fence{ID: int64(i + 1), NotificationID: id, Channel: "webhook", Token: int64(i + 1)},
+		}
+		if msgs[i], err = rabbitmq.JobMessage(job, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+	key := top.Key(heraldtype.LaneTransactional, dispatch.LaneQueue)
+	ctx := context.Background()
+	cpu := startCPUSplit(b, "", mq)
+	b.ResetTimer()
+	began := time.Now()
+	confirmed := 0
+	await := func(n int) {
+		for confirmed < n {
+			c, ok := <-confirms
+			if !ok {
+				b.Fatalf("channel closed after %d confirms", confirmed)
+			}
+			if !c.Ack {
+				b.Fatalf("message %d nacked", c.DeliveryTag)
+			}
+			confirmed++
+		}
+	}
+	for i := 0; i < b.N; i += batch {
+		await(i - batch*(inFlight-1))
+		for j := i; j < min(i+batch, b.N); j++ {
+			if err := ch.PublishWithContext(ctx, top.Exchange(), key, false, false, msgs[j]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	await(b.N)
+	took := time.Since(began)
+	b.StopTimer()
+	cpu.report(b.N, "msg")
+	b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
 }
