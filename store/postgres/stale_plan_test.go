@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The end of a send off any fallback chain, and the expiry sweep, read
@@ -133,6 +135,35 @@ func TestConnectionsRunWithoutJITUnlessTheURLSetsIt(t *testing.T) {
 		}
 		if got := cfg.ConnConfig.RuntimeParams["jit"]; got != want {
 			t.Errorf("%s: jit = %q, want %q", url, got, want)
+		}
+	}
+}
+
+// herald's connections have the kernel write back what they write out
+// every 256 kB unless the URL says otherwise (poolConfig), and the server
+// takes the setting on every connection the store opens.
+func TestConnectionsFlushWhatTheyWriteUnlessTheURLSaysOtherwise(t *testing.T) {
+	for url, want := range map[string]string{
+		"postgres://u@127.0.0.1:5432/d":                         "256kB",
+		"postgres://u@127.0.0.1:5432/d?backend_flush_after=1MB": "1MB",
+		"postgres://u@127.0.0.1:5432/d?backend_flush_after=0":   "0",
+	} {
+		cfg, err := poolConfig(url, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.ConnConfig.RuntimeParams["backend_flush_after"]; got != want {
+			t.Errorf("%s: backend_flush_after = %q, want %q", url, got, want)
+		}
+	}
+	s := setup(t, "", Options{})
+	for name, pool := range map[string]*pgxpool.Pool{"main": s.pool, "claims": s.claims} {
+		var got string
+		if err := pool.QueryRow(context.Background(), `SHOW backend_flush_after`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != backendFlushAfter {
+			t.Errorf("the store's %s connections run with backend_flush_after = %s, want %s", name, got, backendFlushAfter)
 		}
 	}
 }
