@@ -123,39 +123,29 @@ func planPages(plan string) int {
 	return total
 }
 
-// herald's connections run without JIT unless the URL asks for it.
-func TestConnectionsRunWithoutJITUnlessTheURLSetsIt(t *testing.T) {
-	for url, want := range map[string]string{
-		"postgres://u@127.0.0.1:5432/d":        "off",
-		"postgres://u@127.0.0.1:5432/d?jit=on": "on",
+// herald's connections start without JIT and with backend_flush_after at
+// 256 kB, each unless the URL sets its own (poolConfig).
+func TestConnectionsStartWithHeraldsParametersUnlessTheURLSetsThem(t *testing.T) {
+	for _, c := range []struct{ url, param, want string }{
+		{"postgres://u@127.0.0.1:5432/d", "jit", "off"},
+		{"postgres://u@127.0.0.1:5432/d?jit=on", "jit", "on"},
+		{"postgres://u@127.0.0.1:5432/d", "backend_flush_after", "256kB"},
+		{"postgres://u@127.0.0.1:5432/d?backend_flush_after=1MB", "backend_flush_after", "1MB"},
+		{"postgres://u@127.0.0.1:5432/d?backend_flush_after=0", "backend_flush_after", "0"},
 	} {
-		cfg, err := poolConfig(url, Options{})
+		cfg, err := poolConfig(c.url, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := cfg.ConnConfig.RuntimeParams["jit"]; got != want {
-			t.Errorf("%s: jit = %q, want %q", url, got, want)
+		if got := cfg.ConnConfig.RuntimeParams[c.param]; got != c.want {
+			t.Errorf("%s: %s = %q, want %q", c.url, c.param, got, c.want)
 		}
 	}
 }
 
-// herald's connections have the kernel write back what they write out
-// every 256 kB unless the URL says otherwise (poolConfig), and the server
-// takes the setting on every connection the store opens.
-func TestConnectionsFlushWhatTheyWriteUnlessTheURLSaysOtherwise(t *testing.T) {
-	for url, want := range map[string]string{
-		"postgres://u@127.0.0.1:5432/d":                         "256kB",
-		"postgres://u@127.0.0.1:5432/d?backend_flush_after=1MB": "1MB",
-		"postgres://u@127.0.0.1:5432/d?backend_flush_after=0":   "0",
-	} {
-		cfg, err := poolConfig(url, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := cfg.ConnConfig.RuntimeParams["backend_flush_after"]; got != want {
-			t.Errorf("%s: backend_flush_after = %q, want %q", url, got, want)
-		}
-	}
+// The server takes backend_flush_after on every connection the store
+// opens, the claims' own included.
+func TestTheStoresConnectionsFlushWhatTheyWrite(t *testing.T) {
 	s := setup(t, "", Options{})
 	for name, pool := range map[string]*pgxpool.Pool{"main": s.pool, "claims": s.claims} {
 		var got string
