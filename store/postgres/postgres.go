@@ -254,7 +254,7 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, error) {
 	// on them every 256 kB, as PostgreSQL's checkpointer does by default.
 	// In issue 12's isolation run (a 1,000,000-recipient campaign beside
 	// 100 transactional notifications a second) the transactional p99 was
-	// 213-387 ms without it and 71-79 ms with it, the stalls lining up
+	// 213-387 ms without it and 69-94 ms with it, the stalls lining up
 	// with commits of an idle probe taking 130-270 ms. A URL that sets
 	// backend_flush_after keeps its own.
 	if _, ok := cfg.ConnConfig.RuntimeParams["backend_flush_after"]; !ok {
