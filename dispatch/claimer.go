@@ -318,22 +318,17 @@ func (c *Claimer) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		var woken, ok bool
 		if backlog {
-			woken, ok := c.gather(ctx)
-			if !ok {
-				return
-			}
-			if woken {
-				again.Reset(ClaimAgainAfterWake)
-			}
+			woken, ok = c.gather(ctx)
 		} else {
-			woken, ok := cool.wait(ctx, c.Wake, c.freed)
-			if !ok {
-				return
-			}
-			if woken {
-				again.Reset(ClaimAgainAfterWake)
-			}
+			woken, ok = cool.wait(ctx, c.Wake, c.freed)
+		}
+		if !ok {
+			return
+		}
+		if woken {
+			again.Reset(ClaimAgainAfterWake)
 		}
 		free := c.free()
 		full := false

@@ -121,12 +121,14 @@ func (c *cooler) claimed(began time.Time, took, limit int) {
 // second look; ok is false when ctx ended. The cooldown is spent either
 // way: the next wait waits only after another claimed.
 func (c *cooler) wait(ctx context.Context, wake, freed <-chan struct{}) (woken, ok bool) {
-	rest := c.every - time.Since(c.since)
-	if c.since.IsZero() || rest <= 0 {
-		c.since = time.Time{}
-		return false, ctx.Err() == nil
+	var rest time.Duration
+	if !c.since.IsZero() {
+		rest = c.every - time.Since(c.since)
 	}
 	c.since = time.Time{}
+	if rest <= 0 {
+		return false, ctx.Err() == nil
+	}
 	t := time.NewTimer(rest)
 	defer t.Stop()
 	select {
