@@ -44,7 +44,10 @@ type ConfirmHooks struct {
 // drains the returns, then settles, and never mistakes a returned message
 // for a delivered one.
 type confirmer struct {
-	ch       *amqp.Channel
+	ch *amqp.Channel
+	// out is the socket of ch's connection when a batch may hold it
+	// (coalescer); nil otherwise.
+	out      *coalescer
 	hooks    ConfirmHooks
 	confirms chan amqp.Confirmation
 	returns  chan amqp.Return
@@ -63,12 +66,12 @@ type entry struct {
 	returned bool
 }
 
-func newConfirmer(ch *amqp.Channel, hooks ConfirmHooks) (*confirmer, error) {
+func newConfirmer(ch *amqp.Channel, out *coalescer, hooks ConfirmHooks) (*confirmer, error) {
 	if err := ch.Confirm(false); err != nil {
 		return nil, err
 	}
 	c := &confirmer{
-		ch: ch, hooks: hooks,
+		ch: ch, out: out, hooks: hooks,
 		confirms: ch.NotifyPublish(make(chan amqp.Confirmation, maxInFlight+16)),
 		returns:  ch.NotifyReturn(make(chan amqp.Return, maxInFlight+16)),
 		slots:    make(chan struct{}, maxInFlight),
@@ -167,14 +170,21 @@ func (c *confirmer) fail() {
 }
 
 // publish sends one message (mandatory, so an unroutable one comes back)
-// and registers it as entry i of b. An error means it was not sent.
+// and registers it as entry i of b. An error means it was not sent. With
+// every slot taken it waits for confirms, after writing out what a held
+// socket gathered: those may be the very messages the confirms are for.
 func (c *confirmer) publish(ctx context.Context, b *Batch, i int, exchange, key string, msg amqp.Publishing) error {
 	select {
 	case c.slots <- struct{}{}:
-	case <-c.done:
-		return dispatch.ErrConnectionLost
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		c.out.flush()
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.done:
+			return dispatch.ErrConnectionLost
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	c.mu.Lock()
 	if c.closed {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"sync"
 	"time"
@@ -14,39 +15,50 @@ import (
 	"github.com/heraldhq/herald/clock"
 )
 
-// dial opens a connection named for the broker's connection list. The
-// library's own recovery stays off: each herald component runs its own
-// session loop (see session), which redials and starts again from a clean
-// channel, so no delivery tag or confirm sequence survives a reconnect.
-func dial(ctx context.Context, rawURL, name string) (*amqp.Connection, error) {
+// dial opens a connection named for the broker's connection list, on a
+// socket that can gather a batch's writes (coalescer). The library's own
+// recovery stays off: each herald component runs its own session loop (see
+// session), which redials and starts again from a clean channel, so no
+// delivery tag or confirm sequence survives a reconnect.
+func dial(ctx context.Context, rawURL, name string) (*amqp.Connection, *coalescer, error) {
+	var out *coalescer
+	tcp := amqp.DefaultDial(10 * time.Second)
 	cfg := amqp.Config{
 		Heartbeat:  10 * time.Second,
 		Locale:     "en_US",
 		Properties: amqp.Table{"connection_name": name, "product": "herald"},
-		Dial:       amqp.DefaultDial(10 * time.Second),
+		Dial: func(network, addr string) (net.Conn, error) {
+			c, err := tcp(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			out = &coalescer{Conn: c}
+			return out, nil
+		},
 	}
 	type result struct {
 		c   *amqp.Connection
+		out *coalescer
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
 		c, err := amqp.DialConfig(rawURL, cfg)
-		done <- result{c, err}
+		done <- result{c, out, err}
 	}()
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return nil, fmt.Errorf("connect to %s: %w", redact(rawURL), r.err)
+			return nil, nil, fmt.Errorf("connect to %s: %w", redact(rawURL), r.err)
 		}
-		return r.c, nil
+		return r.c, r.out, nil
 	case <-ctx.Done():
 		go func() {
 			if r := <-done; r.c != nil {
 				_ = r.c.Close()
 			}
 		}()
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 }
 
@@ -101,14 +113,14 @@ var errStopped = errors.New("rabbitmq: stopped")
 // returns when ctx is done or fn returns nil. fn marks lk up once it is
 // working; session marks it down whenever a dial or fn fails, and when it
 // returns.
-func session(ctx context.Context, logger *slog.Logger, rawURL, name string, lk *link, fn func(ctx context.Context, conn *amqp.Connection) error) {
+func session(ctx context.Context, logger *slog.Logger, rawURL, name string, lk *link, fn func(ctx context.Context, conn *amqp.Connection, out *coalescer) error) {
 	defer lk.down(errStopped)
 	wait := time.Duration(0)
 	for ctx.Err() == nil {
 		if wait > 0 && !clock.Sleep(ctx, wait) {
 			return
 		}
-		conn, err := dial(ctx, rawURL, name)
+		conn, out, err := dial(ctx, rawURL, name)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -120,7 +132,7 @@ func session(ctx context.Context, logger *slog.Logger, rawURL, name string, lk *
 			continue
 		}
 		started := time.Now()
-		err = fn(ctx, conn)
+		err = fn(ctx, conn, out)
 		_ = conn.Close()
 		if err == nil || ctx.Err() != nil {
 			return

@@ -145,7 +145,7 @@ func (c *Consumer) Run(ctx context.Context) {
 // not, why.
 func (c *Consumer) Status() Status { return c.link.get() }
 
-func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
+func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coalescer) error {
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
@@ -158,7 +158,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection) error {
 	if err != nil {
 		return fmt.Errorf("open publishing channel: %w", err)
 	}
-	conf, err := newConfirmer(pubCh, ConfirmHooks{})
+	conf, err := newConfirmer(pubCh, nil, ConfirmHooks{})
 	if err != nil {
 		return fmt.Errorf("enable publisher confirms: %w", err)
 	}

@@ -78,7 +78,7 @@ func (p *Parking) List(ctx context.Context, s parked.Scope, limit int) ([]parked
 // Requeue moves parked messages in scope s back to their lanes: the one
 // with messageID (every copy of it), or all when messageID is "".
 func (p *Parking) Requeue(ctx context.Context, s parked.Scope, messageID string) (int, error) {
-	conn, err := dial(ctx, p.URL, "herald-parking")
+	conn, _, err := dial(ctx, p.URL, "herald-parking")
 	if err != nil {
 		return 0, err
 	}
@@ -87,7 +87,7 @@ func (p *Parking) Requeue(ctx context.Context, s parked.Scope, messageID string)
 	if err != nil {
 		return 0, fmt.Errorf("open channel: %w", err)
 	}
-	conf, err := newConfirmer(pubCh, ConfirmHooks{})
+	conf, err := newConfirmer(pubCh, nil, ConfirmHooks{})
 	if err != nil {
 		return 0, fmt.Errorf("enable publisher confirms: %w", err)
 	}
@@ -217,7 +217,7 @@ func (p *Parking) logger() *slog.Logger {
 }
 
 func (p *Parking) scan(ctx context.Context, fn func(d amqp.Delivery, e parked.Entry) (bool, error)) error {
-	conn, err := dial(ctx, p.URL, "herald-parking")
+	conn, _, err := dial(ctx, p.URL, "herald-parking")
 	if err != nil {
 		return err
 	}

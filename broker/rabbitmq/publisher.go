@@ -62,7 +62,7 @@ func NewPublisher(cfg PublisherConfig) *Publisher {
 // backoff after a broker restart or a lost connection. It declares the
 // topology on every connect (idempotent).
 func (p *Publisher) Run(ctx context.Context) {
-	session(ctx, p.cfg.Logger, p.cfg.URL, p.cfg.Name, &p.link, func(ctx context.Context, conn *amqp.Connection) error {
+	session(ctx, p.cfg.Logger, p.cfg.URL, p.cfg.Name, &p.link, func(ctx context.Context, conn *amqp.Connection, out *coalescer) error {
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		ch, err := conn.Channel()
 		if err != nil {
@@ -71,7 +71,7 @@ func (p *Publisher) Run(ctx context.Context) {
 		if err := p.cfg.Topology.Declare(ch); err != nil {
 			return err
 		}
-		c, err := newConfirmer(ch, p.cfg.Hooks)
+		c, err := newConfirmer(ch, out, p.cfg.Hooks)
 		if err != nil {
 			return fmt.Errorf("enable publisher confirms: %w", err)
 		}
@@ -142,12 +142,17 @@ func (p *Publisher) Backlog(ctx context.Context, lane heraldtype.Lane) (int, err
 
 // Publish sends each job to one of the lane's queues (q) as a persistent,
 // mandatory message with the job's message id, and returns at once; Wait
-// on the result gives each job's confirm.
+// on the result gives each job's confirm. The batch goes out in a few
+// writes, not one a message (coalescer).
 func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, q dispatch.Queue, jobs []heraldtype.Job) dispatch.Confirms {
 	b := newBatch(len(jobs), p.cfg.ConfirmTimeout)
 	p.mu.Lock()
 	c := p.cur
 	p.mu.Unlock()
+	if c != nil {
+		c.out.hold()
+		defer c.out.release()
+	}
 	now := time.Now()
 	for i := range jobs {
 		if c == nil {
