@@ -191,12 +191,14 @@ type RelayConfig struct {
 // both queues.
 //
 // While the window is full the relay looks again every WindowPoll, and a
-// row committed meanwhile would wait for that look. So on a wake-up, when
-// exactly one tenant has the mark, it claims up to ExpressPastWindow rows
-// at once, leaving that tenant's (OutboxClaimParams.Skip): the others'
-// rows, which go to the express queue past the window. With two tenants
-// marked or more it waits for the look: their rows would go to the lane
-// queue, past the window.
+// row committed meanwhile would wait for that look. So on a wake-up (one
+// that comes while the window is full, or one taken since the last claim
+// before the window was found full: by the wait after a short claim, or by
+// its cooldown), when exactly one tenant has the mark, it claims up to
+// ExpressPastWindow rows at once, leaving that tenant's
+// (OutboxClaimParams.Skip): the others' rows, which go to the express
+// queue past the window. With two tenants marked or more it waits for the
+// look: their rows would go to the lane queue, past the window.
 type Relay struct {
 	RelayConfig
 	settler settler
@@ -359,6 +361,9 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	defer again.Stop()
 	var pause claimPause
 	cool := cooler{every: r.Cooldown}
+	// woke: a wake-up (or its second look) came since the last claim, so a
+	// row may have committed that no claim has seen.
+	woke := false
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
@@ -368,31 +373,40 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 			return
 		}
 		if woken {
+			woke = true
 			again.Reset(ClaimAgainAfterWake)
 		}
 		skip := ""
 		limit, ok := r.room(ctx)
 		if !ok {
-			var wake <-chan struct{}
-			if r.Express {
-				wake = r.Wake
+			// A row just committed may be a tenant's without a backlog:
+			// past the full window, a small claim that leaves the one
+			// backlogged tenant's rows takes it to the express queue now,
+			// not at the next look. The wake-up for it may have come
+			// already (the one that ended the last wait, or one the
+			// cooldown took) or come while the window is full.
+			if r.Express && woke {
+				skip = r.onlyBacklogged(time.Now())
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(r.WindowPoll):
-				continue
-			case <-wake:
-				// A row just committed may be a tenant's without a
-				// backlog: past the full window, a small claim that
-				// leaves the one backlogged tenant's rows takes it to
-				// the express queue now, not at the next look.
-				if skip = r.onlyBacklogged(time.Now()); skip == "" {
-					continue
+			if skip == "" {
+				var wake <-chan struct{}
+				if r.Express {
+					wake = r.Wake
 				}
-				limit = ExpressPastWindow
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(r.WindowPoll):
+					continue
+				case <-wake:
+					if skip = r.onlyBacklogged(time.Now()); skip == "" {
+						continue
+					}
+				}
 			}
+			limit = ExpressPastWindow
 		}
+		woke = false
 		began := time.Now()
 		rows, err := r.Store.OutboxClaim(ctx, store.OutboxClaimParams{
 			Lane: r.Lane, Owner: r.Owner, Limit: limit, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil, Skip: skip,
@@ -418,8 +432,10 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		case <-ctx.Done():
 			return
 		case <-r.Wake:
+			woke = true
 			again.Reset(ClaimAgainAfterWake)
 		case <-again.C:
+			woke = true
 		case <-poll.C:
 		}
 	}

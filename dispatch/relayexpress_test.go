@@ -77,3 +77,47 @@ func TestRelayWithoutExpressPublishesToTheLaneQueue(t *testing.T) {
 		t.Fatalf("express queue holds %v without Express", x)
 	}
 }
+
+// The wake-up for a small tenant's row may be taken before the relay finds
+// the window full: by the wait after a short claim that ended it, and the
+// cooldown after. It still sends the row to the express queue at once,
+// not at the window's next look (an hour here). The test gives the wake-ups
+// itself, and fills the window as another process's relay would.
+func TestRelayExpressUsesAWakeUpTakenBeforeTheWindowFilled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const window = 7
+	for range window + 2 {
+		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+	}
+	wake := make(chan struct{}, 1)
+	q := &queuePublisher{}
+	r := dispatch.NewRelay(dispatch.RelayConfig{
+		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: wake,
+		Publisher: q, Owner: "relay", BatchSize: window, Lease: time.Minute, PollInterval: time.Hour,
+		MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Hour,
+		Express: true, ExpressHold: time.Hour, Cooldown: 200 * time.Millisecond,
+	})
+	defer runRelay(t, r)()
+	// A full claim marks the big tenant and fills the window.
+	testenv.WaitFor(t, "the window filled", testenv.Patience, func() bool { return q.depth() == window })
+	q.consume(window)
+	// Its last two rows: a claim that comes back short (a cooldown), and
+	// the loop waits for a wake-up with the window open.
+	wake <- struct{}{}
+	testenv.WaitFor(t, "the big tenant's last two rows", testenv.Patience, func() bool {
+		return len(q.tenants(dispatch.LaneQueue)) == 2
+	})
+	q.publishedElsewhere(window-2, "other")
+	small := b.notifyAs(t, "small", "pay", heraldtype.LaneTransactional)
+	wake <- struct{}{}
+	testenv.WaitFor(t, "the small tenant's row in the express queue", testenv.Patience, func() bool {
+		return len(q.tenants(dispatch.ExpressQueue)) == 1
+	})
+	if got := q.tenants(dispatch.ExpressQueue); got[0] != "small" {
+		t.Fatalf("express queue holds %v, want the small tenant's row", got)
+	}
+	testenv.WaitFor(t, "the small tenant's row marked published", testenv.Patience, func() bool {
+		return b.entryOf(t, "small", small).OutboxState == heraldtype.OutboxPublished
+	})
+}
