@@ -28,8 +28,8 @@ var coalesceMax = 128 << 10
 // closed, so the library's reader fails too and the channel's unconfirmed
 // publishes settle as ErrConnectionLost (the relay offers them again; the
 // deliveries claim stops a second send). Nothing that waits for the broker
-// may wait while holding: confirmer.publish writes out before it waits for
-// a free slot.
+// may wait while holding (the heartbeats would wait too): confirmer.publish
+// lets go of its hold while it waits for a free slot.
 type coalescer struct {
 	net.Conn
 
@@ -87,16 +87,6 @@ func (c *coalescer) written() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.writes
-}
-
-// flush writes out what was gathered, holding or not.
-func (c *coalescer) flush() {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, _ = c.drain()
 }
 
 func (c *coalescer) drain() (int, error) {

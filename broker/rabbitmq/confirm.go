@@ -171,19 +171,19 @@ func (c *confirmer) fail() {
 
 // publish sends one message (mandatory, so an unroutable one comes back)
 // and registers it as entry i of b. An error means it was not sent. With
-// every slot taken it waits for confirms, after writing out what a held
-// socket gathered: those may be the very messages the confirms are for.
+// every slot taken it waits for confirms, and lets go of the caller's hold
+// on the socket (out, held by Publisher.Publish) while it waits: what the
+// hold gathered may be the very messages the confirms are for, and the
+// connection's heartbeats must go out meanwhile.
 func (c *confirmer) publish(ctx context.Context, b *Batch, i int, exchange, key string, msg amqp.Publishing) error {
 	select {
 	case c.slots <- struct{}{}:
 	default:
-		c.out.flush()
-		select {
-		case c.slots <- struct{}{}:
-		case <-c.done:
-			return dispatch.ErrConnectionLost
-		case <-ctx.Done():
-			return ctx.Err()
+		c.out.release()
+		err := c.slot(ctx)
+		c.out.hold()
+		if err != nil {
+			return err
 		}
 	}
 	c.mu.Lock()
@@ -207,6 +207,18 @@ func (c *confirmer) publish(ctx context.Context, b *Batch, i int, exchange, key 
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// slot waits for a free slot.
+func (c *confirmer) slot(ctx context.Context) error {
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	case <-c.done:
+		return dispatch.ErrConnectionLost
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Batch is a set of publishes awaiting their confirms.
