@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -197,7 +198,7 @@ func TestABatchPastTheConfirmBoundIsNotHeldBackFromItsOwnConfirms(t *testing.T) 
 // with its connection's socket.
 func connectedPublisher(t *testing.T) (*Publisher, *coalescer) {
 	t.Helper()
-	pub := NewPublisher(PublisherConfig{URL: testmq.VHost(t), Name: "test-coalesce", ConfirmTimeout: testenv.Patience})
+	pub := NewPublisher(PublisherConfig{URL: testmq.VHost(t), Name: "test-coalesce", ConfirmTimeout: testenv.Patience, Logger: slog.New(slog.DiscardHandler)})
 	stop := testenv.Start(t, pub.Run)
 	t.Cleanup(stop)
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
@@ -218,4 +219,58 @@ func jobs(n int) []heraldtype.Job {
 			Kind: "k", Lane: heraldtype.LaneTransactional, Channel: "webhook"}
 	}
 	return js
+}
+
+// Messages gathered by a hold when the broker drops the connection never
+// reached it: each settles as lost (the relay offers it again), none as
+// confirmed or by a timeout, and the publisher comes back on a new
+// connection whose batches are confirmed.
+func TestGatheredMessagesOfADroppedConnectionSettleAsLost(t *testing.T) {
+	url := testmq.VHost(t)
+	pub := NewPublisher(PublisherConfig{URL: url, Name: "test-coalesce", ConfirmTimeout: testenv.Patience, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(testenv.Start(t, pub.Run))
+	ready := func() *confirmer {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+		defer cancel()
+		if err := pub.Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		return pub.cur
+	}
+	c := ready()
+	const n = 20
+	b := newBatch(n, testenv.Patience)
+	c.out.hold()
+	for i, job := range jobs(n) {
+		msg, err := JobMessage(job, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.publish(context.Background(), b, i, pub.cfg.Topology.Exchange(), pub.cfg.Topology.Key(heraldtype.LaneTransactional, dispatch.LaneQueue), msg); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	testmq.CloseConnections(t, url)
+	select {
+	case <-c.done: // the library saw the connection go
+	case <-time.After(testenv.Patience):
+		t.Fatalf("the publishing channel still open %s after its connection was closed", testenv.Patience)
+	}
+	c.out.release()
+	for i, err := range b.Wait() {
+		if !errors.Is(err, dispatch.ErrConnectionLost) {
+			t.Fatalf("gathered message %d settled as %v, want %v", i, err, dispatch.ErrConnectionLost)
+		}
+	}
+	if again := ready(); again == c {
+		t.Fatal("the publisher is still on the dropped connection")
+	}
+	for i, err := range pub.Publish(context.Background(), heraldtype.LaneTransactional, dispatch.LaneQueue, jobs(n)).Wait() {
+		if err != nil {
+			t.Fatalf("after the reconnect, message %d: %v", i, err)
+		}
+	}
 }
