@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -64,18 +65,26 @@ func fieldDocs(t *testing.T) map[string]string {
 // TestDefaultsAreDocumented holds every default three ways: the value a
 // minimal config file loads with, the sentence that ends the field's doc
 // comment in config.go (STYLE: "each field's doc comment ends with its
-// default"), and what README.md says.
+// default"), and what the documentation (README.md and docs/) says.
 func TestDefaultsAreDocumented(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load(writeFile(t, minimal), noEnv)
 	if err != nil {
 		t.Fatalf("Load(minimal) = %v", err)
 	}
-	readmeBytes, err := os.ReadFile("../README.md")
+	pages, err := filepath.Glob("../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := strings.Join(strings.Fields(string(readmeBytes)), " ")
+	var text []string
+	for _, p := range append([]string{"../README.md"}, pages...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text = append(text, strings.Join(strings.Fields(string(b)), " "))
+	}
+	readme := strings.Join(text, " ")
 	docs := fieldDocs(t)
 	lanes := map[string]config.Lane{"alert": {Concurrency: 16}, "transactional": {Concurrency: 32}, "marketing": {Concurrency: 16}, "internal": {Concurrency: 8}}
 	prefetch := map[string]int{"alert": 16, "transactional": 32, "marketing": 16, "internal": 8}
@@ -135,7 +144,7 @@ func TestDefaultsAreDocumented(t *testing.T) {
 		}
 		for _, r := range d.readme {
 			if !strings.Contains(readme, r) {
-				t.Errorf("%s: README.md no longer says %q", d.field, r)
+				t.Errorf("%s: neither README.md nor docs/ says %q any longer", d.field, r)
 			}
 		}
 	}

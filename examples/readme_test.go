@@ -1,11 +1,12 @@
-// Package examples_test holds README.md to the example programs under
-// examples/: every Go block the README prints is a marked region of an
-// example, and every example is built and run by its own test, so the
-// README's code compiles and runs as printed.
+// Package examples_test holds the documentation (README.md and the guides
+// under docs/) to the example programs under examples/: every Go block a
+// page prints is a marked region of an example, and every example is built
+// and run by its own test, so the printed code compiles and runs as
+// printed.
 //
 // A region is the lines between a `// README:begin NAME` (or `# README:begin
 // NAME` in YAML) and the next `README:end` comment, compared with the
-// README's block after removing the indentation common to all its lines.
+// page's block after removing the indentation common to all its lines.
 package examples_test
 
 import (
@@ -16,8 +17,9 @@ import (
 	"testing"
 )
 
-// block is one fenced code block of the README.
+// block is one fenced code block of a page.
 type block struct {
+	page string
 	lang string
 	line int // of the opening fence
 	text string
@@ -36,16 +38,23 @@ var (
 	testFunc    = regexp.MustCompile(`(?m)^func Test\w*\(t \*testing\.T\)`)
 )
 
-// TestREADMECodeIsExampleCode: every ```go block of README.md is a region
-// of an example file, and every region is printed in the README, so
-// neither can change without the other.
+// TestREADMECodeIsExampleCode: every ```go block of README.md and of the
+// guides under docs/ is a region of an example file, and every region is
+// printed in one of them, so neither can change without the other.
 func TestREADMECodeIsExampleCode(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../README.md")
+	pages, err := filepath.Glob("../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := fencedBlocks(t, string(raw))
+	var blocks []block
+	for _, page := range append([]string{"../README.md"}, pages...) {
+		raw, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, fencedBlocks(t, strings.TrimPrefix(page, "../"), string(raw))...)
+	}
 	regions := exampleRegions(t, ".")
 	if len(regions) == 0 {
 		t.Fatal("no README regions under examples/: the check below would check nothing")
@@ -68,17 +77,17 @@ func TestREADMECodeIsExampleCode(t *testing.T) {
 		}
 		goBlocks++
 		if match == nil {
-			t.Errorf("README.md:%d: this Go block is no region of an example; put it in a file under examples/ "+
+			t.Errorf("%s:%d: this Go block is no region of an example; put it in a file under examples/ "+
 				"between // README:begin NAME and // README:end, with a test that runs it, and print that region:\n%s\nregions:\n%s",
-				b.line, b.text, regionList(regions))
+				b.page, b.line, b.text, regionList(regions))
 		}
 	}
 	if goBlocks == 0 {
-		t.Error("README.md has no ```go block: the check found nothing to check (is the fence still ```go?)")
+		t.Error("neither README.md nor docs/ has a ```go block: the check found nothing to check (is the fence still ```go?)")
 	}
 	for _, r := range regions {
 		if !printed[r] {
-			t.Errorf("%s: region %q is not printed in README.md as it is in the file:\n%s", r.file, r.name, r.text)
+			t.Errorf("%s: region %q is printed neither in README.md nor in docs/ as it is in the file:\n%s", r.file, r.name, r.text)
 		}
 	}
 }
@@ -116,7 +125,7 @@ func TestEveryExampleHasATest(t *testing.T) {
 
 // fencedBlocks returns the fenced code blocks of a Markdown text, each
 // without its fences and the indentation common to its lines.
-func fencedBlocks(t *testing.T, md string) []block {
+func fencedBlocks(t *testing.T, page, md string) []block {
 	t.Helper()
 	var out []block
 	lines := strings.Split(md, "\n")
@@ -129,9 +138,9 @@ func fencedBlocks(t *testing.T, md string) []block {
 		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
 		}
 		if i == len(lines) {
-			t.Fatalf("README.md:%d: a code block that is never closed", start+1)
+			t.Fatalf("%s:%d: a code block that is never closed", page, start+1)
 		}
-		out = append(out, block{lang: m[1], line: start + 1, text: dedent(lines[start+1 : i])})
+		out = append(out, block{page: page, lang: m[1], line: start + 1, text: dedent(lines[start+1 : i])})
 	}
 	return out
 }

@@ -98,7 +98,7 @@ var Kinds = func() []string {
 // Config.Duty says otherwise: low enough that a run costs intake little
 // while it goes on, high enough that a run over a million notifications
 // ends within half a minute (see bench, BenchmarkReconcile1M and
-// BenchmarkIntakeWhileReconciling, and the README's numbers).
+// BenchmarkIntakeWhileReconciling, and the numbers in docs/operations.md).
 const DefaultDuty = 0.15
 
 // Store is what a run reads and writes.

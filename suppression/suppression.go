@@ -80,7 +80,7 @@
 // answer, and a send costs one write before its call, not two: on SQLite,
 // whose single writer is the bottleneck, the end-to-end benchmark with
 // every rule on went from a median 1.22 to 1.12 times the figure with
-// none (README, "Channel policy"). SQLite takes the key in the claim's
+// none (docs/send-policy.md, "Channel policy"). SQLite takes the key in the claim's
 // transaction; PostgreSQL just before the claim's statement, on the same
 // pipeline.
 //

@@ -4,7 +4,7 @@
 // the left (from fractions of a millisecond to minutes), the backlog a line
 // on a linear scale on the right, the aim a dashed line across, and the
 // run's phases as marks. The isolation and fairness runs (package bench) draw it for
-// the README.
+// docs/benchmarks.md.
 package chart
 
 import (

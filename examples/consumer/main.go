@@ -1,4 +1,4 @@
-// Command consumer is the points service of the README's "Consuming events
+// Command consumer is the points service of docs/consumer.md, "Consuming events
 // exactly once in effect": it credits points for each event of the RabbitMQ
 // queue "points" on PostgreSQL, once per event id however often the event is
 // delivered, and acks, rejects or requeues each delivery by the outcome.

@@ -1,4 +1,4 @@
-// Command enqueue-in-transaction is the clinic of the README's "Enqueue in
+// Command enqueue-in-transaction is the clinic of docs/enqueue.md, "Enqueue in
 // your own transaction": it confirms a booking and, in the same PostgreSQL
 // transaction, enqueues the booking's confirmation and a reminder the day
 // before. herald, on the same database, sends them.
