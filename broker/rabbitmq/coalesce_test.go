@@ -198,9 +198,22 @@ func TestABatchPastTheConfirmBoundIsNotHeldBackFromItsOwnConfirms(t *testing.T) 
 // with its connection's socket.
 func connectedPublisher(t *testing.T) (*Publisher, *coalescer) {
 	t.Helper()
-	pub := NewPublisher(PublisherConfig{URL: testmq.VHost(t), Name: "test-coalesce", ConfirmTimeout: testenv.Patience, Logger: slog.New(slog.DiscardHandler)})
-	stop := testenv.Start(t, pub.Run)
-	t.Cleanup(stop)
+	pub := startPublisher(t, testmq.VHost(t))
+	return pub, connected(t, pub).out
+}
+
+// startPublisher runs a publisher on url until the test ends.
+func startPublisher(t *testing.T, url string) *Publisher {
+	t.Helper()
+	pub := NewPublisher(PublisherConfig{URL: url, Name: "test-coalesce", ConfirmTimeout: testenv.Patience, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(testenv.Start(t, pub.Run))
+	return pub
+}
+
+// connected waits until pub is connected and returns its confirming
+// channel.
+func connected(t *testing.T, pub *Publisher) *confirmer {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 	defer cancel()
 	if err := pub.Ready(ctx); err != nil {
@@ -208,7 +221,7 @@ func connectedPublisher(t *testing.T) (*Publisher, *coalescer) {
 	}
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
-	return pub, pub.cur.out
+	return pub.cur
 }
 
 func jobs(n int) []heraldtype.Job {
@@ -227,20 +240,8 @@ func jobs(n int) []heraldtype.Job {
 // connection whose batches are confirmed.
 func TestGatheredMessagesOfADroppedConnectionSettleAsLost(t *testing.T) {
 	url := testmq.VHost(t)
-	pub := NewPublisher(PublisherConfig{URL: url, Name: "test-coalesce", ConfirmTimeout: testenv.Patience, Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(testenv.Start(t, pub.Run))
-	ready := func() *confirmer {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
-		defer cancel()
-		if err := pub.Ready(ctx); err != nil {
-			t.Fatal(err)
-		}
-		pub.mu.Lock()
-		defer pub.mu.Unlock()
-		return pub.cur
-	}
-	c := ready()
+	pub := startPublisher(t, url)
+	c := connected(t, pub)
 	const n = 20
 	b := newBatch(n, testenv.Patience)
 	c.out.hold()
@@ -265,7 +266,7 @@ func TestGatheredMessagesOfADroppedConnectionSettleAsLost(t *testing.T) {
 			t.Fatalf("gathered message %d settled as %v, want %v", i, err, dispatch.ErrConnectionLost)
 		}
 	}
-	if again := ready(); again == c {
+	if again := connected(t, pub); again == c {
 		t.Fatal("the publisher is still on the dropped connection")
 	}
 	for i, err := range pub.Publish(context.Background(), heraldtype.LaneTransactional, dispatch.LaneQueue, jobs(n)).Wait() {
