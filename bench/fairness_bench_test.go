@@ -165,18 +165,7 @@ func fairSmallTenant(b *testing.B, base string, lat *fairLatencies, run string, 
 	if err != nil {
 		b.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		d, missing := lat.of(ids)
-		if missing == 0 {
-			slices.Sort(d)
-			return d
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of tenant B's %s notifications not sent after 10 minutes", missing, run)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return lat.await(b, ids, 10*time.Minute, "tenant B's "+run+" notifications")
 }
 
 // postOnSchedule posts n notifications, the i-th due every×i after it is
@@ -235,6 +224,24 @@ func (l *fairLatencies) end(id string) {
 		l.ended[id] = now
 	}
 	l.mu.Unlock()
+}
+
+// await waits until every one of ids has its provider call, at most
+// within (then it fails the benchmark, naming what), and returns their
+// latencies, sorted.
+func (l *fairLatencies) await(b *testing.B, ids []string, within time.Duration, what string) []time.Duration {
+	deadline := time.Now().Add(within)
+	for {
+		d, missing := l.of(ids)
+		if missing == 0 {
+			slices.Sort(d)
+			return d
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d %s not sent after %s", missing, len(ids), what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // of returns the latencies of ids and how many have no call yet.

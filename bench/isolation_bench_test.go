@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -86,13 +85,7 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		if _, missing := lat.of(warm); missing == 0 {
-			break
-		} else if time.Now().After(deadline) {
-			b.Fatalf("%d of the warm-up's notifications not sent after a minute", missing)
-		}
-	}
+	lat.await(b, warm, time.Minute, "the warm-up's notifications")
 	for range b.N {
 		began := time.Now()
 		var created struct{ ID string }
@@ -133,19 +126,7 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 			b.Fatal(err)
 		}
 		postingEnded := time.Now()
-		deadline := time.Now().Add(5 * time.Minute)
-		var d []time.Duration
-		for {
-			var missing int
-			if d, missing = lat.of(ids); missing == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("%d transactional notifications not sent 5 minutes after the last", missing)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		slices.Sort(d)
+		d := lat.await(b, ids, 5*time.Minute, "transactional notifications")
 		var progress map[string]any
 		if err := isoCall(http.MethodGet, base+"/v1/campaigns/"+created.ID, "", nil, &progress); err != nil {
 			b.Fatal(err)
