@@ -48,12 +48,12 @@ func (c *coalescer) Write(p []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
 	}
-	if c.holds == 0 && len(c.buf) == 0 {
+	if c.holds == 0 { // nothing is gathered unheld: each release drains
 		return c.write(p)
 	}
 	c.buf = append(c.buf, p...)
-	if c.holds == 0 || len(c.buf) >= coalesceMax {
-		if _, err := c.drain(); err != nil {
+	if len(c.buf) >= coalesceMax {
+		if err := c.drain(); err != nil {
 			return 0, err
 		}
 	}
@@ -79,7 +79,7 @@ func (c *coalescer) release() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.holds--
-	_, _ = c.drain() // a failure is kept in c.err for the library's next write
+	_ = c.drain() // a failure is kept in c.err for the library's next write
 }
 
 // written is how many socket writes c has made.
@@ -89,13 +89,14 @@ func (c *coalescer) written() int {
 	return c.writes
 }
 
-func (c *coalescer) drain() (int, error) {
+// drain writes out what was gathered.
+func (c *coalescer) drain() error {
 	if len(c.buf) == 0 || c.err != nil {
-		return 0, c.err
+		return c.err
 	}
-	n, err := c.write(c.buf)
+	_, err := c.write(c.buf)
 	c.buf = c.buf[:0]
-	return n, err
+	return err
 }
 
 // write sends p through, or records why it could not and closes the
