@@ -232,33 +232,10 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, error) {
 	case !strings.Contains(url, "pool_max_conns"):
 		cfg.MaxConns = DefaultMaxConns
 	}
-	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
-		cfg.ConnConfig.RuntimeParams["application_name"] = "herald"
-	}
-	// herald's statements are short and run many times a second; JIT
-	// compiles a plan at every execution once its estimated cost passes
-	// jit_above_cost, which stale statistics of a grown table make it do:
-	// in issue 12's isolation run each send's result write spent about
-	// 60 ms compiling (and a stale-claim sweep 3.4 s), on the two
-	// connections every hot statement is written through. A URL that sets
-	// jit keeps its own.
-	if _, ok := cfg.ConnConfig.RuntimeParams["jit"]; !ok {
-		cfg.ConnConfig.RuntimeParams["jit"] = "off"
-	}
-	// A backend that writes out dirty buffers (as herald's do when a
-	// campaign's fan-out fills shared_buffers faster than the background
-	// writer empties them) leaves them in the kernel's page cache, which
-	// on a machine with memory to spare holds gigabytes before it starts
-	// writing them back, then writes them all at once: every commit's WAL
-	// flush waits behind that burst. backendFlushAfter has the kernel start
-	// on them every 256 kB, as PostgreSQL's checkpointer does by default.
-	// In issue 12's isolation run (a 1,000,000-recipient campaign beside
-	// 100 transactional notifications a second) the transactional p99 was
-	// 213-387 ms without it and 69-94 ms with it, the stalls lining up
-	// with commits of an idle probe taking 130-270 ms. A URL that sets
-	// backend_flush_after keeps its own.
-	if _, ok := cfg.ConnConfig.RuntimeParams["backend_flush_after"]; !ok {
-		cfg.ConnConfig.RuntimeParams["backend_flush_after"] = backendFlushAfter
+	for name, value := range sessionDefaults {
+		if _, ok := cfg.ConnConfig.RuntimeParams[name]; !ok {
+			cfg.ConnConfig.RuntimeParams[name] = value
+		}
 	}
 	if opts.Tracer != nil {
 		cfg.ConnConfig.Tracer = opts.Tracer
@@ -266,8 +243,33 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, error) {
 	return cfg, nil
 }
 
+// sessionDefaults are the run-time parameters herald's connections start
+// with, each unless the URL sets its own (poolConfig).
+var sessionDefaults = map[string]string{
+	"application_name": "herald",
+	// herald's statements are short and run many times a second; JIT
+	// compiles a plan at every execution once its estimated cost passes
+	// jit_above_cost, which stale statistics of a grown table make it do:
+	// in issue 12's isolation run each send's result write spent about
+	// 60 ms compiling (and a stale-claim sweep 3.4 s), on the two
+	// connections every hot statement is written through.
+	"jit": "off",
+	// A backend that writes out dirty buffers (as herald's do when a
+	// campaign's fan-out fills shared_buffers faster than the background
+	// writer empties them) leaves them in the kernel's page cache, which
+	// on a machine with memory to spare holds gigabytes before it starts
+	// writing them back, then writes them all at once: every commit's WAL
+	// flush waits behind that burst. This has the kernel start on them
+	// every 256 kB, as PostgreSQL's checkpointer does by default. In issue
+	// 12's isolation run (a 1,000,000-recipient campaign beside 100
+	// transactional notifications a second) the transactional p99 was
+	// 213-387 ms without it and 69-94 ms with it, the stalls lining up
+	// with commits of an idle probe taking 130-270 ms.
+	"backend_flush_after": backendFlushAfter,
+}
+
 // backendFlushAfter is the backend_flush_after herald's connections run
-// with unless their URL sets it (poolConfig).
+// with unless their URL sets it.
 const backendFlushAfter = "256kB"
 
 // The claim (qOutboxClaim and the relay's two) runs on connections of its
