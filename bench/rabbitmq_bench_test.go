@@ -142,15 +142,7 @@ func BenchmarkEndToEndRabbitMQ(b *testing.B) {
 func BenchmarkBrokerCeiling(b *testing.B) {
 	const batch, inFlight = 500, 4
 	mq := testmq.VHost(b)
-	conn, err := amqp.Dial(mq)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ch := testmq.Channel(b, mq)
 	top := rabbitmq.Topology{}.WithDefaults()
 	if err := top.Declare(ch); err != nil {
 		b.Fatal(err)
@@ -169,6 +161,7 @@ func BenchmarkBrokerCeiling(b *testing.B) {
 			Lane: heraldtype.LaneTransactional, Channel: "webhook", Params: json.RawMessage(fmt.Sprintf(`{"amount":%d}`, i+1)),
 			OffChain: true, Outbox: &heraldtype.Fence{ID: int64(i + 1), NotificationID: id, Channel: "webhook", Token: int64(i + 1)},
 		}
+		var err error
 		if msgs[i], err = rabbitmq.JobMessage(job, now); err != nil {
 			b.Fatal(err)
 		}
