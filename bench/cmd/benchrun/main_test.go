@@ -49,3 +49,46 @@ func TestChartFileNamesOneFilePerRunAndRound(t *testing.T) {
 		})
 	}
 }
+
+// A fairness run's ratio is its own busy p99 over its own idle p99: a
+// versus without a peer divides within the run, round by round.
+func TestARatioWithoutAPeerDividesWithinTheRun(t *testing.T) {
+	results := []result{
+		{Scenario: "fairness", Round: 1, Name: "fair", Metrics: map[string]float64{"busy": 30, "idle": 10}, versus: &versus{Metric: "busy", PeerMetric: "idle"}},
+		{Scenario: "fairness", Round: 2, Name: "fair", Metrics: map[string]float64{"busy": 12, "idle": 8}, versus: &versus{Metric: "busy", PeerMetric: "idle"}},
+		{Scenario: "fairness", Round: 3, Name: "fair", Metrics: map[string]float64{"idle": 8}, versus: &versus{Metric: "busy", PeerMetric: "idle"}}, // no busy figure
+	}
+	got := ratiosOf(results)
+	if len(got) != 2 || got[0].Value != 3 || got[1].Value != 1.5 || got[0].Over != "idle" {
+		t.Fatalf("ratios: %+v", got)
+	}
+}
+
+// Each figure with an aim is summed up over its rounds: the median (of the
+// middle two for an even count), the range, and how many rounds met it,
+// whether the aim is a floor (a rate, a ratio) or a ceiling (a p99).
+func TestVerdictsSumUpEachAimedFigureOverItsRounds(t *testing.T) {
+	outbox := &versus{Metric: "notifications/s", Peer: "peer", PeerMetric: "messages/s", Aim: &aim{Min: 3}}
+	p99 := map[string]aim{"p99-ms": atMost(250)}
+	var results []result
+	for i, f := range []struct{ herald, peer, p99 float64 }{{3100, 1000, 90}, {2500, 1000, 260}, {3300, 1000, 70}, {2000, 1000, 250}} {
+		results = append(results,
+			result{Scenario: "outbox", Round: i + 1, Name: "herald", Metrics: map[string]float64{"notifications/s": f.herald}, versus: outbox},
+			result{Scenario: "outbox", Round: i + 1, Name: "peer", Metrics: map[string]float64{"messages/s": f.peer}},
+			result{Scenario: "isolation", Round: i + 1, Name: "iso", Metrics: map[string]float64{"p99-ms": f.p99}, aims: p99})
+	}
+	// A round that failed to report the figure is not a round of it.
+	results = append(results, result{Scenario: "isolation", Round: 5, Name: "iso", Metrics: map[string]float64{}, aims: p99})
+	got := verdictsOf(results, ratiosOf(results))
+	for i := range got {
+		got[i].values = nil
+	}
+	want := []verdict{
+		{Scenario: "outbox", Figure: "herald notifications/s over peer messages/s", Ratio: true, Aim: "≥ 3", Rounds: 4, Met: 2,
+			Median: 2.8, Lowest: 2, Highest: 3.3},
+		{Scenario: "isolation", Figure: "iso p99-ms", Aim: "≤ 250", Rounds: 4, Met: 3, Median: 170, Lowest: 70, Highest: 260},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("verdicts:\n got %+v\nwant %+v", got, want)
+	}
+}
