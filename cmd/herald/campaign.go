@@ -83,13 +83,17 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	// twice, so a send that was interrupted is resumed by running it again.
 	body, _ := json.Marshal(req)
 	sum := sha256.Sum256(append(append(body, 0), raw...))
+	// The first page goes with the create, so a file the kind refuses
+	// (a param missing for every recipient, say) creates nothing.
+	first := min(campaign.MaxPage, len(recipients))
+	req.Recipients = recipients[:first]
 	var created struct{ ID string }
 	if err := c.do(ctx, http.MethodPost, "/v1/campaigns", "cli-"+hex.EncodeToString(sum[:16]), req, &created); err != nil {
-		return fmt.Errorf("create the campaign: %w", err)
+		return fmt.Errorf("create the campaign with recipients 1..%d: %w", first, err)
 	}
 	fmt.Fprintf(stdout, "campaign %s: %d recipients\n", created.ID, len(recipients))
 	path := "/v1/campaigns/" + created.ID
-	for from := 0; from < len(recipients); from += campaign.MaxPage {
+	for from := first; from < len(recipients); from += campaign.MaxPage {
 		page := recipients[from:min(from+campaign.MaxPage, len(recipients))]
 		var added struct{ Added int }
 		err := c.do(ctx, http.MethodPost, path+"/recipients", "", map[string]any{"recipients": page}, &added)
@@ -98,7 +102,13 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 			break // started already: an earlier run added the pages
 		}
 		if err != nil {
-			return fmt.Errorf("add recipients %d..%d: %w", from+1, from+len(page), err)
+			err = fmt.Errorf("add recipients %d..%d: %w", from+1, from+len(page), err)
+			if refused(err) {
+				// The same file would be refused again: running the command
+				// again cannot finish this draft, so it goes, unsent.
+				err = fmt.Errorf("%w; %s", err, c.cancelDraft(ctx, path))
+			}
+			return err
 		}
 	}
 	var st campaignProgress
@@ -128,6 +138,26 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("the campaign ended %s", st.State)
 	}
 	return nil
+}
+
+// refused reports whether err is herald's definite refusal of a request
+// (a 4xx that the same request would get again), not an interruption the
+// command can resume from: a timeout, a rate limit, a conflict, a 5xx, a
+// lost connection.
+func refused(err error) bool {
+	var he *httpError
+	return errors.As(err, &he) && he.status/100 == 4 &&
+		he.status != http.StatusRequestTimeout && he.status != http.StatusConflict && he.status != http.StatusTooManyRequests
+}
+
+// cancelDraft cancels the never-started campaign at path and says what
+// became of it.
+func (c *apiClient) cancelDraft(ctx context.Context, path string) string {
+	id := strings.TrimPrefix(path, "/v1/campaigns/")
+	if err := c.do(ctx, http.MethodPost, path+"/cancel", "", nil, nil); err != nil {
+		return fmt.Sprintf("campaign %s is left DRAFT, never started (cancelling it: %v)", id, err)
+	}
+	return fmt.Sprintf("campaign %s cancelled before its start: nothing was sent", id)
 }
 
 // readRecipients reads a recipients file (readRecipients' flag help).

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/campaign"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testapp"
+	"github.com/heraldhq/herald/store/sqlite"
 )
 
 // TestCampaignSend runs herald campaign send against a running herald: a
@@ -77,6 +81,78 @@ func TestCampaignSend(t *testing.T) {
 	if code := run([]string{"campaign", "send", "--kind", "coupon.expiring", "--recipients", csvPath, "--url", base}, &out2, &errb2); code != 2 ||
 		!strings.Contains(errb2.String(), "API key is required") {
 		t.Fatalf("campaign send without a key: exit %d, %s", code, errb2.String())
+	}
+}
+
+// A file herald refuses leaves no draft behind: refused with the first page
+// (a param the kind needs is missing for everyone), nothing is created;
+// refused at a later page (past the tenant's cap), the draft the command
+// created is cancelled before its start, and the error says so. Either way
+// nothing is sent, and the error names the recipients refused.
+func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
+	cfg := config.Dev()
+	dbPath := filepath.Join(t.TempDir(), "herald.db")
+	cfg.Database = "sqlite:" + dbPath
+	off := false
+	cfg.QuietHours.Enabled = &off
+	limit := int64(campaign.MaxPage)
+	cfg.Limits.CampaignMaxRecipients = &limit
+	cfg = cfg.WithDefaults()
+	_, base := testapp.Start(t, cfg)
+	db, err := sql.Open("sqlite", sqlite.DSN(dbPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	campaigns := func() (states []string) {
+		rows, err := db.Query(`SELECT state FROM campaigns ORDER BY id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			states = append(states, s)
+		}
+		return states
+	}
+	send := func(n int, params string) (int, string) {
+		csvPath := filepath.Join(t.TempDir(), "recipients.csv")
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "user-%d\n", i)
+		}
+		if err := os.WriteFile(csvPath, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		code := run([]string{"campaign", "send", "--kind", "coupon.expiring", "--recipients", csvPath, "--params", params,
+			"--url", base, "--api-key", config.DevAPIKey}, &out, &errb)
+		return code, out.String() + errb.String()
+	}
+
+	code, out := send(3, `{}`)
+	if code != 1 || !strings.Contains(out, `create the campaign with recipients 1..3: 422`) || !strings.Contains(out, `needs param`) {
+		t.Fatalf("a file missing a param for everyone: exit %d\n%s", code, out)
+	}
+	if got := campaigns(); len(got) != 0 {
+		t.Fatalf("campaigns after a refused create = %v; want none", got)
+	}
+
+	code, out = send(campaign.MaxPage+1, `{"date":"May 1","coupon":"C1"}`)
+	if code != 1 || !strings.Contains(out, fmt.Sprintf("add recipients %d..%d: 422", campaign.MaxPage+1, campaign.MaxPage+1)) ||
+		!strings.Contains(out, "cancelled before its start: nothing was sent") {
+		t.Fatalf("a file past the cap: exit %d\n%s", code, out)
+	}
+	if got := campaigns(); len(got) != 1 || got[0] != "CANCELLED" {
+		t.Fatalf("campaigns after a page refused = %v; want one CANCELLED", got)
+	}
+	var notifications int
+	if err := db.QueryRow(`SELECT count(*) FROM notifications`).Scan(&notifications); err != nil || notifications != 0 {
+		t.Fatalf("notifications = %d, %v; want none", notifications, err)
 	}
 }
 
