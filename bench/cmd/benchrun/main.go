@@ -87,9 +87,6 @@ type aim struct {
 	Min, Max float64
 }
 
-func atLeast(v float64) aim { return aim{Min: v} }
-func atMost(v float64) aim  { return aim{Max: v} }
-
 func (a aim) met(v float64) bool {
 	if a.Max > 0 {
 		return v <= a.Max
@@ -131,8 +128,8 @@ var scenarios = map[string][]run{
 		{Name: "Watermill outbox, PostgreSQL+RabbitMQ", Dir: "bench/peers", Bench: "^BenchmarkWatermillOutbox$", Benchtime: "20000x"},
 	},
 	"providers": {
-		{Name: "webhook, 100 ms", Dir: "bench", Bench: "^BenchmarkSendsWebhook100ms$", Benchtime: "20000x", Aims: map[string]aim{"sends/s": atLeast(2000)}},
-		{Name: "APNs, 100 ms", Dir: "bench", Bench: "^BenchmarkSendsAPNs100ms$", Benchtime: "20000x", Aims: map[string]aim{"sends/s": atLeast(2000)}},
+		{Name: "webhook, 100 ms", Dir: "bench", Bench: "^BenchmarkSendsWebhook100ms$", Benchtime: "20000x", Aims: map[string]aim{"sends/s": {Min: 2000}}},
+		{Name: "APNs, 100 ms", Dir: "bench", Bench: "^BenchmarkSendsAPNs100ms$", Benchtime: "20000x", Aims: map[string]aim{"sends/s": {Min: 2000}}},
 	},
 	"fairness": {
 		{Name: "fairness, SQLite", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Chart: "fairness-sqlite", Versus: busyOverIdle, Aims: fairAims},
@@ -141,14 +138,14 @@ var scenarios = map[string][]run{
 	},
 	"isolation": {
 		{Name: "isolation, campaign of HERALD_BENCH_ISOLATION_RECIPIENTS (1,000,000), PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql",
-			Aims: map[string]aim{"tx-p99-ms": atMost(250)}},
+			Aims: map[string]aim{"tx-p99-ms": {Max: 250}}},
 	},
 	// The fan-out of a million alone; then a campaign's drain (fan-out and
 	// sends, db transport, 0 ms provider) against River working as many
 	// batch-inserted no-op jobs.
 	"campaign": {
 		{Name: "campaign fan-out, 1,000,000 recipients, PostgreSQL", Dir: "bench", Bench: "^BenchmarkCampaignFanOut$", Benchtime: "1x",
-			Env: []string{"HERALD_BENCH_CAMPAIGN_RECIPIENTS=1000000"}, Aims: map[string]aim{"fanout-s": atMost(10)}},
+			Env: []string{"HERALD_BENCH_CAMPAIGN_RECIPIENTS=1000000"}, Aims: map[string]aim{"fanout-s": {Max: 10}}},
 		{Name: "campaign drain, herald, PostgreSQL", Dir: "bench/peers", Bench: "^BenchmarkDrainHerald$", Benchtime: "100000x",
 			Versus: &versus{Metric: "sent/s", Peer: "batch-inserted jobs, River", PeerMetric: "worked/s", Aim: &aim{Min: 1}}},
 		{Name: "batch-inserted jobs, River", Dir: "bench/peers", Bench: "^BenchmarkDrainRiver$", Benchtime: "100000x"},
@@ -158,7 +155,7 @@ var scenarios = map[string][]run{
 	// ceiling on this machine), measured in the same round.
 	"relay": {
 		{Name: "relay drain, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkRelayDrain$", Benchtime: "50000x",
-			Versus: &versus{Metric: "rows/s", Peer: "bare publisher, RabbitMQ", PeerMetric: "msgs/s"}, Aims: map[string]aim{"rows/s": atLeast(30000)}},
+			Versus: &versus{Metric: "rows/s", Peer: "bare publisher, RabbitMQ", PeerMetric: "msgs/s"}, Aims: map[string]aim{"rows/s": {Min: 30000}}},
 		{Name: "bare publisher, RabbitMQ", Dir: "bench", Bench: "^BenchmarkBrokerCeiling$", Benchtime: "50000x"},
 	},
 }
@@ -175,7 +172,7 @@ var versusRiverInsert = &versus{Metric: "notifications/s", Peer: riverInsert, Pe
 // the backlog.
 var (
 	busyOverIdle = &versus{Metric: "B-busy-p99-ms", PeerMetric: "B-idle-p99-ms", Aim: &aim{Max: 2}}
-	fairAims     = map[string]aim{"B-busy-p99-ms": atMost(250)}
+	fairAims     = map[string]aim{"B-busy-p99-ms": {Max: 250}}
 )
 
 // result is one benchmark's figures.

@@ -69,7 +69,7 @@ func TestARatioWithoutAPeerDividesWithinTheRun(t *testing.T) {
 // whether the aim is a floor (a rate, a ratio) or a ceiling (a p99).
 func TestVerdictsSumUpEachAimedFigureOverItsRounds(t *testing.T) {
 	outbox := &versus{Metric: "notifications/s", Peer: "peer", PeerMetric: "messages/s", Aim: &aim{Min: 3}}
-	p99 := map[string]aim{"p99-ms": atMost(250)}
+	p99 := map[string]aim{"p99-ms": {Max: 250}}
 	var results []result
 	for i, f := range []struct{ herald, peer, p99 float64 }{{3100, 1000, 90}, {2500, 1000, 260}, {3300, 1000, 70}, {2000, 1000, 250}} {
 		results = append(results,
