@@ -213,6 +213,7 @@ type verdict struct {
 	Median   float64 `json:"median"`
 	Lowest   float64 `json:"lowest"`
 	Highest  float64 `json:"highest"`
+	Missing  int     `json:"missing"` // rounds that ran it but reported no figure
 	values   []float64
 }
 
@@ -451,31 +452,42 @@ func ratiosOf(results []result) []ratio {
 			if p.Scenario != r.Scenario || p.Round != r.Round || p.Name != peer {
 				continue
 			}
-			overName := p.Name + " " + r.versus.PeerMetric
-			if r.versus.Peer == "" {
-				overName = r.versus.PeerMetric // the same run's
-			}
 			of, ok := r.Metrics[r.versus.Metric]
 			if over := p.Metrics[r.versus.PeerMetric]; ok && over > 0 {
+				ofName, overName := ratioNames(r)
 				out = append(out, ratio{Scenario: r.Scenario, Round: r.Round,
-					Of: r.Name + " " + r.versus.Metric, Over: overName, Value: of / over, aim: r.versus.Aim})
+					Of: ofName, Over: overName, Value: of / over, aim: r.versus.Aim})
 			}
 		}
 	}
 	return out
 }
 
+// ratioNames are the names of what r's ratio divides: r's figure, over its
+// peer's (over r's other figure when its versus names no peer).
+func ratioNames(r result) (of, over string) {
+	of = r.Name + " " + r.versus.Metric
+	if r.versus.Peer == "" {
+		return of, r.versus.PeerMetric
+	}
+	return of, r.versus.Peer + " " + r.versus.PeerMetric
+}
+
 // verdictsOf gathers every figure that has an aim, ratios first, each
-// over the rounds that measured it, in the order they first appear.
+// over the rounds that measured it, in the order they first appear. A run
+// that did not report an aimed figure (a metric misnamed, a peer missing)
+// counts as Missing, so the summary shows it rather than leave it out.
 func verdictsOf(results []result, ratios []ratio) []verdict {
 	var out []verdict
-	add := func(scenario, fig string, isRatio bool, a aim, v float64) {
+	at := func(scenario, fig string, isRatio bool, a aim) *verdict {
 		i := slices.IndexFunc(out, func(d verdict) bool { return d.Scenario == scenario && d.Figure == fig })
 		if i < 0 {
 			out = append(out, verdict{Scenario: scenario, Figure: fig, Ratio: isRatio, Aim: a.String()})
 			i = len(out) - 1
 		}
-		d := &out[i]
+		return &out[i]
+	}
+	add := func(d *verdict, a aim, v float64) {
 		d.values = append(d.values, v)
 		d.Rounds++
 		if a.met(v) {
@@ -484,18 +496,30 @@ func verdictsOf(results []result, ratios []ratio) []verdict {
 	}
 	for _, q := range ratios {
 		if q.aim != nil {
-			add(q.Scenario, q.Of+" over "+q.Over, true, *q.aim, q.Value)
+			add(at(q.Scenario, q.Of+" over "+q.Over, true, *q.aim), *q.aim, q.Value)
 		}
 	}
 	for _, r := range results {
+		if r.versus != nil && r.versus.Aim != nil {
+			of, over := ratioNames(r)
+			if !slices.ContainsFunc(ratios, func(q ratio) bool { return q.Scenario == r.Scenario && q.Round == r.Round && q.Of == of }) {
+				at(r.Scenario, of+" over "+over, true, *r.versus.Aim).Missing++
+			}
+		}
 		for _, m := range slices.Sorted(maps.Keys(r.aims)) {
+			d := at(r.Scenario, r.Name+" "+m, false, r.aims[m])
 			if v, ok := r.Metrics[m]; ok {
-				add(r.Scenario, r.Name+" "+m, false, r.aims[m], v)
+				add(d, r.aims[m], v)
+			} else {
+				d.Missing++
 			}
 		}
 	}
 	for i := range out {
 		d := &out[i]
+		if len(d.values) == 0 {
+			continue
+		}
 		v := slices.Sorted(slices.Values(d.values))
 		d.Lowest, d.Highest = v[0], v[len(v)-1]
 		d.Median = (v[(len(v)-1)/2] + v[len(v)/2]) / 2
@@ -551,8 +575,14 @@ func table(results []result, ratios []ratio, verdicts []verdict) {
 		if d.Ratio {
 			unit = "×"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s%s\t%s–%s%s\t%s%s\t%d of %d rounds\n", d.Scenario, d.Figure, figure(d.Median), unit,
-			figure(d.Lowest), figure(d.Highest), unit, d.Aim, unit, d.Met, d.Rounds)
+		median, span, met := "—", "—", fmt.Sprintf("%d of %d rounds", d.Met, d.Rounds)
+		if d.Rounds > 0 {
+			median, span = figure(d.Median)+unit, figure(d.Lowest)+"–"+figure(d.Highest)+unit
+		}
+		if d.Missing > 0 {
+			met += fmt.Sprintf("; not reported in %d", d.Missing)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s%s\t%s\n", d.Scenario, d.Figure, median, span, d.Aim, unit, met)
 	}
 	w.Flush()
 }

@@ -66,7 +66,8 @@ func TestARatioWithoutAPeerDividesWithinTheRun(t *testing.T) {
 
 // Each figure with an aim is summed up over its rounds: the median (of the
 // middle two for an even count), the range, and how many rounds met it,
-// whether the aim is a floor (a rate, a ratio) or a ceiling (a p99).
+// whether the aim is a floor (a rate, a ratio) or a ceiling (a p99); and
+// what no round reported is shown as missing, not left out.
 func TestVerdictsSumUpEachAimedFigureOverItsRounds(t *testing.T) {
 	outbox := &versus{Metric: "notifications/s", Peer: "peer", PeerMetric: "messages/s", Aim: &aim{Min: 3}}
 	p99 := map[string]aim{"p99-ms": {Max: 250}}
@@ -77,8 +78,14 @@ func TestVerdictsSumUpEachAimedFigureOverItsRounds(t *testing.T) {
 			result{Scenario: "outbox", Round: i + 1, Name: "peer", Metrics: map[string]float64{"messages/s": f.peer}},
 			result{Scenario: "isolation", Round: i + 1, Name: "iso", Metrics: map[string]float64{"p99-ms": f.p99}, aims: p99})
 	}
-	// A round that failed to report the figure is not a round of it.
-	results = append(results, result{Scenario: "isolation", Round: 5, Name: "iso", Metrics: map[string]float64{}, aims: p99})
+	// A round that did not report the figure is not a round of it, but is
+	// counted as missing; so is a ratio whose peer never ran, and a figure
+	// no round reported (a misnamed metric) still has its line.
+	results = append(results,
+		result{Scenario: "isolation", Round: 5, Name: "iso", Metrics: map[string]float64{}, aims: p99},
+		result{Scenario: "e2e", Round: 1, Name: "pg", Metrics: map[string]float64{"notifications/s": 4000},
+			versus: &versus{Metric: "notifications/s", Peer: "river", PeerMetric: "jobs/s", Aim: &aim{Min: 1.25}},
+			aims:   map[string]aim{"notification/s": {Min: 2000}}})
 	got := verdictsOf(results, ratiosOf(results))
 	for i := range got {
 		got[i].values = nil
@@ -86,7 +93,9 @@ func TestVerdictsSumUpEachAimedFigureOverItsRounds(t *testing.T) {
 	want := []verdict{
 		{Scenario: "outbox", Figure: "herald notifications/s over peer messages/s", Ratio: true, Aim: "≥ 3", Rounds: 4, Met: 2,
 			Median: 2.8, Lowest: 2, Highest: 3.3},
-		{Scenario: "isolation", Figure: "iso p99-ms", Aim: "≤ 250", Rounds: 4, Met: 3, Median: 170, Lowest: 70, Highest: 260},
+		{Scenario: "isolation", Figure: "iso p99-ms", Aim: "≤ 250", Rounds: 4, Met: 3, Median: 170, Lowest: 70, Highest: 260, Missing: 1},
+		{Scenario: "e2e", Figure: "pg notifications/s over river jobs/s", Ratio: true, Aim: "≥ 1.25", Missing: 1},
+		{Scenario: "e2e", Figure: "pg notification/s", Aim: "≥ 2000", Missing: 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("verdicts:\n got %+v\nwant %+v", got, want)
