@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 )
 
@@ -61,15 +62,19 @@ func runCrash(t *testing.T, cs crashSetup, n, kills int, seed uint64) {
 	k := newRouteSink()
 	sinkSrv := httptest.NewServer(k)
 	defer sinkSrv.Close()
-	// stranded reads what the process pid, just killed, left SENDING.
+	// stranded reads what the process pid, just killed, left SENDING;
+	// unsettled counts the sends herald has yet to finish (qUnsettled).
 	var stranded func(pid int) []string
+	var unsettled func() int
 	if path, ok := strings.CutPrefix(cs.database, "sqlite:"); ok {
 		stranded = func(pid int) []string { return strandedSQLite(t, path, pid) }
+		unsettled = func() int { return unsettledSQLite(t, path) }
 	} else {
 		dbURL := cs.database
 		app := appName("herald_crash")
 		cs.database = testpg.WithParams(dbURL, "application_name", app)
 		stranded = func(pid int) []string { return strandedPostgres(t, dbURL, app, pid) }
+		unsettled = func() int { return unsettledPostgres(t, dbURL) }
 	}
 	addr := freeAddr(t)
 	srv := newServer(t, crashConfig(t, addr, sinkSrv.URL, cs), addr, cs.env...)
@@ -157,6 +162,11 @@ func runCrash(t *testing.T, cs crashSetup, n, kills int, seed uint64) {
 	views := awaitTerminal(t, []*client{c}, ids, 90*time.Second)
 	counts, _ := k.snapshot()
 	t.Logf("crash test: kills=%d %s", kills, checkMessages(t, views, counts, unknown))
+	// Every delivery has ended, but the outbox rows the last killed process
+	// held wait for their lease (8 s) and a sweep before herald finishes them:
+	// reconciliation below must find herald done by itself, not repair it.
+	testenv.WaitFor(t, "herald to finish every outbox row the killed processes held", 60*time.Second,
+		func() bool { return unsettled() == 0 })
 	if code := srv.stop(30 * time.Second); code != 0 {
 		t.Fatalf("SIGTERM exit code %d:\n%s", code, srv.tail())
 	}

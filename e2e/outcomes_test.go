@@ -241,6 +241,31 @@ func strandedSQLite(t *testing.T, path string, pid int) []string {
 	return ids
 }
 
+// unsettledSQLite is qUnsettled on the SQLite database at path.
+func unsettledSQLite(t *testing.T, path string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(qUnsettled).Scan(&n); err != nil {
+		t.Fatalf("count unsettled sends: %v", err)
+	}
+	return n
+}
+
+// unsettledPostgres is qUnsettled on the PostgreSQL database at dbURL.
+func unsettledPostgres(t *testing.T, dbURL string) int {
+	t.Helper()
+	var n int
+	if err := pgQuery(dbURL, qUnsettled, nil, &n); err != nil {
+		t.Fatalf("count unsettled sends: %v", err)
+	}
+	return n
+}
+
 // strandedPostgres waits until PostgreSQL has ended every session of the
 // dead herald named app (a statement it sent before dying still runs to its
 // end, and may commit), then returns the messages its process pid left

@@ -85,11 +85,18 @@ func pgQuery(url, sql string, args []any, dest ...any) error {
 	return conn.QueryRow(ctx, sql, args...).Scan(dest...)
 }
 
-// unsettled counts planned sends that are not finished: an outbox row still
-// waiting or leased, or a delivery not in a terminal state.
+// qUnsettled counts planned sends that are not finished: a delivery not in
+// a terminal state, or an outbox row herald has yet to move on (due,
+// claimed, or published and not yet marked). A delivery can end before its
+// outbox row does: a row a killed or cut-off process held comes back only
+// when its lease runs out and a sweep takes it (its message, sent already,
+// is then finished without a call), while the delivery was ended long
+// before, by the send or by the stale sweep. Reconciliation run before that
+// would repair what herald finishes by itself.
 const qUnsettled = `SELECT count(*) FROM outbox o LEFT JOIN deliveries d ON d.message_id = o.message_id
 WHERE o.state NOT IN ('EXPIRED', 'FAILED')
-  AND (d.state IS NULL OR d.state NOT IN ('PROVIDER_ACCEPTED', 'DELIVERED', 'PERMANENT_FAILURE', 'RETRY_EXHAUSTED', 'UNKNOWN', 'SUPPRESSED'))`
+  AND (o.state IN ('PENDING', 'CLAIMED', 'PUBLISHING')
+       OR d.state IS NULL OR d.state NOT IN ('PROVIDER_ACCEPTED', 'DELIVERED', 'PERMANENT_FAILURE', 'RETRY_EXHAUSTED', 'UNKNOWN', 'SUPPRESSED'))`
 
 // settle waits until every planned send in the database is finished, then
 // reads every accepted id through the API (round-robin over clients) and
