@@ -103,7 +103,13 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		}
 		if err != nil {
 			err = fmt.Errorf("add recipients %d..%d: %w", from+1, from+len(page), err)
-			if refused(err) {
+			switch {
+			case overCap(err):
+				// An operator can raise the cap; then the same command
+				// resumes the draft.
+				err = fmt.Errorf("%w; campaign %s stays DRAFT, never started: with limits.campaign_max_recipients raised, the same command resumes it",
+					err, created.ID)
+			case refused(err):
 				// The same file would be refused again: running the command
 				// again cannot finish this draft, so it goes, unsent.
 				err = fmt.Errorf("%w; %s", err, c.cancelDraft(ctx, path))
@@ -148,6 +154,14 @@ func refused(err error) bool {
 	var he *httpError
 	return errors.As(err, &he) && he.status/100 == 4 &&
 		he.status != http.StatusRequestTimeout && he.status != http.StatusConflict && he.status != http.StatusTooManyRequests
+}
+
+// overCap reports whether err is a page refused for taking the campaign
+// past limits.campaign_max_recipients: the whole page's param, not one
+// recipient's.
+func overCap(err error) bool {
+	var he *httpError
+	return errors.As(err, &he) && he.status == http.StatusUnprocessableEntity && he.param == "recipients"
 }
 
 // cancelDraft cancels the never-started campaign at path and says what
@@ -225,7 +239,8 @@ type apiClient struct {
 // httpError is an answer outside 2xx: its status and problem detail.
 type httpError struct {
 	status int
-	detail string
+	detail string // with the param in brackets, when the problem names one
+	param  string
 }
 
 func (e *httpError) Error() string { return fmt.Sprintf("%d %s", e.status, e.detail) }
@@ -265,7 +280,7 @@ func (c *apiClient) do(ctx context.Context, method, path, key string, in, out an
 		if p.Param != "" {
 			p.Detail += " (" + p.Param + ")"
 		}
-		return &httpError{status: res.StatusCode, detail: p.Detail}
+		return &httpError{status: res.StatusCode, detail: p.Detail, param: p.Param}
 	}
 	if out == nil {
 		return nil

@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/campaign"
+	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testapp"
 	"github.com/heraldhq/herald/store/sqlite"
@@ -86,9 +88,11 @@ func TestCampaignSend(t *testing.T) {
 
 // A file herald refuses leaves no draft behind: refused with the first page
 // (a param the kind needs is missing for everyone), nothing is created;
-// refused at a later page (past the tenant's cap), the draft the command
-// created is cancelled before its start, and the error says so. Either way
-// nothing is sent, and the error names the recipients refused.
+// refused at a later page (a recipient no store can hold), the draft the
+// command created is cancelled before its start, and the error says so.
+// Either way nothing is sent, and the error names the recipients refused.
+// A page past limits.campaign_max_recipients is the exception: an operator
+// can raise the cap, so that draft stays, for the same command to resume.
 func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 	cfg := config.Dev()
 	dbPath := filepath.Join(t.TempDir(), "herald.db")
@@ -119,10 +123,15 @@ func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 		}
 		return states
 	}
-	send := func(n int, params string) (int, string) {
+	// send sends n recipients, the last of them named last when it is set.
+	send := func(n int, last, params string) (int, string) {
 		csvPath := filepath.Join(t.TempDir(), "recipients.csv")
 		var b strings.Builder
 		for i := range n {
+			if i == n-1 && last != "" {
+				fmt.Fprintf(&b, "%s\n", last)
+				continue
+			}
 			fmt.Fprintf(&b, "user-%d\n", i)
 		}
 		if err := os.WriteFile(csvPath, []byte(b.String()), 0o600); err != nil {
@@ -134,7 +143,7 @@ func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 		return code, out.String() + errb.String()
 	}
 
-	code, out := send(3, `{}`)
+	code, out := send(3, "", `{}`)
 	if code != 1 || !strings.Contains(out, `create the campaign with recipients 1..3: 422`) || !strings.Contains(out, `needs param`) {
 		t.Fatalf("a file missing a param for everyone: exit %d\n%s", code, out)
 	}
@@ -142,13 +151,23 @@ func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 		t.Fatalf("campaigns after a refused create = %v; want none", got)
 	}
 
-	code, out = send(campaign.MaxPage+1, `{"date":"May 1","coupon":"C1"}`)
-	if code != 1 || !strings.Contains(out, fmt.Sprintf("add recipients %d..%d: 422", campaign.MaxPage+1, campaign.MaxPage+1)) ||
+	params := `{"date":"May 1","coupon":"C1"}`
+	refusedAt := fmt.Sprintf("add recipients %d..%d: 422", campaign.MaxPage+1, campaign.MaxPage+1)
+	code, out = send(campaign.MaxPage+1, strings.Repeat("x", catalog.MaxRecipientLen+1), params)
+	if code != 1 || !strings.Contains(out, refusedAt) || !strings.Contains(out, "recipients[0].recipient") ||
 		!strings.Contains(out, "cancelled before its start: nothing was sent") {
-		t.Fatalf("a file past the cap: exit %d\n%s", code, out)
+		t.Fatalf("a file with a recipient too long on its second page: exit %d\n%s", code, out)
 	}
 	if got := campaigns(); len(got) != 1 || got[0] != "CANCELLED" {
 		t.Fatalf("campaigns after a page refused = %v; want one CANCELLED", got)
+	}
+
+	code, out = send(campaign.MaxPage+1, "", params)
+	if code != 1 || !strings.Contains(out, refusedAt) || !strings.Contains(out, "stays DRAFT") {
+		t.Fatalf("a file past the cap: exit %d\n%s", code, out)
+	}
+	if got := campaigns(); len(got) != 2 || !slices.Contains(got, "DRAFT") {
+		t.Fatalf("campaigns after a page past the cap = %v; want the CANCELLED one and a DRAFT", got)
 	}
 	var notifications int
 	if err := db.QueryRow(`SELECT count(*) FROM notifications`).Scan(&notifications); err != nil || notifications != 0 {
