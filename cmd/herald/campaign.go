@@ -119,6 +119,16 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	}
 	var st campaignProgress
 	if err := c.do(ctx, http.MethodPost, path+"/start", "", nil, &st); err != nil {
+		// The same command after its campaign was cancelled (a page refused
+		// in an earlier run, or someone cancelled it) names that campaign
+		// again: say so, rather than only that it cannot start.
+		var he *httpError
+		var now campaignProgress
+		if errors.As(err, &he) && he.status == http.StatusConflict &&
+			c.do(ctx, http.MethodGet, path, "", nil, &now) == nil && now.State == "CANCELLED" {
+			return fmt.Errorf("campaign %s, which this command names, was cancelled (%s); change the file or --params to send a new campaign",
+				created.ID, now.counts())
+		}
 		return fmt.Errorf("start the campaign: %w", err)
 	}
 	if *noWait {
@@ -226,8 +236,13 @@ func (p campaignProgress) line() string {
 	if p.Total > 0 {
 		done = int(p.Enqueued * width / p.Total)
 	}
-	return fmt.Sprintf("[%s%s] %s %d/%d enqueued, %d sent, %d suppressed, %d failed, %d unknown",
-		strings.Repeat("#", done), strings.Repeat(".", width-done), p.State, p.Enqueued, p.Total, p.Sent, p.Suppressed, p.Failed, p.Unknown)
+	return fmt.Sprintf("[%s%s] %s", strings.Repeat("#", done), strings.Repeat(".", width-done), p.counts())
+}
+
+// counts is the state and the counts, as the progress line shows them.
+func (p campaignProgress) counts() string {
+	return fmt.Sprintf("%s %d/%d enqueued, %d sent, %d suppressed, %d failed, %d unknown",
+		p.State, p.Enqueued, p.Total, p.Sent, p.Suppressed, p.Failed, p.Unknown)
 }
 
 // apiClient calls herald's HTTP API with an API key.

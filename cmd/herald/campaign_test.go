@@ -161,6 +161,11 @@ func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 	if got := campaigns(); len(got) != 1 || got[0] != "CANCELLED" {
 		t.Fatalf("campaigns after a page refused = %v; want one CANCELLED", got)
 	}
+	// The same command again names the cancelled campaign, and says so.
+	code, out = send(campaign.MaxPage+1, strings.Repeat("x", catalog.MaxRecipientLen+1), params)
+	if code != 1 || !strings.Contains(out, "was cancelled") || !strings.Contains(out, "change the file or --params") {
+		t.Fatalf("the same refused file again: exit %d\n%s", code, out)
+	}
 
 	code, out = send(campaign.MaxPage+1, "", params)
 	if code != 1 || !strings.Contains(out, refusedAt) || !strings.Contains(out, "stays DRAFT") {
