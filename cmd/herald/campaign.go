@@ -95,10 +95,8 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	path := "/v1/campaigns/" + created.ID
 	for from := first; from < len(recipients); from += campaign.MaxPage {
 		page := recipients[from:min(from+campaign.MaxPage, len(recipients))]
-		var added struct{ Added int }
-		err := c.do(ctx, http.MethodPost, path+"/recipients", "", map[string]any{"recipients": page}, &added)
-		var he *httpError
-		if errors.As(err, &he) && he.status == http.StatusConflict {
+		err := c.do(ctx, http.MethodPost, path+"/recipients", "", map[string]any{"recipients": page}, nil)
+		if he := asHTTP(err); he != nil && he.status == http.StatusConflict {
 			break // started already: an earlier run added the pages
 		}
 		if err != nil {
@@ -112,7 +110,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 			case refused(err):
 				// The same file would be refused again: running the command
 				// again cannot finish this draft, so it goes, unsent.
-				err = fmt.Errorf("%w; %s", err, c.cancelDraft(ctx, path))
+				err = fmt.Errorf("%w; %s", err, c.cancelDraft(ctx, created.ID))
 			}
 			return err
 		}
@@ -122,9 +120,8 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		// The same command after its campaign was cancelled (a page refused
 		// in an earlier run, or someone cancelled it) names that campaign
 		// again: say so, rather than only that it cannot start.
-		var he *httpError
 		var now campaignProgress
-		if errors.As(err, &he) && he.status == http.StatusConflict &&
+		if he := asHTTP(err); he != nil && he.status == http.StatusConflict &&
 			c.do(ctx, http.MethodGet, path, "", nil, &now) == nil && now.State == "CANCELLED" {
 			return fmt.Errorf("campaign %s, which this command names, was cancelled (%s); change the file or --params to send a new campaign",
 				created.ID, now.counts())
@@ -161,8 +158,8 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 // command can resume from: a timeout, a rate limit, a conflict, a 5xx, a
 // lost connection.
 func refused(err error) bool {
-	var he *httpError
-	return errors.As(err, &he) && he.status/100 == 4 &&
+	he := asHTTP(err)
+	return he != nil && he.status/100 == 4 &&
 		he.status != http.StatusRequestTimeout && he.status != http.StatusConflict && he.status != http.StatusTooManyRequests
 }
 
@@ -170,15 +167,24 @@ func refused(err error) bool {
 // past limits.campaign_max_recipients: the whole page's param, not one
 // recipient's.
 func overCap(err error) bool {
-	var he *httpError
-	return errors.As(err, &he) && he.status == http.StatusUnprocessableEntity && he.param == "recipients"
+	he := asHTTP(err)
+	return he != nil && he.status == http.StatusUnprocessableEntity && he.param == "recipients"
 }
 
-// cancelDraft cancels the never-started campaign at path and says what
-// became of it.
-func (c *apiClient) cancelDraft(ctx context.Context, path string) string {
-	id := strings.TrimPrefix(path, "/v1/campaigns/")
-	if err := c.do(ctx, http.MethodPost, path+"/cancel", "", nil, nil); err != nil {
+// asHTTP is err's answer from herald outside 2xx, or nil when err is no
+// such answer (nil, or the request never got one).
+func asHTTP(err error) *httpError {
+	var he *httpError
+	if errors.As(err, &he) {
+		return he
+	}
+	return nil
+}
+
+// cancelDraft cancels the never-started campaign id and says what became
+// of it.
+func (c *apiClient) cancelDraft(ctx context.Context, id string) string {
+	if err := c.do(ctx, http.MethodPost, "/v1/campaigns/"+id+"/cancel", "", nil, nil); err != nil {
 		return fmt.Sprintf("campaign %s is left DRAFT, never started (cancelling it: %v)", id, err)
 	}
 	return fmt.Sprintf("campaign %s cancelled before its start: nothing was sent", id)
