@@ -105,10 +105,10 @@ var scenarios = map[string][]run{
 	// Each 0 ms run's figure over River's, measured in the same round on
 	// the same PostgreSQL (one Insert a transaction from 8 goroutines).
 	"e2e": {
-		{Name: "end to end, SQLite", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Versus: versusRiverInsert},
+		{Name: "end to end, SQLite", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Versus: versusRiverInsert(nil)},
 		{Name: "end to end, PostgreSQL", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Postgres: true,
-			Versus: &versus{Metric: "notifications/s", Peer: riverInsert, PeerMetric: "jobs/s", Aim: &aim{Min: 1.25}}},
-		{Name: "end to end, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "10000x", Versus: versusRiverInsert},
+			Versus: versusRiverInsert(&aim{Min: 1.25})},
+		{Name: "end to end, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "10000x", Versus: versusRiverInsert(nil)},
 		{Name: riverInsert, Dir: "bench/peers", Bench: "^BenchmarkGoAPIRiver$", Benchtime: "20000x"},
 		{Name: "end to end, SQLite, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Env: []string{"HERALD_BENCH_PROVIDER_MS=100"}},
 		{Name: "end to end, PostgreSQL, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Postgres: true, Env: []string{"HERALD_BENCH_PROVIDER_MS=100"}},
@@ -116,7 +116,7 @@ var scenarios = map[string][]run{
 	},
 	"goapi": {
 		{Name: "Go API, herald Client.Enqueue", Dir: "bench/peers", Bench: "^BenchmarkGoAPIHerald$", Benchtime: "20000x",
-			Versus: &versus{Metric: "notifications/s", Peer: riverInsert, PeerMetric: "jobs/s", Aim: &aim{Min: 1}}},
+			Versus: versusRiverInsert(&aim{Min: 1})},
 		{Name: riverInsert, Dir: "bench/peers", Bench: "^BenchmarkGoAPIRiver$", Benchtime: "20000x"},
 	},
 	// herald's PostgreSQL+RabbitMQ path against Watermill's outbox (SQL
@@ -161,11 +161,14 @@ var scenarios = map[string][]run{
 }
 
 // riverInsert is the name of River's Insert run, the peer of herald's end
-// to end and Go API runs; versusRiverInsert divides a herald run's
-// notifications/s by it, with no aim (the aim is the PostgreSQL run's).
+// to end and Go API runs.
 const riverInsert = "Go API, River Insert"
 
-var versusRiverInsert = &versus{Metric: "notifications/s", Peer: riverInsert, PeerMetric: "jobs/s"}
+// versusRiverInsert divides a herald run's notifications/s by River's
+// Insert run of the same round, with aim a (nil for none).
+func versusRiverInsert(a *aim) *versus {
+	return &versus{Metric: "notifications/s", Peer: riverInsert, PeerMetric: "jobs/s", Aim: a}
+}
 
 // busyOverIdle is a fairness run's small tenant's p99 beside the big
 // tenant's backlog over its own p99 alone; fairAims bounds the p99 beside
