@@ -6,6 +6,7 @@ package bench
 //	go test ./bench -run '^$' -bench RelayDrain -benchtime 100000x          # relay rows/s, confirms on
 //	go test ./bench -run '^$' -bench EndToEndRabbitMQ -benchtime 50000x     # notifications/s end to end
 //	go test ./bench -run '^$' -bench BrokerCeiling -benchtime 100000x       # the broker alone, RelayDrain's ceiling
+//	go test ./bench -run '^$' -bench BrokerRoundTrip -benchtime 20000x      # the broker alone at EndToEndRabbitMQ's rate
 
 import (
 	"context"
@@ -151,21 +152,7 @@ func BenchmarkBrokerCeiling(b *testing.B) {
 		b.Fatal(err)
 	}
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, batch*inFlight))
-	now := time.Now()
-	msgs := make([]amqp.Publishing, b.N)
-	for i := range msgs {
-		id := fmt.Sprintf("ntf_bench%010d", i+1)
-		job := heraldtype.Job{
-			MessageID: id + ".webhook", OutboxID: int64(i + 1), NotificationID: id, Tenant: "t1",
-			Recipient: fmt.Sprintf("user-%d", (i+1)%1000), EventID: fmt.Sprintf("evt-%d", i+1), Kind: "bench",
-			Lane: heraldtype.LaneTransactional, Channel: "webhook", Params: json.RawMessage(fmt.Sprintf(`{"amount":%d}`, i+1)),
-			OffChain: true, Outbox: &heraldtype.Fence{ID: int64(i + 1), NotificationID: id, Channel: "webhook", Token: int64(i + 1)},
-		}
-		var err error
-		if msgs[i], err = rabbitmq.JobMessage(job, now); err != nil {
-			b.Fatal(err)
-		}
-	}
+	msgs := relayMessages(b, b.N)
 	key := top.Key(heraldtype.LaneTransactional, dispatch.LaneQueue)
 	ctx := context.Background()
 	cpu := startCPUSplit(b, "", mq)
@@ -193,6 +180,113 @@ func BenchmarkBrokerCeiling(b *testing.B) {
 		}
 	}
 	await(b.N)
+	took := time.Since(began)
+	b.StopTimer()
+	cpu.report(b.N, "msg")
+	b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
+}
+
+// relayMessages are n of the relay's messages (rabbitmq.JobMessage) for the
+// rows fillOutbox writes.
+func relayMessages(b *testing.B, n int) []amqp.Publishing {
+	b.Helper()
+	now := time.Now()
+	msgs := make([]amqp.Publishing, n)
+	for i := range msgs {
+		id := fmt.Sprintf("ntf_bench%010d", i+1)
+		job := heraldtype.Job{
+			MessageID: id + ".webhook", OutboxID: int64(i + 1), NotificationID: id, Tenant: "t1",
+			Recipient: fmt.Sprintf("user-%d", (i+1)%1000), EventID: fmt.Sprintf("evt-%d", i+1), Kind: "bench",
+			Lane: heraldtype.LaneTransactional, Channel: "webhook", Params: json.RawMessage(fmt.Sprintf(`{"amount":%d}`, i+1)),
+			OffChain: true, Outbox: &heraldtype.Fence{ID: int64(i + 1), NotificationID: id, Channel: "webhook", Token: int64(i + 1)},
+		}
+		var err error
+		if msgs[i], err = rabbitmq.JobMessage(job, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return msgs
+}
+
+// BenchmarkBrokerRoundTrip: what the broker takes for a message's whole trip
+// at the pace herald's PostgreSQL+RabbitMQ path runs, from a bare client,
+// as the floor BenchmarkEndToEndRabbitMQ's RabbitMQ CPU is read against.
+// One channel in confirm mode publishes b.N of the relay's messages to
+// herald's transactional lane queue (its topology: a quorum queue) in
+// batches of 16, each confirmed before the next, paced to
+// HERALD_BENCH_BROKER_RATE messages/s (default 2,000: herald's figure on
+// this machine); a consumer on a second connection reads them with a
+// prefetch of 32, the consumer's default, and acks every fourth with
+// multiple set (herald's acker gathers about three a frame). Timed from the
+// first publish until the last message is read, with the broker's CPU per
+// message. At an unbounded pace the broker spends less a message: it is the
+// pace, not herald, that sets this floor.
+func BenchmarkBrokerRoundTrip(b *testing.B) {
+	const batch, prefetch, ackEvery = 16, 32, 4
+	rate := 2000
+	if r, err := strconv.Atoi(os.Getenv("HERALD_BENCH_BROKER_RATE")); err == nil && r > 0 {
+		rate = r
+	}
+	mq := testmq.VHost(b)
+	ch := testmq.Channel(b, mq)
+	top := rabbitmq.Topology{}.WithDefaults()
+	if err := top.Declare(ch); err != nil {
+		b.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, batch))
+	cons := testmq.Channel(b, mq)
+	if err := cons.Qos(prefetch, 0, false); err != nil {
+		b.Fatal(err)
+	}
+	deliveries, err := cons.Consume(top.Queue(heraldtype.LaneTransactional), "bench", false, false, false, false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	msgs := relayMessages(b, b.N)
+	key := top.Key(heraldtype.LaneTransactional, dispatch.LaneQueue)
+	ctx := context.Background()
+	read := make(chan error, 1)
+	cpu := startCPUSplit(b, "", mq)
+	b.ResetTimer()
+	began := time.Now()
+	go func() {
+		for n := 1; n <= b.N; n++ {
+			d, ok := <-deliveries
+			if !ok {
+				read <- fmt.Errorf("deliveries closed after %d", n-1)
+				return
+			}
+			if n%ackEvery == 0 || n == b.N {
+				if err := d.Ack(true); err != nil {
+					read <- err
+					return
+				}
+			}
+		}
+		read <- nil
+	}()
+	pace := time.NewTicker(time.Duration(float64(time.Second) * batch / float64(rate)))
+	defer pace.Stop()
+	for i := 0; i < b.N; i += batch {
+		<-pace.C
+		end := min(i+batch, b.N)
+		for j := i; j < end; j++ {
+			if err := ch.PublishWithContext(ctx, top.Exchange(), key, false, false, msgs[j]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for range end - i {
+			if c, ok := <-confirms; !ok || !c.Ack {
+				b.Fatalf("message %d not confirmed", c.DeliveryTag)
+			}
+		}
+	}
+	if err := <-read; err != nil {
+		b.Fatal(err)
+	}
 	took := time.Since(began)
 	b.StopTimer()
 	cpu.report(b.N, "msg")

@@ -66,9 +66,9 @@ type run struct {
 	// Chart names the SVG the run draws with -charts (without .svg); ""
 	// for a run that draws none.
 	Chart string
-	// Versus, when set, divides this run's figure by a peer's run of the
-	// same scenario and round.
-	Versus *versus
+	// Versus are the ratios of this run's figures to a peer run's of the
+	// same scenario and round (or to its own, versus.Peer "").
+	Versus []*versus
 	// Aims are the targets for this run's own metrics, by metric name.
 	Aims map[string]aim
 }
@@ -105,10 +105,10 @@ var scenarios = map[string][]run{
 	// Each 0 ms run's figure over River's, measured in the same round on
 	// the same PostgreSQL (one Insert a transaction from 8 goroutines).
 	"e2e": {
-		{Name: "end to end, SQLite", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Versus: versusRiverInsert(nil)},
+		{Name: "end to end, SQLite", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Versus: []*versus{versusRiverInsert(nil)}},
 		{Name: "end to end, PostgreSQL", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Postgres: true,
-			Versus: versusRiverInsert(&aim{Min: 1.25})},
-		{Name: "end to end, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "10000x", Versus: versusRiverInsert(nil)},
+			Versus: []*versus{versusRiverInsert(&aim{Min: 1.25})}},
+		{Name: "end to end, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "10000x", Versus: []*versus{versusRiverInsert(nil)}},
 		{Name: riverInsert, Dir: "bench/peers", Bench: "^BenchmarkGoAPIRiver$", Benchtime: "20000x"},
 		{Name: "end to end, SQLite, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Env: []string{"HERALD_BENCH_PROVIDER_MS=100"}},
 		{Name: "end to end, PostgreSQL, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Postgres: true, Env: []string{"HERALD_BENCH_PROVIDER_MS=100"}},
@@ -116,25 +116,31 @@ var scenarios = map[string][]run{
 	},
 	"goapi": {
 		{Name: "Go API, herald Client.Enqueue", Dir: "bench/peers", Bench: "^BenchmarkGoAPIHerald$", Benchtime: "20000x",
-			Versus: versusRiverInsert(&aim{Min: 1})},
+			Versus: []*versus{versusRiverInsert(&aim{Min: 1})}},
 		{Name: riverInsert, Dir: "bench/peers", Bench: "^BenchmarkGoAPIRiver$", Benchtime: "20000x"},
 	},
 	// herald's PostgreSQL+RabbitMQ path against Watermill's outbox (SQL
 	// publisher, forwarder, quorum queue with confirms, consumer), each
-	// from the first write to the last message handled.
+	// from the first write to the last message handled; and the broker's
+	// CPU a notification on that path over what a bare client's messages
+	// cost it at about the same pace (publish, confirm, deliver, ack).
 	"outbox": {
 		{Name: "end to end, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "20000x",
-			Versus: &versus{Metric: "notifications/s", Peer: "Watermill outbox, PostgreSQL+RabbitMQ", PeerMetric: "messages/s", Aim: &aim{Min: 3}}},
+			Versus: []*versus{
+				{Metric: "notifications/s", Peer: "Watermill outbox, PostgreSQL+RabbitMQ", PeerMetric: "messages/s", Aim: &aim{Min: 3}},
+				{Metric: "rabbitmq-µs/notification", Peer: bareRoundTrip, PeerMetric: "rabbitmq-µs/msg"},
+			}},
 		{Name: "Watermill outbox, PostgreSQL+RabbitMQ", Dir: "bench/peers", Bench: "^BenchmarkWatermillOutbox$", Benchtime: "20000x"},
+		{Name: bareRoundTrip, Dir: "bench", Bench: "^BenchmarkBrokerRoundTrip$", Benchtime: "20000x"},
 	},
 	"providers": {
 		{Name: "webhook, 100 ms", Dir: "bench", Bench: "^BenchmarkSendsWebhook100ms$", Benchtime: "20000x", Aims: map[string]aim{"sends/s": {Min: 2000}}},
 		{Name: "APNs, 100 ms", Dir: "bench", Bench: "^BenchmarkSendsAPNs100ms$", Benchtime: "20000x", Aims: map[string]aim{"sends/s": {Min: 2000}}},
 	},
 	"fairness": {
-		{Name: "fairness, SQLite", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Chart: "fairness-sqlite", Versus: busyOverIdle, Aims: fairAims},
-		{Name: "fairness, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Postgres: true, Chart: "fairness-postgresql", Versus: busyOverIdle, Aims: fairAims},
-		{Name: "fairness, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkFairnessRabbitMQ$", Benchtime: "1x", Postgres: true, Chart: "fairness-rabbitmq", Versus: busyOverIdle, Aims: fairAims},
+		{Name: "fairness, SQLite", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Chart: "fairness-sqlite", Versus: []*versus{busyOverIdle}, Aims: fairAims},
+		{Name: "fairness, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Postgres: true, Chart: "fairness-postgresql", Versus: []*versus{busyOverIdle}, Aims: fairAims},
+		{Name: "fairness, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkFairnessRabbitMQ$", Benchtime: "1x", Postgres: true, Chart: "fairness-rabbitmq", Versus: []*versus{busyOverIdle}, Aims: fairAims},
 	},
 	"isolation": {
 		{Name: "isolation, campaign of HERALD_BENCH_ISOLATION_RECIPIENTS (1,000,000), PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql",
@@ -147,7 +153,7 @@ var scenarios = map[string][]run{
 		{Name: "campaign fan-out, 1,000,000 recipients, PostgreSQL", Dir: "bench", Bench: "^BenchmarkCampaignFanOut$", Benchtime: "1x",
 			Env: []string{"HERALD_BENCH_CAMPAIGN_RECIPIENTS=1000000"}, Aims: map[string]aim{"fanout-s": {Max: 10}}},
 		{Name: "campaign drain, herald, PostgreSQL", Dir: "bench/peers", Bench: "^BenchmarkDrainHerald$", Benchtime: "100000x",
-			Versus: &versus{Metric: "sent/s", Peer: "batch-inserted jobs, River", PeerMetric: "worked/s", Aim: &aim{Min: 1}}},
+			Versus: []*versus{{Metric: "sent/s", Peer: "batch-inserted jobs, River", PeerMetric: "worked/s", Aim: &aim{Min: 1}}}},
 		{Name: "batch-inserted jobs, River", Dir: "bench/peers", Bench: "^BenchmarkDrainRiver$", Benchtime: "100000x"},
 	},
 	// The relay's drain of a filled outbox, over what the broker takes
@@ -155,7 +161,7 @@ var scenarios = map[string][]run{
 	// ceiling on this machine), measured in the same round.
 	"relay": {
 		{Name: "relay drain, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkRelayDrain$", Benchtime: "50000x",
-			Versus: &versus{Metric: "rows/s", Peer: "bare publisher, RabbitMQ", PeerMetric: "msgs/s"}, Aims: map[string]aim{"rows/s": {Min: 30000}}},
+			Versus: []*versus{{Metric: "rows/s", Peer: "bare publisher, RabbitMQ", PeerMetric: "msgs/s"}}, Aims: map[string]aim{"rows/s": {Min: 30000}}},
 		{Name: "bare publisher, RabbitMQ", Dir: "bench", Bench: "^BenchmarkBrokerCeiling$", Benchtime: "50000x"},
 	},
 }
@@ -163,6 +169,10 @@ var scenarios = map[string][]run{
 // riverInsert is the name of River's Insert run, the peer of herald's end
 // to end and Go API runs.
 const riverInsert = "Go API, River Insert"
+
+// bareRoundTrip is the name of the bare client's broker round trip, the
+// floor of the PostgreSQL+RabbitMQ path's broker CPU.
+const bareRoundTrip = "bare round trip, RabbitMQ, 2,000 msgs/s"
 
 // versusRiverInsert divides a herald run's notifications/s by River's
 // Insert run of the same round, with aim a (nil for none).
@@ -190,7 +200,7 @@ type result struct {
 	Load     string             `json:"load_before"`
 	Took     string             `json:"took"`
 	Chart    string             `json:"chart,omitempty"` // the SVG it drew, with -charts
-	versus   *versus
+	versus   []*versus
 	aims     map[string]aim
 }
 
@@ -444,36 +454,35 @@ func redact(s string) string {
 func ratiosOf(results []result) []ratio {
 	var out []ratio
 	for _, r := range results {
-		if r.versus == nil {
-			continue
-		}
-		peer := r.versus.Peer
-		if peer == "" {
-			peer = r.Name
-		}
-		for _, p := range results {
-			if p.Scenario != r.Scenario || p.Round != r.Round || p.Name != peer {
-				continue
+		for _, v := range r.versus {
+			peer := v.Peer
+			if peer == "" {
+				peer = r.Name
 			}
-			of, ok := r.Metrics[r.versus.Metric]
-			if over := p.Metrics[r.versus.PeerMetric]; ok && over > 0 {
-				ofName, overName := ratioNames(r)
-				out = append(out, ratio{Scenario: r.Scenario, Round: r.Round,
-					Of: ofName, Over: overName, Value: of / over, aim: r.versus.Aim})
+			for _, p := range results {
+				if p.Scenario != r.Scenario || p.Round != r.Round || p.Name != peer {
+					continue
+				}
+				of, ok := r.Metrics[v.Metric]
+				if over := p.Metrics[v.PeerMetric]; ok && over > 0 {
+					ofName, overName := ratioNames(r, v)
+					out = append(out, ratio{Scenario: r.Scenario, Round: r.Round,
+						Of: ofName, Over: overName, Value: of / over, aim: v.Aim})
+				}
 			}
 		}
 	}
 	return out
 }
 
-// ratioNames are the names of what r's ratio divides: r's figure, over its
-// peer's (over r's other figure when its versus names no peer).
-func ratioNames(r result) (of, over string) {
-	of = r.Name + " " + r.versus.Metric
-	if r.versus.Peer == "" {
-		return of, r.versus.PeerMetric
+// ratioNames are the names of what v divides for r: r's figure, over its
+// peer's (over r's other figure when v names no peer).
+func ratioNames(r result, v *versus) (of, over string) {
+	of = r.Name + " " + v.Metric
+	if v.Peer == "" {
+		return of, v.PeerMetric
 	}
-	return of, r.versus.Peer + " " + r.versus.PeerMetric
+	return of, v.Peer + " " + v.PeerMetric
 }
 
 // verdictsOf gathers every figure that has an aim, ratios first, each
@@ -503,10 +512,13 @@ func verdictsOf(results []result, ratios []ratio) []verdict {
 		}
 	}
 	for _, r := range results {
-		if r.versus != nil && r.versus.Aim != nil {
-			of, over := ratioNames(r)
+		for _, v := range r.versus {
+			if v.Aim == nil {
+				continue
+			}
+			of, over := ratioNames(r, v)
 			if !slices.ContainsFunc(ratios, func(q ratio) bool { return q.Scenario == r.Scenario && q.Round == r.Round && q.Of == of }) {
-				at(r.Scenario, of+" over "+over, true, *r.versus.Aim).Missing++
+				at(r.Scenario, of+" over "+over, true, *v.Aim).Missing++
 			}
 		}
 		for _, m := range slices.Sorted(maps.Keys(r.aims)) {

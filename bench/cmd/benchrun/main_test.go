@@ -10,13 +10,13 @@ import (
 func TestRatiosPairTheSameRound(t *testing.T) {
 	vs := &versus{Metric: "notifications/s", Peer: "peer", PeerMetric: "messages/s"}
 	results := []result{
-		{Scenario: "outbox", Round: 1, Name: "herald", Metrics: map[string]float64{"notifications/s": 3000}, versus: vs},
+		{Scenario: "outbox", Round: 1, Name: "herald", Metrics: map[string]float64{"notifications/s": 3000}, versus: []*versus{vs}},
 		{Scenario: "outbox", Round: 1, Name: "peer", Metrics: map[string]float64{"messages/s": 1000}},
-		{Scenario: "outbox", Round: 2, Name: "herald", Metrics: map[string]float64{"notifications/s": 2000}, versus: vs},
+		{Scenario: "outbox", Round: 2, Name: "herald", Metrics: map[string]float64{"notifications/s": 2000}, versus: []*versus{vs}},
 		{Scenario: "outbox", Round: 2, Name: "peer", Metrics: map[string]float64{"messages/s": 500}},
-		{Scenario: "other", Round: 3, Name: "herald", Metrics: map[string]float64{"notifications/s": 1}, versus: vs}, // no peer ran
-		{Scenario: "outbox", Round: 3, Name: "peer", Metrics: map[string]float64{"messages/s": 0}},                   // its peer failed to report
-		{Scenario: "outbox", Round: 3, Name: "herald", Metrics: map[string]float64{"notifications/s": 1}, versus: vs},
+		{Scenario: "other", Round: 3, Name: "herald", Metrics: map[string]float64{"notifications/s": 1}, versus: []*versus{vs}}, // no peer ran
+		{Scenario: "outbox", Round: 3, Name: "peer", Metrics: map[string]float64{"messages/s": 0}},                              // its peer failed to report
+		{Scenario: "outbox", Round: 3, Name: "herald", Metrics: map[string]float64{"notifications/s": 1}, versus: []*versus{vs}},
 	}
 	want := []ratio{
 		{Scenario: "outbox", Round: 1, Of: "herald notifications/s", Over: "peer messages/s", Value: 3},
@@ -24,6 +24,31 @@ func TestRatiosPairTheSameRound(t *testing.T) {
 	}
 	if got := ratiosOf(results); !reflect.DeepEqual(got, want) {
 		t.Fatalf("ratios:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A run with several ratios gets each, each over its own peer's figure:
+// the outbox run's notifications/s over Watermill's, its broker CPU over a
+// bare client's.
+func TestRatiosOfARunWithTwoPeers(t *testing.T) {
+	results := []result{
+		{Scenario: "outbox", Round: 1, Name: "herald", Metrics: map[string]float64{"notifications/s": 3000, "rabbitmq-µs/notification": 220}, versus: []*versus{
+			{Metric: "notifications/s", Peer: "watermill", PeerMetric: "messages/s", Aim: &aim{Min: 3}},
+			{Metric: "rabbitmq-µs/notification", Peer: "bare", PeerMetric: "rabbitmq-µs/msg"},
+		}},
+		{Scenario: "outbox", Round: 1, Name: "watermill", Metrics: map[string]float64{"messages/s": 1200}},
+		{Scenario: "outbox", Round: 1, Name: "bare", Metrics: map[string]float64{"rabbitmq-µs/msg": 200}},
+	}
+	got := ratiosOf(results)
+	want := []ratio{
+		{Scenario: "outbox", Round: 1, Of: "herald notifications/s", Over: "watermill messages/s", Value: 2.5, aim: &aim{Min: 3}},
+		{Scenario: "outbox", Round: 1, Of: "herald rabbitmq-µs/notification", Over: "bare rabbitmq-µs/msg", Value: 1.1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ratios:\n got %+v\nwant %+v", got, want)
+	}
+	if v := verdictsOf(results, got); len(v) != 1 || v[0].Figure != "herald notifications/s over watermill messages/s" {
+		t.Fatalf("verdicts: got %+v, want the one aimed ratio", v)
 	}
 }
 
@@ -54,9 +79,9 @@ func TestChartFileNamesOneFilePerRunAndRound(t *testing.T) {
 // versus without a peer divides within the run, round by round.
 func TestARatioWithoutAPeerDividesWithinTheRun(t *testing.T) {
 	results := []result{
-		{Scenario: "fairness", Round: 1, Name: "fair", Metrics: map[string]float64{"busy": 30, "idle": 10}, versus: &versus{Metric: "busy", PeerMetric: "idle"}},
-		{Scenario: "fairness", Round: 2, Name: "fair", Metrics: map[string]float64{"busy": 12, "idle": 8}, versus: &versus{Metric: "busy", PeerMetric: "idle"}},
-		{Scenario: "fairness", Round: 3, Name: "fair", Metrics: map[string]float64{"idle": 8}, versus: &versus{Metric: "busy", PeerMetric: "idle"}}, // no busy figure
+		{Scenario: "fairness", Round: 1, Name: "fair", Metrics: map[string]float64{"busy": 30, "idle": 10}, versus: []*versus{{Metric: "busy", PeerMetric: "idle"}}},
+		{Scenario: "fairness", Round: 2, Name: "fair", Metrics: map[string]float64{"busy": 12, "idle": 8}, versus: []*versus{{Metric: "busy", PeerMetric: "idle"}}},
+		{Scenario: "fairness", Round: 3, Name: "fair", Metrics: map[string]float64{"idle": 8}, versus: []*versus{{Metric: "busy", PeerMetric: "idle"}}}, // no busy figure
 	}
 	got := ratiosOf(results)
 	if len(got) != 2 || got[0].Value != 3 || got[1].Value != 1.5 || got[0].Over != "idle" {
@@ -74,7 +99,7 @@ func TestVerdictsSumUpEachAimedFigureOverItsRounds(t *testing.T) {
 	var results []result
 	for i, f := range []struct{ herald, peer, p99 float64 }{{3100, 1000, 90}, {2500, 1000, 260}, {3300, 1000, 70}, {2000, 1000, 250}} {
 		results = append(results,
-			result{Scenario: "outbox", Round: i + 1, Name: "herald", Metrics: map[string]float64{"notifications/s": f.herald}, versus: outbox},
+			result{Scenario: "outbox", Round: i + 1, Name: "herald", Metrics: map[string]float64{"notifications/s": f.herald}, versus: []*versus{outbox}},
 			result{Scenario: "outbox", Round: i + 1, Name: "peer", Metrics: map[string]float64{"messages/s": f.peer}},
 			result{Scenario: "isolation", Round: i + 1, Name: "iso", Metrics: map[string]float64{"p99-ms": f.p99}, aims: p99})
 	}
@@ -84,7 +109,7 @@ func TestVerdictsSumUpEachAimedFigureOverItsRounds(t *testing.T) {
 	results = append(results,
 		result{Scenario: "isolation", Round: 5, Name: "iso", Metrics: map[string]float64{}, aims: p99},
 		result{Scenario: "e2e", Round: 1, Name: "pg", Metrics: map[string]float64{"notifications/s": 4000},
-			versus: &versus{Metric: "notifications/s", Peer: "river", PeerMetric: "jobs/s", Aim: &aim{Min: 1.25}},
+			versus: []*versus{{Metric: "notifications/s", Peer: "river", PeerMetric: "jobs/s", Aim: &aim{Min: 1.25}}},
 			aims:   map[string]aim{"notification/s": {Min: 2000}}})
 	got := verdictsOf(results, ratiosOf(results))
 	for i := range got {
