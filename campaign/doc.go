@@ -48,17 +48,24 @@
 //
 // DRAFT → RUNNING (start) → DONE, or CANCELLED from any of them. DONE means
 // the fan-out has finished: every recipient has its notification. It does
-// not wait for the sends themselves; their outcome is in the counts, which
-// GET reads from the deliveries of the campaign's notifications (sent,
+// not wait for the sends themselves; their outcome is in the counts (sent,
 // suppressed, failed, unknown; one per planned send, so a push to three
-// devices counts three). total and enqueued are counters kept by the
-// writes that change them.
+// devices counts three).
 //
-// The counts are computed when read: the campaign's recipients through
-// their key, each one's outbox rows and deliveries through theirs (three
-// index probes per recipient); cheap for thousands, seconds for a million.
-// A counter table kept by the sender's writes would make it constant; not
-// done yet (it would put a write on every send's path).
+// Every count is kept, none counted when read. total and enqueued move
+// with the page and batch writes. The send counts (table campaign_counts)
+// move in the transaction of whatever write ends a send, through triggers
+// on deliveries and outbox (migration 27 of each store): a send's outcome
+// is its delivery's state when it has one, else its outbox row's, and a
+// write that changes it takes the send out of its old count and into its
+// new. Triggers rather than the writes themselves because a dozen
+// statements of a dozen packages end sends (the sender, a cancel, the
+// sweeps, reports, the parked tools, erasure, fallback); the conformance
+// suite checks the kept counts against the rows after each kind of write.
+// On PostgreSQL each backend counts into a row of its own (slot = its pid),
+// so concurrent senders never wait on one counter row; a read sums them.
+// The cost falls on every delivery write (a look-up of its notification's
+// campaign in a trigger), measured in docs/campaigns.md.
 //
 // # Cancel
 //
@@ -70,7 +77,12 @@
 // no delivery row yet or one waiting (RETRY_WAIT, PARKED), never over a
 // SENDING claim or a result; those in flight are counted and end as the
 // sender records them. A later fallback step still WAITING is SKIPPED,
-// which is what a cancelled earlier step's end would do to it.
+// which is what a cancelled earlier step's end would do to it. On
+// PostgreSQL the counts it reports, the sends it ended and those in
+// flight come from one statement's snapshot: a send claimed or ended
+// while the statement runs (seconds, for a million) is one it found under
+// way and left, so it is reported in flight, and the three always add up
+// to the campaign's sends.
 //
 // # Size
 //

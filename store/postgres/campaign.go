@@ -55,23 +55,17 @@ WHERE id = $2::text AND tenant || '' = $1::text AND state = 'DRAFT'`
 
 	qCampaignAnalyze = `ANALYZE campaign_recipients`
 
-	qCampaignGet = `SELECT id, tenant, kind, lane, state, params::text, total, enqueued, send_at, created_at, started_at, ended_at
-FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text`
+	// qCampaignGet reads a campaign with its send counts, kept per
+	// campaign and backend by the triggers of migration 27 (store.CampaignCounts).
+	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.state, c.params::text, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
+       k.sent, k.suppressed, k.failed, k.unknown
+FROM campaigns c, LATERAL (` + qCampaignCounts + `) k
+WHERE c.id = $2::text AND c.tenant || '' = $1::text`
 
-	// qCampaignCounts counts a campaign's sends by outcome
-	// (store.CampaignCounts): its recipients' notification ids through
-	// the recipients' primary key, each one's outbox rows through the
-	// outbox key's notification_id prefix, each row's delivery through its
-	// message id; only the recipients up to the cursor, which have their
-	// notifications. (No index on notifications.campaign_id: one more index
-	// entry per notification would cost the fan-out more than it saves.)
-	qCampaignCounts = `SELECT
-    count(*) FILTER (WHERE d.state IN ('PROVIDER_ACCEPTED', 'DELIVERED')),
-    count(*) FILTER (WHERE d.state = 'SUPPRESSED' OR (d.state IS NULL AND o.state = 'SKIPPED')),
-    count(*) FILTER (WHERE d.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED') OR (d.state IS NULL AND o.state IN ('EXPIRED', 'FAILED'))),
-    count(*) FILTER (WHERE d.state = 'UNKNOWN')
-FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id LEFT JOIN deliveries d ON d.message_id = o.message_id
-WHERE cr.campaign_id = $1::text AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = $1::text)`
+	// qCampaignCounts sums the counter rows of the campaign c.
+	qCampaignCounts = `SELECT coalesce(sum(sent), 0)::bigint AS sent, coalesce(sum(suppressed), 0)::bigint AS suppressed,
+    coalesce(sum(failed), 0)::bigint AS failed, coalesce(sum(unknown), 0)::bigint AS unknown
+FROM campaign_counts WHERE campaign_id = c.id`
 
 	qCampaignsRunning = `SELECT tenant, id, lane FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT $1`
 
@@ -169,8 +163,16 @@ RETURNING ended_at`
 	// A fallback step still WAITING is skipped (SKIPPED,
 	// FALLBACK_NOT_NEEDED, after CANCELLED), the write a cancelled earlier
 	// step's end makes (qFallbackMove), so a chain whose step is in flight
-	// now releases nothing later. It returns the sends it ended and those
-	// it left SENDING.
+	// now releases nothing later.
+	//
+	// It returns, all as of its one snapshot: the counts of the sends that
+	// had ended (read before its own writes count theirs: a row trigger
+	// fires at the statement's end), the sends it ended, and those in
+	// flight: every other send it found under way. A send a sender claims
+	// or ends while the statement runs is one it found under way (its
+	// guarded write meets the newer row and leaves it): counted in flight,
+	// so the counts, the cancelled and the in flight always add up to the
+	// campaign's sends.
 	//
 	// $1 campaign id, $2 tenant, $3 now.
 	qCampaignCancelSends = `WITH m AS MATERIALIZED (
@@ -191,9 +193,12 @@ w AS (
         updated_at = coalesce($3::timestamptz, clock_timestamp())
     FROM m WHERE m.state = 'WAITING' AND o.notification_id = m.notification_id AND o.channel = m.channel AND o.state = 'WAITING'
     RETURNING 1
-)
-SELECT (SELECT count(*) FROM s) + (SELECT count(*) FROM w),
-       (SELECT count(*) FROM m JOIN deliveries d ON d.message_id = m.message_id WHERE d.state = 'SENDING')`
+),
+x AS (SELECT (SELECT count(*) FROM s) + (SELECT count(*) FROM w) AS cancelled,
+             (SELECT count(*) FROM m) - (SELECT count(*) FROM m JOIN deliveries d ON d.message_id = m.message_id
+                                         WHERE campaign_outcome(NULL, d.state) IS NOT NULL) AS open)
+SELECT x.cancelled, x.open - x.cancelled, k.sent, k.suppressed, k.failed, k.unknown
+FROM x, (SELECT $1::text AS id) c, LATERAL (` + qCampaignCounts + `) k`
 )
 
 // CampaignCreate writes a DRAFT campaign and its first page in one
@@ -387,8 +392,9 @@ func (s *Store) CampaignGet(ctx context.Context, tenant, id string) (store.Campa
 func readCampaign(ctx context.Context, q querier, tenant, id string) (store.Campaign, error) {
 	var c store.Campaign
 	var lane, params string
+	k := &c.Counts
 	err := q.QueryRow(ctx, qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued,
-		&c.SendAt, &c.CreatedAt, &c.StartedAt, &c.EndedAt)
+		&c.SendAt, &c.CreatedAt, &c.StartedAt, &c.EndedAt, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, store.ErrNotFound
 	}
@@ -398,13 +404,6 @@ func readCampaign(ctx context.Context, q querier, tenant, id string) (store.Camp
 	c.Lane, c.Params = heraldtype.Lane(lane), json.RawMessage(params)
 	c.SendAt, c.StartedAt, c.EndedAt = utcPtr(c.SendAt), utcPtr(c.StartedAt), utcPtr(c.EndedAt)
 	c.CreatedAt = utc(c.CreatedAt)
-	if c.State == store.CampaignDraft {
-		return c, nil // nothing fanned out: no sends to count
-	}
-	k := &c.Counts
-	if err := q.QueryRow(ctx, qCampaignCounts, id).Scan(&k.Sent, &k.Suppressed, &k.Failed, &k.Unknown); err != nil {
-		return c, fmt.Errorf("count campaign sends: %w", err)
-	}
 	return c, nil
 }
 
@@ -605,7 +604,9 @@ func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.Ca
 		}
 		ended = ended.UTC()
 		res.Campaign.State, res.Campaign.EndedAt = store.CampaignCancelled, &ended
-		if err := tx.QueryRow(ctx, qCampaignCancelSends, id, tenant, now).Scan(&res.Cancelled, &res.InFlight); err != nil {
+		k := &res.Campaign.Counts
+		if err := tx.QueryRow(ctx, qCampaignCancelSends, id, tenant, now).Scan(&res.Cancelled, &res.InFlight,
+			&k.Sent, &k.Suppressed, &k.Failed, &k.Unknown); err != nil {
 			return fmt.Errorf("cancel campaign sends: %w", err)
 		}
 		return nil

@@ -64,3 +64,53 @@ func TestCampaignCancelWaitsForTheBatchInFlight(t *testing.T) {
 		t.Fatalf("%d notifications (%v); want the batch's 10", n, err)
 	}
 }
+
+// A send claimed while a cancel's statement runs (seconds for a big
+// campaign: it reads every send first, then writes them one by one) is
+// reported in flight: the claim wins the delivery row and the cancel's
+// guarded write leaves it, and the cancel's counts, its cancelled and its
+// in flight, all taken from the statement's one snapshot, still add up to
+// the campaign's sends. (They were read from two snapshots, and such a
+// send was in neither.) The trigger only widens the window so that the
+// claim lands inside it every time.
+func TestCampaignCancelCountsASendClaimedDuringItsStatementInFlight(t *testing.T) {
+	t.Parallel()
+	url := testpg.Schema(t)
+	appA := uniqueName("cancela")
+	a := setup(t, appURL(url, appA), Options{})
+	b := setup(t, url, Options{})
+	ctx := context.Background()
+	id := ids.New("cmp", time.Now())
+	nid := ids.New("ntf", time.Now())
+	if _, err := a.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: id, RequestHash: "h", Kind: "k",
+		Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+		Recipients: []store.CampaignRecipient{{Recipient: "r1", NotificationID: nid}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CampaignStart(ctx, "t1", id); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: 10}); err != nil || res.Outbox != 1 {
+		t.Fatalf("fan-out %+v, %v", res, err)
+	}
+	if _, err := a.pool.Exec(ctx, `CREATE FUNCTION slow_cancel() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF NEW.reason = 'CANCELLED' THEN PERFORM pg_sleep(2); END IF; RETURN NEW; END $$;
+CREATE TRIGGER slow_cancel BEFORE INSERT ON deliveries FOR EACH ROW EXECUTE FUNCTION slow_cancel()`); err != nil {
+		t.Fatal(err)
+	}
+	cancel := async(func() (store.CampaignCancelResult, error) { return a.CampaignCancel(ctx, "t1", id) })
+	waitFor(t, 10*time.Second, "the cancel's statement is under way", func() bool {
+		var n int
+		_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, appA).Scan(&n)
+		return n > 0
+	})
+	claim, err := b.DeliveryClaim(ctx, store.DeliveryClaimParams{MessageID: store.MessageID(nid, heraldtype.ChannelWebhook), NotificationID: nid,
+		Tenant: "t1", Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "sender-1"})
+	if err != nil || !claim.Claimed {
+		t.Fatalf("claim %+v, %v", claim, err)
+	}
+	res := cancel(t)
+	if res.Campaign.Counts != (store.CampaignCounts{}) || res.Cancelled != 0 || res.InFlight != 1 {
+		t.Errorf("cancel = %+v; want the send claimed during it in flight, nothing else", res)
+	}
+}

@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"github.com/heraldhq/herald/store/storetest"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -108,4 +110,26 @@ func queryInt(t *testing.T, url, sql string) int {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n
+}
+
+// TestMigration27StartsTheCampaignCountsFromTheSends: a schema from before
+// migration 27, whose campaign counts were counted from the sends when
+// read, starts the kept counts from what its sends' rows give, and keeps
+// them from there.
+func TestMigration27StartsTheCampaignCountsFromTheSends(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testpg.Schema(t)
+	s := setup(t, url, Options{})
+	c := storetest.MakeCampaignCounts(t, s, time.Now())
+	s.Close()
+	// Back to the schema before migration 27, its rows kept.
+	testpg.Exec(t, url, `DROP TABLE campaign_counts;
+DROP FUNCTION campaign_count_delivery, campaign_count_outbox CASCADE;
+DROP FUNCTION campaign_count, campaign_outcome;
+DELETE FROM schema_migrations WHERE version = 27;`)
+	if _, err := Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	storetest.CheckCampaignCountsMigrated(t, setup(t, url, Options{MustExist: true}), c, time.Now())
 }

@@ -28,16 +28,12 @@ VALUES (?, ?, ?, ?, ?, ?, ?, 'DRAFT', ?, ?, ?) ON CONFLICT (tenant, idempotency_
 ON CONFLICT (campaign_id, recipient) DO NOTHING`
 	qCampaignTotal = `UPDATE campaigns SET total = total + ? WHERE id = ? RETURNING total`
 	qCampaignStart = `UPDATE campaigns SET state = 'RUNNING', started_at = ? WHERE tenant = ? AND id = ? AND state = 'DRAFT'`
-	qCampaignGet   = `SELECT id, tenant, kind, lane, state, params, total, enqueued, send_at, created_at, started_at, ended_at
-FROM campaigns WHERE tenant = ? AND id = ?`
-	// qCampaignCounts: store.CampaignCounts, as PostgreSQL's statement.
-	qCampaignCounts = `SELECT
-    coalesce(sum(d.state IN ('PROVIDER_ACCEPTED', 'DELIVERED')), 0),
-    coalesce(sum(d.state = 'SUPPRESSED' OR (d.state IS NULL AND o.state = 'SKIPPED')), 0),
-    coalesce(sum(d.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED') OR (d.state IS NULL AND o.state IN ('EXPIRED', 'FAILED'))), 0),
-    coalesce(sum(d.state = 'UNKNOWN'), 0)
-FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id LEFT JOIN deliveries d ON d.message_id = o.message_id
-WHERE cr.campaign_id = ?1 AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = ?1)`
+	// qCampaignGet reads a campaign with its send counts, kept by the
+	// triggers of migration 27 (store.CampaignCounts).
+	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.state, c.params, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
+       coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
+FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
+WHERE c.tenant = ? AND c.id = ?`
 	qCampaignsRunning   = `SELECT tenant, id, lane FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT ?`
 	qCampaignFanOutHead = `SELECT kind, lane, channels, params, send_at, state, fanout_seq FROM campaigns WHERE tenant = ? AND id = ?`
 	// qCampaignBatch bounds the next batch: how many recipients follow the
@@ -296,7 +292,9 @@ func readCampaign(q rowQuerier, tenant, id string) (store.Campaign, error) {
 	var lane, params string
 	var sendAt, started, ended sql.NullInt64
 	var created int64
-	err := q(qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued, &sendAt, &created, &started, &ended)
+	k := &c.Counts
+	err := q(qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued, &sendAt, &created, &started, &ended,
+		&k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, store.ErrNotFound
 	}
@@ -305,13 +303,6 @@ func readCampaign(q rowQuerier, tenant, id string) (store.Campaign, error) {
 	}
 	c.Lane, c.Params, c.CreatedAt = heraldtype.Lane(lane), json.RawMessage(params), fromMs(created)
 	c.SendAt, c.StartedAt, c.EndedAt = fromNullMs(sendAt), fromNullMs(started), fromNullMs(ended)
-	if c.State == store.CampaignDraft {
-		return c, nil // nothing fanned out: no sends to count
-	}
-	k := &c.Counts
-	if err := q(qCampaignCounts, id).Scan(&k.Sent, &k.Suppressed, &k.Failed, &k.Unknown); err != nil {
-		return c, fmt.Errorf("count campaign sends: %w", err)
-	}
 	return c, nil
 }
 

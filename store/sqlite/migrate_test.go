@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/heraldhq/herald/store/storetest"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store/sqlite"
@@ -150,4 +152,36 @@ func queryInt(t *testing.T, path, query string) int {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return n
+}
+
+// TestMigration27StartsTheCampaignCountsFromTheSends: a file from before
+// migration 27, whose campaign counts were counted from the sends when
+// read, starts the kept counts from what its sends' rows give, and keeps
+// them from there.
+func TestMigration27StartsTheCampaignCountsFromTheSends(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "herald.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := storetest.MakeCampaignCounts(t, s, time.Now())
+	s.Close()
+	// Back to the schema before migration 27, its rows kept.
+	exec(t, path, `DROP TABLE campaign_counts;
+DROP TRIGGER campaign_count_delivery_insert;
+DROP TRIGGER campaign_count_delivery_update;
+DROP TRIGGER campaign_count_outbox_update;
+DROP TRIGGER campaign_count_outbox_insert;
+DELETE FROM schema_migrations WHERE version = 27;`)
+	if _, err := sqlite.Migrate(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	s, err = sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	storetest.CheckCampaignCountsMigrated(t, s, c, time.Now())
 }

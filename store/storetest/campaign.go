@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -580,6 +581,135 @@ func testCampaigns(t *testing.T, h Harness) {
 		}
 		if _, err := b.c.CampaignStart(b.ctx, "t1", p.ID); !errors.Is(err, store.ErrCampaignState) {
 			t.Fatalf("starting a cancelled campaign: %v; want ErrCampaignState", err)
+		}
+	})
+
+	t.Run("CountsAreKeptByEveryWriteThatEndsASend", func(t *testing.T) {
+		t.Parallel()
+		if h.Query == nil {
+			t.Skip("needs the harness's Query")
+		}
+		b := setupCampaigns(t, h)
+		const n = 9
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, n) }, nil)
+		startCampaign(t, b, p.ID)
+		fanOut(t, b, p.ID, n)
+		// counted reads the counts as the sends' rows give them, what GET
+		// counted before the counts were kept.
+		counted := func() store.CampaignCounts {
+			rows := h.Query(t, b.s, `SELECT
+    count(CASE WHEN d.state IN ('PROVIDER_ACCEPTED', 'DELIVERED') THEN 1 END),
+    count(CASE WHEN d.state = 'SUPPRESSED' OR (d.state IS NULL AND o.state = 'SKIPPED') THEN 1 END),
+    count(CASE WHEN d.state IN ('PERMANENT_FAILURE', 'RETRY_EXHAUSTED') OR (d.state IS NULL AND o.state IN ('EXPIRED', 'FAILED')) THEN 1 END),
+    count(CASE WHEN d.state = 'UNKNOWN' THEN 1 END)
+FROM notifications n JOIN outbox o ON o.notification_id = n.id LEFT JOIN deliveries d ON d.message_id = o.message_id
+WHERE n.campaign_id = '`+p.ID+`'`)
+			var k store.CampaignCounts
+			fmt.Sscan(strings.Join(rows[0], " "), &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
+			return k
+		}
+		agree := func(step string, want store.CampaignCounts) {
+			t.Helper()
+			if got, rows := getCampaign(t, b, p.ID).Counts, counted(); got != want || rows != want {
+				t.Fatalf("after %s: kept counts %+v, the sends' rows %+v; want %+v", step, got, rows, want)
+			}
+		}
+		rs := recipients(p.ID, 1, n)
+		mid := func(i int) string { return store.MessageID(rs[i].NotificationID, heraldtype.ChannelWebhook) }
+		claim := func(i int) {
+			t.Helper()
+			if res := claimDelivery(t, b.bundle, store.DeliveryClaimParams{MessageID: mid(i), NotificationID: rs[i].NotificationID, Tenant: "t1",
+				Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w1"}); !res.Claimed {
+				t.Fatalf("DeliveryClaim %s: %+v", mid(i), res)
+			}
+		}
+		record := func(i, attempt int, state heraldtype.DeliveryState) {
+			t.Helper()
+			if _, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: mid(i), Attempt: attempt, State: state,
+				RetryDelay: time.Minute, Owner: "w1", Class: "c", StartedAt: b.clk.Now()}); err != nil {
+				t.Fatalf("DeliveryRecord %s %s: %v", mid(i), state, err)
+			}
+		}
+		agree("the fan-out", store.CampaignCounts{})
+		claim(0)
+		agree("a claim", store.CampaignCounts{})
+		record(0, 1, heraldtype.DeliveryProviderAccepted)
+		agree("a send accepted", store.CampaignCounts{Sent: 1})
+		claim(1)
+		record(1, 1, heraldtype.DeliveryPermanentFailure)
+		agree("a permanent failure", store.CampaignCounts{Sent: 1, Failed: 1})
+		claim(2)
+		record(2, 1, heraldtype.DeliveryUnknown)
+		agree("an unknown", store.CampaignCounts{Sent: 1, Failed: 1, Unknown: 1})
+		if r, ok := b.s.(store.Reports); ok {
+			if out, err := r.DeliveryReport(b.ctx, store.ReportParams{Provider: "p", MessageID: mid(2),
+				From: []heraldtype.DeliveryState{heraldtype.DeliveryUnknown}, To: heraldtype.DeliveryProviderAccepted}); err != nil || !out.Moved {
+				t.Fatalf("DeliveryReport: %+v, %v", out, err)
+			}
+			agree("a report settling the unknown", store.CampaignCounts{Sent: 2, Failed: 1})
+		} else {
+			record(2, 1, heraldtype.DeliveryProviderAccepted) // refused: not SENDING
+		}
+		k := getCampaign(t, b, p.ID).Counts
+		claim(3)
+		record(3, 1, heraldtype.DeliveryRetryWait)
+		agree("a retry scheduled", k)
+		b.clk.Advance(2 * time.Minute)
+		claim(3)
+		record(3, 2, heraldtype.DeliveryProviderAccepted)
+		k.Sent++
+		agree("the retry accepted", k)
+		if ok, err := b.s.DeliveryDecide(b.ctx, store.DeliveryDecideParams{MessageID: mid(4), NotificationID: rs[4].NotificationID, Tenant: "t1",
+			Channel: heraldtype.ChannelWebhook, State: heraldtype.DeliverySuppressed, Reason: heraldtype.ReasonConsentDenied}); err != nil || !ok {
+			t.Fatalf("DeliveryDecide: %v, %v", ok, err)
+		}
+		k.Suppressed++
+		agree("a send suppressed", k)
+		claim(5)
+		b.clk.Advance(time.Hour)
+		if stale, err := b.s.DeliverySweepStale(b.ctx, time.Minute); err != nil || len(stale) != 1 {
+			t.Fatalf("DeliverySweepStale: %+v, %v", stale, err)
+		}
+		k.Unknown++
+		agree("a stale claim swept to unknown", k)
+		// An outbox row that ends unsent, and then, as a copy of it may
+		// still be met, gets its delivery after all.
+		claimed, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneMarketing, Owner: "d1", Limit: n, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fence *store.Fence
+		for _, c := range claimed {
+			if c.MessageID == mid(6) {
+				fence = &c.Fence
+			}
+		}
+		if fence == nil {
+			t.Fatalf("OutboxClaim did not take %s: %+v", mid(6), claimed)
+		}
+		if ok, err := b.s.OutboxComplete(b.ctx, *fence, heraldtype.OutboxFailed, "MAX_ATTEMPTS"); err != nil || !ok {
+			t.Fatalf("OutboxComplete FAILED: %v, %v", ok, err)
+		}
+		k.Failed++
+		agree("an outbox row failed unsent", k)
+		claim(6)
+		k.Failed--
+		agree("a late copy's claim of the failed row", k)
+		record(6, 1, heraldtype.DeliveryProviderAccepted)
+		k.Sent++
+		agree("that copy accepted", k)
+
+		res, err := b.c.CampaignCancel(b.ctx, "t1", p.ID)
+		if err != nil {
+			t.Fatalf("CampaignCancel: %v", err)
+		}
+		if res.Campaign.Counts != k || res.Cancelled != 2 || res.InFlight != 0 {
+			t.Fatalf("CampaignCancel = %+v; want counts %+v, 2 cancelled, none in flight", res, k)
+		}
+		k.Suppressed += 2
+		agree("the cancel", k)
+		if c := res.Campaign.Counts; c.Sent+c.Suppressed+c.Failed+c.Unknown+res.Cancelled+res.InFlight != n {
+			t.Fatalf("the cancel accounts for %+v; want all %d sends", res, n)
 		}
 	})
 
