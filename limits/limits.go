@@ -57,7 +57,7 @@ type Limiter struct {
 	sends map[string]*rate.Limiter
 
 	quotas quotas
-	lanes  map[laneKey]*rate.Limiter
+	lanes  map[laneKey]*laneBucket
 }
 
 // New returns a limiter; nil when cfg limits nothing (every method of a
@@ -73,7 +73,7 @@ func New(cfg Config) *Limiter {
 	cfg.KeyBurst = burst(cfg.KeyRate, cfg.KeyBurst)
 	cfg.SendBurst = burst(cfg.SendRate, cfg.SendBurst)
 	return &Limiter{cfg: cfg, keys: map[string]*rate.Limiter{}, sends: map[string]*rate.Limiter{},
-		quotas: q, lanes: map[laneKey]*rate.Limiter{}}
+		quotas: q, lanes: map[laneKey]*laneBucket{}}
 }
 
 func burst(r float64, b int) int {

@@ -4,9 +4,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/heraldhq/herald/heraldtype"
 )
@@ -31,6 +30,10 @@ import (
 //     many recipients; it fans out the rest in later rounds as the bucket
 //     refills. A campaign is paced to the quota, never refused by it:
 //     its recipients were accepted when their page was.
+//
+// The buckets are laneBuckets rather than rate.Limiters because intake
+// gives its token back after its store call, when time has passed, and a
+// rate.Reservation's CancelAt restores nothing once its time is past.
 type Quota struct {
 	Tenant string
 	Lane   heraldtype.Lane
@@ -74,9 +77,9 @@ func (q quotas) of(tenant string, lane heraldtype.Lane) (Quota, bool) {
 	return e, ok && e.Rate > 0
 }
 
-// bucket returns the bucket of (tenant, lane); nil when the pair has no
-// quota.
-func (l *Limiter) bucket(tenant string, lane heraldtype.Lane) *rate.Limiter {
+// bucket returns the bucket of (tenant, lane), made full at its first
+// use; nil when the pair has no quota.
+func (l *Limiter) bucket(tenant string, lane heraldtype.Lane) *laneBucket {
 	if l == nil {
 		return nil
 	}
@@ -84,7 +87,15 @@ func (l *Limiter) bucket(tenant string, lane heraldtype.Lane) *rate.Limiter {
 	if !ok {
 		return nil
 	}
-	return bucketOf(l, l.lanes, laneKey{tenant, lane}, q.Rate, q.Burst)
+	k := laneKey{tenant, lane}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.lanes[k]
+	if !ok {
+		b = &laneBucket{rate: q.Rate, burst: float64(q.Burst), tokens: float64(q.Burst)}
+		l.lanes[k] = b
+	}
+	return b
 }
 
 // LaneSend takes one send of tenant's into lane. It returns undo, which
@@ -96,7 +107,10 @@ func (l *Limiter) LaneSend(tenant string, lane heraldtype.Lane) (undo func(), wa
 	if b == nil {
 		return func() {}, 0
 	}
-	return l.reserve(b)
+	if _, wait := b.take(l.cfg.Clock.Now(), 1); wait > 0 {
+		return nil, wait
+	}
+	return sync.OnceFunc(func() { b.giveBack(l.cfg.Clock.Now(), 1) }), 0
 }
 
 // LaneTake takes up to n sends of tenant's into lane without waiting: all
@@ -107,19 +121,49 @@ func (l *Limiter) LaneTake(tenant string, lane heraldtype.Lane, n int) int {
 	if b == nil || n <= 0 {
 		return max(n, 0)
 	}
-	now := l.cfg.Clock.Now()
-	k := min(n, int(math.Floor(b.TokensAt(now))))
-	if k <= 0 {
-		return 0
-	}
-	res := b.ReserveN(now, k)
-	if res.DelayFrom(now) > 0 {
-		// Another taker came between (intake on the same bucket): take
-		// nothing this time.
-		res.CancelAt(now)
-		return 0
-	}
+	k, _ := b.take(l.cfg.Clock.Now(), n)
 	return k
+}
+
+// laneBucket is a token bucket, as rate.Limiter's (tokens refill at rate
+// a second up to burst, the bucket full at first), that can take tokens
+// back at any time after they were taken.
+type laneBucket struct {
+	rate, burst float64
+
+	mu     sync.Mutex
+	tokens float64
+	last   time.Time // when tokens was last brought up to date
+}
+
+// refill brings tokens up to now; b.mu is held.
+func (b *laneBucket) refill(now time.Time) {
+	if now.After(b.last) {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		b.last = now
+	}
+}
+
+// take takes up to n whole tokens (n ≥ 1). It returns how many, or, when
+// the bucket holds less than one, 0 and the wait until it holds one.
+func (b *laneBucket) take(now time.Time, n int) (int, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill(now)
+	k := min(n, int(math.Floor(b.tokens)))
+	if k <= 0 {
+		return 0, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+	}
+	b.tokens -= float64(k)
+	return k, 0
+}
+
+// giveBack returns n tokens taken before, up to a full bucket.
+func (b *laneBucket) giveBack(now time.Time, n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill(now)
+	b.tokens = min(b.burst, b.tokens+float64(n))
 }
 
 // OverQuota answers 429 with Retry-After for a send past its lane quota.

@@ -106,6 +106,24 @@ func TestLaneQuotas(t *testing.T) {
 			t.Error("intake got a token the fan-out had taken: they share the bucket")
 		}
 	})
+	// Intake's undo comes after its store call, when the clock has moved
+	// on: the token still goes back (a rate.Reservation's CancelAt did
+	// nothing once its time was past).
+	t.Run("UndoGivesTheTokenBackAfterTimeHasPassed", func(t *testing.T) {
+		t.Parallel()
+		clk := clock.NewFake(start)
+		l := limits.New(limits.Config{Quotas: quotas, Clock: clk})
+		undo, wait := l.LaneSend("a", marketing)
+		if wait != 0 {
+			t.Fatal("the first send was refused")
+		}
+		clk.Advance(10 * time.Millisecond) // the store call
+		undo()
+		undo() // once only
+		if sent, _ := spend(t, l, "a", marketing); sent != 2 {
+			t.Fatalf("after an undo %d sends went; want the whole burst, 2", sent)
+		}
+	})
 	t.Run("QuotasAloneMakeALimiter", func(t *testing.T) {
 		t.Parallel()
 		l := limits.New(limits.Config{Quotas: quotas[:1]})
