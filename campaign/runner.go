@@ -33,7 +33,8 @@ type RunnerConfig struct {
 	Interval time.Duration
 	// Quotas paces each campaign to its tenant's send quota in the
 	// campaign's lane (limits.Quota): a batch fans out no more recipients
-	// than the quota's bucket holds, and a campaign whose bucket is empty
+	// than the quota's bucket holds, the tokens of those it did not fan
+	// out go back to the bucket, and a campaign whose bucket is empty
 	// waits for a later round. A campaign whose last batch took exactly
 	// its tokens becomes DONE at the next batch, which finds no one left,
 	// when the bucket holds a token again. Nil: no quotas.
@@ -120,7 +121,7 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 	tenant, id := c.Tenant, c.ID
 	total := 0
 	for ctx.Err() == nil && (r.cfg.IsLeader == nil || r.cfg.IsLeader()) {
-		limit := r.cfg.Quotas.LaneTake(tenant, c.Lane, r.roundBatches()*r.cfg.Batch)
+		limit, settle := r.cfg.Quotas.LaneTake(tenant, c.Lane, r.roundBatches()*r.cfg.Batch)
 		if limit == 0 {
 			break // paced: the rest in a later round
 		}
@@ -131,6 +132,10 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 		} else {
 			res, err = r.cfg.Store.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: tenant, ID: id, Limit: limit})
 		}
+		// The tenant is charged for the recipients fanned out, not for the
+		// grant: a shorter last batch, the remainder of limit/count side
+		// by side, and a failed batch (it wrote nothing) give theirs back.
+		settle(res.Recipients)
 		total += res.Recipients // side by side, the batches before a failed one count
 		if err != nil {
 			return total, fmt.Errorf("fan out campaign %s: %w", id, err)

@@ -138,6 +138,95 @@ func TestFanOutIsPacedToTheLaneQuota(t *testing.T) {
 	})
 }
 
+// failOne fails every fan-out batch of campaign bad and passes the others
+// to the store.
+type failOne struct {
+	store.Campaigns
+	bad string
+}
+
+func (f failOne) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
+	if p.ID == f.bad {
+		return store.CampaignFanOutResult{}, errors.New("injected failure")
+	}
+	return f.Campaigns.CampaignFanOut(ctx, p)
+}
+
+// TestFanOutIsChargedOnlyForTheRecipientsItFannedOut: the fan-out takes a
+// round's tokens from the tenant's lane quota before its batches, but
+// keeps only those of the recipients it fanned out. A 3-recipient
+// campaign under a burst of 10 leaves 7 for the tenant's single sends
+// (it used to spend all 10, and the tenant's next POST /v1/notifications
+// in the lane was refused 429); side by side, the batches' sizes
+// (limit/count) and a shorter last batch are charged as fanned out; a
+// batch that fails wrote nothing and is charged nothing.
+func TestFanOutIsChargedOnlyForTheRecipientsItFannedOut(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		ctx := context.Background()
+		start := func(tenant string, n int) store.CampaignRef {
+			t.Helper()
+			page := make([]campaign.Recipient, n)
+			for i := range page {
+				page[i].Recipient = fmt.Sprintf("u%d", i)
+			}
+			id, _, err := svc.Create(ctx, tenant, "key-"+tenant, "h", campaign.Request{Kind: "coupon.expiring",
+				Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: page})
+			if err != nil {
+				t.Fatalf("Create: %v", err)
+			}
+			if _, err := svc.Start(ctx, tenant, id); err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			return store.CampaignRef{Tenant: tenant, ID: id, Lane: heraldtype.LaneMarketing}
+		}
+		// Every tenant has a bucket of its own: 10 a second, burst 10, and
+		// the clock does not move, so nothing refills.
+		clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		quotas := limits.New(limits.Config{Clock: clk,
+			Quotas: []limits.Quota{{Lane: heraldtype.LaneMarketing, Rate: 10, Burst: 10}}})
+		// singleSends counts the tenant's single sends (intake's) that pass
+		// before one is refused.
+		singleSends := func(tenant string) int {
+			for n := range 100 {
+				if _, wait := quotas.LaneSend(tenant, heraldtype.LaneMarketing); wait > 0 {
+					return n
+				}
+			}
+			return 100
+		}
+		st := db.Store.(store.Campaigns)
+		for _, tc := range []struct {
+			name       string
+			recipients int
+			cfg        campaign.RunnerConfig
+			fail       bool
+			fanned     int
+			left       int
+		}{
+			{"AShortLastBatch", 3, campaign.RunnerConfig{Batch: 100}, false, 3, 7},
+			// Granted 10 of 8×4: two ranged batches of 5, the second of 2.
+			{"SideBySide", 7, campaign.RunnerConfig{Batch: 4, Parallel: 2}, false, 7, 3},
+			{"AFailedBatch", 3, campaign.RunnerConfig{Batch: 100}, true, 0, 10},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ref := start(tc.name, tc.recipients)
+				tc.cfg.Store, tc.cfg.Quotas = st, quotas
+				if tc.fail {
+					tc.cfg.Store = failOne{Campaigns: st, bad: ref.ID}
+				}
+				n, err := campaign.NewRunner(tc.cfg).FanOut(ctx, ref)
+				if n != tc.fanned || (err != nil) != tc.fail {
+					t.Fatalf("fanned out %d, %v; want %d (failing: %v)", n, err, tc.fanned, tc.fail)
+				}
+				if got := singleSends(ref.Tenant); got != tc.left {
+					t.Fatalf("%d recipients fanned out of a burst of 10: then %d single sends passed; want %d", n, got, tc.left)
+				}
+			})
+		}
+	})
+}
+
 // TestABatchWaitingForItsTurnLetsTheNextBegin: side by side, a batch that
 // has written its rows and waits for the batch before it to commit gives
 // its place to the next batch, up to twice Parallel batches begun. With

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
@@ -26,13 +27,17 @@ import (
 //     that turns out a replay, a conflict or a store failure gives its
 //     token back (LaneSend's undo).
 //   - A campaign's fan-out (package campaign, on the leader) takes as
-//     many tokens as the bucket holds, up to its batch, and fans out that
-//     many recipients; it fans out the rest in later rounds as the bucket
-//     refills. A campaign is paced to the quota, never refused by it:
-//     its recipients were accepted when their page was.
+//     many tokens as the bucket holds, up to its round of batches, fans
+//     out at most that many recipients, and gives back the tokens of those
+//     it did not fan out (a last batch shorter than its grant, a batch
+//     that failed and wrote nothing: LaneTake's settle); it fans out the
+//     rest in later rounds as the bucket refills. A campaign is paced to
+//     the quota, never refused by it: its recipients were accepted when
+//     their page was.
 //
-// The buckets are laneBuckets rather than rate.Limiters because intake
-// gives its token back after its store call, when time has passed, and a
+// The buckets are laneBuckets rather than rate.Limiters because both
+// takers give tokens back after time has passed (intake after its store
+// call, the fan-out after its batches' transactions), and a
 // rate.Reservation's CancelAt restores nothing once its time is past.
 type Quota struct {
 	Tenant string
@@ -115,14 +120,25 @@ func (l *Limiter) LaneSend(tenant string, lane heraldtype.Lane) (undo func(), wa
 
 // LaneTake takes up to n sends of tenant's into lane without waiting: all
 // n when the pair has no quota, else as many whole tokens as the bucket
-// holds now (0 when it is empty).
-func (l *Limiter) LaneTake(tenant string, lane heraldtype.Lane, n int) int {
+// holds now (0 when it is empty). The caller then calls settle once with
+// how many of the granted sends it used: the tokens of the others go back
+// to the bucket, so a tenant is charged for what it sent, not for what
+// it was offered.
+func (l *Limiter) LaneTake(tenant string, lane heraldtype.Lane, n int) (granted int, settle func(used int)) {
 	b := l.bucket(tenant, lane)
 	if b == nil || n <= 0 {
-		return max(n, 0)
+		return max(n, 0), func(int) {}
 	}
-	k, _ := b.take(l.cfg.Clock.Now(), n)
-	return k
+	granted, _ = b.take(l.cfg.Clock.Now(), n)
+	var settled atomic.Bool
+	return granted, func(used int) {
+		if !settled.CompareAndSwap(false, true) {
+			return // settled already
+		}
+		if unused := granted - min(max(used, 0), granted); unused > 0 {
+			b.giveBack(l.cfg.Clock.Now(), unused)
+		}
+	}
 }
 
 // laneBucket is a token bucket, as rate.Limiter's (tokens refill at rate

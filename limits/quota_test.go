@@ -95,15 +95,47 @@ func TestLaneQuotas(t *testing.T) {
 			{0, 10_000, 6},                      // the rest of the burst
 		} {
 			clk.Advance(step.advance)
-			if got := l.LaneTake("big", marketing, step.ask); got != step.want {
+			if got, _ := l.LaneTake("big", marketing, step.ask); got != step.want { // all used: not settled
 				t.Fatalf("after %s, take %d: got %d; want %d", step.advance, step.ask, got, step.want)
 			}
 		}
-		if got := l.LaneTake("a", transactional, 10_000); got != 10_000 {
+		if got, _ := l.LaneTake("a", transactional, 10_000); got != 10_000 {
 			t.Errorf("no quota: took %d of 10,000", got)
 		}
 		if _, wait := l.LaneSend("big", marketing); wait == 0 {
 			t.Error("intake got a token the fan-out had taken: they share the bucket")
+		}
+	})
+	// A campaign's fan-out takes a round's tokens before its batches and
+	// settles after their transactions, some time later, with what they
+	// fanned out: the rest go back to the bucket, so the tenant's single
+	// sends are not refused for tokens nobody used.
+	t.Run("SettleGivesBackWhatTheTakerDidNotUse", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name       string
+			used, sent int
+		}{
+			{"AShortLastBatch", 3, 7},
+			{"AFailedBatch", 0, 10},
+			{"AllUsed", 10, 0},
+			{"NeverMoreThanGranted", 12, 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				clk := clock.NewFake(start)
+				l := limits.New(limits.Config{Quotas: quotas, Clock: clk})
+				granted, settle := l.LaneTake("big", marketing, 10_000)
+				if granted != 10 {
+					t.Fatalf("granted %d; want the burst, 10", granted)
+				}
+				clk.Advance(50 * time.Millisecond) // the batches' transactions: half a token refills
+				settle(tc.used)
+				settle(0) // a second settle changes nothing
+				if sent, _ := spend(t, l, "big", marketing); sent != tc.sent {
+					t.Fatalf("%d of 10 used: then %d single sends went; want %d", tc.used, sent, tc.sent)
+				}
+			})
 		}
 	})
 	// Intake's undo comes after its store call, when the clock has moved
@@ -131,8 +163,13 @@ func TestLaneQuotas(t *testing.T) {
 			t.Fatal("quotas alone: no limiter, or one that limits keys or sends")
 		}
 		var none *limits.Limiter
-		if undo, wait := none.LaneSend("a", marketing); undo == nil || wait != 0 || none.LaneTake("a", marketing, 7) != 7 {
+		if undo, wait := none.LaneSend("a", marketing); undo == nil || wait != 0 {
 			t.Fatal("a nil limiter limits")
+		}
+		if got, settle := none.LaneTake("a", marketing, 7); got != 7 {
+			t.Fatal("a nil limiter limits")
+		} else {
+			settle(3)
 		}
 	})
 }
