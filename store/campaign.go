@@ -94,6 +94,14 @@ func CampaignRanges(cursor int64, ends []int64, last *int64) []CampaignRange {
 // out past the range meanwhile. The batch wrote nothing.
 var ErrCampaignBehind = errors.New("store: the campaign's cursor is not at the batch's start")
 
+// ErrCampaignBusy is a fan-out batch that gave up waiting and wrote
+// nothing: for a lock (on PostgreSQL, past its lock timeout: a cancel, or
+// a second writer of the campaign, held the campaign's row or rows the
+// batch must write) or for its turn (CampaignFanOutParams.Turn returned
+// it). Nothing is wrong with the campaign: the next round starts again at
+// its cursor.
+var ErrCampaignBusy = errors.New("store: the fan-out batch gave up waiting for a lock or its turn")
+
 // ErrCampaignState is returned for a write the campaign's state refuses.
 var ErrCampaignState = errors.New("store: the campaign's state does not allow this")
 
@@ -243,6 +251,12 @@ type CampaignFanOutParams struct {
 	// stood at Range.After when the batch began (then it locks at once); a
 	// store that writes one batch at a time (SQLite) calls it before the
 	// batch begins. An error ends the batch with nothing written.
+	//
+	// Turn must return within a bounded time: on PostgreSQL the batch's
+	// transaction stays open meanwhile, its rows written and uncommitted, a
+	// wait the database cannot see (a writer blocked on those rows waits
+	// until its lock timeout). The runner's gives up after
+	// campaign.RunnerConfig.TurnTimeout with ErrCampaignBusy.
 	Turn func(context.Context) error
 	// BeforeCommit, when set (tests), runs inside the batch's transaction
 	// after its writes; an error rolls the whole batch back, as a crash

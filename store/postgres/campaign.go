@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
@@ -423,14 +424,52 @@ func (s *Store) CampaignsRunning(ctx context.Context, limit int) ([]store.Campai
 	return refs, nil
 }
 
+// fanOutLockTimeout bounds every lock wait of a fan-out batch's
+// transaction (SET LOCAL lock_timeout): a batch that waits longer for a
+// lock fails with nothing written (store.ErrCampaignBusy), releases the
+// campaign row's lock if it held it, and the next round starts again at
+// the cursor.
+//
+// It is there for waits that end only through something PostgreSQL cannot
+// see, so its deadlock check never fires: two runners on one campaign (a
+// leader that lost its lock without knowing) whose batches were cut at
+// other bounds, where one runner's batch holds the campaign row's lock
+// and waits for the other's uncommitted notification rows, whose batch
+// waits in Go (Turn) for its own batch before it, which waits for the
+// campaign row's lock. Without a timeout that holds the campaign's lock
+// until a restart: nothing fans out and a cancel hangs.
+//
+// It cannot make one runner livelock under load. lock_timeout counts only
+// the wait for a lock, never a slow statement or commit (I/O, a
+// checkpoint's stall). A single runner's batches never wait for each
+// other's locks: they take the campaign row's lock in seq order, each
+// only once the batch before it has ended (Turn), and write distinct rows.
+// What is left to wait for is a cancel (the campaign then ends anyway), a
+// page refused because the campaign runs (it holds the lock for a moment),
+// DDL, or a second writer. And a batch that times out costs only itself:
+// the first batch of the next round stands at the cursor and waits for no
+// turn, so every round moves the campaign on. 5 s is 25 times a batch of
+// 10,000 (0.2 s) and well past a commit held up by a checkpoint (about
+// 1 s on the development machine), and a stuck pair of runners unwinds
+// within a round or two.
+const fanOutLockTimeout = 5 * time.Second
+
+// qFanOutLockTimeout sets lock_timeout to $1 (fanOutLockTimeout) for the
+// batch's transaction only (SET LOCAL).
+const qFanOutLockTimeout = `SELECT set_config('lock_timeout', $1::text, true)`
+
 // CampaignFanOut writes one batch and moves the cursor in one
 // transaction: the next p.Limit recipients after the cursor
 // (qCampaignFanOut), the campaign row locked from the start, or a ranged
-// batch (fanOutRange).
+// batch (fanOutRange). A lock wait past fanOutLockTimeout fails it with
+// store.ErrCampaignBusy, as does a Turn that returns it.
 func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
 	var res store.CampaignFanOutResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res = store.CampaignFanOutResult{}
+		if _, err := tx.Exec(ctx, qFanOutLockTimeout, fmt.Sprint(fanOutLockTimeout.Milliseconds())); err != nil {
+			return fmt.Errorf("set lock timeout: %w", err)
+		}
 		q := qCampaignFanOutHead
 		if p.Range != nil {
 			q = qCampaignFanOutPeek
@@ -469,6 +508,12 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 	if errors.Is(err, errCampaignStopped) {
 		// Cancelled (or ended) while the batch was written: it wrote nothing.
 		return store.CampaignFanOutResult{Lane: res.Lane, Done: true}, nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == pgLockNotAvailable || pgErr.Code == pgDeadlockDetected) {
+		// Waited past fanOutLockTimeout, or was the one PostgreSQL chose to
+		// end a deadlock it saw: a retry from the cursor, not a failure.
+		err = fmt.Errorf("%w: %w", store.ErrCampaignBusy, err)
 	}
 	if err != nil {
 		return store.CampaignFanOutResult{}, s.campaignFail("fan out campaign", err)
@@ -555,6 +600,12 @@ func fanOutRange(ctx context.Context, tx pgx.Tx, p store.CampaignFanOutParams, h
 	}
 	return nil
 }
+
+// SQLSTATEs of a fan-out batch that gave up waiting (store.ErrCampaignBusy).
+const (
+	pgLockNotAvailable = "55P03" // lock_timeout
+	pgDeadlockDetected = "40P01"
+)
 
 // errCampaignStopped rolls back a ranged batch whose campaign is no longer
 // RUNNING once the batch before it has ended.
