@@ -22,11 +22,24 @@
 // statement with the outbox rows in a data-modifying CTE), then moves the
 // cursor and the enqueued counter, all in one short transaction. A batch
 // that fails, or a process that dies mid-batch, leaves nothing of that
-// batch; the next round starts at the cursor again. A second writer of the
-// same batch (a leader that lost its lock without knowing) waits on the
-// campaign row's lock and then finds the cursor moved; and an id written
-// twice fails its batch (the notification's primary key). Nothing holds
-// a transaction open for the whole campaign.
+// batch; the next round starts at the cursor again. Nothing holds a
+// transaction open for the whole campaign.
+//
+// A second writer (a leader that lost its lock without knowing) may fan
+// the same campaign out beside the leader, its batches cut at other bounds
+// (each process's quota grant sizes its batches). On PostgreSQL the two
+// can then wait for each other in a cycle the database cannot see: one's
+// batch holds the campaign row's lock and blocks on the other's
+// uncommitted notification rows, whose batch waits in Go for its turn
+// behind a batch that waits for the campaign row's lock. So no wait of a
+// batch is unbounded: a lock wait ends after a few seconds (lock_timeout,
+// store/postgres fanOutLockTimeout) and a wait for its turn after
+// RunnerConfig.TurnTimeout. A batch that gives up writes nothing
+// (store.ErrCampaignBusy); the runner logs it as a retry, and the next
+// round starts at the cursor, past whatever the other writer committed. A
+// batch whose range the other writer took first is refused
+// (store.ErrCampaignBehind), and an id written twice fails its batch (the
+// notification's primary key).
 //
 // On PostgreSQL the runner writes batches side by side (RunnerConfig.Parallel,
 // store.CampaignFanOutParams.Range): a batch's inserts keep one backend busy,

@@ -28,6 +28,18 @@ type RunnerConfig struct {
 	// batch after the other, as on SQLite, whose single writer would only
 	// take them in turn).
 	Parallel int
+	// TurnTimeout bounds a side-by-side batch's wait for its turn (the
+	// batch before it to end: store.CampaignFanOutParams.Turn). On
+	// PostgreSQL the batch waits with its rows written in an open
+	// transaction, a wait the database cannot see; past TurnTimeout it
+	// gives up with nothing written (store.ErrCampaignBusy) and the next
+	// round starts again at the cursor. A batch waits for at most
+	// 2×Parallel−1 batches ahead of it, each 0.2 s for 10,000 recipients
+	// and seconds at worst under load, so the default is many times that;
+	// and the first batch of a round stands at the cursor and waits for
+	// no turn, so a timeout can slow a campaign but never stop it.
+	// Defaults to 30 seconds.
+	TurnTimeout time.Duration
 	// Interval is how often the runner looks for RUNNING campaigns.
 	// Defaults to 1 second.
 	Interval time.Duration
@@ -58,6 +70,9 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
+	}
+	if cfg.TurnTimeout <= 0 {
+		cfg.TurnTimeout = 30 * time.Second
 	}
 	if cfg.Parallel < 1 {
 		cfg.Parallel = 1
@@ -116,7 +131,10 @@ func (r *Runner) Round(ctx context.Context) (int, error) {
 
 // FanOut runs one campaign's batches until it is done (or no longer
 // RUNNING), its lane quota's bucket is empty, ctx ends or leadership is
-// lost.
+// lost. A batch that gave up waiting for a lock or its turn
+// (store.ErrCampaignBusy: a cancel, or a second writer of the campaign,
+// was in the way) is no failure: it wrote nothing, is logged, and the
+// campaign goes on from its cursor at the next round.
 func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 	tenant, id := c.Tenant, c.ID
 	total := 0
@@ -137,6 +155,11 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 		// by side, and a failed batch (it wrote nothing) give theirs back.
 		settle(res.Recipients)
 		total += res.Recipients // side by side, the batches before a failed one count
+		if errors.Is(err, store.ErrCampaignBusy) && ctx.Err() == nil {
+			r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "campaign: fan-out batch gave up waiting, the next round starts at the cursor",
+				slog.String("tenant", tenant), slog.String("campaign", id), slog.Int("recipients", total), slog.Any("error", err))
+			break
+		}
 		if err != nil {
 			return total, fmt.Errorf("fan out campaign %s: %w", id, err)
 		}
@@ -154,6 +177,9 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 // alreadyEnded is the turn of a round's first batch: nothing before it
 // is in flight.
 var alreadyEnded = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// errTurnTimeout ends a batch's wait for its turn after TurnTimeout.
+var errTurnTimeout = fmt.Errorf("%w: the batch before it did not end within the turn timeout", store.ErrCampaignBusy)
 
 // windowRounds is how many times Parallel batches one side-by-side call
 // of the runner reads and writes: its batches run in a window of Parallel,
@@ -192,8 +218,10 @@ func (r *Runner) windowBatches(limit int) int {
 // the cursor, so each commits after the one before it. When one fails,
 // those after it write nothing (store.ErrCampaignBehind), none after it
 // starts, and the first failure is returned: the next round starts again
-// at the cursor. When no recipient is left, one batch after the cursor
-// ends the campaign DONE, as the one-by-one loop does.
+// at the cursor. A batch waits at most TurnTimeout for its turn, then
+// gives up (store.ErrCampaignBusy), and those after it are refused. When
+// no recipient is left, one batch after the cursor ends the campaign DONE,
+// as the one-by-one loop does.
 func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size, count int) (store.CampaignFanOutResult, error) {
 	ranges, err := r.cfg.Store.CampaignBatches(ctx, c.Tenant, c.ID, size, count)
 	if err != nil {
@@ -226,11 +254,13 @@ func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size
 		p := store.CampaignFanOutParams{Tenant: c.Tenant, ID: c.ID, Limit: size, Range: &ranges[i],
 			Turn: func(ctx context.Context) error {
 				wrote() // idle in its transaction from here: the next batch may begin writing
+				ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.TurnTimeout, errTurnTimeout)
+				defer cancel()
 				select {
 				case <-before:
 					return nil
 				case <-ctx.Done():
-					return ctx.Err()
+					return context.Cause(ctx)
 				}
 			}}
 		wg.Go(func() {

@@ -1,9 +1,13 @@
 package campaign_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,6 +227,76 @@ func TestFanOutIsChargedOnlyForTheRecipientsItFannedOut(t *testing.T) {
 					t.Fatalf("%d recipients fanned out of a burst of 10: then %d single sends passed; want %d", n, got, tc.left)
 				}
 			})
+		}
+	})
+}
+
+// holdFirst holds a side-by-side round's first batch (the one at the
+// cursor, which begins at seq 0) until the batch after it has ended, so
+// that one waits for its turn past RunnerConfig.TurnTimeout.
+type holdFirst struct {
+	store.Campaigns
+	secondEnded chan struct{}
+	once        sync.Once
+}
+
+func (h *holdFirst) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
+	if p.Range == nil {
+		return h.Campaigns.CampaignFanOut(ctx, p)
+	}
+	if p.Range.After == 0 {
+		select {
+		case <-h.secondEnded:
+		case <-time.After(testenv.Patience): // only to unwind a failing test
+		}
+		return h.Campaigns.CampaignFanOut(ctx, p)
+	}
+	defer h.once.Do(func() { close(h.secondEnded) })
+	return h.Campaigns.CampaignFanOut(ctx, p)
+}
+
+// TestABatchGivesUpWaitingForItsTurn: a side-by-side batch waits for the
+// batch before it at most TurnTimeout (DESIGN §3: nothing waits without a
+// deadline; on PostgreSQL it waits with its rows written in an open
+// transaction, which the database cannot see). Past it the batch writes
+// nothing (store.ErrCampaignBusy); the runner counts only the batch before
+// it, logs the give-up as a retry, not a failure, and the next round
+// finishes the campaign from the cursor, one notification per recipient.
+func TestABatchGivesUpWaitingForItsTurn(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		const n, size = 20, 10
+		ctx := context.Background()
+		id := newRunning(t, svc, n)
+		st := db.Store.(store.Campaigns)
+		var logs bytes.Buffer
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: &holdFirst{Campaigns: st, secondEnded: make(chan struct{})},
+			Batch: size, Parallel: 2, TurnTimeout: 50 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		ref := store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing}
+		if got, err := r.FanOut(ctx, ref); got != size || err != nil {
+			t.Fatalf("fanned out %d, %v; want the first batch's %d, no error", got, err, size)
+		}
+		var rec struct {
+			Msg, Tenant, Campaign, Error string
+			Recipients                   int
+		}
+		if err := json.Unmarshal(logs.Bytes(), &rec); err != nil {
+			t.Fatalf("log %q: %v", logs.String(), err)
+		}
+		if rec.Msg != "campaign: fan-out batch gave up waiting, the next round starts at the cursor" || rec.Tenant != "t1" ||
+			rec.Campaign != id || rec.Recipients != size || !strings.Contains(rec.Error, "turn timeout") {
+			t.Fatalf("log = %+v; want the give-up, with tenant, campaign, recipients %d and the error", rec, size)
+		}
+		if c, err := svc.Get(ctx, "t1", id); err != nil || c.Enqueued != size || c.State != store.CampaignRunning {
+			t.Fatalf("campaign = %+v, %v; want RUNNING, enqueued %d", c, err, size)
+		}
+		next := campaign.NewRunner(campaign.RunnerConfig{Store: st, Batch: size, Parallel: 2})
+		if got, err := next.Round(ctx); got != n-size || err != nil {
+			t.Fatalf("next round: %d, %v; want the other %d", got, err, n-size)
+		}
+		wantOnePerRecipient(t, db, id, n)
+		if c, err := svc.Get(ctx, "t1", id); err != nil || c.Enqueued != n || c.State != store.CampaignDone {
+			t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
 		}
 	})
 }
