@@ -50,12 +50,17 @@ const (
 	// delivery they leave for a person (LOOKUP_NOT_FOUND,
 	// LOOKUP_NO_REFERENCE; package settle).
 	UnknownUnsettled = "UNKNOWN_UNSETTLED"
+	// CampaignStalled: a RUNNING campaign's fan-out has failed (or given
+	// up waiting) at every attempt for campaign.RunnerConfig.StallAfter;
+	// raised once per such stretch by the leader's runner, which goes on
+	// retrying. Reason is "<campaign id>:<FAILING|BUSY>".
+	CampaignStalled = "CAMPAIGN_STALLED"
 )
 
 // Kinds is every alert kind herald raises, for the metrics that count them
 // from the start.
 var Kinds = []string{UnknownOutcome, StaleClaim, OutboxExpired, OutboxFailed, DispatchSlow, RecordFailed, RetryExhausted, Parked, Redriven,
-	Unaccounted, UnknownUnsettled}
+	Unaccounted, UnknownUnsettled, CampaignStalled}
 
 // Sink receives alerts.
 type Sink interface {

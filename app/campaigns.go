@@ -25,6 +25,7 @@ func (a *App) runCampaigns(ctx context.Context, wg *sync.WaitGroup, isLeader fun
 	if _, pg := cs.(*postgres.Store); pg {
 		parallel = 2
 	}
-	r := campaign.NewRunner(campaign.RunnerConfig{Store: cs, IsLeader: isLeader, Quotas: a.quotas, Parallel: parallel, Logger: a.logger})
+	r := campaign.NewRunner(campaign.RunnerConfig{Store: cs, IsLeader: isLeader, Quotas: a.quotas, Parallel: parallel,
+		Alerts: a.alerts, Metrics: a.metrics, Logger: a.logger})
 	wg.Go(func() { r.Run(ctx) })
 }

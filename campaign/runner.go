@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/limits"
+	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -54,6 +56,17 @@ type RunnerConfig struct {
 	// IsLeader, when set, gates each round: only the leader fans out
 	// (PostgreSQL's advisory lock), like the sweeps.
 	IsLeader func() bool
+	// StallAfter is how long a campaign's fan-out may fail (or give up
+	// waiting) at every attempt before the runner raises CAMPAIGN_STALLED
+	// for it, once per such stretch; it goes on retrying every round
+	// either way. Defaults to 5 minutes.
+	StallAfter time.Duration
+	// Alerts receives CAMPAIGN_STALLED, Metrics counts it. Alerts defaults
+	// to logging it.
+	Alerts  alert.Sink
+	Metrics *metrics.Metrics
+	// Now defaults to time.Now.
+	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -61,6 +74,15 @@ type RunnerConfig struct {
 // Runner fans RUNNING campaigns out into notifications.
 type Runner struct {
 	cfg RunnerConfig
+
+	mu     sync.Mutex
+	stalls map[string]*stall // by campaign id: campaigns whose attempts fail
+}
+
+// stall is a campaign whose every attempt since since has failed.
+type stall struct {
+	since   time.Time
+	alerted bool
 }
 
 // NewRunner returns a runner.
@@ -80,7 +102,16 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Runner{cfg: cfg}
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = DefaultStallAfter
+	}
+	if cfg.Alerts == nil {
+		cfg.Alerts = alert.Log{Logger: cfg.Logger}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Runner{cfg: cfg, stalls: map[string]*stall{}}
 }
 
 // Run fans out every Interval until ctx ends.
@@ -155,15 +186,23 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 		// by side, and a failed batch (it wrote nothing) give theirs back.
 		settle(res.Recipients)
 		total += res.Recipients // side by side, the batches before a failed one count
+		if res.Recipients > 0 {
+			r.progressed(id)
+		}
 		if errors.Is(err, store.ErrCampaignBusy) && ctx.Err() == nil {
 			r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "campaign: fan-out batch gave up waiting, the next round starts at the cursor",
 				slog.String("tenant", tenant), slog.String("campaign", id), slog.Int("recipients", total), slog.Any("error", err))
+			r.failed(ctx, c, "BUSY")
 			break
 		}
 		if err != nil {
+			if ctx.Err() == nil {
+				r.failed(ctx, c, "FAILING")
+			}
 			return total, fmt.Errorf("fan out campaign %s: %w", id, err)
 		}
 		if res.Done {
+			r.progressed(id)
 			if res.Recipients > 0 || total > 0 {
 				r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "campaign: fan-out finished",
 					slog.String("tenant", tenant), slog.String("campaign", id), slog.Int("recipients", total))
@@ -172,6 +211,42 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// DefaultStallAfter is RunnerConfig.StallAfter's default.
+const DefaultStallAfter = 5 * time.Minute
+
+// progressed ends campaign id's stall, if it had one: a batch committed.
+func (r *Runner) progressed(id string) {
+	r.mu.Lock()
+	delete(r.stalls, id)
+	r.mu.Unlock()
+}
+
+// failed records an attempt of c's fan-out that wrote nothing (why:
+// FAILING, an error; BUSY, it gave up waiting), and raises
+// CAMPAIGN_STALLED once its attempts have all failed for StallAfter. The
+// stall is this process's own record: a new leader starts its own, so a
+// stall that outlives a change of leader is alerted again by the next.
+func (r *Runner) failed(ctx context.Context, c store.CampaignRef, why string) {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	st, ok := r.stalls[c.ID]
+	if !ok {
+		st = &stall{since: now}
+		r.stalls[c.ID] = st
+	}
+	raise := !st.alerted && now.Sub(st.since) >= r.cfg.StallAfter
+	st.alerted = st.alerted || raise
+	since := st.since
+	r.mu.Unlock()
+	if !raise {
+		return
+	}
+	r.cfg.Logger.LogAttrs(ctx, slog.LevelError, "campaign: fan-out stalled",
+		slog.String("tenant", c.Tenant), slog.String("campaign", c.ID), slog.String("reason", why), slog.Duration("failing_for", now.Sub(since)))
+	r.cfg.Metrics.Alert(alert.CampaignStalled)
+	r.cfg.Alerts.Alert(ctx, alert.Alert{Kind: alert.CampaignStalled, Tenant: c.Tenant, Reason: c.ID + ":" + why})
 }
 
 // alreadyEnded is the turn of a round's first batch: nothing before it

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/campaign"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
@@ -368,4 +369,92 @@ func check(ok bool, format string, args ...any) error {
 		return nil
 	}
 	return fmt.Errorf(format, args...)
+}
+
+// healable fails every fan-out batch while broken is set.
+type healable struct {
+	store.Campaigns
+	mu     sync.Mutex
+	broken bool
+}
+
+func (h *healable) set(broken bool) { h.mu.Lock(); h.broken = broken; h.mu.Unlock() }
+
+func (h *healable) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
+	h.mu.Lock()
+	broken := h.broken
+	h.mu.Unlock()
+	if broken {
+		return store.CampaignFanOutResult{}, errors.New("injected failure")
+	}
+	return h.Campaigns.CampaignFanOut(ctx, p)
+}
+
+// TestAStalledCampaignIsAlertedOnce: a campaign whose fan-out fails at
+// every attempt is retried each round and, once it has failed for
+// StallAfter, alerted CAMPAIGN_STALLED with its id, once for the stretch;
+// a batch that commits ends the stretch, and a later one is alerted anew
+// (DESIGN §3: RUNNING has an owner, and a person hears when the owner
+// cannot move it on).
+func TestAStalledCampaignIsAlertedOnce(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		ctx := context.Background()
+		var rs []campaign.Recipient
+		for i := range 3 {
+			rs = append(rs, campaign.Recipient{Recipient: fmt.Sprintf("u%d", i)})
+		}
+		id, _, err := svc.Create(ctx, "t1", "key-stall", "h", campaign.Request{Kind: "coupon.expiring",
+			Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: rs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Start(ctx, "t1", id); err != nil {
+			t.Fatal(err)
+		}
+		st := &healable{Campaigns: db.Store.(store.Campaigns), broken: true}
+		now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		alerts := &alert.Recorder{}
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: st, Batch: 1, StallAfter: time.Minute, Alerts: alerts,
+			Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler)})
+		seen := 0
+		round := func(at time.Duration, wantAlerts int) {
+			t.Helper()
+			now = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).Add(at)
+			_, _ = r.Round(ctx)
+			got := alerts.Alerts()
+			if len(got) != wantAlerts {
+				t.Fatalf("after the round at +%s: %d alerts %+v; want %d", at, len(got), got, wantAlerts)
+			}
+			if len(got) == seen {
+				return
+			}
+			seen = len(got)
+			if a := got[len(got)-1]; a.Kind != alert.CampaignStalled || a.Tenant != "t1" || a.Reason != id+":FAILING" {
+				t.Fatalf("alert %+v; want CAMPAIGN_STALLED of t1 with reason %s:FAILING", a, id)
+			}
+		}
+		round(0, 0)
+		round(30*time.Second, 0)
+		round(61*time.Second, 1)
+		round(5*time.Minute, 1) // the same stretch: no second alert
+		st.set(false)
+		n, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
+		if err != nil || n != 3 {
+			t.Fatalf("FanOut once healed = %d, %v; want all 3", n, err)
+		}
+		// A new stretch, of another campaign's: alerted on its own.
+		id2, _, err := svc.Create(ctx, "t1", "key-stall-2", "h", campaign.Request{Kind: "coupon.expiring",
+			Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: rs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Start(ctx, "t1", id2); err != nil {
+			t.Fatal(err)
+		}
+		st.set(true)
+		id = id2
+		round(6*time.Minute, 1)
+		round(8*time.Minute, 2)
+	})
 }
