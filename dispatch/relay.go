@@ -173,13 +173,19 @@ type RelayConfig struct {
 // # Tenants share a lane
 //
 // The claim shares the lane's rows between its tenants in turns, and the
-// window keeps a backlog in the outbox, where the turns apply. What the
-// window lets into the broker still waits in one FIFO: a small tenant's
-// row published behind a big tenant's Window ready messages waits for all
-// of them (at 64 slots and a 100 ms provider, 100 ms). With Express, the
-// relay sends a tenant's rows to the lane's express queue unless the
-// tenant has a backlog, and the consumer keeps the lane's reserve of its
-// slots for that queue (broker/rabbitmq).
+// window keeps a backlog in the outbox, where the turns apply. A relay's
+// published rows are no longer in flight, so when a slow consumer frees
+// one slot of the window at a time and each claim takes one row, every
+// tenant is at the same turn: each loop passes the tenant it served last
+// (OutboxClaimParams.After) and the ties go round the tenants, so a small
+// tenant's row is claimed within one round of the tenants, not after the
+// big tenant's whole backlog ("Tenants take turns" in the package doc).
+// What the window lets into the broker still waits in one FIFO: a small
+// tenant's row published behind a big tenant's Window ready messages
+// waits for all of them (at 64 slots and a 100 ms provider, 100 ms).
+// With Express, the relay sends a tenant's rows to the lane's express
+// queue unless the tenant has a backlog, and the consumer keeps the
+// lane's reserve of its slots for that queue (broker/rabbitmq).
 //
 // A tenant has a backlog when a full claim (as many rows as it asked for,
 // so more may be due) gave it the most rows of any tenant, at least two:
@@ -364,6 +370,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	// woke: a wake-up (or its second look) came since the last claim, so a
 	// row may have committed that no claim has seen.
 	woke := false
+	after := "" // the tenant the last claim served last (lastServed)
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
@@ -410,6 +417,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		began := time.Now()
 		rows, err := r.Store.OutboxClaim(ctx, store.OutboxClaimParams{
 			Lane: r.Lane, Owner: r.Owner, Limit: limit, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil, Skip: skip,
+			After: after,
 		})
 		if err != nil {
 			if !pause.after(ctx, r.Logger, "relay", r.Lane, err) {
@@ -418,6 +426,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 			continue
 		}
 		pause.reset()
+		after = lastServed(rows, after)
 		if len(rows) > 0 {
 			marked := r.backlogs(time.Now(), rows, limit)
 			b := r.gate(ctx, rows)
