@@ -123,8 +123,9 @@ type RelayConfig struct {
 	// lane" below). Off, every row goes to the lane's queue.
 	Express bool
 	// ExpressHold is how long a tenant keeps its backlog mark after the
-	// last full claim that gave it the most rows. Defaults to
-	// DefaultExpressHold.
+	// last full claim that gave it the most rows, or that gave it a row
+	// while it was marked and no tenant two ("Tenants share a lane").
+	// Defaults to DefaultExpressHold.
 	ExpressHold time.Duration
 	// Gate, when set, looks at each claimed job before it is published:
 	// the dispatcher's own layer of the send policy, as the db claimers'
@@ -192,9 +193,18 @@ type RelayConfig struct {
 // the turns gave every other tenant all its due rows first. It keeps the
 // mark for ExpressHold after its last such claim, so the small claims a
 // window lets through one by one do not send its rows to the express
-// queue between two full ones. A row's queue changes nothing else: the
-// same message, the same consumer, the same sender; the window counts
-// both queues.
+// queue between two full ones. A slow consumer may let only such claims
+// through, one row each, for longer than ExpressHold, so a full claim
+// that gave no tenant two rows renews the mark of each marked tenant it
+// gave a row, and marks nobody: one row, the ties going round, shows no
+// backlog, but a marked tenant given its turn again most likely still has
+// one. Without the renewal the mark lapsed under the one-row claims: the
+// big tenant's rows went to the express queue, and with no tenant marked
+// a small tenant's wake-up took nothing past the window. A marked tenant
+// whose last row such a claim took keeps its mark ExpressHold more, as
+// after a full claim that took its last rows. A row's queue changes
+// nothing else: the same message, the same consumer, the same sender; the
+// window counts both queues.
 //
 // While the window is full the relay looks again every WindowPoll, and a
 // row committed meanwhile would wait for that look. So on a wake-up (one
@@ -281,9 +291,10 @@ func (r *Relay) onlyBacklogged(now time.Time) string {
 	return only
 }
 
-// backlogs marks the tenants with a backlog from a claim of limit rows and
-// returns the tenants marked at now, whose rows go to the lane queue; nil
-// without Express, when every row does.
+// backlogs marks the tenants with a backlog from a claim of limit rows,
+// or renews their marks ("Tenants share a lane"), and returns the tenants
+// marked at now, whose rows go to the lane queue; nil without Express,
+// when every row does.
 func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[string]bool {
 	if !r.Express {
 		return nil
@@ -296,9 +307,21 @@ func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[str
 	}
 	r.backlogMu.Lock()
 	defer r.backlogMu.Unlock()
-	if len(rows) >= limit && most >= 2 {
+	switch {
+	case len(rows) < limit:
+	case most >= 2:
 		for t, n := range per {
 			if n == most {
+				r.backlogged[t] = now.Add(r.ExpressHold)
+			}
+		}
+	default:
+		// A full claim that gave no tenant two rows (the window's one-row
+		// top-ups) shows no backlog, but a tenant marked already and given
+		// its turn again most likely still has one: its mark is renewed.
+		// Nobody is marked by it.
+		for t := range per {
+			if until, ok := r.backlogged[t]; ok && now.Before(until) {
 				r.backlogged[t] = now.Add(r.ExpressHold)
 			}
 		}

@@ -107,3 +107,77 @@ func TestAClaimerOfOneSlotTakesTheTenantsInTurn(t *testing.T) {
 		}
 	})
 }
+
+// With Express, a slow consumer lets the window through one row at a time
+// for longer than ExpressHold. Each of those full one-row claims gives
+// the marked big tenant a row and renews its mark, so its rows keep going
+// to the lane queue within the window, and a small tenant's row committed
+// while the window is full still goes to the express queue on its
+// wake-up, leaving the big tenant's rows. Without the renewal the mark
+// lapsed: the big tenant's rows went to the express queue, and with nobody
+// marked the small tenant's wake-up took nothing past the window. The test
+// gives the wake-ups itself; the consumer takes a message every
+// ExpressHold/10 (a pace, not a race: each step waits for the top-up).
+func TestRelayExpressOneRowTopUpsKeepABacklogsMark(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b bundle) {
+		const window, hold = 4, 200 * time.Millisecond
+		for range 60 {
+			b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+		}
+		wake := make(chan struct{}, 1)
+		q := &queuePublisher{}
+		r := dispatch.NewRelay(dispatch.RelayConfig{
+			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: wake,
+			Publisher: q, Owner: "relay", BatchSize: window, Lease: time.Minute, PollInterval: time.Hour,
+			MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Hour,
+			Express: true, ExpressHold: hold,
+		})
+		defer runRelay(t, r)()
+		// A full claim of the window's four rows marks the big tenant.
+		testenv.WaitFor(t, "the window filled", testenv.Patience, func() bool { return q.depth() == window })
+		topUps := 0
+		for began := time.Now(); time.Since(began) < 2*hold; topUps++ {
+			q.consume(1)
+			wake <- struct{}{}
+			testenv.WaitFor(t, "the window topped up", testenv.Patience, func() bool { return q.depth() == window })
+			time.Sleep(hold / 10)
+		}
+		if x := q.tenants(dispatch.ExpressQueue); len(x) != 0 {
+			t.Fatalf("after %d one-row top-ups the express queue holds %v, want the big tenant's rows in the lane queue", topUps, x)
+		}
+		b.notifyAs(t, "small", "pay", heraldtype.LaneTransactional)
+		wake <- struct{}{}
+		testenv.WaitFor(t, "the small tenant's row in the express queue", testenv.Patience, func() bool {
+			return len(q.tenants(dispatch.ExpressQueue)) == 1
+		})
+		if x := q.tenants(dispatch.ExpressQueue); x[0] != "small" {
+			t.Fatalf("express queue holds %v, want the small tenant's row", x)
+		}
+		if lane := q.tenants(dispatch.LaneQueue); len(lane) != window {
+			t.Fatalf("lane queue holds %d messages, want the window's %d", len(lane), window)
+		}
+	})
+}
+
+// A claim of one row shows no backlog (the ties going round, any tenant
+// may get it), so claims of one row mark nobody: a tenant never marked
+// keeps going to the express queue, however many such claims it gets.
+func TestRelayExpressClaimsOfOneRowMarkNobody(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 5 {
+		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+	}
+	q := &queuePublisher{}
+	r := dispatch.NewRelay(dispatch.RelayConfig{
+		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Publisher: q, Owner: "relay", BatchSize: 1, Lease: time.Minute, PollInterval: 5 * time.Millisecond,
+		MaxAttempts: 3, Alerts: b.alerts, Express: true, ExpressHold: time.Hour,
+	})
+	defer runRelay(t, r)()
+	testenv.WaitFor(t, "all 5 published", testenv.Patience, func() bool { return q.depth() == 5 })
+	if x := q.tenants(dispatch.ExpressQueue); len(x) != 5 {
+		t.Fatalf("express queue holds %v, want all 5 rows (lane queue %v)", x, q.tenants(dispatch.LaneQueue))
+	}
+}
