@@ -22,6 +22,33 @@
 // lane has caught up with a stream of rows it cools down between claims
 // (below).
 //
+// # Tenants take turns
+//
+// The claim shares a lane between its tenants (store.OutboxClaim): a due
+// row's turn is its tenant's rows in flight plus its place in that
+// tenant's queue, and the lowest turns win. Where each claim takes one
+// row and nothing stays in flight between claims (a Claimer of one slot,
+// whose send is settled before its next claim, always so on SQLite; a
+// relay topping its window up one row at a time behind a slow consumer,
+// whose published rows are no longer in flight), every tenant waits at
+// the same turn. Those ties went to the oldest row, so a small tenant's
+// row waited behind all of a big tenant's backlog. So each claim loop
+// remembers the tenant it served last and passes it to its next claim
+// (OutboxClaimParams.After), whose ties go round the tenants in byte
+// order from the one after it: with two tenants waiting, one-row claims
+// alternate between them.
+//
+// The memory is the loop's own: loops and processes side by side each
+// keep their own round, so together they go round only roughly, but none
+// gives every tie to one tenant. A round shared through the database
+// (each tenant's last claim time, ties to the least recently served)
+// would go round exactly, at the price of a write per tenant per claim
+// on the hottest statement, for an order that SKIP LOCKED bends anyway.
+// A claim of several rows returns them oldest first, without their turns,
+// so the loop works out the tenant served last (lastServed): exactly for
+// a claim of one row and whenever the tenants had as many rows in flight
+// as each other, roughly otherwise.
+//
 // # Claims cool down
 //
 // A loop whose claim took several rows (CoolAfter) but came back short of
@@ -314,6 +341,7 @@ func (c *Claimer) Run(ctx context.Context) {
 	var pause claimPause
 	backlog := false // the last claim came back full
 	cool := cooler{every: c.Cooldown}
+	after := "" // the tenant the last claim served last (lastServed)
 	for {
 		if ctx.Err() != nil {
 			return
@@ -336,7 +364,7 @@ func (c *Claimer) Run(ctx context.Context) {
 			limit, skip := c.share(free)
 			began := time.Now()
 			rows, err := c.Store.OutboxClaim(ctx, store.OutboxClaimParams{
-				Lane: c.Lane, Owner: c.Owner, Limit: limit, Lease: c.Lease, Skip: skip,
+				Lane: c.Lane, Owner: c.Owner, Limit: limit, Lease: c.Lease, Skip: skip, After: after,
 			})
 			if err != nil {
 				if !pause.after(ctx, c.Logger, "dispatch", c.Lane, err) {
@@ -345,6 +373,7 @@ func (c *Claimer) Run(ctx context.Context) {
 				continue
 			}
 			pause.reset()
+			after = lastServed(rows, after)
 			for _, row := range rows {
 				c.held.add(row)
 				c.slots <- struct{}{}

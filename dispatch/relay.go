@@ -123,8 +123,9 @@ type RelayConfig struct {
 	// lane" below). Off, every row goes to the lane's queue.
 	Express bool
 	// ExpressHold is how long a tenant keeps its backlog mark after the
-	// last full claim that gave it the most rows. Defaults to
-	// DefaultExpressHold.
+	// last full claim that gave it the most rows, or that gave it a row
+	// while it was marked and no tenant two ("Tenants share a lane").
+	// Defaults to DefaultExpressHold.
 	ExpressHold time.Duration
 	// Gate, when set, looks at each claimed job before it is published:
 	// the dispatcher's own layer of the send policy, as the db claimers'
@@ -173,22 +174,37 @@ type RelayConfig struct {
 // # Tenants share a lane
 //
 // The claim shares the lane's rows between its tenants in turns, and the
-// window keeps a backlog in the outbox, where the turns apply. What the
-// window lets into the broker still waits in one FIFO: a small tenant's
-// row published behind a big tenant's Window ready messages waits for all
-// of them (at 64 slots and a 100 ms provider, 100 ms). With Express, the
-// relay sends a tenant's rows to the lane's express queue unless the
-// tenant has a backlog, and the consumer keeps the lane's reserve of its
-// slots for that queue (broker/rabbitmq).
+// window keeps a backlog in the outbox, where the turns apply. A relay's
+// published rows are no longer in flight, so when a slow consumer frees
+// one slot of the window at a time and each claim takes one row, every
+// tenant is at the same turn: each loop passes the tenant it served last
+// (OutboxClaimParams.After) and the ties go round the tenants, so a small
+// tenant's row is claimed within one round of the tenants, not after the
+// big tenant's whole backlog ("Tenants take turns" in the package doc).
+// What the window lets into the broker still waits in one FIFO: a small
+// tenant's row published behind a big tenant's Window ready messages
+// waits for all of them (at 64 slots and a 100 ms provider, 100 ms).
+// With Express, the relay sends a tenant's rows to the lane's express
+// queue unless the tenant has a backlog, and the consumer keeps the
+// lane's reserve of its slots for that queue (broker/rabbitmq).
 //
 // A tenant has a backlog when a full claim (as many rows as it asked for,
 // so more may be due) gave it the most rows of any tenant, at least two:
 // the turns gave every other tenant all its due rows first. It keeps the
 // mark for ExpressHold after its last such claim, so the small claims a
 // window lets through one by one do not send its rows to the express
-// queue between two full ones. A row's queue changes nothing else: the
-// same message, the same consumer, the same sender; the window counts
-// both queues.
+// queue between two full ones. A slow consumer may let only such claims
+// through, one row each, for longer than ExpressHold, so a full claim
+// that gave no tenant two rows renews the mark of each marked tenant it
+// gave a row, and marks nobody: one row, the ties going round, shows no
+// backlog, but a marked tenant given its turn again most likely still has
+// one. Without the renewal the mark lapsed under the one-row claims: the
+// big tenant's rows went to the express queue, and with no tenant marked
+// a small tenant's wake-up took nothing past the window. A marked tenant
+// whose last row such a claim took keeps its mark ExpressHold more, as
+// after a full claim that took its last rows. A row's queue changes
+// nothing else: the same message, the same consumer, the same sender; the
+// window counts both queues.
 //
 // While the window is full the relay looks again every WindowPoll, and a
 // row committed meanwhile would wait for that look. So on a wake-up (one
@@ -275,9 +291,10 @@ func (r *Relay) onlyBacklogged(now time.Time) string {
 	return only
 }
 
-// backlogs marks the tenants with a backlog from a claim of limit rows and
-// returns the tenants marked at now, whose rows go to the lane queue; nil
-// without Express, when every row does.
+// backlogs marks the tenants with a backlog from a claim of limit rows,
+// or renews their marks ("Tenants share a lane"), and returns the tenants
+// marked at now, whose rows go to the lane queue; nil without Express,
+// when every row does.
 func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[string]bool {
 	if !r.Express {
 		return nil
@@ -290,9 +307,21 @@ func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[str
 	}
 	r.backlogMu.Lock()
 	defer r.backlogMu.Unlock()
-	if len(rows) >= limit && most >= 2 {
+	switch {
+	case len(rows) < limit:
+	case most >= 2:
 		for t, n := range per {
 			if n == most {
+				r.backlogged[t] = now.Add(r.ExpressHold)
+			}
+		}
+	default:
+		// A full claim that gave no tenant two rows (the window's one-row
+		// top-ups) shows no backlog, but a tenant marked already and given
+		// its turn again most likely still has one: its mark is renewed.
+		// Nobody is marked by it.
+		for t := range per {
+			if until, ok := r.backlogged[t]; ok && now.Before(until) {
 				r.backlogged[t] = now.Add(r.ExpressHold)
 			}
 		}
@@ -364,6 +393,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	// woke: a wake-up (or its second look) came since the last claim, so a
 	// row may have committed that no claim has seen.
 	woke := false
+	after := "" // the tenant the last claim served last (lastServed)
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
@@ -410,6 +440,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		began := time.Now()
 		rows, err := r.Store.OutboxClaim(ctx, store.OutboxClaimParams{
 			Lane: r.Lane, Owner: r.Owner, Limit: limit, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil, Skip: skip,
+			After: after,
 		})
 		if err != nil {
 			if !pause.after(ctx, r.Logger, "relay", r.Lane, err) {
@@ -418,6 +449,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 			continue
 		}
 		pause.reset()
+		after = lastServed(rows, after)
 		if len(rows) > 0 {
 			marked := r.backlogs(time.Now(), rows, limit)
 			b := r.gate(ctx, rows)

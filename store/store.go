@@ -432,6 +432,16 @@ type OutboxClaimParams struct {
 	// (dispatch.ClaimerConfig.Reserve), so the claim fills the slots it
 	// keeps free with the other tenants' rows only.
 	Skip string
+	// After is the tenant the caller's claim before served last ("" none).
+	// Rows whose turns tie go round the tenants in byte order, starting
+	// with the first tenant after After: a loop that passes the tenant it
+	// served last (package dispatch) makes claims of one row take the
+	// tenants in turn. Broken by age instead, a tie went to the tenant
+	// with the older backlog, and where claims take one row each with
+	// nothing in flight (a relay's window topped up one row at a time, a
+	// claimer of one slot) every turn tied and a small tenant's row waited
+	// behind all of a big tenant's.
+	After string
 }
 
 // State is the state a claim with these params puts rows in.

@@ -31,7 +31,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	if p.Skip != "" {
 		skip = &p.Skip
 	}
-	rows, err := s.claims.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()), skip)
+	rows, err := s.claims.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()), skip, p.After)
 	if err != nil {
 		return nil, s.fail("claim outbox batch", err)
 	}

@@ -12,17 +12,21 @@
 //	WHERE id IN (SELECT id FROM outbox
 //	             WHERE lane = $lane AND state = 'PENDING' AND available_at <= now
 //	               AND (expires_at IS NULL OR expires_at > now)
-//	             ORDER BY <its tenant's rows in flight + its place>, available_at
+//	             ORDER BY <its tenant's rows in flight + its place>,
+//	                      <tenants after $after first>, tenant, available_at
 //	             LIMIT $n
 //	             FOR UPDATE SKIP LOCKED)
 //	RETURNING … joined with the notifications
 //
 // The inner SELECT walks the partial index (lane, tenant, available_at, id)
 // WHERE state = 'PENDING', tenant by tenant, so a lane is shared fairly
-// between tenants (qOutboxClaim). SKIP LOCKED makes concurrent claimers take disjoint rows
-// without queueing behind each other, and no row lock outlives the
-// statement: afterwards ownership is the lease and the fencing token alone.
-// Every later outbox write is conditional on
+// between tenants (qOutboxClaim); equal turns go round the tenants from the
+// one the caller served last (OutboxClaimParams.After), a sort of the few
+// rows already read, which leaves the index walk as it was. SKIP LOCKED
+// makes concurrent claimers take disjoint rows without queueing behind each
+// other, and no row lock outlives the statement: afterwards ownership is
+// the lease and the fencing token alone. Every later outbox write is
+// conditional on
 // id = $id AND token = $token AND state = 'CLAIMED' AND claimed_until >= now,
 // and every delivery write on the row still being SENDING (at that attempt).
 //

@@ -276,10 +276,13 @@ const (
 	//	         tenant's deferred backlog is never read), each numbered by
 	//	         its tenant's rows in flight plus its place: a tenant with
 	//	         nothing in flight takes the first turns;
-	//	due      the LIMIT rows with the lowest turns (oldest first among
-	//	         equals), each locked FOR UPDATE SKIP LOCKED by its key and
-	//	         re-checked PENDING (on the version locked); MATERIALIZED, so
-	//	         it runs exactly once. A row another claimer holds is skipped:
+	//	due      the LIMIT rows with the lowest turns, equal turns going
+	//	         round the tenants from the first after $8 (the tenant the
+	//	         caller served last, OutboxClaimParams.After; by age, a big
+	//	         tenant's older rows won every tie of a one-row claim), each
+	//	         locked FOR UPDATE SKIP LOCKED by its key and re-checked
+	//	         PENDING (on the version locked); MATERIALIZED, so it runs
+	//	         exactly once. A row another claimer holds is skipped:
 	//	         that claim takes fewer rows, and its claimer claims again
 	//	         when a send ends or a wake-up comes.
 	//	claimed  the UPDATE of exactly the locked row versions, by ctid (a
@@ -310,7 +313,7 @@ const (
 	//
 	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease, $6 state (CLAIMED or
 	// PUBLISHING), $7 a tenant whose rows it leaves (OutboxClaimParams.Skip;
-	// NULL none).
+	// NULL none), $8 the tenant after which ties start (After; '' none).
 	qOutboxClaim = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
        n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at,
        EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id), p.data, p.updated_at, c.off_chain,
@@ -351,7 +354,7 @@ busy AS (
     GROUP BY tenant
 ),
 turns AS (
-    SELECT c.notification_id, c.channel, c.available_at, c.id,
+    SELECT t.tenant, c.notification_id, c.channel, c.available_at, c.id,
            coalesce(b.n, 0) + row_number() OVER (PARTITION BY t.tenant ORDER BY c.available_at, c.id) AS turn
     FROM tenants t
     CROSS JOIN LATERAL (
@@ -367,7 +370,7 @@ turns AS (
 ),
 due AS MATERIALIZED (
     SELECT o.tid
-    FROM (SELECT notification_id, channel FROM turns ORDER BY turn, available_at, id LIMIT $3::integer) pick
+    FROM (SELECT notification_id, channel FROM turns ORDER BY turn, tenant <= $8::text, tenant, available_at, id LIMIT $3::integer) pick
     CROSS JOIN LATERAL (
         SELECT x.ctid AS tid, x.state FROM outbox x
         WHERE x.notification_id = pick.notification_id AND x.channel = pick.channel

@@ -34,9 +34,9 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 			args = append(args, first)
 			q = qOutboxClaimOneTenant
 		case p.Skip != "":
-			args = append(args, p.Skip)
+			args = append(args, p.Skip, p.After)
 		default:
-			args = append(args, nil)
+			args = append(args, nil, p.After)
 		}
 		rows, err := tx.Query(q, args...)
 		if err != nil {

@@ -34,10 +34,13 @@ const (
 	// returns them; SQLite's single writer makes it atomic. The rows are
 	// shared fairly between the lane's tenants, as PostgreSQL's qOutboxClaim
 	// says: each tenant's due rows oldest first (outbox_fair, bounded by
-	// now), numbered from its rows in flight, and the lowest turns win.
+	// now), numbered from its rows in flight, and the lowest turns win,
+	// equal turns going round the tenants from the first after ?10.
 	//
 	// ?1 state, ?2 owner, ?3 claimed_until, ?4 now, ?5 lane, ?6 and ?7 now,
-	// ?8 limit, ?9 a tenant to skip (OutboxClaimParams.Skip; NULL none).
+	// ?8 limit, ?9 a tenant to skip (OutboxClaimParams.Skip; NULL none),
+	// ?10 the tenant after which ties start (OutboxClaimParams.After; ''
+	// none).
 	// qOutboxLaneTenants is the lane's first tenant with PENDING rows and
 	// whether another has some (two probes of outbox_fair); no row when
 	// none has. With one tenant OutboxClaim runs qOutboxClaimOneTenant,
@@ -79,11 +82,11 @@ WHERE id IN (
         WHERE t.tenant IS NOT NULL AND t.tenant IS NOT ?9
     ),
     turns AS (
-        SELECT c.id, c.available_at,
+        SELECT c.id, c.tenant, c.available_at,
                coalesce(b.n, 0) + row_number() OVER (PARTITION BY c.tenant ORDER BY c.available_at, c.id) AS turn
         FROM cand c LEFT JOIN busy b ON b.tenant = c.tenant
     )
-    SELECT id FROM turns ORDER BY turn, available_at, id LIMIT ?8)
+    SELECT id FROM turns ORDER BY turn, tenant <= ?10, tenant, available_at, id LIMIT ?8)
 RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL`
 	// qOutboxJobs reads the claimed rows' notifications, each with its
 	// recipient's profile; qOutboxDelivered which of the claimed messages

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -37,7 +38,8 @@ func testFairness(t *testing.T, h Harness) {
 	// after them. Oldest first across tenants, every claim took A's rows
 	// until A's backlog was gone. Now a claim takes from the tenant with
 	// fewer rows in flight first: A's oldest (a tie at none in flight,
-	// broken by age), then B's although A's next is older.
+	// going to the first tenant in byte order), then B's although A's
+	// next is older.
 	t.Run("ATenantsBacklogDoesNotHoldUpAnother", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
@@ -135,6 +137,69 @@ func testFairness(t *testing.T, h Harness) {
 		// Not skipped, A's five are all still there.
 		if got := tenantsOf(claim(t, b, heraldtype.LaneTransactional, 10)); len(got) != 1 || got["tenant-a"] != 5 {
 			t.Fatalf("claim without a skip: %v, want A's 5", got)
+		}
+	})
+
+	// Claims of one row whose rows are settled before the next claim (a
+	// claimer of one slot; a relay, whose published rows are no longer in
+	// flight) find every tenant at the same turn. Each tie goes to the
+	// first tenant after the one the claim before served
+	// (OutboxClaimParams.After), wrapping round, so the tenants take the
+	// rows in turn; by age, A's older backlog won all of them and B's and
+	// C's rows waited behind its nine.
+	t.Run("TiedTurnsGoRoundTheTenantsAfterTheLastServed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for range 9 {
+			inTenant(t, b, "tenant-a", time.Time{})
+			b.clk.Advance(time.Millisecond)
+		}
+		for range 2 {
+			inTenant(t, b, "tenant-c", time.Time{})
+			inTenant(t, b, "tenant-b", time.Time{})
+			b.clk.Advance(time.Millisecond)
+		}
+		after := ""
+		var got []string
+		for range 13 {
+			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{
+				Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: 1, Lease: time.Minute, After: after,
+			})
+			if err != nil {
+				t.Fatalf("OutboxClaim: %v", err)
+			}
+			if len(rows) != 1 {
+				t.Fatalf("claim %d took %d rows, want 1", len(got)+1, len(rows))
+			}
+			if ok, err := b.s.OutboxComplete(b.ctx, rows[0].Fence, heraldtype.OutboxDone, ""); err != nil || !ok {
+				t.Fatalf("OutboxComplete: %v, %v", ok, err)
+			}
+			after = rows[0].Tenant
+			got = append(got, strings.TrimPrefix(after, "tenant-"))
+		}
+		if want := "a b c a b c a a a a a a a"; strings.Join(got, " ") != want {
+			t.Fatalf("tenants claimed in the order %v, want %s", got, want)
+		}
+	})
+
+	// A batch cut inside a turn gives that turn to the tenants after
+	// After first, wrapping round past the last; After need not have rows.
+	t.Run("ABatchCutInsideATurnStartsAfterTheLastServed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for _, tn := range []string{"tenant-a", "tenant-b", "tenant-c", "tenant-d"} {
+			for range 2 {
+				inTenant(t, b, tn, time.Time{})
+			}
+		}
+		rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{
+			Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: 3, Lease: time.Minute, After: "tenant-bb",
+		})
+		if err != nil {
+			t.Fatalf("OutboxClaim: %v", err)
+		}
+		if got := tenantsOf(rows); len(got) != 3 || got["tenant-c"] != 1 || got["tenant-d"] != 1 || got["tenant-a"] != 1 {
+			t.Fatalf("claim of 3 after tenant-bb: %v, want one each of C, D and A", got)
 		}
 	})
 
