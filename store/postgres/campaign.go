@@ -181,8 +181,9 @@ RETURNING ended_at`
     WHERE cr.campaign_id = $1::text AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = $1::text) AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED')
 ),
 s AS (
-    INSERT INTO deliveries AS d (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
-    SELECT m.message_id, m.notification_id, $2::text, m.channel, 'SUPPRESSED', 'CANCELLED', coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
+    INSERT INTO deliveries AS d (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at, campaign_id)
+    SELECT m.message_id, m.notification_id, $2::text, m.channel, 'SUPPRESSED', 'CANCELLED', coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now()),
+           $1::text
     FROM m WHERE m.state <> 'WAITING'
     ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
     SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at

@@ -17,8 +17,15 @@ import (
 // claims of one message in one batch: the first (by its place in the
 // batch) inserts, the second finds its row, as the second of two
 // statements in a row would.
-const qDeliveryClaimMany = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
-SELECT c.message_id, c.notification_id, c.tenant, c.channel, c.provider, 'SENDING', 1, c.owner, t.now, t.now, t.now
+// Every claim names the delivery's campaign (deliveries.campaign_id, NULL
+// off one), looked up by the notification's key in its own statement:
+// only then do the triggers that keep a campaign's counts run for it
+// (migration 27), and a SENDING row inserted without it would never be
+// counted.
+const qDeliveryClaimMany = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at,
+                        campaign_id)
+SELECT c.message_id, c.notification_id, c.tenant, c.channel, c.provider, 'SENDING', 1, c.owner, t.now, t.now, t.now,
+       (SELECT cn.campaign_id FROM notifications cn WHERE cn.id = c.notification_id)
 FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) t,
     unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
         WITH ORDINALITY AS c (message_id, notification_id, tenant, channel, provider, owner, ord)
@@ -125,8 +132,10 @@ ki AS (
         ON k.tenant = i.tenant AND k.recipient = i.recipient AND k.event_id = i.event_id AND k.kind = i.kind AND k.channel = i.channel
 ),
 c AS (
-    INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
-    SELECT ki.message_id, ki.notification_id, ki.claim_tenant, ki.claim_channel, ki.provider, 'SENDING', 1, ki.claimed_by, t.now, t.now, t.now
+    INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at,
+                            campaign_id)
+    SELECT ki.message_id, ki.notification_id, ki.claim_tenant, ki.claim_channel, ki.provider, 'SENDING', 1, ki.claimed_by, t.now, t.now, t.now,
+           (SELECT cn.campaign_id FROM notifications cn WHERE cn.id = ki.notification_id)
     FROM t, ki ORDER BY ki.ord
     ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
     RETURNING message_id, attempts

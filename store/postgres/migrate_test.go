@@ -125,7 +125,10 @@ func TestMigration27StartsTheCampaignCountsFromTheSends(t *testing.T) {
 	s.Close()
 	// Back to the schema before migration 27, its rows kept.
 	testpg.Exec(t, url, `DROP TABLE campaign_counts;
-DROP FUNCTION campaign_count_delivery, campaign_count_outbox CASCADE;
+DROP FUNCTION campaign_count_delivery, campaign_count_outbox, campaign_of_delivery CASCADE;
+ALTER TABLE deliveries DROP COLUMN campaign_id;
+ALTER TABLE outbox DROP COLUMN campaign_counted;
+
 DROP FUNCTION campaign_count, campaign_outcome;
 DELETE FROM schema_migrations WHERE version = 27;`)
 	if _, err := Migrate(ctx, url); err != nil {

@@ -564,8 +564,9 @@ FROM deliveries WHERE message_id = $1::text`
 	//
 	// $1 now, $2 message id, $3 notification id, $4 tenant, $5 channel,
 	// $6 provider, $7 owner.
-	qDeliveryClaim = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
-SELECT $2::text, $3::text, $4::text, $5::text, $6::text, 'SENDING', 1, $7::text, t.now, t.now, t.now
+	qDeliveryClaim = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at,
+                        campaign_id)
+SELECT $2::text, $3::text, $4::text, $5::text, $6::text, 'SENDING', 1, $7::text, t.now, t.now, t.now, (SELECT cn.campaign_id FROM notifications cn WHERE cn.id = $3::text)
 FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) t
 ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
 RETURNING attempts`
@@ -585,8 +586,9 @@ k AS (
 ` + qEventKeyUpsert + `
 ),
 c AS (
-    INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
-    SELECT $9::text, $10::text, $11::text, $12::text, $13::text, 'SENDING', 1, $14::text, t.now, t.now, t.now
+    INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at,
+                            campaign_id)
+    SELECT $9::text, $10::text, $11::text, $12::text, $13::text, 'SENDING', 1, $14::text, t.now, t.now, t.now, (SELECT cn.campaign_id FROM notifications cn WHERE cn.id = $10::text)
     FROM t WHERE EXISTS (SELECT 1 FROM k)
     ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
     RETURNING attempts

@@ -692,21 +692,35 @@ WHERE n.campaign_id = '`+p.ID+`'`)
 		}
 		k.Failed++
 		agree("an outbox row failed unsent", k)
+		// Between the copy's claim and its result the send may still count
+		// as failed (PostgreSQL moves it when the delivery's own outcome is
+		// written, so that a claim runs no trigger); from the result on it
+		// counts as that.
 		claim(6)
-		k.Failed--
-		agree("a late copy's claim of the failed row", k)
 		record(6, 1, heraldtype.DeliveryProviderAccepted)
+		k.Failed--
 		k.Sent++
-		agree("that copy accepted", k)
+		agree("a late copy of the failed row accepted", k)
+
+		// A claim under an event key (its own statement on PostgreSQL).
+		if res := claimDelivery(t, b.bundle, store.DeliveryClaimParams{MessageID: mid(7), NotificationID: rs[7].NotificationID, Tenant: "t1",
+			Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w1", Event: &store.EventKeyTakeParams{
+				Key:   store.EventKey{Tenant: "t1", Recipient: rs[7].Recipient, EventID: p.ID, Kind: "k"},
+				Owner: rs[7].NotificationID, Lease: time.Hour}}); !res.Claimed {
+			t.Fatalf("DeliveryClaim under an event key: %+v", res)
+		}
+		record(7, 1, heraldtype.DeliveryProviderAccepted)
+		k.Sent++
+		agree("a send under an event key accepted", k)
 
 		res, err := b.c.CampaignCancel(b.ctx, "t1", p.ID)
 		if err != nil {
 			t.Fatalf("CampaignCancel: %v", err)
 		}
-		if res.Campaign.Counts != k || res.Cancelled != 2 || res.InFlight != 0 {
-			t.Fatalf("CampaignCancel = %+v; want counts %+v, 2 cancelled, none in flight", res, k)
+		if res.Campaign.Counts != k || res.Cancelled != 1 || res.InFlight != 0 {
+			t.Fatalf("CampaignCancel = %+v; want counts %+v, 1 cancelled, none in flight", res, k)
 		}
-		k.Suppressed += 2
+		k.Suppressed++
 		agree("the cancel", k)
 		if c := res.Campaign.Counts; c.Sent+c.Suppressed+c.Failed+c.Unknown+res.Cancelled+res.InFlight != n {
 			t.Fatalf("the cancel accounts for %+v; want all %d sends", res, n)
