@@ -142,15 +142,7 @@ func BenchmarkEndToEndRabbitMQ(b *testing.B) {
 // broker's CPU per message.
 func BenchmarkBrokerCeiling(b *testing.B) {
 	const batch, inFlight = 500, 4
-	mq := testmq.VHost(b)
-	ch := testmq.Channel(b, mq)
-	top := rabbitmq.Topology{}.WithDefaults()
-	if err := top.Declare(ch); err != nil {
-		b.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		b.Fatal(err)
-	}
+	mq, ch, top := confirmingChannel(b)
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, batch*inFlight))
 	msgs := relayMessages(b, b.N)
 	key := top.Key(heraldtype.LaneTransactional, dispatch.LaneQueue)
@@ -184,6 +176,22 @@ func BenchmarkBrokerCeiling(b *testing.B) {
 	b.StopTimer()
 	cpu.report(b.N, "msg")
 	b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
+}
+
+// confirmingChannel is a channel in confirm mode on a fresh vhost with
+// herald's topology declared, the bare client of the broker benchmarks.
+func confirmingChannel(b *testing.B) (mq string, ch *amqp.Channel, top rabbitmq.Topology) {
+	b.Helper()
+	mq = testmq.VHost(b)
+	ch = testmq.Channel(b, mq)
+	top = rabbitmq.Topology{}.WithDefaults()
+	if err := top.Declare(ch); err != nil {
+		b.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	return mq, ch, top
 }
 
 // relayMessages are n of the relay's messages (rabbitmq.JobMessage) for the
@@ -227,15 +235,7 @@ func BenchmarkBrokerRoundTrip(b *testing.B) {
 	if r, err := strconv.Atoi(os.Getenv("HERALD_BENCH_BROKER_RATE")); err == nil && r > 0 {
 		rate = r
 	}
-	mq := testmq.VHost(b)
-	ch := testmq.Channel(b, mq)
-	top := rabbitmq.Topology{}.WithDefaults()
-	if err := top.Declare(ch); err != nil {
-		b.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		b.Fatal(err)
-	}
+	mq, ch, top := confirmingChannel(b)
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, batch))
 	cons := testmq.Channel(b, mq)
 	if err := cons.Qos(prefetch, 0, false); err != nil {

@@ -22,18 +22,33 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// failFirst fails every fan-out batch of the first campaign it is asked
-// to fan out, and passes the others to the store.
-type failFirst struct {
+// failing fails every fan-out batch of the campaigns fails names (all of
+// them while fails is nil) and passes the others to the store.
+type failing struct {
 	store.Campaigns
-	bad string
+	mu    sync.Mutex
+	fails func(id string) bool
 }
 
-func (f *failFirst) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
-	if f.bad == "" {
-		f.bad = p.ID
-	}
-	if p.ID == f.bad {
+// failFirst fails every batch of the first campaign it is asked to fan out.
+func failFirst(c store.Campaigns) *failing {
+	first := ""
+	return &failing{Campaigns: c, fails: func(id string) bool {
+		if first == "" {
+			first = id
+		}
+		return id == first
+	}}
+}
+
+// set replaces what fails (nil: every campaign).
+func (f *failing) set(fails func(id string) bool) { f.mu.Lock(); f.fails = fails; f.mu.Unlock() }
+
+func (f *failing) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
+	f.mu.Lock()
+	fail := f.fails == nil || f.fails(p.ID)
+	f.mu.Unlock()
+	if fail {
 		return store.CampaignFanOutResult{}, errors.New("injected failure")
 	}
 	return f.Campaigns.CampaignFanOut(ctx, p)
@@ -59,7 +74,7 @@ func TestRoundGoesOnPastAFailingCampaign(t *testing.T) {
 			}
 			cids = append(cids, id)
 		}
-		f := &failFirst{Campaigns: db.Store.(store.Campaigns)}
+		f := failFirst(db.Store.(store.Campaigns))
 		r := campaign.NewRunner(campaign.RunnerConfig{Store: f, Batch: 1})
 		if _, err := r.Round(ctx); err == nil {
 			t.Fatal("Round: no error; want the failing campaign's")
@@ -69,8 +84,8 @@ func TestRoundGoesOnPastAFailingCampaign(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := map[bool]string{true: store.CampaignRunning, false: store.CampaignDone}[id == f.bad]; c.State != want {
-				t.Fatalf("campaign %s (failing: %v) is %s; want %s", id, id == f.bad, c.State, want)
+			if want := map[bool]string{true: store.CampaignRunning, false: store.CampaignDone}[f.fails(id)]; c.State != want {
+				t.Fatalf("campaign %s (failing: %v) is %s; want %s", id, f.fails(id), c.State, want)
 			}
 		}
 	})
@@ -143,20 +158,6 @@ func TestFanOutIsPacedToTheLaneQuota(t *testing.T) {
 	})
 }
 
-// failOne fails every fan-out batch of campaign bad and passes the others
-// to the store.
-type failOne struct {
-	store.Campaigns
-	bad string
-}
-
-func (f failOne) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
-	if p.ID == f.bad {
-		return store.CampaignFanOutResult{}, errors.New("injected failure")
-	}
-	return f.Campaigns.CampaignFanOut(ctx, p)
-}
-
 // TestFanOutIsChargedOnlyForTheRecipientsItFannedOut: the fan-out takes a
 // round's tokens from the tenant's lane quota before its batches, but
 // keeps only those of the recipients it fanned out. A 3-recipient
@@ -218,7 +219,7 @@ func TestFanOutIsChargedOnlyForTheRecipientsItFannedOut(t *testing.T) {
 				ref := start(tc.name, tc.recipients)
 				tc.cfg.Store, tc.cfg.Quotas = st, quotas
 				if tc.fail {
-					tc.cfg.Store = failOne{Campaigns: st, bad: ref.ID}
+					tc.cfg.Store = &failing{Campaigns: st, fails: func(id string) bool { return id == ref.ID }}
 				}
 				n, err := campaign.NewRunner(tc.cfg).FanOut(ctx, ref)
 				if n != tc.fanned || (err != nil) != tc.fail {
@@ -371,25 +372,6 @@ func check(ok bool, format string, args ...any) error {
 	return fmt.Errorf(format, args...)
 }
 
-// healable fails every fan-out batch while broken is set.
-type healable struct {
-	store.Campaigns
-	mu     sync.Mutex
-	broken bool
-}
-
-func (h *healable) set(broken bool) { h.mu.Lock(); h.broken = broken; h.mu.Unlock() }
-
-func (h *healable) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
-	h.mu.Lock()
-	broken := h.broken
-	h.mu.Unlock()
-	if broken {
-		return store.CampaignFanOutResult{}, errors.New("injected failure")
-	}
-	return h.Campaigns.CampaignFanOut(ctx, p)
-}
-
 // TestAStalledCampaignIsAlertedOnce: a campaign whose fan-out fails at
 // every attempt is retried each round and, once it has failed for
 // StallAfter, alerted CAMPAIGN_STALLED with its id, once for the stretch;
@@ -412,7 +394,7 @@ func TestAStalledCampaignIsAlertedOnce(t *testing.T) {
 		if _, err := svc.Start(ctx, "t1", id); err != nil {
 			t.Fatal(err)
 		}
-		st := &healable{Campaigns: db.Store.(store.Campaigns), broken: true}
+		st := &failing{Campaigns: db.Store.(store.Campaigns)}
 		now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 		alerts := &alert.Recorder{}
 		r := campaign.NewRunner(campaign.RunnerConfig{Store: st, Batch: 1, StallAfter: time.Minute, Alerts: alerts,
@@ -438,7 +420,7 @@ func TestAStalledCampaignIsAlertedOnce(t *testing.T) {
 		round(30*time.Second, 0)
 		round(61*time.Second, 1)
 		round(5*time.Minute, 1) // the same stretch: no second alert
-		st.set(false)
+		st.set(func(string) bool { return false })
 		n, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
 		if err != nil || n != 3 {
 			t.Fatalf("FanOut once healed = %d, %v; want all 3", n, err)
@@ -452,7 +434,7 @@ func TestAStalledCampaignIsAlertedOnce(t *testing.T) {
 		if _, err := svc.Start(ctx, "t1", id2); err != nil {
 			t.Fatal(err)
 		}
-		st.set(true)
+		st.set(nil)
 		id = id2
 		round(6*time.Minute, 1)
 		round(8*time.Minute, 2)
