@@ -22,6 +22,26 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
+// startCoupons creates and starts tenant's campaign of n recipients
+// (u0, u1, …) of the coupon kind, under idempotency key key.
+func startCoupons(t *testing.T, svc *campaign.Service, tenant, key string, n int) string {
+	t.Helper()
+	ctx := context.Background()
+	page := make([]campaign.Recipient, n)
+	for i := range page {
+		page[i].Recipient = fmt.Sprintf("u%d", i)
+	}
+	id, _, err := svc.Create(ctx, tenant, key, "h", campaign.Request{Kind: "coupon.expiring",
+		Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: page})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if _, err := svc.Start(ctx, tenant, id); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return id
+}
+
 // failing fails every fan-out batch of the campaigns fails names (all of
 // them while fails is nil) and passes the others to the store.
 type failing struct {
@@ -99,22 +119,7 @@ func TestFanOutIsPacedToTheLaneQuota(t *testing.T) {
 	t.Parallel()
 	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
 		ctx := context.Background()
-		start := func(tenant string, n int) string {
-			t.Helper()
-			page := make([]campaign.Recipient, n)
-			for i := range page {
-				page[i].Recipient = fmt.Sprintf("u%d", i)
-			}
-			id, _, err := svc.Create(ctx, tenant, "key-"+tenant, "h", campaign.Request{Kind: "coupon.expiring",
-				Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: page})
-			if err != nil {
-				t.Fatalf("Create: %v", err)
-			}
-			if _, err := svc.Start(ctx, tenant, id); err != nil {
-				t.Fatalf("Start: %v", err)
-			}
-			return id
-		}
+		start := func(tenant string, n int) string { return startCoupons(t, svc, tenant, "key-"+tenant, n) }
 		paced, free := start("t1", 25), start("t2", 25)
 		clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 		quotas := limits.New(limits.Config{Clock: clk,
@@ -171,20 +176,7 @@ func TestFanOutIsChargedOnlyForTheRecipientsItFannedOut(t *testing.T) {
 	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
 		ctx := context.Background()
 		start := func(tenant string, n int) store.CampaignRef {
-			t.Helper()
-			page := make([]campaign.Recipient, n)
-			for i := range page {
-				page[i].Recipient = fmt.Sprintf("u%d", i)
-			}
-			id, _, err := svc.Create(ctx, tenant, "key-"+tenant, "h", campaign.Request{Kind: "coupon.expiring",
-				Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: page})
-			if err != nil {
-				t.Fatalf("Create: %v", err)
-			}
-			if _, err := svc.Start(ctx, tenant, id); err != nil {
-				t.Fatalf("Start: %v", err)
-			}
-			return store.CampaignRef{Tenant: tenant, ID: id, Lane: heraldtype.LaneMarketing}
+			return store.CampaignRef{Tenant: tenant, ID: startCoupons(t, svc, tenant, "key-"+tenant, n), Lane: heraldtype.LaneMarketing}
 		}
 		// Every tenant has a bucket of its own: 10 a second, burst 10, and
 		// the clock does not move, so nothing refills.
@@ -382,18 +374,7 @@ func TestAStalledCampaignIsAlertedOnce(t *testing.T) {
 	t.Parallel()
 	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
 		ctx := context.Background()
-		var rs []campaign.Recipient
-		for i := range 3 {
-			rs = append(rs, campaign.Recipient{Recipient: fmt.Sprintf("u%d", i)})
-		}
-		id, _, err := svc.Create(ctx, "t1", "key-stall", "h", campaign.Request{Kind: "coupon.expiring",
-			Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: rs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := svc.Start(ctx, "t1", id); err != nil {
-			t.Fatal(err)
-		}
+		id := startCoupons(t, svc, "t1", "key-stall", 3)
 		st := &failing{Campaigns: db.Store.(store.Campaigns)}
 		now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 		alerts := &alert.Recorder{}
@@ -426,16 +407,8 @@ func TestAStalledCampaignIsAlertedOnce(t *testing.T) {
 			t.Fatalf("FanOut once healed = %d, %v; want all 3", n, err)
 		}
 		// A new stretch, of another campaign's: alerted on its own.
-		id2, _, err := svc.Create(ctx, "t1", "key-stall-2", "h", campaign.Request{Kind: "coupon.expiring",
-			Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: rs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := svc.Start(ctx, "t1", id2); err != nil {
-			t.Fatal(err)
-		}
+		id = startCoupons(t, svc, "t1", "key-stall-2", 3)
 		st.set(nil)
-		id = id2
 		round(6*time.Minute, 1)
 		round(8*time.Minute, 2)
 	})
