@@ -124,15 +124,18 @@ func TestMigration27StartsTheCampaignCountsFromTheSends(t *testing.T) {
 	c := storetest.MakeCampaignCounts(t, s, time.Now())
 	s.Close()
 	// Back to the schema before migration 27, its rows kept.
-	testpg.Exec(t, url, `DROP TABLE campaign_counts;
-DROP FUNCTION campaign_count_delivery, campaign_count_outbox, campaign_of_delivery CASCADE;
-ALTER TABLE deliveries DROP COLUMN campaign_id;
-ALTER TABLE outbox DROP COLUMN campaign_counted;
-
-DROP FUNCTION campaign_count, campaign_outcome;
-DELETE FROM schema_migrations WHERE version = 27;`)
+	testpg.Exec(t, url, undoMigration27)
 	if _, err := Migrate(ctx, url); err != nil {
 		t.Fatal(err)
 	}
 	storetest.CheckCampaignCountsMigrated(t, setup(t, url, Options{MustExist: true}), c, time.Now())
 }
+
+// undoMigration27 takes a schema back to before migration 27 (the campaign
+// counts), keeping its rows.
+const undoMigration27 = `DROP TABLE campaign_counts;
+DROP FUNCTION campaign_count_delivery, campaign_count_outbox, campaign_of_delivery CASCADE;
+ALTER TABLE deliveries DROP COLUMN campaign_id;
+ALTER TABLE outbox DROP COLUMN campaign_counted;
+DROP FUNCTION campaign_count, campaign_outcome;
+DELETE FROM schema_migrations WHERE version = 27;`

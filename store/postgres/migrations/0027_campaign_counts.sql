@@ -25,7 +25,7 @@
 LOCK TABLE deliveries, outbox IN ACCESS EXCLUSIVE MODE;
 
 CREATE TABLE campaign_counts (
-    campaign_id text NOT NULL,
+    campaign_id text COLLATE "C" NOT NULL,
     slot        integer NOT NULL,
     sent        bigint NOT NULL DEFAULT 0,
     suppressed  bigint NOT NULL DEFAULT 0,
@@ -75,7 +75,7 @@ $$;
 -- other insert (a decision, a cancel, an erasure, the parked tools: rare)
 -- has it filled in by campaign_of_delivery. A delivery inserted SENDING
 -- must name its campaign: every claim statement does.
-ALTER TABLE deliveries ADD COLUMN campaign_id text;
+ALTER TABLE deliveries ADD COLUMN campaign_id text COLLATE "C";
 UPDATE deliveries d SET campaign_id = n.campaign_id FROM notifications n
 WHERE n.id = d.notification_id AND n.campaign_id IS NOT NULL;
 
