@@ -56,6 +56,9 @@ type RunnerConfig struct {
 	// IsLeader, when set, gates each round: only the leader fans out
 	// (PostgreSQL's advisory lock), like the sweeps.
 	IsLeader func() bool
+	// Page is how many RUNNING campaigns one read lists; a round reads
+	// them all, a page at a time. Defaults to 100.
+	Page int
 	// StallAfter is how long a campaign's fan-out may fail (or give up
 	// waiting) at every attempt before the runner raises CAMPAIGN_STALLED
 	// for it, once per such stretch; it goes on retrying every round
@@ -102,6 +105,9 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Page <= 0 {
+		cfg.Page = 100
+	}
 	if cfg.StallAfter <= 0 {
 		cfg.StallAfter = DefaultStallAfter
 	}
@@ -139,25 +145,34 @@ func (r *Runner) Run(ctx context.Context) {
 // next campaign (the errors are returned joined). It stops between batches when
 // ctx ends or this process stops being the leader.
 func (r *Runner) Round(ctx context.Context) (int, error) {
-	refs, err := r.cfg.Store.CampaignsRunning(ctx, 100)
-	if err != nil {
-		return 0, fmt.Errorf("list running campaigns: %w", err)
-	}
 	total := 0
 	var errs []error
-	for _, c := range refs {
-		n, err := r.FanOut(ctx, c)
-		total += n
+	var after *store.CampaignRef
+	for {
+		// Every RUNNING campaign, a page at a time: a campaign started
+		// after the first page's (say a hundred paced by their quotas)
+		// has its turn in the same round.
+		refs, err := r.cfg.Store.CampaignsRunning(ctx, after, r.cfg.Page)
 		if err != nil {
-			if ctx.Err() != nil {
-				return total, err
-			}
-			// One campaign whose batches keep failing must not hold back
-			// the campaigns started after it: they go on this round.
-			errs = append(errs, err)
+			return total, errors.Join(append(errs, fmt.Errorf("list running campaigns: %w", err))...)
 		}
+		for _, c := range refs {
+			n, err := r.FanOut(ctx, c)
+			total += n
+			if err != nil {
+				if ctx.Err() != nil {
+					return total, err
+				}
+				// One campaign whose batches keep failing must not hold back
+				// the campaigns started after it: they go on this round.
+				errs = append(errs, err)
+			}
+		}
+		if len(refs) < r.cfg.Page || ctx.Err() != nil || (r.cfg.IsLeader != nil && !r.cfg.IsLeader()) {
+			return total, errors.Join(errs...)
+		}
+		after = &refs[len(refs)-1]
 	}
-	return total, errors.Join(errs...)
 }
 
 // FanOut runs one campaign's batches until it is done (or no longer

@@ -413,3 +413,27 @@ func TestAStalledCampaignIsAlertedOnce(t *testing.T) {
 		round(8*time.Minute, 2)
 	})
 }
+
+// TestARoundReachesEveryRunningCampaign: a round reads the RUNNING
+// campaigns a page at a time and fans out every one, however many there
+// are; the campaigns past the first page (a hundred, by default) are not
+// left for a round that never reaches them.
+func TestARoundReachesEveryRunningCampaign(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		ctx := context.Background()
+		var ids []string
+		for k := range 5 {
+			ids = append(ids, startCoupons(t, svc, "t1", fmt.Sprintf("key-%d", k), 2))
+		}
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: db.Store.(store.Campaigns), Page: 2, Logger: slog.New(slog.DiscardHandler)})
+		if n, err := r.Round(ctx); err != nil || n != 10 {
+			t.Fatalf("Round = %d, %v; want all 10 recipients of the 5 campaigns", n, err)
+		}
+		for _, id := range ids {
+			if c, err := svc.Get(ctx, "t1", id); err != nil || c.State != store.CampaignDone {
+				t.Fatalf("campaign %s after the round: %+v, %v; want DONE", id, c, err)
+			}
+		}
+	})
+}

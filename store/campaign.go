@@ -52,8 +52,10 @@ type Campaigns interface {
 	// CampaignGet returns a tenant's campaign with its send counts.
 	CampaignGet(ctx context.Context, tenant, id string) (Campaign, error)
 	// CampaignsRunning returns up to limit RUNNING campaigns, the
-	// earliest started first: the fan-out's work.
-	CampaignsRunning(ctx context.Context, limit int) ([]CampaignRef, error)
+	// earliest started first, after after (nil: from the first): the
+	// fan-out's work, read a page at a time (CampaignRef.Started and ID
+	// are the page's key).
+	CampaignsRunning(ctx context.Context, after *CampaignRef, limit int) ([]CampaignRef, error)
 	// CampaignFanOut writes the notifications and outbox rows of the next
 	// p.Limit recipients of a RUNNING campaign in one transaction and
 	// moves its cursor and enqueued counter in the same one; once no
@@ -224,6 +226,9 @@ type CampaignRef struct {
 	ID     string
 	// Lane is the campaign's kind's lane, whose quota paces its fan-out.
 	Lane heraldtype.Lane
+	// Started is when it was started: with ID, its place in the list of
+	// RUNNING campaigns (CampaignsRunning).
+	Started time.Time
 }
 
 // CampaignFanOutParams is one fan-out batch.

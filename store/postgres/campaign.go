@@ -68,7 +68,11 @@ WHERE c.id = $2::text AND c.tenant || '' = $1::text`
     coalesce(sum(failed), 0)::bigint AS failed, coalesce(sum(unknown), 0)::bigint AS unknown
 FROM campaign_counts WHERE campaign_id = c.id`
 
-	qCampaignsRunning = `SELECT tenant, id, lane FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT $1`
+	// qCampaignsRunning pages through the RUNNING campaigns on
+	// campaigns_running, after ($2, $3) (NULLs: from the first).
+	qCampaignsRunning = `SELECT tenant, id, lane, started_at FROM campaigns
+WHERE state = 'RUNNING' AND ($2::timestamptz IS NULL OR (started_at, id) > ($2::timestamptz, $3::text))
+ORDER BY started_at, id LIMIT $1`
 
 	// qCampaignFanOutHead reads what a batch needs of its campaign and
 	// locks its row; qCampaignFanOutPeek reads it without the lock: a
@@ -410,14 +414,21 @@ func readCampaign(ctx context.Context, q querier, tenant, id string) (store.Camp
 }
 
 // CampaignsRunning lists RUNNING campaigns.
-func (s *Store) CampaignsRunning(ctx context.Context, limit int) ([]store.CampaignRef, error) {
-	rows, err := s.pool.Query(ctx, qCampaignsRunning, limit)
+func (s *Store) CampaignsRunning(ctx context.Context, after *store.CampaignRef, limit int) ([]store.CampaignRef, error) {
+	var at *time.Time
+	var id string
+	if after != nil {
+		at, id = &after.Started, after.ID
+	}
+	rows, err := s.pool.Query(ctx, qCampaignsRunning, limit, at, id)
 	if err != nil {
 		return nil, s.fail("list running campaigns", err)
 	}
 	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.CampaignRef, error) {
 		var c store.CampaignRef
-		return c, r.Scan(&c.Tenant, &c.ID, &c.Lane)
+		err := r.Scan(&c.Tenant, &c.ID, &c.Lane, &c.Started)
+		c.Started = c.Started.UTC()
+		return c, err
 	})
 	if err != nil {
 		return nil, s.fail("list running campaigns", err)

@@ -34,7 +34,11 @@ ON CONFLICT (campaign_id, recipient) DO NOTHING`
        coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
 FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
 WHERE c.tenant = ? AND c.id = ?`
-	qCampaignsRunning   = `SELECT tenant, id, lane FROM campaigns WHERE state = 'RUNNING' ORDER BY started_at, id LIMIT ?`
+	// qCampaignsRunning pages through the RUNNING campaigns after (?2, ?3)
+	// (NULLs: from the first).
+	qCampaignsRunning = `SELECT tenant, id, lane, started_at FROM campaigns
+WHERE state = 'RUNNING' AND (?2 IS NULL OR (started_at, id) > (?2, ?3))
+ORDER BY started_at, id LIMIT ?1`
 	qCampaignFanOutHead = `SELECT kind, lane, channels, params, send_at, state, fanout_seq FROM campaigns WHERE tenant = ? AND id = ?`
 	// qCampaignBatch bounds the next batch: how many recipients follow the
 	// cursor ?2 (at most ?3) and the last one's seq.
@@ -307,8 +311,13 @@ func readCampaign(q rowQuerier, tenant, id string) (store.Campaign, error) {
 }
 
 // CampaignsRunning lists RUNNING campaigns.
-func (s *Store) CampaignsRunning(ctx context.Context, limit int) ([]store.CampaignRef, error) {
-	rows, err := s.rdb.QueryContext(ctx, qCampaignsRunning, limit)
+func (s *Store) CampaignsRunning(ctx context.Context, after *store.CampaignRef, limit int) ([]store.CampaignRef, error) {
+	var at any
+	var id string
+	if after != nil {
+		at, id = ms(after.Started), after.ID
+	}
+	rows, err := s.rdb.QueryContext(ctx, qCampaignsRunning, limit, at, id)
 	if err != nil {
 		return nil, fmt.Errorf("list running campaigns: %w", err)
 	}
@@ -316,9 +325,11 @@ func (s *Store) CampaignsRunning(ctx context.Context, limit int) ([]store.Campai
 	var out []store.CampaignRef
 	for rows.Next() {
 		var c store.CampaignRef
-		if err := rows.Scan(&c.Tenant, &c.ID, &c.Lane); err != nil {
+		var started int64
+		if err := rows.Scan(&c.Tenant, &c.ID, &c.Lane, &started); err != nil {
 			return nil, fmt.Errorf("list running campaigns: %w", err)
 		}
+		c.Started = fromMs(started)
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -1,10 +1,12 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -245,8 +247,8 @@ func testCampaigns(t *testing.T, h Harness) {
 		if _, err := addPage(b, "t1", p.ID, recipients(p.ID, 6, 1), 0); !errors.Is(err, store.ErrCampaignState) {
 			t.Fatalf("a page after start: %v; want ErrCampaignState", err)
 		}
-		refs, err := b.c.CampaignsRunning(b.ctx, 10)
-		if err != nil || len(refs) != 1 || refs[0] != (store.CampaignRef{Tenant: "t1", ID: p.ID, Lane: heraldtype.LaneMarketing}) {
+		refs, err := b.c.CampaignsRunning(b.ctx, nil, 10)
+		if err != nil || len(refs) != 1 || refs[0] != (store.CampaignRef{Tenant: "t1", ID: p.ID, Lane: heraldtype.LaneMarketing, Started: b.clk.Now()}) {
 			t.Fatalf("CampaignsRunning = %+v, %v; want the campaign", refs, err)
 		}
 		var batches []int
@@ -581,6 +583,48 @@ func testCampaigns(t *testing.T, h Harness) {
 		}
 		if _, err := b.c.CampaignStart(b.ctx, "t1", p.ID); !errors.Is(err, store.ErrCampaignState) {
 			t.Fatalf("starting a cancelled campaign: %v; want ErrCampaignState", err)
+		}
+	})
+
+	t.Run("RunningCampaignsArePagedEarliestStartedFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		var started []store.CampaignRef
+		for i := range 5 {
+			p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 1) }, nil)
+			startCampaign(t, b, p.ID)
+			started = append(started, store.CampaignRef{ID: p.ID, Started: b.clk.Now()})
+			if i%2 == 0 {
+				b.clk.Advance(time.Second) // the others two by two in one millisecond: their ids order them
+			}
+		}
+		slices.SortFunc(started, func(x, y store.CampaignRef) int {
+			return cmp.Or(x.Started.Compare(y.Started), strings.Compare(x.ID, y.ID))
+		})
+		var want []string
+		for _, r := range started {
+			want = append(want, r.ID)
+		}
+		var got []string
+		var after *store.CampaignRef
+		for pages := 0; ; pages++ {
+			refs, err := b.c.CampaignsRunning(b.ctx, after, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range refs {
+				got = append(got, r.ID)
+			}
+			if len(refs) < 2 {
+				break
+			}
+			if pages > 5 {
+				t.Fatalf("paging does not end: %v", got)
+			}
+			after = &refs[len(refs)-1]
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("CampaignsRunning in pages of 2 = %v; want every one once, earliest started first: %v", got, want)
 		}
 	})
 
