@@ -80,7 +80,7 @@
 // The triggers run for a campaign's sends only: a delivery names its
 // campaign (deliveries.campaign_id, written by the claims), and a claim,
 // which has no outcome yet, runs none; each send of a campaign pays one
-// statement in a trigger when its outcome is written (the drain about 6%
+// statement in a trigger when its outcome is written (the drain 6–8%
 // slower; notifications off a campaign unchanged, docs/campaigns.md).
 //
 // # Cancel

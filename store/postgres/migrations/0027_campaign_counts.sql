@@ -137,6 +137,9 @@ BEGIN
     IF TG_OP = 'UPDATE' AND OLD.campaign_counted THEN
         was := campaign_outcome(OLD.state, NULL);
     END IF;
+    IF was IS NOT DISTINCT FROM campaign_outcome(NEW.state, NULL) THEN
+        RETURN NEW;
+    END IF;
     PERFORM campaign_count(c, was, campaign_outcome(NEW.state, NULL));
     NEW.campaign_counted := campaign_outcome(NEW.state, NULL) IS NOT NULL;
     RETURN NEW;
@@ -146,22 +149,24 @@ $$;
 -- The WHEN clauses keep the functions off the writes that cannot change
 -- a campaign's outcome: every delivery off a campaign, a claim (SENDING:
 -- no outcome; an outbox row's counted outcome waits for the delivery's
--- first), and most writes of the rest (an outbox row's claims and marks,
--- a delivery's retries).
+-- first), and an outbox row's claims and marks. They are plain column
+-- tests, evaluated on every write of the two tables: with a call of
+-- campaign_outcome in them the outbox's claims and marks alone cost the
+-- Go API's end to end 4%. The functions check the outcome themselves.
 CREATE TRIGGER campaign_of_delivery BEFORE INSERT ON deliveries
 FOR EACH ROW WHEN (NEW.campaign_id IS NULL AND NEW.state <> 'SENDING')
 EXECUTE FUNCTION campaign_of_delivery();
 CREATE TRIGGER campaign_count_delivery_insert AFTER INSERT ON deliveries
-FOR EACH ROW WHEN (NEW.campaign_id IS NOT NULL AND campaign_outcome(NULL, NEW.state) IS NOT NULL)
+FOR EACH ROW WHEN (NEW.campaign_id IS NOT NULL AND NEW.state <> 'SENDING')
 EXECUTE FUNCTION campaign_count_delivery();
 CREATE TRIGGER campaign_count_delivery_update AFTER UPDATE OF state ON deliveries
-FOR EACH ROW WHEN (NEW.campaign_id IS NOT NULL AND campaign_outcome(NULL, OLD.state) IS DISTINCT FROM campaign_outcome(NULL, NEW.state))
+FOR EACH ROW WHEN (NEW.campaign_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
 EXECUTE FUNCTION campaign_count_delivery();
 CREATE TRIGGER campaign_count_outbox_insert BEFORE INSERT ON outbox
 FOR EACH ROW WHEN (NEW.state IN ('SKIPPED', 'EXPIRED', 'FAILED'))
 EXECUTE FUNCTION campaign_count_outbox();
 CREATE TRIGGER campaign_count_outbox_update BEFORE UPDATE OF state ON outbox
-FOR EACH ROW WHEN (campaign_outcome(OLD.state, NULL) IS DISTINCT FROM campaign_outcome(NEW.state, NULL))
+FOR EACH ROW WHEN (OLD.state IN ('SKIPPED', 'EXPIRED', 'FAILED') OR NEW.state IN ('SKIPPED', 'EXPIRED', 'FAILED'))
 EXECUTE FUNCTION campaign_count_outbox();
 
 -- The counts of the campaigns there are, as the count read them.
