@@ -99,35 +99,29 @@ func (l *Limiter) Send(tenant string) time.Duration {
 	return l.take(l.sends, tenant, l.cfg.SendRate, l.cfg.SendBurst)
 }
 
+// take takes one token of name's bucket in m now. It returns 0, or the
+// wait until the bucket holds one again; a refusal spends nothing.
 func (l *Limiter) take(m map[string]*rate.Limiter, name string, r float64, b int) time.Duration {
-	_, wait := l.reserve(bucketOf(l, m, name, r, b))
-	return wait
-}
-
-// bucketOf returns m's bucket for k, made with rate r and burst b at its
-// first use.
-func bucketOf[K comparable](l *Limiter, m map[K]*rate.Limiter, k K, r float64, b int) *rate.Limiter {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lim, ok := m[k]
-	if !ok {
-		lim = rate.NewLimiter(rate.Limit(r), b)
-		m[k] = lim
-	}
-	return lim
-}
-
-// reserve takes one token of lim now. It returns undo, which gives the
-// token back, or the wait until lim holds one again; a refusal spends
-// nothing.
-func (l *Limiter) reserve(lim *rate.Limiter) (undo func(), wait time.Duration) {
+	lim := bucketOf(l, m, name, func() *rate.Limiter { return rate.NewLimiter(rate.Limit(r), b) })
 	now := l.cfg.Clock.Now()
 	res := lim.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
-		return nil, d
+		return d
 	}
-	return func() { res.CancelAt(l.cfg.Clock.Now()) }, 0
+	return 0
+}
+
+// bucketOf returns m's bucket for k, made by fresh at its first use.
+func bucketOf[K comparable, B any](l *Limiter, m map[K]B, k K, fresh func() B) B {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := m[k]
+	if !ok {
+		b = fresh()
+		m[k] = b
+	}
+	return b
 }
 
 // TooMany answers 429 with Retry-After: wait rounded up to whole seconds.

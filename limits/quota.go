@@ -92,15 +92,9 @@ func (l *Limiter) bucket(tenant string, lane heraldtype.Lane) *laneBucket {
 	if !ok {
 		return nil
 	}
-	k := laneKey{tenant, lane}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.lanes[k]
-	if !ok {
-		b = &laneBucket{rate: q.Rate, burst: float64(q.Burst), tokens: float64(q.Burst)}
-		l.lanes[k] = b
-	}
-	return b
+	return bucketOf(l, l.lanes, laneKey{tenant, lane}, func() *laneBucket {
+		return &laneBucket{rate: q.Rate, burst: float64(q.Burst), tokens: float64(q.Burst)}
+	})
 }
 
 // LaneSend takes one send of tenant's into lane. It returns undo, which
