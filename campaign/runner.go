@@ -148,6 +148,7 @@ func (r *Runner) Round(ctx context.Context) (int, error) {
 	total := 0
 	var errs []error
 	var after *store.CampaignRef
+	running := map[string]bool{}
 	for {
 		// Every RUNNING campaign, a page at a time: a campaign started
 		// after the first page's (say a hundred paced by their quotas)
@@ -157,6 +158,7 @@ func (r *Runner) Round(ctx context.Context) (int, error) {
 			return total, errors.Join(append(errs, fmt.Errorf("list running campaigns: %w", err))...)
 		}
 		for _, c := range refs {
+			running[c.ID] = true
 			n, err := r.FanOut(ctx, c)
 			total += n
 			if err != nil {
@@ -168,7 +170,11 @@ func (r *Runner) Round(ctx context.Context) (int, error) {
 				errs = append(errs, err)
 			}
 		}
-		if len(refs) < r.cfg.Page || ctx.Err() != nil || (r.cfg.IsLeader != nil && !r.cfg.IsLeader()) {
+		if ctx.Err() != nil || (r.cfg.IsLeader != nil && !r.cfg.IsLeader()) {
+			return total, errors.Join(errs...)
+		}
+		if len(refs) < r.cfg.Page {
+			r.forgetStalls(running)
 			return total, errors.Join(errs...)
 		}
 		after = &refs[len(refs)-1]
@@ -201,7 +207,7 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 		// by side, and a failed batch (it wrote nothing) give theirs back.
 		settle(res.Recipients)
 		total += res.Recipients // side by side, the batches before a failed one count
-		if res.Recipients > 0 {
+		if res.Recipients > 0 || res.Done {
 			r.progressed(id)
 		}
 		if errors.Is(err, store.ErrCampaignBusy) && ctx.Err() == nil {
@@ -217,7 +223,6 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 			return total, fmt.Errorf("fan out campaign %s: %w", id, err)
 		}
 		if res.Done {
-			r.progressed(id)
 			if res.Recipients > 0 || total > 0 {
 				r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "campaign: fan-out finished",
 					slog.String("tenant", tenant), slog.String("campaign", id), slog.Int("recipients", total))
@@ -236,6 +241,18 @@ func (r *Runner) progressed(id string) {
 	r.mu.Lock()
 	delete(r.stalls, id)
 	r.mu.Unlock()
+}
+
+// forgetStalls drops the stalls of campaigns no longer RUNNING (cancelled
+// while their fan-out failed), once a round has read them all.
+func (r *Runner) forgetStalls(running map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.stalls {
+		if !running[id] {
+			delete(r.stalls, id)
+		}
+	}
 }
 
 // failed records an attempt of c's fan-out that wrote nothing (why:
