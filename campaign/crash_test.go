@@ -70,8 +70,16 @@ func wantOnePerRecipient(t *testing.T, db *testdb.DB, id string, n int) {
 // email) to n recipients u0…, in pages of campaign.MaxPage, each sent twice.
 func newRunning(t *testing.T, svc *campaign.Service, n int) string {
 	t.Helper()
+	return startCoupons(t, svc, "t1", "key-1", n)
+}
+
+// startCoupons creates and starts tenant's campaign of coupon.expiring to
+// n recipients u0…, under idempotency key key, in pages of
+// campaign.MaxPage, each sent twice.
+func startCoupons(t *testing.T, svc *campaign.Service, tenant, key string, n int) string {
+	t.Helper()
 	ctx := context.Background()
-	id, _, err := svc.Create(ctx, "t1", "key-1", "h1", campaign.Request{Kind: "coupon.expiring", Params: []byte(`{"coupon":"C","date":"d"}`)})
+	id, _, err := svc.Create(ctx, tenant, key, "h1", campaign.Request{Kind: "coupon.expiring", Params: []byte(`{"coupon":"C","date":"d"}`)})
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -83,12 +91,12 @@ func newRunning(t *testing.T, svc *campaign.Service, n int) string {
 		// Twice: the second proposes other notification ids, which the
 		// store drops with the repeated recipients.
 		for range 2 {
-			if _, err := svc.AddRecipients(ctx, "t1", id, page); err != nil {
+			if _, err := svc.AddRecipients(ctx, tenant, id, page); err != nil {
 				t.Fatalf("AddRecipients: %v", err)
 			}
 		}
 	}
-	if _, err := svc.Start(ctx, "t1", id); err != nil {
+	if _, err := svc.Start(ctx, tenant, id); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	return id

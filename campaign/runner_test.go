@@ -22,26 +22,6 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// startCoupons creates and starts tenant's campaign of n recipients
-// (u0, u1, …) of the coupon kind, under idempotency key key.
-func startCoupons(t *testing.T, svc *campaign.Service, tenant, key string, n int) string {
-	t.Helper()
-	ctx := context.Background()
-	page := make([]campaign.Recipient, n)
-	for i := range page {
-		page[i].Recipient = fmt.Sprintf("u%d", i)
-	}
-	id, _, err := svc.Create(ctx, tenant, key, "h", campaign.Request{Kind: "coupon.expiring",
-		Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: page})
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	if _, err := svc.Start(ctx, tenant, id); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	return id
-}
-
 // failing fails every fan-out batch of the campaigns fails names (all of
 // them while fails is nil) and passes the others to the store.
 type failing struct {
