@@ -131,9 +131,18 @@ func TestMigration27StartsTheCampaignCountsFromTheSends(t *testing.T) {
 	storetest.CheckCampaignCountsMigrated(t, setup(t, url, Options{MustExist: true}), c, time.Now())
 }
 
+// undoMigration28 takes a schema back to before migration 28: its campaign
+// counts moved by migration 27's row trigger again.
+const undoMigration28 = `DROP FUNCTION campaign_count_deliveries CASCADE;
+CREATE TRIGGER campaign_count_delivery_update AFTER UPDATE OF state ON deliveries
+FOR EACH ROW WHEN (NEW.campaign_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
+EXECUTE FUNCTION campaign_count_delivery();
+DELETE FROM schema_migrations WHERE version = 28;`
+
 // undoMigration27 takes a schema back to before migration 27 (the campaign
-// counts), keeping its rows.
-const undoMigration27 = `DROP TABLE campaign_counts;
+// counts), keeping its rows; the migrations after it undone first.
+const undoMigration27 = undoMigration28 + `
+DROP TABLE campaign_counts;
 DROP FUNCTION campaign_count_delivery, campaign_count_outbox, campaign_of_delivery CASCADE;
 ALTER TABLE deliveries DROP COLUMN campaign_id;
 ALTER TABLE outbox DROP COLUMN campaign_counted;

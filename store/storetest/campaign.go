@@ -771,6 +771,62 @@ WHERE n.campaign_id = '`+p.ID+`'`)
 		}
 	})
 
+	// One statement that ends many sends of two campaigns (a stale sweep,
+	// one UPDATE on PostgreSQL, whose counts move once per statement) moves
+	// each campaign's counts by its own sends, and a late copy's send from
+	// the count its outbox row had.
+	t.Run("CountsAreKeptWhenOneStatementEndsManySends", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		var ps [2]store.CampaignCreateParams
+		for i := range ps {
+			ps[i] = newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 3) }, nil)
+			startCampaign(t, b, ps[i].ID)
+			fanOut(t, b, ps[i].ID, 10)
+		}
+		mid := func(p store.CampaignCreateParams, i int) (string, string) {
+			r := recipients(p.ID, 1, 3)[i]
+			return store.MessageID(r.NotificationID, heraldtype.ChannelWebhook), r.NotificationID
+		}
+		// The first campaign's third send fails unsent; a copy of it is
+		// claimed below with the others.
+		claimed, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneMarketing, Owner: "d1", Limit: 10, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		late, _ := mid(ps[0], 2)
+		i := slices.IndexFunc(claimed, func(c store.Claimed) bool { return c.MessageID == late })
+		if i < 0 {
+			t.Fatalf("OutboxClaim did not take %s: %+v", late, claimed)
+		}
+		if ok, err := b.s.OutboxComplete(b.ctx, claimed[i].Fence, heraldtype.OutboxFailed, "MAX_ATTEMPTS"); err != nil || !ok {
+			t.Fatalf("OutboxComplete FAILED: %v, %v", ok, err)
+		}
+		for _, p := range ps {
+			for i := range 3 {
+				m, n := mid(p, i)
+				if res := claimDelivery(t, b.bundle, store.DeliveryClaimParams{MessageID: m, NotificationID: n, Tenant: "t1",
+					Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w1"}); !res.Claimed {
+					t.Fatalf("DeliveryClaim %s: %+v", m, res)
+				}
+			}
+		}
+		first, _ := mid(ps[0], 0)
+		if _, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: first, Attempt: 1, State: heraldtype.DeliveryProviderAccepted,
+			Owner: "w1", Class: "c", StartedAt: b.clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		b.clk.Advance(time.Hour)
+		if stale, err := b.s.DeliverySweepStale(b.ctx, time.Minute); err != nil || len(stale) != 5 {
+			t.Fatalf("DeliverySweepStale: %d swept, %v; want 5", len(stale), err)
+		}
+		for i, want := range []store.CampaignCounts{{Sent: 1, Unknown: 2}, {Unknown: 3}} {
+			if got := getCampaign(t, b, ps[i].ID).Counts; got != want {
+				t.Errorf("campaign %d's counts after the sweep = %+v; want %+v", i+1, got, want)
+			}
+		}
+	})
+
 	t.Run("CancelSkipsWaitingStepsAndSuppressesRetries", func(t *testing.T) {
 		t.Parallel()
 		b := setupCampaigns(t, h)

@@ -12,7 +12,8 @@ import (
 // CampaignCountsBeforeMigration is a campaign of tenant t1 whose sends
 // have ended in each way a count tells apart, made through s: a driver's
 // test of the migration that began keeping the counts (27 on both) makes
-// it, takes the schema back to before that migration, migrates again and
+// it, takes the schema back to before that migration (or a later one that
+// changed how they are kept), migrates again and
 // checks (CheckCampaignCountsMigrated) that the counts it starts from are
 // the ones the rows give.
 type CampaignCountsBeforeMigration struct {

@@ -1,0 +1,142 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/storetest"
+)
+
+// TestMergedResultWritesCountEachCampaignBySum: the db transport's result
+// writes waiting in one pipeline batch run as one UPDATE (recordMerge), and
+// a campaign's counts move once for that statement (migration 28's
+// statement-level trigger), by the sum of its own sends: two campaigns and
+// a notification of none in one batch, a send of each outcome, a retry
+// that is no outcome yet, and a late copy of a send whose outbox row had
+// failed unsent (its count moves from failed to sent).
+func TestMergedResultWritesCountEachCampaignBySum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "", Options{PipelineWorkers: 1})
+	type send struct {
+		campaign int // -1: a notification of no campaign
+		nid      string
+		state    heraldtype.DeliveryState
+	}
+	var sends []send
+	var campaigns []string
+	for c, outcomes := range [][]heraldtype.DeliveryState{
+		{heraldtype.DeliveryProviderAccepted, heraldtype.DeliveryProviderAccepted, heraldtype.DeliveryPermanentFailure, heraldtype.DeliveryProviderAccepted},
+		{heraldtype.DeliveryUnknown, heraldtype.DeliveryProviderAccepted, heraldtype.DeliveryRetryWait},
+	} {
+		id := ids.New("cmp", time.Now())
+		rs := make([]store.CampaignRecipient, len(outcomes))
+		for i := range rs {
+			rs[i] = store.CampaignRecipient{Recipient: fmt.Sprintf("r%d", i), NotificationID: fmt.Sprintf("ntf_%s_%d", id, i)}
+			sends = append(sends, send{c, rs[i].NotificationID, outcomes[i]})
+		}
+		if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: id, RequestHash: "h", Kind: "k",
+			Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Recipients: rs}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CampaignStart(ctx, "t1", id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: 10}); err != nil {
+			t.Fatal(err)
+		}
+		campaigns = append(campaigns, id)
+	}
+	off := params(func(p *store.NotificationCreateParams) { p.Lane = heraldtype.LaneMarketing })
+	mustCreate(t, s, off)
+	sends = append(sends, send{-1, off.ID, heraldtype.DeliveryProviderAccepted})
+
+	claimed, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneMarketing, Owner: "d1", Limit: 20, Lease: time.Hour})
+	if err != nil || len(claimed) != len(sends) {
+		t.Fatalf("OutboxClaim: %d rows, %v; want %d", len(claimed), err, len(sends))
+	}
+	fences := map[string]store.Fence{}
+	for _, c := range claimed {
+		fences[c.MessageID] = c.Fence
+	}
+	// The first campaign's last send fails unsent, and a copy of it is
+	// then met and sent as the others are.
+	late := store.MessageID(sends[3].nid, heraldtype.ChannelWebhook)
+	if ok, err := s.OutboxComplete(ctx, fences[late], heraldtype.OutboxFailed, "MAX_ATTEMPTS"); err != nil || !ok {
+		t.Fatalf("OutboxComplete FAILED: %v, %v", ok, err)
+	}
+	for _, sd := range sends {
+		mid := store.MessageID(sd.nid, heraldtype.ChannelWebhook)
+		if res, err := s.DeliveryClaim(ctx, store.DeliveryClaimParams{MessageID: mid, NotificationID: sd.nid, Tenant: "t1",
+			Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w1"}); err != nil || !res.Claimed {
+			t.Fatalf("DeliveryClaim %s: %+v, %v", mid, res, err)
+		}
+	}
+	if got, err := s.CampaignGet(ctx, "t1", campaigns[0]); err != nil || got.Counts != (store.CampaignCounts{Failed: 1}) {
+		t.Fatalf("the first campaign before the results: %+v, %v; want its failed send", got.Counts, err)
+	}
+
+	var sizes []int
+	var mu sync.Mutex
+	s.pipe.merged = func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
+	s.pipe.rerun = func(n int) { t.Errorf("a batch of %d was rerun statement by statement", n) }
+	queued, release := hold(t, s.pipe, s.pool, 4346)
+	errs := make(chan error, len(sends))
+	for _, sd := range sends {
+		mid := store.MessageID(sd.nid, heraldtype.ChannelWebhook)
+		fence := fences[mid]
+		go func() {
+			_, err := s.DeliveryRecord(ctx, store.DeliveryRecordParams{MessageID: mid, Attempt: 1, State: sd.state, RetryDelay: time.Minute,
+				Owner: "w1", Class: "c", StartedAt: time.Now(), Outbox: &fence})
+			errs <- err
+		}()
+		storetest.Receive(t, queued, "a result write was queued")
+	}
+	release()
+	for range sends {
+		if err := storetest.Receive(t, errs, "a result write returned"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	if !slices.Equal(sizes, []int{len(sends)}) {
+		t.Errorf("merged statements stood for %v result writes; want one for all %d", sizes, len(sends))
+	}
+	mu.Unlock()
+	for i, want := range []store.CampaignCounts{{Sent: 3, Failed: 1}, {Sent: 1, Unknown: 1}} {
+		if got, err := s.CampaignGet(ctx, "t1", campaigns[i]); err != nil || got.Counts != want {
+			t.Errorf("campaign %d's counts = %+v, %v; want %+v", i+1, got.Counts, err, want)
+		}
+	}
+	var rows int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM campaign_counts WHERE campaign_id <> ALL($1)`, campaigns).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("%d counter rows of no campaign here (%v)", rows, err)
+	}
+}
+
+// TestMigration28CountsOnFromTheCountsKept: a schema at migration 27, its
+// counts kept row by row, goes on counting from the same counts once its
+// trigger counts per statement.
+func TestMigration28CountsOnFromTheCountsKept(t *testing.T) {
+	t.Parallel()
+	url := testpg.Schema(t)
+	s := setup(t, url, Options{})
+	c := storetest.MakeCampaignCounts(t, s, time.Now())
+	s.Close()
+	testpg.Exec(t, url, undoMigration28)
+	if n := queryInt(t, url, `SELECT count(*) FROM pg_trigger WHERE tgname = 'campaign_count_delivery_update' AND tgtype & 1 = 1`); n != 1 {
+		t.Fatalf("after the undo, %d row-level update triggers; want migration 27's", n)
+	}
+	if _, err := Migrate(context.Background(), url); err != nil {
+		t.Fatal(err)
+	}
+	storetest.CheckCampaignCountsMigrated(t, setup(t, url, Options{MustExist: true}), c, time.Now())
+}
