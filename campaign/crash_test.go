@@ -115,13 +115,23 @@ type hooked struct {
 	// campaign's batches read up front) instead of by the order of the
 	// calls, which side by side is the goroutines'.
 	ranked map[int64]int
+	// onBatches, when set, is told of each read of batch bounds: where it
+	// reads after (nil: the cursor).
+	onBatches func(after *int64)
+}
+
+func (h *hooked) CampaignBatches(ctx context.Context, tenant, id string, after *int64, size, count int) ([]store.CampaignRange, error) {
+	if h.onBatches != nil {
+		h.onBatches(after)
+	}
+	return h.Campaigns.CampaignBatches(ctx, tenant, id, after, size, count)
 }
 
 // rank reads campaign id's batches of size recipients up front and numbers
 // them for ranked.
 func (h *hooked) rank(t *testing.T, id string, size int) {
 	t.Helper()
-	all, err := h.CampaignBatches(context.Background(), "t1", id, size, 1000000)
+	all, err := h.CampaignBatches(context.Background(), "t1", id, nil, size, 1000000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -288,7 +289,7 @@ func TestABatchWaitingForItsTurnLetsTheNextBegin(t *testing.T) {
 		ctx := context.Background()
 		id := newRunning(t, svc, n)
 		st := db.Store.(store.Campaigns)
-		all, err := st.CampaignBatches(ctx, "t1", id, size, n/size)
+		all, err := st.CampaignBatches(ctx, "t1", id, nil, size, n/size)
 		if err != nil || len(all) != n/size {
 			t.Fatalf("CampaignBatches = %v, %v", all, err)
 		}
@@ -414,6 +415,113 @@ func TestARoundReachesEveryRunningCampaign(t *testing.T) {
 			if c, err := svc.Get(ctx, "t1", id); err != nil || c.State != store.CampaignDone {
 				t.Fatalf("campaign %s after the round: %+v, %v; want DONE", id, c, err)
 			}
+		}
+	})
+}
+
+// TestTheNextWindowIsReadWhileAWindowWrites: side by side, the bounds of
+// a round's next window of batches are read after the last batch of the
+// window being written, while it writes, not at the cursor once it has
+// committed (the read is tens of milliseconds on PostgreSQL, with no batch
+// writing). With the first batch held in its commit, the read after the
+// first window's end is made; let go, every window after the first is
+// written on bounds read ahead: one read at the cursor in all, one
+// notification per recipient, the campaign DONE.
+func TestTheNextWindowIsReadWhileAWindowWrites(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		const n, size = 2000, 100 // windows of 8 batches (Parallel 2): 800, 800, 400
+		ctx := context.Background()
+		id := newRunning(t, svc, n)
+		st := db.Store.(store.Campaigns)
+		all, err := st.CampaignBatches(ctx, "t1", id, nil, size, n/size)
+		if err != nil || len(all) != n/size {
+			t.Fatalf("CampaignBatches = %v, %v", all, err)
+		}
+		release := make(chan struct{})
+		let := sync.OnceFunc(func() { close(release) })
+		defer let() // a failure below still lets the fan-out end
+		var mu sync.Mutex
+		var reads []string
+		h := &hooked{Campaigns: st, ranked: map[int64]int{},
+			beforeCommit: func(batch int) error {
+				if batch == 1 {
+					<-release
+				}
+				return nil
+			},
+			onBatches: func(after *int64) {
+				mu.Lock()
+				defer mu.Unlock()
+				if after == nil {
+					reads = append(reads, "cursor")
+					return
+				}
+				i := slices.IndexFunc(all, func(r store.CampaignRange) bool { return r.Upto == *after })
+				reads = append(reads, fmt.Sprintf("after batch %d", i+1))
+			}}
+		for i, r := range all {
+			h.ranked[r.After] = i + 1
+		}
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: size, Parallel: 2})
+		done := make(chan error, 1)
+		go func() {
+			got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
+			done <- errors.Join(err, check(got == n, "fanned out %d, want %d", got, n))
+		}()
+		testenv.WaitFor(t, "the second window's bounds read while the first batch is held", testenv.Patience, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Contains(reads, "after batch 8")
+		})
+		let()
+		if err := testenv.Recv(t, done, "the fan-out"); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if want := []string{"cursor", "after batch 8", "after batch 16", "after batch 20"}; !slices.Equal(reads, want) {
+			t.Errorf("bounds read %v; want %v", reads, want)
+		}
+		mu.Unlock()
+		wantOnePerRecipient(t, db, id, n)
+		if c, err := svc.Get(ctx, "t1", id); err != nil || c.Enqueued != n || c.State != store.CampaignDone {
+			t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
+		}
+	})
+}
+
+// TestTwoRunnersReadingAheadFanOutEachRecipientOnce: two runners fan out
+// one campaign at once (a change of leader overlaps them), side by side
+// with batches of different sizes, each reading its next window's bounds
+// while it writes: bounds one read ahead of a cursor the other moved are
+// refused at their turn (store.ErrCampaignBehind) and read again at the
+// cursor, so every recipient still gets one notification and the campaign
+// ends DONE.
+func TestTwoRunnersReadingAheadFanOutEachRecipientOnce(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		const n = 3000
+		ctx := context.Background()
+		id := newRunning(t, svc, n)
+		st := db.Store.(store.Campaigns)
+		quiet := slog.New(slog.DiscardHandler)
+		var wg sync.WaitGroup
+		for _, size := range []int{100, 70} {
+			r := campaign.NewRunner(campaign.RunnerConfig{Store: st, Batch: size, Parallel: 2, TurnTimeout: 2 * time.Second, Logger: quiet})
+			wg.Go(func() {
+				deadline := time.Now().Add(testenv.Patience)
+				for time.Now().Before(deadline) {
+					_, _ = r.Round(ctx) // a batch refused or given up is the next round's
+					if c, err := svc.Get(ctx, "t1", id); err == nil && c.State == store.CampaignDone {
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		wantOnePerRecipient(t, db, id, n)
+		if c, err := svc.Get(ctx, "t1", id); err != nil || c.Enqueued != n || c.State != store.CampaignDone {
+			t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
 		}
 	})
 }

@@ -62,12 +62,15 @@ type Campaigns interface {
 	// recipient is left it ends the campaign DONE.
 	CampaignFanOut(ctx context.Context, p CampaignFanOutParams) (CampaignFanOutResult, error)
 	// CampaignBatches divides the recipients of a RUNNING campaign after
-	// its cursor into up to count ranges of size recipients each, in seq
-	// order, the last one ending at the campaign's last recipient: the
-	// bounds of batches the runner writes side by side
-	// (CampaignFanOutParams.Range). None when no recipient is left or the
-	// campaign is not RUNNING; ErrNotFound for no such campaign.
-	CampaignBatches(ctx context.Context, tenant, id string, size, count int) ([]CampaignRange, error)
+	// its cursor (or after seq *after, when set) into up to count ranges of
+	// size recipients each, in seq order, the last one ending at the
+	// campaign's last recipient: the bounds of batches the runner writes
+	// side by side (CampaignFanOutParams.Range). The runner reads the
+	// bounds of its next batches after the last of those it is writing
+	// (after), so that they are ready when those commit. None when no
+	// recipient is left or the campaign is not RUNNING; ErrNotFound for no
+	// such campaign.
+	CampaignBatches(ctx context.Context, tenant, id string, after *int64, size, count int) ([]CampaignRange, error)
 }
 
 // CampaignRange is a batch's recipients: seq in (After, Upto].

@@ -140,15 +140,15 @@ FROM (SELECT NOT EXISTS (SELECT 1 FROM campaign_recipients WHERE campaign_id = $
 WHERE id = $1::text
 RETURNING d.done`
 
-	// qCampaignBatches reads the cursor of a campaign and the seqs that end
-	// each of the next $4 batches of $3 recipients after it (ends), with
-	// the last of those recipients (last: the end of a shorter final
-	// batch), on the primary key's order.
-	qCampaignBatches = `SELECT c.state, c.fanout_seq, coalesce(b.ends, '{}'), b.last FROM campaigns c
+	// qCampaignBatches reads the cursor of a campaign (or $5 in its place,
+	// when set) and the seqs that end each of the next $4 batches of $3
+	// recipients after it (ends), with the last of those recipients (last:
+	// the end of a shorter final batch), on the primary key's order.
+	qCampaignBatches = `SELECT c.state, coalesce($5::bigint, c.fanout_seq), coalesce(b.ends, '{}'), b.last FROM campaigns c
 LEFT JOIN LATERAL (
     SELECT array_agg(x.seq ORDER BY x.seq) FILTER (WHERE x.rn % $3::bigint = 0) AS ends, max(x.seq) AS last
     FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn FROM campaign_recipients
-          WHERE campaign_id = c.id AND seq > c.fanout_seq ORDER BY seq LIMIT $3::bigint * $4::bigint) x
+          WHERE campaign_id = c.id AND seq > coalesce($5::bigint, c.fanout_seq) ORDER BY seq LIMIT $3::bigint * $4::bigint) x
 ) b ON true
 WHERE c.id = $2::text AND c.tenant || '' = $1::text`
 
@@ -625,12 +625,12 @@ var errCampaignStopped = errors.New("the campaign is no longer running")
 
 // CampaignBatches reads the bounds of the next count batches
 // (qCampaignBatches).
-func (s *Store) CampaignBatches(ctx context.Context, tenant, id string, size, count int) ([]store.CampaignRange, error) {
+func (s *Store) CampaignBatches(ctx context.Context, tenant, id string, after *int64, size, count int) ([]store.CampaignRange, error) {
 	var state string
 	var cursor int64
 	var ends []int64
 	var last *int64
-	err := s.pool.QueryRow(ctx, qCampaignBatches, tenant, id, size, count).Scan(&state, &cursor, &ends, &last)
+	err := s.pool.QueryRow(ctx, qCampaignBatches, tenant, id, size, count, after).Scan(&state, &cursor, &ends, &last)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, store.ErrNotFound
 	}

@@ -45,7 +45,7 @@ func TestARangedBatchWaitsForTheBatchBeforeIt(t *testing.T) {
 			if _, err := s.CampaignStart(ctx, "t", "cmp_w"); err != nil {
 				t.Fatal(err)
 			}
-			ranges, err := s.CampaignBatches(ctx, "t", "cmp_w", 10, 2)
+			ranges, err := s.CampaignBatches(ctx, "t", "cmp_w", nil, 10, 2)
 			if err != nil || len(ranges) != 2 {
 				t.Fatalf("CampaignBatches = %v, %v; want two", ranges, err)
 			}
@@ -121,11 +121,11 @@ func TestOverlappingRunnersUnwindThroughTheLockTimeout(t *testing.T) {
 	if _, err := a.CampaignStart(ctx, "t1", id); err != nil {
 		t.Fatal(err)
 	}
-	ra, err := a.CampaignBatches(ctx, "t1", id, 10, 2) // runner A: batches of 10
+	ra, err := a.CampaignBatches(ctx, "t1", id, nil, 10, 2) // runner A: batches of 10
 	if err != nil || len(ra) != 2 {
 		t.Fatalf("A's ranges %v, %v", ra, err)
 	}
-	rb, err := b.CampaignBatches(ctx, "t1", id, 7, 3) // runner B: batches of 7
+	rb, err := b.CampaignBatches(ctx, "t1", id, nil, 7, 3) // runner B: batches of 7
 	if err != nil || len(rb) != 3 {
 		t.Fatalf("B's ranges %v, %v", rb, err)
 	}

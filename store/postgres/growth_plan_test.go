@@ -70,7 +70,7 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 		"fanout": {qCampaignFanOut, []any{"c1", int64(0), 10000, "t", "k", "marketing", "{}", nil, nil, []string{"push", "sms"}, []int32{0, 0}}, nil},
 		"fanoutrange": {qCampaignFanOutRange, []any{"c1", int64(0), int64(10000), "t", "k", "marketing", "{}", nil, nil, []string{"push", "sms"},
 			[]int32{0, 0}}, nil},
-		"batches":             {qCampaignBatches, []any{"t", "c1", 10000, 2}, []string{"campaigns_pkey"}},
+		"batches":             {qCampaignBatches, []any{"t", "c1", 10000, 2, nil}, []string{"campaigns_pkey"}},
 		"peek":                {qCampaignFanOutPeek, []any{"t", "c1"}, []string{"campaigns_pkey"}},
 		"lock":                {qCampaignLock, []any{"t", "c1"}, []string{"campaigns_pkey"}},
 		"head":                {qCampaignFanOutHead, []any{"t", "c1"}, []string{"campaigns_pkey"}},

@@ -65,12 +65,13 @@ ORDER BY r.seq, c.key, dv.device_id
 ON CONFLICT DO NOTHING`
 	// qCampaignBatches: PostgreSQL's, the recipients read once for both
 	// the ends and the last.
-	// ?1 tenant, ?2 id, ?3 size, ?4 count.
-	qCampaignBatches = `SELECT c.state, c.fanout_seq, b.ends, b.last
+	// ?1 tenant, ?2 id, ?3 size, ?4 count, ?5 the seq to read after (NULL:
+	// the cursor).
+	qCampaignBatches = `SELECT c.state, coalesce(?5, c.fanout_seq), b.ends, b.last
 FROM campaigns c, (
     SELECT json_group_array(x.seq) FILTER (WHERE x.rn % ?3 = 0) AS ends, max(x.seq) AS last
     FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS rn FROM campaign_recipients
-          WHERE campaign_id = ?2 AND seq > (SELECT fanout_seq FROM campaigns WHERE id = ?2) ORDER BY seq LIMIT ?3 * ?4) x
+          WHERE campaign_id = ?2 AND seq > coalesce(?5, (SELECT fanout_seq FROM campaigns WHERE id = ?2)) ORDER BY seq LIMIT ?3 * ?4) x
 ) b
 WHERE c.tenant = ?1 AND c.id = ?2`
 	// qCampaignLeft: whether any recipient follows ?2.
@@ -426,11 +427,11 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 
 // CampaignBatches reads the bounds of the next count batches
 // (qCampaignBatches).
-func (s *Store) CampaignBatches(ctx context.Context, tenant, id string, size, count int) ([]store.CampaignRange, error) {
+func (s *Store) CampaignBatches(ctx context.Context, tenant, id string, after *int64, size, count int) ([]store.CampaignRange, error) {
 	var state, endsJSON string
 	var cursor int64
 	var last sql.NullInt64
-	err := s.queryRow(ctx, qCampaignBatches, tenant, id, size, count).Scan(&state, &cursor, &endsJSON, &last)
+	err := s.queryRow(ctx, qCampaignBatches, tenant, id, size, count, after).Scan(&state, &cursor, &endsJSON, &last)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, store.ErrNotFound
 	}

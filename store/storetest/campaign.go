@@ -340,16 +340,16 @@ func testCampaigns(t *testing.T, h Harness) {
 		}
 		b := setupCampaigns(t, h)
 		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 11) }, nil)
-		if rs, err := b.c.CampaignBatches(b.ctx, "t1", p.ID, 3, 2); err != nil || len(rs) != 0 {
+		if rs, err := b.c.CampaignBatches(b.ctx, "t1", p.ID, nil, 3, 2); err != nil || len(rs) != 0 {
 			t.Fatalf("batches of a DRAFT campaign = %v, %v; want none", rs, err)
 		}
-		if _, err := b.c.CampaignBatches(b.ctx, "t1", "cmp_none", 3, 2); !errors.Is(err, store.ErrNotFound) {
+		if _, err := b.c.CampaignBatches(b.ctx, "t1", "cmp_none", nil, 3, 2); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("batches of no campaign: %v; want ErrNotFound", err)
 		}
 		startCampaign(t, b, p.ID)
 		batches := func(size, count int) []store.CampaignRange {
 			t.Helper()
-			rs, err := b.c.CampaignBatches(b.ctx, "t1", p.ID, size, count)
+			rs, err := b.c.CampaignBatches(b.ctx, "t1", p.ID, nil, size, count)
 			if err != nil {
 				t.Fatalf("CampaignBatches: %v", err)
 			}
@@ -444,7 +444,7 @@ func testCampaigns(t *testing.T, h Harness) {
 		b := setupCampaigns(t, h)
 		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 6) }, nil)
 		startCampaign(t, b, p.ID)
-		rs, err := b.c.CampaignBatches(b.ctx, "t1", p.ID, 3, 2)
+		rs, err := b.c.CampaignBatches(b.ctx, "t1", p.ID, nil, 3, 2)
 		if err != nil || len(rs) != 2 {
 			t.Fatalf("CampaignBatches = %v, %v; want two", rs, err)
 		}
