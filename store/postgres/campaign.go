@@ -57,7 +57,7 @@ WHERE id = $2::text AND tenant || '' = $1::text AND state = 'DRAFT'`
 	qCampaignAnalyze = `ANALYZE campaign_recipients`
 
 	// qCampaignGet reads a campaign with its send counts, kept per
-	// campaign and backend by the triggers of migration 27 (store.CampaignCounts).
+	// campaign and backend by the triggers of migrations 27 and 28 (store.CampaignCounts).
 	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.state, c.params::text, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
        k.sent, k.suppressed, k.failed, k.unknown
 FROM campaigns c, LATERAL (` + qCampaignCounts + `) k
@@ -171,13 +171,13 @@ RETURNING ended_at`
 	// now releases nothing later.
 	//
 	// It returns, all as of its one snapshot: the counts of the sends that
-	// had ended (read before its own writes count theirs: a row trigger
-	// fires at the statement's end), the sends it ended, and those in
-	// flight: every other send it found under way. A send a sender claims
-	// or ends while the statement runs is one it found under way (its
-	// guarded write meets the newer row and leaves it): counted in flight,
-	// so the counts, the cancelled and the in flight always add up to the
-	// campaign's sends.
+	// had ended (read before its own writes count theirs: the counting
+	// triggers, row and statement, fire at the statement's end), the sends
+	// it ended, and those in flight: every other send it found under way.
+	// A send a sender claims or ends while the statement runs is one it
+	// found under way (its guarded write meets the newer row and leaves
+	// it): counted in flight, so the counts, the cancelled and the in
+	// flight always add up to the campaign's sends.
 	//
 	// $1 campaign id, $2 tenant, $3 now.
 	qCampaignCancelSends = `WITH m AS MATERIALIZED (
