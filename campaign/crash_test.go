@@ -66,6 +66,16 @@ func wantOnePerRecipient(t *testing.T, db *testdb.DB, id string, n int) {
 	}
 }
 
+// wantFannedOut fails the test unless campaign id of tenant t1 is DONE,
+// n enqueued, each of its n recipients with one notification.
+func wantFannedOut(t *testing.T, db *testdb.DB, svc *campaign.Service, id string, n int) {
+	t.Helper()
+	wantOnePerRecipient(t, db, id, n)
+	if c, err := svc.Get(context.Background(), "t1", id); err != nil || c.Enqueued != int64(n) || c.State != store.CampaignDone {
+		t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
+	}
+}
+
 // newRunning creates and starts a campaign of coupon.expiring (push and
 // email) to n recipients u0…, in pages of campaign.MaxPage, each sent twice.
 func newRunning(t *testing.T, svc *campaign.Service, n int) string {
@@ -325,9 +335,6 @@ func failedBatchesResume(t *testing.T, parallel int) {
 				break
 			}
 		}
-		wantOnePerRecipient(t, db, id, n)
-		if c, err := svc.Get(context.Background(), "t1", id); err != nil || c.Enqueued != n || c.State != store.CampaignDone {
-			t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
-		}
+		wantFannedOut(t, db, svc, id, n)
 	})
 }

@@ -269,10 +269,7 @@ func TestABatchGivesUpWaitingForItsTurn(t *testing.T) {
 		if got, err := next.Round(ctx); got != n-size || err != nil {
 			t.Fatalf("next round: %d, %v; want the other %d", got, err, n-size)
 		}
-		wantOnePerRecipient(t, db, id, n)
-		if c, err := svc.Get(ctx, "t1", id); err != nil || c.Enqueued != n || c.State != store.CampaignDone {
-			t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
-		}
+		wantFannedOut(t, db, svc, id, n)
 	})
 }
 
@@ -330,10 +327,7 @@ func TestABatchWaitingForItsTurnLetsTheNextBegin(t *testing.T) {
 		if err := testenv.Recv(t, done, "the fan-out"); err != nil {
 			t.Fatal(err)
 		}
-		wantOnePerRecipient(t, db, id, n)
-		if c, err := svc.Get(ctx, "t1", id); err != nil || c.Enqueued != n || c.State != store.CampaignDone {
-			t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
-		}
+		wantFannedOut(t, db, svc, id, n)
 	})
 }
 
@@ -483,10 +477,7 @@ func TestTheNextWindowIsReadWhileAWindowWrites(t *testing.T) {
 			t.Errorf("bounds read %v; want %v", reads, want)
 		}
 		mu.Unlock()
-		wantOnePerRecipient(t, db, id, n)
-		if c, err := svc.Get(ctx, "t1", id); err != nil || c.Enqueued != n || c.State != store.CampaignDone {
-			t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
-		}
+		wantFannedOut(t, db, svc, id, n)
 	})
 }
 
@@ -519,9 +510,6 @@ func TestTwoRunnersReadingAheadFanOutEachRecipientOnce(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		wantOnePerRecipient(t, db, id, n)
-		if c, err := svc.Get(ctx, "t1", id); err != nil || c.Enqueued != n || c.State != store.CampaignDone {
-			t.Fatalf("campaign = %+v, %v; want DONE, enqueued %d", c, err, n)
-		}
+		wantFannedOut(t, db, svc, id, n)
 	})
 }
