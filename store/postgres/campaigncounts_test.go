@@ -140,3 +140,69 @@ func TestMigration28CountsOnFromTheCountsKept(t *testing.T) {
 	}
 	storetest.CheckCampaignCountsMigrated(t, setup(t, url, Options{MustExist: true}), c, time.Now())
 }
+
+// TestACancelOfManyWaitingSendsAfterOneResultTakesLinearTime: the
+// statement-level trigger (migration 28) plans its statement once per
+// backend, with the sizes of the transition tables of the first statement
+// that ran it there (PL/pgSQL caches the plan; the tables' row counts are
+// fixed in it when the statement is first analysed). A backend whose first
+// counted statement ended one send, as a single result write does, joined
+// the old and new rows of every later statement with a nested loop: a
+// statement ending n sends took time in n², 6.5 s for 10,000 sends and
+// 207 s for 50,000 on the development machine, where the row trigger took
+// about a second. Here a campaign's 20,000 sends wait in RETRY_WAIT (a
+// provider outage), one send's result is written, and the campaign is
+// cancelled on the same backend (a pool of one connection): the cancel's
+// one statement ends the 19,999 waiting sends.
+func TestACancelOfManyWaitingSendsAfterOneResultTakesLinearTime(t *testing.T) {
+	// Not parallel: it times a statement.
+	ctx := context.Background()
+	s := setup(t, "", Options{MaxConns: 1, PipelineWorkers: 1})
+	const n = 20000
+	id := ids.New("cmp", time.Now())
+	rs := make([]store.CampaignRecipient, n)
+	for i := range rs {
+		rs[i] = store.CampaignRecipient{Recipient: fmt.Sprintf("r%d", i), NotificationID: fmt.Sprintf("ntf_%s_%d", id, i)}
+	}
+	if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: id, RequestHash: "h", Kind: "k",
+		Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Recipients: rs}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CampaignStart(ctx, "t1", id); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: n + 1}); err != nil || res.Recipients != n {
+		t.Fatalf("CampaignFanOut: %+v, %v", res, err)
+	}
+	// Every send claimed and tried once, as the sender leaves them: the
+	// first one in flight, the others waiting for a retry.
+	first := store.MessageID(rs[0].NotificationID, heraldtype.ChannelWebhook)
+	if _, err := s.pool.Exec(ctx, `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by,
+    claimed_at, next_attempt_at, created_at, updated_at, campaign_id)
+SELECT o.message_id, o.notification_id, o.tenant, o.channel, 'p', CASE WHEN o.message_id = $2 THEN 'SENDING' ELSE 'RETRY_WAIT' END, 1,
+       CASE WHEN o.message_id = $2 THEN 'w1' END, now(), CASE WHEN o.message_id = $2 THEN NULL ELSE now() + interval '1 hour' END,
+       now(), now(), cr.campaign_id
+FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
+WHERE cr.campaign_id = $1`, id, first); err != nil {
+		t.Fatal(err)
+	}
+	// The first statement on the backend that moves a campaign's delivery:
+	// one send's result.
+	if res, err := s.DeliveryRecord(ctx, store.DeliveryRecordParams{MessageID: first, Attempt: 1, State: heraldtype.DeliveryProviderAccepted,
+		Owner: "w1", Class: "c", StartedAt: time.Now()}); err != nil || !res.Recorded {
+		t.Fatalf("DeliveryRecord: %+v, %v", res, err)
+	}
+	start := time.Now()
+	res, err := s.CampaignCancel(ctx, "t1", id)
+	took := time.Since(start)
+	if err != nil || res.Cancelled != n-1 {
+		t.Fatalf("CampaignCancel: %d cancelled, %v; want %d", res.Cancelled, err, n-1)
+	}
+	t.Logf("the cancel of %d waiting sends took %s", n-1, took)
+	if took > 10*time.Second {
+		t.Errorf("the cancel of %d waiting sends took %s; the row trigger took about a second", n-1, took)
+	}
+	if got, err := s.CampaignGet(ctx, "t1", id); err != nil || got.Counts != (store.CampaignCounts{Sent: 1, Suppressed: n - 1}) {
+		t.Errorf("counts after the cancel = %+v, %v; want 1 sent, %d suppressed", got.Counts, err, n-1)
+	}
+}
