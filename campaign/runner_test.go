@@ -303,15 +303,7 @@ func TestABatchWaitingForItsTurnLetsTheNextBegin(t *testing.T) {
 				return nil
 			},
 			onTurn: func(batch int) { mu.Lock(); waiting[batch] = true; mu.Unlock() }}
-		for i, r := range all {
-			h.ranked[r.After] = i + 1
-		}
-		r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: size, Parallel: 2})
-		done := make(chan error, 1)
-		go func() {
-			got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
-			done <- errors.Join(err, check(got == n, "fanned out %d, want %d", got, n))
-		}()
+		done := fanOutRanked(ctx, h, all, id, size, n)
 		testenv.WaitFor(t, "batches 2, 3 and 4 to wait for their turn behind batch 1", testenv.Patience, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
@@ -337,6 +329,23 @@ func check(ok bool, format string, args ...any) error {
 		return nil
 	}
 	return fmt.Errorf(format, args...)
+}
+
+// fanOutRanked numbers h's batches by all (the campaign's batches read up
+// front) and fans campaign id of tenant t1 out in the background, two
+// batches of size side by side; done receives an error unless all n were
+// fanned out.
+func fanOutRanked(ctx context.Context, h *hooked, all []store.CampaignRange, id string, size, n int) (done <-chan error) {
+	for i, r := range all {
+		h.ranked[r.After] = i + 1
+	}
+	r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: size, Parallel: 2})
+	ch := make(chan error, 1)
+	go func() {
+		got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
+		ch <- errors.Join(err, check(got == n, "fanned out %d, want %d", got, n))
+	}()
+	return ch
 }
 
 // TestAStalledCampaignIsAlertedOnce: a campaign whose fan-out fails at
@@ -454,15 +463,7 @@ func TestTheNextWindowIsReadWhileAWindowWrites(t *testing.T) {
 				i := slices.IndexFunc(all, func(r store.CampaignRange) bool { return r.Upto == *after })
 				reads = append(reads, fmt.Sprintf("after batch %d", i+1))
 			}}
-		for i, r := range all {
-			h.ranked[r.After] = i + 1
-		}
-		r := campaign.NewRunner(campaign.RunnerConfig{Store: h, Batch: size, Parallel: 2})
-		done := make(chan error, 1)
-		go func() {
-			got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
-			done <- errors.Join(err, check(got == n, "fanned out %d, want %d", got, n))
-		}()
+		done := fanOutRanked(ctx, h, all, id, size, n)
 		testenv.WaitFor(t, "the second window's bounds read while the first batch is held", testenv.Patience, func() bool {
 			mu.Lock()
 			defer mu.Unlock()

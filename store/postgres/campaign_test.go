@@ -24,18 +24,7 @@ func TestCampaignCancelWaitsForTheBatchInFlight(t *testing.T) {
 	app := uniqueName("cancel")
 	b := setup(t, appURL(url, app), Options{})
 	ctx := context.Background()
-	id := ids.New("cmp", time.Now())
-	rs := make([]store.CampaignRecipient, 25)
-	for i := range rs {
-		rs[i] = store.CampaignRecipient{Recipient: fmt.Sprintf("r%d", i), NotificationID: fmt.Sprintf("ntf_%s_%d", id, i)}
-	}
-	if _, err := a.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: id, RequestHash: "h", Kind: "k",
-		Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Recipients: rs}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.CampaignStart(ctx, "t1", id); err != nil {
-		t.Fatal(err)
-	}
+	id, _ := runningCampaign(t, a, 25)
 
 	inBatch, release := make(chan struct{}), make(chan struct{})
 	batch := async(func() (store.CampaignFanOutResult, error) {
@@ -63,6 +52,27 @@ func TestCampaignCancelWaitsForTheBatchInFlight(t *testing.T) {
 	if err := a.pool.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE campaign_id = $1`, id).Scan(&n); err != nil || n != 10 {
 		t.Fatalf("%d notifications (%v); want the batch's 10", n, err)
 	}
+}
+
+// runningCampaign creates and starts a campaign of tenant t1 (the
+// marketing lane, a webhook each) to n recipients r0… with notification
+// ids ntf_<id>_<i>, and returns its id and recipients.
+func runningCampaign(t *testing.T, s *Store, n int) (string, []store.CampaignRecipient) {
+	t.Helper()
+	ctx := context.Background()
+	id := ids.New("cmp", time.Now())
+	rs := make([]store.CampaignRecipient, n)
+	for i := range rs {
+		rs[i] = store.CampaignRecipient{Recipient: fmt.Sprintf("r%d", i), NotificationID: fmt.Sprintf("ntf_%s_%d", id, i)}
+	}
+	if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: id, RequestHash: "h", Kind: "k",
+		Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Recipients: rs}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CampaignStart(ctx, "t1", id); err != nil {
+		t.Fatal(err)
+	}
+	return id, rs
 }
 
 // A send claimed while a cancel's statement runs (seconds for a big

@@ -2,14 +2,12 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
-	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/storetest"
@@ -37,18 +35,9 @@ func TestMergedResultWritesCountEachCampaignBySum(t *testing.T) {
 		{heraldtype.DeliveryProviderAccepted, heraldtype.DeliveryProviderAccepted, heraldtype.DeliveryPermanentFailure, heraldtype.DeliveryProviderAccepted},
 		{heraldtype.DeliveryUnknown, heraldtype.DeliveryProviderAccepted, heraldtype.DeliveryRetryWait},
 	} {
-		id := ids.New("cmp", time.Now())
-		rs := make([]store.CampaignRecipient, len(outcomes))
-		for i := range rs {
-			rs[i] = store.CampaignRecipient{Recipient: fmt.Sprintf("r%d", i), NotificationID: fmt.Sprintf("ntf_%s_%d", id, i)}
-			sends = append(sends, send{c, rs[i].NotificationID, outcomes[i]})
-		}
-		if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: id, RequestHash: "h", Kind: "k",
-			Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Recipients: rs}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.CampaignStart(ctx, "t1", id); err != nil {
-			t.Fatal(err)
+		id, rs := runningCampaign(t, s, len(outcomes))
+		for i, r := range rs {
+			sends = append(sends, send{c, r.NotificationID, outcomes[i]})
 		}
 		if _, err := s.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: 10}); err != nil {
 			t.Fatal(err)
@@ -159,18 +148,7 @@ func TestACancelOfManyWaitingSendsAfterOneResultTakesLinearTime(t *testing.T) {
 	ctx := context.Background()
 	s := setup(t, "", Options{MaxConns: 1, PipelineWorkers: 1})
 	const n = 20000
-	id := ids.New("cmp", time.Now())
-	rs := make([]store.CampaignRecipient, n)
-	for i := range rs {
-		rs[i] = store.CampaignRecipient{Recipient: fmt.Sprintf("r%d", i), NotificationID: fmt.Sprintf("ntf_%s_%d", id, i)}
-	}
-	if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: id, RequestHash: "h", Kind: "k",
-		Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Recipients: rs}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CampaignStart(ctx, "t1", id); err != nil {
-		t.Fatal(err)
-	}
+	id, rs := runningCampaign(t, s, n)
 	if res, err := s.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: n + 1}); err != nil || res.Recipients != n {
 		t.Fatalf("CampaignFanOut: %+v, %v", res, err)
 	}
