@@ -112,18 +112,18 @@ func TestMergedResultWritesCountEachCampaignBySum(t *testing.T) {
 }
 
 // TestMigration28CountsOnFromTheCountsKept: a schema at migration 27, its
-// counts kept row by row, goes on counting from the same counts once its
-// trigger counts per statement.
+// counts kept row by row by 27's trigger, goes on counting from the same
+// counts once its trigger counts per statement.
 func TestMigration28CountsOnFromTheCountsKept(t *testing.T) {
 	t.Parallel()
 	url := testpg.Schema(t)
 	s := setup(t, url, Options{})
-	c := storetest.MakeCampaignCounts(t, s, time.Now())
-	s.Close()
 	testpg.Exec(t, url, undoMigration28)
 	if n := queryInt(t, url, `SELECT count(*) FROM pg_trigger WHERE tgname = 'campaign_count_delivery_update' AND tgtype & 1 = 1`); n != 1 {
 		t.Fatalf("after the undo, %d row-level update triggers; want migration 27's", n)
 	}
+	c := storetest.MakeCampaignCounts(t, s, time.Now()) // counted by migration 27's row trigger
+	s.Close()
 	if _, err := Migrate(context.Background(), url); err != nil {
 		t.Fatal(err)
 	}
