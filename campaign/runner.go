@@ -388,7 +388,6 @@ func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size
 	writing := make(chan struct{}, r.cfg.Parallel) // of them, those not yet waiting for their turn
 	var stop atomic.Bool                           // a batch failed or ended the campaign: begin no more
 	var wg sync.WaitGroup
-	launched := 0
 	for i := range ranges {
 		begun <- struct{}{}
 		writing <- struct{}{}
@@ -412,7 +411,6 @@ func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size
 					return context.Cause(ctx)
 				}
 			}}
-		launched++
 		wg.Go(func() {
 			defer func() { wrote(); close(ended[i]); <-begun }()
 			results[i], errs[i] = r.cfg.Store.CampaignFanOut(ctx, p)
@@ -441,7 +439,9 @@ func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size
 			sum.Lane = res.Lane
 		}
 	}
-	if sum.Done || ctx.Err() != nil || launched < len(ranges) {
+	// Every batch was begun and written unless one failed (returned
+	// above), the campaign ended or ctx did.
+	if sum.Done || ctx.Err() != nil {
 		return sum, nil, nil
 	}
 	return sum, next, nil
