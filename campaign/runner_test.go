@@ -65,15 +65,7 @@ func TestRoundGoesOnPastAFailingCampaign(t *testing.T) {
 		ctx := context.Background()
 		var cids []string
 		for k := range 2 {
-			id, _, err := svc.Create(ctx, "t1", fmt.Sprintf("key-%d", k), "h", campaign.Request{Kind: "coupon.expiring",
-				Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: []campaign.Recipient{{Recipient: "u1"}, {Recipient: "u2"}}})
-			if err != nil {
-				t.Fatalf("Create: %v", err)
-			}
-			if _, err := svc.Start(ctx, "t1", id); err != nil {
-				t.Fatalf("Start: %v", err)
-			}
-			cids = append(cids, id)
+			cids = append(cids, startCoupons(t, svc, "t1", fmt.Sprintf("key-%d", k), 2))
 		}
 		f := failFirst(db.Store.(store.Campaigns))
 		r := campaign.NewRunner(campaign.RunnerConfig{Store: f, Batch: 1})
