@@ -71,6 +71,14 @@ type Campaigns interface {
 	// recipient is left or the campaign is not RUNNING; ErrNotFound for no
 	// such campaign.
 	CampaignBatches(ctx context.Context, tenant, id string, after *int64, size, count int) ([]CampaignRange, error)
+	// CampaignsExpireDrafts ends CANCELLED, with Reason
+	// CampaignDraftExpired, up to limit DRAFT campaigns created before
+	// createdBefore, the oldest first, and returns them: a campaign never
+	// started does not wait for ever (DESIGN §3). A DRAFT campaign has no
+	// notification yet, so there is nothing else to stop. One being
+	// written at that moment (a page, a start, a cancel) is left to that
+	// write: expired only if it is still DRAFT afterwards, at a later call.
+	CampaignsExpireDrafts(ctx context.Context, createdBefore time.Time, limit int) ([]CampaignRef, error)
 }
 
 // CampaignRange is a batch's recipients: seq in (After, Upto].
@@ -126,6 +134,11 @@ const (
 	CampaignDone      = "DONE"
 	CampaignCancelled = "CANCELLED"
 )
+
+// CampaignDraftExpired is the Reason of a campaign that was never started
+// and was ended CANCELLED when its draft's time ran out
+// (CampaignsExpireDrafts); a campaign a client cancelled has none.
+const CampaignDraftExpired = "DRAFT_EXPIRED"
 
 // CampaignCreateParams is one POST /v1/campaigns.
 type CampaignCreateParams struct {
@@ -198,6 +211,9 @@ type Campaign struct {
 	CreatedAt time.Time
 	StartedAt *time.Time
 	EndedAt   *time.Time
+	// Reason says why a CANCELLED campaign ended when a client did not
+	// cancel it: CampaignDraftExpired. Empty otherwise.
+	Reason string
 }
 
 // CampaignCounts counts a campaign's sends (one per outbox row: a push to

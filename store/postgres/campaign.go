@@ -51,15 +51,18 @@ RETURNING id`
 u AS (UPDATE campaigns SET total = total + (SELECT count(*) FROM i) WHERE id = $1::text RETURNING total)
 SELECT (SELECT count(*) FROM i), (SELECT total FROM u)`
 
+	// The state is checked as an expression (state || ''), as the tenant
+	// is, so that no plan takes campaigns_draft, whose predicate it would
+	// match, and walks every draft for the id.
 	qCampaignStart = `UPDATE campaigns SET state = 'RUNNING', started_at = coalesce($3::timestamptz, now())
-WHERE id = $2::text AND tenant || '' = $1::text AND state = 'DRAFT'`
+WHERE id = $2::text AND tenant || '' = $1::text AND state || '' = 'DRAFT'`
 
 	qCampaignAnalyze = `ANALYZE campaign_recipients`
 
 	// qCampaignGet reads a campaign with its send counts, kept per
 	// campaign and backend by the triggers of migrations 27 and 28 (store.CampaignCounts).
 	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.state, c.params::text, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
-       k.sent, k.suppressed, k.failed, k.unknown
+       coalesce(c.ended_reason, ''), k.sent, k.suppressed, k.failed, k.unknown
 FROM campaigns c, LATERAL (` + qCampaignCounts + `) k
 WHERE c.id = $2::text AND c.tenant || '' = $1::text`
 
@@ -157,6 +160,17 @@ WHERE c.id = $2::text AND c.tenant || '' = $1::text`
     state = CASE WHEN $4::boolean THEN 'DONE' ELSE state END,
     ended_at = CASE WHEN $4::boolean THEN coalesce($5::timestamptz, now()) ELSE ended_at END
 WHERE id = $1::text`
+
+	// qCampaignsExpireDrafts ends CANCELLED (DRAFT_EXPIRED) up to $2 DRAFT
+	// campaigns created before $1, the oldest first, on campaigns_draft.
+	// One whose row a page, a start or a cancel holds is skipped (SKIP
+	// LOCKED), and the lock re-reads the state of the others, so a
+	// campaign started or cancelled meanwhile is not taken.
+	// $1 created before, $2 limit, $3 now.
+	qCampaignsExpireDrafts = `UPDATE campaigns c SET state = 'CANCELLED', ended_reason = 'DRAFT_EXPIRED', ended_at = coalesce($3::timestamptz, now())
+FROM (SELECT id FROM campaigns WHERE state = 'DRAFT' AND created_at < $1::timestamptz ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) x
+WHERE c.id = x.id
+RETURNING c.tenant, c.id, c.lane`
 
 	qCampaignCancelMark = `UPDATE campaigns SET state = 'CANCELLED', ended_at = coalesce($2::timestamptz, now()) WHERE id = $1::text
 RETURNING ended_at`
@@ -400,7 +414,7 @@ func readCampaign(ctx context.Context, q querier, tenant, id string) (store.Camp
 	var lane, params string
 	k := &c.Counts
 	err := q.QueryRow(ctx, qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued,
-		&c.SendAt, &c.CreatedAt, &c.StartedAt, &c.EndedAt, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
+		&c.SendAt, &c.CreatedAt, &c.StartedAt, &c.EndedAt, &c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, store.ErrNotFound
 	}
@@ -678,4 +692,23 @@ func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.Ca
 		return store.CampaignCancelResult{}, s.campaignFail("cancel campaign", err)
 	}
 	return res, nil
+}
+
+// CampaignsExpireDrafts ends DRAFT campaigns past their time CANCELLED.
+func (s *Store) CampaignsExpireDrafts(ctx context.Context, createdBefore time.Time, limit int) ([]store.CampaignRef, error) {
+	rows, err := s.pool.Query(ctx, qCampaignsExpireDrafts, createdBefore, limit, s.now())
+	if err != nil {
+		return nil, s.fail("expire campaign drafts", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.CampaignRef, error) {
+		var c store.CampaignRef
+		var lane string
+		err := r.Scan(&c.Tenant, &c.ID, &lane)
+		c.Lane = heraldtype.Lane(lane)
+		return c, err
+	})
+	if err != nil {
+		return nil, s.fail("expire campaign drafts", err)
+	}
+	return out, nil
 }

@@ -59,6 +59,16 @@ func TestCampaignCancelWaitsForTheBatchInFlight(t *testing.T) {
 // ids ntf_<id>_<i>, and returns its id and recipients.
 func runningCampaign(t *testing.T, s *Store, n int) (string, []store.CampaignRecipient) {
 	t.Helper()
+	id, rs := draftCampaign(t, s, n)
+	if _, err := s.CampaignStart(context.Background(), "t1", id); err != nil {
+		t.Fatal(err)
+	}
+	return id, rs
+}
+
+// draftCampaign is runningCampaign's campaign, not started.
+func draftCampaign(t *testing.T, s *Store, n int) (string, []store.CampaignRecipient) {
+	t.Helper()
 	ctx := context.Background()
 	id := ids.New("cmp", time.Now())
 	rs := make([]store.CampaignRecipient, n)
@@ -69,10 +79,41 @@ func runningCampaign(t *testing.T, s *Store, n int) (string, []store.CampaignRec
 		Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Recipients: rs}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CampaignStart(ctx, "t1", id); err != nil {
+	return id, rs
+}
+
+// TestADraftBeingWrittenIsNotExpiredUnderIt: while a page, a start or a
+// cancel holds a draft's row, the expiry of drafts passes it by at once
+// (it neither waits for the write nor writes over it) and takes it at a
+// later call if it is still DRAFT then.
+func TestADraftBeingWrittenIsNotExpiredUnderIt(t *testing.T) {
+	t.Parallel()
+	s := setup(t, testpg.Schema(t), Options{})
+	ctx := context.Background()
+	held, _ := draftCampaign(t, s, 2)
+	free, _ := draftCampaign(t, s, 2)
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return id, rs
+	defer tx.Rollback(ctx)
+	if _, _, err := lockCampaign(ctx, tx, "t1", held); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	later := time.Now().Add(time.Hour)
+	refs, err := s.CampaignsExpireDrafts(wctx, later, 10)
+	if err != nil || len(refs) != 1 || refs[0].ID != free {
+		t.Fatalf("CampaignsExpireDrafts beside a held draft = %+v, %v; want only %s, at once", refs, err, free)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refs, err = s.CampaignsExpireDrafts(ctx, later, 10)
+	if err != nil || len(refs) != 1 || refs[0].ID != held {
+		t.Fatalf("CampaignsExpireDrafts once the draft is free = %+v, %v; want %s", refs, err, held)
+	}
 }
 
 // A send claimed while a cancel's statement runs (seconds for a big

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
@@ -31,7 +32,7 @@ ON CONFLICT (campaign_id, recipient) DO NOTHING`
 	// qCampaignGet reads a campaign with its send counts, kept by the
 	// triggers of migration 27 (store.CampaignCounts).
 	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.state, c.params, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
-       coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
+       coalesce(c.ended_reason, ''), coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
 FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
 WHERE c.tenant = ? AND c.id = ?`
 	// qCampaignsRunning pages through the RUNNING campaigns after (?2, ?3)
@@ -79,6 +80,12 @@ WHERE c.tenant = ?1 AND c.id = ?2`
 	qCampaignAdvance = `UPDATE campaigns SET fanout_seq = ?2, enqueued = enqueued + ?3,
     state = CASE WHEN ?4 THEN 'DONE' ELSE state END, ended_at = CASE WHEN ?4 THEN ?5 ELSE ended_at END
 WHERE id = ?1`
+	// qCampaignsExpireDrafts ends CANCELLED (DRAFT_EXPIRED) up to ?2 DRAFT
+	// campaigns created before ?1, the oldest first (campaigns_draft); the
+	// single writer puts it before or after any page, start or cancel.
+	qCampaignsExpireDrafts = `UPDATE campaigns SET state = 'CANCELLED', ended_reason = 'DRAFT_EXPIRED', ended_at = ?3
+WHERE id IN (SELECT id FROM campaigns WHERE state = 'DRAFT' AND created_at < ?1 ORDER BY created_at, id LIMIT ?2)
+RETURNING tenant, id, lane`
 	qCampaignCancelMark = `UPDATE campaigns SET state = 'CANCELLED', ended_at = ? WHERE id = ?`
 	// The cancel's writes: PostgreSQL's qCampaignCancelSends, one
 	// statement each. ?1 campaign id, ?2 tenant, ?3 now.
@@ -299,7 +306,7 @@ func readCampaign(q rowQuerier, tenant, id string) (store.Campaign, error) {
 	var created int64
 	k := &c.Counts
 	err := q(qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued, &sendAt, &created, &started, &ended,
-		&k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
+		&c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, store.ErrNotFound
 	}
@@ -493,4 +500,29 @@ func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.Ca
 		return store.CampaignCancelResult{}, campaignErr("cancel campaign", err)
 	}
 	return res, nil
+}
+
+// CampaignsExpireDrafts ends DRAFT campaigns past their time CANCELLED.
+func (s *Store) CampaignsExpireDrafts(ctx context.Context, createdBefore time.Time, limit int) ([]store.CampaignRef, error) {
+	var out []store.CampaignRef
+	err := s.w.do(ctx, func(tx wtx) error {
+		out = nil
+		rows, err := tx.Query(qCampaignsExpireDrafts, ms(createdBefore), limit, s.now())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c store.CampaignRef
+			if err := rows.Scan(&c.Tenant, &c.ID, &c.Lane); err != nil {
+				return err
+			}
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expire campaign drafts: %w", err)
+	}
+	return out, nil
 }

@@ -865,6 +865,70 @@ WHERE n.campaign_id = '`+p.ID+`'`)
 			t.Fatalf("counts = %+v; want 2 suppressed", c.Counts)
 		}
 	})
+
+	t.Run("DraftsPastTheirTimeExpireOldestFirstAndNothingElse", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		two := func(id string) []store.CampaignRecipient { return recipients(id, 1, 2) }
+		oldest := newCampaign(t, b, two, nil)
+		b.clk.Advance(time.Second)
+		older := newCampaign(t, b, two, nil)
+		running := newCampaign(t, b, two, nil)
+		startCampaign(t, b, running.ID)
+		cancelled := newCampaign(t, b, two, nil)
+		if _, err := b.c.CampaignCancel(b.ctx, "t1", cancelled.ID); err != nil {
+			t.Fatal(err)
+		}
+		cutoff := b.clk.Now().Add(500 * time.Millisecond)
+		b.clk.Advance(time.Second)
+		young := newCampaign(t, b, two, nil)
+
+		ids := func(refs []store.CampaignRef) []string {
+			var out []string
+			for _, r := range refs {
+				if r.Tenant != "t1" || r.Lane != heraldtype.LaneMarketing {
+					t.Fatalf("expired %+v; want tenant t1, lane marketing", r)
+				}
+				out = append(out, r.ID)
+			}
+			return out
+		}
+		for _, step := range []struct {
+			limit int
+			want  []string
+		}{{1, []string{oldest.ID}}, {10, []string{older.ID}}, {10, nil}} {
+			refs, err := b.c.CampaignsExpireDrafts(b.ctx, cutoff, step.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ids(refs); !slices.Equal(got, step.want) {
+				t.Fatalf("CampaignsExpireDrafts(limit %d) = %v; want %v (the oldest draft first; never a RUNNING, CANCELLED or younger one)",
+					step.limit, got, step.want)
+			}
+		}
+
+		for _, p := range []store.CampaignCreateParams{oldest, older} {
+			c := getCampaign(t, b, p.ID)
+			if c.State != store.CampaignCancelled || c.Reason != store.CampaignDraftExpired || c.EndedAt == nil ||
+				!c.EndedAt.Equal(b.clk.Now().Truncate(time.Millisecond)) || c.Total != 2 || c.Enqueued != 0 {
+				t.Fatalf("an expired draft = %+v; want CANCELLED, DRAFT_EXPIRED, ended now (%v), 2 recipients, none enqueued", c, b.clk.Now())
+			}
+			if _, err := b.c.CampaignStart(b.ctx, "t1", p.ID); !errors.Is(err, store.ErrCampaignState) {
+				t.Fatalf("starting an expired draft: %v; want ErrCampaignState", err)
+			}
+			if _, err := addPage(b, "t1", p.ID, recipients(p.ID, 3, 1), 0); !errors.Is(err, store.ErrCampaignState) {
+				t.Fatalf("a page for an expired draft: %v; want ErrCampaignState", err)
+			}
+			if res, err := b.c.CampaignCancel(b.ctx, "t1", p.ID); err != nil || !res.Already || res.Campaign.Reason != store.CampaignDraftExpired {
+				t.Fatalf("cancelling an expired draft = %+v, %v; want Already, the reason kept", res, err)
+			}
+		}
+		for id, want := range map[string]string{running.ID: store.CampaignRunning, cancelled.ID: store.CampaignCancelled, young.ID: store.CampaignDraft} {
+			if c := getCampaign(t, b, id); c.State != want || c.Reason != "" {
+				t.Fatalf("campaign %s = %s %q; want %s with no reason", id, c.State, c.Reason, want)
+			}
+		}
+	})
 }
 
 // check is nil when ok, else an error of format and args.
