@@ -217,6 +217,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		MetricsToken: cfg.Metrics.Token(), MetricsApart: cfg.Metrics.Listen != "",
 		// A page past it is refused whole (campaign.Service.MaxRecipients).
 		CampaignMaxRecipients: cfg.Limits.CampaignCap(),
+		CampaignDraftTTL:      cfg.CampaignDraftTTL.D(),
 	})
 	a.listener = opts.Listener
 	return a, nil

@@ -10,9 +10,10 @@ import (
 )
 
 // runCampaigns starts the leader's campaign fan-out (package campaign) on
-// wg until ctx ends: it looks for RUNNING campaigns every second and fans
-// each out in batches of 10,000 recipients, each batch its own
-// transaction (two at once on PostgreSQL), paced to the tenant's lane quota where it has one. A store
+// wg until ctx ends: every second it ends the drafts older than
+// campaign_draft_ttl and fans each RUNNING campaign out in batches of
+// 10,000 recipients, each batch its own transaction (two at once on
+// PostgreSQL), paced to the tenant's lane quota where it has one. A store
 // that keeps no campaigns runs none.
 func (a *App) runCampaigns(ctx context.Context, wg *sync.WaitGroup, isLeader func() bool) {
 	cs, ok := a.store.(store.Campaigns)
@@ -26,6 +27,6 @@ func (a *App) runCampaigns(ctx context.Context, wg *sync.WaitGroup, isLeader fun
 		parallel = 2
 	}
 	r := campaign.NewRunner(campaign.RunnerConfig{Store: cs, IsLeader: isLeader, Quotas: a.quotas, Parallel: parallel,
-		Alerts: a.alerts, Metrics: a.metrics, Logger: a.logger})
+		DraftTTL: a.cfg.CampaignDraftTTL.D(), Alerts: a.alerts, Metrics: a.metrics, Logger: a.logger})
 	wg.Go(func() { r.Run(ctx) })
 }

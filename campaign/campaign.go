@@ -61,6 +61,25 @@ type Service struct {
 	// are stored (package seal); the fan-out copies them sealed into the
 	// notifications. nil stores them plain.
 	Seal *seal.Keyring
+	// DraftTTL is how long a campaign may stay DRAFT after its creation
+	// (the leader's Runner ends it CANCELLED past that; its own
+	// RunnerConfig.DraftTTL): DraftExpiresAt shows when. 0 is
+	// DefaultDraftTTL.
+	DraftTTL time.Duration
+}
+
+// DraftExpiresAt is when the DRAFT campaign c is ended CANCELLED if it is
+// not started by then; nil for a campaign in any other state.
+func (s *Service) DraftExpiresAt(c store.Campaign) *time.Time {
+	if c.State != store.CampaignDraft {
+		return nil
+	}
+	ttl := s.DraftTTL
+	if ttl <= 0 {
+		ttl = DefaultDraftTTL
+	}
+	at := c.CreatedAt.Add(ttl).UTC()
+	return &at
 }
 
 // Create checks req and writes a DRAFT campaign with its first page. The

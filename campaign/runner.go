@@ -64,8 +64,14 @@ type RunnerConfig struct {
 	// for it, once per such stretch; it goes on retrying every round
 	// either way. Defaults to 5 minutes.
 	StallAfter time.Duration
-	// Alerts receives CAMPAIGN_STALLED, Metrics counts it. Alerts defaults
-	// to logging it.
+	// DraftTTL is how long a campaign may stay DRAFT after its creation:
+	// each round first ends the drafts older than that CANCELLED, with
+	// reason DRAFT_EXPIRED (store.CampaignsExpireDrafts), so a campaign
+	// nobody starts does not keep its recipients waiting for ever.
+	// Defaults to DefaultDraftTTL.
+	DraftTTL time.Duration
+	// Alerts receives CAMPAIGN_STALLED, Metrics counts it (and the drafts
+	// expired). Alerts defaults to logging it.
 	Alerts  alert.Sink
 	Metrics *metrics.Metrics
 	// Now defaults to time.Now.
@@ -95,6 +101,9 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
+	}
+	if cfg.DraftTTL <= 0 {
+		cfg.DraftTTL = DefaultDraftTTL
 	}
 	if cfg.TurnTimeout <= 0 {
 		cfg.TurnTimeout = 30 * time.Second
@@ -138,15 +147,19 @@ func (r *Runner) Run(ctx context.Context) {
 	}
 }
 
-// Round fans out every RUNNING campaign to its end, the earliest started
-// first, batch by batch, and returns how many recipients it fanned out. A
-// failed batch wrote nothing (its transaction rolled back): the next round
-// starts again at the campaign's cursor, and this one goes on with the
-// next campaign (the errors are returned joined). It stops between batches when
-// ctx ends or this process stops being the leader.
+// Round ends the drafts past DraftTTL (ExpireDrafts), then fans out every
+// RUNNING campaign to its end, the earliest started first, batch by batch,
+// and returns how many recipients it fanned out. A failed batch wrote
+// nothing (its transaction rolled back): the next round starts again at
+// the campaign's cursor, and this one goes on with the next campaign (the
+// errors are returned joined, a failed expiry's among them). It stops
+// between batches when ctx ends or this process stops being the leader.
 func (r *Runner) Round(ctx context.Context) (int, error) {
 	total := 0
 	var errs []error
+	if _, err := r.ExpireDrafts(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	var after *store.CampaignRef
 	running := map[string]bool{}
 	for {
@@ -233,6 +246,39 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// DefaultDraftTTL is RunnerConfig.DraftTTL's default: a week to start a
+// campaign after creating it.
+const DefaultDraftTTL = 7 * 24 * time.Hour
+
+// draftPage is how many drafts one expiry statement ends.
+const draftPage = 100
+
+// ExpireDrafts ends CANCELLED (DRAFT_EXPIRED) every DRAFT campaign created
+// more than DraftTTL ago, a page at a time, logs and counts each, and
+// returns how many it ended. A draft being written meanwhile (a page, a
+// start, a cancel) is left to that write, and ended at a later round if it
+// is still DRAFT.
+func (r *Runner) ExpireDrafts(ctx context.Context) (int, error) {
+	before := r.cfg.Now().Add(-r.cfg.DraftTTL)
+	n := 0
+	for ctx.Err() == nil {
+		refs, err := r.cfg.Store.CampaignsExpireDrafts(ctx, before, draftPage)
+		if err != nil {
+			return n, fmt.Errorf("expire campaign drafts: %w", err)
+		}
+		for _, c := range refs {
+			r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "campaign: a draft never started has expired (CANCELLED, DRAFT_EXPIRED)",
+				slog.String("tenant", c.Tenant), slog.String("campaign", c.ID), slog.Duration("draft_ttl", r.cfg.DraftTTL))
+		}
+		n += len(refs)
+		r.cfg.Metrics.DraftsExpired(len(refs))
+		if len(refs) < draftPage {
+			break
+		}
+	}
+	return n, nil
 }
 
 // DefaultStallAfter is RunnerConfig.StallAfter's default.

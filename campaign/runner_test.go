@@ -20,6 +20,7 @@ import (
 	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/limits"
+	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -505,4 +506,85 @@ func TestTwoRunnersReadingAheadFanOutEachRecipientOnce(t *testing.T) {
 		wg.Wait()
 		wantFannedOut(t, db, svc, id, n)
 	})
+}
+
+// TestARoundExpiresDraftsPastTheirTime: a campaign nobody starts does not
+// wait for ever (DESIGN §3): the round after DraftTTL has passed since
+// its creation ends it CANCELLED with reason DRAFT_EXPIRED, logs it by
+// tenant and id (never a recipient) and counts it; the round before
+// leaves it DRAFT, and RUNNING campaigns are fanned out as ever. An
+// expired draft is not started.
+func TestARoundExpiresDraftsPastTheirTime(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		ctx := context.Background()
+		created := time.Now()
+		draft, _, err := svc.Create(ctx, "t1", "key-draft", "h1", campaign.Request{Kind: "coupon.expiring",
+			Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: []campaign.Recipient{{Recipient: "u-draft-1"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := startCoupons(t, svc, "t1", "key-running", 2)
+		now := created
+		var logs bytes.Buffer
+		m := metrics.New(nil)
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: db.Store.(store.Campaigns), DraftTTL: 48 * time.Hour, Metrics: m,
+			Now: func() time.Time { return now }, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		state := func(id string) store.Campaign {
+			t.Helper()
+			c, err := svc.Get(ctx, "t1", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+
+		now = created.Add(47 * time.Hour)
+		if n, err := r.Round(ctx); err != nil || n != 2 {
+			t.Fatalf("Round = %d, %v; want the running campaign's 2 recipients", n, err)
+		}
+		if c := state(draft); c.State != store.CampaignDraft {
+			t.Fatalf("the draft before its time = %s; want DRAFT", c.State)
+		}
+		if c := state(running); c.State != store.CampaignDone {
+			t.Fatalf("the running campaign = %s; want DONE", c.State)
+		}
+
+		now = created.Add(49 * time.Hour)
+		if _, err := r.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if c := state(draft); c.State != store.CampaignCancelled || c.Reason != store.CampaignDraftExpired || c.Enqueued != 0 {
+			t.Fatalf("the draft past its time = %+v; want CANCELLED, DRAFT_EXPIRED, nothing enqueued", c)
+		}
+		if got := counterValue(t, m, "herald_campaign_drafts_expired_total"); got != 1 {
+			t.Fatalf("herald_campaign_drafts_expired_total = %v; want 1", got)
+		}
+		if !strings.Contains(logs.String(), `"campaign":"`+draft+`"`) || !strings.Contains(logs.String(), `"tenant":"t1"`) ||
+			strings.Contains(logs.String(), "u-draft-1") {
+			t.Fatalf("the log %s; want the draft's tenant and id, no recipient", logs.String())
+		}
+		if _, err := svc.Start(ctx, "t1", draft); !errors.Is(err, campaign.ErrState) {
+			t.Fatalf("starting an expired draft: %v; want ErrState", err)
+		}
+		if n, err := r.ExpireDrafts(ctx); err != nil || n != 0 {
+			t.Fatalf("ExpireDrafts again = %d, %v; want nothing left to expire", n, err)
+		}
+	})
+}
+
+// counterValue reads the unlabelled counter name from m's registry.
+func counterValue(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }

@@ -158,6 +158,10 @@ type Config struct {
 	// SendAtHorizon is how far ahead of now a send_at may be (422 beyond).
 	// Defaults to 366 days.
 	SendAtHorizon Duration `yaml:"send_at_horizon"`
+	// CampaignDraftTTL is how long a campaign may stay DRAFT after its
+	// creation: the leader ends a draft not started by then CANCELLED
+	// (reason DRAFT_EXPIRED). Defaults to 7 days (168h).
+	CampaignDraftTTL Duration `yaml:"campaign_draft_ttl"`
 
 	// Dev is set when herald runs on its built-in defaults (no config file).
 	Dev bool `yaml:"-"`
@@ -824,6 +828,7 @@ func (c *Config) WithDefaults() *Config {
 	def(&c.ShutdownTimeout, 25*time.Second)
 	def(&c.ReconcileInterval, time.Hour)
 	def(&c.LookupInterval, time.Minute)
+	def(&c.CampaignDraftTTL, 7*24*time.Hour)
 	if c.Retry.Quick == 0 {
 		c.Retry.Quick = 2
 	}
@@ -995,6 +1000,7 @@ func (c *Config) Validate() error {
 		{"watchdog_interval", c.WatchdogInterval}, {"watchdog_retry_grace", c.WatchdogRetryGrace},
 		{"watchdog_published_grace", c.WatchdogPublishedGrace}, {"watchdog_sweep_grace", c.WatchdogSweepGrace},
 		{"shutdown_timeout", c.ShutdownTimeout}, {"reconcile_interval", c.ReconcileInterval}, {"lookup_interval", c.LookupInterval},
+		{"campaign_draft_ttl", c.CampaignDraftTTL},
 		{"retry.quick_delay", c.Retry.QuickDelay},
 		{"retry.slow_delay", c.Retry.SlowDelay},
 	}); err != nil {

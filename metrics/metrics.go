@@ -74,6 +74,7 @@ type Metrics struct {
 	cancels      *prometheus.CounterVec
 	redriven     *prometheus.CounterVec
 	quota        *prometheus.CounterVec
+	drafts       prometheus.Counter
 	inbox        *inbox   // inbox.go
 	reports      *reports // reports.go
 }
@@ -142,6 +143,10 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 			Name: "herald_lane_quota_refused_total",
 			Help: "Sends refused (429) at intake because their tenant was over its send quota in their lane (limits.lane_quotas), by lane.",
 		}, []string{"lane"}),
+		drafts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_campaign_drafts_expired_total",
+			Help: "DRAFT campaigns never started that the leader ended CANCELLED (DRAFT_EXPIRED) once campaign_draft_ttl had passed since their creation.",
+		}),
 	}
 	for _, r := range []string{CancelCancelled, CancelUnchanged} {
 		m.cancels.WithLabelValues(r)
@@ -159,7 +164,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	for _, c := range IntakeCodes {
 		m.intake.WithLabelValues(strconv.Itoa(c))
 	}
-	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven, m.quota,
+	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven, m.quota, m.drafts,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.inbox = newInbox(m.Registry)
 	m.reports = newReports(m.Registry)
@@ -335,6 +340,13 @@ func (m *Metrics) Cancel(n int) {
 func (m *Metrics) Redriven(l heraldtype.Lane, kind store.UnownedKind) {
 	if m != nil {
 		m.redriven.WithLabelValues(string(l), string(kind)).Inc()
+	}
+}
+
+// DraftsExpired counts n DRAFT campaigns ended past their time.
+func (m *Metrics) DraftsExpired(n int) {
+	if m != nil {
+		m.drafts.Add(float64(n))
 	}
 }
 
