@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/campaign"
@@ -32,7 +33,8 @@ const maxCampaignKeyLen = 255
 //	POST /v1/campaigns/{id}/recipients   {"recipients": [{recipient, params?}]} → 200 {"added"}
 //	POST /v1/campaigns/{id}/start        → 202 the campaign
 //	POST /v1/campaigns/{id}/cancel       → 200 the campaign when cancelled, with "cancelled" and "in_flight"
-//	GET  /v1/campaigns/{id}              → 200 {"id", "state", "total", "enqueued", "sent", "suppressed", "failed", "unknown"}
+//	GET  /v1/campaigns/{id}              → 200 {"id", "state", "total", "enqueued", "sent", "suppressed", "failed", "unknown"},
+//	                                           with "expires_at" while DRAFT and "reason" once expired
 type campaignsAPI struct {
 	svc    *campaign.Service
 	logger *slog.Logger
@@ -46,7 +48,7 @@ func routeCampaigns(mux *router, cfg Config, authed func(http.Handler) http.Hand
 		return
 	}
 	a := &campaignsAPI{svc: &campaign.Service{Store: cs, Catalog: cfg.Intake.Catalog, Clock: cfg.Intake.Clock, Seal: cfg.Seal,
-		MaxRecipients: cfg.CampaignMaxRecipients}, logger: cfg.Logger}
+		MaxRecipients: cfg.CampaignMaxRecipients, DraftTTL: cfg.CampaignDraftTTL}, logger: cfg.Logger}
 	mux.Handle("POST /v1/campaigns", authed(http.HandlerFunc(a.create)))
 	mux.Handle("POST /v1/campaigns/{id}/recipients", authed(http.HandlerFunc(a.add)))
 	mux.Handle("POST /v1/campaigns/{id}/start", authed(http.HandlerFunc(a.start)))
@@ -64,14 +66,19 @@ type campaignView struct {
 	Suppressed int64  `json:"suppressed"`
 	Failed     int64  `json:"failed"`
 	Unknown    int64  `json:"unknown"`
+	// ExpiresAt is when a DRAFT campaign not started by then is ended
+	// CANCELLED; Reason is DRAFT_EXPIRED on one that was.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
 	// Cancelled and InFlight answer a cancel only.
 	Cancelled *int64 `json:"cancelled,omitempty"`
 	InFlight  *int64 `json:"in_flight,omitempty"`
 }
 
-func viewOf(c store.Campaign) campaignView {
+func (a *campaignsAPI) view(c store.Campaign) campaignView {
 	return campaignView{ID: c.ID, State: c.State, Total: c.Total, Enqueued: c.Enqueued,
-		Sent: c.Counts.Sent, Suppressed: c.Counts.Suppressed, Failed: c.Counts.Failed, Unknown: c.Counts.Unknown}
+		Sent: c.Counts.Sent, Suppressed: c.Counts.Suppressed, Failed: c.Counts.Failed, Unknown: c.Counts.Unknown,
+		ExpiresAt: a.svc.DraftExpiresAt(c), Reason: c.Reason}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -152,7 +159,7 @@ func (a *campaignsAPI) start(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, "start", err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, viewOf(c))
+	writeJSON(w, http.StatusAccepted, a.view(c))
 }
 
 func (a *campaignsAPI) cancel(w http.ResponseWriter, r *http.Request) {
@@ -161,7 +168,7 @@ func (a *campaignsAPI) cancel(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, "cancel", err)
 		return
 	}
-	v := viewOf(res.Campaign)
+	v := a.view(res.Campaign)
 	if !res.Already {
 		v.Cancelled, v.InFlight = &res.Cancelled, &res.InFlight
 	}
@@ -174,5 +181,5 @@ func (a *campaignsAPI) get(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, "read", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(c))
+	writeJSON(w, http.StatusOK, a.view(c))
 }

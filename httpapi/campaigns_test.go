@@ -64,7 +64,9 @@ type campaignStatus struct {
 	State                                              string
 	Total, Enqueued, Sent, Suppressed, Failed, Unknown int64
 	Cancelled                                          *int64
-	InFlight                                           *int64 `json:"in_flight"`
+	InFlight                                           *int64     `json:"in_flight"`
+	ExpiresAt                                          *time.Time `json:"expires_at"`
+	Reason                                             string
 }
 
 func recipientsJSON(from, n int) string {
@@ -169,6 +171,43 @@ func TestCampaignsRefuseWhatCannotBeSent(t *testing.T) {
 					t.Fatalf("%s = %d param %q; want 422 naming %s", c.body, res.StatusCode, p.Param, c.param)
 				}
 			})
+		}
+	})
+}
+
+// TestADraftShowsWhenItExpiresAndWhyItEnded: GET shows a DRAFT
+// campaign's expires_at (its creation + campaign_draft_ttl, a week by
+// default); once the leader's round has ended it, the campaign is
+// CANCELLED with reason DRAFT_EXPIRED and no expires_at, and a start or a
+// page is 409.
+func TestADraftShowsWhenItExpiresAndWhyItEnded(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, nil, func(t *testing.T, e *everyday) {
+		body := `{"kind":"coupon.expiring","params":{"coupon":"C10","date":"May 1"},"recipients":` + recipientsJSON(1, 2) + `}`
+		var created struct{ ID string }
+		if res := e.campaignCall(t, "POST", "/v1/campaigns", "d1", body, &created); res.StatusCode != http.StatusAccepted {
+			t.Fatalf("create = %d; want 202", res.StatusCode)
+		}
+		path := "/v1/campaigns/" + created.ID
+		want := e.clock.Now().Add(campaign.DefaultDraftTTL)
+		var st campaignStatus
+		if e.campaignCall(t, "GET", path, "", "", &st); st.State != "DRAFT" || st.ExpiresAt == nil || !st.ExpiresAt.Equal(want) || st.Reason != "" {
+			t.Fatalf("GET of a draft = %+v; want DRAFT, expires_at %v, no reason", st, want)
+		}
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: e.st.(store.Campaigns), Logger: slog.New(slog.DiscardHandler),
+			Now: func() time.Time { return want.Add(time.Second) }})
+		if _, err := r.Round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		st = campaignStatus{}
+		if e.campaignCall(t, "GET", path, "", "", &st); st.State != "CANCELLED" || st.Reason != "DRAFT_EXPIRED" || st.ExpiresAt != nil || st.Total != 2 {
+			t.Fatalf("GET of an expired draft = %+v; want CANCELLED, reason DRAFT_EXPIRED, no expires_at, its 2 recipients", st)
+		}
+		if res := e.campaignCall(t, "POST", path+"/start", "", "", nil); res.StatusCode != http.StatusConflict {
+			t.Fatalf("start of an expired draft = %d; want 409", res.StatusCode)
+		}
+		if res := e.campaignCall(t, "POST", path+"/recipients", "", `{"recipients":[{"recipient":"u9"}]}`, nil); res.StatusCode != http.StatusConflict {
+			t.Fatalf("a page for an expired draft = %d; want 409", res.StatusCode)
 		}
 	})
 }

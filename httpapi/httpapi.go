@@ -82,6 +82,10 @@ type Config struct {
 	// CampaignMaxRecipients caps one campaign's recipients (config
 	// limits.campaign_max_recipients; campaigns.go); 0 is no cap.
 	CampaignMaxRecipients int64
+	// CampaignDraftTTL is how long a campaign may stay DRAFT (config
+	// campaign_draft_ttl): GET shows a draft's expires_at. 0 is
+	// campaign.DefaultDraftTTL.
+	CampaignDraftTTL time.Duration
 }
 
 // New returns the router.

@@ -56,7 +56,8 @@ var routesWithoutAPIKey = map[string]int{
 // every other field is set by fullConfig, so that Routes lists every route
 // the router can serve.
 var walkConfigOptional = map[string]bool{"Keys": true, "Operators": true, "Limits": true, "Audit": true,
-	"Now": true, "MetricsToken": true, "MetricsApart": true, "CampaignMaxRecipients": true}
+	"Now": true, "MetricsToken": true, "MetricsApart": true, "CampaignMaxRecipients": true,
+	"CampaignDraftTTL": true}
 
 type walk struct {
 	url    string

@@ -105,8 +105,8 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 			case overCap(err):
 				// An operator can raise the cap; then the same command
 				// resumes the draft.
-				err = fmt.Errorf("%w; campaign %s stays DRAFT, never started: with limits.campaign_max_recipients raised, the same command resumes it",
-					err, created.ID)
+				err = fmt.Errorf("%w; campaign %s stays DRAFT, never started: with limits.campaign_max_recipients raised, the same command resumes it "+
+					"until the draft expires (campaign_draft_ttl after its creation)", err, created.ID)
 			case refused(err):
 				// The same file would be refused again: running the command
 				// again cannot finish this draft, so it goes, unsent.
@@ -123,6 +123,10 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		var now campaignProgress
 		if he := asHTTP(err); he != nil && he.status == http.StatusConflict &&
 			c.do(ctx, http.MethodGet, path, "", nil, &now) == nil && now.State == "CANCELLED" {
+			if now.Reason == "DRAFT_EXPIRED" {
+				return fmt.Errorf("campaign %s, which this command names, expired as a draft (campaign_draft_ttl) before it was started; nothing was sent: "+
+					"change the file or --params to send a new campaign", created.ID)
+			}
 			return fmt.Errorf("campaign %s, which this command names, was cancelled (%s); change the file or --params to send a new campaign",
 				created.ID, now.counts())
 		}
@@ -232,6 +236,8 @@ type campaignProgress struct {
 	ID                                                 string
 	State                                              string
 	Total, Enqueued, Sent, Suppressed, Failed, Unknown int64
+	// Reason is DRAFT_EXPIRED on a draft the leader ended.
+	Reason string
 }
 
 // line is the progress line: a bar of the recipients fanned out, then the
