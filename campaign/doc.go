@@ -52,6 +52,9 @@
 // read while a window writes, after its last batch (CampaignBatches'
 // after), and used if that window wrote every batch: read at the cursor
 // between windows, they took tens of milliseconds with no batch writing.
+// If another writer moved the cursor meanwhile, the window's first batch
+// finds it past its start and is refused (store.ErrCampaignBehind); the
+// runner reads the bounds again at the cursor, with no failure counted.
 // A batch takes the campaign row's lock only at its turn, and commits
 // only if the batch before it moved the
 // cursor to its start: one cursor still says how far the campaign went, and

@@ -402,8 +402,12 @@ func (r *Runner) readAhead(ctx context.Context, c store.CampaignRef, ranges []st
 // the cursor, so each commits after the one before it. When one fails,
 // those after it write nothing (store.ErrCampaignBehind), none after it
 // starts, and the first failure is returned: the next round starts again
-// at the cursor. A batch waits at most TurnTimeout for its turn, then
-// gives up (store.ErrCampaignBusy), and those after it are refused. When
+// at the cursor; but a batch refused because the cursor had moved past its
+// start once the batch before it (or, for the first, the window before) had
+// ended, another writer's doing, ends the call with no error, and the
+// next call reads the bounds at the cursor. A batch waits at most
+// TurnTimeout for its turn, then gives up (store.ErrCampaignBusy), and
+// those after it are refused. When
 // no recipient is left, one batch after the cursor ends the campaign DONE,
 // as the one-by-one loop does.
 func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size, count int, ahead *batchesAhead) (store.CampaignFanOutResult, *batchesAhead, error) {
@@ -468,10 +472,12 @@ func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size
 	wg.Wait()
 	var sum store.CampaignFanOutResult
 	for i, res := range results {
-		if i > 0 && errs[i-1] == nil && errors.Is(errs[i], store.ErrCampaignBehind) {
+		if (i == 0 || errs[i-1] == nil) && errors.Is(errs[i], store.ErrCampaignBehind) {
 			// The cursor had moved past it although the batch before it
-			// was written (another writer's); the next call reads where
-			// it stands.
+			// was written, or before the window's first (another
+			// writer's, an overlapping old leader: the bounds read ahead
+			// began where this runner's last window ended); it wrote
+			// nothing, and the next call reads where the cursor stands.
 			return sum, nil, nil
 		}
 		if errs[i] != nil {

@@ -588,3 +588,53 @@ func counterValue(t *testing.T, m *metrics.Metrics, name string) float64 {
 	t.Fatalf("no counter %s", name)
 	return 0
 }
+
+// cutIn moves the cursor of the campaign it fans out by a batch of its
+// own (another writer's: an overlapping old leader) just before the
+// ranged batch that begins at at, once.
+type cutIn struct {
+	store.Campaigns
+	at   int64
+	once sync.Once
+	err  error
+}
+
+func (c *cutIn) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
+	if p.Range != nil && p.Range.After == c.at {
+		c.once.Do(func() {
+			_, c.err = c.Campaigns.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: p.Tenant, ID: p.ID, Limit: 50})
+		})
+	}
+	return c.Campaigns.CampaignFanOut(ctx, p)
+}
+
+// TestBoundsReadAheadOfACursorMovedMeanwhileAreReadAgain: when another
+// writer moves the cursor between two windows, the next window's bounds,
+// read ahead, begin behind it; its first batch is refused
+// (store.ErrCampaignBehind, nothing written), and the runner reads the
+// bounds again at the cursor and goes on in the same call, with no failure
+// reported (no CAMPAIGN_STALLED stretch, no error for the round).
+func TestBoundsReadAheadOfACursorMovedMeanwhileAreReadAgain(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		const n, size = 2000, 100 // windows of 8 batches (Parallel 2)
+		ctx := context.Background()
+		id := newRunning(t, svc, n)
+		st := db.Store.(store.Campaigns)
+		all, err := st.CampaignBatches(ctx, "t1", id, nil, size, n/size)
+		if err != nil || len(all) != n/size {
+			t.Fatalf("CampaignBatches = %v, %v", all, err)
+		}
+		c := &cutIn{Campaigns: st, at: all[8].After} // the second window's first batch
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: c, Batch: size, Parallel: 2, StallAfter: time.Nanosecond,
+			Alerts: &alert.Recorder{}, Logger: slog.New(slog.DiscardHandler)})
+		got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
+		if c.err != nil {
+			t.Fatalf("the other writer's batch: %v", c.err)
+		}
+		if err != nil || got != n-50 {
+			t.Fatalf("FanOut = %d, %v; want the %d recipients the other writer left, no error", got, err, n-50)
+		}
+		wantFannedOut(t, db, svc, id, n)
+	})
+}
