@@ -10,8 +10,9 @@ import (
 )
 
 // runCampaigns starts the leader's campaign fan-out (package campaign) on
-// wg until ctx ends: every second it ends the drafts older than
-// campaign_draft_ttl and fans each RUNNING campaign out in batches of
+// wg until ctx ends: every second it ends the drafts past their deadline
+// (campaign_draft_ttl after their creation) and fans each RUNNING campaign
+// out in batches of
 // 10,000 recipients, each batch its own transaction (two at once on
 // PostgreSQL), paced to the tenant's lane quota where it has one. A store
 // that keeps no campaigns runs none.
@@ -27,6 +28,6 @@ func (a *App) runCampaigns(ctx context.Context, wg *sync.WaitGroup, isLeader fun
 		parallel = 2
 	}
 	r := campaign.NewRunner(campaign.RunnerConfig{Store: cs, IsLeader: isLeader, Quotas: a.quotas, Parallel: parallel,
-		DraftTTL: a.cfg.CampaignDraftTTL.D(), Alerts: a.alerts, Metrics: a.metrics, Logger: a.logger})
+		Alerts: a.alerts, Metrics: a.metrics, Logger: a.logger})
 	wg.Go(func() { r.Run(ctx) })
 }

@@ -61,26 +61,15 @@ type Service struct {
 	// are stored (package seal); the fan-out copies them sealed into the
 	// notifications. nil stores them plain.
 	Seal *seal.Keyring
-	// DraftTTL is how long a campaign may stay DRAFT after its creation
-	// (the leader's Runner ends it CANCELLED past that; its own
-	// RunnerConfig.DraftTTL): DraftExpiresAt shows when. 0 is
-	// DefaultDraftTTL.
+	// DraftTTL is how long a campaign may stay DRAFT after its creation:
+	// its deadline (store.Campaign.DraftExpiresAt) is fixed then, by the
+	// store's clock, and the leader's Runner ends it CANCELLED past it. 0
+	// is DefaultDraftTTL.
 	DraftTTL time.Duration
 }
 
-// DraftExpiresAt is when the DRAFT campaign c is ended CANCELLED if it is
-// not started by then; nil for a campaign in any other state.
-func (s *Service) DraftExpiresAt(c store.Campaign) *time.Time {
-	if c.State != store.CampaignDraft {
-		return nil
-	}
-	ttl := s.DraftTTL
-	if ttl <= 0 {
-		ttl = DefaultDraftTTL
-	}
-	at := c.CreatedAt.Add(ttl).UTC()
-	return &at
-}
+// DefaultDraftTTL is Service.DraftTTL's default: a week.
+const DefaultDraftTTL = store.DefaultCampaignDraftTTL
 
 // Create checks req and writes a DRAFT campaign with its first page. The
 // same key and hash again answer the first campaign's id (replayed); the
@@ -101,7 +90,7 @@ func (s *Service) Create(ctx context.Context, tenant, key, hash string, req Requ
 	res, err := s.Store.CampaignCreate(ctx, store.CampaignCreateParams{
 		ID: id, Tenant: tenant, IdempotencyKey: key, RequestHash: hash, Kind: kind.Name, Lane: kind.Lane,
 		Channels: kind.Channels, Fallback: kind.Fallback, Params: s.Seal.SealJSON(tenant, params), SendAt: req.SendAt, Recipients: rs,
-		MaxRecipients: s.MaxRecipients,
+		MaxRecipients: s.MaxRecipients, DraftTTL: s.DraftTTL,
 	})
 	if err != nil {
 		return "", false, s.full(err)

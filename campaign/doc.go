@@ -69,10 +69,12 @@
 // DRAFT → RUNNING (start) → DONE, or CANCELLED from any of them. A DRAFT
 // has an owner and a deadline like every state (DESIGN §3): the client
 // starts or cancels it, and failing that the leader's Runner ends it
-// CANCELLED (Reason DRAFT_EXPIRED) at its first round past DraftTTL after
-// its creation (config campaign_draft_ttl, default 7 days). The deadline is
-// fixed at the creation, not moved by pages, so GET can show it
-// (Service.DraftExpiresAt) and a client sees it coming. DONE means
+// CANCELLED (Reason DRAFT_EXPIRED) at its first round past its deadline:
+// its creation + Service.DraftTTL (config campaign_draft_ttl, default 7
+// days), written into the campaign row when it is created, by the store's
+// clock, and compared with the same clock. So GET shows the deadline the
+// runner keeps (store.Campaign.DraftExpiresAt), no process's clock skew or
+// later change of the setting moves it, and pages do not either. DONE means
 // the fan-out has finished: every recipient has its notification. It does
 // not wait for the sends themselves; their outcome is in the counts (sent,
 // suppressed, failed, unknown; one per planned send, so a push to three

@@ -64,12 +64,6 @@ type RunnerConfig struct {
 	// for it, once per such stretch; it goes on retrying every round
 	// either way. Defaults to 5 minutes.
 	StallAfter time.Duration
-	// DraftTTL is how long a campaign may stay DRAFT after its creation:
-	// each round first ends the drafts older than that CANCELLED, with
-	// reason DRAFT_EXPIRED (store.CampaignsExpireDrafts), so a campaign
-	// nobody starts does not keep its recipients waiting for ever.
-	// Defaults to DefaultDraftTTL.
-	DraftTTL time.Duration
 	// Alerts receives CAMPAIGN_STALLED, Metrics counts it (and the drafts
 	// expired). Alerts defaults to logging it.
 	Alerts  alert.Sink
@@ -101,9 +95,6 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
-	}
-	if cfg.DraftTTL <= 0 {
-		cfg.DraftTTL = DefaultDraftTTL
 	}
 	if cfg.TurnTimeout <= 0 {
 		cfg.TurnTimeout = 30 * time.Second
@@ -147,7 +138,7 @@ func (r *Runner) Run(ctx context.Context) {
 	}
 }
 
-// Round ends the drafts past DraftTTL (ExpireDrafts), then fans out every
+// Round ends the drafts past their deadline (ExpireDrafts), then fans out every
 // RUNNING campaign to its end, the earliest started first, batch by batch,
 // and returns how many recipients it fanned out. A failed batch wrote
 // nothing (its transaction rolled back): the next round starts again at
@@ -248,29 +239,26 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 	return total, nil
 }
 
-// DefaultDraftTTL is RunnerConfig.DraftTTL's default: a week to start a
-// campaign after creating it.
-const DefaultDraftTTL = 7 * 24 * time.Hour
-
 // draftPage is how many drafts one expiry statement ends.
 const draftPage = 100
 
-// ExpireDrafts ends CANCELLED (DRAFT_EXPIRED) every DRAFT campaign created
-// more than DraftTTL ago, a page at a time, logs and counts each, and
-// returns how many it ended. A draft being written meanwhile (a page, a
-// start, a cancel) is left to that write, and ended at a later round if it
-// is still DRAFT.
+// ExpireDrafts ends CANCELLED (DRAFT_EXPIRED) every DRAFT campaign whose
+// deadline, fixed at its creation by the store's clock, has come (by the
+// same clock: store.Campaigns.CampaignsExpireDrafts), a page at a time;
+// logs and counts each and returns how many it ended. A draft being
+// written meanwhile (a page, a start, a cancel) is left to that write,
+// and ended at a later round if it is still DRAFT. It stops between pages
+// when ctx ends or this process stops being the leader.
 func (r *Runner) ExpireDrafts(ctx context.Context) (int, error) {
-	before := r.cfg.Now().Add(-r.cfg.DraftTTL)
 	n := 0
-	for ctx.Err() == nil {
-		refs, err := r.cfg.Store.CampaignsExpireDrafts(ctx, before, draftPage)
+	for ctx.Err() == nil && (r.cfg.IsLeader == nil || r.cfg.IsLeader()) {
+		refs, err := r.cfg.Store.CampaignsExpireDrafts(ctx, draftPage)
 		if err != nil {
-			return n, fmt.Errorf("expire campaign drafts: %w", err)
+			return n, err
 		}
 		for _, c := range refs {
-			r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "campaign: a draft never started has expired (CANCELLED, DRAFT_EXPIRED)",
-				slog.String("tenant", c.Tenant), slog.String("campaign", c.ID), slog.Duration("draft_ttl", r.cfg.DraftTTL))
+			r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "campaign: a draft never started reached its deadline: CANCELLED, DRAFT_EXPIRED",
+				slog.String("tenant", c.Tenant), slog.String("campaign", c.ID))
 		}
 		n += len(refs)
 		r.cfg.Metrics.DraftsExpired(len(refs))
@@ -478,6 +466,10 @@ func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size
 			// writer's, an overlapping old leader: the bounds read ahead
 			// began where this runner's last window ended); it wrote
 			// nothing, and the next call reads where the cursor stands.
+			if i == 0 {
+				r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "campaign: another writer moved the cursor past the bounds read ahead; reading them again",
+					slog.String("tenant", c.Tenant), slog.String("campaign", c.ID))
+			}
 			return sum, nil, nil
 		}
 		if errs[i] != nil {

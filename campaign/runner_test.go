@@ -15,7 +15,9 @@ import (
 
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/campaign"
+	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/internal/testenv"
@@ -277,12 +279,7 @@ func TestABatchWaitingForItsTurnLetsTheNextBegin(t *testing.T) {
 	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
 		const n, size = 800, 100
 		ctx := context.Background()
-		id := newRunning(t, svc, n)
-		st := db.Store.(store.Campaigns)
-		all, err := st.CampaignBatches(ctx, "t1", id, nil, size, n/size)
-		if err != nil || len(all) != n/size {
-			t.Fatalf("CampaignBatches = %v, %v", all, err)
-		}
+		id, st, all := runningInBatches(t, db, svc, n, size)
 		var mu sync.Mutex
 		waiting := map[int]bool{}
 		release := make(chan struct{})
@@ -428,12 +425,7 @@ func TestTheNextWindowIsReadWhileAWindowWrites(t *testing.T) {
 	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
 		const n, size = 2000, 100 // windows of 8 batches (Parallel 2): 800, 800, 400
 		ctx := context.Background()
-		id := newRunning(t, svc, n)
-		st := db.Store.(store.Campaigns)
-		all, err := st.CampaignBatches(ctx, "t1", id, nil, size, n/size)
-		if err != nil || len(all) != n/size {
-			t.Fatalf("CampaignBatches = %v, %v", all, err)
-		}
+		id, st, all := runningInBatches(t, db, svc, n, size)
 		release := make(chan struct{})
 		let := sync.OnceFunc(func() { close(release) })
 		defer let() // a failure below still lets the fan-out end
@@ -508,69 +500,80 @@ func TestTwoRunnersReadingAheadFanOutEachRecipientOnce(t *testing.T) {
 	})
 }
 
-// TestARoundExpiresDraftsPastTheirTime: a campaign nobody starts does not
-// wait for ever (DESIGN §3): the round after DraftTTL has passed since
-// its creation ends it CANCELLED with reason DRAFT_EXPIRED, logs it by
-// tenant and id (never a recipient) and counts it; the round before
-// leaves it DRAFT, and RUNNING campaigns are fanned out as ever. An
-// expired draft is not started.
-func TestARoundExpiresDraftsPastTheirTime(t *testing.T) {
+// TestARoundExpiresDraftsPastTheirDeadline: a campaign nobody starts does
+// not wait for ever (DESIGN §3): the round after its deadline (its creation
+// + the service's DraftTTL, by the store's clock) ends it CANCELLED with
+// reason DRAFT_EXPIRED, logs it by tenant and id (never a recipient) and
+// counts it; the round before leaves it DRAFT, and RUNNING campaigns are
+// fanned out as ever. An expired draft is not started.
+func TestARoundExpiresDraftsPastTheirDeadline(t *testing.T) {
 	t.Parallel()
-	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
-		ctx := context.Background()
-		created := time.Now()
-		draft, _, err := svc.Create(ctx, "t1", "key-draft", "h1", campaign.Request{Kind: "coupon.expiring",
-			Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: []campaign.Recipient{{Recipient: "u-draft-1"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		running := startCoupons(t, svc, "t1", "key-running", 2)
-		now := created
-		var logs bytes.Buffer
-		m := metrics.New(nil)
-		r := campaign.NewRunner(campaign.RunnerConfig{Store: db.Store.(store.Campaigns), DraftTTL: 48 * time.Hour, Metrics: m,
-			Now: func() time.Time { return now }, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-		state := func(id string) store.Campaign {
-			t.Helper()
-			c, err := svc.Get(ctx, "t1", id)
+	for _, driver := range testdb.Drivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
+			db := testdb.Open(t, driver, clk)
+			cat, err := catalog.New(config.Dev().Kinds)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return c
-		}
+			svc := &campaign.Service{Store: db.Store.(store.Campaigns), Catalog: cat, Clock: clk, DraftTTL: 48 * time.Hour}
+			draft, _, err := svc.Create(ctx, "t1", "key-draft", "h1", campaign.Request{Kind: "coupon.expiring",
+				Params: []byte(`{"coupon":"C","date":"d"}`), Recipients: []campaign.Recipient{{Recipient: "u-draft-1"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			running := startCoupons(t, svc, "t1", "key-running", 2)
+			var logs bytes.Buffer
+			m := metrics.New(nil)
+			r := campaign.NewRunner(campaign.RunnerConfig{Store: db.Store.(store.Campaigns), Metrics: m,
+				Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+			state := func(id string) store.Campaign {
+				t.Helper()
+				c, err := svc.Get(ctx, "t1", id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			if c := state(draft); c.DraftExpiresAt == nil || !c.DraftExpiresAt.Equal(clk.Now().Add(48*time.Hour)) {
+				t.Fatalf("the draft's deadline = %v; want its creation + 48h", c.DraftExpiresAt)
+			}
 
-		now = created.Add(47 * time.Hour)
-		if n, err := r.Round(ctx); err != nil || n != 2 {
-			t.Fatalf("Round = %d, %v; want the running campaign's 2 recipients", n, err)
-		}
-		if c := state(draft); c.State != store.CampaignDraft {
-			t.Fatalf("the draft before its time = %s; want DRAFT", c.State)
-		}
-		if c := state(running); c.State != store.CampaignDone {
-			t.Fatalf("the running campaign = %s; want DONE", c.State)
-		}
+			clk.Advance(47 * time.Hour)
+			if n, err := r.Round(ctx); err != nil || n != 2 {
+				t.Fatalf("Round = %d, %v; want the running campaign's 2 recipients", n, err)
+			}
+			if c := state(draft); c.State != store.CampaignDraft {
+				t.Fatalf("the draft before its deadline = %s; want DRAFT", c.State)
+			}
+			if c := state(running); c.State != store.CampaignDone {
+				t.Fatalf("the running campaign = %s; want DONE", c.State)
+			}
 
-		now = created.Add(49 * time.Hour)
-		if _, err := r.Round(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if c := state(draft); c.State != store.CampaignCancelled || c.Reason != store.CampaignDraftExpired || c.Enqueued != 0 {
-			t.Fatalf("the draft past its time = %+v; want CANCELLED, DRAFT_EXPIRED, nothing enqueued", c)
-		}
-		if got := counterValue(t, m, "herald_campaign_drafts_expired_total"); got != 1 {
-			t.Fatalf("herald_campaign_drafts_expired_total = %v; want 1", got)
-		}
-		if !strings.Contains(logs.String(), `"campaign":"`+draft+`"`) || !strings.Contains(logs.String(), `"tenant":"t1"`) ||
-			strings.Contains(logs.String(), "u-draft-1") {
-			t.Fatalf("the log %s; want the draft's tenant and id, no recipient", logs.String())
-		}
-		if _, err := svc.Start(ctx, "t1", draft); !errors.Is(err, campaign.ErrState) {
-			t.Fatalf("starting an expired draft: %v; want ErrState", err)
-		}
-		if n, err := r.ExpireDrafts(ctx); err != nil || n != 0 {
-			t.Fatalf("ExpireDrafts again = %d, %v; want nothing left to expire", n, err)
-		}
-	})
+			clk.Advance(time.Hour)
+			if _, err := r.Round(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if c := state(draft); c.State != store.CampaignCancelled || c.Reason != store.CampaignDraftExpired || c.Enqueued != 0 {
+				t.Fatalf("the draft at its deadline = %+v; want CANCELLED, DRAFT_EXPIRED, nothing enqueued", c)
+			}
+			if got := counterValue(t, m, "herald_campaign_drafts_expired_total"); got != 1 {
+				t.Fatalf("herald_campaign_drafts_expired_total = %v; want 1", got)
+			}
+			if !strings.Contains(logs.String(), `"campaign":"`+draft+`"`) || !strings.Contains(logs.String(), `"tenant":"t1"`) ||
+				strings.Contains(logs.String(), "u-draft-1") {
+				t.Fatalf("the log %s; want the draft's tenant and id, no recipient", logs.String())
+			}
+			if _, err := svc.Start(ctx, "t1", draft); !errors.Is(err, campaign.ErrState) {
+				t.Fatalf("starting an expired draft: %v; want ErrState", err)
+			}
+			if n, err := r.ExpireDrafts(ctx); err != nil || n != 0 {
+				t.Fatalf("ExpireDrafts again = %d, %v; want nothing left to expire", n, err)
+			}
+		})
+	}
 }
 
 // counterValue reads the unlabelled counter name from m's registry.
@@ -613,21 +616,15 @@ func (c *cutIn) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 // read ahead, begin behind it; its first batch is refused
 // (store.ErrCampaignBehind, nothing written), and the runner reads the
 // bounds again at the cursor and goes on in the same call, with no failure
-// reported (no CAMPAIGN_STALLED stretch, no error for the round).
+// reported (an error would count towards CAMPAIGN_STALLED).
 func TestBoundsReadAheadOfACursorMovedMeanwhileAreReadAgain(t *testing.T) {
 	t.Parallel()
 	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
 		const n, size = 2000, 100 // windows of 8 batches (Parallel 2)
 		ctx := context.Background()
-		id := newRunning(t, svc, n)
-		st := db.Store.(store.Campaigns)
-		all, err := st.CampaignBatches(ctx, "t1", id, nil, size, n/size)
-		if err != nil || len(all) != n/size {
-			t.Fatalf("CampaignBatches = %v, %v", all, err)
-		}
+		id, st, all := runningInBatches(t, db, svc, n, size)
 		c := &cutIn{Campaigns: st, at: all[8].After} // the second window's first batch
-		r := campaign.NewRunner(campaign.RunnerConfig{Store: c, Batch: size, Parallel: 2, StallAfter: time.Nanosecond,
-			Alerts: &alert.Recorder{}, Logger: slog.New(slog.DiscardHandler)})
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: c, Batch: size, Parallel: 2, Logger: slog.New(slog.DiscardHandler)})
 		got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
 		if c.err != nil {
 			t.Fatalf("the other writer's batch: %v", c.err)
@@ -637,4 +634,17 @@ func TestBoundsReadAheadOfACursorMovedMeanwhileAreReadAgain(t *testing.T) {
 		}
 		wantFannedOut(t, db, svc, id, n)
 	})
+}
+
+// runningInBatches starts newRunning's campaign of n recipients and reads
+// the bounds of all its batches of size (n a multiple of size) up front.
+func runningInBatches(t *testing.T, db *testdb.DB, svc *campaign.Service, n, size int) (string, store.Campaigns, []store.CampaignRange) {
+	t.Helper()
+	id := newRunning(t, svc, n)
+	st := db.Store.(store.Campaigns)
+	all, err := st.CampaignBatches(context.Background(), "t1", id, nil, size, n/size)
+	if err != nil || len(all) != n/size {
+		t.Fatalf("CampaignBatches = %v, %v", all, err)
+	}
+	return id, st, all
 }

@@ -75,10 +75,18 @@ type campaignView struct {
 	InFlight  *int64 `json:"in_flight,omitempty"`
 }
 
-func (a *campaignsAPI) view(c store.Campaign) campaignView {
+func viewOf(c store.Campaign) campaignView {
 	return campaignView{ID: c.ID, State: c.State, Total: c.Total, Enqueued: c.Enqueued,
 		Sent: c.Counts.Sent, Suppressed: c.Counts.Suppressed, Failed: c.Counts.Failed, Unknown: c.Counts.Unknown,
-		ExpiresAt: a.svc.DraftExpiresAt(c), Reason: c.Reason}
+		ExpiresAt: draftExpiresAt(c), Reason: c.Reason}
+}
+
+// draftExpiresAt is a DRAFT campaign's deadline; nil in any other state.
+func draftExpiresAt(c store.Campaign) *time.Time {
+	if c.State != store.CampaignDraft {
+		return nil
+	}
+	return c.DraftExpiresAt
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -159,7 +167,7 @@ func (a *campaignsAPI) start(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, "start", err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, a.view(c))
+	writeJSON(w, http.StatusAccepted, viewOf(c))
 }
 
 func (a *campaignsAPI) cancel(w http.ResponseWriter, r *http.Request) {
@@ -168,7 +176,7 @@ func (a *campaignsAPI) cancel(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, "cancel", err)
 		return
 	}
-	v := a.view(res.Campaign)
+	v := viewOf(res.Campaign)
 	if !res.Already {
 		v.Cancelled, v.InFlight = &res.Cancelled, &res.InFlight
 	}
@@ -181,5 +189,5 @@ func (a *campaignsAPI) get(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, "read", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.view(c))
+	writeJSON(w, http.StatusOK, viewOf(c))
 }

@@ -194,8 +194,8 @@ func TestADraftShowsWhenItExpiresAndWhyItEnded(t *testing.T) {
 		if e.campaignCall(t, "GET", path, "", "", &st); st.State != "DRAFT" || st.ExpiresAt == nil || !st.ExpiresAt.Equal(want) || st.Reason != "" {
 			t.Fatalf("GET of a draft = %+v; want DRAFT, expires_at %v, no reason", st, want)
 		}
-		r := campaign.NewRunner(campaign.RunnerConfig{Store: e.st.(store.Campaigns), Logger: slog.New(slog.DiscardHandler),
-			Now: func() time.Time { return want.Add(time.Second) }})
+		e.clock.Advance(campaign.DefaultDraftTTL)
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: e.st.(store.Campaigns), Logger: slog.New(slog.DiscardHandler)})
 		if _, err := r.Round(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -82,8 +82,8 @@ type Config struct {
 	// CampaignMaxRecipients caps one campaign's recipients (config
 	// limits.campaign_max_recipients; campaigns.go); 0 is no cap.
 	CampaignMaxRecipients int64
-	// CampaignDraftTTL is how long a campaign may stay DRAFT (config
-	// campaign_draft_ttl): GET shows a draft's expires_at. 0 is
+	// CampaignDraftTTL fixes a new campaign's deadline to start (config
+	// campaign_draft_ttl; campaign.Service.DraftTTL). 0 is
 	// campaign.DefaultDraftTTL.
 	CampaignDraftTTL time.Duration
 }

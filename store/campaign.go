@@ -72,13 +72,14 @@ type Campaigns interface {
 	// such campaign.
 	CampaignBatches(ctx context.Context, tenant, id string, after *int64, size, count int) ([]CampaignRange, error)
 	// CampaignsExpireDrafts ends CANCELLED, with Reason
-	// CampaignDraftExpired, up to limit DRAFT campaigns created before
-	// createdBefore, the oldest first, and returns them: a campaign never
-	// started does not wait for ever (DESIGN §3). A DRAFT campaign has no
+	// CampaignDraftExpired, up to limit DRAFT campaigns whose
+	// DraftExpiresAt has come (by the store's clock, the one that fixed
+	// it), the earliest first, and returns them: a campaign never started
+	// does not wait for ever (DESIGN §3). A DRAFT campaign has no
 	// notification yet, so there is nothing else to stop. One being
 	// written at that moment (a page, a start, a cancel) is left to that
 	// write: expired only if it is still DRAFT afterwards, at a later call.
-	CampaignsExpireDrafts(ctx context.Context, createdBefore time.Time, limit int) ([]CampaignRef, error)
+	CampaignsExpireDrafts(ctx context.Context, limit int) ([]CampaignRef, error)
 }
 
 // CampaignRange is a batch's recipients: seq in (After, Upto].
@@ -135,6 +136,10 @@ const (
 	CampaignCancelled = "CANCELLED"
 )
 
+// DefaultCampaignDraftTTL is CampaignCreateParams.DraftTTL's default: a
+// week to start a campaign after creating it.
+const DefaultCampaignDraftTTL = 7 * 24 * time.Hour
+
 // CampaignDraftExpired is the Reason of a campaign that was never started
 // and was ended CANCELLED when its draft's time ran out
 // (CampaignsExpireDrafts); a campaign a client cancelled has none.
@@ -158,6 +163,10 @@ type CampaignCreateParams struct {
 	SendAt   *time.Time
 	// Recipients is the first page (may be empty).
 	Recipients []CampaignRecipient
+	// DraftTTL fixes the campaign's deadline to start, DraftExpiresAt: its
+	// creation (by the store's clock) + DraftTTL. 0 is
+	// DefaultCampaignDraftTTL.
+	DraftTTL time.Duration
 	// MaxRecipients caps the campaign's recipients (ErrCampaignFull for a
 	// first page past it, and nothing is written); 0 is no cap.
 	MaxRecipients int64
@@ -171,6 +180,14 @@ type CampaignAddParams struct {
 	// MaxRecipients caps the campaign's total (ErrCampaignFull); 0 is no
 	// cap.
 	MaxRecipients int64
+}
+
+// DraftTTLOrDefault is p.DraftTTL, or DefaultCampaignDraftTTL for none.
+func (p CampaignCreateParams) DraftTTLOrDefault() time.Duration {
+	if p.DraftTTL > 0 {
+		return p.DraftTTL
+	}
+	return DefaultCampaignDraftTTL
 }
 
 // CampaignCreateResult is what CampaignCreate did.
@@ -211,6 +228,10 @@ type Campaign struct {
 	CreatedAt time.Time
 	StartedAt *time.Time
 	EndedAt   *time.Time
+	// DraftExpiresAt is when the campaign, if it is still DRAFT then, is
+	// ended CANCELLED (CampaignsExpireDrafts); fixed at its creation. Nil
+	// for campaigns created before drafts expired.
+	DraftExpiresAt *time.Time
 	// Reason says why a CANCELLED campaign ended when a client did not
 	// cancel it: CampaignDraftExpired. Empty otherwise.
 	Reason string
@@ -239,7 +260,8 @@ type CampaignCancelResult struct {
 	Already bool
 }
 
-// CampaignRef names a RUNNING campaign.
+// CampaignRef names a campaign: a RUNNING one (CampaignsRunning), or a
+// draft that has just expired (CampaignsExpireDrafts).
 type CampaignRef struct {
 	Tenant string
 	ID     string

@@ -22,10 +22,12 @@ var _ store.Campaigns = (*Store)(nil)
 // before it, and no batch commits after it.
 const (
 	// $1 id, $2 tenant, $3 kind, $4 lane, $5 channels, $6 steps, $7 params,
-	// $8 send_at, $9 idempotency key, $10 request hash, $11 now.
-	qCampaignInsert = `INSERT INTO campaigns (id, tenant, kind, lane, channels, steps, params, send_at, state, idempotency_key, request_hash, created_at)
+	// $8 send_at, $9 idempotency key, $10 request hash, $11 now, $12 the
+	// draft's time to live in ms.
+	qCampaignInsert = `INSERT INTO campaigns (id, tenant, kind, lane, channels, steps, params, send_at, state, idempotency_key, request_hash, created_at,
+                       draft_expires_at)
 VALUES ($1::text, $2::text, $3::text, $4::text, $5::text[], $6::integer[], $7::json, $8::timestamptz, 'DRAFT', $9::text, $10::text,
-        coalesce($11::timestamptz, now()))
+        coalesce($11::timestamptz, now()), coalesce($11::timestamptz, now()) + $12::bigint * interval '1 millisecond')
 ON CONFLICT (tenant, idempotency_key) DO NOTHING
 RETURNING id`
 	qCampaignByKey = `SELECT id, request_hash FROM campaigns WHERE tenant = $1::text AND idempotency_key = $2::text`
@@ -62,7 +64,7 @@ WHERE id = $2::text AND tenant || '' = $1::text AND state || '' = 'DRAFT'`
 	// qCampaignGet reads a campaign with its send counts, kept per
 	// campaign and backend by the triggers of migrations 27 and 28 (store.CampaignCounts).
 	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.state, c.params::text, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
-       coalesce(c.ended_reason, ''), k.sent, k.suppressed, k.failed, k.unknown
+       c.draft_expires_at, coalesce(c.ended_reason, ''), k.sent, k.suppressed, k.failed, k.unknown
 FROM campaigns c, LATERAL (` + qCampaignCounts + `) k
 WHERE c.id = $2::text AND c.tenant || '' = $1::text`
 
@@ -161,14 +163,15 @@ WHERE c.id = $2::text AND c.tenant || '' = $1::text`
     ended_at = CASE WHEN $4::boolean THEN coalesce($5::timestamptz, now()) ELSE ended_at END
 WHERE id = $1::text`
 
-	// qCampaignsExpireDrafts ends CANCELLED (DRAFT_EXPIRED) up to $2 DRAFT
-	// campaigns created before $1, the oldest first, on campaigns_draft.
-	// One whose row a page, a start or a cancel holds is skipped (SKIP
-	// LOCKED), and the lock re-reads the state of the others, so a
-	// campaign started or cancelled meanwhile is not taken.
-	// $1 created before, $2 limit, $3 now.
-	qCampaignsExpireDrafts = `UPDATE campaigns c SET state = 'CANCELLED', ended_reason = 'DRAFT_EXPIRED', ended_at = coalesce($3::timestamptz, now())
-FROM (SELECT id FROM campaigns WHERE state = 'DRAFT' AND created_at < $1::timestamptz ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) x
+	// qCampaignsExpireDrafts ends CANCELLED (DRAFT_EXPIRED) up to $1 DRAFT
+	// campaigns whose deadline has come, the earliest first, on
+	// campaigns_draft. One whose row a page, a start or a cancel holds is
+	// skipped (SKIP LOCKED), and the lock re-reads the state of the
+	// others, so a campaign started or cancelled meanwhile is not taken.
+	// $1 limit, $2 now.
+	qCampaignsExpireDrafts = `UPDATE campaigns c SET state = 'CANCELLED', ended_reason = 'DRAFT_EXPIRED', ended_at = coalesce($2::timestamptz, now())
+FROM (SELECT id FROM campaigns WHERE state = 'DRAFT' AND draft_expires_at <= coalesce($2::timestamptz, now())
+      ORDER BY draft_expires_at, id LIMIT $1 FOR UPDATE SKIP LOCKED) x
 WHERE c.id = x.id
 RETURNING c.tenant, c.id, c.lane`
 
@@ -241,7 +244,7 @@ func (s *Store) campaignCreate(ctx context.Context, p store.CampaignCreateParams
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var id string
 		err := tx.QueryRow(ctx, qCampaignInsert, p.ID, p.Tenant, p.Kind, string(p.Lane), channels, steps, string(params), p.SendAt,
-			p.IdempotencyKey, p.RequestHash, s.now()).Scan(&id)
+			p.IdempotencyKey, p.RequestHash, s.now(), p.DraftTTLOrDefault().Milliseconds()).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var hash string
 			if err := tx.QueryRow(ctx, qCampaignByKey, p.Tenant, p.IdempotencyKey).Scan(&id, &hash); err != nil {
@@ -414,7 +417,7 @@ func readCampaign(ctx context.Context, q querier, tenant, id string) (store.Camp
 	var lane, params string
 	k := &c.Counts
 	err := q.QueryRow(ctx, qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued,
-		&c.SendAt, &c.CreatedAt, &c.StartedAt, &c.EndedAt, &c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
+		&c.SendAt, &c.CreatedAt, &c.StartedAt, &c.EndedAt, &c.DraftExpiresAt, &c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, store.ErrNotFound
 	}
@@ -422,7 +425,7 @@ func readCampaign(ctx context.Context, q querier, tenant, id string) (store.Camp
 		return c, fmt.Errorf("read campaign: %w", err)
 	}
 	c.Lane, c.Params = heraldtype.Lane(lane), json.RawMessage(params)
-	c.SendAt, c.StartedAt, c.EndedAt = utcPtr(c.SendAt), utcPtr(c.StartedAt), utcPtr(c.EndedAt)
+	c.SendAt, c.StartedAt, c.EndedAt, c.DraftExpiresAt = utcPtr(c.SendAt), utcPtr(c.StartedAt), utcPtr(c.EndedAt), utcPtr(c.DraftExpiresAt)
 	c.CreatedAt = utc(c.CreatedAt)
 	return c, nil
 }
@@ -480,10 +483,6 @@ func (s *Store) CampaignsRunning(ctx context.Context, after *store.CampaignRef, 
 // within a round or two.
 const fanOutLockTimeout = 5 * time.Second
 
-// qFanOutLockTimeout sets lock_timeout to $1 (fanOutLockTimeout) for the
-// batch's transaction only (SET LOCAL).
-const qFanOutLockTimeout = `SELECT set_config('lock_timeout', $1::text, true)`
-
 // CampaignFanOut writes one batch and moves the cursor in one
 // transaction: the next p.Limit recipients after the cursor
 // (qCampaignFanOut), the campaign row locked from the start, or a ranged
@@ -493,7 +492,7 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 	var res store.CampaignFanOutResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res = store.CampaignFanOutResult{}
-		if _, err := tx.Exec(ctx, qFanOutLockTimeout, fmt.Sprint(fanOutLockTimeout.Milliseconds())); err != nil {
+		if _, err := tx.Exec(ctx, qLockTimeout, fmt.Sprint(fanOutLockTimeout.Milliseconds())); err != nil {
 			return fmt.Errorf("set lock timeout: %w", err)
 		}
 		q := qCampaignFanOutHead
@@ -695,8 +694,8 @@ func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.Ca
 }
 
 // CampaignsExpireDrafts ends DRAFT campaigns past their time CANCELLED.
-func (s *Store) CampaignsExpireDrafts(ctx context.Context, createdBefore time.Time, limit int) ([]store.CampaignRef, error) {
-	rows, err := s.pool.Query(ctx, qCampaignsExpireDrafts, createdBefore, limit, s.now())
+func (s *Store) CampaignsExpireDrafts(ctx context.Context, limit int) ([]store.CampaignRef, error) {
+	rows, err := s.pool.Query(ctx, qCampaignsExpireDrafts, limit, s.now())
 	if err != nil {
 		return nil, s.fail("expire campaign drafts", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testpg"
@@ -88,7 +89,8 @@ func draftCampaign(t *testing.T, s *Store, n int) (string, []store.CampaignRecip
 // later call if it is still DRAFT then.
 func TestADraftBeingWrittenIsNotExpiredUnderIt(t *testing.T) {
 	t.Parallel()
-	s := setup(t, testpg.Schema(t), Options{})
+	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
+	s := setup(t, testpg.Schema(t), Options{Clock: clk})
 	ctx := context.Background()
 	held, _ := draftCampaign(t, s, 2)
 	free, _ := draftCampaign(t, s, 2)
@@ -102,15 +104,15 @@ func TestADraftBeingWrittenIsNotExpiredUnderIt(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	later := time.Now().Add(time.Hour)
-	refs, err := s.CampaignsExpireDrafts(wctx, later, 10)
+	clk.Advance(store.DefaultCampaignDraftTTL)
+	refs, err := s.CampaignsExpireDrafts(wctx, 10)
 	if err != nil || len(refs) != 1 || refs[0].ID != free {
 		t.Fatalf("CampaignsExpireDrafts beside a held draft = %+v, %v; want only %s, at once", refs, err, free)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	refs, err = s.CampaignsExpireDrafts(ctx, later, 10)
+	refs, err = s.CampaignsExpireDrafts(ctx, 10)
 	if err != nil || len(refs) != 1 || refs[0].ID != held {
 		t.Fatalf("CampaignsExpireDrafts once the draft is free = %+v, %v; want %s", refs, err, held)
 	}

@@ -752,7 +752,11 @@ const (
 
 	// Migrations run one per transaction, each holding a transaction-level
 	// advisory lock, so processes migrating at once apply each version once.
-	qMigrateLock     = `SELECT pg_advisory_xact_lock($1::bigint)`
+	qMigrateLock = `SELECT pg_advisory_xact_lock($1::bigint)`
+	// qLockTimeout sets lock_timeout to $1 (in ms, or with a unit) for
+	// the transaction only (SET LOCAL): a migration's (migrateLimits) and a
+	// fan-out batch's (fanOutLockTimeout) lock waits.
+	qLockTimeout     = `SELECT set_config('lock_timeout', $1::text, true)`
 	qMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
     version    integer PRIMARY KEY,
     name       text NOT NULL,

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
@@ -19,8 +18,9 @@ var _ store.Campaigns = (*Store)(nil)
 // campaign: a page, a start, a fan-out batch and a cancel each run whole
 // in one of its transactions.
 const (
-	qCampaignInsert = `INSERT INTO campaigns (id, tenant, kind, lane, channels, params, send_at, state, idempotency_key, request_hash, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, 'DRAFT', ?, ?, ?) ON CONFLICT (tenant, idempotency_key) DO NOTHING`
+	qCampaignInsert = `INSERT INTO campaigns (id, tenant, kind, lane, channels, params, send_at, state, idempotency_key, request_hash, created_at,
+                       draft_expires_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'DRAFT', ?8, ?9, ?10, ?10 + ?11) ON CONFLICT (tenant, idempotency_key) DO NOTHING`
 	qCampaignByKey = `SELECT id, request_hash FROM campaigns WHERE tenant = ? AND idempotency_key = ?`
 	qCampaignState = `SELECT state FROM campaigns WHERE tenant = ? AND id = ?`
 	// qCampaignRecipientAdd adds one recipient of a page; the page's rows
@@ -32,7 +32,7 @@ ON CONFLICT (campaign_id, recipient) DO NOTHING`
 	// qCampaignGet reads a campaign with its send counts, kept by the
 	// triggers of migration 27 (store.CampaignCounts).
 	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.state, c.params, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
-       coalesce(c.ended_reason, ''), coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
+       c.draft_expires_at, coalesce(c.ended_reason, ''), coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
 FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
 WHERE c.tenant = ? AND c.id = ?`
 	// qCampaignsRunning pages through the RUNNING campaigns after (?2, ?3)
@@ -80,11 +80,12 @@ WHERE c.tenant = ?1 AND c.id = ?2`
 	qCampaignAdvance = `UPDATE campaigns SET fanout_seq = ?2, enqueued = enqueued + ?3,
     state = CASE WHEN ?4 THEN 'DONE' ELSE state END, ended_at = CASE WHEN ?4 THEN ?5 ELSE ended_at END
 WHERE id = ?1`
-	// qCampaignsExpireDrafts ends CANCELLED (DRAFT_EXPIRED) up to ?2 DRAFT
-	// campaigns created before ?1, the oldest first (campaigns_draft); the
-	// single writer puts it before or after any page, start or cancel.
-	qCampaignsExpireDrafts = `UPDATE campaigns SET state = 'CANCELLED', ended_reason = 'DRAFT_EXPIRED', ended_at = ?3
-WHERE id IN (SELECT id FROM campaigns WHERE state = 'DRAFT' AND created_at < ?1 ORDER BY created_at, id LIMIT ?2)
+	// qCampaignsExpireDrafts ends CANCELLED (DRAFT_EXPIRED) up to ?1 DRAFT
+	// campaigns whose deadline ?2 has reached, the earliest first
+	// (campaigns_draft); the single writer puts it before or after any
+	// page, start or cancel.
+	qCampaignsExpireDrafts = `UPDATE campaigns SET state = 'CANCELLED', ended_reason = 'DRAFT_EXPIRED', ended_at = ?2
+WHERE id IN (SELECT id FROM campaigns WHERE state = 'DRAFT' AND draft_expires_at <= ?2 ORDER BY draft_expires_at, id LIMIT ?1)
 RETURNING tenant, id, lane`
 	qCampaignCancelMark = `UPDATE campaigns SET state = 'CANCELLED', ended_at = ? WHERE id = ?`
 	// The cancel's writes: PostgreSQL's qCampaignCancelSends, one
@@ -128,7 +129,7 @@ func (s *Store) CampaignCreate(ctx context.Context, p store.CampaignCreateParams
 // campaignCreate is CampaignCreate's writes, res its answer.
 func (s *Store) campaignCreate(tx wtx, p store.CampaignCreateParams, channels string, res *store.CampaignCreateResult) error {
 	r, err := tx.Exec(qCampaignInsert, p.ID, p.Tenant, p.Kind, string(p.Lane), channels, string(paramsOrEmpty(p.Params)),
-		msPtr(p.SendAt), p.IdempotencyKey, p.RequestHash, s.now())
+		msPtr(p.SendAt), p.IdempotencyKey, p.RequestHash, s.now(), p.DraftTTLOrDefault().Milliseconds())
 	if err != nil {
 		return fmt.Errorf("insert campaign: %w", err)
 	}
@@ -302,11 +303,11 @@ func (s *Store) CampaignGet(ctx context.Context, tenant, id string) (store.Campa
 func readCampaign(q rowQuerier, tenant, id string) (store.Campaign, error) {
 	var c store.Campaign
 	var lane, params string
-	var sendAt, started, ended sql.NullInt64
+	var sendAt, started, ended, expires sql.NullInt64
 	var created int64
 	k := &c.Counts
 	err := q(qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued, &sendAt, &created, &started, &ended,
-		&c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
+		&expires, &c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, store.ErrNotFound
 	}
@@ -314,7 +315,7 @@ func readCampaign(q rowQuerier, tenant, id string) (store.Campaign, error) {
 		return c, fmt.Errorf("read campaign: %w", err)
 	}
 	c.Lane, c.Params, c.CreatedAt = heraldtype.Lane(lane), json.RawMessage(params), fromMs(created)
-	c.SendAt, c.StartedAt, c.EndedAt = fromNullMs(sendAt), fromNullMs(started), fromNullMs(ended)
+	c.SendAt, c.StartedAt, c.EndedAt, c.DraftExpiresAt = fromNullMs(sendAt), fromNullMs(started), fromNullMs(ended), fromNullMs(expires)
 	return c, nil
 }
 
@@ -503,11 +504,11 @@ func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.Ca
 }
 
 // CampaignsExpireDrafts ends DRAFT campaigns past their time CANCELLED.
-func (s *Store) CampaignsExpireDrafts(ctx context.Context, createdBefore time.Time, limit int) ([]store.CampaignRef, error) {
+func (s *Store) CampaignsExpireDrafts(ctx context.Context, limit int) ([]store.CampaignRef, error) {
 	var out []store.CampaignRef
 	err := s.w.do(ctx, func(tx wtx) error {
 		out = nil
-		rows, err := tx.Query(qCampaignsExpireDrafts, ms(createdBefore), limit, s.now())
+		rows, err := tx.Query(qCampaignsExpireDrafts, limit, s.now())
 		if err != nil {
 			return err
 		}

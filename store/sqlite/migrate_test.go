@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 )
 
@@ -184,4 +186,43 @@ DELETE FROM schema_migrations WHERE version = 27;`)
 	}
 	defer s.Close()
 	storetest.CheckCampaignCountsMigrated(t, s, c, time.Now())
+}
+
+// TestMigration28GivesDraftsMadeBeforeItAWeek: a draft made before drafts
+// expired was promised no deadline; migration 28 gives it a full default
+// TTL from the migration, and leaves campaigns past DRAFT without one.
+func TestMigration28GivesDraftsMadeBeforeItAWeek(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "herald.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"cmp_draft", "cmp_started"} {
+		if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: id, RequestHash: "h", Kind: "k",
+			Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.CampaignStart(ctx, "t1", "cmp_started"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	exec(t, path, `DROP INDEX campaigns_draft;
+ALTER TABLE campaigns DROP COLUMN draft_expires_at;
+ALTER TABLE campaigns DROP COLUMN ended_reason;
+DELETE FROM schema_migrations WHERE version = 28;`)
+	before := time.Now()
+	if _, err := sqlite.Migrate(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	week := (7 * 24 * time.Hour).Milliseconds()
+	if n := queryInt(t, path, fmt.Sprintf(`SELECT count(*) FROM campaigns WHERE id = 'cmp_draft' AND draft_expires_at BETWEEN %d AND %d`,
+		before.UnixMilli()+week, time.Now().UnixMilli()+week)); n != 1 {
+		t.Fatal("the draft made before migration 28 has no deadline a week from the migration")
+	}
+	if n := queryInt(t, path, `SELECT count(*) FROM campaigns WHERE id = 'cmp_started' AND draft_expires_at IS NULL`); n != 1 {
+		t.Fatal("a started campaign got a draft's deadline from migration 28")
+	}
 }

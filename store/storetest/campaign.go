@@ -866,22 +866,33 @@ WHERE n.campaign_id = '`+p.ID+`'`)
 		}
 	})
 
-	t.Run("DraftsPastTheirTimeExpireOldestFirstAndNothingElse", func(t *testing.T) {
+	t.Run("DraftsPastTheirDeadlineExpireEarliestFirstAndNothingElse", func(t *testing.T) {
 		t.Parallel()
 		b := setupCampaigns(t, h)
-		two := func(id string) []store.CampaignRecipient { return recipients(id, 1, 2) }
-		oldest := newCampaign(t, b, two, nil)
-		b.clk.Advance(time.Second)
-		older := newCampaign(t, b, two, nil)
-		running := newCampaign(t, b, two, nil)
+		draft := func(ttl time.Duration) store.CampaignCreateParams {
+			return newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 2) }, func(p *store.CampaignCreateParams) {
+				p.DraftTTL = ttl
+			})
+		}
+		t0 := b.clk.Now()
+		hour := draft(time.Hour)
+		twoHours := draft(2 * time.Hour)
+		running := draft(time.Hour)
 		startCampaign(t, b, running.ID)
-		cancelled := newCampaign(t, b, two, nil)
+		cancelled := draft(time.Hour)
 		if _, err := b.c.CampaignCancel(b.ctx, "t1", cancelled.ID); err != nil {
 			t.Fatal(err)
 		}
-		cutoff := b.clk.Now().Add(500 * time.Millisecond)
-		b.clk.Advance(time.Second)
-		young := newCampaign(t, b, two, nil)
+		young := draft(10 * time.Hour)
+		b.clk.Advance(30 * time.Minute)
+		late := draft(time.Minute) // created later, due first
+		if c := getCampaign(t, b, young.ID); c.DraftExpiresAt == nil || !c.DraftExpiresAt.Equal(t0.Add(10*time.Hour)) {
+			t.Fatalf("a draft's deadline = %v; want its creation + its ttl, %v", c.DraftExpiresAt, t0.Add(10*time.Hour))
+		}
+		if refs, err := b.c.CampaignsExpireDrafts(b.ctx, 10); err != nil || len(refs) != 0 {
+			t.Fatalf("CampaignsExpireDrafts before any deadline = %+v, %v; want none", refs, err)
+		}
+		b.clk.Advance(150 * time.Minute) // t0 + 3h
 
 		ids := func(refs []store.CampaignRef) []string {
 			var out []string
@@ -896,18 +907,18 @@ WHERE n.campaign_id = '`+p.ID+`'`)
 		for _, step := range []struct {
 			limit int
 			want  []string
-		}{{1, []string{oldest.ID}}, {10, []string{older.ID}}, {10, nil}} {
-			refs, err := b.c.CampaignsExpireDrafts(b.ctx, cutoff, step.limit)
+		}{{1, []string{late.ID}}, {10, []string{hour.ID, twoHours.ID}}, {10, nil}} {
+			refs, err := b.c.CampaignsExpireDrafts(b.ctx, step.limit)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := ids(refs); !slices.Equal(got, step.want) {
-				t.Fatalf("CampaignsExpireDrafts(limit %d) = %v; want %v (the oldest draft first; never a RUNNING, CANCELLED or younger one)",
+				t.Fatalf("CampaignsExpireDrafts(limit %d) = %v; want %v (the earliest deadline first; never a RUNNING, CANCELLED or undue one)",
 					step.limit, got, step.want)
 			}
 		}
 
-		for _, p := range []store.CampaignCreateParams{oldest, older} {
+		for _, p := range []store.CampaignCreateParams{late, hour, twoHours} {
 			c := getCampaign(t, b, p.ID)
 			if c.State != store.CampaignCancelled || c.Reason != store.CampaignDraftExpired || c.EndedAt == nil ||
 				!c.EndedAt.Equal(b.clk.Now().Truncate(time.Millisecond)) || c.Total != 2 || c.Enqueued != 0 {

@@ -1,8 +1,12 @@
 -- A campaign never started does not wait for ever (DESIGN §3, "Nothing
--- waits without an owner"): the leader's campaign runner ends a DRAFT
--- campaign CANCELLED once its draft's time (campaign_draft_ttl after its
--- creation) has run out (store.Campaigns.CampaignsExpireDrafts).
+-- waits without an owner"): a DRAFT campaign has a deadline, fixed when it
+-- is created (its creation + campaign_draft_ttl, by the database's clock,
+-- draft_expires_at, which GET shows), and the leader's campaign runner ends
+-- a draft past it CANCELLED (store.Campaigns.CampaignsExpireDrafts).
 -- ended_reason says so (DRAFT_EXPIRED); a client's cancel leaves it NULL.
-ALTER TABLE campaigns ADD COLUMN ended_reason text COLLATE "C";
--- The runner's look-up of drafts past their time, the oldest first.
-CREATE INDEX campaigns_draft ON campaigns (created_at, id) WHERE state = 'DRAFT';
+-- Drafts created before this migration were promised no deadline: theirs
+-- is a full default TTL from now.
+ALTER TABLE campaigns ADD COLUMN draft_expires_at timestamptz, ADD COLUMN ended_reason text COLLATE "C";
+UPDATE campaigns SET draft_expires_at = now() + interval '7 days' WHERE state = 'DRAFT';
+-- The runner's look-up of drafts past their deadline, the earliest first.
+CREATE INDEX campaigns_draft ON campaigns (draft_expires_at, id) WHERE state = 'DRAFT';
