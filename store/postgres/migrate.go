@@ -5,8 +5,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	migrationfile "github.com/heraldhq/herald/store/internal/migration"
@@ -70,7 +72,28 @@ func migrationList() ([]migration, error) {
 	return out, nil
 }
 
+// A migration's DDL takes its table's strongest lock, and while it waits
+// for it (behind a long transaction that wrote the table), every other
+// statement on that table queues behind the migration: intake, claims and
+// result writes would stall for as long as that transaction lasts. So
+// each migration waits at most migrationLockTimeout for any one lock
+// (lock_timeout, set after the advisory lock that serialises migrators,
+// which still waits without limit); one that gives up rolls back, lets
+// the queue through, and is tried again after migrationRetryWait, up to
+// migrationAttempts times, before Migrate fails naming the wait.
+type migrateLimits struct {
+	lockTimeout time.Duration
+	retryWait   time.Duration
+	attempts    int
+}
+
+var defaultMigrateLimits = migrateLimits{lockTimeout: 5 * time.Second, retryWait: time.Second, attempts: 30}
+
 func migrate(ctx context.Context, conn *pgx.Conn) (int, error) {
+	return migrateWith(ctx, conn, defaultMigrateLimits)
+}
+
+func migrateWith(ctx context.Context, conn *pgx.Conn, limits migrateLimits) (int, error) {
 	list, err := migrationList()
 	if err != nil {
 		return 0, err
@@ -81,7 +104,7 @@ func migrate(ctx context.Context, conn *pgx.Conn) (int, error) {
 	}
 	key := lockKey("migrate", db, schema)
 	for _, m := range list {
-		if err := applyMigration(ctx, conn, key, m); err != nil {
+		if err := applyPatiently(ctx, conn, key, m, limits); err != nil {
 			return 0, err
 		}
 	}
@@ -92,12 +115,37 @@ func migrate(ctx context.Context, conn *pgx.Conn) (int, error) {
 	return v, nil
 }
 
-func applyMigration(ctx context.Context, conn *pgx.Conn, key int64, m migration) error {
+// applyPatiently applies m, trying again while it gives up waiting for a
+// lock (migrateLimits).
+func applyPatiently(ctx context.Context, conn *pgx.Conn, key int64, m migration, limits migrateLimits) error {
+	for attempt := 1; ; attempt++ {
+		err := applyMigration(ctx, conn, key, m, limits.lockTimeout)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != pgLockNotAvailable {
+			return err
+		}
+		if attempt >= limits.attempts {
+			return fmt.Errorf("migration %d (%s) gave up after %d waits of %s for a lock on a table it changes, held by a transaction "+
+				"that did not end (see pg_stat_activity and pg_locks); nothing of it was applied, run herald migrate again: %w",
+				m.version, m.name, attempt, limits.lockTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migration %d: %w", m.version, ctx.Err())
+		case <-time.After(limits.retryWait):
+		}
+	}
+}
+
+func applyMigration(ctx context.Context, conn *pgx.Conn, key int64, m migration, lockTimeout time.Duration) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		// Held until this transaction ends; a second process waits here and
 		// then finds the version applied.
 		if _, err := tx.Exec(ctx, qMigrateLock, key); err != nil {
 			return fmt.Errorf("migration %d: lock: %w", m.version, err)
+		}
+		if _, err := tx.Exec(ctx, qLockTimeout, fmt.Sprint(lockTimeout.Milliseconds())); err != nil {
+			return fmt.Errorf("migration %d: set lock_timeout: %w", m.version, err)
 		}
 		if _, err := tx.Exec(ctx, qMigrationsTable); err != nil {
 			return fmt.Errorf("create schema_migrations: %w", err)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"github.com/heraldhq/herald/store/storetest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 )
 
@@ -148,3 +150,80 @@ ALTER TABLE deliveries DROP COLUMN campaign_id;
 ALTER TABLE outbox DROP COLUMN campaign_counted;
 DROP FUNCTION campaign_count, campaign_outcome;
 DELETE FROM schema_migrations WHERE version = 27;`
+
+// TestAMigrationWaitingForALockLetsTheTableBeUsed: a migration whose table
+// a long transaction holds (migration 29's ALTER TABLE campaigns, behind a
+// transaction that wrote a campaign) gives up each wait after its lock
+// timeout and tries again, so statements on the table are not queued
+// behind it for as long as that transaction lasts; once the transaction
+// ends, the migration is applied. Out of attempts, it fails naming the
+// wait and applies nothing.
+func TestAMigrationWaitingForALockLetsTheTableBeUsed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testpg.Schema(t)
+	id, _ := draftCampaign(t, setup(t, url, Options{}), 1)
+	testpg.Exec(t, url, `DROP INDEX campaigns_draft;
+ALTER TABLE campaigns DROP COLUMN ended_reason, DROP COLUMN draft_expires_at;
+DELETE FROM schema_migrations WHERE version = 29;`)
+	connect := func(app string) *pgx.Conn {
+		t.Helper()
+		cfg, err := connConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.RuntimeParams["application_name"] = app
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(ctx) })
+		return conn
+	}
+	holder, err := connect(uniqueName("holder")).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `UPDATE campaigns SET total = total WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	quick := migrateLimits{lockTimeout: 100 * time.Millisecond, retryWait: 20 * time.Millisecond, attempts: 3}
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second) // without a lock timeout it would wait for the holder
+	defer cancel()
+	if _, err := migrateWith(mctx, connect(uniqueName("migrate")), quick); err == nil || !strings.Contains(err.Error(), "gave up after 3 waits of 100ms") {
+		t.Fatalf("migrate behind the held table, 3 attempts: %v; want it to give up naming the wait", err)
+	}
+	if n := queryInt(t, url, `SELECT count(*) FROM schema_migrations WHERE version = 29`); n != 0 {
+		t.Fatal("migration 29 recorded as applied after giving up")
+	}
+
+	quick.attempts = 1 << 20
+	app := uniqueName("migrate")
+	done := make(chan error, 1)
+	go func() { _, err := migrateWith(ctx, connect(app), quick); done <- err }()
+	testenv.WaitFor(t, "the migration waiting for its lock", testenv.Patience, func() bool {
+		return queryInt(t, url, `SELECT count(*) FROM pg_stat_activity WHERE application_name = '`+app+`' AND wait_event_type = 'Lock'`) > 0
+	})
+	// Queued behind the migration's lock request now; without a lock
+	// timeout it would wait for the holder, which ends only after it.
+	rctx, cancelRead := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelRead()
+	var n int
+	if err := connect(uniqueName("reader")).QueryRow(rctx, `SELECT count(*) FROM campaigns`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("a read of campaigns while the migration waits = %d, %v; want it answered, not queued behind the migration", n, err)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.Recv(t, done, "the migration"); err != nil {
+		t.Fatalf("migrate once the table is free: %v", err)
+	}
+	if n := queryInt(t, url, `SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'campaigns' AND column_name = 'ended_reason'`); n != 1 {
+		t.Fatal("migration 29's column is missing after the migration")
+	}
+	// The draft made before it was promised no deadline: it gets a full week from now.
+	if n := queryInt(t, url, `SELECT count(*) FROM campaigns WHERE draft_expires_at > now() + interval '6 days 23 hours'`); n != 1 {
+		t.Fatalf("%d drafts with a week to go after migration 29; want the one made before it", n)
+	}
+}
