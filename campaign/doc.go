@@ -74,7 +74,9 @@
 // days), written into the campaign row when it is created, by the store's
 // clock, and compared with the same clock. So GET shows the deadline the
 // runner keeps (store.Campaign.DraftExpiresAt), no process's clock skew or
-// later change of the setting moves it, and pages do not either. DONE means
+// later change of the setting moves it, and pages do not either. From the
+// deadline on, the store refuses a start or a page (ErrState), so the
+// deadline holds to the moment even before the runner's round. DONE means
 // the fan-out has finished: every recipient has its notification. It does
 // not wait for the sends themselves; their outcome is in the counts (sent,
 // suppressed, failed, unknown; one per planned send, so a push to three

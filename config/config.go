@@ -1007,6 +1007,9 @@ func (c *Config) Validate() error {
 	}); err != nil {
 		return err
 	}
+	if c.CampaignDraftTTL < Duration(time.Minute) {
+		return fmt.Errorf("config: campaign_draft_ttl: must be at least 1m, got %s", c.CampaignDraftTTL.D())
+	}
 	if c.ClaimCooldown > Duration(time.Second) {
 		return fmt.Errorf("config: claim_cooldown: must be at most 1s (or negative for none), got %s", c.ClaimCooldown.D())
 	}

@@ -190,6 +190,11 @@ func TestLoadRefusesBadValues(t *testing.T) {
 			want: []string{"stale_claim_after", `"10 minutes"`, "not a duration", "line 4:"},
 		},
 		{
+			name: "CampaignDraftTTLUnderAMinute",
+			text: edit(t, "transport: db\n", "transport: db\ncampaign_draft_ttl: 30s\n"),
+			want: []string{"campaign_draft_ttl", "at least 1m", "30s"},
+		},
+		{
 			name: "ProviderTimeoutInWords",
 			text: edit(t, "    timeout: 5s", "    timeout: five seconds"),
 			want: []string{"providers[0].timeout", `"five seconds"`, "not a duration"},

@@ -106,7 +106,8 @@ func (a *campaignsAPI) fail(w http.ResponseWriter, r *http.Request, what string,
 	case errors.Is(err, campaign.ErrNotFound):
 		problem.New(w, http.StatusNotFound, "no such campaign")
 	case errors.Is(err, campaign.ErrState):
-		problem.New(w, http.StatusConflict, "the campaign's state does not allow this (pages are added while it is DRAFT; a cancelled campaign does not start)")
+		problem.New(w, http.StatusConflict, "the campaign's state does not allow this (pages are added while it is DRAFT, before its expires_at; "+
+			"a cancelled campaign, or a draft past its expires_at, does not start)")
 	case errors.Is(err, campaign.ErrConflict):
 		problem.Write(w, problem.Problem{Status: http.StatusConflict, Detail: err.Error(), Param: "Idempotency-Key"})
 	default:

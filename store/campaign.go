@@ -34,13 +34,15 @@ type Campaigns interface {
 	// CampaignAddRecipients adds a page of recipients to a DRAFT
 	// campaign; one it has already is left as it is. It returns how many
 	// were new. ErrNotFound for no such campaign of the tenant,
-	// ErrCampaignState when it is no longer DRAFT, ErrCampaignFull when the
+	// ErrCampaignState when it is no longer DRAFT or has reached its
+	// deadline (DraftExpiresAt), ErrCampaignFull when the
 	// new ones would take the campaign past p.MaxRecipients (then nothing
 	// of the page is written).
 	CampaignAddRecipients(ctx context.Context, p CampaignAddParams) (int, error)
 	// CampaignStart moves a DRAFT campaign to RUNNING and returns it; a
 	// RUNNING or DONE one is returned as it is. ErrCampaignState for a
-	// CANCELLED one.
+	// CANCELLED one, or a draft that has reached its deadline
+	// (DraftExpiresAt; CampaignsExpireDrafts ends it).
 	CampaignStart(ctx context.Context, tenant, id string) (Campaign, error)
 	// CampaignCancel ends a campaign CANCELLED: no recipient not yet
 	// fanned out gets a notification, and every send of its notifications

@@ -122,8 +122,8 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		// again: say so, rather than only that it cannot start.
 		var now campaignProgress
 		if he := asHTTP(err); he != nil && he.status == http.StatusConflict &&
-			c.do(ctx, http.MethodGet, path, "", nil, &now) == nil && now.State == "CANCELLED" {
-			if now.Reason == "DRAFT_EXPIRED" {
+			c.do(ctx, http.MethodGet, path, "", nil, &now) == nil && (now.State == "CANCELLED" || now.draftDue()) {
+			if now.Reason == "DRAFT_EXPIRED" || now.draftDue() {
 				return fmt.Errorf("campaign %s, which this command names, expired as a draft (campaign_draft_ttl) before it was started; nothing was sent: "+
 					"change the file or --params to send a new campaign", created.ID)
 			}
@@ -236,8 +236,16 @@ type campaignProgress struct {
 	ID                                                 string
 	State                                              string
 	Total, Enqueued, Sent, Suppressed, Failed, Unknown int64
-	// Reason is DRAFT_EXPIRED on a draft the leader ended.
-	Reason string
+	// Reason is DRAFT_EXPIRED on a draft the leader ended; ExpiresAt is a
+	// draft's deadline to start.
+	Reason    string
+	ExpiresAt *time.Time `json:"expires_at"`
+}
+
+// draftDue reports whether p is a draft past its deadline, which the
+// leader has not ended yet (herald refuses its start all the same).
+func (p campaignProgress) draftDue() bool {
+	return p.State == "DRAFT" && p.ExpiresAt != nil && !time.Now().Before(*p.ExpiresAt)
 }
 
 // line is the progress line: a bar of the recipients fanned out, then the

@@ -36,6 +36,9 @@ RETURNING id`
 	// while the table was empty took campaigns_key, the tenant's
 	// idempotency keys, and filtered every campaign of the tenant by id.
 	qCampaignLock = `SELECT state, fanout_seq FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text FOR UPDATE`
+	// qCampaignDraftDue: has the (locked) draft $1 reached its deadline by
+	// $2 (now)? Then a start or a page is refused, as after its expiry.
+	qCampaignDraftDue = `SELECT coalesce(draft_expires_at <= coalesce($2::timestamptz, now()), false) FROM campaigns WHERE id = $1::text`
 
 	// qCampaignRecipientsAdd adds a page ($2 recipients, $3 notification
 	// ids, $4 params, NULL for the campaign's) in the page's order, counts
@@ -319,6 +322,20 @@ func lockCampaign(ctx context.Context, tx pgx.Tx, tenant, id string) (state stri
 	return state, cursor, nil
 }
 
+// refuseDueDraft is store.ErrCampaignState for the draft id, whose row tx
+// holds, once it has reached its deadline: it is not started nor added to
+// from then on, though the runner may not have ended it yet.
+func (s *Store) refuseDueDraft(ctx context.Context, tx pgx.Tx, id string) error {
+	var due bool
+	if err := tx.QueryRow(ctx, qCampaignDraftDue, id, s.now()).Scan(&due); err != nil {
+		return fmt.Errorf("read the draft's deadline: %w", err)
+	}
+	if due {
+		return store.ErrCampaignState
+	}
+	return nil
+}
+
 // CampaignAddRecipients adds a page to a DRAFT campaign.
 func (s *Store) CampaignAddRecipients(ctx context.Context, p store.CampaignAddParams) (int, error) {
 	var n int
@@ -329,6 +346,9 @@ func (s *Store) CampaignAddRecipients(ctx context.Context, p store.CampaignAddPa
 		}
 		if state != store.CampaignDraft {
 			return store.ErrCampaignState
+		}
+		if err := s.refuseDueDraft(ctx, tx, p.ID); err != nil {
+			return err
 		}
 		n, err = addRecipients(ctx, tx, p.ID, p.Recipients, p.MaxRecipients)
 		return err
@@ -375,6 +395,9 @@ func (s *Store) CampaignStart(ctx context.Context, tenant, id string) (store.Cam
 			return store.ErrCampaignState
 		case state != store.CampaignDraft:
 			return nil
+		}
+		if err := s.refuseDueDraft(ctx, tx, id); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, qCampaignStart, tenant, id, s.now()); err != nil {
 			return fmt.Errorf("start campaign: %w", err)

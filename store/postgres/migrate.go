@@ -75,19 +75,29 @@ func migrationList() ([]migration, error) {
 // A migration's DDL takes its table's strongest lock, and while it waits
 // for it (behind a long transaction that wrote the table), every other
 // statement on that table queues behind the migration: intake, claims and
-// result writes would stall for as long as that transaction lasts. So
-// each migration waits at most migrationLockTimeout for any one lock
-// (lock_timeout, set after the advisory lock that serialises migrators,
-// which still waits without limit); one that gives up rolls back, lets
-// the queue through, and is tried again after migrationRetryWait, up to
-// migrationAttempts times, before Migrate fails naming the wait.
+// result writes would stall for as long as that transaction lasts. So a
+// migration waits at most lockTimeout for any one lock (lock_timeout: a
+// table's or a row's; set after the advisory lock that serialises
+// migrators, which still waits without limit); one that gives up, or that
+// PostgreSQL ends to break a deadlock, rolls back, lets the queue through,
+// and is tried again after retryWait, up to attempts times, before Migrate
+// fails naming the wait.
+//
+// The bound applies from migration boundedFrom on. lock_timeout covers
+// every wait of the transaction, so a migration that changes several
+// tables takes all its locks first (LOCK TABLE …, as 27 does): a wait can
+// then only come before any of its work, and giving up costs nothing.
+// Migrations 25 and 26 rewrite tables one after the other for minutes on
+// a large database; a late wait would throw that work away and repeat it,
+// so they keep waiting without limit, as they were written.
 type migrateLimits struct {
 	lockTimeout time.Duration
 	retryWait   time.Duration
 	attempts    int
+	boundedFrom int
 }
 
-var defaultMigrateLimits = migrateLimits{lockTimeout: 5 * time.Second, retryWait: time.Second, attempts: 30}
+var defaultMigrateLimits = migrateLimits{lockTimeout: 5 * time.Second, retryWait: time.Second, attempts: 30, boundedFrom: 27}
 
 func migrate(ctx context.Context, conn *pgx.Conn) (int, error) {
 	return migrateWith(ctx, conn, defaultMigrateLimits)
@@ -116,18 +126,21 @@ func migrateWith(ctx context.Context, conn *pgx.Conn, limits migrateLimits) (int
 }
 
 // applyPatiently applies m, trying again while it gives up waiting for a
-// lock (migrateLimits).
+// lock or loses a deadlock (migrateLimits).
 func applyPatiently(ctx context.Context, conn *pgx.Conn, key int64, m migration, limits migrateLimits) error {
+	if m.version < limits.boundedFrom {
+		return applyMigration(ctx, conn, key, m, 0)
+	}
 	for attempt := 1; ; attempt++ {
 		err := applyMigration(ctx, conn, key, m, limits.lockTimeout)
 		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != pgLockNotAvailable {
+		if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != pgLockNotAvailable && pgErr.Code != pgDeadlockDetected) {
 			return err
 		}
 		if attempt >= limits.attempts {
-			return fmt.Errorf("migration %d (%s) gave up after %d waits of %s for a lock on a table it changes, held by a transaction "+
-				"that did not end (see pg_stat_activity and pg_locks); nothing of it was applied, run herald migrate again: %w",
-				m.version, m.name, attempt, limits.lockTimeout, err)
+			return fmt.Errorf("migration %d (%s) gave up after %d tries, each waiting at most %s for a lock (on a table or a row it changes, "+
+				"held by a transaction that did not end; see pg_stat_activity and pg_locks) or ended by a deadlock; nothing of it was applied, "+
+				"run herald migrate again: %w", m.version, m.name, attempt, limits.lockTimeout, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -144,8 +157,10 @@ func applyMigration(ctx context.Context, conn *pgx.Conn, key int64, m migration,
 		if _, err := tx.Exec(ctx, qMigrateLock, key); err != nil {
 			return fmt.Errorf("migration %d: lock: %w", m.version, err)
 		}
-		if _, err := tx.Exec(ctx, qLockTimeout, fmt.Sprint(lockTimeout.Milliseconds())); err != nil {
-			return fmt.Errorf("migration %d: set lock_timeout: %w", m.version, err)
+		if lockTimeout > 0 {
+			if _, err := tx.Exec(ctx, qLockTimeout, fmt.Sprint(lockTimeout.Milliseconds())); err != nil {
+				return fmt.Errorf("migration %d: set lock_timeout: %w", m.version, err)
+			}
 		}
 		if _, err := tx.Exec(ctx, qMigrationsTable); err != nil {
 			return fmt.Errorf("create schema_migrations: %w", err)

@@ -188,10 +188,10 @@ DELETE FROM schema_migrations WHERE version = 29;`)
 	if _, err := holder.Exec(ctx, `UPDATE campaigns SET total = total WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
-	quick := migrateLimits{lockTimeout: 100 * time.Millisecond, retryWait: 20 * time.Millisecond, attempts: 3}
+	quick := migrateLimits{lockTimeout: 100 * time.Millisecond, retryWait: 20 * time.Millisecond, attempts: 3, boundedFrom: 27}
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second) // without a lock timeout it would wait for the holder
 	defer cancel()
-	if _, err := migrateWith(mctx, connect(uniqueName("migrate")), quick); err == nil || !strings.Contains(err.Error(), "gave up after 3 waits of 100ms") {
+	if _, err := migrateWith(mctx, connect(uniqueName("migrate")), quick); err == nil || !strings.Contains(err.Error(), "gave up after 3 tries, each waiting at most 100ms for a lock") {
 		t.Fatalf("migrate behind the held table, 3 attempts: %v; want it to give up naming the wait", err)
 	}
 	if n := queryInt(t, url, `SELECT count(*) FROM schema_migrations WHERE version = 29`); n != 0 {
@@ -223,7 +223,14 @@ DELETE FROM schema_migrations WHERE version = 29;`)
 		t.Fatal("migration 29's column is missing after the migration")
 	}
 	// The draft made before it was promised no deadline: it gets a full week from now.
-	if n := queryInt(t, url, `SELECT count(*) FROM campaigns WHERE draft_expires_at > now() + interval '6 days 23 hours'`); n != 1 {
+	if n := queryInt(t, url, `SELECT count(*) FROM campaigns WHERE draft_expires_at > now() + interval '167 hours'`); n != 1 {
 		t.Fatalf("%d drafts with a week to go after migration 29; want the one made before it", n)
+	}
+	// A draft an older herald creates beside the migrated schema (it does
+	// not write the deadline) gets the default TTL too.
+	testpg.Exec(t, url, `INSERT INTO campaigns (id, tenant, kind, lane, channels, steps, params, state, idempotency_key, request_hash, created_at)
+VALUES ('cmp_old_build', 't1', 'k', 'marketing', '{webhook}', '{0}', '{}', 'DRAFT', 'cmp_old_build', 'h', now())`)
+	if n := queryInt(t, url, `SELECT count(*) FROM campaigns WHERE id = 'cmp_old_build' AND draft_expires_at > now() + interval '167 hours'`); n != 1 {
+		t.Fatal("a draft written without its deadline did not get the default TTL")
 	}
 }

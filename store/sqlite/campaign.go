@@ -23,6 +23,9 @@ const (
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'DRAFT', ?8, ?9, ?10, ?10 + ?11) ON CONFLICT (tenant, idempotency_key) DO NOTHING`
 	qCampaignByKey = `SELECT id, request_hash FROM campaigns WHERE tenant = ? AND idempotency_key = ?`
 	qCampaignState = `SELECT state FROM campaigns WHERE tenant = ? AND id = ?`
+	// qCampaignDraftDue: has the draft reached its deadline by ?2 (now)?
+	// Then a start or a page is refused, as after its expiry.
+	qCampaignDraftDue = `SELECT coalesce(draft_expires_at <= ?2, 0) FROM campaigns WHERE id = ?1`
 	// qCampaignRecipientAdd adds one recipient of a page; the page's rows
 	// run in its order in one transaction, so seq keeps that order.
 	qCampaignRecipientAdd = `INSERT INTO campaign_recipients (campaign_id, recipient, notification_id, params) VALUES (?, ?, ?, ?)
@@ -230,6 +233,20 @@ func campaignState(tx wtx, tenant, id string) (string, error) {
 	return state, nil
 }
 
+// refuseDueDraft is store.ErrCampaignState for the draft id once it has
+// reached its deadline: it is not started nor added to from then on,
+// though the runner may not have ended it yet.
+func (s *Store) refuseDueDraft(tx wtx, id string) error {
+	var due bool
+	if err := tx.QueryRow(qCampaignDraftDue, id, s.now()).Scan(&due); err != nil {
+		return fmt.Errorf("read the draft's deadline: %w", err)
+	}
+	if due {
+		return store.ErrCampaignState
+	}
+	return nil
+}
+
 // campaignErr wraps err, leaving the sentinel errors as they are.
 func campaignErr(what string, err error) error {
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCampaignState) || errors.Is(err, store.ErrCampaignFull) {
@@ -250,6 +267,9 @@ func (s *Store) CampaignAddRecipients(ctx context.Context, p store.CampaignAddPa
 		}
 		if state != store.CampaignDraft {
 			return store.ErrCampaignState
+		}
+		if err := s.refuseDueDraft(tx, p.ID); err != nil {
+			return err
 		}
 		full, err = undoIfFull(tx, func() (err error) {
 			n, err = addRecipients(tx, p.ID, p.Recipients, p.MaxRecipients)
@@ -275,6 +295,10 @@ func (s *Store) CampaignStart(ctx context.Context, tenant, id string) (store.Cam
 			return err
 		case state == store.CampaignCancelled:
 			return store.ErrCampaignState
+		case state == store.CampaignDraft:
+			if err := s.refuseDueDraft(tx, id); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(qCampaignStart, s.now(), tenant, id); err != nil {
 			return fmt.Errorf("start campaign: %w", err)

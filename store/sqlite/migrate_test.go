@@ -210,6 +210,7 @@ func TestMigration28GivesDraftsMadeBeforeItAWeek(t *testing.T) {
 	}
 	s.Close()
 	exec(t, path, `DROP INDEX campaigns_draft;
+DROP TRIGGER campaigns_draft_deadline;
 ALTER TABLE campaigns DROP COLUMN draft_expires_at;
 ALTER TABLE campaigns DROP COLUMN ended_reason;
 DELETE FROM schema_migrations WHERE version = 28;`)
@@ -224,5 +225,12 @@ DELETE FROM schema_migrations WHERE version = 28;`)
 	}
 	if n := queryInt(t, path, `SELECT count(*) FROM campaigns WHERE id = 'cmp_started' AND draft_expires_at IS NULL`); n != 1 {
 		t.Fatal("a started campaign got a draft's deadline from migration 28")
+	}
+	// A draft an older herald creates beside the migrated file (it does not
+	// write the deadline) gets the default TTL from its creation.
+	exec(t, path, `INSERT INTO campaigns (id, tenant, kind, lane, channels, params, state, idempotency_key, request_hash, created_at)
+VALUES ('cmp_old_build', 't1', 'k', 'marketing', '[]', '{}', 'DRAFT', 'cmp_old_build', 'h', 1000)`)
+	if n := queryInt(t, path, fmt.Sprintf(`SELECT count(*) FROM campaigns WHERE id = 'cmp_old_build' AND draft_expires_at = %d`, 1000+week)); n != 1 {
+		t.Fatal("a draft written without its deadline did not get the default TTL from its creation")
 	}
 }

@@ -893,6 +893,20 @@ WHERE n.campaign_id = '`+p.ID+`'`)
 			t.Fatalf("CampaignsExpireDrafts before any deadline = %+v, %v; want none", refs, err)
 		}
 		b.clk.Advance(150 * time.Minute) // t0 + 3h
+		// Past its deadline, and before any expiry, a draft is not started
+		// nor added to; one not yet due is.
+		if _, err := b.c.CampaignStart(b.ctx, "t1", hour.ID); !errors.Is(err, store.ErrCampaignState) {
+			t.Fatalf("starting a draft past its deadline: %v; want ErrCampaignState", err)
+		}
+		if _, err := addPage(b, "t1", twoHours.ID, recipients(twoHours.ID, 3, 1), 0); !errors.Is(err, store.ErrCampaignState) {
+			t.Fatalf("a page for a draft past its deadline: %v; want ErrCampaignState", err)
+		}
+		if c := getCampaign(t, b, hour.ID); c.State != store.CampaignDraft || c.Total != 2 {
+			t.Fatalf("a draft refused a start = %s with %d recipients; want DRAFT, its 2 (the runner ends it)", c.State, c.Total)
+		}
+		if n, err := addPage(b, "t1", young.ID, recipients(young.ID, 3, 1), 0); err != nil || n != 1 {
+			t.Fatalf("a page for a draft before its deadline = %d, %v; want 1 added", n, err)
+		}
 
 		ids := func(refs []store.CampaignRef) []string {
 			var out []string
