@@ -159,9 +159,9 @@ type Config struct {
 	// Defaults to 366 days.
 	SendAtHorizon Duration `yaml:"send_at_horizon"`
 	// CampaignDraftTTL is how long a campaign may stay DRAFT after its
-	// creation (its deadline, fixed then): the leader ends a draft not
-	// started by then CANCELLED (reason DRAFT_EXPIRED). Defaults to 7 days
-	// (168h).
+	// creation (its deadline, fixed then): from then a start or a page is
+	// refused and the leader ends the draft CANCELLED (reason
+	// DRAFT_EXPIRED). At least 1m; defaults to 7 days (168h).
 	CampaignDraftTTL Duration `yaml:"campaign_draft_ttl"`
 
 	// Dev is set when herald runs on its built-in defaults (no config file).

@@ -184,10 +184,11 @@ type CampaignAddParams struct {
 	MaxRecipients int64
 }
 
-// DraftTTLOrDefault is p.DraftTTL, or DefaultCampaignDraftTTL for none.
+// DraftTTLOrDefault is p.DraftTTL (at least a millisecond, the stores'
+// precision), or DefaultCampaignDraftTTL for none.
 func (p CampaignCreateParams) DraftTTLOrDefault() time.Duration {
 	if p.DraftTTL > 0 {
-		return p.DraftTTL
+		return max(p.DraftTTL, time.Millisecond)
 	}
 	return DefaultCampaignDraftTTL
 }
@@ -230,9 +231,11 @@ type Campaign struct {
 	CreatedAt time.Time
 	StartedAt *time.Time
 	EndedAt   *time.Time
-	// DraftExpiresAt is when the campaign, if it is still DRAFT then, is
-	// ended CANCELLED (CampaignsExpireDrafts); fixed at its creation. Nil
-	// for campaigns created before drafts expired.
+	// DraftExpiresAt is the campaign's deadline to start, fixed at its
+	// creation: from then a start or a page is refused, and a campaign
+	// still DRAFT is ended CANCELLED (CampaignsExpireDrafts). Nil for a
+	// campaign no longer DRAFT when drafts began to expire (migration 29,
+	// SQLite 28).
 	DraftExpiresAt *time.Time
 	// Reason says why a CANCELLED campaign ended when a client did not
 	// cancel it: CampaignDraftExpired. Empty otherwise.

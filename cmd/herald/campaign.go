@@ -97,7 +97,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		page := recipients[from:min(from+campaign.MaxPage, len(recipients))]
 		err := c.do(ctx, http.MethodPost, path+"/recipients", "", map[string]any{"recipients": page}, nil)
 		if he := asHTTP(err); he != nil && he.status == http.StatusConflict {
-			break // started already: an earlier run added the pages
+			break // started already (an earlier run added the pages), or a draft past its deadline: the start says which
 		}
 		if err != nil {
 			err = fmt.Errorf("add recipients %d..%d: %w", from+1, from+len(page), err)
@@ -122,8 +122,10 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		// again: say so, rather than only that it cannot start.
 		var now campaignProgress
 		if he := asHTTP(err); he != nil && he.status == http.StatusConflict &&
-			c.do(ctx, http.MethodGet, path, "", nil, &now) == nil && (now.State == "CANCELLED" || now.draftDue()) {
-			if now.Reason == "DRAFT_EXPIRED" || now.draftDue() {
+			c.do(ctx, http.MethodGet, path, "", nil, &now) == nil && (now.State == "CANCELLED" || now.State == "DRAFT") {
+			// A draft whose start is refused has passed its deadline (by
+			// herald's clock, not this machine's); the leader ends it.
+			if now.Reason == "DRAFT_EXPIRED" || now.State == "DRAFT" {
 				return fmt.Errorf("campaign %s, which this command names, expired as a draft (campaign_draft_ttl) before it was started; nothing was sent: "+
 					"change the file or --params to send a new campaign", created.ID)
 			}
@@ -236,16 +238,8 @@ type campaignProgress struct {
 	ID                                                 string
 	State                                              string
 	Total, Enqueued, Sent, Suppressed, Failed, Unknown int64
-	// Reason is DRAFT_EXPIRED on a draft the leader ended; ExpiresAt is a
-	// draft's deadline to start.
-	Reason    string
-	ExpiresAt *time.Time `json:"expires_at"`
-}
-
-// draftDue reports whether p is a draft past its deadline, which the
-// leader has not ended yet (herald refuses its start all the same).
-func (p campaignProgress) draftDue() bool {
-	return p.State == "DRAFT" && p.ExpiresAt != nil && !time.Now().Before(*p.ExpiresAt)
+	// Reason is DRAFT_EXPIRED on a draft the leader ended.
+	Reason string
 }
 
 // line is the progress line: a bar of the recipients fanned out, then the

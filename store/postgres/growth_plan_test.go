@@ -77,6 +77,7 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 		"get":                 {qCampaignGet, []any{"t", "c1"}, []string{"campaigns_pkey"}},
 		"start":               {qCampaignStart, []any{"t", "c1", nil}, []string{"campaigns_pkey"}},
 		"expiredrafts":        {qCampaignsExpireDrafts, []any{100, nil}, []string{"campaigns_draft"}},
+		"draftdue":            {qCampaignDraftDue, []any{"c1", nil}, []string{"campaigns_pkey"}},
 		"advanceto":           {qCampaignAdvanceTo, []any{"c1", int64(10000), 10000, nil}, nil},
 		"retried":             {qDeliveryClaimRetry, []any{nil, "n7.webhook", "sim", "w"}, []string{"deliveries_message_id"}},
 		"creates":             {qNotificationCreateMany, createMerge.args([]*pipeOp{{in: create}, {in: &other}}), nil},

@@ -10,8 +10,8 @@
 -- is the default TTL from now. So is the deadline of a draft an older
 -- herald still running beside the migrated schema creates (the column's
 -- default; this build always writes its own).
-ALTER TABLE campaigns ADD COLUMN draft_expires_at timestamptz DEFAULT now() + interval '168 hours',
-                      ADD COLUMN ended_reason text COLLATE "C";
-UPDATE campaigns SET draft_expires_at = NULL WHERE state <> 'DRAFT';
+ALTER TABLE campaigns ADD COLUMN draft_expires_at timestamptz, ADD COLUMN ended_reason text COLLATE "C";
+UPDATE campaigns SET draft_expires_at = now() + interval '168 hours' WHERE state = 'DRAFT';
+ALTER TABLE campaigns ALTER COLUMN draft_expires_at SET DEFAULT now() + interval '168 hours';
 -- The runner's look-up of drafts past their deadline, the earliest first.
 CREATE INDEX campaigns_draft ON campaigns (draft_expires_at, id) WHERE state = 'DRAFT';
