@@ -161,7 +161,7 @@ type Config struct {
 	// CampaignDraftTTL is how long a campaign may stay DRAFT after its
 	// creation (its deadline, fixed then): from then a start or a page is
 	// refused and the leader ends the draft CANCELLED (reason
-	// DRAFT_EXPIRED). At least 1m; defaults to 7 days (168h).
+	// DRAFT_EXPIRED). At least 1m. Defaults to 7 days (168h).
 	CampaignDraftTTL Duration `yaml:"campaign_draft_ttl"`
 
 	// Dev is set when herald runs on its built-in defaults (no config file).

@@ -118,6 +118,7 @@ func TestDefaultsAreDocumented(t *testing.T) {
 		{"Config.ShutdownTimeout", c.ShutdownTimeout.D(), 25 * time.Second, "Defaults to 25 seconds.", []string{"shutdown_timeout: 25s"}},
 		{"Config.ReconcileInterval", c.ReconcileInterval.D(), time.Hour, "Defaults to 1 hour.", []string{"reconcile_interval: 1h"}},
 		{"Config.LookupInterval", c.LookupInterval.D(), time.Minute, "Defaults to 1 minute.", []string{"lookup_interval: 1m"}},
+		{"Config.CampaignDraftTTL", c.CampaignDraftTTL.D(), 168 * time.Hour, "Defaults to 7 days (168h).", []string{"campaign_draft_ttl: 168h"}},
 		{"Config.OperatorKeys", c.OperatorKeys, []string(nil), "Defaults to none: the operator's routes then refuse every request.", nil},
 		{"Config.Lanes", c.Lanes, lanes, "Defaults per lane: alert 16, transactional 32, marketing 16, internal 8.", []string{"transactional: {concurrency: 32, reserve: 2}"}},
 		{"Lane.Concurrency", c.Lanes["alert"].Concurrency, 16, "Defaults per lane: alert 16, transactional 32, marketing 16, internal 8.", nil},
