@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/heraldhq/herald/store/storetest"
 	"strings"
 	"testing"
@@ -151,6 +152,83 @@ ALTER TABLE outbox DROP COLUMN campaign_counted;
 DROP FUNCTION campaign_count, campaign_outcome;
 DELETE FROM schema_migrations WHERE version = 27;`
 
+// undoMigration29 takes a schema back to before migration 29 (drafts'
+// deadlines).
+const undoMigration29 = `DROP INDEX campaigns_draft;
+ALTER TABLE campaigns DROP COLUMN ended_reason, DROP COLUMN draft_expires_at;
+DELETE FROM schema_migrations WHERE version = 29;`
+
+// migrateConn opens a connection to url named app (pg_stat_activity's
+// application_name), closed at the test's end.
+func migrateConn(t *testing.T, url, app string) *pgx.Conn {
+	t.Helper()
+	cfg, err := connConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = app
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// heldCampaigns takes url's schema back to before migration 29, with a
+// draft, and returns a transaction that holds a row of campaigns (as a
+// long page, or a fan-out batch, would): migration 29 waits for it.
+func heldCampaigns(t *testing.T, url string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	id, _ := draftCampaign(t, setup(t, url, Options{}), 1)
+	testpg.Exec(t, url, undoMigration29)
+	holder, err := migrateConn(t, url, uniqueName("holder")).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Rollback(ctx) })
+	if _, err := holder.Exec(ctx, `UPDATE campaigns SET total = total WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	return holder
+}
+
+// migrateInBackground runs migrateWith on conn and reports its end.
+func migrateInBackground(conn *pgx.Conn, limits migrateLimits) <-chan error {
+	done := make(chan error, 1)
+	go func() { _, err := migrateWith(context.Background(), conn, limits); done <- err }()
+	return done
+}
+
+// freeAndMigrated commits holder and fails the test unless the migration
+// reporting on done then ends without an error.
+func freeAndMigrated(t *testing.T, holder pgx.Tx, done <-chan error) {
+	t.Helper()
+	if err := holder.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.Recv(t, done, "the migration"); err != nil {
+		t.Fatalf("migrate once the table is free: %v", err)
+	}
+}
+
+// waitingForLock waits until the backend named app waits for a lock, the
+// same statement for longer than least; it fails the test if done reports
+// first.
+func waitingForLock(t *testing.T, url, app string, least time.Duration, done <-chan error) {
+	t.Helper()
+	testenv.WaitFor(t, "the migration waiting for its lock", testenv.Patience, func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the migration ended while it should wait for its lock: %v", err)
+		default:
+		}
+		return queryInt(t, url, fmt.Sprintf(`SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'
+AND wait_event_type = 'Lock' AND clock_timestamp() - query_start >= interval '%d milliseconds'`, app, least.Milliseconds())) > 0
+	})
+}
+
 // TestAMigrationWaitingForALockLetsTheTableBeUsed: a migration whose table
 // a long transaction holds (migration 29's ALTER TABLE campaigns, behind a
 // transaction that wrote a campaign) gives up each wait after its lock
@@ -162,32 +240,8 @@ func TestAMigrationWaitingForALockLetsTheTableBeUsed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := testpg.Schema(t)
-	id, _ := draftCampaign(t, setup(t, url, Options{}), 1)
-	testpg.Exec(t, url, `DROP INDEX campaigns_draft;
-ALTER TABLE campaigns DROP COLUMN ended_reason, DROP COLUMN draft_expires_at;
-DELETE FROM schema_migrations WHERE version = 29;`)
-	connect := func(app string) *pgx.Conn {
-		t.Helper()
-		cfg, err := connConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.RuntimeParams["application_name"] = app
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close(ctx) })
-		return conn
-	}
-	holder, err := connect(uniqueName("holder")).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx)
-	if _, err := holder.Exec(ctx, `UPDATE campaigns SET total = total WHERE id = $1`, id); err != nil {
-		t.Fatal(err)
-	}
+	holder := heldCampaigns(t, url)
+	connect := func(app string) *pgx.Conn { return migrateConn(t, url, app) }
 	quick := migrateLimits{lockTimeout: 100 * time.Millisecond, retryWait: 20 * time.Millisecond, attempts: 3, boundedFrom: 27}
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second) // without a lock timeout it would wait for the holder
 	defer cancel()
@@ -200,11 +254,8 @@ DELETE FROM schema_migrations WHERE version = 29;`)
 
 	quick.attempts = 1 << 20
 	app := uniqueName("migrate")
-	done := make(chan error, 1)
-	go func() { _, err := migrateWith(ctx, connect(app), quick); done <- err }()
-	testenv.WaitFor(t, "the migration waiting for its lock", testenv.Patience, func() bool {
-		return queryInt(t, url, `SELECT count(*) FROM pg_stat_activity WHERE application_name = '`+app+`' AND wait_event_type = 'Lock'`) > 0
-	})
+	done := migrateInBackground(connect(app), quick)
+	waitingForLock(t, url, app, 0, done)
 	// Queued behind the migration's lock request now; without a lock
 	// timeout it would wait for the holder, which ends only after it.
 	rctx, cancelRead := context.WithTimeout(ctx, 5*time.Second)
@@ -213,12 +264,7 @@ DELETE FROM schema_migrations WHERE version = 29;`)
 	if err := connect(uniqueName("reader")).QueryRow(rctx, `SELECT count(*) FROM campaigns`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("a read of campaigns while the migration waits = %d, %v; want it answered, not queued behind the migration", n, err)
 	}
-	if err := holder.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.Recv(t, done, "the migration"); err != nil {
-		t.Fatalf("migrate once the table is free: %v", err)
-	}
+	freeAndMigrated(t, holder, done)
 	if n := queryInt(t, url, `SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'campaigns' AND column_name = 'ended_reason'`); n != 1 {
 		t.Fatal("migration 29's column is missing after the migration")
 	}
@@ -233,4 +279,49 @@ VALUES ('cmp_old_build', 't1', 'k', 'marketing', '{webhook}', '{0}', '{}', 'DRAF
 	if n := queryInt(t, url, `SELECT count(*) FROM campaigns WHERE id = 'cmp_old_build' AND draft_expires_at > now() + interval '167 hours'`); n != 1 {
 		t.Fatal("a draft written without its deadline did not get the default TTL")
 	}
+}
+
+// TestAMigrationLosingADeadlockIsTriedAgain: a migration that PostgreSQL
+// ends to break a deadlock (40P01) rolls back and is tried again, as one
+// that gave up its lock wait is. The cycle: a transaction holds a row of
+// campaigns, migration 29 holds the migrators' advisory lock and waits for
+// campaigns, then the transaction asks for that advisory lock. The
+// migration waited first, so its deadlock check (after deadlock_timeout, 1
+// s, well inside its 10 s lock timeout here) ends it.
+func TestAMigrationLosingADeadlockIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testpg.Schema(t)
+	holder := heldCampaigns(t, url)
+	app := uniqueName("migrate")
+	conn := migrateConn(t, url, app)
+	db, schema, err := where(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := migrateInBackground(conn, migrateLimits{lockTimeout: 10 * time.Second, retryWait: 20 * time.Millisecond, attempts: 3, boundedFrom: 27})
+	waitingForLock(t, url, app, 0, done)
+	if _, err := holder.Exec(ctx, qMigrateLock, lockKey("migrate", db, schema)); err != nil {
+		t.Fatalf("the holder was the one ended by the deadlock (%v); the test wants the migration to be", err)
+	}
+	freeAndMigrated(t, holder, done) // tried again after losing the deadlock
+	if n := queryInt(t, url, `SELECT count(*) FROM schema_migrations WHERE version = 29`); n != 1 {
+		t.Fatal("migration 29 is not applied")
+	}
+}
+
+// TestMigrationsBeforeTheBoundWaitWithoutLimit: a migration before
+// boundedFrom (25 and 26 by default, which rewrite tables for minutes and
+// would lose that work to a late wait) sets no lock timeout: behind a held
+// table it waits past the bounded ones' timeout, in one attempt, until the
+// table is free.
+func TestMigrationsBeforeTheBoundWaitWithoutLimit(t *testing.T) {
+	t.Parallel()
+	url := testpg.Schema(t)
+	holder := heldCampaigns(t, url)
+	app := uniqueName("migrate")
+	done := migrateInBackground(migrateConn(t, url, app), migrateLimits{lockTimeout: 100 * time.Millisecond,
+		retryWait: 20 * time.Millisecond, attempts: 1, boundedFrom: 30})
+	waitingForLock(t, url, app, time.Second, done) // ten times the timeout it does not have
+	freeAndMigrated(t, holder, done)
 }
