@@ -12,10 +12,9 @@ import (
 // runCampaigns starts the leader's campaign fan-out (package campaign) on
 // wg until ctx ends: every second it ends the drafts past their deadline
 // (campaign_draft_ttl after their creation) and fans each RUNNING campaign
-// out in batches of
-// 10,000 recipients, each batch its own transaction (two at once on
-// PostgreSQL), paced to the tenant's lane quota where it has one. A store
-// that keeps no campaigns runs none.
+// out in batches of 10,000 recipients, each batch its own transaction (two
+// at once on PostgreSQL), paced to the tenant's lane quota where it has
+// one. A store that keeps no campaigns runs none.
 func (a *App) runCampaigns(ctx context.Context, wg *sync.WaitGroup, isLeader func() bool) {
 	cs, ok := a.store.(store.Campaigns)
 	if !ok {

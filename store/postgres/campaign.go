@@ -35,10 +35,11 @@ RETURNING id`
 	// (tenant || '' only checks the tenant): on the tenant, a plan made
 	// while the table was empty took campaigns_key, the tenant's
 	// idempotency keys, and filtered every campaign of the tenant by id.
-	qCampaignLock = `SELECT state, fanout_seq FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text FOR UPDATE`
-	// qCampaignDraftDue: has the (locked) draft $1 reached its deadline by
-	// $2 (now)? Then a start or a page is refused, as after its expiry.
-	qCampaignDraftDue = `SELECT coalesce(draft_expires_at <= coalesce($2::timestamptz, now()), false) FROM campaigns WHERE id = $1::text`
+	// The third column says whether the campaign is a draft past its
+	// deadline by $3 (now): then a start or a page is refused, as after its
+	// expiry.
+	qCampaignLock = `SELECT state, fanout_seq, coalesce(state = 'DRAFT' AND draft_expires_at <= coalesce($3::timestamptz, now()), false)
+FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text FOR UPDATE`
 
 	// qCampaignRecipientsAdd adds a page ($2 recipients, $3 notification
 	// ids, $4 params, NULL for the campaign's) in the page's order, counts
@@ -309,46 +310,39 @@ func addRecipients(ctx context.Context, tx pgx.Tx, id string, rs []store.Campaig
 	return n, nil
 }
 
-// lockCampaign locks the campaign's row for tx and returns its state and
-// fan-out cursor, or store.ErrNotFound.
-func lockCampaign(ctx context.Context, tx pgx.Tx, tenant, id string) (state string, cursor int64, err error) {
-	err = tx.QueryRow(ctx, qCampaignLock, tenant, id).Scan(&state, &cursor)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", 0, store.ErrNotFound
-	}
-	if err != nil {
-		return "", 0, fmt.Errorf("lock campaign: %w", err)
-	}
-	return state, cursor, nil
+// lockedCampaign is what lockCampaign read of the row it locked.
+type lockedCampaign struct {
+	state  string
+	cursor int64 // the fan-out's
+	// due: a DRAFT past its deadline, not started nor added to from then
+	// on, though the runner may not have ended it yet.
+	due bool
 }
 
-// refuseDueDraft is store.ErrCampaignState for the draft id, whose row tx
-// holds, once it has reached its deadline: it is not started nor added to
-// from then on, though the runner may not have ended it yet.
-func (s *Store) refuseDueDraft(ctx context.Context, tx pgx.Tx, id string) error {
-	var due bool
-	if err := tx.QueryRow(ctx, qCampaignDraftDue, id, s.now()).Scan(&due); err != nil {
-		return fmt.Errorf("read the draft's deadline: %w", err)
+// lockCampaign locks the campaign's row for tx and returns what it holds
+// as of now (nil: the database's clock), or store.ErrNotFound.
+func lockCampaign(ctx context.Context, tx pgx.Tx, tenant, id string, now any) (lockedCampaign, error) {
+	var c lockedCampaign
+	err := tx.QueryRow(ctx, qCampaignLock, tenant, id, now).Scan(&c.state, &c.cursor, &c.due)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, store.ErrNotFound
 	}
-	if due {
-		return store.ErrCampaignState
+	if err != nil {
+		return c, fmt.Errorf("lock campaign: %w", err)
 	}
-	return nil
+	return c, nil
 }
 
 // CampaignAddRecipients adds a page to a DRAFT campaign.
 func (s *Store) CampaignAddRecipients(ctx context.Context, p store.CampaignAddParams) (int, error) {
 	var n int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		state, _, err := lockCampaign(ctx, tx, p.Tenant, p.ID)
+		c, err := lockCampaign(ctx, tx, p.Tenant, p.ID, s.now())
 		if err != nil {
 			return err
 		}
-		if state != store.CampaignDraft {
+		if c.state != store.CampaignDraft || c.due {
 			return store.ErrCampaignState
-		}
-		if err := s.refuseDueDraft(ctx, tx, p.ID); err != nil {
-			return err
 		}
 		n, err = addRecipients(ctx, tx, p.ID, p.Recipients, p.MaxRecipients)
 		return err
@@ -387,17 +381,14 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 func (s *Store) CampaignStart(ctx context.Context, tenant, id string) (store.Campaign, error) {
 	started := false
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		state, _, err := lockCampaign(ctx, tx, tenant, id)
+		c, err := lockCampaign(ctx, tx, tenant, id, s.now())
 		switch {
 		case err != nil:
 			return err
-		case state == store.CampaignCancelled:
+		case c.state == store.CampaignCancelled || c.due:
 			return store.ErrCampaignState
-		case state != store.CampaignDraft:
+		case c.state != store.CampaignDraft:
 			return nil
-		}
-		if err := s.refuseDueDraft(ctx, tx, id); err != nil {
-			return err
 		}
 		if _, err := tx.Exec(ctx, qCampaignStart, tenant, id, s.now()); err != nil {
 			return fmt.Errorf("start campaign: %w", err)
@@ -613,13 +604,13 @@ func fanOutRange(ctx context.Context, tx pgx.Tx, p store.CampaignFanOutParams, h
 		return store.ErrCampaignBehind // written already
 	}
 	lock := func() error {
-		state, cursor, err := lockCampaign(ctx, tx, p.Tenant, p.ID)
+		c, err := lockCampaign(ctx, tx, p.Tenant, p.ID, now)
 		switch {
 		case err != nil:
 			return err
-		case state != store.CampaignRunning:
+		case c.state != store.CampaignRunning:
 			return errCampaignStopped
-		case cursor != p.Range.After:
+		case c.cursor != p.Range.After:
 			return store.ErrCampaignBehind
 		}
 		return nil
@@ -685,14 +676,14 @@ func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.Ca
 	var res store.CampaignCancelResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res = store.CampaignCancelResult{}
-		state, _, err := lockCampaign(ctx, tx, tenant, id)
+		c, err := lockCampaign(ctx, tx, tenant, id, s.now())
 		if err != nil {
 			return err
 		}
 		if res.Campaign, err = readCampaign(ctx, tx, tenant, id); err != nil {
 			return err
 		}
-		if state == store.CampaignCancelled {
+		if c.state == store.CampaignCancelled {
 			res.Already = true
 			return nil
 		}

@@ -99,7 +99,7 @@ func TestADraftBeingWrittenIsNotExpiredUnderIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, _, err := lockCampaign(ctx, tx, "t1", held); err != nil {
+	if _, err := lockCampaign(ctx, tx, "t1", held, nil); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -63,7 +63,7 @@ func TestARangedBatchWaitsForTheBatchBeforeIt(t *testing.T) {
 				testenv.WaitFor(t, "the second batch to wait for the first's lock", testenv.Patience, func() bool {
 					var n int
 					err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT state, fanout_seq FROM campaigns%FOR UPDATE'`).Scan(&n)
+WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT state, fanout_seq%FROM campaigns%FOR UPDATE'`).Scan(&n)
 					return err == nil && n > 0
 				})
 				if !commit {

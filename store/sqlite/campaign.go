@@ -22,10 +22,10 @@ const (
                        draft_expires_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'DRAFT', ?8, ?9, ?10, ?10 + ?11) ON CONFLICT (tenant, idempotency_key) DO NOTHING`
 	qCampaignByKey = `SELECT id, request_hash FROM campaigns WHERE tenant = ? AND idempotency_key = ?`
-	qCampaignState = `SELECT state FROM campaigns WHERE tenant = ? AND id = ?`
-	// qCampaignDraftDue: has the draft reached its deadline by ?2 (now)?
-	// Then a start or a page is refused, as after its expiry.
-	qCampaignDraftDue = `SELECT coalesce(draft_expires_at <= ?2, 0) FROM campaigns WHERE id = ?1`
+	// qCampaignState reads a campaign's state and whether it is a draft
+	// past its deadline by ?3 (now): then a start or a page is refused, as
+	// after its expiry.
+	qCampaignState = `SELECT state, coalesce(state = 'DRAFT' AND draft_expires_at <= ?3, 0) FROM campaigns WHERE tenant = ?1 AND id = ?2`
 	// qCampaignRecipientAdd adds one recipient of a page; the page's rows
 	// run in its order in one transaction, so seq keeps that order.
 	qCampaignRecipientAdd = `INSERT INTO campaign_recipients (campaign_id, recipient, notification_id, params) VALUES (?, ?, ?, ?)
@@ -221,30 +221,18 @@ func addRecipients(tx wtx, id string, rs []store.CampaignRecipient, max int64) (
 	return added, nil
 }
 
-func campaignState(tx wtx, tenant, id string) (string, error) {
-	var state string
-	err := tx.QueryRow(qCampaignState, tenant, id).Scan(&state)
+// campaignState reads a campaign's state, and whether it is a draft past
+// its deadline (not started nor added to from then on, though the runner
+// may not have ended it yet), or store.ErrNotFound.
+func (s *Store) campaignState(tx wtx, tenant, id string) (state string, due bool, err error) {
+	err = tx.QueryRow(qCampaignState, tenant, id, s.now()).Scan(&state, &due)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", store.ErrNotFound
+		return "", false, store.ErrNotFound
 	}
 	if err != nil {
-		return "", fmt.Errorf("read campaign state: %w", err)
+		return "", false, fmt.Errorf("read campaign state: %w", err)
 	}
-	return state, nil
-}
-
-// refuseDueDraft is store.ErrCampaignState for the draft id once it has
-// reached its deadline: it is not started nor added to from then on,
-// though the runner may not have ended it yet.
-func (s *Store) refuseDueDraft(tx wtx, id string) error {
-	var due bool
-	if err := tx.QueryRow(qCampaignDraftDue, id, s.now()).Scan(&due); err != nil {
-		return fmt.Errorf("read the draft's deadline: %w", err)
-	}
-	if due {
-		return store.ErrCampaignState
-	}
-	return nil
+	return state, due, nil
 }
 
 // campaignErr wraps err, leaving the sentinel errors as they are.
@@ -261,15 +249,12 @@ func (s *Store) CampaignAddRecipients(ctx context.Context, p store.CampaignAddPa
 	var full error
 	err := s.w.do(ctx, func(tx wtx) error {
 		n, full = 0, nil
-		state, err := campaignState(tx, p.Tenant, p.ID)
+		state, due, err := s.campaignState(tx, p.Tenant, p.ID)
 		if err != nil {
 			return err
 		}
-		if state != store.CampaignDraft {
+		if state != store.CampaignDraft || due {
 			return store.ErrCampaignState
-		}
-		if err := s.refuseDueDraft(tx, p.ID); err != nil {
-			return err
 		}
 		full, err = undoIfFull(tx, func() (err error) {
 			n, err = addRecipients(tx, p.ID, p.Recipients, p.MaxRecipients)
@@ -289,16 +274,12 @@ func (s *Store) CampaignAddRecipients(ctx context.Context, p store.CampaignAddPa
 // CampaignStart moves a DRAFT campaign to RUNNING.
 func (s *Store) CampaignStart(ctx context.Context, tenant, id string) (store.Campaign, error) {
 	err := s.w.do(ctx, func(tx wtx) error {
-		state, err := campaignState(tx, tenant, id)
+		state, due, err := s.campaignState(tx, tenant, id)
 		switch {
 		case err != nil:
 			return err
-		case state == store.CampaignCancelled:
+		case state == store.CampaignCancelled || due:
 			return store.ErrCampaignState
-		case state == store.CampaignDraft:
-			if err := s.refuseDueDraft(tx, id); err != nil {
-				return err
-			}
 		}
 		if _, err := tx.Exec(qCampaignStart, s.now(), tenant, id); err != nil {
 			return fmt.Errorf("start campaign: %w", err)

@@ -163,15 +163,8 @@ func queryInt(t *testing.T, path, query string) int {
 func TestMigration27StartsTheCampaignCountsFromTheSends(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "herald.db")
-	s, err := sqlite.Open(ctx, path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := storetest.MakeCampaignCounts(t, s, time.Now())
-	s.Close()
-	// Back to the schema before migration 27, its rows kept.
-	exec(t, path, `DROP TABLE campaign_counts;
+	var c storetest.CampaignCountsBeforeMigration
+	path := fileBeforeMigration(t, func(s *sqlite.Store) { c = storetest.MakeCampaignCounts(t, s, time.Now()) }, `DROP TABLE campaign_counts;
 DROP TRIGGER campaign_count_delivery_insert;
 DROP TRIGGER campaign_count_delivery_update;
 DROP TRIGGER campaign_count_outbox_update;
@@ -180,7 +173,7 @@ DELETE FROM schema_migrations WHERE version = 27;`)
 	if _, err := sqlite.Migrate(ctx, path); err != nil {
 		t.Fatal(err)
 	}
-	s, err = sqlite.Open(ctx, path, sqlite.Options{})
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,22 +187,17 @@ DELETE FROM schema_migrations WHERE version = 27;`)
 func TestMigration28GivesDraftsMadeBeforeItAWeek(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "herald.db")
-	s, err := sqlite.Open(ctx, path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"cmp_draft", "cmp_started"} {
-		if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: id, RequestHash: "h", Kind: "k",
-			Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}}); err != nil {
+	path := fileBeforeMigration(t, func(s *sqlite.Store) {
+		for _, id := range []string{"cmp_draft", "cmp_started"} {
+			if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: id, RequestHash: "h", Kind: "k",
+				Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.CampaignStart(ctx, "t1", "cmp_started"); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if _, err := s.CampaignStart(ctx, "t1", "cmp_started"); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	exec(t, path, `DROP INDEX campaigns_draft;
+	}, `DROP INDEX campaigns_draft;
 DROP TRIGGER campaigns_draft_deadline;
 ALTER TABLE campaigns DROP COLUMN draft_expires_at;
 ALTER TABLE campaigns DROP COLUMN ended_reason;
@@ -233,4 +221,20 @@ VALUES ('cmp_old_build', 't1', 'k', 'marketing', '[]', '{}', 'DRAFT', 'cmp_old_b
 	if n := queryInt(t, path, fmt.Sprintf(`SELECT count(*) FROM campaigns WHERE id = 'cmp_old_build' AND draft_expires_at = %d`, 1000+week)); n != 1 {
 		t.Fatal("a draft written without its deadline did not get the default TTL from its creation")
 	}
+}
+
+// fileBeforeMigration makes a migrated file, writes what fill writes
+// through a store on it, and takes it back with undo to the schema before
+// a migration, its rows kept; it returns the file's path.
+func fileBeforeMigration(t *testing.T, fill func(s *sqlite.Store), undo string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "herald.db")
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(s)
+	s.Close()
+	exec(t, path, undo)
+	return path
 }
