@@ -213,6 +213,7 @@ type Job struct {
 	OutboxID       int64           `json:"outbox_id"`
 	NotificationID string          `json:"notification_id"`
 	Tenant         string          `json:"tenant"`
+	Scope          string          `json:"scope,omitempty"`
 	Recipient      string          `json:"recipient"`
 	EventID        string          `json:"event_id"`
 	Kind           string          `json:"kind"`
@@ -273,4 +274,28 @@ type Known struct {
 	ProfileRead      bool
 	Profile          []byte
 	ProfileUpdatedAt time.Time
+}
+
+// MaxScopeLen bounds a scope (ValidScope).
+const MaxScopeLen = 64
+
+// ValidScope reports whether s may name a scope: a part of a tenant its
+// notifications belong to (a clinic, a brand, a shop), whose sends take
+// turns with the tenant's other scopes' in a lane. The empty scope is the
+// tenant's unscoped part. A scope is 1..MaxScopeLen letters, digits and
+// . _ : / - (ASCII), an identifier of the tenant's and never a person's
+// data: staff see scopes (DESIGN §6).
+func ValidScope(s string) bool {
+	if len(s) > MaxScopeLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.', c == '_', c == ':', c == '/', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -157,6 +157,9 @@ type CampaignCreateParams struct {
 	RequestHash    string
 	Kind           string
 	Lane           heraldtype.Lane
+	// Scope is given to each of the campaign's notifications
+	// (NotificationCreateParams.Scope).
+	Scope string
 	// Channels are the kind's channels in its order, Fallback whether they
 	// are a chain (FallbackSteps). The inbox channel is not supported.
 	Channels []heraldtype.Channel
@@ -218,6 +221,7 @@ type Campaign struct {
 	Tenant string
 	Kind   string
 	Lane   heraldtype.Lane
+	Scope  string
 	State  string
 	// Params are the campaign's own params (a recipient's override key
 	// by key).

@@ -148,7 +148,12 @@ type Notifications interface {
 // Outbox is the dispatcher's table.
 type Outbox interface {
 	// OutboxClaim leases up to Limit due PENDING rows of a lane and returns them
-	// joined with their notifications.
+	// joined with their notifications. The rows are shared between the
+	// lane's tenants and, inside each, between its scopes: a row's turn is
+	// its tenant's rows in flight plus its place in its tenant, where the
+	// tenant's scopes take turns by their own rows in flight; the lowest
+	// turns win, ties going round (After, Scopes). Each tenant's and each
+	// scope's rows are taken oldest first.
 	OutboxClaim(ctx context.Context, p OutboxClaimParams) ([]Claimed, error)
 	// OutboxComplete moves a claimed row to a terminal state (DONE, FAILED…), fenced.
 	OutboxComplete(ctx context.Context, f Fence, state heraldtype.OutboxState, reason string) (bool, error)
@@ -330,6 +335,10 @@ type NotificationCreateParams struct {
 	EventID   string
 	Kind      string
 	Lane      heraldtype.Lane
+	// Scope is the tenant's part the notification belongs to (a clinic, a
+	// brand; "" none, heraldtype.ValidScope): its outbox rows take turns
+	// with the other scopes' of the tenant (OutboxClaim).
+	Scope     string
 	Params    json.RawMessage
 	SendAt    *time.Time
 	ExpiresAt *time.Time
@@ -384,6 +393,7 @@ type NotificationView struct {
 	EventID    string
 	Kind       string
 	Lane       heraldtype.Lane
+	Scope      string
 	CreatedAt  time.Time
 	SendAt     *time.Time
 	ExpiresAt  *time.Time
@@ -442,6 +452,14 @@ type OutboxClaimParams struct {
 	// claimer of one slot) every turn tied and a small tenant's row waited
 	// behind all of a big tenant's.
 	After string
+	// Scopes maps a tenant to the scope the caller's claims served last in
+	// it (absent: none). Inside a tenant, rows whose turns tie go round its
+	// scopes as After makes them go round the tenants, starting with the
+	// first scope after the tenant's entry: with one memory for the whole
+	// loop, a tenant served between other tenants' turns would start its
+	// round again each time, and its first scope's backlog would take
+	// every one of its turns.
+	Scopes map[string]string
 }
 
 // State is the state a claim with these params puts rows in.

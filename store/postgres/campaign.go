@@ -23,11 +23,11 @@ var _ store.Campaigns = (*Store)(nil)
 const (
 	// $1 id, $2 tenant, $3 kind, $4 lane, $5 channels, $6 steps, $7 params,
 	// $8 send_at, $9 idempotency key, $10 request hash, $11 now, $12 the
-	// draft's time to live in ms.
+	// draft's time to live in ms, $13 scope.
 	qCampaignInsert = `INSERT INTO campaigns (id, tenant, kind, lane, channels, steps, params, send_at, state, idempotency_key, request_hash, created_at,
-                       draft_expires_at)
+                       draft_expires_at, scope)
 VALUES ($1::text, $2::text, $3::text, $4::text, $5::text[], $6::integer[], $7::json, $8::timestamptz, 'DRAFT', $9::text, $10::text,
-        coalesce($11::timestamptz, now()), coalesce($11::timestamptz, now()) + $12::bigint * interval '1 millisecond')
+        coalesce($11::timestamptz, now()), coalesce($11::timestamptz, now()) + $12::bigint * interval '1 millisecond', $13::text)
 ON CONFLICT (tenant, idempotency_key) DO NOTHING
 RETURNING id`
 	qCampaignByKey = `SELECT id, request_hash FROM campaigns WHERE tenant = $1::text AND idempotency_key = $2::text`
@@ -67,7 +67,7 @@ WHERE id = $2::text AND tenant || '' = $1::text AND state || '' = 'DRAFT'`
 
 	// qCampaignGet reads a campaign with its send counts, kept per
 	// campaign and backend by the triggers of migrations 27 and 28 (store.CampaignCounts).
-	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.state, c.params::text, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
+	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params::text, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
        c.draft_expires_at, coalesce(c.ended_reason, ''), k.sent, k.suppressed, k.failed, k.unknown
 FROM campaigns c, LATERAL (` + qCampaignCounts + `) k
 WHERE c.id = $2::text AND c.tenant || '' = $1::text`
@@ -88,7 +88,7 @@ ORDER BY started_at, id LIMIT $1`
 	// ranged batch takes the lock later (fanOutRange), so it is written
 	// while the batch before it still holds the lock.
 	qCampaignFanOutHead = qCampaignFanOutPeek + ` FOR UPDATE`
-	qCampaignFanOutPeek = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq
+	qCampaignFanOutPeek = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq, scope
 FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text`
 
 	// qCampaignFanOut writes the notifications and outbox rows of the next
@@ -112,7 +112,7 @@ FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text`
 	// five alternated pairs).
 	//
 	// $1 campaign id, $4 tenant, $5 kind, $6 lane, $7 params, $8 send_at,
-	// $9 now.
+	// $9 now, $12 scope.
 	qCampaignFanOut      = qFanOutRecipients + `ORDER BY seq LIMIT $3` + qFanOutWrite
 	qCampaignFanOutRange = qFanOutRecipients + `AND seq <= $3::bigint ORDER BY seq` + qFanOutWrite
 	qFanOutRecipients    = `WITH r AS MATERIALIZED (
@@ -121,18 +121,18 @@ FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text`
 	qFanOutWrite = `
 ),
 n AS (
-    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, send_at, created_at, campaign_id)
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, send_at, created_at, campaign_id, scope)
     SELECT r.notification_id, $4::text, r.recipient, $1::text, $5::text, $6::text, coalesce(r.params, $7::json), $8::timestamptz,
-           coalesce($9::timestamptz, now()), $1::text
+           coalesce($9::timestamptz, now()), $1::text, $12::text
     FROM r
     RETURNING id, recipient, created_at
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step)
+                        fallback_step, scope)
     SELECT n.id, n.id || '.' || c.channel || coalesce('.' || dv.device_id, ''), $4::text, $6::text, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '', greatest(n.created_at, $8::timestamptz), NULL, n.created_at, n.created_at,
-           nullif(c.step, 0)
+           nullif(c.step, 0), $12::text
     FROM n CROSS JOIN unnest($10::text[], $11::integer[]) AS c (channel, step)
     LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $4::text AND dv.recipient = n.recipient AND dv.active
     RETURNING 1
@@ -248,7 +248,7 @@ func (s *Store) campaignCreate(ctx context.Context, p store.CampaignCreateParams
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var id string
 		err := tx.QueryRow(ctx, qCampaignInsert, p.ID, p.Tenant, p.Kind, string(p.Lane), channels, steps, string(params), p.SendAt,
-			p.IdempotencyKey, p.RequestHash, s.now(), p.DraftTTLOrDefault().Milliseconds()).Scan(&id)
+			p.IdempotencyKey, p.RequestHash, s.now(), p.DraftTTLOrDefault().Milliseconds(), p.Scope).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var hash string
 			if err := tx.QueryRow(ctx, qCampaignByKey, p.Tenant, p.IdempotencyKey).Scan(&id, &hash); err != nil {
@@ -430,7 +430,7 @@ func readCampaign(ctx context.Context, q querier, tenant, id string) (store.Camp
 	var c store.Campaign
 	var lane, params string
 	k := &c.Counts
-	err := q.QueryRow(ctx, qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued,
+	err := q.QueryRow(ctx, qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.Scope, &c.State, &params, &c.Total, &c.Enqueued,
 		&c.SendAt, &c.CreatedAt, &c.StartedAt, &c.EndedAt, &c.DraftExpiresAt, &c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, store.ErrNotFound
@@ -514,7 +514,7 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 			q = qCampaignFanOutPeek
 		}
 		var h fanOutHead
-		err := tx.QueryRow(ctx, q, p.Tenant, p.ID).Scan(&h.kind, &h.lane, &h.channels, &h.steps, &h.params, &h.sendAt, &h.state, &h.cursor)
+		err := tx.QueryRow(ctx, q, p.Tenant, p.ID).Scan(&h.kind, &h.lane, &h.channels, &h.steps, &h.params, &h.sendAt, &h.state, &h.cursor, &h.scope)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrNotFound
 		}
@@ -567,6 +567,7 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 // fanOutHead is what a batch reads of its campaign (qCampaignFanOutPeek).
 type fanOutHead struct {
 	kind, lane, state, params string
+	scope                     string
 	channels                  []string
 	steps                     []int32
 	sendAt                    *time.Time
@@ -579,7 +580,7 @@ type fanOutHead struct {
 func (h fanOutHead) write(ctx context.Context, tx pgx.Tx, q string, p store.CampaignFanOutParams, after int64, bound any, now any,
 	res *store.CampaignFanOutResult) (int64, error) {
 	var last int64
-	err := tx.QueryRow(ctx, q, p.ID, after, bound, p.Tenant, h.kind, h.lane, h.params, h.sendAt, now, h.channels, h.steps).
+	err := tx.QueryRow(ctx, q, p.ID, after, bound, p.Tenant, h.kind, h.lane, h.params, h.sendAt, now, h.channels, h.steps, h.scope).
 		Scan(&res.Recipients, &last, &res.Notifications, &res.Outbox)
 	if err != nil {
 		return 0, fmt.Errorf("write batch: %w", err)

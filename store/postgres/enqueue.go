@@ -102,15 +102,15 @@ func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, 
 		steps[i] = strconv.Itoa(int(n))
 	}
 	// Both statements take the same first twelve arguments (room for
-	// qEnqueue's twenty, so the appends below do not copy them).
-	args := append(make([]any, 0, 20), p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
+	// qEnqueue's twenty-one, so the appends below do not copy them).
+	args := append(make([]any, 0, 21), p.Tenant, p.ID, p.Recipient, p.EventID, p.Kind, string(p.Lane), string(params),
 		dedup, p.SendAt, p.ExpiresAt, strings.Join(channels, ","), strings.Join(messageIDs, ","))
 	stmt, dest := qEnqueuePlain, []any{&createdID, &due, &notified}
 	if plain := inbox.title == nil && !slices.Contains(channels, string(heraldtype.ChannelPush)); plain {
-		args = append(args, strings.Join(steps, ","), wake, c.plan)
+		args = append(args, strings.Join(steps, ","), wake, c.plan, p.Scope)
 	} else {
 		stmt, dest = qEnqueue, append(dest, &dupID, &told)
-		args = append(args, inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ","), wake, c.plan, int16(p.InboxAt()))
+		args = append(args, inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ","), wake, c.plan, int16(p.InboxAt()), p.Scope)
 	}
 	err := q.QueryRow(ctx, stmt, args...).Scan(dest...)
 	if err != nil {
@@ -162,13 +162,13 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 // to wake the lane, $19 a lazy chain's later channels, comma-joined, the
 // first step's rows' fallback_plan (empty for none; as qNotificationCreate's
 // $25), $20 the inbox's place among the kind's channels (0: none; as
-// qNotificationCreate's $26).
+// qNotificationCreate's $26), $21 the scope (” none).
 const qEnqueue = `WITH t AS (SELECT statement_timestamp() AS now),
 ` + qWakeHash + `,
 n AS (
-    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at, scope)
     SELECT $2::text, $1::text, $3::text, $4::text, $5::text, $6::text, $7::json, $8::text, $9::timestamptz, $10::timestamptz, t.now,
-           $20::smallint
+           $20::smallint, $21::text
     FROM t
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
@@ -187,11 +187,11 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, fallback_plan)
+                        fallback_step, fallback_plan, scope)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $1::text, $6::text, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
-           CASE WHEN c.step = 1 THEN string_to_array(nullif($19::text, ''), ',') END
+           CASE WHEN c.step = 1 THEN string_to_array(nullif($19::text, ''), ',') END, $21::text
     FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ','), string_to_array($17::text, ',')::integer[])
         WITH ORDINALITY AS c (channel, message_id, step, ord)
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $1::text AND dv.recipient = $3::text AND dv.active
@@ -221,22 +221,23 @@ FROM t LEFT JOIN notifications dup ON dup.tenant = $1::text AND dup.dedup_key = 
 // $8 dedup key (NULL for none), $9 send_at, $10 expires_at, $11 channels and
 // $12 message ids (comma-joined, parallel), $13 each channel's fallback
 // step (comma-joined, parallel to $11), $14 whether to wake the lane, $15 a
-// lazy chain's later channels (as qEnqueue's $17, $18 and $19).
+// lazy chain's later channels (as qEnqueue's $17, $18 and $19), $16 the
+// scope.
 const qEnqueuePlain = `WITH ` + qWakeHash + `,
 n AS (
-    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at, scope)
     VALUES ($2::text, $1::text, $3::text, $4::text, $5::text, $6::text, $7::json, $8::text, $9::timestamptz, $10::timestamptz,
-            statement_timestamp(), 0)
+            statement_timestamp(), 0, $16::text)
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, fallback_plan)
+                        fallback_step, fallback_plan, scope)
     SELECT n.id, c.message_id, $1::text, $6::text, c.channel,
            CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
-           CASE WHEN c.step = 1 THEN string_to_array(nullif($15::text, ''), ',') END
+           CASE WHEN c.step = 1 THEN string_to_array(nullif($15::text, ''), ',') END, $16::text
     FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ','), string_to_array($13::text, ',')::integer[])
         AS c (channel, message_id, step)
     RETURNING state = 'PENDING' AND available_at <= created_at AS due

@@ -7,7 +7,7 @@ import (
 )
 
 // A small tenant's turn does not walk a big tenant's backlog: each
-// tenant's due rows are walked on outbox_fair by (lane, tenant) up to now,
+// tenant's due rows are walked on outbox_fair by (lane, tenant, scope) up to now,
 // in the custom plan and the generic one a prepared claim settles on. A
 // plan on outbox_due, filtering the tenant, would read the big tenant's
 // 100,000 older rows for the small tenant's one, on every claim.
@@ -22,13 +22,19 @@ FROM generate_series(1, 100010) g`,
 SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', created_at + (substr(id, 2)::int * interval '1 ms'), created_at, created_at
 FROM notifications`,
 		`ANALYZE outbox`)
-	args := []any{now, "transactional", 4, "w", time.Minute, "CLAIMED", nil, "small"}
+	args := []any{now, "transactional", 4, "w", time.Minute, "CLAIMED", nil, "small", []string{}, []string{}}
 	for how, plan := range bothPlans(t, conn, "plan_fair_claim", qOutboxClaim, args) {
 		if strings.Contains(plan, "outbox_due") {
 			t.Errorf("the %s plan of the claim reads outbox_due:\n%s", how, plan)
 		}
-		if !strings.Contains(plan, "Index Scan using outbox_fair on outbox") || !indexCondNames(plan, "tenant = t") {
-			t.Errorf("the %s plan of the claim does not walk outbox_fair by tenant:\n%s", how, plan)
+		if !strings.Contains(plan, "Index Scan using outbox_fair on outbox") || !indexCondNames(plan, "(tenant = g") ||
+			!indexCondNames(plan, "(scope = g") {
+			t.Errorf("the %s plan of the claim does not walk outbox_fair by tenant and scope:\n%s", how, plan)
+		}
+		// The loose scan steps from one (tenant, scope) to the next on
+		// outbox_fair, bounded by both columns.
+		if !indexCondNames(plan, "ROW(tenant, scope) > ROW(g") {
+			t.Errorf("the %s plan of the claim does not step over the (tenant, scope)s on outbox_fair:\n%s", how, plan)
 		}
 	}
 }
@@ -46,7 +52,7 @@ func TestTheClaimLocksItsRowsByKeyWhateverTheStatistics(t *testing.T) {
 SELECT 'n' || g, 'big', 'r', 'e' || g, 'coupon', 'marketing', '{}', '2026-06-11 01:00:00+00' FROM generate_series(1, 100000) g`,
 		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
 SELECT id, id || '.webhook', tenant, 'marketing', 'webhook', 'PENDING', created_at, created_at, created_at FROM notifications`)
-	args := []any{now, "marketing", 1, "w", time.Minute, "CLAIMED", nil, ""}
+	args := []any{now, "marketing", 1, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}}
 	for how, plan := range bothPlans(t, conn, "plan_fair_lock", qOutboxClaim, args) {
 		if strings.Contains(plan, "Semi Join") || !strings.Contains(plan, "Index Scan using outbox_pkey on outbox x") {
 			t.Errorf("the %s plan of the claim does not lock its chosen rows by key:\n%s", how, plan)

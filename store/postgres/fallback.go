@@ -145,7 +145,7 @@ fs AS (
       AND EXISTS (SELECT 1 FROM fm WHERE NOT fm.definite AND fm.plan IS NULL)
 ),
 fp AS (
-    SELECT DISTINCT ON (fm.notification_id) fm.*, n.tenant, n.created_at, greatest(n.created_at, n.send_at) AS due, n.expires_at,
+    SELECT DISTINCT ON (fm.notification_id) fm.*, n.tenant, n.scope, n.created_at, greatest(n.created_at, n.send_at) AS due, n.expires_at,
            fm.definite AND fm.sends <= 1 AS release
     FROM fm CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = fm.notification_id LIMIT 1) n
     WHERE fm.plan IS NOT NULL AND fm.fallback_step = 1 AND EXISTS (SELECT 1 FROM fm WHERE fm.plan IS NOT NULL)
@@ -157,14 +157,14 @@ fp AS (
 ),
 fl AS (
     INSERT INTO outbox AS w (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at,
-                             created_at, updated_at, fallback_step, fallback_fails, fallback_after)
+                             created_at, updated_at, fallback_step, fallback_fails, fallback_after, scope)
     SELECT fp.notification_id, fp.notification_id || '.' || p.channel, fp.tenant, fp.lane, p.channel,
            CASE WHEN NOT fp.definite THEN 'SKIPPED' WHEN p.ord = 1 AND fp.release THEN 'PENDING' ELSE 'WAITING' END,
            CASE WHEN fp.definite THEN '' ELSE 'FALLBACK_NOT_NEEDED' END,
            CASE WHEN p.ord = 1 AND fp.release THEN coalesce($1::timestamptz, clock_timestamp()) ELSE fp.due END,
            fp.expires_at, fp.created_at, coalesce($1::timestamptz, clock_timestamp()), p.ord + 1,
            CASE WHEN fp.definite AND p.ord = 1 THEN 1 ELSE 0 END,
-           CASE WHEN NOT fp.definite OR (p.ord = 1 AND fp.release) THEN fp.cause END
+           CASE WHEN NOT fp.definite OR (p.ord = 1 AND fp.release) THEN fp.cause END, fp.scope
     FROM fp CROSS JOIN LATERAL unnest(fp.plan) WITH ORDINALITY AS p (channel, ord)
     ORDER BY fp.notification_id, p.ord
     ON CONFLICT (notification_id, channel) DO UPDATE
@@ -252,10 +252,10 @@ ORDER BY notification_id, channel FOR UPDATE`
 	// have been skipped); with $3 'SKIPPED', every such chain, its steps
 	// SKIPPED, not needed, after $4. A row that exists is kept.
 	qFallbackMaterialize = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at,
-                    created_at, updated_at, fallback_step, fallback_after)
+                    created_at, updated_at, fallback_step, fallback_after, scope)
 SELECT o.notification_id, o.notification_id || '.' || p.channel, o.tenant, o.lane, p.channel, $3::text,
        CASE WHEN $3::text = 'SKIPPED' THEN 'FALLBACK_NOT_NEEDED' ELSE '' END,
-       greatest(n.created_at, n.send_at), n.expires_at, n.created_at, coalesce($1::timestamptz, now()), p.ord + 1, $4::text
+       greatest(n.created_at, n.send_at), n.expires_at, n.created_at, coalesce($1::timestamptz, now()), p.ord + 1, $4::text, n.scope
 FROM (SELECT DISTINCT ON (notification_id) notification_id, tenant, lane, fallback_plan FROM outbox
       WHERE notification_id = ANY ($2::text[]) AND fallback_step = 1 AND fallback_plan IS NOT NULL
       ORDER BY notification_id, channel) o
@@ -287,10 +287,10 @@ WHERE notification_id = ANY ($1::text[]) AND fallback_step = 1 AND fallback_plan
 const qFallbackClose = `,
 fc AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at,
-                        created_at, updated_at, fallback_step, fallback_after)
+                        created_at, updated_at, fallback_step, fallback_after, scope)
     SELECT o.notification_id, o.notification_id || '.' || p.channel, o.tenant, o.lane, p.channel, 'SKIPPED', 'FALLBACK_NOT_NEEDED',
            greatest(n.created_at, n.send_at), n.expires_at, n.created_at, coalesce($1::timestamptz, clock_timestamp()), p.ord + 1,
-           CASE WHEN cur.state = 'SUPPRESSED' AND cur.reason <> '' THEN cur.reason ELSE cur.state END
+           CASE WHEN cur.state = 'SUPPRESSED' AND cur.reason <> '' THEN cur.reason ELSE cur.state END, o.scope
     FROM cur CROSS JOIN LATERAL (SELECT * FROM outbox o WHERE o.notification_id = cur.notification_id AND o.channel = cur.channel LIMIT 1) o
     CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = o.notification_id LIMIT 1) n
     CROSS JOIN LATERAL unnest(o.fallback_plan) WITH ORDINALITY AS p (channel, ord)

@@ -81,7 +81,7 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 			response: response, id: p.ID, recipient: p.Recipient, event: p.EventID, kind: p.Kind, lane: string(p.Lane),
 			params: string(params), dedup: nullString(p.DedupKey), sendAt: p.SendAt, expiresAt: p.ExpiresAt,
 			channels: c.channels, messageIDs: c.messageIDs, steps: c.steps, plan: c.plan, wake: s.notify.inStatement(p.Lane), inbox: inbox, lang: lang,
-			inboxAt: int16(p.InboxAt())}
+			inboxAt: int16(p.InboxAt()), scope: p.Scope}
 		var row createRow
 		var err error
 		if p.IdempotencyKey != "" && p.DedupKey != "" {
@@ -128,6 +128,7 @@ type createArgs struct {
 	ttl                                            time.Duration
 	response                                       []byte
 	id, recipient, event, kind, lane, params, wake string
+	scope                                          string
 	dedup                                          *string
 	sendAt, expiresAt                              *time.Time
 	channels, messageIDs                           []string
@@ -141,7 +142,7 @@ type createArgs struct {
 func (a *createArgs) list() []any {
 	return []any{a.now, a.tenant, a.key, a.hash, a.ttl, a.response, a.id, a.recipient, a.event, a.kind, a.lane,
 		a.params, a.dedup, a.sendAt, a.expiresAt, a.channels, a.messageIDs, a.wake,
-		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang, a.steps, a.plan, a.inboxAt}
+		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang, a.steps, a.plan, a.inboxAt, a.scope}
 }
 
 // inboxArgs are a create's inbox item: all nil when it writes none.
@@ -165,7 +166,7 @@ var createMerge = &merge{
 		recipient, event, kind, lane := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		params, wake, dedup := make([]string, n), make([]string, n), make([]*string, n)
 		ititle, ibody, ilocale, imessage, lang := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
-		iat := make([]int16, n)
+		iat, scope := make([]int16, n), make([]string, n)
 		ttl, response := make([]time.Duration, n), make([][]byte, n)
 		sendAt, expiresAt := make([]*time.Time, n), make([]*time.Time, n)
 		var chReq, chStep []int32
@@ -176,14 +177,14 @@ var createMerge = &merge{
 			id[i], recipient[i], event[i], kind[i], lane[i] = a.id, a.recipient, a.event, a.kind, a.lane
 			params[i], dedup[i], sendAt[i], expiresAt[i], wake[i] = a.params, a.dedup, a.sendAt, a.expiresAt, a.wake
 			ititle[i], ibody[i], ilocale[i], imessage[i], lang[i] = a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang
-			iat[i] = a.inboxAt
+			iat[i], scope[i] = a.inboxAt, a.scope
 			for j, ch := range a.channels {
 				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a.messageIDs[j])
 				chStep, chPlan = append(chStep, a.steps[j]), append(chPlan, a.plan)
 			}
 		}
 		return []any{ops[0].in.(*createArgs).now, tenant, key, hash, ttl, response, id, recipient, event, kind, lane,
-			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep, chPlan, iat}
+			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep, chPlan, iat, scope}
 	},
 	scan: scanInOrder("create", func(op *pipeOp) string { return op.in.(*createArgs).id }),
 }

@@ -29,7 +29,7 @@ const (
 
 	qNotificationListHead = `WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 page AS (
-    SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at, n.inbox_at
+    SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at, n.inbox_at, n.scope
     FROM notifications n
     WHERE n.tenant = $2::text `
 	qNotificationListFilters = `
@@ -49,7 +49,7 @@ page AS (
 	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at, t.now, p.inbox_at,
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
-       o.fallback_step, o.fallback_after, o.fallback_plan
+       o.fallback_step, o.fallback_after, o.fallback_plan, p.scope
 FROM page p CROSS JOIN t
 LEFT JOIN outbox o ON o.notification_id = p.id
 LEFT JOIN deliveries d ON d.message_id = o.message_id
@@ -151,7 +151,7 @@ func scanViewRow(rows pgx.Rows, v *store.NotificationView, inboxAt *int) (dv sto
 	)
 	if err := rows.Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &now, inboxAt,
 		&msgID, &ch, &ostate, &oreason, &avail, &oupd,
-		&dNotif, &dTenant, &dProv, &dState, &dReas, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated, &fStep, &fAfter, &fPlan); err != nil {
+		&dNotif, &dTenant, &dProv, &dState, &dReas, &dAttempts, &dClaimed, &dNext, &dCreated, &dUpdated, &fStep, &fAfter, &fPlan, &v.Scope); err != nil {
 		return dv, false, err
 	}
 	v.Lane, v.SendAt, v.ExpiresAt, v.CreatedAt, v.Now = heraldtype.Lane(lane), utcPtr(sendAt), utcPtr(expiresAt), utc(created), utc(now)

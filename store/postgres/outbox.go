@@ -31,7 +31,12 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	if p.Skip != "" {
 		skip = &p.Skip
 	}
-	rows, err := s.claims.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()), skip, p.After)
+	memTenants, memScopes := make([]string, 0, len(p.Scopes)), make([]string, 0, len(p.Scopes))
+	for t, sc := range p.Scopes {
+		memTenants, memScopes = append(memTenants, t), append(memScopes, sc)
+	}
+	rows, err := s.claims.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()), skip, p.After,
+		memTenants, memScopes)
 	if err != nil {
 		return nil, s.fail("claim outbox batch", err)
 	}
@@ -42,7 +47,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		var ch, params string
 		var expires, profileAt *time.Time
 		dest := []any{&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts,
-			&c.Tenant, &c.Recipient, &c.EventID, &c.Kind, &params, &expires}
+			&c.Tenant, &c.Recipient, &c.EventID, &c.Kind, &params, &expires, &c.Scope}
 		var known *heraldtype.Known
 		switch {
 		case !p.Publishing:

@@ -66,7 +66,8 @@ const (
 	// channels, comma-joined ('' for none), written on the first step's
 	// rows as their fallback_plan (the later steps are then not in $16),
 	// $26 the inbox's place among the kind's channels (0: none; the
-	// notification's inbox_at, store.InboxAt).
+	// notification's inbox_at, store.InboxAt), $27 the scope ('' none),
+	// written on the notification and its outbox rows.
 	qNotificationCreate = `WITH g AS (
     SELECT $23::text IS NULL
            OR coalesce((SELECT data->>'language' FROM profiles WHERE tenant = $2::text AND recipient = $8::text), '') = $23::text AS ok
@@ -82,9 +83,9 @@ k AS (
     RETURNING 1
 ),
 n AS (
-    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at, scope)
     SELECT $7::text, $2::text, $8::text, $9::text, $10::text, $11::text, $12::json, $13::text, $14::timestamptz, $15::timestamptz,
-           coalesce($1::timestamptz, now()), $26::smallint
+           coalesce($1::timestamptz, now()), $26::smallint, $27::text
     WHERE ($3::text = '' OR EXISTS (SELECT 1 FROM k)) AND (SELECT ok FROM g)
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
@@ -102,11 +103,11 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, fallback_plan)
+                        fallback_step, fallback_plan, scope)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $2::text, $11::text, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
-           CASE WHEN c.step = 1 THEN string_to_array(nullif($25::text, ''), ',') END
+           CASE WHEN c.step = 1 THEN string_to_array(nullif($25::text, ''), ',') END, $27::text
     FROM n, unnest($16::text[], $17::text[], $24::integer[]) WITH ORDINALITY AS c (channel, message_id, step, ord)
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $2::text AND dv.recipient = $8::text AND dv.active
     ORDER BY c.ord, dv.device_id
@@ -143,7 +144,8 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	// qNotificationCreate); per channel: $17 request's position (1-based),
 	// $18 channel, $19 message id, $25 fallback step (0 off a chain), $26
 	// its request's lazy plan (qNotificationCreate's $25); per request
-	// again: $27 the inbox's place (qNotificationCreate's $26).
+	// again: $27 the inbox's place (qNotificationCreate's $26), $28 the
+	// scope.
 	//
 	// g reads each request's profile by its key (LATERAL … LIMIT 1): as a
 	// plain join, a generic plan made while profiles was small scanned it
@@ -156,9 +158,9 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	qNotificationCreateMany = `WITH r AS MATERIALIZED (
     SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::interval[], $6::bytea[], $7::text[], $8::text[], $9::text[],
                          $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::text[],
-                         $20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $27::smallint[])
+                         $20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $27::smallint[], $28::text[])
         WITH ORDINALITY AS r (tenant, key, hash, ttl, response, id, recipient, event_id, kind, lane, params, dedup, send_at, expires_at, wake,
-                              ititle, ibody, ilocale, imessage, lang, iat, ord)
+                              ititle, ibody, ilocale, imessage, lang, iat, scope, ord)
 ),
 g AS MATERIALIZED (
     SELECT r.ord, r.lang IS NULL OR coalesce(p.data->>'language', '') = r.lang AS ok
@@ -176,9 +178,9 @@ k AS (
     RETURNING ik.notification_id AS id
 ),
 n AS (
-    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
+    INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at, scope)
     SELECT r.id, r.tenant, r.recipient, r.event_id, r.kind, r.lane, r.params::json, r.dedup, r.send_at, r.expires_at,
-           coalesce($1::timestamptz, now()), r.iat
+           coalesce($1::timestamptz, now()), r.iat, r.scope
     FROM r JOIN g ON g.ord = r.ord WHERE (r.key = '' OR r.id IN (SELECT id FROM k)) AND g.ok
     ORDER BY r.tenant, r.dedup, r.ord
     ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
@@ -205,11 +207,11 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, fallback_plan)
+                        fallback_step, fallback_plan, scope)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), r.tenant, r.lane, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at, nullif(c.step, 0),
-           CASE WHEN c.step = 1 THEN string_to_array(nullif(c.plan, ''), ',') END
+           CASE WHEN c.step = 1 THEN string_to_array(nullif(c.plan, ''), ',') END, r.scope
     FROM unnest($17::integer[], $18::text[], $19::text[], $25::integer[], $26::text[]) WITH ORDINALITY AS c (req, channel, message_id, step, plan, ord)
     JOIN r ON r.ord = c.req JOIN n ON n.id = r.id
     LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = r.tenant AND dv.recipient = r.recipient AND dv.active
@@ -240,7 +242,7 @@ FROM idempotency_keys WHERE tenant = $1::text AND key = $2::text`
        coalesce($3::timestamptz, now()), n.inbox_at,
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
-       o.fallback_step, o.fallback_after, o.fallback_plan
+       o.fallback_step, o.fallback_after, o.fallback_plan, n.scope
 FROM notifications n
 LEFT JOIN outbox o ON o.notification_id = n.id
 LEFT JOIN deliveries d ON d.message_id = o.message_id
@@ -251,31 +253,41 @@ ORDER BY o.id`
 // Outbox: the claim and the fenced writes.
 const (
 	// qOutboxClaim leases due rows in one autocommitted statement, shared
-	// fairly between the lane's tenants: a tenant's backlog does not hold up
-	// another tenant's rows behind it (issue 12: oldest-first across tenants
-	// made a small tenant wait a minute behind a big one's 20,000).
+	// fairly between the lane's tenants and, inside a tenant, between its
+	// scopes: a tenant's backlog does not hold up another tenant's rows
+	// behind it (issue 12: oldest-first across tenants made a small tenant
+	// wait a minute behind a big one's 20,000), nor a scope's another
+	// scope's of its tenant, and a tenant gains no share of the lane by
+	// spreading its rows over scopes.
 	//
-	//	tenants  the lane's tenants with PENDING rows, one index probe each
-	//	         (a loose scan of outbox_fair), due or not. A plain index
-	//	         scan, not index-only (notification_id is not in the index):
-	//	         a claimed row leaves a dead entry in the partial index until
-	//	         vacuum, at the front of its tenant's range, and only a plain
+	//	groups   the lane's (tenant, scope) pairs with PENDING rows, one
+	//	         index probe each (a loose scan of outbox_fair, stepping on
+	//	         the row value (tenant, scope), which bounds the index scan
+	//	         by both columns), due or not. A plain index scan, not
+	//	         index-only (notification_id is not in the index): a
+	//	         claimed row leaves a dead entry in the partial index until
+	//	         vacuum, at the front of its group's range, and only a plain
 	//	         scan marks the dead entries it steps over so the next claim
 	//	         skips them; index-only, every claim fetched each one's heap
 	//	         page again, and a backlog's drain fell to 40%;
-	//	busy     each tenant's rows in flight in the lane (CLAIMED or
+	//	busy     each group's rows in flight in the lane (CLAIMED or
 	//	         PUBLISHING: at most every claimer's concurrency, read
-	//	         through outbox_leased), counted only when two tenants or
+	//	         through outbox_leased), counted only when two groups or
 	//	         more have rows waiting (a one-time filter): with one, there
 	//	         is nothing to share, and the count was a fifth of a claim;
-	//	turns    up to LIMIT due rows per tenant, oldest first, walked on
+	//	cand     up to LIMIT due rows per group, oldest first, walked on
 	//	         outbox_fair (its ORDER BY is the index's, so no plan prefers
-	//	         outbox_due and filters a big tenant's rows out of a small
-	//	         one's walk) from the tenant's oldest row to the first not yet
+	//	         another index and filters a big group's rows out of a small
+	//	         one's walk) from the group's oldest row to the first not yet
 	//	         due (now is written out, so it bounds the index scan: a
-	//	         tenant's deferred backlog is never read), each numbered by
-	//	         its tenant's rows in flight plus its place: a tenant with
-	//	         nothing in flight takes the first turns;
+	//	         group's deferred backlog is never read), each numbered by
+	//	         its group's rows in flight plus its place (sturn);
+	//	turns    each tenant's candidates numbered in turn by sturn, equal
+	//	         ones going round the tenant's scopes from the first after
+	//	         the scope the caller served last in it ($9/$10,
+	//	         OutboxClaimParams.Scopes), plus the tenant's rows in flight:
+	//	         a tenant with nothing in flight takes the first turns, and
+	//	         its turns go round its scopes;
 	//	due      the LIMIT rows with the lowest turns, equal turns going
 	//	         round the tenants from the first after $8 (the tenant the
 	//	         caller served last, OutboxClaimParams.After; by age, a big
@@ -313,9 +325,11 @@ const (
 	//
 	// $1 now, $2 lane, $3 limit, $4 owner, $5 lease, $6 state (CLAIMED or
 	// PUBLISHING), $7 a tenant whose rows it leaves (OutboxClaimParams.Skip;
-	// NULL none), $8 the tenant after which ties start (After; '' none).
+	// NULL none), $8 the tenant after which ties start (After; '' none),
+	// $9 and $10 tenants and, parallel, the scope after which each
+	// tenant's ties start (Scopes).
 	qOutboxClaim = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
-       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at,
+       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, c.scope,
        EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id), p.data, p.updated_at, c.off_chain,
        CASE WHEN c.planned THEN NOT EXISTS (SELECT 1 FROM outbox s WHERE s.notification_id = c.notification_id AND s.fallback_step = 1
                                                                      AND s.channel <> c.channel) ELSE false END
@@ -327,46 +341,55 @@ ORDER BY c.available_at, c.id`
 	// job and reads nothing for a sender but whether the row is on no
 	// fallback chain (heraldtype.Job.OffChain, which the message carries).
 	qOutboxClaimPublishing = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
-       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, c.off_chain
+       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, c.scope, c.off_chain
 FROM claimed c
 CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
 ORDER BY c.available_at, c.id`
 	// qOutboxClaimPublishingProfiles is the relay's claim with each job's
 	// recipient profile, for the relay's gate (OutboxClaimParams.Profiles).
 	qOutboxClaimPublishingProfiles = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
-       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, c.off_chain, p.data, p.updated_at
+       n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, c.scope, c.off_chain, p.data, p.updated_at
 FROM claimed c
 CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
 LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true
 ORDER BY c.available_at, c.id`
-	qOutboxClaimLease = `WITH RECURSIVE tenants (tenant) AS (
-    (SELECT tenant FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND notification_id <> ''
-     ORDER BY lane, tenant LIMIT 1)
+	qOutboxClaimLease = `WITH RECURSIVE groups (tenant, scope) AS (
+    (SELECT tenant, scope FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND notification_id <> ''
+     ORDER BY lane, tenant, scope LIMIT 1)
   UNION ALL
-    SELECT (SELECT o.tenant FROM outbox o WHERE o.lane = $2::text AND o.state = 'PENDING' AND o.tenant > t.tenant
-              AND o.notification_id <> ''
-            ORDER BY o.lane, o.tenant LIMIT 1)
-    FROM tenants t WHERE t.tenant IS NOT NULL
+    SELECT s.tenant, s.scope FROM groups g CROSS JOIN LATERAL (
+        SELECT o.tenant, o.scope FROM outbox o
+        WHERE o.lane = $2::text AND o.state = 'PENDING' AND (o.tenant, o.scope) > (g.tenant, g.scope) AND o.notification_id <> ''
+        ORDER BY o.lane, o.tenant, o.scope LIMIT 1
+    ) s
 ),
-busy AS (
-    SELECT tenant, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = $2::text
-      AND (SELECT count(*) FROM tenants WHERE tenant IS NOT NULL) > 1
-    GROUP BY tenant
+busy AS MATERIALIZED (
+    SELECT tenant, scope, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = $2::text
+      AND (SELECT count(*) FROM groups) > 1
+    GROUP BY tenant, scope
 ),
-turns AS (
-    SELECT t.tenant, c.notification_id, c.channel, c.available_at, c.id,
-           coalesce(b.n, 0) + row_number() OVER (PARTITION BY t.tenant ORDER BY c.available_at, c.id) AS turn
-    FROM tenants t
+cand AS (
+    SELECT g.tenant, g.scope, c.notification_id, c.channel, c.available_at, c.id,
+           coalesce(b.n, 0) + row_number() OVER (PARTITION BY g.tenant, g.scope ORDER BY c.available_at, c.id) AS sturn
+    FROM groups g
     CROSS JOIN LATERAL (
         SELECT o.notification_id, o.channel, o.available_at, o.id FROM outbox o
-        WHERE o.lane = $2::text AND o.tenant = t.tenant AND o.state = 'PENDING'
+        WHERE o.lane = $2::text AND o.tenant = g.tenant AND o.scope = g.scope AND o.state = 'PENDING'
           AND o.available_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
           AND (o.expires_at IS NULL OR o.expires_at > (SELECT coalesce($1::timestamptz, clock_timestamp())))
-        ORDER BY o.lane, o.tenant, o.available_at, o.id
+        ORDER BY o.lane, o.tenant, o.scope, o.available_at, o.id
         LIMIT $3::integer
     ) c
-    LEFT JOIN busy b ON b.tenant = t.tenant
-    WHERE t.tenant IS NOT NULL AND t.tenant IS DISTINCT FROM $7::text
+    LEFT JOIN busy b ON b.tenant = g.tenant AND b.scope = g.scope
+    WHERE g.tenant IS DISTINCT FROM $7::text
+),
+turns AS (
+    SELECT c.tenant, c.notification_id, c.channel, c.available_at, c.id,
+           coalesce(tb.n, 0) + row_number() OVER (PARTITION BY c.tenant
+               ORDER BY c.sturn, coalesce(c.scope <= ls.scope, false), c.scope, c.available_at, c.id) AS turn
+    FROM cand c
+    LEFT JOIN (SELECT tenant, sum(n) AS n FROM busy GROUP BY tenant) tb ON tb.tenant = c.tenant
+    LEFT JOIN unnest($9::text[], $10::text[]) AS ls (tenant, scope) ON ls.tenant = c.tenant
 ),
 due AS MATERIALIZED (
     SELECT o.tid
@@ -385,7 +408,7 @@ claimed AS (
         token = o.token + 1, updated_at = coalesce($1::timestamptz, clock_timestamp())
     WHERE o.ctid = ANY (ARRAY(SELECT tid FROM due))
     RETURNING o.id, o.token, o.notification_id, o.message_id, o.channel, o.attempts, o.available_at, o.fallback_plan IS NOT NULL AS planned,
-        o.fallback_step IS NULL AS off_chain
+        o.fallback_step IS NULL AS off_chain, o.scope
 )
 `
 

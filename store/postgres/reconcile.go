@@ -79,15 +79,15 @@ ORDER BY n.id, o.message_id LIMIT $3::int`
 	// how many rows it wrote. A concurrent recreate conflicts on the outbox
 	// key and writes nothing.
 	qReconcileOutboxRecreate = `WITH n AS (
-    SELECT id, tenant, lane, send_at, expires_at FROM notifications
+    SELECT id, tenant, scope, lane, send_at, expires_at FROM notifications
     WHERE id = $2::text AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = $2::text)
 ),
 ins AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
-                        fallback_step)
+                        fallback_step, scope)
     SELECT n.id, c.message_id, n.tenant, n.lane, c.channel, CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
            greatest(coalesce($1::timestamptz, now()), n.send_at), n.expires_at, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()),
-           nullif(c.step, 0)
+           nullif(c.step, 0), n.scope
     FROM n, unnest($3::text[], $4::text[], $5::integer[]) AS c (channel, message_id, step)
     WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id)
     ON CONFLICT DO NOTHING

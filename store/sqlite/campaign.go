@@ -19,8 +19,8 @@ var _ store.Campaigns = (*Store)(nil)
 // in one of its transactions.
 const (
 	qCampaignInsert = `INSERT INTO campaigns (id, tenant, kind, lane, channels, params, send_at, state, idempotency_key, request_hash, created_at,
-                       draft_expires_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'DRAFT', ?8, ?9, ?10, ?10 + ?11) ON CONFLICT (tenant, idempotency_key) DO NOTHING`
+                       draft_expires_at, scope)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'DRAFT', ?8, ?9, ?10, ?10 + ?11, ?12) ON CONFLICT (tenant, idempotency_key) DO NOTHING`
 	qCampaignByKey = `SELECT id, request_hash FROM campaigns WHERE tenant = ? AND idempotency_key = ?`
 	// qCampaignState reads a campaign's state and whether it is a draft
 	// past its deadline by ?3 (now): then a start or a page is refused, as
@@ -34,7 +34,7 @@ ON CONFLICT (campaign_id, recipient) DO NOTHING`
 	qCampaignStart = `UPDATE campaigns SET state = 'RUNNING', started_at = ? WHERE tenant = ? AND id = ? AND state = 'DRAFT'`
 	// qCampaignGet reads a campaign with its send counts, kept by the
 	// triggers of migration 27 (store.CampaignCounts).
-	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.state, c.params, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
+	qCampaignGet = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
        c.draft_expires_at, coalesce(c.ended_reason, ''), coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
 FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
 WHERE c.tenant = ? AND c.id = ?`
@@ -43,25 +43,26 @@ WHERE c.tenant = ? AND c.id = ?`
 	qCampaignsRunning = `SELECT tenant, id, lane, started_at FROM campaigns
 WHERE state = 'RUNNING' AND (?2 IS NULL OR (started_at, id) > (?2, ?3))
 ORDER BY started_at, id LIMIT ?1`
-	qCampaignFanOutHead = `SELECT kind, lane, channels, params, send_at, state, fanout_seq FROM campaigns WHERE tenant = ? AND id = ?`
+	qCampaignFanOutHead = `SELECT kind, lane, channels, params, send_at, state, fanout_seq, scope FROM campaigns WHERE tenant = ? AND id = ?`
 	// qCampaignBatch bounds the next batch: how many recipients follow the
 	// cursor ?2 (at most ?3) and the last one's seq.
 	qCampaignBatch = `SELECT count(*), coalesce(max(seq), ?2) FROM (
     SELECT seq FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3)`
 	// qCampaignNotifications writes the batch's notifications (seq in
-	// (?2, ?3]); an id that exists fails the batch, as on PostgreSQL.
-	qCampaignNotifications = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, send_at, created_at, campaign_id)
-SELECT notification_id, ?4, recipient, ?1, ?5, ?6, coalesce(params, ?7), ?8, ?9, ?1
+	// (?2, ?3]; ?10 their scope); an id that exists fails the batch, as on
+	// PostgreSQL.
+	qCampaignNotifications = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, send_at, created_at, campaign_id, scope)
+SELECT notification_id, ?4, recipient, ?1, ?5, ?6, coalesce(params, ?7), ?8, ?9, ?1, ?10
 FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq`
 	// qCampaignOutbox writes their outbox rows as intake does (insertPlanned):
 	// one per channel of ?7 (a JSON array of [channel, step]), per active
 	// device for push, a chain's first step PENDING and the later ones
-	// WAITING; a message id that exists writes nothing.
+	// WAITING, ?9 their scope; a message id that exists writes nothing.
 	qCampaignOutbox = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
-                    fallback_step)
+                    fallback_step, scope)
 SELECT r.notification_id, r.notification_id || '.' || json_extract(c.value, '$[0]') || coalesce('.' || dv.device_id, ''), ?4, ?5,
        json_extract(c.value, '$[0]') || coalesce('.' || dv.device_id, ''),
-       CASE WHEN json_extract(c.value, '$[1]') > 1 THEN 'WAITING' ELSE 'PENDING' END, ?6, NULL, ?8, ?8, nullif(json_extract(c.value, '$[1]'), 0)
+       CASE WHEN json_extract(c.value, '$[1]') > 1 THEN 'WAITING' ELSE 'PENDING' END, ?6, NULL, ?8, ?8, nullif(json_extract(c.value, '$[1]'), 0), ?9
 FROM campaign_recipients r CROSS JOIN json_each(?7) c
 LEFT JOIN devices dv ON json_extract(c.value, '$[0]') = 'push' AND dv.tenant = ?4 AND dv.recipient = r.recipient AND dv.active = 1
 WHERE r.campaign_id = ?1 AND r.seq > ?2 AND r.seq <= ?3
@@ -132,7 +133,7 @@ func (s *Store) CampaignCreate(ctx context.Context, p store.CampaignCreateParams
 // campaignCreate is CampaignCreate's writes, res its answer.
 func (s *Store) campaignCreate(tx wtx, p store.CampaignCreateParams, channels string, res *store.CampaignCreateResult) error {
 	r, err := tx.Exec(qCampaignInsert, p.ID, p.Tenant, p.Kind, string(p.Lane), channels, string(paramsOrEmpty(p.Params)),
-		msPtr(p.SendAt), p.IdempotencyKey, p.RequestHash, s.now(), p.DraftTTLOrDefault().Milliseconds())
+		msPtr(p.SendAt), p.IdempotencyKey, p.RequestHash, s.now(), p.DraftTTLOrDefault().Milliseconds(), p.Scope)
 	if err != nil {
 		return fmt.Errorf("insert campaign: %w", err)
 	}
@@ -311,7 +312,7 @@ func readCampaign(q rowQuerier, tenant, id string) (store.Campaign, error) {
 	var sendAt, started, ended, expires sql.NullInt64
 	var created int64
 	k := &c.Counts
-	err := q(qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.State, &params, &c.Total, &c.Enqueued, &sendAt, &created, &started, &ended,
+	err := q(qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.Scope, &c.State, &params, &c.Total, &c.Enqueued, &sendAt, &created, &started, &ended,
 		&expires, &c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, store.ErrNotFound
@@ -365,10 +366,10 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 	var res store.CampaignFanOutResult
 	err := s.w.do(ctx, func(tx wtx) error {
 		res = store.CampaignFanOutResult{}
-		var kind, lane, channels, params, state string
+		var kind, lane, channels, params, state, scope string
 		var sendAt sql.NullInt64
 		var cursor int64
-		err := tx.QueryRow(qCampaignFanOutHead, p.Tenant, p.ID).Scan(&kind, &lane, &channels, &params, &sendAt, &state, &cursor)
+		err := tx.QueryRow(qCampaignFanOutHead, p.Tenant, p.ID).Scan(&kind, &lane, &channels, &params, &sendAt, &state, &cursor, &scope)
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNotFound
 		}
@@ -397,13 +398,13 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 			available = sendAt.Int64
 		}
 		if p.Range != nil || res.Recipients > 0 {
-			r, err := tx.Exec(qCampaignNotifications, p.ID, cursor, last, p.Tenant, kind, lane, params, sendAt, now)
+			r, err := tx.Exec(qCampaignNotifications, p.ID, cursor, last, p.Tenant, kind, lane, params, sendAt, now, scope)
 			if err != nil {
 				return fmt.Errorf("write notifications: %w", err)
 			}
 			n, _ := r.RowsAffected()
 			res.Notifications = int(n)
-			if r, err = tx.Exec(qCampaignOutbox, p.ID, cursor, last, p.Tenant, lane, available, channels, now); err != nil {
+			if r, err = tx.Exec(qCampaignOutbox, p.ID, cursor, last, p.Tenant, lane, available, channels, now, scope); err != nil {
 				return fmt.Errorf("write outbox rows: %w", err)
 			}
 			n, _ = r.RowsAffected()

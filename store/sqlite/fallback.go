@@ -42,10 +42,10 @@ import (
 // no chain (Fence.OffChain) runs no chain statement either.
 const (
 	// qFallbackInsert is qOutboxInsert for a row of a chain: ?10 its
-	// step, PENDING for the first, WAITING after.
+	// step, PENDING for the first, WAITING after; ?12 the scope.
 	qFallbackInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at, fallback_step,
-                    fallback_plan)
-VALUES (?1, ?2, ?3, ?4, ?5, CASE WHEN ?10 = 1 THEN 'PENDING' ELSE 'WAITING' END, ?6, ?7, ?8, ?9, ?10, ?11)`
+                    fallback_plan, scope)
+VALUES (?1, ?2, ?3, ?4, ?5, CASE WHEN ?10 = 1 THEN 'PENDING' ELSE 'WAITING' END, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`
 	// qFallbackMaterialize writes the later steps of the lazy chains of the
 	// notifications ?2 (a JSON array) that have none yet, as intake writes
 	// an eager chain's: from the plan on one of each chain's first step's
@@ -55,10 +55,10 @@ VALUES (?1, ?2, ?3, ?4, ?5, CASE WHEN ?10 = 1 THEN 'PENDING' ELSE 'WAITING' END,
 	// every such chain, its steps SKIPPED, not needed, after ?4. A chain with a
 	// later step's row writes nothing, and a message id that exists is kept.
 	qFallbackMaterialize = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at,
-                    created_at, updated_at, fallback_step, fallback_after)
+                    created_at, updated_at, fallback_step, fallback_after, scope)
 SELECT o.notification_id, o.notification_id || '.' || j.value, o.tenant, o.lane, j.value, ?3,
        CASE WHEN ?3 = 'SKIPPED' THEN 'FALLBACK_NOT_NEEDED' ELSE '' END,
-       max(n.created_at, coalesce(n.send_at, n.created_at)), n.expires_at, n.created_at, ?1, j.key + 2, ?4
+       max(n.created_at, coalesce(n.send_at, n.created_at)), n.expires_at, n.created_at, ?1, j.key + 2, ?4, n.scope
 FROM outbox o JOIN notifications n ON n.id = o.notification_id, json_each(o.fallback_plan) j
 WHERE o.id IN (SELECT min(id) FROM outbox
                WHERE notification_id IN (SELECT value FROM json_each(?2)) AND fallback_plan IS NOT NULL
@@ -205,7 +205,7 @@ func (c *chain) insert(tx execer, p store.NotificationCreateParams, send heraldt
 		plan = c.plan
 	}
 	_, err := tx.Exec(qFallbackInsert, p.ID, store.MessageID(p.ID, send), p.Tenant, string(p.Lane), string(send),
-		available, msPtr(p.ExpiresAt), now, now, c.step, plan)
+		available, msPtr(p.ExpiresAt), now, now, c.step, plan, p.Scope)
 	if err != nil {
 		return fmt.Errorf("insert fallback outbox row: %w", err)
 	}

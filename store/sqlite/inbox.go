@@ -39,7 +39,7 @@ const (
 	// Create (in the notification's transaction). ?1 tenant, ?2 recipient.
 	qInboxLanguage = `SELECT coalesce(json_extract(data, '$.language'), '') FROM profiles WHERE tenant = ?1 AND recipient = ?2`
 	// qNotificationInsertFeed is qNotificationInsert for a notification
-	// with an inbox item (?13 title, ?14 body, ?15 locale), which takes the
+	// with an inbox item (?14 title, ?15 body, ?16 locale; ?13 the scope), which takes the
 	// next seq. Its created_at is ?11 (now) unless the recipient already has
 	// a notification at or after (?11, ?1) in (created_at, id), the order
 	// the feed walks (a clock stepped back, or a notification of the
@@ -52,13 +52,13 @@ const (
 	// has one writer), so no other create comes between its reads and its
 	// write.
 	qNotificationInsertFeed = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at,
-                           inbox_seq, inbox_title, inbox_body, inbox_locale)
+                           scope, inbox_seq, inbox_title, inbox_body, inbox_locale)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, coalesce((
     SELECT CASE WHEN ?11 > m.created_at OR ?11 = m.created_at AND ?1 > m.id THEN ?11
                 WHEN ?1 > m.id THEN m.created_at
                 ELSE m.created_at + 1 END
     FROM (SELECT created_at, id FROM notifications WHERE tenant = ?2 AND recipient = ?3 ORDER BY created_at DESC, id DESC LIMIT 1) m), ?11),
-    ?12, (SELECT seq + 1 FROM inbox_sequence), ?13, ?14, ?15)
+    ?12, ?13, (SELECT seq + 1 FROM inbox_sequence), ?14, ?15, ?16)
 ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
 
 	// qInboxItemCols are an item's columns off its notification row n, in
@@ -229,7 +229,7 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 				continue
 			}
 			if _, err := tx.Exec(qOutboxInsert, p.ID, store.MessageID(p.ID, send), p.Tenant, string(p.Lane), string(send),
-				available, msPtr(p.ExpiresAt), now, now); err != nil {
+				available, msPtr(p.ExpiresAt), now, now, p.Scope); err != nil {
 				return false, fmt.Errorf("insert outbox row: %w", err)
 			}
 		}
@@ -244,7 +244,7 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 // qNotificationInsert.
 func notificationInsert(tx execer, p store.NotificationCreateParams, now int64) (string, []any, error) {
 	args := []any{p.ID, p.Tenant, p.Recipient, p.EventID, p.Kind, string(p.Lane),
-		string(paramsOrEmpty(p.Params)), nullString(p.DedupKey), msPtr(p.SendAt), msPtr(p.ExpiresAt), now, p.InboxAt()}
+		string(paramsOrEmpty(p.Params)), nullString(p.DedupKey), msPtr(p.SendAt), msPtr(p.ExpiresAt), now, p.InboxAt(), p.Scope}
 	if !p.InboxWanted() {
 		return qNotificationInsert, args, nil
 	}

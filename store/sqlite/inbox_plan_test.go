@@ -35,7 +35,7 @@ func TestInboxStatementsSearchTheirKeys(t *testing.T) {
 		"feed":    {qInboxFeed, []any{"t1", "r1", int64(40000), false, 51}, []string{seek, walk + " AND (created_at,id)<(?,?))", count}},
 		"after":   {qInboxAfter, []any{"t1", "r1", 100, 51}, []string{seek, walk + " AND (created_at,id)>(?,?))"}},
 		"badge":   {qInboxBadge, []any{"t1", "r1"}, []string{count}},
-		"create":  {qNotificationInsertFeed, []any{"ntf_x", "t1", "r1", "e", "k", "transactional", "{}", nil, nil, nil, 1, 1, "t", "b", ""}, []string{"SEARCH notifications USING COVERING INDEX notifications_tenant_recipient_created (tenant=? AND recipient=?)"}},
+		"create":  {qNotificationInsertFeed, []any{"ntf_x", "t1", "r1", "e", "k", "transactional", "{}", nil, nil, nil, 1, 1, "", "t", "b", ""}, []string{"SEARCH notifications USING COVERING INDEX notifications_tenant_recipient_created (tenant=? AND recipient=?)"}},
 		"readIDs": {qInboxReadIDs, []any{1, "t1", "r1", `["ntf_1"]`}, []string{byID}},
 		// One tenant in the file: SQLite's statistics make a skip scan of
 		// the tenant as cheap as seeking it; either walks the recipient.

@@ -238,3 +238,44 @@ func fileBeforeMigration(t *testing.T, fill func(s *sqlite.Store), undo string) 
 	exec(t, path, undo)
 	return path
 }
+
+// TestMigration29ScopesWhatWasThereNone: a file from before scopes, with
+// PENDING rows in it, migrates to rows of no scope, claimed as before, on
+// outbox_fair rebuilt with the scope; a row an older herald writes (it
+// names no scope) gets none.
+func TestMigration29ScopesWhatWasThereNone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	oldRow := func(id string) string {
+		return `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
+VALUES ('` + id + `', 't1', 'r', 'e', 'k', 'transactional', '{}', 1000);
+INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
+VALUES ('` + id + `', '` + id + `.webhook', 't1', 'transactional', 'webhook', 'PENDING', 1000, 1000, 1000);`
+	}
+	path := fileBeforeMigration(t, func(*sqlite.Store) {}, `DROP INDEX outbox_fair;
+CREATE INDEX outbox_fair ON outbox (lane, tenant, available_at, id) WHERE state = 'PENDING';
+ALTER TABLE notifications DROP COLUMN scope;
+ALTER TABLE outbox DROP COLUMN scope;
+ALTER TABLE campaigns DROP COLUMN scope;
+DELETE FROM schema_migrations WHERE version = 29;
+`+oldRow("n1"))
+	if _, err := sqlite.Migrate(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, path, `SELECT count(*) FROM sqlite_master WHERE name = 'outbox_fair' AND sql LIKE '%(lane, tenant, scope, available_at, id)%'`); n != 1 {
+		t.Fatal("outbox_fair is not (lane, tenant, scope, available_at, id) after migration 29")
+	}
+	exec(t, path, oldRow("n2"))
+	if n := queryInt(t, path, `SELECT count(*) FROM notifications n JOIN outbox o ON o.notification_id = n.id WHERE n.scope = '' AND o.scope = ''`); n != 2 {
+		t.Fatalf("%d of 2 rows have no scope after migration 29", n)
+	}
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 10, Lease: time.Minute})
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim after migration 29: %d rows, %v; want both", len(rows), err)
+	}
+}

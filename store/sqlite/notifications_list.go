@@ -28,7 +28,7 @@ const (
 ` + qNotificationListFilters + qNotificationListTail
 
 	qNotificationListHead = `WITH page AS (
-    SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at, n.inbox_at
+    SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at, n.inbox_at, n.scope
     FROM notifications n
     WHERE n.tenant = ?2
 `
@@ -43,7 +43,7 @@ const (
     LIMIT ?9
 )
 `
-	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at, p.inbox_at,
+	qNotificationListTail = `SELECT p.id, p.tenant, p.recipient, p.event_id, p.kind, p.lane, p.send_at, p.expires_at, p.created_at, p.inbox_at, p.scope,
        o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
        o.fallback_step, o.fallback_after, o.fallback_plan
@@ -106,7 +106,7 @@ func (s *Store) NotificationList(ctx context.Context, p store.NotificationListPa
 		var sendAt, expiresAt sql.NullInt64
 		var created int64
 		var at int
-		dest := []any{&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &at}
+		dest := []any{&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &at, &v.Scope}
 		var send plannedSend
 		if err := rows.Scan(append(dest, send.dest()...)...); err != nil {
 			return nil, fmt.Errorf("list notifications: scan: %w", err)

@@ -18,9 +18,9 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	err := s.w.do(ctx, func(tx wtx) error {
 		out = out[:0]
 		now := s.now()
-		var first string
+		var first, firstScope string
 		var another bool
-		switch err := tx.QueryRow(qOutboxLaneTenants, string(p.Lane)).Scan(&first, &another); {
+		switch err := tx.QueryRow(qOutboxLaneTenants, string(p.Lane)).Scan(&first, &firstScope, &another); {
 		case errors.Is(err, sql.ErrNoRows):
 			return nil // nothing PENDING in the lane
 		case err != nil:
@@ -31,12 +31,12 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		case !another && first == p.Skip:
 			return nil // the one tenant waiting is the one to skip
 		case !another:
-			args = append(args, first)
+			args = append(args, first, firstScope)
 			q = qOutboxClaimOneTenant
 		case p.Skip != "":
-			args = append(args, p.Skip, p.After)
+			args = append(args, p.Skip, p.After, scopeMemory(p.Scopes))
 		default:
-			args = append(args, nil, p.After)
+			args = append(args, nil, p.After, scopeMemory(p.Scopes))
 		}
 		rows, err := tx.Query(q, args...)
 		if err != nil {
@@ -85,6 +85,16 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	return out, nil
 }
 
+// scopeMemory is qOutboxClaim's ?11: OutboxClaimParams.Scopes as a JSON
+// object.
+func scopeMemory(m map[string]string) string {
+	if len(m) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
 // readJobs fills the claimed rows' jobs from their notifications; with
 // known, each also gets its recipient's profile as heraldtype.Known.
 func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idList string, known bool) error {
@@ -94,15 +104,15 @@ func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idLi
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, tenant, recipient, eventID, kind, params string
+		var id, tenant, recipient, eventID, kind, params, scope string
 		var expires, profileAt sql.NullInt64
 		var profile sql.NullString
-		if err := rows.Scan(&id, &tenant, &recipient, &eventID, &kind, &params, &expires, &profile, &profileAt); err != nil {
+		if err := rows.Scan(&id, &tenant, &recipient, &eventID, &kind, &params, &expires, &profile, &profileAt, &scope); err != nil {
 			return fmt.Errorf("scan claimed notification: %w", err)
 		}
 		for _, i := range byNotification[id] {
 			j := &out[i].Job
-			j.Tenant, j.Recipient, j.EventID, j.Kind = tenant, recipient, eventID, kind
+			j.Tenant, j.Scope, j.Recipient, j.EventID, j.Kind = tenant, scope, recipient, eventID, kind
 			j.Params, j.ExpiresAt = json.RawMessage(params), fromNullMs(expires)
 			if known {
 				j.Known = &heraldtype.Known{ProfileRead: true}

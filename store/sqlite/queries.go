@@ -12,14 +12,17 @@ VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, key) DO NOTHING`
 WHERE tenant = ? AND key = ?`
 	qIdemSweep = `DELETE FROM idempotency_keys WHERE expires_at <= ?`
 
-	// qNotificationInsert's last value is the inbox's place (store, inboxsend.go).
-	qNotificationInsert = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
+	// qNotificationInsert's twelfth value is the inbox's place (store,
+	// inboxsend.go), its last the scope.
+	qNotificationInsert = `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, dedup_key, send_at, expires_at, created_at, inbox_at,
+                           scope)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
 	qNotificationByDedup = `SELECT id FROM notifications WHERE tenant = ? AND dedup_key = ?`
-	qOutboxInsert        = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?)`
+	qOutboxInsert        = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
+                    scope)
+VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?)`
 
-	qNotificationGet = `SELECT id, tenant, recipient, event_id, kind, lane, send_at, expires_at, created_at, inbox_at
+	qNotificationGet = `SELECT id, tenant, recipient, event_id, kind, lane, send_at, expires_at, created_at, inbox_at, scope
 FROM notifications WHERE id = ? AND tenant = ?`
 	qNotificationSends = `SELECT o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
@@ -32,59 +35,81 @@ WHERE o.notification_id = ? ORDER BY o.id`
 const (
 	// One statement flips the due rows to CLAIMED with a fresh token and
 	// returns them; SQLite's single writer makes it atomic. The rows are
-	// shared fairly between the lane's tenants, as PostgreSQL's qOutboxClaim
-	// says: each tenant's due rows oldest first (outbox_fair, bounded by
-	// now), numbered from its rows in flight, and the lowest turns win,
-	// equal turns going round the tenants from the first after ?10.
+	// shared fairly between the lane's tenants and, inside a tenant,
+	// between its scopes, as PostgreSQL's qOutboxClaim says: each (tenant,
+	// scope)'s due rows oldest first (outbox_fair, bounded by now),
+	// numbered from its rows in flight (sturn); each tenant's rows then
+	// numbered from the tenant's rows in flight, its scopes' rows taking
+	// turns by sturn, equal ones going round the scopes from the first
+	// after the tenant's entry in ?11; and the lowest turns win, equal
+	// turns going round the tenants from the first after ?10.
 	//
 	// ?1 state, ?2 owner, ?3 claimed_until, ?4 now, ?5 lane, ?6 and ?7 now,
 	// ?8 limit, ?9 a tenant to skip (OutboxClaimParams.Skip; NULL none),
 	// ?10 the tenant after which ties start (OutboxClaimParams.After; ''
-	// none).
-	// qOutboxLaneTenants is the lane's first tenant with PENDING rows and
-	// whether another has some (two probes of outbox_fair); no row when
-	// none has. With one tenant OutboxClaim runs qOutboxClaimOneTenant,
+	// none), ?11 a JSON object of each tenant's scope after which its ties
+	// start (OutboxClaimParams.Scopes). The loose scan over the (tenant,
+	// scope)s probes as qOutboxLaneTenants says.
+	// qOutboxLaneTenants is the lane's first (tenant, scope) with PENDING
+	// rows and whether another has some (two probes of outbox_fair); no
+	// row when none has. With one, OutboxClaim runs qOutboxClaimOneTenant,
 	// the fair claim's answer without its work (on the single writer, the
 	// fair claim doubled a claim's cost for the common case).
-	qOutboxLaneTenants = `SELECT t.tenant,
-       EXISTS (SELECT 1 FROM outbox o WHERE o.lane = ?1 AND o.state = 'PENDING' AND o.tenant > t.tenant)
-FROM (SELECT tenant FROM outbox WHERE lane = ?1 AND state = 'PENDING' ORDER BY lane, tenant LIMIT 1) t`
+	//
+	// The next (tenant, scope) is looked for in two probes, a later scope
+	// of the tenant and a later tenant: SQLite bounds an index range by a
+	// row value's first column only, and a probe for (tenant, scope) >
+	// (t, s) walked every row of (t, s) to find none.
+	qOutboxLaneTenants = `SELECT t.tenant, t.scope,
+       EXISTS (SELECT 1 FROM outbox o WHERE o.lane = ?1 AND o.state = 'PENDING' AND o.tenant = t.tenant AND o.scope > t.scope)
+       OR EXISTS (SELECT 1 FROM outbox o WHERE o.lane = ?1 AND o.state = 'PENDING' AND o.tenant > t.tenant)
+FROM (SELECT tenant, scope FROM outbox WHERE lane = ?1 AND state = 'PENDING' ORDER BY lane, tenant, scope LIMIT 1) t`
 	// qOutboxClaimOneTenant is qOutboxClaim for a lane with one tenant
-	// waiting (?9): its due rows oldest first, on outbox_fair.
+	// and scope waiting (?9, ?10): its due rows oldest first, on outbox_fair.
 	qOutboxClaimOneTenant = `UPDATE outbox
 SET state = ?1, claimed_by = ?2, claimed_until = ?3, token = token + 1, updated_at = ?4
 WHERE id IN (
     SELECT id FROM outbox
-    WHERE lane = ?5 AND tenant = ?9 AND state = 'PENDING' AND available_at <= ?6 AND (expires_at IS NULL OR expires_at > ?7)
+    WHERE lane = ?5 AND tenant = ?9 AND scope = ?10 AND state = 'PENDING' AND available_at <= ?6 AND (expires_at IS NULL OR expires_at > ?7)
     ORDER BY available_at, id LIMIT ?8)
 RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL`
 	qOutboxClaim = `UPDATE outbox
 SET state = ?1, claimed_by = ?2, claimed_until = ?3, token = token + 1, updated_at = ?4
 WHERE id IN (
-    WITH RECURSIVE tenants (tenant) AS (
-        SELECT (SELECT tenant FROM outbox WHERE lane = ?5 AND state = 'PENDING' ORDER BY lane, tenant LIMIT 1)
+    WITH RECURSIVE groups (tenant, scope) AS (
+        SELECT tenant, scope FROM (SELECT tenant, scope FROM outbox WHERE lane = ?5 AND state = 'PENDING' ORDER BY lane, tenant, scope LIMIT 1)
       UNION ALL
-        SELECT (SELECT o.tenant FROM outbox o WHERE o.lane = ?5 AND o.state = 'PENDING' AND o.tenant > t.tenant
-                ORDER BY o.lane, o.tenant LIMIT 1)
-        FROM tenants t WHERE t.tenant IS NOT NULL
+        SELECT o.tenant, o.scope FROM groups g JOIN outbox o ON o.id = coalesce(
+            (SELECT y.id FROM outbox y WHERE y.lane = ?5 AND y.state = 'PENDING' AND y.tenant = g.tenant AND y.scope > g.scope
+             ORDER BY y.lane, y.tenant, y.scope LIMIT 1),
+            (SELECT y.id FROM outbox y WHERE y.lane = ?5 AND y.state = 'PENDING' AND y.tenant > g.tenant
+             ORDER BY y.lane, y.tenant, y.scope LIMIT 1))
     ),
     busy AS (
-        SELECT tenant, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = ?5
-          AND (SELECT count(*) FROM tenants WHERE tenant IS NOT NULL) > 1
-        GROUP BY tenant
+        SELECT tenant, scope, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = ?5
+          AND (SELECT count(*) FROM groups) > 1
+        GROUP BY tenant, scope
     ),
     cand AS (
-        SELECT x.id, x.tenant, x.available_at FROM tenants t JOIN outbox x ON x.id IN (
+        SELECT x.id, x.tenant, x.scope, x.available_at FROM groups g JOIN outbox x ON x.id IN (
             SELECT y.id FROM outbox y
-            WHERE y.lane = ?5 AND y.tenant = t.tenant AND y.state = 'PENDING' AND y.available_at <= ?6
+            WHERE y.lane = ?5 AND y.tenant = g.tenant AND y.scope = g.scope AND y.state = 'PENDING' AND y.available_at <= ?6
               AND (y.expires_at IS NULL OR y.expires_at > ?7)
             ORDER BY y.available_at, y.id LIMIT ?8)
-        WHERE t.tenant IS NOT NULL AND t.tenant IS NOT ?9
+        WHERE g.tenant IS NOT ?9
+    ),
+    sturns AS (
+        SELECT c.id, c.tenant, c.scope, c.available_at,
+               coalesce(b.n, 0) + row_number() OVER (PARTITION BY c.tenant, c.scope ORDER BY c.available_at, c.id) AS sturn
+        FROM cand c LEFT JOIN busy b ON b.tenant = c.tenant AND b.scope = c.scope
     ),
     turns AS (
-        SELECT c.id, c.tenant, c.available_at,
-               coalesce(b.n, 0) + row_number() OVER (PARTITION BY c.tenant ORDER BY c.available_at, c.id) AS turn
-        FROM cand c LEFT JOIN busy b ON b.tenant = c.tenant
+        SELECT s.id, s.tenant, s.available_at,
+               coalesce(tb.n, 0) + row_number() OVER (PARTITION BY s.tenant
+                   ORDER BY s.sturn, coalesce(s.scope <= ls.value, 0), s.scope, s.available_at, s.id) AS turn
+        FROM sturns s
+        LEFT JOIN (SELECT tenant, sum(n) AS n FROM busy GROUP BY tenant) tb ON tb.tenant = s.tenant
+        LEFT JOIN json_each(?11) ls ON ls.key = s.tenant
     )
     SELECT id FROM turns ORDER BY turn, tenant <= ?10, tenant, available_at, id LIMIT ?8)
 RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL`
@@ -92,7 +117,7 @@ RETURNING id, token, notification_id, message_id, channel, attempts, fallback_st
 	// recipient's profile; qOutboxDelivered which of the claimed messages
 	// already have a delivery row. Both feed heraldtype.Known, which spares
 	// the sender two reads per job.
-	qOutboxJobs = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, p.data, p.updated_at
+	qOutboxJobs = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, p.data, p.updated_at, n.scope
 FROM notifications n LEFT JOIN profiles p ON p.tenant = n.tenant AND p.recipient = n.recipient
 WHERE n.id IN (SELECT value FROM json_each(?))`
 	qOutboxDelivered = `SELECT message_id FROM deliveries WHERE message_id IN (SELECT value FROM json_each(?))`

@@ -47,8 +47,8 @@ SELECT id, id || '.sms', 't', 'marketing', 'sms', 'PENDING',
 	t.Logf("filled %d and %d deferred rows in %s", small, n, time.Since(started).Round(time.Millisecond))
 
 	args := []any{"CLAIMED", "w", now + time.Minute.Milliseconds(), now, "marketing", now, now, 16}
-	plan := queryPlan(t, night, qOutboxClaim, append(args, nil, "")...)
-	if !strings.Contains(plan, "USING INDEX outbox_fair (lane=? AND tenant=? AND available_at<?)") {
+	plan := queryPlan(t, night, qOutboxClaim, append(args, nil, "", "{}")...)
+	if !strings.Contains(plan, "USING INDEX outbox_fair (lane=? AND tenant=? AND scope=? AND available_at<?)") {
 		t.Errorf("the claim does not search outbox_fair up to now:\n%s", plan)
 	}
 	// The one scan allowed is of the rows in flight (busy), on
@@ -58,8 +58,8 @@ SELECT id, id || '.sms', 't', 'marketing', 'sms', 'PENDING',
 	}
 	// The lane's one tenant (t) is claimed by qOutboxClaimOneTenant, after
 	// qOutboxLaneTenants' two probes: both search outbox_fair, neither scans.
-	one := queryPlan(t, night, qOutboxClaimOneTenant, append(args, "t")...)
-	if !strings.Contains(one, "USING INDEX outbox_fair (lane=? AND tenant=? AND available_at<?)") || strings.Contains(one, "SCAN outbox") {
+	one := queryPlan(t, night, qOutboxClaimOneTenant, append(args, "t", "")...)
+	if !strings.Contains(one, "USING INDEX outbox_fair (lane=? AND tenant=? AND scope=? AND available_at<?)") || strings.Contains(one, "SCAN outbox") {
 		t.Errorf("the one-tenant claim does not search outbox_fair up to now:\n%s", one)
 	}
 	if lt := queryPlan(t, night, qOutboxLaneTenants, "marketing"); strings.Contains(lt, "SCAN outbox") {
@@ -75,7 +75,7 @@ SELECT id, id || '.sms', 't', 'marketing', 'sms', 'PENDING',
 				t.Fatal(err)
 			}
 			start := time.Now()
-			rows, err := tx.QueryContext(ctx, qOutboxClaim, append(args, nil, "")...)
+			rows, err := tx.QueryContext(ctx, qOutboxClaim, append(args, nil, "", "{}")...)
 			if err != nil {
 				t.Fatal(err)
 			}

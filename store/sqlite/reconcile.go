@@ -53,14 +53,14 @@ WHERE n.id > ?1 AND n.id <= ?2 AND +d.state = 'UNKNOWN'
 ORDER BY n.id, o.message_id LIMIT ?3`
 
 	// qReconcileNotification reads a notification that has no outbox row.
-	qReconcileNotification = `SELECT n.tenant, n.lane, n.send_at, n.expires_at FROM notifications n
+	qReconcileNotification = `SELECT n.tenant, n.lane, n.send_at, n.expires_at, n.scope FROM notifications n
 WHERE n.id = ? AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)`
 	// qReconcileOutboxInsert writes one recreated planned send unless its
 	// message has a delivery row: ?9 its fallback step (0 off a chain),
-	// a later step WAITING as intake writes it.
+	// a later step WAITING as intake writes it; ?10 the scope.
 	qReconcileOutboxInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
-                    fallback_step)
-SELECT ?1, ?2, ?3, ?4, ?5, CASE WHEN ?9 > 1 THEN 'WAITING' ELSE 'PENDING' END, ?6, ?7, ?8, ?8, nullif(?9, 0)
+                    fallback_step, scope)
+SELECT ?1, ?2, ?3, ?4, ?5, CASE WHEN ?9 > 1 THEN 'WAITING' ELSE 'PENDING' END, ?6, ?7, ?8, ?8, nullif(?9, 0), ?10
 WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = ?2)`
 
 	// qReconcileOutboxRedrive puts a DONE row whose message has no delivery
@@ -112,9 +112,9 @@ func (s *Store) ReconcileOutboxRecreate(ctx context.Context, p store.ReconcileOu
 	var lane string
 	err := s.w.do(ctx, func(tx wtx) error {
 		wrote = 0
-		var tenant string
+		var tenant, scope string
 		var sendAt, expiresAt sql.NullInt64
-		err := tx.QueryRow(qReconcileNotification, p.NotificationID).Scan(&tenant, &lane, &sendAt, &expiresAt)
+		err := tx.QueryRow(qReconcileNotification, p.NotificationID).Scan(&tenant, &lane, &sendAt, &expiresAt, &scope)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -126,7 +126,7 @@ func (s *Store) ReconcileOutboxRecreate(ctx context.Context, p store.ReconcileOu
 		steps := store.FallbackSteps(p.Channels, p.Fallback)
 		for i, ch := range p.Channels {
 			r, err := tx.Exec(qReconcileOutboxInsert, p.NotificationID, store.MessageID(p.NotificationID, ch), tenant, lane,
-				string(ch), available, expiresAt, now, steps[i])
+				string(ch), available, expiresAt, now, steps[i], scope)
 			if err != nil {
 				return fmt.Errorf("insert outbox row: %w", err)
 			}

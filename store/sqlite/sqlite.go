@@ -283,7 +283,7 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	var created int64
 	var lane string
 	var inboxAt int
-	err := s.queryRow(ctx, qNotificationGet, id, tenant).Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &inboxAt)
+	err := s.queryRow(ctx, qNotificationGet, id, tenant).Scan(&v.ID, &v.Tenant, &v.Recipient, &v.EventID, &v.Kind, &lane, &sendAt, &expiresAt, &created, &inboxAt, &v.Scope)
 	if errors.Is(err, sql.ErrNoRows) {
 		return v, store.ErrNotFound
 	}

@@ -22,6 +22,45 @@ func inTenant(t *testing.T, b bundle, tenant string, at time.Time) string {
 	return p.ID
 }
 
+// inScope creates a notification of tenant's scope in the transactional
+// lane, due now, and returns its id.
+func inScope(t *testing.T, b bundle, tenant, scope string) string {
+	t.Helper()
+	p, _ := create(t, b, func(p *store.NotificationCreateParams) {
+		p.Tenant, p.Scope = tenant, scope
+	})
+	return p.ID
+}
+
+// scopesOf counts claimed rows per "tenant/scope".
+func scopesOf(rows []store.Claimed) map[string]int {
+	n := map[string]int{}
+	for _, r := range rows {
+		n[r.Tenant+"/"+r.Scope]++
+	}
+	return n
+}
+
+// claimOneAndEnd claims one transactional row with the round after and
+// scopes (OutboxClaimParams.After, Scopes) and ends it DONE, so nothing
+// stays in flight; a claim that takes no row fails the test.
+func claimOneAndEnd(t *testing.T, b bundle, after string, scopes map[string]string) store.Claimed {
+	t.Helper()
+	rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{
+		Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: 1, Lease: time.Minute, After: after, Scopes: scopes,
+	})
+	if err != nil {
+		t.Fatalf("OutboxClaim: %v", err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("a claim of one took %d rows", len(rows))
+	}
+	if ok, err := b.s.OutboxComplete(b.ctx, rows[0].Fence, heraldtype.OutboxDone, ""); err != nil || !ok {
+		t.Fatalf("OutboxComplete: %v, %v", ok, err)
+	}
+	return rows[0]
+}
+
 // tenantsOf counts claimed rows per tenant.
 func tenantsOf(rows []store.Claimed) map[string]int {
 	n := map[string]int{}
@@ -162,19 +201,7 @@ func testFairness(t *testing.T, h Harness) {
 		after := ""
 		var got []string
 		for range 13 {
-			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{
-				Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: 1, Lease: time.Minute, After: after,
-			})
-			if err != nil {
-				t.Fatalf("OutboxClaim: %v", err)
-			}
-			if len(rows) != 1 {
-				t.Fatalf("claim %d took %d rows, want 1", len(got)+1, len(rows))
-			}
-			if ok, err := b.s.OutboxComplete(b.ctx, rows[0].Fence, heraldtype.OutboxDone, ""); err != nil || !ok {
-				t.Fatalf("OutboxComplete: %v, %v", ok, err)
-			}
-			after = rows[0].Tenant
+			after = claimOneAndEnd(t, b, after, nil).Tenant
 			got = append(got, strings.TrimPrefix(after, "tenant-"))
 		}
 		if want := "a b c a b c a a a a a a a"; strings.Join(got, " ") != want {
@@ -227,6 +254,84 @@ func testFairness(t *testing.T, h Harness) {
 		}
 		if len(seen) != len(want) {
 			t.Fatalf("claimed %d of %d rows", len(seen), len(want))
+		}
+	})
+
+	// Inside a tenant, its scopes take turns as tenants do: scope x's
+	// older backlog does not hold up scope y's row, and the claim returns
+	// each row's scope.
+	t.Run("AScopesBacklogDoesNotHoldUpAnotherOfItsTenant", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for range 30 {
+			inScope(t, b, "tenant-a", "clinic-x")
+			b.clk.Advance(time.Millisecond)
+		}
+		idY := inScope(t, b, "tenant-a", "clinic-y")
+		first := claim(t, b, heraldtype.LaneTransactional, 1)
+		if got := scopesOf(first); got["tenant-a/clinic-x"] != 1 {
+			t.Fatalf("first claim: %v, want x's oldest", got)
+		}
+		second := claim(t, b, heraldtype.LaneTransactional, 1)
+		if len(second) != 1 || second[0].NotificationID != idY || second[0].Scope != "clinic-y" {
+			t.Fatalf("second claim: %v, want y's row (x has one in flight)", scopesOf(second))
+		}
+	})
+
+	// The lane is shared between tenants first: a tenant that spreads its
+	// sends over five scopes takes no more of a claim than one with none,
+	// and its half goes round its scopes.
+	t.Run("ATenantsScopesShareItsTurnsNotTheLane", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for range 4 {
+			for _, sc := range []string{"s1", "s2", "s3", "s4", "s5"} {
+				inScope(t, b, "tenant-a", sc)
+			}
+			b.clk.Advance(time.Millisecond)
+		}
+		for range 20 {
+			inScope(t, b, "tenant-b", "")
+			b.clk.Advance(time.Millisecond)
+		}
+		rows := claim(t, b, heraldtype.LaneTransactional, 10)
+		got := scopesOf(rows)
+		if tenantsOf(rows)["tenant-a"] != 5 || got["tenant-b/"] != 5 {
+			t.Fatalf("claim of 10: %v, want A 5 (one of each scope) and B 5", got)
+		}
+		for _, sc := range []string{"s1", "s2", "s3", "s4", "s5"} {
+			if got["tenant-a/"+sc] != 1 {
+				t.Fatalf("claim of 10: %v, want one of each of A's scopes", got)
+			}
+		}
+	})
+
+	// Claims of one row with nothing in flight between them: inside a
+	// tenant, ties go round its scopes from the one after the scope the
+	// caller served last in it (OutboxClaimParams.Scopes), while After
+	// takes the claims round the tenants. Without the memory, tenant A's
+	// first scope took every one of A's turns.
+	t.Run("TiedTurnsGoRoundATenantsScopesAfterTheLastServed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for range 4 {
+			inScope(t, b, "tenant-a", "x")
+			b.clk.Advance(time.Millisecond)
+		}
+		for range 2 {
+			inScope(t, b, "tenant-a", "y")
+			inScope(t, b, "tenant-b", "")
+			b.clk.Advance(time.Millisecond)
+		}
+		after, scopes := "", map[string]string{}
+		var got []string
+		for range 8 {
+			row := claimOneAndEnd(t, b, after, scopes)
+			after, scopes[row.Tenant] = row.Tenant, row.Scope
+			got = append(got, strings.TrimPrefix(row.Tenant+"/"+row.Scope, "tenant-"))
+		}
+		if want := "a/x b/ a/y b/ a/x a/y a/x a/x"; strings.Join(got, " ") != want {
+			t.Fatalf("claimed in the order %v, want %s", got, want)
 		}
 	})
 }
