@@ -38,6 +38,13 @@
 // order from the one after it: with two tenants waiting, one-row claims
 // alternate between them.
 //
+// Inside a tenant its scopes (a clinic, a brand: store.NotificationCreateParams.Scope)
+// take turns the same way: a row's place in its tenant comes from its
+// scope's rows in flight and its place in that scope's queue, so a
+// tenant's share of the lane goes round its scopes and spreading sends
+// over many scopes wins a tenant no more of the lane. The loop remembers,
+// per tenant, the scope it served last (round, OutboxClaimParams.Scopes).
+//
 // The memory is the loop's own: loops and processes side by side each
 // keep their own round, so together they go round only roughly, but none
 // gives every tie to one tenant. A round shared through the database
@@ -341,7 +348,7 @@ func (c *Claimer) Run(ctx context.Context) {
 	var pause claimPause
 	backlog := false // the last claim came back full
 	cool := cooler{every: c.Cooldown}
-	after := "" // the tenant the last claim served last (lastServed)
+	var served round // whom the last claims served last (lastServed)
 	for {
 		if ctx.Err() != nil {
 			return
@@ -364,7 +371,8 @@ func (c *Claimer) Run(ctx context.Context) {
 			limit, skip := c.share(free)
 			began := time.Now()
 			rows, err := c.Store.OutboxClaim(ctx, store.OutboxClaimParams{
-				Lane: c.Lane, Owner: c.Owner, Limit: limit, Lease: c.Lease, Skip: skip, After: after,
+				Lane: c.Lane, Owner: c.Owner, Limit: limit, Lease: c.Lease, Skip: skip, After: served.after,
+				Scopes: served.scopes,
 			})
 			if err != nil {
 				if !pause.after(ctx, c.Logger, "dispatch", c.Lane, err) {
@@ -373,7 +381,7 @@ func (c *Claimer) Run(ctx context.Context) {
 				continue
 			}
 			pause.reset()
-			after = lastServed(rows, after)
+			served.served(rows)
 			for _, row := range rows {
 				c.held.add(row)
 				c.slots <- struct{}{}

@@ -40,3 +40,32 @@ func TestLastServedIsWhereTheRoundOfTiesEnded(t *testing.T) {
 		})
 	}
 }
+
+// A loop's round remembers, per tenant whose rows have a scope, the scope
+// served last, as it remembers the tenant: claims of one row made with it
+// go round tenant a's scopes even while tenant b is served between them.
+// Unscoped tenants take no memory.
+func TestARoundRemembersEachTenantsLastScope(t *testing.T) {
+	t.Parallel()
+	row := func(tenant, scope string) store.Claimed {
+		return store.Claimed{Job: heraldtype.Job{Tenant: tenant, Scope: scope}}
+	}
+	var r round
+	r.served([]store.Claimed{row("a", "x")})
+	r.served([]store.Claimed{row("b", "")})
+	if r.after != "b" || r.scopes["a"] != "x" || len(r.scopes) != 1 {
+		t.Fatalf("after a/x and b: after %q, scopes %v; want b and a's x alone", r.after, r.scopes)
+	}
+	r.served([]store.Claimed{row("a", "x"), row("a", "y"), row("a", "z"), row("a", "x")})
+	if r.scopes["a"] != "x" {
+		t.Fatalf("a claim giving x two rows: a's scope %q, want x (it reached the last turn)", r.scopes["a"])
+	}
+	r.served([]store.Claimed{row("a", "w"), row("a", "y")})
+	if r.scopes["a"] != "w" {
+		t.Fatalf("a claim of w and y after x: a's scope %q, want w (y first, then the round wrapped)", r.scopes["a"])
+	}
+	r.served(nil)
+	if r.after != "a" || r.scopes["a"] != "w" {
+		t.Fatalf("an empty claim changed the round: after %q, scopes %v", r.after, r.scopes)
+	}
+}

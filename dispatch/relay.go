@@ -393,7 +393,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	// woke: a wake-up (or its second look) came since the last claim, so a
 	// row may have committed that no claim has seen.
 	woke := false
-	after := "" // the tenant the last claim served last (lastServed)
+	var served round // whom the last claims served last (lastServed)
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
@@ -440,7 +440,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		began := time.Now()
 		rows, err := r.Store.OutboxClaim(ctx, store.OutboxClaimParams{
 			Lane: r.Lane, Owner: r.Owner, Limit: limit, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil, Skip: skip,
-			After: after,
+			After: served.after, Scopes: served.scopes,
 		})
 		if err != nil {
 			if !pause.after(ctx, r.Logger, "relay", r.Lane, err) {
@@ -449,7 +449,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 			continue
 		}
 		pause.reset()
-		after = lastServed(rows, after)
+		served.served(rows)
 		if len(rows) > 0 {
 			marked := r.backlogs(time.Now(), rows, limit)
 			b := r.gate(ctx, rows)

@@ -17,23 +17,70 @@ import "github.com/heraldhq/herald/store"
 // an estimate: the next claim's ties start after a tenant this claim
 // served, which keeps the round going, if not exactly where it stopped.
 func lastServed(rows []store.Claimed, after string) string {
+	return lastInRound(rows, func(r store.Claimed) string { return r.Tenant }, after)
+}
+
+// lastInRound is lastServed for the rows' keys by key: tenants, or the
+// scopes of one tenant's rows.
+func lastInRound(rows []store.Claimed, key func(store.Claimed) string, after string) string {
 	per := make(map[string]int, len(rows))
 	most := 0
 	for _, row := range rows {
-		per[row.Tenant]++
-		most = max(most, per[row.Tenant])
+		k := key(row)
+		per[k]++
+		most = max(most, per[k])
 	}
 	last, found := after, false
-	for t, n := range per {
-		if n == most && (!found || laterInRound(t, last, after)) {
-			last, found = t, true
+	for k, n := range per {
+		if n == most && (!found || laterInRound(k, last, after)) {
+			last, found = k, true
 		}
 	}
 	return last
 }
 
-// laterInRound reports whether tenant a comes after tenant b in a round
-// of ties that starts after after: the tenants above after in byte order
+// maxRoundScopes bounds round.scopes: past it the memory starts afresh,
+// which only restarts each tenant's round of scopes.
+const maxRoundScopes = 4096
+
+// round is a claim loop's memory of whom its claims served last: the
+// tenant (OutboxClaimParams.After) and, in each tenant whose rows have a
+// scope, the scope (OutboxClaimParams.Scopes). The claim's ties inside a
+// tenant go round its scopes as its ties between tenants go round the
+// tenants; one memory for the whole loop would restart a tenant's round
+// each time another tenant was served between, and the tenant's first
+// scope would take all its turns.
+type round struct {
+	after  string
+	scopes map[string]string
+}
+
+// served remembers what a claim of rows, made with r's params, served.
+func (r *round) served(rows []store.Claimed) {
+	r.after = lastServed(rows, r.after)
+	var byTenant map[string][]store.Claimed
+	for _, row := range rows {
+		if row.Scope == "" && r.scopes[row.Tenant] == "" {
+			continue // no scope served or remembered: nothing to go round
+		}
+		if byTenant == nil {
+			byTenant = map[string][]store.Claimed{}
+		}
+		byTenant[row.Tenant] = append(byTenant[row.Tenant], row)
+	}
+	if len(byTenant) == 0 {
+		return
+	}
+	if r.scopes == nil || len(r.scopes)+len(byTenant) > maxRoundScopes {
+		r.scopes = make(map[string]string, len(byTenant))
+	}
+	for tenant, rs := range byTenant {
+		r.scopes[tenant] = lastInRound(rs, func(r store.Claimed) string { return r.Scope }, r.scopes[tenant])
+	}
+}
+
+// laterInRound reports whether tenant (or scope) a comes after b in a
+// round of ties that starts after after: those above after in byte order
 // first, then those up to it (the claim's "tenant <= After, tenant").
 func laterInRound(a, b, after string) bool {
 	aWrapped, bWrapped := a <= after, b <= after
