@@ -143,6 +143,12 @@ type Intent struct {
 	EventID string
 	// Kind is one of Options.Kinds. Required.
 	Kind string
+	// Scope names the tenant's part the notification belongs to (a clinic,
+	// a brand): inside the tenant, each scope's sends take their turn in a
+	// lane with the others', so one clinic's backlog does not hold up
+	// another's. Optional: 1..64 letters, digits and . _ : / -, as over
+	// HTTP ("scope").
+	Scope string
 	// Params fill the kind's templates; every param they reference must be
 	// present, exactly as herald's intake requires (422 there, an
 	// *InvalidIntentError here). Values are stored as JSON.
@@ -327,14 +333,14 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 	// The params are checked as stored and read back: what the sender renders.
 	kind, stored, inbox, ferr := c.catalog.Validate(now, catalog.Request{
 		Recipient: in.Recipient, EventID: in.EventID, Kind: in.Kind, Params: raw,
-		SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
+		SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt), Scope: in.Scope,
 	})
 	if ferr != nil {
 		return bad(ferr.Param, "%s", ferr.Detail)
 	}
 	return store.NotificationCreateParams{
 		Tenant: in.Tenant, DedupKey: in.DedupKey, ID: ids.New("ntf", now), Recipient: in.Recipient, EventID: in.EventID,
-		Kind: in.Kind, Lane: kind.Lane, Params: c.seal.SealJSON(in.Tenant, stored), SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
+		Kind: in.Kind, Lane: kind.Lane, Scope: in.Scope, Params: c.seal.SealJSON(in.Tenant, stored), SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
 		Channels: kind.Channels, Inbox: inbox, Fallback: kind.Fallback,
 	}, nil
 }

@@ -224,6 +224,22 @@ func TestEnqueueInTransaction(t *testing.T) {
 		}
 	})
 
+	// An intent's scope is kept on the notification and its outbox rows,
+	// where the claim shares the tenant's turns between its scopes.
+	t.Run("AScopeIsKept", func(t *testing.T) {
+		in := c.intents("booking-48")[0]
+		in.Scope = "ward-3"
+		e, err := c.client.Enqueue(ctx, c.pool, in)
+		if err != nil || !e.Created {
+			t.Fatalf("%+v %v", e, err)
+		}
+		var n, o string
+		if err := c.pool.QueryRow(ctx, `SELECT n.scope, min(o.scope) FROM notifications n JOIN outbox o ON o.notification_id = n.id
+WHERE n.id = $1 GROUP BY n.scope`, e.ID).Scan(&n, &o); err != nil || n != "ward-3" || o != "ward-3" {
+			t.Fatalf("notification scope %q, outbox %q (%v); want ward-3", n, o, err)
+		}
+	})
+
 	t.Run("AnInvalidIntentWritesNothingAndLeavesTheTransactionUsable", func(t *testing.T) {
 		tx, err := c.pool.Begin(ctx)
 		if err != nil {
@@ -248,6 +264,7 @@ func TestEnqueueInTransaction(t *testing.T) {
 			// PostgreSQL's jsonb refuses \u0000: the caller's transaction
 			// would abort (issue 13).
 			{"ParamWithNUL", "params", func(in *herald.Intent) { in.Params["at"] = "10:00\x00" }},
+			{"ScopeWithASpace", "scope", func(in *herald.Intent) { in.Scope = "ward 3" }},
 		} {
 			in := c.intents("booking-46")[1]
 			tc.mutate(&in)

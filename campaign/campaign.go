@@ -43,6 +43,9 @@ type Request struct {
 	Params     json.RawMessage `json:"params,omitempty"`
 	Recipients []Recipient     `json:"recipients,omitempty"`
 	SendAt     *time.Time      `json:"send_at,omitempty"`
+	// Scope is given to each of the campaign's notifications (optional;
+	// as a notification's "scope").
+	Scope string `json:"scope,omitempty"`
 }
 
 // Service is the campaigns' logic: it checks requests against the
@@ -90,7 +93,7 @@ func (s *Service) Create(ctx context.Context, tenant, key, hash string, req Requ
 	res, err := s.Store.CampaignCreate(ctx, store.CampaignCreateParams{
 		ID: id, Tenant: tenant, IdempotencyKey: key, RequestHash: hash, Kind: kind.Name, Lane: kind.Lane,
 		Channels: kind.Channels, Fallback: kind.Fallback, Params: s.Seal.SealJSON(tenant, params), SendAt: req.SendAt, Recipients: rs,
-		MaxRecipients: s.MaxRecipients, DraftTTL: s.DraftTTL,
+		MaxRecipients: s.MaxRecipients, DraftTTL: s.DraftTTL, Scope: req.Scope,
 	})
 	if err != nil {
 		return "", false, s.full(err)
@@ -175,7 +178,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (store.Campaign, e
 // each recipient brings is not missing here).
 func (s *Service) checkCampaign(now time.Time, req Request) (*catalog.Kind, json.RawMessage, *catalog.FieldError) {
 	kind, params, _, ferr := s.Catalog.Validate(now, catalog.Request{
-		Recipient: "campaign", EventID: "campaign", Kind: req.Kind, Params: req.Params, SendAt: req.SendAt,
+		Recipient: "campaign", EventID: "campaign", Kind: req.Kind, Params: req.Params, SendAt: req.SendAt, Scope: req.Scope,
 	})
 	if ferr != nil && len(ferr.Missing) == 0 {
 		return nil, nil, ferr

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/validate"
 )
@@ -43,6 +44,8 @@ type Request struct {
 	Params    json.RawMessage
 	SendAt    *time.Time
 	ExpiresAt *time.Time
+	// Scope is optional (heraldtype.ValidScope).
+	Scope string
 }
 
 // FieldError says which field of a request is wrong and why.
@@ -78,6 +81,8 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []
 		return bad("event_id", "event_id must be 1..%d printable characters", MaxEventIDLen)
 	case r.Kind == "":
 		return bad("kind", "kind is required")
+	case !heraldtype.ValidScope(r.Scope):
+		return bad("scope", "scope must be at most %d letters, digits and . _ : / -", heraldtype.MaxScopeLen)
 	}
 	kind := c.Kind(r.Kind)
 	if kind == nil {

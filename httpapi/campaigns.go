@@ -29,12 +29,12 @@ const maxCampaignKeyLen = 255
 // campaignsAPI serves the campaigns (DESIGN §8; the logic is package
 // campaign's):
 //
-//	POST /v1/campaigns                   {kind, params, recipients?, send_at?} → 202 {"id"} (Idempotency-Key)
+//	POST /v1/campaigns                   {kind, params, recipients?, send_at?, scope?} → 202 {"id"} (Idempotency-Key)
 //	POST /v1/campaigns/{id}/recipients   {"recipients": [{recipient, params?}]} → 200 {"added"}
 //	POST /v1/campaigns/{id}/start        → 202 the campaign
 //	POST /v1/campaigns/{id}/cancel       → 200 the campaign when cancelled, with "cancelled" and "in_flight"
 //	GET  /v1/campaigns/{id}              → 200 {"id", "state", "total", "enqueued", "sent", "suppressed", "failed", "unknown"},
-//	                                           with "expires_at" while DRAFT and "reason" once expired
+//	                                           with "scope" when set, "expires_at" while DRAFT and "reason" once expired
 type campaignsAPI struct {
 	svc    *campaign.Service
 	logger *slog.Logger
@@ -59,6 +59,7 @@ func routeCampaigns(mux *router, cfg Config, authed func(http.Handler) http.Hand
 // campaignView is a campaign as the API shows it.
 type campaignView struct {
 	ID         string `json:"id"`
+	Scope      string `json:"scope,omitempty"`
 	State      string `json:"state"`
 	Total      int64  `json:"total"`
 	Enqueued   int64  `json:"enqueued"`
@@ -76,7 +77,7 @@ type campaignView struct {
 }
 
 func viewOf(c store.Campaign) campaignView {
-	return campaignView{ID: c.ID, State: c.State, Total: c.Total, Enqueued: c.Enqueued,
+	return campaignView{ID: c.ID, Scope: c.Scope, State: c.State, Total: c.Total, Enqueued: c.Enqueued,
 		Sent: c.Counts.Sent, Suppressed: c.Counts.Suppressed, Failed: c.Counts.Failed, Unknown: c.Counts.Unknown,
 		ExpiresAt: draftExpiresAt(c), Reason: c.Reason}
 }

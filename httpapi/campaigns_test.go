@@ -62,6 +62,7 @@ func (e *everyday) campaignDo(t *testing.T, method, path, key, body string) (*ht
 type campaignStatus struct {
 	ID                                                 string
 	State                                              string
+	Scope                                              string
 	Total, Enqueued, Sent, Suppressed, Failed, Unknown int64
 	Cancelled                                          *int64
 	InFlight                                           *int64     `json:"in_flight"`
@@ -80,7 +81,7 @@ func recipientsJSON(from, n int) string {
 func TestCampaignsOverHTTP(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, nil, func(t *testing.T, e *everyday) {
-		body := `{"kind":"coupon.expiring","params":{"coupon":"C10","date":"May 1"},"recipients":` + recipientsJSON(1, 3) + `}`
+		body := `{"kind":"coupon.expiring","params":{"coupon":"C10","date":"May 1"},"scope":"brand-a","recipients":` + recipientsJSON(1, 3) + `}`
 		var created struct{ ID string }
 		if res := e.campaignCall(t, "POST", "/v1/campaigns", "", body, nil); res.StatusCode != http.StatusBadRequest {
 			t.Fatalf("create without Idempotency-Key = %d; want 400", res.StatusCode)
@@ -104,8 +105,8 @@ func TestCampaignsOverHTTP(t *testing.T) {
 			t.Fatalf("page = %d %+v; want 200, 1 added", res.StatusCode, added)
 		}
 		var st campaignStatus
-		if e.campaignCall(t, "GET", path, "", "", &st); st.State != "DRAFT" || st.Total != 4 || st.Enqueued != 0 {
-			t.Fatalf("GET = %+v; want DRAFT, total 4", st)
+		if e.campaignCall(t, "GET", path, "", "", &st); st.State != "DRAFT" || st.Total != 4 || st.Enqueued != 0 || st.Scope != "brand-a" {
+			t.Fatalf("GET = %+v; want DRAFT, total 4, scope brand-a", st)
 		}
 		if res := e.campaignCall(t, "POST", path+"/start", "", "", &st); res.StatusCode != http.StatusAccepted || st.State != "RUNNING" {
 			t.Fatalf("start = %d %+v; want 202 RUNNING", res.StatusCode, st)
@@ -129,6 +130,9 @@ func TestCampaignsOverHTTP(t *testing.T) {
 			var p struct{ Coupon string }
 			_ = json.Unmarshal(j.Params, &p)
 			coupons[j.Recipient] += p.Coupon + "/" + string(j.Channel) + " "
+			if j.Scope != "brand-a" {
+				t.Fatalf("claimed %s with scope %q; want the campaign's brand-a", j.MessageID, j.Scope)
+			}
 		}
 		if len(jobs) != 8 || coupons["u4"] != "VIP/push VIP/email " || coupons["u1"] != "C10/push C10/email " {
 			t.Fatalf("claimed %d sends: %v; want 8 (push and email each), u4 with its own coupon", len(jobs), coupons)
@@ -154,6 +158,7 @@ func TestCampaignsRefuseWhatCannotBeSent(t *testing.T) {
 			{"UnknownKind", `{"kind":"nope"}`, "kind"},
 			{"RecipientMissingAParam", `{"kind":"coupon.expiring","params":{"coupon":"C"},"recipients":[{"recipient":"u1","params":{"date":"d"}},{"recipient":"u2"}]}`, "recipients[1].params.date"},
 			{"BadRecipient", `{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"},"recipients":[{"recipient":"u1"},{"recipient":""}]}`, "recipients[1].recipient"},
+			{"BadScope", `{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"},"scope":"brand a"}`, "scope"},
 			{"ParamsNotAnObject", `{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"},"recipients":[{"recipient":"u1","params":[1]}]}`, "recipients[0].params"},
 		} {
 			t.Run(c.name, func(t *testing.T) {

@@ -65,6 +65,10 @@ type Request struct {
 	Params    json.RawMessage `json:"params"`
 	SendAt    *time.Time      `json:"send_at,omitempty"`
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	// Scope names the tenant's part the notification belongs to (a
+	// clinic, a brand); optional. Its sends take turns with the tenant's
+	// other scopes' (store.OutboxClaimParams.Scopes).
+	Scope string `json:"scope,omitempty"`
 }
 
 // Accepted is the 202 body.
@@ -102,7 +106,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	kind, params, inbox, ferr := h.Catalog.Validate(h.Clock.Now(), catalog.Request{
 		Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
-		Params: req.Params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt,
+		Params: req.Params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Scope: req.Scope,
 	})
 	if ferr != nil {
 		unprocessable(w, ferr)
@@ -125,7 +129,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res, err := h.Store.NotificationCreate(r.Context(), store.NotificationCreateParams{
 		Tenant: tenant, IdempotencyKey: key, RequestHash: hex.EncodeToString(sum[:]), IdempotencyTTL: h.IdempotencyTTL,
 		Response: body, ID: id, Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
-		Lane: kind.Lane, Params: h.Seal.SealJSON(tenant, params), SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
+		Lane: kind.Lane, Scope: req.Scope, Params: h.Seal.SealJSON(tenant, params), SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
 		Inbox: inbox, Fallback: kind.Fallback,
 	})
 	if res.Outcome != store.Created {

@@ -295,6 +295,39 @@ func TestPostNotification(t *testing.T) {
 		}
 	})
 
+	// A scope (a clinic, a brand) is kept with the notification and shown
+	// by GET; a body without one shows none. It is part of the body, so
+	// the same key with another scope is another request (409).
+	t.Run("ScopeIsKeptAndShown", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		scoped := strings.TrimSuffix(payment, "}") + `,"scope":"clinic-7/seoul"}`
+		id := accepted(t, b.post(t, keyA, "k-1", scoped))
+		read := func(id string) string {
+			var v struct {
+				Scope *string `json:"scope"`
+			}
+			r := b.get(t, keyA, "/v1/notifications/"+id)
+			if err := json.Unmarshal(r.body, &v); err != nil || r.status != http.StatusOK {
+				t.Fatalf("GET %s: %d %s", id, r.status, r.body)
+			}
+			if v.Scope == nil {
+				return "(absent)"
+			}
+			return *v.Scope
+		}
+		if got := read(id); got != "clinic-7/seoul" {
+			t.Errorf("scope = %s, want clinic-7/seoul", got)
+		}
+		if got := read(accepted(t, b.post(t, keyA, "k-2", payment))); got != "(absent)" {
+			t.Errorf("an unscoped notification's scope = %s, want it absent", got)
+		}
+		wantProblem(t, b.post(t, keyA, "k-1", strings.Replace(scoped, "clinic-7", "clinic-8", 1)), http.StatusConflict)
+		if again := accepted(t, b.post(t, keyA, "k-1", scoped)); again != id {
+			t.Errorf("replay answered %s, want %s", again, id)
+		}
+	})
+
 	t.Run("GetFollowsLocation", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -433,6 +466,17 @@ func TestPostNotification(t *testing.T) {
 			name:  "MissingKindIs422",
 			body:  `{"recipient":"user-1","event_id":"evt-1","params":{}}`,
 			param: "kind", detail: "kind",
+		},
+		{
+			name:  "ScopeWithASpaceIs422",
+			body:  `{"recipient":"user-1","event_id":"evt-1","kind":"payment.approved","params":{"amount":1,"merchant":"m"},"scope":"clinic 7"}`,
+			param: "scope", detail: "scope",
+		},
+		{
+			name: "OverlongScopeIs422",
+			body: `{"recipient":"user-1","event_id":"evt-1","kind":"payment.approved","params":{"amount":1,"merchant":"m"},"scope":"` +
+				strings.Repeat("s", 65) + `"}`,
+			param: "scope", detail: "64",
 		},
 		{
 			name: "ExpiresAtInThePastIs422",

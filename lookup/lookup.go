@@ -49,10 +49,13 @@ type Handler struct {
 
 // Notification is the response body.
 type Notification struct {
-	ID         string     `json:"id"`
-	Kind       string     `json:"kind"`
-	Recipient  string     `json:"recipient"`
-	EventID    string     `json:"event_id"`
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`
+	Recipient string `json:"recipient"`
+	EventID   string `json:"event_id"`
+	// Scope is the tenant's part the notification belongs to; absent for
+	// none.
+	Scope      string     `json:"scope,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	SendAt     *time.Time `json:"send_at,omitempty"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
@@ -144,7 +147,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // attempt history (WithAttempts adds it).
 func View(v store.NotificationView) Notification {
 	n := Notification{
-		ID: v.ID, Kind: v.Kind, Recipient: v.Recipient, EventID: v.EventID,
+		ID: v.ID, Kind: v.Kind, Recipient: v.Recipient, EventID: v.EventID, Scope: v.Scope,
 		CreatedAt: v.CreatedAt, SendAt: v.SendAt, ExpiresAt: v.ExpiresAt,
 		Deliveries: make([]Delivery, 0, len(v.Deliveries)),
 	}

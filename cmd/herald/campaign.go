@@ -27,7 +27,7 @@ const (
 // campaignCommands are the subcommands of herald campaign: a tenant's side
 // of campaigns, through the HTTP API of a running herald (DESIGN §8).
 var campaignCommands = []*command{
-	{name: "send", args: "--kind K --recipients FILE.csv [--params JSON] [--send-at TIME] [--url URL] [--api-key KEY] [--no-wait]",
+	{name: "send", args: "--kind K --recipients FILE.csv [--params JSON] [--send-at TIME] [--scope S] [--url URL] [--api-key KEY] [--no-wait]",
 		summary: "send kind K to every recipient of a CSV file as one campaign, and show its progress until it is DONE", run: campaignSend},
 }
 
@@ -41,6 +41,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		"with a header row whose first cell is \"recipient\", the other columns are that recipient's params (required)")
 	params := fs.String("params", "", "the campaign's params, a JSON object (each recipient's own columns override them)")
 	sendAt := fs.String("send-at", "", "send at `TIME` (RFC 3339) instead of now")
+	scope := fs.String("scope", "", "the tenant's scope `S` the notifications belong to (a clinic, a brand), whose sends take turns with its other scopes'")
 	url := fs.String("url", envOr(envURL, "http://127.0.0.1:8080"), "herald's base `URL` (or "+envURL+")")
 	apiKey := fs.String("api-key", os.Getenv(envAPIKey), "an API key with the send and read scopes (or "+envAPIKey+")")
 	noWait := fs.Bool("no-wait", false, "start the campaign and return without waiting for it to be DONE")
@@ -53,7 +54,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	case *apiKey == "":
 		return usageErrorf(cmd, "%s: an API key is required: --api-key or %s", cmd.path(), envAPIKey)
 	}
-	req := campaign.Request{Kind: *kind}
+	req := campaign.Request{Kind: *kind, Scope: *scope}
 	if *params != "" {
 		req.Params = json.RawMessage(*params)
 		if !json.Valid(req.Params) {
