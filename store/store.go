@@ -442,6 +442,11 @@ type OutboxClaimParams struct {
 	// (dispatch.ClaimerConfig.Reserve), so the claim fills the slots it
 	// keeps free with the other tenants' rows only.
 	Skip string
+	// SkipScope narrows Skip to one scope of its tenant (nil: all of it):
+	// a claimer's scope that holds the tenant's share of the slots by
+	// itself, so the slots kept free take the tenant's other scopes' rows
+	// too.
+	SkipScope *string
 	// After is the tenant the caller's claim before served last ("" none).
 	// Rows whose turns tie go round the tenants in byte order, starting
 	// with the first tenant after After: a loop that passes the tenant it

@@ -36,7 +36,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		memTenants, memScopes = append(memTenants, t), append(memScopes, sc)
 	}
 	rows, err := s.claims.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()), skip, p.After,
-		memTenants, memScopes)
+		memTenants, memScopes, p.SkipScope)
 	if err != nil {
 		return nil, s.fail("claim outbox batch", err)
 	}

@@ -28,15 +28,15 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		}
 		q, args := qOutboxClaim, []any{string(p.State()), p.Owner, now + p.Lease.Milliseconds(), now, string(p.Lane), now, now, p.Limit}
 		switch {
-		case !another && first == p.Skip:
-			return nil // the one tenant waiting is the one to skip
+		case !another && first == p.Skip && (p.SkipScope == nil || *p.SkipScope == firstScope):
+			return nil // the one tenant and scope waiting is the one to skip
 		case !another:
 			args = append(args, first, firstScope)
 			q = qOutboxClaimOneTenant
 		case p.Skip != "":
-			args = append(args, p.Skip, p.After, scopeMemory(p.Scopes))
+			args = append(args, p.Skip, p.After, scopeMemory(p.Scopes), p.SkipScope)
 		default:
-			args = append(args, nil, p.After, scopeMemory(p.Scopes))
+			args = append(args, nil, p.After, scopeMemory(p.Scopes), nil)
 		}
 		rows, err := tx.Query(q, args...)
 		if err != nil {

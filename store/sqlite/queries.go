@@ -48,7 +48,8 @@ const (
 	// ?8 limit, ?9 a tenant to skip (OutboxClaimParams.Skip; NULL none),
 	// ?10 the tenant after which ties start (OutboxClaimParams.After; ''
 	// none), ?11 a JSON object of each tenant's scope after which its ties
-	// start (OutboxClaimParams.Scopes). The loose scan over the (tenant,
+	// start (OutboxClaimParams.Scopes), ?12 the only scope of ?9 to skip
+	// (SkipScope; NULL all). The loose scan over the (tenant,
 	// scope)s probes as qOutboxLaneTenants says.
 	// qOutboxLaneTenants is the lane's first (tenant, scope) with PENDING
 	// rows and whether another has some (two probes of outbox_fair); no
@@ -96,7 +97,7 @@ WHERE id IN (
             WHERE y.lane = ?5 AND y.tenant = g.tenant AND y.scope = g.scope AND y.state = 'PENDING' AND y.available_at <= ?6
               AND (y.expires_at IS NULL OR y.expires_at > ?7)
             ORDER BY y.available_at, y.id LIMIT ?8)
-        WHERE g.tenant IS NOT ?9
+        WHERE NOT coalesce(g.tenant = ?9 AND (?12 IS NULL OR g.scope = ?12), 0)
     ),
     sturns AS (
         SELECT c.id, c.tenant, c.scope, c.available_at,

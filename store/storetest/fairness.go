@@ -257,6 +257,45 @@ func testFairness(t *testing.T, h Harness) {
 		}
 	})
 
+	// A claim told to skip one scope of a tenant (that scope holds the
+	// tenant's share of the slots by itself) takes the tenant's other
+	// scopes' rows and the other tenants'; told to skip the tenant, none of
+	// its rows.
+	t.Run("AClaimSkipsOnlyTheScopeItIsToldTo", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for range 5 {
+			inScope(t, b, "tenant-a", "x")
+			b.clk.Advance(time.Millisecond)
+		}
+		skipping := func(scope *string) map[string]int {
+			t.Helper()
+			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: 10,
+				Lease: time.Minute, Skip: "tenant-a", SkipScope: scope})
+			if err != nil {
+				t.Fatalf("OutboxClaim: %v", err)
+			}
+			return scopesOf(rows)
+		}
+		x := "x"
+		if got := skipping(&x); len(got) != 0 {
+			t.Fatalf("A/x alone, A/x skipped: %v, want nothing", got)
+		}
+		inScope(t, b, "tenant-a", "y")
+		inScope(t, b, "tenant-b", "")
+		if got := skipping(nil); len(got) != 1 || got["tenant-b/"] != 1 {
+			t.Fatalf("tenant A skipped: %v, want B's one", got)
+		}
+		inScope(t, b, "tenant-a", "y")
+		inScope(t, b, "tenant-b", "")
+		if got := skipping(&x); len(got) != 2 || got["tenant-a/y"] != 2 || got["tenant-b/"] != 1 {
+			t.Fatalf("A/x skipped: %v, want A/y's two (one left by the tenant's skip) and B's one", got)
+		}
+		if got := scopesOf(claim(t, b, heraldtype.LaneTransactional, 10)); len(got) != 1 || got["tenant-a/x"] != 5 {
+			t.Fatalf("claim without a skip: %v, want A/x's 5, all still there", got)
+		}
+	})
+
 	// Inside a tenant, its scopes take turns as tenants do: scope x's
 	// older backlog does not hold up scope y's row, and the claim returns
 	// each row's scope.
