@@ -157,8 +157,11 @@ type ClaimerConfig struct {
 	// a slot that is free: behind a big tenant's sends to a slow provider,
 	// which start together and end together, a small tenant's row waited
 	// for the next wave (50 ms p99 behind 100 ms sends, against 5–10 ms
-	// idle). Below half of Concurrency (more is taken as the most below
-	// it); zero (the default) lets one tenant fill the lane.
+	// idle). When one scope of that tenant holds them all, only that scope
+	// is skipped (OutboxClaimParams.SkipScope), so the kept slots serve
+	// the tenant's other scopes too. Below half of Concurrency (more is
+	// taken as the most below it); zero (the default) lets one tenant fill
+	// the lane.
 	Reserve int
 	// Gather is how many free slots a claim waits for while the lane has
 	// a backlog (the claim before it came back full), for at most
@@ -222,20 +225,26 @@ type Claimer struct {
 
 // held is the fences of the rows a claimer holds, from the claim until the
 // row is settled: the rows whose leases its heartbeat extends; and how
-// many sends in flight each tenant has (Reserve).
+// many sends in flight each tenant, and each scope of a tenant, has
+// (Reserve).
 type held struct {
 	mu      sync.Mutex
 	rows    map[store.Fence]struct{}
 	tenants map[string]int
+	scopes  map[scopeOf]int
 }
+
+// scopeOf names a scope of a tenant.
+type scopeOf struct{ tenant, scope string }
 
 func (h *held) add(row store.Claimed) {
 	h.mu.Lock()
 	if h.rows == nil {
-		h.rows, h.tenants = map[store.Fence]struct{}{}, map[string]int{}
+		h.rows, h.tenants, h.scopes = map[store.Fence]struct{}{}, map[string]int{}, map[scopeOf]int{}
 	}
 	h.rows[row.Fence] = struct{}{}
 	h.tenants[row.Tenant]++
+	h.scopes[scopeOf{row.Tenant, row.Scope}]++
 	h.mu.Unlock()
 }
 
@@ -244,6 +253,10 @@ func (h *held) called(row store.Claimed) {
 	h.mu.Lock()
 	if h.tenants[row.Tenant]--; h.tenants[row.Tenant] <= 0 {
 		delete(h.tenants, row.Tenant)
+	}
+	g := scopeOf{row.Tenant, row.Scope}
+	if h.scopes[g]--; h.scopes[g] <= 0 {
+		delete(h.scopes, g)
 	}
 	h.mu.Unlock()
 }
@@ -255,18 +268,22 @@ func (h *held) remove(row store.Claimed) {
 	h.mu.Unlock()
 }
 
-// most returns the tenant with the most sends in flight and how many.
-func (h *held) most() (string, int) {
+// most returns the tenant with the most sends in flight and how many,
+// and of that tenant's scopes the one with the most and how many.
+func (h *held) most() (tenant string, n int, scope string, m int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var top string
-	var n int
 	for t, k := range h.tenants {
 		if k > n {
-			top, n = t, k
+			tenant, n = t, k
 		}
 	}
-	return top, n
+	for g, k := range h.scopes {
+		if g.tenant == tenant && k > m {
+			scope, m = g.scope, k
+		}
+	}
+	return tenant, n, scope, m
 }
 
 func (h *held) list() []store.Fence {
@@ -371,7 +388,7 @@ func (c *Claimer) Run(ctx context.Context) {
 			limit, skip := c.share(free)
 			began := time.Now()
 			rows, err := c.Store.OutboxClaim(ctx, store.OutboxClaimParams{
-				Lane: c.Lane, Owner: c.Owner, Limit: limit, Lease: c.Lease, Skip: skip, After: served.after,
+				Lane: c.Lane, Owner: c.Owner, Limit: limit, Lease: c.Lease, Skip: skip.Tenant, SkipScope: skip.Scope, After: served.after,
 				Scopes: served.scopes,
 			})
 			if err != nil {
@@ -443,23 +460,36 @@ func (c *Claimer) free() int {
 }
 
 // share returns how many rows the next claim may take of the free slots,
-// and the tenant it must skip ("" none): no tenant is handed more than
-// Concurrency − Reserve rows at once. Reserve is below half the slots, so
-// only one tenant can hold that many, the one holding the most: the claim
-// skips it and may fill every free slot with the others' rows. Below the
-// bound, a claim takes no more rows than that tenant may still hold,
-// whoever they are for, and the loop claims again at once when it came
-// back full.
-func (c *Claimer) share(free int) (int, string) {
+// and what it must skip (skip.Tenant "" none): no tenant is handed more
+// than Concurrency − Reserve rows at once. Reserve is below half the
+// slots, so only one tenant can hold that many, the one holding the most:
+// the claim skips it and may fill every free slot with the others' rows.
+// When one scope of that tenant holds them all that many (a clinic's
+// campaign), the claim skips that scope only: the reserve is then there
+// for the tenant's other scopes too, whose rows would otherwise wait for
+// the next wave of that scope's sends. Below the bound, a claim takes no
+// more rows than that tenant may still hold, whoever they are for, and
+// the loop claims again at once when it came back full.
+func (c *Claimer) share(free int) (int, skipping) {
 	if c.Reserve <= 0 {
-		return free, ""
+		return free, skipping{}
 	}
 	bound := c.Concurrency - c.Reserve
-	top, n := c.held.most()
-	if n >= bound {
-		return free, top
+	top, n, scope, m := c.held.most()
+	switch {
+	case m >= bound:
+		return free, skipping{Tenant: top, Scope: &scope}
+	case n >= bound:
+		return free, skipping{Tenant: top}
 	}
-	return min(free, bound-n), ""
+	return min(free, bound-n), skipping{}
+}
+
+// skipping is what a claim leaves (store.OutboxClaimParams.Skip and
+// SkipScope).
+type skipping struct {
+	Tenant string
+	Scope  *string // nil: all of Tenant's rows
 }
 
 func (c *Claimer) process(ctx context.Context, row store.Claimed) {

@@ -119,9 +119,15 @@ func (b bundle) notify(t *testing.T, kind string, lane heraldtype.Lane) string {
 // notifyAs creates a notification of tenant's to r1 on the webhook.
 func (b bundle) notifyAs(t *testing.T, tenant, kind string, lane heraldtype.Lane) string {
 	t.Helper()
+	return b.notifyIn(t, tenant, "", "r1", kind, lane)
+}
+
+// notifyIn is notifyAs for recipient in a scope of tenant.
+func (b bundle) notifyIn(t *testing.T, tenant, scope, recipient, kind string, lane heraldtype.Lane) string {
+	t.Helper()
 	id := ids.New("ntf", b.clk.Now())
 	_, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
-		Tenant: tenant, ID: id, Recipient: "r1", EventID: id, Kind: kind, Lane: lane,
+		Tenant: tenant, Scope: scope, ID: id, Recipient: recipient, EventID: id, Kind: kind, Lane: lane,
 		Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
 	})
 	if err != nil {
@@ -507,24 +513,40 @@ func TestAWokenClaimerLooksAgain(t *testing.T) {
 // sends hang at the provider, and A holds Concurrency − Reserve of them
 // however many it has waiting; tenant B's row, posted after them, takes a
 // kept slot at once and is sent while A's are still in flight. Without the
-// reserve A held every slot and B waited for A's provider.
+// reserve A held every slot and B waited for A's provider. The same holds
+// inside a tenant for a scope that holds the tenant's share by itself:
+// the tenant's other scope (B: tenant-a's scope y beside A: its scope x)
+// takes a kept slot. Skipping the whole tenant, it waited for x's sends.
 func TestATenantLeavesTheReservedSlotsToTheOthers(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct{ name, tenantB, scopeA, scopeB string }{
+		{"Tenants", "tenant-b", "", ""},
+		{"ScopesOfATenant", "tenant-a", "x", "y"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			leavesTheReservedSlots(t, c.tenantB, c.scopeA, c.scopeB)
+		})
+	}
+}
+
+// leavesTheReservedSlots is TestATenantLeavesTheReservedSlotsToTheOthers
+// with A tenant-a's scope scopeA and B tenantB's scope scopeB.
+func leavesTheReservedSlots(t *testing.T, tenantB, scopeA, scopeB string) {
 	eachStore(t, func(t *testing.T, b bundle) {
 		release := make(chan struct{})
 		var callsA atomic.Int64
 		b.sim.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
-			if m.Tenant == "tenant-a" {
+			if m.Recipient == "r-a" {
 				callsA.Add(1)
 				<-release
 			}
 			return provider.Outcome{}
 		})
-		post := func(tenant string) string { return b.notifyAs(t, tenant, "pay", heraldtype.LaneTransactional) }
 		state := func(tenant, id string) heraldtype.OutboxState { return b.entryOf(t, tenant, id).OutboxState }
 		var idsA []string
 		for range 10 {
-			idsA = append(idsA, post("tenant-a"))
+			idsA = append(idsA, b.notifyIn(t, "tenant-a", scopeA, "r-a", "pay", heraldtype.LaneTransactional))
 		}
 		c := dispatch.NewClaimer(dispatch.ClaimerConfig{
 			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
@@ -540,9 +562,9 @@ func TestATenantLeavesTheReservedSlotsToTheOthers(t *testing.T) {
 			}
 		}()
 		testenv.WaitFor(t, "tenant A's first three sends to reach the provider", testenv.Patience, func() bool { return callsA.Load() >= 3 })
-		idB := post("tenant-b")
-		testenv.WaitFor(t, "tenant B's send to be done beside A's three", testenv.Patience, func() bool {
-			return state("tenant-b", idB) == heraldtype.OutboxDone
+		idB := b.notifyIn(t, tenantB, scopeB, "r-b", "pay", heraldtype.LaneTransactional)
+		testenv.WaitFor(t, "B's send to be done beside A's three", testenv.Patience, func() bool {
+			return state(tenantB, idB) == heraldtype.OutboxDone
 		})
 		// B's claim and every claim after it skipped A: A holds three rows,
 		// its other seven wait.
