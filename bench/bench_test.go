@@ -213,7 +213,15 @@ func post(base string, i int) error {
 // postEvent posts one bench notification of event (its Idempotency-Key
 // too) for recipient with apiKey and returns its id.
 func postEvent(base, apiKey, event, recipient string, amount int) (string, error) {
+	return postScoped(base, apiKey, event, recipient, "", amount)
+}
+
+// postScoped is postEvent with the notification's scope ("" none).
+func postScoped(base, apiKey, event, recipient, scope string, amount int) (string, error) {
 	body := fmt.Appendf(nil, `{"recipient":"%s","event_id":"%s","kind":"bench","params":{"amount":%d}}`, recipient, event, amount)
+	if scope != "" {
+		body = fmt.Appendf(body[:len(body)-1], `,"scope":"%s"}`, scope)
+	}
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/notifications", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Idempotency-Key", event)

@@ -34,16 +34,36 @@ const fairKeyB = "bench-key-tenant-b"
 // (61.9 s p99 measured before claims were shared between tenants).
 // Run it once: -benchtime 1x. With HERALD_BENCH_CHART_DIR it draws each of
 // B's sends and A's backlog over time in fairness-<store>.svg there.
-func BenchmarkFairness(b *testing.B) { fairness(b, false) }
+func BenchmarkFairness(b *testing.B) { fairness(b, false, false) }
+
+// BenchmarkFairnessScopes is BenchmarkFairness inside one tenant: the
+// backlog is the tenant's scope clinic-a, the sends at 20 a second its
+// scope clinic-b (a notification's "scope"). The claim shares the
+// tenant's turns between its scopes as it shares a lane between tenants.
+// With HERALD_BENCH_CHART_DIR it draws fairness-scopes-<store>.svg.
+func BenchmarkFairnessScopes(b *testing.B) { fairness(b, false, true) }
 
 // BenchmarkFairnessRabbitMQ is BenchmarkFairness on the rabbitmq transport
 // (the machine's RabbitMQ, a fresh vhost): the relays' publish window
 // keeps A's backlog in the outbox, where claims are shared, rather than
 // in the lane queue's one FIFO, and B's rows, B having no backlog, go to
 // the lane's express queue, past A's messages ready in the lane queue.
-func BenchmarkFairnessRabbitMQ(b *testing.B) { fairness(b, true) }
+func BenchmarkFairnessRabbitMQ(b *testing.B) { fairness(b, true, false) }
 
-func fairness(b *testing.B, rabbit bool) {
+// fairParty is who sends in a fairness run: the API key, and the scope
+// and recipient its notifications name.
+type fairParty struct{ key, scope, recipient string }
+
+func fairness(b *testing.B, rabbit, scoped bool) {
+	// A and B are two tenants, or with scoped two scopes of one tenant.
+	partyA, partyB := fairParty{config.DevAPIKey, "", "user-1"}, fairParty{fairKeyB, "", "user-1"}
+	if scoped {
+		partyA, partyB = fairParty{config.DevAPIKey, "clinic-a", "user-1"}, fairParty{config.DevAPIKey, "clinic-b", "user-b"}
+	}
+	isB := func(m provider.Message) bool { return m.Tenant == "tenant-b" }
+	if scoped {
+		isB = func(m provider.Message) bool { return m.Recipient == partyB.recipient }
+	}
 	backlog := 20_000
 	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_FAIR_BACKLOG")); err == nil && v > 0 {
 		backlog = v
@@ -53,7 +73,7 @@ func fairness(b *testing.B, rabbit bool) {
 	s := sim.New(sim.Config{Latency: providerLatency})
 	s.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
 		calls.Add(1)
-		if m.Tenant == "tenant-b" {
+		if isB(m) {
 			lat.end(strings.TrimSuffix(m.MessageID, ".webhook"))
 		} else {
 			callsA.Add(1)
@@ -79,7 +99,7 @@ func fairness(b *testing.B, rabbit bool) {
 	// 200 samples was B's idle p99). A second of B's sends goes first,
 	// unmeasured and off the chart, so idle means idle.
 	const warmUp = 20
-	fairSmallTenant(b, base, lat, "warm-up", warmUp)
+	fairSmallTenant(b, base, partyB, lat, "warm-up", warmUp)
 	b.ResetTimer()
 	for range b.N {
 		// The chart's backlog is A's notifications accepted and not yet
@@ -91,7 +111,7 @@ func fairness(b *testing.B, rabbit bool) {
 			note = machineNote()
 			backlogs = sampleBacklog(runBegan, func() int64 { return postedA.Load() - callsA.Load() })
 		}
-		idle := fairSmallTenant(b, base, lat, "idle", 200)
+		idle := fairSmallTenant(b, base, partyB, lat, "idle", 200)
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		began := time.Now()
@@ -102,7 +122,7 @@ func fairness(b *testing.B, rabbit bool) {
 					if i > int64(backlog) {
 						return
 					}
-					if _, err := postEvent(base, config.DevAPIKey, fmt.Sprintf("a-%d-%d", began.UnixNano(), i), "user-1", 1); err != nil {
+					if _, err := postScoped(base, partyA.key, fmt.Sprintf("a-%d-%d", began.UnixNano(), i), partyA.recipient, partyA.scope, 1); err != nil {
 						b.Error(err)
 						return
 					}
@@ -113,7 +133,7 @@ func fairness(b *testing.B, rabbit bool) {
 		wg.Wait()
 		b.Logf("tenant A posted %d in %s; %d provider calls so far", backlog, time.Since(began).Round(time.Millisecond), calls.Load())
 		busyBegan := time.Now()
-		busy := fairSmallTenant(b, base, lat, "busy", 200)
+		busy := fairSmallTenant(b, base, partyB, lat, "busy", 200)
 		left := int64(backlog) + warmUp + 400 - calls.Load()
 		b.Logf("tenant B's second run ended with %d of A's notifications not yet sent", left)
 		if left <= 0 {
@@ -135,13 +155,18 @@ func fairness(b *testing.B, rabbit bool) {
 				store += " + RabbitMQ"
 				name += "-rabbitmq"
 			}
+			a, bb := "tenant A", "tenant B"
+			if scoped {
+				name = "fairness-scopes-" + strings.ToLower(storeName())
+				a, bb = "scope clinic-a", "scope clinic-b"
+			}
 			writeChart(b, name, &chart.Chart{
-				Title: fmt.Sprintf("Fairness: tenant B at 20/s beside tenant A's %s in one lane — %s, %s",
-					chart.Thousands(int64(backlog)), store, runBegan.UTC().Format("2006-01-02")),
+				Title: fmt.Sprintf("Fairness: %s at 20/s beside %s's %s in one lane — %s, %s",
+					bb, a, chart.Thousands(int64(backlog)), store, runBegan.UTC().Format("2006-01-02")),
 				Subtitle: fmt.Sprintf("100 ms provider, 64 sends in flight. B's p99 %s idle, %s beside A's backlog (max %s)",
 					msText(idle[len(idle)*99/100]), msText(busy[len(busy)*99/100]), msText(busy[len(busy)-1])),
-				Sends: lat.sends(runBegan), SendsLabel: "tenant B: due → provider call",
-				Backlog: backlogs.Stop(), BacklogLabel: "tenant A: accepted, not yet sent",
+				Sends: lat.sends(runBegan), SendsLabel: bb + ": due → provider call",
+				Backlog: backlogs.Stop(), BacklogLabel: a + ": accepted, not yet sent",
 				Aim: 250 * time.Millisecond,
 				Marks: []chart.Mark{
 					{At: 0, Label: "B alone"},
@@ -154,13 +179,14 @@ func fairness(b *testing.B, rabbit bool) {
 	}
 }
 
-// fairSmallTenant posts n of tenant B's notifications, 20 a second on a
+// fairSmallTenant posts n of party's (tenant B's, or scope clinic-b's)
+// notifications, 20 a second on a
 // fixed schedule (postOnSchedule), and returns their latencies from when
 // each was due to its provider call, sorted.
-func fairSmallTenant(b *testing.B, base string, lat *fairLatencies, run string, n int) []time.Duration {
+func fairSmallTenant(b *testing.B, base string, party fairParty, lat *fairLatencies, run string, n int) []time.Duration {
 	began := time.Now().UnixNano()
 	ids, err := postOnSchedule(n, 50*time.Millisecond, lat, func(i int) (string, error) {
-		return postEvent(base, fairKeyB, fmt.Sprintf("b-%s-%d-%d", run, began, i), "user-1", 1)
+		return postScoped(base, party.key, fmt.Sprintf("b-%s-%d-%d", run, began, i), party.recipient, party.scope, 1)
 	})
 	if err != nil {
 		b.Fatal(err)

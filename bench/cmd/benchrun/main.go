@@ -141,6 +141,8 @@ var scenarios = map[string][]run{
 		{Name: "fairness, SQLite", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Chart: "fairness-sqlite", Versus: []*versus{busyOverIdle}, Aims: fairAims},
 		{Name: "fairness, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairness$", Benchtime: "1x", Postgres: true, Chart: "fairness-postgresql", Versus: []*versus{busyOverIdle}, Aims: fairAims},
 		{Name: "fairness, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkFairnessRabbitMQ$", Benchtime: "1x", Postgres: true, Chart: "fairness-rabbitmq", Versus: []*versus{busyOverIdle}, Aims: fairAims},
+		{Name: "fairness of scopes, SQLite", Dir: "bench", Bench: "^BenchmarkFairnessScopes$", Benchtime: "1x", Chart: "fairness-scopes-sqlite", Versus: []*versus{busyOverIdle}, Aims: fairAims},
+		{Name: "fairness of scopes, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairnessScopes$", Benchtime: "1x", Postgres: true, Chart: "fairness-scopes-postgresql", Versus: []*versus{busyOverIdle}, Aims: fairAims},
 	},
 	"isolation": {
 		{Name: "isolation, campaign of HERALD_BENCH_ISOLATION_RECIPIENTS (1,000,000), PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql",
