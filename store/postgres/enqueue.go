@@ -162,7 +162,7 @@ const qWakeHash = `wake AS (SELECT 'herald_wake_' || left(md5(current_database()
 // to wake the lane, $19 a lazy chain's later channels, comma-joined, the
 // first step's rows' fallback_plan (empty for none; as qNotificationCreate's
 // $25), $20 the inbox's place among the kind's channels (0: none; as
-// qNotificationCreate's $26), $21 the scope (” none).
+// qNotificationCreate's $26), $21 the scope (empty for none).
 const qEnqueue = `WITH t AS (SELECT statement_timestamp() AS now),
 ` + qWakeHash + `,
 n AS (

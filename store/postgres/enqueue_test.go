@@ -160,7 +160,7 @@ func TestCreateTx(t *testing.T) {
 				waitFor(t, 10*time.Second, "the listener is connected", s.listening.Load)
 				drain(wake)
 				tx := begin(t, pool)
-				p := in("booking-42:confirmed", nil)
+				p := in("booking-42:confirmed", func(p *store.NotificationCreateParams) { p.Scope = "ward-3" })
 				if res := createIn(t, tx, p); res.Outcome != store.Created || res.ID != p.ID {
 					t.Fatalf("%+v, want Created %s", res, p.ID)
 				}
@@ -184,8 +184,12 @@ func TestCreateTx(t *testing.T) {
 					v.Deliveries[0].OutboxState != heraldtype.OutboxPending || v.Deliveries[0].MessageID != store.MessageID(p.ID, heraldtype.ChannelSMS) {
 					t.Fatalf("planned sends: %+v", v.Deliveries)
 				}
+				if v.Scope != "ward-3" {
+					t.Fatalf("scope %q, want ward-3", v.Scope)
+				}
 				claimed, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 10, Lease: time.Minute})
-				if err != nil || len(claimed) != 2 || claimed[0].Kind != p.Kind || string(claimed[0].Params) != string(p.Params) {
+				if err != nil || len(claimed) != 2 || claimed[0].Kind != p.Kind || string(claimed[0].Params) != string(p.Params) ||
+					claimed[0].Scope != "ward-3" || claimed[1].Scope != "ward-3" {
 					t.Fatalf("claim: %v %+v", err, claimed)
 				}
 			})

@@ -12,17 +12,20 @@
 //	WHERE id IN (SELECT id FROM outbox
 //	             WHERE lane = $lane AND state = 'PENDING' AND available_at <= now
 //	               AND (expires_at IS NULL OR expires_at > now)
-//	             ORDER BY <its tenant's rows in flight + its place>,
+//	             ORDER BY <its tenant's rows in flight + its place in the
+//	                       tenant, its scopes taking turns>,
 //	                      <tenants after $after first>, tenant, available_at
 //	             LIMIT $n
 //	             FOR UPDATE SKIP LOCKED)
 //	RETURNING … joined with the notifications
 //
-// The inner SELECT walks the partial index (lane, tenant, available_at, id)
-// WHERE state = 'PENDING', tenant by tenant, so a lane is shared fairly
-// between tenants (qOutboxClaim); equal turns go round the tenants from the
-// one the caller served last (OutboxClaimParams.After), a sort of the few
-// rows already read, which leaves the index walk as it was. SKIP LOCKED
+// The inner SELECT walks the partial index (lane, tenant, scope,
+// available_at, id) WHERE state = 'PENDING', scope by scope of each tenant,
+// so a lane is shared fairly between tenants and a tenant's turns between
+// its scopes (qOutboxClaim); equal turns go round the tenants from the
+// one the caller served last (OutboxClaimParams.After), and a tenant's
+// scopes from the one served last in it (Scopes), a sort of the few rows
+// already read, which leaves the index walk as it was. SKIP LOCKED
 // makes concurrent claimers take disjoint rows without queueing behind each
 // other, and no row lock outlives the statement: afterwards ownership is
 // the lease and the fencing token alone. Every later outbox write is

@@ -276,10 +276,12 @@ const (
 	//	         more have rows waiting (a one-time filter): with one, there
 	//	         is nothing to share, and the count was a fifth of a claim;
 	//	shares   per group not skipped ($7, $11): its rows in flight, its
-	//	         tenant's, and the scope the caller served last in its tenant
-	//	         ($9/$10, OutboxClaimParams.Scopes), all worked out per group,
-	//	         not per row (as joins of the candidates, with a sort each,
-	//	         they made the claim 0.5 ms dearer);
+	//	         tenant's (all of them, in every scope: a drained or skipped
+	//	         scope's sends count for its tenant), and the scope the
+	//	         caller served last in its tenant ($9/$10,
+	//	         OutboxClaimParams.Scopes), all worked out per group, not per
+	//	         row (as joins of the candidates, with a sort each, they made
+	//	         the claim 0.5 ms dearer);
 	//	cand     up to LIMIT due rows per group, oldest first, walked on
 	//	         outbox_fair (its ORDER BY is the index's, so no plan prefers
 	//	         another index and filters a big group's rows out of a small
@@ -374,9 +376,11 @@ busy AS (
     GROUP BY tenant, scope
 ),
 shares AS (
-    SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, sum(coalesce(b.n, 0)) OVER (PARTITION BY g.tenant) AS tn,
-           (SELECT m.scope FROM unnest($9::text[], $10::text[]) AS m (tenant, scope) WHERE m.tenant = g.tenant LIMIT 1) AS last
-    FROM groups g LEFT JOIN busy b ON b.tenant = g.tenant AND b.scope = g.scope
+    SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.scope AS last
+    FROM groups g
+    LEFT JOIN busy b ON b.tenant = g.tenant AND b.scope = g.scope
+    LEFT JOIN (SELECT tenant, sum(n) AS n FROM busy GROUP BY tenant) tb ON tb.tenant = g.tenant
+    LEFT JOIN unnest($9::text[], $10::text[]) AS m (tenant, scope) ON m.tenant = g.tenant
     WHERE NOT coalesce(g.tenant = $7::text AND ($11::text IS NULL OR g.scope = $11::text), false)
 ),
 cand AS (

@@ -47,7 +47,8 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		for rows.Next() {
 			var c store.Claimed
 			var ch string
-			if err := rows.Scan(&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts, &c.Fence.OffChain, &c.Fence.LazyChain); err != nil {
+			if err := rows.Scan(&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts, &c.Fence.OffChain, &c.Fence.LazyChain,
+				&c.Scope); err != nil {
 				rows.Close()
 				return fmt.Errorf("scan claimed row: %w", err)
 			}
@@ -104,15 +105,15 @@ func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idLi
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, tenant, recipient, eventID, kind, params, scope string
+		var id, tenant, recipient, eventID, kind, params string
 		var expires, profileAt sql.NullInt64
 		var profile sql.NullString
-		if err := rows.Scan(&id, &tenant, &recipient, &eventID, &kind, &params, &expires, &profile, &profileAt, &scope); err != nil {
+		if err := rows.Scan(&id, &tenant, &recipient, &eventID, &kind, &params, &expires, &profile, &profileAt); err != nil {
 			return fmt.Errorf("scan claimed notification: %w", err)
 		}
 		for _, i := range byNotification[id] {
 			j := &out[i].Job
-			j.Tenant, j.Scope, j.Recipient, j.EventID, j.Kind = tenant, scope, recipient, eventID, kind
+			j.Tenant, j.Recipient, j.EventID, j.Kind = tenant, recipient, eventID, kind
 			j.Params, j.ExpiresAt = json.RawMessage(params), fromNullMs(expires)
 			if known {
 				j.Known = &heraldtype.Known{ProfileRead: true}

@@ -73,7 +73,7 @@ WHERE id IN (
     SELECT id FROM outbox
     WHERE lane = ?5 AND tenant = ?9 AND scope = ?10 AND state = 'PENDING' AND available_at <= ?6 AND (expires_at IS NULL OR expires_at > ?7)
     ORDER BY available_at, id LIMIT ?8)
-RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL`
+RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL, scope`
 	qOutboxClaim = `UPDATE outbox
 SET state = ?1, claimed_by = ?2, claimed_until = ?3, token = token + 1, updated_at = ?4
 WHERE id IN (
@@ -91,34 +91,37 @@ WHERE id IN (
           AND (SELECT count(*) FROM groups) > 1
         GROUP BY tenant, scope
     ),
-    cand AS (
-        SELECT x.id, x.tenant, x.scope, x.available_at FROM groups g JOIN outbox x ON x.id IN (
-            SELECT y.id FROM outbox y
-            WHERE y.lane = ?5 AND y.tenant = g.tenant AND y.scope = g.scope AND y.state = 'PENDING' AND y.available_at <= ?6
-              AND (y.expires_at IS NULL OR y.expires_at > ?7)
-            ORDER BY y.available_at, y.id LIMIT ?8)
+    memory AS MATERIALIZED (SELECT key, value FROM json_each(?11)),
+    shares AS (
+        SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.value AS last
+        FROM groups g
+        LEFT JOIN busy b ON b.tenant = g.tenant AND b.scope = g.scope
+        LEFT JOIN (SELECT tenant, sum(n) AS n FROM busy GROUP BY tenant) tb ON tb.tenant = g.tenant
+        LEFT JOIN memory m ON m.key = g.tenant
         WHERE NOT coalesce(g.tenant = ?9 AND (?12 IS NULL OR g.scope = ?12), 0)
     ),
-    sturns AS (
-        SELECT c.id, c.tenant, c.scope, c.available_at,
-               coalesce(b.n, 0) + row_number() OVER (PARTITION BY c.tenant, c.scope ORDER BY c.available_at, c.id) AS sturn
-        FROM cand c LEFT JOIN busy b ON b.tenant = c.tenant AND b.scope = c.scope
+    cand AS (
+        SELECT x.id, s.tenant, s.scope, s.tn, s.last, x.available_at,
+               s.sn + row_number() OVER (PARTITION BY s.tenant, s.scope ORDER BY x.available_at, x.id) AS sturn
+        FROM shares s JOIN outbox x ON x.id IN (
+            SELECT y.id FROM outbox y
+            WHERE y.lane = ?5 AND y.tenant = s.tenant AND y.scope = s.scope AND y.state = 'PENDING' AND y.available_at <= ?6
+              AND (y.expires_at IS NULL OR y.expires_at > ?7)
+            ORDER BY y.available_at, y.id LIMIT ?8)
     ),
     turns AS (
-        SELECT s.id, s.tenant, s.available_at,
-               coalesce(tb.n, 0) + row_number() OVER (PARTITION BY s.tenant
-                   ORDER BY s.sturn, coalesce(s.scope <= ls.value, 0), s.scope, s.available_at, s.id) AS turn
-        FROM sturns s
-        LEFT JOIN (SELECT tenant, sum(n) AS n FROM busy GROUP BY tenant) tb ON tb.tenant = s.tenant
-        LEFT JOIN json_each(?11) ls ON ls.key = s.tenant
+        SELECT id, tenant, available_at,
+               tn + row_number() OVER (PARTITION BY tenant
+                   ORDER BY sturn, coalesce(scope <= last, 0), scope, available_at, id) AS turn
+        FROM cand
     )
     SELECT id FROM turns ORDER BY turn, tenant <= ?10, tenant, available_at, id LIMIT ?8)
-RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL`
+RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL, scope`
 	// qOutboxJobs reads the claimed rows' notifications, each with its
 	// recipient's profile; qOutboxDelivered which of the claimed messages
 	// already have a delivery row. Both feed heraldtype.Known, which spares
 	// the sender two reads per job.
-	qOutboxJobs = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, p.data, p.updated_at, n.scope
+	qOutboxJobs = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, p.data, p.updated_at
 FROM notifications n LEFT JOIN profiles p ON p.tenant = n.tenant AND p.recipient = n.recipient
 WHERE n.id IN (SELECT value FROM json_each(?))`
 	qOutboxDelivered = `SELECT message_id FROM deliveries WHERE message_id IN (SELECT value FROM json_each(?))`

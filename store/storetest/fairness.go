@@ -257,6 +257,41 @@ func testFairness(t *testing.T, h Harness) {
 		}
 	})
 
+	// A tenant's sends in flight count for its turns whichever scope they
+	// are in, one whose queue has drained or one the claim skips: with
+	// A's three in flight in scope x, B (nothing in flight) takes the first
+	// turns over A's scope y. Counted only over the scopes still waiting,
+	// a tenant spreading its sends over scopes looked idle.
+	t.Run("ATenantsSendsInFlightCountInEveryScope", func(t *testing.T) {
+		t.Parallel()
+		for _, drained := range []bool{true, false} {
+			b := setup(t, h)
+			for range 3 {
+				inScope(t, b, "tenant-a", "x")
+			}
+			if got := scopesOf(claim(t, b, heraldtype.LaneTransactional, 3)); got["tenant-a/x"] != 3 {
+				t.Fatalf("A/x's claim: %v", got)
+			}
+			if !drained {
+				inScope(t, b, "tenant-a", "x")
+			}
+			b.clk.Advance(time.Millisecond)
+			for range 5 {
+				inScope(t, b, "tenant-a", "y")
+				inScope(t, b, "tenant-b", "")
+			}
+			x := "x"
+			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: 3,
+				Lease: time.Minute, Skip: map[bool]string{false: "tenant-a"}[drained], SkipScope: map[bool]*string{false: &x}[drained]})
+			if err != nil {
+				t.Fatalf("OutboxClaim: %v", err)
+			}
+			if got := scopesOf(rows); got["tenant-b/"] != 3 {
+				t.Fatalf("A/x drained %v: claim of 3 took %v, want B's 3 (A has 3 in flight)", drained, got)
+			}
+		}
+	})
+
 	// A claim told to skip one scope of a tenant (that scope holds the
 	// tenant's share of the slots by itself) takes the tenant's other
 	// scopes' rows and the other tenants'; told to skip the tenant, none of

@@ -110,7 +110,7 @@ func testReconcile(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		create(t, b, nil)
-		id := noPlannedSends(t, b, nil)
+		id := noPlannedSends(t, b, func(p *store.NotificationCreateParams) { p.Scope = "clinic-7" })
 		c := count(t, b, time.Hour, 0)
 		if c.MissingOutbox.Count != 1 || len(c.MissingOutbox.Sample) != 1 ||
 			c.MissingOutbox.Sample[0] != (store.ReconcileFinding{NotificationID: id, Tenant: "t1", Kind: "k"}) {
@@ -132,6 +132,9 @@ func testReconcile(t *testing.T, h Harness) {
 		for _, r := range claim(t, b, heraldtype.LaneTransactional, 10) {
 			if r.NotificationID == id {
 				claimed = append(claimed, r.MessageID)
+				if r.Scope != "clinic-7" {
+					t.Fatalf("recreated %s with scope %q, want the notification's clinic-7", r.MessageID, r.Scope)
+				}
 			}
 		}
 		slices.Sort(claimed)

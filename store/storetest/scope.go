@@ -119,8 +119,13 @@ func testScopes(t *testing.T, h Harness) {
 			}
 		}
 		got := claim(t, b.bundle, heraldtype.LaneMarketing, 10)
-		if len(got) != 3 || got[0].Scope != "brand-a" {
-			t.Fatalf("claimed %d rows (first scope %q), want 3 of brand-a", len(got), got[0].Scope)
+		if len(got) != 3 {
+			t.Fatalf("claimed %d rows, want 3", len(got))
+		}
+		for _, c := range got {
+			if c.Scope != "brand-a" {
+				t.Fatalf("claimed %s with scope %q, want brand-a", c.MessageID, c.Scope)
+			}
 		}
 	})
 }
