@@ -594,6 +594,54 @@ func leavesTheReservedSlots(t *testing.T, tenantB, scopeA, scopeB string) {
 	})
 }
 
+// A tenant's other scopes take half the reserve while one scope holds
+// the tenant's share, never all of it: with 5 slots, 2 kept, tenant A's
+// scope x holds 3 sends that hang, its scope y takes one more slot (and
+// hangs too), and then tenant B's row still finds the last slot free.
+// Had y's rows been free to fill every kept slot, B would wait for A's
+// provider.
+func TestATenantsScopesLeaveTheOtherTenantsHalfTheReserve(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b bundle) {
+		release := make(chan struct{})
+		var callsX, callsY atomic.Int64
+		b.sim.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
+			switch m.Recipient {
+			case "r-x":
+				callsX.Add(1)
+				<-release
+			case "r-y":
+				callsY.Add(1)
+				<-release
+			}
+			return provider.Outcome{}
+		})
+		for range 10 {
+			b.notifyIn(t, "tenant-a", "x", "r-x", "pay", heraldtype.LaneTransactional)
+		}
+		c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+			Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 5, Reserve: 2, Lease: time.Minute,
+			PollInterval: 5 * time.Millisecond, MaxAttempts: 3, Alerts: b.alerts,
+		})
+		stop := run(t, c)
+		defer stop()
+		defer close(release) // before the stop: the hanging sends end first
+		testenv.WaitFor(t, "scope x's three sends to reach the provider", testenv.Patience, func() bool { return callsX.Load() >= 3 })
+		for range 3 {
+			b.notifyIn(t, "tenant-a", "y", "r-y", "pay", heraldtype.LaneTransactional)
+		}
+		testenv.WaitFor(t, "one of scope y's sends to reach the provider", testenv.Patience, func() bool { return callsY.Load() >= 1 })
+		idB := b.notifyIn(t, "tenant-b", "", "r-b", "pay", heraldtype.LaneTransactional)
+		testenv.WaitFor(t, "tenant B's send to be done beside A's four", testenv.Patience, func() bool {
+			return b.entryOf(t, "tenant-b", idB).OutboxState == heraldtype.OutboxDone
+		})
+		if x, y := callsX.Load(), callsY.Load(); x != 3 || y != 1 {
+			t.Fatalf("A's scopes made %d and %d calls, want 3 and 1 (5 slots: A's bound 3, its scopes' half of the reserve 1)", x, y)
+		}
+	})
+}
+
 // While a lane has a backlog, a claim waits for Gather free slots
 // (GatherWait is an hour here, so only slots or a wake-up end the wait):
 // the sends end one at a time, and still the claims after the first take

@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/heraldhq/herald/heraldtype"
@@ -67,5 +69,71 @@ func TestARoundRemembersEachTenantsLastScope(t *testing.T) {
 	r.served(nil)
 	if r.after != "a" || r.scopes["a"] != "w" {
 		t.Fatalf("an empty claim changed the round: after %q, scopes %v", r.after, r.scopes)
+	}
+	// A tenant's unscoped rows are one of its scopes once it has others:
+	// c's "" got the most rows, so its round goes on after "".
+	r.served([]store.Claimed{row("c", ""), row("c", ""), row("c", "z")})
+	if got, ok := r.scopes["c"]; !ok || got != "" {
+		t.Fatalf("a claim giving c's unscoped rows the most: c's scope %q (%v), want \"\"", got, ok)
+	}
+	// The memory is bounded: tenants not served for maxRoundScopes claims
+	// are forgotten.
+	for i := range 2 * maxRoundScopes {
+		r.served([]store.Claimed{row(fmt.Sprintf("t%d", i), "s")})
+	}
+	if len(r.scopes) > maxRoundScopes || r.scopes["a"] != "" {
+		t.Fatalf("after %d tenants: %d remembered (a: %q), want at most %d and a forgotten", 2*maxRoundScopes, len(r.scopes), r.scopes["a"], maxRoundScopes)
+	}
+}
+
+// share skips the tenant at the bound (Concurrency − Reserve sends in
+// flight), or, while all but Reserve/2 of them are one scope's and the
+// tenant holds less than the bound plus that half, only that scope, with
+// a claim no larger than the tenant's other scopes may still add; below
+// the bound a claim takes at most what the tenant may still hold.
+func TestShareSkipsATenantOrItsOneBigScope(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		held  map[string]int // "tenant/scope" → sends in flight
+		limit int
+		skip  string // "tenant" or "tenant/scope"; "" none
+	}{
+		{"BelowTheBound", map[string]int{"a/x": 50}, 10, ""},
+		{"AnotherTenantDoesNotCount", map[string]int{"a/x": 50, "b/": 9}, 10, ""},
+		{"OneScopeAtTheBound", map[string]int{"a/": 60}, 2, "a/"},
+		{"ItsOtherScopesMayAddTheirHalf", map[string]int{"a/x": 59, "a/y": 2}, 1, "a/x"},
+		{"ItsOtherScopesUsedTheirHalf", map[string]int{"a/x": 60, "a/y": 2}, 64, "a"},
+		{"ItsScopesEvenly", map[string]int{"a/x": 30, "a/y": 30}, 64, "a"},
+		{"ItsManyScopes", map[string]int{"a/1": 12, "a/2": 12, "a/3": 12, "a/4": 12, "a/5": 12}, 64, "a"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cl := &Claimer{ClaimerConfig: ClaimerConfig{Concurrency: 64, Reserve: 4}}
+			id := int64(0)
+			for g, n := range c.held {
+				tenant, scope, _ := strings.Cut(g, "/")
+				for range n {
+					id++
+					cl.held.add(store.Claimed{Job: heraldtype.Job{Tenant: tenant, Scope: scope}, Fence: store.Fence{ID: id}})
+				}
+			}
+			limit, skip := cl.share(64)
+			got := skip.Tenant
+			if skip.Scope != nil {
+				got += "/" + *skip.Scope
+			}
+			if limit != c.limit || got != c.skip {
+				t.Fatalf("share(64) = %d, skip %q; want %d, skip %q", limit, got, c.limit, c.skip)
+			}
+		})
+	}
+	// A Reserve of 1 has no half for scopes: the tenant is skipped.
+	cl := &Claimer{ClaimerConfig: ClaimerConfig{Concurrency: 8, Reserve: 1}}
+	for i := range 7 {
+		cl.held.add(store.Claimed{Job: heraldtype.Job{Tenant: "a", Scope: "x"}, Fence: store.Fence{ID: int64(i)}})
+	}
+	if limit, skip := cl.share(8); limit != 8 || skip.Tenant != "a" || skip.Scope != nil {
+		t.Fatalf("Reserve 1, a/x at the bound: share = %d, %+v; want 8 and all of a skipped", limit, skip)
 	}
 }

@@ -39,9 +39,12 @@ func lastInRound(rows []store.Claimed, key func(store.Claimed) string, after str
 	return last
 }
 
-// maxRoundScopes bounds round.scopes: past it the memory starts afresh,
-// which only restarts each tenant's round of scopes.
-const maxRoundScopes = 4096
+// maxRoundScopes bounds round.scopes, which each claim passes to the
+// store (a longer memory costs every claim a longer look-up): past it the
+// tenants not served for maxRoundScopes claims are forgotten, and if that
+// is not enough the memory starts afresh, which only restarts those
+// tenants' rounds of scopes.
+const maxRoundScopes = 256
 
 // round is a claim loop's memory of whom its claims served last: the
 // tenant (OutboxClaimParams.After) and, in each tenant whose rows have a
@@ -53,29 +56,53 @@ const maxRoundScopes = 4096
 type round struct {
 	after  string
 	scopes map[string]string
+	// claims counts the claims served; at is when each tenant in scopes
+	// was last served.
+	claims int64
+	at     map[string]int64
 }
 
 // served remembers what a claim of rows, made with r's params, served.
 func (r *round) served(rows []store.Claimed) {
 	r.after = lastServed(rows, r.after)
-	var byTenant map[string][]store.Claimed
+	r.claims++
+	// A tenant goes round its scopes once any of its rows has one (its
+	// unscoped rows, scope "", are one of them).
+	var scoped map[string]bool
 	for _, row := range rows {
-		if row.Scope == "" && r.scopes[row.Tenant] == "" {
-			continue // no scope served or remembered: nothing to go round
+		if _, known := r.scopes[row.Tenant]; row.Scope != "" || known {
+			if scoped == nil {
+				scoped = map[string]bool{}
+			}
+			scoped[row.Tenant] = true
 		}
-		if byTenant == nil {
-			byTenant = map[string][]store.Claimed{}
-		}
-		byTenant[row.Tenant] = append(byTenant[row.Tenant], row)
 	}
-	if len(byTenant) == 0 {
+	if len(scoped) == 0 {
 		return
 	}
-	if r.scopes == nil || len(r.scopes)+len(byTenant) > maxRoundScopes {
-		r.scopes = make(map[string]string, len(byTenant))
+	byTenant := make(map[string][]store.Claimed, len(scoped))
+	for _, row := range rows {
+		if scoped[row.Tenant] {
+			byTenant[row.Tenant] = append(byTenant[row.Tenant], row)
+		}
+	}
+	if r.scopes == nil {
+		r.scopes, r.at = map[string]string{}, map[string]int64{}
 	}
 	for tenant, rs := range byTenant {
 		r.scopes[tenant] = lastInRound(rs, func(r store.Claimed) string { return r.Scope }, r.scopes[tenant])
+		r.at[tenant] = r.claims
+	}
+	if len(r.scopes) > maxRoundScopes {
+		for tenant, at := range r.at {
+			if at <= r.claims-maxRoundScopes {
+				delete(r.scopes, tenant)
+				delete(r.at, tenant)
+			}
+		}
+		if len(r.scopes) > maxRoundScopes {
+			r.scopes, r.at = map[string]string{}, map[string]int64{}
+		}
 	}
 }
 
