@@ -348,12 +348,14 @@ type Lane struct {
 	// Concurrency is the number of sends in flight at once on this lane.
 	// Defaults per lane: alert 16, transactional 32, marketing 16, internal 8.
 	Concurrency int `yaml:"concurrency"`
-	// Reserve is how many of the lane's slots one tenant never fills (db
-	// transport): a tenant holds at most concurrency − reserve sends in
-	// flight, so another tenant's send finds a slot free at once instead of
-	// waiting for one of a big tenant's sends to end; 0 lets one tenant
-	// fill the lane. Defaults to a sixteenth of the concurrency: alert 1,
-	// transactional 2, marketing 1, internal 0.
+	// Reserve is how many of the lane's slots are kept from the tenant
+	// holding the most (db transport): a tenant holds at most concurrency
+	// − reserve sends in flight, so another tenant's send finds a slot free
+	// at once instead of waiting for one of a big tenant's sends to end;
+	// while one scope of that tenant holds nearly all of them, half the
+	// reserve (rounded down) may serve the tenant's other scopes too. 0
+	// lets one tenant fill the lane. Defaults to a sixteenth of the
+	// concurrency: alert 1, transactional 2, marketing 1, internal 0.
 	Reserve *int `yaml:"reserve"`
 }
 

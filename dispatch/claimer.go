@@ -150,15 +150,17 @@ type ClaimerConfig struct {
 	// of its own while its result is written, at most Concurrency more, so
 	// the next send does not wait for that write's commit.
 	Concurrency int
-	// Reserve is how many of those slots one tenant never fills: a tenant
-	// with Concurrency − Reserve sends in flight is skipped by the next
-	// claims (store.OutboxClaimParams.Skip) until one of its calls ends. The
+	// Reserve is how many of those slots are kept from the tenant holding
+	// the most: a tenant with Concurrency − Reserve sends in flight is
+	// skipped by the next claims (store.OutboxClaimParams.Skip) until one
+	// of its calls ends. The
 	// fair claim already puts a small tenant's rows first, but only into
 	// a slot that is free: behind a big tenant's sends to a slow provider,
 	// which start together and end together, a small tenant's row waited
 	// for the next wave (50 ms p99 behind 100 ms sends, against 5–10 ms
-	// idle). Half of the kept slots may serve the tenant's other scopes
-	// while one scope holds its share (Claimer.share). Below half of Concurrency (more is
+	// idle). Half of the kept slots (rounded down: none of a Reserve of 1)
+	// may serve the tenant's other scopes while one scope holds nearly all
+	// of its share (Claimer.share). Below half of Concurrency (more is
 	// taken as the most below it); zero (the default) lets one tenant fill
 	// the lane.
 	Reserve int
@@ -387,7 +389,7 @@ func (c *Claimer) Run(ctx context.Context) {
 			limit, skip := c.share(free)
 			began := time.Now()
 			rows, err := c.Store.OutboxClaim(ctx, store.OutboxClaimParams{
-				Lane: c.Lane, Owner: c.Owner, Limit: limit, Lease: c.Lease, Skip: skip.Tenant, SkipScope: skip.Scope, After: served.after,
+				Lane: c.Lane, Owner: c.Owner, Limit: limit, Lease: c.Lease, Skip: skip.Tenant, SkipScope: skip.Scope, SkipCap: skip.Cap, After: served.after,
 				Scopes: served.scopes,
 			})
 			if err != nil {
@@ -470,8 +472,9 @@ func (c *Claimer) free() int {
 // A tenant's scopes (a clinic's campaign beside its other clinics) get
 // half the reserve: while all but at most Reserve/2 of the tenant's sends
 // are one scope's and the tenant holds less than the bound plus that
-// half, the claim skips that scope only, and takes at most what the
-// tenant's other scopes may still add; so their rows find a slot while
+// half, the claim skips that scope only, and takes no more of the
+// tenant's other scopes' rows than they may still add (SkipCap; the other
+// tenants' rows are not capped by it); so their rows find a slot while
 // the big scope's sends are out, and the other tenants keep at least the
 // other half. (Skipping the whole tenant, the other scopes' rows waited
 // for the next wave of the big scope's sends: p99 60 ms beside its
@@ -489,16 +492,17 @@ func (c *Claimer) share(free int) (int, skipping) {
 		return min(free, bound-n), skipping{}
 	}
 	if half := c.Reserve / 2; m >= n-half && n < bound+half {
-		return min(free, bound+half-n), skipping{Tenant: top, Scope: &scope}
+		return free, skipping{Tenant: top, Scope: &scope, Cap: bound + half - n}
 	}
 	return free, skipping{Tenant: top}
 }
 
-// skipping is what a claim leaves (store.OutboxClaimParams.Skip and
-// SkipScope).
+// skipping is what a claim leaves (store.OutboxClaimParams.Skip,
+// SkipScope and SkipCap).
 type skipping struct {
 	Tenant string
 	Scope  *string // nil: all of Tenant's rows
+	Cap    int     // with Scope, how many of Tenant's other rows it may take
 }
 
 func (c *Claimer) process(ctx context.Context, row store.Claimed) {

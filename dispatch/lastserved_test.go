@@ -89,7 +89,7 @@ func TestARoundRemembersEachTenantsLastScope(t *testing.T) {
 // share skips the tenant at the bound (Concurrency − Reserve sends in
 // flight), or, while all but Reserve/2 of them are one scope's and the
 // tenant holds less than the bound plus that half, only that scope, with
-// a claim no larger than the tenant's other scopes may still add; below
+// a cap on the tenant's other scopes' rows (not on the claim); below
 // the bound a claim takes at most what the tenant may still hold.
 func TestShareSkipsATenantOrItsOneBigScope(t *testing.T) {
 	t.Parallel()
@@ -98,14 +98,15 @@ func TestShareSkipsATenantOrItsOneBigScope(t *testing.T) {
 		held  map[string]int // "tenant/scope" → sends in flight
 		limit int
 		skip  string // "tenant" or "tenant/scope"; "" none
+		cap   int    // with a scope skipped, how many of the tenant's other rows
 	}{
-		{"BelowTheBound", map[string]int{"a/x": 50}, 10, ""},
-		{"AnotherTenantDoesNotCount", map[string]int{"a/x": 50, "b/": 9}, 10, ""},
-		{"OneScopeAtTheBound", map[string]int{"a/": 60}, 2, "a/"},
-		{"ItsOtherScopesMayAddTheirHalf", map[string]int{"a/x": 59, "a/y": 2}, 1, "a/x"},
-		{"ItsOtherScopesUsedTheirHalf", map[string]int{"a/x": 60, "a/y": 2}, 64, "a"},
-		{"ItsScopesEvenly", map[string]int{"a/x": 30, "a/y": 30}, 64, "a"},
-		{"ItsManyScopes", map[string]int{"a/1": 12, "a/2": 12, "a/3": 12, "a/4": 12, "a/5": 12}, 64, "a"},
+		{"BelowTheBound", map[string]int{"a/x": 50}, 10, "", 0},
+		{"AnotherTenantDoesNotCount", map[string]int{"a/x": 50, "b/": 9}, 10, "", 0},
+		{"OneScopeAtTheBound", map[string]int{"a/": 60}, 64, "a/", 2},
+		{"ItsOtherScopesMayAddTheirHalf", map[string]int{"a/x": 59, "a/y": 2}, 64, "a/x", 1},
+		{"ItsOtherScopesUsedTheirHalf", map[string]int{"a/x": 60, "a/y": 2}, 64, "a", 0},
+		{"ItsScopesEvenly", map[string]int{"a/x": 30, "a/y": 30}, 64, "a", 0},
+		{"ItsManyScopes", map[string]int{"a/1": 12, "a/2": 12, "a/3": 12, "a/4": 12, "a/5": 12}, 64, "a", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -123,8 +124,8 @@ func TestShareSkipsATenantOrItsOneBigScope(t *testing.T) {
 			if skip.Scope != nil {
 				got += "/" + *skip.Scope
 			}
-			if limit != c.limit || got != c.skip {
-				t.Fatalf("share(64) = %d, skip %q; want %d, skip %q", limit, got, c.limit, c.skip)
+			if limit != c.limit || got != c.skip || skip.Cap != c.cap {
+				t.Fatalf("share(64) = %d, skip %q cap %d; want %d, skip %q cap %d", limit, got, skip.Cap, c.limit, c.skip, c.cap)
 			}
 		})
 	}

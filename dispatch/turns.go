@@ -1,6 +1,11 @@
 package dispatch
 
-import "github.com/heraldhq/herald/store"
+import (
+	"cmp"
+	"slices"
+
+	"github.com/heraldhq/herald/store"
+)
 
 // lastServed returns the tenant a claim of rows, made with
 // OutboxClaimParams.After set to after, served last: the next claim's
@@ -41,9 +46,8 @@ func lastInRound(rows []store.Claimed, key func(store.Claimed) string, after str
 
 // maxRoundScopes bounds round.scopes, which each claim passes to the
 // store (a longer memory costs every claim a longer look-up): past it the
-// tenants not served for maxRoundScopes claims are forgotten, and if that
-// is not enough the memory starts afresh, which only restarts those
-// tenants' rounds of scopes.
+// tenants served longest ago are forgotten, which only restarts their
+// rounds of scopes.
 const maxRoundScopes = 256
 
 // round is a claim loop's memory of whom its claims served last: the
@@ -67,7 +71,9 @@ func (r *round) served(rows []store.Claimed) {
 	r.after = lastServed(rows, r.after)
 	r.claims++
 	// A tenant goes round its scopes once any of its rows has one (its
-	// unscoped rows, scope "", are one of them).
+	// unscoped rows, scope "", are one of them). A tenant the memory does
+	// not hold starts its round after "", as the claim's ties do (scope <=
+	// coalesce(last, '')): its scoped rows first.
 	var scoped map[string]bool
 	for _, row := range rows {
 		if _, known := r.scopes[row.Tenant]; row.Scope != "" || known {
@@ -93,15 +99,16 @@ func (r *round) served(rows []store.Claimed) {
 		r.scopes[tenant] = lastInRound(rs, func(r store.Claimed) string { return r.Scope }, r.scopes[tenant])
 		r.at[tenant] = r.claims
 	}
-	if len(r.scopes) > maxRoundScopes {
-		for tenant, at := range r.at {
-			if at <= r.claims-maxRoundScopes {
-				delete(r.scopes, tenant)
-				delete(r.at, tenant)
-			}
+	if over := len(r.scopes) - maxRoundScopes; over > 0 {
+		// Forget the tenants served longest ago.
+		oldest := make([]string, 0, len(r.at))
+		for tenant := range r.at {
+			oldest = append(oldest, tenant)
 		}
-		if len(r.scopes) > maxRoundScopes {
-			r.scopes, r.at = map[string]string{}, map[string]int64{}
+		slices.SortFunc(oldest, func(a, b string) int { return cmp.Compare(r.at[a], r.at[b]) })
+		for _, tenant := range oldest[:over] {
+			delete(r.scopes, tenant)
+			delete(r.at, tenant)
 		}
 	}
 }

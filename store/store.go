@@ -443,10 +443,13 @@ type OutboxClaimParams struct {
 	// keeps free with the other tenants' rows only.
 	Skip string
 	// SkipScope narrows Skip to one scope of its tenant (nil: all of it):
-	// a claimer's scope that holds the tenant's share of the slots by
-	// itself, so the slots kept free take the tenant's other scopes' rows
-	// too.
+	// a claimer's scope that holds nearly all of the tenant's share of the
+	// slots, so that part of the slots kept free takes the tenant's other
+	// scopes' rows too. SkipCap, with SkipScope, is how many of those
+	// rows the claim may take (0: no cap); the other tenants' rows are not
+	// capped by it.
 	SkipScope *string
+	SkipCap   int
 	// After is the tenant the caller's claim before served last ("" none).
 	// Rows whose turns tie go round the tenants in byte order, starting
 	// with the first tenant after After: a loop that passes the tenant it

@@ -155,7 +155,7 @@ func TestOwnershipIsDecidedByTheStatementsTimeNotTheTransactions(t *testing.T) {
 		if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&before); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := firstRow(tx, qOutboxClaimPublishing, nil, string(p.Lane), 1, "w", time.Minute, "PUBLISHING", nil, "", []string{}, []string{}, nil); err != nil {
+		if _, err := firstRow(tx, qOutboxClaimPublishing, nil, string(p.Lane), 1, "w", time.Minute, "PUBLISHING", nil, "", []string{}, []string{}, nil, nil); err != nil {
 			t.Fatalf("claim: %v", err)
 		}
 		if err := tx.QueryRow(ctx, `SELECT claimed_until FROM outbox WHERE notification_id = $1`, p.ID).Scan(&until); err != nil {

@@ -22,7 +22,7 @@ FROM generate_series(1, 100010) g`,
 SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', created_at + (substr(id, 2)::int * interval '1 ms'), created_at, created_at
 FROM notifications`,
 		`ANALYZE outbox`)
-	args := []any{now, "transactional", 4, "w", time.Minute, "CLAIMED", nil, "small", []string{}, []string{}, nil}
+	args := []any{now, "transactional", 4, "w", time.Minute, "CLAIMED", nil, "small", []string{}, []string{}, nil, nil}
 	for how, plan := range bothPlans(t, conn, "plan_fair_claim", qOutboxClaim, args) {
 		if strings.Contains(plan, "outbox_due") {
 			t.Errorf("the %s plan of the claim reads outbox_due:\n%s", how, plan)
@@ -52,7 +52,7 @@ func TestTheClaimLocksItsRowsByKeyWhateverTheStatistics(t *testing.T) {
 SELECT 'n' || g, 'big', 'r', 'e' || g, 'coupon', 'marketing', '{}', '2026-06-11 01:00:00+00' FROM generate_series(1, 100000) g`,
 		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
 SELECT id, id || '.webhook', tenant, 'marketing', 'webhook', 'PENDING', created_at, created_at, created_at FROM notifications`)
-	args := []any{now, "marketing", 1, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil}
+	args := []any{now, "marketing", 1, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil, nil}
 	for how, plan := range bothPlans(t, conn, "plan_fair_lock", qOutboxClaim, args) {
 		if strings.Contains(plan, "Semi Join") || !strings.Contains(plan, "Index Scan using outbox_pkey on outbox x") {
 			t.Errorf("the %s plan of the claim does not lock its chosen rows by key:\n%s", how, plan)

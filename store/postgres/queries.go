@@ -334,7 +334,8 @@ const (
 	// NULL none), $8 the tenant after which ties start (After; '' none),
 	// $9 and $10 tenants and, parallel, the scope after which each
 	// tenant's ties start (Scopes), $11 the only scope of $7 it leaves
-	// (SkipScope; NULL all).
+	// (SkipScope; NULL all), $12 how many of $7's other rows it may take
+	// (SkipCap; NULL no cap).
 	qOutboxClaim = qOutboxClaimLease + `SELECT c.id, c.token, c.notification_id, c.message_id, c.channel, c.attempts,
        n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, c.scope,
        EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id), p.data, p.updated_at, c.off_chain,
@@ -397,14 +398,16 @@ cand AS (
     ) c
 ),
 turns AS (
-    SELECT tenant, notification_id, channel, available_at, id,
+    SELECT tenant, notification_id, channel, available_at, id, tn,
            tn + row_number() OVER (PARTITION BY tenant
-               ORDER BY sturn, coalesce(scope <= last, false), scope, available_at, id) AS turn
+               ORDER BY sturn, scope <= coalesce(last, ''), scope, available_at, id) AS turn
     FROM cand
 ),
 due AS MATERIALIZED (
     SELECT o.tid
-    FROM (SELECT notification_id, channel FROM turns ORDER BY turn, tenant <= $8::text, tenant, available_at, id LIMIT $3::integer) pick
+    FROM (SELECT notification_id, channel FROM turns
+          WHERE $12::integer IS NULL OR tenant IS DISTINCT FROM $7::text OR turn - tn <= $12::integer
+          ORDER BY turn, tenant <= $8::text, tenant, available_at, id LIMIT $3::integer) pick
     CROSS JOIN LATERAL (
         SELECT x.ctid AS tid, x.state FROM outbox x
         WHERE x.notification_id = pick.notification_id AND x.channel = pick.channel

@@ -36,7 +36,7 @@ func marketingClaimCost(t *testing.T, conn *pgxpool.Conn, now time.Time) claimCo
 	defer tx.Rollback(ctx)
 	var raw []byte
 	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+qOutboxClaim,
-		now, "marketing", 16, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil).Scan(&raw); err != nil {
+		now, "marketing", 16, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil, nil).Scan(&raw); err != nil {
 		t.Fatalf("explain the claim: %v", err)
 	}
 	var out []struct {
@@ -123,7 +123,7 @@ FROM generate_series(1, ` + strconv.Itoa(rows) + `) g`
 	t.Logf("filled %d and %d deferred rows in %s", small, n, time.Since(started).Round(time.Millisecond))
 
 	// The plans, custom and generic, walk outbox_fair bounded by now.
-	args := []any{now, "marketing", 16, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil}
+	args := []any{now, "marketing", 16, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil, nil}
 	for how, plan := range bothPlans(t, night, "plan_quiet_claim", qOutboxClaim, args) {
 		if !strings.Contains(plan, "Index Scan using outbox_fair on outbox") || !indexCondNames(plan, "available_at <=") {
 			t.Errorf("the %s plan of the claim does not walk outbox_fair up to now:\n%s", how, plan)

@@ -10,17 +10,17 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// undoMigration30 takes a schema back to before migrations 30 and 31
+// undoMigration30 takes a schema back to before migrations 30 to 32
 // (scopes, and the claim's index with them).
 const undoMigration30 = `DROP INDEX outbox_fair;
 CREATE INDEX outbox_fair ON outbox (lane, tenant, available_at, id) WHERE state = 'PENDING';
 ALTER TABLE notifications DROP COLUMN scope;
 ALTER TABLE outbox DROP COLUMN scope;
 ALTER TABLE campaigns DROP COLUMN scope;
-DELETE FROM schema_migrations WHERE version IN (30, 31);`
+DELETE FROM schema_migrations WHERE version IN (30, 31, 32);`
 
 // TestMigration30ScopesWhatWasThereNone: a schema from before scopes
-// (migrations 30 and 31), with
+// (migrations 30 to 32), with
 // PENDING rows in it, migrates to rows of no scope, claimed as before,
 // outbox_fair rebuilt with the scope; a row an older herald writes beside
 // the migrated schema (it names no scope) gets none.
@@ -40,11 +40,11 @@ VALUES ('` + id + `', '` + id + `.webhook', 't1', 'transactional', 'webhook', 'P
 	}
 	testpg.Exec(t, url, oldRow("n1"))
 	if _, err := Migrate(ctx, url); err != nil {
-		t.Fatalf("migrations 30 and 31: %v", err)
+		t.Fatalf("migrations 30 to 32: %v", err)
 	}
 	if n := queryInt(t, url, `SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'outbox_fair'
   AND indexdef LIKE '%(lane, tenant, scope, available_at, id)%'`); n != 1 {
-		t.Fatal("outbox_fair is not (lane, tenant, scope, available_at, id) after migration 31")
+		t.Fatal("outbox_fair is not (lane, tenant, scope, available_at, id) after migrations 31 and 32")
 	}
 	testpg.Exec(t, url, oldRow("n2"))
 	if n := queryInt(t, url, `SELECT count(*) FROM notifications n JOIN outbox o ON o.notification_id = n.id WHERE n.scope = '' AND o.scope = ''`); n != 2 {

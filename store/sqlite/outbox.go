@@ -14,6 +14,9 @@ import (
 
 // OutboxClaim leases up to p.Limit due rows of p.Lane.
 func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	if p.Limit <= 0 {
+		return nil, nil // SQLite reads a LIMIT below zero as none
+	}
 	var out []store.Claimed
 	err := s.w.do(ctx, func(tx wtx) error {
 		out = out[:0]
@@ -31,12 +34,19 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		case !another && first == p.Skip && (p.SkipScope == nil || *p.SkipScope == firstScope):
 			return nil // the one tenant and scope waiting is the one to skip
 		case !another:
+			if first == p.Skip && p.SkipScope != nil && p.SkipCap > 0 {
+				args[7] = min(p.Limit, p.SkipCap) // the skipped tenant's other scope, capped
+			}
 			args = append(args, first, firstScope)
 			q = qOutboxClaimOneTenant
 		case p.Skip != "":
-			args = append(args, p.Skip, p.After, scopeMemory(p.Scopes), p.SkipScope)
+			var capped any
+			if p.SkipScope != nil && p.SkipCap > 0 {
+				capped = p.SkipCap
+			}
+			args = append(args, p.Skip, p.After, scopeMemory(p.Scopes), p.SkipScope, capped)
 		default:
-			args = append(args, nil, p.After, scopeMemory(p.Scopes), nil)
+			args = append(args, nil, p.After, scopeMemory(p.Scopes), nil, nil)
 		}
 		rows, err := tx.Query(q, args...)
 		if err != nil {

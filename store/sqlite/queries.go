@@ -49,7 +49,8 @@ const (
 	// ?10 the tenant after which ties start (OutboxClaimParams.After; ''
 	// none), ?11 a JSON object of each tenant's scope after which its ties
 	// start (OutboxClaimParams.Scopes), ?12 the only scope of ?9 to skip
-	// (SkipScope; NULL all). The loose scan over the (tenant,
+	// (SkipScope; NULL all), ?13 how many of ?9's other rows it may take
+	// (SkipCap; NULL no cap). The loose scan over the (tenant,
 	// scope)s probes as qOutboxLaneTenants says.
 	// qOutboxLaneTenants is the lane's first (tenant, scope) with PENDING
 	// rows and whether another has some (two probes of outbox_fair); no
@@ -110,12 +111,13 @@ WHERE id IN (
             ORDER BY y.available_at, y.id LIMIT ?8)
     ),
     turns AS (
-        SELECT id, tenant, available_at,
+        SELECT id, tenant, available_at, tn,
                tn + row_number() OVER (PARTITION BY tenant
-                   ORDER BY sturn, coalesce(scope <= last, 0), scope, available_at, id) AS turn
+                   ORDER BY sturn, scope <= coalesce(last, ''), scope, available_at, id) AS turn
         FROM cand
     )
-    SELECT id FROM turns ORDER BY turn, tenant <= ?10, tenant, available_at, id LIMIT ?8)
+    SELECT id FROM turns WHERE ?13 IS NULL OR tenant IS NOT ?9 OR turn - tn <= ?13
+    ORDER BY turn, tenant <= ?10, tenant, available_at, id LIMIT ?8)
 RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL, scope`
 	// qOutboxJobs reads the claimed rows' notifications, each with its
 	// recipient's profile; qOutboxDelivered which of the claimed messages

@@ -47,7 +47,7 @@ SELECT id, id || '.sms', 't', 'marketing', 'sms', 'PENDING',
 	t.Logf("filled %d and %d deferred rows in %s", small, n, time.Since(started).Round(time.Millisecond))
 
 	args := []any{"CLAIMED", "w", now + time.Minute.Milliseconds(), now, "marketing", now, now, 16}
-	plan := queryPlan(t, night, qOutboxClaim, append(args, nil, "", "{}", nil)...)
+	plan := queryPlan(t, night, qOutboxClaim, append(args, nil, "", "{}", nil, nil)...)
 	if !strings.Contains(plan, "USING INDEX outbox_fair (lane=? AND tenant=? AND scope=? AND available_at<?)") {
 		t.Errorf("the claim does not search outbox_fair up to now:\n%s", plan)
 	}
@@ -75,7 +75,7 @@ SELECT id, id || '.sms', 't', 'marketing', 'sms', 'PENDING',
 				t.Fatal(err)
 			}
 			start := time.Now()
-			rows, err := tx.QueryContext(ctx, qOutboxClaim, append(args, nil, "", "{}", nil)...)
+			rows, err := tx.QueryContext(ctx, qOutboxClaim, append(args, nil, "", "{}", nil, nil)...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -257,6 +258,27 @@ func testFairness(t *testing.T, h Harness) {
 		}
 	})
 
+	// A tenant the caller's memory does not hold starts its round of
+	// scopes after the unscoped one, as a claim loop's round does (a
+	// missing tenant is after ""): its scoped row is not held behind its
+	// unscoped backlog by one-row claims, whose unscoped rows the loop
+	// would never remember.
+	t.Run("ATenantNotRememberedTakesItsScopedRowsFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for range 3 {
+			inScope(t, b, "tenant-a", "")
+			b.clk.Advance(time.Millisecond)
+		}
+		inScope(t, b, "tenant-a", "x")
+		if row := claimOneAndEnd(t, b, "", nil); row.Scope != "x" {
+			t.Fatalf("first one-row claim took A/%q, want A/x", row.Scope)
+		}
+		if row := claimOneAndEnd(t, b, "tenant-a", map[string]string{"tenant-a": "x"}); row.Scope != "" {
+			t.Fatalf("then A/%q, want an unscoped row", row.Scope)
+		}
+	})
+
 	// A tenant's sends in flight count for its turns whichever scope they
 	// are in, one whose queue has drained or one the claim skips: with
 	// A's three in flight in scope x, B (nothing in flight) takes the first
@@ -328,6 +350,34 @@ func testFairness(t *testing.T, h Harness) {
 		}
 		if got := scopesOf(claim(t, b, heraldtype.LaneTransactional, 10)); len(got) != 1 || got["tenant-a/x"] != 5 {
 			t.Fatalf("claim without a skip: %v, want A/x's 5, all still there", got)
+		}
+	})
+
+	// A cap on a skipped scope's tenant (SkipCap) holds its other scopes'
+	// rows to that many, and leaves the other tenants' rows uncapped.
+	t.Run("AClaimCapsTheSkippedScopesTenantOnly", func(t *testing.T) {
+		t.Parallel()
+		for _, onlyA := range []bool{false, true} { // with B, or A/y alone (SQLite's one-scope claim)
+			b := setup(t, h)
+			for range 5 {
+				inScope(t, b, "tenant-a", "y")
+				if !onlyA {
+					inScope(t, b, "tenant-b", "")
+				}
+			}
+			x := "x"
+			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: 10,
+				Lease: time.Minute, Skip: "tenant-a", SkipScope: &x, SkipCap: 2})
+			if err != nil {
+				t.Fatalf("OutboxClaim: %v", err)
+			}
+			want := map[string]int{"tenant-a/y": 2, "tenant-b/": 5}
+			if onlyA {
+				delete(want, "tenant-b/")
+			}
+			if got := scopesOf(rows); !maps.Equal(got, want) {
+				t.Fatalf("claim of 10 with A capped at 2 (B waiting %v): %v, want %v", !onlyA, got, want)
+			}
 		}
 	})
 

@@ -6,7 +6,7 @@
 -- more of the lane than one that does not.
 --
 -- The notification keeps its scope (GET shows it); each outbox row copies
--- it, as it copies the tenant, for the claim's index (migration 31); a
+-- it, as it copies the tenant, for the claim's index (migrations 31, 32); a
 -- campaign's notifications take the campaign's. A row an older herald
 -- writes beside the migrated schema gets '' (the column's default), so it
 -- is claimed in its tenant's unscoped turn.

@@ -1,19 +1,12 @@
--- outbox_fair becomes (lane, tenant, scope, available_at, id): the claim
--- walks each (tenant, scope) of the lane's PENDING rows in a loose scan,
--- each one's due rows oldest first (migration 30, qOutboxClaim). The old
--- index is dropped in the same transaction, as migration 22 dropped
--- outbox_due.
+-- The claim's index with the scope: (lane, tenant, scope, available_at,
+-- id), beside outbox_fair until migration 32 puts it in its place. The
+-- claim walks each (tenant, scope) of the lane's PENDING rows in a loose
+-- scan, each one's due rows oldest first (migration 30, qOutboxClaim).
 --
--- A migration of its own, after the columns': building the index reads
--- the PENDING rows under a SHARE lock, so reads of the outbox (GET, the
--- list, the feed) go on and writes wait; only the DROP takes the table
--- whole, for a moment. Were the columns added here too, their lock would
--- hold the reads for the whole build. The DROP's wait for that lock is
--- bounded as every wait of a migration is (migrate.go): behind a
--- transaction holding the outbox for longer, or in a deadlock with one
--- that read the outbox and then waits to write it, this migration rolls
--- back and is tried again, building the index again (2.5 s a million
--- PENDING rows on the 2-core development machine).
+-- Building it reads the PENDING rows under a SHARE lock: reads of the
+-- outbox (GET, the list, the feed) go on and writes wait, 2.5 s a million
+-- PENDING rows on the 2-core development machine. Its one lock is asked
+-- for before any work, so a wait past the bound (migrate.go) costs a
+-- retry nothing; the DROP that needs the table whole is migration 32, for
+-- the same reason.
 CREATE INDEX outbox_fair_scoped ON outbox (lane, tenant, scope, available_at, id) WHERE state = 'PENDING';
-DROP INDEX outbox_fair;
-ALTER INDEX outbox_fair_scoped RENAME TO outbox_fair;
