@@ -226,13 +226,11 @@ type Claimer struct {
 
 // held is the fences of the rows a claimer holds, from the claim until the
 // row is settled: the rows whose leases its heartbeat extends; and how
-// many sends in flight each tenant, and each scope of a tenant, has
-// (Reserve).
+// many sends in flight each scope of a tenant has (Reserve).
 type held struct {
-	mu      sync.Mutex
-	rows    map[store.Fence]struct{}
-	tenants map[string]int
-	scopes  map[scopeOf]int
+	mu     sync.Mutex
+	rows   map[store.Fence]struct{}
+	scopes map[scopeOf]int
 }
 
 // scopeOf names a scope of a tenant.
@@ -241,10 +239,9 @@ type scopeOf struct{ tenant, scope string }
 func (h *held) add(row store.Claimed) {
 	h.mu.Lock()
 	if h.rows == nil {
-		h.rows, h.tenants, h.scopes = map[store.Fence]struct{}{}, map[string]int{}, map[scopeOf]int{}
+		h.rows, h.scopes = map[store.Fence]struct{}{}, map[scopeOf]int{}
 	}
 	h.rows[row.Fence] = struct{}{}
-	h.tenants[row.Tenant]++
 	h.scopes[scopeOf{row.Tenant, row.Scope}]++
 	h.mu.Unlock()
 }
@@ -252,9 +249,6 @@ func (h *held) add(row store.Claimed) {
 // called counts row's send as no longer in flight; its row stays held.
 func (h *held) called(row store.Claimed) {
 	h.mu.Lock()
-	if h.tenants[row.Tenant]--; h.tenants[row.Tenant] <= 0 {
-		delete(h.tenants, row.Tenant)
-	}
 	g := scopeOf{row.Tenant, row.Scope}
 	if h.scopes[g]--; h.scopes[g] <= 0 {
 		delete(h.scopes, g)
@@ -274,7 +268,11 @@ func (h *held) remove(row store.Claimed) {
 func (h *held) most() (tenant string, n int, scope string, m int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for t, k := range h.tenants {
+	tenants := make(map[string]int, len(h.scopes))
+	for g, k := range h.scopes {
+		tenants[g.tenant] += k
+	}
+	for t, k := range tenants {
 		if k > n {
 			tenant, n = t, k
 		}

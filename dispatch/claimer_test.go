@@ -530,6 +530,16 @@ func TestATenantLeavesTheReservedSlotsToTheOthers(t *testing.T) {
 	}
 }
 
+// reservingClaimer is a transactional lane's Claimer of 5 slots, 2 of them
+// reserved: a tenant holds at most 3.
+func reservingClaimer(b bundle) *dispatch.Claimer {
+	return dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 5, Reserve: 2, Lease: time.Minute,
+		PollInterval: 5 * time.Millisecond, MaxAttempts: 3, Alerts: b.alerts,
+	})
+}
+
 // leavesTheReservedSlots is TestATenantLeavesTheReservedSlotsToTheOthers
 // with A tenant-a's scope scopeA and B tenantB's scope scopeB.
 func leavesTheReservedSlots(t *testing.T, tenantB, scopeA, scopeB string) {
@@ -548,12 +558,7 @@ func leavesTheReservedSlots(t *testing.T, tenantB, scopeA, scopeB string) {
 		for range 10 {
 			idsA = append(idsA, b.notifyIn(t, "tenant-a", scopeA, "r-a", "pay", heraldtype.LaneTransactional))
 		}
-		c := dispatch.NewClaimer(dispatch.ClaimerConfig{
-			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
-			Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 5, Reserve: 2, Lease: time.Minute,
-			PollInterval: 5 * time.Millisecond, MaxAttempts: 3, Alerts: b.alerts,
-		})
-		stop := run(t, c)
+		stop := run(t, reservingClaimer(b))
 		defer stop()
 		released := false
 		defer func() {
@@ -619,12 +624,7 @@ func TestATenantsScopesLeaveTheOtherTenantsHalfTheReserve(t *testing.T) {
 		for range 10 {
 			b.notifyIn(t, "tenant-a", "x", "r-x", "pay", heraldtype.LaneTransactional)
 		}
-		c := dispatch.NewClaimer(dispatch.ClaimerConfig{
-			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
-			Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 5, Reserve: 2, Lease: time.Minute,
-			PollInterval: 5 * time.Millisecond, MaxAttempts: 3, Alerts: b.alerts,
-		})
-		stop := run(t, c)
+		stop := run(t, reservingClaimer(b))
 		defer stop()
 		defer close(release) // before the stop: the hanging sends end first
 		testenv.WaitFor(t, "scope x's three sends to reach the provider", testenv.Patience, func() bool { return callsX.Load() >= 3 })

@@ -470,6 +470,15 @@ type OutboxClaimParams struct {
 	Scopes map[string]string
 }
 
+// SkipCapped is how many of Skip's tenant's other scopes' rows the claim
+// may take: SkipCap when it applies (with SkipScope), 0 for no cap.
+func (p OutboxClaimParams) SkipCapped() int {
+	if p.SkipScope == nil || p.SkipCap <= 0 {
+		return 0
+	}
+	return p.SkipCap
+}
+
 // State is the state a claim with these params puts rows in.
 func (p OutboxClaimParams) State() heraldtype.OutboxState {
 	if p.Publishing {

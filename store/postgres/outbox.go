@@ -36,7 +36,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		memTenants, memScopes = append(memTenants, t), append(memScopes, sc)
 	}
 	rows, err := s.claims.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()), skip, p.After,
-		memTenants, memScopes, p.SkipScope, skipCap(p))
+		memTenants, memScopes, p.SkipScope, nullInt(p.SkipCapped()))
 	if err != nil {
 		return nil, s.fail("claim outbox batch", err)
 	}
@@ -78,14 +78,6 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		return nil, s.fail("claim outbox batch", err)
 	}
 	return out, nil
-}
-
-// skipCap is the claim's $12: OutboxClaimParams.SkipCap, NULL for none.
-func skipCap(p store.OutboxClaimParams) *int {
-	if p.SkipCap <= 0 || p.SkipScope == nil {
-		return nil
-	}
-	return &p.SkipCap
 }
 
 // OutboxComplete moves a claimed row to a terminal state, fenced; to

@@ -488,6 +488,14 @@ func nullString(s string) *string {
 	return &s
 }
 
+// nullInt is n, or NULL for 0.
+func nullInt(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}
+
 func deref[T any](p *T) T {
 	var zero T
 	if p == nil {

@@ -294,8 +294,9 @@ const (
 	//	         the one served last, plus the tenant's rows in flight: a
 	//	         tenant with nothing in flight takes the first turns, and its
 	//	         turns go round its scopes;
-	//	due      the LIMIT rows with the lowest turns, equal turns going
-	//	         round the tenants from the first after $8 (the tenant the
+	//	due      the LIMIT rows with the lowest turns (at most $12 of $7's
+	//	         rows when it skips one of its scopes: SkipCap), equal turns
+	//	         going round the tenants from the first after $8 (the tenant the
 	//	         caller served last, OutboxClaimParams.After; by age, a big
 	//	         tenant's older rows won every tie of a one-row claim), each
 	//	         locked FOR UPDATE SKIP LOCKED by its key and re-checked

@@ -39,8 +39,8 @@ const (
 	// Create (in the notification's transaction). ?1 tenant, ?2 recipient.
 	qInboxLanguage = `SELECT coalesce(json_extract(data, '$.language'), '') FROM profiles WHERE tenant = ?1 AND recipient = ?2`
 	// qNotificationInsertFeed is qNotificationInsert for a notification
-	// with an inbox item (?14 title, ?15 body, ?16 locale; ?13 the scope), which takes the
-	// next seq. Its created_at is ?11 (now) unless the recipient already has
+	// with an inbox item (?14 title, ?15 body, ?16 locale; ?13 the scope),
+	// which takes the next seq. Its created_at is ?11 (now) unless the recipient already has
 	// a notification at or after (?11, ?1) in (created_at, id), the order
 	// the feed walks (a clock stepped back, or a notification of the
 	// recipient created in the same millisecond with a greater id and

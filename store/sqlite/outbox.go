@@ -34,15 +34,15 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		case !another && first == p.Skip && (p.SkipScope == nil || *p.SkipScope == firstScope):
 			return nil // the one tenant and scope waiting is the one to skip
 		case !another:
-			if first == p.Skip && p.SkipScope != nil && p.SkipCap > 0 {
-				args[7] = min(p.Limit, p.SkipCap) // the skipped tenant's other scope, capped
+			if capped := p.SkipCapped(); capped > 0 && first == p.Skip {
+				args[7] = min(p.Limit, capped) // the skipped tenant's other scope, capped
 			}
 			args = append(args, first, firstScope)
 			q = qOutboxClaimOneTenant
 		case p.Skip != "":
 			var capped any
-			if p.SkipScope != nil && p.SkipCap > 0 {
-				capped = p.SkipCap
+			if n := p.SkipCapped(); n > 0 {
+				capped = n
 			}
 			args = append(args, p.Skip, p.After, scopeMemory(p.Scopes), p.SkipScope, capped)
 		default:

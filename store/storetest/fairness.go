@@ -33,6 +33,16 @@ func inScope(t *testing.T, b bundle, tenant, scope string) string {
 	return p.ID
 }
 
+// backlogOf creates n notifications of tenant's scope in the
+// transactional lane, due now, a millisecond apart (oldest first).
+func backlogOf(t *testing.T, b bundle, tenant, scope string, n int) {
+	t.Helper()
+	for range n {
+		inScope(t, b, tenant, scope)
+		b.clk.Advance(time.Millisecond)
+	}
+}
+
 // scopesOf counts claimed rows per "tenant/scope".
 func scopesOf(rows []store.Claimed) map[string]int {
 	n := map[string]int{}
@@ -266,10 +276,7 @@ func testFairness(t *testing.T, h Harness) {
 	t.Run("ATenantNotRememberedTakesItsScopedRowsFirst", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		for range 3 {
-			inScope(t, b, "tenant-a", "")
-			b.clk.Advance(time.Millisecond)
-		}
+		backlogOf(t, b, "tenant-a", "", 3)
 		inScope(t, b, "tenant-a", "x")
 		if row := claimOneAndEnd(t, b, "", nil); row.Scope != "x" {
 			t.Fatalf("first one-row claim took A/%q, want A/x", row.Scope)
@@ -321,10 +328,7 @@ func testFairness(t *testing.T, h Harness) {
 	t.Run("AClaimSkipsOnlyTheScopeItIsToldTo", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		for range 5 {
-			inScope(t, b, "tenant-a", "x")
-			b.clk.Advance(time.Millisecond)
-		}
+		backlogOf(t, b, "tenant-a", "x", 5)
 		skipping := func(scope *string) map[string]int {
 			t.Helper()
 			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: 10,
@@ -387,10 +391,7 @@ func testFairness(t *testing.T, h Harness) {
 	t.Run("AScopesBacklogDoesNotHoldUpAnotherOfItsTenant", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		for range 30 {
-			inScope(t, b, "tenant-a", "clinic-x")
-			b.clk.Advance(time.Millisecond)
-		}
+		backlogOf(t, b, "tenant-a", "clinic-x", 30)
 		idY := inScope(t, b, "tenant-a", "clinic-y")
 		first := claim(t, b, heraldtype.LaneTransactional, 1)
 		if got := scopesOf(first); got["tenant-a/clinic-x"] != 1 {
@@ -414,10 +415,7 @@ func testFairness(t *testing.T, h Harness) {
 			}
 			b.clk.Advance(time.Millisecond)
 		}
-		for range 20 {
-			inScope(t, b, "tenant-b", "")
-			b.clk.Advance(time.Millisecond)
-		}
+		backlogOf(t, b, "tenant-b", "", 20)
 		rows := claim(t, b, heraldtype.LaneTransactional, 10)
 		got := scopesOf(rows)
 		if tenantsOf(rows)["tenant-a"] != 5 || got["tenant-b/"] != 5 {
@@ -438,10 +436,7 @@ func testFairness(t *testing.T, h Harness) {
 	t.Run("TiedTurnsGoRoundATenantsScopesAfterTheLastServed", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		for range 4 {
-			inScope(t, b, "tenant-a", "x")
-			b.clk.Advance(time.Millisecond)
-		}
+		backlogOf(t, b, "tenant-a", "x", 4)
 		for range 2 {
 			inScope(t, b, "tenant-a", "y")
 			inScope(t, b, "tenant-b", "")
