@@ -129,10 +129,10 @@ n AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, scope)
+                        fallback_step, scope, deferred)
     SELECT n.id, n.id || '.' || c.channel || coalesce('.' || dv.device_id, ''), $4::text, $6::text, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '', greatest(n.created_at, $8::timestamptz), NULL, n.created_at, n.created_at,
-           nullif(c.step, 0), $12::text
+           nullif(c.step, 0), $12::text, coalesce(c.step <= 1 AND $8::timestamptz > n.created_at + ` + qDeferHorizon + `, false)
     FROM n CROSS JOIN unnest($10::text[], $11::integer[]) AS c (channel, step)
     LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $4::text AND dv.recipient = n.recipient AND dv.active
     RETURNING 1

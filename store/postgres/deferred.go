@@ -20,7 +20,8 @@ import (
 const qOutboxDefer = `WITH d AS (
     UPDATE outbox
     SET state = 'PENDING', available_at = coalesce($1::timestamptz, clock_timestamp()) + $2::interval, last_reason = $3::text,
-        claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
+        claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp()),
+        deferred = $2::interval > ` + qDeferHorizon + `
     WHERE notification_id = $4::text AND channel = $5::text AND token = $6::bigint AND state || '' = 'PUBLISHED'
     RETURNING lane
 )

@@ -187,11 +187,12 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, fallback_plan, scope)
+                        fallback_step, fallback_plan, scope, deferred)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $1::text, $6::text, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
-           CASE WHEN c.step = 1 THEN string_to_array(nullif($19::text, ''), ',') END, $21::text
+           CASE WHEN c.step = 1 THEN string_to_array(nullif($19::text, ''), ',') END, $21::text,
+           coalesce(c.step <= 1 AND $9::timestamptz > n.created_at + ` + qDeferHorizon + `, false)
     FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ','), string_to_array($17::text, ',')::integer[])
         WITH ORDINALITY AS c (channel, message_id, step, ord)
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $1::text AND dv.recipient = $3::text AND dv.active
@@ -233,11 +234,12 @@ n AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, fallback_plan, scope)
+                        fallback_step, fallback_plan, scope, deferred)
     SELECT n.id, c.message_id, $1::text, $6::text, c.channel,
            CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, $9::timestamptz), $10::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
-           CASE WHEN c.step = 1 THEN string_to_array(nullif($15::text, ''), ',') END, $16::text
+           CASE WHEN c.step = 1 THEN string_to_array(nullif($15::text, ''), ',') END, $16::text,
+           coalesce(c.step <= 1 AND $9::timestamptz > n.created_at + ` + qDeferHorizon + `, false)
     FROM n, unnest(string_to_array($11::text, ','), string_to_array($12::text, ','), string_to_array($13::text, ',')::integer[])
         AS c (channel, message_id, step)
     RETURNING state = 'PENDING' AND available_at <= created_at AS due

@@ -84,6 +84,8 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 		"claimskip":           {qOutboxClaim, []any{nil, "transactional", 12, "w", time.Minute, "CLAIMED", "t", "", []string{}, []string{}, nil, nil}, []string{"outbox_pkey", "outbox_fair"}},
 		"claimpublishing":     {qOutboxClaimPublishing, []any{nil, "transactional", 500, "w", time.Minute, "PUBLISHING", nil, "", []string{}, []string{}, nil, nil}, []string{"outbox_pkey", "outbox_fair"}},
 		"claimpublishinggate": {qOutboxClaimPublishingProfiles, []any{nil, "transactional", 500, "w", time.Minute, "PUBLISHING", nil, "", []string{}, []string{}, nil, nil}, []string{"outbox_pkey", "outbox_fair"}},
+		"claimpromote":        {qOutboxPromote, []any{"transactional", nil, store.PromoteBatch}, []string{"outbox_deferred"}},
+		"backlog":             {qOutboxBacklog, []any{nil, []string{"transactional", "marketing"}}, nil},
 		"claims": {qDeliveryClaimMany, claimMerge.args([]*pipeOp{{in: &claimArgs{p: store.DeliveryClaimParams{MessageID: "n7.webhook",
 			NotificationID: "n7", Tenant: "t", Channel: "webhook", Provider: "p", Owner: "w"}}}}), nil},
 		"claimtakes": {qDeliveryClaimTakeMany, claimTakeMerge.args([]*pipeOp{{in: &claimArgs{p: store.DeliveryClaimParams{MessageID: "n7.webhook",

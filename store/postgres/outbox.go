@@ -13,10 +13,15 @@ import (
 )
 
 // OutboxClaim leases up to p.Limit due rows of p.Lane in one autocommitted
-// statement (see qOutboxClaim) and returns them oldest first.
+// statement (see qOutboxClaim) and returns them oldest first, after
+// promoting the lane's deferred rows that fall due within the horizon
+// when that is due (promote).
 func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
 	if p.Limit <= 0 {
 		return nil, nil
+	}
+	if err := s.promote(ctx, p.Lane); err != nil {
+		return nil, err
 	}
 	q := qOutboxClaim
 	switch {
@@ -216,7 +221,11 @@ func (s *Store) OutboxExpire(ctx context.Context, limit int) ([]store.Expired, e
 
 // OutboxBacklog counts due PENDING rows per lane.
 func (s *Store) OutboxBacklog(ctx context.Context) (map[heraldtype.Lane]int, error) {
-	rows, err := s.pool.Query(ctx, qOutboxBacklog, s.now())
+	lanes := make([]string, len(heraldtype.Lanes))
+	for i, l := range heraldtype.Lanes {
+		lanes[i] = string(l)
+	}
+	rows, err := s.pool.Query(ctx, qOutboxBacklog, s.now(), lanes)
 	if err != nil {
 		return nil, s.fail("count outbox backlog", err)
 	}
@@ -234,4 +243,28 @@ func (s *Store) OutboxBacklog(ctx context.Context) (map[heraldtype.Lane]int, err
 		return nil, s.fail("count outbox backlog", err)
 	}
 	return out, nil
+}
+
+// promote moves lane's deferred rows due within store.DeferHorizon into
+// the claim's index (qOutboxPromote) when this store's claims of the lane
+// last did so store.PromoteEvery ago, or that promotion filled its batch
+// (store.Promotions). It runs on the claim's connections, whose settings
+// keep its plan on outbox_deferred.
+func (s *Store) promote(ctx context.Context, lane heraldtype.Lane) error {
+	at := time.Now()
+	if s.clock != nil {
+		at = s.clock.Now()
+	}
+	if !s.promotions.Due(lane, at) {
+		return nil
+	}
+	if s.promoting != nil {
+		s.promoting()
+	}
+	tag, err := s.claims.Exec(ctx, qOutboxPromote, string(lane), s.now(), store.PromoteBatch)
+	if err != nil {
+		return s.fail("promote deferred outbox rows", err)
+	}
+	s.promotions.Done(lane, at, int(tag.RowsAffected()))
+	return nil
 }

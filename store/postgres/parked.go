@@ -54,7 +54,7 @@ d AS (
 o AS (
     UPDATE outbox o
     SET state = 'PENDING', available_at = t.now, last_reason = 'REQUEUED', claimed_by = NULL, claimed_until = NULL,
-        token = o.token + 1, updated_at = t.now
+        token = o.token + 1, updated_at = t.now, deferred = false
     FROM t, d
     WHERE $5::boolean AND o.notification_id = d.notification_id AND o.channel = d.channel AND o.state = 'DONE'
     RETURNING o.message_id

@@ -20,7 +20,10 @@
 //	RETURNING … joined with the notifications
 //
 // The inner SELECT walks the partial index (lane, tenant, scope,
-// available_at, id) WHERE state = 'PENDING', scope by scope of each tenant,
+// available_at, id) WHERE state = 'PENDING' AND NOT deferred, scope by
+// scope of each tenant (rows due beyond store.DeferHorizon wait in
+// outbox_deferred until a claim of their lane promotes them, so a lane's
+// scheduled rows cost its claims nothing however many scopes hold them),
 // so a lane is shared fairly between tenants and a tenant's turns between
 // its scopes (qOutboxClaim); equal turns go round the tenants from the
 // one the caller served last (OutboxClaimParams.After), and a tenant's
@@ -183,6 +186,9 @@ type Store struct {
 	languageRead   func()
 	leaderKey      int64
 	leaderInterval time.Duration
+	promotions     store.Promotions // of deferred outbox rows, per lane (outbox.go)
+	// promoting, when set (tests), runs before each promotion's statement.
+	promoting func()
 
 	leader      atomic.Bool
 	leaderLost  atomic.Int64 // times leadership was lost (tests)

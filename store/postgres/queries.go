@@ -103,11 +103,12 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, fallback_plan, scope)
+                        fallback_step, fallback_plan, scope, deferred)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $2::text, $11::text, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
-           CASE WHEN c.step = 1 THEN string_to_array(nullif($25::text, ''), ',') END, $27::text
+           CASE WHEN c.step = 1 THEN string_to_array(nullif($25::text, ''), ',') END, $27::text,
+           coalesce(c.step <= 1 AND $14::timestamptz > n.created_at + ` + qDeferHorizon + `, false)
     FROM n, unnest($16::text[], $17::text[], $24::integer[]) WITH ORDINALITY AS c (channel, message_id, step, ord)
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $2::text AND dv.recipient = $8::text AND dv.active
     ORDER BY c.ord, dv.device_id
@@ -207,11 +208,12 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, fallback_plan, scope)
+                        fallback_step, fallback_plan, scope, deferred)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), r.tenant, r.lane, c.channel || coalesce('.' || dv.device_id, ''),
            CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at, nullif(c.step, 0),
-           CASE WHEN c.step = 1 THEN string_to_array(nullif(c.plan, ''), ',') END, r.scope
+           CASE WHEN c.step = 1 THEN string_to_array(nullif(c.plan, ''), ',') END, r.scope,
+           coalesce(c.step <= 1 AND r.send_at > n.created_at + ` + qDeferHorizon + `, false)
     FROM unnest($17::integer[], $18::text[], $19::text[], $25::integer[], $26::text[]) WITH ORDINALITY AS c (req, channel, message_id, step, plan, ord)
     JOIN r ON r.ord = c.req JOIN n ON n.id = r.id
     LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = r.tenant AND dv.recipient = r.recipient AND dv.active
@@ -260,7 +262,9 @@ const (
 	// scope's of its tenant, and a tenant gains no share of the lane by
 	// spreading its rows over scopes.
 	//
-	//	groups   the lane's (tenant, scope) pairs with PENDING rows, one
+	//	groups   the lane's (tenant, scope) pairs with PENDING rows not
+	//	         deferred (rows due beyond the horizon are not in
+	//	         outbox_fair until promoted: store/promote.go), one
 	//	         index probe each (a loose scan of outbox_fair, stepping on
 	//	         the row value (tenant, scope), which bounds the index scan
 	//	         by both columns), due or not. A plain index scan, not
@@ -363,12 +367,12 @@ CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id
 LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true
 ORDER BY c.available_at, c.id`
 	qOutboxClaimLease = `WITH RECURSIVE groups (tenant, scope) AS (
-    (SELECT tenant, scope FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND notification_id <> ''
+    (SELECT tenant, scope FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND NOT deferred AND notification_id <> ''
      ORDER BY lane, tenant, scope LIMIT 1)
   UNION ALL
     SELECT s.tenant, s.scope FROM groups g CROSS JOIN LATERAL (
         SELECT o.tenant, o.scope FROM outbox o
-        WHERE o.lane = $2::text AND o.state = 'PENDING' AND (o.tenant, o.scope) > (g.tenant, g.scope) AND o.notification_id <> ''
+        WHERE o.lane = $2::text AND o.state = 'PENDING' AND NOT o.deferred AND (o.tenant, o.scope) > (g.tenant, g.scope) AND o.notification_id <> ''
         ORDER BY o.lane, o.tenant, o.scope LIMIT 1
     ) s
 ),
@@ -391,7 +395,7 @@ cand AS (
     FROM shares g
     CROSS JOIN LATERAL (
         SELECT o.notification_id, o.channel, o.available_at, o.id FROM outbox o
-        WHERE o.lane = $2::text AND o.tenant = g.tenant AND o.scope = g.scope AND o.state = 'PENDING'
+        WHERE o.lane = $2::text AND o.tenant = g.tenant AND o.scope = g.scope AND o.state = 'PENDING' AND NOT o.deferred
           AND o.available_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
           AND (o.expires_at IS NULL OR o.expires_at > (SELECT coalesce($1::timestamptz, clock_timestamp())))
         ORDER BY o.lane, o.tenant, o.scope, o.available_at, o.id
@@ -410,12 +414,12 @@ due AS MATERIALIZED (
           WHERE $12::integer IS NULL OR tenant IS DISTINCT FROM $7::text OR turn - tn <= $12::integer
           ORDER BY turn, tenant <= $8::text, tenant, available_at, id LIMIT $3::integer) pick
     CROSS JOIN LATERAL (
-        SELECT x.ctid AS tid, x.state FROM outbox x
+        SELECT x.ctid AS tid, x.state, x.deferred FROM outbox x
         WHERE x.notification_id = pick.notification_id AND x.channel = pick.channel
         LIMIT 1
         FOR UPDATE SKIP LOCKED
     ) o
-    WHERE o.state = 'PENDING'
+    WHERE o.state = 'PENDING' AND NOT o.deferred
 ),
 claimed AS (
     UPDATE outbox o
@@ -519,7 +523,8 @@ WHERE o.ctid = k.tid`
 	// $1 now, $2 delay, $3 reason, $4 failed (0 or 1), $5 notification id, $6 channel, $7 token.
 	qOutboxRetry = `UPDATE outbox
 SET state = 'PENDING', available_at = coalesce($1::timestamptz, clock_timestamp()) + $2::interval, last_reason = $3::text,
-    attempts = attempts + $4::integer, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
+    attempts = attempts + $4::integer, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp()),
+    deferred = $2::interval > ` + qDeferHorizon + `
 WHERE notification_id = $5::text AND channel = $6::text AND token = $7::bigint
   AND state || '' IN ('CLAIMED', 'PUBLISHING') AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())
 RETURNING lane`
@@ -573,10 +578,44 @@ d AS (
 )
 SELECT e.id, e.message_id, e.tenant, e.lane, e.channel, d.message_id IS NOT NULL
 FROM e LEFT JOIN d ON d.message_id = e.message_id`
-	// $1 now.
-	qOutboxBacklog = `SELECT lane, count(*) FROM outbox
-WHERE state = 'PENDING' AND available_at <= coalesce($1::timestamptz, now())
-GROUP BY lane`
+	// qOutboxBacklog counts the due PENDING rows per lane: those in the
+	// claim's index and the deferred ones a promotion has not reached yet
+	// (each part on its own partial index; one count over both would read
+	// the table). The deferred part is counted lane by lane ($2, every
+	// lane), each a range of outbox_deferred up to now: grouped over the
+	// index, it read every deferred row, tomorrow's too.
+	//
+	// $1 now, $2 the lanes.
+	qOutboxBacklog = `SELECT lane, sum(n)::bigint FROM (
+    SELECT lane, count(*) AS n FROM outbox
+    WHERE state = 'PENDING' AND NOT deferred AND available_at <= coalesce($1::timestamptz, now()) GROUP BY lane
+  UNION ALL
+    SELECT l.lane, d.n FROM unnest($2::text[]) AS l (lane), LATERAL (
+        SELECT count(*) AS n FROM outbox
+        WHERE lane = l.lane AND state = 'PENDING' AND deferred AND available_at <= coalesce($1::timestamptz, now())) d
+) b
+GROUP BY lane
+HAVING sum(n) > 0`
+
+	// qOutboxPromote moves the deferred PENDING rows of lane $1 that fall
+	// due by $2 (now) plus the horizon into the claim's index, at most $3
+	// of them, the earliest first (outbox_deferred), skipping rows another
+	// promotion holds, by ctid as the claim updates (store/promote.go).
+	// The re-check is written as expressions so that no partial index
+	// drives the UPDATE itself.
+	qOutboxPromote = `UPDATE outbox SET deferred = false
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM outbox
+    WHERE lane = $1::text AND state = 'PENDING' AND deferred
+      AND available_at <= coalesce($2::timestamptz, clock_timestamp()) + ` + qDeferHorizon + `
+    ORDER BY available_at LIMIT $3
+    FOR UPDATE SKIP LOCKED))
+  AND state || '' = 'PENDING' AND deferred IS TRUE`
+
+	// qDeferHorizon is store.DeferHorizon as SQL: a row written PENDING
+	// due later than this after its write is written deferred, out of the
+	// claim's index (store/promote.go; TestDeferHorizonIsTheStores).
+	qDeferHorizon = `interval '300 seconds'`
 )
 
 // Deliveries: the claim, the conditional result write, decisions, the stale sweep.

@@ -84,10 +84,10 @@ ORDER BY n.id, o.message_id LIMIT $3::int`
 ),
 ins AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
-                        fallback_step, scope)
+                        fallback_step, scope, deferred)
     SELECT n.id, c.message_id, n.tenant, n.lane, c.channel, CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END,
            greatest(coalesce($1::timestamptz, now()), n.send_at), n.expires_at, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()),
-           nullif(c.step, 0), n.scope
+           nullif(c.step, 0), n.scope, coalesce(c.step <= 1 AND n.send_at > coalesce($1::timestamptz, now()) + ` + qDeferHorizon + `, false)
     FROM n, unnest($3::text[], $4::text[], $5::integer[]) AS c (channel, message_id, step)
     WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id)
     ON CONFLICT DO NOTHING
@@ -101,7 +101,7 @@ SELECT coalesce(min(lane), ''), count(*) FROM ins`
 	// re-drives, and returns the message ids and lanes it moved.
 	qReconcileOutboxRedrive = `UPDATE outbox o
 SET state = 'PENDING', available_at = coalesce($1::timestamptz, now()), last_reason = 'REDRIVEN', claimed_by = NULL,
-    claimed_until = NULL, token = o.token + 1, updated_at = coalesce($1::timestamptz, now())
+    claimed_until = NULL, token = o.token + 1, updated_at = coalesce($1::timestamptz, now()), deferred = false
 FROM unnest($2::text[], $3::text[]) AS f (notification_id, channel)
 WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.state = 'DONE'
   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.message_id)

@@ -11,8 +11,9 @@ import (
 )
 
 // undoMigration30 takes a schema back to before migrations 30 to 32
-// (scopes, and the claim's index with them).
-const undoMigration30 = `DROP INDEX outbox_fair;
+// (scopes, and the claim's index with them), and the ones after them.
+const undoMigration30 = undoMigration33 + `
+DROP INDEX outbox_fair;
 CREATE INDEX outbox_fair ON outbox (lane, tenant, available_at, id) WHERE state = 'PENDING';
 ALTER TABLE notifications DROP COLUMN scope;
 ALTER TABLE outbox DROP COLUMN scope;
@@ -32,21 +33,17 @@ func TestMigration30ScopesWhatWasThereNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	testpg.Exec(t, url, undoMigration30)
-	oldRow := func(id string) string {
-		return `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
-VALUES ('` + id + `', 't1', 'r', 'e', 'k', 'transactional', '{}', now() - interval '1 minute');
-INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
-VALUES ('` + id + `', '` + id + `.webhook', 't1', 'transactional', 'webhook', 'PENDING', now() - interval '1 minute', now(), now());`
-	}
-	testpg.Exec(t, url, oldRow("n1"))
+	testpg.Exec(t, url, oldPendingRow("n1", "now() - interval '1 minute'"))
 	if _, err := Migrate(ctx, url); err != nil {
 		t.Fatalf("migrations 30 to 32: %v", err)
 	}
-	if n := queryInt(t, url, `SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'outbox_fair'
-  AND indexdef LIKE '%(lane, tenant, scope, available_at, id)%'`); n != 1 {
+	// The index by name in the schema alone: pg_indexes reads every
+	// schema's, which parallel tests drop and rebuild meanwhile.
+	if n := queryInt(t, url, `SELECT count(*) FROM pg_get_indexdef(to_regclass('outbox_fair')) d
+WHERE d LIKE '%(lane, tenant, scope, available_at, id)%'`); n != 1 {
 		t.Fatal("outbox_fair is not (lane, tenant, scope, available_at, id) after migrations 31 and 32")
 	}
-	testpg.Exec(t, url, oldRow("n2"))
+	testpg.Exec(t, url, oldPendingRow("n2", "now() - interval '1 minute'"))
 	if n := queryInt(t, url, `SELECT count(*) FROM notifications n JOIN outbox o ON o.notification_id = n.id WHERE n.scope = '' AND o.scope = ''`); n != 2 {
 		t.Fatalf("%d of 2 rows have no scope after migration 30", n)
 	}

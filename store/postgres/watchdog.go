@@ -89,7 +89,7 @@ ORDER BY at, message_id`
 	// $6 kind, $7 the delivery's next attempt time as found (retry_wait).
 	qUnownedRedriveOutbox = `UPDATE outbox o
 SET state = 'PENDING', available_at = coalesce($1::timestamptz, now()), last_reason = 'REDRIVEN', claimed_by = NULL,
-    claimed_until = NULL, token = o.token + 1, updated_at = coalesce($1::timestamptz, now())
+    claimed_until = NULL, token = o.token + 1, updated_at = coalesce($1::timestamptz, now()), deferred = false
 FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[]) AS f(notification_id, channel, token, state, kind, at)
 WHERE o.notification_id = f.notification_id AND o.channel = f.channel AND o.token = f.token AND o.state = f.state
   AND CASE f.kind
