@@ -57,12 +57,15 @@ FROM campaign_recipients WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER
 	// qCampaignOutbox writes their outbox rows as intake does (insertPlanned):
 	// one per channel of ?7 (a JSON array of [channel, step]), per active
 	// device for push, a chain's first step PENDING and the later ones
-	// WAITING, ?9 their scope; a message id that exists writes nothing.
+	// WAITING, ?9 their scope, ?10 whether the PENDING ones are deferred
+	// (deferredAt; a campaign sent tomorrow); a message id that exists
+	// writes nothing.
 	qCampaignOutbox = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
-                    fallback_step, scope)
+                    fallback_step, scope, deferred)
 SELECT r.notification_id, r.notification_id || '.' || json_extract(c.value, '$[0]') || coalesce('.' || dv.device_id, ''), ?4, ?5,
        json_extract(c.value, '$[0]') || coalesce('.' || dv.device_id, ''),
-       CASE WHEN json_extract(c.value, '$[1]') > 1 THEN 'WAITING' ELSE 'PENDING' END, ?6, NULL, ?8, ?8, nullif(json_extract(c.value, '$[1]'), 0), ?9
+       CASE WHEN json_extract(c.value, '$[1]') > 1 THEN 'WAITING' ELSE 'PENDING' END, ?6, NULL, ?8, ?8, nullif(json_extract(c.value, '$[1]'), 0), ?9,
+       CASE WHEN json_extract(c.value, '$[1]') > 1 THEN 0 ELSE ?10 END
 FROM campaign_recipients r CROSS JOIN json_each(?7) c
 LEFT JOIN devices dv ON json_extract(c.value, '$[0]') = 'push' AND dv.tenant = ?4 AND dv.recipient = r.recipient AND dv.active = 1
 WHERE r.campaign_id = ?1 AND r.seq > ?2 AND r.seq <= ?3
@@ -404,7 +407,7 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 			}
 			n, _ := r.RowsAffected()
 			res.Notifications = int(n)
-			if r, err = tx.Exec(qCampaignOutbox, p.ID, cursor, last, p.Tenant, lane, available, channels, now, scope); err != nil {
+			if r, err = tx.Exec(qCampaignOutbox, p.ID, cursor, last, p.Tenant, lane, available, channels, now, scope, deferredAt(available, now)); err != nil {
 				return fmt.Errorf("write outbox rows: %w", err)
 			}
 			n, _ = r.RowsAffected()

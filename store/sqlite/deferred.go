@@ -11,12 +11,13 @@ import (
 )
 
 // qOutboxDefer puts a publication's row back to PENDING (store.Deferrals),
-// conditional on the row being PUBLISHED with the publication's token;
-// qOutboxDeferFound reads the row, in the same transaction, when it was
-// not.
+// conditional on the row being PUBLISHED with the publication's token,
+// deferred (its second value) when it is due beyond store.DeferHorizon
+// (deferredAt; quiet hours until 08:00); qOutboxDeferFound reads the row,
+// in the same transaction, when it was not.
 const (
 	qOutboxDefer = `UPDATE outbox
-SET state = 'PENDING', available_at = ?, last_reason = ?, claimed_by = NULL, claimed_until = NULL, updated_at = ?
+SET state = 'PENDING', available_at = ?, deferred = ?, last_reason = ?, claimed_by = NULL, claimed_until = NULL, updated_at = ?
 WHERE id = ? AND token = ? AND state = 'PUBLISHED'
 RETURNING lane`
 	qOutboxDeferFound = `SELECT state, token FROM outbox WHERE id = ?`
@@ -32,7 +33,8 @@ func (s *Store) OutboxDefer(ctx context.Context, p store.OutboxDeferParams) (sto
 	err := s.w.do(ctx, func(tx wtx) error {
 		res, lane = store.OutboxDeferResult{}, ""
 		now := s.now()
-		err := tx.QueryRow(qOutboxDefer, now+p.Delay.Milliseconds(), p.Reason, now, p.Fence.ID, p.Fence.Token).Scan(&lane)
+		at := now + p.Delay.Milliseconds()
+		err := tx.QueryRow(qOutboxDefer, at, deferredAt(at, now), p.Reason, now, p.Fence.ID, p.Fence.Token).Scan(&lane)
 		if err == nil {
 			res.Deferred = true
 			return nil

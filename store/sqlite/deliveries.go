@@ -137,7 +137,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		}
 		switch {
 		case p.State == heraldtype.DeliveryRetryWait:
-			r, err = tx.Exec(qOutboxRetry, next, p.Reason, 0, now, p.Outbox.ID, p.Outbox.Token, now)
+			r, err = tx.Exec(qOutboxRetry, next, deferredAt(next.(int64), now), p.Reason, 0, now, p.Outbox.ID, p.Outbox.Token, now)
 		case lazy:
 			// Settled while the chain's later steps have no rows: they
 			// need no skip. Else (written since the claim: another

@@ -42,10 +42,12 @@ import (
 // no chain (Fence.OffChain) runs no chain statement either.
 const (
 	// qFallbackInsert is qOutboxInsert for a row of a chain: ?10 its
-	// step, PENDING for the first, WAITING after; ?12 the scope.
+	// step, PENDING for the first, WAITING after; ?12 the scope; ?13
+	// whether a first step's row is deferred (a WAITING row never is:
+	// its release makes it due at once).
 	qFallbackInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at, fallback_step,
-                    fallback_plan, scope)
-VALUES (?1, ?2, ?3, ?4, ?5, CASE WHEN ?10 = 1 THEN 'PENDING' ELSE 'WAITING' END, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`
+                    fallback_plan, scope, deferred)
+VALUES (?1, ?2, ?3, ?4, ?5, CASE WHEN ?10 = 1 THEN 'PENDING' ELSE 'WAITING' END, ?6, ?7, ?8, ?9, ?10, ?11, ?12, CASE WHEN ?10 = 1 THEN ?13 ELSE 0 END)`
 	// qFallbackMaterialize writes the later steps of the lazy chains of the
 	// notifications ?2 (a JSON array) that have none yet, as intake writes
 	// an eager chain's: from the plan on one of each chain's first step's
@@ -205,7 +207,7 @@ func (c *chain) insert(tx execer, p store.NotificationCreateParams, send heraldt
 		plan = c.plan
 	}
 	_, err := tx.Exec(qFallbackInsert, p.ID, store.MessageID(p.ID, send), p.Tenant, string(p.Lane), string(send),
-		available, msPtr(p.ExpiresAt), now, now, c.step, plan, p.Scope)
+		available, msPtr(p.ExpiresAt), now, now, c.step, plan, p.Scope, deferredAt(available, now))
 	if err != nil {
 		return fmt.Errorf("insert fallback outbox row: %w", err)
 	}

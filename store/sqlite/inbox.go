@@ -229,7 +229,7 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 				continue
 			}
 			if _, err := tx.Exec(qOutboxInsert, p.ID, store.MessageID(p.ID, send), p.Tenant, string(p.Lane), string(send),
-				available, msPtr(p.ExpiresAt), now, now, p.Scope); err != nil {
+				available, msPtr(p.ExpiresAt), now, now, p.Scope, deferredAt(available, now)); err != nil {
 				return false, fmt.Errorf("insert outbox row: %w", err)
 			}
 		}

@@ -9,10 +9,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store"
@@ -252,7 +254,7 @@ VALUES ('` + id + `', 't1', 'r', 'e', 'k', 'transactional', '{}', 1000);
 INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at)
 VALUES ('` + id + `', '` + id + `.webhook', 't1', 'transactional', 'webhook', 'PENDING', 1000, 1000, 1000);`
 	}
-	path := fileBeforeMigration(t, func(*sqlite.Store) {}, `DROP INDEX outbox_fair;
+	path := fileBeforeMigration(t, func(*sqlite.Store) {}, undo30+`DROP INDEX outbox_fair;
 CREATE INDEX outbox_fair ON outbox (lane, tenant, available_at, id) WHERE state = 'PENDING';
 ALTER TABLE notifications DROP COLUMN scope;
 ALTER TABLE outbox DROP COLUMN scope;
@@ -278,4 +280,69 @@ DELETE FROM schema_migrations WHERE version = 29;
 	if err != nil || len(rows) != 2 {
 		t.Fatalf("claim after migration 29: %d rows, %v; want both", len(rows), err)
 	}
+}
+
+// undo30 takes a file back to the schema before migration 30, its rows
+// kept.
+const undo30 = `DROP INDEX outbox_deferred;
+DROP INDEX outbox_fair;
+CREATE INDEX outbox_fair ON outbox (lane, tenant, scope, available_at, id) WHERE state = 'PENDING';
+ALTER TABLE outbox DROP COLUMN deferred;
+DELETE FROM schema_migrations WHERE version = 30;
+`
+
+// TestMigration30LeavesTheRowsThereInTheClaimsIndex: a file from before
+// deferred rows, with PENDING rows in it (due now and due tomorrow),
+// migrates to rows not deferred, in outbox_fair rebuilt without the
+// deferred ones, beside outbox_deferred; the due rows are claimed as
+// before, and a row an older herald writes is not deferred.
+func TestMigration30LeavesTheRowsThereInTheClaimsIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now()
+	oldRow := func(id string, at time.Time) string {
+		return fmt.Sprintf(`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at, scope)
+VALUES ('%[1]s', 't1', 'r', 'e', 'k', 'transactional', '{}', 1000, 's1');
+INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, scope)
+VALUES ('%[1]s', '%[1]s.webhook', 't1', 'transactional', 'webhook', 'PENDING', %[2]d, 1000, 1000, 's1');
+`, id, at.UnixMilli())
+	}
+	tomorrow := now.Add(24 * time.Hour)
+	path := fileBeforeMigration(t, func(*sqlite.Store) {}, undo30+oldRow("n1", now.Add(-time.Minute))+oldRow("n2", tomorrow))
+	if _, err := sqlite.Migrate(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, path, `SELECT count(*) FROM sqlite_master WHERE name = 'outbox_fair'
+AND sql LIKE '%(lane, tenant, scope, available_at, id) WHERE state = ''PENDING'' AND deferred = 0'`); n != 1 {
+		t.Fatal("outbox_fair does not leave the deferred rows out after migration 30")
+	}
+	if n := queryInt(t, path, `SELECT count(*) FROM sqlite_master WHERE name = 'outbox_deferred'
+AND sql LIKE '%(lane, available_at) WHERE state = ''PENDING'' AND deferred = 1'`); n != 1 {
+		t.Fatal("no outbox_deferred (lane, available_at) of the deferred rows after migration 30")
+	}
+	exec(t, path, oldRow("n3", tomorrow))
+	if n := queryInt(t, path, `SELECT count(*) FROM outbox WHERE deferred = 0`); n != 3 {
+		t.Fatalf("%d of 3 rows are not deferred after migration 30", n)
+	}
+	clk := clock.NewFake(now)
+	s, err := sqlite.Open(ctx, path, sqlite.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	claim := func(want ...string) {
+		t.Helper()
+		rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 10, Lease: time.Minute})
+		var got []string
+		for _, r := range rows {
+			got = append(got, r.MessageID)
+		}
+		slices.Sort(got)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("claim after migration 30 at %s: %v, %v; want %v", clk.Now(), got, err, want)
+		}
+	}
+	claim("n1.webhook")
+	clk.Advance(24*time.Hour + time.Minute)
+	claim("n2.webhook", "n3.webhook")
 }

@@ -12,15 +12,31 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// OutboxClaim leases up to p.Limit due rows of p.Lane.
+// OutboxClaim leases up to p.Limit due rows of p.Lane. First, at most
+// once every store.PromoteEvery per lane (store.Promotions), it promotes
+// the lane's deferred rows that fall due within store.DeferHorizon into
+// the claim's index (qOutboxPromote), in the same transaction: a row
+// whose promotion came late is claimed by this claim already. The
+// promotion is recorded once its transaction has committed.
 func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
 	if p.Limit <= 0 {
 		return nil, nil // SQLite reads a LIMIT below zero as none
 	}
 	var out []store.Claimed
+	var promoted int64 // the rows the promotion moved; -1 when none ran
+	var at time.Time
 	err := s.w.do(ctx, func(tx wtx) error {
-		out = out[:0]
-		now := s.now()
+		out, promoted, at = out[:0], -1, s.clock.Now()
+		now := ms(at)
+		if s.promotions.Due(p.Lane, at) {
+			r, err := tx.Exec(qOutboxPromote, string(p.Lane), now+store.DeferHorizon.Milliseconds(), store.PromoteBatch)
+			if err != nil {
+				return fmt.Errorf("claim: promote deferred rows: %w", err)
+			}
+			if promoted, err = r.RowsAffected(); err != nil {
+				return fmt.Errorf("claim: promote deferred rows: %w", err)
+			}
+		}
 		var first, firstScope string
 		var another bool
 		switch err := tx.QueryRow(qOutboxLaneTenants, string(p.Lane)).Scan(&first, &firstScope, &another); {
@@ -93,7 +109,22 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox batch: %w", err)
 	}
+	if promoted >= 0 {
+		s.promotions.Done(p.Lane, at, int(promoted))
+	}
 	return out, nil
+}
+
+// deferredAt is the deferred flag of a row written PENDING at now and due
+// at available: 1 when it is due more than store.DeferHorizon after its
+// write, so that it stays out of the claim's index (outbox_fair, whose
+// every (tenant, scope) the claim probes) until a claim promotes it
+// (store/promote.go, qOutboxPromote); else 0.
+func deferredAt(available, now int64) int {
+	if available-now > store.DeferHorizon.Milliseconds() {
+		return 1
+	}
+	return 0
 }
 
 // scopeMemory is qOutboxClaim's ?11: OutboxClaimParams.Scopes as a JSON
@@ -212,7 +243,8 @@ func (s *Store) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (boo
 		failed = 1
 	}
 	ok, err := s.fenced(ctx, qOutboxRetry, func(now int64) []any {
-		return []any{now + p.Delay.Milliseconds(), p.Reason, failed, now, p.Fence.ID, p.Fence.Token, now}
+		at := now + p.Delay.Milliseconds()
+		return []any{at, deferredAt(at, now), p.Reason, failed, now, p.Fence.ID, p.Fence.Token, now}
 	})
 	if err != nil {
 		return false, fmt.Errorf("retry outbox row %d: %w", p.Fence.ID, err)

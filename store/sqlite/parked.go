@@ -31,8 +31,10 @@ LIMIT ?4`
 	qParkedDelivery = `UPDATE deliveries
 SET state = 'RETRY_WAIT', reason = 'REQUEUED', next_attempt_at = ?1, claimed_by = NULL, updated_at = ?1
 WHERE message_id = ?2 AND state = 'PARKED'`
+	// qParkedOutbox makes a DONE row due now, in the claim's index even
+	// if it was ended while deferred (deferred = 0).
 	qParkedOutbox = `UPDATE outbox
-SET state = 'PENDING', available_at = ?1, last_reason = 'REQUEUED', claimed_by = NULL, claimed_until = NULL,
+SET state = 'PENDING', available_at = ?1, deferred = 0, last_reason = 'REQUEUED', claimed_by = NULL, claimed_until = NULL,
     token = token + 1, updated_at = ?1
 WHERE message_id = ?2 AND state = 'DONE'`
 

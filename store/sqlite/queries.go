@@ -18,9 +18,11 @@ WHERE tenant = ? AND key = ?`
                            scope)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
 	qNotificationByDedup = `SELECT id FROM notifications WHERE tenant = ? AND dedup_key = ?`
-	qOutboxInsert        = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
-                    scope)
-VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?)`
+	// qOutboxInsert's last value is whether the row is deferred
+	// (deferredAt).
+	qOutboxInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
+                    scope, deferred)
+VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?)`
 
 	qNotificationGet = `SELECT id, tenant, recipient, event_id, kind, lane, send_at, expires_at, created_at, inbox_at, scope
 FROM notifications WHERE id = ? AND tenant = ?`
@@ -52,8 +54,17 @@ const (
 	// (SkipScope; NULL all), ?13 how many of ?9's other rows it may take
 	// (SkipCap; NULL no cap). The loose scan over the (tenant,
 	// scope)s probes as qOutboxLaneTenants says.
-	// qOutboxLaneTenants is the lane's first (tenant, scope) with PENDING
-	// rows and whether another has some (two probes of outbox_fair); no
+	//
+	// The loose scan probes every (tenant, scope) with rows in outbox_fair,
+	// due or not, so the rows due beyond store.DeferHorizon are kept out of
+	// it (deferred = 1, in outbox_deferred; store/promote.go) until
+	// qOutboxPromote moves them back. Every read of outbox_fair here says
+	// deferred = 0: SQLite plans on a partial index only for a WHERE that
+	// contains the index's own terms, and without it the claim would read
+	// the table.
+	//
+	// qOutboxLaneTenants is the lane's first (tenant, scope) with rows in
+	// outbox_fair and whether another has some (two probes of it); no
 	// row when none has. With one, OutboxClaim runs qOutboxClaimOneTenant,
 	// the fair claim's answer without its work (on the single writer, the
 	// fair claim doubled a claim's cost for the common case).
@@ -63,28 +74,30 @@ const (
 	// row value's first column only, and a probe for (tenant, scope) >
 	// (t, s) walked every row of (t, s) to find none.
 	qOutboxLaneTenants = `SELECT t.tenant, t.scope,
-       EXISTS (SELECT 1 FROM outbox o WHERE o.lane = ?1 AND o.state = 'PENDING' AND o.tenant = t.tenant AND o.scope > t.scope)
-       OR EXISTS (SELECT 1 FROM outbox o WHERE o.lane = ?1 AND o.state = 'PENDING' AND o.tenant > t.tenant)
-FROM (SELECT tenant, scope FROM outbox WHERE lane = ?1 AND state = 'PENDING' ORDER BY lane, tenant, scope LIMIT 1) t`
+       EXISTS (SELECT 1 FROM outbox o WHERE o.lane = ?1 AND o.state = 'PENDING' AND o.deferred = 0 AND o.tenant = t.tenant AND o.scope > t.scope)
+       OR EXISTS (SELECT 1 FROM outbox o WHERE o.lane = ?1 AND o.state = 'PENDING' AND o.deferred = 0 AND o.tenant > t.tenant)
+FROM (SELECT tenant, scope FROM outbox WHERE lane = ?1 AND state = 'PENDING' AND deferred = 0 ORDER BY lane, tenant, scope LIMIT 1) t`
 	// qOutboxClaimOneTenant is qOutboxClaim for a lane with one tenant
 	// and scope waiting (?9, ?10): its due rows oldest first, on outbox_fair.
 	qOutboxClaimOneTenant = `UPDATE outbox
 SET state = ?1, claimed_by = ?2, claimed_until = ?3, token = token + 1, updated_at = ?4
 WHERE id IN (
     SELECT id FROM outbox
-    WHERE lane = ?5 AND tenant = ?9 AND scope = ?10 AND state = 'PENDING' AND available_at <= ?6 AND (expires_at IS NULL OR expires_at > ?7)
+    WHERE lane = ?5 AND tenant = ?9 AND scope = ?10 AND state = 'PENDING' AND deferred = 0 AND available_at <= ?6
+      AND (expires_at IS NULL OR expires_at > ?7)
     ORDER BY available_at, id LIMIT ?8)
 RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL, scope`
 	qOutboxClaim = `UPDATE outbox
 SET state = ?1, claimed_by = ?2, claimed_until = ?3, token = token + 1, updated_at = ?4
 WHERE id IN (
     WITH RECURSIVE groups (tenant, scope) AS (
-        SELECT tenant, scope FROM (SELECT tenant, scope FROM outbox WHERE lane = ?5 AND state = 'PENDING' ORDER BY lane, tenant, scope LIMIT 1)
+        SELECT tenant, scope FROM (SELECT tenant, scope FROM outbox WHERE lane = ?5 AND state = 'PENDING' AND deferred = 0
+                                   ORDER BY lane, tenant, scope LIMIT 1)
       UNION ALL
         SELECT o.tenant, o.scope FROM groups g JOIN outbox o ON o.id = coalesce(
-            (SELECT y.id FROM outbox y WHERE y.lane = ?5 AND y.state = 'PENDING' AND y.tenant = g.tenant AND y.scope > g.scope
+            (SELECT y.id FROM outbox y WHERE y.lane = ?5 AND y.state = 'PENDING' AND y.deferred = 0 AND y.tenant = g.tenant AND y.scope > g.scope
              ORDER BY y.lane, y.tenant, y.scope LIMIT 1),
-            (SELECT y.id FROM outbox y WHERE y.lane = ?5 AND y.state = 'PENDING' AND y.tenant > g.tenant
+            (SELECT y.id FROM outbox y WHERE y.lane = ?5 AND y.state = 'PENDING' AND y.deferred = 0 AND y.tenant > g.tenant
              ORDER BY y.lane, y.tenant, y.scope LIMIT 1))
     ),
     busy AS (
@@ -106,7 +119,7 @@ WHERE id IN (
                s.sn + row_number() OVER (PARTITION BY s.tenant, s.scope ORDER BY x.available_at, x.id) AS sturn
         FROM shares s JOIN outbox x ON x.id IN (
             SELECT y.id FROM outbox y
-            WHERE y.lane = ?5 AND y.tenant = s.tenant AND y.scope = s.scope AND y.state = 'PENDING' AND y.available_at <= ?6
+            WHERE y.lane = ?5 AND y.tenant = s.tenant AND y.scope = s.scope AND y.state = 'PENDING' AND y.deferred = 0 AND y.available_at <= ?6
               AND (y.expires_at IS NULL OR y.expires_at > ?7)
             ORDER BY y.available_at, y.id LIMIT ?8)
     ),
@@ -137,8 +150,10 @@ WHERE id = ? AND token = ? AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_un
 	// only while the chain's later steps still have no rows (fallback.go).
 	qOutboxCompleteLazy = qOutboxComplete + ` AND fallback_plan IS NOT NULL`
 
+	// qOutboxRetry's second value is whether the row is deferred: a
+	// retry or deferral due beyond store.DeferHorizon (deferredAt).
 	qOutboxRetry = `UPDATE outbox
-SET state = 'PENDING', available_at = ?, last_reason = ?, attempts = attempts + ?, claimed_by = NULL, claimed_until = NULL, updated_at = ?
+SET state = 'PENDING', available_at = ?, deferred = ?, last_reason = ?, attempts = attempts + ?, claimed_by = NULL, claimed_until = NULL, updated_at = ?
 WHERE id = ? AND token = ? AND state IN ('CLAIMED', 'PUBLISHING') AND claimed_until >= ?`
 	qOutboxPublished = `UPDATE outbox
 SET state = 'PUBLISHED', last_reason = '', claimed_by = NULL, claimed_until = NULL, updated_at = ?
@@ -165,7 +180,31 @@ RETURNING id, message_id, tenant, lane, channel`
 SET state = 'SUPPRESSED', reason = 'EXPIRED', next_attempt_at = NULL, claimed_by = NULL, updated_at = ?
 WHERE state = 'RETRY_WAIT' AND message_id IN (SELECT value FROM json_each(?))
 RETURNING message_id`
-	qOutboxBacklog = `SELECT lane, count(*) FROM outbox WHERE state = 'PENDING' AND available_at <= ? GROUP BY lane`
+	// qOutboxBacklog counts the due PENDING rows per lane (?1 now): those
+	// in the claim's index (outbox_fair, read whole as before) and the
+	// deferred ones a promotion has not reached yet, one search of
+	// outbox_deferred up to now per lane that has deferred rows, the lanes
+	// found by a loose scan of it. One count over both would read the
+	// table, and one over outbox_deferred grouped by lane would read every
+	// deferred row, tomorrow's too.
+	qOutboxBacklog = `WITH RECURSIVE lanes (lane) AS (
+    SELECT min(lane) FROM outbox WHERE state = 'PENDING' AND deferred = 1
+  UNION ALL
+    SELECT (SELECT min(o.lane) FROM outbox o WHERE o.state = 'PENDING' AND o.deferred = 1 AND o.lane > l.lane) FROM lanes l WHERE l.lane IS NOT NULL
+)
+SELECT lane, sum(n) FROM (
+    SELECT lane, count(*) AS n FROM outbox WHERE state = 'PENDING' AND deferred = 0 AND available_at <= ?1 GROUP BY lane
+  UNION ALL
+    SELECT l.lane, (SELECT count(*) FROM outbox o WHERE o.lane = l.lane AND o.state = 'PENDING' AND o.deferred = 1 AND o.available_at <= ?1)
+    FROM lanes l WHERE l.lane IS NOT NULL
+)
+GROUP BY lane HAVING sum(n) > 0`
+	// qOutboxPromote moves the deferred PENDING rows of lane ?1 that fall
+	// due by ?2 (now plus store.DeferHorizon) into the claim's index, at
+	// most ?3 of them, the earliest first (outbox_deferred). OutboxClaim
+	// runs it before it claims, throttled per lane (store.Promotions).
+	qOutboxPromote = `UPDATE outbox SET deferred = 0
+WHERE id IN (SELECT id FROM outbox WHERE lane = ?1 AND state = 'PENDING' AND deferred = 1 AND available_at <= ?2 ORDER BY available_at LIMIT ?3)`
 )
 
 // Deliveries: the claim, the conditional result write, decisions, the stale sweep.
@@ -212,7 +251,7 @@ ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at =
 var writeQueries = append([]string{
 	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
-	qOutboxLaneTenants, qOutboxClaim, qOutboxClaimOneTenant, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxCompleteLazy, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,
+	qOutboxPromote, qOutboxLaneTenants, qOutboxClaim, qOutboxClaimOneTenant, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxCompleteLazy, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,
 	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
 	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
 }, append(append(inboxQueries, deviceQueries...), fallbackQueries...)...)

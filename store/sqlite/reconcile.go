@@ -57,17 +57,20 @@ ORDER BY n.id, o.message_id LIMIT ?3`
 WHERE n.id = ? AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.notification_id = n.id)`
 	// qReconcileOutboxInsert writes one recreated planned send unless its
 	// message has a delivery row: ?9 its fallback step (0 off a chain),
-	// a later step WAITING as intake writes it; ?10 the scope.
+	// a later step WAITING as intake writes it; ?10 the scope; ?11
+	// whether a PENDING row is deferred (deferredAt: the notification's
+	// send_at may be ahead).
 	qReconcileOutboxInsert = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
-                    fallback_step, scope)
-SELECT ?1, ?2, ?3, ?4, ?5, CASE WHEN ?9 > 1 THEN 'WAITING' ELSE 'PENDING' END, ?6, ?7, ?8, ?8, nullif(?9, 0), ?10
+                    fallback_step, scope, deferred)
+SELECT ?1, ?2, ?3, ?4, ?5, CASE WHEN ?9 > 1 THEN 'WAITING' ELSE 'PENDING' END, ?6, ?7, ?8, ?8, nullif(?9, 0), ?10, CASE WHEN ?9 > 1 THEN 0 ELSE ?11 END
 WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = ?2)`
 
 	// qReconcileOutboxRedrive puts a DONE row whose message has no delivery
 	// back to PENDING, due now (?1), with a fresh token, as the watchdog
-	// re-drives; ?2 is the message id.
+	// re-drives; ?2 is the message id. A row ended while deferred (a
+	// discard, a cancel) comes back into the claim's index (deferred = 0).
 	qReconcileOutboxRedrive = `UPDATE outbox
-SET state = 'PENDING', available_at = ?1, last_reason = 'REDRIVEN', claimed_by = NULL, claimed_until = NULL,
+SET state = 'PENDING', available_at = ?1, deferred = 0, last_reason = 'REDRIVEN', claimed_by = NULL, claimed_until = NULL,
     token = token + 1, updated_at = ?1
 WHERE message_id = ?2 AND state = 'DONE' AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = ?2)
 RETURNING lane`
@@ -126,7 +129,7 @@ func (s *Store) ReconcileOutboxRecreate(ctx context.Context, p store.ReconcileOu
 		steps := store.FallbackSteps(p.Channels, p.Fallback)
 		for i, ch := range p.Channels {
 			r, err := tx.Exec(qReconcileOutboxInsert, p.NotificationID, store.MessageID(p.NotificationID, ch), tenant, lane,
-				string(ch), available, expiresAt, now, steps[i], scope)
+				string(ch), available, expiresAt, now, steps[i], scope, deferredAt(available, now))
 			if err != nil {
 				return fmt.Errorf("insert outbox row: %w", err)
 			}

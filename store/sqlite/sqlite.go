@@ -57,6 +57,9 @@ type Store struct {
 	// legacySeqs is the highest inbox seq handed out before migration 26
 	// (inbox.go, inboxSeq); 0 when there was none.
 	legacySeqs int64
+	// promotions throttles the claims' promotions of deferred rows
+	// (outbox.go, OutboxClaim).
+	promotions store.Promotions
 }
 
 var _ store.Store = (*Store)(nil)

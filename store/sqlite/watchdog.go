@@ -63,12 +63,13 @@ ORDER BY at, message_id`
 
 	// qUnownedRedriveOutbox puts an outbox row back to PENDING, due now,
 	// with a fresh token, if it is still as found (state and token) and
-	// still without an owner.
+	// still without an owner; in the claim's index (deferred = 0) even if
+	// the row was ended while deferred.
 	//
 	// ?1 now, ?2 message id, ?3 token, ?4 state, ?5 kind, ?6 the delivery's
 	// next attempt time as found (retry_wait).
 	qUnownedRedriveOutbox = `UPDATE outbox
-SET state = 'PENDING', available_at = ?1, last_reason = 'REDRIVEN', claimed_by = NULL, claimed_until = NULL,
+SET state = 'PENDING', available_at = ?1, deferred = 0, last_reason = 'REDRIVEN', claimed_by = NULL, claimed_until = NULL,
     token = token + 1, updated_at = ?1
 WHERE message_id = ?2 AND token = ?3 AND state = ?4
   AND CASE ?5
