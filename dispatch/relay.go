@@ -161,7 +161,8 @@ type RelayConfig struct {
 // With a Gate (quiet hours), a claimed row the gate defers is not
 // published: it goes back to PENDING, due at the end of the deferral, and
 // waits there as with the db transport, unseen by every claim until then
-// (the claim walks outbox_fair only up to now). The seed puts this layer
+// (the claim walks outbox_fair only up to now, and a deferral past
+// store.DeferHorizon leaves outbox_fair until shortly before its time). The seed puts this layer
 // here (seed 000 §2-2: the relay stops publishing marketing at 20:40 and
 // defers it to 08:00), so the night's backlog makes no broker copy at all.
 // What this layer cannot see, a message already in the broker when the

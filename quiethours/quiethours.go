@@ -33,13 +33,18 @@
 //
 // # The night's backlog costs the claim nothing
 //
-// The claim walks the partial index outbox_fair (lane, tenant,
-// available_at, id) from each tenant's oldest row and stops at the first
-// one not yet due. A deferred row's available_at is the next opening, past
-// every due row of its tenant, so no claim reads it before then: a backlog of a million deferred rows is
-// touched once, when each is deferred, and the marketing claim costs the
-// same as with none (store/postgres and store/sqlite pin the plan, with a
-// million deferred rows, in quiethours_plan_test.go).
+// The claim walks the partial index outbox_fair (lane, tenant, scope,
+// available_at, id) from each (tenant, scope)'s oldest row and stops at the
+// first one not yet due. A deferral past store.DeferHorizon takes the row
+// out of that index altogether (store/promote.go): the lane's claims put
+// it back a few minutes before the opening, so the night's backlog costs
+// the claim nothing however many tenants and scopes it spans. A shorter
+// deferral stays in the index; its available_at is past every due row of
+// its (tenant, scope), so no claim reads it before then. Either way a
+// backlog of a million deferred rows costs the marketing claim what none
+// does (store/postgres and store/sqlite pin the plan, with a million
+// deferred rows, in quiethours_plan_test.go, and with tomorrow's rows
+// spread over 2,000 scopes in deferred_plan_test.go).
 //
 // # A due-by that passes while deferred
 //
