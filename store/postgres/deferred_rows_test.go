@@ -90,7 +90,7 @@ func TestRowsDueBeyondTheHorizonAreWrittenDeferred(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
-	s := setup(t, "", Options{Clock: clk})
+	s := setup(t, "", Options{Clock: clk, PipelineWorkers: 1}) // one worker, held below to merge
 	far, near := clk.Now().Add(store.DeferHorizon+time.Second), clk.Now().Add(store.DeferHorizon-time.Second)
 	deferred := func(id string) bool {
 		t.Helper()
@@ -210,6 +210,64 @@ func TestRowsDueBeyondTheHorizonAreWrittenDeferred(t *testing.T) {
 		}
 		want("a deferral of "+delay.String(), p.ID, delay > store.DeferHorizon)
 	}
+
+	// A provider's retry, settled by the sender with its result (the db
+	// transport's usual path): alone (qDeliveryRecordOffChain) and merged
+	// (qDeliveryRecordOffChainMany), an hour and a minute on.
+	claimDelivery := func(row store.Claimed) {
+		t.Helper()
+		if res, err := s.DeliveryClaim(ctx, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: row.NotificationID,
+			Tenant: "t1", Channel: row.Channel, Provider: "p", Owner: "w"}); err != nil || !res.Claimed {
+			t.Fatalf("delivery claim %+v (%v)", res, err)
+		}
+	}
+	retryIn := func(row store.Claimed, delay time.Duration) error {
+		res, err := s.DeliveryRecord(ctx, store.DeliveryRecordParams{MessageID: row.MessageID, Attempt: 1, State: heraldtype.DeliveryRetryWait,
+			Reason: "HTTP_503", RetryDelay: delay, Owner: "w", Class: "x", StartedAt: clk.Now(), Outbox: &row.Fence})
+		if err == nil && !res.OutboxSettled {
+			err = fmt.Errorf("the retry settled no outbox row: %+v", res)
+		}
+		return err
+	}
+	alone := params(nil)
+	mustCreate(t, s, alone)
+	row := claimOf(t, s, alone.ID, false)
+	claimDelivery(row)
+	if err := retryIn(row, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	want("a provider's retry in 1h", alone.ID, true)
+
+	pair := []store.NotificationCreateParams{params(nil), params(nil)}
+	for _, p := range pair {
+		mustCreate(t, s, p)
+	}
+	rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 10, Lease: time.Minute})
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim: %d rows (%v), want the pair", len(rows), err)
+	}
+	for _, r := range rows {
+		claimDelivery(r)
+	}
+	sizes = nil
+	queued, release = hold(t, s.pipe, s.pool, 4345)
+	for i, r := range rows {
+		go func() { done <- retryIn(r, []time.Duration{time.Hour, time.Minute}[i]) }()
+		storetest.Receive(t, queued, "a result was queued")
+	}
+	release()
+	for range rows {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	if len(sizes) == 0 || sizes[0] != 2 {
+		t.Fatalf("merged statements stood for %v results, want one for 2", sizes)
+	}
+	mu.Unlock()
+	want("a provider's retry in 1h, merged", rows[0].NotificationID, true)
+	want("a provider's retry in 1m, merged", rows[1].NotificationID, false)
 }
 
 // A promotion that fails (its connection cut) fails that claim and loses
@@ -245,7 +303,9 @@ func TestAPromotionCutOrSkippingAHeldRowLeavesItToTheNext(t *testing.T) {
 		t.Fatalf("%d rows deferred after the cut promotion, want the one still", n)
 	}
 
-	// Held: another transaction holds the row while a promotion runs.
+	// Held: at the row's time, another transaction holds the row while a
+	// promotion runs; it skips the row, so the claim cannot take it.
+	clk.Advance(time.Minute)
 	other, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -267,9 +327,56 @@ func TestAPromotionCutOrSkippingAHeldRowLeavesItToTheNext(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(time.Minute)
+	// The next promotion, PromoteEvery on, takes it.
+	if rows, err := claimNow(); err != nil || len(rows) != 0 {
+		t.Fatalf("claim right after: %d rows (%v), want none before the next promotion", len(rows), err)
+	}
+	clk.Advance(store.PromoteEvery)
 	if rows, err := claimNow(); err != nil || len(rows) != 1 || rows[0].NotificationID != p.ID {
-		t.Fatalf("claim at the row's time: %d rows (%v), want it", len(rows), err)
+		t.Fatalf("claim at the next promotion: %d rows (%v), want the row", len(rows), err)
+	}
+}
+
+// A promotion that fills its batch (store.PromoteBatch) is followed at
+// the next claim by another, not PromoteEvery later: a night's backlog
+// due at 08:00 is promoted claim after claim.
+func TestAFullPromotionIsFollowedByAnotherAtTheNextClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(time.Date(2026, 5, 1, 7, 58, 0, 0, time.UTC))
+	s := setup(t, "", Options{Clock: clk})
+	const n = store.PromoteBatch + 50
+	for _, q := range []string{
+		fmt.Sprintf(`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
+SELECT 'n' || g, 't1', 'r', 'e' || g, 'k', 'marketing', '{}', '2026-04-30 21:00:00+00' FROM generate_series(1, %d) g`, n),
+		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, deferred)
+SELECT id, id || '.webhook', tenant, 'marketing', 'webhook', 'PENDING', '2026-05-01 08:00:00+00', created_at, created_at, true FROM notifications`,
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deferred := func() int {
+		t.Helper()
+		var d int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE deferred`).Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	claimNow := func() {
+		t.Helper()
+		if rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneMarketing, Owner: "w", Limit: 10, Lease: time.Minute}); err != nil || len(rows) != 0 {
+			t.Fatalf("claim two minutes before the rows' time: %d rows (%v), want none", len(rows), err)
+		}
+	}
+	claimNow()
+	if d := deferred(); d != 50 {
+		t.Fatalf("%d rows deferred after the first promotion, want the 50 past its batch", d)
+	}
+	claimNow() // at the same instant
+	if d := deferred(); d != 0 {
+		t.Fatalf("%d rows deferred after the second claim, want none: a full batch is followed at once", d)
 	}
 }
 

@@ -291,7 +291,7 @@ const (
 	//	         another index and filters a big group's rows out of a small
 	//	         one's walk) from the group's oldest row to the first not yet
 	//	         due (now is written out, so it bounds the index scan: a
-	//	         group's deferred backlog is never read), each numbered by
+	//	         group's rows not yet due are never read), each numbered by
 	//	         its group's rows in flight plus its place (sturn);
 	//	turns    each tenant's candidates numbered in turn by sturn, equal
 	//	         ones going round the tenant's scopes from the first after
@@ -715,6 +715,7 @@ o AS (
     UPDATE outbox
     SET state = CASE WHEN $2::text = 'RETRY_WAIT' THEN 'PENDING' ELSE 'DONE' END,
         available_at = CASE WHEN $2::text = 'RETRY_WAIT' THEN coalesce($1::timestamptz, clock_timestamp()) + $4::interval ELSE available_at END,
+        deferred = coalesce($2::text = 'RETRY_WAIT' AND $4::interval > ` + qDeferHorizon + `, false),
         last_reason = $3::text, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
     WHERE notification_id = $13::text AND channel = $14::text AND token = $15::bigint
       AND state || '' = 'CLAIMED' AND claimed_until + interval '0 s' >= coalesce($1::timestamptz, clock_timestamp())

@@ -38,6 +38,7 @@ o AS (
         available_at = CASE WHEN k.state = 'RETRY_WAIT'
                             THEN coalesce($1::timestamptz, clock_timestamp()) + k.delay_us * interval '1 microsecond'
                             ELSE o.available_at END,
+        deferred = coalesce(k.state = 'RETRY_WAIT' AND k.delay_us * interval '1 microsecond' > ` + qDeferHorizon + `, false),
         last_reason = k.reason, claimed_by = NULL, claimed_until = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
     FROM (
         SELECT first.ord, first.state, first.reason, first.delay_us, h.tid

@@ -119,6 +119,30 @@ func testDeferredRows(t *testing.T, h Harness) {
 			t.Fatalf("claimed %d at the retry's time, want it", len(rows))
 		}
 	})
+	// A provider's retry an hour on, settled with the send's result (the
+	// db transport's usual path), likewise.
+	t.Run("AProvidersLongRetryIsClaimedWhenDue", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p, _ := create(t, b, nil)
+		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
+		if res, err := b.s.DeliveryClaim(b.ctx, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: row.NotificationID,
+			Tenant: "t1", Channel: row.Channel, Provider: "p", Owner: "w1"}); err != nil || !res.Claimed {
+			t.Fatalf("delivery claim %+v (%v)", res, err)
+		}
+		if res, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: row.MessageID, Attempt: 1, State: heraldtype.DeliveryRetryWait,
+			Reason: "HTTP_503", RetryDelay: ahead, Owner: "w1", Class: "x", StartedAt: b.clk.Now(), Outbox: &row.Fence}); err != nil || !res.OutboxSettled {
+			t.Fatalf("retry %+v (%v)", res, err)
+		}
+		b.clk.Advance(ahead - time.Second)
+		if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 0 {
+			t.Fatalf("claimed %d before the retry's time", len(rows))
+		}
+		b.clk.Advance(time.Second)
+		if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 1 || rows[0].NotificationID != p.ID {
+			t.Fatalf("claimed %d at the retry's time, want it", len(rows))
+		}
+	})
 	// The backlog counts a due row whether or not a claim has promoted it
 	// yet: it is what waits for a sender.
 	t.Run("TheBacklogCountsADueRowNotYetPromoted", func(t *testing.T) {
