@@ -286,7 +286,19 @@ const (
 	//	         OutboxClaimParams.Scopes), all worked out per group, not per
 	//	         row (as joins of the candidates, with a sort each, they made
 	//	         the claim 0.5 ms dearer);
-	//	cand     up to LIMIT due rows per group, oldest first, walked on
+	//	caps     per tenant with at least LIMIT groups that have a due row
+	//	         (the loose scan read each group's first available_at),
+	//	         the LIMIT-th smallest of their sn + 1 (smax): a row whose
+	//	         sturn is past it has at least LIMIT rows of its tenant
+	//	         before it, and no tenant gives a claim more than LIMIT, so
+	//	         a group need read only smax - sn rows. 100 idle clinics
+	//	         with 200 due rows each made a claim of 32 read 3,200 rows
+	//	         (28.6 ms) where one of each (100 rows, 3.5 ms) gives the
+	//	         same claim; skipped while there are fewer groups than
+	//	         LIMIT (a one-time filter). An expired row not yet swept can
+	//	         make a group with a due row yield none, and the claim take
+	//	         fewer rows than it could;
+	//	cand     up to LIMIT due rows per group (its cap, if any), oldest first, walked on
 	//	         outbox_fair (its ORDER BY is the index's, so no plan prefers
 	//	         another index and filters a big group's rows out of a small
 	//	         one's walk) from the group's oldest row to the first not yet
@@ -366,14 +378,14 @@ FROM claimed c
 CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
 LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true
 ORDER BY c.available_at, c.id`
-	qOutboxClaimLease = `WITH RECURSIVE groups (tenant, scope) AS (
-    (SELECT tenant, scope FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND NOT deferred AND notification_id <> ''
-     ORDER BY lane, tenant, scope LIMIT 1)
+	qOutboxClaimLease = `WITH RECURSIVE groups (tenant, scope, first) AS (
+    (SELECT tenant, scope, available_at FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND NOT deferred AND notification_id <> ''
+     ORDER BY lane, tenant, scope, available_at LIMIT 1)
   UNION ALL
-    SELECT s.tenant, s.scope FROM groups g CROSS JOIN LATERAL (
-        SELECT o.tenant, o.scope FROM outbox o
+    SELECT s.tenant, s.scope, s.available_at FROM groups g CROSS JOIN LATERAL (
+        SELECT o.tenant, o.scope, o.available_at FROM outbox o
         WHERE o.lane = $2::text AND o.state = 'PENDING' AND NOT o.deferred AND (o.tenant, o.scope) > (g.tenant, g.scope) AND o.notification_id <> ''
-        ORDER BY o.lane, o.tenant, o.scope LIMIT 1
+        ORDER BY o.lane, o.tenant, o.scope, o.available_at LIMIT 1
     ) s
 ),
 busy AS (
@@ -382,24 +394,32 @@ busy AS (
     GROUP BY tenant, scope
 ),
 shares AS (
-    SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.scope AS last
+    SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.scope AS last,
+           g.first <= (SELECT coalesce($1::timestamptz, clock_timestamp())) AS due
     FROM groups g
     LEFT JOIN busy b ON b.tenant = g.tenant AND b.scope = g.scope
     LEFT JOIN (SELECT tenant, sum(n) AS n FROM busy GROUP BY tenant) tb ON tb.tenant = g.tenant
     LEFT JOIN unnest($9::text[], $10::text[]) AS m (tenant, scope) ON m.tenant = g.tenant
     WHERE NOT coalesce(g.tenant = $7::text AND ($11::text IS NULL OR g.scope = $11::text), false)
 ),
+caps AS (
+    SELECT tenant, sn + 1 AS smax
+    FROM (SELECT tenant, sn, row_number() OVER (PARTITION BY tenant ORDER BY sn) AS rn FROM shares
+          WHERE due AND (SELECT count(*) FROM groups) >= $3::integer) d
+    WHERE rn = $3::integer
+),
 cand AS (
     SELECT g.tenant, g.scope, g.tn, g.last, c.notification_id, c.channel, c.available_at, c.id,
            g.sn + row_number() OVER (PARTITION BY g.tenant, g.scope ORDER BY c.available_at, c.id) AS sturn
     FROM shares g
+    LEFT JOIN caps k ON k.tenant = g.tenant
     CROSS JOIN LATERAL (
         SELECT o.notification_id, o.channel, o.available_at, o.id FROM outbox o
         WHERE o.lane = $2::text AND o.tenant = g.tenant AND o.scope = g.scope AND o.state = 'PENDING' AND NOT o.deferred
           AND o.available_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
           AND (o.expires_at IS NULL OR o.expires_at > (SELECT coalesce($1::timestamptz, clock_timestamp())))
         ORDER BY o.lane, o.tenant, o.scope, o.available_at, o.id
-        LIMIT $3::integer
+        LIMIT greatest(0, least($3::integer, coalesce(k.smax - g.sn, $3::integer)))
     ) c
 ),
 turns AS (

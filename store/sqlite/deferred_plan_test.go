@@ -168,3 +168,51 @@ func TestThePromotionAndTheBacklogSearchTheDeferredRowsUpToTheirBound(t *testing
 		t.Errorf("the backlog does not count the deferred rows on outbox_deferred up to now:\n%s", backlog)
 	}
 }
+
+// With more (tenant, scope)s due than the claim takes rows, each one's
+// walk reads only the rows that can still win a turn (qOutboxClaim's
+// caps): 100 idle clinics with 200 due rows each make a claim of 32 read
+// one row of each, where it read 32 of each (a claim took 25 ms, 11 ms
+// after). Counted by running the claim's steps up to its reads.
+func TestTheClaimReadsOnlyTheRowsThatCanWinWhenScopesOutnumberIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t0 := time.Date(2026, 6, 11, 3, 0, 0, 0, time.UTC)
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "herald.db"), Options{Clock: clock.NewFake(t0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ms := t0.Add(-time.Hour).UnixMilli()
+	for _, q := range []string{
+		fmt.Sprintf(`WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM g WHERE x < 20000)
+INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
+SELECT 'n' || x, 'clinics', 'r', 'e' || x, 'k', 'transactional', '{}', %d FROM g`, ms),
+		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, scope)
+SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', created_at, created_at, created_at, 'c' || (CAST(substr(id, 2) AS INTEGER) % 100)
+FROM notifications`,
+		`ANALYZE`,
+	} {
+		if _, err := s.wdb.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start, end := strings.Index(qOutboxClaim, "WITH RECURSIVE groups"), strings.Index(qOutboxClaim, "cand AS (")
+	if start < 0 || end < start {
+		t.Fatal("no steps up to the reads (cand) found in qOutboxClaim")
+	}
+	upToReads := strings.TrimRight(qOutboxClaim[start:end], " \n,") + "\nSELECT count(*), count(DISTINCT scope) FROM reads"
+	now := t0.UnixMilli()
+	var rows, scopes int
+	if err := s.rdb.QueryRowContext(ctx, upToReads, nil, nil, nil, nil, "transactional", now, now, 32, nil, nil, "{}", nil).
+		Scan(&rows, &scopes); err != nil {
+		t.Fatalf("the claim's reads: %v", err)
+	}
+	if scopes != 100 || rows != 100 {
+		t.Fatalf("the claim reads %d rows of %d scopes, want one of each of the 100", rows, scopes)
+	}
+	claimed, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 32, Lease: time.Minute})
+	if err != nil || len(claimed) != 32 {
+		t.Fatalf("claim: %d rows (%v), want 32", len(claimed), err)
+	}
+}

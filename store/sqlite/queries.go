@@ -55,6 +55,14 @@ const (
 	// (SkipCap; NULL no cap). The loose scan over the (tenant,
 	// scope)s probes as qOutboxLaneTenants says.
 	//
+	// caps, capped and reads bound each (tenant, scope)'s walk as
+	// PostgreSQL's claim does (its caps step): with at least ?8 groups of
+	// a tenant due, a group need read only smax - sn rows. SQLite takes no
+	// LIMIT that names an outer column, so the groups whose cap is at most
+	// one read one row and the others ?8, and cand drops the rows past the
+	// cap: 100 idle clinics with 200 due rows each made a claim of 32 read
+	// 3,200 rows (25 ms), now 100 (11 ms).
+	//
 	// The loose scan probes every (tenant, scope) with rows in outbox_fair,
 	// due or not, so the rows due beyond store.DeferHorizon are kept out of
 	// it (deferred = 1, in outbox_deferred; store/promote.go) until
@@ -90,15 +98,15 @@ RETURNING id, token, notification_id, message_id, channel, attempts, fallback_st
 	qOutboxClaim = `UPDATE outbox
 SET state = ?1, claimed_by = ?2, claimed_until = ?3, token = token + 1, updated_at = ?4
 WHERE id IN (
-    WITH RECURSIVE groups (tenant, scope) AS (
-        SELECT tenant, scope FROM (SELECT tenant, scope FROM outbox WHERE lane = ?5 AND state = 'PENDING' AND deferred = 0
-                                   ORDER BY lane, tenant, scope LIMIT 1)
+    WITH RECURSIVE groups (tenant, scope, first) AS (
+        SELECT tenant, scope, available_at FROM (SELECT tenant, scope, available_at FROM outbox WHERE lane = ?5 AND state = 'PENDING' AND deferred = 0
+                                                 ORDER BY lane, tenant, scope, available_at LIMIT 1)
       UNION ALL
-        SELECT o.tenant, o.scope FROM groups g JOIN outbox o ON o.id = coalesce(
+        SELECT o.tenant, o.scope, o.available_at FROM groups g JOIN outbox o ON o.id = coalesce(
             (SELECT y.id FROM outbox y WHERE y.lane = ?5 AND y.state = 'PENDING' AND y.deferred = 0 AND y.tenant = g.tenant AND y.scope > g.scope
-             ORDER BY y.lane, y.tenant, y.scope LIMIT 1),
+             ORDER BY y.lane, y.tenant, y.scope, y.available_at LIMIT 1),
             (SELECT y.id FROM outbox y WHERE y.lane = ?5 AND y.state = 'PENDING' AND y.deferred = 0 AND y.tenant > g.tenant
-             ORDER BY y.lane, y.tenant, y.scope LIMIT 1))
+             ORDER BY y.lane, y.tenant, y.scope, y.available_at LIMIT 1))
     ),
     busy AS (
         SELECT tenant, scope, count(*) AS n FROM outbox WHERE state IN ('CLAIMED', 'PUBLISHING') AND lane = ?5
@@ -107,21 +115,41 @@ WHERE id IN (
     ),
     memory AS MATERIALIZED (SELECT key, value FROM json_each(?11)),
     shares AS (
-        SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.value AS last
+        SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.value AS last, g.first <= ?6 AS due
         FROM groups g
         LEFT JOIN busy b ON b.tenant = g.tenant AND b.scope = g.scope
         LEFT JOIN (SELECT tenant, sum(n) AS n FROM busy GROUP BY tenant) tb ON tb.tenant = g.tenant
         LEFT JOIN memory m ON m.key = g.tenant
         WHERE NOT coalesce(g.tenant = ?9 AND (?12 IS NULL OR g.scope = ?12), 0)
     ),
-    cand AS (
-        SELECT x.id, s.tenant, s.scope, s.tn, s.last, x.available_at,
-               s.sn + row_number() OVER (PARTITION BY s.tenant, s.scope ORDER BY x.available_at, x.id) AS sturn
-        FROM shares s JOIN outbox x ON x.id IN (
+    caps AS (
+        SELECT tenant, sn + 1 AS smax
+        FROM (SELECT tenant, sn, row_number() OVER (PARTITION BY tenant ORDER BY sn) AS rn FROM shares
+              WHERE due AND (SELECT count(*) FROM groups) >= ?8)
+        WHERE rn = ?8
+    ),
+    capped AS (SELECT s.*, coalesce(k.smax - s.sn, ?8) AS cap FROM shares s LEFT JOIN caps k ON k.tenant = s.tenant),
+    reads AS (
+        SELECT x.id, c.tenant, c.scope, c.sn, c.tn, c.last, c.cap, x.available_at
+        FROM capped c JOIN outbox x ON x.id IN (
             SELECT y.id FROM outbox y
-            WHERE y.lane = ?5 AND y.tenant = s.tenant AND y.scope = s.scope AND y.state = 'PENDING' AND y.deferred = 0 AND y.available_at <= ?6
+            WHERE y.lane = ?5 AND y.tenant = c.tenant AND y.scope = c.scope AND y.state = 'PENDING' AND y.deferred = 0 AND y.available_at <= ?6
+              AND (y.expires_at IS NULL OR y.expires_at > ?7)
+            ORDER BY y.available_at, y.id LIMIT 1)
+        WHERE c.cap <= 1
+      UNION ALL
+        SELECT x.id, c.tenant, c.scope, c.sn, c.tn, c.last, c.cap, x.available_at
+        FROM capped c JOIN outbox x ON x.id IN (
+            SELECT y.id FROM outbox y
+            WHERE y.lane = ?5 AND y.tenant = c.tenant AND y.scope = c.scope AND y.state = 'PENDING' AND y.deferred = 0 AND y.available_at <= ?6
               AND (y.expires_at IS NULL OR y.expires_at > ?7)
             ORDER BY y.available_at, y.id LIMIT ?8)
+        WHERE c.cap > 1
+    ),
+    cand AS (
+        SELECT id, tenant, scope, tn, last, available_at, sturn
+        FROM (SELECT r.*, r.sn + row_number() OVER (PARTITION BY r.tenant, r.scope ORDER BY r.available_at, r.id) AS sturn FROM reads r)
+        WHERE sturn - sn <= cap
     ),
     turns AS (
         SELECT id, tenant, available_at, tn,

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -388,6 +389,44 @@ func testFairness(t *testing.T, h Harness) {
 	// Inside a tenant, its scopes take turns as tenants do: scope x's
 	// older backlog does not hold up scope y's row, and the claim returns
 	// each row's scope.
+	// With more scopes due than a claim takes rows, each claim reads only
+	// the rows that can still win a turn (the least busy scopes' first
+	// rows); which rows it takes is the same: the idle scopes first.
+	t.Run("WithMoreScopesDueThanAClaimTakesTheIdleOnesGoFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for i := range 10 {
+			backlogOf(t, b, "t1", fmt.Sprintf("s%02d", i), 5)
+		}
+		claimFour := func() map[string]int {
+			t.Helper()
+			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w1", Limit: 4, Lease: time.Hour})
+			if err != nil || len(rows) != 4 {
+				t.Fatalf("claim: %d rows (%v), want 4", len(rows), err)
+			}
+			return scopesOf(rows)
+		}
+		seen := map[string]int{}
+		for range 2 {
+			for sc, n := range claimFour() {
+				if n != 1 || seen[sc] > 0 {
+					t.Fatalf("a claim took %d rows of %s, which had %d in flight, while idle scopes waited", n, sc, seen[sc])
+				}
+				seen[sc] += n
+			}
+		}
+		third := claimFour()
+		for _, sc := range []string{"t1/s08", "t1/s09"} {
+			if seen[sc] == 0 && third[sc] != 1 {
+				t.Fatalf("the third claim took %v; the idle scopes %v come first", third, sc)
+			}
+		}
+		for sc, n := range third {
+			if seen[sc] > 0 && n > 1 || seen[sc] == 0 && n > 2 {
+				t.Fatalf("the third claim took %v after %v: more of one scope than its turn", third, seen)
+			}
+		}
+	})
 	t.Run("AScopesBacklogDoesNotHoldUpAnotherOfItsTenant", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
