@@ -17,9 +17,9 @@ import (
 // tenant's 20,000 due rows are spread over 1, 100, 1,000 or 5,000 scopes
 // (its claims' rows stay in flight, so later claims see busy scopes).
 // Measured on the 2-core development machine, 20 claims each: 1.8, 28.6,
-// 116 and 182 ms a claim when each scope's walk read up to 32 rows; 2.1,
-// 3.5, 15.9 and 53 ms with the caps (qOutboxClaim). The rest is the loose
-// scan's probe of each scope and the sort of their rows.
+// 116 and 182 ms a claim when each scope's walk read up to 32 rows;
+// 1.9-2.7, 2.9-4.3, 11-19 and 51-84 ms with the caps (qOutboxClaim). The
+// rest is the loose scan's probe of each scope and the sort of their rows.
 //
 //	go test ./store/postgres -run '^$' -bench ClaimManyDueScopes -benchtime 20x
 func BenchmarkClaimManyDueScopes(b *testing.B) {

@@ -286,8 +286,9 @@ const (
 	//	         OutboxClaimParams.Scopes), all worked out per group, not per
 	//	         row (as joins of the candidates, with a sort each, they made
 	//	         the claim 0.5 ms dearer);
-	//	caps     per tenant with at least LIMIT groups that have a due row
-	//	         (the loose scan read each group's first available_at),
+	//	caps     per tenant with at least LIMIT groups whose first row is
+	//	         due and unexpired (the loose scan read it: a candidate of
+	//	         cand's walk in the same snapshot),
 	//	         the LIMIT-th smallest of their sn + 1 (smax): a row whose
 	//	         sturn is past it has at least LIMIT rows of its tenant
 	//	         before it, and no tenant gives a claim more than LIMIT, so
@@ -295,9 +296,8 @@ const (
 	//	         with 200 due rows each made a claim of 32 read 3,200 rows
 	//	         (28.6 ms) where one of each (100 rows, 3.5 ms) gives the
 	//	         same claim; skipped while there are fewer groups than
-	//	         LIMIT (a one-time filter). An expired row not yet swept can
-	//	         make a group with a due row yield none, and the claim take
-	//	         fewer rows than it could;
+	//	         LIMIT (a one-time filter). The same rows are claimed as
+	//	         when every group read LIMIT rows;
 	//	cand     up to LIMIT due rows per group (its cap, if any), oldest first, walked on
 	//	         outbox_fair (its ORDER BY is the index's, so no plan prefers
 	//	         another index and filters a big group's rows out of a small
@@ -378,12 +378,12 @@ FROM claimed c
 CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
 LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true
 ORDER BY c.available_at, c.id`
-	qOutboxClaimLease = `WITH RECURSIVE groups (tenant, scope, first) AS (
-    (SELECT tenant, scope, available_at FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND NOT deferred AND notification_id <> ''
+	qOutboxClaimLease = `WITH RECURSIVE groups (tenant, scope, first, first_expires) AS (
+    (SELECT tenant, scope, available_at, expires_at FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND NOT deferred AND notification_id <> ''
      ORDER BY lane, tenant, scope, available_at LIMIT 1)
   UNION ALL
-    SELECT s.tenant, s.scope, s.available_at FROM groups g CROSS JOIN LATERAL (
-        SELECT o.tenant, o.scope, o.available_at FROM outbox o
+    SELECT s.tenant, s.scope, s.available_at, s.expires_at FROM groups g CROSS JOIN LATERAL (
+        SELECT o.tenant, o.scope, o.available_at, o.expires_at FROM outbox o
         WHERE o.lane = $2::text AND o.state = 'PENDING' AND NOT o.deferred AND (o.tenant, o.scope) > (g.tenant, g.scope) AND o.notification_id <> ''
         ORDER BY o.lane, o.tenant, o.scope, o.available_at LIMIT 1
     ) s
@@ -395,7 +395,8 @@ busy AS (
 ),
 shares AS (
     SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.scope AS last,
-           g.first <= (SELECT coalesce($1::timestamptz, clock_timestamp())) AS due
+           g.first <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
+             AND (g.first_expires IS NULL OR g.first_expires > (SELECT coalesce($1::timestamptz, clock_timestamp()))) AS due
     FROM groups g
     LEFT JOIN busy b ON b.tenant = g.tenant AND b.scope = g.scope
     LEFT JOIN (SELECT tenant, sum(n) AS n FROM busy GROUP BY tenant) tb ON tb.tenant = g.tenant

@@ -70,7 +70,8 @@ type planNode struct {
 	Type     string     `json:"Node Type"`
 	Index    string     `json:"Index Name"`
 	Cond     string     `json:"Index Cond"`
-	Rows     int64      `json:"Actual Rows"`
+	Rows     int64      `json:"Actual Rows"` // a loop's, on average
+	Loops    int64      `json:"Actual Loops"`
 	Filtered int64      `json:"Rows Removed by Filter"`
 	Hit      int64      `json:"Shared Hit Blocks"`
 	Read     int64      `json:"Shared Read Blocks"`

@@ -58,9 +58,9 @@ const (
 	// caps, capped and reads bound each (tenant, scope)'s walk as
 	// PostgreSQL's claim does (its caps step): with at least ?8 groups of
 	// a tenant due, a group need read only smax - sn rows. SQLite takes no
-	// LIMIT that names an outer column, so the groups whose cap is at most
-	// one read one row and the others ?8, and cand drops the rows past the
-	// cap: 100 idle clinics with 200 due rows each made a claim of 32 read
+	// LIMIT that names an outer column, so the groups whose cap is one
+	// read one row, those above it ?8 and those below none, and cand drops
+	// the rows past the cap: 100 idle clinics with 200 due rows each made a claim of 32 read
 	// 3,200 rows (25 ms), now 100 (11 ms).
 	//
 	// The loose scan probes every (tenant, scope) with rows in outbox_fair,
@@ -98,11 +98,12 @@ RETURNING id, token, notification_id, message_id, channel, attempts, fallback_st
 	qOutboxClaim = `UPDATE outbox
 SET state = ?1, claimed_by = ?2, claimed_until = ?3, token = token + 1, updated_at = ?4
 WHERE id IN (
-    WITH RECURSIVE groups (tenant, scope, first) AS (
-        SELECT tenant, scope, available_at FROM (SELECT tenant, scope, available_at FROM outbox WHERE lane = ?5 AND state = 'PENDING' AND deferred = 0
-                                                 ORDER BY lane, tenant, scope, available_at LIMIT 1)
+    WITH RECURSIVE groups (tenant, scope, first, first_expires) AS (
+        SELECT tenant, scope, available_at, expires_at FROM (
+            SELECT tenant, scope, available_at, expires_at FROM outbox WHERE lane = ?5 AND state = 'PENDING' AND deferred = 0
+            ORDER BY lane, tenant, scope, available_at LIMIT 1)
       UNION ALL
-        SELECT o.tenant, o.scope, o.available_at FROM groups g JOIN outbox o ON o.id = coalesce(
+        SELECT o.tenant, o.scope, o.available_at, o.expires_at FROM groups g JOIN outbox o ON o.id = coalesce(
             (SELECT y.id FROM outbox y WHERE y.lane = ?5 AND y.state = 'PENDING' AND y.deferred = 0 AND y.tenant = g.tenant AND y.scope > g.scope
              ORDER BY y.lane, y.tenant, y.scope, y.available_at LIMIT 1),
             (SELECT y.id FROM outbox y WHERE y.lane = ?5 AND y.state = 'PENDING' AND y.deferred = 0 AND y.tenant > g.tenant
@@ -115,7 +116,8 @@ WHERE id IN (
     ),
     memory AS MATERIALIZED (SELECT key, value FROM json_each(?11)),
     shares AS (
-        SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.value AS last, g.first <= ?6 AS due
+        SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.value AS last,
+               g.first <= ?6 AND (g.first_expires IS NULL OR g.first_expires > ?7) AS due
         FROM groups g
         LEFT JOIN busy b ON b.tenant = g.tenant AND b.scope = g.scope
         LEFT JOIN (SELECT tenant, sum(n) AS n FROM busy GROUP BY tenant) tb ON tb.tenant = g.tenant
@@ -136,7 +138,7 @@ WHERE id IN (
             WHERE y.lane = ?5 AND y.tenant = c.tenant AND y.scope = c.scope AND y.state = 'PENDING' AND y.deferred = 0 AND y.available_at <= ?6
               AND (y.expires_at IS NULL OR y.expires_at > ?7)
             ORDER BY y.available_at, y.id LIMIT 1)
-        WHERE c.cap <= 1
+        WHERE c.cap = 1
       UNION ALL
         SELECT x.id, c.tenant, c.scope, c.sn, c.tn, c.last, c.cap, x.available_at
         FROM capped c JOIN outbox x ON x.id IN (

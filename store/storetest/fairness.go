@@ -386,15 +386,19 @@ func testFairness(t *testing.T, h Harness) {
 		}
 	})
 
-	// Inside a tenant, its scopes take turns as tenants do: scope x's
-	// older backlog does not hold up scope y's row, and the claim returns
-	// each row's scope.
 	// With more scopes due than a claim takes rows, each claim reads only
-	// the rows that can still win a turn (the least busy scopes' first
-	// rows); which rows it takes is the same: the idle scopes first.
+	// the rows that can still win a turn (the first rows of the tenant's
+	// least busy due scopes); which rows it takes is the same: the idle
+	// scopes first, then the others in turn. Scopes whose rows are not due
+	// yet (x0 to x3, due in a minute) do not count as idle ones: counted,
+	// the third claim would read one row of s08 and s09 alone and take 2.
 	t.Run("WithMoreScopesDueThanAClaimTakesTheIdleOnesGoFirst", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
+		soon := b.clk.Now().Add(time.Minute)
+		for i := range 4 {
+			create(t, b, func(p *store.NotificationCreateParams) { p.Scope, p.SendAt = fmt.Sprintf("x%d", i), &soon })
+		}
 		for i := range 10 {
 			backlogOf(t, b, "t1", fmt.Sprintf("s%02d", i), 5)
 		}
@@ -406,27 +410,45 @@ func testFairness(t *testing.T, h Harness) {
 			}
 			return scopesOf(rows)
 		}
-		seen := map[string]int{}
-		for range 2 {
-			for sc, n := range claimFour() {
-				if n != 1 || seen[sc] > 0 {
-					t.Fatalf("a claim took %d rows of %s, which had %d in flight, while idle scopes waited", n, sc, seen[sc])
-				}
-				seen[sc] += n
-			}
-		}
-		third := claimFour()
-		for _, sc := range []string{"t1/s08", "t1/s09"} {
-			if seen[sc] == 0 && third[sc] != 1 {
-				t.Fatalf("the third claim took %v; the idle scopes %v come first", third, sc)
-			}
-		}
-		for sc, n := range third {
-			if seen[sc] > 0 && n > 1 || seen[sc] == 0 && n > 2 {
-				t.Fatalf("the third claim took %v after %v: more of one scope than its turn", third, seen)
+		for _, want := range []map[string]int{
+			{"t1/s00": 1, "t1/s01": 1, "t1/s02": 1, "t1/s03": 1},
+			{"t1/s04": 1, "t1/s05": 1, "t1/s06": 1, "t1/s07": 1},
+			// s08 and s09 have nothing in flight; then every scope's next
+			// row ties, in scope order.
+			{"t1/s08": 1, "t1/s09": 1, "t1/s00": 1, "t1/s01": 1},
+		} {
+			if got := claimFour(); !maps.Equal(got, want) {
+				t.Fatalf("claim of 4: %v, want %v", got, want)
 			}
 		}
 	})
+	// A scope whose first due row has expired (not yet swept) has no row
+	// to give: it does not count among the tenant's due scopes, so the
+	// tenant's other scope still gives all its turns. Tenant a: x's one row
+	// expired, y's two due; tenant b: one send in flight, one row due. A
+	// claim of 2 takes y's two (turns 1 and 2; b's row ties at 2, a first).
+	t.Run("AScopeWhoseFirstRowExpiredDoesNotCountAsDue", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		inScope(t, b, "b", "z")
+		if rows := claim(t, b, heraldtype.LaneTransactional, 1); len(rows) != 1 {
+			t.Fatalf("claimed %d of b's first row", len(rows))
+		}
+		expires := b.clk.Now().Add(time.Second)
+		create(t, b, func(p *store.NotificationCreateParams) { p.Tenant, p.Scope, p.ExpiresAt = "a", "x", &expires })
+		b.clk.Advance(time.Millisecond)
+		y1, y2 := inScope(t, b, "a", "y"), inScope(t, b, "a", "y")
+		inScope(t, b, "b", "z")
+		b.clk.Advance(2 * time.Second)
+		rows := claim(t, b, heraldtype.LaneTransactional, 2)
+		if len(rows) != 2 || rows[0].NotificationID != y1 || rows[1].NotificationID != y2 {
+			t.Fatalf("claim of 2: %v, want a's y1 and y2", scopesOf(rows))
+		}
+	})
+
+	// Inside a tenant, its scopes take turns as tenants do: scope x's
+	// older backlog does not hold up scope y's row, and the claim returns
+	// each row's scope.
 	t.Run("AScopesBacklogDoesNotHoldUpAnotherOfItsTenant", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
