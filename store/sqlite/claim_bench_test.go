@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/clock"
-	"github.com/heraldhq/herald/heraldtype"
-	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/internal/claimbench"
 )
 
 // BenchmarkClaimManyDueScopes is PostgreSQL's benchmark of that name on
@@ -45,19 +44,7 @@ FROM notifications`, c.scopes),
 					b.Fatal(err)
 				}
 			}
-			claim := func() {
-				rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 32, Lease: time.Hour})
-				if err != nil || len(rows) != 32 {
-					b.Fatalf("claim: %d rows (%v), want 32", len(rows), err)
-				}
-			}
-			for range 5 {
-				claim()
-			}
-			b.ResetTimer()
-			for range b.N {
-				claim()
-			}
+			claimbench.Claims(b, s)
 		})
 	}
 }
