@@ -221,11 +221,7 @@ func (s *Store) OutboxExpire(ctx context.Context, limit int) ([]store.Expired, e
 
 // OutboxBacklog counts due PENDING rows per lane.
 func (s *Store) OutboxBacklog(ctx context.Context) (map[heraldtype.Lane]int, error) {
-	lanes := make([]string, len(heraldtype.Lanes))
-	for i, l := range heraldtype.Lanes {
-		lanes[i] = string(l)
-	}
-	rows, err := s.pool.Query(ctx, qOutboxBacklog, s.now(), lanes)
+	rows, err := s.pool.Query(ctx, qOutboxBacklog, s.now(), laneNames)
 	if err != nil {
 		return nil, s.fail("count outbox backlog", err)
 	}
@@ -244,6 +240,15 @@ func (s *Store) OutboxBacklog(ctx context.Context) (map[heraldtype.Lane]int, err
 	}
 	return out, nil
 }
+
+// laneNames is every lane's name, qOutboxBacklog's $2.
+var laneNames = func() []string {
+	names := make([]string, len(heraldtype.Lanes))
+	for i, l := range heraldtype.Lanes {
+		names[i] = string(l)
+	}
+	return names
+}()
 
 // promote moves lane's deferred rows due within store.DeferHorizon into
 // the claim's index (qOutboxPromote) when this store's claims of the lane
