@@ -24,27 +24,56 @@ import (
 func BenchmarkClaimManyDueScopes(b *testing.B) {
 	for _, c := range []struct{ scopes, each int }{{1, 20000}, {100, 200}, {1000, 20}, {5000, 4}} {
 		b.Run(fmt.Sprintf("scopes=%d", c.scopes), func(b *testing.B) {
-			ctx := context.Background()
-			now := time.Date(2026, 6, 11, 3, 0, 0, 0, time.UTC)
-			s, err := Open(ctx, testpg.Schema(b), Options{Clock: clock.NewFake(now), Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			n := c.scopes * c.each
-			for _, q := range []string{
-				fmt.Sprintf(`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
-SELECT 'n' || g, 'clinics', 'r', 'e' || g, 'k', 'transactional', '{}', '2026-06-11 01:00:00+00' FROM generate_series(1, %d) g`, n),
-				fmt.Sprintf(`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, scope)
-SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', created_at, created_at, created_at, 'c' || (substr(id, 2)::int %% %d)
-FROM notifications`, c.scopes),
-				`ANALYZE outbox`, `ANALYZE notifications`,
-			} {
-				if _, err := s.pool.Exec(ctx, q); err != nil {
-					b.Fatal(err)
-				}
-			}
-			claimbench.Claims(b, s)
+			claimbench.Claims(b, clinicsStore(b, clinicsSpread(c.scopes*c.each, c.scopes)))
 		})
 	}
+}
+
+// The clinics fixtures: tenant "clinics" of the transactional lane, its
+// notifications n1, n2, … created at 01:00 on clinicsDay, one webhook row
+// each, written set-based, then ANALYZE.
+var clinicsDay = time.Date(2026, 6, 11, 3, 0, 0, 0, time.UTC)
+
+// clinicsNotifications writes n notifications.
+func clinicsNotifications(n int) string {
+	return fmt.Sprintf(`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
+SELECT 'n' || g, 'clinics', 'r', 'e' || g, 'k', 'transactional', '{}', '2026-06-11 01:00:00+00' FROM generate_series(1, %d) g`, n)
+}
+
+// clinicsSpread is n rows due now spread over scopes scopes (c0, c1, …).
+func clinicsSpread(n, scopes int) []string {
+	return []string{clinicsNotifications(n),
+		fmt.Sprintf(`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, scope)
+SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', created_at, created_at, created_at, 'c' || (substr(id, 2)::int %% %d)
+FROM notifications`, scopes),
+		`ANALYZE outbox`, `ANALYZE notifications`}
+}
+
+// clinicsBesideTomorrow is due rows due now in scope "due" and a row due
+// tomorrow in each of scopes other scopes, written as herald writes such
+// a row (deferred).
+func clinicsBesideTomorrow(due, scopes int) []string {
+	return []string{clinicsNotifications(due + scopes),
+		fmt.Sprintf(`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, scope, deferred)
+SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', v.at, created_at, created_at, v.scope, v.at > created_at + %s
+FROM notifications, LATERAL (SELECT CASE WHEN substr(id, 2)::int <= %d THEN created_at ELSE created_at + interval '1 day' END AS at,
+                                    CASE WHEN substr(id, 2)::int <= %d THEN 'due' ELSE 'c' || substr(id, 2) END AS scope) v`, qDeferHorizon, due, due),
+		`ANALYZE outbox`, `ANALYZE notifications`}
+}
+
+// clinicsStore opens a store on a fresh schema, its clock at clinicsDay,
+// and fills it.
+func clinicsStore(b *testing.B, fill []string) *Store {
+	ctx := context.Background()
+	s, err := Open(ctx, testpg.Schema(b), Options{Clock: clock.NewFake(clinicsDay), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	for _, q := range fill {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s
 }

@@ -26,11 +26,7 @@ DELETE FROM schema_migrations WHERE version IN (33, 34, 35);`
 func TestMigration33DefersNothingWrittenBefore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testpg.Schema(t)
-	if _, err := Migrate(ctx, url); err != nil {
-		t.Fatal(err)
-	}
-	testpg.Exec(t, url, undoMigration33)
+	url := schemaBefore(t, undoMigration33)
 	testpg.Exec(t, url, oldPendingRow("n1", "now() - interval '1 minute'"))
 	testpg.Exec(t, url, oldPendingRow("n2", "now() + interval '1 day'"))
 	if _, err := Migrate(ctx, url); err != nil {
@@ -53,6 +49,18 @@ func TestMigration33DefersNothingWrittenBefore(t *testing.T) {
 	if err != nil || len(rows) != 2 || rows[0].NotificationID != "n1" || rows[1].NotificationID != "n3" {
 		t.Fatalf("claim after migration 33: %d rows, %v; want n1 and n3, the due ones", len(rows), err)
 	}
+}
+
+// schemaBefore migrates a fresh schema and takes it back with undo, as
+// it was before the migrations undo names; it returns the schema's URL.
+func schemaBefore(t *testing.T, undo string) string {
+	t.Helper()
+	url := testpg.Schema(t)
+	if _, err := Migrate(context.Background(), url); err != nil {
+		t.Fatal(err)
+	}
+	testpg.Exec(t, url, undo)
+	return url
 }
 
 // oldPendingRow is what an older herald writes for a notification id of

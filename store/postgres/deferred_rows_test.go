@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/internal/claimbench"
 	"github.com/heraldhq/herald/store/storetest"
 )
 
@@ -29,49 +29,26 @@ import (
 func TestTomorrowsRowsOfManyScopesAreNotProbedByTheClaim(t *testing.T) {
 	t.Parallel()
 	const scopes = 2000
-	now := time.Date(2026, 6, 11, 3, 0, 0, 0, time.UTC)
-	_, conn := planConn(t,
-		`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
-SELECT 'n' || g, 'clinics', 'r', 'e' || g, 'k', 'transactional', '{}', '2026-06-11 01:00:00+00' FROM generate_series(1, 2100) g`,
-		// 100 due rows of the scope "due", and a row due tomorrow in each
-		// of 2,000 other scopes, written as herald writes such a row.
-		fmt.Sprintf(`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, scope, deferred)
-SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', v.at, created_at, created_at, v.scope, v.at > created_at + %s
-FROM notifications, LATERAL (SELECT CASE WHEN substr(id, 2)::int <= 100 THEN created_at ELSE created_at + interval '1 day' END AS at,
-                                    CASE WHEN substr(id, 2)::int <= 100 THEN 'due' ELSE 'c' || substr(id, 2) END AS scope) v`, qDeferHorizon),
-		`ANALYZE outbox`)
+	// 100 due rows of the scope "due", and a row due tomorrow in each of
+	// 2,000 other scopes, written as herald writes such a row.
+	_, conn := planConn(t, clinicsBesideTomorrow(100, scopes)...)
 	ctx := context.Background()
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE deferred`).Scan(&n); err != nil || n != scopes {
 		t.Fatalf("%d rows deferred (%v), want %d", n, err, scopes)
 	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	var raw []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+qOutboxClaim,
-		now, "transactional", 32, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil, nil).Scan(&raw); err != nil {
-		t.Fatalf("explain the claim: %v", err)
-	}
-	var out []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
-		t.Fatalf("read the plan: %v", err)
-	}
-	if out[0].Plan.Rows != 32 {
-		t.Fatalf("the claim took %d rows, want 32:\n%s", out[0].Plan.Rows, raw)
-	}
-	groups := out[0].Plan.find(func(n planNode) bool { return n.Type == "Recursive Union" })
+	plan, raw := analyzeClaim(t, conn, "transactional", 32, clinicsDay)
+	groups := plan.find(func(n planNode) bool { return n.Type == "Recursive Union" })
 	if len(groups) != 1 || groups[0].Rows != 1 {
 		t.Fatalf("the claim's loose scan found %v pairs, want the one with due rows:\n%s", groups, raw)
 	}
 	// Nor does the backlog's count read them: its deferred part is a range
 	// of outbox_deferred up to now, lane by lane.
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+qOutboxBacklog, now, []string{"transactional", "marketing"}).Scan(&raw); err != nil {
+	if err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+qOutboxBacklog, clinicsDay, []string{"transactional", "marketing"}).Scan(&raw); err != nil {
 		t.Fatalf("explain the backlog: %v", err)
+	}
+	var out []struct {
+		Plan planNode `json:"Plan"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
 		t.Fatalf("read the plan: %v", err)
@@ -412,40 +389,7 @@ func TestDeferHorizonIsTheStores(t *testing.T) {
 func BenchmarkClaimBesideTomorrowsScopes(b *testing.B) {
 	for _, scopes := range []int{0, 5000} {
 		b.Run(fmt.Sprintf("scopes=%d", scopes), func(b *testing.B) {
-			ctx := context.Background()
-			now := time.Date(2026, 6, 11, 3, 0, 0, 0, time.UTC)
-			s, err := Open(ctx, testpg.Schema(b), Options{Clock: clock.NewFake(now), Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			due := 32 * (b.N + 10)
-			for _, q := range []string{
-				fmt.Sprintf(`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
-SELECT 'n' || g, 'clinics', 'r', 'e' || g, 'k', 'transactional', '{}', '2026-06-11 01:00:00+00' FROM generate_series(1, %d) g`, due+scopes),
-				fmt.Sprintf(`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, scope, deferred)
-SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', v.at, created_at, created_at, v.scope, v.at > created_at + %s
-FROM notifications, LATERAL (SELECT CASE WHEN substr(id, 2)::int <= %d THEN created_at ELSE created_at + interval '1 day' END AS at,
-                                    CASE WHEN substr(id, 2)::int <= %d THEN 'due' ELSE 'c' || substr(id, 2) END AS scope) v`, qDeferHorizon, due, due),
-				`ANALYZE outbox`, `ANALYZE notifications`,
-			} {
-				if _, err := s.pool.Exec(ctx, q); err != nil {
-					b.Fatal(err)
-				}
-			}
-			claim := func() {
-				rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 32, Lease: time.Hour})
-				if err != nil || len(rows) != 32 {
-					b.Fatalf("claim: %d rows (%v), want 32", len(rows), err)
-				}
-			}
-			for range 10 { // the claim's connection, prepared statement and plan
-				claim()
-			}
-			b.ResetTimer()
-			for range b.N {
-				claim()
-			}
+			claimbench.Claims(b, clinicsStore(b, clinicsBesideTomorrow(32*(b.N+5), scopes)))
 		})
 	}
 }

@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -72,35 +70,9 @@ SELECT id, id || '.webhook', tenant, 'marketing', 'webhook', 'PENDING', created_
 // 2.9–4.3 ms after).
 func TestTheClaimReadsOnlyTheRowsThatCanWinWhenScopesOutnumberIt(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 6, 11, 3, 0, 0, 0, time.UTC)
-	_, conn := planConn(t,
-		`INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
-SELECT 'n' || g, 'clinics', 'r', 'e' || g, 'k', 'transactional', '{}', '2026-06-11 01:00:00+00' FROM generate_series(1, 20000) g`,
-		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, scope)
-SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', created_at, created_at, created_at, 'c' || (substr(id, 2)::int % 100)
-FROM notifications`,
-		`ANALYZE outbox`)
-	ctx := context.Background()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	var raw []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+qOutboxClaim,
-		now, "transactional", 32, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil, nil).Scan(&raw); err != nil {
-		t.Fatalf("explain the claim: %v", err)
-	}
-	var out []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
-		t.Fatalf("read the plan: %v", err)
-	}
-	if out[0].Plan.Rows != 32 {
-		t.Fatalf("the claim took %d rows, want 32:\n%s", out[0].Plan.Rows, raw)
-	}
-	walks := out[0].Plan.find(func(n planNode) bool {
+	_, conn := planConn(t, clinicsSpread(20000, 100)...)
+	plan, raw := analyzeClaim(t, conn, "transactional", 32, clinicsDay)
+	walks := plan.find(func(n planNode) bool {
 		return n.Index == "outbox_fair" && strings.Contains(n.Cond, "available_at <=")
 	})
 	if len(walks) != 1 || walks[0].Loops != 100 || walks[0].Rows > 1 {

@@ -28,31 +28,11 @@ type claimCost struct {
 // marketingClaimCost runs the db transport's claim on conn at now.
 func marketingClaimCost(t *testing.T, conn *pgxpool.Conn, now time.Time) claimCost {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	var raw []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+qOutboxClaim,
-		now, "marketing", 16, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil, nil).Scan(&raw); err != nil {
-		t.Fatalf("explain the claim: %v", err)
-	}
-	var out []struct {
-		Plan          planNode `json:"Plan"`
-		ExecutionTime float64  `json:"Execution Time"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
-		t.Fatalf("read the plan: %v", err)
-	}
-	c := claimCost{plan: string(raw), pages: out[0].Plan.pages(), took: time.Duration(out[0].ExecutionTime * float64(time.Millisecond))}
-	if out[0].Plan.Rows != 16 {
-		t.Fatalf("the claim took %d rows, want 16:\n%s", out[0].Plan.Rows, raw)
-	}
+	plan, raw, took := analyzeClaimTimed(t, conn, "marketing", 16, now)
+	c := claimCost{plan: string(raw), pages: plan.pages(), took: took}
 	// The walk of the lane's one tenant's due rows (the loose scan over
 	// tenants probes outbox_fair too, by tenant alone).
-	walks := out[0].Plan.find(func(n planNode) bool {
+	walks := plan.find(func(n planNode) bool {
 		return n.Index == "outbox_fair" && strings.Contains(n.Cond, "available_at <=")
 	})
 	if len(walks) != 1 {
@@ -63,6 +43,43 @@ func marketingClaimCost(t *testing.T, conn *pgxpool.Conn, now time.Time) claimCo
 		t.Fatalf("the walk of outbox_fair returned %d rows, want the 16 claimed:\n%s", walks[0].Rows, raw)
 	}
 	return c
+}
+
+// analyzeClaim runs the db transport's claim of limit rows of lane at now
+// on conn for real (EXPLAIN ANALYZE, with buffers), in a transaction
+// rolled back after, and returns its plan and the plan's JSON; it fails
+// the test unless the claim took limit rows.
+func analyzeClaim(t *testing.T, conn *pgxpool.Conn, lane string, limit int, now time.Time) (planNode, []byte) {
+	t.Helper()
+	plan, raw, _ := analyzeClaimTimed(t, conn, lane, limit, now)
+	return plan, raw
+}
+
+// analyzeClaimTimed is analyzeClaim with the statement's execution time.
+func analyzeClaimTimed(t *testing.T, conn *pgxpool.Conn, lane string, limit int, now time.Time) (planNode, []byte, time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var raw []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+qOutboxClaim,
+		now, lane, limit, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil, nil).Scan(&raw); err != nil {
+		t.Fatalf("explain the claim: %v", err)
+	}
+	var out []struct {
+		Plan          planNode `json:"Plan"`
+		ExecutionTime float64  `json:"Execution Time"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
+		t.Fatalf("read the plan: %v", err)
+	}
+	if out[0].Plan.Rows != int64(limit) {
+		t.Fatalf("the claim took %d rows, want %d:\n%s", out[0].Plan.Rows, limit, raw)
+	}
+	return out[0].Plan, raw, time.Duration(out[0].ExecutionTime * float64(time.Millisecond))
 }
 
 // planNode is a node of an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) plan.

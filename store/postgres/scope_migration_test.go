@@ -28,11 +28,7 @@ DELETE FROM schema_migrations WHERE version IN (30, 31, 32);`
 func TestMigration30ScopesWhatWasThereNone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testpg.Schema(t)
-	if _, err := Migrate(ctx, url); err != nil {
-		t.Fatal(err)
-	}
-	testpg.Exec(t, url, undoMigration30)
+	url := schemaBefore(t, undoMigration30)
 	testpg.Exec(t, url, oldPendingRow("n1", "now() - interval '1 minute'"))
 	if _, err := Migrate(ctx, url); err != nil {
 		t.Fatalf("migrations 30 to 32: %v", err)

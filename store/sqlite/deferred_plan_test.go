@@ -177,26 +177,7 @@ func TestThePromotionAndTheBacklogSearchTheDeferredRowsUpToTheirBound(t *testing
 func TestTheClaimReadsOnlyTheRowsThatCanWinWhenScopesOutnumberIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	t0 := time.Date(2026, 6, 11, 3, 0, 0, 0, time.UTC)
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "herald.db"), Options{Clock: clock.NewFake(t0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	ms := t0.Add(-time.Hour).UnixMilli()
-	for _, q := range []string{
-		fmt.Sprintf(`WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM g WHERE x < 20000)
-INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
-SELECT 'n' || x, 'clinics', 'r', 'e' || x, 'k', 'transactional', '{}', %d FROM g`, ms),
-		`INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, created_at, updated_at, scope)
-SELECT id, id || '.webhook', tenant, 'transactional', 'webhook', 'PENDING', created_at, created_at, created_at, 'c' || (CAST(substr(id, 2) AS INTEGER) % 100)
-FROM notifications`,
-		`ANALYZE`,
-	} {
-		if _, err := s.wdb.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s, t0 := spreadLane(t, 20000, 100)
 	start, end := strings.Index(qOutboxClaim, "WITH RECURSIVE groups"), strings.Index(qOutboxClaim, "cand AS (")
 	if start < 0 || end < start {
 		t.Fatal("no steps up to the reads (cand) found in qOutboxClaim")

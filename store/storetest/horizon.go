@@ -110,14 +110,7 @@ func testDeferredRows(t *testing.T, h Harness) {
 		if ok, err := b.s.OutboxRetry(b.ctx, store.OutboxRetryParams{Fence: row.Fence, Delay: ahead, Reason: heraldtype.ReasonQuietHours}); err != nil || !ok {
 			t.Fatalf("OutboxRetry: %v %v", ok, err)
 		}
-		b.clk.Advance(ahead - time.Second)
-		if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 0 {
-			t.Fatalf("claimed %d before the retry's time", len(rows))
-		}
-		b.clk.Advance(time.Second)
-		if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 1 || rows[0].NotificationID != p.ID {
-			t.Fatalf("claimed %d at the retry's time, want it", len(rows))
-		}
+		claimedWhenDue(t, b, p.ID, ahead)
 	})
 	// A provider's retry an hour on, settled with the send's result (the
 	// db transport's usual path), likewise.
@@ -126,22 +119,15 @@ func testDeferredRows(t *testing.T, h Harness) {
 		b := setup(t, h)
 		p, _ := create(t, b, nil)
 		row := claim(t, b, heraldtype.LaneTransactional, 1)[0]
-		if res, err := b.s.DeliveryClaim(b.ctx, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: row.NotificationID,
-			Tenant: "t1", Channel: row.Channel, Provider: "p", Owner: "w1"}); err != nil || !res.Claimed {
-			t.Fatalf("delivery claim %+v (%v)", res, err)
+		if res := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: row.NotificationID,
+			Tenant: "t1", Channel: row.Channel, Provider: "p", Owner: "w1"}); !res.Claimed {
+			t.Fatalf("delivery claim %+v", res)
 		}
 		if res, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: row.MessageID, Attempt: 1, State: heraldtype.DeliveryRetryWait,
 			Reason: "HTTP_503", RetryDelay: ahead, Owner: "w1", Class: "x", StartedAt: b.clk.Now(), Outbox: &row.Fence}); err != nil || !res.OutboxSettled {
 			t.Fatalf("retry %+v (%v)", res, err)
 		}
-		b.clk.Advance(ahead - time.Second)
-		if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 0 {
-			t.Fatalf("claimed %d before the retry's time", len(rows))
-		}
-		b.clk.Advance(time.Second)
-		if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 1 || rows[0].NotificationID != p.ID {
-			t.Fatalf("claimed %d at the retry's time, want it", len(rows))
-		}
+		claimedWhenDue(t, b, p.ID, ahead)
 	})
 	// The backlog counts a due row whether or not a claim has promoted it
 	// yet: it is what waits for a sender.
@@ -157,4 +143,19 @@ func testDeferredRows(t *testing.T, h Harness) {
 			t.Fatalf("backlog %v (%v), want 2 transactional rows", got, err)
 		}
 	})
+}
+
+// claimedWhenDue advances the clock to a second before notification id's
+// row is due, in, and fails if a claim takes anything; then to its time,
+// and fails unless a claim takes that row alone.
+func claimedWhenDue(t *testing.T, b bundle, id string, in time.Duration) {
+	t.Helper()
+	b.clk.Advance(in - time.Second)
+	if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 0 {
+		t.Fatalf("claimed %d before the row's time", len(rows))
+	}
+	b.clk.Advance(time.Second)
+	if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 1 || rows[0].NotificationID != id {
+		t.Fatalf("claimed %d at the row's time, want it", len(rows))
+	}
 }
