@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/internal/claimbench"
 )
 
@@ -76,4 +78,44 @@ func clinicsStore(b *testing.B, fill []string) *Store {
 		}
 	}
 	return s
+}
+
+// BenchmarkClaimThroughADrain: one op is a claim of 32 in a lane where one
+// tenant's 200,000 due rows are spread over 1 or 2 scopes, after settled
+// rows were claimed and completed DONE before the timer started (as a
+// campaign's drain has done by then), with no vacuum in between: each
+// claimed row leaves a dead entry at the front of its scope's range of
+// outbox_fair and each settled one a dead entry in outbox_leased. Each
+// op's rows are completed too, outside the timer.
+//
+//	go test ./store/postgres -run '^$' -bench ClaimThroughADrain -benchtime 200x
+func BenchmarkClaimThroughADrain(b *testing.B) {
+	for _, scopes := range []int{1, 2} {
+		for _, settled := range []int{0, 50_000, 150_000} {
+			b.Run(fmt.Sprintf("scopes=%d/settled=%d", scopes, settled), func(b *testing.B) {
+				ctx := context.Background()
+				s := clinicsStore(b, clinicsSpread(200_000, scopes))
+				claimAndSettle := func() {
+					rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 32, Lease: time.Hour})
+					if err != nil || len(rows) != 32 {
+						b.Fatalf("claim: %d rows (%v), want 32", len(rows), err)
+					}
+					b.StopTimer()
+					for _, r := range rows {
+						if ok, err := s.OutboxComplete(ctx, r.Fence, heraldtype.OutboxDone, ""); !ok || err != nil {
+							b.Fatalf("complete: %v %v", ok, err)
+						}
+					}
+				}
+				for range settled / 32 {
+					claimAndSettle()
+				}
+				b.ResetTimer()
+				for range b.N {
+					b.StartTimer()
+					claimAndSettle()
+				}
+			})
+		}
+	}
 }
