@@ -378,14 +378,14 @@ FROM claimed c
 CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
 LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true
 ORDER BY c.available_at, c.id`
-	qOutboxClaimLease = `WITH RECURSIVE groups (tenant, scope, first, first_expires) AS (
-    (SELECT tenant, scope, available_at, expires_at FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND NOT deferred AND notification_id <> ''
-     ORDER BY lane, tenant, scope, available_at LIMIT 1)
+	qOutboxClaimLease = `WITH RECURSIVE groups (tenant, scope, first, first_id, first_expires) AS (
+    (SELECT tenant, scope, available_at, id, expires_at FROM outbox WHERE lane = $2::text AND state = 'PENDING' AND NOT deferred AND notification_id <> ''
+     ORDER BY lane, tenant, scope, available_at, id LIMIT 1)
   UNION ALL
-    SELECT s.tenant, s.scope, s.available_at, s.expires_at FROM groups g CROSS JOIN LATERAL (
-        SELECT o.tenant, o.scope, o.available_at, o.expires_at FROM outbox o
+    SELECT s.tenant, s.scope, s.available_at, s.id, s.expires_at FROM groups g CROSS JOIN LATERAL (
+        SELECT o.tenant, o.scope, o.available_at, o.id, o.expires_at FROM outbox o
         WHERE o.lane = $2::text AND o.state = 'PENDING' AND NOT o.deferred AND (o.tenant, o.scope) > (g.tenant, g.scope) AND o.notification_id <> ''
-        ORDER BY o.lane, o.tenant, o.scope, o.available_at LIMIT 1
+        ORDER BY o.lane, o.tenant, o.scope, o.available_at, o.id LIMIT 1
     ) s
 ),
 busy AS (
@@ -394,7 +394,7 @@ busy AS (
     GROUP BY tenant, scope
 ),
 shares AS (
-    SELECT g.tenant, g.scope, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.scope AS last,
+    SELECT g.tenant, g.scope, g.first, g.first_id, coalesce(b.n, 0) AS sn, coalesce(tb.n, 0) AS tn, m.scope AS last,
            g.first <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
              AND (g.first_expires IS NULL OR g.first_expires > (SELECT coalesce($1::timestamptz, clock_timestamp()))) AS due
     FROM groups g
@@ -417,6 +417,7 @@ cand AS (
     CROSS JOIN LATERAL (
         SELECT o.notification_id, o.channel, o.available_at, o.id FROM outbox o
         WHERE o.lane = $2::text AND o.tenant = g.tenant AND o.scope = g.scope AND o.state = 'PENDING' AND NOT o.deferred
+          AND (o.available_at, o.id) >= (g.first, g.first_id)
           AND o.available_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
           AND (o.expires_at IS NULL OR o.expires_at > (SELECT coalesce($1::timestamptz, clock_timestamp())))
         ORDER BY o.lane, o.tenant, o.scope, o.available_at, o.id
