@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,62 @@ func TestTheClaimStepsOverADrainsClaimedRowsOnce(t *testing.T) {
 	})
 	if len(walks) != 1 || walks[0].Loops != 1 || walks[0].pages() > 10 {
 		t.Fatalf("the walk of the scope's due rows read %v, want at most 10 pages:\n%s", walks, raw)
+	}
+}
+
+// The count of the lane's rows in flight (busy, read when two groups or
+// more wait) is read through outbox_leased with a plain index scan, in the
+// generic plan a claim connection makes on an empty database and keeps: a
+// bitmap scan, which that plan chose, never marks the dead entries of the
+// rows settled since the last vacuum, so every claim fetched each one's
+// heap page again. Here a drain of two scopes settles 20,000 rows; the
+// next claims read outbox_leased's own pages only.
+func TestTheClaimsCountOfRowsInFlightStepsOverSettledRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := planConn(t)
+	conn, err := s.claims.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	args := []any{clinicsDay, "transactional", 32, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil, nil}
+	prepare(t, conn, "busy_claim", qOutboxClaim)
+	// Its generic plan is made now, on the empty tables; the rows are
+	// written without the fixture's ANALYZE, which would plan it again.
+	explainPrepared(t, conn, "EXPLAIN", "busy_claim", args)
+	for _, q := range clinicsSpread(30000, 2)[:2] {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 20000 / 500 {
+		rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 500, Lease: time.Hour})
+		if err != nil || len(rows) != 500 {
+			t.Fatalf("claim: %d rows (%v), want 500", len(rows), err)
+		}
+		for _, r := range rows {
+			if ok, err := s.OutboxComplete(ctx, r.Fence, heraldtype.OutboxDone, ""); !ok || err != nil {
+				t.Fatalf("complete: %v %v", ok, err)
+			}
+		}
+	}
+	for i := range 2 {
+		raw := explainPrepared(t, conn, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)", "busy_claim", args)
+		var out []struct {
+			Plan planNode `json:"Plan"`
+		}
+		if err := json.Unmarshal([]byte(raw), &out); err != nil || len(out) != 1 {
+			t.Fatalf("read the plan: %v", err)
+		}
+		busy := out[0].Plan.find(func(n planNode) bool { return n.Index == "outbox_leased" })
+		if len(busy) != 1 || busy[0].Type != "Index Scan" {
+			t.Fatalf("the claim counts its rows in flight with %v, want one index scan of outbox_leased:\n%s", busy, raw)
+		}
+		// The first claim after the drain marks the dead entries it meets
+		// (fetching their heap pages once); the next reads only the index.
+		if i == 1 && busy[0].pages() > 150 {
+			t.Fatalf("the count of rows in flight read %d pages, want at most 150:\n%s", busy[0].pages(), raw)
+		}
 	}
 }

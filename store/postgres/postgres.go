@@ -307,11 +307,19 @@ const backendFlushAfter = "256kB"
 //     takes those whatever the statistics, and a step without one would
 //     still scan rather than fail. growth_plan_test.go plans the claims
 //     on empty tables under these settings.
+//   - enable_bitmapscan off: a step read through a bitmap never marks the
+//     dead index entries it meets, so it fetches their heap pages again at
+//     every call. Planned on empty tables, the count of a lane's rows in
+//     flight (busy) read outbox_leased through a bitmap, and in a lane with
+//     two groups or more, every claim then read the heap page of every row
+//     settled since the last vacuum (20,000 settled rows: 400 pages a
+//     claim, growing through a drain). A plain index scan marks them, and
+//     the next claims step over them on the index's own pages.
 //
 // Nothing else runs on these connections.
 const claimConns = 4
 
-var claimSettings = map[string]string{"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
+var claimSettings = map[string]string{"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off", "enable_bitmapscan": "off"}
 
 // claimPoolConfig derives the claim pool's configuration from the main
 // pool's: the same server and parameters, claimSettings on top.
