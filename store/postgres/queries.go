@@ -273,10 +273,16 @@ const (
 	//	         vacuum, at the front of its group's range, and only a plain
 	//	         scan marks the dead entries it steps over so the next claim
 	//	         skips them; index-only, every claim fetched each one's heap
-	//	         page again, and a backlog's drain fell to 40%;
+	//	         page again, and a backlog's drain fell to 40%. Marked
+	//	         entries are still read, on the index's pages: a drain's
+	//	         claims grow dearer with the rows claimed since the last
+	//	         vacuum (54 pages a probe at a drain's start, 765 after
+	//	         100,000 rows; docs/postgresql.md, "Drains and vacuum");
 	//	busy     each group's rows in flight in the lane (CLAIMED or
 	//	         PUBLISHING: at most every claimer's concurrency, read
-	//	         through outbox_leased), counted only when two groups or
+	//	         through outbox_leased with a plain index scan, which the
+	//	         claim pool's settings make sure of, for the same reason:
+	//	         claimPoolConfig), counted only when two groups or
 	//	         more have rows waiting (a one-time filter): with one, there
 	//	         is nothing to share, and the count was a fifth of a claim;
 	//	shares   per group not skipped ($7, $11): its rows in flight, its
@@ -304,7 +310,12 @@ const (
 	//	         one's walk) from the group's oldest row to the first not yet
 	//	         due (now is written out, so it bounds the index scan: a
 	//	         group's rows not yet due are never read), each numbered by
-	//	         its group's rows in flight plus its place (sturn);
+	//	         its group's rows in flight plus its place (sturn). The walk
+	//	         starts at the row the group's probe found ((available_at,
+	//	         id) >= its first, an index condition; the same snapshot, so
+	//	         the same rows): the dead entries a drain's claimed rows
+	//	         leave at the front of the group's range until vacuum are
+	//	         stepped over once a claim, by the probe, not twice;
 	//	turns    each tenant's candidates numbered in turn by sturn, equal
 	//	         ones going round the tenant's scopes from the first after
 	//	         the one served last, plus the tenant's rows in flight: a
