@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -127,11 +128,13 @@ func TestTheClaimStepsOverADrainsClaimedRowsOnce(t *testing.T) {
 // bitmap scan, which that plan chose, never marks the dead entries of the
 // rows settled since the last vacuum, so every claim fetched each one's
 // heap page again. Here a drain of two scopes settles 20,000 rows; the
-// next claims read outbox_leased's own pages only.
+// next claims read outbox_leased's own pages only. In a database of its
+// own: a transaction open elsewhere in the database (another test's long
+// fill) would keep the dead entries from being marked.
 func TestTheClaimsCountOfRowsInFlightStepsOverSettledRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := planConn(t)
+	s := setup(t, testpg.Database(t), Options{})
 	conn, err := s.claims.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)

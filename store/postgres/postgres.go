@@ -316,7 +316,9 @@ const backendFlushAfter = "256kB"
 //     claim, growing through a drain). A plain index scan marks them, and
 //     the next claims step over them on the index's own pages.
 //
-// Nothing else runs on these connections.
+// Nothing else runs on these connections but the promotion of a lane's
+// deferred rows (store/promote.go), which the claim runs first: an ordered
+// walk of outbox_deferred, a plain index scan under these settings too.
 const claimConns = 4
 
 var claimSettings = map[string]string{"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off", "enable_bitmapscan": "off"}

@@ -312,8 +312,9 @@ const (
 	//	         group's rows not yet due are never read), each numbered by
 	//	         its group's rows in flight plus its place (sturn). The walk
 	//	         starts at the row the group's probe found ((available_at,
-	//	         id) >= its first, an index condition; the same snapshot, so
-	//	         the same rows): the dead entries a drain's claimed rows
+	//	         id) >= its first, an index condition; the same snapshot and
+	//	         the probe's own conditions, so the same rows): the dead
+	//	         entries a drain's claimed rows
 	//	         leave at the front of the group's range until vacuum are
 	//	         stepped over once a claim, by the probe, not twice;
 	//	turns    each tenant's candidates numbered in turn by sturn, equal
@@ -428,7 +429,7 @@ cand AS (
     CROSS JOIN LATERAL (
         SELECT o.notification_id, o.channel, o.available_at, o.id FROM outbox o
         WHERE o.lane = $2::text AND o.tenant = g.tenant AND o.scope = g.scope AND o.state = 'PENDING' AND NOT o.deferred
-          AND (o.available_at, o.id) >= (g.first, g.first_id)
+          AND (o.available_at, o.id) >= (g.first, g.first_id) AND o.notification_id <> ''
           AND o.available_at <= (SELECT coalesce($1::timestamptz, clock_timestamp()))
           AND (o.expires_at IS NULL OR o.expires_at > (SELECT coalesce($1::timestamptz, clock_timestamp())))
         ORDER BY o.lane, o.tenant, o.scope, o.available_at, o.id
