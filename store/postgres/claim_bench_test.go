@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/clock"
-	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testpg"
-	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/internal/claimbench"
 )
 
@@ -93,27 +91,14 @@ func BenchmarkClaimThroughADrain(b *testing.B) {
 	for _, scopes := range []int{1, 2} {
 		for _, settled := range []int{0, 50_000, 150_000} {
 			b.Run(fmt.Sprintf("scopes=%d/settled=%d", scopes, settled), func(b *testing.B) {
-				ctx := context.Background()
 				s := clinicsStore(b, clinicsSpread(200_000, scopes))
-				claimAndSettle := func() {
-					rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 32, Lease: time.Hour})
-					if err != nil || len(rows) != 32 {
-						b.Fatalf("claim: %d rows (%v), want 32", len(rows), err)
-					}
-					b.StopTimer()
-					for _, r := range rows {
-						if ok, err := s.OutboxComplete(ctx, r.Fence, heraldtype.OutboxDone, ""); !ok || err != nil {
-							b.Fatalf("complete: %v %v", ok, err)
-						}
-					}
-				}
-				for range settled / 32 {
-					claimAndSettle()
-				}
+				claimbench.Drain(b, s, settled, 32)
 				b.ResetTimer()
 				for range b.N {
+					rows := claimbench.Claim(b, s, 32)
+					b.StopTimer()
+					claimbench.Complete(b, s, rows)
 					b.StartTimer()
-					claimAndSettle()
 				}
 			})
 		}

@@ -2,14 +2,12 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testpg"
-	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/internal/claimbench"
 )
 
 // A small tenant's turn does not walk a big tenant's backlog: each
@@ -100,19 +98,8 @@ func TestTheClaimReadsOnlyTheRowsThatCanWinWhenScopesOutnumberIt(t *testing.T) {
 // many again.
 func TestTheClaimStepsOverADrainsClaimedRowsOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s, conn := planConn(t, clinicsSpread(30000, 1)...)
-	for range 20000 / 500 {
-		rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 500, Lease: time.Hour})
-		if err != nil || len(rows) != 500 {
-			t.Fatalf("claim: %d rows (%v), want 500", len(rows), err)
-		}
-		for _, r := range rows {
-			if ok, err := s.OutboxComplete(ctx, r.Fence, heraldtype.OutboxDone, ""); !ok || err != nil {
-				t.Fatalf("complete: %v %v", ok, err)
-			}
-		}
-	}
+	claimbench.Drain(t, s, 20000, 500)
 	plan, raw := analyzeClaim(t, conn, "transactional", 32, clinicsDay)
 	walks := plan.find(func(n planNode) bool {
 		return n.Index == "outbox_fair" && strings.Contains(n.Cond, "available_at <=")
@@ -150,26 +137,11 @@ func TestTheClaimsCountOfRowsInFlightStepsOverSettledRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 20000 / 500 {
-		rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 500, Lease: time.Hour})
-		if err != nil || len(rows) != 500 {
-			t.Fatalf("claim: %d rows (%v), want 500", len(rows), err)
-		}
-		for _, r := range rows {
-			if ok, err := s.OutboxComplete(ctx, r.Fence, heraldtype.OutboxDone, ""); !ok || err != nil {
-				t.Fatalf("complete: %v %v", ok, err)
-			}
-		}
-	}
+	claimbench.Drain(t, s, 20000, 500)
 	for i := range 2 {
 		raw := explainPrepared(t, conn, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)", "busy_claim", args)
-		var out []struct {
-			Plan planNode `json:"Plan"`
-		}
-		if err := json.Unmarshal([]byte(raw), &out); err != nil || len(out) != 1 {
-			t.Fatalf("read the plan: %v", err)
-		}
-		busy := out[0].Plan.find(func(n planNode) bool { return n.Index == "outbox_leased" })
+		plan, _ := readPlan(t, []byte(raw))
+		busy := plan.find(func(n planNode) bool { return n.Index == "outbox_leased" })
 		if len(busy) != 1 || busy[0].Type != "Index Scan" {
 			t.Fatalf("the claim counts its rows in flight with %v, want one index scan of outbox_leased:\n%s", busy, raw)
 		}

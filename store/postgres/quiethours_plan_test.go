@@ -69,6 +69,17 @@ func analyzeClaimTimed(t *testing.T, conn *pgxpool.Conn, lane string, limit int,
 		now, lane, limit, "w", time.Minute, "CLAIMED", nil, "", []string{}, []string{}, nil, nil).Scan(&raw); err != nil {
 		t.Fatalf("explain the claim: %v", err)
 	}
+	plan, took := readPlan(t, raw)
+	if plan.Rows != int64(limit) {
+		t.Fatalf("the claim took %d rows, want %d:\n%s", plan.Rows, limit, raw)
+	}
+	return plan, raw, took
+}
+
+// readPlan decodes an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of one
+// statement: its plan and its execution time.
+func readPlan(t *testing.T, raw []byte) (planNode, time.Duration) {
+	t.Helper()
 	var out []struct {
 		Plan          planNode `json:"Plan"`
 		ExecutionTime float64  `json:"Execution Time"`
@@ -76,10 +87,7 @@ func analyzeClaimTimed(t *testing.T, conn *pgxpool.Conn, lane string, limit int,
 	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
 		t.Fatalf("read the plan: %v", err)
 	}
-	if out[0].Plan.Rows != int64(limit) {
-		t.Fatalf("the claim took %d rows, want %d:\n%s", out[0].Plan.Rows, limit, raw)
-	}
-	return out[0].Plan, raw, time.Duration(out[0].ExecutionTime * float64(time.Millisecond))
+	return out[0].Plan, time.Duration(out[0].ExecutionTime * float64(time.Millisecond))
 }
 
 // planNode is a node of an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) plan.

@@ -1,6 +1,7 @@
 // Package claimbench holds the claim benchmark both drivers run on a store
 // they filled themselves (store/sqlite, store/postgres): the same claims,
-// timed the same way, so that their figures compare.
+// timed the same way, so that their figures compare; and the claims and
+// completions their benchmarks and plan tests drain a lane with.
 package claimbench
 
 import (
@@ -16,18 +17,41 @@ import (
 // (their leases last the benchmark, so later claims see the rows in
 // flight), after five claims that warm the store's connections and plans.
 func Claims(b *testing.B, s store.Store) {
-	ctx := context.Background()
-	claim := func() {
-		rows, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: 32, Lease: time.Hour})
-		if err != nil || len(rows) != 32 {
-			b.Fatalf("claim: %d rows (%v), want 32", len(rows), err)
-		}
-	}
 	for range 5 {
-		claim()
+		Claim(b, s, 32)
 	}
 	b.ResetTimer()
 	for range b.N {
-		claim()
+		Claim(b, s, 32)
+	}
+}
+
+// Claim claims limit transactional rows on s, leased for an hour, and
+// fails tb unless it took that many.
+func Claim(tb testing.TB, s store.Store, limit int) []store.Claimed {
+	tb.Helper()
+	rows, err := s.OutboxClaim(context.Background(), store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w", Limit: limit, Lease: time.Hour})
+	if err != nil || len(rows) != limit {
+		tb.Fatalf("claim: %d rows (%v), want %d", len(rows), err, limit)
+	}
+	return rows
+}
+
+// Drain claims n transactional rows on s, limit at a time, and completes
+// each DONE, as a drain's sends leave them.
+func Drain(tb testing.TB, s store.Store, n, limit int) {
+	tb.Helper()
+	for range n / limit {
+		Complete(tb, s, Claim(tb, s, limit))
+	}
+}
+
+// Complete completes rows DONE, fenced, and fails tb if one was not.
+func Complete(tb testing.TB, s store.Store, rows []store.Claimed) {
+	tb.Helper()
+	for _, r := range rows {
+		if ok, err := s.OutboxComplete(context.Background(), r.Fence, heraldtype.OutboxDone, ""); !ok || err != nil {
+			tb.Fatalf("complete: %v %v", ok, err)
+		}
 	}
 }
