@@ -2,6 +2,7 @@ package testpg
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -102,5 +103,21 @@ func TestDatabaseIsFreshAndDropped(t *testing.T) {
 	})
 	if n := count(t, `SELECT count(*) FROM pg_database WHERE datname = $1`, name); n != 0 {
 		t.Fatalf("database %q still exists after its test", name)
+	}
+}
+
+// TestDroppedSchemasVacuumTheCatalogs: after vacuumEvery schemas dropped,
+// pg_attribute has been vacuumed. Not parallel: no other test of this
+// process drops schemas meanwhile.
+func TestDroppedSchemasVacuumTheCatalogs(t *testing.T) {
+	vacuums := `SELECT pg_stat_get_vacuum_count('pg_catalog.pg_attribute'::regclass)::int`
+	before := count(t, vacuums)
+	for i := range vacuumEvery {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			Exec(t, Schema(t), "CREATE TABLE x (a int, b text)")
+		})
+	}
+	if after := count(t, vacuums); after <= before {
+		t.Fatalf("pg_attribute vacuumed %d times before %d schemas were dropped, %d after", before, vacuumEvery, after)
 	}
 }
