@@ -130,7 +130,7 @@ func runClaimTakeCases(t *testing.T, cases []takeCase, mode runMode, merges bool
 	errs := make([]error, len(cases))
 	switch {
 	case mode != alone && merges:
-		queueBatch(t, s, mode, 4350, len(cases), func(i int) (err error) {
+		queueBatch(t, s, mode, 4350, false, len(cases), func(i int) (err error) {
 			results[i], err = s.DeliveryClaim(ctx, claim(cases[i].n, cases[i].event))
 			return err
 		})

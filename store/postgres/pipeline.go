@@ -53,7 +53,10 @@ import (
 // alone if the batch is rerun. Merged are intake's creates (createMerge),
 // the sender's delivery claims (claimMerge; claimTakeMerge under an event
 // key) and its result writes of sends on no chain (recordMerge;
-// recordNoChainMerge for jobs that came as messages).
+// recordNoChainMerge for jobs that came as messages). The result writes
+// are marked later: in a batch with other statements they run after those
+// committed, in a transaction of their own (splitLater), so a send's
+// delivery claim, which its slot waits for, never waits for them.
 type pipeline struct {
 	pool     *pgxpool.Pool
 	ops      chan *pipeOp
@@ -141,6 +144,11 @@ type merge struct {
 	// scan reads the merged statement's rows and gives each op its row, as
 	// Scan of its own statement would have.
 	scan func(rows pgx.Rows, ops []*pipeOp) error
+	// later marks statements whose callers hold nothing another waits for
+	// (the sender's result writes: the send's slot is free once its call
+	// returned). In a batch with others, they run in a transaction of
+	// their own after the others committed (splitLater).
+	later bool
 }
 
 // mergeArgs is one op's input to a merge: its store call's params and the
@@ -281,6 +289,41 @@ func (p *pipeline) run(batch []*pipeOp) {
 		}
 		live = append(live, op)
 	}
+	first, later := splitLater(live)
+	p.send(first)
+	p.send(later)
+}
+
+// splitLater parts a batch's statements into those to run first and the
+// ones merges mark later, when it holds both; otherwise all run at once.
+//
+// A send holds one of its lane's slots from its claim until its provider
+// call returns, and the call waits for its delivery claim (the fence
+// against a second send) to commit. Run with the result writes of other
+// sends in one transaction, the claim commits only after them: at a
+// drain's pace a batch of about 29 claims and 29 results took 4.2 ms,
+// most of a slot's hold. Committed first, the claims free their senders to
+// call while the results run; two commits where there was one, and no
+// statement waits for another that its caller does not need. Any order of
+// one batch's statements is as correct as another: they come from callers
+// that are each waiting, so none depends on another's write.
+func splitLater(live []*pipeOp) (first, later []*pipeOp) {
+	for _, op := range live {
+		if op.merge != nil && op.merge.later {
+			later = append(later, op)
+		} else {
+			first = append(first, op)
+		}
+	}
+	if len(first) == 0 || len(later) == 0 {
+		return live, nil
+	}
+	return first, later
+}
+
+// send runs live, statements whose contexts were not done, as one batch:
+// one round trip and one commit.
+func (p *pipeline) send(live []*pipeOp) {
 	switch len(live) {
 	case 0:
 		return

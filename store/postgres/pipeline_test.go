@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -216,4 +218,59 @@ func TestPipelineCopiesOfOneClaimInOneBatch(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d copies won the insert, want 1", n)
 	}
+}
+
+// TestPipelineLaterStatementsCommitAfterTheOthers: in a batch of two
+// statements and two of a merge marked later, the two commit on their
+// own and their callers return before the later ones' statement has
+// been read (its scan waits for them), which then runs in a transaction
+// of its own.
+func TestPipelineLaterStatementsCommitAfterTheOthers(t *testing.T) {
+	t.Parallel()
+	p, _, queued, release := heldPipeline(t)
+	returned := make(chan int64, 2)
+	later := &merge{
+		sql:  `SELECT k, txid_current() FROM unnest($1::text[]) WITH ORDINALITY AS u(k, ord) ORDER BY ord`,
+		args: func(ops []*pipeOp) []any { return []any{keysOf(ops)} },
+		scan: func(rows pgx.Rows, ops []*pipeOp) error {
+			for range 2 {
+				select {
+				case <-returned:
+				case <-time.After(10 * time.Second):
+					return errors.New("the batch's other statements had not returned when the later ones' rows were read")
+				}
+			}
+			return scanInOrder("later", func(op *pipeOp) string { return op.in.(string) })(rows, ops)
+		},
+		later: true,
+	}
+	xids := make([]int64, 4)
+	errs := make([]error, 4)
+	wait := queue(t, queued, 4, func(i int) {
+		ctx := context.Background()
+		if i < 2 {
+			errs[i] = p.QueryRow(ctx, `INSERT INTO kv VALUES ('k' || $1::int, 'v') RETURNING txid_current()`, i).Scan(&xids[i])
+			returned <- xids[i]
+			return
+		}
+		errs[i] = p.QueryRowMerged(ctx, later, fmt.Sprint("later-", i), `SELECT txid_current()`).Scan(&xids[i])
+	})
+	release()
+	wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("statement %d: %v", i, err)
+		}
+	}
+	if xids[0] != xids[1] || xids[2] != xids[3] || xids[2] <= xids[0] {
+		t.Fatalf("transactions %v: want the first two in one, the later two in one after it", xids)
+	}
+}
+
+func keysOf(ops []*pipeOp) []string {
+	keys := make([]string, len(ops))
+	for i, op := range ops {
+		keys[i] = op.in.(string)
+	}
+	return keys
 }

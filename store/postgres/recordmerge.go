@@ -112,18 +112,20 @@ type recordArgs = mergeArgs[store.DeliveryRecordParams]
 // batch as one qDeliveryRecordOffChainMany; each op gets the row its
 // qDeliveryRecordOffChain would have returned.
 var recordMerge = &merge{
-	sql:  qDeliveryRecordOffChainMany,
-	args: func(ops []*pipeOp) []any { return recordManyArgs(ops, true) },
-	scan: scanInOrder("record", func(op *pipeOp) string { return op.in.(*recordArgs).p.MessageID }),
+	sql:   qDeliveryRecordOffChainMany,
+	args:  func(ops []*pipeOp) []any { return recordManyArgs(ops, true) },
+	scan:  scanInOrder("record", func(op *pipeOp) string { return op.in.(*recordArgs).p.MessageID }),
+	later: true,
 }
 
 // recordNoChainMerge runs the results of jobs that came as messages on no
 // chain, waiting in one batch, as one qDeliveryRecordNoChainMany; each op
 // gets the row its qDeliveryRecordNoChain would have returned.
 var recordNoChainMerge = &merge{
-	sql:  qDeliveryRecordNoChainMany,
-	args: func(ops []*pipeOp) []any { return recordManyArgs(ops, false) },
-	scan: scanInOrder("record", func(op *pipeOp) string { return op.in.(*recordArgs).p.MessageID }),
+	sql:   qDeliveryRecordNoChainMany,
+	args:  func(ops []*pipeOp) []any { return recordManyArgs(ops, false) },
+	scan:  scanInOrder("record", func(op *pipeOp) string { return op.in.(*recordArgs).p.MessageID }),
+	later: true,
 }
 
 // recordManyArgs builds the merged result write's arrays from ops, with

@@ -45,8 +45,10 @@ const (
 // queueBatch runs n calls of write behind a held pipeline worker, in order,
 // so they share one batch (with a statement that fails on the server in
 // its middle if mode is aborted), and checks what the pipeline did with
-// them: merged as one statement, and rerun one by one if aborted.
-func queueBatch(t *testing.T, s *Store, mode runMode, lock int64, n int, write func(i int) error) {
+// them: merged as one statement, and rerun one by one if aborted. later
+// says the writes are marked later (result writes): the failing statement
+// is then marked so too, to share their transaction (splitLater).
+func queueBatch(t *testing.T, s *Store, mode runMode, lock int64, later bool, n int, write func(i int) error) {
 	t.Helper()
 	var sizes, reruns []int
 	var mu sync.Mutex
@@ -60,7 +62,15 @@ func queueBatch(t *testing.T, s *Store, mode runMode, lock int64, n int, write f
 		go func() { errs[i] = write(i); done <- struct{}{} }()
 		storetest.Receive(t, queued, fmt.Sprintf("write %d was queued", i)) // in order
 		if mode == aborted && i == n/2 {
-			go func() { _, failed = s.pipe.Exec(context.Background(), `SELECT 1/0`); done <- struct{}{} }()
+			go func() {
+				var x int
+				var m *merge
+				if later {
+					m = &merge{later: true} // alone in its kind: never merged
+				}
+				failed = s.pipe.QueryRowMerged(context.Background(), m, nil, `SELECT 1/0`).Scan(&x)
+				done <- struct{}{}
+			}()
 			storetest.Receive(t, queued, "the failing statement was queued")
 		}
 	}
@@ -155,7 +165,7 @@ func runRecordCases(t *testing.T, mode runMode) ([]store.RecordResult, []string)
 	}
 	results := make([]store.RecordResult, len(recordCases))
 	if mode != alone {
-		queueBatch(t, s, mode, 4344, len(recordCases), func(i int) (err error) { results[i], err = write(i); return err })
+		queueBatch(t, s, mode, 4344, true, len(recordCases), func(i int) (err error) { results[i], err = write(i); return err })
 	} else {
 		for i := range recordCases {
 			var err error
@@ -260,7 +270,7 @@ func TestMergedNoChainRecordsMatchChainAwareOnes(t *testing.T) {
 				}
 			}
 		} else {
-			queueBatch(t, s, mode, 4360, len(cases), func(i int) (err error) { results[i], err = write(i); return err })
+			queueBatch(t, s, mode, 4360, true, len(cases), func(i int) (err error) { results[i], err = write(i); return err })
 		}
 		var tables []string
 		for n, id := range ids {
