@@ -184,3 +184,21 @@ func firstDifference(want, got []byte) string {
 	}
 	return fmt.Sprintf("line %d, step by step:\n%s\nfrom the baseline:\n%s", i+1, excerpt(w), excerpt(g))
 }
+
+// TestARefusedBaselineFallsBackToTheMigrations: when the server refuses the
+// baseline's SQL, nothing of it stays, and the empty schema gets the
+// migrations one by one.
+func TestARefusedBaselineFallsBackToTheMigrations(t *testing.T) {
+	t.Parallel()
+	url := testpg.Schema(t)
+	limits := defaultMigrateLimits
+	limits.baselineSQL = `CREATE TABLE outbox (id integer); SELECT 1/0;`
+	v, err := migrateWith(context.Background(), migrateConn(t, url, uniqueName("refused")), limits)
+	if err != nil || v != latestVersion(t) {
+		t.Fatalf("migrate with a refused baseline = %d, %v; want %d", v, err, latestVersion(t))
+	}
+	if n := queryInt(t, url, `SELECT count(DISTINCT applied_at) FROM schema_migrations`); n < 2 {
+		t.Fatalf("the migrations were recorded at %d times: not one by one", n)
+	}
+	setup(t, url, Options{MustExist: true})
+}
