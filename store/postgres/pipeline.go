@@ -53,10 +53,11 @@ import (
 // alone if the batch is rerun. Merged are intake's creates (createMerge),
 // the sender's delivery claims (claimMerge; claimTakeMerge under an event
 // key) and its result writes of sends on no chain (recordMerge;
-// recordNoChainMerge for jobs that came as messages). The result writes
-// are marked later: in a batch with other statements they run after those
-// committed, in a transaction of their own (splitLater), so a send's
-// delivery claim, which its slot waits for, never waits for them.
+// recordNoChainMerge for jobs that came as messages). The db transport's
+// result writes are marked later: in a batch with other statements they
+// run after those committed, in a transaction of their own (splitLater),
+// so a send's delivery claim, which its slot waits for, never waits for
+// them.
 type pipeline struct {
 	pool     *pgxpool.Pool
 	ops      chan *pipeOp
@@ -145,8 +146,8 @@ type merge struct {
 	// Scan of its own statement would have.
 	scan func(rows pgx.Rows, ops []*pipeOp) error
 	// later marks statements whose callers hold nothing another waits for
-	// (the sender's result writes: the send's slot is free once its call
-	// returned). In a batch with others, they run in a transaction of
+	// (the db transport's result writes: the send's slot is free once its
+	// call returned). In a batch with others, they run in a transaction of
 	// their own after the others committed (splitLater).
 	later bool
 }

@@ -270,7 +270,7 @@ func TestMergedNoChainRecordsMatchChainAwareOnes(t *testing.T) {
 				}
 			}
 		} else {
-			queueBatch(t, s, mode, 4360, true, len(cases), func(i int) (err error) { results[i], err = write(i); return err })
+			queueBatch(t, s, mode, 4360, false, len(cases), func(i int) (err error) { results[i], err = write(i); return err })
 		}
 		var tables []string
 		for n, id := range ids {
