@@ -107,15 +107,19 @@ func TestDatabaseIsFreshAndDropped(t *testing.T) {
 }
 
 // TestDroppedSchemasVacuumTheCatalogs: after vacuumEvery schemas dropped,
-// pg_attribute has been vacuumed. Not parallel: no other test of this
-// process drops schemas meanwhile.
+// this process has vacuumed the catalogs, and the server counts a vacuum of
+// pg_attribute. Not parallel: no other test of this process drops schemas
+// meanwhile.
 func TestDroppedSchemasVacuumTheCatalogs(t *testing.T) {
 	vacuums := `SELECT pg_stat_get_vacuum_count('pg_catalog.pg_attribute'::regclass)::int`
-	before := count(t, vacuums)
+	before, ours := count(t, vacuums), vacuumed.Load()
 	for i := range vacuumEvery {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			Exec(t, Schema(t), "CREATE TABLE x (a int, b text)")
 		})
+	}
+	if got := vacuumed.Load(); got != ours+1 {
+		t.Fatalf("%d vacuums of the catalogs after %d schemas dropped, want 1", got-ours, vacuumEvery)
 	}
 	if after := count(t, vacuums); after <= before {
 		t.Fatalf("pg_attribute vacuumed %d times before %d schemas were dropped, %d after", before, vacuumEvery, after)

@@ -40,7 +40,8 @@ var ErrNotMigrated = errors.New("run herald migrate")
 // schema of its search_path) and returns the schema version. It takes every
 // URL Open takes, pool_* parameters included. Processes that migrate at once
 // are serialised by an advisory lock; each version is applied once, in its
-// own transaction.
+// own transaction, but for an empty schema's baseline, which applies the
+// versions it stands for in one.
 func Migrate(ctx context.Context, url string) (version int, err error) {
 	cfg, err := connConfig(url)
 	if err != nil {
@@ -147,11 +148,11 @@ func migrateWith(ctx context.Context, conn *pgx.Conn, limits migrateLimits) (int
 		if limits.baselineSQL != "" {
 			b.body = limits.baselineSQL
 		}
-		// A server that refuses the baseline's SQL (one older than the
+		// A server that refuses the baseline's own SQL (one older than the
 		// PostgreSQL it was generated on, say) rolled it back whole: the
 		// schema gets the migrations one by one, as before there was one.
-		var pgErr *pgconn.PgError
-		if err := applyBaseline(ctx, conn, key, list, b); err != nil && !errors.As(err, &pgErr) {
+		// Any other failure (the lock, the connection) is the migration's.
+		if err := applyBaseline(ctx, conn, key, list, b); err != nil && !errors.Is(err, errBaselineRefused) {
 			return 0, err
 		}
 		if applied, err = appliedVersions(ctx, conn); err != nil {
@@ -263,6 +264,9 @@ func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]bool, error) 
 	return applied, nil
 }
 
+// errBaselineRefused marks the server's refusal of the baseline's SQL.
+var errBaselineRefused = errors.New("the server refused the baseline")
+
 // baseline is the embedded baseline: the schema migrations 1 to version
 // leave.
 type baseline struct {
@@ -312,6 +316,10 @@ func applyBaseline(ctx context.Context, conn *pgx.Conn, key int64, list []migrat
 		}
 		// No arguments: pgx sends it as a simple query, several statements.
 		if _, err := tx.Exec(ctx, b.body); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) {
+				return fmt.Errorf("baseline %d: %w: %w", b.version, errBaselineRefused, err)
+			}
 			return fmt.Errorf("baseline %d: %w", b.version, err)
 		}
 		var versions []int32

@@ -21,7 +21,8 @@ import (
 // used to cost several commits, each a WAL flush. The pipeline instead
 // collects the statements that goroutines are waiting to run and sends them
 // as one pgx batch: one round trip, and — because PostgreSQL runs a pipeline
-// up to its Sync in one implicit transaction — one commit. Nothing waits for
+// up to its Sync in one implicit transaction — one commit (two when the
+// batch holds result writes and other statements: splitLater). Nothing waits for
 // a timer: a statement that arrives while a worker is free runs at once and
 // alone; statements that arrive while the workers are busy share the next
 // batch.
@@ -145,10 +146,12 @@ type merge struct {
 	// scan reads the merged statement's rows and gives each op its row, as
 	// Scan of its own statement would have.
 	scan func(rows pgx.Rows, ops []*pipeOp) error
-	// later marks statements whose callers hold nothing another waits for
-	// (the db transport's result writes: the send's slot is free once its
-	// call returned). In a batch with others, they run in a transaction of
-	// their own after the others committed (splitLater).
+	// later marks statements whose callers hold no send's slot (the db
+	// transport's result writes: the slot is free once the call returned;
+	// the row still holds one of the claimer's places until its result is
+	// written, of which there are the lane's concurrency again). In a batch
+	// with others, they run in a transaction of their own after the others
+	// committed (splitLater).
 	later bool
 }
 
@@ -281,22 +284,13 @@ func (p *pipeline) run(batch []*pipeOp) {
 	if p.taken != nil {
 		p.taken(len(batch))
 	}
-	live := batch[:0:0]
-	for _, op := range batch {
-		if err := op.ctx.Err(); err != nil {
-			op.err = err
-			close(op.done)
-			continue
-		}
-		live = append(live, op)
-	}
-	first, later := splitLater(live)
+	first, later := splitLater(batch)
 	p.send(first)
 	p.send(later)
 }
 
-// splitLater parts a batch's statements into those to run first and the
-// ones merges mark later, when it holds both; otherwise all run at once.
+// splitLater parts a batch into the statements to run first and the ones
+// merges mark later, when it holds both; otherwise all run at once.
 //
 // A send holds one of its lane's slots from its claim until its provider
 // call returns, and the call waits for its delivery claim (the fence
@@ -308,8 +302,8 @@ func (p *pipeline) run(batch []*pipeOp) {
 // statement waits for another that its caller does not need. Any order of
 // one batch's statements is as correct as another: they come from callers
 // that are each waiting, so none depends on another's write.
-func splitLater(live []*pipeOp) (first, later []*pipeOp) {
-	for _, op := range live {
+func splitLater(batch []*pipeOp) (first, later []*pipeOp) {
+	for _, op := range batch {
 		if op.merge != nil && op.merge.later {
 			later = append(later, op)
 		} else {
@@ -317,14 +311,23 @@ func splitLater(live []*pipeOp) (first, later []*pipeOp) {
 		}
 	}
 	if len(first) == 0 || len(later) == 0 {
-		return live, nil
+		return batch, nil
 	}
 	return first, later
 }
 
-// send runs live, statements whose contexts were not done, as one batch:
-// one round trip and one commit.
-func (p *pipeline) send(live []*pipeOp) {
+// send runs ops as one batch, one round trip and one commit, but for those
+// whose context is done by now: they are skipped.
+func (p *pipeline) send(ops []*pipeOp) {
+	live := ops[:0:0]
+	for _, op := range ops {
+		if err := op.ctx.Err(); err != nil {
+			op.err = err
+			close(op.done)
+			continue
+		}
+		live = append(live, op)
+	}
 	switch len(live) {
 	case 0:
 		return

@@ -267,6 +267,54 @@ func TestPipelineLaterStatementsCommitAfterTheOthers(t *testing.T) {
 	}
 }
 
+// TestPipelineAFailureInOnePartLeavesTheOther: a statement that fails on
+// the server aborts only its own part of a split batch: the two beside it
+// are run again alone and commit, and the later part commits as one
+// transaction, not rerun.
+func TestPipelineAFailureInOnePartLeavesTheOther(t *testing.T) {
+	t.Parallel()
+	p, pool, queued, release := heldPipeline(t)
+	var mu sync.Mutex
+	var reruns []int
+	p.rerun = func(n int) { mu.Lock(); reruns = append(reruns, n); mu.Unlock() }
+	later := &merge{
+		sql:   `SELECT k, txid_current() FROM unnest($1::text[]) WITH ORDINALITY AS u(k, ord) ORDER BY ord`,
+		args:  func(ops []*pipeOp) []any { return []any{keysOf(ops)} },
+		scan:  scanInOrder("later", func(op *pipeOp) string { return op.in.(string) }),
+		later: true,
+	}
+	xids := make([]int64, 5)
+	errs := make([]error, 5)
+	wait := queue(t, queued, 5, func(i int) {
+		ctx := context.Background()
+		switch {
+		case i < 2:
+			_, errs[i] = p.Exec(ctx, `INSERT INTO kv VALUES ('k' || $1::int, 'v')`, i)
+		case i == 2:
+			_, errs[i] = p.Exec(ctx, `SELECT 1/0`)
+		default:
+			errs[i] = p.QueryRowMerged(ctx, later, fmt.Sprint("later-", i), `SELECT txid_current()`).Scan(&xids[i])
+		}
+	})
+	release()
+	wait()
+	if errs[0] != nil || errs[1] != nil || errs[2] == nil || errs[3] != nil || errs[4] != nil {
+		t.Fatalf("errors %v: want only the failing statement's", errs)
+	}
+	if xids[3] != xids[4] {
+		t.Fatalf("the later part ran in transactions %d and %d, want one", xids[3], xids[4])
+	}
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM kv`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d rows written beside the failure, %v; want 2", n, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(reruns) != "[3]" {
+		t.Fatalf("batches of %v were rerun; want the first part's 3 alone", reruns)
+	}
+}
+
 func keysOf(ops []*pipeOp) []string {
 	keys := make([]string, len(ops))
 	for i, op := range ops {
