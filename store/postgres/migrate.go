@@ -21,7 +21,7 @@ var migrations embed.FS
 // migrations 1 to NNNN leave, as one script generated from a schema
 // migrated step by step (baseline_test.go). An empty schema gets it in one
 // transaction in place of those migrations, and then the migrations after
-// NNNN one by one: 40 ms against 100 ms for the 35 migrations on the
+// NNNN one by one: 40 ms against 100 ms for the 34 migrations on the
 // development machine, and fewer dead catalog rows, which is most of what
 // a fresh test schema costs. TestTheBaselineIsTheMigrationsApplied holds
 // it equal to the migrations: a schema migrated step by step and one from
