@@ -62,12 +62,8 @@ func Schema(t testing.TB) string {
 	Exec(t, base, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
 	t.Cleanup(func() {
 		execCleanup(t, base, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
-		if dropped.Add(1)%vacuumEvery == 0 {
-			if err := execSQL(base, vacuumCatalogs); err != nil {
-				t.Errorf("testpg: cleanup: vacuum the catalogs: %v", err)
-			} else {
-				vacuumed.Add(1)
-			}
+		if dropped.Add(1)%vacuumEvery == 0 && execCleanup(t, base, vacuumCatalogs) {
+			vacuumed.Add(1)
 		}
 	})
 	return WithParams(base, "search_path", name)
@@ -169,8 +165,12 @@ func execSQL(rawURL, sql string) error {
 	return err
 }
 
-func execCleanup(t testing.TB, rawURL, sql string) {
+// execCleanup runs sql as execSQL does, and reports whether it did; a
+// failure fails the test without ending it.
+func execCleanup(t testing.TB, rawURL, sql string) bool {
 	if err := execSQL(rawURL, sql); err != nil {
 		t.Errorf("testpg: cleanup: %s: %v", sql, err)
+		return false
 	}
+	return true
 }

@@ -92,12 +92,12 @@ func pgDump(t *testing.T, rawURL string, args ...string) []byte {
 		}
 		t.Skipf("pg_dump not found: %v", err)
 	}
-	schema := schemaOf(t, rawURL)
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := u.Query()
+	schema := q.Get("search_path")
 	q.Del("search_path")
 	u.RawQuery = q.Encode()
 	cmd := exec.Command(bin, append([]string{"--dbname", u.String(), "--schema", schema}, args...)...)

@@ -202,20 +202,30 @@ func applyPatiently(ctx context.Context, conn *pgx.Conn, key int64, m migration,
 	}
 }
 
+// beginMigration starts a migrating transaction (what names it in errors):
+// the advisory lock that serialises migrators, held until tx ends (a second
+// process waits here and then finds the versions applied), then
+// lock_timeout for the rest of tx unless lockTimeout is 0, and
+// schema_migrations made if it is not there.
+func beginMigration(ctx context.Context, tx pgx.Tx, key int64, lockTimeout time.Duration, what string) error {
+	if _, err := tx.Exec(ctx, qMigrateLock, key); err != nil {
+		return fmt.Errorf("%s: lock: %w", what, err)
+	}
+	if lockTimeout > 0 {
+		if _, err := tx.Exec(ctx, qLockTimeout, fmt.Sprint(lockTimeout.Milliseconds())); err != nil {
+			return fmt.Errorf("%s: set lock_timeout: %w", what, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, qMigrationsTable); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	return nil
+}
+
 func applyMigration(ctx context.Context, conn *pgx.Conn, key int64, m migration, lockTimeout time.Duration) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		// Held until this transaction ends; a second process waits here and
-		// then finds the version applied.
-		if _, err := tx.Exec(ctx, qMigrateLock, key); err != nil {
-			return fmt.Errorf("migration %d: lock: %w", m.version, err)
-		}
-		if lockTimeout > 0 {
-			if _, err := tx.Exec(ctx, qLockTimeout, fmt.Sprint(lockTimeout.Milliseconds())); err != nil {
-				return fmt.Errorf("migration %d: set lock_timeout: %w", m.version, err)
-			}
-		}
-		if _, err := tx.Exec(ctx, qMigrationsTable); err != nil {
-			return fmt.Errorf("create schema_migrations: %w", err)
+		if err := beginMigration(ctx, tx, key, lockTimeout, fmt.Sprintf("migration %d", m.version)); err != nil {
+			return err
 		}
 		var applied bool
 		if err := tx.QueryRow(ctx, qMigrationApplied, m.version).Scan(&applied); err != nil {
@@ -301,11 +311,8 @@ func readBaseline(list []migration) (baseline, error) {
 // the versions applied.
 func applyBaseline(ctx context.Context, conn *pgx.Conn, key int64, list []migration, b baseline) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, qMigrateLock, key); err != nil {
-			return fmt.Errorf("baseline: lock: %w", err)
-		}
-		if _, err := tx.Exec(ctx, qMigrationsTable); err != nil {
-			return fmt.Errorf("create schema_migrations: %w", err)
+		if err := beginMigration(ctx, tx, key, 0, "baseline"); err != nil {
+			return err
 		}
 		var empty bool
 		if err := tx.QueryRow(ctx, qSchemaEmpty).Scan(&empty); err != nil {

@@ -303,15 +303,23 @@ func (p *pipeline) run(batch []*pipeOp) {
 // one batch's statements is as correct as another: they come from callers
 // that are each waiting, so none depends on another's write.
 func splitLater(batch []*pipeOp) (first, later []*pipeOp) {
+	isLater := func(op *pipeOp) bool { return op.merge != nil && op.merge.later }
+	n := 0
 	for _, op := range batch {
-		if op.merge != nil && op.merge.later {
+		if isLater(op) {
+			n++
+		}
+	}
+	if n == 0 || n == len(batch) {
+		return batch, nil // most batches: nothing to part, nothing allocated
+	}
+	first, later = make([]*pipeOp, 0, len(batch)-n), make([]*pipeOp, 0, n)
+	for _, op := range batch {
+		if isLater(op) {
 			later = append(later, op)
 		} else {
 			first = append(first, op)
 		}
-	}
-	if len(first) == 0 || len(later) == 0 {
-		return batch, nil
 	}
 	return first, later
 }

@@ -229,21 +229,16 @@ func TestPipelineLaterStatementsCommitAfterTheOthers(t *testing.T) {
 	t.Parallel()
 	p, _, queued, release := heldPipeline(t)
 	returned := make(chan int64, 2)
-	later := &merge{
-		sql:  `SELECT k, txid_current() FROM unnest($1::text[]) WITH ORDINALITY AS u(k, ord) ORDER BY ord`,
-		args: func(ops []*pipeOp) []any { return []any{keysOf(ops)} },
-		scan: func(rows pgx.Rows, ops []*pipeOp) error {
-			for range 2 {
-				select {
-				case <-returned:
-				case <-time.After(10 * time.Second):
-					return errors.New("the batch's other statements had not returned when the later ones' rows were read")
-				}
+	later := txidsLater(func() error {
+		for range 2 {
+			select {
+			case <-returned:
+			case <-time.After(10 * time.Second):
+				return errors.New("the batch's other statements had not returned when the later ones' rows were read")
 			}
-			return scanInOrder("later", func(op *pipeOp) string { return op.in.(string) })(rows, ops)
-		},
-		later: true,
-	}
+		}
+		return nil
+	})
 	xids := make([]int64, 4)
 	errs := make([]error, 4)
 	wait := queue(t, queued, 4, func(i int) {
@@ -277,12 +272,7 @@ func TestPipelineAFailureInOnePartLeavesTheOther(t *testing.T) {
 	var mu sync.Mutex
 	var reruns []int
 	p.rerun = func(n int) { mu.Lock(); reruns = append(reruns, n); mu.Unlock() }
-	later := &merge{
-		sql:   `SELECT k, txid_current() FROM unnest($1::text[]) WITH ORDINALITY AS u(k, ord) ORDER BY ord`,
-		args:  func(ops []*pipeOp) []any { return []any{keysOf(ops)} },
-		scan:  scanInOrder("later", func(op *pipeOp) string { return op.in.(string) }),
-		later: true,
-	}
+	later := txidsLater(nil)
 	xids := make([]int64, 5)
 	errs := make([]error, 5)
 	wait := queue(t, queued, 5, func(i int) {
@@ -315,10 +305,29 @@ func TestPipelineAFailureInOnePartLeavesTheOther(t *testing.T) {
 	}
 }
 
-func keysOf(ops []*pipeOp) []string {
-	keys := make([]string, len(ops))
-	for i, op := range ops {
-		keys[i] = op.in.(string)
+// txidsLater is a merge marked later whose statement gives each op (its
+// input a key) the id of the transaction it ran in, the single statement's
+// `SELECT txid_current()`; before, when set, runs before its rows are read
+// and fails them all if it fails.
+func txidsLater(before func() error) *merge {
+	scan := scanInOrder("later", func(op *pipeOp) string { return op.in.(string) })
+	return &merge{
+		sql: `SELECT k, txid_current() FROM unnest($1::text[]) WITH ORDINALITY AS u(k, ord) ORDER BY ord`,
+		args: func(ops []*pipeOp) []any {
+			keys := make([]string, len(ops))
+			for i, op := range ops {
+				keys[i] = op.in.(string)
+			}
+			return []any{keys}
+		},
+		scan: func(rows pgx.Rows, ops []*pipeOp) error {
+			if before != nil {
+				if err := before(); err != nil {
+					return err
+				}
+			}
+			return scan(rows, ops)
+		},
+		later: true,
 	}
-	return keys
 }
