@@ -12,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,16 +88,17 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	sum := sha256.Sum256(append(append(body, 0), raw...))
 	// The first page goes with the create, so a file the kind refuses
 	// (a param missing for every recipient, say) creates nothing.
-	first := min(campaign.MaxPage, len(recipients))
-	req.Recipients = recipients[:first]
+	all := pages(recipients)
+	first := len(all[0])
+	req.Recipients = all[0]
 	var created struct{ ID string }
 	if err := c.do(ctx, http.MethodPost, "/v1/campaigns", "cli-"+hex.EncodeToString(sum[:16]), req, &created); err != nil {
 		return fmt.Errorf("create the campaign with recipients 1..%d: %w", first, err)
 	}
 	fmt.Fprintf(stdout, "campaign %s: %d recipients\n", created.ID, len(recipients))
 	path := "/v1/campaigns/" + created.ID
-	for from := first; from < len(recipients); from += campaign.MaxPage {
-		page := recipients[from:min(from+campaign.MaxPage, len(recipients))]
+	from := first
+	for _, page := range all[1:] {
 		err := c.do(ctx, http.MethodPost, path+"/recipients", "", map[string]any{"recipients": page}, nil)
 		if he := asHTTP(err); he != nil && he.status == http.StatusConflict {
 			break // started already (an earlier run added the pages), or a draft past its deadline: the start says which
@@ -115,6 +118,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 			}
 			return err
 		}
+		from += len(page)
 	}
 	var st campaignProgress
 	if err := c.do(ctx, http.MethodPost, path+"/start", "", nil, &st); err != nil {
@@ -160,6 +164,30 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// maxPageBytes bounds the JSON of one page's recipients, well under the
+// server's limit on a campaign request's body (16 MiB) with room for the
+// rest of the create.
+var maxPageBytes = 8 << 20
+
+// pages cuts the recipients into pages of at most campaign.MaxPage
+// recipients and maxPageBytes of JSON (each at least one recipient), so
+// recipients with long params go in smaller pages. The same file always
+// gives the same pages.
+func pages(rs []campaign.Recipient) [][]campaign.Recipient {
+	var out [][]campaign.Recipient
+	start, size := 0, 0
+	for i, r := range rs {
+		b, _ := json.Marshal(r)
+		n := len(b) + 1 // and its comma
+		if i > start && (i-start == campaign.MaxPage || size+n > maxPageBytes) {
+			out = append(out, rs[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	return append(out, rs[start:])
+}
+
 // refused reports whether err is herald's definite refusal of a request
 // (a 4xx that the same request would get again), not an interruption the
 // command can resume from: a timeout, a rate limit, a conflict, a 5xx, a
@@ -197,30 +225,49 @@ func (c *apiClient) cancelDraft(ctx context.Context, id string) string {
 	return fmt.Sprintf("campaign %s cancelled before its start: nothing was sent", id)
 }
 
-// readRecipients reads a recipients file (readRecipients' flag help).
+// readRecipients reads a recipients file (readRecipients' flag help). A
+// leading UTF-8 byte-order mark (Excel's "CSV UTF-8" writes one) is not
+// part of the first cell, and rows with nothing in any cell (a trailing
+// ",," a spreadsheet leaves) are skipped. An error names the file's line.
 func readRecipients(raw []byte) ([]campaign.Recipient, error) {
-	r := csv.NewReader(bytes.NewReader(raw))
+	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(raw, []byte("\xEF\xBB\xBF"))))
 	r.FieldsPerRecord = -1
 	r.TrimLeadingSpace = true
-	rows, err := r.ReadAll()
-	if err != nil {
-		return nil, err
-	}
 	var header []string
-	if len(rows) > 0 && len(rows[0]) > 0 && strings.EqualFold(strings.TrimSpace(rows[0][0]), "recipient") {
-		header, rows = rows[0], rows[1:]
-	}
-	out := make([]campaign.Recipient, 0, len(rows))
-	for i, row := range rows {
-		if len(row) == 0 || (len(row) == 1 && strings.TrimSpace(row[0]) == "") {
+	var out []campaign.Recipient
+	for first := true; ; first = false {
+		row, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		line, _ := r.FieldPos(0)
+		for i := range row {
+			row[i] = strings.TrimSpace(row[i])
+		}
+		if first && strings.EqualFold(row[0], "recipient") {
+			if err := checkHeader(row); err != nil {
+				return nil, fmt.Errorf("line %d: %w", line, err)
+			}
+			header = row
 			continue
 		}
-		rc := campaign.Recipient{Recipient: strings.TrimSpace(row[0])}
+		if !slices.ContainsFunc(row, func(c string) bool { return c != "" }) {
+			continue
+		}
+		rc := campaign.Recipient{Recipient: row[0]}
+		switch {
+		case rc.Recipient == "":
+			return nil, fmt.Errorf("line %d: no recipient in the first column", line)
+		case len(row) > 1 && header == nil:
+			return nil, fmt.Errorf("line %d has %d columns; params columns need a header row (recipient,name,…) of as many", line, len(row))
+		case header != nil && len(row) != len(header):
+			return nil, fmt.Errorf("line %d has %d columns, the header %d", line, len(row), len(header))
+		}
 		if len(row) > 1 {
-			if len(header) != len(row) {
-				return nil, fmt.Errorf("row %d has %d columns; params columns need a header row (recipient,name,…) of as many", i+1, len(row))
-			}
-			p := map[string]string{}
+			p := make(map[string]string, len(row)-1)
 			for j := 1; j < len(row); j++ {
 				p[header[j]] = row[j]
 			}
@@ -232,6 +279,22 @@ func readRecipients(raw []byte) ([]campaign.Recipient, error) {
 		return nil, errors.New("no recipients")
 	}
 	return out, nil
+}
+
+// checkHeader refuses a header row whose params columns cannot name params:
+// one without a name, or a name twice.
+func checkHeader(header []string) error {
+	seen := make(map[string]bool, len(header))
+	for j, name := range header[1:] {
+		switch {
+		case name == "":
+			return fmt.Errorf("column %d of the header has no name", j+2)
+		case seen[name]:
+			return fmt.Errorf("the header names %q twice", name)
+		}
+		seen[name] = true
+	}
+	return nil
 }
 
 // campaignProgress is GET /v1/campaigns/{id}'s answer.
@@ -290,17 +353,16 @@ func (c *apiClient) do(ctx context.Context, method, path, key string, in, out an
 	if err != nil {
 		return err
 	}
+	if body != nil {
+		b := body.(*bytes.Reader)
+		req.GetBody = func() (io.ReadCloser, error) { _, err := b.Seek(0, io.SeekStart); return io.NopCloser(b), err }
+	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	res, raw, err := c.send(req)
 	if err != nil {
 		return err
 	}
@@ -316,6 +378,49 @@ func (c *apiClient) do(ctx context.Context, method, path, key string, in, out an
 		return nil
 	}
 	return json.Unmarshal(raw, out)
+}
+
+// Retries of a request herald refused for now (429 Too Many Requests, 503
+// Service Unavailable): at most busyTries in all, each after the answer's
+// Retry-After (in seconds; busyWait when it has none), at most busyMaxWait.
+var (
+	busyTries   = 6
+	busyWait    = time.Second
+	busyMaxWait = time.Minute
+)
+
+// send sends req, again after a 429 or 503 as its Retry-After says (such
+// a refusal changed nothing, so any request may be sent again), and
+// returns the last answer with its body read.
+func (c *apiClient) send(req *http.Request) (*http.Response, []byte, error) {
+	for try := 1; ; try++ {
+		res, err := c.http.Do(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		res.Body.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+		if (res.StatusCode != http.StatusTooManyRequests && res.StatusCode != http.StatusServiceUnavailable) || try == busyTries {
+			return res, raw, nil
+		}
+		wait := busyWait
+		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && s >= 0 {
+			wait = time.Duration(s) * time.Second
+		}
+		if req.GetBody != nil {
+			if req.Body, err = req.GetBody(); err != nil {
+				return nil, nil, err
+			}
+		}
+		select {
+		case <-req.Context().Done():
+			return nil, nil, req.Context().Err()
+		case <-time.After(min(wait, busyMaxWait)):
+		}
+	}
 }
 
 func envOr(name, def string) string {

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,5 +209,131 @@ func TestReadRecipients(t *testing.T) {
 	}
 	if _, err := readRecipients([]byte("u1,Ann\n")); err == nil {
 		t.Fatal("params columns without a header were accepted")
+	}
+}
+
+// TestReadRecipientsAsSpreadsheetsWriteThem: what Excel and other
+// spreadsheets put in a CSV file (a byte-order mark, CRLF, quoted commas,
+// rows of empty cells) is read as the recipients and params the sheet
+// shows, and a file that cannot be read names the line of the file.
+func TestReadRecipientsAsSpreadsheetsWriteThem(t *testing.T) {
+	t.Parallel()
+	const bom = "\xEF\xBB\xBF"
+	for _, c := range []struct {
+		name, file string
+		want       []campaign.Recipient
+	}{
+		{"a byte-order mark before the header", bom + "recipient,coupon\r\nu1,A\r\n", []campaign.Recipient{{Recipient: "u1", Params: []byte(`{"coupon":"A"}`)}}},
+		{"a byte-order mark before the first recipient", bom + "u1\r\nu2\r\n", []campaign.Recipient{{Recipient: "u1"}, {Recipient: "u2"}}},
+		{"a byte-order mark before a lone header", bom + "recipient\nu1\n", []campaign.Recipient{{Recipient: "u1"}}},
+		{"rows of empty cells", "recipient,coupon\r\nu1,A\r\n,\r\n , \r\nu2,B\r\n,\r\n", []campaign.Recipient{
+			{Recipient: "u1", Params: []byte(`{"coupon":"A"}`)}, {Recipient: "u2", Params: []byte(`{"coupon":"B"}`)}}},
+		{"a quoted comma and spaces around the header", "recipient , name\nu1,\"Kim, Ann\"\n", []campaign.Recipient{{Recipient: "u1", Params: []byte(`{"name":"Kim, Ann"}`)}}},
+	} {
+		got, err := readRecipients([]byte(c.file))
+		if err != nil || len(got) != len(c.want) {
+			t.Fatalf("%s: %+v, %v; want %+v", c.name, got, err, c.want)
+		}
+		for i := range got {
+			if got[i].Recipient != c.want[i].Recipient || string(got[i].Params) != string(c.want[i].Params) {
+				t.Fatalf("%s: recipient %d = %q %s; want %q %s", c.name, i, got[i].Recipient, got[i].Params, c.want[i].Recipient, c.want[i].Params)
+			}
+		}
+	}
+	for _, c := range []struct{ name, file, want string }{
+		{"a short row", "recipient,coupon\nu1,A\n\nu2\n", "line 4 has 1 columns, the header 2"},
+		{"no recipient", "recipient,coupon\nu1,A\n,B\n", "line 3: no recipient in the first column"},
+		{"a params column without a name", "recipient,,coupon\nu1,A,B\n", "line 1: column 2 of the header has no name"},
+		{"a params column named twice", "recipient,coupon,coupon\nu1,A,B\n", `line 1: the header names "coupon" twice`},
+		{"params without a header", "u1\nu2,A\n", "line 2 has 2 columns; params columns need a header row"},
+		{"nothing but empty rows", bom + ",\n,,\n", "no recipients"},
+	} {
+		if _, err := readRecipients([]byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want an error with %q", c.name, err, c.want)
+		}
+	}
+}
+
+// Recipients with long params go in pages cut by size, not only by count
+// (the server refuses a body over 16 MiB), and the command finishes.
+func TestCampaignSendCutsPagesBySize(t *testing.T) {
+	campaignPoll, maxPageBytes = 20*time.Millisecond, 4<<10
+	t.Cleanup(func() { maxPageBytes = 8 << 20 })
+	cfg := config.Dev()
+	cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
+	off := false
+	cfg.QuietHours.Enabled = &off
+	_, base := testapp.Start(t, cfg.WithDefaults())
+	csvPath := filepath.Join(t.TempDir(), "recipients.csv")
+	var b strings.Builder
+	b.WriteString("recipient,coupon\n")
+	long := strings.Repeat("x", 300)
+	for i := range 120 {
+		fmt.Fprintf(&b, "user-%d,%s%d\n", i, long, i)
+	}
+	if err := os.WriteFile(csvPath, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := readRecipients([]byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := pages(rs)
+	if len(ps) < 10 {
+		t.Fatalf("%d pages of 120 recipients of 340 bytes each; want one per 4 KiB at most", len(ps))
+	}
+	var again []campaign.Recipient
+	for _, p := range ps {
+		raw, _ := json.Marshal(p)
+		if len(raw) > maxPageBytes+2 {
+			t.Fatalf("a page of %d bytes, more than %d", len(raw), maxPageBytes)
+		}
+		again = append(again, p...)
+	}
+	if len(again) != len(rs) || again[0].Recipient != rs[0].Recipient || again[len(again)-1].Recipient != rs[len(rs)-1].Recipient {
+		t.Fatalf("the pages hold %d recipients; want the file's %d in its order", len(again), len(rs))
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"campaign", "send", "--kind", "coupon.expiring", "--recipients", csvPath, "--params", `{"date":"May 1"}`,
+		"--url", base, "--api-key", config.DevAPIKey}, &out, &errb); code != 0 || !strings.Contains(out.String(), "DONE 120/120 enqueued") {
+		t.Fatalf("campaign send: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
+
+// A request herald refuses for now (429, 503) is sent again, body and
+// all, after the answer's Retry-After; a refusal that lasts ends the
+// command with it.
+func TestAPIClientWaitsWhenHeraldIsBusy(t *testing.T) {
+	busyWait = time.Millisecond
+	var calls atomic.Int32
+	refuse := atomic.Int32{}
+	refuse.Store(2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		if string(body) != `{"recipients":["u1"]}` {
+			t.Errorf("body %q on call %d", body, calls.Load())
+		}
+		if refuse.Add(-1) >= 0 {
+			w.Header().Set("Retry-After", "0")
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"detail":"over the tenant's quota"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"added":1}`))
+	}))
+	defer srv.Close()
+	c := &apiClient{base: srv.URL, key: "k", http: srv.Client()}
+	var got struct{ Added int }
+	if err := c.do(context.Background(), http.MethodPost, "/v1/campaigns/c/recipients", "", map[string]any{"recipients": []string{"u1"}}, &got); err != nil ||
+		got.Added != 1 || calls.Load() != 3 {
+		t.Fatalf("after two 429s: %+v, %v, %d calls; want added 1 on the third", got, err, calls.Load())
+	}
+	calls.Store(0)
+	refuse.Store(100)
+	err := c.do(context.Background(), http.MethodPost, "/v1/campaigns/c/recipients", "", map[string]any{"recipients": []string{"u1"}}, nil)
+	if he := asHTTP(err); he == nil || he.status != http.StatusTooManyRequests || int(calls.Load()) != busyTries {
+		t.Fatalf("refused every time: %v after %d calls; want the 429 after %d", err, calls.Load(), busyTries)
 	}
 }
