@@ -81,19 +81,46 @@ type wakeThrottle struct {
 	last  map[heraldtype.Lane]time.Time
 }
 
-// take reports whether an enqueue in lane now sends the wake-up.
-func (w *wakeThrottle) take(lane heraldtype.Lane) bool {
+// take reports whether an enqueue in lane now sends the wake-up, and the
+// turn it took, for giveBack.
+func (w *wakeThrottle) take(lane heraldtype.Lane) (wakeTurn, bool) {
 	if w.every <= 0 {
-		return true
+		return wakeTurn{}, true
 	}
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if last, ok := w.last[lane]; ok && now.Sub(last) < w.every {
-		return false
+	last, had := w.last[lane]
+	if had && now.Sub(last) < w.every {
+		return wakeTurn{}, false
 	}
 	w.last[lane] = now
-	return true
+	return wakeTurn{lane: lane, at: now, before: last, had: had}, true
+}
+
+// wakeTurn is a turn take gave: its lane, when, and the turn before it.
+type wakeTurn struct {
+	lane       heraldtype.Lane
+	at, before time.Time
+	had        bool
+}
+
+// giveBack returns a turn whose enqueue sent no wake-up (it wrote nothing
+// due: a duplicate), so the next enqueue sends it, unless a later turn was
+// taken meanwhile.
+func (w *wakeThrottle) giveBack(t wakeTurn) {
+	if t.at.IsZero() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case !w.last[t.lane].Equal(t.at):
+	case t.had:
+		w.last[t.lane] = t.before
+	default:
+		delete(w.last, t.lane)
+	}
 }
 
 // NewClient reads, checks and compiles the kinds. An error names the kind
@@ -274,12 +301,21 @@ func (c *Client) enqueuePostgres(ctx context.Context, q postgres.Querier, in Int
 
 // createTx writes p with q, with the lane's wake-up when the throttle
 // gives it. A scheduled notification sends none (its rows are not due) and
-// so takes no turn from one that is.
+// so takes no turn from one that is; nor does a create that wrote nothing
+// due (a duplicate): it gives its turn back.
 func (c *Client) createTx(ctx context.Context, q postgres.Querier, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
-	if p.SendAt != nil && p.SendAt.After(c.clock.Now()) || c.wake.take(p.Lane) {
+	if p.SendAt != nil && p.SendAt.After(c.clock.Now()) {
 		return postgres.CreateTx(ctx, q, p)
 	}
-	return postgres.CreateTxNoWake(ctx, q, p)
+	turn, ok := c.wake.take(p.Lane)
+	if !ok {
+		return postgres.CreateTxNoWake(ctx, q, p)
+	}
+	res, woke, err := postgres.CreateTxWake(ctx, q, p)
+	if !woke {
+		c.wake.giveBack(turn)
+	}
+	return res, err
 }
 
 func enqueued(in Intent, res store.NotificationCreateResult, err error) (Enqueued, error) {

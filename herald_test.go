@@ -385,6 +385,17 @@ func TestEnqueueThrottlesItsWakeUps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A notification already enqueued (by another client, before
+			// the listener), whose enqueue again writes nothing: the
+			// duplicate sends no wake-up, so it must not use up the turn.
+			dup := c.intents("booking-89")[0]
+			if _, err := client.Enqueue(ctx, c.pool, dup); err != nil {
+				t.Fatal(err)
+			}
+			client, err = herald.NewClient(herald.Options{KindsFile: clinicKindsFile, WakeEvery: tc.every})
+			if err != nil {
+				t.Fatal(err)
+			}
 			listener, err := pgx.Connect(ctx, c.url)
 			if err != nil {
 				t.Fatal(err)
@@ -397,7 +408,10 @@ func TestEnqueueThrottlesItsWakeUps(t *testing.T) {
 			if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 				t.Fatal(err)
 			}
-			// A scheduled reminder first: it must not use up the turn.
+			if res, err := client.Enqueue(ctx, c.pool, dup); err != nil || res.Created {
+				t.Fatalf("the duplicate: %+v, %v; want it deduplicated", res, err)
+			}
+			// A scheduled reminder next: it must not use up the turn either.
 			reminder := c.intents("booking-90")[1]
 			if _, err := client.Enqueue(ctx, c.pool, reminder); err != nil {
 				t.Fatal(err)

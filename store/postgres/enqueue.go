@@ -48,7 +48,8 @@ type Querier interface {
 // a dedup key committed after this transaction's snapshot is a
 // serialization failure instead: retry the transaction.
 func CreateTx(ctx context.Context, q Querier, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
-	return createTx(ctx, q, p, true)
+	res, _, err := createTx(ctx, q, p, true)
+	return res, err
 }
 
 // CreateTxNoWake is CreateTx without the lane's wake-up NOTIFY (the inbox
@@ -57,21 +58,31 @@ func CreateTx(ctx context.Context, q Querier, p store.NotificationCreateParams) 
 // throttles its wake-ups, as herald.Client does, knowing another enqueue
 // woke the lane a moment ago.
 func CreateTxNoWake(ctx context.Context, q Querier, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
-	return createTx(ctx, q, p, false)
+	res, _, err := createTx(ctx, q, p, false)
+	return res, err
 }
 
-func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, wake bool) (store.NotificationCreateResult, error) {
+// CreateTxWake is CreateTx that also reports whether the statement sent
+// the lane's wake-up: only a create that wrote a row due now sends one
+// (not a deduplicated create, nor one of scheduled rows). It is for a
+// caller that throttles its wake-ups, as herald.Client does: a turn this
+// create did not use is the caller's to give to the next.
+func CreateTxWake(ctx context.Context, q Querier, p store.NotificationCreateParams) (store.NotificationCreateResult, bool, error) {
+	return createTx(ctx, q, p, true)
+}
+
+func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, wake bool) (res store.NotificationCreateResult, woke bool, err error) {
 	if p.IdempotencyKey != "" {
-		return store.NotificationCreateResult{}, errors.New("create notification in transaction: idempotency keys belong to intake; use a dedup key")
+		return store.NotificationCreateResult{}, false, errors.New("create notification in transaction: idempotency keys belong to intake; use a dedup key")
 	}
 	if len(p.Channels) == 0 {
-		return store.NotificationCreateResult{}, errors.New("create notification in transaction: no channels")
+		return store.NotificationCreateResult{}, false, errors.New("create notification in transaction: no channels")
 	}
 	c := newChainArgs(p) // a lazy chain's later steps get no rows (fallback.go)
 	channels, messageIDs := c.channels, c.messageIDs
 	for i, ch := range channels {
 		if strings.Contains(ch, ",") || strings.Contains(messageIDs[i], ",") {
-			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %q is not a channel", ch)
+			return store.NotificationCreateResult{}, false, fmt.Errorf("create notification in transaction: %q is not a channel", ch)
 		}
 	}
 	params := p.Params
@@ -87,7 +98,7 @@ func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, 
 		var err error
 		// Read in the caller's transaction, as the statement after it.
 		if inbox, _, err = inboxForLanguage(ctx, q, p); err != nil {
-			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
+			return store.NotificationCreateResult{}, false, fmt.Errorf("create notification in transaction: %w", err)
 		}
 	}
 	var (
@@ -112,25 +123,25 @@ func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, 
 		stmt, dest = qEnqueue, append(dest, &dupID, &told)
 		args = append(args, inbox.title, inbox.body, inbox.locale, inbox.messageID, strings.Join(steps, ","), wake, c.plan, int16(p.InboxAt()), p.Scope)
 	}
-	err := q.QueryRow(ctx, stmt, args...).Scan(dest...)
+	err = q.QueryRow(ctx, stmt, args...).Scan(dest...)
 	if err != nil {
-		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
+		return store.NotificationCreateResult{}, false, fmt.Errorf("create notification in transaction: %w", err)
 	}
 	if createdID != nil {
-		return store.NotificationCreateResult{Outcome: store.Created, ID: *createdID}, nil
+		return store.NotificationCreateResult{Outcome: store.Created, ID: *createdID}, notified > 0, nil
 	}
 	if dedup == nil {
-		return store.NotificationCreateResult{}, errors.New("create notification in transaction: no row written and no reason why")
+		return store.NotificationCreateResult{}, false, errors.New("create notification in transaction: no row written and no reason why")
 	}
 	if dupID == nil {
 		// Committed by a transaction this statement waited for: not in the
 		// statement's snapshot, but a new statement sees it (READ COMMITTED);
 		// or qEnqueuePlain, which leaves every duplicate to this read.
 		if err := q.QueryRow(ctx, qNotificationByDedup, p.Tenant, p.DedupKey).Scan(&dupID); err != nil {
-			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: read deduplicated notification: %w", err)
+			return store.NotificationCreateResult{}, false, fmt.Errorf("create notification in transaction: read deduplicated notification: %w", err)
 		}
 	}
-	return store.NotificationCreateResult{Outcome: store.Deduplicated, ID: *dupID}, nil
+	return store.NotificationCreateResult{Outcome: store.Deduplicated, ID: *dupID}, false, nil
 }
 
 // qWakeHash names, in SQL, the wake-up channels wakeChannels names in Go:
