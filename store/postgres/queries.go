@@ -705,6 +705,16 @@ c AS (
     RETURNING attempts
 )
 SELECT (SELECT taken FROM k), (SELECT lease_until FROM k), (SELECT attempts FROM c)`
+	//
+	// A RETRY_WAIT row whose campaign was cancelled is not retried: it was
+	// in flight at the cancel, which leaves SENDING alone, and its call
+	// then failed for now. cx ends it SUPPRESSED(CANCELLED) instead, and
+	// the snapshot's row is reported stale, so DeliveryClaim reads the row
+	// as it is now. (retry and cx exclude each other on the campaign's
+	// state, so no row is written twice; each reads the campaign by its
+	// key, a subquery, which a plan made on empty tables still probes by
+	// the primary key where a join would scan campaigns.)
+	//
 	// $1 now, $2 message id, $3 provider, $4 owner.
 	qDeliveryClaimRetry = `WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
 retry AS (
@@ -713,10 +723,19 @@ retry AS (
         next_attempt_at = NULL, reason = '', updated_at = t.now
     FROM t
     WHERE d.message_id = $2::text AND d.state = 'RETRY_WAIT' AND d.next_attempt_at <= t.now
+      AND coalesce((SELECT c.state FROM campaigns c WHERE c.id = d.campaign_id LIMIT 1), '') <> 'CANCELLED'
     RETURNING d.attempts
+),
+cx AS (
+    UPDATE deliveries d
+    SET state = 'SUPPRESSED', reason = 'CANCELLED', next_attempt_at = NULL, claimed_by = NULL, updated_at = t.now
+    FROM t
+    WHERE d.message_id = $2::text AND d.state = 'RETRY_WAIT'
+      AND (SELECT c.state FROM campaigns c WHERE c.id = d.campaign_id LIMIT 1) = 'CANCELLED'
+    RETURNING 1
 )
 SELECT (SELECT attempts FROM retry),
-       cur.state = 'RETRY_WAIT' AND cur.next_attempt_at <= t.now,
+       cur.state = 'RETRY_WAIT' AND cur.next_attempt_at <= t.now OR EXISTS (SELECT 1 FROM cx),
        cur.message_id, cur.notification_id, cur.tenant, cur.channel, cur.provider, cur.state, cur.reason, cur.attempts,
        cur.claimed_at, cur.next_attempt_at, cur.created_at, cur.updated_at
 FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`

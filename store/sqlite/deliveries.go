@@ -78,6 +78,9 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 			res.Claimed, res.Attempt = true, 1
 			return nil
 		}
+		if _, err := tx.Exec(qDeliveryRetryCancelled, now, p.MessageID); err != nil {
+			return fmt.Errorf("end a cancelled campaign's retry: %w", err)
+		}
 		var attempt int
 		err = tx.QueryRow(qDeliveryClaimRetry, p.Provider, p.Owner, now, now, p.MessageID, now).Scan(&attempt)
 		if err == nil {

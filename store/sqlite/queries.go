@@ -246,6 +246,16 @@ FROM deliveries WHERE message_id = ?`
 	qInboxSendGet        = `SELECT tenant, created_at FROM notifications WHERE id = ? AND inbox_at > 0`
 	qDeliveryClaimInsert = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, 'SENDING', 1, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`
+	// qDeliveryRetryCancelled ends SUPPRESSED(CANCELLED) a send waiting to
+	// be tried again whose campaign was cancelled: it was in flight at the
+	// cancel, which leaves SENDING alone, and its call then failed for now.
+	// The claim runs it before qDeliveryClaimRetry, so the retry is never
+	// made. ?1 now, ?2 message id.
+	qDeliveryRetryCancelled = `UPDATE deliveries
+SET state = 'SUPPRESSED', reason = 'CANCELLED', next_attempt_at = NULL, claimed_by = NULL, updated_at = ?1
+WHERE message_id = ?2 AND state = 'RETRY_WAIT'
+  AND EXISTS (SELECT 1 FROM notifications n JOIN campaigns c ON c.id = n.campaign_id
+              WHERE n.id = deliveries.notification_id AND c.state = 'CANCELLED')`
 	qDeliveryClaimRetry = `UPDATE deliveries
 SET state = 'SENDING', attempts = attempts + 1, provider = ?, claimed_by = ?, claimed_at = ?, next_attempt_at = NULL, reason = '', updated_at = ?
 WHERE message_id = ? AND state = 'RETRY_WAIT' AND next_attempt_at <= ?

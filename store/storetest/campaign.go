@@ -866,6 +866,60 @@ WHERE n.campaign_id = '`+p.ID+`'`)
 		}
 	})
 
+	// A send in flight at the cancel (left alone, counted in flight) whose
+	// call then fails for now is not tried again: its retry's claim finds
+	// the campaign cancelled and ends it SUPPRESSED(CANCELLED), on either
+	// claim path (a new claim of the message, as a redelivered or requeued
+	// job makes, and the retry of a row the store holds).
+	t.Run("ASendInFlightAtTheCancelIsNotRetried", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, 2) }, nil)
+		startCampaign(t, b, p.ID)
+		fanOut(t, b, p.ID, 10)
+		claim := func(r store.CampaignRecipient, owner string) (string, store.DeliveryClaimResult) {
+			mid := store.MessageID(r.NotificationID, heraldtype.ChannelWebhook)
+			return mid, claimDelivery(t, b.bundle, store.DeliveryClaimParams{MessageID: mid, NotificationID: r.NotificationID, Tenant: "t1",
+				Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: owner})
+		}
+		rs := recipients(p.ID, 1, 2)
+		var mids []string
+		for _, r := range rs {
+			mid, res := claim(r, "w1")
+			if !res.Claimed {
+				t.Fatalf("DeliveryClaim %s: %+v", mid, res)
+			}
+			mids = append(mids, mid)
+		}
+		res, err := b.c.CampaignCancel(b.ctx, "t1", p.ID)
+		if err != nil || res.Cancelled != 0 || res.InFlight != 2 {
+			t.Fatalf("CampaignCancel = %+v, %v; want both sends in flight", res, err)
+		}
+		for _, mid := range mids {
+			rec, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: mid, Attempt: 1, State: heraldtype.DeliveryRetryWait,
+				Reason: "HTTP_503", RetryDelay: time.Minute, Owner: "w1", Class: "not_sent", StartedAt: b.clk.Now()})
+			if err != nil || !rec.Recorded {
+				t.Fatalf("DeliveryRecord %s: %+v, %v", mid, rec, err)
+			}
+		}
+		// Not yet due: the first is claimed at once, the second when due.
+		for i, r := range rs {
+			if i == 1 {
+				b.clk.Advance(time.Minute + time.Second)
+			}
+			mid, got := claim(r, "w2")
+			if got.Claimed || got.Current == nil || got.Current.State != heraldtype.DeliverySuppressed || got.Current.Reason != heraldtype.ReasonCancelled {
+				t.Fatalf("the retry of %s after the cancel: %+v; want no claim, SUPPRESSED CANCELLED", mid, got)
+			}
+			if d := delivery(t, b.bundle, mid); d.State != heraldtype.DeliverySuppressed || d.Attempts != 1 {
+				t.Fatalf("%s: %s after %d attempts; want SUPPRESSED after the one", mid, d.State, d.Attempts)
+			}
+		}
+		if c := getCampaign(t, b, p.ID); c.Counts != (store.CampaignCounts{Suppressed: 2}) {
+			t.Fatalf("counts = %+v; want the 2 sends in flight at the cancel suppressed", c.Counts)
+		}
+	})
+
 	t.Run("DraftsPastTheirDeadlineExpireEarliestFirstAndNothingElse", func(t *testing.T) {
 		t.Parallel()
 		b := setupCampaigns(t, h)
