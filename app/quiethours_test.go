@@ -259,3 +259,67 @@ func metric(t *testing.T, base, series string) string {
 	}
 	return ""
 }
+
+// A campaign's notifications obey the quiet hours as any marketing send
+// does (issue 12): started at 20:40 in Seoul, its sends wait for each
+// recipient's morning, the one without consent is SUPPRESSED at once, and
+// the campaign's counts follow the sends as they go out; on both stores
+// and both transports.
+func TestQuietHoursHoldACampaign(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{"sqlite", "postgres", "postgres+rabbitmq"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			seoul, _ := time.LoadLocation("Asia/Seoul")
+			h := startQuietHerald(t, driver, time.Date(2026, 6, 11, 20, 40, 0, 0, seoul))
+			code, body := call(t, h.base, http.MethodPost, "/v1/campaigns", config.DevAPIKey,
+				`{"kind":"promo.sms","params":{"text":"hi"},"recipients":[{"recipient":"r-kr"},{"recipient":"r-ny"},{"recipient":"r-none"}]}`)
+			var created struct{ ID string }
+			if err := json.Unmarshal(body, &created); code != http.StatusAccepted || err != nil {
+				t.Fatalf("create the campaign: %d %s", code, body)
+			}
+			if code, body := call(t, h.base, http.MethodPost, "/v1/campaigns/"+created.ID+"/start", config.DevAPIKey, ""); code != http.StatusAccepted {
+				t.Fatalf("start: %d %s", code, body)
+			}
+			ids := map[string]string{}
+			for _, r := range []string{"r-kr", "r-ny", "r-none"} {
+				testenv.WaitFor(t, "the campaign's notification to "+r, testenv.Patience, func() bool {
+					code, body := call(t, h.base, http.MethodGet, "/v1/notifications?recipient="+r, config.DevAPIKey, "")
+					var list struct{ Notifications []struct{ ID string } }
+					if err := json.Unmarshal(body, &list); code != http.StatusOK || err != nil {
+						t.Fatalf("list %s: %d %s", r, code, body)
+					}
+					if len(list.Notifications) == 1 {
+						ids[r] = list.Notifications[0].ID
+					}
+					return ids[r] != ""
+				})
+			}
+			h.waitState(t, ids["r-none"], "SUPPRESSED", heraldtype.ReasonConsentDenied)
+			h.waitDeferred(t, ids["r-kr"], h.kst(12, 8, 0))
+			h.waitDeferred(t, ids["r-ny"], h.kst(11, 21, 0)) // 08:00 in New York
+			kr, ny := store.MessageID(ids["r-kr"], heraldtype.ChannelSMS), store.MessageID(ids["r-ny"], heraldtype.ChannelSMS)
+			h.wantCalls(t, kr, 0)
+			h.wantCalls(t, ny, 0)
+
+			h.setClock(t, h.kst(11, 21, 0))
+			h.waitState(t, ids["r-ny"], "PROVIDER_ACCEPTED", "")
+			h.wantCalls(t, kr, 0)
+			h.setClock(t, h.kst(12, 8, 0))
+			h.waitState(t, ids["r-kr"], "PROVIDER_ACCEPTED", "")
+			h.wantCalls(t, kr, 1)
+			h.wantCalls(t, ny, 1)
+			testenv.WaitFor(t, "the campaign's counts", testenv.Patience, func() bool {
+				code, body := call(t, h.base, http.MethodGet, "/v1/campaigns/"+created.ID, config.DevAPIKey, "")
+				var c struct {
+					State            string
+					Sent, Suppressed int
+				}
+				if err := json.Unmarshal(body, &c); code != http.StatusOK || err != nil {
+					t.Fatalf("get the campaign: %d %s", code, body)
+				}
+				return c.State == "DONE" && c.Sent == 2 && c.Suppressed == 1
+			})
+		})
+	}
+}
