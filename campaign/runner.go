@@ -196,7 +196,8 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 	total := 0
 	var ahead *batchesAhead // the next window's bounds, read while a window writes
 	for ctx.Err() == nil && (r.cfg.IsLeader == nil || r.cfg.IsLeader()) {
-		limit, settle := r.cfg.Quotas.LaneTake(tenant, c.Lane, r.roundBatches()*r.cfg.Batch)
+		asked := r.roundBatches() * r.cfg.Batch
+		limit, settle := r.cfg.Quotas.LaneTake(tenant, c.Lane, asked)
 		if limit == 0 {
 			break // paced: the rest in a later round
 		}
@@ -233,6 +234,13 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 				r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "campaign: fan-out finished",
 					slog.String("tenant", tenant), slog.String("campaign", id), slog.Int("recipients", total))
 			}
+			break
+		}
+		if limit < asked {
+			// Paced: the quota granted less than a round, and what it
+			// refilled while these batches ran would be a trickle of tiny
+			// batches holding the round, and every other campaign behind
+			// it. The rest goes in later rounds.
 			break
 		}
 	}

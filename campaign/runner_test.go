@@ -139,6 +139,50 @@ func TestFanOutIsPacedToTheLaneQuota(t *testing.T) {
 	})
 }
 
+// slowBatches moves the clock on by each fan-out batch's time, as real
+// batches take real time while a quota's bucket refills.
+type slowBatches struct {
+	store.Campaigns
+	clk  *clock.Fake
+	took time.Duration
+}
+
+func (s slowBatches) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
+	res, err := s.Campaigns.CampaignFanOut(ctx, p)
+	s.clk.Advance(s.took)
+	return res, err
+}
+
+// TestAPacedCampaignDoesNotHoldTheRound: a campaign paced by its quota
+// takes one grant a round, not the trickle its bucket refills while its
+// batches run (5 tokens a 50 ms batch at 100/s): that loop held the
+// leader's round, and every campaign after it, until the paced campaign
+// was done, in batches of a few recipients.
+func TestAPacedCampaignDoesNotHoldTheRound(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		ctx := context.Background()
+		paced, other := startCoupons(t, svc, "t1", "key-t1", 400), startCoupons(t, svc, "t2", "key-t2", 25)
+		clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		quotas := limits.New(limits.Config{Clock: clk,
+			Quotas: []limits.Quota{{Tenant: "t1", Lane: heraldtype.LaneMarketing, Rate: 100, Burst: 10}}})
+		st := slowBatches{Campaigns: db.Store.(store.Campaigns), clk: clk, took: 50 * time.Millisecond}
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: st, Batch: 100, Quotas: quotas})
+		if n, err := r.Round(ctx); err != nil || n != 10+25 {
+			t.Fatalf("round: fanned out %d, %v; want t1's burst of 10 and t2's 25", n, err)
+		}
+		for tenant, id := range map[string]string{"t1": paced, "t2": other} {
+			c, err := svc.Get(ctx, tenant, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[string]int64{"t1": 10, "t2": 25}[tenant]; c.Enqueued != want {
+				t.Fatalf("%s's campaign: %d enqueued after one round; want %d", tenant, c.Enqueued, want)
+			}
+		}
+	})
+}
+
 // TestFanOutIsChargedOnlyForTheRecipientsItFannedOut: the fan-out takes a
 // round's tokens from the tenant's lane quota before its batches, but
 // keeps only those of the recipients it fanned out. A 3-recipient
