@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -57,5 +58,33 @@ func TestLaneQuotaFromConfigPacesIntakeAndCampaigns(t *testing.T) {
 	})
 	if got, b := call(t, base, "POST", "/v1/notifications", key, coupon("e3")); got != http.StatusTooManyRequests {
 		t.Fatalf("a marketing send once the campaign took the last token: %d %s; want 429", got, b)
+	}
+}
+
+// A send refused by its lane's quota spends none of the tenant's send
+// rate (limits.send_rate, which every lane of the tenant shares): a
+// marketing client retrying past its quota leaves the tenant's
+// transactional sends their rate.
+func TestASendOverItsLaneQuotaSpendsNoSendRate(t *testing.T) {
+	t.Parallel()
+	base := serveWith(t, func(c *config.Config) {
+		// Nothing refills in the test: 3 sends of the tenant's, 1 of them marketing.
+		c.Limits.SendRate, c.Limits.SendBurst = 0.001, 3
+		c.Limits.LaneQuotas = []config.LaneQuota{{Lane: "marketing", Rate: 0.001, Burst: 1}}
+	})
+	key := config.DevAPIKey
+	coupon := func(event string) string {
+		return `{"recipient":"u1","event_id":"` + event + `","kind":"coupon.expiring","params":{"coupon":"C","date":"d"}}`
+	}
+	for i, want := range []int{http.StatusAccepted, http.StatusTooManyRequests, http.StatusTooManyRequests, http.StatusTooManyRequests} {
+		if got, b := call(t, base, "POST", "/v1/notifications", key, coupon(fmt.Sprint("e", i))); got != want {
+			t.Fatalf("marketing send %d: %d %s; want %d", i, got, b, want)
+		}
+	}
+	for i, want := range []int{http.StatusAccepted, http.StatusAccepted, http.StatusTooManyRequests} {
+		if got, b := call(t, base, "POST", "/v1/notifications", key,
+			fmt.Sprintf(`{"recipient":"u1","event_id":"p%d","kind":"payment.approved","params":{"amount":"1","merchant":"m"}}`, i)); got != want {
+			t.Fatalf("transactional send %d after the marketing quota's refusals: %d %s; want %d (the send rate's 2 left, then its own 429)", i, got, b, want)
+		}
 	}
 }

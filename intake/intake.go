@@ -117,6 +117,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// a request that writes nothing new gives its token back.
 	undo, wait := h.Quotas.LaneSend(tenant, kind.Lane)
 	if wait > 0 {
+		// Refused in its lane, it spends none of the send rate the
+		// tenant's other lanes share.
+		limits.GiveSendBack(r.Context())
 		h.Metrics.QuotaRefused(kind.Lane)
 		limits.OverQuota(w, wait, kind.Lane)
 		return

@@ -19,6 +19,7 @@
 package limits
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"strconv"
@@ -54,7 +55,7 @@ type Limiter struct {
 
 	mu    sync.Mutex
 	keys  map[string]*rate.Limiter
-	sends map[string]*rate.Limiter
+	sends map[string]*laneBucket // laneBuckets: a send refused by its lane quota gives its token back
 
 	quotas quotas
 	lanes  map[laneKey]*laneBucket
@@ -72,7 +73,7 @@ func New(cfg Config) *Limiter {
 	}
 	cfg.KeyBurst = burst(cfg.KeyRate, cfg.KeyBurst)
 	cfg.SendBurst = burst(cfg.SendRate, cfg.SendBurst)
-	return &Limiter{cfg: cfg, keys: map[string]*rate.Limiter{}, sends: map[string]*rate.Limiter{},
+	return &Limiter{cfg: cfg, keys: map[string]*rate.Limiter{}, sends: map[string]*laneBucket{},
 		quotas: q, lanes: map[laneKey]*laneBucket{}}
 }
 
@@ -93,10 +94,36 @@ func (l *Limiter) Key(keyID string) time.Duration {
 
 // Send takes one send of tenant's; it returns 0, or how long to wait.
 func (l *Limiter) Send(tenant string) time.Duration {
+	_, wait := l.sendTake(tenant)
+	return wait
+}
+
+// sendTake takes one send of tenant's. It returns undo, which gives the
+// token back, or the wait until the bucket holds one again; a refused
+// send spends nothing.
+func (l *Limiter) sendTake(tenant string) (undo func(), wait time.Duration) {
 	if l == nil || l.cfg.SendRate <= 0 {
-		return 0
+		return func() {}, 0
 	}
-	return l.take(l.sends, tenant, l.cfg.SendRate, l.cfg.SendBurst)
+	b := bucketOf(l, l.sends, tenant, func() *laneBucket {
+		return &laneBucket{rate: l.cfg.SendRate, burst: float64(l.cfg.SendBurst), tokens: float64(l.cfg.SendBurst)}
+	})
+	if _, wait := b.take(l.cfg.Clock.Now(), 1); wait > 0 {
+		return nil, wait
+	}
+	return sync.OnceFunc(func() { b.giveBack(l.cfg.Clock.Now(), 1) }), 0
+}
+
+// sendTaken is the context key of the undo of a request's send (Sends).
+type sendTaken struct{}
+
+// GiveSendBack gives back the send rate's token of the request whose
+// context ctx is (Sends took it), if any: for a send refused by its lane's
+// quota, which must not spend the rate the tenant's other lanes share.
+func GiveSendBack(ctx context.Context) {
+	if undo, ok := ctx.Value(sendTaken{}).(func()); ok {
+		undo()
+	}
 }
 
 // take takes one token of name's bucket in m now. It returns 0, or the
@@ -149,16 +176,18 @@ func (l *Limiter) Keys(keyID func(*http.Request) string, next http.Handler) http
 }
 
 // Sends is middleware that takes one send of the tenant tenant names and
-// answers 429 past its rate.
+// answers 429 past its rate. The handler may give the send back
+// (GiveSendBack).
 func (l *Limiter) Sends(tenant func(*http.Request) string, next http.Handler) http.Handler {
 	if l == nil || l.cfg.SendRate <= 0 {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if wait := l.Send(tenant(r)); wait > 0 {
+		undo, wait := l.sendTake(tenant(r))
+		if wait > 0 {
 			TooMany(w, wait, "this tenant is over its send rate: retry after Retry-After seconds")
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sendTaken{}, undo)))
 	})
 }

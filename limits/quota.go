@@ -154,6 +154,9 @@ func (b *laneBucket) refill(now time.Time) {
 	}
 }
 
+// maxWait bounds the wait take reports: past it the client asks again.
+const maxWait = time.Hour
+
 // take takes up to n whole tokens (n ≥ 1). It returns how many, or, when
 // the bucket holds less than one, 0 and the wait until it holds one.
 func (b *laneBucket) take(now time.Time, n int) (int, time.Duration) {
@@ -162,7 +165,9 @@ func (b *laneBucket) take(now time.Time, n int) (int, time.Duration) {
 	b.refill(now)
 	k := min(n, int(math.Floor(b.tokens)))
 	if k <= 0 {
-		return 0, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+		// At most maxWait: a tiny rate's wait would overflow a Duration,
+		// and a negative wait would read as none.
+		return 0, time.Duration(min((1-b.tokens)/b.rate, maxWait.Seconds()) * float64(time.Second))
 	}
 	b.tokens -= float64(k)
 	return k, 0

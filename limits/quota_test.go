@@ -184,3 +184,26 @@ func BenchmarkLaneSend(b *testing.B) {
 		}
 	})
 }
+
+// A rate so small that the wait for its next token would overflow a
+// Duration (and read as no wait at all) still refuses, with a wait of at
+// most an hour; so does the send rate, which shares the buckets.
+func TestATinyRateStillRefuses(t *testing.T) {
+	t.Parallel()
+	l := limits.New(limits.Config{SendRate: 1e-11, SendBurst: 1,
+		Quotas: []limits.Quota{{Lane: marketing, Rate: 1e-11, Burst: 1}}, Clock: clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))})
+	if _, wait := l.LaneSend("t", marketing); wait != 0 {
+		t.Fatalf("the first send waits %s; want the burst's token", wait)
+	}
+	for range 3 {
+		if undo, wait := l.LaneSend("t", marketing); wait <= 0 || wait > time.Hour || undo != nil {
+			t.Fatalf("past the burst: wait %s; want a refusal of at most an hour", wait)
+		}
+	}
+	if l.Send("t") != 0 {
+		t.Fatal("the first send of the tenant was refused")
+	}
+	if wait := l.Send("t"); wait <= 0 || wait > time.Hour {
+		t.Fatalf("the send rate past its burst: wait %s; want a refusal of at most an hour", wait)
+	}
+}
