@@ -47,7 +47,28 @@ type Options struct {
 	// one lane on PostgreSQL (default 10ms; negative: every enqueue sends
 	// one). See Client.
 	WakeEvery time.Duration
+	// Limits are the herald server's caps on what one notification's
+	// params may hold and render (its config's limits: params_max,
+	// params_depth_max, rendered_max_bytes). Give the server's values when
+	// they are not the defaults, so that an intent past them is refused
+	// here (an *InvalidIntentError), as intake refuses it with 422,
+	// rather than parked by the sender. Zero fields are herald's defaults.
+	Limits Limits
+	// SendAtHorizon is the server's send_at_horizon: how far ahead SendAt
+	// may be (default catalog.DefaultSendAtHorizon, 366 days).
+	SendAtHorizon time.Duration
 }
+
+// Limits are a herald server's caps on a notification's params (Options).
+type Limits struct {
+	ParamsMax        int // params_max: values counted at every depth
+	ParamsDepthMax   int // params_depth_max: how deep params nest
+	RenderedMaxBytes int // rendered_max_bytes: bytes of one rendered title or body
+}
+
+// maxParamsBytes bounds an intent's params as JSON: intake's 64 KiB limit
+// on a request's body bounds them over HTTP.
+const maxParamsBytes = 64 << 10
 
 // DefaultWakeEvery is Options.WakeEvery's default.
 const DefaultWakeEvery = 10 * time.Millisecond
@@ -147,6 +168,12 @@ func NewClient(opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("herald: %w", err)
 	}
+	l := opts.Limits
+	if l.ParamsMax < 0 || l.ParamsDepthMax < 0 || l.RenderedMaxBytes < 0 || opts.SendAtHorizon < 0 {
+		return nil, errors.New("herald: Options: Limits and SendAtHorizon must not be negative")
+	}
+	cat.Limit(catalog.Limits{ParamsMax: l.ParamsMax, DepthMax: l.ParamsDepthMax, RenderedMax: l.RenderedMaxBytes})
+	cat.SendAtHorizon = opts.SendAtHorizon
 	c := &Client{catalog: cat, clock: opts.Clock, seal: opts.PersonalData, wake: wakeThrottle{every: opts.WakeEvery, last: map[heraldtype.Lane]time.Time{}}}
 	if opts.WakeEvery == 0 {
 		c.wake.every = DefaultWakeEvery
@@ -210,6 +237,9 @@ type InvalidIntentError struct {
 	// "recipient", "kind", "params.amount"…
 	Param  string
 	Detail string
+	// MissingParams names every param the kind's templates need and the
+	// intent lacks, as intake's missing_params does.
+	MissingParams []string
 }
 
 func (e *InvalidIntentError) Error() string {
@@ -363,6 +393,9 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 		if err != nil {
 			return bad("params", "params cannot be stored as JSON: %v", err)
 		}
+		if len(b) > maxParamsBytes {
+			return bad("params", "params are %d bytes as JSON; at most %d are accepted", len(b), maxParamsBytes)
+		}
 		raw = b
 	}
 	now := c.clock.Now()
@@ -372,7 +405,7 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 		SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt), Scope: in.Scope,
 	})
 	if ferr != nil {
-		return bad(ferr.Param, "%s", ferr.Detail)
+		return store.NotificationCreateParams{}, &InvalidIntentError{Param: ferr.Param, Detail: ferr.Detail, MissingParams: ferr.Missing}
 	}
 	return store.NotificationCreateParams{
 		Tenant: in.Tenant, DedupKey: in.DedupKey, ID: ids.New("ntf", now), Recipient: in.Recipient, EventID: in.EventID,

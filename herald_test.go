@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -444,5 +445,69 @@ func TestEnqueueThrottlesItsWakeUps(t *testing.T) {
 				t.Fatalf("%d wake-ups for three due enqueues, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// noDatabase refuses to begin a transaction: an intent that gets that far
+// passed the Client's checks.
+type noDatabase struct{}
+
+func (noDatabase) Begin(context.Context) (pgx.Tx, error) { return nil, errors.New("no database here") }
+
+// A Client holds an intent to the caps the server runs with (its
+// config's limits and send_at_horizon, given in Options), refusing with an
+// *InvalidIntentError what intake would refuse with 422 rather than let
+// the sender park it; params past intake's 64 KiB body are refused too,
+// and a missing param is named as intake's missing_params names it.
+func TestClientHoldsAnIntentToTheServersLimits(t *testing.T) {
+	t.Parallel()
+	kinds := []config.Kind{{Name: "note", Category: "transactional", Channels: []string{"webhook"},
+		Templates: map[string]config.Template{"webhook": {Title: "Note", Body: "{{.text}}"}}}}
+	strict, err := herald.NewClient(herald.Options{Kinds: kinds, SendAtHorizon: time.Hour,
+		Limits: herald.Limits{ParamsMax: 4, ParamsDepthMax: 2, RenderedMaxBytes: 40}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loose, err := herald.NewClient(herald.Options{Kinds: kinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	intent := func(mutate func(*herald.Intent)) herald.Intent {
+		in := herald.Intent{Tenant: "t", Recipient: "r", EventID: "e", Kind: "note", DedupKey: "d", Params: map[string]any{"text": "hi"}}
+		mutate(&in)
+		return in
+	}
+	for _, tc := range []struct {
+		name, param, detail string
+		in                  herald.Intent
+		looseToo            bool // past herald's defaults as well
+	}{
+		{"TooManyParams", "params", "5 values", intent(func(in *herald.Intent) { in.Params["a"], in.Params["b"], in.Params["c"], in.Params["d"] = 1, 2, 3, 4 }), false},
+		{"NestedTooDeep", "params", "3 deep", intent(func(in *herald.Intent) { in.Params["a"] = map[string]any{"b": map[string]any{"c": 1}} }), false},
+		{"RenderedTooLong", "params", "longer", intent(func(in *herald.Intent) { in.Params["text"] = strings.Repeat("x", 41) }), false},
+		{"SentPastTheHorizon", "send_at", "send_at", intent(func(in *herald.Intent) { in.SendAt = time.Now().Add(2 * time.Hour) }), false},
+		{"ParamsPastIntakesBody", "params", "bytes", intent(func(in *herald.Intent) { in.Params["pad"] = strings.Repeat("x", 64<<10) }), true},
+	} {
+		for _, c := range []struct {
+			client *herald.Client
+			refuse bool
+		}{{strict, true}, {loose, tc.looseToo}} {
+			_, err := c.client.Enqueue(context.Background(), noDatabase{}, tc.in)
+			var invalid *herald.InvalidIntentError
+			switch refused := errors.As(err, &invalid); {
+			case c.refuse && (!refused || invalid.Param != tc.param || !strings.Contains(invalid.Detail, tc.detail)):
+				t.Errorf("%s: %v; want an invalid %s saying %q", tc.name, err, tc.param, tc.detail)
+			case !c.refuse && refused:
+				t.Errorf("%s with herald's defaults: %v; want it accepted", tc.name, err)
+			}
+		}
+	}
+	_, err = loose.Enqueue(context.Background(), noDatabase{}, intent(func(in *herald.Intent) { in.Params = nil }))
+	var invalid *herald.InvalidIntentError
+	if !errors.As(err, &invalid) || !slices.Equal(invalid.MissingParams, []string{"text"}) {
+		t.Fatalf("no params: %v (%+v); want MissingParams [text]", err, invalid)
+	}
+	if _, err := herald.NewClient(herald.Options{Kinds: kinds, Limits: herald.Limits{ParamsMax: -1}}); err == nil {
+		t.Fatal("a negative limit was accepted")
 	}
 }

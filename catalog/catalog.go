@@ -33,6 +33,9 @@ type Kind struct {
 	Fallback bool
 	tmpl     map[heraldtype.Channel]*texts
 	params   []Param
+	// renderedMax caps each rendered text (Catalog.Limit); 0 is the
+	// process's cap.
+	renderedMax int
 }
 
 // texts are a channel's compiled pairs, one per locale key ("" for a
@@ -50,6 +53,9 @@ type Catalog struct {
 	// SendAtHorizon is how far ahead of now Validate takes a send_at.
 	// Defaults to DefaultSendAtHorizon.
 	SendAtHorizon time.Duration
+	// limits are this catalog's own caps (Limit); zero fields are the
+	// process's (SetLimits).
+	limits Limits
 }
 
 // New compiles every kind's templates; an error names the kind and channel.
@@ -156,18 +162,20 @@ func (k *Kind) Render(ch heraldtype.Channel, lang string, params map[string]any)
 	if !ok {
 		return "", "", ErrNoTemplate
 	}
-	return tx.render(ch, locale.Pick(tx.locales, lang), params)
+	return tx.render(ch, locale.Pick(tx.locales, lang), params, k.renderedMax)
 }
 
-func (tx *texts) render(ch heraldtype.Channel, i int, params map[string]any) (title, body string, err error) {
+// render fills text i; max caps each of title and body (0: the
+// process's cap).
+func (tx *texts) render(ch heraldtype.Channel, i int, params map[string]any, max int) (title, body string, err error) {
 	p := tx.pairs[i]
 	if params == nil {
 		params = map[string]any{}
 	}
-	if title, err = execute(ch, p.title, params); err != nil {
+	if title, err = execute(ch, p.title, params, max); err != nil {
 		return "", "", err
 	}
-	if body, err = execute(ch, p.body, params); err != nil {
+	if body, err = execute(ch, p.body, params, max); err != nil {
 		return "", "", err
 	}
 	return title, body, nil
@@ -196,7 +204,7 @@ func (k *Kind) inbox(params map[string]any) ([]store.InboxText, error) {
 	}
 	out := make([]store.InboxText, len(tx.pairs))
 	for i := range tx.pairs {
-		title, body, err := tx.render(heraldtype.ChannelInbox, i, params)
+		title, body, err := tx.render(heraldtype.ChannelInbox, i, params, k.renderedMax)
 		if err != nil {
 			return nil, err
 		}
@@ -205,8 +213,11 @@ func (k *Kind) inbox(params map[string]any) ([]store.InboxText, error) {
 	return out, nil
 }
 
-func execute(ch heraldtype.Channel, t *template.Template, params map[string]any) (string, error) {
-	b := capped{max: int(renderedMax.Load())}
+func execute(ch heraldtype.Channel, t *template.Template, params map[string]any, max int) (string, error) {
+	if max <= 0 {
+		max = int(renderedMax.Load())
+	}
+	b := capped{max: max}
 	if err := t.Execute(&b, params); err != nil {
 		if m := noEntry.FindStringSubmatch(err.Error()); m != nil {
 			path, hasFields := missingPath(m[1], m[2], params)

@@ -41,11 +41,37 @@ func SetLimits(params, depth, rendered int) {
 	}
 }
 
+// Limits are one catalog's caps, for a process whose caps are not the
+// server's: herald.Client checks an intent against the server's config
+// where it runs in the application's process. A field below 1 is the
+// process's cap (SetLimits).
+type Limits struct {
+	ParamsMax, DepthMax, RenderedMax int
+}
+
+// Limit gives the catalog caps of its own, for Validate and for every
+// render of its kinds.
+func (c *Catalog) Limit(l Limits) {
+	c.limits = l
+	for _, k := range c.kinds {
+		k.renderedMax = max(l.RenderedMax, 0)
+	}
+}
+
+// of is l's cap where it has one, else the process's.
+func (l Limits) of(own int, process *atomic.Int64) int64 {
+	if own >= 1 {
+		return int64(own)
+	}
+	return process.Load()
+}
+
 // ErrRenderedTooLong is a render that passed the cap.
 var ErrRenderedTooLong = errors.New("the rendered text is longer than the limit")
 
 // checkShape is the params' count and depth check.
-func checkShape(params map[string]any) *FieldError {
+func checkShape(params map[string]any, l Limits) *FieldError {
+	paramsCap, depthCap := l.of(l.ParamsMax, &paramsMax), l.of(l.DepthMax, &depthMax)
 	count, deepest := 0, 0
 	var walk func(v any, depth int)
 	walk = func(v any, depth int) {
@@ -65,10 +91,10 @@ func checkShape(params map[string]any) *FieldError {
 	}
 	walk(params, 0)
 	switch {
-	case int64(count) > paramsMax.Load():
-		return &FieldError{Param: "params", Detail: fmt.Sprintf("params hold %d values; at most %d are accepted", count, paramsMax.Load())}
-	case int64(deepest) > depthMax.Load():
-		return &FieldError{Param: "params", Detail: fmt.Sprintf("params nest %d deep; at most %d is accepted", deepest, depthMax.Load())}
+	case int64(count) > paramsCap:
+		return &FieldError{Param: "params", Detail: fmt.Sprintf("params hold %d values; at most %d are accepted", count, paramsCap)}
+	case int64(deepest) > depthCap:
+		return &FieldError{Param: "params", Detail: fmt.Sprintf("params nest %d deep; at most %d is accepted", deepest, depthCap)}
 	}
 	return nil
 }

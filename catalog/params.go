@@ -185,7 +185,7 @@ func (k *Kind) Check(params map[string]any) error {
 	filled := params
 	for _, u := range k.units() {
 		for range maxRenders {
-			_, _, err := u.tx.render(u.ch, u.i, filled)
+			_, _, err := u.tx.render(u.ch, u.i, filled, k.renderedMax)
 			var m *MissingParamError
 			if !errors.As(err, &m) {
 				if err != nil && len(missing) == 0 {

@@ -118,7 +118,7 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []
 	if err != nil {
 		return bad("params", "%s", err.Error())
 	}
-	if ferr := checkShape(params); ferr != nil {
+	if ferr := checkShape(params, c.limits); ferr != nil {
 		return nil, nil, nil, ferr
 	}
 	if err := kind.Check(params); err != nil {
