@@ -39,6 +39,9 @@ type Publisher struct {
 	// inspect is a channel of the same connection for reading queue
 	// depths (Backlog); nil while disconnected.
 	inspect *amqp.Channel
+	// conn is the connection cur and inspect are on, for a new inspect
+	// channel when a depth read closed the last (Backlog).
+	conn *amqp.Connection
 }
 
 var _ dispatch.Publisher = (*Publisher)(nil)
@@ -80,7 +83,7 @@ func (p *Publisher) Run(ctx context.Context) {
 			return fmt.Errorf("open inspect channel: %w", err)
 		}
 		p.mu.Lock()
-		p.cur, p.inspect = c, inspect
+		p.cur, p.inspect, p.conn = c, inspect, conn
 		close(p.ready)
 		p.mu.Unlock()
 		p.link.up()
@@ -95,7 +98,7 @@ func (p *Publisher) Run(ctx context.Context) {
 			cause = fmt.Errorf("rabbitmq: publishing channel closed")
 		}
 		p.mu.Lock()
-		p.cur, p.inspect = nil, nil
+		p.cur, p.inspect, p.conn = nil, nil, nil
 		p.ready = make(chan struct{})
 		p.mu.Unlock()
 		return cause
@@ -133,11 +136,33 @@ func (p *Publisher) Backlog(ctx context.Context, lane heraldtype.Lane) (int, err
 	for _, name := range []string{p.cfg.Topology.Queue(lane), p.cfg.Topology.ExpressQueue(lane)} {
 		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 		if err != nil {
+			// A passive declare of a missing queue (an operator deleted it;
+			// its consumer declares it again) closes the channel: open
+			// another, or every later read would fail and the relay would
+			// publish without its window until the connection dropped.
+			p.reopenInspect(ch)
 			return 0, fmt.Errorf("rabbitmq: read the depth of %s: %w", name, err)
 		}
 		n += q.Messages
 	}
 	return n, nil
+}
+
+// reopenInspect replaces the inspect channel old, after a read on it
+// failed, with a new channel of the same connection (one already replaced
+// is left).
+func (p *Publisher) reopenInspect(old *amqp.Channel) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inspect != old || p.conn == nil {
+		return
+	}
+	ch, err := p.conn.Channel()
+	if err != nil {
+		return // the connection is going: the session opens a new one
+	}
+	_ = old.Close() // closed by the broker already, as a rule
+	p.inspect = ch
 }
 
 // Publish sends each job to one of the lane's queues (q) as a persistent,

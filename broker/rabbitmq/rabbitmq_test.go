@@ -788,3 +788,42 @@ func (e *env) awaitConsumers(t *testing.T, n int, queues ...string) []consumerIn
 	})
 	return cs
 }
+
+// A depth read of a queue an operator deleted fails, and the broker closes
+// the channel it was read on; once the queue is declared again (its
+// consumer does), the publisher reads depths again on a new channel, where
+// it used to fail every read until its connection dropped, and its relay
+// published without the window all that while.
+func TestBacklogReadsAgainAfterAQueueWasDeleted(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: e.url, Name: "test-depth", Topology: e.topo, Logger: quiet})
+	testenv.Start(t, pub.Run)
+	if err := pub.Ready(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := pub.Backlog(e.ctx, lane); err != nil || d != 0 {
+		t.Fatalf("Backlog = %d, %v; want 0", d, err)
+	}
+	conn, err := amqp.Dial(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(e.topo.ExpressQueue(lane), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Backlog(e.ctx, lane); err == nil {
+		t.Fatal("the depth of a deleted queue was read")
+	}
+	if err := e.topo.Declare(ch); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := pub.Backlog(e.ctx, lane); err != nil || d != 0 {
+		t.Fatalf("Backlog once the queue is back = %d, %v; want 0", d, err)
+	}
+}
