@@ -201,7 +201,11 @@ type RelayConfig struct {
 // backlog, but a marked tenant given its turn again most likely still has
 // one. Without the renewal the mark lapsed under the one-row claims: the
 // big tenant's rows went to the express queue, and with no tenant marked
-// a small tenant's wake-up took nothing past the window. A marked tenant
+// a small tenant's wake-up took nothing past the window. Nor can a tenant
+// never marked be marked by a claim of several rows while only one-row
+// claims come (a relay started during a drain behind a full window): so
+// two full one-row claims in a row that give the same tenant its row mark
+// it, the ties having gone round to it twice with nobody else's row due. A marked tenant
 // whose last row such a claim took keeps its mark ExpressHold more, as
 // after a full claim that took its last rows. A row's queue changes
 // nothing else: the same message, the same consumer, the same sender; the
@@ -223,6 +227,10 @@ type Relay struct {
 	// backlogMu: the claim loops share it.
 	backlogMu  sync.Mutex
 	backlogged map[string]time.Time
+	// lastOne is the tenant of the last full claim of one row ("" when the
+	// last full claim was larger or a claim came back short), under
+	// backlogMu.
+	lastOne string
 	// depthFailing: the last depth read failed (logged once per outage).
 	depthFailing atomic.Bool
 	// unconfirmed counts the messages published and not yet confirmed:
@@ -308,6 +316,7 @@ func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[str
 	}
 	r.backlogMu.Lock()
 	defer r.backlogMu.Unlock()
+	one := ""
 	switch {
 	case len(rows) < limit:
 	case most >= 2:
@@ -320,13 +329,24 @@ func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[str
 		// A full claim that gave no tenant two rows (the window's one-row
 		// top-ups) shows no backlog, but a tenant marked already and given
 		// its turn again most likely still has one: its mark is renewed.
-		// Nobody is marked by it.
 		for t := range per {
 			if until, ok := r.backlogged[t]; ok && now.Before(until) {
 				r.backlogged[t] = now.Add(r.ExpressHold)
 			}
 		}
+		// And a tenant given two full one-row claims in a row, the ties
+		// going round the tenants, was the only one with rows due both
+		// times: it is marked. Without this, one-row claims alone (a
+		// relay started during a drain behind a full window) never
+		// marked its backlog, and all of it went to the express queue.
+		if len(rows) == 1 {
+			one = rows[0].Job.Tenant
+			if one == r.lastOne {
+				r.backlogged[one] = now.Add(r.ExpressHold)
+			}
+		}
 	}
+	r.lastOne = one
 	marked := make(map[string]bool, len(r.backlogged))
 	for t, until := range r.backlogged {
 		if now.Before(until) {

@@ -56,6 +56,43 @@ func TestRelayExpressQueueTakesTenantsWithoutABacklog(t *testing.T) {
 	})
 }
 
+// A backlog that only one-row claims ever see (a relay started during a
+// drain behind a full window, taking one row a claim) is still marked:
+// from the tenant's second row in a row on its rows go to the lane queue,
+// not all of them to the express queue, and a small tenant's row still
+// goes to the express queue.
+func TestRelayMarksABacklogSeenOnlyByOneRowClaims(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b bundle) {
+		notify := func(tenant string) string { return b.notifyAs(t, tenant, "pay", heraldtype.LaneTransactional) }
+		const n = 20
+		for range n {
+			notify("big")
+		}
+		q := &queuePublisher{}
+		r := dispatch.NewRelay(dispatch.RelayConfig{
+			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+			Publisher: q, Owner: "relay", BatchSize: 1, Lease: time.Minute, PollInterval: 20 * time.Millisecond,
+			MaxAttempts: 3, Alerts: b.alerts, Window: 1000, Backlog: q.Backlog, WindowPoll: time.Hour,
+			Express: true, ExpressHold: time.Hour,
+		})
+		defer runRelay(t, r)()
+		testenv.WaitFor(t, "the big tenant's rows published", testenv.Patience, func() bool { n2, _ := q.Backlog(b.ctx); return n2 == n })
+		if express := q.tenants(dispatch.ExpressQueue); len(express) > 1 {
+			t.Fatalf("%d of the big tenant's %d rows went to the express queue; want its first at most", len(express), n)
+		}
+		notify("small")
+		testenv.WaitFor(t, "the small tenant's row in the express queue", testenv.Patience, func() bool {
+			for _, tn := range q.tenants(dispatch.ExpressQueue) {
+				if tn == "small" {
+					return true
+				}
+			}
+			return false
+		})
+	})
+}
+
 // Without Express, a small tenant's row goes to the lane queue like the
 // big tenant's, at the window's next look.
 func TestRelayWithoutExpressPublishesToTheLaneQueue(t *testing.T) {
