@@ -805,15 +805,8 @@ func TestBacklogReadsAgainAfterAQueueWasDeleted(t *testing.T) {
 	if d, err := pub.Backlog(e.ctx, lane); err != nil || d != 0 {
 		t.Fatalf("Backlog = %d, %v; want 0", d, err)
 	}
-	conn, err := amqp.Dial(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch, closeConn := e.dial(t)
+	defer closeConn()
 	if _, err := ch.QueueDelete(e.topo.ExpressQueue(lane), false, false, false); err != nil {
 		t.Fatal(err)
 	}
