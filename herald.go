@@ -66,10 +66,6 @@ type Limits struct {
 	RenderedMaxBytes int // rendered_max_bytes: bytes of one rendered title or body
 }
 
-// maxParamsBytes bounds an intent's params as JSON: intake's 64 KiB limit
-// on a request's body bounds them over HTTP.
-const maxParamsBytes = 64 << 10
-
 // DefaultWakeEvery is Options.WakeEvery's default.
 const DefaultWakeEvery = 10 * time.Millisecond
 
@@ -393,8 +389,8 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 		if err != nil {
 			return bad("params", "params cannot be stored as JSON: %v", err)
 		}
-		if len(b) > maxParamsBytes {
-			return bad("params", "params are %d bytes as JSON; at most %d are accepted", len(b), maxParamsBytes)
+		if len(b) > catalog.MaxParamsBytes {
+			return bad("params", "params are %d bytes as JSON; at most %d are accepted", len(b), catalog.MaxParamsBytes)
 		}
 		raw = b
 	}

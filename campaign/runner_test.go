@@ -692,3 +692,46 @@ func runningInBatches(t *testing.T, db *testdb.DB, svc *campaign.Service, n, siz
 	}
 	return id, st, all
 }
+
+// A campaign's params are held to a notification's 64 KiB, and so is each
+// recipient's merged over them; and a page whose merged params would come
+// to more than MaxPageParams is refused whole, where a request of a few
+// hundred kilobytes once made a copy of the campaign's params per
+// recipient without bound.
+func TestCampaignParamsAreBounded(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		ctx := context.Background()
+		refused := func(err error, param string) {
+			t.Helper()
+			var ferr *catalog.FieldError
+			if !errors.As(err, &ferr) || ferr.Param != param {
+				t.Fatalf("%v; want a refusal of %s", err, param)
+			}
+		}
+		pad := func(n int) string { return `"` + strings.Repeat("x", n) + `"` }
+		_, _, err := svc.Create(ctx, "t1", "k-big", "h", campaign.Request{Kind: "coupon.expiring",
+			Params: []byte(`{"coupon":"C","date":"d","pad":` + pad(catalog.MaxParamsBytes) + `}`)})
+		refused(err, "params")
+		_, _, err = svc.Create(ctx, "t1", "k-merged", "h", campaign.Request{Kind: "coupon.expiring",
+			Params:     []byte(`{"coupon":"C","date":"d","pad":` + pad(40<<10) + `}`),
+			Recipients: []campaign.Recipient{{Recipient: "u1"}, {Recipient: "u2", Params: []byte(`{"more":` + pad(40<<10) + `}`)}}})
+		refused(err, "recipients[1].params")
+		// 4 KiB of campaign params and 10,000 recipients with one param
+		// of their own: 40 MiB merged from a body of under 300 KB.
+		page := make([]campaign.Recipient, campaign.MaxPage)
+		for i := range page {
+			page[i] = campaign.Recipient{Recipient: fmt.Sprint("u", i), Params: []byte(`{"coupon":"C` + fmt.Sprint(i) + `"}`)}
+		}
+		id, _, err := svc.Create(ctx, "t1", "k-page", "h", campaign.Request{Kind: "coupon.expiring",
+			Params: []byte(`{"coupon":"C","date":"d","pad":` + pad(4<<10) + `}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = svc.AddRecipients(ctx, "t1", id, page)
+		refused(err, "recipients")
+		if _, err := svc.AddRecipients(ctx, "t1", id, page[:1000]); err != nil {
+			t.Fatalf("a page of 1,000: %v", err)
+		}
+	})
+}

@@ -19,6 +19,12 @@ var (
 	renderedMax atomic.Int64
 )
 
+// MaxParamsBytes bounds one notification's params as JSON: intake's 64 KiB
+// limit on a request's body bounds them over POST /v1/notifications, and
+// the Go API and campaigns (a campaign's params, and each recipient's
+// merged over them) check it themselves.
+const MaxParamsBytes = 64 << 10
+
 // Default caps (config limits' defaults).
 const (
 	DefaultParamsMax   = 1000

@@ -88,7 +88,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	sum := sha256.Sum256(append(append(body, 0), raw...))
 	// The first page goes with the create, so a file the kind refuses
 	// (a param missing for every recipient, say) creates nothing.
-	all := pages(recipients)
+	all := pages(recipients, len(req.Params))
 	first := len(all[0])
 	req.Recipients = all[0]
 	var created struct{ ID string }
@@ -171,14 +171,19 @@ var maxPageBytes = 8 << 20
 
 // pages cuts the recipients into pages of at most campaign.MaxPage
 // recipients and maxPageBytes of JSON (each at least one recipient), so
-// recipients with long params go in smaller pages. The same file always
-// gives the same pages.
-func pages(rs []campaign.Recipient) [][]campaign.Recipient {
+// recipients with long params go in smaller pages. A recipient with params
+// of its own counts the campaign's too (base bytes): the server keeps its
+// params merged over them, and bounds a page's merged params
+// (campaign.MaxPageParams). The same file always gives the same pages.
+func pages(rs []campaign.Recipient, base int) [][]campaign.Recipient {
 	var out [][]campaign.Recipient
 	start, size := 0, 0
 	for i, r := range rs {
 		b, _ := json.Marshal(r)
 		n := len(b) + 1 // and its comma
+		if r.Params != nil {
+			n += base
+		}
 		if i > start && (i-start == campaign.MaxPage || size+n > maxPageBytes) {
 			out = append(out, rs[start:i])
 			start, size = i, 0

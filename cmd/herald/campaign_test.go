@@ -278,7 +278,10 @@ func TestCampaignSendCutsPagesBySize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := pages(rs)
+	ps := pages(rs, 0)
+	if withBase := pages(rs, 300); len(withBase) <= len(ps) {
+		t.Fatalf("%d pages counting the campaign's 300 bytes of params in each recipient's, %d without; want more with", len(withBase), len(ps))
+	}
 	if len(ps) < 10 {
 		t.Fatalf("%d pages of 120 recipients of 340 bytes each; want one per 4 KiB at most", len(ps))
 	}
