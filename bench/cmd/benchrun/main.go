@@ -11,8 +11,13 @@
 //	go run ./bench/cmd/benchrun all
 //
 // Each benchmark runs in its own test binary, built once per package and
-// started directly, so the peak RSS the table shows is that benchmark's
-// process alone. PostgreSQL runs get a fresh database on
+// started directly, and reports its own peak RSS (bench/peakrss), which the
+// table shows: that benchmark's process alone, not the rabbitmqctl it ran.
+// A run that fails or skips (a server it needs is down) is shown as failed
+// in the table and the JSON, the others go on, and benchrun exits 1 at the
+// end. Each run starts from benchrun's environment less the settings
+// benchrun makes per run (runEnviron), and every run, herald's and its
+// peers', uses the PostgreSQL server of HERALD_BENCH_POSTGRES_URL. PostgreSQL runs get a fresh database on
 // HERALD_BENCH_POSTGRES_URL's server (default the machine's, user postgres),
 // dropped after. -json names the JSON file (default
 // bench-<scenarios>-<time>.json); -count repeats each benchmark, in turn, so
@@ -38,6 +43,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"net/url"
 	"os"
 	"os/exec"
@@ -52,6 +58,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/bench/peakrss"
+	"github.com/heraldhq/herald/internal/testpg"
 )
 
 // run is one benchmark of a scenario.
@@ -111,7 +120,10 @@ var scenarios = map[string][]run{
 		{Name: "end to end, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "10000x", Versus: []*versus{versusRiverInsert(nil)}},
 		{Name: riverInsert, Dir: "bench/peers", Bench: "^BenchmarkGoAPIRiver$", Benchtime: "20000x"},
 		{Name: "end to end, SQLite, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Env: []string{"HERALD_BENCH_PROVIDER_MS=100"}},
-		{Name: "end to end, PostgreSQL, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Postgres: true, Env: []string{"HERALD_BENCH_PROVIDER_MS=100"}},
+		// Each notification is one send: the issue's ≥ 2,000 sends/s
+		// from one process with a 100 ms provider, end to end.
+		{Name: "end to end, PostgreSQL, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEnd$", Benchtime: "10000x", Postgres: true, Env: []string{"HERALD_BENCH_PROVIDER_MS=100"},
+			Aims: map[string]aim{"notifications/s": {Min: 2000}}},
 		{Name: "end to end, PostgreSQL+RabbitMQ, 100 ms provider", Dir: "bench", Bench: "^BenchmarkEndToEndRabbitMQ$", Benchtime: "10000x", Env: []string{"HERALD_BENCH_PROVIDER_MS=100"}},
 	},
 	"goapi": {
@@ -153,7 +165,11 @@ var scenarios = map[string][]run{
 	// batch-inserted no-op jobs.
 	"campaign": {
 		{Name: "campaign fan-out, 1,000,000 recipients, PostgreSQL", Dir: "bench", Bench: "^BenchmarkCampaignFanOut$", Benchtime: "1x",
-			Env: []string{"HERALD_BENCH_CAMPAIGN_RECIPIENTS=1000000"}, Aims: map[string]aim{"fanout-s": {Max: 10}}},
+			Env: []string{"HERALD_BENCH_CAMPAIGN_RECIPIENTS=1000000"}, Aims: map[string]aim{"fanout-s": {Max: 10}},
+			// Beside River's batch insert of as many jobs (the drain's
+			// River run inserts them first): the fan-out's headline
+			// figure as a ratio too.
+			Versus: []*versus{{Metric: "recipients/s", Peer: "batch-inserted jobs, River", PeerMetric: "inserted/s"}}},
 		{Name: "campaign drain, herald, PostgreSQL", Dir: "bench/peers", Bench: "^BenchmarkDrainHerald$", Benchtime: "100000x",
 			Versus: []*versus{{Metric: "sent/s", Peer: "batch-inserted jobs, River", PeerMetric: "worked/s", Aim: &aim{Min: 1}}}},
 		{Name: "batch-inserted jobs, River", Dir: "bench/peers", Bench: "^BenchmarkDrainRiver$", Benchtime: "100000x"},
@@ -202,8 +218,11 @@ type result struct {
 	Load     string             `json:"load_before"`
 	Took     string             `json:"took"`
 	Chart    string             `json:"chart,omitempty"` // the SVG it drew, with -charts
-	versus   []*versus
-	aims     map[string]aim
+	// Error is why the run gave no figures (it failed, or skipped for want
+	// of a server); the rounds go on without it.
+	Error  string `json:"error,omitempty"`
+	versus []*versus
+	aims   map[string]aim
 }
 
 // ratio is one run's figure over its peer's in the same round.
@@ -280,6 +299,7 @@ func main() {
 		}
 	}
 	var results []result
+	failed := 0
 	for round := 1; round <= *count; round++ {
 		for _, r := range runs {
 			profile := ""
@@ -292,18 +312,25 @@ func main() {
 					"HERALD_BENCH_CHART_NAME="+strings.TrimSuffix(filepath.Base(chart), ".svg"))
 			}
 			res, err := execute(root, bins, r, profile)
-			if err != nil {
-				fail(fmt.Errorf("%s: %w", r.Name, err))
-			}
-			if chart != "" {
-				if _, err := os.Stat(chart); err != nil {
-					fail(fmt.Errorf("%s drew no chart: %w", r.Name, err))
+			if err == nil && chart != "" {
+				if _, err = os.Stat(chart); err != nil {
+					err = fmt.Errorf("drew no chart: %w", err)
+				} else {
+					res.Chart = chart
 				}
-				res.Chart = chart
+			}
+			if err != nil {
+				// The other runs go on, and the table and the JSON say
+				// which failed: one failure in a long -count run costs
+				// its own figures, not every round's.
+				fmt.Fprintf(os.Stderr, "benchrun: %s: failed: %v\n", r.Name, err)
+				res = result{Scenario: r.Scenario, Name: r.Name, Error: firstLine(err.Error()), versus: r.Versus, aims: r.Aims}
+				failed++
+			} else {
+				fmt.Fprintf(os.Stderr, "benchrun: %s: done in %s\n", r.Name, res.Took)
 			}
 			res.Round = round
 			results = append(results, res)
-			fmt.Fprintf(os.Stderr, "benchrun: %s: done in %s\n", r.Name, res.Took)
 		}
 	}
 	ratios := ratiosOf(results)
@@ -312,16 +339,64 @@ func main() {
 	if *jsonPath == "" {
 		*jsonPath = fmt.Sprintf("bench-%s-%s.json", strings.Join(flag.Args(), "-"), time.Now().UTC().Format("20060102T150405Z"))
 	}
-	out, _ := json.MarshalIndent(map[string]any{
+	out, err := json.MarshalIndent(map[string]any{
 		"machine": map[string]any{"cpus": runtime.NumCPU(), "goos": runtime.GOOS, "goarch": runtime.GOARCH, "go": runtime.Version()},
-		"results": results,
+		"results": finite(results),
 		"ratios":  ratios,
 		"aims":    verdicts,
 	}, "", "  ")
+	if err != nil {
+		fail(fmt.Errorf("encode the results: %w", err))
+	}
 	if err := os.WriteFile(*jsonPath, append(out, '\n'), 0o644); err != nil {
 		fail(err)
 	}
 	fmt.Printf("\nwrote %s\n", *jsonPath)
+	if failed > 0 {
+		fail(fmt.Errorf("%d of %d runs failed (their rows say why)", failed, len(results)))
+	}
+}
+
+// finite drops the figures JSON cannot hold (a benchmark may print +Inf
+// or NaN), so the file is always written whole.
+func finite(results []result) []result {
+	for _, r := range results {
+		maps.DeleteFunc(r.Metrics, func(_ string, v float64) bool { return math.IsInf(v, 0) || math.IsNaN(v) })
+	}
+	return results
+}
+
+// why is what a test binary's verbose output says of a benchmark that
+// gave no figures: its "--- SKIP" or "--- FAIL" with the first line the
+// benchmark logged (a benchmark's log comes before that line), else the
+// output's last line.
+func why(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i, l := range lines {
+		verdict, ok := strings.CutPrefix(l, "--- ")
+		if !ok || !(strings.HasPrefix(verdict, "SKIP") || strings.HasPrefix(verdict, "FAIL")) {
+			continue
+		}
+		verdict, _, _ = strings.Cut(verdict, " ") // "SKIP:"
+		// The log: the indented lines after the benchmark's name, before
+		// this line (or after it, as a test's is).
+		for j := i - 1; j >= 0 && strings.HasPrefix(lines[j], "    "); j-- {
+			if j == 0 || !strings.HasPrefix(lines[j-1], "    ") {
+				return verdict + " " + strings.TrimSpace(lines[j])
+			}
+		}
+		if i+1 < len(lines) && strings.HasPrefix(lines[i+1], "    ") {
+			return verdict + " " + strings.TrimSpace(lines[i+1])
+		}
+		return verdict
+	}
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 func names() []string {
@@ -365,7 +440,10 @@ func execute(root, bins string, r run, profile string) (result, error) {
 			return result{}, fmt.Errorf("build %s: %v\n%s", r.Dir, err, out)
 		}
 	}
-	env := append(os.Environ(), r.Env...)
+	rss := filepath.Join(bins, "peak-rss")
+	_ = os.Remove(rss)
+	env := append(runEnviron(), r.Env...)
+	env = append(env, peakrss.EnvFile+"="+rss, testpg.EnvURL+"="+benchPostgresURL())
 	if r.Postgres {
 		dbURL, drop, err := freshDatabase()
 		if err != nil {
@@ -375,7 +453,9 @@ func execute(root, bins string, r run, profile string) (result, error) {
 		env = append(env, "HERALD_BENCH_DATABASE="+dbURL)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	args := []string{"-test.run=^$", "-test.bench=" + r.Bench, "-test.benchtime=" + r.Benchtime, "-test.count=1"}
+	// -test.v: a benchmark that skips itself says why only in verbose
+	// output.
+	args := []string{"-test.run=^$", "-test.bench=" + r.Bench, "-test.benchtime=" + r.Benchtime, "-test.count=1", "-test.v"}
 	if profile != "" {
 		args = append(args, "-test.cpuprofile="+profile)
 	}
@@ -389,14 +469,20 @@ func execute(root, bins string, r run, profile string) (result, error) {
 	err := cmd.Run()
 	took := time.Since(began).Round(time.Second)
 	if err != nil {
-		return result{}, fmt.Errorf("%v\n%s", err, stdout.String())
+		os.Stderr.Write(stdout.Bytes())
+		return result{}, fmt.Errorf("%v: %s", err, why(stdout.String()))
 	}
 	res := result{Scenario: r.Scenario, Name: r.Name, Load: strings.Join(strings.Fields(string(load))[:3], " "), Took: took.String(),
 		versus: r.Versus, aims: r.Aims}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+	// The process's own peak, as it reported it (peakrss): wait4's is
+	// also that of every child it ran (rabbitmqctl's, say).
+	if raw, err := os.ReadFile(rss); err == nil {
+		res.PeakRSS, _ = strconv.ParseInt(string(raw), 10, 64)
+	} else if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		res.PeakRSS = ru.Maxrss * 1024 // kilobytes on Linux
 	}
-	sc := bufio.NewScanner(&stdout)
+	out := stdout.String()
+	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
@@ -413,18 +499,42 @@ func execute(root, bins string, r run, profile string) (result, error) {
 		}
 	}
 	if res.Bench == "" {
-		return result{}, fmt.Errorf("no benchmark line in its output:\n%s", stdout.String())
+		os.Stderr.WriteString(out)
+		return result{}, fmt.Errorf("no benchmark line: %s", why(out))
 	}
 	return res, nil
+}
+
+// runEnviron is the environment a run starts from: benchrun's own, less
+// what benchrun sets for each run (a run's database, its provider's
+// latency, its instances, its chart, the server tests find PostgreSQL
+// on), so an exported value cannot quietly change what a scenario
+// measures. Other HERALD_BENCH_ settings pass (the isolation run's
+// recipients, say).
+func runEnviron() []string {
+	set := []string{"HERALD_BENCH_DATABASE", "HERALD_BENCH_PROVIDER_MS", "HERALD_BENCH_INSTANCES", "HERALD_BENCH_CHART_DIR",
+		"HERALD_BENCH_CHART_NAME", peakrss.EnvFile, testpg.EnvURL}
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(set, k)
+	})
+}
+
+// benchPostgresURL is the server every run uses: HERALD_BENCH_POSTGRES_URL,
+// by default the machine's. Runs that make their own schema or database
+// (through testpg) get it as HERALD_TEST_POSTGRES_URL, so every figure of
+// a round, herald's and its peers', comes from the same server.
+func benchPostgresURL() string {
+	if base := os.Getenv("HERALD_BENCH_POSTGRES_URL"); base != "" {
+		return base
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 }
 
 // freshDatabase creates a database for one run and returns its URL and
 // what drops it.
 func freshDatabase() (string, func(), error) {
-	base := os.Getenv("HERALD_BENCH_POSTGRES_URL")
-	if base == "" {
-		base = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
+	base := benchPostgresURL()
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
@@ -568,6 +678,10 @@ func table(results []result, ratios []ratio, verdicts []verdict) {
 		var figs []string
 		for _, k := range keys {
 			figs = append(figs, fmt.Sprintf("%s %s", strconv.FormatFloat(r.Metrics[k], 'f', -1, 64), k))
+		}
+		if r.Error != "" {
+			fmt.Fprintf(w, "%s\t%s\t—\tfailed: %s\t—\t%s\t%s\n", r.Scenario, r.Name, r.Error, r.Load, r.Took)
+			continue
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d MiB\t%s\t%s\n", r.Scenario, r.Name, r.N, strings.Join(figs, ", "), r.PeakRSS>>20, r.Load, r.Took)
 	}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"encoding/json"
+	"math"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -124,5 +128,58 @@ func TestVerdictsSumUpEachAimedFigureOverItsRounds(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("verdicts:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A run that failed has no figures: its peer's ratio is missing for that
+// round and its aims are counted as not reported, while the other rounds
+// still count; and the JSON is written whole even when a benchmark printed
+// a figure JSON cannot hold.
+func TestAFailedRunLeavesTheOthersCounted(t *testing.T) {
+	vs := &versus{Metric: "notifications/s", Peer: "peer", PeerMetric: "jobs/s", Aim: &aim{Min: 1}}
+	results := []result{
+		{Scenario: "e2e", Round: 1, Name: "herald", Metrics: map[string]float64{"notifications/s": 3000}, versus: []*versus{vs}},
+		{Scenario: "e2e", Round: 1, Name: "peer", Metrics: map[string]float64{"jobs/s": 1000, "odd": math.Inf(1)}},
+		{Scenario: "e2e", Round: 2, Name: "herald", Error: "SKIP the broker is down", versus: []*versus{vs}},
+		{Scenario: "e2e", Round: 2, Name: "peer", Metrics: map[string]float64{"jobs/s": 1000}},
+	}
+	ratios := ratiosOf(results)
+	v := verdictsOf(results, ratios)
+	if len(ratios) != 1 || len(v) != 1 || v[0].Rounds != 1 || v[0].Met != 1 || v[0].Missing != 1 {
+		t.Fatalf("ratios %+v, verdicts %+v; want round 1's ratio, met once, missing once", ratios, v)
+	}
+	if _, err := json.Marshal(finite(results)); err != nil {
+		t.Fatalf("the results cannot be written: %v", err)
+	}
+}
+
+// why finds a benchmark's own reason for giving no figures.
+func TestWhyABenchmarkGaveNoFigures(t *testing.T) {
+	for out, want := range map[string]string{
+		"goos: linux\nBenchmarkGoAPIRiver\n    goapi_test.go:55: no PostgreSQL at x: failed to connect\n        \tdial error\n--- SKIP: BenchmarkGoAPIRiver\nPASS\n": "SKIP: goapi_test.go:55: no PostgreSQL at x: failed to connect",
+		"BenchmarkDrainHerald\n    drain_test.go:90: recorded 5 of 10\n--- FAIL: BenchmarkDrainHerald\nFAIL\n":                                                       "FAIL: drain_test.go:90: recorded 5 of 10",
+		"panic: boom\n": "panic: boom",
+	} {
+		if got := why(out); got != want {
+			t.Errorf("why(%q) = %q, want %q", out, got, want)
+		}
+	}
+}
+
+// A run starts without the settings benchrun makes per run, so an
+// exported one cannot change what a scenario measures, and with the
+// others (the isolation run's recipients) as they are.
+func TestARunStartsFromBenchrunsEnvironmentLessItsOwnSettings(t *testing.T) {
+	t.Setenv("HERALD_BENCH_PROVIDER_MS", "100")
+	t.Setenv("HERALD_BENCH_DATABASE", "postgres://elsewhere/db")
+	t.Setenv("HERALD_BENCH_ISOLATION_RECIPIENTS", "1000")
+	env := runEnviron()
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "HERALD_BENCH_PROVIDER_MS=") || strings.HasPrefix(kv, "HERALD_BENCH_DATABASE=") {
+			t.Fatalf("%s passed to a run", kv)
+		}
+	}
+	if !slices.Contains(env, "HERALD_BENCH_ISOLATION_RECIPIENTS=1000") {
+		t.Fatal("HERALD_BENCH_ISOLATION_RECIPIENTS was not passed")
 	}
 }
