@@ -134,7 +134,7 @@ func (l *Limiter) take(m map[string]*rate.Limiter, name string, r float64, b int
 	res := lim.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
-		return d
+		return min(d, maxWait) // as the buckets' (quota.go)
 	}
 	return 0
 }

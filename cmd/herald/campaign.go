@@ -272,11 +272,17 @@ func readRecipients(raw []byte) ([]campaign.Recipient, error) {
 			return nil, fmt.Errorf("line %d has %d columns, the header %d", line, len(row), len(header))
 		}
 		if len(row) > 1 {
+			// An empty cell is no param of the recipient's own: the
+			// campaign's (--params) applies, as a sheet's blank reads.
 			p := make(map[string]string, len(row)-1)
 			for j := 1; j < len(row); j++ {
-				p[header[j]] = row[j]
+				if row[j] != "" {
+					p[header[j]] = row[j]
+				}
 			}
-			rc.Params, _ = json.Marshal(p)
+			if len(p) > 0 {
+				rc.Params, _ = json.Marshal(p)
+			}
 		}
 		out = append(out, rc)
 	}

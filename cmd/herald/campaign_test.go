@@ -229,6 +229,8 @@ func TestReadRecipientsAsSpreadsheetsWriteThem(t *testing.T) {
 		{"rows of empty cells", "recipient,coupon\r\nu1,A\r\n,\r\n , \r\nu2,B\r\n,\r\n", []campaign.Recipient{
 			{Recipient: "u1", Params: []byte(`{"coupon":"A"}`)}, {Recipient: "u2", Params: []byte(`{"coupon":"B"}`)}}},
 		{"a quoted comma and spaces around the header", "recipient , name\nu1,\"Kim, Ann\"\n", []campaign.Recipient{{Recipient: "u1", Params: []byte(`{"name":"Kim, Ann"}`)}}},
+		// An empty cell leaves the campaign's param (--params) to apply.
+		{"empty cells", "recipient,coupon,date\nu1,VIP20,\nu2,,\n", []campaign.Recipient{{Recipient: "u1", Params: []byte(`{"coupon":"VIP20"}`)}, {Recipient: "u2"}}},
 	} {
 		got, err := readRecipients([]byte(c.file))
 		if err != nil || len(got) != len(c.want) {
