@@ -190,7 +190,7 @@ func BenchmarkLaneSend(b *testing.B) {
 // most an hour; so does the send rate, which shares the buckets.
 func TestATinyRateStillRefuses(t *testing.T) {
 	t.Parallel()
-	l := limits.New(limits.Config{SendRate: 1e-11, SendBurst: 1,
+	l := limits.New(limits.Config{SendRate: 1e-11, SendBurst: 1, KeyRate: 1e-11, KeyBurst: 1,
 		Quotas: []limits.Quota{{Lane: marketing, Rate: 1e-11, Burst: 1}}, Clock: clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))})
 	if _, wait := l.LaneSend("t", marketing); wait != 0 {
 		t.Fatalf("the first send waits %s; want the burst's token", wait)
@@ -205,5 +205,11 @@ func TestATinyRateStillRefuses(t *testing.T) {
 	}
 	if wait := l.Send("t"); wait <= 0 || wait > time.Hour {
 		t.Fatalf("the send rate past its burst: wait %s; want a refusal of at most an hour", wait)
+	}
+	if l.Key("k") != 0 {
+		t.Fatal("the key's first request was refused")
+	}
+	if wait := l.Key("k"); wait <= 0 || wait > time.Hour {
+		t.Fatalf("the key rate past its burst: wait %s; want a refusal of at most an hour", wait)
 	}
 }
