@@ -466,22 +466,18 @@ func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size
 		})
 	}
 	wg.Wait()
+	// Every batch that returned no error committed, a batch after a failed
+	// one too: another writer may have taken exactly the failed one's
+	// range, leaving the cursor at the next one's start. All of them
+	// count (the quota is charged for them).
 	var sum store.CampaignFanOutResult
+	failed := -1 // the first batch that failed
 	for i, res := range results {
-		if (i == 0 || errs[i-1] == nil) && errors.Is(errs[i], store.ErrCampaignBehind) {
-			// The cursor had moved past it although the batch before it
-			// was written, or before the window's first (another
-			// writer's, an overlapping old leader: the bounds read ahead
-			// began where this runner's last window ended); it wrote
-			// nothing, and the next call reads where the cursor stands.
-			if i == 0 {
-				r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "campaign: another writer moved the cursor past the bounds read ahead; reading them again",
-					slog.String("tenant", c.Tenant), slog.String("campaign", c.ID))
-			}
-			return sum, nil, nil
-		}
 		if errs[i] != nil {
-			return sum, nil, errs[i] // those after it were refused or not begun
+			if failed < 0 {
+				failed = i
+			}
+			continue
 		}
 		sum.Recipients += res.Recipients
 		sum.Notifications += res.Notifications
@@ -491,9 +487,23 @@ func (r *Runner) fanOutSideBySide(ctx context.Context, c store.CampaignRef, size
 			sum.Lane = res.Lane
 		}
 	}
-	// Every batch was begun and written unless one failed (returned
-	// above), the campaign ended or ctx did.
-	if sum.Done || ctx.Err() != nil {
+	switch {
+	case failed >= 0 && (failed == 0 || errs[failed-1] == nil) && errors.Is(errs[failed], store.ErrCampaignBehind):
+		// The cursor had moved past it although the batch before it was
+		// written, or before the window's first (another writer's, an
+		// overlapping old leader: the bounds read ahead began where this
+		// runner's last window ended); it wrote nothing, and the next call
+		// reads where the cursor stands.
+		if failed == 0 {
+			r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "campaign: another writer moved the cursor past the bounds read ahead; reading them again",
+				slog.String("tenant", c.Tenant), slog.String("campaign", c.ID))
+		}
+		return sum, nil, nil
+	case failed >= 0:
+		return sum, nil, errs[failed]
+	case sum.Done || ctx.Err() != nil:
+		// Every batch was begun and written unless the campaign ended or
+		// ctx did.
 		return sum, nil, nil
 	}
 	return sum, next, nil

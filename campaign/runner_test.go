@@ -2,6 +2,7 @@ package campaign_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -641,18 +642,42 @@ func counterValue(t *testing.T, m *metrics.Metrics, name string) float64 {
 // ranged batch that begins at at, once.
 type cutIn struct {
 	store.Campaigns
-	at   int64
-	once sync.Once
-	err  error
+	at    int64
+	limit int // the other writer's batch (50 when 0)
+	once  sync.Once
+	err   error
 }
 
 func (c *cutIn) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams) (store.CampaignFanOutResult, error) {
 	if p.Range != nil && p.Range.After == c.at {
 		c.once.Do(func() {
-			_, c.err = c.Campaigns.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: p.Tenant, ID: p.ID, Limit: 50})
+			_, c.err = c.Campaigns.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: p.Tenant, ID: p.ID, Limit: cmp.Or(c.limit, 50)})
 		})
 	}
 	return c.Campaigns.CampaignFanOut(ctx, p)
+}
+
+// When the other writer takes exactly the window's first batch, that
+// batch is refused (behind) but the next, begun beside it, now stands at
+// the cursor and commits: its recipients are counted (the quota charged
+// for them, the total right), where the sum stopped at the refused batch.
+func TestABatchCommittedBesideARefusedOneIsCounted(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+		const n, size = 2000, 100
+		ctx := context.Background()
+		id, st, all := runningInBatches(t, db, svc, n, size)
+		c := &cutIn{Campaigns: st, at: all[8].After, limit: size}
+		r := campaign.NewRunner(campaign.RunnerConfig{Store: c, Batch: size, Parallel: 2, Logger: slog.New(slog.DiscardHandler)})
+		got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
+		if c.err != nil {
+			t.Fatalf("the other writer's batch: %v", c.err)
+		}
+		if err != nil || got != n-size {
+			t.Fatalf("FanOut = %d, %v; want the %d recipients the other writer left, no error", got, err, n-size)
+		}
+		wantFannedOut(t, db, svc, id, n)
+	})
 }
 
 // TestBoundsReadAheadOfACursorMovedMeanwhileAreReadAgain: when another
