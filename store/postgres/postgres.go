@@ -279,6 +279,18 @@ var sessionDefaults = map[string]string{
 	// 213-387 ms without it and 69-94 ms with it, the stalls lining up
 	// with commits of an idle probe taking 130-270 ms.
 	"backend_flush_after": backendFlushAfter,
+	// A process whose host froze or lost its network sends no FIN or RST:
+	// the server keeps its session, and the session's locks, until its
+	// TCP keepalive gives up, by the kernel's defaults over two hours. The
+	// leader's advisory lock among them: for that long no other process
+	// would lead, and no sweep, watchdog or campaign fan-out would run.
+	// The server probes a silent herald connection after 10 s and drops
+	// it after three unanswered probes 5 s apart, about 25 s in all (the
+	// leader pings its connection every few seconds, so a healthy one is
+	// never silent that long).
+	"tcp_keepalives_idle":     "10",
+	"tcp_keepalives_interval": "5",
+	"tcp_keepalives_count":    "3",
 }
 
 // backendFlushAfter is the backend_flush_after herald's connections run

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -139,6 +140,32 @@ func TestConnectionsStartWithHeraldsParametersUnlessTheURLSetsThem(t *testing.T)
 		}
 		if got := cfg.ConnConfig.RuntimeParams[c.param]; got != c.want {
 			t.Errorf("%s: %s = %q, want %q", c.url, c.param, got, c.want)
+		}
+	}
+}
+
+// The server probes every connection of the store's, the leader's own
+// included, after 10 s of silence (sessionDefaults): a leader whose host
+// froze gives up its lock in about 25 s, not the kernel's two hours.
+func TestTheServerProbesSilentConnections(t *testing.T) {
+	s := setup(t, "", Options{})
+	ctx := context.Background()
+	leader, err := s.dedicatedConn(ctx, "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Close(ctx)
+	for name, q := range map[string]interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}{"main": s.pool, "claims": s.claims, "leader": leader} {
+		for param, want := range map[string]string{"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3"} {
+			var got string
+			if err := q.QueryRow(ctx, "SHOW "+param).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("the store's %s connection: %s = %s, want %s", name, param, got, want)
+			}
 		}
 	}
 }
