@@ -129,6 +129,8 @@ func (r *Runner) Run(ctx context.Context) {
 			if _, err := r.Round(ctx); err != nil && ctx.Err() == nil {
 				r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "campaign: fan-out round failed", slog.Any("error", err))
 			}
+		} else {
+			r.forgetStalls(nil) // another process leads: its stalls are its own
 		}
 		select {
 		case <-ctx.Done():
@@ -174,7 +176,11 @@ func (r *Runner) Round(ctx context.Context) (int, error) {
 				errs = append(errs, err)
 			}
 		}
-		if ctx.Err() != nil || (r.cfg.IsLeader != nil && !r.cfg.IsLeader()) {
+		if ctx.Err() != nil {
+			return total, errors.Join(errs...)
+		}
+		if r.cfg.IsLeader != nil && !r.cfg.IsLeader() {
+			r.forgetStalls(nil) // no longer leading: a later lead starts its stalls afresh
 			return total, errors.Join(errs...)
 		}
 		if len(refs) < r.cfg.Page {
@@ -288,7 +294,10 @@ func (r *Runner) progressed(id string) {
 }
 
 // forgetStalls drops the stalls of campaigns no longer RUNNING (cancelled
-// while their fan-out failed), once a round has read them all.
+// while their fan-out failed), once a round has read them all; every stall
+// when running is nil (this process no longer leads: were it to lead
+// again, a stall recorded before would be alerted at its first failure,
+// failing "for" the hours another process led).
 func (r *Runner) forgetStalls(running map[string]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -397,9 +398,12 @@ func TestAStalledCampaignIsAlertedOnce(t *testing.T) {
 		st := &failing{Campaigns: db.Store.(store.Campaigns)}
 		now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 		alerts := &alert.Recorder{}
+		var leading atomic.Bool
+		leading.Store(true)
 		r := campaign.NewRunner(campaign.RunnerConfig{Store: st, Batch: 1, StallAfter: time.Minute, Alerts: alerts,
-			Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler)})
+			Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler), IsLeader: leading.Load})
 		seen := 0
+		failingIDs := map[string]bool{id: true}
 		round := func(at time.Duration, wantAlerts int) {
 			t.Helper()
 			now = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).Add(at)
@@ -411,10 +415,12 @@ func TestAStalledCampaignIsAlertedOnce(t *testing.T) {
 			if len(got) == seen {
 				return
 			}
-			seen = len(got)
-			if a := got[len(got)-1]; a.Kind != alert.CampaignStalled || a.Tenant != "t1" || a.Reason != id+":FAILING" {
-				t.Fatalf("alert %+v; want CAMPAIGN_STALLED of t1 with reason %s:FAILING", a, id)
+			for _, a := range got[seen:] {
+				if a.Kind != alert.CampaignStalled || a.Tenant != "t1" || !failingIDs[strings.TrimSuffix(a.Reason, ":FAILING")] {
+					t.Fatalf("alert %+v; want CAMPAIGN_STALLED of t1 with reason <a failing campaign's id>:FAILING (%v)", a, failingIDs)
+				}
 			}
+			seen = len(got)
 		}
 		round(0, 0)
 		round(30*time.Second, 0)
@@ -426,10 +432,22 @@ func TestAStalledCampaignIsAlertedOnce(t *testing.T) {
 			t.Fatalf("FanOut once healed = %d, %v; want all 3", n, err)
 		}
 		// A new stretch, of another campaign's: alerted on its own.
+		delete(failingIDs, id)
 		id = startCoupons(t, svc, "t1", "key-stall-2", 3)
+		failingIDs[id] = true
 		st.set(nil)
 		round(6*time.Minute, 1)
 		round(8*time.Minute, 2)
+		// Another process leads for an hour: when this one leads again,
+		// its stretches (both campaigns still fail) start then, not at the
+		// failures before, and each is alerted a minute on.
+		failingIDs[startCoupons(t, svc, "t1", "key-stall-3", 3)] = true
+		round(9*time.Minute, 2)
+		leading.Store(false)
+		round(10*time.Minute, 2)
+		leading.Store(true)
+		round(70*time.Minute, 2)
+		round(72*time.Minute, 4)
 	})
 }
 
