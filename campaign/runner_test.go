@@ -675,52 +675,38 @@ func (c *cutIn) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 	return c.Campaigns.CampaignFanOut(ctx, p)
 }
 
-// When the other writer takes exactly the window's first batch, that
-// batch is refused (behind) but the next, begun beside it, now stands at
-// the cursor and commits: its recipients are counted (the quota charged
-// for them, the total right), where the sum stopped at the refused batch.
-func TestABatchCommittedBesideARefusedOneIsCounted(t *testing.T) {
-	t.Parallel()
-	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
-		const n, size = 2000, 100
-		ctx := context.Background()
-		id, st, all := runningInBatches(t, db, svc, n, size)
-		c := &cutIn{Campaigns: st, at: all[8].After, limit: size}
-		r := campaign.NewRunner(campaign.RunnerConfig{Store: c, Batch: size, Parallel: 2, Logger: slog.New(slog.DiscardHandler)})
-		got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
-		if c.err != nil {
-			t.Fatalf("the other writer's batch: %v", c.err)
-		}
-		if err != nil || got != n-size {
-			t.Fatalf("FanOut = %d, %v; want the %d recipients the other writer left, no error", got, err, n-size)
-		}
-		wantFannedOut(t, db, svc, id, n)
-	})
-}
-
 // TestBoundsReadAheadOfACursorMovedMeanwhileAreReadAgain: when another
 // writer moves the cursor between two windows, the next window's bounds,
 // read ahead, begin behind it; its first batch is refused
 // (store.ErrCampaignBehind, nothing written), and the runner reads the
 // bounds again at the cursor and goes on in the same call, with no failure
-// reported (an error would count towards CAMPAIGN_STALLED).
+// reported (an error would count towards CAMPAIGN_STALLED). When the other
+// writer took exactly that first batch, the next batch, begun beside it,
+// stands at the cursor and commits: its recipients are counted (the quota
+// charged for them, the total right), where the sum once stopped at the
+// refused batch.
 func TestBoundsReadAheadOfACursorMovedMeanwhileAreReadAgain(t *testing.T) {
 	t.Parallel()
-	onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
-		const n, size = 2000, 100 // windows of 8 batches (Parallel 2)
-		ctx := context.Background()
-		id, st, all := runningInBatches(t, db, svc, n, size)
-		c := &cutIn{Campaigns: st, at: all[8].After} // the second window's first batch
-		r := campaign.NewRunner(campaign.RunnerConfig{Store: c, Batch: size, Parallel: 2, Logger: slog.New(slog.DiscardHandler)})
-		got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
-		if c.err != nil {
-			t.Fatalf("the other writer's batch: %v", c.err)
-		}
-		if err != nil || got != n-50 {
-			t.Fatalf("FanOut = %d, %v; want the %d recipients the other writer left, no error", got, err, n-50)
-		}
-		wantFannedOut(t, db, svc, id, n)
-	})
+	const n, size = 2000, 100 // windows of 8 batches (Parallel 2)
+	for _, cut := range []int{50, size} {
+		t.Run(fmt.Sprint("the other writer takes ", cut), func(t *testing.T) {
+			t.Parallel()
+			onEachDriver(t, func(t *testing.T, db *testdb.DB, svc *campaign.Service) {
+				ctx := context.Background()
+				id, st, all := runningInBatches(t, db, svc, n, size)
+				c := &cutIn{Campaigns: st, at: all[8].After, limit: cut} // the second window's first batch
+				r := campaign.NewRunner(campaign.RunnerConfig{Store: c, Batch: size, Parallel: 2, Logger: slog.New(slog.DiscardHandler)})
+				got, err := r.FanOut(ctx, store.CampaignRef{Tenant: "t1", ID: id, Lane: heraldtype.LaneMarketing})
+				if c.err != nil {
+					t.Fatalf("the other writer's batch: %v", c.err)
+				}
+				if err != nil || got != n-cut {
+					t.Fatalf("FanOut = %d, %v; want the %d recipients the other writer left, no error", got, err, n-cut)
+				}
+				wantFannedOut(t, db, svc, id, n)
+			})
+		})
+	}
 }
 
 // runningInBatches starts newRunning's campaign of n recipients and reads
