@@ -364,10 +364,6 @@ func (c *apiClient) do(ctx context.Context, method, path, key string, in, out an
 	if err != nil {
 		return err
 	}
-	if body != nil {
-		b := body.(*bytes.Reader)
-		req.GetBody = func() (io.ReadCloser, error) { _, err := b.Seek(0, io.SeekStart); return io.NopCloser(b), err }
-	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
