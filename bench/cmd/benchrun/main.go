@@ -333,6 +333,7 @@ func main() {
 			results = append(results, res)
 		}
 	}
+	results = finite(results) // before the ratios and medians are made of them
 	ratios := ratiosOf(results)
 	verdicts := verdictsOf(results, ratios)
 	table(results, ratios, verdicts)
@@ -341,7 +342,7 @@ func main() {
 	}
 	out, err := json.MarshalIndent(map[string]any{
 		"machine": map[string]any{"cpus": runtime.NumCPU(), "goos": runtime.GOOS, "goarch": runtime.GOARCH, "go": runtime.Version()},
-		"results": finite(results),
+		"results": results,
 		"ratios":  ratios,
 		"aims":    verdicts,
 	}, "", "  ")

@@ -142,13 +142,17 @@ func TestAFailedRunLeavesTheOthersCounted(t *testing.T) {
 		{Scenario: "e2e", Round: 1, Name: "peer", Metrics: map[string]float64{"jobs/s": 1000, "odd": math.Inf(1)}},
 		{Scenario: "e2e", Round: 2, Name: "herald", Error: "SKIP the broker is down", versus: []*versus{vs}},
 		{Scenario: "e2e", Round: 2, Name: "peer", Metrics: map[string]float64{"jobs/s": 1000}},
+		// A figure a ratio uses, printed as +Inf: no ratio, not an infinite one.
+		{Scenario: "e2e", Round: 3, Name: "herald", Metrics: map[string]float64{"notifications/s": math.Inf(1)}, versus: []*versus{vs}},
+		{Scenario: "e2e", Round: 3, Name: "peer", Metrics: map[string]float64{"jobs/s": 1000}},
 	}
+	results = finite(results)
 	ratios := ratiosOf(results)
 	v := verdictsOf(results, ratios)
-	if len(ratios) != 1 || len(v) != 1 || v[0].Rounds != 1 || v[0].Met != 1 || v[0].Missing != 1 {
-		t.Fatalf("ratios %+v, verdicts %+v; want round 1's ratio, met once, missing once", ratios, v)
+	if len(ratios) != 1 || len(v) != 1 || v[0].Rounds != 1 || v[0].Met != 1 || v[0].Missing != 2 {
+		t.Fatalf("ratios %+v, verdicts %+v; want round 1's ratio, met once, missing twice", ratios, v)
 	}
-	if _, err := json.Marshal(finite(results)); err != nil {
+	if _, err := json.Marshal(map[string]any{"results": results, "ratios": ratios, "aims": v}); err != nil {
 		t.Fatalf("the results cannot be written: %v", err)
 	}
 }
