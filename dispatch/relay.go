@@ -358,6 +358,15 @@ func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[str
 	return marked
 }
 
+// claimedNone records a claim that found no row due: a tenant's next
+// one-row claim is not "in a row" with its last (backlogs), since nothing
+// of its was due between them.
+func (r *Relay) claimedNone() {
+	r.backlogMu.Lock()
+	r.lastOne = ""
+	r.backlogMu.Unlock()
+}
+
 // inflight is one claimed batch: the rows published, awaiting their
 // confirms (nil when none was), and the rows the gate held back.
 type inflight struct {
@@ -471,6 +480,9 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		}
 		pause.reset()
 		served.served(rows)
+		if len(rows) == 0 {
+			r.claimedNone()
+		}
 		if len(rows) > 0 {
 			marked := r.backlogs(time.Now(), rows, limit)
 			b := r.gate(ctx, rows)

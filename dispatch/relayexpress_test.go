@@ -1,12 +1,15 @@
 package dispatch_test
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/store"
 )
 
 // With Express, a tenant whose full claims give it the most rows (a
@@ -70,13 +73,7 @@ func TestRelayMarksABacklogSeenOnlyByOneRowClaims(t *testing.T) {
 			notify("big")
 		}
 		q := &queuePublisher{}
-		r := dispatch.NewRelay(dispatch.RelayConfig{
-			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
-			Publisher: q, Owner: "relay", BatchSize: 1, Lease: time.Minute, PollInterval: 20 * time.Millisecond,
-			MaxAttempts: 3, Alerts: b.alerts, Window: 1000, Backlog: q.Backlog, WindowPoll: time.Hour,
-			Express: true, ExpressHold: time.Hour,
-		})
-		defer runRelay(t, r)()
+		defer runRelay(t, oneRowRelay(b, q, b.store))()
 		testenv.WaitFor(t, "the big tenant's rows published", testenv.Patience, func() bool { n2, _ := q.Backlog(b.ctx); return n2 == n })
 		if express := q.tenants(dispatch.ExpressQueue); len(express) > 1 {
 			t.Fatalf("%d of the big tenant's %d rows went to the express queue; want its first at most", len(express), n)
@@ -90,6 +87,53 @@ func TestRelayMarksABacklogSeenOnlyByOneRowClaims(t *testing.T) {
 			}
 			return false
 		})
+	})
+}
+
+// oneRowRelay is a relay with the express queue that claims one row at a
+// time (BatchSize 1), with room in its window, publishing to q.
+func oneRowRelay(b bundle, q *queuePublisher, st store.Outbox) *dispatch.Relay {
+	return dispatch.NewRelay(dispatch.RelayConfig{
+		Lane: heraldtype.LaneTransactional, Store: st, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Publisher: q, Owner: "relay", BatchSize: 1, Lease: time.Minute, PollInterval: 20 * time.Millisecond,
+		MaxAttempts: 3, Alerts: b.alerts, Window: 1000, Backlog: q.Backlog, WindowPoll: time.Hour,
+		Express: true, ExpressHold: time.Hour,
+	})
+}
+
+// emptyClaims counts the claims that found no row due.
+type emptyClaims struct {
+	store.Outbox
+	n atomic.Int64
+}
+
+func (e *emptyClaims) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	rows, err := e.Outbox.OutboxClaim(ctx, p)
+	if err == nil && len(rows) == 0 {
+		e.n.Add(1)
+	}
+	return rows, err
+}
+
+// A tenant's rows claimed one at a time with nothing of its due between
+// them (a claim that found nothing came in between) are no backlog: two
+// rows of a small tenant sent apart both go to the express queue.
+func TestRelayRowsApartAreNoBacklog(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b bundle) {
+		q := &queuePublisher{}
+		st := &emptyClaims{Outbox: b.store}
+		defer runRelay(t, oneRowRelay(b, q, st))()
+		for i := range 2 {
+			b.notifyAs(t, "small", "pay", heraldtype.LaneTransactional)
+			testenv.WaitFor(t, "the small tenant's row published", testenv.Patience, func() bool { n, _ := q.Backlog(b.ctx); return n == i+1 })
+			// Apart: a claim after it found nothing due.
+			seen := st.n.Load()
+			testenv.WaitFor(t, "a claim that found nothing", testenv.Patience, func() bool { return st.n.Load() > seen })
+		}
+		if express := q.tenants(dispatch.ExpressQueue); len(express) != 2 {
+			t.Fatalf("express queue holds %v, lane queue %v; want both of the small tenant's rows in the express queue", express, q.tenants(dispatch.LaneQueue))
+		}
 	})
 }
 
