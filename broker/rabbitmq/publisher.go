@@ -153,16 +153,29 @@ func (p *Publisher) Backlog(ctx context.Context, lane heraldtype.Lane) (int, err
 // is left).
 func (p *Publisher) reopenInspect(old *amqp.Channel) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.inspect != old || p.conn == nil {
+	conn := p.conn
+	current := p.inspect == old
+	p.mu.Unlock()
+	if !current || conn == nil {
 		return
 	}
-	ch, err := p.conn.Channel()
+	// Opened outside the lock: a round trip to the broker, which Publish
+	// and the session must not wait behind.
+	ch, err := conn.Channel()
 	if err != nil {
 		return // the connection is going: the session opens a new one
 	}
+	p.mu.Lock()
+	swap := p.inspect == old && p.conn == conn
+	if swap {
+		p.inspect = ch
+	}
+	p.mu.Unlock()
+	if !swap {
+		_ = ch.Close() // another caller, or a new session, was first
+		return
+	}
 	_ = old.Close() // closed by the broker already, as a rule
-	p.inspect = ch
 }
 
 // Publish sends each job to one of the lane's queues (q) as a persistent,
