@@ -405,9 +405,11 @@ func (r *Runner) readAhead(ctx context.Context, c store.CampaignRef, ranges []st
 // its rows, then waits for its turn (the batch before it has ended:
 // store.CampaignFanOutParams.Turn) to take the campaign's lock and move
 // the cursor, so each commits after the one before it. When one fails,
-// those after it write nothing (store.ErrCampaignBehind), none after it
-// starts, and the first failure is returned: the next round starts again
-// at the cursor; but a batch refused because the cursor had moved past its
+// those after it begun already are refused (store.ErrCampaignBehind) unless
+// another writer moved the cursor to their start (it took exactly the
+// failed batch's range: they commit, and count), none after it starts, and
+// the first failure is returned: the next round starts again at the
+// cursor; but a batch refused because the cursor had moved past its
 // start once the batch before it (or, for the first, the window before) had
 // ended, another writer's doing, ends the call with no error, and the
 // next call reads the bounds at the cursor. A batch waits at most
