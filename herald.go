@@ -112,14 +112,14 @@ func (w *wakeThrottle) take(lane heraldtype.Lane) (wakeTurn, bool) {
 		return wakeTurn{}, false
 	}
 	w.last[lane] = now
-	return wakeTurn{lane: lane, at: now, before: last, had: had}, true
+	return wakeTurn{lane: lane, at: now, before: last}, true
 }
 
-// wakeTurn is a turn take gave: its lane, when, and the turn before it.
+// wakeTurn is a turn take gave: its lane, when, and the turn before it
+// (zero for none).
 type wakeTurn struct {
 	lane       heraldtype.Lane
 	at, before time.Time
-	had        bool
 }
 
 // giveBack returns a turn whose enqueue sent no wake-up (it wrote nothing
@@ -133,7 +133,7 @@ func (w *wakeThrottle) giveBack(t wakeTurn) {
 	defer w.mu.Unlock()
 	switch {
 	case !w.last[t.lane].Equal(t.at):
-	case t.had:
+	case !t.before.IsZero():
 		w.last[t.lane] = t.before
 	default:
 		delete(w.last, t.lane)
@@ -388,9 +388,6 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 		b, err := json.Marshal(in.Params)
 		if err != nil {
 			return bad("params", "params cannot be stored as JSON: %v", err)
-		}
-		if len(b) > catalog.MaxParamsBytes {
-			return bad("params", "params are %d bytes as JSON; at most %d are accepted", len(b), catalog.MaxParamsBytes)
 		}
 		raw = b
 	}

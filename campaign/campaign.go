@@ -183,9 +183,6 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (store.Campaign, e
 // kind, its channels, send_at and the params as far as they go (a param
 // each recipient brings is not missing here).
 func (s *Service) checkCampaign(now time.Time, req Request) (*catalog.Kind, json.RawMessage, *catalog.FieldError) {
-	if ferr := paramsSize(req.Params, "params"); ferr != nil {
-		return nil, nil, ferr
-	}
 	kind, params, _, ferr := s.Catalog.Validate(now, catalog.Request{
 		Recipient: "campaign", EventID: "campaign", Kind: req.Kind, Params: req.Params, SendAt: req.SendAt, Scope: req.Scope,
 	})
@@ -255,10 +252,6 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 			if err != nil {
 				return nil, &catalog.FieldError{Param: at + ".params", Detail: "params must be a JSON object"}
 			}
-			if ferr := paramsSize(b, at+".params"); ferr != nil {
-				ferr.Detail += " (merged over the campaign's)"
-				return nil, ferr
-			}
 			if pageParams += len(b); pageParams > MaxPageParams {
 				return nil, &catalog.FieldError{Param: "recipients", Detail: fmt.Sprintf(
 					"the page's params, each recipient's merged over the campaign's, come to more than %d bytes: send smaller pages", MaxPageParams)}
@@ -284,15 +277,6 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 		out[i] = rp
 	}
 	return out, nil
-}
-
-// paramsSize refuses params past catalog.MaxParamsBytes, as intake's
-// body limit refuses a notification's.
-func paramsSize(raw json.RawMessage, param string) *catalog.FieldError {
-	if len(raw) > catalog.MaxParamsBytes {
-		return &catalog.FieldError{Param: param, Detail: fmt.Sprintf("%s are %d bytes as JSON; at most %d are accepted", param, len(raw), catalog.MaxParamsBytes)}
-	}
-	return nil
 }
 
 // objectParams returns raw if it is a JSON object (or "{}" for none).

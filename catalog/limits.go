@@ -64,8 +64,8 @@ func (c *Catalog) Limit(l Limits) {
 	}
 }
 
-// of is l's cap where it has one, else the process's.
-func (l Limits) of(own int, process *atomic.Int64) int64 {
+// capOf is own where it is a cap, else the process's.
+func capOf(own int, process *atomic.Int64) int64 {
 	if own >= 1 {
 		return int64(own)
 	}
@@ -77,7 +77,7 @@ var ErrRenderedTooLong = errors.New("the rendered text is longer than the limit"
 
 // checkShape is the params' count and depth check.
 func checkShape(params map[string]any, l Limits) *FieldError {
-	paramsCap, depthCap := l.of(l.ParamsMax, &paramsMax), l.of(l.DepthMax, &depthMax)
+	paramsCap, depthCap := capOf(l.ParamsMax, &paramsMax), capOf(l.DepthMax, &depthMax)
 	count, deepest := 0, 0
 	var walk func(v any, depth int)
 	walk = func(v any, depth int) {

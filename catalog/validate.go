@@ -114,6 +114,11 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []
 	if err := validate.JSON(r.Params); err != nil {
 		return bad("params", "params hold text no store can keep (%v)", err)
 	}
+	// intake's body limit bounds them over HTTP; the Go API's and a
+	// campaign's (and each recipient's merged over it) are checked here.
+	if len(r.Params) > MaxParamsBytes {
+		return bad("params", "params are %d bytes as JSON; at most %d are accepted", len(r.Params), MaxParamsBytes)
+	}
 	params, err := DecodeParams(r.Params)
 	if err != nil {
 		return bad("params", "%s", err.Error())

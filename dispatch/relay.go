@@ -482,8 +482,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		served.served(rows)
 		if len(rows) == 0 {
 			r.claimedNone()
-		}
-		if len(rows) > 0 {
+		} else {
 			marked := r.backlogs(time.Now(), rows, limit)
 			b := r.gate(ctx, rows)
 			b.rows, b.confirms = r.publish(ctx, b.rows, marked)

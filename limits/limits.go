@@ -105,13 +105,7 @@ func (l *Limiter) sendTake(tenant string) (undo func(), wait time.Duration) {
 	if l == nil || l.cfg.SendRate <= 0 {
 		return func() {}, 0
 	}
-	b := bucketOf(l, l.sends, tenant, func() *laneBucket {
-		return &laneBucket{rate: l.cfg.SendRate, burst: float64(l.cfg.SendBurst), tokens: float64(l.cfg.SendBurst)}
-	})
-	if _, wait := b.take(l.cfg.Clock.Now(), 1); wait > 0 {
-		return nil, wait
-	}
-	return sync.OnceFunc(func() { b.giveBack(l.cfg.Clock.Now(), 1) }), 0
+	return l.takeOne(bucketOf(l, l.sends, tenant, func() *laneBucket { return newBucket(l.cfg.SendRate, l.cfg.SendBurst) }))
 }
 
 // sendTaken is the context key of the undo of a request's send (Sends).

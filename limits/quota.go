@@ -92,9 +92,7 @@ func (l *Limiter) bucket(tenant string, lane heraldtype.Lane) *laneBucket {
 	if !ok {
 		return nil
 	}
-	return bucketOf(l, l.lanes, laneKey{tenant, lane}, func() *laneBucket {
-		return &laneBucket{rate: q.Rate, burst: float64(q.Burst), tokens: float64(q.Burst)}
-	})
+	return bucketOf(l, l.lanes, laneKey{tenant, lane}, func() *laneBucket { return newBucket(q.Rate, q.Burst) })
 }
 
 // LaneSend takes one send of tenant's into lane. It returns undo, which
@@ -106,6 +104,12 @@ func (l *Limiter) LaneSend(tenant string, lane heraldtype.Lane) (undo func(), wa
 	if b == nil {
 		return func() {}, 0
 	}
+	return l.takeOne(b)
+}
+
+// takeOne takes one token of b now. It returns undo, which gives it back
+// (once), or the wait until b holds one again; a refusal spends nothing.
+func (l *Limiter) takeOne(b *laneBucket) (undo func(), wait time.Duration) {
 	if _, wait := b.take(l.cfg.Clock.Now(), 1); wait > 0 {
 		return nil, wait
 	}
@@ -144,6 +148,11 @@ type laneBucket struct {
 	mu     sync.Mutex
 	tokens float64
 	last   time.Time // when tokens was last brought up to date
+}
+
+// newBucket is a full bucket of burst tokens refilled at rate a second.
+func newBucket(rate float64, burst int) *laneBucket {
+	return &laneBucket{rate: rate, burst: float64(burst), tokens: float64(burst)}
 }
 
 // refill brings tokens up to now; b.mu is held.
