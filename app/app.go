@@ -103,6 +103,9 @@ type App struct {
 	// rabbit is the rabbitmq transport's relays and consumers, one of each
 	// per lane; nil with transport db.
 	rabbit []rabbitLane
+	// claimers are the db transport's, one a lane; intake hands them rows
+	// due now (dispatch, "Rows handed over at intake").
+	claimers dispatch.Lanes
 	// streams are the live inbox streams of GET /v1/me/stream.
 	streams *stream.Hub
 }
@@ -173,6 +176,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	}
 	if cfg.Transport == "rabbitmq" {
 		a.rabbit = a.newRabbitMQ()
+	} else {
+		a.claimers = a.newClaimers()
 	}
 	operators := map[string]string{}
 	for _, k := range cfg.OperatorKeys {
@@ -200,7 +205,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Seal:      a.seal,
 		Intake: &intake.Handler{
 			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(), Seal: a.seal,
-			Logger: a.logger, Metrics: a.metrics, Quotas: lim,
+			Logger: a.logger, Metrics: a.metrics, Quotas: lim, Handoff: a.claimers,
 		},
 		Lookup: &lookup.Handler{Store: a.store, Logger: a.logger},
 		Callbacks: &settle.CallbackHandler{
@@ -330,14 +335,7 @@ func (a *App) Run(ctx context.Context) error {
 	work, stopWork := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	if a.cfg.Transport == "db" {
-		for _, lane := range heraldtype.Lanes {
-			c := dispatch.NewClaimer(dispatch.ClaimerConfig{
-				Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Sender: a.sender, Owner: a.owner,
-				Concurrency: a.cfg.LaneConcurrency(lane), Reserve: a.cfg.LaneReserve(lane), Gather: a.cfg.LaneConcurrency(lane) / 2,
-				Lease: a.cfg.Lease.D(), PollInterval: a.cfg.PollInterval.D(), Cooldown: a.cfg.Cooldown(),
-				MaxAttempts: a.cfg.DispatchMaxAttempts, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
-				Gate: a.dispatchGate(),
-			})
+		for _, c := range a.claimers {
 			wg.Add(1)
 			go func() { defer wg.Done(); c.Run(work) }()
 		}
@@ -531,4 +529,19 @@ func (a *App) Close() error {
 	a.streams.Close()
 	a.closeProviders()
 	return a.store.Close()
+}
+
+// newClaimers makes the db transport's claimers, one a lane; Run starts them.
+func (a *App) newClaimers() dispatch.Lanes {
+	lanes := dispatch.Lanes{}
+	for _, lane := range heraldtype.Lanes {
+		lanes[lane] = dispatch.NewClaimer(dispatch.ClaimerConfig{
+			Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Sender: a.sender, Owner: a.owner,
+			Concurrency: a.cfg.LaneConcurrency(lane), Reserve: a.cfg.LaneReserve(lane), Gather: a.cfg.LaneConcurrency(lane) / 2,
+			Lease: a.cfg.Lease.D(), PollInterval: a.cfg.PollInterval.D(), Cooldown: a.cfg.Cooldown(),
+			MaxAttempts: a.cfg.DispatchMaxAttempts, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
+			Gate: a.dispatchGate(),
+		})
+	}
+	return lanes
 }

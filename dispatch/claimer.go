@@ -99,6 +99,50 @@
 // (BenchmarkDrainHerald, 64 slots). What a crash leaves is unchanged: a
 // send whose result was not written is SENDING, and the stale sweep ends it
 // UNKNOWN, never a second call.
+//
+// # Rows handed over at intake
+//
+// With the db transport, a row due now whose lane has a free slot in this
+// process need not wait in the outbox for a claim: intake asks the lane's
+// Claimer for a slot (Offer) before its create, the create writes the row
+// already claimed by this process (store.NotificationCreateParams.Claim:
+// CLAIMED, a fresh token, a lease) and returns it, and intake hands it to
+// the slot it holds (Hand.Take). The row skips the claim's statement, its
+// new row version and index entries, and the wake-up: about a sixth of
+// PostgreSQL's statement time a notification in the HTTP end-to-end run
+// went to the claim (docs/benchmarks.md).
+//
+// Nothing else changes for the row. It is CLAIMED under a lease like a
+// claimed row, held (its heartbeat extends the lease) from the hand-over,
+// and sent and settled by the same code; if the process dies between the
+// commit and the send, the reclaim sweep offers the row again once its
+// lease runs out, as it does a claimed row's (the stale sweep ends a send
+// that had begun UNKNOWN, never a second call). If the create writes
+// nothing (a replay, a conflict, a dedup hit) or is not Handable, the slot
+// is given back (Hand.Drop) and the row, if any, is PENDING as before; if
+// it fails, the slot is given back too, and a row its statement may have
+// committed claimed before the connection broke is offered again when its
+// lease runs out (a minute by default), as a claim's are.
+//
+// An offer is refused, and the row goes to the outbox, where the claim's
+// order and fairness decide: while the lane has a backlog (the last claim
+// came back full: older rows are due), when no slot is free but those a
+// claim under way may fill (its limit, pledged to it), and when the
+// tenant, or its scope, already holds its share of the slots
+// (ClaimerConfig.Reserve, share). So a hand-over does not overtake a
+// backlog the claimer knows of, nor lets a tenant past its share; a row
+// committed PENDING a moment before (another process's, one refused an
+// offer) may go after it, as after any row claimed a moment sooner.
+//
+// A loop whose claim came back short of its limit (the lane drained)
+// starts no claim when a send's slot frees: nothing was left due that the
+// slot could take, and rows that fall due later come with a wake-up
+// (intake's, a chain's next step's, a reclaimed lease's, a NOTIFY from
+// another process) or by the poll (a retry's). With rows handed over,
+// every send's end otherwise made an empty claim: 1,269 empty claims for
+// 10,000 notifications in the HTTP end-to-end run, most of what the
+// hand-over had saved. A freed slot still claims at once after a claim
+// that came back full, or a look that found no slot free.
 package dispatch
 
 import (
@@ -222,6 +266,18 @@ type Claimer struct {
 	places chan struct{}
 	freed  chan struct{}
 	held   held
+
+	// Rows handed over at intake (Offer). mu orders an offer's take of a
+	// slot against the loop's count of free slots before a claim: the
+	// slots the claim may fill are pledged to it until its rows have
+	// started, and an offer takes only a slot beyond them (one freed
+	// while the claim ran).
+	mu      sync.Mutex
+	running bool // Run is claiming; offers may be made
+	pledged int  // the claim under way's limit
+	backlog bool // the loop's last claim came back full
+	work    chan<- store.Claimed
+	handing sync.WaitGroup // offers made and not yet taken or dropped
 }
 
 // held is the fences of the rows a claimer holds, from the claim until the
@@ -237,12 +293,27 @@ type held struct {
 type scopeOf struct{ tenant, scope string }
 
 func (h *held) add(row store.Claimed) {
+	h.reserve(row.Tenant, row.Scope)
+	h.hold(row)
+}
+
+// reserve counts a send of tenant's scope in flight (add, Offer).
+func (h *held) reserve(tenant, scope string) {
+	h.mu.Lock()
+	if h.scopes == nil {
+		h.scopes = map[scopeOf]int{}
+	}
+	h.scopes[scopeOf{tenant, scope}]++
+	h.mu.Unlock()
+}
+
+// hold holds row's fence: its lease is extended until it is removed.
+func (h *held) hold(row store.Claimed) {
 	h.mu.Lock()
 	if h.rows == nil {
-		h.rows, h.scopes = map[store.Fence]struct{}{}, map[scopeOf]int{}
+		h.rows = map[store.Fence]struct{}{}
 	}
 	h.rows[row.Fence] = struct{}{}
-	h.scopes[scopeOf{row.Tenant, row.Scope}]++
 	h.mu.Unlock()
 }
 
@@ -355,7 +426,20 @@ func (c *Claimer) Run(ctx context.Context) {
 	beat, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 	var beating sync.WaitGroup
 	beating.Go(func() { c.heartbeat(beat) })
-	defer func() { close(work); workers.Wait(); stopBeat(); beating.Wait() }()
+	c.mu.Lock()
+	c.running, c.work = true, work
+	c.mu.Unlock()
+	defer func() {
+		// No new offers; those made are taken or dropped first.
+		c.mu.Lock()
+		c.running = false
+		c.mu.Unlock()
+		c.handing.Wait()
+		close(work)
+		workers.Wait()
+		stopBeat()
+		beating.Wait()
+	}()
 	poll := time.NewTicker(c.PollInterval)
 	defer poll.Stop()
 	again := time.NewTimer(ClaimAgainAfterWake)
@@ -363,6 +447,12 @@ func (c *Claimer) Run(ctx context.Context) {
 	defer again.Stop()
 	var pause claimPause
 	backlog := false // the last claim came back full
+	// drained: the last claim came back short of its limit, so nothing
+	// was left due that a slot freed since could take; rows that fall
+	// due later come with a wake-up (or by the poll, as a retry's do).
+	// A freed slot then starts no claim: with intake handing rows over,
+	// every send's end made an empty claim.
+	drained := false
 	cool := cooler{every: c.Cooldown}
 	var served round // whom the last claims served last (lastServed)
 	for {
@@ -381,16 +471,25 @@ func (c *Claimer) Run(ctx context.Context) {
 		if woken {
 			again.Reset(ClaimAgainAfterWake)
 		}
+		c.mu.Lock()
 		free := c.free()
-		full := false
+		var limit int
+		var skip skipping
 		if free > 0 {
-			limit, skip := c.share(free)
+			limit, skip = c.share(free)
+			c.pledged = limit
+		}
+		c.mu.Unlock()
+		full := false
+		drained = false
+		if free > 0 {
 			began := time.Now()
 			rows, err := c.Store.OutboxClaim(ctx, store.OutboxClaimParams{
 				Lane: c.Lane, Owner: c.Owner, Limit: limit, Lease: c.Lease, Skip: skip.Tenant, SkipScope: skip.Scope, SkipCap: skip.Cap, After: served.after,
 				Scopes: served.scopes,
 			})
 			if err != nil {
+				c.claimed(false)
 				if !pause.after(ctx, c.Logger, "dispatch", c.Lane, err) {
 					return
 				}
@@ -405,10 +504,16 @@ func (c *Claimer) Run(ctx context.Context) {
 				work <- row
 			}
 			full = len(rows) == limit
+			drained = !full
 			cool.claimed(began, len(rows), limit)
 		}
+		c.claimed(full)
 		if backlog = full; full {
 			continue // more may be waiting
+		}
+		freed := c.freed
+		if drained {
+			freed = nil
 		}
 		select {
 		case <-ctx.Done():
@@ -417,9 +522,18 @@ func (c *Claimer) Run(ctx context.Context) {
 			again.Reset(ClaimAgainAfterWake)
 		case <-again.C:
 		case <-poll.C:
-		case <-c.freed:
+		case <-freed:
 		}
 	}
+}
+
+// claimed ends a claim's pledge of free slots, its rows started: offers
+// may take the slots left, unless the claim came back full (full), a
+// backlog of rows due before the ones intake would hand over.
+func (c *Claimer) claimed(full bool) {
+	c.mu.Lock()
+	c.pledged, c.backlog = 0, full
+	c.mu.Unlock()
 }
 
 // DefaultGatherWait is ClaimerConfig.GatherWait's default: what a row of a

@@ -25,6 +25,7 @@ import (
 	"github.com/heraldhq/herald/canonical"
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/limits"
 	"github.com/heraldhq/herald/metrics"
@@ -55,6 +56,11 @@ type Handler struct {
 	// Quotas are the tenants' send quotas per lane (limits.Quota): a send
 	// past its kind's lane quota is 429, with nothing written. Nil: none.
 	Quotas *limits.Limiter
+	// Handoff are this process's claimers (db transport): a notification
+	// whose one row is due now is written claimed and handed to its lane's
+	// claimer when that has a slot free (package dispatch, "Rows handed
+	// over at intake"). Nil: every row waits in the outbox for a claim.
+	Handoff dispatch.Lanes
 }
 
 // Request is the body of POST /v1/notifications.
@@ -129,12 +135,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := ids.New("ntf", now)
 	body, _ := json.Marshal(Accepted{ID: id})
 	sum := sha256.Sum256(canonicalBody)
-	res, err := h.Store.NotificationCreate(r.Context(), store.NotificationCreateParams{
+	p := store.NotificationCreateParams{
 		Tenant: tenant, IdempotencyKey: key, RequestHash: hex.EncodeToString(sum[:]), IdempotencyTTL: h.IdempotencyTTL,
 		Response: body, ID: id, Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
 		Lane: kind.Lane, Scope: req.Scope, Params: h.Seal.SealJSON(tenant, params), SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
 		Inbox: inbox, Fallback: kind.Fallback,
-	})
+	}
+	var hand *dispatch.Hand
+	if p.Handable() {
+		if hand = h.Handoff.Offer(kind.Lane, tenant, req.Scope); hand != nil {
+			p.Claim = hand.Claim()
+		}
+	}
+	res, err := h.Store.NotificationCreate(r.Context(), p)
+	if hand != nil {
+		if res.Claimed != nil && err == nil {
+			hand.Take(*res.Claimed)
+		} else {
+			// Nothing written claimed (or the store failed, and what it
+			// may have committed claimed comes back when its lease ends).
+			hand.Drop()
+		}
+	}
 	if res.Outcome != store.Created {
 		undo()
 	}

@@ -353,6 +353,42 @@ type NotificationCreateParams struct {
 	// order (channel policy first; fallback.go): the first one's rows
 	// PENDING, the others' WAITING.
 	Fallback bool
+	// Claim, when set and the request Handable, asks the store to write
+	// its one outbox row already claimed by Claim.Owner for Claim.Lease,
+	// as OutboxClaim would have, and return it in the result (Claimed):
+	// intake hands a row due now straight to its own process's claimer,
+	// which held a free slot for it, and the row is spared a claim's
+	// statement and its write (package dispatch, "Rows handed over at
+	// intake"). A store may write the row PENDING instead (Claimed nil).
+	Claim *CreateClaim
+}
+
+// CreateClaim is the lease a create writes its row under
+// (NotificationCreateParams.Claim).
+type CreateClaim struct {
+	Owner string
+	Lease time.Duration
+}
+
+// Handable reports whether p plans exactly one outbox row, due at once:
+// one channel besides the inbox, not push (a row per device), on no
+// fallback chain, with no send_at. Only such a request's row is written
+// claimed (Claim).
+func (p NotificationCreateParams) Handable() bool {
+	if p.Fallback || p.SendAt != nil {
+		return false
+	}
+	n := 0
+	for _, ch := range p.Channels {
+		switch ch {
+		case heraldtype.ChannelInbox:
+		case heraldtype.ChannelPush:
+			return false
+		default:
+			n++
+		}
+	}
+	return n == 1
 }
 
 // CreateOutcome says what NotificationCreate did.
@@ -374,6 +410,9 @@ type NotificationCreateResult struct {
 	Outcome  CreateOutcome
 	ID       string
 	Response []byte
+	// Claimed is the outbox row written claimed (NotificationCreateParams.Claim),
+	// with its fence and job as OutboxClaim returns them; nil when none was.
+	Claimed *Claimed
 }
 
 // MessageID is the message id of a notification's send on one channel. It is

@@ -27,6 +27,12 @@ type createRow struct {
 	// languageOK is false when the profile language changed after the
 	// inbox text was chosen: nothing was written; choose again.
 	languageOK bool
+	// The row written claimed (store.NotificationCreateParams.Claim):
+	// its id and token (nil: none), and the recipient's profile read
+	// with it (nil data: none).
+	handID, handToken *int64
+	profile           []byte
+	profileAt         *time.Time
 }
 
 // NotificationCreate writes the idempotency key, the notification and its
@@ -43,7 +49,7 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 	if err != nil {
 		return store.NotificationCreateResult{}, s.fail("create notification", err)
 	}
-	if res.Outcome == store.Created {
+	if res.Outcome == store.Created && res.Claimed == nil {
 		s.wakeups.Notify(p.Lane)
 	}
 	return res, nil
@@ -82,6 +88,9 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 			params: string(params), dedup: nullString(p.DedupKey), sendAt: p.SendAt, expiresAt: p.ExpiresAt,
 			channels: c.channels, messageIDs: c.messageIDs, steps: c.steps, plan: c.plan, wake: s.notify.inStatement(p.Lane), inbox: inbox, lang: lang,
 			inboxAt: int16(p.InboxAt()), scope: p.Scope}
+		if p.Claim != nil && p.Handable() {
+			a.owner, a.lease = &p.Claim.Owner, p.Claim.Lease
+		}
 		var row createRow
 		var err error
 		if p.IdempotencyKey != "" && p.DedupKey != "" {
@@ -96,6 +105,9 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 			continue // the profile language changed: choose again
 		}
 		res, done, err := s.createOutcome(ctx, p, row)
+		if res.Outcome == store.Created && row.handID != nil {
+			res.Claimed = handed(p, row)
+		}
 		if res.Outcome == store.Created && row.due && !row.notified {
 			s.notify.committed(p.Lane)
 		}
@@ -109,10 +121,45 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 	return store.NotificationCreateResult{}, fmt.Errorf("the idempotency key or the recipient's language changed under each of %d attempts", createAttempts)
 }
 
+// handed is the row a create wrote claimed, as OutboxClaim returns one:
+// on no chain, with no delivery row yet, and the profile the statement
+// read.
+func handed(p store.NotificationCreateParams, row createRow) *store.Claimed {
+	var ch heraldtype.Channel
+	for _, c := range p.Channels {
+		if c != heraldtype.ChannelInbox {
+			ch = c
+		}
+	}
+	c := &store.Claimed{Job: heraldtype.Job{
+		MessageID: store.MessageID(p.ID, ch), OutboxID: *row.handID, NotificationID: p.ID, Tenant: p.Tenant, Scope: p.Scope,
+		Recipient: p.Recipient, EventID: p.EventID, Kind: p.Kind, Lane: p.Lane, Channel: ch, Params: p.Params,
+		ExpiresAt: utcPtr(truncMicro(p.ExpiresAt)),
+		Known:     &heraldtype.Known{ProfileRead: true, Profile: row.profile},
+	}}
+	if row.profileAt != nil {
+		c.Known.ProfileUpdatedAt = *row.profileAt
+	}
+	if len(c.Params) == 0 {
+		c.Params = json.RawMessage("{}")
+	}
+	c.Fence = store.Fence{ID: *row.handID, Token: *row.handToken, NotificationID: p.ID, Channel: ch, OffChain: true}
+	return c
+}
+
+// truncMicro is t as PostgreSQL keeps it, to the microsecond.
+func truncMicro(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.Truncate(time.Microsecond)
+	return &u
+}
+
 func scanCreate(r pgx.Row) (createRow, error) {
 	var c createRow
 	var notified int64
-	err := r.Scan(&c.keyTaken, &c.createdID, &c.due, &notified, &c.languageOK)
+	err := r.Scan(&c.keyTaken, &c.createdID, &c.due, &notified, &c.languageOK, &c.handID, &c.handToken, &c.profile, &c.profileAt)
 	if err != nil {
 		return c, fmt.Errorf("write notification: %w", err)
 	}
@@ -137,12 +184,15 @@ type createArgs struct {
 	inbox                                          inboxArgs
 	inboxAt                                        int16 // the inbox's place among the channels (store.InboxAt)
 	lang                                           *string
+	owner                                          *string // the claim's owner (store.CreateClaim); nil: none
+	lease                                          time.Duration
 }
 
 func (a *createArgs) list() []any {
 	return []any{a.now, a.tenant, a.key, a.hash, a.ttl, a.response, a.id, a.recipient, a.event, a.kind, a.lane,
 		a.params, a.dedup, a.sendAt, a.expiresAt, a.channels, a.messageIDs, a.wake,
-		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang, a.steps, a.plan, a.inboxAt, a.scope}
+		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang, a.steps, a.plan, a.inboxAt, a.scope,
+		a.owner, a.lease}
 }
 
 // inboxArgs are a create's inbox item: all nil when it writes none.
@@ -167,6 +217,7 @@ var createMerge = &merge{
 		params, wake, dedup := make([]string, n), make([]string, n), make([]*string, n)
 		ititle, ibody, ilocale, imessage, lang := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 		iat, scope := make([]int16, n), make([]string, n)
+		owner, lease := make([]*string, n), make([]time.Duration, n)
 		ttl, response := make([]time.Duration, n), make([][]byte, n)
 		sendAt, expiresAt := make([]*time.Time, n), make([]*time.Time, n)
 		var chReq, chStep []int32
@@ -177,14 +228,15 @@ var createMerge = &merge{
 			id[i], recipient[i], event[i], kind[i], lane[i] = a.id, a.recipient, a.event, a.kind, a.lane
 			params[i], dedup[i], sendAt[i], expiresAt[i], wake[i] = a.params, a.dedup, a.sendAt, a.expiresAt, a.wake
 			ititle[i], ibody[i], ilocale[i], imessage[i], lang[i] = a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang
-			iat[i], scope[i] = a.inboxAt, a.scope
+			iat[i], scope[i], owner[i], lease[i] = a.inboxAt, a.scope, a.owner, a.lease
 			for j, ch := range a.channels {
 				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a.messageIDs[j])
 				chStep, chPlan = append(chStep, a.steps[j]), append(chPlan, a.plan)
 			}
 		}
 		return []any{ops[0].in.(*createArgs).now, tenant, key, hash, ttl, response, id, recipient, event, kind, lane,
-			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep, chPlan, iat, scope}
+			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep, chPlan, iat, scope,
+			owner, lease}
 	},
 	scan: scanInOrder("create", func(op *pipeOp) string { return op.in.(*createArgs).id }),
 }

@@ -103,19 +103,25 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, fallback_plan, scope, deferred)
+                        fallback_step, fallback_plan, scope, deferred, claimed_by, claimed_until, token)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $2::text, $11::text, c.channel || coalesce('.' || dv.device_id, ''),
-           CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
+           CASE WHEN h.hand THEN 'CLAIMED' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
            CASE WHEN c.step = 1 THEN string_to_array(nullif($25::text, ''), ',') END, $27::text,
-           coalesce(c.step <= 1 AND $14::timestamptz > n.created_at + ` + qDeferHorizon + `, false)
+           coalesce(c.step <= 1 AND $14::timestamptz > n.created_at + ` + qDeferHorizon + `, false),
+           CASE WHEN h.hand THEN $28::text END, CASE WHEN h.hand THEN n.created_at + $29::interval END, CASE WHEN h.hand THEN 1 ELSE 0 END
     FROM n, unnest($16::text[], $17::text[], $24::integer[]) WITH ORDINALITY AS c (channel, message_id, step, ord)
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $2::text AND dv.recipient = $8::text AND dv.active
+        CROSS JOIN LATERAL (SELECT $28::text IS NOT NULL AND c.step = 0 AND dv.device_id IS NULL AND $14::timestamptz IS NULL AS hand) h
     ORDER BY c.ord, dv.device_id
-    RETURNING state = 'PENDING' AND available_at <= created_at AS due
+    RETURNING state = 'PENDING' AND available_at <= created_at AS due, CASE WHEN state = 'CLAIMED' THEN id END AS hid, token
 ),
-w AS (SELECT pg_notify($18::text, '') FROM o WHERE o.due AND $18::text <> '' LIMIT 1)
-SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w), (SELECT ok FROM g)`
+w AS (SELECT pg_notify($18::text, '') FROM o WHERE o.due AND $18::text <> '' LIMIT 1),
+h AS (SELECT o.hid, o.token FROM o WHERE o.hid IS NOT NULL LIMIT 1)
+SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(due) FROM o), false), (SELECT count(*) FROM w), (SELECT ok FROM g),
+       h.hid, h.token, p.data, p.updated_at
+FROM (SELECT 1) one LEFT JOIN h ON true
+LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE h.hid IS NOT NULL AND p.tenant = $2::text AND p.recipient = $8::text LIMIT 1) p ON true`
 
 	// qNotificationCreateMany is qNotificationCreate for several requests at
 	// once (see createMerge): the pipeline runs the creates waiting in one
@@ -159,9 +165,10 @@ SELECT EXISTS (SELECT 1 FROM k), (SELECT id FROM n), coalesce((SELECT bool_or(du
 	qNotificationCreateMany = `WITH r AS MATERIALIZED (
     SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::interval[], $6::bytea[], $7::text[], $8::text[], $9::text[],
                          $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::text[],
-                         $20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $27::smallint[], $28::text[])
+                         $20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $27::smallint[], $28::text[],
+                         $29::text[], $30::interval[])
         WITH ORDINALITY AS r (tenant, key, hash, ttl, response, id, recipient, event_id, kind, lane, params, dedup, send_at, expires_at, wake,
-                              ititle, ibody, ilocale, imessage, lang, iat, scope, ord)
+                              ititle, ibody, ilocale, imessage, lang, iat, scope, owner, lease, ord)
 ),
 g AS MATERIALIZED (
     SELECT r.ord, r.lang IS NULL OR coalesce(p.data->>'language', '') = r.lang AS ok
@@ -208,25 +215,30 @@ ii AS (
 ),
 o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
-                        fallback_step, fallback_plan, scope, deferred)
+                        fallback_step, fallback_plan, scope, deferred, claimed_by, claimed_until, token)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), r.tenant, r.lane, c.channel || coalesce('.' || dv.device_id, ''),
-           CASE WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
+           CASE WHEN h.hand THEN 'CLAIMED' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at, nullif(c.step, 0),
            CASE WHEN c.step = 1 THEN string_to_array(nullif(c.plan, ''), ',') END, r.scope,
-           coalesce(c.step <= 1 AND r.send_at > n.created_at + ` + qDeferHorizon + `, false)
+           coalesce(c.step <= 1 AND r.send_at > n.created_at + ` + qDeferHorizon + `, false),
+           CASE WHEN h.hand THEN r.owner END, CASE WHEN h.hand THEN n.created_at + r.lease END, CASE WHEN h.hand THEN 1 ELSE 0 END
     FROM unnest($17::integer[], $18::text[], $19::text[], $25::integer[], $26::text[]) WITH ORDINALITY AS c (req, channel, message_id, step, plan, ord)
     JOIN r ON r.ord = c.req JOIN n ON n.id = r.id
     LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = r.tenant AND dv.recipient = r.recipient AND dv.active
+    CROSS JOIN LATERAL (SELECT r.owner IS NOT NULL AND c.step = 0 AND dv.device_id IS NULL AND r.send_at IS NULL AS hand) h
     ORDER BY c.ord, dv.device_id
-    RETURNING notification_id, state = 'PENDING' AND available_at <= created_at AS due
+    RETURNING notification_id, state = 'PENDING' AND available_at <= created_at AS due, CASE WHEN state = 'CLAIMED' THEN id END AS hid, token
 ),
 w AS (
     SELECT pg_notify(x.wake, '') FROM (SELECT DISTINCT r.wake FROM r JOIN o ON o.notification_id = r.id WHERE o.due AND r.wake <> '') x
 ),
-d AS (SELECT notification_id, bool_or(due) AS due FROM o GROUP BY notification_id)
+d AS (SELECT notification_id, bool_or(due) AS due, max(hid) AS hid, max(token) FILTER (WHERE hid IS NOT NULL) AS token
+      FROM o GROUP BY notification_id)
 SELECT r.id, r.key <> '' AND r.id IN (SELECT id FROM k), n.id, coalesce(d.due, false),
-       CASE WHEN r.wake <> '' AND coalesce(d.due, false) THEN (SELECT count(*) FROM w) ELSE 0 END, g.ok
+       CASE WHEN r.wake <> '' AND coalesce(d.due, false) THEN (SELECT count(*) FROM w) ELSE 0 END, g.ok,
+       d.hid, d.token, p.data, p.updated_at
 FROM r JOIN g ON g.ord = r.ord LEFT JOIN n ON n.id = r.id LEFT JOIN d ON d.notification_id = r.id
+LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE d.hid IS NOT NULL AND p.tenant = r.tenant AND p.recipient = r.recipient LIMIT 1) p ON true
 ORDER BY r.ord`
 
 	// qIdemGet reads a key in a new statement (so a new snapshot, under READ

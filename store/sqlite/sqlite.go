@@ -174,6 +174,15 @@ func msPtr(t *time.Time) any {
 
 func fromMs(v int64) time.Time { return time.UnixMilli(v).UTC() }
 
+// msTime is t as the store keeps it, to the millisecond.
+func msTime(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := fromMs(t.UnixMilli())
+	return &u
+}
+
 func fromNullMs(v sql.NullInt64) *time.Time {
 	if !v.Valid {
 		return nil
@@ -245,11 +254,13 @@ func (s *Store) NotificationCreate(ctx context.Context, p store.NotificationCrea
 		if p.SendAt != nil && p.SendAt.UnixMilli() > now {
 			available = p.SendAt.UnixMilli()
 		}
-		if pending, err = insertPlanned(tx, p, available, now); err != nil {
+		res = store.NotificationCreateResult{Outcome: store.Created, ID: p.ID, Response: p.Response}
+		if p.Claim != nil && p.Handable() {
+			res.Claimed, err = insertHanded(tx, p, now)
 			return err
 		}
-		res = store.NotificationCreateResult{Outcome: store.Created, ID: p.ID, Response: p.Response}
-		return nil
+		pending, err = insertPlanned(tx, p, available, now)
+		return err
 	})
 	if errors.Is(err, errWroteNothing) {
 		err = nil

@@ -93,6 +93,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Fairness", func(t *testing.T) { testFairness(t, h) })
 	t.Run("Scopes", func(t *testing.T) { testScopes(t, h) })
 	t.Run("DeferredRows", func(t *testing.T) { testDeferredRows(t, h) })
+	t.Run("Handed", func(t *testing.T) { testHanded(t, h) })
 	t.Run("ErasureOfCampaignParams", func(t *testing.T) { testErasureOfCampaignParams(t, h) })
 	t.Run("Sealed", func(t *testing.T) { testSealed(t, h) })
 }

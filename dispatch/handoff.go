@@ -1,0 +1,73 @@
+package dispatch
+
+import (
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/store"
+)
+
+// Hand is a slot an Offer holds for one row: Take it or Drop it, once.
+type Hand struct {
+	c             *Claimer
+	tenant, scope string
+}
+
+// Offer holds a free slot of the lane for a row of tenant's scope that
+// intake is about to write due now, or returns nil (see "Rows handed over
+// at intake"). A nil Claimer offers nothing.
+func (c *Claimer) Offer(tenant, scope string) *Hand {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running || c.backlog || c.free()-c.pledged < 1 {
+		return nil
+	}
+	limit, skip := c.share(1)
+	if limit < 1 || skip.Tenant != "" && skip.Tenant == tenant && (skip.Scope == nil || *skip.Scope == scope || skip.Cap < 1) {
+		return nil
+	}
+	c.slots <- struct{}{}
+	c.places <- struct{}{}
+	c.held.reserve(tenant, scope)
+	c.handing.Add(1)
+	return &Hand{c: c, tenant: tenant, scope: scope}
+}
+
+// Claim is the lease the create writes the row under: the claimer's.
+func (h *Hand) Claim() *store.CreateClaim {
+	return &store.CreateClaim{Owner: h.c.Owner, Lease: h.c.Lease}
+}
+
+// Take starts the send of row, the row the create wrote claimed for this
+// offer (its tenant and scope the offer's).
+func (h *Hand) Take(row store.Claimed) {
+	c := h.c
+	if row.Tenant != h.tenant || row.Scope != h.scope {
+		// Counted under the offer's; the send ends under the row's.
+		c.held.called(store.Claimed{Job: heraldtype.Job{Tenant: h.tenant, Scope: h.scope}})
+		c.held.reserve(row.Tenant, row.Scope)
+	}
+	c.held.hold(row)
+	c.work <- row // a place is held: never blocks
+	c.handing.Done()
+}
+
+// Drop gives the slot back: the create wrote no row claimed.
+func (h *Hand) Drop() {
+	c := h.c
+	c.held.called(store.Claimed{Job: heraldtype.Job{Tenant: h.tenant, Scope: h.scope}})
+	<-c.slots
+	<-c.places
+	c.signalFreed()
+	c.handing.Done()
+}
+
+// Lanes are a process's claimers by lane, for intake's offers.
+type Lanes map[heraldtype.Lane]*Claimer
+
+// Offer is the lane's Claimer's Offer; nil where the lane has none (the
+// rabbitmq transport, a Go API client).
+func (l Lanes) Offer(lane heraldtype.Lane, tenant, scope string) *Hand {
+	return l[lane].Offer(tenant, scope)
+}

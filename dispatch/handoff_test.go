@@ -1,0 +1,255 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
+)
+
+// offer waits for c to run and returns its offer of a slot for tenant's
+// scope.
+func offer(t *testing.T, c *dispatch.Claimer, tenant, scope string) *dispatch.Hand {
+	t.Helper()
+	var h *dispatch.Hand
+	testenv.WaitFor(t, "an offer", testenv.Patience, func() bool { h = c.Offer(tenant, scope); return h != nil })
+	return h
+}
+
+// handed writes a notification of tenant's claimed under h, as intake does,
+// and hands its row over; it returns the notification's id.
+func (b bundle) handed(t *testing.T, h *dispatch.Hand, tenant, scope string) string {
+	t.Helper()
+	id := ids.New("ntf", b.clk.Now())
+	res, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
+		Tenant: tenant, Scope: scope, ID: id, Recipient: "r1", EventID: id, Kind: "pay", Lane: heraldtype.LaneTransactional,
+		Params: json.RawMessage(`{}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Claim: h.Claim(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Claimed == nil {
+		t.Fatal("the store wrote the row PENDING")
+	}
+	h.Take(*res.Claimed)
+	return id
+}
+
+// TestARowHandedOverIsSentWithoutAClaim: intake's create writes the row
+// claimed and hands it to the claimer's slot; it is sent and settled, and
+// no claim ever took it.
+func TestARowHandedOverIsSentWithoutAClaim(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b bundle) {
+		out := &claimLog{Outbox: b.store}
+		c := b.claimer(heraldtype.LaneTransactional, out, b.sender(sender.Hooks{}), 4)
+		stop := run(t, c)
+		defer stop()
+		id := b.handed(t, offer(t, c, "t1", ""), "t1", "")
+		testenv.WaitFor(t, "outbox DONE", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxDone })
+		if d := b.entry(t, id).Delivery; d == nil || d.State != heraldtype.DeliveryProviderAccepted {
+			t.Fatalf("delivery %+v", d)
+		}
+		for _, cl := range out.get() {
+			if cl.took != 0 {
+				t.Fatalf("a claim took %d rows: %+v", cl.took, out.get())
+			}
+		}
+	})
+}
+
+// TestAnOfferTakesOnlyAFreeSlot: an offer holds a slot until its row is
+// taken or the offer dropped; none is made while every slot is held,
+// before the claimer runs, or after it stopped.
+func TestAnOfferTakesOnlyAFreeSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 2)
+	if h := c.Offer("t1", ""); h != nil {
+		t.Fatal("an offer before the claimer runs")
+	}
+	if h := (*dispatch.Claimer)(nil).Offer("t1", ""); h != nil {
+		t.Fatal("an offer from no claimer")
+	}
+	stop := run(t, c)
+	first := offer(t, c, "t1", "")
+	second := offer(t, c, "t2", "")
+	if h := c.Offer("t3", ""); h != nil {
+		t.Fatal("a third offer with two slots held")
+	}
+	first.Drop()
+	third := offer(t, c, "t3", "")
+	second.Drop()
+	third.Drop()
+	stop()
+	if h := c.Offer("t1", ""); h != nil {
+		t.Fatal("an offer after the claimer stopped")
+	}
+}
+
+// TestAnOfferKeepsTheReserve: a tenant that holds its share of the slots
+// (Concurrency − Reserve) is offered none; another tenant is.
+func TestAnOfferKeepsTheReserve(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	calls := make(chan struct{})
+	defer close(calls)
+	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
+		<-calls
+		return provider.Outcome{}
+	})
+	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 4, Reserve: 1, Lease: time.Minute, PollInterval: time.Hour,
+		MaxAttempts: 3, Alerts: b.alerts,
+	})
+	stop := run(t, c)
+	defer stop()
+	defer func() { calls <- struct{}{}; calls <- struct{}{}; calls <- struct{}{}; calls <- struct{}{} }()
+	for range 3 {
+		b.handed(t, offer(t, c, "big", ""), "big", "")
+	}
+	if h := c.Offer("big", ""); h != nil {
+		t.Fatal("the big tenant was offered a slot of the reserve")
+	}
+	b.handed(t, offer(t, c, "small", ""), "small", "")
+}
+
+// TestAnOfferWaitsOutABacklog: while the lane's last claim came back full
+// (rows older than intake's are due), intake's rows go to the outbox,
+// where the claim's order and shares decide; once a claim comes back
+// short, offers are made again.
+func TestAnOfferWaitsOutABacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	calls := make(chan struct{})
+	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
+		<-calls
+		return provider.Outcome{}
+	})
+	for range 3 {
+		b.notify(t, "pay", heraldtype.LaneTransactional)
+	}
+	out := &claimLog{Outbox: b.store}
+	c := b.claimer(heraldtype.LaneTransactional, out, b.sender(sender.Hooks{}), 2)
+	stop := run(t, c)
+	testenv.WaitFor(t, "a full claim", testenv.Patience, func() bool { return out.count() > 0 })
+	if got := out.get()[0]; got.took != 2 || got.limit != 2 {
+		t.Fatalf("first claim %+v, want 2 of 2", got)
+	}
+	// One send ends: a slot is free, but the lane has a row older than
+	// any intake would hand over.
+	calls <- struct{}{}
+	testenv.WaitFor(t, "the backlog's last row claimed", testenv.Patience, func() bool {
+		n := 0
+		for _, cl := range out.get() {
+			n += cl.took
+		}
+		return n == 3
+	})
+	calls <- struct{}{}
+	calls <- struct{}{}
+	close(calls)
+	// The claims that follow find the lane drained: offers again.
+	offer(t, c, "t1", "").Drop()
+	stop()
+}
+
+// TestShutdownWaitsForTheOffersMade: a claimer told to stop still takes
+// the row an offer was made for; the row, not started, goes back to
+// PENDING at once (as a claimed row not yet started does) and is sent by
+// the next claimer.
+func TestShutdownWaitsForTheOffersMade(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	h := offer(t, c, "t1", "")
+	cancel()
+	select {
+	case <-done:
+		t.Fatal("the claimer stopped with an offer outstanding")
+	case <-time.After(50 * time.Millisecond):
+	}
+	id := b.handed(t, h, "t1", "")
+	testenv.Recv(t, done, "the claimer's stop")
+	if e := b.entry(t, id); e.OutboxState == heraldtype.OutboxDone {
+		t.Fatalf("sent after the stop: %+v", e)
+	}
+	stop := run(t, b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 2))
+	defer stop()
+	testenv.WaitFor(t, "the row sent by the next claimer", testenv.Patience, func() bool {
+		return b.entry(t, id).OutboxState == heraldtype.OutboxDone
+	})
+}
+
+// TestAHandedRowsLeaseIsExtended: the heartbeat extends a handed row's
+// lease as it does a claimed row's, while its send is in flight.
+func TestAHandedRowsLeaseIsExtended(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	calls := make(chan struct{})
+	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
+		<-calls
+		return provider.Outcome{}
+	})
+	out := &beats{Outbox: b.store, extended: make(chan int, 1)}
+	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: out, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 2, Lease: time.Minute, Heartbeat: 50 * time.Millisecond,
+		PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts,
+	})
+	stop := run(t, c)
+	defer stop()
+	defer close(calls) // before the stop: it waits for the send
+	b.handed(t, offer(t, c, "t1", ""), "t1", "")
+	testenv.WaitFor(t, "the handed row's lease extended", testenv.Patience, func() bool { return out.next(t) == 1 })
+}
+
+// TestAFreedSlotAfterADrainedClaimClaimsNothing: once a claim came back
+// short of its limit, the lane had nothing more due; the sends that end
+// after it start no claim (with intake handing rows over, every send's end
+// made an empty claim). A freed slot after a claim that came back full
+// still claims at once.
+func TestAFreedSlotAfterADrainedClaimClaimsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	wake := make(chan struct{}, 1)
+	out := &claimLog{Outbox: b.store}
+	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: out, Wake: wake, Sender: b.sender(sender.Hooks{}), Owner: "c",
+		Concurrency: 4, Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts,
+	})
+	stop := run(t, c)
+	defer stop()
+	testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return out.count() == 1 })
+	var ids []string
+	for range 3 {
+		ids = append(ids, b.handed(t, offer(t, c, "t1", ""), "t1", ""))
+	}
+	testenv.WaitFor(t, "the handed rows sent", testenv.Patience, func() bool {
+		for _, id := range ids {
+			if b.entry(t, id).OutboxState != heraldtype.OutboxDone {
+				return false
+			}
+		}
+		return true
+	})
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if n := out.count(); n != 1 {
+			t.Fatalf("%d claims after three sends ended, want the first alone", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
