@@ -35,7 +35,7 @@ func startCPUSplit(b *testing.B, db, mq string) *cpuSplit {
 	if local(db) {
 		c.db = db
 	}
-	if local(mq) {
+	if mq != "" && local(mq) {
 		c.broker = brokerPID()
 	}
 	c.at = c.sample()

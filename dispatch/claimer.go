@@ -126,23 +126,26 @@
 //
 // An offer is refused, and the row goes to the outbox, where the claim's
 // order and fairness decide: while the lane has a backlog (the last claim
-// came back full: older rows are due), when no slot is free but those a
-// claim under way may fill (its limit, pledged to it), and when the
-// tenant, or its scope, already holds its share of the slots
-// (ClaimerConfig.Reserve, share). So a hand-over does not overtake a
+// came back full: older rows are due; also until the first claim has
+// looked), when no slot is free but those a claim under way may fill (its
+// limit, pledged to it), and when the tenant, or its scope, already holds
+// its share of the slots (ClaimerConfig.Reserve, share), counting the
+// claim under way as if every row it may bring were the tenant's. So a hand-over does not overtake a
 // backlog the claimer knows of, nor lets a tenant past its share; a row
 // committed PENDING a moment before (another process's, one refused an
 // offer) may go after it, as after any row claimed a moment sooner.
 //
-// A loop whose claim came back short of its limit (the lane drained)
-// starts no claim when a send's slot frees: nothing was left due that the
-// slot could take, and rows that fall due later come with a wake-up
+// A loop whose last claim found nothing due (and skipped no tenant: the
+// lane drained) starts no claim when a send's slot frees: nothing was left
+// that the slot could take, and rows that fall due later come with a wake-up
 // (intake's, a chain's next step's, a reclaimed lease's, a NOTIFY from
 // another process) or by the poll (a retry's). With rows handed over,
 // every send's end otherwise made an empty claim: 1,269 empty claims for
 // 10,000 notifications in the HTTP end-to-end run, most of what the
 // hand-over had saved. A freed slot still claims at once after a claim
-// that came back full, or a look that found no slot free.
+// that took rows (a short claim may leave some behind: a tenant's past
+// its share, rows another process had locked) or skipped a tenant, and
+// after a look that found no slot free.
 package dispatch
 
 import (
@@ -334,6 +337,19 @@ func (h *held) remove(row store.Claimed) {
 	h.mu.Unlock()
 }
 
+// of returns how many sends in flight tenant has.
+func (h *held) of(tenant string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for g, k := range h.scopes {
+		if g.tenant == tenant {
+			n += k
+		}
+	}
+	return n
+}
+
 // most returns the tenant with the most sends in flight and how many,
 // and of that tenant's scopes the one with the most and how many.
 func (h *held) most() (tenant string, n int, scope string, m int) {
@@ -427,7 +443,9 @@ func (c *Claimer) Run(ctx context.Context) {
 	var beating sync.WaitGroup
 	beating.Go(func() { c.heartbeat(beat) })
 	c.mu.Lock()
-	c.running, c.work = true, work
+	// Until the first claim has looked, the outbox may hold rows due
+	// before any intake would hand over (a restart's): no offers.
+	c.running, c.work, c.backlog = true, work, true
 	c.mu.Unlock()
 	defer func() {
 		// No new offers; those made are taken or dropped first.
@@ -489,7 +507,7 @@ func (c *Claimer) Run(ctx context.Context) {
 				Scopes: served.scopes,
 			})
 			if err != nil {
-				c.claimed(false)
+				c.claimed(nil)
 				if !pause.after(ctx, c.Logger, "dispatch", c.Lane, err) {
 					return
 				}
@@ -504,10 +522,17 @@ func (c *Claimer) Run(ctx context.Context) {
 				work <- row
 			}
 			full = len(rows) == limit
-			drained = !full
+			// Drained only when the claim found nothing at all and
+			// skipped no tenant: a short claim may have left rows behind
+			// (a tenant's past its share, rows another process had
+			// locked, whose claim then takes fewer), and a freed slot
+			// claims them.
+			drained = len(rows) == 0 && skip.Tenant == ""
 			cool.claimed(began, len(rows), limit)
+			c.claimed(&full)
+		} else {
+			c.claimed(nil) // no slot free: the backlog stays as it was known
 		}
-		c.claimed(full)
 		if backlog = full; full {
 			continue // more may be waiting
 		}
@@ -528,11 +553,15 @@ func (c *Claimer) Run(ctx context.Context) {
 }
 
 // claimed ends a claim's pledge of free slots, its rows started: offers
-// may take the slots left, unless the claim came back full (full), a
-// backlog of rows due before the ones intake would hand over.
-func (c *Claimer) claimed(full bool) {
+// may take the slots left, unless the claim came back full (*full), a
+// backlog of rows due before the ones intake would hand over. A nil full
+// (no claim ran, or it failed) leaves the backlog as last known.
+func (c *Claimer) claimed(full *bool) {
 	c.mu.Lock()
-	c.pledged, c.backlog = 0, full
+	c.pledged = 0
+	if full != nil {
+		c.backlog = *full
+	}
 	c.mu.Unlock()
 }
 

@@ -27,6 +27,12 @@ func (c *Claimer) Offer(tenant, scope string) *Hand {
 	if limit < 1 || skip.Tenant != "" && skip.Tenant == tenant && (skip.Scope == nil || *skip.Scope == scope || skip.Cap < 1) {
 		return nil
 	}
+	// A claim under way may bring up to its limit of this tenant's rows,
+	// counted against its share as share counted it (before the offer):
+	// the offer must fit beside all of them.
+	if c.Reserve > 0 && c.pledged > 0 && c.held.of(tenant)+c.pledged+1 > c.Concurrency-c.Reserve {
+		return nil
+	}
 	c.slots <- struct{}{}
 	c.places <- struct{}{}
 	c.held.reserve(tenant, scope)

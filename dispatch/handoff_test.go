@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,4 +253,79 @@ func TestAFreedSlotAfterADrainedClaimClaimsNothing(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// gatedClaims is the outbox with its claims held at a gate once shut: a
+// claim under way, its slots pledged, for as long as the test likes.
+type gatedClaims struct {
+	store.Outbox
+	shut    atomic.Bool
+	waiting chan struct{} // a claim reached the shut gate
+	open    chan struct{}
+}
+
+func (g *gatedClaims) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	if g.shut.Load() {
+		g.waiting <- struct{}{}
+		<-g.open
+	}
+	return g.Outbox.OutboxClaim(ctx, p)
+}
+
+// TestAnOfferBesideAClaimKeepsTheReserve: a claim under way may bring up
+// to its limit of one tenant's rows (Concurrency − Reserve of them); an
+// offer made meanwhile for that tenant would take it past its share, so
+// none is made until the claim's rows have started.
+func TestAnOfferBesideAClaimKeepsTheReserve(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out := &gatedClaims{Outbox: b.store, waiting: make(chan struct{}, 1), open: make(chan struct{})}
+	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: out, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 4, Reserve: 1, Lease: time.Minute, PollInterval: time.Hour,
+		MaxAttempts: 3, Alerts: b.alerts,
+	})
+	stop := run(t, c)
+	defer stop()
+	offer(t, c, "big", "").Drop() // the first claim has looked
+	out.shut.Store(true)
+	b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+	testenv.Recv(t, out.waiting, "the woken claim")
+	if h := c.Offer("big", ""); h != nil {
+		h.Drop()
+		t.Fatal("an offer beside a claim that may bring three of the tenant's rows, with a bound of three")
+	}
+	out.shut.Store(false)
+	close(out.open)
+	offer(t, c, "big", "").Drop()
+}
+
+// TestAShortClaimThatSkippedATenantClaimsWhenASlotFrees: a claim that
+// skipped the tenant holding its share came back with nothing, but the
+// tenant's rows are still due; when one of its sends ends, the freed slot
+// claims the next at once (the poll is an hour away).
+func TestAShortClaimThatSkippedATenantClaimsWhenASlotFrees(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	release := make(chan struct{})
+	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
+		calls.Add(1)
+		<-release
+		return provider.Outcome{}
+	})
+	for range 6 {
+		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+	}
+	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: make(chan struct{}),
+		Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 4, Reserve: 1, Lease: time.Minute, PollInterval: time.Hour,
+		MaxAttempts: 3, Alerts: b.alerts,
+	})
+	stop := run(t, c)
+	defer stop()
+	defer close(release) // before the stop: it waits for the sends
+	testenv.WaitFor(t, "three calls, the tenant's share", testenv.Patience, func() bool { return calls.Load() == 3 })
+	release <- struct{}{}
+	testenv.WaitFor(t, "the fourth call, claimed when the first ended", testenv.Patience, func() bool { return calls.Load() == 4 })
 }

@@ -38,11 +38,15 @@ type handing struct {
 	sim    *sim.Sim
 	claims atomic.Int64 // rows the claimer's claims took
 	fail   atomic.Bool  // creates fail (the store is unreachable)
+	panics atomic.Bool  // creates panic (a defect below intake)
 }
 
 func (h *handing) NotificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
 	if h.fail.Load() {
 		return store.NotificationCreateResult{}, errors.New("store: unreachable")
+	}
+	if h.panics.Load() {
+		panic("a defect below intake")
 	}
 	return h.store.NotificationCreate(ctx, p)
 }
@@ -120,7 +124,7 @@ func (h *handing) sent(t *testing.T, n int) {
 
 // TestIntakeHandsItsRowsToItsClaimer: with a slot free, each accepted
 // notification is written claimed and sent without a claim; a replay, a
-// conflict and a store failure give the slot back (the lane has one), so
+// conflict, a store failure and a panic give the slot back (the lane has one), so
 // the next notification is handed over too.
 func TestIntakeHandsItsRowsToItsClaimer(t *testing.T) {
 	t.Parallel()
@@ -142,6 +146,14 @@ func TestIntakeHandsItsRowsToItsClaimer(t *testing.T) {
 		t.Fatalf("store down: %d", got)
 	}
 	h.fail.Store(false)
+	h.panics.Store(true)
+	req, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(`{"recipient":"r1","event_id":"p","kind":"pay","params":{}}`))
+	req.Header.Set("Idempotency-Key", "panics")
+	if resp, err := http.DefaultClient.Do(req); err == nil { // the server drops the connection
+		resp.Body.Close()
+		t.Fatalf("a panicking create answered %d", resp.StatusCode)
+	}
+	h.panics.Store(false)
 	var wg sync.WaitGroup
 	for i := 3; i < 6; i++ {
 		wg.Go(func() {

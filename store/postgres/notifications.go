@@ -86,10 +86,14 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 		a := &createArgs{now: s.now(), tenant: p.Tenant, key: p.IdempotencyKey, hash: p.RequestHash, ttl: p.IdempotencyTTL,
 			response: response, id: p.ID, recipient: p.Recipient, event: p.EventID, kind: p.Kind, lane: string(p.Lane),
 			params: string(params), dedup: nullString(p.DedupKey), sendAt: p.SendAt, expiresAt: p.ExpiresAt,
-			channels: c.channels, messageIDs: c.messageIDs, steps: c.steps, plan: c.plan, wake: s.notify.inStatement(p.Lane), inbox: inbox, lang: lang,
+			channels: c.channels, messageIDs: c.messageIDs, steps: c.steps, plan: c.plan, inbox: inbox, lang: lang,
 			inboxAt: int16(p.InboxAt()), scope: p.Scope}
 		if p.Claim != nil && p.Handable() {
+			// Written claimed: nothing due to NOTIFY, and the lane's turn
+			// to NOTIFY is left to the next create that writes a due row.
 			a.owner, a.lease = &p.Claim.Owner, p.Claim.Lease
+		} else {
+			a.wake = s.notify.inStatement(p.Lane)
 		}
 		var row createRow
 		var err error

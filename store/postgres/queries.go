@@ -343,7 +343,9 @@ const (
 	//	         PENDING (on the version locked); MATERIALIZED, so it runs
 	//	         exactly once. A row another claimer holds is skipped:
 	//	         that claim takes fewer rows, and its claimer claims again
-	//	         when a send ends or a wake-up comes.
+	//	         when a send ends (one that took none waits for a wake-up
+	//	         or its poll: dispatch, "Rows handed over at intake") or a
+	//	         wake-up comes.
 	//	claimed  the UPDATE of exactly the locked row versions, by ctid (a
 	//	         TID scan on the claim's connections, where sequential scans
 	//	         are priced out: claimPoolConfig).
