@@ -139,7 +139,10 @@
 // lane drained) starts no claim when a send's slot frees: nothing was left
 // that the slot could take, and rows that fall due later come with a wake-up
 // (intake's, a chain's next step's, a reclaimed lease's, a NOTIFY from
-// another process) or by the poll (a retry's). With rows handed over,
+// another process) or by the poll (a retry's); it looks once more
+// ClaimAgainAfterWake after the claim that found it drained, since on
+// PostgreSQL that claim may only have found its picks locked by another
+// process's claim, with more rows due behind them. With rows handed over,
 // every send's end otherwise made an empty claim: 1,269 empty claims for
 // 10,000 notifications in the HTTP end-to-end run, most of what the
 // hand-over had saved. A freed slot still claims at once after a claim
@@ -499,6 +502,7 @@ func (c *Claimer) Run(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		full := false
+		wasDrained := drained
 		drained = false
 		if free > 0 {
 			began := time.Now()
@@ -528,12 +532,20 @@ func (c *Claimer) Run(ctx context.Context) {
 			// locked, whose claim then takes fewer), and a freed slot
 			// claims them.
 			drained = len(rows) == 0 && skip.Tenant == ""
+			if drained && !wasDrained {
+				// One more look soon: on PostgreSQL an empty claim may
+				// only have found its picks locked by another process's
+				// claim, with more rows due behind them.
+				again.Reset(ClaimAgainAfterWake)
+			}
 			cool.claimed(began, len(rows), limit)
 			c.claimed(&full)
 		} else {
 			c.claimed(nil) // no slot free: the backlog stays as it was known
 		}
-		if backlog = full; full {
+		// A look with no slot free keeps the backlog it knew of: the next
+		// claim still gathers.
+		if backlog = full || free == 0 && backlog; full {
 			continue // more may be waiting
 		}
 		freed := c.freed

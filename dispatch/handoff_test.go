@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,7 +103,6 @@ func TestAnOfferKeepsTheReserve(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	calls := make(chan struct{})
-	defer close(calls)
 	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
 		<-calls
 		return provider.Outcome{}
@@ -114,7 +114,7 @@ func TestAnOfferKeepsTheReserve(t *testing.T) {
 	})
 	stop := run(t, c)
 	defer stop()
-	defer func() { calls <- struct{}{}; calls <- struct{}{}; calls <- struct{}{}; calls <- struct{}{} }()
+	defer close(calls) // before the stop: it waits for the sends
 	for range 3 {
 		b.handed(t, offer(t, c, "big", ""), "big", "")
 	}
@@ -140,14 +140,30 @@ func TestAnOfferWaitsOutABacklog(t *testing.T) {
 		b.notify(t, "pay", heraldtype.LaneTransactional)
 	}
 	out := &claimLog{Outbox: b.store}
-	c := b.claimer(heraldtype.LaneTransactional, out, b.sender(sender.Hooks{}), 2)
+	// The next claim waits for both slots (Gather), an hour at most.
+	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: out, Wake: make(chan struct{}), Sender: b.sender(sender.Hooks{}), Owner: "c",
+		Concurrency: 2, Gather: 2, GatherWait: time.Hour, Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts,
+	})
 	stop := run(t, c)
+	defer stop()
+	defer close(calls) // before the stop: it waits for the sends
 	testenv.WaitFor(t, "a full claim", testenv.Patience, func() bool { return out.count() > 0 })
 	if got := out.get()[0]; got.took != 2 || got.limit != 2 {
 		t.Fatalf("first claim %+v, want 2 of 2", got)
 	}
 	// One send ends: a slot is free, but the lane has a row older than
 	// any intake would hand over.
+	calls <- struct{}{}
+	testenv.WaitFor(t, "the first send ended", testenv.Patience, func() bool { return b.sim.Total() == 1 && out.count() == 1 })
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if h := c.Offer("t1", ""); h != nil {
+			h.Drop()
+			t.Fatal("an offer with a row of the backlog still waiting")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	calls <- struct{}{}
 	testenv.WaitFor(t, "the backlog's last row claimed", testenv.Patience, func() bool {
 		n := 0
@@ -157,11 +173,8 @@ func TestAnOfferWaitsOutABacklog(t *testing.T) {
 		return n == 3
 	})
 	calls <- struct{}{}
-	calls <- struct{}{}
-	close(calls)
-	// The claims that follow find the lane drained: offers again.
+	// The claim came back short: offers again.
 	offer(t, c, "t1", "").Drop()
-	stop()
 }
 
 // TestShutdownWaitsForTheOffersMade: a claimer told to stop still takes
@@ -173,6 +186,7 @@ func TestShutdownWaitsForTheOffersMade(t *testing.T) {
 	b := setup(t)
 	c := b.claimer(heraldtype.LaneTransactional, b.store, b.sender(sender.Hooks{}), 2)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	h := offer(t, c, "t1", "")
@@ -233,7 +247,8 @@ func TestAFreedSlotAfterADrainedClaimClaimsNothing(t *testing.T) {
 	})
 	stop := run(t, c)
 	defer stop()
-	testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return out.count() == 1 })
+	// The first claim finds nothing, and so does its second look.
+	testenv.WaitFor(t, "the first claim and its second look", testenv.Patience, func() bool { return out.count() == 2 })
 	var ids []string
 	for range 3 {
 		ids = append(ids, b.handed(t, offer(t, c, "t1", ""), "t1", ""))
@@ -248,8 +263,8 @@ func TestAFreedSlotAfterADrainedClaimClaimsNothing(t *testing.T) {
 	})
 	deadline := time.Now().Add(100 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		if n := out.count(); n != 1 {
-			t.Fatalf("%d claims after three sends ended, want the first alone", n)
+		if n := out.count(); n != 2 {
+			t.Fatalf("%d claims after three sends ended, want the first two alone", n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -287,6 +302,8 @@ func TestAnOfferBesideAClaimKeepsTheReserve(t *testing.T) {
 	})
 	stop := run(t, c)
 	defer stop()
+	opened := sync.OnceFunc(func() { out.shut.Store(false); close(out.open) })
+	defer opened()                // before the stop: a claim may wait at the gate
 	offer(t, c, "big", "").Drop() // the first claim has looked
 	out.shut.Store(true)
 	b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
@@ -295,8 +312,7 @@ func TestAnOfferBesideAClaimKeepsTheReserve(t *testing.T) {
 		h.Drop()
 		t.Fatal("an offer beside a claim that may bring three of the tenant's rows, with a bound of three")
 	}
-	out.shut.Store(false)
-	close(out.open)
+	opened()
 	offer(t, c, "big", "").Drop()
 }
 

@@ -36,6 +36,7 @@ type handing struct {
 	url    string
 	store  store.Store
 	sim    *sim.Sim
+	c      *dispatch.Claimer
 	claims atomic.Int64 // rows the claimer's claims took
 	fail   atomic.Bool  // creates fail (the store is unreachable)
 	panics atomic.Bool  // creates panic (a defect below intake)
@@ -84,6 +85,7 @@ func startHanding(t *testing.T) *handing {
 		Lane: heraldtype.LaneTransactional, Store: countClaims{Outbox: s, n: &h.claims}, Wake: s.Wakeups().C(heraldtype.LaneTransactional),
 		Sender: snd, Owner: "c", Concurrency: 1, Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3,
 	})
+	h.c = c
 	stop := testenv.Start(t, c.Run)
 	t.Cleanup(stop)
 	handler := &intake.Handler{Store: h, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour,
@@ -93,14 +95,21 @@ func startHanding(t *testing.T) *handing {
 	}))
 	t.Cleanup(srv.Close)
 	h.url = srv.URL
-	testenv.WaitFor(t, "the claimer running", testenv.Patience, func() bool {
-		if hand := c.Offer("t1", ""); hand != nil {
+	h.idle(t)
+	return h
+}
+
+// idle waits until the lane's one slot is free for an offer: a send's
+// provider call is counted before its slot is given back.
+func (h *handing) idle(t *testing.T) {
+	t.Helper()
+	testenv.WaitFor(t, "the slot free", testenv.Patience, func() bool {
+		if hand := h.c.Offer("t1", ""); hand != nil {
 			hand.Drop()
 			return true
 		}
 		return false
 	})
-	return h
 }
 
 // post sends one notification under key and returns the status.
@@ -134,6 +143,7 @@ func TestIntakeHandsItsRowsToItsClaimer(t *testing.T) {
 			t.Fatalf("POST %d: %d", i, got)
 		}
 		h.sent(t, i+1)
+		h.idle(t)
 	}
 	if got := h.post(t, "k0", "e0"); got != http.StatusAccepted {
 		t.Fatalf("replay: %d", got)
@@ -154,6 +164,7 @@ func TestIntakeHandsItsRowsToItsClaimer(t *testing.T) {
 		t.Fatalf("a panicking create answered %d", resp.StatusCode)
 	}
 	h.panics.Store(false)
+	h.idle(t)
 	var wg sync.WaitGroup
 	for i := 3; i < 6; i++ {
 		wg.Go(func() {

@@ -67,7 +67,12 @@ const (
 	// rows as their fallback_plan (the later steps are then not in $16),
 	// $26 the inbox's place among the kind's channels (0: none; the
 	// notification's inbox_at, store.InboxAt), $27 the scope ('' none),
-	// written on the notification and its outbox rows.
+	// written on the notification and its outbox rows, $28 the owner its
+	// one row is written CLAIMED by (store.NotificationCreateParams.Claim:
+	// only a Handable request's, off a chain, to no device, with no
+	// send_at; NULL: none) for $29, its lease. The row handed over comes
+	// back with its id, its token (1) and the recipient's profile, as a
+	// claim returns them.
 	qNotificationCreate = `WITH g AS (
     SELECT $23::text IS NULL
            OR coalesce((SELECT data->>'language' FROM profiles WHERE tenant = $2::text AND recipient = $8::text), '') = $23::text AS ok
@@ -152,7 +157,10 @@ LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE h.hid IS NO
 	// $18 channel, $19 message id, $25 fallback step (0 off a chain), $26
 	// its request's lazy plan (qNotificationCreate's $25); per request
 	// again: $27 the inbox's place (qNotificationCreate's $26), $28 the
-	// scope.
+	// scope, $29 and $30 the claim's owner and lease
+	// (qNotificationCreate's $28 and $29). g reads a request's profile
+	// only when its inbox text needs the language or its row is handed
+	// over, which gets the profile back.
 	//
 	// g reads each request's profile by its key (LATERAL … LIMIT 1): as a
 	// plain join, a generic plan made while profiles was small scanned it
@@ -171,8 +179,9 @@ LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE h.hid IS NO
                               ititle, ibody, ilocale, imessage, lang, iat, scope, owner, lease, ord)
 ),
 g AS MATERIALIZED (
-    SELECT r.ord, r.lang IS NULL OR coalesce(p.data->>'language', '') = r.lang AS ok
-    FROM r LEFT JOIN LATERAL (SELECT p.data FROM profiles p WHERE p.tenant = r.tenant AND p.recipient = r.recipient LIMIT 1) p ON true
+    SELECT r.ord, r.lang IS NULL OR coalesce(p.data->>'language', '') = r.lang AS ok, p.data, p.updated_at
+    FROM r LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p
+                              WHERE (r.lang IS NOT NULL OR r.owner IS NOT NULL) AND p.tenant = r.tenant AND p.recipient = r.recipient LIMIT 1) p ON true
 ),
 k AS (
     INSERT INTO idempotency_keys AS ik (tenant, key, request_hash, notification_id, response, created_at, expires_at)
@@ -236,9 +245,8 @@ d AS (SELECT notification_id, bool_or(due) AS due, max(hid) AS hid, max(token) F
       FROM o GROUP BY notification_id)
 SELECT r.id, r.key <> '' AND r.id IN (SELECT id FROM k), n.id, coalesce(d.due, false),
        CASE WHEN r.wake <> '' AND coalesce(d.due, false) THEN (SELECT count(*) FROM w) ELSE 0 END, g.ok,
-       d.hid, d.token, p.data, p.updated_at
+       d.hid, d.token, CASE WHEN d.hid IS NOT NULL THEN g.data END, CASE WHEN d.hid IS NOT NULL THEN g.updated_at END
 FROM r JOIN g ON g.ord = r.ord LEFT JOIN n ON n.id = r.id LEFT JOIN d ON d.notification_id = r.id
-LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE d.hid IS NOT NULL AND p.tenant = r.tenant AND p.recipient = r.recipient LIMIT 1) p ON true
 ORDER BY r.ord`
 
 	// qIdemGet reads a key in a new statement (so a new snapshot, under READ
