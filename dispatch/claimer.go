@@ -543,9 +543,11 @@ func (c *Claimer) Run(ctx context.Context) {
 		} else {
 			c.claimed(nil) // no slot free: the backlog stays as it was known
 		}
-		// A look with no slot free keeps the backlog it knew of: the next
-		// claim still gathers.
-		if backlog = full || free == 0 && backlog; full {
+		// A look with no slot free claims at the first freed slot, not
+		// after a gather (the backlog intake's offers wait out is
+		// c.backlog, kept as it was): a small tenant's row whose wake-up
+		// that look took would otherwise wait out GatherWait.
+		if backlog = full; full {
 			continue // more may be waiting
 		}
 		freed := c.freed
