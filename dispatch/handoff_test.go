@@ -17,6 +17,28 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
+// heldCalls makes every provider call wait for a receive from the channel
+// returned, or its close.
+func (b bundle) heldCalls() chan struct{} {
+	calls := make(chan struct{})
+	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
+		<-calls
+		return provider.Outcome{}
+	})
+	return calls
+}
+
+// reserved is a claimer of the transactional lane on out, woken by the
+// store, with 4 slots of which 1 is kept from the tenant holding the
+// most, polling hourly.
+func (b bundle) reserved(out store.Outbox) *dispatch.Claimer {
+	return dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: out, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 4, Reserve: 1, Lease: time.Minute, PollInterval: time.Hour,
+		MaxAttempts: 3, Alerts: b.alerts,
+	})
+}
+
 // offer waits for c to run and returns its offer of a slot for tenant's
 // scope.
 func offer(t *testing.T, c *dispatch.Claimer, tenant, scope string) *dispatch.Hand {
@@ -102,16 +124,8 @@ func TestAnOfferTakesOnlyAFreeSlot(t *testing.T) {
 func TestAnOfferKeepsTheReserve(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	calls := make(chan struct{})
-	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
-		<-calls
-		return provider.Outcome{}
-	})
-	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
-		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
-		Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 4, Reserve: 1, Lease: time.Minute, PollInterval: time.Hour,
-		MaxAttempts: 3, Alerts: b.alerts,
-	})
+	calls := b.heldCalls()
+	c := b.reserved(b.store)
 	stop := run(t, c)
 	defer stop()
 	defer close(calls) // before the stop: it waits for the sends
@@ -131,11 +145,7 @@ func TestAnOfferKeepsTheReserve(t *testing.T) {
 func TestAnOfferWaitsOutABacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	calls := make(chan struct{})
-	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
-		<-calls
-		return provider.Outcome{}
-	})
+	calls := b.heldCalls()
 	for range 3 {
 		b.notify(t, "pay", heraldtype.LaneTransactional)
 	}
@@ -213,11 +223,7 @@ func TestShutdownWaitsForTheOffersMade(t *testing.T) {
 func TestAHandedRowsLeaseIsExtended(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	calls := make(chan struct{})
-	b.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
-		<-calls
-		return provider.Outcome{}
-	})
+	calls := b.heldCalls()
 	out := &beats{Outbox: b.store, extended: make(chan int, 1)}
 	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
 		Lane: heraldtype.LaneTransactional, Store: out, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
@@ -295,11 +301,7 @@ func TestAnOfferBesideAClaimKeepsTheReserve(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	out := &gatedClaims{Outbox: b.store, waiting: make(chan struct{}, 1), open: make(chan struct{})}
-	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
-		Lane: heraldtype.LaneTransactional, Store: out, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
-		Sender: b.sender(sender.Hooks{}), Owner: "c", Concurrency: 4, Reserve: 1, Lease: time.Minute, PollInterval: time.Hour,
-		MaxAttempts: 3, Alerts: b.alerts,
-	})
+	c := b.reserved(out)
 	stop := run(t, c)
 	defer stop()
 	opened := sync.OnceFunc(func() { out.shut.Store(false); close(out.open) })
