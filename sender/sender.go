@@ -738,9 +738,12 @@ func (s *Sender) deactivate(ctx context.Context, job heraldtype.Job, reason stri
 	}
 }
 
-// profile is the recipient's profile as the claim read it, or read now.
-// Either way it is read at send time, not at intake: consent may have been
-// withdrawn and the address changed since the notification was accepted.
+// profile is the recipient's profile as the transport read it, or read
+// now. Either way it is read as the send starts, not when the notification
+// was accepted: consent may have been withdrawn and the address changed
+// since. The transport's read is the claim's, or, for a row handed over at
+// intake (package dispatch), the create's, which starts the send as it
+// returns.
 func (s *Sender) profile(ctx context.Context, job heraldtype.Job) (store.Profile, error) {
 	if k := job.Known; k != nil && k.ProfileRead {
 		if k.Profile == nil {

@@ -300,5 +300,5 @@ var writeQueries = append([]string{
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
 	qOutboxPromote, qOutboxLaneTenants, qOutboxClaim, qOutboxClaimOneTenant, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxCompleteLazy, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,
 	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
-	qDeliveryDecide, qDeliverySweepStale, qProfilePut,
+	qDeliveryDecide, qDeliverySweepStale, qProfilePut, qOutboxInsertClaimed, qProfileGet,
 }, append(append(inboxQueries, deviceQueries...), fallbackQueries...)...)
