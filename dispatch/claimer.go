@@ -468,11 +468,11 @@ func (c *Claimer) Run(ctx context.Context) {
 	defer again.Stop()
 	var pause claimPause
 	backlog := false // the last claim came back full
-	// drained: the last claim came back short of its limit, so nothing
-	// was left due that a slot freed since could take; rows that fall
-	// due later come with a wake-up (or by the poll, as a retry's do).
-	// A freed slot then starts no claim: with intake handing rows over,
-	// every send's end made an empty claim.
+	// drained: the last claim found nothing and skipped no tenant, so
+	// nothing was left due that a slot freed since could take; rows that
+	// fall due later come with a wake-up (or by the poll, as a retry's
+	// do). A freed slot then starts no claim: with intake handing rows
+	// over, every send's end made an empty claim.
 	drained := false
 	cool := cooler{every: c.Cooldown}
 	var served round // whom the last claims served last (lastServed)

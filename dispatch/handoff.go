@@ -23,8 +23,7 @@ func (c *Claimer) Offer(tenant, scope string) *Hand {
 	if !c.running || c.backlog || c.free()-c.pledged < 1 {
 		return nil
 	}
-	limit, skip := c.share(1)
-	if limit < 1 || skip.Tenant != "" && skip.Tenant == tenant && (skip.Scope == nil || *skip.Scope == scope || skip.Cap < 1) {
+	if _, skip := c.share(1); skip.Tenant != "" && skip.Tenant == tenant && (skip.Scope == nil || *skip.Scope == scope || skip.Cap < 1) {
 		return nil
 	}
 	// A claim under way may bring up to its limit of this tenant's rows,
@@ -46,14 +45,10 @@ func (h *Hand) Claim() *store.CreateClaim {
 }
 
 // Take starts the send of row, the row the create wrote claimed for this
-// offer (its tenant and scope the offer's).
+// offer: its tenant and scope are the offer's, under which its send was
+// counted in flight.
 func (h *Hand) Take(row store.Claimed) {
 	c := h.c
-	if row.Tenant != h.tenant || row.Scope != h.scope {
-		// Counted under the offer's; the send ends under the row's.
-		c.held.called(store.Claimed{Job: heraldtype.Job{Tenant: h.tenant, Scope: h.scope}})
-		c.held.reserve(row.Tenant, row.Scope)
-	}
 	c.held.hold(row)
 	c.work <- row // a place is held: never blocks
 	c.handing.Done()

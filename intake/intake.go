@@ -135,19 +135,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := ids.New("ntf", now)
 	body, _ := json.Marshal(Accepted{ID: id})
 	sum := sha256.Sum256(canonicalBody)
-	var take func(store.Claimed) // hands the row written claimed over; nil: no offer
 	p := store.NotificationCreateParams{
 		Tenant: tenant, IdempotencyKey: key, RequestHash: hex.EncodeToString(sum[:]), IdempotencyTTL: h.IdempotencyTTL,
 		Response: body, ID: id, Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
 		Lane: kind.Lane, Scope: req.Scope, Params: h.Seal.SealJSON(tenant, params), SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
 		Inbox: inbox, Fallback: kind.Fallback,
 	}
+	var hand *dispatch.Hand // a slot of this process's claimer held for the row
 	if p.Handable() {
-		if hand := h.Handoff.Offer(kind.Lane, tenant, req.Scope); hand != nil {
+		if hand = h.Handoff.Offer(kind.Lane, tenant, req.Scope); hand != nil {
 			p.Claim = hand.Claim()
-			taken := false
 			defer func() {
-				if !taken {
+				if hand != nil {
 					// Nothing written claimed (or the store failed, and
 					// what it may have committed claimed comes back when
 					// its lease ends): the slot goes back, on every way
@@ -155,12 +154,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					hand.Drop()
 				}
 			}()
-			take = func(row store.Claimed) { hand.Take(row); taken = true }
 		}
 	}
 	res, err := h.Store.NotificationCreate(r.Context(), p)
-	if take != nil && res.Claimed != nil && err == nil {
-		take(*res.Claimed)
+	if hand != nil && res.Claimed != nil && err == nil {
+		hand.Take(*res.Claimed)
+		hand = nil
 	}
 	if res.Outcome != store.Created {
 		undo()

@@ -375,20 +375,44 @@ type CreateClaim struct {
 // fallback chain, with no send_at. Only such a request's row is written
 // claimed (Claim).
 func (p NotificationCreateParams) Handable() bool {
-	if p.Fallback || p.SendAt != nil {
-		return false
-	}
-	n := 0
-	for _, ch := range p.Channels {
-		switch ch {
-		case heraldtype.ChannelInbox:
-		case heraldtype.ChannelPush:
-			return false
+	_, ok := p.handedChannel()
+	return ok && !p.Fallback && p.SendAt == nil
+}
+
+// handedChannel is p's one channel besides the inbox, if it has exactly
+// one and that is not push.
+func (p NotificationCreateParams) handedChannel() (ch heraldtype.Channel, ok bool) {
+	for _, c := range p.Channels {
+		switch {
+		case c == heraldtype.ChannelInbox:
+		case c == heraldtype.ChannelPush || ok:
+			return "", false
 		default:
-			n++
+			ch, ok = c, true
 		}
 	}
-	return n == 1
+	return ch, ok
+}
+
+// Handed is the row a create wrote claimed for a Handable p (Claim),
+// with its job and fence as OutboxClaim returns them: outbox row id and
+// claim token, on no chain, with no delivery row yet, expiresAt p's as
+// the store keeps it, known the recipient's profile the store read with
+// it.
+func (p NotificationCreateParams) Handed(id, token int64, expiresAt *time.Time, known *heraldtype.Known) *Claimed {
+	ch, _ := p.handedChannel()
+	params := p.Params
+	if len(params) == 0 {
+		params = json.RawMessage("{}")
+	}
+	return &Claimed{
+		Job: heraldtype.Job{
+			MessageID: MessageID(p.ID, ch), OutboxID: id, NotificationID: p.ID, Tenant: p.Tenant, Scope: p.Scope,
+			Recipient: p.Recipient, EventID: p.EventID, Kind: p.Kind, Lane: p.Lane, Channel: ch, Params: params,
+			ExpiresAt: expiresAt, Known: known,
+		},
+		Fence: Fence{ID: id, Token: token, NotificationID: p.ID, Channel: ch, OffChain: true},
+	}
 }
 
 // CreateOutcome says what NotificationCreate did.

@@ -125,30 +125,14 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 	return store.NotificationCreateResult{}, fmt.Errorf("the idempotency key or the recipient's language changed under each of %d attempts", createAttempts)
 }
 
-// handed is the row a create wrote claimed, as OutboxClaim returns one:
-// on no chain, with no delivery row yet, and the profile the statement
-// read.
+// handed is the row a create wrote claimed, with the profile the
+// statement read.
 func handed(p store.NotificationCreateParams, row createRow) *store.Claimed {
-	var ch heraldtype.Channel
-	for _, c := range p.Channels {
-		if c != heraldtype.ChannelInbox {
-			ch = c
-		}
-	}
-	c := &store.Claimed{Job: heraldtype.Job{
-		MessageID: store.MessageID(p.ID, ch), OutboxID: *row.handID, NotificationID: p.ID, Tenant: p.Tenant, Scope: p.Scope,
-		Recipient: p.Recipient, EventID: p.EventID, Kind: p.Kind, Lane: p.Lane, Channel: ch, Params: p.Params,
-		ExpiresAt: utcPtr(truncMicro(p.ExpiresAt)),
-		Known:     &heraldtype.Known{ProfileRead: true, Profile: row.profile},
-	}}
+	known := &heraldtype.Known{ProfileRead: true, Profile: row.profile}
 	if row.profileAt != nil {
-		c.Known.ProfileUpdatedAt = *row.profileAt
+		known.ProfileUpdatedAt = *row.profileAt
 	}
-	if len(c.Params) == 0 {
-		c.Params = json.RawMessage("{}")
-	}
-	c.Fence = store.Fence{ID: *row.handID, Token: *row.handToken, NotificationID: p.ID, Channel: ch, OffChain: true}
-	return c
+	return p.Handed(*row.handID, *row.handToken, utcPtr(truncMicro(p.ExpiresAt)), known)
 }
 
 // truncMicro is t as PostgreSQL keeps it, to the microsecond.

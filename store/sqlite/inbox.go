@@ -243,23 +243,13 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 // claim would: on no chain, with no delivery row yet, and the recipient's
 // profile.
 func insertHanded(tx execer, p store.NotificationCreateParams, now int64) (*store.Claimed, error) {
-	var ch heraldtype.Channel
-	for _, c := range p.Channels {
-		if c != heraldtype.ChannelInbox {
-			ch = c
-		}
-	}
-	c := &store.Claimed{Job: heraldtype.Job{
-		MessageID: store.MessageID(p.ID, ch), NotificationID: p.ID, Tenant: p.Tenant, Scope: p.Scope,
-		Recipient: p.Recipient, EventID: p.EventID, Kind: p.Kind, Lane: p.Lane, Channel: ch, Params: paramsOrEmpty(p.Params),
-		ExpiresAt: msTime(p.ExpiresAt), Known: &heraldtype.Known{},
-	}}
-	err := tx.QueryRow(qOutboxInsertClaimed, p.ID, c.MessageID, p.Tenant, string(p.Lane), string(ch), now, msPtr(p.ExpiresAt), p.Scope,
-		p.Claim.Owner, now+p.Claim.Lease.Milliseconds()).Scan(&c.OutboxID, &c.Fence.Token)
+	row := p.Handed(0, 0, msTime(p.ExpiresAt), &heraldtype.Known{ProfileRead: true})
+	err := tx.QueryRow(qOutboxInsertClaimed, p.ID, row.MessageID, p.Tenant, string(p.Lane), string(row.Channel), now, msPtr(p.ExpiresAt), p.Scope,
+		p.Claim.Owner, now+p.Claim.Lease.Milliseconds()).Scan(&row.OutboxID, &row.Fence.Token)
 	if err != nil {
 		return nil, fmt.Errorf("insert claimed outbox row: %w", err)
 	}
-	c.Fence.ID, c.Fence.NotificationID, c.Fence.Channel, c.Fence.OffChain = c.OutboxID, p.ID, ch, true
+	row.Fence.ID = row.OutboxID
 	// The profile, as a claim reads it: the dispatcher's gate (quiet
 	// hours' early stop) rules only on a profile the transport read.
 	var data sql.NullString
@@ -268,11 +258,10 @@ func insertHanded(tx execer, p store.NotificationCreateParams, now int64) (*stor
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("read profile: %w", err)
 	}
-	c.Known.ProfileRead = true
 	if data.Valid {
-		c.Known.Profile, c.Known.ProfileUpdatedAt = []byte(data.String), fromMs(updated.Int64)
+		row.Known.Profile, row.Known.ProfileUpdatedAt = []byte(data.String), fromMs(updated.Int64)
 	}
-	return c, nil
+	return row, nil
 }
 
 // notificationInsert returns the statement and arguments that insert p's
