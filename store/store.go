@@ -360,6 +360,9 @@ type NotificationCreateParams struct {
 	// which held a free slot for it, and the row is spared a claim's
 	// statement and its write (package dispatch, "Rows handed over at
 	// intake"). A store may write the row PENDING instead (Claimed nil).
+	// With Claim.Publishing the row is written PUBLISHING, as the relay's
+	// claim (OutboxClaimParams.Publishing) would have: the rabbitmq
+	// transport's relay publishes it.
 	Claim *CreateClaim
 }
 
@@ -368,6 +371,14 @@ type NotificationCreateParams struct {
 type CreateClaim struct {
 	Owner string
 	Lease time.Duration
+	// Publishing writes the row PUBLISHING (a relay's) instead of CLAIMED
+	// (a claimer's).
+	Publishing bool
+}
+
+// State is the outbox state a row written under c is in.
+func (c CreateClaim) State() heraldtype.OutboxState {
+	return OutboxClaimParams{Publishing: c.Publishing}.State()
 }
 
 // Handable reports whether p plans exactly one outbox row, due at once:

@@ -91,7 +91,8 @@ func (s *Store) notificationCreate(ctx context.Context, p store.NotificationCrea
 		if p.Claim != nil && p.Handable() {
 			// Written claimed: nothing due to NOTIFY, and the lane's turn
 			// to NOTIFY is left to the next create that writes a due row.
-			a.owner, a.lease = &p.Claim.Owner, p.Claim.Lease
+			state := string(p.Claim.State())
+			a.owner, a.lease, a.state = &p.Claim.Owner, p.Claim.Lease, &state
 		} else {
 			a.wake = s.notify.inStatement(p.Lane)
 		}
@@ -174,13 +175,14 @@ type createArgs struct {
 	lang                                           *string
 	owner                                          *string // the claim's owner (store.CreateClaim); nil: none
 	lease                                          time.Duration
+	state                                          *string // the claim's state (CreateClaim.State)
 }
 
 func (a *createArgs) list() []any {
 	return []any{a.now, a.tenant, a.key, a.hash, a.ttl, a.response, a.id, a.recipient, a.event, a.kind, a.lane,
 		a.params, a.dedup, a.sendAt, a.expiresAt, a.channels, a.messageIDs, a.wake,
 		a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang, a.steps, a.plan, a.inboxAt, a.scope,
-		a.owner, a.lease}
+		a.owner, a.lease, a.state}
 }
 
 // inboxArgs are a create's inbox item: all nil when it writes none.
@@ -205,7 +207,7 @@ var createMerge = &merge{
 		params, wake, dedup := make([]string, n), make([]string, n), make([]*string, n)
 		ititle, ibody, ilocale, imessage, lang := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 		iat, scope := make([]int16, n), make([]string, n)
-		owner, lease := make([]*string, n), make([]time.Duration, n)
+		owner, lease, state := make([]*string, n), make([]time.Duration, n), make([]*string, n)
 		ttl, response := make([]time.Duration, n), make([][]byte, n)
 		sendAt, expiresAt := make([]*time.Time, n), make([]*time.Time, n)
 		var chReq, chStep []int32
@@ -216,7 +218,7 @@ var createMerge = &merge{
 			id[i], recipient[i], event[i], kind[i], lane[i] = a.id, a.recipient, a.event, a.kind, a.lane
 			params[i], dedup[i], sendAt[i], expiresAt[i], wake[i] = a.params, a.dedup, a.sendAt, a.expiresAt, a.wake
 			ititle[i], ibody[i], ilocale[i], imessage[i], lang[i] = a.inbox.title, a.inbox.body, a.inbox.locale, a.inbox.messageID, a.lang
-			iat[i], scope[i], owner[i], lease[i] = a.inboxAt, a.scope, a.owner, a.lease
+			iat[i], scope[i], owner[i], lease[i], state[i] = a.inboxAt, a.scope, a.owner, a.lease, a.state
 			for j, ch := range a.channels {
 				chReq, chName, chMsg = append(chReq, int32(i+1)), append(chName, ch), append(chMsg, a.messageIDs[j])
 				chStep, chPlan = append(chStep, a.steps[j]), append(chPlan, a.plan)
@@ -224,7 +226,7 @@ var createMerge = &merge{
 		}
 		return []any{ops[0].in.(*createArgs).now, tenant, key, hash, ttl, response, id, recipient, event, kind, lane,
 			params, dedup, sendAt, expiresAt, wake, chReq, chName, chMsg, ititle, ibody, ilocale, imessage, lang, chStep, chPlan, iat, scope,
-			owner, lease}
+			owner, lease, state}
 	},
 	scan: scanInOrder("create", func(op *pipeOp) string { return op.in.(*createArgs).id }),
 }

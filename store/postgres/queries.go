@@ -70,7 +70,8 @@ const (
 	// written on the notification and its outbox rows, $28 the owner its
 	// one row is written CLAIMED by (store.NotificationCreateParams.Claim:
 	// only a Handable request's, off a chain, to no device, with no
-	// send_at; NULL: none) for $29, its lease. The row handed over comes
+	// send_at; NULL: none) for $29, its lease, in state $30 (CLAIMED, or
+	// PUBLISHING for a relay: store.CreateClaim.State). The row handed over comes
 	// back with its id, its token (1) and the recipient's profile, as a
 	// claim returns them.
 	qNotificationCreate = `WITH g AS (
@@ -110,7 +111,7 @@ o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
                         fallback_step, fallback_plan, scope, deferred, claimed_by, claimed_until, token)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), $2::text, $11::text, c.channel || coalesce('.' || dv.device_id, ''),
-           CASE WHEN h.hand THEN 'CLAIMED' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
+           CASE WHEN h.hand THEN $30::text WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, $14::timestamptz), $15::timestamptz, n.created_at, n.created_at, nullif(c.step, 0),
            CASE WHEN c.step = 1 THEN string_to_array(nullif($25::text, ''), ',') END, $27::text,
            coalesce(c.step <= 1 AND $14::timestamptz > n.created_at + ` + qDeferHorizon + `, false),
@@ -119,7 +120,7 @@ o AS (
         LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = $2::text AND dv.recipient = $8::text AND dv.active
         CROSS JOIN LATERAL (SELECT $28::text IS NOT NULL AND c.step = 0 AND dv.device_id IS NULL AND $14::timestamptz IS NULL AS hand) h
     ORDER BY c.ord, dv.device_id
-    RETURNING state = 'PENDING' AND available_at <= created_at AS due, CASE WHEN state = 'CLAIMED' THEN id END AS hid, token
+    RETURNING state = 'PENDING' AND available_at <= created_at AS due, CASE WHEN claimed_by IS NOT NULL THEN id END AS hid, token
 ),
 w AS (SELECT pg_notify($18::text, '') FROM o WHERE o.due AND $18::text <> '' LIMIT 1),
 h AS (SELECT o.hid, o.token FROM o WHERE o.hid IS NOT NULL LIMIT 1)
@@ -157,8 +158,8 @@ LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE h.hid IS NO
 	// $18 channel, $19 message id, $25 fallback step (0 off a chain), $26
 	// its request's lazy plan (qNotificationCreate's $25); per request
 	// again: $27 the inbox's place (qNotificationCreate's $26), $28 the
-	// scope, $29 and $30 the claim's owner and lease
-	// (qNotificationCreate's $28 and $29). g reads a request's profile
+	// scope, $29, $30 and $31 the claim's owner, lease and state
+	// (qNotificationCreate's $28, $29 and $30). g reads a request's profile
 	// only when its inbox text needs the language or its row is handed
 	// over, which gets the profile back.
 	//
@@ -174,9 +175,9 @@ LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE h.hid IS NO
     SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::interval[], $6::bytea[], $7::text[], $8::text[], $9::text[],
                          $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::text[],
                          $20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $27::smallint[], $28::text[],
-                         $29::text[], $30::interval[])
+                         $29::text[], $30::interval[], $31::text[])
         WITH ORDINALITY AS r (tenant, key, hash, ttl, response, id, recipient, event_id, kind, lane, params, dedup, send_at, expires_at, wake,
-                              ititle, ibody, ilocale, imessage, lang, iat, scope, owner, lease, ord)
+                              ititle, ibody, ilocale, imessage, lang, iat, scope, owner, lease, hstate, ord)
 ),
 g AS MATERIALIZED (
     SELECT r.ord, r.lang IS NULL OR coalesce(p.data->>'language', '') = r.lang AS ok, p.data, p.updated_at
@@ -226,7 +227,7 @@ o AS (
     INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, last_reason, available_at, expires_at, created_at, updated_at,
                         fallback_step, fallback_plan, scope, deferred, claimed_by, claimed_until, token)
     SELECT n.id, c.message_id || coalesce('.' || dv.device_id, ''), r.tenant, r.lane, c.channel || coalesce('.' || dv.device_id, ''),
-           CASE WHEN h.hand THEN 'CLAIMED' WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
+           CASE WHEN h.hand THEN r.hstate WHEN c.step > 1 THEN 'WAITING' ELSE 'PENDING' END, '',
            greatest(n.created_at, r.send_at), r.expires_at, n.created_at, n.created_at, nullif(c.step, 0),
            CASE WHEN c.step = 1 THEN string_to_array(nullif(c.plan, ''), ',') END, r.scope,
            coalesce(c.step <= 1 AND r.send_at > n.created_at + ` + qDeferHorizon + `, false),
@@ -236,7 +237,7 @@ o AS (
     LEFT JOIN devices dv ON c.channel = 'push' AND dv.tenant = r.tenant AND dv.recipient = r.recipient AND dv.active
     CROSS JOIN LATERAL (SELECT r.owner IS NOT NULL AND c.step = 0 AND dv.device_id IS NULL AND r.send_at IS NULL AS hand) h
     ORDER BY c.ord, dv.device_id
-    RETURNING notification_id, state = 'PENDING' AND available_at <= created_at AS due, CASE WHEN state = 'CLAIMED' THEN id END AS hid, token
+    RETURNING notification_id, state = 'PENDING' AND available_at <= created_at AS due, CASE WHEN claimed_by IS NOT NULL THEN id END AS hid, token
 ),
 w AS (
     SELECT pg_notify(x.wake, '') FROM (SELECT DISTINCT r.wake FROM r JOIN o ON o.notification_id = r.id WHERE o.due AND r.wake <> '') x

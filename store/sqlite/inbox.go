@@ -245,7 +245,7 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 func insertHanded(tx execer, p store.NotificationCreateParams, now int64) (*store.Claimed, error) {
 	row := p.Handed(0, 0, msTime(p.ExpiresAt), &heraldtype.Known{ProfileRead: true})
 	err := tx.QueryRow(qOutboxInsertClaimed, p.ID, row.MessageID, p.Tenant, string(p.Lane), string(row.Channel), now, msPtr(p.ExpiresAt), p.Scope,
-		p.Claim.Owner, now+p.Claim.Lease.Milliseconds()).Scan(&row.OutboxID, &row.Fence.Token)
+		p.Claim.Owner, now+p.Claim.Lease.Milliseconds(), string(p.Claim.State())).Scan(&row.OutboxID, &row.Fence.Token)
 	if err != nil {
 		return nil, fmt.Errorf("insert claimed outbox row: %w", err)
 	}

@@ -25,11 +25,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, dedup_key) W
 VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?)`
 
 	// qOutboxInsertClaimed is qOutboxInsert for a row handed over at
-	// intake (insertHanded): due now and claimed by ?9 until ?10, its
-	// claim's token 1.
+	// intake (insertHanded): due now and claimed by ?9 until ?10 in state
+	// ?11 (CLAIMED, or PUBLISHING for a relay), its claim's token 1.
 	qOutboxInsertClaimed = `INSERT INTO outbox (notification_id, message_id, tenant, lane, channel, state, available_at, expires_at, created_at, updated_at,
                     scope, claimed_by, claimed_until, token)
-VALUES (?1, ?2, ?3, ?4, ?5, 'CLAIMED', ?6, ?7, ?6, ?6, ?8, ?9, ?10, 1) RETURNING id, token`
+VALUES (?1, ?2, ?3, ?4, ?5, ?11, ?6, ?7, ?6, ?6, ?8, ?9, ?10, 1) RETURNING id, token`
 
 	qNotificationGet = `SELECT id, tenant, recipient, event_id, kind, lane, send_at, expires_at, created_at, inbox_at, scope
 FROM notifications WHERE id = ? AND tenant = ?`

@@ -76,6 +76,63 @@ func testHanded(t *testing.T, h Harness) {
 			t.Fatalf("complete under the new fence: %v (%v)", ok, err)
 		}
 	})
+	t.Run("ARowHandedToARelayIsPublishing", func(t *testing.T) {
+		t.Parallel()
+		// The rabbitmq transport's relay takes rows handed over at intake
+		// written PUBLISHING (CreateClaim.Publishing), as its claim would
+		// have written them: the mark after the broker's confirm, the
+		// consumer's deferral and the sweep treat them as its claim's.
+		b := setup(t, h)
+		p, res := create(t, b, func(p *store.NotificationCreateParams) {
+			p.Claim = &store.CreateClaim{Owner: "w1", Lease: time.Minute, Publishing: true}
+		})
+		got := res.Claimed
+		if got == nil {
+			if rows := claim(t, b, heraldtype.LaneTransactional, 10); len(rows) != 1 {
+				t.Fatalf("declined hand-over left %d rows to claim, want 1", len(rows))
+			}
+			return
+		}
+		wantOutbox(t, b, p.ID, heraldtype.OutboxPublishing, "", time.Time{})
+		if r := deferFor(t, b, got.Fence, time.Hour); r.Deferred || !r.Publishing(got.Fence) {
+			t.Fatalf("OutboxDefer of the handed row: %+v, want it the relay's, PUBLISHING under its token", r)
+		}
+		for _, publishing := range []bool{true, false} {
+			rows, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "w2", Limit: 10,
+				Lease: time.Minute, Publishing: publishing})
+			if err != nil || len(rows) != 0 {
+				t.Fatalf("a claim (publishing %v) took %d rows of a handed one (%v)", publishing, len(rows), err)
+			}
+		}
+		// Its lease runs out before the mark (the relay died): the sweep
+		// offers it again, the relay's next claim publishes it under a
+		// newer token, and the first publication's mark is fenced off.
+		b.clk.Advance(2 * time.Minute)
+		if n, err := b.s.OutboxReclaimExpired(b.ctx); err != nil || n != 1 {
+			t.Fatalf("reclaimed %d (%v), want the handed row", n, err)
+		}
+		again := relayClaim(t, b, heraldtype.LaneTransactional, true)
+		if again.Fence.ID != got.Fence.ID || again.Fence.Token <= got.Fence.Token || again.MessageID != got.MessageID {
+			t.Fatalf("fences: handed %+v, claimed %+v", got.Fence, again.Fence)
+		}
+		if n, err := b.s.OutboxMarkPublished(b.ctx, []store.Fence{got.Fence}); err != nil || n != 0 {
+			t.Fatalf("mark under the handed fence after the reclaim: %d (%v), want 0", n, err)
+		}
+		if n, err := b.s.OutboxMarkPublished(b.ctx, []store.Fence{again.Fence}); err != nil || n != 1 {
+			t.Fatalf("mark under the new fence: %d (%v)", n, err)
+		}
+		wantOutbox(t, b, p.ID, heraldtype.OutboxPublished, "", time.Time{})
+
+		// Marked under its own fence while its lease lives, it is
+		// PUBLISHED at once.
+		p, res = create(t, b, func(p *store.NotificationCreateParams) {
+			p.Claim = &store.CreateClaim{Owner: "w1", Lease: time.Minute, Publishing: true}
+		})
+		if n, err := b.s.OutboxMarkPublished(b.ctx, []store.Fence{res.Claimed.Fence}); err != nil || n != 1 {
+			t.Fatalf("mark the handed row: %d (%v)", n, err)
+		}
+		wantOutbox(t, b, p.ID, heraldtype.OutboxPublished, "", time.Time{})
+	})
 	t.Run("AHandedRowKnowsItHasNoDelivery", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
@@ -188,8 +245,11 @@ func testHanded(t *testing.T, h Harness) {
 					ID: id, Recipient: fmt.Sprintf("r%d", i), EventID: "e", Kind: "k", Lane: heraldtype.LaneTransactional,
 					Params: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
 				}
-				if i%2 == 0 {
+				switch i % 4 {
+				case 0:
 					ps[i].Claim = handedClaim
+				case 2:
+					ps[i].Claim = &store.CreateClaim{Owner: "w1", Lease: time.Minute, Publishing: true}
 				}
 				res, err := b.s.NotificationCreate(b.ctx, ps[i])
 				if err != nil {
@@ -206,6 +266,11 @@ func testHanded(t *testing.T, h Harness) {
 				continue
 			}
 			handed++
+			state := heraldtype.OutboxClaimed
+			if i%4 == 2 {
+				state = heraldtype.OutboxPublishing
+			}
+			wantOutbox(t, b, ps[i].ID, state, "", time.Time{})
 			if i%2 == 1 || c.NotificationID != ps[i].ID || c.Recipient != ps[i].Recipient || string(c.Params) != string(ps[i].Params) ||
 				c.Fence.NotificationID != ps[i].ID {
 				t.Fatalf("create %d handed %+v", i, c)
