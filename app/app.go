@@ -103,9 +103,11 @@ type App struct {
 	// rabbit is the rabbitmq transport's relays and consumers, one of each
 	// per lane; nil with transport db.
 	rabbit []rabbitLane
-	// claimers are the db transport's, one a lane; intake hands them rows
-	// due now (dispatch, "Rows handed over at intake").
-	claimers dispatch.Lanes
+	// claimers are the db transport's, one a lane.
+	claimers map[heraldtype.Lane]*dispatch.Claimer
+	// handoff are the claimers or the relays, by lane, that intake hands
+	// rows due now (dispatch, "Rows handed over at intake").
+	handoff dispatch.Lanes
 	// streams are the live inbox streams of GET /v1/me/stream.
 	streams *stream.Hub
 }
@@ -174,10 +176,17 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	for _, k := range cfg.APIKeys {
 		keys[k.Key] = k.Tenant
 	}
+	a.handoff = dispatch.Lanes{}
 	if cfg.Transport == "rabbitmq" {
 		a.rabbit = a.newRabbitMQ()
+		for _, rl := range a.rabbit {
+			a.handoff[rl.lane] = rl.relay
+		}
 	} else {
 		a.claimers = a.newClaimers()
+		for lane, c := range a.claimers {
+			a.handoff[lane] = c
+		}
 	}
 	operators := map[string]string{}
 	for _, k := range cfg.OperatorKeys {
@@ -205,7 +214,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		Seal:      a.seal,
 		Intake: &intake.Handler{
 			Store: a.store, Catalog: cat, Clock: a.clock, IdempotencyTTL: cfg.IdempotencyTTL.D(), Seal: a.seal,
-			Logger: a.logger, Metrics: a.metrics, Quotas: lim, Handoff: a.claimers,
+			Logger: a.logger, Metrics: a.metrics, Quotas: lim, Handoff: a.handoff,
 		},
 		Lookup: &lookup.Handler{Store: a.store, Logger: a.logger},
 		Callbacks: &settle.CallbackHandler{
@@ -532,8 +541,8 @@ func (a *App) Close() error {
 }
 
 // newClaimers makes the db transport's claimers, one a lane; Run starts them.
-func (a *App) newClaimers() dispatch.Lanes {
-	lanes := dispatch.Lanes{}
+func (a *App) newClaimers() map[heraldtype.Lane]*dispatch.Claimer {
+	lanes := map[heraldtype.Lane]*dispatch.Claimer{}
 	for _, lane := range heraldtype.Lanes {
 		lanes[lane] = dispatch.NewClaimer(dispatch.ClaimerConfig{
 			Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Sender: a.sender, Owner: a.owner,

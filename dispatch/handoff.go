@@ -5,8 +5,27 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// Hand is a slot an Offer holds for one row: Take it or Drop it, once.
-type Hand struct {
+// Hand is a place an Offer holds for one row intake is about to write due
+// now: Take it or Drop it, once.
+type Hand interface {
+	// Claim is the lease the create writes the row under.
+	Claim() *store.CreateClaim
+	// Take hands over row, the row the create wrote claimed for this
+	// offer.
+	Take(row store.Claimed)
+	// Drop gives the place back: the create wrote no row claimed.
+	Drop()
+}
+
+// Offerer hands rows over: a Claimer (db transport) or a Relay
+// (rabbitmq transport).
+type Offerer interface {
+	// Offer holds a place for a row of tenant's scope, or returns nil.
+	Offer(tenant, scope string) Hand
+}
+
+// claimerHand is a slot a Claimer's Offer holds.
+type claimerHand struct {
 	c             *Claimer
 	tenant, scope string
 }
@@ -14,7 +33,7 @@ type Hand struct {
 // Offer holds a free slot of the lane for a row of tenant's scope that
 // intake is about to write due now, or returns nil (see "Rows handed over
 // at intake"). A nil Claimer offers nothing.
-func (c *Claimer) Offer(tenant, scope string) *Hand {
+func (c *Claimer) Offer(tenant, scope string) Hand {
 	if c == nil {
 		return nil
 	}
@@ -36,18 +55,18 @@ func (c *Claimer) Offer(tenant, scope string) *Hand {
 	c.places <- struct{}{}
 	c.held.reserve(tenant, scope)
 	c.handing.Add(1)
-	return &Hand{c: c, tenant: tenant, scope: scope}
+	return &claimerHand{c: c, tenant: tenant, scope: scope}
 }
 
 // Claim is the lease the create writes the row under: the claimer's.
-func (h *Hand) Claim() *store.CreateClaim {
+func (h *claimerHand) Claim() *store.CreateClaim {
 	return &store.CreateClaim{Owner: h.c.Owner, Lease: h.c.Lease}
 }
 
 // Take starts the send of row, the row the create wrote claimed for this
 // offer: its tenant and scope are the offer's, under which its send was
 // counted in flight.
-func (h *Hand) Take(row store.Claimed) {
+func (h *claimerHand) Take(row store.Claimed) {
 	c := h.c
 	c.held.hold(row)
 	c.work <- row // a place is held: never blocks
@@ -55,7 +74,7 @@ func (h *Hand) Take(row store.Claimed) {
 }
 
 // Drop gives the slot back: the create wrote no row claimed.
-func (h *Hand) Drop() {
+func (h *claimerHand) Drop() {
 	c := h.c
 	c.held.called(store.Claimed{Job: heraldtype.Job{Tenant: h.tenant, Scope: h.scope}})
 	<-c.slots
@@ -64,11 +83,14 @@ func (h *Hand) Drop() {
 	c.handing.Done()
 }
 
-// Lanes are a process's claimers by lane, for intake's offers.
-type Lanes map[heraldtype.Lane]*Claimer
+// Lanes are a process's claimers or relays by lane, for intake's offers.
+type Lanes map[heraldtype.Lane]Offerer
 
-// Offer is the lane's Claimer's Offer; nil where the lane has none (the
-// rabbitmq transport, a Go API client).
-func (l Lanes) Offer(lane heraldtype.Lane, tenant, scope string) *Hand {
-	return l[lane].Offer(tenant, scope)
+// Offer is the lane's Offerer's Offer; nil where the lane has none (a Go
+// API client).
+func (l Lanes) Offer(lane heraldtype.Lane, tenant, scope string) Hand {
+	if o := l[lane]; o != nil {
+		return o.Offer(tenant, scope)
+	}
+	return nil
 }

@@ -39,18 +39,18 @@ func (b bundle) reserved(out store.Outbox) *dispatch.Claimer {
 	})
 }
 
-// offer waits for c to run and returns its offer of a slot for tenant's
-// scope.
-func offer(t *testing.T, c *dispatch.Claimer, tenant, scope string) *dispatch.Hand {
+// offer waits for c (a claimer or a relay) to run and returns its offer
+// of a place for tenant's scope.
+func offer(t *testing.T, c dispatch.Offerer, tenant, scope string) dispatch.Hand {
 	t.Helper()
-	var h *dispatch.Hand
+	var h dispatch.Hand
 	testenv.WaitFor(t, "an offer", testenv.Patience, func() bool { h = c.Offer(tenant, scope); return h != nil })
 	return h
 }
 
 // handed writes a notification of tenant's claimed under h, as intake does,
 // and hands its row over; it returns the notification's id.
-func (b bundle) handed(t *testing.T, h *dispatch.Hand, tenant, scope string) string {
+func (b bundle) handed(t *testing.T, h dispatch.Hand, tenant, scope string) string {
 	t.Helper()
 	id := ids.New("ntf", b.clk.Now())
 	res, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{

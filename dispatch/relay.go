@@ -172,6 +172,32 @@ type RelayConfig struct {
 // (store.Deferrals, package broker/rabbitmq), so no copy cycles through
 // the retry queues all night either.
 //
+// # Rows handed over at intake
+//
+// As a Claimer takes rows from intake (the Claimer's "Rows handed over at
+// intake"), so does a relay: intake asks for a place (Offer), the create
+// writes the row PUBLISHING under the relay's owner and lease with token
+// 1 (store.CreateClaim.Publishing), and the row is queued for the
+// relay's hand loop (Take), which publishes what is queued in batches of
+// at most BatchSize, cooling down as the claim loops do, and hands each
+// batch to the same confirm wait and settling as a claimed batch. The row
+// is spared the claim's statement, its row version and the NOTIFY that
+// woke the claim loop for it. A relay that dies before the mark leaves
+// the row PUBLISHING, and its lease brings it back as a claimed row's.
+//
+// An offer is refused, and the row waits in the outbox for a claim:
+// before the first claim has looked and while the last claim came back
+// full (older rows are due); when the window (its depth as last read,
+// with every message published or handed over and not yet confirmed)
+// has no room for one more; when the tenant has a backlog mark (its rows
+// take their turns in the outbox); while a publish found the broker
+// connection lost and no claim loop has found the publisher ready since;
+// and when BatchSize rows are already queued. A handed row goes to the
+// express queue unless its tenant was marked by the time it is
+// published (publish). Shutdown refuses new offers after the claim
+// loops stop, waits for the offers made, and publishes what was handed
+// over before the batches' settling ends.
+//
 // # Tenants share a lane
 //
 // The claim shares the lane's rows between its tenants in turns, and the
@@ -233,9 +259,26 @@ type Relay struct {
 	lastOne string
 	// depthFailing: the last depth read failed (logged once per outage).
 	depthFailing atomic.Bool
-	// unconfirmed counts the messages published and not yet confirmed:
-	// the queue's depth may not show them yet, so the window counts them.
+	// unconfirmed counts the messages published and not yet confirmed,
+	// and the rows handed over and not yet published: the queue's depth
+	// may not show them yet, so the window counts them.
 	unconfirmed atomic.Int64
+	// depth is the lane's queues' depth at the last read (room).
+	depth atomic.Int64
+	// disconnected: a publish found the broker connection lost, and no
+	// claim loop has found the publisher ready since. No offers meanwhile.
+	disconnected atomic.Bool
+
+	// Rows handed over at intake (Offer), under handMu: handOpen while
+	// Run relays; handBacklog while the last claim came back full (or
+	// none has looked yet); handHeld counts the offers not yet dropped
+	// and the rows queued in hands, which the hand loop publishes.
+	handMu      sync.Mutex
+	handOpen    bool
+	handBacklog bool
+	handHeld    int
+	hands       chan store.Claimed
+	handing     sync.WaitGroup // offers made and not yet taken or dropped
 }
 
 // NewRelay returns a relay.
@@ -347,6 +390,23 @@ func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[str
 		}
 	}
 	r.lastOne = one
+	return r.markedLocked(now)
+}
+
+// markedNow is the tenants marked now, whose rows go to the lane queue;
+// nil without Express, when every row does.
+func (r *Relay) markedNow() map[string]bool {
+	if !r.Express {
+		return nil
+	}
+	r.backlogMu.Lock()
+	defer r.backlogMu.Unlock()
+	return r.markedLocked(time.Now())
+}
+
+// markedLocked is markedNow at now, under backlogMu; it forgets the marks
+// that ended.
+func (r *Relay) markedLocked(now time.Time) map[string]bool {
 	marked := make(map[string]bool, len(r.backlogged))
 	for t, until := range r.backlogged {
 		if now.Before(until) {
@@ -401,12 +461,20 @@ func (r *Relay) Run(ctx context.Context) {
 	}
 	defer func() { close(batches); wg.Wait() }()
 
+	// Rows handed over at intake are published by a loop of their own;
+	// at shutdown, after the claim loops, no more are offered, and those
+	// handed over are published before the batches close.
+	r.openHands()
+	handed := make(chan struct{})
+	go func() { defer close(handed); r.handLoop(ctx, batches) }()
 	var loops sync.WaitGroup
 	for range r.Claimers {
 		loops.Add(1)
 		go func() { defer loops.Done(); r.claimLoop(ctx, batches) }()
 	}
 	loops.Wait()
+	r.closeHands()
+	<-handed
 }
 
 // claimLoop claims and publishes batches until ctx is cancelled. Several
@@ -428,6 +496,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
 		}
+		r.disconnected.Store(false)
 		woken, ok := cool.wait(ctx, r.Wake, nil)
 		if !ok {
 			return
@@ -480,11 +549,13 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		}
 		pause.reset()
 		served.served(rows)
+		r.claimLooked(len(rows), limit)
 		if len(rows) == 0 {
 			r.claimedNone()
 		} else {
 			marked := r.backlogs(time.Now(), rows, limit)
 			b := r.gate(ctx, rows)
+			r.unconfirmed.Add(int64(len(b.rows)))
 			b.rows, b.confirms = r.publish(ctx, b.rows, marked)
 			batches <- b
 		}
@@ -509,6 +580,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 // queue and the others' to the express queue (all to the lane queue when
 // marked is nil), and returns them in the order of their confirms, the
 // lane queue's first, with the confirms (nil when there were no rows).
+// The caller has counted them unconfirmed.
 func (r *Relay) publish(ctx context.Context, rows []store.Claimed, marked map[string]bool) ([]store.Claimed, Confirms) {
 	if len(rows) == 0 {
 		return rows, nil
@@ -524,7 +596,6 @@ func (r *Relay) publish(ctx context.Context, rows []store.Claimed, marked map[st
 	// The publish is not cancelled by shutdown once the rows are claimed:
 	// finishing it costs at most the confirm timeout and spares the rows a
 	// wait for their lease.
-	r.unconfirmed.Add(int64(len(rows)))
 	var all joinedConfirms
 	for _, part := range []struct {
 		q    Queue
@@ -585,6 +656,8 @@ func (r *Relay) room(ctx context.Context) (int, bool) {
 	// A confirmed message is in the queue; one not yet confirmed may not
 	// show in its depth, so it counts against the window too (a confirmed
 	// one not yet settled counts twice for a moment: the window errs low).
+	// Offers count against the depth read here (Offer).
+	r.depth.Store(int64(depth))
 	depth += int(r.unconfirmed.Load())
 	if depth >= r.Window {
 		return 0, false
@@ -643,7 +716,6 @@ func (r *Relay) settle(ctx context.Context, b inflight) {
 		return
 	}
 	errs := b.confirms.Wait()
-	r.unconfirmed.Add(-int64(len(b.rows)))
 	confirmed := make([]store.Claimed, 0, len(b.rows))
 	var failed []int
 	for i, err := range errs {
@@ -653,6 +725,10 @@ func (r *Relay) settle(ctx context.Context, b inflight) {
 			failed = append(failed, i)
 		}
 	}
+	// The confirmed are in the queue: the depth last read counts them
+	// until the next read (an offer's window; Offer).
+	r.depth.Add(int64(len(confirmed)))
+	r.unconfirmed.Add(-int64(len(b.rows)))
 	published := 0
 	if len(confirmed) > 0 {
 		if h := r.Hooks.BeforeMark; h != nil && !h(confirmed) {
@@ -694,7 +770,9 @@ func (r *Relay) retry(ctx context.Context, row store.Claimed, cause error) {
 	)
 	if errors.Is(cause, ErrConnectionLost) {
 		// Not the row's fault: offer it again as soon as the publisher is
-		// connected again (Run waits for that before it claims).
+		// connected again (Run waits for that before it claims). Until a
+		// claim loop finds it ready, intake hands nothing over.
+		r.disconnected.Store(true)
 		result = ResultRepublish
 		ok, err = r.Store.OutboxRetry(ctx, store.OutboxRetryParams{Fence: row.Fence, Reason: "BROKER_DISCONNECTED"})
 	} else {

@@ -56,9 +56,10 @@ type Handler struct {
 	// Quotas are the tenants' send quotas per lane (limits.Quota): a send
 	// past its kind's lane quota is 429, with nothing written. Nil: none.
 	Quotas *limits.Limiter
-	// Handoff are this process's claimers (db transport): a notification
-	// whose one row is due now is written claimed and handed to its lane's
-	// claimer when that has a slot free (package dispatch, "Rows handed
+	// Handoff are this process's claimers (db transport) or relays
+	// (rabbitmq transport): a notification whose one row is due now is
+	// written claimed (or PUBLISHING) and handed to its lane's claimer or
+	// relay when that has a place free (package dispatch, "Rows handed
 	// over at intake"). Nil: every row waits in the outbox for a claim.
 	Handoff dispatch.Lanes
 }
@@ -141,7 +142,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Lane: kind.Lane, Scope: req.Scope, Params: h.Seal.SealJSON(tenant, params), SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Channels: kind.Channels,
 		Inbox: inbox, Fallback: kind.Fallback,
 	}
-	var hand *dispatch.Hand // a slot of this process's claimer held for the row
+	var hand dispatch.Hand // a place of this process's claimer or relay held for the row
 	if p.Handable() {
 		if hand = h.Handoff.Offer(kind.Lane, tenant, req.Scope); hand != nil {
 			p.Claim = hand.Claim()

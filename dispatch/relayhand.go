@@ -1,0 +1,137 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/heraldhq/herald/store"
+)
+
+// relayHand is a place a Relay's Offer holds for one row.
+type relayHand struct{ r *Relay }
+
+// Offer holds a place in the relay's next publication for a row of
+// tenant's that intake is about to write due now, or returns nil (see
+// "Rows handed over at intake" in the Relay's doc). A nil Relay offers
+// nothing.
+func (r *Relay) Offer(tenant, _ string) Hand {
+	if r == nil {
+		return nil
+	}
+	r.handMu.Lock()
+	defer r.handMu.Unlock()
+	if !r.handOpen || r.handBacklog || r.handHeld >= cap(r.hands) || r.disconnected.Load() {
+		return nil
+	}
+	// The window counts the row from now: its depth as last read, and
+	// every message published or handed over and not yet confirmed.
+	if r.Window > 0 && r.Backlog != nil && int(r.depth.Load()+r.unconfirmed.Load())+1 > r.Window {
+		return nil
+	}
+	if r.Express && r.isMarked(tenant) {
+		return nil // its rows wait in the outbox, where the turns apply
+	}
+	r.handHeld++
+	r.unconfirmed.Add(1)
+	r.handing.Add(1)
+	return relayHand{r: r}
+}
+
+// Claim is the lease the create writes the row under: the relay's,
+// PUBLISHING.
+func (h relayHand) Claim() *store.CreateClaim {
+	return &store.CreateClaim{Owner: h.r.Owner, Lease: h.r.Lease, Publishing: true}
+}
+
+// Take queues row for the relay's next publication.
+func (h relayHand) Take(row store.Claimed) {
+	h.r.hands <- row // a place is held: never blocks
+	h.r.handing.Done()
+}
+
+// Drop gives the place back.
+func (h relayHand) Drop() {
+	r := h.r
+	r.handMu.Lock()
+	r.handHeld--
+	r.handMu.Unlock()
+	r.unconfirmed.Add(-1)
+	r.handing.Done()
+}
+
+// isMarked reports whether tenant has a backlog mark now.
+func (r *Relay) isMarked(tenant string) bool {
+	r.backlogMu.Lock()
+	defer r.backlogMu.Unlock()
+	until, ok := r.backlogged[tenant]
+	return ok && time.Now().Before(until)
+}
+
+// claimLooked records what a claim of limit rows found: offers wait while
+// the last claim came back full, rows being due before the ones intake
+// would hand over.
+func (r *Relay) claimLooked(rows, limit int) {
+	r.handMu.Lock()
+	r.handBacklog = rows >= limit
+	r.handMu.Unlock()
+}
+
+// openHands starts taking offers; Run calls it before its claim loops
+// start, with no offer taken until the first claim has looked.
+func (r *Relay) openHands() {
+	r.handMu.Lock()
+	r.hands = make(chan store.Claimed, r.BatchSize)
+	r.handOpen, r.handBacklog = true, true
+	r.handMu.Unlock()
+}
+
+// closeHands refuses new offers, waits for those made to be taken or
+// dropped, and ends the hand loop's input.
+func (r *Relay) closeHands() {
+	r.handMu.Lock()
+	r.handOpen = false
+	r.handMu.Unlock()
+	r.handing.Wait()
+	close(r.hands)
+}
+
+// handLoop publishes the rows handed over, in batches: what is queued
+// when it looks, at most BatchSize, cooling down as a claim loop does
+// (a batch of CoolAfter rows or more short of BatchSize starts the next
+// no sooner than Cooldown after it began), so a steady stream goes to the
+// broker in fewer, larger publications while a lone row goes at once. It
+// returns when the hands are closed and every row queued is published.
+func (r *Relay) handLoop(ctx context.Context, batches chan<- inflight) {
+	cool := cooler{every: r.Cooldown}
+	for {
+		first, ok := <-r.hands
+		if !ok {
+			return
+		}
+		cool.wait(ctx, nil, nil) // cut short by shutdown: what is queued goes now
+		began := time.Now()
+		rows := []store.Claimed{first}
+	gather:
+		for len(rows) < r.BatchSize {
+			select {
+			case row, ok := <-r.hands:
+				if !ok {
+					break gather
+				}
+				rows = append(rows, row)
+			default:
+				break gather
+			}
+		}
+		r.handMu.Lock()
+		r.handHeld -= len(rows)
+		r.handMu.Unlock()
+		// The publish and its gate are not cancelled by shutdown: the rows
+		// are the relay's already, as a claim's are.
+		b := r.gate(context.WithoutCancel(ctx), rows)
+		r.unconfirmed.Add(-int64(len(b.held))) // counted from their offers
+		b.rows, b.confirms = r.publish(ctx, b.rows, r.markedNow())
+		batches <- b
+		cool.claimed(began, len(rows), r.BatchSize)
+	}
+}

@@ -1,0 +1,312 @@
+package dispatch_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/sender"
+	"github.com/heraldhq/herald/store"
+)
+
+// handRelay is a relay of the transactional lane on out, publishing to
+// pub in batches of 7, with cfg's other settings.
+func (b bundle) handRelay(out store.Outbox, pub dispatch.Publisher, cfg func(*dispatch.RelayConfig)) *dispatch.Relay {
+	c := dispatch.RelayConfig{
+		Lane: heraldtype.LaneTransactional, Store: out, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+		Publisher: pub, Owner: "relay", BatchSize: 7, Lease: time.Minute, PollInterval: 5 * time.Millisecond,
+		MaxAttempts: 3, Alerts: b.alerts,
+	}
+	if cfg != nil {
+		cfg(&c)
+	}
+	return dispatch.NewRelay(c)
+}
+
+// published waits for notification id's row to be PUBLISHED.
+func (b bundle) published(t *testing.T, tenant, id string) {
+	t.Helper()
+	testenv.WaitFor(t, "PUBLISHED", testenv.Patience, func() bool {
+		return b.entryOf(t, tenant, id).OutboxState == heraldtype.OutboxPublished
+	})
+}
+
+// TestARowHandedToTheRelayIsPublishedWithoutAClaim: with the rabbitmq
+// transport, intake's create writes the row PUBLISHING and hands it to
+// the relay, which publishes it once, on no chain, and marks it; no claim
+// ever took it.
+func TestARowHandedToTheRelayIsPublishedWithoutAClaim(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b bundle) {
+		out := &claimLog{Outbox: b.store}
+		pub := &fakePublisher{published: map[string]int{}}
+		r := b.handRelay(out, pub, nil)
+		if h := r.Offer("t1", ""); h != nil {
+			h.Drop()
+			t.Fatal("an offer before the relay runs")
+		}
+		if h := (*dispatch.Relay)(nil).Offer("t1", ""); h != nil {
+			h.Drop()
+			t.Fatal("an offer from no relay")
+		}
+		stop := runRelay(t, r)
+		var ids []string
+		for range 10 {
+			ids = append(ids, b.handed(t, offer(t, r, "t1", ""), "t1", ""))
+		}
+		for _, id := range ids {
+			b.published(t, "t1", id)
+			mid := store.MessageID(id, heraldtype.ChannelWebhook)
+			if n := pub.count(mid); n != 1 {
+				t.Fatalf("%s published %d times", id, n)
+			}
+			pub.mu.Lock()
+			off := pub.offChain[mid]
+			pub.mu.Unlock()
+			if !off {
+				t.Fatalf("%s, on no chain, was published without OffChain", id)
+			}
+		}
+		for _, cl := range out.get() {
+			if cl.took != 0 {
+				t.Fatalf("a claim took %d rows: %+v", cl.took, out.get())
+			}
+		}
+		stop()
+		if h := r.Offer("t1", ""); h != nil {
+			h.Drop()
+			t.Fatal("an offer after the relay stopped")
+		}
+	})
+}
+
+// TestARelayOffersWithinItsWindow: an offer counts against the publish
+// window from the moment it is made; a handed row, once confirmed, counts
+// as the queue holds it until the depth is read again (the relay reads it
+// when it claims, not on every offer); a row the gate defers no longer
+// counts.
+func TestARelayOffersWithinItsWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := &queuePublisher{}
+	var deferNext atomic.Bool
+	var settled atomic.Int64
+	r := b.handRelay(b.store, q, func(c *dispatch.RelayConfig) {
+		c.Window, c.Backlog, c.WindowPoll, c.PollInterval = 3, q.Backlog, time.Millisecond, time.Hour
+		c.Gate = func(_ context.Context, job heraldtype.Job) sender.Ruling {
+			if deferNext.Load() {
+				return sender.Ruling{Defer: time.Hour, Reason: heraldtype.ReasonQuietHours}
+			}
+			return sender.Ruling{}
+		}
+		c.Hooks.AfterSettle = func(published, _ int) { settled.Add(int64(published)) }
+	})
+	stop := runRelay(t, r)
+	defer stop()
+	// A row the gate defers is not published, and leaves the window.
+	deferNext.Store(true)
+	id := b.handed(t, offer(t, r, "t1", ""), "t1", "")
+	testenv.WaitFor(t, "the gate's deferral", testenv.Patience, func() bool {
+		e := b.entry(t, id)
+		return e.OutboxState == heraldtype.OutboxPending && e.OutboxReason == heraldtype.ReasonQuietHours
+	})
+	deferNext.Store(false)
+	first, second, third := offer(t, r, "t1", ""), offer(t, r, "t1", ""), offer(t, r, "t1", "")
+	if h := r.Offer("t1", ""); h != nil {
+		h.Drop()
+		t.Fatal("a fourth offer with a window of three")
+	}
+	second.Drop()
+	second = offer(t, r, "t1", "")
+	for _, h := range []dispatch.Hand{first, second, third} {
+		b.handed(t, h, "t1", "")
+	}
+	testenv.WaitFor(t, "three published and marked", testenv.Patience, func() bool { return settled.Load() == 3 })
+	if h := r.Offer("t1", ""); h != nil {
+		h.Drop()
+		t.Fatalf("an offer with the queue holding %d of a window of three", q.depth())
+	}
+	// The queue drains; a claim (woken by a row written PENDING) reads
+	// the depth again, and offers resume.
+	q.consume(3)
+	b.notify(t, "pay", heraldtype.LaneTransactional)
+	offer(t, r, "t1", "").Drop()
+}
+
+// steppedClaims lets each claim through only when the test says so, and
+// tells it when one has begun.
+type steppedClaims struct {
+	store.Outbox
+	began   chan struct{}
+	proceed chan struct{}
+}
+
+func (s *steppedClaims) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	select {
+	case s.began <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-s.proceed:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Outbox.OutboxClaim(ctx, p)
+}
+
+// TestARelayOffersNothingWhileOlderRowsWait: until its first claim has
+// looked, and while its last claim came back full, the relay offers
+// nothing: rows due before the one intake would hand over are waiting.
+// Once a claim comes back short, it offers again.
+func TestARelayOffersNothingWhileOlderRowsWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 10 {
+		b.notify(t, "pay", heraldtype.LaneTransactional)
+	}
+	steps := &steppedClaims{Outbox: b.store, began: make(chan struct{}), proceed: make(chan struct{})}
+	r := b.handRelay(steps, &fakePublisher{published: map[string]int{}}, nil)
+	stop := runRelay(t, r)
+	defer stop()
+	<-steps.began // the first claim, not yet looked
+	if h := r.Offer("t1", ""); h != nil {
+		h.Drop()
+		t.Fatal("an offer before the first claim looked")
+	}
+	steps.proceed <- struct{}{}
+	<-steps.began // the first claim took 7 of 10: full
+	if h := r.Offer("t1", ""); h != nil {
+		h.Drop()
+		t.Fatal("an offer after a full claim")
+	}
+	close(steps.proceed) // the second takes the other 3
+	go func() {
+		for range steps.began {
+		}
+	}()
+	b.handed(t, offer(t, r, "t1", ""), "t1", "")
+}
+
+// TestARelayOffersNothingForATenantWithABacklog: a tenant marked with a
+// backlog (Express) gets no offer, its rows taking their turns in the
+// outbox; another tenant does, and its handed row goes to the express
+// queue.
+func TestARelayOffersNothingForATenantWithABacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 20 {
+		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+	}
+	q := &queuePublisher{}
+	r := b.handRelay(b.store, q, func(c *dispatch.RelayConfig) { c.Express, c.ExpressHold = true, time.Hour })
+	stop := runRelay(t, r)
+	defer stop()
+	testenv.WaitFor(t, "the big tenant's 20 in the lane queue", testenv.Patience, func() bool {
+		return len(q.tenants(dispatch.LaneQueue)) == 20
+	})
+	small := offer(t, r, "small", "") // the claims of 7, 7 and 6 have looked
+	if h := r.Offer("big", ""); h != nil {
+		h.Drop()
+		small.Drop()
+		t.Fatal("an offer to the tenant with a backlog")
+	}
+	b.handed(t, small, "small", "")
+	testenv.WaitFor(t, "the small tenant's row in the express queue", testenv.Patience, func() bool {
+		ts := q.tenants(dispatch.ExpressQueue)
+		return len(ts) == 1 && ts[0] == "small"
+	})
+}
+
+// TestARelayPublishesWhatWasHandedOverAsItStops: shutdown refuses new
+// offers, waits for those made, and publishes the rows they hand over
+// before the relay returns.
+func TestARelayPublishesWhatWasHandedOverAsItStops(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pub := &fakePublisher{published: map[string]int{}}
+	r := b.handRelay(b.store, pub, nil)
+	stop := runRelay(t, r)
+	h := offer(t, r, "t1", "")
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	testenv.WaitFor(t, "offers refused", testenv.Patience, func() bool {
+		if o := r.Offer("t1", ""); o != nil {
+			o.Drop()
+			return false
+		}
+		return true
+	})
+	select {
+	case <-stopped:
+		t.Fatal("the relay stopped with an offer outstanding")
+	default:
+	}
+	id := b.handed(t, h, "t1", "")
+	testenv.Recv(t, stopped, "the relay's stop")
+	if e := b.entry(t, id); e.OutboxState != heraldtype.OutboxPublished {
+		t.Fatalf("outbox %s after the stop, want PUBLISHED", e.OutboxState)
+	}
+	if n := pub.count(store.MessageID(id, heraldtype.ChannelWebhook)); n != 1 {
+		t.Fatalf("published %d times", n)
+	}
+}
+
+// downPublisher is a publisher whose broker connection is lost while
+// down: Ready waits, and every publish fails with ErrConnectionLost.
+type downPublisher struct {
+	fakePublisher
+	down atomic.Bool
+}
+
+func (p *downPublisher) Ready(ctx context.Context) error {
+	for p.down.Load() {
+		if !clock.Sleep(ctx, time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (p *downPublisher) Publish(ctx context.Context, lane heraldtype.Lane, q dispatch.Queue, jobs []heraldtype.Job) dispatch.Confirms {
+	if p.down.Load() {
+		out := make(fakeConfirms, len(jobs))
+		for i := range out {
+			out[i] = dispatch.ErrConnectionLost
+		}
+		return out
+	}
+	return p.fakePublisher.Publish(ctx, lane, q, jobs)
+}
+
+// TestARelayOffersNothingWhileItsBrokerIsGone: a handed row whose publish
+// found the connection lost goes back to PENDING at once, and no offer is
+// made until the publisher is ready again; then a claim publishes the row
+// and offers resume.
+func TestARelayOffersNothingWhileItsBrokerIsGone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pub := &downPublisher{fakePublisher: fakePublisher{published: map[string]int{}}}
+	r := b.handRelay(b.store, pub, nil)
+	stop := runRelay(t, r)
+	defer stop()
+	h := offer(t, r, "t1", "")
+	pub.down.Store(true)
+	id := b.handed(t, h, "t1", "")
+	testenv.WaitFor(t, "the row back PENDING", testenv.Patience, func() bool {
+		e := b.entry(t, id)
+		return e.OutboxState == heraldtype.OutboxPending && e.OutboxReason == "BROKER_DISCONNECTED"
+	})
+	if o := r.Offer("t1", ""); o != nil {
+		o.Drop()
+		t.Fatal("an offer while the broker is gone")
+	}
+	pub.down.Store(false)
+	b.published(t, "t1", id)
+	b.handed(t, offer(t, r, "t1", ""), "t1", "")
+}
