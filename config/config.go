@@ -373,9 +373,9 @@ type RabbitMQ struct {
 	RelayInFlight int `yaml:"relay_in_flight"`
 	// PublishWindow is the most messages a lane's queue holds ready before
 	// the relays stop publishing to it: the rest of a backlog waits in the
-	// outbox, whose claims share the lane between tenants, instead of in
-	// the queue's one FIFO (dispatch.RelayConfig.Window). Defaults to the
-	// lane's prefetch, at least 32; -1 publishes without a window.
+	// outbox, whose claims share the lane between tenants, instead of in the
+	// queue's one FIFO (dispatch.RelayConfig.Window). Defaults to twice the
+	// lane's prefetch, at least 128 (MinPublishWindow); -1 publishes without a window.
 	PublishWindow int `yaml:"publish_window"`
 	// ConfirmTimeout is how long the relay waits for a publisher confirm
 	// before it returns the row to PENDING. It must be shorter than lease.
@@ -907,8 +907,17 @@ func (c *Config) LanePublishWindow(l heraldtype.Lane) int {
 	case w > 0:
 		return w
 	}
-	return max(c.LanePrefetch(l), 32)
+	return max(2*c.LanePrefetch(l), MinPublishWindow)
 }
+
+// MinPublishWindow is the least default publish window. The window counts
+// the messages published and not yet confirmed besides those waiting
+// ready, and at a few thousand notifications a second on a loaded host the
+// confirms in flight alone filled a window of 64: every claim was cut to
+// the window and came back full, so intake's rows were not handed over
+// (package dispatch, "Rows handed over at intake") but written PENDING and
+// claimed (docs/benchmarks.md).
+const MinPublishWindow = 128
 
 var namePrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 

@@ -27,9 +27,9 @@ func TestRabbitMQBlockDefaultsAndOverrides(t *testing.T) {
 	if c.LanePrefetch(heraldtype.LaneTransactional) != 99 || c.LanePrefetch(heraldtype.LaneAlert) != 5 {
 		t.Fatalf("prefetch %v, want transactional 99 and alert = its concurrency 5", r.Prefetch)
 	}
-	// The publish window: the lane's prefetch, at least 32, unless set.
-	if w, a := c.LanePublishWindow(heraldtype.LaneTransactional), c.LanePublishWindow(heraldtype.LaneAlert); w != 99 || a != 32 {
-		t.Fatalf("publish windows transactional %d, alert %d; want 99 and 32", w, a)
+	// The publish window: twice the lane's prefetch, at least 128, unless set.
+	if w, a := c.LanePublishWindow(heraldtype.LaneTransactional), c.LanePublishWindow(heraldtype.LaneAlert); w != 198 || a != 128 {
+		t.Fatalf("publish windows transactional %d, alert %d; want 198 and 128", w, a)
 	}
 	for _, tc := range []struct {
 		set  string

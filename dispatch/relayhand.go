@@ -126,6 +126,7 @@ func (r *Relay) handLoop(ctx context.Context, batches chan<- inflight) {
 		r.handMu.Lock()
 		r.handHeld -= len(rows)
 		r.handMu.Unlock()
+		r.refreshDepth(ctx)
 		// The publish and its gate are not cancelled by shutdown: the rows
 		// are the relay's already, as a claim's are.
 		b := r.gate(context.WithoutCancel(ctx), rows)
@@ -133,5 +134,21 @@ func (r *Relay) handLoop(ctx context.Context, batches chan<- inflight) {
 		b.rows, b.confirms = r.publish(ctx, b.rows, r.markedNow())
 		batches <- b
 		cool.claimed(began, len(rows), r.BatchSize)
+	}
+}
+
+// refreshDepth reads the lane's queues' depth again when the depth as
+// last known is half the window or more. Rows handed over start no
+// claim, and the claims are what read the depth (room); without this the
+// depth last read, to which each confirmed message is added as waiting
+// (settle), would only grow, and offers would be refused while the
+// consumers keep the queue empty. Read once a batch at most, as a claim
+// reads it, and then only once each half window of confirms.
+func (r *Relay) refreshDepth(ctx context.Context) {
+	if r.Window <= 0 || r.Backlog == nil || int(r.depth.Load()) < r.Window/2 {
+		return
+	}
+	if d, err := r.Backlog(ctx); err == nil {
+		r.depth.Store(int64(d))
 	}
 }

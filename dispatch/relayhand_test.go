@@ -138,6 +138,50 @@ func TestARelayOffersWithinItsWindow(t *testing.T) {
 	offer(t, r, "t1", "").Drop()
 }
 
+// TestARelayReadsTheDepthAgainForItsOffers: rows handed over start no
+// claim, and claims are what read the queue's depth; so the relay reads it
+// again before publishing handed rows once the depth as last known (each
+// confirmed message added to it) reaches half its window, and offers go
+// on while the consumers keep the queue empty.
+func TestARelayReadsTheDepthAgainForItsOffers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := &queuePublisher{}
+	var settled atomic.Int64
+	r := b.handRelay(b.store, q, func(c *dispatch.RelayConfig) {
+		c.Window, c.Backlog, c.PollInterval = 8, q.Backlog, time.Hour
+		c.Hooks.AfterSettle = func(published, _ int) { settled.Add(int64(published)) }
+	})
+	stop := runRelay(t, r)
+	defer stop()
+	var hands []dispatch.Hand
+	for range 4 {
+		hands = append(hands, offer(t, r, "t1", ""))
+	}
+	for _, h := range hands {
+		b.handed(t, h, "t1", "")
+	}
+	testenv.WaitFor(t, "four published and marked", testenv.Patience, func() bool { return settled.Load() == 4 })
+	q.consume(4) // the consumers took them: the queue is empty
+	b.handed(t, offer(t, r, "t1", ""), "t1", "")
+	testenv.WaitFor(t, "the fifth published and marked", testenv.Patience, func() bool { return settled.Load() == 5 })
+	// The depth was read again before the fifth went (4 of a window of
+	// 8): one message waits, and seven more fit.
+	hands = hands[:0]
+	for range 7 {
+		hands = append(hands, offer(t, r, "t1", ""))
+	}
+	h := r.Offer("t1", "")
+	for _, o := range append(hands, h) {
+		if o != nil {
+			o.Drop()
+		}
+	}
+	if h != nil {
+		t.Fatal("an eighth offer beside one message queued, with a window of eight")
+	}
+}
+
 // steppedClaims lets each claim through only when the test says so, and
 // tells it when one has begun.
 type steppedClaims struct {
