@@ -103,7 +103,9 @@
 // # Rows handed over at intake
 //
 // With the db transport, a row due now whose lane has a free slot in this
-// process need not wait in the outbox for a claim: intake asks the lane's
+// process need not wait in the outbox for a claim (the rabbitmq
+// transport's Relay takes such rows too, written PUBLISHING: its "Rows
+// handed over at intake"): intake asks the lane's
 // Claimer for a slot (Offer) before its create, the create writes the row
 // already claimed by this process (store.NotificationCreateParams.Claim:
 // CLAIMED, a fresh token, a lease) and returns it, and intake hands it to
