@@ -25,7 +25,9 @@ func (r *Relay) Offer(tenant, _ string) Hand {
 	}
 	// The window counts the row from now: its depth as last read, and
 	// every message published or handed over and not yet confirmed.
-	if r.Window > 0 && r.Backlog != nil && int(r.depth.Load()+r.unconfirmed.Load())+1 > r.Window {
+	// While the depth cannot be read the claims publish without the
+	// window (room), and so do offers.
+	if r.Window > 0 && r.Backlog != nil && !r.depthFailing.Load() && int(r.depth.Load()+r.unconfirmed.Load())+1 > r.Window {
 		return nil
 	}
 	if r.Express && r.isMarked(tenant) {

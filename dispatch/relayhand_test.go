@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -353,4 +354,26 @@ func TestARelayOffersNothingWhileItsBrokerIsGone(t *testing.T) {
 	pub.down.Store(false)
 	b.published(t, "t1", id)
 	b.handed(t, offer(t, r, "t1", ""), "t1", "")
+}
+
+// TestARelayOffersPastItsWindowWhileTheDepthCannotBeRead: a relay that
+// cannot read its queue's depth publishes without the window, and its
+// offers do too, rather than refusing every one on a depth that only
+// grows.
+func TestARelayOffersPastItsWindowWhileTheDepthCannotBeRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.handRelay(b.store, &fakePublisher{published: map[string]int{}}, func(c *dispatch.RelayConfig) {
+		c.Window, c.PollInterval = 2, time.Hour
+		c.Backlog = func(context.Context) (int, error) { return 0, errors.New("channel closed") }
+	})
+	stop := runRelay(t, r)
+	defer stop()
+	var hands []dispatch.Hand
+	for range 3 {
+		hands = append(hands, offer(t, r, "t1", ""))
+	}
+	for _, h := range hands {
+		h.Drop()
+	}
 }

@@ -42,6 +42,10 @@ type Publisher struct {
 	// conn is the connection cur and inspect are on, for a new inspect
 	// channel when a depth read closed the last (Backlog).
 	conn *amqp.Connection
+	// reading orders the depth reads: a relay's claim loops and its hand
+	// loop read at once, and amqp091 does not pair a channel's replies
+	// with its concurrent requests.
+	reading sync.Mutex
 }
 
 var _ dispatch.Publisher = (*Publisher)(nil)
@@ -126,6 +130,8 @@ func (p *Publisher) Ready(ctx context.Context) error {
 // publish window (dispatch.RelayConfig.Backlog). It reads the queues with
 // passive declares on the publisher's connection.
 func (p *Publisher) Backlog(ctx context.Context, lane heraldtype.Lane) (int, error) {
+	p.reading.Lock()
+	defer p.reading.Unlock()
 	p.mu.Lock()
 	ch := p.inspect
 	p.mu.Unlock()
