@@ -29,6 +29,16 @@ func (b bundle) handRelay(out store.Outbox, pub dispatch.Publisher, cfg func(*di
 	return dispatch.NewRelay(c)
 }
 
+// offers waits for n offers of r's to t1, one after the other.
+func offers(t *testing.T, r *dispatch.Relay, n int) []dispatch.Hand {
+	t.Helper()
+	hands := make([]dispatch.Hand, n)
+	for i := range hands {
+		hands[i] = offer(t, r, "t1", "")
+	}
+	return hands
+}
+
 // published waits for notification id's row to be PUBLISHED.
 func (b bundle) published(t *testing.T, tenant, id string) {
 	t.Helper()
@@ -155,11 +165,7 @@ func TestARelayReadsTheDepthAgainForItsOffers(t *testing.T) {
 	})
 	stop := runRelay(t, r)
 	defer stop()
-	var hands []dispatch.Hand
-	for range 4 {
-		hands = append(hands, offer(t, r, "t1", ""))
-	}
-	for _, h := range hands {
+	for _, h := range offers(t, r, 4) {
 		b.handed(t, h, "t1", "")
 	}
 	testenv.WaitFor(t, "four published and marked", testenv.Patience, func() bool { return settled.Load() == 4 })
@@ -168,10 +174,7 @@ func TestARelayReadsTheDepthAgainForItsOffers(t *testing.T) {
 	testenv.WaitFor(t, "the fifth published and marked", testenv.Patience, func() bool { return settled.Load() == 5 })
 	// The depth was read again before the fifth went (4 of a window of
 	// 8): one message waits, and seven more fit.
-	hands = hands[:0]
-	for range 7 {
-		hands = append(hands, offer(t, r, "t1", ""))
-	}
+	hands := offers(t, r, 7)
 	h := r.Offer("t1", "")
 	for _, o := range append(hands, h) {
 		if o != nil {
@@ -369,11 +372,7 @@ func TestARelayOffersPastItsWindowWhileTheDepthCannotBeRead(t *testing.T) {
 	})
 	stop := runRelay(t, r)
 	defer stop()
-	var hands []dispatch.Hand
-	for range 3 {
-		hands = append(hands, offer(t, r, "t1", ""))
-	}
-	for _, h := range hands {
+	for _, h := range offers(t, r, 3) {
 		h.Drop()
 	}
 }
