@@ -186,12 +186,13 @@ type RelayConfig struct {
 // the row PUBLISHING, and its lease brings it back as a claimed row's.
 //
 // An offer is refused, and the row waits in the outbox for a claim:
-// before the first claim has looked and while the last claim came back
-// full (older rows are due); when the window (its depth as last read,
+// before the first claim has looked and while a claim loop's last claim
+// came back full (older rows are due); when the window (its depth as last read,
 // with every message published or handed over and not yet confirmed)
 // has no room for one more; when the tenant has a backlog mark (its rows
 // take their turns in the outbox); while a publish found the broker
-// connection lost and no claim loop has found the publisher ready since;
+// connection lost and none has been confirmed since (a claim publishes
+// the rows that went back once the publisher is ready again);
 // and when BatchSize rows are already queued. A handed row goes to the
 // express queue unless its tenant was marked by the time it is
 // published (publish). Shutdown refuses new offers after the claim
@@ -266,19 +267,20 @@ type Relay struct {
 	// depth is the lane's queues' depth at the last read (room).
 	depth atomic.Int64
 	// disconnected: a publish found the broker connection lost, and no
-	// claim loop has found the publisher ready since. No offers meanwhile.
+	// publish has been confirmed since. No offers meanwhile.
 	disconnected atomic.Bool
 
 	// Rows handed over at intake (Offer), under handMu: handOpen while
-	// Run relays; handBacklog while the last claim came back full (or
-	// none has looked yet); handHeld counts the offers not yet dropped
-	// and the rows queued in hands, which the hand loop publishes.
-	handMu      sync.Mutex
-	handOpen    bool
-	handBacklog bool
-	handHeld    int
-	hands       chan store.Claimed
-	handing     sync.WaitGroup // offers made and not yet taken or dropped
+	// Run relays; handFull counts the claim loops whose last claim came
+	// back full (or that have not looked yet); handHeld counts the offers
+	// not yet dropped and the rows queued in hands, which the hand loop
+	// publishes.
+	handMu   sync.Mutex
+	handOpen bool
+	handFull int
+	handHeld int
+	hands    chan store.Claimed
+	handing  sync.WaitGroup // offers made and not yet taken or dropped
 }
 
 // NewRelay returns a relay.
@@ -492,11 +494,11 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	// row may have committed that no claim has seen.
 	woke := false
 	var served round // whom the last claims served last (lastServed)
+	full := true     // the last claim came back full, or none has looked (Offer)
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
 		}
-		r.disconnected.Store(false)
 		woken, ok := cool.wait(ctx, r.Wake, nil)
 		if !ok {
 			return
@@ -549,7 +551,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		}
 		pause.reset()
 		served.served(rows)
-		r.claimLooked(len(rows), limit)
+		full = r.claimLooked(full, len(rows) >= limit)
 		if len(rows) == 0 {
 			r.claimedNone()
 		} else {
@@ -728,6 +730,9 @@ func (r *Relay) settle(ctx context.Context, b inflight) {
 	// The confirmed are in the queue: the depth last read counts them
 	// until the next read (an offer's window; Offer).
 	r.depth.Add(int64(len(confirmed)))
+	if len(confirmed) > 0 {
+		r.disconnected.Store(false) // the broker confirms again: offers may resume
+	}
 	r.unconfirmed.Add(-int64(len(b.rows)))
 	published := 0
 	if len(confirmed) > 0 {
@@ -771,7 +776,7 @@ func (r *Relay) retry(ctx context.Context, row store.Claimed, cause error) {
 	if errors.Is(cause, ErrConnectionLost) {
 		// Not the row's fault: offer it again as soon as the publisher is
 		// connected again (Run waits for that before it claims). Until a
-		// claim loop finds it ready, intake hands nothing over.
+		// publish is confirmed again, intake hands nothing over.
 		r.disconnected.Store(true)
 		result = ResultRepublish
 		ok, err = r.Store.OutboxRetry(ctx, store.OutboxRetryParams{Fence: row.Fence, Reason: "BROKER_DISCONNECTED"})

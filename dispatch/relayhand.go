@@ -20,7 +20,7 @@ func (r *Relay) Offer(tenant, _ string) Hand {
 	}
 	r.handMu.Lock()
 	defer r.handMu.Unlock()
-	if !r.handOpen || r.handBacklog || r.handHeld >= cap(r.hands) || r.disconnected.Load() {
+	if !r.handOpen || r.handFull > 0 || r.handHeld >= cap(r.hands) || r.disconnected.Load() {
 		return nil
 	}
 	// The window counts the row from now: its depth as last read, and
@@ -69,13 +69,22 @@ func (r *Relay) isMarked(tenant string) bool {
 	return ok && time.Now().Before(until)
 }
 
-// claimLooked records what a claim of limit rows found: offers wait while
-// the last claim came back full, rows being due before the ones intake
-// would hand over.
-func (r *Relay) claimLooked(rows, limit int) {
-	r.handMu.Lock()
-	r.handBacklog = rows >= limit
-	r.handMu.Unlock()
+// claimLooked records whether a claim loop's claim came back full, was
+// (its last claim's), and returns full: offers wait while any loop's last
+// claim came back full, rows being due before the ones intake would hand
+// over. Each loop keeps its own, so a loop that found nothing (its
+// sibling holding the due rows) does not clear a sibling's backlog.
+func (r *Relay) claimLooked(was, full bool) bool {
+	if was != full {
+		r.handMu.Lock()
+		if full {
+			r.handFull++
+		} else {
+			r.handFull--
+		}
+		r.handMu.Unlock()
+	}
+	return full
 }
 
 // openHands starts taking offers; Run calls it before its claim loops
@@ -83,7 +92,7 @@ func (r *Relay) claimLooked(rows, limit int) {
 func (r *Relay) openHands() {
 	r.handMu.Lock()
 	r.hands = make(chan store.Claimed, r.BatchSize)
-	r.handOpen, r.handBacklog = true, true
+	r.handOpen, r.handFull = true, r.Claimers
 	r.handMu.Unlock()
 }
 
