@@ -187,7 +187,7 @@ type RelayConfig struct {
 //
 // An offer is refused, and the row waits in the outbox for a claim:
 // before the first claim has looked and while a claim loop's last claim
-// came back full (older rows are due); when the window (its depth as last read,
+// came back full (older rows are due) or failed (what is due is unknown); when the window (its depth as last read,
 // with every message published or handed over and not yet confirmed)
 // has no room for one more; when the tenant has a backlog mark (its rows
 // take their turns in the outbox); while a publish found the broker
@@ -544,6 +544,10 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 			After: served.after, Scopes: served.scopes,
 		})
 		if err != nil {
+			// What is due is unknown: offers wait, as behind a full
+			// claim, so rows handed over do not overtake rows that only a
+			// claim can take (a failed publish's, a lapsed lease's).
+			full = r.claimLooked(full, true)
 			if !pause.after(ctx, r.Logger, "relay", r.Lane, err) {
 				return
 			}

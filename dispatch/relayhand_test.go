@@ -376,3 +376,41 @@ func TestARelayOffersPastItsWindowWhileTheDepthCannotBeRead(t *testing.T) {
 		h.Drop()
 	}
 }
+
+// failingOutboxClaims fails every outbox claim while failing is set.
+type failingOutboxClaims struct {
+	store.Outbox
+	failing atomic.Bool
+}
+
+func (f *failingOutboxClaims) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
+	if f.failing.Load() {
+		return nil, errors.New("statement timeout")
+	}
+	return f.Outbox.OutboxClaim(ctx, p)
+}
+
+// TestARelayOffersNothingWhileItsClaimsFail: a claim that fails says
+// nothing of what is due, so the relay offers nothing until one succeeds:
+// rows only a claim can take (a failed publish's, a lapsed lease's) are
+// not overtaken by rows handed over.
+func TestARelayOffersNothingWhileItsClaimsFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out := &failingOutboxClaims{Outbox: b.store}
+	r := b.handRelay(out, &fakePublisher{published: map[string]int{}}, nil)
+	stop := runRelay(t, r)
+	defer stop()
+	offer(t, r, "t1", "").Drop() // the first claim came back short
+	out.failing.Store(true)
+	b.notify(t, "pay", heraldtype.LaneTransactional) // wakes a claim, which fails
+	testenv.WaitFor(t, "offers refused", testenv.Patience, func() bool {
+		if h := r.Offer("t1", ""); h != nil {
+			h.Drop()
+			return false
+		}
+		return true
+	})
+	out.failing.Store(false)
+	offer(t, r, "t1", "").Drop()
+}
