@@ -22,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testsqlite"
+	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/sender"
@@ -33,13 +34,37 @@ import (
 // lane (one slot), on a SQLite store whose creates can be made to fail.
 type handing struct {
 	store.Notifications
-	url    string
-	store  store.Store
-	sim    *sim.Sim
-	c      *dispatch.Claimer
-	claims atomic.Int64 // rows the claimer's claims took
-	fail   atomic.Bool  // creates fail (the store is unreachable)
-	panics atomic.Bool  // creates panic (a defect below intake)
+	url     string
+	store   store.Store
+	sim     *sim.Sim
+	c       *dispatch.Claimer
+	claims  atomic.Int64 // rows the claimer's claims took
+	fail    atomic.Bool  // creates fail (the store is unreachable)
+	panics  atomic.Bool  // creates panic (a defect below intake)
+	metrics *metrics.Metrics
+}
+
+// handedCount reads herald_intake_handed_total{lane="transactional"}.
+func (h *handing) handedCount(t *testing.T) float64 {
+	t.Helper()
+	fams, err := h.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "herald_intake_handed_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "lane" && l.GetValue() == string(heraldtype.LaneTransactional) {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatal("herald_intake_handed_total{lane=\"transactional\"} not exported")
+	return 0
 }
 
 func (h *handing) NotificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
@@ -88,7 +113,8 @@ func startHanding(t *testing.T) *handing {
 	h.c = c
 	stop := testenv.Start(t, c.Run)
 	t.Cleanup(stop)
-	handler := &intake.Handler{Store: h, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour,
+	h.metrics = metrics.New(nil)
+	handler := &intake.Handler{Store: h, Catalog: cat, Clock: clk, IdempotencyTTL: time.Hour, Metrics: h.metrics,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)), Handoff: dispatch.Lanes{heraldtype.LaneTransactional: c}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		handler.ServeHTTP(w, r.WithContext(auth.WithTenant(r.Context(), "t1")))
@@ -176,7 +202,13 @@ func TestIntakeHandsItsRowsToItsClaimer(t *testing.T) {
 	wg.Wait()
 	h.sent(t, 6)
 	// Three at once on one slot: one handed over, the others claimed.
-	if n := h.claims.Load(); n > 2 {
+	n := h.claims.Load()
+	if n > 2 {
 		t.Fatalf("claims took %d rows, want at most the two of the last three that found the slot held", n)
+	}
+	// Each handed over is counted: the first three, and those of the
+	// last three that no claim took.
+	if got := h.handedCount(t); got != float64(6-n) {
+		t.Fatalf("herald_intake_handed_total %v, want %d", got, 6-n)
 	}
 }

@@ -161,6 +161,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if hand != nil && res.Claimed != nil && err == nil {
 		hand.Take(*res.Claimed)
 		hand = nil
+		h.Metrics.Handed(kind.Lane)
 	}
 	if res.Outcome != store.Created {
 		undo()

@@ -74,6 +74,7 @@ type Metrics struct {
 	cancels      *prometheus.CounterVec
 	redriven     *prometheus.CounterVec
 	quota        *prometheus.CounterVec
+	handed       *prometheus.CounterVec
 	drafts       prometheus.Counter
 	inbox        *inbox   // inbox.go
 	reports      *reports // reports.go
@@ -143,6 +144,10 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 			Name: "herald_lane_quota_refused_total",
 			Help: "Sends refused (429) at intake because their tenant was over its send quota in their lane (limits.lane_quotas), by lane.",
 		}, []string{"lane"}),
+		handed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_intake_handed_total",
+			Help: "Notifications accepted whose outbox row intake wrote already claimed and handed to this process's claimer or relay, skipping the claim (package dispatch, \"Rows handed over at intake\"), by lane.",
+		}, []string{"lane"}),
 		drafts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_campaign_drafts_expired_total",
 			Help: "DRAFT campaigns never started that the leader ended CANCELLED (DRAFT_EXPIRED) once campaign_draft_ttl had passed since their creation.",
@@ -154,6 +159,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	for _, l := range heraldtype.Lanes {
 		m.accepted.WithLabelValues(string(l))
 		m.quota.WithLabelValues(string(l))
+		m.handed.WithLabelValues(string(l))
 		for _, k := range store.UnownedKinds {
 			m.redriven.WithLabelValues(string(l), string(k))
 		}
@@ -164,7 +170,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	for _, c := range IntakeCodes {
 		m.intake.WithLabelValues(strconv.Itoa(c))
 	}
-	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven, m.quota, m.drafts,
+	m.Registry.MustRegister(m.accepted, m.intake, m.deliveries, m.providerCall, m.dispatch, m.alerts, m.cancels, m.redriven, m.quota, m.handed, m.drafts,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.inbox = newInbox(m.Registry)
 	m.reports = newReports(m.Registry)
@@ -216,6 +222,13 @@ func (m *Metrics) Declare(k Known) {
 func (m *Metrics) Accepted(l heraldtype.Lane) {
 	if m != nil {
 		m.accepted.WithLabelValues(string(l)).Inc()
+	}
+}
+
+// Handed counts a notification of lane l whose row intake handed over.
+func (m *Metrics) Handed(l heraldtype.Lane) {
+	if m != nil {
+		m.handed.WithLabelValues(string(l)).Inc()
 	}
 }
 

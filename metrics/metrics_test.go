@@ -79,6 +79,7 @@ func TestEverySeriesKnownAtStartIsExportedAtZero(t *testing.T) {
 	}
 	for _, l := range heraldtype.Lanes {
 		add("herald_notifications_accepted_total", "lane", string(l))
+		add("herald_intake_handed_total", "lane", string(l))
 		add("herald_dispatch_total", "lane", string(l), "result", "done")
 		add("herald_dispatch_total", "lane", string(l), "result", "retry")
 		for _, k := range store.UnownedKinds {
@@ -100,7 +101,7 @@ func TestEverySeriesKnownAtStartIsExportedAtZero(t *testing.T) {
 	}
 	fams := gather(t, m)
 	total := 0
-	for _, name := range []string{"herald_alerts_total", "herald_intake_responses_total", "herald_notifications_accepted_total",
+	for _, name := range []string{"herald_alerts_total", "herald_intake_responses_total", "herald_notifications_accepted_total", "herald_intake_handed_total",
 		"herald_dispatch_total", "herald_deliveries_total", "herald_provider_call_seconds", "herald_watchdog_redriven_total"} {
 		total += len(fams[name].GetMetric())
 	}
