@@ -647,28 +647,38 @@ func (r *Relay) room(ctx context.Context) (int, bool) {
 	if r.Window <= 0 || r.Backlog == nil {
 		return r.BatchSize, true
 	}
+	depth, ok := r.readDepth(ctx)
+	if !ok {
+		return r.BatchSize, true
+	}
+	// A confirmed message is in the queue; one not yet confirmed may not
+	// show in its depth, so it counts against the window too (a confirmed
+	// one not yet settled counts twice for a moment: the window errs low).
+	depth += int(r.unconfirmed.Load())
+	if depth >= r.Window {
+		return 0, false
+	}
+	return min(r.BatchSize, r.Window-depth), true
+}
+
+// readDepth reads the lane's queues' depth and keeps it for the offers
+// (Offer); false when it cannot be read, which is logged once an outage
+// and lets claims and offers go without the window (depthFailing).
+func (r *Relay) readDepth(ctx context.Context) (int, bool) {
 	depth, err := r.Backlog(ctx)
 	if err != nil {
 		if ctx.Err() == nil && !r.depthFailing.Swap(true) {
 			r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: cannot read the queue's depth; publishing without the window",
 				slog.String("lane", string(r.Lane)), slog.Any("error", err))
 		}
-		return r.BatchSize, true
+		return 0, false
 	}
 	if r.depthFailing.Swap(false) {
 		r.Logger.LogAttrs(ctx, slog.LevelInfo, "relay: the queue's depth reads again; publishing within the window",
 			slog.String("lane", string(r.Lane)))
 	}
-	// A confirmed message is in the queue; one not yet confirmed may not
-	// show in its depth, so it counts against the window too (a confirmed
-	// one not yet settled counts twice for a moment: the window errs low).
-	// Offers count against the depth read here (Offer).
 	r.depth.Store(int64(depth))
-	depth += int(r.unconfirmed.Load())
-	if depth >= r.Window {
-		return 0, false
-	}
-	return min(r.BatchSize, r.Window-depth), true
+	return depth, true
 }
 
 // gate splits claimed rows into those to publish and those the Gate

@@ -154,12 +154,11 @@ func (r *Relay) handLoop(ctx context.Context, batches chan<- inflight) {
 // depth last read, to which each confirmed message is added as waiting
 // (settle), would only grow, and offers would be refused while the
 // consumers keep the queue empty. Read once a batch at most, as a claim
-// reads it, and then only once each half window of confirms.
+// reads it, and then only once each half window of confirms; a read that
+// fails counts as the claims' do (readDepth).
 func (r *Relay) refreshDepth(ctx context.Context) {
 	if r.Window <= 0 || r.Backlog == nil || int(r.depth.Load()) < r.Window/2 {
 		return
 	}
-	if d, err := r.Backlog(ctx); err == nil {
-		r.depth.Store(int64(d))
-	}
+	r.readDepth(ctx)
 }

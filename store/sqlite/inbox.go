@@ -243,24 +243,21 @@ func insertPlanned(tx execer, p store.NotificationCreateParams, available, now i
 // claim would: on no chain, with no delivery row yet, and the recipient's
 // profile.
 func insertHanded(tx execer, p store.NotificationCreateParams, now int64) (*store.Claimed, error) {
-	row := p.Handed(0, 0, msTime(p.ExpiresAt), &heraldtype.Known{ProfileRead: true})
-	err := tx.QueryRow(qOutboxInsertClaimed, p.ID, row.MessageID, p.Tenant, string(p.Lane), string(row.Channel), now, msPtr(p.ExpiresAt), p.Scope,
+	// The profile, as a claim reads it: the dispatcher's gate (quiet
+	// hours' early stop) rules only on a profile the transport read.
+	var data sql.NullString
+	var updated sql.NullInt64
+	err := tx.QueryRow(qProfileGet, p.Tenant, p.Recipient).Scan(&data, &updated)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("read profile: %w", err)
+	}
+	row := p.Handed(0, 0, msTime(p.ExpiresAt), knownProfile(data, updated))
+	err = tx.QueryRow(qOutboxInsertClaimed, p.ID, row.MessageID, p.Tenant, string(p.Lane), string(row.Channel), now, msPtr(p.ExpiresAt), p.Scope,
 		p.Claim.Owner, now+p.Claim.Lease.Milliseconds(), string(p.Claim.State())).Scan(&row.OutboxID, &row.Fence.Token)
 	if err != nil {
 		return nil, fmt.Errorf("insert claimed outbox row: %w", err)
 	}
 	row.Fence.ID = row.OutboxID
-	// The profile, as a claim reads it: the dispatcher's gate (quiet
-	// hours' early stop) rules only on a profile the transport read.
-	var data sql.NullString
-	var updated sql.NullInt64
-	err = tx.QueryRow(qProfileGet, p.Tenant, p.Recipient).Scan(&data, &updated)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("read profile: %w", err)
-	}
-	if data.Valid {
-		row.Known.Profile, row.Known.ProfileUpdatedAt = []byte(data.String), fromMs(updated.Int64)
-	}
 	return row, nil
 }
 

@@ -157,14 +157,21 @@ func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idLi
 			j.Tenant, j.Recipient, j.EventID, j.Kind = tenant, recipient, eventID, kind
 			j.Params, j.ExpiresAt = json.RawMessage(params), fromNullMs(expires)
 			if known {
-				j.Known = &heraldtype.Known{ProfileRead: true}
-				if profile.Valid {
-					j.Known.Profile, j.Known.ProfileUpdatedAt = []byte(profile.String), fromMs(profileAt.Int64)
-				}
+				j.Known = knownProfile(profile, profileAt)
 			}
 		}
 	}
 	return rows.Err()
+}
+
+// knownProfile is what a transport's read of a recipient's profile tells
+// the sender (heraldtype.Known): the profile, or none (profile not Valid).
+func knownProfile(profile sql.NullString, updatedAt sql.NullInt64) *heraldtype.Known {
+	k := &heraldtype.Known{ProfileRead: true}
+	if profile.Valid {
+		k.Profile, k.ProfileUpdatedAt = []byte(profile.String), fromMs(updatedAt.Int64)
+	}
+	return k
 }
 
 // readDelivered marks the claimed jobs whose message already has a delivery row.
