@@ -194,10 +194,19 @@ func heldCampaigns(t *testing.T, url string) pgx.Tx {
 	return holder
 }
 
-// migrateInBackground runs migrateWith on conn and reports its end.
-func migrateInBackground(conn *pgx.Conn, limits migrateLimits) <-chan error {
+// migrateInBackground runs migrateWith on conn and reports its end. A test
+// that ends first (a failure) cancels it and waits for it before conn is
+// closed, so the close does not race the migration's use of conn.
+func migrateInBackground(t *testing.T, conn *pgx.Conn, limits migrateLimits) <-chan error {
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { _, err := migrateWith(context.Background(), conn, limits); done <- err }()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		_, err := migrateWith(ctx, conn, limits)
+		done <- err
+	}()
+	t.Cleanup(func() { cancel(); <-finished })
 	return done
 }
 
@@ -254,7 +263,7 @@ func TestAMigrationWaitingForALockLetsTheTableBeUsed(t *testing.T) {
 
 	quick.attempts = 1 << 20
 	app := uniqueName("migrate")
-	done := migrateInBackground(connect(app), quick)
+	done := migrateInBackground(t, connect(app), quick)
 	waitingForLock(t, url, app, 0, done)
 	// Queued behind the migration's lock request now; without a lock
 	// timeout it would wait for the holder, which ends only after it.
@@ -285,9 +294,11 @@ VALUES ('cmp_old_build', 't1', 'k', 'marketing', '{webhook}', '{0}', '{}', 'DRAF
 // ends to break a deadlock (40P01) rolls back and is tried again, as one
 // that gave up its lock wait is. The cycle: a transaction holds a row of
 // campaigns, migration 29 holds the migrators' advisory lock and waits for
-// campaigns, then the transaction asks for that advisory lock. The
-// migration waited first, so its deadlock check (after deadlock_timeout, 1
-// s, well inside its 10 s lock timeout here) ends it.
+// campaigns, then the transaction asks for that advisory lock. PostgreSQL
+// checks a wait for a deadlock once, deadlock_timeout after it began, and
+// ends the session whose check finds the cycle. So the migration's check
+// comes late enough to find the holder waiting however slow the host (5 s,
+// inside its 10 s lock timeout), and the holder's never comes in the test.
 func TestAMigrationLosingADeadlockIsTriedAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -299,7 +310,13 @@ func TestAMigrationLosingADeadlockIsTriedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := migrateInBackground(conn, migrateLimits{lockTimeout: 10 * time.Second, retryWait: 20 * time.Millisecond, attempts: 3, boundedFrom: 27})
+	if _, err := conn.Exec(ctx, `SET deadlock_timeout = '5s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SET deadlock_timeout = '10min'`); err != nil {
+		t.Fatal(err)
+	}
+	done := migrateInBackground(t, conn, migrateLimits{lockTimeout: 10 * time.Second, retryWait: 20 * time.Millisecond, attempts: 3, boundedFrom: 27})
 	waitingForLock(t, url, app, 0, done)
 	if _, err := holder.Exec(ctx, qMigrateLock, lockKey("migrate", db, schema)); err != nil {
 		t.Fatalf("the holder was the one ended by the deadlock (%v); the test wants the migration to be", err)
@@ -320,7 +337,7 @@ func TestMigrationsBeforeTheBoundWaitWithoutLimit(t *testing.T) {
 	url := testpg.Schema(t)
 	holder := heldCampaigns(t, url)
 	app := uniqueName("migrate")
-	done := migrateInBackground(migrateConn(t, url, app), migrateLimits{lockTimeout: 100 * time.Millisecond,
+	done := migrateInBackground(t, migrateConn(t, url, app), migrateLimits{lockTimeout: 100 * time.Millisecond,
 		retryWait: 20 * time.Millisecond, attempts: 1, boundedFrom: 30})
 	waitingForLock(t, url, app, time.Second, done) // ten times the timeout it does not have
 	freeAndMigrated(t, holder, done)
