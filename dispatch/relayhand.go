@@ -30,9 +30,6 @@ func (r *Relay) Offer(tenant, _ string) Hand {
 	if r.Window > 0 && r.Backlog != nil && !r.depthFailing.Load() && int(r.depth.Load()+r.unconfirmed.Load())+1 > r.Window {
 		return nil
 	}
-	if r.Express && r.isMarked(tenant) {
-		return nil // its rows wait in the outbox, where the turns apply
-	}
 	r.handHeld++
 	r.unconfirmed.Add(1)
 	r.handing.Add(1)
@@ -59,14 +56,6 @@ func (h relayHand) Drop() {
 	r.handMu.Unlock()
 	r.unconfirmed.Add(-1)
 	r.handing.Done()
-}
-
-// isMarked reports whether tenant has a backlog mark now.
-func (r *Relay) isMarked(tenant string) bool {
-	r.backlogMu.Lock()
-	defer r.backlogMu.Unlock()
-	until, ok := r.backlogged[tenant]
-	return ok && time.Now().Before(until)
 }
 
 // claimLooked records whether a claim loop's claim came back full, was

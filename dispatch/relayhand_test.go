@@ -241,11 +241,12 @@ func TestARelayOffersNothingWhileOlderRowsWait(t *testing.T) {
 	b.handed(t, offer(t, r, "t1", ""), "t1", "")
 }
 
-// TestARelayOffersNothingForATenantWithABacklog: a tenant marked with a
-// backlog (Express) gets no offer, its rows taking their turns in the
-// outbox; another tenant does, and its handed row goes to the express
-// queue.
-func TestARelayOffersNothingForATenantWithABacklog(t *testing.T) {
+// TestARelayRoutesAMarkedTenantsHandedRowsToTheLaneQueue: a tenant
+// marked with a backlog (Express) is still given a place once no claim
+// finds its backlog (the mark routes rows, the claims' backlog refuses
+// offers), and its handed row goes to the lane queue behind its claimed
+// rows; another tenant's goes to the express queue.
+func TestARelayRoutesAMarkedTenantsHandedRowsToTheLaneQueue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for range 20 {
@@ -258,17 +259,19 @@ func TestARelayOffersNothingForATenantWithABacklog(t *testing.T) {
 	testenv.WaitFor(t, "the big tenant's 20 in the lane queue", testenv.Patience, func() bool {
 		return len(q.tenants(dispatch.LaneQueue)) == 20
 	})
-	small := offer(t, r, "small", "") // the claims of 7, 7 and 6 have looked
-	if h := r.Offer("big", ""); h != nil {
-		h.Drop()
-		small.Drop()
-		t.Fatal("an offer to the tenant with a backlog")
-	}
+	big := offer(t, r, "big", "") // the claims of 7, 7 and 6 have looked, the last not full
+	small := offer(t, r, "small", "")
+	b.handed(t, big, "big", "")
 	b.handed(t, small, "small", "")
-	testenv.WaitFor(t, "the small tenant's row in the express queue", testenv.Patience, func() bool {
+	testenv.WaitFor(t, "the big tenant's handed row in the lane queue, the small tenant's in the express queue", testenv.Patience, func() bool {
 		ts := q.tenants(dispatch.ExpressQueue)
-		return len(ts) == 1 && ts[0] == "small"
+		return len(q.tenants(dispatch.LaneQueue)) == 21 && len(ts) == 1 && ts[0] == "small"
 	})
+	for _, tenant := range q.tenants(dispatch.LaneQueue) {
+		if tenant != "big" {
+			t.Fatalf("the lane queue holds a row of %q", tenant)
+		}
+	}
 }
 
 // TestARelayPublishesWhatWasHandedOverAsItStops: shutdown refuses new
