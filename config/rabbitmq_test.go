@@ -27,9 +27,15 @@ func TestRabbitMQBlockDefaultsAndOverrides(t *testing.T) {
 	if c.LanePrefetch(heraldtype.LaneTransactional) != 99 || c.LanePrefetch(heraldtype.LaneAlert) != 5 {
 		t.Fatalf("prefetch %v, want transactional 99 and alert = its concurrency 5", r.Prefetch)
 	}
-	// The publish window: twice the lane's prefetch, at least 128, unless set.
-	if w, a := c.LanePublishWindow(heraldtype.LaneTransactional), c.LanePublishWindow(heraldtype.LaneAlert); w != 198 || a != 128 {
-		t.Fatalf("publish windows transactional %d, alert %d; want 198 and 128", w, a)
+	// The publish window, unless set: four times the lane's prefetch, at
+	// least 256, with a reserve (transactional's default, 2 of 32); twice,
+	// at least 128, without (alert's 5 / 16 rounds to none).
+	if w, a := c.LanePublishWindow(heraldtype.LaneTransactional), c.LanePublishWindow(heraldtype.LaneAlert); w != 396 || a != 128 {
+		t.Fatalf("publish windows transactional %d, alert %d; want 396 and 128", w, a)
+	}
+	c.Lanes[string(heraldtype.LaneAlert)] = config.Lane{Concurrency: 5, Reserve: new(1)}
+	if a := c.LanePublishWindow(heraldtype.LaneAlert); a != 256 {
+		t.Fatalf("publish window of alert with a reserve %d, want 256", a)
 	}
 	for _, tc := range []struct {
 		set  string
