@@ -187,3 +187,99 @@ WHERE cr.campaign_id = $1`, id, first); err != nil {
 		t.Errorf("counts after the cancel = %+v, %v; want 1 sent, %d suppressed", got.Counts, err, n-1)
 	}
 }
+
+// TestALateCopyBesideItsRowsFailIsCountedOnce: a relay fails a campaign
+// row whose publish went unconfirmed (FAILED: counted, and marked so)
+// while a copy of its message is being sent, or decided, in another
+// transaction. Under READ COMMITTED neither saw the other's write, and
+// the send was counted twice (failed and sent, failed and suppressed).
+// Migration 36 has the delivery's side lock the row first: it waits for
+// the fail and then takes the fail's count out, or the fail waits for it
+// and counts nothing. Each order is run with the first transaction held
+// open; the counts end one outcome a send, and no row with a delivery is
+// left marked.
+func TestALateCopyBesideItsRowsFailIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "", Options{})
+	id, rs := runningCampaign(t, s, 3)
+	if _, err := s.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneMarketing, Owner: "relay", Limit: 10, Lease: time.Hour, Publishing: true})
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("OutboxClaim: %d rows, %v; want 3", len(claimed), err)
+	}
+	fence := map[string]store.Fence{}
+	for _, c := range claimed {
+		fence[c.NotificationID] = c.Fence
+	}
+	mid := func(i int) string { return store.MessageID(rs[i].NotificationID, heraldtype.ChannelWebhook) }
+	failOpen := func(i int) (func(bool), int) {
+		f := fence[rs[i].NotificationID]
+		return holdPid(t, s, qOutboxFail, nil, "FAILED", "NO_CONFIRM", f.NotificationID, "webhook", f.Token)
+	}
+	decide := func(i int) store.DeliveryDecideParams {
+		return store.DeliveryDecideParams{MessageID: mid(i), NotificationID: rs[i].NotificationID, Tenant: "t1",
+			Channel: heraldtype.ChannelWebhook, State: heraldtype.DeliverySuppressed, Reason: "CONSENT_DENIED"}
+	}
+	// beside runs write while the transaction of pid is open: until write
+	// returns, or waits for that transaction (the fix), then commits it and
+	// waits for write.
+	beside := func(what string, commit func(bool), pid int, write func() error) {
+		done := make(chan error, 1)
+		go func() { done <- write() }()
+		var err error
+		finished := false
+		waitFor(t, 10*time.Second, what+" returns or waits for the open transaction", func() bool {
+			select {
+			case err = <-done:
+				finished = true
+				return true
+			default:
+			}
+			var n int
+			if qerr := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).Scan(&n); qerr != nil {
+				t.Fatal(qerr)
+			}
+			return n > 0
+		})
+		commit(true)
+		if !finished {
+			err = storetest.Receive(t, done, what)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+
+	// 0: the fail open while a copy is claimed and sent.
+	commit, pid := failOpen(0)
+	if res, err := s.DeliveryClaim(ctx, store.DeliveryClaimParams{MessageID: mid(0), NotificationID: rs[0].NotificationID, Tenant: "t1",
+		Channel: heraldtype.ChannelWebhook, Provider: "p", Owner: "w1"}); err != nil || !res.Claimed {
+		t.Fatalf("DeliveryClaim: %+v, %v", res, err)
+	}
+	beside("the copy's result write", commit, pid, func() error {
+		_, err := s.DeliveryRecord(ctx, store.DeliveryRecordParams{MessageID: mid(0), Attempt: 1, State: heraldtype.DeliveryProviderAccepted,
+			Owner: "w1", Class: "c", StartedAt: time.Now()})
+		return err
+	})
+	// 1: the fail open while a copy is decided (suppressed).
+	commit, pid = failOpen(1)
+	beside("the copy's decision", commit, pid, func() error { _, err := s.DeliveryDecide(ctx, decide(1)); return err })
+	// 2: a copy's decision open while the row fails.
+	commit, pid = holdPid(t, s, qDeliveryDecide, nil, mid(2), rs[2].NotificationID, "t1", "webhook", "SUPPRESSED", "CONSENT_DENIED")
+	beside("the row's fail", commit, pid, func() error {
+		_, err := s.OutboxComplete(ctx, fence[rs[2].NotificationID], heraldtype.OutboxFailed, "NO_CONFIRM")
+		return err
+	})
+
+	if got, err := s.CampaignGet(ctx, "t1", id); err != nil || got.Counts != (store.CampaignCounts{Sent: 1, Suppressed: 2}) {
+		t.Fatalf("counts %+v, %v; want one sent and two suppressed, each send once", got.Counts, err)
+	}
+	var marked int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outbox o JOIN deliveries d ON d.message_id = o.message_id
+WHERE o.campaign_counted`).Scan(&marked); err != nil || marked != 0 {
+		t.Fatalf("%d rows with a delivery still marked counted (%v)", marked, err)
+	}
+}

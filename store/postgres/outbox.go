@@ -1,9 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -108,11 +111,16 @@ func (s *Store) OutboxComplete(ctx context.Context, f store.Fence, state heraldt
 }
 
 // OutboxMarkPublished marks relay-claimed rows PUBLISHED in one statement,
-// each fenced by its own token.
+// each fenced by its own token. It locks the rows in the order of their
+// keys, as a campaign send's first outcome does (migration 36), so that
+// the two never deadlock.
 func (s *Store) OutboxMarkPublished(ctx context.Context, fences []store.Fence) (int, error) {
 	if len(fences) == 0 {
 		return 0, nil
 	}
+	fences = slices.SortedFunc(slices.Values(fences), func(a, b store.Fence) int {
+		return cmp.Or(strings.Compare(a.NotificationID, b.NotificationID), strings.Compare(string(a.Channel), string(b.Channel)))
+	})
 	nids, chs, tokens := fenceArrays(fences)
 	tag, err := s.pool.Exec(ctx, qOutboxPublished, s.now(), nids, chs, tokens)
 	if err != nil {

@@ -452,9 +452,22 @@ func TestWritesFailLoudly(t *testing.T) {
 // open; the returned function commits (true) or rolls back (false) it.
 func holdTx(t *testing.T, s *Store, sql string, args ...any) func(commit bool) {
 	t.Helper()
+	end, _ := holdPid(t, s, sql, args...)
+	return end
+}
+
+// holdPid is holdTx that also returns the transaction's backend pid, which
+// pg_blocking_pids names for a statement that waits for it.
+func holdPid(t *testing.T, s *Store, sql string, args ...any) (func(commit bool), int) {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		tx.Rollback(ctx)
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, sql, args...); err != nil {
@@ -478,7 +491,7 @@ func holdTx(t *testing.T, s *Store, sql string, args ...any) func(commit bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
+	}, pid
 }
 
 // waitBlocked waits until a session of app waits for a lock: the barrier

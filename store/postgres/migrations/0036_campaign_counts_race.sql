@@ -1,0 +1,112 @@
+-- A send's first outcome on its delivery waits for any write that is
+-- ending its outbox row unsent at the same moment. The relay fails a row
+-- whose publish went unconfirmed (FAILED, counted by the row's outcome and
+-- marked campaign_counted) while a copy of its message may still be in
+-- the broker, be consumed and sent; under READ COMMITTED the two
+-- transactions did not see each other: the fail found no delivery, the
+-- result write found no mark (not yet committed), and the send was
+-- counted failed and sent (or failed and suppressed, a decision beside
+-- the fail). Now the delivery's side first locks the outbox row, while
+-- that row is in a state that a concurrent write can still end unsent;
+-- then either the fail committed first, and the next statement's
+-- snapshot sees its mark and takes it out, or the fail waits for the
+-- delivery's transaction and its trigger then finds the delivery and
+-- counts nothing. A row already settled (DONE with the db transport's
+-- result write, in the same statement; PUBLISHED) is not locked: nothing
+-- ends it unsent while it has a delivery.
+--
+-- A result write of the RabbitMQ transport may come before the relay's
+-- mark of its row has committed (PUBLISHING still): it then waits for the
+-- mark. The rows are locked in the order of their keys, as the relay's
+-- mark locks its rows (OutboxMarkPublished sorts them), so the two never
+-- wait for each other.
+
+CREATE OR REPLACE FUNCTION campaign_count_delivery() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    now text := campaign_outcome(NULL, NEW.state);
+    was text := CASE WHEN TG_OP = 'UPDATE' THEN campaign_outcome(NULL, OLD.state) END;
+BEGIN
+    IF was IS NULL THEN
+        PERFORM 1 FROM outbox o
+        WHERE o.notification_id = NEW.notification_id AND o.channel = NEW.channel
+          AND o.state IN ('PENDING', 'CLAIMED', 'PUBLISHING', 'WAITING')
+        FOR NO KEY UPDATE;
+    END IF;
+    WITH s AS (
+        UPDATE outbox o SET campaign_counted = false
+        WHERE was IS NULL AND o.notification_id = NEW.notification_id AND o.channel = NEW.channel AND o.campaign_counted
+        RETURNING campaign_outcome(o.state, NULL) AS was
+    ),
+    d AS (SELECT coalesce((SELECT s.was FROM s), was) AS was)
+    INSERT INTO campaign_counts AS k (campaign_id, slot, sent, suppressed, failed, unknown)
+    SELECT NEW.campaign_id, pg_backend_pid(),
+           (now IS NOT DISTINCT FROM 'sent')::int - (d.was IS NOT DISTINCT FROM 'sent')::int,
+           (now IS NOT DISTINCT FROM 'suppressed')::int - (d.was IS NOT DISTINCT FROM 'suppressed')::int,
+           (now IS NOT DISTINCT FROM 'failed')::int - (d.was IS NOT DISTINCT FROM 'failed')::int,
+           (now IS NOT DISTINCT FROM 'unknown')::int - (d.was IS NOT DISTINCT FROM 'unknown')::int
+    FROM d WHERE d.was IS DISTINCT FROM now
+    ON CONFLICT (campaign_id, slot) DO UPDATE
+    SET sent = k.sent + excluded.sent, suppressed = k.suppressed + excluded.suppressed,
+        failed = k.failed + excluded.failed, unknown = k.unknown + excluded.unknown;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION campaign_count_deliveries() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM changed WHERE campaign_id IS NOT NULL) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM 1 FROM (
+        SELECT b.notification_id, b.channel FROM before_change b
+        WHERE b.campaign_id IS NOT NULL AND campaign_outcome(NULL, b.state) IS NULL
+        ORDER BY b.notification_id, b.channel
+    ) b
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM outbox y
+        WHERE y.notification_id = b.notification_id AND y.channel = b.channel
+          AND y.state IN ('PENDING', 'CLAIMED', 'PUBLISHING', 'WAITING')
+        LIMIT 1
+        FOR NO KEY UPDATE
+    ) h;
+    WITH unmarked AS (
+        UPDATE outbox x SET campaign_counted = false
+        FROM (
+            SELECT b.campaign_id, h.tid
+            FROM before_change b
+            CROSS JOIN LATERAL (
+                SELECT y.ctid AS tid FROM outbox y
+                WHERE y.notification_id = b.notification_id AND y.channel = b.channel AND y.campaign_counted
+                LIMIT 1
+            ) h
+            WHERE b.campaign_id IS NOT NULL AND campaign_outcome(NULL, b.state) IS NULL
+        ) k
+        WHERE x.ctid = k.tid AND x.campaign_counted
+        RETURNING k.campaign_id, campaign_outcome(x.state, NULL) AS outcome
+    ),
+    moves AS (
+        SELECT campaign_id, campaign_outcome(NULL, state) AS outcome, 1 AS n FROM changed WHERE campaign_id IS NOT NULL
+        UNION ALL
+        SELECT campaign_id, campaign_outcome(NULL, state), -1 FROM before_change WHERE campaign_id IS NOT NULL
+        UNION ALL
+        SELECT campaign_id, outcome, -1 FROM unmarked
+    ),
+    sums AS (
+        SELECT campaign_id,
+               coalesce(sum(n) FILTER (WHERE outcome = 'sent'), 0) AS sent,
+               coalesce(sum(n) FILTER (WHERE outcome = 'suppressed'), 0) AS suppressed,
+               coalesce(sum(n) FILTER (WHERE outcome = 'failed'), 0) AS failed,
+               coalesce(sum(n) FILTER (WHERE outcome = 'unknown'), 0) AS unknown
+        FROM moves WHERE outcome IS NOT NULL
+        GROUP BY campaign_id
+    )
+    INSERT INTO campaign_counts AS k (campaign_id, slot, sent, suppressed, failed, unknown)
+    SELECT campaign_id, pg_backend_pid(), sent, suppressed, failed, unknown
+    FROM sums WHERE sent <> 0 OR suppressed <> 0 OR failed <> 0 OR unknown <> 0
+    ORDER BY campaign_id
+    ON CONFLICT (campaign_id, slot) DO UPDATE
+    SET sent = k.sent + excluded.sent, suppressed = k.suppressed + excluded.suppressed,
+        failed = k.failed + excluded.failed, unknown = k.unknown + excluded.unknown;
+    RETURN NULL;
+END
+$$;
