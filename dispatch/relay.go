@@ -196,9 +196,11 @@ type RelayConfig struct {
 // express queue unless its tenant was marked by the time it is
 // published (publish): a tenant's backlog mark routes its rows, it does
 // not refuse its offers. The turns between tenants need none: a backlog
-// in the outbox is a claim come back full, which refuses every offer
-// until the claims have taken it, and a row given a place while no claim
-// finds a backlog overtakes no row. (Refusing a marked tenant's offers,
+// in the outbox is a claim come back full (or one past a full window
+// that skipped the backlogged tenant), which refuses every offer until
+// the claims have taken it; rows that fall due by the clock (a retry, a
+// deferral's end) are found by the next claim, and a place given before
+// it may go first. (Refusing a marked tenant's offers,
 // as the first version did, fed itself: each refused row waited in the
 // outbox, the claims that took it came back full and renewed the mark,
 // and in one run of 20,000 from one tenant 44% of the offers were
@@ -562,7 +564,9 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		}
 		pause.reset()
 		served.served(rows)
-		full = r.claimLooked(full, len(rows) >= limit)
+		// A claim past a full window that skipped the backlogged tenant
+		// left its rows in the outbox: a backlog, as a full claim's.
+		full = r.claimLooked(full, len(rows) >= limit || skip != "")
 		if len(rows) == 0 {
 			r.claimedNone()
 		} else {

@@ -200,6 +200,10 @@ RETURNING ended_at`
 	// it): counted in flight, so the counts, the cancelled and the in
 	// flight always add up to the campaign's sends.
 	//
+	// The decisions are inserted in the order of their rows' keys: each
+	// locks its outbox row while a relay holds it (migration 36), as the
+	// relay's mark locks its rows, in that order.
+	//
 	// $1 campaign id, $2 tenant, $3 now.
 	qCampaignCancelSends = `WITH m AS MATERIALIZED (
     SELECT o.message_id, o.notification_id, o.channel, o.state FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
@@ -210,6 +214,7 @@ s AS (
     SELECT m.message_id, m.notification_id, $2::text, m.channel, 'SUPPRESSED', 'CANCELLED', coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now()),
            $1::text
     FROM m WHERE m.state <> 'WAITING'
+    ORDER BY m.notification_id, m.channel
     ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO UPDATE
     SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
     WHERE d.state IN ('RETRY_WAIT', 'PARKED')

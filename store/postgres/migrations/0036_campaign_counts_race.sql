@@ -6,20 +6,27 @@
 -- transactions did not see each other: the fail found no delivery, the
 -- result write found no mark (not yet committed), and the send was
 -- counted failed and sent (or failed and suppressed, a decision beside
--- the fail). Now the delivery's side first locks the outbox row, while
--- that row is in a state that a concurrent write can still end unsent;
--- then either the fail committed first, and the next statement's
--- snapshot sees its mark and takes it out, or the fail waits for the
--- delivery's transaction and its trigger then finds the delivery and
--- counts nothing. A row already settled (DONE with the db transport's
--- result write, in the same statement; PUBLISHED) is not locked: nothing
--- ends it unsent while it has a delivery.
+-- the fail). Now the delivery's side first locks the outbox row while a
+-- claimer or relay holds it (CLAIMED, PUBLISHING: the states its fenced
+-- writes end unsent, qOutboxFail, qOutboxComplete); then either the fail
+-- committed first, and the next statement's snapshot sees its mark and
+-- takes it out, or the fail waits for the delivery's transaction and its
+-- trigger then finds the delivery and counts nothing. A row in any other
+-- state is not locked: settled (DONE with the db transport's result
+-- write, in the same statement; PUBLISHED), or one no holder's write
+-- ends (a campaign's PENDING and WAITING rows have no deadline to expire
+-- by, and a cancel's decisions beside them take no lock).
 --
 -- A result write of the RabbitMQ transport may come before the relay's
--- mark of its row has committed (PUBLISHING still): it then waits for the
--- mark. The rows are locked in the order of their keys, as the relay's
--- mark locks its rows (OutboxMarkPublished sorts them), so the two never
--- wait for each other.
+-- mark of its row has committed (PUBLISHING still): it then waits for
+-- the mark. One statement locks its rows in the order of their keys, as
+-- the relay's mark does (OutboxMarkPublished sorts them), and the cancel
+-- inserts its decisions in that order, so those never wait for each
+-- other in a cycle; a pipeline batch of several such statements locks in
+-- the batch's order, and should it meet a mark in a cycle, PostgreSQL
+-- ends one of the two after deadlock_timeout: the batch is run again
+-- statement by statement, or the mark's rows are published again after
+-- their lease, and the copies are acked without a call.
 
 CREATE OR REPLACE FUNCTION campaign_count_delivery() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -29,7 +36,7 @@ BEGIN
     IF was IS NULL THEN
         PERFORM 1 FROM outbox o
         WHERE o.notification_id = NEW.notification_id AND o.channel = NEW.channel
-          AND o.state IN ('PENDING', 'CLAIMED', 'PUBLISHING', 'WAITING')
+          AND o.state IN ('CLAIMED', 'PUBLISHING')
         FOR NO KEY UPDATE;
     END IF;
     WITH s AS (
@@ -65,7 +72,7 @@ BEGIN
     CROSS JOIN LATERAL (
         SELECT 1 FROM outbox y
         WHERE y.notification_id = b.notification_id AND y.channel = b.channel
-          AND y.state IN ('PENDING', 'CLAIMED', 'PUBLISHING', 'WAITING')
+          AND y.state IN ('CLAIMED', 'PUBLISHING')
         LIMIT 1
         FOR NO KEY UPDATE
     ) h;
