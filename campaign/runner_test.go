@@ -25,6 +25,7 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/limits"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -642,17 +643,7 @@ func TestARoundExpiresDraftsPastTheirDeadline(t *testing.T) {
 // counterValue reads the unlabelled counter name from m's registry.
 func counterValue(t *testing.T, m *metrics.Metrics, name string) float64 {
 	t.Helper()
-	fams, err := m.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no counter %s", name)
-	return 0
+	return metricstest.Series(t, m, name)[""]
 }
 
 // cutIn moves the cursor of the campaign it fans out by a batch of its

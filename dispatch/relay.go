@@ -186,27 +186,27 @@ type RelayConfig struct {
 // the row PUBLISHING, and its lease brings it back as a claimed row's.
 //
 // An offer is refused, and the row waits in the outbox for a claim:
-// before the first claim has looked and while a claim loop's last claim
-// came back full (older rows are due) or failed (what is due is unknown); when the window (its depth as last read,
-// with every message published or handed over and not yet confirmed)
-// has no room for one more; while a publish found the broker
-// connection lost and none has been confirmed since (a claim publishes
-// the rows that went back once the publisher is ready again);
-// and when BatchSize rows are already queued. A handed row goes to the
-// express queue unless its tenant was marked by the time it is
-// published (publish): a tenant's backlog mark routes its rows, it does
-// not refuse its offers. The turns between tenants need none: a backlog
-// in the outbox is a claim come back full (or one past a full window
-// that skipped the backlogged tenant), which refuses every offer until
-// the claims have taken it; rows that fall due by the clock (a retry, a
-// deferral's end) are found by the next claim, and a place given before
-// it may go first. (Refusing a marked tenant's offers,
-// as the first version did, fed itself: each refused row waited in the
-// outbox, the claims that took it came back full and renewed the mark,
-// and in one run of 20,000 from one tenant 44% of the offers were
-// refused for it and 38% of the rows handed over.) Shutdown refuses new offers after the claim
-// loops stop, waits for the offers made, and publishes what was handed
-// over before the batches' settling ends.
+// before the first claim has looked, and while a claim loop's last claim
+// came back full (older rows are due) or failed (what is due is
+// unknown); when the window (its depth as last read, with every message
+// published or handed over and not yet confirmed) has no room for one
+// more; while a publish found the broker connection lost and none has
+// been confirmed since (a claim publishes the rows that went back once
+// the publisher is ready again); and when BatchSize rows are already
+// queued. A handed row goes to the express queue unless its tenant was
+// marked by the time it is published (publish): a tenant's backlog mark
+// routes its rows, it does not refuse its offers. The turns between
+// tenants need none: a backlog in the outbox is a claim come back full
+// (or one past a full window that skipped the backlogged tenant), which
+// refuses every offer until the claims have taken it; rows that fall due
+// by the clock (a retry, a deferral's end) are found by the next claim,
+// and a place given before it may go first. (Refusing a marked tenant's
+// offers, as the first version did, fed itself: each refused row waited
+// in the outbox, the claims that took it came back full and renewed the
+// mark, and in one run of 20,000 from one tenant 44% of the offers were
+// refused for it and 38% of the rows handed over.) Shutdown refuses new
+// offers after the claim loops stop, waits for the offers made, and
+// publishes what was handed over before the batches' settling ends.
 //
 // # Tenants share a lane
 //

@@ -23,6 +23,7 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/sender"
@@ -47,24 +48,7 @@ type handing struct {
 // handedCount reads herald_intake_handed_total{lane="transactional"}.
 func (h *handing) handedCount(t *testing.T) float64 {
 	t.Helper()
-	fams, err := h.metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != "herald_intake_handed_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "lane" && l.GetValue() == string(heraldtype.LaneTransactional) {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatal("herald_intake_handed_total{lane=\"transactional\"} not exported")
-	return 0
+	return metricstest.Series(t, h.metrics, "herald_intake_handed_total", "lane")[string(heraldtype.LaneTransactional)]
 }
 
 func (h *handing) NotificationCreate(ctx context.Context, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {

@@ -286,7 +286,7 @@ WHERE o.campaign_counted`).Scan(&marked); err != nil || marked != 0 {
 
 // TestACancelMovesTheCountsOncePerStatement: a cancel inserts a decision
 // for every waiting send in one statement, and the campaign's counter row
-// moves once for it (migration 37's statement trigger), not once a send:
+// moves once for it (migration 36's statement trigger), not once a send:
 // a row updated again in its own transaction is found by walking all its
 // versions, so the row trigger's n-th upsert walked n of them (a cancel of
 // 200,000 took 7.6 minutes). The counter row of a fresh table written

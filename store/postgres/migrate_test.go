@@ -135,9 +135,9 @@ func TestMigration27StartsTheCampaignCountsFromTheSends(t *testing.T) {
 }
 
 // undoMigration28 takes a schema back to before migration 28: its campaign
-// counts moved by migration 27's row triggers again. Migrations 36, which
-// rewrites both functions, and 37, the inserts' statement trigger, are
-// undone with it (they are applied again after 28).
+// counts moved by migration 27's row triggers again. Migration 36, which
+// rewrites 28's function and moves the inserts' counts per statement too,
+// is undone with it (it is applied again after 28).
 const undoMigration28 = `DROP FUNCTION campaign_count_deliveries, campaign_count_deliveries_insert CASCADE;
 CREATE TRIGGER campaign_count_delivery_insert AFTER INSERT ON deliveries
 FOR EACH ROW WHEN (NEW.campaign_id IS NOT NULL AND NEW.state <> 'SENDING')
@@ -145,7 +145,7 @@ EXECUTE FUNCTION campaign_count_delivery();
 CREATE TRIGGER campaign_count_delivery_update AFTER UPDATE OF state ON deliveries
 FOR EACH ROW WHEN (NEW.campaign_id IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
 EXECUTE FUNCTION campaign_count_delivery();
-DELETE FROM schema_migrations WHERE version IN (28, 36, 37);`
+DELETE FROM schema_migrations WHERE version IN (28, 36);`
 
 // undoMigration27 takes a schema back to before migration 27 (the campaign
 // counts), keeping its rows; the migrations after it undone first.
