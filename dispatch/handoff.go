@@ -39,7 +39,7 @@ func (c *Claimer) Offer(tenant, scope string) Hand {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.running || c.backlog || c.free()-c.pledged < 1 {
+	if !c.running || c.free()-c.pledged < 1 || c.backlog && !c.held.before(tenant, scope, c.waiting) {
 		return nil
 	}
 	if _, skip := c.share(1); skip.Tenant != "" && skip.Tenant == tenant && (skip.Scope == nil || *skip.Scope == scope || skip.Cap < 1) {

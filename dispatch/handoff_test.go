@@ -187,6 +187,53 @@ func TestAnOfferWaitsOutABacklog(t *testing.T) {
 	offer(t, c, "t1", "").Drop()
 }
 
+// TestAnOfferBesideABacklogGoesToATenantBehindIt: a backlog refuses only
+// the rows it would be claimed before. Tenant big's rows fill every slot
+// and more wait; a slot frees and the claimer gathers for more. big's
+// next row waits behind its own, but tenant small, holding fewer sends
+// than big, has its row handed over at once (it would have the lowest
+// turn in the next claim), and so has its scope of big's tenant, holding
+// fewer than the scope whose rows wait; a scope of big's with rows
+// waiting is refused.
+func TestAnOfferBesideABacklogGoesToATenantBehindIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	calls := b.heldCalls()
+	for range 6 {
+		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+	}
+	out := &claimLog{Outbox: b.store}
+	// The next claim waits for all four slots (Gather), an hour at most.
+	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: out, Wake: make(chan struct{}), Sender: b.sender(sender.Hooks{}), Owner: "c",
+		Concurrency: 4, Gather: 4, GatherWait: time.Hour, Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts,
+	})
+	stop := run(t, c)
+	defer stop()
+	defer close(calls) // before the stop: it waits for the sends
+	testenv.WaitFor(t, "a full claim", testenv.Patience, func() bool { return out.count() > 0 })
+	if got := out.get()[0]; got.took != 4 || got.limit != 4 {
+		t.Fatalf("first claim %+v, want 4 of 4", got)
+	}
+	calls <- struct{}{}
+	testenv.WaitFor(t, "the first send ended", testenv.Patience, func() bool { return b.sim.Total() == 1 })
+	if h := c.Offer("big", ""); h != nil {
+		h.Drop()
+		t.Fatal("big's row was handed over ahead of its own backlog")
+	}
+	b.handed(t, offer(t, c, "small", ""), "small", "")
+	calls <- struct{}{}
+	testenv.WaitFor(t, "small's send", testenv.Patience, func() bool { return b.sim.Total() == 2 })
+	// The scope "clinic" of big's tenant holds no send; big's rows are of
+	// its scope "" and wait.
+	calls <- struct{}{}
+	testenv.WaitFor(t, "a third send ended", testenv.Patience, func() bool { return b.sim.Total() == 3 })
+	b.handed(t, offer(t, c, "big", "clinic"), "big", "clinic")
+	if n := out.count(); n != 1 {
+		t.Fatalf("%d claims, want the first only: the offers did not wait for one", n)
+	}
+}
+
 // TestShutdownWaitsForTheOffersMade: a claimer told to stop still takes
 // the row an offer was made for; the row, not started, goes back to
 // PENDING at once (as a claimed row not yet started does) and is sent by
