@@ -138,6 +138,31 @@ func TestAnOfferKeepsTheReserve(t *testing.T) {
 	b.handed(t, offer(t, c, "small", ""), "small", "")
 }
 
+// backlogOf writes rows notifications of tenant and runs a claimer of
+// slots slots whose every claim after the first waits for all of them
+// (Gather), an hour at most, and no wake-up; it returns once the first
+// claim has come back full, a backlog of rows-slots rows left waiting.
+// calls are the held provider calls (heldCalls), let go if it fails.
+func (b bundle) backlogOf(t *testing.T, calls chan struct{}, tenant string, rows, slots int) (*dispatch.Claimer, *claimLog, func()) {
+	t.Helper()
+	for range rows {
+		b.notifyAs(t, tenant, "pay", heraldtype.LaneTransactional)
+	}
+	out := &claimLog{Outbox: b.store}
+	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
+		Lane: heraldtype.LaneTransactional, Store: out, Wake: make(chan struct{}), Sender: b.sender(sender.Hooks{}), Owner: "c",
+		Concurrency: slots, Gather: slots, GatherWait: time.Hour, Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts,
+	})
+	stop := run(t, c)
+	testenv.WaitFor(t, "a full claim", testenv.Patience, func() bool { return out.count() > 0 })
+	if got := out.get()[0]; got.took != slots || got.limit != slots {
+		close(calls)
+		stop()
+		t.Fatalf("first claim %+v, want %d of %d", got, slots, slots)
+	}
+	return c, out, stop
+}
+
 // TestAnOfferWaitsOutABacklog: while the lane's last claim came back full
 // (rows older than intake's are due), intake's rows go to the outbox,
 // where the claim's order and shares decide; once a claim comes back
@@ -146,22 +171,9 @@ func TestAnOfferWaitsOutABacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	calls := b.heldCalls()
-	for range 3 {
-		b.notify(t, "pay", heraldtype.LaneTransactional)
-	}
-	out := &claimLog{Outbox: b.store}
-	// The next claim waits for both slots (Gather), an hour at most.
-	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
-		Lane: heraldtype.LaneTransactional, Store: out, Wake: make(chan struct{}), Sender: b.sender(sender.Hooks{}), Owner: "c",
-		Concurrency: 2, Gather: 2, GatherWait: time.Hour, Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts,
-	})
-	stop := run(t, c)
+	c, out, stop := b.backlogOf(t, calls, "t1", 3, 2)
 	defer stop()
 	defer close(calls) // before the stop: it waits for the sends
-	testenv.WaitFor(t, "a full claim", testenv.Patience, func() bool { return out.count() > 0 })
-	if got := out.get()[0]; got.took != 2 || got.limit != 2 {
-		t.Fatalf("first claim %+v, want 2 of 2", got)
-	}
 	// One send ends: a slot is free, but the lane has a row older than
 	// any intake would hand over.
 	calls <- struct{}{}
@@ -192,29 +204,16 @@ func TestAnOfferWaitsOutABacklog(t *testing.T) {
 // and more wait; a slot frees and the claimer gathers for more. big's
 // next row waits behind its own, but tenant small, holding fewer sends
 // than big, has its row handed over at once (it would have the lowest
-// turn in the next claim), and so has its scope of big's tenant, holding
-// fewer than the scope whose rows wait; a scope of big's with rows
-// waiting is refused.
+// turn in the next claim), and so has another scope of big's, holding
+// fewer sends than the scope whose rows wait (the rule's other cases:
+// TestARowBeforeABacklog).
 func TestAnOfferBesideABacklogGoesToATenantBehindIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	calls := b.heldCalls()
-	for range 6 {
-		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
-	}
-	out := &claimLog{Outbox: b.store}
-	// The next claim waits for all four slots (Gather), an hour at most.
-	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
-		Lane: heraldtype.LaneTransactional, Store: out, Wake: make(chan struct{}), Sender: b.sender(sender.Hooks{}), Owner: "c",
-		Concurrency: 4, Gather: 4, GatherWait: time.Hour, Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts,
-	})
-	stop := run(t, c)
+	c, out, stop := b.backlogOf(t, calls, "big", 6, 4)
 	defer stop()
 	defer close(calls) // before the stop: it waits for the sends
-	testenv.WaitFor(t, "a full claim", testenv.Patience, func() bool { return out.count() > 0 })
-	if got := out.get()[0]; got.took != 4 || got.limit != 4 {
-		t.Fatalf("first claim %+v, want 4 of 4", got)
-	}
 	calls <- struct{}{}
 	testenv.WaitFor(t, "the first send ended", testenv.Patience, func() bool { return b.sim.Total() == 1 })
 	if h := c.Offer("big", ""); h != nil {
