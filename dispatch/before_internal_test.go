@@ -15,24 +15,21 @@ func TestARowBeforeABacklog(t *testing.T) {
 	}
 	big, mid := scopeOf{"big", ""}, scopeOf{"mid", ""}
 	for _, tc := range []struct {
-		name          string
-		tenant, scope string
-		waiting       []scopeOf
-		want          bool
+		name    string
+		tenant  string
+		waiting []scopeOf
+		want    bool
 	}{
-		{"nothing known to wait: no claim has looked", "small", "", nil, false},
-		{"a tenant holding fewer than the one waiting", "small", "", []scopeOf{big}, true},
-		{"a tenant holding none", "new", "", []scopeOf{big, mid}, true},
-		{"a tenant holding fewer than one waiting, not than another", "mid", "", []scopeOf{big, {"small", ""}}, false},
-		{"a tenant holding as many as one waiting", "small", "", []scopeOf{big, {"other", ""}}, false},
-		{"the waiting tenant's own scope", "big", "", []scopeOf{big}, false},
-		{"its other scope, holding fewer", "big", "clinic", []scopeOf{big}, true},
-		{"its other scope, holding fewer, but a smaller tenant waits", "big", "clinic", []scopeOf{big, mid}, false},
-		{"its other scope, its rows waiting too", "big", "clinic", []scopeOf{big, {"big", "clinic"}}, false},
-		{"a tenant waiting itself", "mid", "", []scopeOf{big, mid}, false},
+		{"nothing known to wait: no claim has looked", "small", nil, false},
+		{"a tenant holding fewer than the one waiting", "small", []scopeOf{big}, true},
+		{"a tenant holding none", "new", []scopeOf{big, mid}, true},
+		{"a tenant holding fewer than one waiting, not than another", "mid", []scopeOf{big, {"small", ""}}, false},
+		{"a tenant holding as many as one waiting", "small", []scopeOf{big, {"other", ""}}, false},
+		{"a tenant waiting itself", "mid", []scopeOf{big, mid}, false},
+		{"the waiting tenant, in another scope", "big", []scopeOf{{"big", "clinic"}}, false},
 	} {
-		if got := h.before(tc.tenant, tc.scope, tc.waiting); got != tc.want {
-			t.Errorf("%s: before(%q, %q, %v) = %v, want %v", tc.name, tc.tenant, tc.scope, tc.waiting, got, tc.want)
+		if got := h.before(tc.tenant, tc.waiting); got != tc.want {
+			t.Errorf("%s: before(%q, %v) = %v, want %v", tc.name, tc.tenant, tc.waiting, got, tc.want)
 		}
 	}
 }

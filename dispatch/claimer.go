@@ -140,21 +140,25 @@
 //
 // A backlog refuses only the rows it would be claimed before. The claim
 // that came back full names the tenants and scopes whose rows wait
-// (Claimer.waiting); a row of a tenant holding fewer sends than each of
-// those tenants, or, inside one of them, of a scope holding fewer than
-// each of its waiting scopes, and with no rows of its own scope among
-// them, has a lower turn than any of theirs, so the next claim would take
-// it first: it is handed over instead of waiting for that claim. A small
-// tenant's notification beside a big one's backlog then starts as it does
-// on an idle lane, not after the wake-up, a gather and a claim (issue 12's
+// (Claimer.waiting), and so does every offer refused while the backlog
+// lasts (its row goes to the outbox); a row of a tenant not among them
+// holding fewer sends than each of their tenants has a lower turn than
+// any of their rows, so the next claim would most likely take it first:
+// it is handed over instead of waiting for that claim. A small tenant's
+// notification beside a big one's backlog then starts as it does on an
+// idle lane, not after the wake-up, a gather and a claim (issue 12's
 // fairness run on SQLite, three alternated pairs: B's p99 beside A
 // 9.0–11.2 ms, 1.69–2.31× idle, now 5.1–6.4 ms, 1.15–1.26×; p50 3.2–4.7
-// ms, now 2.0–2.2; docs/benchmarks.md). Each row handed over counts in
-// its tenant's sends at once, so a tenant keeps this way only while it
-// holds fewer than the backlog's tenants. It may pass rows of its own that
-// were refused an offer before (they are not among the claim's when that
-// claim left them behind), as rows claimed and handed over together may
-// start in any order.
+// ms, now 2.0–2.2; docs/benchmarks.md). The rule is this process's view,
+// as the shares are: it counts its own sends in flight, where the claim
+// counts every process's rows held, and tenants the full claim left out
+// are only known to be at its highest turns or later. Each row handed
+// over counts in its tenant's sends at once, so a tenant keeps this way
+// only while it holds fewer than the backlog's tenants. Inside a waiting
+// tenant no scope's row passes (its tenant's next turn is about the
+// claim's highest). A row handed over may pass rows of its own tenant
+// that were refused an offer before, as rows claimed together may start
+// in any order.
 //
 // A loop whose last claim found nothing due (and skipped no tenant: the
 // lane drained) starts no claim when a send's slot frees: nothing was left
@@ -379,12 +383,13 @@ func (h *held) of(tenant string) int {
 	return n
 }
 
-// before reports whether a row of tenant's scope would be claimed before
-// every row of waiting (the tenants and scopes a backlog's rows are
-// known to be of): its tenant holds fewer sends than each other tenant
-// there, and where its tenant is there, its scope is not and holds fewer
-// than each of its tenant's scopes there. False for an empty waiting.
-func (h *held) before(tenant, scope string, waiting []scopeOf) bool {
+// before reports whether a row of tenant's would be claimed before every
+// row of waiting (the tenants and scopes whose rows are known to wait): its
+// tenant has none of them and holds fewer sends than each of theirs.
+// False for an empty waiting. (Inside a waiting tenant another scope's row
+// is not: the tenant's next turn is about the highest the full claim
+// gave, and tenants that claim left out may be at it.)
+func (h *held) before(tenant string, waiting []scopeOf) bool {
 	if len(waiting) == 0 {
 		return false
 	}
@@ -399,14 +404,9 @@ func (h *held) before(tenant, scope string, waiting []scopeOf) bool {
 		}
 		return n
 	}
-	mine, mineScope := sum(tenant), h.scopes[scopeOf{tenant, scope}]
+	mine := sum(tenant)
 	for _, g := range waiting {
-		switch {
-		case g.tenant != tenant:
-			if mine >= sum(g.tenant) {
-				return false
-			}
-		case g.scope == scope || mineScope >= h.scopes[g]:
+		if g.tenant == tenant || mine >= sum(g.tenant) {
 			return false
 		}
 	}
@@ -571,7 +571,7 @@ func (c *Claimer) Run(ctx context.Context) {
 				Scopes: served.scopes,
 			})
 			if err != nil {
-				c.claimed(nil, nil)
+				c.claimed()
 				if !pause.after(ctx, c.Logger, "dispatch", c.Lane, err) {
 					return
 				}
@@ -579,13 +579,18 @@ func (c *Claimer) Run(ctx context.Context) {
 			}
 			pause.reset()
 			served.served(rows)
+			// The backlog, and whose rows wait, are known before the rows
+			// count in their tenants' sends: an offer meanwhile weighs the
+			// new counts against the new backlog (the pledge keeps the
+			// slots the rows will take).
+			full = len(rows) == limit
+			c.looked(full, rows)
 			for _, row := range rows {
 				c.held.add(row)
 				c.slots <- struct{}{}
 				c.places <- struct{}{}
 				work <- row
 			}
-			full = len(rows) == limit
 			// Drained only when the claim found nothing at all and
 			// skipped no tenant: a short claim may have left rows behind
 			// (a tenant's past its share, rows another process had
@@ -599,9 +604,9 @@ func (c *Claimer) Run(ctx context.Context) {
 				again.Reset(ClaimAgainAfterWake)
 			}
 			cool.claimed(began, len(rows), limit)
-			c.claimed(&full, rows)
+			c.claimed()
 		} else {
-			c.claimed(nil, nil) // no slot free: the backlog stays as it was known
+			c.claimed() // no slot free: the backlog stays as it was known
 		}
 		// A look with no slot free claims at the first freed slot, not
 		// after a gather (the backlog intake's offers wait out is
@@ -626,25 +631,34 @@ func (c *Claimer) Run(ctx context.Context) {
 	}
 }
 
-// claimed ends a claim's pledge of free slots, its rows started: offers
-// may take the slots left, unless the claim came back full (*full), a
-// backlog of rows due before the ones intake would hand over, whose
-// tenants and scopes are those of rows. A nil full (no claim ran, or it
-// failed) leaves the backlog as last known.
-func (c *Claimer) claimed(full *bool, rows []store.Claimed) {
+// looked records what a claim found: whether it came back full (full), a
+// backlog of rows due before the ones intake would hand over, and if so
+// the tenants and scopes of its rows, whose rows wait (Claimer.waiting).
+func (c *Claimer) looked(full bool, rows []store.Claimed) {
 	c.mu.Lock()
-	c.pledged = 0
-	if full != nil {
-		c.backlog = *full
-		c.waiting = c.waiting[:0]
-		if *full {
-			for _, r := range rows {
-				if g := (scopeOf{r.Tenant, r.Scope}); !slices.Contains(c.waiting, g) {
-					c.waiting = append(c.waiting, g)
-				}
-			}
+	defer c.mu.Unlock()
+	c.backlog = full
+	c.waiting = c.waiting[:0]
+	if full {
+		for _, r := range rows {
+			c.wait(scopeOf{r.Tenant, r.Scope})
 		}
 	}
+}
+
+// wait adds g to the tenants and scopes whose rows wait, under mu.
+func (c *Claimer) wait(g scopeOf) {
+	if !slices.Contains(c.waiting, g) {
+		c.waiting = append(c.waiting, g)
+	}
+}
+
+// claimed ends a claim's pledge of free slots, its rows started (or none
+// claimed: it failed, or no slot was free, and the backlog stays as last
+// known): offers may take the slots left.
+func (c *Claimer) claimed() {
+	c.mu.Lock()
+	c.pledged = 0
 	c.mu.Unlock()
 }
 

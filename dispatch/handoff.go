@@ -39,16 +39,15 @@ func (c *Claimer) Offer(tenant, scope string) Hand {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.running || c.free()-c.pledged < 1 || c.backlog && !c.held.before(tenant, scope, c.waiting) {
+	if !c.running {
 		return nil
 	}
-	if _, skip := c.share(1); skip.Tenant != "" && skip.Tenant == tenant && (skip.Scope == nil || *skip.Scope == scope || skip.Cap < 1) {
-		return nil
-	}
-	// A claim under way may bring up to its limit of this tenant's rows,
-	// counted against its share as share counted it (before the offer):
-	// the offer must fit beside all of them.
-	if c.Reserve > 0 && c.pledged > 0 && c.held.of(tenant)+c.pledged+1 > c.Concurrency-c.Reserve {
+	if !c.offerable(tenant, scope) {
+		if c.backlog {
+			// Its row waits in the outbox behind the backlog: later
+			// offers of other tenants weigh against it too.
+			c.wait(scopeOf{tenant, scope})
+		}
 		return nil
 	}
 	c.slots <- struct{}{}
@@ -56,6 +55,21 @@ func (c *Claimer) Offer(tenant, scope string) Hand {
 	c.held.reserve(tenant, scope)
 	c.handing.Add(1)
 	return &claimerHand{c: c, tenant: tenant, scope: scope}
+}
+
+// offerable reports whether an offer of a slot may be made for a row of
+// tenant's scope, under mu ("Rows handed over at intake").
+func (c *Claimer) offerable(tenant, scope string) bool {
+	if c.free()-c.pledged < 1 || c.backlog && !c.held.before(tenant, c.waiting) {
+		return false
+	}
+	if _, skip := c.share(1); skip.Tenant != "" && skip.Tenant == tenant && (skip.Scope == nil || *skip.Scope == scope || skip.Cap < 1) {
+		return false
+	}
+	// A claim under way may bring up to its limit of this tenant's rows,
+	// counted against its share as share counted it (before the offer):
+	// the offer must fit beside all of them.
+	return c.Reserve <= 0 || c.pledged <= 0 || c.held.of(tenant)+c.pledged+1 <= c.Concurrency-c.Reserve
 }
 
 // Claim is the lease the create writes the row under: the claimer's.

@@ -202,11 +202,11 @@ func TestAnOfferWaitsOutABacklog(t *testing.T) {
 // TestAnOfferBesideABacklogGoesToATenantBehindIt: a backlog refuses only
 // the rows it would be claimed before. Tenant big's rows fill every slot
 // and more wait; a slot frees and the claimer gathers for more. big's
-// next row waits behind its own, but tenant small, holding fewer sends
+// next row waits behind big's own, but tenant small, holding fewer sends
 // than big, has its row handed over at once (it would have the lowest
-// turn in the next claim), and so has another scope of big's, holding
-// fewer sends than the scope whose rows wait (the rule's other cases:
-// TestARowBeforeABacklog).
+// turn in the next claim). Then a tenant refused an offer while no slot
+// is free has its row wait in the outbox, so it joins the backlog: once a
+// slot frees, neither it nor a tenant holding as few sends is given it.
 func TestAnOfferBesideABacklogGoesToATenantBehindIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -215,21 +215,26 @@ func TestAnOfferBesideABacklogGoesToATenantBehindIt(t *testing.T) {
 	defer stop()
 	defer close(calls) // before the stop: it waits for the sends
 	calls <- struct{}{}
-	testenv.WaitFor(t, "the first send ended", testenv.Patience, func() bool { return b.sim.Total() == 1 })
+	testenv.WaitFor(t, "a slot free", testenv.Patience, func() bool { return dispatch.FreeSlots(c) == 1 })
 	if h := c.Offer("big", ""); h != nil {
 		h.Drop()
 		t.Fatal("big's row was handed over ahead of its own backlog")
 	}
 	b.handed(t, offer(t, c, "small", ""), "small", "")
+	if h := c.Offer("mid", ""); h != nil {
+		t.Fatal("an offer with every slot held")
+	}
+	b.notifyAs(t, "mid", "pay", heraldtype.LaneTransactional) // its row, in the outbox
 	calls <- struct{}{}
-	testenv.WaitFor(t, "small's send", testenv.Patience, func() bool { return b.sim.Total() == 2 })
-	// The scope "clinic" of big's tenant holds no send; big's rows are of
-	// its scope "" and wait.
-	calls <- struct{}{}
-	testenv.WaitFor(t, "a third send ended", testenv.Patience, func() bool { return b.sim.Total() == 3 })
-	b.handed(t, offer(t, c, "big", "clinic"), "big", "clinic")
+	testenv.WaitFor(t, "a slot free", testenv.Patience, func() bool { return dispatch.FreeSlots(c) == 1 })
+	for _, tenant := range []string{"mid", "new"} {
+		if h := c.Offer(tenant, ""); h != nil {
+			h.Drop()
+			t.Fatalf("%s was given a slot ahead of mid's row", tenant)
+		}
+	}
 	if n := out.count(); n != 1 {
-		t.Fatalf("%d claims, want the first only: the offers did not wait for one", n)
+		t.Fatalf("%d claims, want the first only", n)
 	}
 }
 

@@ -200,7 +200,16 @@ type RelayConfig struct {
 // (or one past a full window that skipped the backlogged tenant), which
 // refuses every offer until the claims have taken it; rows that fall due
 // by the clock (a retry, a deferral's end) are found by the next claim,
-// and a place given before it may go first. (Refusing a marked tenant's
+// and a place given before it may go first. One offer passes a backlog
+// and a full window: with Express, a tenant without a mark while another
+// tenant has one, as long as the window and ExpressPastWindow more have
+// room and no claim loop's last claim failed or has yet to look. Its row
+// goes to the express queue, as the claim past a full window that a
+// wake-up for it would make ("Tenants share a lane") would send it, but
+// without that wake-up and claim: in issue 12's fairness run a small
+// tenant's rows otherwise waited for them behind the big tenant's backlog
+// (docs/benchmarks.md). It may pass rows of unmarked tenants that wait
+// in the outbox, which that claim would take in turn. (Refusing a marked tenant's
 // offers, as the first version did, fed itself: each refused row waited
 // in the outbox, the claims that took it came back full and renewed the
 // mark, and in one run of 20,000 from one tenant 44% of the offers were
@@ -287,9 +296,12 @@ type Relay struct {
 	handMu   sync.Mutex
 	handOpen bool
 	handFull int
-	handHeld int
-	hands    chan store.Claimed
-	handing  sync.WaitGroup // offers made and not yet taken or dropped
+	// handBlind counts the claim loops whose last claim failed or that
+	// have not looked yet (claimSeen).
+	handBlind int
+	handHeld  int
+	hands     chan store.Claimed
+	handing   sync.WaitGroup // offers made and not yet taken or dropped
 }
 
 // NewRelay returns a relay.
@@ -404,6 +416,24 @@ func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[str
 	return r.markedLocked(now)
 }
 
+// besideBacklog reports whether some tenant has a backlog mark now and
+// tenant has none (Express): its rows go to the express queue, past the
+// marked tenants' in the lane queue.
+func (r *Relay) besideBacklog(tenant string) bool {
+	r.backlogMu.Lock()
+	defer r.backlogMu.Unlock()
+	now := time.Now()
+	if now.Before(r.backlogged[tenant]) {
+		return false
+	}
+	for _, until := range r.backlogged {
+		if now.Before(until) {
+			return true
+		}
+	}
+	return false
+}
+
 // markedNow is the tenants marked now, whose rows go to the lane queue;
 // nil without Express, when every row does.
 func (r *Relay) markedNow() map[string]bool {
@@ -504,6 +534,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 	woke := false
 	var served round // whom the last claims served last (lastServed)
 	full := true     // the last claim came back full, or none has looked (Offer)
+	seen := false    // the last claim saw what is due: it did not fail (Offer)
 	for ctx.Err() == nil {
 		if err := r.Publisher.Ready(ctx); err != nil {
 			return
@@ -557,6 +588,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 			// claim, so rows handed over do not overtake rows that only a
 			// claim can take (a failed publish's, a lapsed lease's).
 			full = r.claimLooked(full, true)
+			seen = r.claimSeen(seen, false)
 			if !pause.after(ctx, r.Logger, "relay", r.Lane, err) {
 				return
 			}
@@ -567,6 +599,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		// A claim past a full window that skipped the backlogged tenant
 		// left its rows in the outbox: a backlog, as a full claim's.
 		full = r.claimLooked(full, len(rows) >= limit || skip != "")
+		seen = r.claimSeen(seen, true)
 		if len(rows) == 0 {
 			r.claimedNone()
 		} else {

@@ -20,15 +20,22 @@ func (r *Relay) Offer(tenant, _ string) Hand {
 	}
 	r.handMu.Lock()
 	defer r.handMu.Unlock()
-	if !r.handOpen || r.handFull > 0 || r.handHeld >= cap(r.hands) || r.disconnected.Load() {
+	if !r.handOpen || r.handHeld >= cap(r.hands) || r.disconnected.Load() {
 		return nil
 	}
 	// The window counts the row from now: its depth as last read, and
 	// every message published or handed over and not yet confirmed.
 	// While the depth cannot be read the claims publish without the
 	// window (room), and so do offers.
-	if r.Window > 0 && r.Backlog != nil && !r.depthFailing.Load() && int(r.depth.Load()+r.unconfirmed.Load())+1 > r.Window {
-		return nil
+	windowed := r.Window > 0 && r.Backlog != nil && !r.depthFailing.Load()
+	waits := int(r.depth.Load() + r.unconfirmed.Load())
+	if r.handFull > 0 || windowed && waits+1 > r.Window {
+		// Past a backlog or a full window only to the express queue: a
+		// tenant without a mark, beside one that has one, within the
+		// claims' allowance past the window.
+		if !r.Express || !windowed || r.handBlind > 0 || waits+1 > r.Window+ExpressPastWindow || !r.besideBacklog(tenant) {
+			return nil
+		}
 	}
 	r.handHeld++
 	r.unconfirmed.Add(1)
@@ -76,12 +83,30 @@ func (r *Relay) claimLooked(was, full bool) bool {
 	return full
 }
 
+// claimSeen records whether a claim loop's claim saw what is due, was
+// (its last claim's), and returns seen: false for one that failed, and
+// until a loop's first claim has looked. While any loop's is false no
+// offer goes past a backlog or a full window (Offer): what is due is not
+// known.
+func (r *Relay) claimSeen(was, seen bool) bool {
+	if was != seen {
+		r.handMu.Lock()
+		if seen {
+			r.handBlind--
+		} else {
+			r.handBlind++
+		}
+		r.handMu.Unlock()
+	}
+	return seen
+}
+
 // openHands starts taking offers; Run calls it before its claim loops
 // start, with no offer taken until the first claim has looked.
 func (r *Relay) openHands() {
 	r.handMu.Lock()
 	r.hands = make(chan store.Claimed, r.BatchSize)
-	r.handOpen, r.handFull = true, r.Claimers
+	r.handOpen, r.handFull, r.handBlind = true, r.Claimers, r.Claimers
 	r.handMu.Unlock()
 }
 

@@ -274,6 +274,56 @@ func TestARelayRoutesAMarkedTenantsHandedRowsToTheLaneQueue(t *testing.T) {
 	}
 }
 
+// TestARelayOffersPastABacklogToATenantWithoutOne: behind a full window
+// and a marked tenant's backlog, that tenant's offers wait for the claims,
+// but a tenant without a mark is given a place at once; its row goes to
+// the express queue, and offers go past the window only by
+// ExpressPastWindow.
+func TestARelayOffersPastABacklogToATenantWithoutOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 20 {
+		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+	}
+	q := &queuePublisher{}
+	var settled atomic.Int64
+	r := b.handRelay(b.store, q, func(c *dispatch.RelayConfig) {
+		c.Express, c.ExpressHold, c.BatchSize = true, time.Hour, 16
+		c.Window, c.Backlog, c.WindowPoll, c.PollInterval = 3, q.Backlog, time.Millisecond, time.Hour
+		c.Hooks.AfterSettle = func(published, _ int) { settled.Add(int64(published)) }
+	})
+	stop := runRelay(t, r)
+	defer stop()
+	testenv.WaitFor(t, "a window of the big tenant's rows published and marked", testenv.Patience, func() bool {
+		return len(q.tenants(dispatch.LaneQueue)) == 3 && settled.Load() == 3
+	})
+	if h := r.Offer("big", ""); h != nil {
+		h.Drop()
+		t.Fatal("the marked tenant was given a place past its backlog")
+	}
+	b.handed(t, offer(t, r, "small", ""), "small", "")
+	testenv.WaitFor(t, "the small tenant's row in the express queue, marked", testenv.Patience, func() bool {
+		ts := q.tenants(dispatch.ExpressQueue)
+		return len(ts) == 1 && ts[0] == "small" && settled.Load() == 4
+	})
+	// Four messages wait: seven more places, to the window and eight past it.
+	var hands []dispatch.Hand
+	for h := r.Offer("small", ""); h != nil; h = r.Offer("small", "") {
+		if hands = append(hands, h); len(hands) > 3+dispatch.ExpressPastWindow {
+			break
+		}
+	}
+	for _, h := range hands {
+		h.Drop()
+	}
+	if want := 3 + dispatch.ExpressPastWindow - 4; len(hands) != want {
+		t.Fatalf("%d places past the window, want %d", len(hands), want)
+	}
+	if n := len(q.tenants(dispatch.LaneQueue)); n != 3 {
+		t.Fatalf("the lane queue holds %d, want the window's 3", n)
+	}
+}
+
 // TestARelayPublishesWhatWasHandedOverAsItStops: shutdown refuses new
 // offers, waits for those made, and publishes the rows they hand over
 // before the relay returns.
