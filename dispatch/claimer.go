@@ -148,8 +148,8 @@
 // notification beside a big one's backlog then starts as it does on an
 // idle lane, not after the wake-up, a gather and a claim (issue 12's
 // fairness run on SQLite, three alternated pairs: B's p99 beside A
-// 9.0–11.2 ms, 1.69–2.31× idle, now 5.1–6.4 ms, 1.15–1.26×; p50 3.2–4.7
-// ms, now 2.0–2.2; docs/benchmarks.md). The rule is this process's view,
+// 10.5–14.3 ms, 2.0–2.5× idle, now 6.5–6.7 ms, 1.32–1.46×; p50 3.6–5.3
+// ms, now 2.0–2.5; docs/benchmarks.md). The rule is this process's view,
 // as the shares are: it counts its own sends in flight, where the claim
 // counts every process's rows held, and tenants the full claim left out
 // are only known to be at its highest turns or later. Each row handed
