@@ -202,14 +202,19 @@ type RelayConfig struct {
 // by the clock (a retry, a deferral's end) are found by the next claim,
 // and a place given before it may go first. One offer passes a backlog
 // and a full window: with Express, a tenant without a mark while another
-// tenant has one, as long as the window and ExpressPastWindow more have
-// room and no claim loop's last claim failed or has yet to look. Its row
-// goes to the express queue, as the claim past a full window that a
-// wake-up for it would make ("Tenants share a lane") would send it, but
-// without that wake-up and claim: in issue 12's fairness run a small
-// tenant's rows otherwise waited for them behind the big tenant's backlog
-// (docs/benchmarks.md). It may pass rows of unmarked tenants that wait
-// in the outbox, which that claim would take in turn. (Refusing a marked tenant's
+// tenant has one, as long as the window and ExpressPastWindow more hold
+// room for it (offers alone are held to that; the claims past the window
+// below take up to ExpressPastWindow a wake-up) and no claim loop's last
+// claim failed or has yet to look. Its row goes to the express queue, as
+// a claim past the full window would send it, but without the wake-up and
+// that claim: in issue 12's fairness run a small tenant's rows otherwise
+// waited for them behind the big tenant's backlog (docs/benchmarks.md). It
+// may pass rows of unmarked tenants that wait in the outbox, its own
+// older ones too (a tenant whose mark lapsed while the window stayed full
+// is unmarked until a claim marks it again), as rows claimed together may
+// go in any order; and a tenant marked between its offer and the publish
+// has that row sent to the lane queue, past the window by at most
+// ExpressPastWindow. (Refusing a marked tenant's
 // offers, as the first version did, fed itself: each refused row waited
 // in the outbox, the claims that took it came back full and renewed the
 // mark, and in one run of 20,000 from one tenant 44% of the offers were

@@ -287,9 +287,13 @@ func TestARelayOffersPastABacklogToATenantWithoutOne(t *testing.T) {
 	}
 	q := &queuePublisher{}
 	var settled atomic.Int64
-	r := b.handRelay(b.store, q, func(c *dispatch.RelayConfig) {
+	out := &failingOutboxClaims{Outbox: b.store}
+	r := b.handRelay(out, q, func(c *dispatch.RelayConfig) {
 		c.Express, c.ExpressHold, c.BatchSize = true, time.Hour, 16
-		c.Window, c.Backlog, c.WindowPoll, c.PollInterval = 3, q.Backlog, time.Millisecond, time.Hour
+		// No look at a full window but on a wake-up: the depth is read
+		// only by the claims that fill it and by the hand loop before it
+		// publishes, so the places counted below are exact.
+		c.Window, c.Backlog, c.WindowPoll, c.PollInterval = 3, q.Backlog, time.Hour, time.Hour
 		c.Hooks.AfterSettle = func(published, _ int) { settled.Add(int64(published)) }
 	})
 	stop := runRelay(t, r)
@@ -322,6 +326,20 @@ func TestARelayOffersPastABacklogToATenantWithoutOne(t *testing.T) {
 	if n := len(q.tenants(dispatch.LaneQueue)); n != 3 {
 		t.Fatalf("the lane queue holds %d, want the window's 3", n)
 	}
+	// A claim that failed leaves what is due unknown: no place past the
+	// window until a claim has looked again.
+	out.failing.Store(true)
+	b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional) // wakes a claim past the window, which fails
+	testenv.WaitFor(t, "offers past the window refused", testenv.Patience, func() bool {
+		if h := r.Offer("small", ""); h != nil {
+			h.Drop()
+			return false
+		}
+		return true
+	})
+	out.failing.Store(false)
+	b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+	offer(t, r, "small", "").Drop()
 }
 
 // TestARelayPublishesWhatWasHandedOverAsItStops: shutdown refuses new
