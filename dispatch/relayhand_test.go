@@ -39,6 +39,19 @@ func offers(t *testing.T, r *dispatch.Relay, n int) []dispatch.Hand {
 	return hands
 }
 
+// refusedOnce waits until r refuses an offer to tenant, dropping the
+// places it gives meanwhile.
+func refusedOnce(t *testing.T, r *dispatch.Relay, tenant string) {
+	t.Helper()
+	testenv.WaitFor(t, "an offer refused", testenv.Patience, func() bool {
+		if h := r.Offer(tenant, ""); h != nil {
+			h.Drop()
+			return false
+		}
+		return true
+	})
+}
+
 // published waits for notification id's row to be PUBLISHED.
 func (b bundle) published(t *testing.T, tenant, id string) {
 	t.Helper()
@@ -330,13 +343,7 @@ func TestARelayOffersPastABacklogToATenantWithoutOne(t *testing.T) {
 	// window until a claim has looked again.
 	out.failing.Store(true)
 	b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional) // wakes a claim past the window, which fails
-	testenv.WaitFor(t, "offers past the window refused", testenv.Patience, func() bool {
-		if h := r.Offer("small", ""); h != nil {
-			h.Drop()
-			return false
-		}
-		return true
-	})
+	refusedOnce(t, r, "small")
 	out.failing.Store(false)
 	b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
 	offer(t, r, "small", "").Drop()
@@ -475,13 +482,7 @@ func TestARelayOffersNothingWhileItsClaimsFail(t *testing.T) {
 	offer(t, r, "t1", "").Drop() // the first claim came back short
 	out.failing.Store(true)
 	b.notify(t, "pay", heraldtype.LaneTransactional) // wakes a claim, which fails
-	testenv.WaitFor(t, "offers refused", testenv.Patience, func() bool {
-		if h := r.Offer("t1", ""); h != nil {
-			h.Drop()
-			return false
-		}
-		return true
-	})
+	refusedOnce(t, r, "t1")
 	out.failing.Store(false)
 	offer(t, r, "t1", "").Drop()
 }
