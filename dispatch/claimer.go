@@ -308,9 +308,10 @@ type Claimer struct {
 	running bool // Run is claiming; offers may be made
 	pledged int  // the claim under way's limit
 	backlog bool // the loop's last claim came back full
-	// waiting is the tenants and scopes of the rows of the last claim that
-	// came back full: while backlog, whose rows are known to wait (none
-	// until a claim has looked: every offer waits).
+	// waiting is, while backlog, the tenants and scopes whose rows are
+	// known to wait: those of the last claim's rows (it came back full)
+	// and those refused an offer since (none until a claim has looked:
+	// every offer waits).
 	waiting []scopeOf
 	work    chan<- store.Claimed
 	handing sync.WaitGroup // offers made and not yet taken or dropped
@@ -374,6 +375,11 @@ func (h *held) remove(row store.Claimed) {
 func (h *held) of(tenant string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.ofLocked(tenant)
+}
+
+// ofLocked is of, under mu.
+func (h *held) ofLocked(tenant string) int {
 	n := 0
 	for g, k := range h.scopes {
 		if g.tenant == tenant {
@@ -395,18 +401,9 @@ func (h *held) before(tenant string, waiting []scopeOf) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	sum := func(t string) int {
-		n := 0
-		for g, k := range h.scopes {
-			if g.tenant == t {
-				n += k
-			}
-		}
-		return n
-	}
-	mine := sum(tenant)
+	mine := h.ofLocked(tenant)
 	for _, g := range waiting {
-		if g.tenant == tenant || mine >= sum(g.tenant) {
+		if g.tenant == tenant || mine >= h.ofLocked(g.tenant) {
 			return false
 		}
 	}

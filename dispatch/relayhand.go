@@ -71,16 +71,7 @@ func (h relayHand) Drop() {
 // over. Each loop keeps its own, so a loop that found nothing (its
 // sibling holding the due rows) does not clear a sibling's backlog.
 func (r *Relay) claimLooked(was, full bool) bool {
-	if was != full {
-		r.handMu.Lock()
-		if full {
-			r.handFull++
-		} else {
-			r.handFull--
-		}
-		r.handMu.Unlock()
-	}
-	return full
+	return r.countLoops(&r.handFull, was, full)
 }
 
 // claimSeen records whether a claim loop's claim saw what is due, was
@@ -89,16 +80,22 @@ func (r *Relay) claimLooked(was, full bool) bool {
 // offer goes past a backlog or a full window (Offer): what is due is not
 // known.
 func (r *Relay) claimSeen(was, seen bool) bool {
-	if was != seen {
+	return !r.countLoops(&r.handBlind, !was, !seen)
+}
+
+// countLoops moves *n, the claim loops for which something holds, by one
+// loop's change from was to now, under handMu, and returns now.
+func (r *Relay) countLoops(n *int, was, now bool) bool {
+	if was != now {
 		r.handMu.Lock()
-		if seen {
-			r.handBlind--
+		if now {
+			*n++
 		} else {
-			r.handBlind++
+			*n--
 		}
 		r.handMu.Unlock()
 	}
-	return seen
+	return now
 }
 
 // openHands starts taking offers; Run calls it before its claim loops
