@@ -155,10 +155,18 @@
 // are only known to be at its highest turns or later. Each row handed
 // over counts in its tenant's sends at once, so a tenant keeps this way
 // only while it holds fewer than the backlog's tenants. Inside a waiting
-// tenant no scope's row passes (its tenant's next turn is about the
-// claim's highest). A row handed over may pass rows of its own tenant
-// that were refused an offer before, as rows claimed together may start
-// in any order.
+// tenant the claim orders the scopes as it orders tenants: a scope that
+// does not wait and holds fewer sends than each of its tenant's waiting
+// scopes has the tenant's next turn, so its row passes too, while its
+// tenant holds fewer sends than each other waiting tenant and than the
+// most a tenant of the full claim held with its rows (that claim's
+// highest turn, about where the tenants it left out wait: a tenant's turn
+// is its sends held plus one). A clinic's notification beside another
+// clinic's backlog of the same tenant then starts as on an idle lane too,
+// on the slots the backlog's own sends free (issue 12's scoped fairness
+// run, docs/benchmarks.md). A row handed over may pass rows of its own
+// tenant that were refused an offer before, as rows claimed together may
+// start in any order.
 //
 // A loop whose last claim found nothing due (and skipped no tenant: the
 // lane drained) starts no claim when a send's slot frees: nothing was left
@@ -307,12 +315,18 @@ type Claimer struct {
 	mu      sync.Mutex
 	running bool // Run is claiming; offers may be made
 	pledged int  // the claim under way's limit
-	backlog bool // the loop's last claim came back full
+	// pledgedSkip is what the claim under way leaves (share): of the
+	// tenant it names it brings at most Cap rows, or none.
+	pledgedSkip skipping
+	backlog     bool // the loop's last claim came back full
 	// waiting is, while backlog, the tenants and scopes whose rows are
 	// known to wait: those of the last claim's rows (it came back full)
 	// and those refused an offer since (none until a claim has looked:
 	// every offer waits).
 	waiting []scopeOf
+	// top is, while backlog, the most sends a tenant of the last full
+	// claim held with that claim's rows: about the claim's highest turn.
+	top     int
 	work    chan<- store.Claimed
 	handing sync.WaitGroup // offers made and not yet taken or dropped
 }
@@ -389,21 +403,31 @@ func (h *held) ofLocked(tenant string) int {
 	return n
 }
 
-// before reports whether a row of tenant's would be claimed before every
-// row of waiting (the tenants and scopes whose rows are known to wait): its
-// tenant has none of them and holds fewer sends than each of theirs.
-// False for an empty waiting. (Inside a waiting tenant another scope's row
-// is not: the tenant's next turn is about the highest the full claim
-// gave, and tenants that claim left out may be at it.)
-func (h *held) before(tenant string, waiting []scopeOf) bool {
+// before reports whether a row of tenant's scope would be claimed before
+// every row of waiting (the tenants and scopes whose rows are known to
+// wait), top being the most sends a tenant of the last full claim held
+// with its rows. A tenant none of whose scopes waits passes where it
+// holds fewer sends than each waiting tenant: its turn is below all of
+// theirs. A waiting tenant's other scope passes where that scope holds
+// fewer sends than each of its tenant's waiting scopes (it comes first
+// among the tenant's rows), its tenant fewer than each other waiting
+// tenant, and fewer than top (its turn is then no later than the full
+// claim's highest, where tenants that claim left out may be). False for
+// an empty waiting, and for a scope that waits itself.
+func (h *held) before(tenant, scope string, waiting []scopeOf, top int) bool {
 	if len(waiting) == 0 {
 		return false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	mine := h.ofLocked(tenant)
+	mine, ours := h.ofLocked(tenant), h.scopes[scopeOf{tenant, scope}]
 	for _, g := range waiting {
-		if g.tenant == tenant || mine >= h.ofLocked(g.tenant) {
+		switch {
+		case g.tenant != tenant:
+			if mine >= h.ofLocked(g.tenant) {
+				return false
+			}
+		case g.scope == scope || ours >= h.scopes[g] || mine >= top:
 			return false
 		}
 	}
@@ -555,7 +579,7 @@ func (c *Claimer) Run(ctx context.Context) {
 		var skip skipping
 		if free > 0 {
 			limit, skip = c.share(free)
-			c.pledged = limit
+			c.pledged, c.pledgedSkip = limit, skip
 		}
 		c.mu.Unlock()
 		full := false
@@ -630,16 +654,24 @@ func (c *Claimer) Run(ctx context.Context) {
 
 // looked records what a claim found: whether it came back full (full), a
 // backlog of rows due before the ones intake would hand over, and if so
-// the tenants and scopes of its rows, whose rows wait (Claimer.waiting).
+// the tenants and scopes of its rows, whose rows wait (Claimer.waiting),
+// and the most sends one of those tenants holds with its rows
+// (Claimer.top). It runs before the rows count in their tenants' sends.
 func (c *Claimer) looked(full bool, rows []store.Claimed) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.backlog = full
-	c.waiting = c.waiting[:0]
-	if full {
-		for _, r := range rows {
-			c.wait(scopeOf{r.Tenant, r.Scope})
-		}
+	c.waiting, c.top = c.waiting[:0], 0
+	if !full {
+		return
+	}
+	took := map[string]int{}
+	for _, r := range rows {
+		c.wait(scopeOf{r.Tenant, r.Scope})
+		took[r.Tenant]++
+	}
+	for tenant, n := range took {
+		c.top = max(c.top, c.held.of(tenant)+n)
 	}
 }
 

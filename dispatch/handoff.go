@@ -60,16 +60,54 @@ func (c *Claimer) Offer(tenant, scope string) Hand {
 // offerable reports whether an offer of a slot may be made for a row of
 // tenant's scope, under mu ("Rows handed over at intake").
 func (c *Claimer) offerable(tenant, scope string) bool {
-	if c.free()-c.pledged < 1 || c.backlog && !c.held.before(tenant, c.waiting) {
+	if c.free()-c.pledged < 1 {
+		return false
+	}
+	// With a reserve, the share bounds a waiting tenant's other scopes
+	// (below) as a claim would, and keeps the rest of the reserve for
+	// the other tenants.
+	top := c.top
+	if c.Reserve > 0 {
+		top = max(top, c.Concurrency-c.Reserve+c.Reserve/2)
+	}
+	if c.backlog && !c.held.before(tenant, scope, c.waiting, top) {
 		return false
 	}
 	if _, skip := c.share(1); skip.Tenant != "" && skip.Tenant == tenant && (skip.Scope == nil || *skip.Scope == scope || skip.Cap < 1) {
 		return false
 	}
-	// A claim under way may bring up to its limit of this tenant's rows,
-	// counted against its share as share counted it (before the offer):
-	// the offer must fit beside all of them.
-	return c.Reserve <= 0 || c.pledged <= 0 || c.held.of(tenant)+c.pledged+1 <= c.Concurrency-c.Reserve
+	return c.fits(tenant, scope)
+}
+
+// fits reports whether a send of tenant's scope fits its share beside a
+// claim under way, under mu. The claim may bring up to its limit
+// (pledged) of the tenant's rows, or as many as it lets the tenant have
+// where it leaves some of them (pledgedSkip); the offer is counted as
+// share would count it once they have come, a backlog's rows in the
+// tenant's fullest scope. The tenant may hold up to the bound
+// (Concurrency − Reserve); past it, a scope other than its fullest, while
+// the fullest holds all but half the reserve of the tenant's sends, up to
+// the bound plus half the reserve.
+func (c *Claimer) fits(tenant, scope string) bool {
+	if c.Reserve <= 0 || c.pledged <= 0 {
+		return true
+	}
+	bring := c.pledged
+	if skip := c.pledgedSkip; skip.Tenant == tenant {
+		bring = 0
+		if skip.Scope != nil {
+			bring = min(c.pledged, max(skip.Cap, 0))
+		}
+	}
+	bound, half, n := c.Concurrency-c.Reserve, c.Reserve/2, c.held.of(tenant)+bring
+	if n+1 <= bound {
+		return true
+	}
+	top, _, fullest, m := c.held.most()
+	if c.pledgedSkip.Tenant != tenant {
+		m += bring
+	}
+	return top == tenant && scope != fullest && m >= n-half && n+1 <= bound+half
 }
 
 // Claim is the lease the create writes the row under: the claimer's.

@@ -138,27 +138,35 @@ func TestAnOfferKeepsTheReserve(t *testing.T) {
 	b.handed(t, offer(t, c, "small", ""), "small", "")
 }
 
-// backlogOf writes rows notifications of tenant and runs a claimer of
+// backlogOf writes rows notifications of tenant's scope and runs a claimer of
 // slots slots whose every claim after the first waits for all of them
 // (Gather), an hour at most, and no wake-up; it returns once the first
 // claim has come back full, a backlog of rows-slots rows left waiting.
 // calls are the held provider calls (heldCalls), let go if it fails.
-func (b bundle) backlogOf(t *testing.T, calls chan struct{}, tenant string, rows, slots int) (*dispatch.Claimer, *claimLog, func()) {
+func (b bundle) backlogOf(t *testing.T, calls chan struct{}, tenant, scope string, rows, slots int) (*dispatch.Claimer, *claimLog, func()) {
+	t.Helper()
+	return b.backlogWithReserve(t, calls, tenant, scope, rows, slots, 0)
+}
+
+// backlogWithReserve is backlogOf in a lane with reserve slots kept from
+// the tenant holding the most: the first claim takes slots-reserve rows.
+func (b bundle) backlogWithReserve(t *testing.T, calls chan struct{}, tenant, scope string, rows, slots, reserve int) (*dispatch.Claimer, *claimLog, func()) {
 	t.Helper()
 	for range rows {
-		b.notifyAs(t, tenant, "pay", heraldtype.LaneTransactional)
+		b.notifyIn(t, tenant, scope, "r1", "pay", heraldtype.LaneTransactional)
 	}
 	out := &claimLog{Outbox: b.store}
 	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
 		Lane: heraldtype.LaneTransactional, Store: out, Wake: make(chan struct{}), Sender: b.sender(sender.Hooks{}), Owner: "c",
-		Concurrency: slots, Gather: slots, GatherWait: time.Hour, Lease: time.Minute, PollInterval: time.Hour, MaxAttempts: 3, Alerts: b.alerts,
+		Concurrency: slots, Reserve: reserve, Gather: slots, GatherWait: time.Hour, Lease: time.Minute, PollInterval: time.Hour,
+		MaxAttempts: 3, Alerts: b.alerts,
 	})
 	stop := run(t, c)
 	testenv.WaitFor(t, "a full claim", testenv.Patience, func() bool { return out.count() > 0 })
-	if got := out.get()[0]; got.took != slots || got.limit != slots {
+	if got, want := out.get()[0], slots-reserve; got.took != want || got.limit != want {
 		close(calls)
 		stop()
-		t.Fatalf("first claim %+v, want %d of %d", got, slots, slots)
+		t.Fatalf("first claim %+v, want %d of %d", got, want, want)
 	}
 	return c, out, stop
 }
@@ -171,7 +179,7 @@ func TestAnOfferWaitsOutABacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	calls := b.heldCalls()
-	c, out, stop := b.backlogOf(t, calls, "t1", 3, 2)
+	c, out, stop := b.backlogOf(t, calls, "t1", "", 3, 2)
 	defer stop()
 	defer close(calls) // before the stop: it waits for the sends
 	// One send ends: a slot is free, but the lane has a row older than
@@ -199,42 +207,83 @@ func TestAnOfferWaitsOutABacklog(t *testing.T) {
 	offer(t, c, "t1", "").Drop()
 }
 
-// TestAnOfferBesideABacklogGoesToATenantBehindIt: a backlog refuses only
-// the rows it would be claimed before. Tenant big's rows fill every slot
-// and more wait; a slot frees and the claimer gathers for more. big's
-// next row waits behind big's own, but tenant small, holding fewer sends
-// than big, has its row handed over at once (it would have the lowest
-// turn in the next claim). Then a tenant refused an offer while no slot
-// is free has its row wait in the outbox, so it joins the backlog: once a
-// slot frees, neither it nor a tenant holding as few sends is given it.
-func TestAnOfferBesideABacklogGoesToATenantBehindIt(t *testing.T) {
+// TestAnOfferBesideABacklogGoesToARowBehindIt: a backlog refuses only the
+// rows it would be claimed before, between tenants and, inside a tenant,
+// between its scopes. Party big's rows fill every slot and more wait; a
+// slot frees and the claimer gathers for more. big's next row waits behind
+// big's own, but small, holding fewer sends than big (a tenant; or a scope
+// of big's tenant, which then has the tenant's next turn), has its row
+// handed over at once: it would come first in the next claim. Then a party
+// refused an offer while no slot is free has its row wait in the outbox,
+// so it joins the backlog: once a slot frees, neither it nor a party
+// holding as few sends is given it.
+func TestAnOfferBesideABacklogGoesToARowBehindIt(t *testing.T) {
+	t.Parallel()
+	type party struct{ tenant, scope string }
+	for _, tc := range []struct {
+		name                   string
+		big, small, mid, other party
+	}{
+		{"tenants", party{"big", ""}, party{"small", ""}, party{"mid", ""}, party{"new", ""}},
+		{"scopes of a tenant", party{"t1", "clinic-a"}, party{"t1", "clinic-b"}, party{"t1", "clinic-c"}, party{"t1", "clinic-d"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			calls := b.heldCalls()
+			c, out, stop := b.backlogOf(t, calls, tc.big.tenant, tc.big.scope, 6, 4)
+			defer stop()
+			defer close(calls) // before the stop: it waits for the sends
+			calls <- struct{}{}
+			testenv.WaitFor(t, "a slot free", testenv.Patience, func() bool { return dispatch.FreeSlots(c) == 1 })
+			if h := c.Offer(tc.big.tenant, tc.big.scope); h != nil {
+				h.Drop()
+				t.Fatal("big's row was handed over ahead of its own backlog")
+			}
+			b.handed(t, offer(t, c, tc.small.tenant, tc.small.scope), tc.small.tenant, tc.small.scope)
+			if h := c.Offer(tc.mid.tenant, tc.mid.scope); h != nil {
+				t.Fatal("an offer with every slot held")
+			}
+			b.notifyIn(t, tc.mid.tenant, tc.mid.scope, "r1", "pay", heraldtype.LaneTransactional) // its row, in the outbox
+			calls <- struct{}{}
+			testenv.WaitFor(t, "a slot free", testenv.Patience, func() bool { return dispatch.FreeSlots(c) == 1 })
+			for _, p := range []party{tc.mid, tc.other} {
+				if h := c.Offer(p.tenant, p.scope); h != nil {
+					h.Drop()
+					t.Fatalf("%+v was given a slot ahead of mid's row", p)
+				}
+			}
+			if n := out.count(); n != 1 {
+				t.Fatalf("%d claims, want the first only", n)
+			}
+		})
+	}
+}
+
+// TestAnotherScopeTakesHalfTheReserveBesideItsTenantsBacklog: in a lane
+// with a reserve (8 slots, 2 kept from the tenant holding the most), clinic
+// a's backlog takes the tenant to its bound of 6 and more wait. Its
+// tenant holds as many sends as the full claim left it, but the share
+// lets its other scopes have half the reserve, as a claim would: clinic
+// b's row is handed over a reserved slot at once. Then the tenant holds
+// its bound and half the reserve, and clinic c's row is refused the slot
+// left, kept for other tenants.
+func TestAnotherScopeTakesHalfTheReserveBesideItsTenantsBacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	calls := b.heldCalls()
-	c, out, stop := b.backlogOf(t, calls, "big", 6, 4)
+	c, _, stop := b.backlogWithReserve(t, calls, "t1", "clinic-a", 10, 8, 2)
 	defer stop()
 	defer close(calls) // before the stop: it waits for the sends
-	calls <- struct{}{}
-	testenv.WaitFor(t, "a slot free", testenv.Patience, func() bool { return dispatch.FreeSlots(c) == 1 })
-	if h := c.Offer("big", ""); h != nil {
+	b.handed(t, offer(t, c, "t1", "clinic-b"), "t1", "clinic-b")
+	if h := c.Offer("t1", "clinic-c"); h != nil {
 		h.Drop()
-		t.Fatal("big's row was handed over ahead of its own backlog")
+		t.Fatal("clinic-c was given a slot past its tenant's bound and half the reserve")
 	}
-	b.handed(t, offer(t, c, "small", ""), "small", "")
-	if h := c.Offer("mid", ""); h != nil {
-		t.Fatal("an offer with every slot held")
-	}
-	b.notifyAs(t, "mid", "pay", heraldtype.LaneTransactional) // its row, in the outbox
-	calls <- struct{}{}
-	testenv.WaitFor(t, "a slot free", testenv.Patience, func() bool { return dispatch.FreeSlots(c) == 1 })
-	for _, tenant := range []string{"mid", "new"} {
-		if h := c.Offer(tenant, ""); h != nil {
-			h.Drop()
-			t.Fatalf("%s was given a slot ahead of mid's row", tenant)
-		}
-	}
-	if n := out.count(); n != 1 {
-		t.Fatalf("%d claims, want the first only", n)
+	if h := c.Offer("other", ""); h == nil {
+		t.Fatal("another tenant was refused the reserve's last slot")
+	} else {
+		h.Drop()
 	}
 }
 
