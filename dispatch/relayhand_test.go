@@ -455,6 +455,41 @@ func TestARelayOffersPastItsWindowWhileTheDepthCannotBeRead(t *testing.T) {
 	}
 }
 
+// TestARelayOffersNothingPastABacklogWhileTheDepthCannotBeRead: with
+// Express, a tenant without a backlog mark is given a place past another
+// tenant's backlog only where the relay can count the window's room; while
+// the depth cannot be read the claims publish without the window, and the
+// backlog refuses every offer, as it does without Express, until a claim
+// comes back short.
+func TestARelayOffersNothingPastABacklogWhileTheDepthCannotBeRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 10 {
+		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
+	}
+	steps := &steppedClaims{Outbox: b.store, began: make(chan struct{}), proceed: make(chan struct{})}
+	r := b.handRelay(steps, &queuePublisher{}, func(c *dispatch.RelayConfig) {
+		c.Express, c.ExpressHold = true, time.Hour
+		c.Window, c.WindowPoll, c.PollInterval = 3, time.Hour, time.Hour
+		c.Backlog = func(context.Context) (int, error) { return 0, errors.New("channel closed") }
+	})
+	stop := runRelay(t, r)
+	defer stop()
+	<-steps.began
+	steps.proceed <- struct{}{}
+	<-steps.began // the first claim took 7 of big's 10: full, and big is marked
+	if h := r.Offer("small", ""); h != nil {
+		h.Drop()
+		t.Fatal("a place past the backlog with the window's room unknown")
+	}
+	close(steps.proceed) // the second takes the other 3
+	go func() {
+		for range steps.began {
+		}
+	}()
+	b.handed(t, offer(t, r, "small", ""), "small", "")
+}
+
 // failingOutboxClaims fails every outbox claim while failing is set.
 type failingOutboxClaims struct {
 	store.Outbox
