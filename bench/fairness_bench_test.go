@@ -40,7 +40,8 @@ func BenchmarkFairness(b *testing.B) { fairness(b, false, false) }
 // backlog is the tenant's scope clinic-a, the sends at 20 a second its
 // scope clinic-b (a notification's "scope"). The claim shares the
 // tenant's turns between its scopes as it shares a lane between tenants.
-// With HERALD_BENCH_CHART_DIR it draws fairness-scopes-<store>.svg.
+// With HERALD_BENCH_CHART_DIR it draws fairness-scopes-<store>.svg
+// (fairness-scopes-<store>-rabbitmq.svg on RabbitMQ).
 func BenchmarkFairnessScopes(b *testing.B) { fairness(b, false, true) }
 
 // BenchmarkFairnessRabbitMQ is BenchmarkFairness on the rabbitmq transport
@@ -49,6 +50,11 @@ func BenchmarkFairnessScopes(b *testing.B) { fairness(b, false, true) }
 // in the lane queue's one FIFO, and B's rows, B having no backlog, go to
 // the lane's express queue, past A's messages ready in the lane queue.
 func BenchmarkFairnessRabbitMQ(b *testing.B) { fairness(b, true, false) }
+
+// BenchmarkFairnessScopesRabbitMQ is BenchmarkFairnessScopes on the
+// rabbitmq transport: clinic-b's rows go to the express queue while only
+// clinic-a, its tenant's other scope, has a backlog.
+func BenchmarkFairnessScopesRabbitMQ(b *testing.B) { fairness(b, true, true) }
 
 // fairParty is who sends in a fairness run: the API key, and the scope
 // and recipient its notifications name.
@@ -157,7 +163,7 @@ func fairness(b *testing.B, rabbit, scoped bool) {
 			}
 			a, bb := "tenant A", "tenant B"
 			if scoped {
-				name = "fairness-scopes-" + strings.ToLower(storeName())
+				name = strings.Replace(name, "fairness-", "fairness-scopes-", 1)
 				a, bb = "scope clinic-a", "scope clinic-b"
 			}
 			writeChart(b, name, &chart.Chart{

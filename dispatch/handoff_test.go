@@ -219,7 +219,6 @@ func TestAnOfferWaitsOutABacklog(t *testing.T) {
 // holding as few sends is given it.
 func TestAnOfferBesideABacklogGoesToARowBehindIt(t *testing.T) {
 	t.Parallel()
-	type party struct{ tenant, scope string }
 	for _, tc := range []struct {
 		name                   string
 		big, small, mid, other party

@@ -17,46 +17,60 @@ import (
 // without one is published to the express queue, and a row it commits
 // while the window is full goes at once, on its wake-up, without the
 // window's next look (an hour here) and without taking the backlogged
-// tenant's rows past the window. Without Express everything goes to the
-// lane queue.
+// tenant's rows past the window. Inside a tenant the same holds between
+// its scopes: a clinic's rows go to the express queue beside another
+// clinic's backlog. Without Express everything goes to the lane queue.
 func TestRelayExpressQueueTakesTenantsWithoutABacklog(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b bundle) {
-		const window = 7 // one full claim: the big tenant's mark
-		notify := func(tenant string) string { return b.notifyAs(t, tenant, "pay", heraldtype.LaneTransactional) }
-		for range 100 {
-			notify("big")
-		}
-		q := &queuePublisher{}
-		r := dispatch.NewRelay(dispatch.RelayConfig{
-			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
-			Publisher: q, Owner: "relay", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
-			MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Hour,
-			Express: true, ExpressHold: time.Hour,
-		})
-		defer runRelay(t, r)()
-		testenv.WaitFor(t, "the window filled", testenv.Patience, func() bool { n, _ := q.Backlog(b.ctx); return n >= window })
+	for _, tc := range []struct {
+		name       string
+		big, small party
+	}{
+		{"tenants", party{"big", ""}, party{"small", ""}},
+		{"scopes of a tenant", party{"t1", "clinic-a"}, party{"t1", "clinic-b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eachStore(t, func(t *testing.T, b bundle) {
+				const window = 7 // one full claim: the big party's mark
+				notify := func(p party) string {
+					return b.notifyIn(t, p.tenant, p.scope, "r1", "pay", heraldtype.LaneTransactional)
+				}
+				for range 100 {
+					notify(tc.big)
+				}
+				q := &queuePublisher{}
+				r := dispatch.NewRelay(dispatch.RelayConfig{
+					Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+					Publisher: q, Owner: "relay", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
+					MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Hour,
+					Express: true, ExpressHold: time.Hour,
+				})
+				defer runRelay(t, r)()
+				testenv.WaitFor(t, "the window filled", testenv.Patience, func() bool { n, _ := q.Backlog(b.ctx); return n >= window })
 
-		notify("small")
-		notify("small")
-		testenv.WaitFor(t, "the small tenant's two rows in the express queue", testenv.Patience, func() bool {
-			return len(q.tenants(dispatch.ExpressQueue)) == 2
+				notify(tc.small)
+				notify(tc.small)
+				testenv.WaitFor(t, "the small party's two rows in the express queue", testenv.Patience, func() bool {
+					return len(q.parties(dispatch.ExpressQueue)) == 2
+				})
+				for _, p := range q.parties(dispatch.ExpressQueue) {
+					if p != tc.small {
+						t.Fatalf("express queue holds %v, want only the small party's rows", q.parties(dispatch.ExpressQueue))
+					}
+				}
+				lane := q.parties(dispatch.LaneQueue)
+				if len(lane) != window {
+					t.Fatalf("lane queue holds %d messages, want the window's %d (the backlogged party's rows past it stay in the outbox)", len(lane), window)
+				}
+				for _, p := range lane {
+					if p != tc.big {
+						t.Fatalf("lane queue holds %v, want only the big party's rows", lane)
+					}
+				}
+			})
 		})
-		for _, tn := range q.tenants(dispatch.ExpressQueue) {
-			if tn != "small" {
-				t.Fatalf("express queue holds %v, want only the small tenant's rows", q.tenants(dispatch.ExpressQueue))
-			}
-		}
-		lane := q.tenants(dispatch.LaneQueue)
-		if len(lane) != window {
-			t.Fatalf("lane queue holds %d messages, want the window's %d (the backlogged tenant's rows past it stay in the outbox)", len(lane), window)
-		}
-		for _, tn := range lane {
-			if tn != "big" {
-				t.Fatalf("lane queue holds %v, want only the big tenant's rows", lane)
-			}
-		}
-	})
+	}
 }
 
 // A backlog that only one-row claims ever see (a relay started during a

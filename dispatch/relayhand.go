@@ -14,7 +14,7 @@ type relayHand struct{ r *Relay }
 // tenant's that intake is about to write due now, or returns nil (see
 // "Rows handed over at intake" in the Relay's doc). A nil Relay offers
 // nothing.
-func (r *Relay) Offer(tenant, _ string) Hand {
+func (r *Relay) Offer(tenant, scope string) Hand {
 	if r == nil {
 		return nil
 	}
@@ -31,9 +31,9 @@ func (r *Relay) Offer(tenant, _ string) Hand {
 	waits := int(r.depth.Load() + r.unconfirmed.Load())
 	if r.handFull > 0 || windowed && waits+1 > r.Window {
 		// Past a backlog or a full window only to the express queue: a
-		// tenant without a mark, beside one that has one, within the
-		// claims' allowance past the window.
-		if !r.Express || !windowed || r.handBlind > 0 || waits+1 > r.Window+ExpressPastWindow || !r.besideBacklog(tenant) {
+		// tenant's scope without a mark, beside one that has one, within
+		// the claims' allowance past the window.
+		if !r.Express || !windowed || r.handBlind > 0 || waits+1 > r.Window+ExpressPastWindow || !r.besideBacklog(tenant, scope) {
 			return nil
 		}
 	}

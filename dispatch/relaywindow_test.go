@@ -48,17 +48,29 @@ func (q *queuePublisher) Backlog(context.Context) (int, error) {
 	return len(q.queue) + len(q.express), nil
 }
 
-// tenants lists the tenant of each message waiting in queue to.
-func (q *queuePublisher) tenants(to dispatch.Queue) []string {
+// party is who sends: a tenant, and a scope of it.
+type party struct{ tenant, scope string }
+
+// parties lists the tenant and scope of each message waiting in queue to.
+func (q *queuePublisher) parties(to dispatch.Queue) []party {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	jobs := q.queue
 	if to == dispatch.ExpressQueue {
 		jobs = q.express
 	}
-	var ts []string
+	var ps []party
 	for _, j := range jobs {
-		ts = append(ts, j.Tenant)
+		ps = append(ps, party{j.Tenant, j.Scope})
+	}
+	return ps
+}
+
+// tenants lists the tenant of each message waiting in queue to.
+func (q *queuePublisher) tenants(to dispatch.Queue) []string {
+	var ts []string
+	for _, p := range q.parties(to) {
+		ts = append(ts, p.tenant)
 	}
 	return ts
 }

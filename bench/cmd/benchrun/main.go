@@ -155,6 +155,7 @@ var scenarios = map[string][]run{
 		{Name: "fairness, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkFairnessRabbitMQ$", Benchtime: "1x", Postgres: true, Chart: "fairness-rabbitmq", Versus: []*versus{busyOverIdle}, Aims: fairAims},
 		{Name: "fairness of scopes, SQLite", Dir: "bench", Bench: "^BenchmarkFairnessScopes$", Benchtime: "1x", Chart: "fairness-scopes-sqlite", Versus: []*versus{busyOverIdle}, Aims: fairAims},
 		{Name: "fairness of scopes, PostgreSQL", Dir: "bench", Bench: "^BenchmarkFairnessScopes$", Benchtime: "1x", Postgres: true, Chart: "fairness-scopes-postgresql", Versus: []*versus{busyOverIdle}, Aims: fairAims},
+		{Name: "fairness of scopes, PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkFairnessScopesRabbitMQ$", Benchtime: "1x", Postgres: true, Chart: "fairness-scopes-rabbitmq", Versus: []*versus{busyOverIdle}, Aims: fairAims},
 	},
 	"isolation": {
 		{Name: "isolation, campaign of HERALD_BENCH_ISOLATION_RECIPIENTS (1,000,000), PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql",
