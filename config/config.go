@@ -925,8 +925,8 @@ func (c *Config) LanePublishWindow(l heraldtype.Lane) int {
 const MinPublishWindow = 128
 
 // MinExpressPublishWindow is the least default publish window of a lane
-// with a reserve, whose relays send a tenant without a backlog to the
-// express queue (dispatch.RelayConfig.Express): there a small tenant's
+// with a reserve, whose relays send a tenant's scope without a backlog to
+// the express queue (dispatch.RelayConfig.Express): there a small tenant's
 // message does not wait behind the lane queue's FIFO, so the window
 // bounds only how far the backlogged tenants' turns blur, and a larger one
 // keeps the relay taking rows from intake. At 2,000 notifications a second

@@ -66,6 +66,10 @@ func TestAnOfferBesideAClaimUnderWay(t *testing.T) {
 		{"a claim that may bring one of the tenant's other rows", map[scopeOf]int{{"t", "a"}: 59, {"t", "b"}: 1}, 4, skipping{"t", new("a"), 1}, "b", true},
 		{"a claim that leaves the tenant", map[scopeOf]int{{"t", "a"}: 56, {"t", "b"}: 2}, 4, skipping{Tenant: "t"}, "b", true},
 		{"a claim that leaves another tenant", map[scopeOf]int{{"t", "a"}: 57, {"t", "b"}: 2, {"u", ""}: 3}, 4, skipping{Tenant: "u"}, "b", false},
+		{"a claim that leaves the tenant's only scope", map[scopeOf]int{{"t", ""}: 57}, 4, skipping{"t", new(""), 2}, "", true},
+		{"a claim with no cap on the tenant's other scopes", map[scopeOf]int{{"t", "a"}: 59, {"t", "b"}: 1}, 4, skipping{"t", new("a"), 0}, "b", false},
+		{"the tenant tying for the most with another", map[scopeOf]int{{"t", "a"}: 30, {"u", ""}: 30}, 30, skipping{}, "b", true},
+		{"a scope tying with its tenant's fullest", map[scopeOf]int{{"t", "a"}: 29, {"t", "b"}: 29}, 4, skipping{Tenant: "u"}, "b", false},
 		{"no claim under way", map[scopeOf]int{{"t", "a"}: 60}, 0, skipping{}, "a", true},
 	} {
 		c := &Claimer{ClaimerConfig: ClaimerConfig{Concurrency: 64, Reserve: 4}, pledged: tc.pledged, pledgedSkip: tc.skip}

@@ -133,7 +133,9 @@
 // free but those a claim under way may fill (its limit, pledged to it),
 // and when the tenant, or its scope, already holds its share of the slots
 // (ClaimerConfig.Reserve, share), counting the claim under way as if every
-// row it may bring were the tenant's. So a hand-over does not overtake a
+// row it may bring were the tenant's, in its fullest scope (none, or its
+// cap of the tenant's other scopes' rows, where the claim leaves the
+// tenant or that scope: Claimer.fits). So a hand-over does not overtake a
 // backlog the claimer knows of, nor lets a tenant past its share; a row
 // committed PENDING a moment before (another process's, one refused an
 // offer) may go after it, as after any row claimed a moment sooner.
@@ -158,10 +160,13 @@
 // tenant the claim orders the scopes as it orders tenants: a scope that
 // does not wait and holds fewer sends than each of its tenant's waiting
 // scopes has the tenant's next turn, so its row passes too, while its
-// tenant holds fewer sends than each other waiting tenant and than the
-// most a tenant of the full claim held with its rows (that claim's
-// highest turn, about where the tenants it left out wait: a tenant's turn
-// is its sends held plus one). A clinic's notification beside another
+// tenant holds fewer sends than each other waiting tenant and than a
+// limit: in a lane with a reserve, the bound plus half the reserve, as
+// the shares let a tenant's other scopes have (and keep the rest of the
+// reserve for the other tenants, among them those the full claim left
+// out); with none, the most a tenant of the full claim held with its rows
+// (that claim's highest turn, about where the tenants it left out wait: a
+// tenant's turn is its sends held plus one). A clinic's notification beside another
 // clinic's backlog of the same tenant then starts as on an idle lane too,
 // on the slots the backlog's own sends free (issue 12's scoped fairness
 // run, docs/benchmarks.md). A row handed over may pass rows of its own
@@ -405,14 +410,13 @@ func (h *held) ofLocked(tenant string) int {
 
 // before reports whether a row of tenant's scope would be claimed before
 // every row of waiting (the tenants and scopes whose rows are known to
-// wait), top being the most sends a tenant of the last full claim held
-// with its rows. A tenant none of whose scopes waits passes where it
-// holds fewer sends than each waiting tenant: its turn is below all of
-// theirs. A waiting tenant's other scope passes where that scope holds
-// fewer sends than each of its tenant's waiting scopes (it comes first
-// among the tenant's rows), its tenant fewer than each other waiting
-// tenant, and fewer than top (its turn is then no later than the full
-// claim's highest, where tenants that claim left out may be). False for
+// wait). A tenant none of whose scopes waits passes where it holds fewer
+// sends than each waiting tenant: its turn is below all of theirs. A
+// waiting tenant's other scope passes where that scope holds fewer sends
+// than each of its tenant's waiting scopes (it comes first among the
+// tenant's rows), its tenant fewer than each other waiting tenant, and
+// fewer than top, the limit the caller allows its turn (offerable: the
+// full claim's highest, or the shares' bound with a reserve). False for
 // an empty waiting, and for a scope that waits itself.
 func (h *held) before(tenant, scope string, waiting []scopeOf, top int) bool {
 	if len(waiting) == 0 {
@@ -432,6 +436,19 @@ func (h *held) before(tenant, scope string, waiting []scopeOf, top int) bool {
 		}
 	}
 	return true
+}
+
+// within returns the most sends in flight one scope of tenant has, and
+// how many scope has.
+func (h *held) within(tenant, scope string) (fullest, ours int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for g, k := range h.scopes {
+		if g.tenant == tenant {
+			fullest = max(fullest, k)
+		}
+	}
+	return fullest, h.scopes[scopeOf{tenant, scope}]
 }
 
 // most returns the tenant with the most sends in flight and how many,
@@ -687,7 +704,7 @@ func (c *Claimer) wait(g scopeOf) {
 // known): offers may take the slots left.
 func (c *Claimer) claimed() {
 	c.mu.Lock()
-	c.pledged = 0
+	c.pledged, c.pledgedSkip = 0, skipping{}
 	c.mu.Unlock()
 }
 

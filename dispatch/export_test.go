@@ -7,3 +7,11 @@ func FreeSlots(c *Claimer) int {
 	defer c.mu.Unlock()
 	return c.free() - c.pledged
 }
+
+// Pledged is the limit of the claim under way, whose slots offers may not
+// take (0: none under way).
+func Pledged(c *Claimer) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pledged
+}

@@ -81,33 +81,42 @@ func (c *Claimer) offerable(tenant, scope string) bool {
 
 // fits reports whether a send of tenant's scope fits its share beside a
 // claim under way, under mu. The claim may bring up to its limit
-// (pledged) of the tenant's rows, or as many as it lets the tenant have
-// where it leaves some of them (pledgedSkip); the offer is counted as
-// share would count it once they have come, a backlog's rows in the
-// tenant's fullest scope. The tenant may hold up to the bound
-// (Concurrency − Reserve); past it, a scope other than its fullest, while
-// the fullest holds all but half the reserve of the tenant's sends, up to
-// the bound plus half the reserve.
+// (pledged) of the tenant's rows, or, where it leaves some of them
+// (pledgedSkip), none or its cap of the tenant's other scopes' rows; the
+// offer is counted as share would count it once they have come. The
+// tenant may hold up to the bound (Concurrency − Reserve); past it, a
+// scope holding fewer sends than the tenant's fullest may, while the
+// fullest holds all but half the reserve of the tenant's sends, up to
+// the bound plus half the reserve. A claim that leaves none of the
+// tenant's rows brings its waiting scopes' (the offer's scope waits not:
+// held.before), counted in the fullest; one that leaves the fullest
+// brings other scopes', counted in the offer's.
 func (c *Claimer) fits(tenant, scope string) bool {
 	if c.Reserve <= 0 || c.pledged <= 0 {
 		return true
 	}
-	bring := c.pledged
-	if skip := c.pledgedSkip; skip.Tenant == tenant {
+	skip, bring := c.pledgedSkip, c.pledged
+	switch {
+	case skip.Tenant != tenant:
+	case skip.Scope == nil:
 		bring = 0
-		if skip.Scope != nil {
-			bring = min(c.pledged, max(skip.Cap, 0))
-		}
+	case skip.Cap > 0:
+		bring = min(bring, skip.Cap)
 	}
 	bound, half, n := c.Concurrency-c.Reserve, c.Reserve/2, c.held.of(tenant)+bring
 	if n+1 <= bound {
 		return true
 	}
-	top, _, fullest, m := c.held.most()
-	if c.pledgedSkip.Tenant != tenant {
-		m += bring
+	fullest, ours := c.held.within(tenant, scope)
+	if ours >= fullest {
+		return false // the offer's scope is its tenant's fullest
 	}
-	return top == tenant && scope != fullest && m >= n-half && n+1 <= bound+half
+	if skip.Tenant == tenant {
+		ours += bring
+	} else {
+		fullest += bring
+	}
+	return ours < fullest && fullest >= n-half && n+1 <= bound+half
 }
 
 // Claim is the lease the create writes the row under: the claimer's.

@@ -168,6 +168,9 @@ func (b bundle) backlogWithReserve(t *testing.T, calls chan struct{}, tenant, sc
 		stop()
 		t.Fatalf("first claim %+v, want %d of %d", got, want, want)
 	}
+	// Its rows started: an offer before then is refused for the claim's
+	// pledge, and its party joins the backlog.
+	testenv.WaitFor(t, "the first claim's rows started", testenv.Patience, func() bool { return dispatch.Pledged(c) == 0 })
 	return c, out, stop
 }
 

@@ -193,11 +193,11 @@ type RelayConfig struct {
 // more; while a publish found the broker connection lost and none has
 // been confirmed since (a claim publishes the rows that went back once
 // the publisher is ready again); and when BatchSize rows are already
-// queued. A handed row goes to the express queue unless its tenant was
-// marked by the time it is published (publish): a tenant's backlog mark
-// routes its rows, it does not refuse its offers. The turns between
-// tenants need none: a backlog in the outbox is a claim come back full
-// (or one past a full window that skipped the backlogged tenant), which
+// queued. A handed row goes to the express queue unless its tenant's
+// scope was marked by the time it is published (publish): a backlog mark
+// routes its scope's rows, it does not refuse their offers. The turns
+// between tenants need none: a backlog in the outbox is a claim come back
+// full (or one past a full window that left the marked rows), which
 // refuses every offer until the claims have taken it; rows that fall due
 // by the clock (a retry, a deferral's end) are found by the next claim,
 // and a place given before it may go first. One offer passes a backlog
@@ -209,10 +209,10 @@ type RelayConfig struct {
 // a claim past the full window would send it, but without the wake-up and
 // that claim: in issue 12's fairness run a small tenant's rows otherwise
 // waited for them behind the big tenant's backlog (docs/benchmarks.md). It
-// may pass rows of unmarked tenants that wait in the outbox, its own
-// older ones too (a tenant whose mark lapsed while the window stayed full
+// may pass rows of unmarked scopes that wait in the outbox, its own
+// older ones too (a scope whose mark lapsed while the window stayed full
 // is unmarked until a claim marks it again), as rows claimed together may
-// go in any order; and a tenant marked between its offer and the publish
+// go in any order; and a scope marked between its offer and the publish
 // has that row sent to the lane queue, past the window by at most
 // ExpressPastWindow. (Refusing a marked tenant's
 // offers, as the first version did, fed itself: each refused row waited
@@ -236,8 +236,9 @@ type RelayConfig struct {
 // tenant's row published behind a big tenant's Window ready messages
 // waits for all of them (at 64 slots and a 100 ms provider, 100 ms).
 // With Express, the relay sends a tenant's rows to the lane's express
-// queue unless the tenant has a backlog, and the consumer keeps the
-// lane's reserve of its slots for that queue (broker/rabbitmq).
+// queue unless their scope of the tenant has a backlog (below), and the
+// consumer keeps the lane's reserve of its slots for that queue
+// (broker/rabbitmq).
 //
 // A tenant has a backlog when a full claim (as many rows as it asked for,
 // so more may be due) gave it the most rows of any tenant, at least two:
@@ -245,8 +246,10 @@ type RelayConfig struct {
 // the turns go round its scopes the same way, so the backlog is in the
 // scopes given the most of its rows, and those are marked: another scope
 // of the tenant (a clinic's reminder beside another clinic's campaign)
-// still goes to the express queue, and a backlog spread over the tenant's
-// scopes marks them all. (Marks by tenant sent that clinic's reminder
+// still goes to the express queue. The scopes given one row fewer than
+// the most, at least two, are marked too: the turns split a backlog
+// spread over a tenant's scopes evenly, give or take a row, and it marks
+// them all. (Marks by tenant sent that clinic's reminder
 // behind the window: 530 ms p99 in issue 12's scoped fairness run on
 // RabbitMQ, 12–16 ms with marks by scope.) A scope keeps the
 // mark for ExpressHold after its last such claim, so the small claims a
@@ -415,8 +418,10 @@ func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[sco
 	case len(rows) < limit:
 	case most >= 2:
 		// The tenants given the most rows have a backlog, and inside each
-		// the scopes given the most of its rows: the turns gave its other
-		// scopes all their due rows first.
+		// the scopes given the most of its rows (the turns gave its other
+		// scopes all their due rows first), with those given at least two
+		// and one fewer: the turns split a backlog spread over scopes
+		// evenly, give or take a row.
 		fullest := map[string]int{}
 		for g, n := range per {
 			if tenants[g.tenant] == most {
@@ -424,7 +429,7 @@ func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[sco
 			}
 		}
 		for g, n := range per {
-			if m, ok := fullest[g.tenant]; ok && n == m {
+			if m, ok := fullest[g.tenant]; ok && (n == m || n >= 2 && n >= m-1) {
 				r.backlogged[g] = now.Add(r.ExpressHold)
 			}
 		}
@@ -635,8 +640,8 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		}
 		pause.reset()
 		served.served(rows)
-		// A claim past a full window that skipped the backlogged tenant
-		// left its rows in the outbox: a backlog, as a full claim's.
+		// A claim past a full window that left the marked rows left them
+		// in the outbox: a backlog, as a full claim's.
 		full = r.claimLooked(full, len(rows) >= limit || skip != "")
 		seen = r.claimSeen(seen, true)
 		if len(rows) == 0 {

@@ -11,7 +11,7 @@ import (
 type relayHand struct{ r *Relay }
 
 // Offer holds a place in the relay's next publication for a row of
-// tenant's that intake is about to write due now, or returns nil (see
+// tenant's scope that intake is about to write due now, or returns nil (see
 // "Rows handed over at intake" in the Relay's doc). A nil Relay offers
 // nothing.
 func (r *Relay) Offer(tenant, scope string) Hand {

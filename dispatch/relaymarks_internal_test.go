@@ -18,7 +18,7 @@ import (
 // scope of a marked tenant still goes to the express queue
 // (besideBacklog) and a claim past a full window leaves only the marked
 // scope's rows (onlyBacklogged); a tenant's backlog spread over its
-// scopes marks them all. One-row claims mark a scope given two in a row.
+// scopes (split evenly by the turns, give or take a row) marks them all. One-row claims mark a scope given two in a row.
 func TestARelayMarksTheScopesWithABacklog(t *testing.T) {
 	t.Parallel()
 	claimOf := func(groups ...scopeOf) []store.Claimed {
@@ -60,6 +60,10 @@ func TestARelayMarksTheScopesWithABacklog(t *testing.T) {
 	}
 	if tenant, _ := r.onlyBacklogged(now); tenant != "" {
 		t.Fatalf("onlyBacklogged = %q with two tenants marked, want none", tenant)
+	}
+	r = NewRelay(RelayConfig{Express: true, ExpressHold: time.Hour})
+	if got := marks(r.backlogs(now, claimOf(x, y, x, y, x, y, x), 7)); !slices.Equal(got, []scopeOf{x, y}) {
+		t.Fatalf("a full claim of t2's backlog over two scopes, split 4 and 3, marked %v, want both", got)
 	}
 	r = NewRelay(RelayConfig{Express: true, ExpressHold: time.Hour})
 	r.backlogs(now, claimOf(x, x, y, y), 4)

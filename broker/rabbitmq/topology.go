@@ -32,8 +32,8 @@
 // # Tenants share a lane
 //
 // A lane has two queues with the same arguments: herald.<lane>, and
-// herald.<lane>.express for the rows of tenants without a backlog (the
-// relay decides: dispatch.Relay, "Tenants share a lane"). One consumer
+// herald.<lane>.express for the rows of tenants' scopes without a backlog
+// (the relay decides: dispatch.Relay, "Tenants share a lane"). One consumer
 // reads both on one channel, each with its own prefetch, and hands them
 // to the same workers; a lane queue's message holds one of Concurrency −
 // Reserve lane slots from its receipt to its end, so Reserve workers are
@@ -192,8 +192,9 @@ func (t Topology) Exchange() string { return t.Prefix }
 func (t Topology) Queue(l heraldtype.Lane) string { return t.Prefix + "." + string(l) }
 
 // ExpressQueue is a lane's express queue: the relay publishes there the
-// rows of tenants without a backlog (dispatch.ExpressQueue), so they do
-// not wait behind another tenant's messages ready in the lane's queue.
+// rows of tenants' scopes without a backlog (dispatch.ExpressQueue), so
+// they do not wait behind another tenant's (or scope's) messages ready in
+// the lane's queue.
 func (t Topology) ExpressQueue(l heraldtype.Lane) string { return t.Queue(l) + ".express" }
 
 // Key is the main exchange's routing key of a lane's queue (q).
