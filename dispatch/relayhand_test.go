@@ -200,25 +200,44 @@ func TestARelayReadsTheDepthAgainForItsOffers(t *testing.T) {
 }
 
 // steppedClaims lets each claim through only when the test says so, and
-// tells it when one has begun.
+// tells it when one has begun, until released.
 type steppedClaims struct {
 	store.Outbox
 	began   chan struct{}
 	proceed chan struct{}
+	free    atomic.Bool
+}
+
+func newSteppedClaims(out store.Outbox) *steppedClaims {
+	return &steppedClaims{Outbox: out, began: make(chan struct{}), proceed: make(chan struct{})}
 }
 
 func (s *steppedClaims) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
-	select {
-	case s.began <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	select {
-	case <-s.proceed:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if !s.free.Load() {
+		select {
+		case s.began <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		select {
+		case <-s.proceed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	return s.Outbox.OutboxClaim(ctx, p)
+}
+
+// next lets the claim that began through and waits for the next to begin.
+func (s *steppedClaims) next() {
+	s.proceed <- struct{}{}
+	<-s.began
+}
+
+// release lets the claim that began and every later one through.
+func (s *steppedClaims) release() {
+	s.free.Store(true)
+	close(s.proceed)
 }
 
 // TestARelayOffersNothingWhileOlderRowsWait: until its first claim has
@@ -231,7 +250,7 @@ func TestARelayOffersNothingWhileOlderRowsWait(t *testing.T) {
 	for range 10 {
 		b.notify(t, "pay", heraldtype.LaneTransactional)
 	}
-	steps := &steppedClaims{Outbox: b.store, began: make(chan struct{}), proceed: make(chan struct{})}
+	steps := newSteppedClaims(b.store)
 	r := b.handRelay(steps, &fakePublisher{published: map[string]int{}}, nil)
 	stop := runRelay(t, r)
 	defer stop()
@@ -240,17 +259,12 @@ func TestARelayOffersNothingWhileOlderRowsWait(t *testing.T) {
 		h.Drop()
 		t.Fatal("an offer before the first claim looked")
 	}
-	steps.proceed <- struct{}{}
-	<-steps.began // the first claim took 7 of 10: full
+	steps.next() // the first claim took 7 of 10: full
 	if h := r.Offer("t1", ""); h != nil {
 		h.Drop()
 		t.Fatal("an offer after a full claim")
 	}
-	close(steps.proceed) // the second takes the other 3
-	go func() {
-		for range steps.began {
-		}
-	}()
+	steps.release() // the second takes the other 3
 	b.handed(t, offer(t, r, "t1", ""), "t1", "")
 }
 
@@ -467,7 +481,7 @@ func TestARelayOffersNothingPastABacklogWhileTheDepthCannotBeRead(t *testing.T) 
 	for range 10 {
 		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
 	}
-	steps := &steppedClaims{Outbox: b.store, began: make(chan struct{}), proceed: make(chan struct{})}
+	steps := newSteppedClaims(b.store)
 	r := b.handRelay(steps, &queuePublisher{}, func(c *dispatch.RelayConfig) {
 		c.Express, c.ExpressHold = true, time.Hour
 		c.Window, c.WindowPoll, c.PollInterval = 3, time.Hour, time.Hour
@@ -476,17 +490,12 @@ func TestARelayOffersNothingPastABacklogWhileTheDepthCannotBeRead(t *testing.T) 
 	stop := runRelay(t, r)
 	defer stop()
 	<-steps.began
-	steps.proceed <- struct{}{}
-	<-steps.began // the first claim took 7 of big's 10: full, and big is marked
+	steps.next() // the first claim took 7 of big's 10: full, and big is marked
 	if h := r.Offer("small", ""); h != nil {
 		h.Drop()
 		t.Fatal("a place past the backlog with the window's room unknown")
 	}
-	close(steps.proceed) // the second takes the other 3
-	go func() {
-		for range steps.began {
-		}
-	}()
+	steps.release() // the second takes the other 3
 	b.handed(t, offer(t, r, "small", ""), "small", "")
 }
 
