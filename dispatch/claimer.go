@@ -399,13 +399,20 @@ func (h *held) of(tenant string) int {
 
 // ofLocked is of, under mu.
 func (h *held) ofLocked(tenant string) int {
-	n := 0
+	n, _ := h.tenantLocked(tenant)
+	return n
+}
+
+// tenantLocked returns how many sends in flight tenant has and the most
+// one of its scopes has, under mu.
+func (h *held) tenantLocked(tenant string) (all, fullest int) {
 	for g, k := range h.scopes {
 		if g.tenant == tenant {
-			n += k
+			all += k
+			fullest = max(fullest, k)
 		}
 	}
-	return n
+	return all, fullest
 }
 
 // before reports whether a row of tenant's scope would be claimed before
@@ -438,17 +445,13 @@ func (h *held) before(tenant, scope string, waiting []scopeOf, top int) bool {
 	return true
 }
 
-// within returns the most sends in flight one scope of tenant has, and
-// how many scope has.
-func (h *held) within(tenant, scope string) (fullest, ours int) {
+// within returns how many sends in flight tenant has, the most one of
+// its scopes has, and how many scope has.
+func (h *held) within(tenant, scope string) (all, fullest, ours int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for g, k := range h.scopes {
-		if g.tenant == tenant {
-			fullest = max(fullest, k)
-		}
-	}
-	return fullest, h.scopes[scopeOf{tenant, scope}]
+	all, fullest = h.tenantLocked(tenant)
+	return all, fullest, h.scopes[scopeOf{tenant, scope}]
 }
 
 // most returns the tenant with the most sends in flight and how many,
@@ -770,15 +773,26 @@ func (c *Claimer) share(free int) (int, skipping) {
 	if c.Reserve <= 0 {
 		return free, skipping{}
 	}
-	bound := c.Concurrency - c.Reserve
 	top, n, scope, m := c.held.most()
-	if n < bound {
+	if bound := c.Concurrency - c.Reserve; n < bound {
 		return min(free, bound-n), skipping{}
 	}
-	if half := c.Reserve / 2; m >= n-half && n < bound+half {
-		return free, skipping{Tenant: top, Scope: &scope, Cap: bound + half - n}
+	if others := c.othersRoom(n, m); others > 0 {
+		return free, skipping{Tenant: top, Scope: &scope, Cap: others}
 	}
 	return free, skipping{Tenant: top}
+}
+
+// othersRoom is how many more sends a tenant holding n, at or past the
+// bound (Concurrency − Reserve), may start in scopes other than its
+// fullest, which holds m: while the fullest holds all but at most half
+// the reserve of them, up to the bound plus that half; else none (share,
+// and fits for an offer beside a claim under way).
+func (c *Claimer) othersRoom(n, m int) int {
+	if half := c.Reserve / 2; m >= n-half {
+		return max(0, c.Concurrency-c.Reserve+half-n)
+	}
+	return 0
 }
 
 // skipping is what a claim leaves (store.OutboxClaimParams.Skip,

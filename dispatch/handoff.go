@@ -64,11 +64,12 @@ func (c *Claimer) offerable(tenant, scope string) bool {
 		return false
 	}
 	// With a reserve, the share bounds a waiting tenant's other scopes
-	// (below) as a claim would, and keeps the rest of the reserve for
-	// the other tenants.
+	// (below) as a claim would, at the bound plus half the reserve, and
+	// keeps the rest of the reserve for the other tenants; a full claim
+	// never leaves a tenant past that.
 	top := c.top
 	if c.Reserve > 0 {
-		top = max(top, c.Concurrency-c.Reserve+c.Reserve/2)
+		top = c.Concurrency - c.Reserve + c.Reserve/2
 	}
 	if c.backlog && !c.held.before(tenant, scope, c.waiting, top) {
 		return false
@@ -103,11 +104,11 @@ func (c *Claimer) fits(tenant, scope string) bool {
 	case skip.Cap > 0:
 		bring = min(bring, skip.Cap)
 	}
-	bound, half, n := c.Concurrency-c.Reserve, c.Reserve/2, c.held.of(tenant)+bring
-	if n+1 <= bound {
+	all, fullest, ours := c.held.within(tenant, scope)
+	n := all + bring
+	if n+1 <= c.Concurrency-c.Reserve {
 		return true
 	}
-	fullest, ours := c.held.within(tenant, scope)
 	if ours >= fullest {
 		return false // the offer's scope is its tenant's fullest
 	}
@@ -116,7 +117,7 @@ func (c *Claimer) fits(tenant, scope string) bool {
 	} else {
 		fullest += bring
 	}
-	return ours < fullest && fullest >= n-half && n+1 <= bound+half
+	return ours < fullest && c.othersRoom(n, fullest) >= 1
 }
 
 // Claim is the lease the create writes the row under: the claimer's.
