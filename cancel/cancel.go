@@ -7,6 +7,15 @@
 // has ended (sent, failed, suppressed, EXPIRED, FAILED) is reported as it
 // is and not touched. Cancelling again changes nothing and answers the same.
 //
+// A send in flight is not touched, but it is not tried again either. The
+// cancel first marks the notification cancelled (store.Cancels); if the
+// call in flight then fails for now (RETRY_WAIT), or the send is PARKED
+// and later requeued, its retry's claim finds the mark and ends it
+// SUPPRESSED(CANCELLED) without a call, as it does for a cancelled
+// campaign's send. Its fallback chain moves on as after any end: the
+// steps after it are skipped. The mark is written before the sends are
+// read, so a send the cancel reports in flight always sees it.
+//
 // Race safety comes from the sender's own guard: a cancel is the decision
 // write the sender makes when it decides not to send (store DeliveryDecide),
 // an insert-or-update on the message_id's unique delivery row that succeeds
@@ -47,6 +56,7 @@ var ErrNotFound = errors.New("cancel: no such notification")
 // Store is what a cancel reads and writes.
 type Store interface {
 	store.Notifications
+	store.Cancels
 	store.Deliveries
 }
 
@@ -92,9 +102,18 @@ func Waiting(state string) bool {
 // Cancel suppresses every waiting send of tenant's notification id and
 // returns the notification's sends as they are afterwards.
 func (c *Canceller) Cancel(ctx context.Context, tenant, id string) (Result, error) {
-	v, err := c.Store.NotificationGet(ctx, tenant, id)
+	// The mark first: a send the read below finds in flight, and any
+	// retry claimed after it, sees it.
+	err := c.Store.NotificationCancelMark(ctx, tenant, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return Result{}, ErrNotFound
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("mark notification cancelled: %w", err)
+	}
+	v, err := c.Store.NotificationGet(ctx, tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Result{}, ErrNotFound // removed by retention since
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("read notification: %w", err)

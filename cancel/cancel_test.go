@@ -354,6 +354,46 @@ func TestCancelledRetryIsNotRetried(t *testing.T) {
 	})
 }
 
+// A send whose provider call is in flight at the cancel is reported as
+// SENDING and left alone; when that call fails for now, its retry is not
+// made: the retry's claim ends it SUPPRESSED(CANCELLED) without a second
+// call.
+func TestASendInFlightAtTheCancelIsNotTriedAgain(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *bundle) {
+		ids := b.create(t, 1)
+		msg := store.MessageID(ids[0], heraldtype.ChannelWebhook)
+		answered := make(chan cancel.Entry, 1)
+		b.sim.OnCall(func(ctx context.Context, m provider.Message) provider.Outcome {
+			// The cancel comes while the call is at the provider.
+			res, err := b.cancel.Cancel(context.Background(), tenant, ids[0])
+			if err != nil {
+				t.Errorf("cancel during the call: %v", err)
+			} else {
+				answered <- res.Deliveries[0]
+			}
+			return provider.NotSentOutcome("HTTP_429", 50*time.Millisecond)
+		})
+		b.runClaimer(t)
+		select {
+		case e := <-answered:
+			if e.State != string(heraldtype.DeliverySending) || e.Cancelled {
+				t.Fatalf("the cancel during the call answered %+v; want SENDING, not cancelled", e)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no provider call within 30 s")
+		}
+		b.waitAllDone(t, ids)
+		if n := b.sim.CallCount(msg); n != 1 {
+			t.Errorf("the provider was called %d times, want the one in flight at the cancel only", n)
+		}
+		v := b.view(t, ids[0])
+		if d := v.Deliveries[0].Delivery; d.State != heraldtype.DeliverySuppressed || d.Reason != cancel.ReasonCancelled || d.Attempts != 1 {
+			t.Errorf("delivery %+v, want SUPPRESSED(CANCELLED) after 1 attempt", d)
+		}
+	})
+}
+
 // Cancels race the claimer over many messages: each message is either
 // sent once (and the cancel reports it) or cancelled and never sent.
 func TestCancelsRacingTheClaimerNeverBothWin(t *testing.T) {

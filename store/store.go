@@ -90,6 +90,8 @@ var ErrEventKeys = errors.New("store: event keys unavailable")
 // Store is everything herald keeps.
 type Store interface {
 	Notifications
+	// Cancels marks a notification cancelled, for its sends' retries.
+	Cancels
 	Outbox
 	Deliveries
 	// Watchdog finds rows waiting past their deadline with no owner.
@@ -143,6 +145,18 @@ type Notifications interface {
 	NotificationGet(ctx context.Context, tenant, id string) (NotificationView, error)
 	// IdempotencyKeysSweep deletes expired idempotency keys.
 	IdempotencyKeysSweep(ctx context.Context) (int, error)
+}
+
+// Cancels is what a cancel writes beside its decisions (package cancel).
+type Cancels interface {
+	// NotificationCancelMark marks a tenant's notification cancelled, once:
+	// a later cancel keeps the first one's time. A send in flight at the
+	// cancel (SENDING, which the cancel leaves alone) whose call then fails
+	// for now is not tried again: its retry's claim (DeliveryClaim) finds
+	// the mark and ends it SUPPRESSED(CANCELLED) without a call, as it does
+	// a cancelled campaign's; so does a PARKED send requeued later. No such
+	// notification for the tenant: ErrNotFound.
+	NotificationCancelMark(ctx context.Context, tenant, id string) error
 }
 
 // Outbox is the dispatcher's table.

@@ -333,6 +333,19 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	return v, nil
 }
 
+// NotificationCancelMark marks a tenant's notification cancelled, for its
+// sends' retries (qNotificationCancelMark, qDeliveryClaimRetry).
+func (s *Store) NotificationCancelMark(ctx context.Context, tenant, id string) error {
+	var found bool
+	if err := s.pool.QueryRow(ctx, qNotificationCancelMark, id, tenant, s.now()).Scan(&found); err != nil {
+		return s.fail("mark notification cancelled", err)
+	}
+	if !found {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
 // IdempotencyKeysSweep deletes expired keys.
 func (s *Store) IdempotencyKeysSweep(ctx context.Context) (int, error) {
 	tag, err := s.pool.Exec(ctx, qIdemSweep, s.now())

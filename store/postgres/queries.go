@@ -259,6 +259,16 @@ FROM idempotency_keys WHERE tenant = $1::text AND key = $2::text`
 
 	qNotificationByDedup = `SELECT id FROM notifications WHERE tenant = $1::text AND dedup_key = $2::text`
 
+	// qNotificationCancelMark marks a notification cancelled
+	// (store.Cancels), once: a row marked already is not written again. It
+	// returns whether the notification exists. $1 id, $2 tenant, $3 now.
+	qNotificationCancelMark = `WITH u AS (
+    UPDATE notifications SET cancelled_at = coalesce($3::timestamptz, now())
+    WHERE id = $1::text AND tenant = $2::text AND cancelled_at IS NULL
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM notifications WHERE id = $1::text AND tenant = $2::text)`
+
 	// qNotificationGet reads the notification, its planned sends and their
 	// deliveries from one snapshot, with the time it read them.
 	qNotificationGet = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.lane, n.send_at, n.expires_at, n.created_at,
@@ -729,14 +739,15 @@ c AS (
 )
 SELECT (SELECT taken FROM k), (SELECT lease_until FROM k), (SELECT attempts FROM c)`
 	//
-	// A RETRY_WAIT row whose campaign was cancelled is not retried: it was
-	// in flight at the cancel, which leaves SENDING alone, and its call
-	// then failed for now. cx ends it SUPPRESSED(CANCELLED) instead, and
-	// the snapshot's row is reported stale, so DeliveryClaim reads the row
-	// as it is now. (retry and cx exclude each other on the campaign's
-	// state, so no row is written twice; each reads the campaign by its
-	// key, a subquery, which a plan made on empty tables still probes by
-	// the primary key where a join would scan campaigns.)
+	// A RETRY_WAIT row whose notification or campaign was cancelled is not
+	// retried: it was in flight at the cancel, which leaves SENDING alone,
+	// and its call then failed for now (or it was PARKED and then
+	// requeued). u ends it SUPPRESSED(CANCELLED) instead, which moves its
+	// fallback chain on as any end does (qFallbackMove: the steps after it
+	// are skipped; it releases none, a cancel not being a definite
+	// failure), and the snapshot's row is reported stale, so
+	// DeliveryClaim reads the row as it is now. (retry and u exclude each
+	// other on qDeliveryCancelled, so no row is written twice.)
 	//
 	// $1 now, $2 message id, $3 provider, $4 owner.
 	qDeliveryClaimRetry = `WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
@@ -746,22 +757,29 @@ retry AS (
         next_attempt_at = NULL, reason = '', updated_at = t.now
     FROM t
     WHERE d.message_id = $2::text AND d.state = 'RETRY_WAIT' AND d.next_attempt_at <= t.now
-      AND coalesce((SELECT c.state FROM campaigns c WHERE c.id = d.campaign_id LIMIT 1), '') <> 'CANCELLED'
+      AND NOT ` + qDeliveryCancelled + `
     RETURNING d.attempts
 ),
-cx AS (
+u AS (
     UPDATE deliveries d
     SET state = 'SUPPRESSED', reason = 'CANCELLED', next_attempt_at = NULL, claimed_by = NULL, updated_at = t.now
     FROM t
     WHERE d.message_id = $2::text AND d.state = 'RETRY_WAIT'
-      AND (SELECT c.state FROM campaigns c WHERE c.id = d.campaign_id LIMIT 1) = 'CANCELLED'
-    RETURNING 1
-)
+      AND ` + qDeliveryCancelled + `
+    RETURNING d.notification_id, d.channel, d.state, d.reason
+)` + qFallbackMove + `
 SELECT (SELECT attempts FROM retry),
-       cur.state = 'RETRY_WAIT' AND cur.next_attempt_at <= t.now OR EXISTS (SELECT 1 FROM cx),
+       cur.state = 'RETRY_WAIT' AND cur.next_attempt_at <= t.now OR EXISTS (SELECT 1 FROM u),
        cur.message_id, cur.notification_id, cur.tenant, cur.channel, cur.provider, cur.state, cur.reason, cur.attempts,
        cur.claimed_at, cur.next_attempt_at, cur.created_at, cur.updated_at
 FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
+
+	// qDeliveryCancelled says whether the delivery d's notification or
+	// campaign was cancelled (store.Cancels, CampaignCancel). Each is read
+	// by its key, a subquery, which a plan made on empty tables still
+	// probes by the primary key where a join would scan the table.
+	qDeliveryCancelled = `(coalesce((SELECT c.state FROM campaigns c WHERE c.id = d.campaign_id LIMIT 1), '') = 'CANCELLED'
+           OR (SELECT n.cancelled_at FROM notifications n WHERE n.id = d.notification_id LIMIT 1) IS NOT NULL)`
 
 	// qDeliveryRecord writes the attempt's result, conditional on the row
 	// still being SENDING at that attempt, and its attempt log row, in one

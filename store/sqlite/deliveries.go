@@ -55,8 +55,9 @@ func scanDelivery(row interface{ Scan(...any) error }) (store.Delivery, error) {
 // DeliveryClaim inserts SENDING for a new message or takes a due RETRY_WAIT row.
 func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var res store.DeliveryClaimResult
+	var wake heraldtype.Lane // a fallback step a cancelled retry's end released
 	err := s.w.do(ctx, func(tx wtx) error {
-		res = store.DeliveryClaimResult{}
+		res, wake = store.DeliveryClaimResult{}, ""
 		now := s.now()
 		if p.Event != nil {
 			// The event key in the claim's own transaction: one writer
@@ -78,8 +79,16 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 			res.Claimed, res.Attempt = true, 1
 			return nil
 		}
-		if _, err := tx.Exec(qDeliveryRetryCancelled, now, p.MessageID); err != nil {
-			return fmt.Errorf("end a cancelled campaign's retry: %w", err)
+		r, err = tx.Exec(qDeliveryRetryCancelled, now, p.MessageID)
+		if err != nil {
+			return fmt.Errorf("end a cancelled retry: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n == 1 {
+			// Its end moves its fallback chain on, as any end does (the
+			// steps after it are skipped).
+			if wake, err = fallbackEnded(tx, now, p.MessageID, heraldtype.DeliverySuppressed, heraldtype.ReasonCancelled); err != nil {
+				return err
+			}
 		}
 		var attempt int
 		err = tx.QueryRow(qDeliveryClaimRetry, p.Provider, p.Owner, now, now, p.MessageID, now).Scan(&attempt)
@@ -100,6 +109,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 	if err != nil {
 		return store.DeliveryClaimResult{}, fmt.Errorf("claim delivery %s: %w", p.MessageID, err)
 	}
+	s.wakeFallback(wake)
 	return res, nil
 }
 

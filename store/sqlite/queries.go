@@ -31,7 +31,11 @@ VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?)`
                     scope, claimed_by, claimed_until, token)
 VALUES (?1, ?2, ?3, ?4, ?5, ?11, ?6, ?7, ?6, ?6, ?8, ?9, ?10, 1) RETURNING id, token`
 
-	qNotificationGet = `SELECT id, tenant, recipient, event_id, kind, lane, send_at, expires_at, created_at, inbox_at, scope
+	// qNotificationCancelMark marks a notification cancelled
+	// (store.Cancels), keeping the first cancel's time. ?1 now, ?2 id,
+	// ?3 tenant.
+	qNotificationCancelMark = `UPDATE notifications SET cancelled_at = coalesce(cancelled_at, ?1) WHERE id = ?2 AND tenant = ?3`
+	qNotificationGet        = `SELECT id, tenant, recipient, event_id, kind, lane, send_at, expires_at, created_at, inbox_at, scope
 FROM notifications WHERE id = ? AND tenant = ?`
 	qNotificationSends = `SELECT o.message_id, o.channel, o.state, o.last_reason, o.available_at, o.updated_at,
        d.notification_id, d.tenant, d.provider, d.state, d.reason, d.attempts, d.claimed_at, d.next_attempt_at, d.created_at, d.updated_at,
@@ -254,15 +258,16 @@ FROM deliveries WHERE message_id = ?`
 	qDeliveryClaimInsert = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, 'SENDING', 1, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`
 	// qDeliveryRetryCancelled ends SUPPRESSED(CANCELLED) a send waiting to
-	// be tried again whose campaign was cancelled: it was in flight at the
-	// cancel, which leaves SENDING alone, and its call then failed for now.
-	// The claim runs it before qDeliveryClaimRetry, so the retry is never
-	// made. ?1 now, ?2 message id.
+	// be tried again whose notification or campaign was cancelled: it was
+	// in flight at the cancel, which leaves SENDING alone, and its call
+	// then failed for now (or it was PARKED and then requeued). The claim
+	// runs it before qDeliveryClaimRetry, so the retry is never made.
+	// ?1 now, ?2 message id.
 	qDeliveryRetryCancelled = `UPDATE deliveries
 SET state = 'SUPPRESSED', reason = 'CANCELLED', next_attempt_at = NULL, claimed_by = NULL, updated_at = ?1
 WHERE message_id = ?2 AND state = 'RETRY_WAIT'
-  AND EXISTS (SELECT 1 FROM notifications n JOIN campaigns c ON c.id = n.campaign_id
-              WHERE n.id = deliveries.notification_id AND c.state = 'CANCELLED')`
+  AND EXISTS (SELECT 1 FROM notifications n LEFT JOIN campaigns c ON c.id = n.campaign_id
+              WHERE n.id = deliveries.notification_id AND (n.cancelled_at IS NOT NULL OR c.state = 'CANCELLED'))`
 	qDeliveryClaimRetry = `UPDATE deliveries
 SET state = 'SENDING', attempts = attempts + 1, provider = ?, claimed_by = ?, claimed_at = ?, next_attempt_at = NULL, reason = '', updated_at = ?
 WHERE message_id = ? AND state = 'RETRY_WAIT' AND next_attempt_at <= ?

@@ -325,6 +325,27 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	return v, rows.Err()
 }
 
+// NotificationCancelMark marks a tenant's notification cancelled, for its
+// sends' retries (qNotificationCancelMark, qDeliveryRetryCancelled).
+func (s *Store) NotificationCancelMark(ctx context.Context, tenant, id string) error {
+	var n int64
+	err := s.w.do(ctx, func(tx wtx) error {
+		r, err := tx.Exec(qNotificationCancelMark, s.now(), id, tenant)
+		if err != nil {
+			return err
+		}
+		n, _ = r.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark notification cancelled: %w", err)
+	}
+	if n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
 // IdempotencyKeysSweep deletes expired keys.
 func (s *Store) IdempotencyKeysSweep(ctx context.Context) (int, error) {
 	var n int64

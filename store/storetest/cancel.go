@@ -107,6 +107,79 @@ func testCancel(t *testing.T, h Harness) {
 			t.Error("the claim's result could not be recorded after the cancel")
 		}
 	})
+	// A send in flight at the cancel is left alone, but not tried again:
+	// a call that then failed for now (RETRY_WAIT), or a send PARKED and
+	// requeued by a person, ends SUPPRESSED(CANCELLED) at its retry's
+	// claim, without a call, due or not.
+	t.Run("ASendInFlightAtTheCancelIsNotTriedAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		for _, end := range []heraldtype.DeliveryState{heraldtype.DeliveryRetryWait, heraldtype.DeliveryParked} {
+			p, _ := create(t, b, nil)
+			mid := store.MessageID(p.ID, heraldtype.ChannelWebhook)
+			if res := claimDelivery(t, b, sendClaim(p.ID)); !res.Claimed {
+				t.Fatalf("claim: %+v", res)
+			}
+			if e := cancelOf(t, b, p.ID).Deliveries[0]; e.State != "SENDING" || e.Cancelled {
+				t.Fatalf("%s: the cancel answered %+v; want the send in flight, not cancelled", end, e)
+			}
+			if !record(t, b, mid, 1, end, time.Minute) {
+				t.Fatalf("record %s after the cancel: not recorded", end)
+			}
+			if end == heraldtype.DeliveryParked {
+				if got, err := b.s.ParkedRequeue(b.ctx, store.ParkedRequeueParams{Tenant: "t1", MessageID: mid}); err != nil || len(got) != 1 {
+					t.Fatalf("ParkedRequeue = %+v, %v", got, err)
+				}
+			}
+			got := claimDelivery(t, b, sendClaim(p.ID))
+			if got.Claimed || got.Current == nil || got.Current.State != heraldtype.DeliverySuppressed || got.Current.Reason != cancel.ReasonCancelled {
+				t.Fatalf("%s: the retry's claim after the cancel = %+v; want no claim, SUPPRESSED(CANCELLED)", end, got)
+			}
+			if d := delivery(t, b, mid); d.State != heraldtype.DeliverySuppressed || d.Attempts != 1 {
+				t.Fatalf("%s: %s after %d attempts; want SUPPRESSED after the one", end, d.State, d.Attempts)
+			}
+			if e := cancelOf(t, b, p.ID).Deliveries[0]; !e.Cancelled {
+				t.Fatalf("%s: a cancel after the retry's claim answered %+v", end, e)
+			}
+		}
+		// A notification never cancelled is retried as before.
+		p, _ := create(t, b, nil)
+		mid := store.MessageID(p.ID, heraldtype.ChannelWebhook)
+		claimDelivery(t, b, sendClaim(p.ID))
+		record(t, b, mid, 1, heraldtype.DeliveryRetryWait, time.Minute)
+		b.clk.Advance(time.Minute)
+		if got := claimDelivery(t, b, sendClaim(p.ID)); !got.Claimed || got.Attempt != 2 {
+			t.Fatalf("the retry of a notification never cancelled = %+v; want attempt 2", got)
+		}
+	})
+	t.Run("TheMarkIsTheTenantsOwn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p, _ := create(t, b, nil)
+		for _, c := range []struct{ tenant, id string }{{"t2", p.ID}, {"t1", "ntf_none"}} {
+			if err := b.s.NotificationCancelMark(b.ctx, c.tenant, c.id); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("NotificationCancelMark(%s, %s) = %v; want ErrNotFound", c.tenant, c.id, err)
+			}
+		}
+		// Another tenant's mark did not take: the retry goes on.
+		mid := store.MessageID(p.ID, heraldtype.ChannelWebhook)
+		claimDelivery(t, b, sendClaim(p.ID))
+		record(t, b, mid, 1, heraldtype.DeliveryRetryWait, time.Minute)
+		b.clk.Advance(time.Minute)
+		if got := claimDelivery(t, b, sendClaim(p.ID)); !got.Claimed {
+			t.Fatalf("the retry after another tenant's mark = %+v; want it claimed", got)
+		}
+		// Marked twice: still found, the retry still ended.
+		for range 2 {
+			if err := b.s.NotificationCancelMark(b.ctx, "t1", p.ID); err != nil {
+				t.Fatalf("NotificationCancelMark: %v", err)
+			}
+		}
+		record(t, b, mid, 2, heraldtype.DeliveryRetryWait, time.Minute)
+		if got := claimDelivery(t, b, sendClaim(p.ID)); got.Claimed || got.Current == nil || got.Current.Reason != cancel.ReasonCancelled {
+			t.Fatalf("the retry after two marks = %+v; want SUPPRESSED(CANCELLED)", got)
+		}
+	})
 	t.Run("LeavesTheOutboxToItsOwner", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)

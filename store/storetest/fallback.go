@@ -568,6 +568,43 @@ func testFallback(t *testing.T, h Harness) {
 	// steps; the send's acceptance, recorded under the claim it had before
 	// the cancel, then ends the chain as any acceptance does: nothing is
 	// left waiting, for the claim or the watchdog.
+	// The send in flight at the cancel fails for now: its retry's claim
+	// ends it SUPPRESSED(CANCELLED), and that end skips the steps after
+	// it, as any end does, so no WAITING row is left without an owner.
+	t.Run("ACancelWhileSendingThenARetryEndsTheChain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p, row, res := cancelWhileSending(t, b)
+		push, alim, sms := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS)
+		if rec, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: push, Attempt: res.Attempt, State: heraldtype.DeliveryRetryWait,
+			Reason: "HTTP_429", RetryDelay: time.Minute, Owner: "w", Class: "not_sent", StartedAt: b.clk.Now(), Outbox: &row.Fence}); err != nil || !rec.Recorded || !rec.OutboxSettled {
+			t.Fatalf("record: %+v (%v)", rec, err)
+		}
+		b.clk.Advance(time.Minute)
+		again := claimed(t, b, false)
+		if len(again) != 1 || again[push].MessageID == "" {
+			t.Fatalf("claimed %v, want push's row at its retry", again)
+		}
+		if c := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: push, NotificationID: p.ID, Tenant: "t1", Channel: heraldtype.ChannelPush, Provider: "p", Owner: "w"}); c.Claimed {
+			t.Fatal("the retry of a send in flight at the cancel was claimed")
+		}
+		if ok, err := b.s.OutboxComplete(b.ctx, again[push].Fence, heraldtype.OutboxDone, cancel.ReasonCancelled); err != nil || !ok {
+			t.Fatalf("complete: %v %v", ok, err)
+		}
+		wantSteps(t, b, p.ID, map[string]step{
+			push: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionFirst},
+			alim: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
+			sms:  {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
+		})
+		b.clk.Advance(time.Hour)
+		if got := findAll(t, b, store.UnownedWaiting, 5*time.Minute); len(got) != 0 {
+			t.Fatalf("the watchdog found %+v", got)
+		}
+		if got := claimed(t, b, false); len(got) != 0 {
+			t.Fatalf("claimed %v after the chain ended", got)
+		}
+	})
+
 	t.Run("ACancelWhileSendingThenAnAcceptanceEndsTheChain", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
