@@ -154,6 +154,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	a.wireSimReports()
 	a.metrics.Declare(knownSeries(cfg, cat))
 	a.metrics.WatchReconcile(reconcile.Kinds, a.gauges.Figures)
+	if le, ok := a.store.(leaderElector); ok {
+		a.metrics.WatchLeader(le.IsLeader)
+	} else {
+		a.metrics.WatchLeader(nil) // SQLite: the one process leads
+	}
 	a.reconciler, err = Reconciler(cfg, a.store, ReconcileOptions{
 		RunBy: "server " + a.owner, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Clock: a.clock,
 	})
