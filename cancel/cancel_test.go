@@ -185,6 +185,21 @@ func (b *bundle) cancelOf(t *testing.T, id string) cancel.Entry {
 	return res.Deliveries[0]
 }
 
+// wantOneCallThenCancelled waits for notification id's outbox row to end
+// DONE and fails unless its send was called once and then ended
+// SUPPRESSED(CANCELLED): never tried again after the cancel.
+func (b *bundle) wantOneCallThenCancelled(t *testing.T, id string) {
+	t.Helper()
+	b.waitAllDone(t, []string{id})
+	if n := b.sim.CallCount(store.MessageID(id, heraldtype.ChannelWebhook)); n != 1 {
+		t.Errorf("the provider was called %d times, want the first attempt only", n)
+	}
+	v := b.view(t, id)
+	if d := v.Deliveries[0].Delivery; d.State != heraldtype.DeliverySuppressed || d.Reason != cancel.ReasonCancelled || d.Attempts != 1 {
+		t.Errorf("delivery %+v, want SUPPRESSED(CANCELLED) after 1 attempt", d)
+	}
+}
+
 func wantCancelled(t *testing.T, b *bundle, id string) {
 	t.Helper()
 	v := b.view(t, id)
@@ -319,7 +334,6 @@ func TestCancelledRetryIsNotRetried(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b *bundle) {
 		ids := b.create(t, 1)
-		msg := store.MessageID(ids[0], heraldtype.ChannelWebhook)
 		// Retry-After 2 s: the retry must not come before the cancel in the
 		// hook below has run, and with the schedule's 50 ms a loaded machine
 		// let another worker claim it first.
@@ -343,14 +357,7 @@ func TestCancelledRetryIsNotRetried(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the first attempt was not recorded within 30 s")
 		}
-		b.waitAllDone(t, ids)
-		if n := b.sim.CallCount(msg); n != 1 {
-			t.Errorf("the provider was called %d times, want the first attempt only", n)
-		}
-		v := b.view(t, ids[0])
-		if d := v.Deliveries[0].Delivery; d.State != heraldtype.DeliverySuppressed || d.Reason != cancel.ReasonCancelled || d.Attempts != 1 {
-			t.Errorf("delivery %+v, want SUPPRESSED(CANCELLED) after 1 attempt", d)
-		}
+		b.wantOneCallThenCancelled(t, ids[0])
 	})
 }
 
@@ -362,7 +369,6 @@ func TestASendInFlightAtTheCancelIsNotTriedAgain(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b *bundle) {
 		ids := b.create(t, 1)
-		msg := store.MessageID(ids[0], heraldtype.ChannelWebhook)
 		answered := make(chan cancel.Entry, 1)
 		b.sim.OnCall(func(ctx context.Context, m provider.Message) provider.Outcome {
 			// The cancel comes while the call is at the provider.
@@ -383,14 +389,7 @@ func TestASendInFlightAtTheCancelIsNotTriedAgain(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("no provider call within 30 s")
 		}
-		b.waitAllDone(t, ids)
-		if n := b.sim.CallCount(msg); n != 1 {
-			t.Errorf("the provider was called %d times, want the one in flight at the cancel only", n)
-		}
-		v := b.view(t, ids[0])
-		if d := v.Deliveries[0].Delivery; d.State != heraldtype.DeliverySuppressed || d.Reason != cancel.ReasonCancelled || d.Attempts != 1 {
-			t.Errorf("delivery %+v, want SUPPRESSED(CANCELLED) after 1 attempt", d)
-		}
+		b.wantOneCallThenCancelled(t, ids[0])
 	})
 }
 

@@ -127,6 +127,32 @@ func cancelWhileSending(t *testing.T, b bundle) (store.NotificationCreateParams,
 	return p, row, res
 }
 
+// cancelWhileSendingThen is cancelWhileSending, then push's call ends in
+// state (a retry a minute later for RETRY_WAIT), recorded under the claim
+// it had before the cancel, settling its outbox row.
+func cancelWhileSendingThen(t *testing.T, b bundle, state heraldtype.DeliveryState) store.NotificationCreateParams {
+	t.Helper()
+	p, row, res := cancelWhileSending(t, b)
+	if rec, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: row.MessageID, Attempt: res.Attempt, State: state,
+		RetryDelay: time.Minute, Owner: "w", Class: "x", StartedAt: b.clk.Now(), Outbox: &row.Fence}); err != nil || !rec.Recorded || !rec.OutboxSettled {
+		t.Fatalf("record %s: %+v (%v)", state, rec, err)
+	}
+	return p
+}
+
+// wantChainEnded fails unless, an hour on, the watchdog finds no WAITING
+// row without an owner and nothing of the lane is due.
+func wantChainEnded(t *testing.T, b bundle) {
+	t.Helper()
+	b.clk.Advance(time.Hour)
+	if got := findAll(t, b, store.UnownedWaiting, 5*time.Minute); len(got) != 0 {
+		t.Fatalf("the watchdog found %+v", got)
+	}
+	if got := claimed(t, b, false); len(got) != 0 {
+		t.Fatalf("claimed %v after the chain ended", got)
+	}
+}
+
 // ending is how a test ends a send, and the cause the next step records.
 type ending struct {
 	state  heraldtype.DeliveryState
@@ -564,22 +590,14 @@ func testFallback(t *testing.T, h Harness) {
 		}
 	})
 
-	// A cancel while the first step is being sent suppresses the waiting
-	// steps; the send's acceptance, recorded under the claim it had before
-	// the cancel, then ends the chain as any acceptance does: nothing is
-	// left waiting, for the claim or the watchdog.
 	// The send in flight at the cancel fails for now: its retry's claim
 	// ends it SUPPRESSED(CANCELLED), and that end skips the steps after
 	// it, as any end does, so no WAITING row is left without an owner.
 	t.Run("ACancelWhileSendingThenARetryEndsTheChain", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		p, row, res := cancelWhileSending(t, b)
+		p := cancelWhileSendingThen(t, b, heraldtype.DeliveryRetryWait)
 		push, alim, sms := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS)
-		if rec, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: push, Attempt: res.Attempt, State: heraldtype.DeliveryRetryWait,
-			Reason: "HTTP_429", RetryDelay: time.Minute, Owner: "w", Class: "not_sent", StartedAt: b.clk.Now(), Outbox: &row.Fence}); err != nil || !rec.Recorded || !rec.OutboxSettled {
-			t.Fatalf("record: %+v (%v)", rec, err)
-		}
 		b.clk.Advance(time.Minute)
 		again := claimed(t, b, false)
 		if len(again) != 1 || again[push].MessageID == "" {
@@ -596,36 +614,24 @@ func testFallback(t *testing.T, h Harness) {
 			alim: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
 			sms:  {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
 		})
-		b.clk.Advance(time.Hour)
-		if got := findAll(t, b, store.UnownedWaiting, 5*time.Minute); len(got) != 0 {
-			t.Fatalf("the watchdog found %+v", got)
-		}
-		if got := claimed(t, b, false); len(got) != 0 {
-			t.Fatalf("claimed %v after the chain ended", got)
-		}
+		wantChainEnded(t, b)
 	})
 
+	// A cancel while the first step is being sent suppresses the waiting
+	// steps; the send's acceptance, recorded under the claim it had before
+	// the cancel, then ends the chain as any acceptance does: nothing is
+	// left waiting, for the claim or the watchdog.
 	t.Run("ACancelWhileSendingThenAnAcceptanceEndsTheChain", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
-		p, row, res := cancelWhileSending(t, b)
+		p := cancelWhileSendingThen(t, b, heraldtype.DeliveryProviderAccepted)
 		push, alim, sms := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS)
-		if rec, err := b.s.DeliveryRecord(b.ctx, store.DeliveryRecordParams{MessageID: push, Attempt: res.Attempt, State: heraldtype.DeliveryProviderAccepted,
-			Owner: "w", Class: "ok", StartedAt: b.clk.Now(), Outbox: &row.Fence}); err != nil || !rec.Recorded || !rec.OutboxSettled {
-			t.Fatalf("record: %+v (%v)", rec, err)
-		}
 		wantSteps(t, b, p.ID, map[string]step{
 			push: {State: "PROVIDER_ACCEPTED", Decision: fallback.DecisionFirst},
 			alim: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: "PROVIDER_ACCEPTED"},
 			sms:  {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
 		})
-		b.clk.Advance(time.Hour)
-		if got := findAll(t, b, store.UnownedWaiting, 5*time.Minute); len(got) != 0 {
-			t.Fatalf("the watchdog found %+v", got)
-		}
-		if got := claimed(t, b, false); len(got) != 0 {
-			t.Fatalf("claimed %v after the chain ended", got)
-		}
+		wantChainEnded(t, b)
 	})
 
 	// A chain ends with the first end that is not a definite failure; a
