@@ -17,6 +17,8 @@ import (
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/internal/testsqlite"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/sender"
@@ -38,6 +40,8 @@ type bundle struct {
 	sim    *sim.Sim
 	sender *sender.Sender
 	cancel *cancel.Canceller
+	// metrics counts the sender's and the cancel's delivery states.
+	metrics *metrics.Metrics
 	logger *slog.Logger
 	hooks  *sender.Hooks
 }
@@ -85,8 +89,9 @@ func setup(t *testing.T, driver string) *bundle {
 	sm := sim.New(sim.Config{})
 	reg := provider.NewRegistry()
 	reg.Register(heraldtype.ChannelWebhook, "sim-webhook", sm)
-	b := &bundle{st: st, sim: sm, logger: logger, hooks: &sender.Hooks{}, cancel: &cancel.Canceller{Store: st, Logger: logger}}
-	b.sender = sender.New(sender.Config{Store: st, Providers: reg, Catalog: cat, Owner: "test", Logger: logger,
+	m := metrics.New(nil)
+	b := &bundle{st: st, sim: sm, logger: logger, hooks: &sender.Hooks{}, cancel: &cancel.Canceller{Store: st, Logger: logger, Metrics: m}, metrics: m}
+	b.sender = sender.New(sender.Config{Store: st, Providers: reg, Catalog: cat, Owner: "test", Logger: logger, Metrics: m,
 		Retry: sender.RetryPolicy{Quick: 2, QuickDelay: 50 * time.Millisecond, Slow: 1, SlowDelay: time.Minute},
 		Hooks: sender.Hooks{
 			AfterPeek: func(ctx context.Context, job heraldtype.Job) {
@@ -197,6 +202,14 @@ func (b *bundle) wantOneCallThenCancelled(t *testing.T, id string) {
 	v := b.view(t, id)
 	if d := v.Deliveries[0].Delivery; d.State != heraldtype.DeliverySuppressed || d.Reason != cancel.ReasonCancelled || d.Attempts != 1 {
 		t.Errorf("delivery %+v, want SUPPRESSED(CANCELLED) after 1 attempt", d)
+	}
+	// Its end is counted once, by whichever write made it.
+	got := metricstest.Deliveries(t, b.metrics)
+	want := map[string]float64{"SENDING": 1, "RETRY_WAIT": 1, "SUPPRESSED": 1}
+	for _, st := range metrics.DeliveryStates {
+		if k := "transactional/webhook/" + string(st); got[k] != want[string(st)] {
+			t.Errorf("herald_deliveries_total{%s} = %v, want %v", k, got[k], want[string(st)])
+		}
 	}
 }
 

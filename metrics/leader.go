@@ -3,7 +3,8 @@ package metrics
 import "github.com/prometheus/client_golang/prometheus"
 
 // WatchLeader exports whether this process runs the leader's work (the
-// sweeps, the watchdog, reconciliation, retention, the store's gauges and
+// sweeps, the watchdog, reconciliation, retention, the purge of old event
+// keys, the status look-ups of UNKNOWN deliveries, the store's gauges and
 // campaigns' fan-out), read when scraped:
 //
 //	herald_leader    1 on the process that leads, 0 on the others
@@ -19,7 +20,7 @@ func (m *Metrics) WatchLeader(isLeader func() bool) {
 	}
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "herald_leader",
-		Help: "1 if this process runs the leader's work (sweeps, watchdog, reconciliation, retention, campaign fan-out), else 0.",
+		Help: "1 if this process runs the leader's work (sweeps, watchdog, reconciliation, retention, event key purge, status look-ups, store gauges, campaign fan-out), else 0.",
 	}, func() float64 {
 		if isLeader == nil || isLeader() {
 			return 1

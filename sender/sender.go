@@ -438,6 +438,9 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 		if claim.Current == nil { // a held key that its rule let go on
 			return backoff(errors.New("claim: the event key is another notification's"))
 		}
+		if claim.Cancelled { // the claim ended a cancelled retry
+			s.Metrics.Delivery(job.Lane, job.Channel, heraldtype.DeliverySuppressed)
+		}
 		return s.blocked(*claim.Current)
 	}
 	s.Metrics.Delivery(job.Lane, job.Channel, heraldtype.DeliverySending)

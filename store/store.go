@@ -654,6 +654,10 @@ type DeliveryClaimResult struct {
 	// Current is the row that blocked the claim when Claimed is false
 	// (nil when the event key did).
 	Current *Delivery
+	// Cancelled: the claim itself ended Current, a retry whose
+	// notification or campaign was cancelled, SUPPRESSED(CANCELLED)
+	// (store.Cancels); the caller counts that end.
+	Cancelled bool
 	// Event is what the take of the params' Event found (zero without
 	// one).
 	Event EventKeyTakeResult

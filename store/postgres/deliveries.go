@@ -133,6 +133,7 @@ func (s *Store) deliveryClaimExisting(ctx context.Context, p store.DeliveryClaim
 	var (
 		won   *int
 		stale *bool
+		ended bool
 		msgID *string
 		cur   struct {
 			notif, tenant, ch, prov, state, reason *string
@@ -141,7 +142,7 @@ func (s *Store) deliveryClaimExisting(ctx context.Context, p store.DeliveryClaim
 		}
 	)
 	err := s.pipe.QueryRow(ctx, qDeliveryClaimRetry, s.now(), p.MessageID, p.Provider, p.Owner).
-		Scan(&won, &stale, &msgID, &cur.notif, &cur.tenant, &cur.ch, &cur.prov, &cur.state, &cur.reason, &cur.attempts,
+		Scan(&won, &stale, &ended, &msgID, &cur.notif, &cur.tenant, &cur.ch, &cur.prov, &cur.state, &cur.reason, &cur.attempts,
 			&cur.claimed, &cur.next, &cur.created, &cur.updated)
 	if err != nil {
 		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s", p.MessageID), err)
@@ -159,12 +160,13 @@ func (s *Store) deliveryClaimExisting(ctx context.Context, p store.DeliveryClaim
 	}
 	// The blocking row is not in the statement's snapshot (a concurrent
 	// claim inserted it), or the snapshot shows a due retry that a concurrent
-	// claim took first: read it as it is now.
+	// claim took first, or the statement ended it (a cancelled retry): read
+	// it as it is now.
 	d, err := scanDelivery(s.pool.QueryRow(ctx, qDeliveryGet, p.MessageID))
 	if err != nil {
 		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s: read blocking row", p.MessageID), err)
 	}
-	return store.DeliveryClaimResult{Current: &d}, nil
+	return store.DeliveryClaimResult{Current: &d, Cancelled: ended}, nil
 }
 
 // DeliveryRecord writes the outcome of a claimed attempt, conditional on the

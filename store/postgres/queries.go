@@ -742,7 +742,8 @@ SELECT (SELECT taken FROM k), (SELECT lease_until FROM k), (SELECT attempts FROM
 	// A RETRY_WAIT row whose notification or campaign was cancelled is not
 	// retried: it was in flight at the cancel, which leaves SENDING alone,
 	// and its call then failed for now (or it was PARKED and then
-	// requeued). u ends it SUPPRESSED(CANCELLED) instead, which moves its
+	// requeued). u ends it SUPPRESSED(CANCELLED) instead (the third
+	// column says so, for the caller to count), which moves its
 	// fallback chain on as any end does (qFallbackMove: the steps after it
 	// are skipped; it releases none, a cancel not being a definite
 	// failure), and the snapshot's row is reported stale, so
@@ -769,7 +770,7 @@ u AS (
     RETURNING d.notification_id, d.channel, d.state, d.reason
 )` + qFallbackMove + `
 SELECT (SELECT attempts FROM retry),
-       cur.state = 'RETRY_WAIT' AND cur.next_attempt_at <= t.now OR EXISTS (SELECT 1 FROM u),
+       cur.state = 'RETRY_WAIT' AND cur.next_attempt_at <= t.now OR EXISTS (SELECT 1 FROM u), EXISTS (SELECT 1 FROM u),
        cur.message_id, cur.notification_id, cur.tenant, cur.channel, cur.provider, cur.state, cur.reason, cur.attempts,
        cur.claimed_at, cur.next_attempt_at, cur.created_at, cur.updated_at
 FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`

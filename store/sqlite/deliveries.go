@@ -84,6 +84,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 			return fmt.Errorf("end a cancelled retry: %w", err)
 		}
 		if n, _ := r.RowsAffected(); n == 1 {
+			res.Cancelled = true
 			// Its end moves its fallback chain on, as any end does (the
 			// steps after it are skipped).
 			if wake, err = fallbackEnded(tx, now, p.MessageID, heraldtype.DeliverySuppressed, heraldtype.ReasonCancelled); err != nil {

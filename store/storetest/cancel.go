@@ -132,8 +132,12 @@ func testCancel(t *testing.T, h Harness) {
 				}
 			}
 			got := claimDelivery(t, b, sendClaim(p.ID))
-			if got.Claimed || got.Current == nil || got.Current.State != heraldtype.DeliverySuppressed || got.Current.Reason != cancel.ReasonCancelled {
-				t.Fatalf("%s: the retry's claim after the cancel = %+v; want no claim, SUPPRESSED(CANCELLED)", end, got)
+			if got.Claimed || !got.Cancelled || got.Current == nil || got.Current.State != heraldtype.DeliverySuppressed || got.Current.Reason != cancel.ReasonCancelled {
+				t.Fatalf("%s: the retry's claim after the cancel = %+v; want no claim, SUPPRESSED(CANCELLED) by the claim", end, got)
+			}
+			// A copy after that finds it ended, by someone else.
+			if again := claimDelivery(t, b, sendClaim(p.ID)); again.Claimed || again.Cancelled || again.Current == nil {
+				t.Fatalf("%s: a claim after the retry's = %+v; want the ended row, not ended by this claim", end, again)
 			}
 			if d := delivery(t, b, mid); d.State != heraldtype.DeliverySuppressed || d.Attempts != 1 {
 				t.Fatalf("%s: %s after %d attempts; want SUPPRESSED after the one", end, d.State, d.Attempts)
@@ -195,7 +199,7 @@ func testCancel(t *testing.T, h Harness) {
 		if len(rows) != 1 || rows[0].Known == nil || !rows[0].Known.Delivery {
 			t.Fatalf("claimed %+v, want the row knowing its delivery exists", rows)
 		}
-		if res := claimDelivery(t, b, sendClaim(p.ID)); res.Claimed || res.Current == nil || res.Current.Reason != cancel.ReasonCancelled {
+		if res := claimDelivery(t, b, sendClaim(p.ID)); res.Claimed || res.Cancelled || res.Current == nil || res.Current.Reason != cancel.ReasonCancelled {
 			t.Fatalf("a claim after the cancel: %+v", res)
 		}
 		if ok, err := b.s.OutboxComplete(b.ctx, rows[0].Fence, heraldtype.OutboxDone, cancel.ReasonCancelled); err != nil || !ok {
