@@ -42,8 +42,8 @@ type bundle struct {
 	cancel *cancel.Canceller
 	// metrics counts the sender's and the cancel's delivery states.
 	metrics *metrics.Metrics
-	logger *slog.Logger
-	hooks  *sender.Hooks
+	logger  *slog.Logger
+	hooks   *sender.Hooks
 }
 
 // eachStore runs test against SQLite and PostgreSQL.
