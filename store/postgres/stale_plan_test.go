@@ -47,6 +47,10 @@ VALUES ('n1.webhook', 'n1', 't', 'webhook', 'SENDING', 1, 'w', now(), now(), now
     fallback_plan = '{sms,alimtalk}' WHERE notification_id = 'n2'`,
 		`INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, claimed_by, claimed_at, created_at, updated_at)
 VALUES ('n2.webhook', 'n2', 't', 'webhook', 'SENDING', 1, 'w', now(), now(), now())`,
+		// The fourth waits for a retry, and its notification was cancelled.
+		`UPDATE notifications SET cancelled_at = now() WHERE id = 'ntf_00000000000000000000000004'`,
+		`INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, next_attempt_at, created_at, updated_at)
+VALUES ('ntf_00000000000000000000000004.webhook', 'ntf_00000000000000000000000004', 't', 'webhook', 'RETRY_WAIT', 1, now(), now(), now())`,
 	)
 	// The plan the missing statistics of the million-row outbox led to
 	// (fm estimated at 14 rows, each probe of the primary key's
@@ -81,6 +85,11 @@ VALUES ('n2.webhook', 'n2', 't', 'webhook', 'SENDING', 1, 'w', now(), now(), now
 		"decide":     {qDeliveryDecide, []any{nil, "n2.webhook", "n2", "t", "webhook", "SUPPRESSED", "CONSENT_DENIED"}},
 		"fail":       {qOutboxFail, []any{nil, "FAILED", "RENDER", "n3", "webhook", int64(1)}},
 		"stale":      {qDeliverySweepStale, []any{nil, 10 * time.Minute}},
+		// A copy's claim of a message whose row exists: one being sent,
+		// and a cancelled retry, which it ends, moving its chain on
+		// (qFallbackMove).
+		"blocked":   {qDeliveryClaimRetry, []any{nil, "n1.webhook", "sim", "w"}},
+		"cancelled": {qDeliveryClaimRetry, []any{nil, "ntf_00000000000000000000000004.webhook", "sim", "w"}},
 		// The expiry sweep, every 5 s, with nothing to expire.
 		"expire": {qOutboxExpire, []any{nil, 100}},
 	} {
