@@ -14,7 +14,10 @@
 // SUPPRESSED(CANCELLED) without a call, as it does for a cancelled
 // campaign's send. Its fallback chain moves on as after any end: the
 // steps after it are skipped. The mark is written before the sends are
-// read, so a send the cancel reports in flight always sees it.
+// read, so a send the cancel reports in flight always sees it. A cancel
+// that fails part-way (the store went away after the mark, or between
+// two decisions) returns the error having decided some sends or none;
+// its repeat, which the error asks for (503), decides the rest.
 //
 // Race safety comes from the sender's own guard: a cancel is the decision
 // write the sender makes when it decides not to send (store DeliveryDecide),

@@ -3,6 +3,7 @@ package cancel_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/storefault"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/metrics"
@@ -246,6 +248,54 @@ func TestCancelledBeforeTheClaimIsFinishedWithoutACall(t *testing.T) {
 			t.Fatalf("a consumer's copy: %+v after %d calls, want done (ack), SUPPRESSED, no call", res, b.sim.Total())
 		}
 	})
+}
+
+// A cancel that fails part-way (its mark committed and its answer lost, or
+// its decision failing) reports the failure, sends nothing on its own
+// account, and a repeat of it completes the cancel.
+func TestACancelThatFailsPartWayIsCompletedByItsRepeat(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *bundle) {
+		ids := b.create(t, 2)
+		for i, fault := range []string{"mark", "decide"} {
+			faulty := &cancel.Canceller{Store: &faultyCancel{Store: b.st, fault: fault}}
+			if _, err := faulty.Cancel(context.Background(), tenant, ids[i]); !errors.Is(err, storefault.ErrConnReset) {
+				t.Fatalf("%s: the failing cancel = %v; want the store's error", fault, err)
+			}
+			if e := b.cancelOf(t, ids[i]); !e.Cancelled {
+				t.Fatalf("%s: the repeat answered %+v; want cancelled", fault, e)
+			}
+		}
+		b.runClaimer(t)
+		b.waitAllDone(t, ids)
+		for _, id := range ids {
+			wantCancelled(t, b, id)
+		}
+		if n := b.sim.Total(); n != 0 {
+			t.Errorf("%d provider calls; want none", n)
+		}
+	})
+}
+
+// faultyCancel is a store whose cancel mark commits and loses its answer
+// (fault "mark"), or whose decisions fail (fault "decide").
+type faultyCancel struct {
+	store.Store
+	fault string
+}
+
+func (f *faultyCancel) NotificationCancelMark(ctx context.Context, tenant, id string) error {
+	if err := f.Store.NotificationCancelMark(ctx, tenant, id); err != nil || f.fault != "mark" {
+		return err
+	}
+	return storefault.ErrConnReset
+}
+
+func (f *faultyCancel) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams) (bool, error) {
+	if f.fault == "decide" {
+		return false, storefault.ErrConnReset
+	}
+	return f.Store.DeliveryDecide(ctx, p)
 }
 
 // jobOf is the job of v's webhook send as a broker message carries it: no
