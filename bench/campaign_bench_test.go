@@ -26,9 +26,17 @@ import (
 // recipients/s and rows/s (notifications and outbox rows committed). Run
 // it once: -benchtime 1x. It also times one read of the campaign's counts
 // (GET /v1/campaigns/{id}), which are computed when read.
+//
+// The recipients are user-0 … user-(n-1), added in that order, so a batch
+// of them falls into the notifications' recipient index nearly in order.
+// With HERALD_BENCH_CAMPAIGN_SCATTERED=1 they are scattered instead, as a
+// real list's phone numbers or user ids are: each a distinct 8-hex-digit
+// name (a multiplicative permutation of its number), so a batch touches
+// pages all over that index.
 func BenchmarkCampaignFanOut(b *testing.B) {
 	n := envInt("HERALD_BENCH_CAMPAIGN_RECIPIENTS", 100_000)
 	batch := envInt("HERALD_BENCH_CAMPAIGN_BATCH", 10_000)
+	scattered := os.Getenv("HERALD_BENCH_CAMPAIGN_SCATTERED") == "1"
 	channels := []heraldtype.Channel{heraldtype.ChannelWebhook, heraldtype.ChannelSMS, heraldtype.ChannelEmail}[:min(3, max(1, envInt("HERALD_BENCH_CAMPAIGN_CHANNELS", 1)))]
 	ctx := context.Background()
 	st, err := postgres.Open(ctx, testpg.Schema(b), postgres.Options{})
@@ -49,7 +57,7 @@ func BenchmarkCampaignFanOut(b *testing.B) {
 			page := make([]store.CampaignRecipient, min(campaign.MaxPage, n-from))
 			nids := ids.Ordered("ntf", time.Now(), len(page))
 			for j := range page {
-				page[j] = store.CampaignRecipient{Recipient: "user-" + strconv.Itoa(from+j), NotificationID: nids[j]}
+				page[j] = store.CampaignRecipient{Recipient: recipientName(from+j, scattered), NotificationID: nids[j]}
 			}
 			if _, err := st.CampaignAddRecipients(ctx, store.CampaignAddParams{Tenant: "bench", ID: id, Recipients: page}); err != nil {
 				b.Fatal(err)
@@ -79,10 +87,20 @@ func BenchmarkCampaignFanOut(b *testing.B) {
 		b.ReportMetric(took.Seconds(), "fanout-s")
 		b.ReportMetric(float64(n)/addTook.Seconds(), "added/s")
 		b.ReportMetric(getTook.Seconds(), "get-s")
-		fmt.Fprintf(os.Stderr, "campaign fan-out run %d: %d recipients, %d channel(s), batch %d: %.2f s (%.0f recipients/s, %.0f rows/s); pages added at %.0f/s; GET's counts read in %.2f s\n",
-			i+1, n, len(channels), batch, took.Seconds(), float64(n)/took.Seconds(), float64(rows)/took.Seconds(), float64(n)/addTook.Seconds(), getTook.Seconds())
+		fmt.Fprintf(os.Stderr, "campaign fan-out run %d: %d recipients (scattered: %v), %d channel(s), batch %d: %.2f s (%.0f recipients/s, %.0f rows/s); pages added at %.0f/s; GET's counts read in %.2f s\n",
+			i+1, n, scattered, len(channels), batch, took.Seconds(), float64(n)/took.Seconds(), float64(rows)/took.Seconds(), float64(n)/addTook.Seconds(), getTook.Seconds())
 		b.StartTimer()
 	}
+}
+
+// recipientName is the i-th recipient's name: user-i, or, scattered, the
+// image of i under multiplication by an odd constant modulo 2^32 (a
+// permutation, so distinct for every i) in hex.
+func recipientName(i int, scattered bool) string {
+	if !scattered {
+		return "user-" + strconv.Itoa(i)
+	}
+	return fmt.Sprintf("user-%08x", uint32(i)*2654435761)
 }
 
 // envInt reads a positive integer from the environment, or def.
