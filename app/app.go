@@ -147,6 +147,12 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	if w, ok := a.store.(claimWarmer); ok {
+		// Best effort: a claim opens what is still missing.
+		if err := w.WarmClaims(ctx); err != nil {
+			a.logger.LogAttrs(ctx, slog.LevelWarn, "app: could not open the claim connections ahead", slog.Any("error", err))
+		}
+	}
 	// The gauges that read the store, from memory (gauges.go).
 	a.gauges = &storeGauges{backlogOf: a.store.OutboxBacklog, figuresOf: a.reconcileFigures, logger: a.logger,
 		staleAfter: 3 * cfg.Metrics.RefreshInterval.D()}
@@ -282,6 +288,14 @@ func Keyring(cfg *config.Config) (*seal.Keyring, error) {
 // leaderElector is a store shared by several processes that elects one of
 // them to run the leader-only sweeps (PostgreSQL's advisory lock). A store
 // without it (SQLite: one process) is always the leader.
+// claimWarmer opens the connections the claims will use before they need
+// them (PostgreSQL).
+type claimWarmer interface {
+	WarmClaims(ctx context.Context) error
+}
+
+var _ claimWarmer = (*postgres.Store)(nil)
+
 type leaderElector interface {
 	RunLeaderElection(ctx context.Context) error
 	IsLeader() bool

@@ -58,3 +58,31 @@ FROM pg_prepared_statements WHERE statement = $1`, qOutboxClaim).Scan(&generic, 
 		t.Errorf("the main pool's enable_seqscan is %q (%v), want on", seqscan, err)
 	}
 }
+
+// WarmClaims leaves the claim pool's connections open and idle, with the
+// claim's settings, and a closed store reports it cannot.
+func TestWarmClaimsOpensTheClaimConnectionsAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "", Options{})
+	if n := s.claims.Stat().TotalConns(); n != 0 {
+		t.Fatalf("the claim pool holds %d connections before any claim, want 0", n)
+	}
+	if err := s.WarmClaims(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.claims.Stat(); st.TotalConns() != claimConns || st.IdleConns() != claimConns {
+		t.Fatalf("after WarmClaims the claim pool holds %d connections, %d idle; want %d, all idle", st.TotalConns(), st.IdleConns(), claimConns)
+	}
+	var got string
+	if err := s.claims.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&got); err != nil || got != claimSettings["plan_cache_mode"] {
+		t.Fatalf("a warmed connection's plan_cache_mode = %q (%v)", got, err)
+	}
+	if n := s.claims.Stat().TotalConns(); n != claimConns {
+		t.Fatalf("a query after WarmClaims opened more: %d connections", n)
+	}
+	s.Close()
+	if err := s.WarmClaims(ctx); err == nil {
+		t.Fatal("WarmClaims on a closed store: no error")
+	}
+}

@@ -335,6 +335,31 @@ const claimConns = 4
 
 var claimSettings = map[string]string{"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off", "enable_bitmapscan": "off"}
 
+// WarmClaims opens the claim pool's connections (claimConns) before the
+// claimers and the relay ask for them, and leaves them idle in the pool. A
+// server calls it at start: opened on demand, they were opened by the
+// first claims, while the notifications committed meanwhile waited. In
+// the Go API's run (8 goroutines enqueueing from the first moment), a
+// committed notification's wait for its provider call had a p99 of
+// 153-229 ms in 3 of 7 runs; with the connections open before, 42-65 ms in
+// all 7 (a pool keeping them open from its start, alternated).
+func (s *Store) WarmClaims(ctx context.Context) error {
+	conns := make([]*pgxpool.Conn, 0, claimConns)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range claimConns {
+		c, err := s.claims.Acquire(ctx)
+		if err != nil {
+			return s.fail("open the claim connections", err)
+		}
+		conns = append(conns, c)
+	}
+	return nil
+}
+
 // claimPoolConfig derives the claim pool's configuration from the main
 // pool's: the same server and parameters, claimSettings on top.
 func claimPoolConfig(cfg *pgxpool.Config) *pgxpool.Config {
