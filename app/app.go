@@ -147,10 +147,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	if w, ok := a.store.(claimWarmer); ok {
-		// Best effort: a claim opens what is still missing.
-		if err := w.WarmClaims(ctx); err != nil {
-			a.logger.LogAttrs(ctx, slog.LevelWarn, "app: could not open the claim connections ahead", slog.Any("error", err))
+	if w, ok := a.store.(warmer); ok {
+		// Best effort: a claim or a send opens what is still missing.
+		if err := w.WarmUp(ctx); err != nil {
+			a.logger.LogAttrs(ctx, slog.LevelWarn, "app: could not open the database connections ahead", slog.Any("error", err))
 		}
 	}
 	// The gauges that read the store, from memory (gauges.go).
@@ -288,13 +288,13 @@ func Keyring(cfg *config.Config) (*seal.Keyring, error) {
 // leaderElector is a store shared by several processes that elects one of
 // them to run the leader-only sweeps (PostgreSQL's advisory lock). A store
 // without it (SQLite: one process) is always the leader.
-// claimWarmer opens the connections the claims will use before they need
-// them (PostgreSQL).
-type claimWarmer interface {
-	WarmClaims(ctx context.Context) error
+// warmer opens the connections the claims and sends will use before they
+// need them (PostgreSQL).
+type warmer interface {
+	WarmUp(ctx context.Context) error
 }
 
-var _ claimWarmer = (*postgres.Store)(nil)
+var _ warmer = (*postgres.Store)(nil)
 
 type leaderElector interface {
 	RunLeaderElection(ctx context.Context) error

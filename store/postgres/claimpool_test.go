@@ -59,30 +59,34 @@ FROM pg_prepared_statements WHERE statement = $1`, qOutboxClaim).Scan(&generic, 
 	}
 }
 
-// WarmClaims leaves the claim pool's connections open and idle, with the
-// claim's settings, and a closed store reports it cannot.
-func TestWarmClaimsOpensTheClaimConnectionsAhead(t *testing.T) {
+// WarmUp leaves the claim pool's connections and warmMain of the main
+// pool's open and idle, the claim's with its settings, and a closed store
+// reports it cannot.
+func TestWarmUpOpensTheConnectionsAhead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := setup(t, "", Options{})
 	if n := s.claims.Stat().TotalConns(); n != 0 {
 		t.Fatalf("the claim pool holds %d connections before any claim, want 0", n)
 	}
-	if err := s.WarmClaims(ctx); err != nil {
+	if err := s.WarmUp(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.claims.Stat(); st.TotalConns() != claimConns || st.IdleConns() != claimConns {
-		t.Fatalf("after WarmClaims the claim pool holds %d connections, %d idle; want %d, all idle", st.TotalConns(), st.IdleConns(), claimConns)
+		t.Fatalf("after WarmUp the claim pool holds %d connections, %d idle; want %d, all idle", st.TotalConns(), st.IdleConns(), claimConns)
+	}
+	if st := s.pool.Stat(); st.TotalConns() < warmMain || st.IdleConns() < warmMain {
+		t.Fatalf("after WarmUp the main pool holds %d connections, %d idle; want at least %d idle", st.TotalConns(), st.IdleConns(), warmMain)
 	}
 	var got string
 	if err := s.claims.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&got); err != nil || got != claimSettings["plan_cache_mode"] {
-		t.Fatalf("a warmed connection's plan_cache_mode = %q (%v)", got, err)
+		t.Fatalf("a warmed claim connection's plan_cache_mode = %q (%v)", got, err)
 	}
 	if n := s.claims.Stat().TotalConns(); n != claimConns {
-		t.Fatalf("a query after WarmClaims opened more: %d connections", n)
+		t.Fatalf("a query after WarmUp opened more: %d claim connections", n)
 	}
 	s.Close()
-	if err := s.WarmClaims(ctx); err == nil {
-		t.Fatal("WarmClaims on a closed store: no error")
+	if err := s.WarmUp(ctx); err == nil {
+		t.Fatal("WarmUp on a closed store: no error")
 	}
 }
