@@ -147,12 +147,6 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	if w, ok := a.store.(warmer); ok {
-		// Best effort: a claim or a send opens what is still missing.
-		if err := w.WarmUp(ctx); err != nil {
-			a.logger.LogAttrs(ctx, slog.LevelWarn, "app: could not open the database connections ahead", slog.Any("error", err))
-		}
-	}
 	// The gauges that read the store, from memory (gauges.go).
 	a.gauges = &storeGauges{backlogOf: a.store.OutboxBacklog, figuresOf: a.reconcileFigures, logger: a.logger,
 		staleAfter: 3 * cfg.Metrics.RefreshInterval.D()}
@@ -285,9 +279,6 @@ func Keyring(cfg *config.Config) (*seal.Keyring, error) {
 	return k, nil
 }
 
-// leaderElector is a store shared by several processes that elects one of
-// them to run the leader-only sweeps (PostgreSQL's advisory lock). A store
-// without it (SQLite: one process) is always the leader.
 // warmer opens the connections the claims and sends will use before they
 // need them (PostgreSQL).
 type warmer interface {
@@ -296,6 +287,23 @@ type warmer interface {
 
 var _ warmer = (*postgres.Store)(nil)
 
+// WarmUp opens the database connections the claims and the first sends
+// use, before Run's claimers and senders ask for them (PostgreSQL: the
+// claim pool's and a few of the main pool's; nothing on SQLite), so the
+// notifications committed as a server starts under load do not wait for
+// them. herald serve calls it before Run. It is best effort: a failure is
+// logged, and a claim or a send opens what is still missing.
+func (a *App) WarmUp(ctx context.Context) {
+	if w, ok := a.store.(warmer); ok {
+		if err := w.WarmUp(ctx); err != nil {
+			a.logger.LogAttrs(ctx, slog.LevelWarn, "app: could not open the database connections ahead", slog.Any("error", err))
+		}
+	}
+}
+
+// leaderElector is a store shared by several processes that elects one of
+// them to run the leader-only sweeps (PostgreSQL's advisory lock). A store
+// without it (SQLite: one process) is always the leader.
 type leaderElector interface {
 	RunLeaderElection(ctx context.Context) error
 	IsLeader() bool

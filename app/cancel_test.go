@@ -51,9 +51,11 @@ func TestACancelDuringTheCallStopsItsRetry(t *testing.T) {
 			sms.OnCall(func(ctx context.Context, m provider.Message) provider.Outcome {
 				// The cancel comes while the call is at the provider.
 				nid, _, _ := strings.Cut(m.MessageID, ".")
+				// A second call (it must not come) cancels again, which
+				// changes nothing, and is counted below.
 				select {
 				case answered <- cancelOver(base, nid):
-				default: // a second call: counted below
+				default:
 				}
 				return provider.NotSentOutcome("HTTP_429", 100*time.Millisecond)
 			})
@@ -82,11 +84,13 @@ func TestACancelDuringTheCallStopsItsRetry(t *testing.T) {
 			if n := sms.CallCount(msg); n != 1 {
 				t.Errorf("%d provider calls; want the one in flight at the cancel", n)
 			}
-			_, metrics := get(t, base, "/metrics", "")
+			// Counted by the sender once the claim has returned, a moment
+			// after the row reads SUPPRESSED.
 			line := `herald_deliveries_total{channel="sms",lane="transactional",state="SUPPRESSED"} 1`
-			if !strings.Contains(string(metrics), line+"\n") {
-				t.Errorf("/metrics has no %q", line)
-			}
+			testenv.WaitFor(t, "/metrics to count the end", testenv.Patience, func() bool {
+				_, metrics := get(t, base, "/metrics", "")
+				return strings.Contains(string(metrics), line+"\n")
+			})
 		})
 	}
 }

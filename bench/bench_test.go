@@ -163,6 +163,7 @@ func startApp(b *testing.B, cfg *config.Config, e *env) string {
 	if err != nil {
 		b.Fatal(err)
 	}
+	a.WarmUp(context.Background()) // as herald serve does
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

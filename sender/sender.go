@@ -53,7 +53,9 @@
 //
 // herald_deliveries_total is counted here, once per state a delivery
 // enters, and only for writes that took: a won claim (SENDING), a recorded
-// result, a written decision. A copy that loses a write counts nothing,
+// result, a written decision, and a claim that itself ended a cancelled
+// retry (SUPPRESSED: DeliveryClaimResult.Cancelled). A copy that loses a
+// write counts nothing,
 // and a copy that parks a message already PARKED writes nothing (the
 // decision write never puts PARKED over PARKED), so it raises no second
 // PARKED alert either. The entries other writers make (the stale sweep, a

@@ -216,6 +216,7 @@ func startHerald(b *testing.B, onCall func(provider.Message)) *heraldRun {
 	if err != nil {
 		b.Fatal(err)
 	}
+	a.WarmUp(ctx) // as herald serve does
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(rctx) }()

@@ -172,6 +172,7 @@ func serve(cmd *command, args []string, stdout, stderr io.Writer) error {
 		sort.Strings(names)
 		fmt.Fprintf(stdout, "kinds: %s\n", strings.Join(names, "; "))
 	}
+	a.WarmUp(ctx)
 	return a.Run(ctx)
 }
 
