@@ -7,10 +7,12 @@ import (
 	"net"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/internal/testpg"
 )
 
@@ -41,6 +43,30 @@ func driverDatabase(t *testing.T, driver string) string {
 		return testpg.Schema(t)
 	}
 	return ""
+}
+
+// transportConfig is testConfig for driver, one of "sqlite", "postgres",
+// "sqlite+rabbitmq" and "postgres+rabbitmq": a fresh database, and for
+// the last two a vhost of its own with the rabbitmq transport; claims
+// poll every 20 ms. edit, when set, runs after that.
+func transportConfig(t *testing.T, driver string, edit func(*config.Config)) *config.Config {
+	t.Helper()
+	database, mq := driverDatabase(t, driver), ""
+	switch driver {
+	case "postgres+rabbitmq":
+		database, mq = testpg.Schema(t), testmq.VHost(t)
+	case "sqlite+rabbitmq":
+		mq = testmq.VHost(t)
+	}
+	return testConfig(t, database, func(c *config.Config) {
+		if mq != "" {
+			c.Transport, c.RabbitMQURL = "rabbitmq", mq
+		}
+		c.PollInterval = config.Duration(20 * time.Millisecond)
+		if edit != nil {
+			edit(c)
+		}
+	})
 }
 
 // newHerald builds herald on cfg with opts, listening on a port of its own

@@ -12,8 +12,6 @@ import (
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testenv"
-	"github.com/heraldhq/herald/internal/testmq"
-	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/store"
 )
@@ -27,20 +25,7 @@ func TestACancelDuringTheCallStopsItsRetry(t *testing.T) {
 	for _, driver := range []string{"sqlite", "postgres", "sqlite+rabbitmq", "postgres+rabbitmq"} {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
-			database, mq := driverDatabase(t, driver), ""
-			switch driver {
-			case "postgres+rabbitmq":
-				database, mq = testpg.Schema(t), testmq.VHost(t)
-			case "sqlite+rabbitmq":
-				mq = testmq.VHost(t)
-			}
-			cfg := testConfig(t, database, func(c *config.Config) {
-				if mq != "" {
-					c.Transport, c.RabbitMQURL = "rabbitmq", mq
-				}
-				c.PollInterval = config.Duration(20 * time.Millisecond)
-			})
-			a, base := newHerald(t, cfg, app.Options{})
+			a, base := newHerald(t, transportConfig(t, driver, nil), app.Options{})
 			sms := a.Sim("sim-sms")
 			runHerald(t, a)
 			if code, body := call(t, base, http.MethodPut, "/v1/recipients/r1/profile", config.DevAPIKey,

@@ -15,8 +15,6 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testenv"
-	"github.com/heraldhq/herald/internal/testmq"
-	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/store"
@@ -42,18 +40,7 @@ func startQuietHerald(t *testing.T, driver string, start time.Time, edits ...fun
 	h := &quietHerald{clk: clock.NewFake(start), alerts: &alert.Recorder{}}
 	h.seoul, _ = time.LoadLocation("Asia/Seoul")
 	opts := app.Options{Clock: h.clk, Alerts: h.alerts}
-	database, mq := driverDatabase(t, driver), ""
-	switch driver {
-	case "postgres+rabbitmq":
-		database, mq = testpg.Schema(t), testmq.VHost(t)
-	case "sqlite+rabbitmq":
-		mq = testmq.VHost(t)
-	}
-	cfg := testConfig(t, database, func(c *config.Config) {
-		if mq != "" {
-			c.Transport, c.RabbitMQURL = "rabbitmq", mq
-		}
-		c.PollInterval = config.Duration(20 * time.Millisecond)
+	cfg := transportConfig(t, driver, func(c *config.Config) {
 		c.SweepInterval = config.Duration(20 * time.Millisecond)
 		sms := map[string]config.Template{"sms": {Body: "{{.text}}"}}
 		c.Kinds = append(c.Kinds,
