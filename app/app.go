@@ -154,11 +154,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	a.wireSimReports()
 	a.metrics.Declare(knownSeries(cfg, cat))
 	a.metrics.WatchReconcile(reconcile.Kinds, a.gauges.Figures)
-	if le, ok := a.store.(leaderElector); ok {
-		a.metrics.WatchLeader(le.IsLeader)
-	} else {
-		a.metrics.WatchLeader(nil) // SQLite: the one process leads
-	}
+	a.metrics.WatchLeader(leaderCheck(a.store))
 	a.reconciler, err = Reconciler(cfg, a.store, ReconcileOptions{
 		RunBy: "server " + a.owner, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Clock: a.clock,
 	})
@@ -311,6 +307,16 @@ type leaderElector interface {
 
 var _ leaderElector = (*postgres.Store)(nil)
 
+// leaderCheck is st's IsLeader, or nil for a store without an election
+// (SQLite: the one process always leads), as the leader-only loops and
+// the leader gauge take it.
+func leaderCheck(st store.Store) func() bool {
+	if le, ok := st.(leaderElector); ok {
+		return le.IsLeader
+	}
+	return nil
+}
+
 // Store returns the store (tests inspect it).
 func (a *App) Store() store.Store { return a.store }
 
@@ -378,9 +384,8 @@ func (a *App) Run(ctx context.Context) error {
 	} else {
 		a.runRabbitMQ(work, &wg)
 	}
-	var isLeader func() bool
+	isLeader := leaderCheck(a.store)
 	if le, ok := a.store.(leaderElector); ok {
-		isLeader = le.IsLeader
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

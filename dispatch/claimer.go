@@ -789,10 +789,17 @@ func (c *Claimer) share(free int) (int, skipping) {
 // the reserve of them, up to the bound plus that half; else none (share,
 // and fits for an offer beside a claim under way).
 func (c *Claimer) othersRoom(n, m int) int {
-	if half := c.Reserve / 2; m >= n-half {
-		return max(0, c.Concurrency-c.Reserve+half-n)
+	if m >= n-c.Reserve/2 {
+		return max(0, c.othersLimit()-n)
 	}
 	return 0
+}
+
+// othersLimit is the most sends a tenant may hold with its scopes other
+// than its fullest: the bound (Concurrency − Reserve) plus half the
+// reserve.
+func (c *Claimer) othersLimit() int {
+	return c.Concurrency - c.Reserve + c.Reserve/2
 }
 
 // skipping is what a claim leaves (store.OutboxClaimParams.Skip,

@@ -63,16 +63,18 @@ func (c *Claimer) offerable(tenant, scope string) bool {
 	if c.free()-c.pledged < 1 {
 		return false
 	}
-	// With a reserve, the share bounds a waiting tenant's other scopes
-	// (below) as a claim would, at the bound plus half the reserve, and
-	// keeps the rest of the reserve for the other tenants; a full claim
-	// never leaves a tenant past that.
-	top := c.top
-	if c.Reserve > 0 {
-		top = c.Concurrency - c.Reserve + c.Reserve/2
-	}
-	if c.backlog && !c.held.before(tenant, scope, c.waiting, top) {
-		return false
+	if c.backlog {
+		// With a reserve, the share bounds a waiting tenant's other scopes
+		// (below) as a claim would, at othersLimit, and keeps the rest of
+		// the reserve for the other tenants; a full claim never leaves a
+		// tenant past that.
+		top := c.top
+		if c.Reserve > 0 {
+			top = c.othersLimit()
+		}
+		if !c.held.before(tenant, scope, c.waiting, top) {
+			return false
+		}
 	}
 	if _, skip := c.share(1); skip.Tenant != "" && skip.Tenant == tenant && (skip.Scope == nil || *skip.Scope == scope || skip.Cap < 1) {
 		return false

@@ -156,17 +156,16 @@ func (s *Store) deliveryClaimExisting(ctx context.Context, p store.DeliveryClaim
 			Provider: deref(cur.prov), State: heraldtype.DeliveryState(deref(cur.state)), Reason: deref(cur.reason),
 			Attempts: deref(cur.attempts), ClaimedAt: utcPtr(cur.claimed), NextAttemptAt: utcPtr(cur.next),
 			CreatedAt: utc(deref(cur.created)), UpdatedAt: utc(deref(cur.updated)),
-		}}, nil
+		}, Cancelled: ended}, nil
 	}
 	// The blocking row is not in the statement's snapshot (a concurrent
 	// claim inserted it), or the snapshot shows a due retry that a concurrent
-	// claim took first, or the statement ended it (a cancelled retry): read
-	// it as it is now.
+	// claim took first: read it as it is now.
 	d, err := scanDelivery(s.pool.QueryRow(ctx, qDeliveryGet, p.MessageID))
 	if err != nil {
 		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s: read blocking row", p.MessageID), err)
 	}
-	return store.DeliveryClaimResult{Current: &d, Cancelled: ended}, nil
+	return store.DeliveryClaimResult{Current: &d}, nil
 }
 
 // DeliveryRecord writes the outcome of a claimed attempt, conditional on the

@@ -261,13 +261,14 @@ FROM idempotency_keys WHERE tenant = $1::text AND key = $2::text`
 
 	// qNotificationCancelMark marks a notification cancelled
 	// (store.Cancels), once: a row marked already is not written again. It
-	// returns whether the notification exists. $1 id, $2 tenant, $3 now.
+	// returns whether the notification exists, as the statement's snapshot
+	// shows it, marked or not (u runs whether or not it is read).
+	// $1 id, $2 tenant, $3 now.
 	qNotificationCancelMark = `WITH u AS (
     UPDATE notifications SET cancelled_at = coalesce($3::timestamptz, now())
     WHERE id = $1::text AND tenant = $2::text AND cancelled_at IS NULL
-    RETURNING 1
 )
-SELECT EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM notifications WHERE id = $1::text AND tenant = $2::text)`
+SELECT EXISTS (SELECT 1 FROM notifications WHERE id = $1::text AND tenant = $2::text)`
 
 	// qNotificationGet reads the notification, its planned sends and their
 	// deliveries from one snapshot, with the time it read them.
@@ -704,7 +705,8 @@ FROM deliveries WHERE message_id = $1::text`
 	//   racing for the same retry, the second re-checks the row under its
 	//   lock, sees SENDING and updates nothing), and returns the attempt
 	//   number if it won, and the row as its snapshot saw it (the blocking
-	//   row, when it did not).
+	//   row, when it did not), or as it wrote it when it ended a cancelled
+	//   retry (below).
 	//
 	// $1 now, $2 message id, $3 notification id, $4 tenant, $5 channel,
 	// $6 provider, $7 owner.
@@ -742,13 +744,12 @@ SELECT (SELECT taken FROM k), (SELECT lease_until FROM k), (SELECT attempts FROM
 	// A RETRY_WAIT row whose notification or campaign was cancelled is not
 	// retried: it was in flight at the cancel, which leaves SENDING alone,
 	// and its call then failed for now (or it was PARKED and then
-	// requeued). u ends it SUPPRESSED(CANCELLED) instead (the third
-	// column says so, for the caller to count), which moves its
+	// requeued). u ends it SUPPRESSED(CANCELLED) instead, which moves its
 	// fallback chain on as any end does (qFallbackMove: the steps after it
 	// are skipped; it releases none, a cancel not being a definite
-	// failure), and the snapshot's row is reported stale, so
-	// DeliveryClaim reads the row as it is now. (retry and u exclude each
-	// other on qDeliveryCancelled, so no row is written twice.)
+	// failure), and the row returned is the one it wrote, the third column
+	// saying so (for the caller to count that end). (retry and u exclude
+	// each other on qDeliveryCancelled, so no row is written twice.)
 	//
 	// $1 now, $2 message id, $3 provider, $4 owner.
 	qDeliveryClaimRetry = `WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
@@ -767,13 +768,23 @@ u AS (
     FROM t
     WHERE d.message_id = $2::text AND d.state = 'RETRY_WAIT'
       AND ` + qDeliveryCancelled + `
-    RETURNING d.notification_id, d.channel, d.state, d.reason
-)` + qFallbackMove + `
+    RETURNING ` + qDeliveryRetryRow + `
+)` + qFallbackMove + `,
+cur AS (
+    SELECT true AS ended, ` + qDeliveryRetryRow + ` FROM u
+    UNION ALL
+    SELECT false, ` + qDeliveryRetryRow + ` FROM deliveries d WHERE d.message_id = $2::text AND NOT EXISTS (SELECT 1 FROM u)
+)
 SELECT (SELECT attempts FROM retry),
-       cur.state = 'RETRY_WAIT' AND cur.next_attempt_at <= t.now OR EXISTS (SELECT 1 FROM u), EXISTS (SELECT 1 FROM u),
+       NOT cur.ended AND cur.state = 'RETRY_WAIT' AND cur.next_attempt_at <= t.now, coalesce(cur.ended, false),
        cur.message_id, cur.notification_id, cur.tenant, cur.channel, cur.provider, cur.state, cur.reason, cur.attempts,
        cur.claimed_at, cur.next_attempt_at, cur.created_at, cur.updated_at
-FROM t LEFT JOIN deliveries cur ON cur.message_id = $2::text`
+FROM t LEFT JOIN cur ON true`
+
+	// qDeliveryRetryRow is the columns of a delivery qDeliveryClaimRetry
+	// returns (the ones qFallbackMove reads of u among them).
+	qDeliveryRetryRow = `message_id, notification_id, tenant, channel, provider, state, reason, attempts,
+           claimed_at, next_attempt_at, created_at, updated_at`
 
 	// qDeliveryCancelled says whether the delivery d's notification or
 	// campaign was cancelled (store.Cancels, CampaignCancel). Each is read

@@ -86,19 +86,20 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 		if n, _ := r.RowsAffected(); n == 1 {
 			res.Cancelled = true
 			// Its end moves its fallback chain on, as any end does (the
-			// steps after it are skipped).
+			// steps after it are skipped); there is no retry to claim.
 			if wake, err = fallbackEnded(tx, now, p.MessageID, heraldtype.DeliverySuppressed, heraldtype.ReasonCancelled); err != nil {
 				return err
 			}
-		}
-		var attempt int
-		err = tx.QueryRow(qDeliveryClaimRetry, p.Provider, p.Owner, now, now, p.MessageID, now).Scan(&attempt)
-		if err == nil {
-			res.Claimed, res.Attempt = true, attempt
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("claim retry: %w", err)
+		} else {
+			var attempt int
+			err = tx.QueryRow(qDeliveryClaimRetry, p.Provider, p.Owner, now, now, p.MessageID, now).Scan(&attempt)
+			if err == nil {
+				res.Claimed, res.Attempt = true, attempt
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("claim retry: %w", err)
+			}
 		}
 		cur, err := scanDelivery(tx.QueryRow(qDeliveryGet, p.MessageID))
 		if err != nil {
