@@ -32,6 +32,15 @@ var withoutRace struct {
 // minutes of CI's fifteen. The test's failure is the child's, with its
 // output. A package that calls it runs its tests through Main, which
 // removes the built binary.
+//
+// Building only the driver without instrumentation
+// (GOFLAGS=-gcflags=modernc.org/...=-race=false) would cut the SQLite
+// conformance suite's CPU sixfold, but it breaks the race detector for
+// everything: generic code instantiated in the driver's packages (sync.Map's
+// trie among it) is compiled there without instrumentation, and the linker
+// keeps one copy of each instantiation for the whole binary, so the
+// happens-before edges of every sync.Map are lost and encoding/json's caches
+// report data races that are not there (tried on 2026-12-06).
 func WithoutRace(t *testing.T) bool {
 	t.Helper()
 	if !RaceEnabled || os.Getenv(withoutRaceEnv) == "1" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -84,6 +85,9 @@ func tableScans(plan string, allowed ...string) []string {
 // table.
 func TestTheClaimDoesNotVisitTheScopesWithOnlyDeferredRows(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	const scopes, due = 2000, 5
 	s, t0 := deferredLane(t, scopes, due)
 	ctx := context.Background()
@@ -176,6 +180,9 @@ func TestThePromotionAndTheBacklogSearchTheDeferredRowsUpToTheirBound(t *testing
 // after). Counted by running the claim's steps up to its reads.
 func TestTheClaimReadsOnlyTheRowsThatCanWinWhenScopesOutnumberIt(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	ctx := context.Background()
 	s, t0 := spreadLane(t, 20000, 100)
 	start, end := strings.Index(qOutboxClaim, "WITH RECURSIVE groups"), strings.Index(qOutboxClaim, "cand AS (")

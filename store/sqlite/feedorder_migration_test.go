@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 )
@@ -24,6 +25,9 @@ import (
 // same items.
 func TestMigration26NumbersTheItemsInTheFeedsOrder(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "herald.db")
 	if _, err := sqlite.Migrate(ctx, path); err != nil {

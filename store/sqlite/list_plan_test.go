@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // Listing a tenant's notifications (GET /v1/notifications) searches an
@@ -11,6 +13,9 @@ import (
 // the notifications, no sort of them, with or without a recipient.
 func TestNotificationListSearchesItsIndex(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	s := planStore(t, `WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20000)
 INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
 SELECT printf('ntf_%08d', i), CASE WHEN i % 2 = 0 THEN 'big' ELSE 'other' END,

@@ -164,6 +164,9 @@ func queryInt(t *testing.T, path, query string) int {
 // them from there.
 func TestMigration27StartsTheCampaignCountsFromTheSends(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	ctx := context.Background()
 	var c storetest.CampaignCountsBeforeMigration
 	path := fileBeforeMigration(t, func(s *sqlite.Store) { c = storetest.MakeCampaignCounts(t, s, time.Now()) }, `DROP TABLE campaign_counts;
@@ -188,6 +191,9 @@ DELETE FROM schema_migrations WHERE version = 27;`)
 // TTL from the migration, and leaves campaigns past DRAFT without one.
 func TestMigration28GivesDraftsMadeBeforeItAWeek(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	ctx := context.Background()
 	path := fileBeforeMigration(t, func(s *sqlite.Store) {
 		for _, id := range []string{"cmp_draft", "cmp_started"} {
@@ -247,6 +253,9 @@ func fileBeforeMigration(t *testing.T, fill func(s *sqlite.Store), undo string) 
 // names no scope) gets none.
 func TestMigration29ScopesWhatWasThereNone(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	ctx := context.Background()
 	oldRow := func(id string) string {
 		return `INSERT INTO notifications (id, tenant, recipient, event_id, kind, lane, params, created_at)
@@ -298,6 +307,9 @@ DELETE FROM schema_migrations WHERE version = 30;
 // before, and a row an older herald writes is not deferred.
 func TestMigration30LeavesTheRowsThereInTheClaimsIndex(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	ctx := context.Background()
 	now := time.Now()
 	oldRow := func(id string, at time.Time) string {

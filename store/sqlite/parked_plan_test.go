@@ -3,6 +3,8 @@ package sqlite
 import (
 	"strings"
 	"testing"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // The parked list and the requeue's selection walk deliveries_parked (0018)
@@ -11,6 +13,9 @@ import (
 // every write (issue 13).
 func TestParkedListAndRequeueWalkTheParkedIndex(t *testing.T) {
 	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
 	s := planStore(t,
 		`WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 20000)
 INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, attempts, created_at, updated_at)

@@ -299,7 +299,8 @@ const (
 ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`
 )
 
-// writeQueries are prepared on the writer's connection at open.
+// writeQueries are prepared on the writer's connection after their first
+// run (stmts).
 var writeQueries = append([]string{
 	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,

@@ -116,15 +116,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	rdb.SetMaxOpenConns(opts.Readers)
 	rdb.SetMaxIdleConns(opts.Readers)
-	wst, err := newStmts(wdb, writeQueries...)
-	if err != nil {
-		wdb.Close()
-		rdb.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
-	rst, _ := newStmts(rdb)
 	return &Store{
-		w: newWriter(wdb, wst, opts.MaxBatch), wdb: wdb, rdb: rdb, rst: rst,
+		w: newWriter(wdb, newStmts(wdb, writeQueries...), opts.MaxBatch), wdb: wdb, rdb: rdb, rst: newStmts(rdb),
 		clock: opts.Clock, wakeups: store.NewWakeups(), legacySeqs: legacy,
 	}, nil
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"sync"
 )
 
@@ -11,35 +10,50 @@ import (
 // an uncached statement costs in modernc.org/sqlite.
 //
 // The writer's pool has a single connection that its transaction holds, so
-// the writer's statements are prepared up front (newStmts with queries); a
-// query missing from a fixed cache runs unprepared rather than wait for a
-// connection it already holds. The read pool prepares lazily.
+// a writer's statement cannot be prepared when a transaction first asks for
+// it: it runs unprepared that once, and the writer prepares it after the
+// transaction ended (prepareHeld), when the connection is free. Only the
+// queries named at newStmts are cached there (writeQueries); any other runs
+// unprepared each time. The read pool prepares every query when first asked.
+//
+// The writer once prepared all of writeQueries at open. Under the race
+// detector, which instruments the SQLite engine, that was about 110 ms of
+// CPU an open, most of a test's store set-up, for statements most tests
+// never run; TestTheWritersQueriesPrepare checks them all instead.
 type stmts struct {
-	db    *sql.DB
-	fixed bool
+	db *sql.DB
+	// known: the queries the writer's cache takes (nil: the read pool's,
+	// which takes any); held: those asked for and not yet prepared.
+	known map[string]bool
 	mu    sync.Mutex
 	m     map[string]*sql.Stmt
+	held  []string
 }
 
-func newStmts(db *sql.DB, queries ...string) (*stmts, error) {
-	s := &stmts{db: db, fixed: len(queries) > 0, m: map[string]*sql.Stmt{}}
-	for _, q := range queries {
-		st, err := db.Prepare(q)
-		if err != nil {
-			s.close()
-			return nil, fmt.Errorf("prepare %q: %w", q, err)
+func newStmts(db *sql.DB, queries ...string) *stmts {
+	s := &stmts{db: db, m: map[string]*sql.Stmt{}}
+	if len(queries) > 0 {
+		s.known = make(map[string]bool, len(queries))
+		for _, q := range queries {
+			s.known[q] = true
 		}
-		s.m[q] = st
 	}
-	return s, nil
+	return s
 }
 
 // get returns the prepared statement, or nil when q must run unprepared.
 func (s *stmts) get(q string) (*sql.Stmt, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st, ok := s.m[q]; ok || s.fixed {
+	if st, ok := s.m[q]; ok {
 		return st, nil
+	}
+	if s.known != nil {
+		if s.known[q] {
+			s.known[q] = false // held once
+			s.held = append(s.held, q)
+		}
+		return nil, nil
 	}
 	st, err := s.db.Prepare(q)
 	if err != nil {
@@ -47,6 +61,25 @@ func (s *stmts) get(q string) (*sql.Stmt, error) {
 	}
 	s.m[q] = st
 	return st, nil
+}
+
+// prepareHeld prepares the writer's statements that ran unprepared since
+// the last call; the writer calls it between transactions. One that does
+// not prepare stays unprepared (it failed its run as well).
+func (s *stmts) prepareHeld() {
+	s.mu.Lock()
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	for _, q := range held {
+		st, err := s.db.Prepare(q)
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		s.m[q] = st
+		s.mu.Unlock()
+	}
 }
 
 func (s *stmts) close() {

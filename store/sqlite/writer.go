@@ -105,6 +105,7 @@ func (w *writer) loop() {
 			}
 		}
 		w.commit(batch)
+		w.st.prepareHeld()
 	}
 }
 

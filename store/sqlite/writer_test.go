@@ -23,11 +23,7 @@ func TestWriterIsolatesAFailingOperation(t *testing.T) {
 	if _, err := db.Exec(`CREATE TABLE kv (k TEXT PRIMARY KEY, v TEXT)`); err != nil {
 		t.Fatal(err)
 	}
-	st, err := newStmts(db, "SELECT 1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWriter(db, st, 16)
+	w := newWriter(db, newStmts(db, "SELECT 1"), 16)
 	defer w.close()
 	queued := make(chan struct{}, 64)
 	w.queued = func() { queued <- struct{}{} }
@@ -95,5 +91,72 @@ func TestWriterIsolatesAFailingOperation(t *testing.T) {
 	rows.Close()
 	if len(keys) != 2 || keys[0] != "a" || keys[1] != "b" {
 		t.Fatalf("committed %v, want [a b]", keys)
+	}
+}
+
+// Every query the writer caches prepares on a migrated database: the
+// writer prepares each only after its first run (stmts), so a query
+// broken by a migration would otherwise show only when it first runs.
+func TestTheWritersQueriesPrepare(t *testing.T) {
+	t.Parallel()
+	s := planStore(t)
+	for _, q := range writeQueries {
+		st, err := s.wdb.Prepare(q)
+		if err != nil {
+			t.Errorf("prepare %s: %v", q, err)
+			continue
+		}
+		st.Close()
+	}
+}
+
+// A writer's query runs unprepared the first time and prepared from the
+// transaction after; a query the writer does not cache is never prepared.
+func TestTheWriterPreparesAQueryAfterItsFirstRun(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("sqlite", dsn(filepath.Join(t.TempDir(), "w.db"), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	const cached, other = `INSERT INTO kv (k, v) VALUES (?, 'x')`, `INSERT INTO kv (k, v) VALUES (?, 'y')`
+	if _, err := db.Exec(`CREATE TABLE kv (k TEXT PRIMARY KEY, v TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	st := newStmts(db, cached)
+	w := newWriter(db, st, 16)
+	defer w.close()
+	prepared := func(q string) bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.m[q] != nil
+	}
+	if prepared(cached) {
+		t.Fatal("the cached query was prepared before its first run")
+	}
+	for i := range 3 {
+		err := w.do(context.Background(), func(tx wtx) error {
+			if _, err := tx.Exec(cached, fmt.Sprint("a", i)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(other, fmt.Sprint("b", i))
+			return err
+		})
+		if err != nil {
+			t.Fatalf("write %d: %v", i+1, err)
+		}
+		// The writer prepares it after the first write's commit, before
+		// it begins the second (the first's caller may return sooner).
+		if i > 0 && !prepared(cached) {
+			t.Fatalf("after write %d the cached query is not prepared", i+1)
+		}
+	}
+	if prepared(other) {
+		t.Error("a query the writer does not cache was prepared")
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM kv`).Scan(&n); err != nil || n != 6 {
+		t.Fatalf("%d rows (%v), want 6", n, err)
 	}
 }
