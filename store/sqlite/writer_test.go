@@ -12,17 +12,25 @@ import (
 	"github.com/heraldhq/herald/store/storetest"
 )
 
-func TestWriterIsolatesAFailingOperation(t *testing.T) {
-	t.Parallel()
+// kvDB is a writer's database of one connection, as Open's, with one
+// table kv (k TEXT PRIMARY KEY, v TEXT).
+func kvDB(t *testing.T) *sql.DB {
+	t.Helper()
 	db, err := sql.Open("sqlite", dsn(filepath.Join(t.TempDir(), "w.db"), false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1)
 	if _, err := db.Exec(`CREATE TABLE kv (k TEXT PRIMARY KEY, v TEXT)`); err != nil {
 		t.Fatal(err)
 	}
+	return db
+}
+
+func TestWriterIsolatesAFailingOperation(t *testing.T) {
+	t.Parallel()
+	db := kvDB(t)
 	w := newWriter(db, newStmts(db, "SELECT 1"), 16)
 	defer w.close()
 	queued := make(chan struct{}, 64)
@@ -114,16 +122,8 @@ func TestTheWritersQueriesPrepare(t *testing.T) {
 // transaction after; a query the writer does not cache is never prepared.
 func TestTheWriterPreparesAQueryAfterItsFirstRun(t *testing.T) {
 	t.Parallel()
-	db, err := sql.Open("sqlite", dsn(filepath.Join(t.TempDir(), "w.db"), false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
+	db := kvDB(t)
 	const cached, other = `INSERT INTO kv (k, v) VALUES (?, 'x')`, `INSERT INTO kv (k, v) VALUES (?, 'y')`
-	if _, err := db.Exec(`CREATE TABLE kv (k TEXT PRIMARY KEY, v TEXT)`); err != nil {
-		t.Fatal(err)
-	}
 	st := newStmts(db, cached)
 	w := newWriter(db, st, 16)
 	defer w.close()
