@@ -32,7 +32,7 @@ WHERE tenant = ?2 AND recipient = ?3 AND device_id = ?4 AND active = 1`
 	qDevicesList   = `SELECT ` + qDeviceColumns + ` FROM devices WHERE tenant = ?1 AND recipient = ?2 ORDER BY device_id`
 )
 
-// deviceQueries are the writer's device statements, prepared at open
+// deviceQueries are the writer's device statements, cached by it
 // (writeQueries): the create's read of the active devices runs on every
 // push intake.
 var deviceQueries = []string{qDevicesActive, qDeviceExists, qDevicePut, qDeviceDelete, qDeviceDeactivate}

@@ -162,7 +162,7 @@ WHERE notification_id = ?2 AND fallback_step = ?3 AND state = 'WAITING'`
               ORDER BY available_at, message_id LIMIT ?4) w` + qUnownedFindEnd
 )
 
-// fallbackQueries are prepared on the writer's connection at open.
+// fallbackQueries are the writer's to cache (writeQueries; stmts).
 var fallbackQueries = []string{qFallbackInsert, qFallbackMaterialize, qFallbackWritten, qFallbackHasRow, qFallbackOf, qFallbackFailedRow, qFallbackFail, qFallbackSkipAfter, qFallbackSkip, qFallbackExpired, qFallbackErased, qFallbackChain, qFallbackRelease}
 
 // chain numbers a create's sends as insertPlanned writes them: nil off a

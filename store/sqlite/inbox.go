@@ -170,7 +170,7 @@ func inboxSeqKey(end string) string {
     FROM notifications WHERE inbox_seq = ?3 AND tenant = ?1 AND recipient = ?2)`
 }
 
-// inboxQueries are prepared on the writer's connection at open.
+// inboxQueries are the writer's to cache (writeQueries; stmts).
 var inboxQueries = []string{
 	qInboxLanguage, qNotificationInsertFeed,
 	qInboxReadIDs, qInboxReadUpTo, qInboxArchive, qInboxItemExists, qInboxUnreadLower, qInboxBadge,

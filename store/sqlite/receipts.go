@@ -11,7 +11,7 @@ import (
 )
 
 // Receipts (POST /v1/me/receipts). Rare next to the sender's writes, so
-// they run unprepared rather than join the writer's fixed statements.
+// they run unprepared rather than join the writer's cached statements.
 const (
 	// qReceiptDelivery reads the message's delivery, only if its
 	// notification is the tenant's and the recipient's.

@@ -117,7 +117,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	rdb.SetMaxOpenConns(opts.Readers)
 	rdb.SetMaxIdleConns(opts.Readers)
 	return &Store{
-		w: newWriter(wdb, newStmts(wdb, writeQueries...), opts.MaxBatch), wdb: wdb, rdb: rdb, rst: newStmts(rdb),
+		w: newWriter(wdb, newWriterStmts(wdb, writeQueries...), opts.MaxBatch), wdb: wdb, rdb: rdb, rst: newStmts(rdb),
 		clock: opts.Clock, wakeups: store.NewWakeups(), legacySeqs: legacy,
 	}, nil
 }

@@ -13,7 +13,7 @@ import (
 // a writer's statement cannot be prepared when a transaction first asks for
 // it: it runs unprepared that once, and the writer prepares it after the
 // transaction ended (prepareHeld), when the connection is free. Only the
-// queries named at newStmts are cached there (writeQueries); any other runs
+// queries named at newWriterStmts are cached there (writeQueries); any other runs
 // unprepared each time. The read pool prepares every query when first asked.
 //
 // The writer once prepared all of writeQueries at open. Under the race
@@ -22,21 +22,26 @@ import (
 // never run; TestTheWritersQueriesPrepare checks them all instead.
 type stmts struct {
 	db *sql.DB
-	// known: the queries the writer's cache takes (nil: the read pool's,
-	// which takes any); held: those asked for and not yet prepared.
-	known map[string]bool
-	mu    sync.Mutex
-	m     map[string]*sql.Stmt
-	held  []string
+	// writer: the writer's cache, which prepares between transactions;
+	// known: the queries it takes, true until first asked for; held: those
+	// asked for and not yet prepared.
+	writer bool
+	known  map[string]bool
+	mu     sync.Mutex
+	m      map[string]*sql.Stmt
+	held   []string
 }
 
-func newStmts(db *sql.DB, queries ...string) *stmts {
-	s := &stmts{db: db, m: map[string]*sql.Stmt{}}
-	if len(queries) > 0 {
-		s.known = make(map[string]bool, len(queries))
-		for _, q := range queries {
-			s.known[q] = true
-		}
+// newStmts is a read pool's cache: it prepares any query when first asked.
+func newStmts(db *sql.DB) *stmts {
+	return &stmts{db: db, m: map[string]*sql.Stmt{}}
+}
+
+// newWriterStmts is the writer's cache of queries.
+func newWriterStmts(db *sql.DB, queries ...string) *stmts {
+	s := &stmts{db: db, writer: true, known: make(map[string]bool, len(queries)), m: map[string]*sql.Stmt{}}
+	for _, q := range queries {
+		s.known[q] = true
 	}
 	return s
 }
@@ -48,7 +53,7 @@ func (s *stmts) get(q string) (*sql.Stmt, error) {
 	if st, ok := s.m[q]; ok {
 		return st, nil
 	}
-	if s.known != nil {
+	if s.writer {
 		if s.known[q] {
 			s.known[q] = false // held once
 			s.held = append(s.held, q)
@@ -65,7 +70,8 @@ func (s *stmts) get(q string) (*sql.Stmt, error) {
 
 // prepareHeld prepares the writer's statements that ran unprepared since
 // the last call; the writer calls it between transactions. One that does
-// not prepare stays unprepared (it failed its run as well).
+// not prepare runs unprepared again at its next use and is tried again
+// after it (its failure, if it lasts, is that run's error too).
 func (s *stmts) prepareHeld() {
 	s.mu.Lock()
 	held := s.held
@@ -73,11 +79,12 @@ func (s *stmts) prepareHeld() {
 	s.mu.Unlock()
 	for _, q := range held {
 		st, err := s.db.Prepare(q)
-		if err != nil {
-			continue
-		}
 		s.mu.Lock()
-		s.m[q] = st
+		if err != nil {
+			s.known[q] = true
+		} else {
+			s.m[q] = st
+		}
 		s.mu.Unlock()
 	}
 }

@@ -46,8 +46,8 @@ WHERE o.notification_id = ?1`
 	qEventKeysTakenOver = `SELECT count(*) FROM event_keys WHERE taken_from IS NOT NULL AND taken_at >= ?1`
 )
 
-// eventKeyQueries are prepared on the writer's connection at open with the
-// rest of writeQueries: a take runs before every send.
+// eventKeyQueries are the writer's to cache with the rest of
+// writeQueries: a take runs before every send.
 var eventKeyQueries = []string{qEventKeyGet, qEventKeyInsert, qEventKeyExtend, qEventKeyTakeOver, qEventKeyOwnerSends}
 
 func init() { writeQueries = append(writeQueries, eventKeyQueries...) }

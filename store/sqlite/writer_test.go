@@ -31,7 +31,7 @@ func kvDB(t *testing.T) *sql.DB {
 func TestWriterIsolatesAFailingOperation(t *testing.T) {
 	t.Parallel()
 	db := kvDB(t)
-	w := newWriter(db, newStmts(db, "SELECT 1"), 16)
+	w := newWriter(db, newWriterStmts(db), 16)
 	defer w.close()
 	queued := make(chan struct{}, 64)
 	w.queued = func() { queued <- struct{}{} }
@@ -124,7 +124,7 @@ func TestTheWriterPreparesAQueryAfterItsFirstRun(t *testing.T) {
 	t.Parallel()
 	db := kvDB(t)
 	const cached, other = `INSERT INTO kv (k, v) VALUES (?, 'x')`, `INSERT INTO kv (k, v) VALUES (?, 'y')`
-	st := newStmts(db, cached)
+	st := newWriterStmts(db, cached)
 	w := newWriter(db, st, 16)
 	defer w.close()
 	prepared := func(q string) bool {
@@ -158,5 +158,41 @@ func TestTheWriterPreparesAQueryAfterItsFirstRun(t *testing.T) {
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM kv`).Scan(&n); err != nil || n != 6 {
 		t.Fatalf("%d rows (%v), want 6", n, err)
+	}
+}
+
+// A writer's query that does not prepare (here its table is not there
+// yet) is tried again after its next run, and cached once it prepares.
+func TestTheWriterPreparesAgainAQueryThatDidNotPrepare(t *testing.T) {
+	t.Parallel()
+	db := kvDB(t)
+	const q = `INSERT INTO later (k) VALUES (?)`
+	st := newWriterStmts(db, q)
+	w := newWriter(db, st, 16)
+	defer w.close()
+	write := func(k string) error {
+		return w.do(context.Background(), func(tx wtx) error {
+			_, err := tx.Exec(q, k)
+			return err
+		})
+	}
+	if err := write("a"); err == nil {
+		t.Fatal("an insert into a missing table succeeded")
+	}
+	if err := write("b"); err == nil {
+		t.Fatal("an insert into a missing table succeeded")
+	}
+	if _, err := db.Exec(`CREATE TABLE later (k TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"c", "d"} {
+		if err := write(k); err != nil {
+			t.Fatalf("write %s: %v", k, err)
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.m[q] == nil {
+		t.Fatal("the query was not prepared once its table was there")
 	}
 }
