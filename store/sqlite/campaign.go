@@ -97,9 +97,22 @@ RETURNING tenant, id, lane`
 	qCampaignCancelMark = `UPDATE campaigns SET state = 'CANCELLED', ended_at = ? WHERE id = ?`
 	// The cancel's writes: PostgreSQL's qCampaignCancelSends, one
 	// statement each. ?1 campaign id, ?2 tenant, ?3 now.
-	qCampaignInFlight = `SELECT count(*) FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
+	// qCampaignBegun counts the sends under way at the cancel: those in
+	// flight (SENDING), and those waiting to be tried again (RETRY_WAIT,
+	// PARKED), which qCampaignCancelSends turns SUPPRESSED where it
+	// inserts a decision for the others.
+	qCampaignBegun = `SELECT count(CASE WHEN d.state = 'SENDING' THEN 1 END), count(CASE WHEN d.state IN ('RETRY_WAIT', 'PARKED') THEN 1 END)
+FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
 JOIN deliveries d ON d.message_id = o.message_id
-WHERE cr.campaign_id = ?1 AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = ?1) AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING') AND d.state = 'SENDING'`
+WHERE cr.campaign_id = ?1 AND cr.seq <= (SELECT fanout_seq FROM campaigns WHERE id = ?1) AND o.state NOT IN ('EXPIRED', 'FAILED', 'SKIPPED', 'WAITING')
+  AND d.state IN ('SENDING', 'RETRY_WAIT', 'PARKED')`
+	// qCampaignCountPause pauses (1) or resumes (0) the count of inserted
+	// deliveries (migration 32), and qCampaignCountSuppressed adds the
+	// decisions the cancel inserted meanwhile, each one SUPPRESSED over an
+	// outbox row that had not ended (the trigger's own count for them).
+	qCampaignCountPause      = `UPDATE campaign_count_pause SET paused = ?1 WHERE id = 1`
+	qCampaignCountSuppressed = `INSERT INTO campaign_counts (campaign_id, sent, suppressed, failed, unknown) VALUES (?1, 0, ?2, 0, 0)
+ON CONFLICT (campaign_id) DO UPDATE SET suppressed = suppressed + excluded.suppressed`
 	qCampaignCancelSends = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, state, reason, created_at, updated_at)
 SELECT o.message_id, o.notification_id, ?2, o.channel, 'SUPPRESSED', 'CANCELLED', ?3, ?3
 FROM campaign_recipients cr JOIN outbox o ON o.notification_id = cr.notification_id
@@ -491,14 +504,29 @@ func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.Ca
 		}
 		ended := fromMs(now)
 		res.Campaign.State, res.Campaign.EndedAt = store.CampaignCancelled, &ended
-		if err := tx.QueryRow(qCampaignInFlight, id).Scan(&res.InFlight); err != nil {
+		var waiting int64
+		if err := tx.QueryRow(qCampaignBegun, id).Scan(&res.InFlight, &waiting); err != nil {
 			return fmt.Errorf("count sends in flight: %w", err)
+		}
+		// The decisions it inserts are counted once, after the insert,
+		// not by the row trigger one by one (migration 32); the waiting
+		// sends it turns SUPPRESSED are counted by the update trigger.
+		if _, err := tx.Exec(qCampaignCountPause, 1); err != nil {
+			return fmt.Errorf("pause the campaign counts: %w", err)
 		}
 		r, err := tx.Exec(qCampaignCancelSends, id, tenant, now)
 		if err != nil {
 			return fmt.Errorf("cancel campaign sends: %w", err)
 		}
 		n, _ := r.RowsAffected()
+		if _, err := tx.Exec(qCampaignCountPause, 0); err != nil {
+			return fmt.Errorf("resume the campaign counts: %w", err)
+		}
+		if inserted := n - waiting; inserted > 0 {
+			if _, err := tx.Exec(qCampaignCountSuppressed, id, inserted); err != nil {
+				return fmt.Errorf("count the cancelled sends: %w", err)
+			}
+		}
 		if r, err = tx.Exec(qCampaignCancelWaiting, id, tenant, now); err != nil {
 			return fmt.Errorf("skip waiting steps: %w", err)
 		}

@@ -5,11 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/heraldhq/herald/store/storetest"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +19,7 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
+	"github.com/heraldhq/herald/store/storetest"
 )
 
 // TestMigrateAtOnceOnANewFile: two processes that migrate one new file at
@@ -357,4 +358,68 @@ AND sql LIKE '%(lane, available_at) WHERE state = ''PENDING'' AND deferred = 1'`
 	claim("n1.webhook")
 	clk.Advance(24*time.Hour + time.Minute)
 	claim("n2.webhook", "n3.webhook")
+}
+
+// TestMigration32KeepsTheCampaignCountsAndPausesThemForACancel: a file from
+// before migration 32, with a campaign's sends counted, keeps its counts
+// and goes on counting; after it, a decision inserted alone is counted by
+// the trigger, and a cancel's inserted decisions once by the cancel.
+func TestMigration32KeepsTheCampaignCountsAndPausesThemForACancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	before, err := os.ReadFile("migrations/0027_campaign_counts.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Migration 27's insert trigger, as a file before 32 has it.
+	trigger := string(before)
+	trigger = trigger[strings.Index(trigger, "CREATE TRIGGER campaign_count_delivery_insert"):]
+	trigger = trigger[:strings.Index(trigger, "END;")+len("END;")]
+	var c storetest.CampaignCountsBeforeMigration
+	path := fileBeforeMigration(t, func(s *sqlite.Store) { c = storetest.MakeCampaignCounts(t, s, time.Now()) },
+		"DROP TRIGGER campaign_count_delivery_insert;\n"+trigger+"\nDROP TABLE campaign_count_pause;\nDELETE FROM schema_migrations WHERE version = 32;")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	storetest.CheckCampaignCountsMigrated(t, s, c, time.Now())
+
+	const id = "cmp_after32"
+	var rs []store.CampaignRecipient
+	for i := range 3 {
+		rs = append(rs, store.CampaignRecipient{Recipient: fmt.Sprint("r", i), NotificationID: fmt.Sprint("ntf_after32_", i)})
+	}
+	if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t1", IdempotencyKey: "k32", RequestHash: "h", Kind: "k",
+		Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Recipients: rs}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CampaignStart(ctx, "t1", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeliveryDecide(ctx, store.DeliveryDecideParams{MessageID: store.MessageID(rs[0].NotificationID, heraldtype.ChannelWebhook),
+		NotificationID: rs[0].NotificationID, Tenant: "t1", Channel: heraldtype.ChannelWebhook, State: heraldtype.DeliverySuppressed,
+		Reason: heraldtype.ReasonConsentDenied}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.CampaignCancel(ctx, "t1", id)
+	if err != nil || res.Cancelled != 2 {
+		t.Fatalf("CampaignCancel = %+v, %v; want 2 cancelled", res, err)
+	}
+	got, err := s.CampaignGet(ctx, "t1", id)
+	if err != nil || got.Counts != (store.CampaignCounts{Suppressed: 3}) {
+		t.Fatalf("counts after a decision and a cancel = %+v, %v; want 3 suppressed", got.Counts, err)
+	}
+	db, err := sql.Open("sqlite", sqlite.DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var paused int
+	if err := db.QueryRowContext(ctx, `SELECT paused FROM campaign_count_pause`).Scan(&paused); err != nil || paused != 0 {
+		t.Fatalf("the count is left paused: %d, %v", paused, err)
+	}
 }
