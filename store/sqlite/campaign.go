@@ -518,7 +518,10 @@ func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.Ca
 		if err != nil {
 			return fmt.Errorf("cancel campaign sends: %w", err)
 		}
-		n, _ := r.RowsAffected()
+		n, err := r.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("cancel campaign sends: %w", err)
+		}
 		if _, err := tx.Exec(qCampaignCountPause, 0); err != nil {
 			return fmt.Errorf("resume the campaign counts: %w", err)
 		}

@@ -3,7 +3,7 @@
 -- the single writer; the row trigger of migration 27 counted each with
 -- four lookups and an upsert, 72% of that insert's time. The cancel now
 -- pauses the insert trigger inside its own transaction (paused = 1, then
--- 0 again before it commits; no other connection writes) and adds the
+-- 0 again before it commits, so no other transaction sees it) and adds the
 -- rows it inserted to the campaign's counts once. Every other insert is
 -- counted as before. The pause is read first: after the outcome test, the
 -- cancel's inserts still read each one's outbox row (0.85 s against 0.68 s
@@ -17,7 +17,7 @@ INSERT INTO campaign_count_pause (id, paused) VALUES (1, 0);
 
 DROP TRIGGER campaign_count_delivery_insert;
 CREATE TRIGGER campaign_count_delivery_insert AFTER INSERT ON deliveries
-WHEN (SELECT paused FROM campaign_count_pause WHERE id = 1) = 0
+WHEN coalesce((SELECT paused FROM campaign_count_pause WHERE id = 1), 0) = 0
      AND (NEW.state IN ('PROVIDER_ACCEPTED', 'DELIVERED', 'SUPPRESSED', 'PERMANENT_FAILURE', 'RETRY_EXHAUSTED', 'UNKNOWN')
       OR (SELECT state FROM outbox WHERE message_id = NEW.message_id) IN ('SKIPPED', 'EXPIRED', 'FAILED'))
      AND (SELECT campaign_id FROM notifications WHERE id = NEW.notification_id) IS NOT NULL
