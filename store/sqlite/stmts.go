@@ -22,14 +22,13 @@ import (
 // never run; TestTheWritersQueriesPrepare checks them all instead.
 type stmts struct {
 	db *sql.DB
-	// writer: the writer's cache, which prepares between transactions;
-	// known: the queries it takes, true until first asked for; held: those
-	// asked for and not yet prepared.
-	writer bool
-	known  map[string]bool
-	mu     sync.Mutex
-	m      map[string]*sql.Stmt
-	held   []string
+	// known is set for the writer's cache only (newWriterStmts), which
+	// prepares between transactions: the queries it takes, true until
+	// first asked for; held: those asked for and not yet prepared.
+	known map[string]bool
+	mu    sync.Mutex
+	m     map[string]*sql.Stmt
+	held  []string
 }
 
 // newStmts is a read pool's cache: it prepares any query when first asked.
@@ -39,7 +38,7 @@ func newStmts(db *sql.DB) *stmts {
 
 // newWriterStmts is the writer's cache of queries.
 func newWriterStmts(db *sql.DB, queries ...string) *stmts {
-	s := &stmts{db: db, writer: true, known: make(map[string]bool, len(queries)), m: map[string]*sql.Stmt{}}
+	s := &stmts{db: db, known: make(map[string]bool, len(queries)), m: map[string]*sql.Stmt{}}
 	for _, q := range queries {
 		s.known[q] = true
 	}
@@ -53,7 +52,7 @@ func (s *stmts) get(q string) (*sql.Stmt, error) {
 	if st, ok := s.m[q]; ok {
 		return st, nil
 	}
-	if s.writer {
+	if s.known != nil { // the writer's: never prepared inside its transaction
 		if s.known[q] {
 			s.known[q] = false // held once
 			s.held = append(s.held, q)

@@ -57,31 +57,23 @@ func Drain(tb testing.TB, s store.Store, n, limit int) {
 func Complete(tb testing.TB, s store.Store, rows []store.Claimed) {
 	tb.Helper()
 	const completers = 8
-	errs := make(chan error, completers)
-	next := make(chan store.Claimed)
+	errs := make([]error, completers)
 	var wg sync.WaitGroup
-	for range completers {
+	for w := range completers {
 		wg.Go(func() {
-			for r := range next {
-				if ok, err := s.OutboxComplete(context.Background(), r.Fence, heraldtype.OutboxDone, ""); !ok || err != nil {
-					if err == nil {
-						err = errors.New("its fence did not hold")
-					}
-					errs <- fmt.Errorf("complete %s: %w", r.MessageID, err)
-					for range next {
-					}
-					return
+			for i := w; i < len(rows) && errs[w] == nil; i += completers {
+				ok, err := s.OutboxComplete(context.Background(), rows[i].Fence, heraldtype.OutboxDone, "")
+				if err == nil && !ok {
+					err = errors.New("its fence did not hold")
+				}
+				if err != nil {
+					errs[w] = fmt.Errorf("complete %s: %w", rows[i].MessageID, err)
 				}
 			}
 		})
 	}
-	for _, r := range rows {
-		next <- r
-	}
-	close(next)
 	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := errors.Join(errs...); err != nil {
 		tb.Fatal(err)
 	}
 }
