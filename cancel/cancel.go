@@ -8,16 +8,19 @@
 // is and not touched. Cancelling again changes nothing and answers the same.
 //
 // A send in flight is not touched, but it is not tried again either. The
-// cancel first marks the notification cancelled (store.Cancels); if the
-// call in flight then fails for now (RETRY_WAIT), or the send is PARKED
-// and later requeued, its retry's claim finds the mark and ends it
-// SUPPRESSED(CANCELLED) without a call, as it does for a cancelled
-// campaign's send. Its fallback chain moves on as after any end: the
-// steps after it are skipped. The mark is written before the sends are
-// read, so a send the cancel reports in flight always sees it. A cancel
-// that fails part-way (the store went away after the mark, or between
-// two decisions) returns the error having decided some sends or none;
-// its repeat, which the error asks for (503), decides the rest.
+// cancel first marks the notification cancelled (store.Cancels), and
+// every claim of a send reads that mark: if the call in flight then fails
+// for now (RETRY_WAIT), or the send is PARKED and later requeued, its
+// retry's claim ends it SUPPRESSED(CANCELLED) without a call, as it does
+// for a cancelled campaign's send. Its fallback chain moves on as after
+// any end: the steps after it are skipped. The mark is written before the
+// sends are read, so a send the cancel reports in flight always sees it,
+// and a send claimed after the mark is not sent. So the mark alone is the
+// cancel: a cancel that fails part-way (the store went away after the
+// mark, or between two decisions) returns the error having decided some
+// sends or none, and the sends it did not decide still end
+// SUPPRESSED(CANCELLED) at their claims; its repeat, which the error asks
+// for (503), decides them at once and answers what became of each.
 //
 // Race safety comes from the sender's own guard: a cancel is the decision
 // write the sender makes when it decides not to send (store DeliveryDecide),
@@ -27,7 +30,8 @@
 // conditional RETRY_WAIT → SENDING update of the same row. So a cancel and
 // a claim racing for one message cannot both win: if the cancel wins, the
 // claim finds SUPPRESSED and the sender acks its copy without a provider
-// call; if the claim wins, the cancel finds SENDING and reports it.
+// call; if the claim wins (its statement began before the mark committed),
+// the cancel finds SENDING and reports it.
 //
 // Ownership stays as DESIGN §1 splits it: the cancel writes only the
 // delivery row, through that guarded write, and never the dispatcher's

@@ -320,46 +320,70 @@ func (s *afterRead) NotificationGet(ctx context.Context, tenant, id string) (sto
 }
 
 // The other narrow gap: the cancel read the send as PENDING, and a sender
-// claims it before the cancel's write. The write must lose: the send goes
-// out once and the cancel reports it SENDING, not cancelled.
-func TestCancelLosesToAClaimMadeAfterItsRead(t *testing.T) {
+// claims it before the cancel's decision. The claim comes after the
+// cancel's mark, so it does not send: it ends the send
+// SUPPRESSED(CANCELLED) itself, the cancel's own write then finds it
+// ended and takes nothing, and the cancel reports it cancelled. Its end
+// is counted once, by the claim that made it.
+func TestAClaimBetweenTheCancelsReadAndItsDecisionDoesNotSend(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b *bundle) {
 		ids := b.create(t, 1)
-		claimed, release := make(chan struct{}), make(chan struct{})
-		b.hooks.AfterClaim = func(ctx context.Context, job heraldtype.Job) {
-			close(claimed)
-			<-release
-		}
-		sent := make(chan sender.Result, 1)
+		var sent sender.Result
 		job := jobOf(b.view(t, ids[0]))
-		stale := &afterRead{Store: b.st, then: func() {
-			go func() { sent <- b.sender.Send(context.Background(), job) }()
-			select {
-			case <-claimed:
-			case <-time.After(30 * time.Second):
-				t.Error("the sender did not claim within 30 s")
-			}
-		}}
-		res, err := (&cancel.Canceller{Store: stale, Logger: b.logger}).Cancel(context.Background(), tenant, ids[0])
-		close(release)
+		stale := &afterRead{Store: b.st, then: func() { sent = b.sender.Send(context.Background(), job) }}
+		res, err := (&cancel.Canceller{Store: stale, Logger: b.logger, Metrics: b.metrics}).Cancel(context.Background(), tenant, ids[0])
 		if err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
-		if e := res.Deliveries[0]; e.Cancelled || e.State != "SENDING" {
-			t.Errorf("the cancel answered %+v, want SENDING, not cancelled", e)
+		if sent.Verdict != sender.Done || sent.State != heraldtype.DeliverySuppressed || sent.Reason != cancel.ReasonCancelled {
+			t.Errorf("the send in the gap ended %+v; want done, SUPPRESSED(CANCELLED)", sent)
 		}
-		select {
-		case r := <-sent:
-			if r.State != heraldtype.DeliveryProviderAccepted {
-				t.Errorf("the send ended %+v", r)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("the send did not end within 30 s")
+		if e := res.Deliveries[0]; !e.Cancelled {
+			t.Errorf("the cancel answered %+v, want cancelled", e)
 		}
 		msg := store.MessageID(ids[0], heraldtype.ChannelWebhook)
-		if d, err := b.st.DeliveryGet(context.Background(), msg); err != nil || d.State != heraldtype.DeliveryProviderAccepted || b.sim.CallCount(msg) != 1 {
-			t.Errorf("delivery %+v (%v) after %d calls, want PROVIDER_ACCEPTED after 1", d, err, b.sim.CallCount(msg))
+		if d, err := b.st.DeliveryGet(context.Background(), msg); err != nil || d.State != heraldtype.DeliverySuppressed || d.Attempts != 0 || b.sim.CallCount(msg) != 0 {
+			t.Errorf("delivery %+v (%v) after %d calls, want SUPPRESSED, no attempt, no call", d, err, b.sim.CallCount(msg))
+		}
+		got := metricstest.Deliveries(t, b.metrics)
+		for _, st := range metrics.DeliveryStates {
+			want := 0.0
+			if st == heraldtype.DeliverySuppressed {
+				want = 1
+			}
+			if k := "transactional/webhook/" + string(st); got[k] != want {
+				t.Errorf("herald_deliveries_total{%s} = %v, want %v", k, got[k], want)
+			}
+		}
+	})
+}
+
+// A cancel whose mark committed and whose answer was lost is never
+// repeated: its mark alone keeps every send from going out. Each claim
+// ends its send SUPPRESSED(CANCELLED), and the outbox rows end DONE.
+func TestACancelThatFailedAfterItsMarkSendsNothingUnrepeated(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *bundle) {
+		ids := b.create(t, 5)
+		faulty := &cancel.Canceller{Store: &faultyCancel{Store: b.st, fault: "mark"}}
+		for _, id := range ids {
+			if _, err := faulty.Cancel(context.Background(), tenant, id); !errors.Is(err, storefault.ErrConnReset) {
+				t.Fatalf("the failing cancel = %v; want the store's error", err)
+			}
+		}
+		b.runClaimer(t)
+		b.waitAllDone(t, ids)
+		for _, id := range ids {
+			wantCancelled(t, b, id)
+		}
+		if n := b.sim.Total(); n != 0 {
+			t.Errorf("%d provider calls; want none", n)
+		}
+		// A broker's copy of one of them (rabbitmq transport) is acked
+		// without a call.
+		if res := b.sender.Send(context.Background(), jobOf(b.view(t, ids[0]))); res.Verdict != sender.Done || b.sim.Total() != 0 {
+			t.Fatalf("a consumer's copy: %+v after %d calls, want done (ack), no call", res, b.sim.Total())
 		}
 	})
 }

@@ -150,11 +150,15 @@ type Notifications interface {
 // Cancels is what a cancel writes beside its decisions (package cancel).
 type Cancels interface {
 	// NotificationCancelMark marks a tenant's notification cancelled, once:
-	// a later cancel keeps the first one's time. A send in flight at the
-	// cancel (SENDING, which the cancel leaves alone) whose call then fails
-	// for now is not tried again: its retry's claim (DeliveryClaim) finds
-	// the mark and ends it SUPPRESSED(CANCELLED) without a call, as it does
-	// a cancelled campaign's; so does a PARKED send requeued later. No such
+	// a later cancel keeps the first one's time. From then on no send of
+	// it is claimed: a claim (DeliveryClaim) finds the mark and ends the
+	// send SUPPRESSED(CANCELLED) without a call, moving its fallback
+	// chain on as DeliveryDecide does, and takes no event key. That holds
+	// for a first claim (a cancel that failed after its mark, or a send
+	// claimed between the cancel's read and its decision) and for a retry
+	// (a send in flight at the cancel, SENDING, which the cancel leaves
+	// alone, whose call then failed for now; a PARKED send requeued
+	// later), as it does for a cancelled campaign's retry. No such
 	// notification for the tenant: ErrNotFound.
 	NotificationCancelMark(ctx context.Context, tenant, id string) error
 }
@@ -654,8 +658,8 @@ type DeliveryClaimResult struct {
 	// Current is the row that blocked the claim when Claimed is false
 	// (nil when the event key did).
 	Current *Delivery
-	// Cancelled: the claim itself ended Current, a retry whose
-	// notification or campaign was cancelled, SUPPRESSED(CANCELLED)
+	// Cancelled: the claim itself ended Current SUPPRESSED(CANCELLED), a
+	// send whose notification was cancelled or a retry whose campaign was
 	// (store.Cancels); the caller counts that end.
 	Cancelled bool
 	// Event is what the take of the params' Event found (zero without

@@ -21,14 +21,17 @@ import (
 // off one), looked up by the notification's key in its own statement:
 // only then do the triggers that keep a campaign's counts run for it
 // (migration 27), and a SENDING row inserted without it would never be
-// counted.
+// counted. The same read finds the notification's cancel mark: a
+// cancelled notification's claim inserts nothing and goes on alone, as
+// qDeliveryClaim's does.
 const qDeliveryClaimMany = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at,
                         campaign_id)
-SELECT c.message_id, c.notification_id, c.tenant, c.channel, c.provider, 'SENDING', 1, c.owner, t.now, t.now, t.now,
-       (SELECT cn.campaign_id FROM notifications cn WHERE cn.id = c.notification_id)
+SELECT c.message_id, c.notification_id, c.tenant, c.channel, c.provider, 'SENDING', 1, c.owner, t.now, t.now, t.now, n.campaign_id
 FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) t,
     unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
         WITH ORDINALITY AS c (message_id, notification_id, tenant, channel, provider, owner, ord)
+    LEFT JOIN LATERAL (SELECT cn.campaign_id, cn.cancelled_at FROM notifications cn WHERE cn.id = c.notification_id LIMIT 1) n ON true
+WHERE n.cancelled_at IS NULL
 ORDER BY c.ord
 ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
 RETURNING message_id, attempts`
@@ -106,7 +109,9 @@ func scanInto(dest []any, attempt int) error {
 // together, and each claim whose key was taken or is its owner's own
 // inserts its row. claimTakeMerge accepts only batches whose claims name
 // distinct keys and distinct messages, so no row is written twice and each
-// claim's outcome is the one its own statement would have had.
+// claim's outcome is the one its own statement would have had. A claim
+// whose notification was cancelled takes no key and inserts nothing, its
+// last column saying so (qDeliveryClaimTake).
 //
 // $1 now, then parallel arrays: $2..$6 the keys (tenant, recipient,
 // event_id, kind, channel), $7 the keys' owners, $8 the leases in
@@ -114,15 +119,17 @@ func scanInto(dest []any, attempt int) error {
 // channels, $13 providers, $14 the claims' owners.
 const qDeliveryClaimTakeMany = `WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
 i AS (
-    SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[],
+    SELECT u.*, n.campaign_id, n.cancelled_at IS NOT NULL AS cancelled
+    FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[],
         $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])
-        WITH ORDINALITY AS i(tenant, recipient, event_id, kind, channel, owner, lease_us,
+        WITH ORDINALITY AS u(tenant, recipient, event_id, kind, channel, owner, lease_us,
             message_id, notification_id, claim_tenant, claim_channel, provider, claimed_by, ord)
+        LEFT JOIN LATERAL (SELECT cn.campaign_id, cn.cancelled_at FROM notifications cn WHERE cn.id = u.notification_id LIMIT 1) n ON true
 ),
 k AS (
     INSERT INTO event_keys AS k (tenant, recipient, event_id, kind, channel, owner, lease_until, taken_at)
     SELECT i.tenant, i.recipient, i.event_id, i.kind, i.channel, i.owner, t.now + i.lease_us * interval '1 microsecond', t.now
-    FROM t, i ORDER BY i.ord
+    FROM t, i WHERE NOT i.cancelled ORDER BY i.ord
     ON CONFLICT (tenant, recipient, event_id, kind, channel) DO UPDATE SET lease_until = greatest(k.lease_until, excluded.lease_until)
     WHERE k.owner = excluded.owner
     RETURNING k.tenant, k.recipient, k.event_id, k.kind, k.channel, k.xmax = 0 AS taken, k.lease_until
@@ -135,12 +142,12 @@ c AS (
     INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at,
                             campaign_id)
     SELECT ki.message_id, ki.notification_id, ki.claim_tenant, ki.claim_channel, ki.provider, 'SENDING', 1, ki.claimed_by, t.now, t.now, t.now,
-           (SELECT cn.campaign_id FROM notifications cn WHERE cn.id = ki.notification_id)
+           ki.campaign_id
     FROM t, ki ORDER BY ki.ord
     ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
     RETURNING message_id, attempts
 )
-SELECT i.message_id, ki.taken, ki.lease_until, c.attempts
+SELECT i.message_id, ki.taken, ki.lease_until, c.attempts, i.cancelled
 FROM i LEFT JOIN ki ON ki.ord = i.ord LEFT JOIN c ON c.message_id = i.message_id
 ORDER BY i.ord`
 

@@ -88,14 +88,18 @@ func (s *Store) deliveryClaimTake(ctx context.Context, p store.DeliveryClaimPara
 	var taken *bool
 	var until *time.Time
 	var attempt *int
+	var cancelled bool
 	now := s.now()
 	// Merged with the batch's other claims under event keys (claimmerge.go).
 	err = s.pipe.QueryRowMerged(ctx, claimTakeMerge, &claimArgs{now: now, p: p},
 		qDeliveryClaimTake, now, k.Tenant, k.Recipient, k.EventID, k.Kind, string(k.Channel), p.Event.Owner, p.Event.Lease,
-		p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).Scan(&taken, &until, &attempt)
+		p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner).Scan(&taken, &until, &attempt, &cancelled)
 	switch {
 	case err != nil:
 		return res, false, fmt.Errorf("claim delivery %s: %w: %w", p.MessageID, store.ErrEventKeys, s.fail("take event key", err))
+	case cancelled: // no key taken, nothing claimed
+		res, err = s.deliveryClaimExisting(ctx, p)
+		return res, true, err
 	case taken == nil:
 		return res, false, nil
 	}
@@ -160,12 +164,42 @@ func (s *Store) deliveryClaimExisting(ctx context.Context, p store.DeliveryClaim
 	}
 	// The blocking row is not in the statement's snapshot (a concurrent
 	// claim inserted it), or the snapshot shows a due retry that a concurrent
-	// claim took first: read it as it is now.
+	// claim took first: read it as it is now. No row at all: the insert
+	// found the notification cancelled.
 	d, err := scanDelivery(s.pool.QueryRow(ctx, qDeliveryGet, p.MessageID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s.deliveryClaimCancelled(ctx, p)
+	}
 	if err != nil {
 		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s: read blocking row", p.MessageID), err)
 	}
 	return store.DeliveryClaimResult{Current: &d}, nil
+}
+
+// deliveryClaimCancelled ends SUPPRESSED(CANCELLED) the send of a
+// cancelled notification that has no delivery row, which its claim
+// inserted none for (qDeliveryClaim): the cancel's own decision write,
+// which moves its fallback chain on. A write that loses to another (the
+// cancel's) returns the row it wrote.
+func (s *Store) deliveryClaimCancelled(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+	var marked bool
+	err := s.pool.QueryRow(ctx, qNotificationCancelled, p.NotificationID).Scan(&marked)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s: read the cancel mark", p.MessageID), err)
+	}
+	if !marked {
+		return store.DeliveryClaimResult{}, fmt.Errorf("claim delivery %s: inserted no row and found none", p.MessageID)
+	}
+	ended, err := s.DeliveryDecide(ctx, store.DeliveryDecideParams{MessageID: p.MessageID, NotificationID: p.NotificationID,
+		Tenant: p.Tenant, Channel: p.Channel, State: heraldtype.DeliverySuppressed, Reason: heraldtype.ReasonCancelled})
+	if err != nil {
+		return store.DeliveryClaimResult{}, fmt.Errorf("claim delivery %s: end the cancelled send: %w", p.MessageID, err)
+	}
+	d, err := scanDelivery(s.pool.QueryRow(ctx, qDeliveryGet, p.MessageID))
+	if err != nil {
+		return store.DeliveryClaimResult{}, s.fail(fmt.Sprintf("claim delivery %s: read the cancelled send", p.MessageID), err)
+	}
+	return store.DeliveryClaimResult{Current: &d, Cancelled: ended}, nil
 }
 
 // DeliveryRecord writes the outcome of a claimed attempt, conditional on the

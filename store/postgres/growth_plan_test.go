@@ -86,11 +86,17 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 		"claimpublishinggate": {qOutboxClaimPublishingProfiles, []any{nil, "transactional", 500, "w", time.Minute, "PUBLISHING", nil, "", []string{}, []string{}, nil, nil}, []string{"outbox_pkey", "outbox_fair", "outbox_leased"}},
 		"claimpromote":        {qOutboxPromote, []any{"transactional", nil, store.PromoteBatch}, []string{"outbox_deferred"}},
 		"backlog":             {qOutboxBacklog, []any{nil, []string{"transactional", "marketing"}}, nil},
+		// The delivery claims read their notification's campaign and
+		// cancel mark by its key.
 		"claims": {qDeliveryClaimMany, claimMerge.args([]*pipeOp{{in: &claimArgs{p: store.DeliveryClaimParams{MessageID: "n7.webhook",
-			NotificationID: "n7", Tenant: "t", Channel: "webhook", Provider: "p", Owner: "w"}}}}), nil},
+			NotificationID: "n7", Tenant: "t", Channel: "webhook", Provider: "p", Owner: "w"}}}}), []string{"notifications_pkey"}},
 		"claimtakes": {qDeliveryClaimTakeMany, claimTakeMerge.args([]*pipeOp{{in: &claimArgs{p: store.DeliveryClaimParams{MessageID: "n7.webhook",
 			NotificationID: "n7", Tenant: "t", Channel: "webhook", Provider: "p", Owner: "w",
-			Event: &store.EventKeyTakeParams{Key: store.EventKey{Tenant: "t", Recipient: "r", EventID: "e7", Kind: "k"}, Owner: "n7", Lease: time.Minute}}}}}), nil},
+			Event: &store.EventKeyTakeParams{Key: store.EventKey{Tenant: "t", Recipient: "r", EventID: "e7", Kind: "k"}, Owner: "n7", Lease: time.Minute}}}}}),
+			[]string{"notifications_pkey"}},
+		"deliveryclaim": {qDeliveryClaim, []any{nil, "n7.webhook", "n7", "t", "webhook", "p", "w"}, []string{"notifications_pkey"}},
+		"deliveryclaimtake": {qDeliveryClaimTake, []any{nil, "t", "r", "e7", "k", "", "n7", time.Minute, "n7.webhook", "n7", "t", "webhook", "p", "w"},
+			[]string{"notifications_pkey"}},
 		"settles": {qDeliveryRecordOffChainMany, recordMerge.args([]*pipeOp{{in: &settle}, {in: &settle2}}),
 			[]string{"deliveries_message_id", "outbox_pkey"}},
 		"settlesnochain": {qDeliveryRecordNoChainMany, recordNoChainMerge.args([]*pipeOp{{in: &recordArgs{p: store.DeliveryRecordParams{

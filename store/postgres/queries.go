@@ -688,7 +688,10 @@ WHERE ctid = ANY (ARRAY(
 
 // Deliveries: the claim, the conditional result write, decisions, the stale sweep.
 const (
-	qDeliveryGet = `SELECT message_id, notification_id, tenant, channel, provider, state, reason, attempts,
+	// qNotificationCancelled reads a notification's cancel mark
+	// (store.Cancels).
+	qNotificationCancelled = `SELECT cancelled_at IS NOT NULL FROM notifications WHERE id = $1::text`
+	qDeliveryGet           = `SELECT message_id, notification_id, tenant, channel, provider, state, reason, attempts,
        claimed_at, next_attempt_at, created_at, updated_at
 FROM deliveries WHERE message_id = $1::text`
 	// qInboxSendGet reads the notification whose inbox send is STORED
@@ -708,12 +711,22 @@ FROM deliveries WHERE message_id = $1::text`
 	//   row, when it did not), or as it wrote it when it ended a cancelled
 	//   retry (below).
 	//
+	// The insert reads the notification's row by its key, for the
+	// delivery's campaign (claimmerge.go says why) and its cancel mark
+	// (store.Cancels): a cancelled notification's send inserts nothing,
+	// and deliveryClaimExisting, finding no row, ends it
+	// SUPPRESSED(CANCELLED) instead (deliveryClaimCancelled). The LIMIT
+	// keeps the lateral read a probe by the primary key, never joined
+	// into a scan, whatever plan empty tables gave.
+	//
 	// $1 now, $2 message id, $3 notification id, $4 tenant, $5 channel,
 	// $6 provider, $7 owner.
 	qDeliveryClaim = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at,
                         campaign_id)
-SELECT $2::text, $3::text, $4::text, $5::text, $6::text, 'SENDING', 1, $7::text, t.now, t.now, t.now, (SELECT cn.campaign_id FROM notifications cn WHERE cn.id = $3::text)
+SELECT $2::text, $3::text, $4::text, $5::text, $6::text, 'SENDING', 1, $7::text, t.now, t.now, t.now, n.campaign_id
 FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) t
+    LEFT JOIN LATERAL (SELECT cn.campaign_id, cn.cancelled_at FROM notifications cn WHERE cn.id = $3::text LIMIT 1) n ON true
+WHERE n.cancelled_at IS NULL
 ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
 RETURNING attempts`
 	// qDeliveryClaimTake is qEventKeyTake and qDeliveryClaim in one
@@ -722,24 +735,27 @@ RETURNING attempts`
 	// delivery claimed. On another notification's key it writes nothing and
 	// returns NULLs; a claim that finds the row already there returns a
 	// NULL attempt and leaves the key taken, as the two statements did.
+	// A cancelled notification's send (qDeliveryClaim) takes no key and
+	// claims nothing: t is then empty, and the fourth column says so.
 	//
 	// $1 now, $2..$6 the key (tenant, recipient, event_id, kind, channel),
 	// $7 the key's owner (the notification), $8 the lease, $9 message id,
 	// $10 notification id, $11 tenant, $12 channel, $13 provider, $14 the
 	// claim's owner.
-	qDeliveryClaimTake = `WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
+	qDeliveryClaimTake = `WITH n AS (SELECT cn.campaign_id, cn.cancelled_at FROM notifications cn WHERE cn.id = $10::text LIMIT 1),
+t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now WHERE NOT EXISTS (SELECT 1 FROM n WHERE n.cancelled_at IS NOT NULL)),
 k AS (
 ` + qEventKeyUpsert + `
 ),
 c AS (
     INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at,
                             campaign_id)
-    SELECT $9::text, $10::text, $11::text, $12::text, $13::text, 'SENDING', 1, $14::text, t.now, t.now, t.now, (SELECT cn.campaign_id FROM notifications cn WHERE cn.id = $10::text)
+    SELECT $9::text, $10::text, $11::text, $12::text, $13::text, 'SENDING', 1, $14::text, t.now, t.now, t.now, (SELECT n.campaign_id FROM n)
     FROM t WHERE EXISTS (SELECT 1 FROM k)
     ON CONFLICT (message_id) WHERE message_id IS NOT NULL DO NOTHING
     RETURNING attempts
 )
-SELECT (SELECT taken FROM k), (SELECT lease_until FROM k), (SELECT attempts FROM c)`
+SELECT (SELECT taken FROM k), (SELECT lease_until FROM k), (SELECT attempts FROM c), NOT EXISTS (SELECT 1 FROM t)`
 	//
 	// A RETRY_WAIT row whose notification or campaign was cancelled is not
 	// retried: it was in flight at the cancel, which leaves SENDING alone,

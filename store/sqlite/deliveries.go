@@ -55,10 +55,30 @@ func scanDelivery(row interface{ Scan(...any) error }) (store.Delivery, error) {
 // DeliveryClaim inserts SENDING for a new message or takes a due RETRY_WAIT row.
 func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var res store.DeliveryClaimResult
-	var wake heraldtype.Lane // a fallback step a cancelled retry's end released
+	var wake heraldtype.Lane // a fallback step a cancelled send's end released
 	err := s.w.do(ctx, func(tx wtx) error {
 		res, wake = store.DeliveryClaimResult{}, ""
 		now := s.now()
+		// A cancelled notification's send is not claimed: the claim ends
+		// it instead, taking no event key (store.Cancels).
+		var cancelled bool
+		if err := tx.QueryRow(qNotificationCancelled, p.NotificationID).Scan(&cancelled); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("read the cancel mark: %w", err)
+		}
+		if cancelled {
+			ended, lane, err := decide(tx, now, store.DeliveryDecideParams{MessageID: p.MessageID, NotificationID: p.NotificationID,
+				Tenant: p.Tenant, Channel: p.Channel, State: heraldtype.DeliverySuppressed, Reason: heraldtype.ReasonCancelled})
+			if err != nil {
+				return fmt.Errorf("end a cancelled send: %w", err)
+			}
+			res.Cancelled, wake = ended, lane
+			cur, err := scanDelivery(tx.QueryRow(qDeliveryGet, p.MessageID))
+			if err != nil {
+				return fmt.Errorf("read the cancelled send: %w", err)
+			}
+			res.Current = &cur
+			return nil
+		}
 		if p.Event != nil {
 			// The event key in the claim's own transaction: one writer
 			// operation before the call, not two.
@@ -186,22 +206,8 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams) (bool, error) {
 	var ok bool
 	var wake heraldtype.Lane
-	err := s.w.do(ctx, func(tx wtx) error {
-		wake = ""
-		now := s.now()
-		// A decision on a lazy chain's later step (a cancel) finds its row
-		// written first, as intake writes an eager chain's (fallback.go).
-		if err := materializeStep(tx, now, p.NotificationID, p.MessageID); err != nil {
-			return err
-		}
-		r, err := tx.Exec(qDeliveryDecide, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason, now, now)
-		if err != nil {
-			return err
-		}
-		n, _ := r.RowsAffected()
-		if ok = n == 1; ok {
-			wake, err = fallbackEnded(tx, now, p.MessageID, p.State, p.Reason)
-		}
+	err := s.w.do(ctx, func(tx wtx) (err error) {
+		ok, wake, err = decide(tx, s.now(), p)
 		return err
 	})
 	if err != nil {
@@ -209,6 +215,25 @@ func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams
 	}
 	s.wakeFallback(wake)
 	return ok, nil
+}
+
+// decide writes p's decision in tx (DeliveryDecide) and moves its chain
+// on if it was written, returning the lane of a step that released.
+func decide(tx wtx, now int64, p store.DeliveryDecideParams) (bool, heraldtype.Lane, error) {
+	// A decision on a lazy chain's later step (a cancel) finds its row
+	// written first, as intake writes an eager chain's (fallback.go).
+	if err := materializeStep(tx, now, p.NotificationID, p.MessageID); err != nil {
+		return false, "", err
+	}
+	r, err := tx.Exec(qDeliveryDecide, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason, now, now)
+	if err != nil {
+		return false, "", err
+	}
+	if n, _ := r.RowsAffected(); n != 1 {
+		return false, "", nil
+	}
+	wake, err := fallbackEnded(tx, now, p.MessageID, p.State, p.Reason)
+	return true, wake, err
 }
 
 // DeliverySweepStale turns SENDING rows older than olderThan into UNKNOWN

@@ -254,20 +254,24 @@ const (
 FROM deliveries WHERE message_id = ?`
 	// qInboxSendGet reads the notification whose inbox send is STORED
 	// (store.InboxDelivery).
-	qInboxSendGet        = `SELECT tenant, created_at FROM notifications WHERE id = ? AND inbox_at > 0`
-	qDeliveryClaimInsert = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
+	qInboxSendGet = `SELECT tenant, created_at FROM notifications WHERE id = ? AND inbox_at > 0`
+	// qNotificationCancelled reads a notification's cancel mark
+	// (store.Cancels) for the claim of one of its sends.
+	qNotificationCancelled = `SELECT cancelled_at IS NOT NULL FROM notifications WHERE id = ?`
+	qDeliveryClaimInsert   = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, 'SENDING', 1, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`
 	// qDeliveryRetryCancelled ends SUPPRESSED(CANCELLED) a send waiting to
-	// be tried again whose notification or campaign was cancelled: it was
-	// in flight at the cancel, which leaves SENDING alone, and its call
-	// then failed for now (or it was PARKED and then requeued). The claim
-	// runs it before qDeliveryClaimRetry, so the retry is never made.
-	// ?1 now, ?2 message id.
+	// be tried again whose campaign was cancelled: it was in flight at the
+	// cancel, which leaves SENDING alone, and its call then failed for now
+	// (or it was PARKED and then requeued). The claim runs it before
+	// qDeliveryClaimRetry, so the retry is never made. (A cancelled
+	// notification's send never gets here: the claim reads its mark
+	// first, qNotificationCancelled.) ?1 now, ?2 message id.
 	qDeliveryRetryCancelled = `UPDATE deliveries
 SET state = 'SUPPRESSED', reason = 'CANCELLED', next_attempt_at = NULL, claimed_by = NULL, updated_at = ?1
 WHERE message_id = ?2 AND state = 'RETRY_WAIT'
-  AND EXISTS (SELECT 1 FROM notifications n LEFT JOIN campaigns c ON c.id = n.campaign_id
-              WHERE n.id = deliveries.notification_id AND (n.cancelled_at IS NOT NULL OR c.state = 'CANCELLED'))`
+  AND EXISTS (SELECT 1 FROM notifications n JOIN campaigns c ON c.id = n.campaign_id
+              WHERE n.id = deliveries.notification_id AND c.state = 'CANCELLED')`
 	qDeliveryClaimRetry = `UPDATE deliveries
 SET state = 'SENDING', attempts = attempts + 1, provider = ?, claimed_by = ?, claimed_at = ?, next_attempt_at = NULL, reason = '', updated_at = ?
 WHERE message_id = ? AND state = 'RETRY_WAIT' AND next_attempt_at <= ?
@@ -305,6 +309,6 @@ var writeQueries = append([]string{
 	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
 	qOutboxPromote, qOutboxLaneTenants, qOutboxClaim, qOutboxClaimOneTenant, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxCompleteLazy, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,
-	qDeliveryGet, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
+	qDeliveryGet, qNotificationCancelled, qDeliveryClaimInsert, qDeliveryClaimRetry, qDeliveryRecord, qAttemptInsert,
 	qDeliveryDecide, qDeliverySweepStale, qProfilePut, qOutboxInsertClaimed, qProfileGet,
 }, append(append(inboxQueries, deviceQueries...), fallbackQueries...)...)

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -154,6 +155,105 @@ func testCancel(t *testing.T, h Harness) {
 		b.clk.Advance(time.Minute)
 		if got := claimDelivery(t, b, sendClaim(p.ID)); !got.Claimed || got.Attempt != 2 {
 			t.Fatalf("the retry of a notification never cancelled = %+v; want attempt 2", got)
+		}
+	})
+	// The mark alone is the cancel: a send claimed after it (a cancel
+	// that failed before its decisions, or a claim between the cancel's
+	// read and its decision) is ended SUPPRESSED(CANCELLED) by its claim,
+	// with no call and no event key taken, on every claim statement: one
+	// alone, and several at once (which PostgreSQL merges), with and
+	// without a key.
+	t.Run("AFirstClaimAfterTheMarkEndsTheSend", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		const sends = 24
+		type send struct {
+			id     string
+			marked bool
+			key    *store.EventKeyTakeParams
+		}
+		var all []send
+		for i := range sends {
+			p, _ := create(t, b, func(p *store.NotificationCreateParams) { p.Recipient = fmt.Sprintf("r%d", i) })
+			s := send{id: p.ID, marked: i%3 != 0}
+			if i%2 == 0 {
+				s.key = &store.EventKeyTakeParams{Key: store.EventKey{Tenant: "t1", Recipient: p.Recipient, EventID: p.EventID, Kind: p.Kind},
+					Owner: p.ID, Lease: time.Hour}
+			}
+			if s.marked {
+				if err := b.s.NotificationCancelMark(b.ctx, "t1", p.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			all = append(all, s)
+		}
+		claimOf := func(s send) store.DeliveryClaimParams {
+			c := sendClaim(s.id)
+			c.Event = s.key
+			return c
+		}
+		// Two marked sends' claims alone, one under a key, then the rest
+		// at once.
+		got := make([]store.DeliveryClaimResult, sends)
+		got[1], got[2] = claimDelivery(t, b, claimOf(all[1])), claimDelivery(t, b, claimOf(all[2]))
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, s := range all {
+			if i == 1 || i == 2 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := b.s.DeliveryClaim(b.ctx, claimOf(s))
+				if err != nil {
+					t.Error(err)
+				}
+				got[i] = res
+			}()
+		}
+		close(start)
+		wait(t, &wg, "the claims returned")
+		for i, s := range all {
+			res := got[i]
+			if !s.marked {
+				if !res.Claimed || res.Attempt != 1 || res.Cancelled {
+					t.Errorf("%d, never cancelled: the claim = %+v; want attempt 1", i, res)
+				}
+				continue
+			}
+			if res.Claimed || !res.Cancelled || res.Current == nil || res.Current.State != heraldtype.DeliverySuppressed ||
+				res.Current.Reason != cancel.ReasonCancelled || res.Current.Attempts != 0 || res.Event.Outcome != 0 {
+				t.Errorf("%d, marked cancelled: the claim = %+v; want no claim, SUPPRESSED(CANCELLED) by it, no attempt, no key", i, res)
+			}
+			if again := claimDelivery(t, b, claimOf(s)); again.Claimed || again.Cancelled || again.Current == nil ||
+				again.Current.Reason != cancel.ReasonCancelled {
+				t.Errorf("%d: a second claim = %+v; want the ended row, not ended by it", i, again)
+			}
+			// The outbox row is its owner's still, and the cancel's
+			// repeat finds the send cancelled.
+			if e := entry(t, b, s.id); e.OutboxState != heraldtype.OutboxPending {
+				t.Errorf("%d: the claim wrote the outbox row: %+v", i, e)
+			}
+			if e := cancelOf(t, b, s.id).Deliveries[0]; !e.Cancelled {
+				t.Errorf("%d: the cancel's repeat answered %+v", i, e)
+			}
+		}
+		// A marked send took no key: another notification takes it.
+		for i, s := range all {
+			if s.key == nil {
+				continue
+			}
+			want := store.EventKeyHeld
+			if s.marked {
+				want = store.EventKeyTaken
+			}
+			other := *s.key
+			other.Owner = "ntf_other"
+			if res, err := b.s.EventKeyTake(b.ctx, other); err != nil || res.Outcome != want {
+				t.Errorf("%d (marked %v): another notification's take of its key = %+v, %v; want outcome %v", i, s.marked, res, err, want)
+			}
 		}
 	})
 	t.Run("TheMarkIsTheTenantsOwn", func(t *testing.T) {

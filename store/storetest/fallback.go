@@ -617,6 +617,35 @@ func testFallback(t *testing.T, h Harness) {
 		wantChainEnded(t, b)
 	})
 
+	// A cancel that failed after its mark decided nothing: the first
+	// step's claim ends it SUPPRESSED(CANCELLED), and that end skips the
+	// steps after it, so no WAITING row is left without an owner.
+	t.Run("AMarkAloneEndsTheChainAtTheFirstClaim", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		p := chainCreate(t, b, "r1", nil)
+		push, alim, sms := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS)
+		if err := b.s.NotificationCancelMark(b.ctx, "t1", p.ID); err != nil {
+			t.Fatal(err)
+		}
+		rows := claimed(t, b, false)
+		if len(rows) != 1 || rows[push].MessageID == "" {
+			t.Fatalf("claimed %v, want push's row", rows)
+		}
+		if c := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: push, NotificationID: p.ID, Tenant: "t1", Channel: heraldtype.ChannelPush, Provider: "p", Owner: "w"}); c.Claimed || !c.Cancelled {
+			t.Fatalf("the first claim after the mark = %+v; want it ended by the claim", c)
+		}
+		if ok, err := b.s.OutboxComplete(b.ctx, rows[push].Fence, heraldtype.OutboxDone, cancel.ReasonCancelled); err != nil || !ok {
+			t.Fatalf("complete: %v %v", ok, err)
+		}
+		wantSteps(t, b, p.ID, map[string]step{
+			push: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionFirst},
+			alim: {State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
+			sms:  {State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
+		})
+		wantChainEnded(t, b)
+	})
+
 	// A cancel while the first step is being sent suppresses the waiting
 	// steps; the send's acceptance, recorded under the claim it had before
 	// the cancel, then ends the chain as any acceptance does: nothing is
