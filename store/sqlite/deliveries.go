@@ -59,36 +59,24 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 	err := s.w.do(ctx, func(tx wtx) error {
 		res, wake = store.DeliveryClaimResult{}, ""
 		now := s.now()
-		// A cancelled notification's send is not claimed: the claim ends
-		// it instead, taking no event key (store.Cancels).
-		var cancelled bool
-		if err := tx.QueryRow(qNotificationCancelled, p.NotificationID).Scan(&cancelled); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("read the cancel mark: %w", err)
-		}
-		if cancelled {
-			ended, lane, err := decide(tx, now, store.DeliveryDecideParams{MessageID: p.MessageID, NotificationID: p.NotificationID,
-				Tenant: p.Tenant, Channel: p.Channel, State: heraldtype.DeliverySuppressed, Reason: heraldtype.ReasonCancelled})
-			if err != nil {
-				return fmt.Errorf("end a cancelled send: %w", err)
-			}
-			res.Cancelled, wake = ended, lane
-			cur, err := scanDelivery(tx.QueryRow(qDeliveryGet, p.MessageID))
-			if err != nil {
-				return fmt.Errorf("read the cancelled send: %w", err)
-			}
-			res.Current = &cur
-			return nil
-		}
 		if p.Event != nil {
-			// The event key in the claim's own transaction: one writer
-			// operation before the call, not two.
-			take, err := takeEventKey(tx, now, *p.Event)
-			if err != nil {
-				return fmt.Errorf("%w: %w", store.ErrEventKeys, err)
+			// A cancelled notification's send takes no key (store.Cancels;
+			// the insert below then inserts nothing).
+			var cancelled bool
+			if err := tx.QueryRow(qNotificationCancelled, p.NotificationID).Scan(&cancelled); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("read the cancel mark: %w", err)
 			}
-			res.Event = take
-			if take.Outcome == store.EventKeyHeld {
-				return nil
+			if !cancelled {
+				// The event key in the claim's own transaction: one writer
+				// operation before the call, not two.
+				take, err := takeEventKey(tx, now, *p.Event)
+				if err != nil {
+					return fmt.Errorf("%w: %w", store.ErrEventKeys, err)
+				}
+				res.Event = take
+				if take.Outcome == store.EventKeyHeld {
+					return nil
+				}
 			}
 		}
 		r, err := tx.Exec(qDeliveryClaimInsert, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Provider, p.Owner, now, now, now)
@@ -122,6 +110,16 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 			}
 		}
 		cur, err := scanDelivery(tx.QueryRow(qDeliveryGet, p.MessageID))
+		if errors.Is(err, sql.ErrNoRows) {
+			// The insert found the notification cancelled: the claim ends
+			// the send with the cancel's own decision, which moves its
+			// fallback chain on.
+			if res.Cancelled, wake, err = decide(tx, now, store.DeliveryDecideParams{MessageID: p.MessageID, NotificationID: p.NotificationID,
+				Tenant: p.Tenant, Channel: p.Channel, State: heraldtype.DeliverySuppressed, Reason: heraldtype.ReasonCancelled}); err != nil {
+				return fmt.Errorf("end a cancelled send: %w", err)
+			}
+			cur, err = scanDelivery(tx.QueryRow(qDeliveryGet, p.MessageID))
+		}
 		if err != nil {
 			return fmt.Errorf("read blocking delivery: %w", err)
 		}

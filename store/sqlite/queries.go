@@ -256,22 +256,27 @@ FROM deliveries WHERE message_id = ?`
 	// (store.InboxDelivery).
 	qInboxSendGet = `SELECT tenant, created_at FROM notifications WHERE id = ? AND inbox_at > 0`
 	// qNotificationCancelled reads a notification's cancel mark
-	// (store.Cancels) for the claim of one of its sends.
+	// (store.Cancels), for a claim under an event key: a cancelled
+	// notification's send takes no key.
 	qNotificationCancelled = `SELECT cancelled_at IS NOT NULL FROM notifications WHERE id = ?`
-	qDeliveryClaimInsert   = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, 'SENDING', 1, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`
+	// qDeliveryClaimInsert inserts nothing for a send whose notification
+	// was cancelled (store.Cancels): the claim then finds no row and ends
+	// the send SUPPRESSED(CANCELLED) instead.
+	qDeliveryClaimInsert = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
+SELECT ?1, ?2, ?3, ?4, ?5, 'SENDING', 1, ?6, ?7, ?8, ?9
+WHERE NOT EXISTS (SELECT 1 FROM notifications n WHERE n.id = ?2 AND n.cancelled_at IS NOT NULL)
+ON CONFLICT (message_id) DO NOTHING`
 	// qDeliveryRetryCancelled ends SUPPRESSED(CANCELLED) a send waiting to
-	// be tried again whose campaign was cancelled: it was in flight at the
-	// cancel, which leaves SENDING alone, and its call then failed for now
-	// (or it was PARKED and then requeued). The claim runs it before
-	// qDeliveryClaimRetry, so the retry is never made. (A cancelled
-	// notification's send never gets here: the claim reads its mark
-	// first, qNotificationCancelled.) ?1 now, ?2 message id.
+	// be tried again whose notification or campaign was cancelled: it was
+	// in flight at the cancel, which leaves SENDING alone, and its call
+	// then failed for now (or it was PARKED and then requeued). The claim
+	// runs it before qDeliveryClaimRetry, so the retry is never made.
+	// ?1 now, ?2 message id.
 	qDeliveryRetryCancelled = `UPDATE deliveries
 SET state = 'SUPPRESSED', reason = 'CANCELLED', next_attempt_at = NULL, claimed_by = NULL, updated_at = ?1
 WHERE message_id = ?2 AND state = 'RETRY_WAIT'
-  AND EXISTS (SELECT 1 FROM notifications n JOIN campaigns c ON c.id = n.campaign_id
-              WHERE n.id = deliveries.notification_id AND c.state = 'CANCELLED')`
+  AND EXISTS (SELECT 1 FROM notifications n LEFT JOIN campaigns c ON c.id = n.campaign_id
+              WHERE n.id = deliveries.notification_id AND (n.cancelled_at IS NOT NULL OR c.state = 'CANCELLED'))`
 	qDeliveryClaimRetry = `UPDATE deliveries
 SET state = 'SENDING', attempts = attempts + 1, provider = ?, claimed_by = ?, claimed_at = ?, next_attempt_at = NULL, reason = '', updated_at = ?
 WHERE message_id = ? AND state = 'RETRY_WAIT' AND next_attempt_at <= ?
