@@ -215,6 +215,21 @@ func (b *bundle) wantOneCallThenCancelled(t *testing.T, id string) {
 	}
 }
 
+// drainCancelled runs the claimer until the outbox rows of ids are DONE,
+// and fails unless each one's send ended SUPPRESSED(CANCELLED) without a
+// provider call.
+func (b *bundle) drainCancelled(t *testing.T, ids []string) {
+	t.Helper()
+	b.runClaimer(t)
+	b.waitAllDone(t, ids)
+	for _, id := range ids {
+		wantCancelled(t, b, id)
+	}
+	if n := b.sim.Total(); n != 0 {
+		t.Errorf("%d provider calls; want none", n)
+	}
+}
+
 func wantCancelled(t *testing.T, b *bundle, id string) {
 	t.Helper()
 	v := b.view(t, id)
@@ -236,11 +251,7 @@ func TestCancelledBeforeTheClaimIsFinishedWithoutACall(t *testing.T) {
 				t.Fatalf("cancel %s: %+v", id, e)
 			}
 		}
-		b.runClaimer(t)
-		b.waitAllDone(t, ids)
-		for _, id := range ids {
-			wantCancelled(t, b, id)
-		}
+		b.drainCancelled(t, ids)
 		// A broker's copy (rabbitmq transport: no outbox fence, nothing
 		// known) is acked, without a call.
 		res := b.sender.Send(context.Background(), jobOf(b.view(t, ids[0])))
@@ -266,14 +277,7 @@ func TestACancelThatFailsPartWayIsCompletedByItsRepeat(t *testing.T) {
 				t.Fatalf("%s: the repeat answered %+v; want cancelled", fault, e)
 			}
 		}
-		b.runClaimer(t)
-		b.waitAllDone(t, ids)
-		for _, id := range ids {
-			wantCancelled(t, b, id)
-		}
-		if n := b.sim.Total(); n != 0 {
-			t.Errorf("%d provider calls; want none", n)
-		}
+		b.drainCancelled(t, ids)
 	})
 }
 
@@ -372,14 +376,7 @@ func TestACancelThatFailedAfterItsMarkSendsNothingUnrepeated(t *testing.T) {
 				t.Fatalf("the failing cancel = %v; want the store's error", err)
 			}
 		}
-		b.runClaimer(t)
-		b.waitAllDone(t, ids)
-		for _, id := range ids {
-			wantCancelled(t, b, id)
-		}
-		if n := b.sim.Total(); n != 0 {
-			t.Errorf("%d provider calls; want none", n)
-		}
+		b.drainCancelled(t, ids)
 		// A broker's copy of one of them (rabbitmq transport) is acked
 		// without a call.
 		if res := b.sender.Send(context.Background(), jobOf(b.view(t, ids[0]))); res.Verdict != sender.Done || b.sim.Total() != 0 {

@@ -140,6 +140,27 @@ func cancelWhileSendingThen(t *testing.T, b bundle, state heraldtype.DeliverySta
 	return p
 }
 
+// claimEndsTheChain claims push's claimed row of notification p, whose
+// cancel the claim must find, ending the send SUPPRESSED(CANCELLED)
+// without claiming it; it finishes the outbox row as its owner does, and
+// fails unless AlimTalk and SMS are then as later and nothing waits.
+func claimEndsTheChain(t *testing.T, b bundle, p store.NotificationCreateParams, row store.Claimed, later step) {
+	t.Helper()
+	if c := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: p.ID, Tenant: "t1", Channel: heraldtype.ChannelPush,
+		Provider: "p", Owner: "w"}); c.Claimed || !c.Cancelled {
+		t.Fatalf("the claim after the cancel = %+v; want the send ended by it", c)
+	}
+	if ok, err := b.s.OutboxComplete(b.ctx, row.Fence, heraldtype.OutboxDone, cancel.ReasonCancelled); err != nil || !ok {
+		t.Fatalf("complete: %v %v", ok, err)
+	}
+	wantSteps(t, b, p.ID, map[string]step{
+		row.MessageID: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionFirst},
+		store.MessageID(p.ID, heraldtype.ChannelAlimTalk): later,
+		store.MessageID(p.ID, heraldtype.ChannelSMS):      later,
+	})
+	wantChainEnded(t, b)
+}
+
 // wantChainEnded fails unless, an hour on, the watchdog finds no WAITING
 // row without an owner and nothing of the lane is due.
 func wantChainEnded(t *testing.T, b bundle) {
@@ -597,24 +618,13 @@ func testFallback(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		p := cancelWhileSendingThen(t, b, heraldtype.DeliveryRetryWait)
-		push, alim, sms := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS)
+		push := store.MessageID(p.ID, heraldtype.ChannelPush)
 		b.clk.Advance(time.Minute)
 		again := claimed(t, b, false)
 		if len(again) != 1 || again[push].MessageID == "" {
 			t.Fatalf("claimed %v, want push's row at its retry", again)
 		}
-		if c := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: push, NotificationID: p.ID, Tenant: "t1", Channel: heraldtype.ChannelPush, Provider: "p", Owner: "w"}); c.Claimed {
-			t.Fatal("the retry of a send in flight at the cancel was claimed")
-		}
-		if ok, err := b.s.OutboxComplete(b.ctx, again[push].Fence, heraldtype.OutboxDone, cancel.ReasonCancelled); err != nil || !ok {
-			t.Fatalf("complete: %v %v", ok, err)
-		}
-		wantSteps(t, b, p.ID, map[string]step{
-			push: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionFirst},
-			alim: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
-			sms:  {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
-		})
-		wantChainEnded(t, b)
+		claimEndsTheChain(t, b, p, again[push], step{State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled})
 	})
 
 	// A cancel that failed after its mark decided nothing: the first
@@ -624,7 +634,7 @@ func testFallback(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		p := chainCreate(t, b, "r1", nil)
-		push, alim, sms := store.MessageID(p.ID, heraldtype.ChannelPush), store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS)
+		push := store.MessageID(p.ID, heraldtype.ChannelPush)
 		if err := b.s.NotificationCancelMark(b.ctx, "t1", p.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -632,18 +642,7 @@ func testFallback(t *testing.T, h Harness) {
 		if len(rows) != 1 || rows[push].MessageID == "" {
 			t.Fatalf("claimed %v, want push's row", rows)
 		}
-		if c := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: push, NotificationID: p.ID, Tenant: "t1", Channel: heraldtype.ChannelPush, Provider: "p", Owner: "w"}); c.Claimed || !c.Cancelled {
-			t.Fatalf("the first claim after the mark = %+v; want it ended by the claim", c)
-		}
-		if ok, err := b.s.OutboxComplete(b.ctx, rows[push].Fence, heraldtype.OutboxDone, cancel.ReasonCancelled); err != nil || !ok {
-			t.Fatalf("complete: %v %v", ok, err)
-		}
-		wantSteps(t, b, p.ID, map[string]step{
-			push: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionFirst},
-			alim: {State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
-			sms:  {State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
-		})
-		wantChainEnded(t, b)
+		claimEndsTheChain(t, b, p, rows[push], step{State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled})
 	})
 
 	// A cancel while the first step is being sent suppresses the waiting
