@@ -215,10 +215,13 @@ type Deliveries interface {
 	DeliveryGet(ctx context.Context, messageID string) (Delivery, error)
 	// DeliveryClaim inserts a SENDING row for the message (or turns a due
 	// RETRY_WAIT row into SENDING). Only the caller that gets Claimed may call
-	// the provider. With p.Event it takes that event key first, by
-	// EventKeys.EventKeyTake's rule: a key another notification holds
-	// claims nothing (Claimed false, no Current, Event.Outcome
-	// EventKeyHeld); a take that fails fails the claim with ErrEventKeys.
+	// the provider. A send whose notification is marked cancelled (Cancels)
+	// is not claimed: the claim ends it SUPPRESSED(CANCELLED) instead
+	// (Cancelled), taking no event key. With p.Event it takes that event
+	// key first, by EventKeys.EventKeyTake's rule: a key another
+	// notification holds claims nothing (Claimed false, no Current,
+	// Event.Outcome EventKeyHeld); a take that fails fails the claim with
+	// ErrEventKeys.
 	// SQLite takes the key in the claim's own transaction; PostgreSQL
 	// takes it just before, as a take before the claim always did (a take
 	// whose claim then fails leaves the key to its owner for the lease).
