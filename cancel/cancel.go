@@ -15,12 +15,15 @@
 // for a cancelled campaign's send. Its fallback chain moves on as after
 // any end: the steps after it are skipped. The mark is written before the
 // sends are read, so a send the cancel reports in flight always sees it,
-// and a send claimed after the mark is not sent. So the mark alone is the
-// cancel: a cancel that fails part-way (the store went away after the
-// mark, or between two decisions) returns the error having decided some
-// sends or none, and the sends it did not decide still end
-// SUPPRESSED(CANCELLED) at their claims; its repeat, which the error asks
-// for (503), decides them at once and answers what became of each.
+// and a send claimed after the mark is not sent. So the mark alone keeps
+// every send from going out: a cancel that fails part-way (the store went
+// away after the mark, or between two decisions) returns the error having
+// decided some sends or none, and a send it did not decide ends at its
+// claim, SUPPRESSED(CANCELLED), the fallback steps after it SKIPPED. (The
+// sender's rules before the claim still run on it: one may end it first,
+// SUPPRESSED for another reason or PARKED, and its rate limit's token is
+// spent.) The repeat the error asks for (503) decides them all at once
+// and answers what became of each.
 //
 // Race safety comes from the sender's own guard: a cancel is the decision
 // write the sender makes when it decides not to send (store DeliveryDecide),
@@ -110,7 +113,7 @@ func Waiting(state string) bool {
 // returns the notification's sends as they are afterwards.
 func (c *Canceller) Cancel(ctx context.Context, tenant, id string) (Result, error) {
 	// The mark first: a send the read below finds in flight, and any
-	// retry claimed after it, sees it.
+	// send claimed after it, sees it.
 	err := c.Store.NotificationCancelMark(ctx, tenant, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return Result{}, ErrNotFound

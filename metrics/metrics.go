@@ -18,7 +18,7 @@
 // The writers a herald server counts: the sender (a won claim: SENDING; a
 // result: PROVIDER_ACCEPTED, PERMANENT_FAILURE, RETRY_WAIT,
 // RETRY_EXHAUSTED, UNKNOWN; a decision: SUPPRESSED, PARKED; a claim that
-// ended a cancelled retry: SUPPRESSED), the stale
+// ended a cancelled send: SUPPRESSED), the stale
 // sweep and the watchdog (SENDING to UNKNOWN), the expiry sweep (RETRY_WAIT to SUPPRESSED:
 // an outbox row that expired while its delivery waited for a retry), a
 // cancel (to SUPPRESSED) and the HTTP parked

@@ -54,8 +54,9 @@
 // herald_deliveries_total is counted here, once per state a delivery
 // enters, and only for writes that took: a won claim (SENDING), a recorded
 // result, a written decision, and a claim that itself ended a cancelled
-// retry (SUPPRESSED: DeliveryClaimResult.Cancelled). A copy that loses a
-// write counts nothing,
+// notification's send or a cancelled campaign's retry (SUPPRESSED:
+// DeliveryClaimResult.Cancelled). A copy that loses a write counts
+// nothing,
 // and a copy that parks a message already PARKED writes nothing (the
 // decision write never puts PARKED over PARKED), so it raises no second
 // PARKED alert either. The entries other writers make (the stale sweep, a
@@ -440,7 +441,7 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 		if claim.Current == nil { // a held key that its rule let go on
 			return backoff(errors.New("claim: the event key is another notification's"))
 		}
-		if claim.Cancelled { // the claim ended a cancelled retry
+		if claim.Cancelled { // the claim ended a cancelled send
 			s.Metrics.Delivery(job.Lane, job.Channel, heraldtype.DeliverySuppressed)
 		}
 		return s.blocked(*claim.Current)

@@ -153,7 +153,7 @@ type Cancels interface {
 	// a later cancel keeps the first one's time. From then on no send of
 	// it is claimed: a claim (DeliveryClaim) finds the mark and ends the
 	// send SUPPRESSED(CANCELLED) without a call, moving its fallback
-	// chain on as DeliveryDecide does, and takes no event key. That holds
+	// chain on as DeliveryDecide does. That holds
 	// for a first claim (a cancel that failed after its mark, or a send
 	// claimed between the cancel's read and its decision) and for a retry
 	// (a send in flight at the cancel, SENDING, which the cancel leaves
@@ -214,14 +214,16 @@ type Deliveries interface {
 	// DeliveryGet returns the delivery of messageID, or ErrNotFound.
 	DeliveryGet(ctx context.Context, messageID string) (Delivery, error)
 	// DeliveryClaim inserts a SENDING row for the message (or turns a due
-	// RETRY_WAIT row into SENDING). Only the caller that gets Claimed may call
-	// the provider. A send whose notification is marked cancelled (Cancels)
-	// is not claimed: the claim ends it SUPPRESSED(CANCELLED) instead
-	// (Cancelled), taking no event key. With p.Event it takes that event
-	// key first, by EventKeys.EventKeyTake's rule: a key another
-	// notification holds claims nothing (Claimed false, no Current,
-	// Event.Outcome EventKeyHeld); a take that fails fails the claim with
-	// ErrEventKeys.
+	// RETRY_WAIT row into SENDING). Only the caller that gets Claimed may
+	// call the provider. A send whose notification is marked cancelled
+	// (Cancels) is not claimed: the claim ends it SUPPRESSED(CANCELLED)
+	// instead (Cancelled) and takes no event key (on PostgreSQL, a mark
+	// that commits while a key another notification holds is being
+	// contested, a rare moment, leaves the key to the cancelled one for
+	// its lease). With p.Event it takes that event key first, by
+	// EventKeys.EventKeyTake's rule: a key another notification holds
+	// claims nothing (Claimed false, no Current, Event.Outcome
+	// EventKeyHeld); a take that fails fails the claim with ErrEventKeys.
 	// SQLite takes the key in the claim's own transaction; PostgreSQL
 	// takes it just before, as a take before the claim always did (a take
 	// whose claim then fails leaves the key to its owner for the lease).
@@ -658,8 +660,9 @@ type DeliveryClaimResult struct {
 	Claimed bool
 	// Attempt is the number of this provider call (1 for the first).
 	Attempt int
-	// Current is the row that blocked the claim when Claimed is false
-	// (nil when the event key did).
+	// Current is the row that blocked the claim when Claimed is false, or
+	// the one the claim itself ended (Cancelled); nil when the event key
+	// blocked it.
 	Current *Delivery
 	// Cancelled: the claim itself ended Current SUPPRESSED(CANCELLED), a
 	// send whose notification was cancelled or a retry whose campaign was

@@ -54,7 +54,8 @@ func scanDelivery(row pgx.Row) (store.Delivery, error) {
 
 // DeliveryClaim inserts SENDING for a new message (qDeliveryClaim) or, if
 // a row exists, takes it if it is a due RETRY_WAIT (qDeliveryClaimRetry).
-// Only a caller that gets Claimed may call the provider.
+// Only a caller that gets Claimed may call the provider. A cancelled
+// notification's send is ended instead (deliveryClaimCancelled).
 func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var take store.EventKeyTakeResult
 	if p.Event != nil {
@@ -180,7 +181,10 @@ func (s *Store) deliveryClaimExisting(ctx context.Context, p store.DeliveryClaim
 // cancelled notification that has no delivery row, which its claim
 // inserted none for (qDeliveryClaim): the cancel's own decision write,
 // which moves its fallback chain on. A write that loses to another (the
-// cancel's) returns the row it wrote.
+// cancel's, another copy's) returns the row it wrote. If the read after a
+// write that took fails, the claim fails; its retry finds the row ended
+// by someone else, so that end is not counted (herald_deliveries_total),
+// as with any write whose answer is lost.
 func (s *Store) deliveryClaimCancelled(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var marked bool
 	err := s.pool.QueryRow(ctx, qNotificationCancelled, p.NotificationID).Scan(&marked)

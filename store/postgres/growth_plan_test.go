@@ -24,8 +24,9 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, conn := planConn(t)
-	// The claims are planned on a connection of the claim pool, under its
-	// settings (claimPoolConfig).
+	// The outbox claims ("claim…") are planned on a connection of the
+	// claim pool, under its settings (claimPoolConfig); the rest, the
+	// delivery claims among them, on the pool's.
 	claimConn, err := s.claims.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -88,9 +89,9 @@ func TestHotWritesPlannedOnAnEmptyDatabaseFindRowsByKey(t *testing.T) {
 		"backlog":             {qOutboxBacklog, []any{nil, []string{"transactional", "marketing"}}, nil},
 		// The delivery claims read their notification's campaign and
 		// cancel mark by its key.
-		"claims": {qDeliveryClaimMany, claimMerge.args([]*pipeOp{{in: &claimArgs{p: store.DeliveryClaimParams{MessageID: "n7.webhook",
+		"deliveryclaims": {qDeliveryClaimMany, claimMerge.args([]*pipeOp{{in: &claimArgs{p: store.DeliveryClaimParams{MessageID: "n7.webhook",
 			NotificationID: "n7", Tenant: "t", Channel: "webhook", Provider: "p", Owner: "w"}}}}), []string{"notifications_pkey"}},
-		"claimtakes": {qDeliveryClaimTakeMany, claimTakeMerge.args([]*pipeOp{{in: &claimArgs{p: store.DeliveryClaimParams{MessageID: "n7.webhook",
+		"deliveryclaimtakes": {qDeliveryClaimTakeMany, claimTakeMerge.args([]*pipeOp{{in: &claimArgs{p: store.DeliveryClaimParams{MessageID: "n7.webhook",
 			NotificationID: "n7", Tenant: "t", Channel: "webhook", Provider: "p", Owner: "w",
 			Event: &store.EventKeyTakeParams{Key: store.EventKey{Tenant: "t", Recipient: "r", EventID: "e7", Kind: "k"}, Owner: "n7", Lease: time.Minute}}}}}),
 			[]string{"notifications_pkey"}},

@@ -334,7 +334,8 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 }
 
 // NotificationCancelMark marks a tenant's notification cancelled, for its
-// sends' retries (qNotificationCancelMark, qDeliveryClaimRetry).
+// sends' claims (qNotificationCancelMark; qDeliveryClaim and the other
+// claim statements, qDeliveryClaimRetry).
 func (s *Store) NotificationCancelMark(ctx context.Context, tenant, id string) error {
 	var found bool
 	if err := s.pool.QueryRow(ctx, qNotificationCancelMark, id, tenant, s.now()).Scan(&found); err != nil {

@@ -52,7 +52,9 @@ func scanDelivery(row interface{ Scan(...any) error }) (store.Delivery, error) {
 	return d, nil
 }
 
-// DeliveryClaim inserts SENDING for a new message or takes a due RETRY_WAIT row.
+// DeliveryClaim inserts SENDING for a new message or takes a due RETRY_WAIT
+// row; a cancelled notification's send, or a cancelled campaign's retry,
+// it ends SUPPRESSED(CANCELLED) instead.
 func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
 	var res store.DeliveryClaimResult
 	var wake heraldtype.Lane // a fallback step a cancelled send's end released

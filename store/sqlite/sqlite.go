@@ -319,7 +319,8 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 }
 
 // NotificationCancelMark marks a tenant's notification cancelled, for its
-// sends' retries (qNotificationCancelMark, qDeliveryRetryCancelled).
+// sends' claims (qNotificationCancelMark; qDeliveryClaimInsert,
+// qDeliveryRetryCancelled).
 func (s *Store) NotificationCancelMark(ctx context.Context, tenant, id string) error {
 	var n int64
 	err := s.w.do(ctx, func(tx wtx) error {

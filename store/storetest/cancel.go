@@ -240,6 +240,39 @@ func testCancel(t *testing.T, h Harness) {
 				t.Errorf("%d: the cancel's repeat answered %+v", i, e)
 			}
 		}
+		// Copies of one marked send claimed at once (a redelivery beside
+		// the first copy; merged into one statement on PostgreSQL, where
+		// each finds no row): one ends it, the others find it ended.
+		p, _ := create(t, b, nil)
+		if err := b.s.NotificationCancelMark(b.ctx, "t1", p.ID); err != nil {
+			t.Fatal(err)
+		}
+		const copies = 4
+		var ended, claimedCopies atomic.Int32
+		start = make(chan struct{})
+		for range copies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := b.s.DeliveryClaim(b.ctx, sendClaim(p.ID))
+				switch {
+				case err != nil:
+					t.Error(err)
+				case res.Claimed:
+					claimedCopies.Add(1)
+				case res.Cancelled:
+					ended.Add(1)
+				case res.Current == nil || res.Current.Reason != cancel.ReasonCancelled:
+					t.Errorf("a copy's claim = %+v; want the row another copy ended", res)
+				}
+			}()
+		}
+		close(start)
+		wait(t, &wg, "the copies' claims returned")
+		if claimedCopies.Load() != 0 || ended.Load() != 1 {
+			t.Errorf("%d copies claimed the send and %d ended it; want none and one", claimedCopies.Load(), ended.Load())
+		}
 		// A marked send took no key: another notification takes it.
 		for i, s := range all {
 			if s.key == nil {
@@ -353,8 +386,10 @@ func testCancel(t *testing.T, h Harness) {
 			}
 		}
 		type outcome struct {
-			claimWins, decideWins atomic.Int32
-			answers               sync.Map // cancel answers: *cancel.Entry
+			// claimEnds counts the claims that found the cancel's mark
+			// and ended the send themselves.
+			claimWins, claimEnds, decideWins atomic.Int32
+			answers                          sync.Map // cancel answers: *cancel.Entry
 		}
 		out := make([]outcome, messages)
 		start := make(chan struct{})
@@ -372,6 +407,9 @@ func testCancel(t *testing.T, h Harness) {
 					}
 					if res.Claimed {
 						out[i].claimWins.Add(1)
+					}
+					if res.Cancelled {
+						out[i].claimEnds.Add(1)
 					}
 				}()
 				go func() { // the cancel's own write, counted
@@ -404,7 +442,7 @@ func testCancel(t *testing.T, h Harness) {
 		wait(t, &wg, "the racing claims and cancels returned")
 		for i, id := range ids {
 			d := delivery(t, b, store.MessageID(id, heraldtype.ChannelWebhook))
-			claims, decides := out[i].claimWins.Load(), out[i].decideWins.Load()
+			claims, ends, decides := out[i].claimWins.Load(), out[i].claimEnds.Load(), out[i].decideWins.Load()
 			cancelled := d.State == heraldtype.DeliverySuppressed && d.Reason == cancel.ReasonCancelled
 			switch {
 			case claims > 1:
@@ -413,8 +451,10 @@ func testCancel(t *testing.T, h Harness) {
 				t.Errorf("%s: a claim won, yet the row is %s/%s and %d cancel writes took", id, d.State, d.Reason, decides)
 			case claims == 0 && !cancelled:
 				t.Errorf("%s: no claim won, yet the row is %s/%s", id, d.State, d.Reason)
-			case decides > 1:
-				t.Errorf("%s: %d cancel writes took, want at most 1", id, decides)
+			case decides+ends > 1:
+				t.Errorf("%s: %d cancel writes and %d claims ended the send, want one at most", id, decides, ends)
+			case ends == 1 && !cancelled:
+				t.Errorf("%s: a claim ended the send, yet the row is %s/%s", id, d.State, d.Reason)
 			}
 			out[i].answers.Range(func(_, v any) bool {
 				if e := v.(*cancel.Entry); e.Cancelled != cancelled || e.State != string(d.State) {

@@ -140,24 +140,25 @@ func cancelWhileSendingThen(t *testing.T, b bundle, state heraldtype.DeliverySta
 	return p
 }
 
-// claimEndsTheChain claims push's claimed row of notification p, whose
-// cancel the claim must find, ending the send SUPPRESSED(CANCELLED)
-// without claiming it; it finishes the outbox row as its owner does, and
-// fails unless AlimTalk and SMS are then as later and nothing waits.
-func claimEndsTheChain(t *testing.T, b bundle, p store.NotificationCreateParams, row store.Claimed, later step) {
+// claimEndsTheChain claims the first step's claimed row of notification
+// p, whose cancel the claim must find, ending the send
+// SUPPRESSED(CANCELLED) without claiming it; it finishes the outbox row
+// as its owner does, and fails unless the later sends are then as later
+// and nothing waits.
+func claimEndsTheChain(t *testing.T, b bundle, p store.NotificationCreateParams, row store.Claimed, later step, laterSends ...string) {
 	t.Helper()
-	if c := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: p.ID, Tenant: "t1", Channel: heraldtype.ChannelPush,
+	if c := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: row.MessageID, NotificationID: p.ID, Tenant: "t1", Channel: row.Channel,
 		Provider: "p", Owner: "w"}); c.Claimed || !c.Cancelled {
 		t.Fatalf("the claim after the cancel = %+v; want the send ended by it", c)
 	}
 	if ok, err := b.s.OutboxComplete(b.ctx, row.Fence, heraldtype.OutboxDone, cancel.ReasonCancelled); err != nil || !ok {
 		t.Fatalf("complete: %v %v", ok, err)
 	}
-	wantSteps(t, b, p.ID, map[string]step{
-		row.MessageID: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionFirst},
-		store.MessageID(p.ID, heraldtype.ChannelAlimTalk): later,
-		store.MessageID(p.ID, heraldtype.ChannelSMS):      later,
-	})
+	want := map[string]step{row.MessageID: {State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionFirst}}
+	for _, mid := range laterSends {
+		want[mid] = later
+	}
+	wantSteps(t, b, p.ID, want)
 	wantChainEnded(t, b)
 }
 
@@ -624,15 +625,21 @@ func testFallback(t *testing.T, h Harness) {
 		if len(again) != 1 || again[push].MessageID == "" {
 			t.Fatalf("claimed %v, want push's row at its retry", again)
 		}
-		claimEndsTheChain(t, b, p, again[push], step{State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled})
+		claimEndsTheChain(t, b, p, again[push], step{State: "SUPPRESSED", Reason: cancel.ReasonCancelled, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled},
+			store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS))
 	})
 
 	// A cancel that failed after its mark decided nothing: the first
 	// step's claim ends it SUPPRESSED(CANCELLED), and that end skips the
 	// steps after it, so no WAITING row is left without an owner.
+	// Both shapes of chain: one whose later steps are written when
+	// needed (fallback.go, "Lazy chains"), and one written whole at
+	// intake (a later step is push), whose WAITING rows the end must
+	// skip itself.
 	t.Run("AMarkAloneEndsTheChainAtTheFirstClaim", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
+		skipped := step{State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled}
 		p := chainCreate(t, b, "r1", nil)
 		push := store.MessageID(p.ID, heraldtype.ChannelPush)
 		if err := b.s.NotificationCancelMark(b.ctx, "t1", p.ID); err != nil {
@@ -642,7 +649,26 @@ func testFallback(t *testing.T, h Harness) {
 		if len(rows) != 1 || rows[push].MessageID == "" {
 			t.Fatalf("claimed %v, want push's row", rows)
 		}
-		claimEndsTheChain(t, b, p, rows[push], step{State: "SKIPPED", Reason: fallback.ReasonNotNeeded, Decision: fallback.DecisionSkipped, After: cancel.ReasonCancelled})
+		claimEndsTheChain(t, b, p, rows[push], skipped,
+			store.MessageID(p.ID, heraldtype.ChannelAlimTalk), store.MessageID(p.ID, heraldtype.ChannelSMS))
+
+		q := chainCreate(t, b, "r2", func(p *store.NotificationCreateParams) {
+			p.Channels = []heraldtype.Channel{heraldtype.ChannelInbox, heraldtype.ChannelAlimTalk, heraldtype.ChannelPush, heraldtype.ChannelSMS}
+		}, "tok-a")
+		if store.LazyPlan(q) != nil {
+			t.Fatal("a chain with a later push step is written lazily; this test means one written whole")
+		}
+		alim := store.MessageID(q.ID, heraldtype.ChannelAlimTalk)
+		if err := b.s.NotificationCancelMark(b.ctx, "t1", q.ID); err != nil {
+			t.Fatal(err)
+		}
+		rows = claimed(t, b, false)
+		if len(rows) != 1 || rows[alim].MessageID == "" {
+			t.Fatalf("claimed %v, want AlimTalk's row", rows)
+		}
+		claimEndsTheChain(t, b, q, rows[alim], skipped,
+			store.MessageID(q.ID, heraldtype.DeviceSend(heraldtype.ChannelPush, store.DeviceID("t1", "r2", "tok-a"))),
+			store.MessageID(q.ID, heraldtype.ChannelSMS))
 	})
 
 	// A cancel while the first step is being sent suppresses the waiting
