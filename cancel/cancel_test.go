@@ -46,6 +46,9 @@ type bundle struct {
 	metrics *metrics.Metrics
 	logger  *slog.Logger
 	hooks   *sender.Hooks
+	// catalog and providers are the sender's.
+	catalog   *catalog.Catalog
+	providers *provider.Registry
 }
 
 // eachStore runs test against SQLite and PostgreSQL.
@@ -92,8 +95,16 @@ func setup(t *testing.T, driver string) *bundle {
 	reg := provider.NewRegistry()
 	reg.Register(heraldtype.ChannelWebhook, "sim-webhook", sm)
 	m := metrics.New(nil)
-	b := &bundle{st: st, sim: sm, logger: logger, hooks: &sender.Hooks{}, cancel: &cancel.Canceller{Store: st, Logger: logger, Metrics: m}, metrics: m}
-	b.sender = sender.New(sender.Config{Store: st, Providers: reg, Catalog: cat, Owner: "test", Logger: logger, Metrics: m,
+	b := &bundle{st: st, sim: sm, logger: logger, hooks: &sender.Hooks{}, cancel: &cancel.Canceller{Store: st, Logger: logger, Metrics: m}, metrics: m,
+		catalog: cat, providers: reg}
+	b.sender = b.senderOver(st)
+	return b
+}
+
+// senderOver is the bundle's sender over st (a faulty store), its hooks
+// b.hooks'.
+func (b *bundle) senderOver(st store.Store) *sender.Sender {
+	return sender.New(sender.Config{Store: st, Providers: b.providers, Catalog: b.catalog, Owner: "test", Logger: b.logger, Metrics: b.metrics,
 		Retry: sender.RetryPolicy{Quick: 2, QuickDelay: 50 * time.Millisecond, Slow: 1, SlowDelay: time.Minute},
 		Hooks: sender.Hooks{
 			AfterPeek: func(ctx context.Context, job heraldtype.Job) {
@@ -112,7 +123,6 @@ func setup(t *testing.T, driver string) *bundle {
 				}
 			},
 		}})
-	return b
 }
 
 // create accepts n notifications, due now, and returns their ids.
@@ -300,6 +310,52 @@ func (f *faultyCancel) DeliveryDecide(ctx context.Context, p store.DeliveryDecid
 		return false, storefault.ErrConnReset
 	}
 	return f.Store.DeliveryDecide(ctx, p)
+}
+
+// A claim that ends a cancelled notification's send commits and loses its
+// answer (the connection dropped after the commit). The sender's retry of
+// the claim finds the send ended, by what it cannot tell was itself: it
+// makes no call and finishes the copy, and the send stays
+// SUPPRESSED(CANCELLED). The end goes uncounted, as any write whose answer
+// is lost.
+func TestAClaimThatEndsACancelledSendAndLosesItsAnswerSendsNothing(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *bundle) {
+		ids := b.create(t, 1)
+		if err := b.st.NotificationCancelMark(context.Background(), tenant, ids[0]); err != nil {
+			t.Fatal(err)
+		}
+		lossy := &lostClaim{Store: b.st}
+		res := b.senderOver(lossy).Send(context.Background(), jobOf(b.view(t, ids[0])))
+		if lossy.tries < 2 {
+			t.Fatalf("the claim was tried %d times; want its answer lost, then a retry", lossy.tries)
+		}
+		if res.Verdict != sender.Done || res.State != heraldtype.DeliverySuppressed || res.Reason != cancel.ReasonCancelled {
+			t.Errorf("the send = %+v; want done, SUPPRESSED(CANCELLED)", res)
+		}
+		wantCancelled(t, b, ids[0])
+		if n := b.sim.Total(); n != 0 {
+			t.Errorf("%d provider calls; want none", n)
+		}
+	})
+}
+
+// lostClaim is a store whose first DeliveryClaim commits and reports
+// ErrConnReset.
+type lostClaim struct {
+	store.Store
+	mu    sync.Mutex
+	tries int
+}
+
+func (l *lostClaim) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) (store.DeliveryClaimResult, error) {
+	res, err := l.Store.DeliveryClaim(ctx, p)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tries++; l.tries == 1 && err == nil {
+		return store.DeliveryClaimResult{}, storefault.ErrConnReset
+	}
+	return res, err
 }
 
 // jobOf is the job of v's webhook send as a broker message carries it: no
