@@ -65,7 +65,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, p store.DeliveryClaimParams) 
 			// A cancelled notification's send takes no key (store.Cancels;
 			// the insert below then inserts nothing).
 			var cancelled bool
-			if err := tx.QueryRow(qNotificationCancelled, p.NotificationID).Scan(&cancelled); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			if err := tx.QueryRow(qNotificationCancelled, p.NotificationID).Scan(&cancelled); err != nil {
 				return fmt.Errorf("read the cancel mark: %w", err)
 			}
 			if !cancelled {

@@ -257,14 +257,15 @@ FROM deliveries WHERE message_id = ?`
 	qInboxSendGet = `SELECT tenant, created_at FROM notifications WHERE id = ? AND inbox_at > 0`
 	// qNotificationCancelled reads a notification's cancel mark
 	// (store.Cancels), for a claim under an event key: a cancelled
-	// notification's send takes no key.
-	qNotificationCancelled = `SELECT cancelled_at IS NOT NULL FROM notifications WHERE id = ?`
+	// notification's send takes no key. It and qDeliveryClaimInsert read
+	// the mark from the index of the marked notifications (migration 33).
+	qNotificationCancelled = `SELECT EXISTS (SELECT 1 FROM notifications INDEXED BY notifications_cancelled WHERE id = ? AND cancelled_at IS NOT NULL)`
 	// qDeliveryClaimInsert inserts nothing for a send whose notification
 	// was cancelled (store.Cancels): the claim then finds no row and ends
 	// the send SUPPRESSED(CANCELLED) instead.
 	qDeliveryClaimInsert = `INSERT INTO deliveries (message_id, notification_id, tenant, channel, provider, state, attempts, claimed_by, claimed_at, created_at, updated_at)
 SELECT ?1, ?2, ?3, ?4, ?5, 'SENDING', 1, ?6, ?7, ?8, ?9
-WHERE NOT EXISTS (SELECT 1 FROM notifications n WHERE n.id = ?2 AND n.cancelled_at IS NOT NULL)
+WHERE NOT EXISTS (SELECT 1 FROM notifications n INDEXED BY notifications_cancelled WHERE n.id = ?2 AND n.cancelled_at IS NOT NULL)
 ON CONFLICT (message_id) DO NOTHING`
 	// qDeliveryRetryCancelled ends SUPPRESSED(CANCELLED) a send waiting to
 	// be tried again whose notification or campaign was cancelled: it was

@@ -1,0 +1,11 @@
+-- Every claim of a send reads its notification's cancel mark (migration
+-- 31): qDeliveryClaimInsert inserts nothing for a marked notification.
+-- Found through the primary key, the mark cost each claim a read of the
+-- notification's row in the single writer (+11% on a claim, measured
+-- alone). This index holds only the marked notifications, so the claim's
+-- probe reads a small index and, for a notification never cancelled, no
+-- row at all; the statements name it (INDEXED BY), as the planner takes
+-- the primary key for an equality on id. Creating it reads the table once
+-- (about 0.2 s a million notifications). PostgreSQL has no counterpart:
+-- its claim reads the notification's row for the campaign anyway.
+CREATE INDEX notifications_cancelled ON notifications (id) WHERE cancelled_at IS NOT NULL;
