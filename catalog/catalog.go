@@ -21,6 +21,7 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/locale"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/validate"
 )
 
 // Kind is a compiled kind.
@@ -239,6 +240,10 @@ func DecodeParams(raw []byte) (map[string]any, error) {
 	dec.UseNumber()
 	var m map[string]any
 	if err := dec.Decode(&m); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			return nil, fmt.Errorf("params must be a JSON object, not %s", validate.JSONValue(typ.Value))
+		}
 		return nil, fmt.Errorf("params must be a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	dropNulls(m)

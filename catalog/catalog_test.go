@@ -169,8 +169,8 @@ func TestDecodeParams(t *testing.T) {
 			if tc.ok && (err != nil || m == nil) {
 				t.Errorf("DecodeParams(%q) = %v, %v; want a map", tc.raw, m, err)
 			}
-			if !tc.ok && (err == nil || !strings.Contains(err.Error(), "params must be a JSON object")) {
-				t.Errorf("DecodeParams(%q) = %v, want a params error", tc.raw, err)
+			if !tc.ok && (err == nil || !strings.HasPrefix(err.Error(), "params must be a JSON object, not ") || strings.Contains(err.Error(), "Go ")) {
+				t.Errorf("DecodeParams(%q) = %v, want a params error in the caller's words", tc.raw, err)
 			}
 		})
 	}

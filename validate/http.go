@@ -9,7 +9,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
+	"time"
 
 	"github.com/heraldhq/herald/problem"
 )
@@ -132,7 +134,7 @@ func Body(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("the body is not valid JSON for this request: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return decodeError(err)
 	}
 	// Anything after the value but white space is refused. (dec.More alone
 	// would let a stray closing '}' or ']' through.)
@@ -140,4 +142,74 @@ func Body(raw []byte, v any) error {
 		return errors.New("the body must hold exactly one JSON value, with nothing after it")
 	}
 	return nil
+}
+
+// decodeError says what the decoder refused in a caller's words: the
+// field and the kind of JSON value it takes, or the time format, never
+// Go's type names. Anything else (bad syntax, an unknown field) keeps the
+// decoder's own words.
+func decodeError(err error) error {
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &typ) && typ.Field != "":
+		return fmt.Errorf("%s: got %s where %s belongs", typ.Field, JSONValue(typ.Value), jsonKind(typ.Type))
+	case errors.As(err, &typ):
+		return fmt.Errorf("the body must be %s, not %s", jsonKind(typ.Type), JSONValue(typ.Value))
+	}
+	if t := TimeError(err); t != nil {
+		return t
+	}
+	return fmt.Errorf("the body is not valid JSON for this request: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// TimeError is err in a caller's words if it is a time's decoding error
+// (time.Time's UnmarshalJSON, or a parse in its layout), else nil.
+func TimeError(err error) error {
+	var tm *time.ParseError
+	switch {
+	case errors.As(err, &tm):
+		return fmt.Errorf("%q is not a time: a time is an RFC 3339 string such as \"2030-03-14T09:00:00Z\"", tm.Value)
+	case strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"): // a number or a boolean for a time
+		return errors.New(`a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`)
+	}
+	return nil
+}
+
+// JSONValue names, in a caller's words, the JSON value a decoder found
+// (json.UnmarshalTypeError's Value: "string", "number 1.5"…).
+func JSONValue(v string) string {
+	kind, rest, _ := strings.Cut(v, " ")
+	switch kind {
+	case "array", "object":
+		kind = "an " + kind
+	case "bool":
+		kind = "true or false"
+	default:
+		kind = "a " + kind
+	}
+	if rest != "" {
+		return kind + " (" + rest + ")"
+	}
+	return kind
+}
+
+// jsonKind names the JSON value a Go type takes.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/heraldtype"
@@ -137,5 +138,46 @@ func BenchmarkJSON(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A body of the wrong shape is refused in the caller's words: the field,
+// the JSON value it takes, the time format; never Go's type names.
+func TestBodyErrorsNameTheFieldAndTheValue(t *testing.T) {
+	t.Parallel()
+	type item struct {
+		N int `json:"n"`
+	}
+	type body struct {
+		Recipient string     `json:"recipient"`
+		SendAt    *time.Time `json:"send_at"`
+		Channels  []string   `json:"channels"`
+		Count     int        `json:"count"`
+		Score     float64    `json:"score"`
+		On        bool       `json:"on"`
+		Item      item       `json:"item"`
+	}
+	for raw, want := range map[string]string{
+		`{"recipient":5}`:         "recipient: got a number where a string belongs",
+		`{"channels":"sms"}`:      "channels: got a string where an array belongs",
+		`{"channels":[true]}`:     "channels: got true or false where a string belongs",
+		`{"count":1.5}`:           "count: got a number (1.5) where a whole number belongs",
+		`{"score":"high"}`:        "score: got a string where a number belongs",
+		`{"on":"yes"}`:            "on: got a string where true or false belongs",
+		`{"item":{"n":"x"}}`:      "item.n: got a string where a whole number belongs",
+		`{"item":[]}`:             "item: got an array where an object belongs",
+		`[1]`:                     "the body must be an object, not an array",
+		`{"send_at":"tomorrow"}`:  `"tomorrow" is not a time: a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
+		`{"send_at":5}`:           `a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
+		`{"recipient":"r","x":1}`: `the body is not valid JSON for this request: unknown field "x"`,
+	} {
+		var b body
+		err := validate.Body([]byte(raw), &b)
+		if err == nil || err.Error() != want {
+			t.Errorf("Body(%s) = %v; want %q", raw, err, want)
+		}
+		if err != nil && (strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "2006")) {
+			t.Errorf("Body(%s) = %v: Go's words", raw, err)
+		}
 	}
 }

@@ -59,14 +59,15 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	req := campaign.Request{Kind: *kind, Scope: *scope}
 	if *params != "" {
 		req.Params = json.RawMessage(*params)
-		if !json.Valid(req.Params) {
-			return usageErrorf(cmd, "%s: --params is not JSON", cmd.path())
+		var v any
+		if err := json.Unmarshal(req.Params, &v); err != nil {
+			return usageErrorf(cmd, "%s: --params is not JSON: %v", cmd.path(), err)
 		}
 	}
 	if *sendAt != "" {
 		t, err := time.Parse(time.RFC3339, *sendAt)
 		if err != nil {
-			return usageErrorf(cmd, "%s: --send-at: %v", cmd.path(), err)
+			return usageErrorf(cmd, "%s: --send-at: %q is not an RFC 3339 time such as 2030-03-14T09:00:00Z", cmd.path(), *sendAt)
 		}
 		req.SendAt = &t
 	}

@@ -88,6 +88,17 @@ func TestCampaignSend(t *testing.T) {
 		!strings.Contains(errb2.String(), "API key is required") {
 		t.Fatalf("campaign send without a key: exit %d, %s", code, errb2.String())
 	}
+	// Bad flags say what is wrong with them, in a line.
+	for _, c := range []struct{ flag, value, want string }{
+		{"--send-at", "tomorrow", `--send-at: "tomorrow" is not an RFC 3339 time such as 2030-03-14T09:00:00Z`},
+		{"--params", "{date:1}", "--params is not JSON: invalid character 'd' looking for beginning of object key string"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run([]string{"campaign", "send", "--kind", "coupon.expiring", "--recipients", csvPath, c.flag, c.value, "--url", base,
+			"--api-key", "dev-key"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("campaign send %s %s: exit %d, %q; want exit 2 and %q", c.flag, c.value, code, errb.String(), c.want)
+		}
+	}
 }
 
 // A file herald refuses leaves no draft behind: refused with the first page
