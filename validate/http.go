@@ -167,6 +167,9 @@ func decodeError(err error) error {
 func TimeError(err error) error {
 	var tm *time.ParseError
 	switch {
+	case errors.As(err, &tm) && tm.Message != "": // the layout's form, a value out of range
+		return fmt.Errorf("%q is not a time (%s): a time is an RFC 3339 string such as \"2030-03-14T09:00:00Z\"", tm.Value,
+			strings.TrimPrefix(tm.Message, ": "))
 	case errors.As(err, &tm):
 		return fmt.Errorf("%q is not a time: a time is an RFC 3339 string such as \"2030-03-14T09:00:00Z\"", tm.Value)
 	case strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"): // a number or a boolean for a time

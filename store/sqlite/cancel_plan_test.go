@@ -22,7 +22,7 @@ SELECT printf('ntf_%08d', i), 't', 'r', 'e' || i, 'k', 'transactional', '{}', 10
 		"marked": {qNotificationCancelled, []any{"ntf_00000001"}},
 	} {
 		text := queryPlan(t, s, q.sql, q.args...)
-		if !strings.Contains(text, "USING INDEX notifications_cancelled (id=?)") || strings.Contains(text, "SCAN notifications") {
+		if !strings.Contains(text, "USING INDEX notifications_cancelled (id=?)") || strings.Contains(text, "SCAN n") { // notifications, or the claim's n
 			t.Errorf("%s does not read the mark from its index:\n%s", name, text)
 		}
 	}

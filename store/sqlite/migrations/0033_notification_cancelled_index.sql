@@ -7,5 +7,7 @@
 -- row at all; the statements name it (INDEXED BY), as the planner takes
 -- the primary key for an equality on id. Creating it reads the table once
 -- (about 0.2 s a million notifications). PostgreSQL has no counterpart:
--- its claim reads the notification's row for the campaign anyway.
+-- its claim reads the notification's row for the campaign anyway. Never
+-- drop or rename this index in a later migration: a herald of this
+-- version beside that schema would fail every claim ("no such index").
 CREATE INDEX notifications_cancelled ON notifications (id) WHERE cancelled_at IS NOT NULL;
