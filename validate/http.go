@@ -134,7 +134,11 @@ func Body(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
+		err = decodeError(err)
+		if f := timeField(raw, v); f != "" && errors.Is(err, errTime) {
+			err = fmt.Errorf("%s: %w", f, err)
+		}
+		return err
 	}
 	// Anything after the value but white space is refused. (dec.More alone
 	// would let a stray closing '}' or ']' through.)
@@ -156,26 +160,62 @@ func decodeError(err error) error {
 	case errors.As(err, &typ):
 		return fmt.Errorf("the body must be %s, not %s", jsonKind(typ.Type), JSONValue(typ.Value))
 	}
-	if t := TimeError(err); t != nil {
+	if t := timeError(err); t != nil {
 		return t
 	}
 	return fmt.Errorf("the body is not valid JSON for this request: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
-// TimeError is err in a caller's words if it is a time's decoding error
-// (time.Time's UnmarshalJSON, or a parse in its layout), else nil.
-func TimeError(err error) error {
+// errTime marks a time's decoding error in a caller's words.
+var errTime = errors.New(`a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`)
+
+// timeError is err in a caller's words if it is a time's decoding error
+// (time.Time's UnmarshalJSON, or a parse in its layout), else nil. It
+// wraps errTime.
+func timeError(err error) error {
 	var tm *time.ParseError
 	switch {
 	case errors.As(err, &tm) && tm.Message != "": // the layout's form, a value out of range
-		return fmt.Errorf("%q is not a time (%s): a time is an RFC 3339 string such as \"2030-03-14T09:00:00Z\"", tm.Value,
-			strings.TrimPrefix(tm.Message, ": "))
+		return fmt.Errorf("%q is not a time (%s): %w", tm.Value, strings.TrimPrefix(tm.Message, ": "), errTime)
 	case errors.As(err, &tm):
-		return fmt.Errorf("%q is not a time: a time is an RFC 3339 string such as \"2030-03-14T09:00:00Z\"", tm.Value)
+		return fmt.Errorf("%q is not a time: %w", tm.Value, errTime)
 	case strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"): // a number or a boolean for a time
-		return errors.New(`a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`)
+		return errTime
 	}
 	return nil
+}
+
+// timeField names the first field of the struct v points to that is a
+// time (time.Time or *time.Time) whose value in raw does not decode as
+// one: encoding/json names the field of a type error but not of an error
+// from time's own decoder. "" when there is none (a time nested deeper).
+func timeField(raw []byte, v any) string {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return ""
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return ""
+	}
+	timeType := reflect.TypeFor[time.Time]()
+	for f := range t.Fields() {
+		if f.Type != timeType && f.Type != reflect.PointerTo(timeType) {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		var tm time.Time
+		if value, ok := fields[name]; ok && string(value) != "null" && tm.UnmarshalJSON(value) != nil {
+			return name
+		}
+	}
+	return ""
 }
 
 // JSONValue names, in a caller's words, the JSON value a decoder found

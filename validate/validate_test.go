@@ -151,6 +151,7 @@ func TestBodyErrorsNameTheFieldAndTheValue(t *testing.T) {
 	type body struct {
 		Recipient string     `json:"recipient"`
 		SendAt    *time.Time `json:"send_at"`
+		ExpiresAt time.Time  `json:"expires_at"`
 		Channels  []string   `json:"channels"`
 		Count     int        `json:"count"`
 		Score     float64    `json:"score"`
@@ -158,19 +159,20 @@ func TestBodyErrorsNameTheFieldAndTheValue(t *testing.T) {
 		Item      item       `json:"item"`
 	}
 	for raw, want := range map[string]string{
-		`{"recipient":5}`:                    "recipient: got a number where a string belongs",
-		`{"channels":"sms"}`:                 "channels: got a string where an array belongs",
-		`{"channels":[true]}`:                "channels: got true or false where a string belongs",
-		`{"count":1.5}`:                      "count: got a number (1.5) where a whole number belongs",
-		`{"score":"high"}`:                   "score: got a string where a number belongs",
-		`{"on":"yes"}`:                       "on: got a string where true or false belongs",
-		`{"item":{"n":"x"}}`:                 "item.n: got a string where a whole number belongs",
-		`{"item":[]}`:                        "item: got an array where an object belongs",
-		`[1]`:                                "the body must be an object, not an array",
-		`{"send_at":"tomorrow"}`:             `"tomorrow" is not a time: a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
-		`{"send_at":5}`:                      `a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
-		`{"send_at":"2030-02-30T09:00:00Z"}`: `"2030-02-30T09:00:00Z" is not a time (day out of range): a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
-		`{"recipient":"r","x":1}`:            `the body is not valid JSON for this request: unknown field "x"`,
+		`{"recipient":5}`:        "recipient: got a number where a string belongs",
+		`{"channels":"sms"}`:     "channels: got a string where an array belongs",
+		`{"channels":[true]}`:    "channels: got true or false where a string belongs",
+		`{"count":1.5}`:          "count: got a number (1.5) where a whole number belongs",
+		`{"score":"high"}`:       "score: got a string where a number belongs",
+		`{"on":"yes"}`:           "on: got a string where true or false belongs",
+		`{"item":{"n":"x"}}`:     "item.n: got a string where a whole number belongs",
+		`{"item":[]}`:            "item: got an array where an object belongs",
+		`[1]`:                    "the body must be an object, not an array",
+		`{"send_at":"tomorrow"}`: `send_at: "tomorrow" is not a time: a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
+		`{"send_at":5}`:          `send_at: a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
+		`{"send_at":"2030-03-14T09:00:00Z","expires_at":"soon"}`: `expires_at: "soon" is not a time: a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
+		`{"send_at":"2030-02-30T09:00:00Z"}`:                     `send_at: "2030-02-30T09:00:00Z" is not a time (day out of range): a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
+		`{"recipient":"r","x":1}`:                                `the body is not valid JSON for this request: unknown field "x"`,
 	} {
 		var b body
 		err := validate.Body([]byte(raw), &b)
