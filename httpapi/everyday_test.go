@@ -481,7 +481,7 @@ func TestCancelNotification(t *testing.T) {
 		wantProblem(t, e.do(t, http.MethodPost, "/v1/notifications/"+id+"/cancel", "Bearer "+keyB, ""), http.StatusNotFound)
 		wantProblem(t, e.do(t, http.MethodPost, "/v1/notifications/ntf_NOSUCHID/cancel", "Bearer "+keyA, ""), http.StatusNotFound)
 		wantProblem(t, e.do(t, http.MethodPost, "/v1/notifications/"+id+"/cancel", "", ""), http.StatusUnauthorized)
-		wantProblem(t, e.do(t, http.MethodGet, "/v1/notifications/"+id+"/cancel", "Bearer "+keyA, ""), http.StatusNotFound)
+		wantProblem(t, e.do(t, http.MethodGet, "/v1/notifications/"+id+"/cancel", "Bearer "+keyA, ""), http.StatusMethodNotAllowed)
 	})
 }
 

@@ -8,9 +8,11 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/apikeys"
@@ -124,11 +126,33 @@ func New(cfg Config) http.Handler {
 		mux.Handle("GET /metrics", MetricsHandler(cfg.Metrics, cfg.MetricsToken, cfg.Logger))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// This pattern matches every path and method the others do not,
+		// so the mux never answers 405 itself: a path that another method
+		// serves gets it here.
+		if allow := allowedMethods(mux.ServeMux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			problem.New(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not served here; this endpoint takes %s", r.Method, strings.Join(allow, ", ")))
+			return
+		}
 		problem.New(w, http.StatusNotFound, "no such endpoint")
 	})
 	// validate.Edge: a path or query no store can hold is a 400 before any
 	// route runs.
 	return recoverer(cfg.Logger, validate.Edge(mux))
+}
+
+// allowedMethods lists the methods mux serves r's path with, by a route
+// other than the catch-all.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 func recoverer(logger *slog.Logger, next http.Handler) http.Handler {

@@ -276,5 +276,13 @@ func TestUnknownRoutesAreProblems(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	wantProblem(t, b.do(t, http.MethodGet, "/v2/notifications", "Bearer "+keyA, ""), http.StatusNotFound)
-	wantProblem(t, b.do(t, http.MethodDelete, "/v1/notifications", "Bearer "+keyA, ""), http.StatusNotFound)
+	// A path another method serves: 405, naming the methods it takes.
+	r := b.do(t, http.MethodDelete, "/v1/notifications", "Bearer "+keyA, "")
+	wantProblem(t, r, http.StatusMethodNotAllowed)
+	if allow := r.header.Get("Allow"); allow != "GET, POST" {
+		t.Errorf("DELETE /v1/notifications: Allow %q, want \"GET, POST\"", allow)
+	}
+	if r := b.do(t, http.MethodPut, "/v1/notifications/ntf_x/cancel", "Bearer "+keyA, ""); r.status != http.StatusMethodNotAllowed || r.header.Get("Allow") != "POST" {
+		t.Errorf("PUT …/cancel = %d, Allow %q; want 405, POST", r.status, r.header.Get("Allow"))
+	}
 }
