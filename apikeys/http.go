@@ -25,15 +25,20 @@ func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog
 				problem.New(w, http.StatusInternalServerError, "this route has no scope")
 				return
 			}
-			key, ok := auth.Bearer(r.Header.Get("Authorization"))
-			if !ok {
-				refuse(w, "", "a valid API key is required: Authorization: Bearer <key>")
+			header := r.Header.Get("Authorization")
+			key, ok := auth.Bearer(header)
+			switch {
+			case !ok && header == "":
+				refuse(w, "", "an API key is required: Authorization: Bearer <key>")
+				return
+			case !ok:
+				refuse(w, "", `the Authorization header must be "Bearer <key>"`)
 				return
 			}
 			p, err := v.Verify(r.Context(), key)
 			switch {
 			case errors.Is(err, ErrUnknown):
-				refuse(w, "invalid_token", "a valid API key is required: Authorization: Bearer <key>")
+				refuse(w, "invalid_token", "this API key is not known")
 				return
 			case errors.Is(err, ErrRevoked):
 				refuse(w, "invalid_token", "this API key was revoked")

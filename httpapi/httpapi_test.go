@@ -169,24 +169,34 @@ func TestReadyz(t *testing.T) {
 
 func TestAuthorization(t *testing.T) {
 	t.Parallel()
+	// Each 401 says what is wrong: no key, a header of the wrong form, or
+	// a key herald does not know.
+	const noKey, badForm, unknown = "an API key is required", `the Authorization header must be "Bearer <key>"`, "this API key is not known"
 	for _, tc := range []struct {
 		name   string
 		header string
 		status int
+		detail string
 	}{
-		{"NoHeaderIs401", "", http.StatusUnauthorized},
-		{"BasicSchemeIs401", "Basic a2V5LWE6", http.StatusUnauthorized},
-		{"EmptyTokenIs401", "Bearer ", http.StatusUnauthorized},
-		{"UnknownKeyIs401", "Bearer key-c", http.StatusUnauthorized},
-		{"KeyPrefixIs401", "Bearer key-", http.StatusUnauthorized},
-		{"KnownKeyPasses", "Bearer " + keyA, http.StatusNotFound},
-		{"SchemeIsCaseInsensitive", "bearer " + keyA, http.StatusNotFound},
+		{"NoHeaderIs401", "", http.StatusUnauthorized, noKey},
+		{"BasicSchemeIs401", "Basic a2V5LWE6", http.StatusUnauthorized, badForm},
+		{"NoSchemeIs401", keyA, http.StatusUnauthorized, badForm},
+		{"EmptyTokenIs401", "Bearer ", http.StatusUnauthorized, badForm},
+		{"UnknownKeyIs401", "Bearer key-c", http.StatusUnauthorized, unknown},
+		{"KeyPrefixIs401", "Bearer key-", http.StatusUnauthorized, unknown},
+		{"KnownKeyPasses", "Bearer " + keyA, http.StatusNotFound, ""},
+		{"SchemeIsCaseInsensitive", "bearer " + keyA, http.StatusNotFound, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, options{})
 			// The notification does not exist: an authorised caller gets 404.
-			wantProblem(t, b.do(t, http.MethodGet, "/v1/notifications/ntf_X", tc.header, ""), tc.status)
+			r := b.do(t, http.MethodGet, "/v1/notifications/ntf_X", tc.header, "")
+			wantProblem(t, r, tc.status)
+			var p struct{ Detail string }
+			if err := json.Unmarshal(r.body, &p); err != nil || !strings.HasPrefix(p.Detail, tc.detail) {
+				t.Errorf("%q: %s (%v); want the detail %q", tc.header, r.body, err, tc.detail)
+			}
 		})
 	}
 }
