@@ -145,8 +145,8 @@ func New(cfg Config) http.Handler {
 // other than the catch-all.
 func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
 	var allow []string
+	probe := r.Clone(r.Context())
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
-		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
 			allow = append(allow, m)

@@ -134,11 +134,7 @@ func Body(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		err = decodeError(err)
-		if f := timeField(raw, v); f != "" && errors.Is(err, errTime) {
-			err = fmt.Errorf("%s: %w", f, err)
-		}
-		return err
+		return decodeError(err, raw, v)
 	}
 	// Anything after the value but white space is refused. (dec.More alone
 	// would let a stray closing '}' or ']' through.)
@@ -148,11 +144,11 @@ func Body(raw []byte, v any) error {
 	return nil
 }
 
-// decodeError says what the decoder refused in a caller's words: the
-// field and the kind of JSON value it takes, or the time format, never
-// Go's type names. Anything else (bad syntax, an unknown field) keeps the
-// decoder's own words.
-func decodeError(err error) error {
+// decodeError says what the decoder refused, decoding raw into v, in a
+// caller's words: the field and the kind of JSON value it takes, or the
+// time format, never Go's type names. Anything else (bad syntax, an
+// unknown field) keeps the decoder's own words.
+func decodeError(err error, raw []byte, v any) error {
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &typ) && typ.Field != "":
@@ -160,29 +156,29 @@ func decodeError(err error) error {
 	case errors.As(err, &typ):
 		return fmt.Errorf("the body must be %s, not %s", jsonKind(typ.Type), JSONValue(typ.Value))
 	}
-	if t := timeError(err); t != nil {
-		return t
+	if t := timeError(err); t != "" {
+		if f := timeField(raw, v); f != "" {
+			t = f + ": " + t
+		}
+		return errors.New(t)
 	}
 	return fmt.Errorf("the body is not valid JSON for this request: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
-// errTime marks a time's decoding error in a caller's words.
-var errTime = errors.New(`a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`)
-
 // timeError is err in a caller's words if it is a time's decoding error
-// (time.Time's UnmarshalJSON, or a parse in its layout), else nil. It
-// wraps errTime.
-func timeError(err error) error {
+// (time.Time's UnmarshalJSON, or a parse in its layout), else "".
+func timeError(err error) string {
+	const format = `a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`
 	var tm *time.ParseError
 	switch {
 	case errors.As(err, &tm) && tm.Message != "": // the layout's form, a value out of range
-		return fmt.Errorf("%q is not a time (%s): %w", tm.Value, strings.TrimPrefix(tm.Message, ": "), errTime)
+		return fmt.Sprintf("%q is not a time (%s): %s", tm.Value, strings.TrimPrefix(tm.Message, ": "), format)
 	case errors.As(err, &tm):
-		return fmt.Errorf("%q is not a time: %w", tm.Value, errTime)
+		return fmt.Sprintf("%q is not a time: %s", tm.Value, format)
 	case strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"): // a number or a boolean for a time
-		return errTime
+		return format
 	}
-	return nil
+	return ""
 }
 
 // timeField names the first field of the struct v points to that is a
