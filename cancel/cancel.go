@@ -19,10 +19,13 @@
 // every send from going out: a cancel that fails part-way (the store went
 // away after the mark, or between two decisions) returns the error having
 // decided some sends or none, and a send it did not decide ends at its
-// claim, SUPPRESSED(CANCELLED), the fallback steps after it SKIPPED. (The
-// sender's rules before the claim still run on it: one may end it first,
-// SUPPRESSED for another reason or PARKED, and its rate limit's token is
-// spent.) The repeat the error asks for (503) decides them all at once
+// claim, SUPPRESSED(CANCELLED), the fallback steps after it SKIPPED. With
+// the db transport the claimer's claim reads the mark as well
+// (heraldtype.Known.Cancelled), and the sender ends such a send so before
+// its rules; with the rabbitmq transport the consumer's copy carries no
+// mark, so the sender's rules before the claim still run on it: one may
+// end it first, SUPPRESSED for another reason or PARKED, and its rate
+// limit's token is spent. The repeat the error asks for (503) decides them all at once
 // and answers what became of each.
 //
 // Race safety comes from the sender's own guard: a cancel is the decision

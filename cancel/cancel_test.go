@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -419,6 +420,18 @@ func TestAClaimBetweenTheCancelsReadAndItsDecisionDoesNotSend(t *testing.T) {
 	})
 }
 
+// cancelFailingAfterMark cancels each of ids with a cancel that fails
+// after its mark, deciding nothing.
+func (b *bundle) cancelFailingAfterMark(t *testing.T, ids []string) {
+	t.Helper()
+	faulty := &cancel.Canceller{Store: &faultyCancel{Store: b.st, fault: "mark"}}
+	for _, id := range ids {
+		if _, err := faulty.Cancel(context.Background(), tenant, id); !errors.Is(err, storefault.ErrConnReset) {
+			t.Fatalf("the failing cancel = %v; want the store's error", err)
+		}
+	}
+}
+
 // A cancel whose mark committed and whose answer was lost is never
 // repeated: its mark alone keeps every send from going out. Each claim
 // ends its send SUPPRESSED(CANCELLED), and the outbox rows end DONE.
@@ -426,17 +439,46 @@ func TestACancelThatFailedAfterItsMarkSendsNothingUnrepeated(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b *bundle) {
 		ids := b.create(t, 5)
-		faulty := &cancel.Canceller{Store: &faultyCancel{Store: b.st, fault: "mark"}}
-		for _, id := range ids {
-			if _, err := faulty.Cancel(context.Background(), tenant, id); !errors.Is(err, storefault.ErrConnReset) {
-				t.Fatalf("the failing cancel = %v; want the store's error", err)
-			}
-		}
+		b.cancelFailingAfterMark(t, ids)
 		b.drainCancelled(t, ids)
 		// A broker's copy of one of them (rabbitmq transport) is acked
 		// without a call.
 		if res := b.sender.Send(context.Background(), jobOf(b.view(t, ids[0]))); res.Verdict != sender.Done || b.sim.Total() != 0 {
 			t.Fatalf("a consumer's copy: %+v after %d calls, want done (ack), no call", res, b.sim.Total())
+		}
+	})
+}
+
+// parkingRule is a send policy rule that parks every send it sees, and
+// counts them.
+type parkingRule struct{ seen atomic.Int32 }
+
+func (r *parkingRule) Check(context.Context, sender.Subject) sender.Ruling {
+	r.seen.Add(1)
+	return sender.ParkFor("TEXT_TOO_LONG")
+}
+
+// A send whose notification the claimer finds marked (a cancel failed
+// after its mark) meets none of the sender's rules: a rule that would
+// park it (raising a PARKED alert a person must answer) never sees it,
+// and it ends SUPPRESSED(CANCELLED), counted once.
+func TestTheClaimersMarkedSendMeetsNoRule(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *bundle) {
+		ids := b.create(t, 4)
+		b.cancelFailingAfterMark(t, ids)
+		rule := &parkingRule{}
+		b.sender.Checks = []sender.Check{rule}
+		b.drainCancelled(t, ids)
+		if n := rule.seen.Load(); n != 0 {
+			t.Errorf("the rule saw %d marked sends; want none", n)
+		}
+		got := metricstest.Deliveries(t, b.metrics)
+		for _, st := range metrics.DeliveryStates {
+			want := map[heraldtype.DeliveryState]float64{heraldtype.DeliverySuppressed: float64(len(ids))}[st]
+			if k := "transactional/webhook/" + string(st); got[k] != want {
+				t.Errorf("herald_deliveries_total{%s} = %v, want %v", k, got[k], want)
+			}
 		}
 	})
 }

@@ -274,6 +274,13 @@ type Known struct {
 	ProfileRead      bool
 	Profile          []byte
 	ProfileUpdatedAt time.Time
+	// Cancelled: the notification was marked cancelled (a cancel
+	// request, package cancel) when the transport read it. The mark is
+	// permanent, so the sender ends the send SUPPRESSED(CANCELLED) at
+	// once, before its rules (which might park it, defer it or spend a
+	// rate-limit token on it). False when not known: the delivery claim
+	// reads the mark itself.
+	Cancelled bool
 }
 
 // MaxScopeLen bounds a scope (ValidScope).

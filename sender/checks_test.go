@@ -3,9 +3,11 @@ package sender_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
@@ -64,6 +66,50 @@ func TestPolicyChecksRuleBeforeTheClaim(t *testing.T) {
 			if n := b.sims[heraldtype.ChannelWebhook].Total(); n != c.calls {
 				t.Fatalf("%d provider calls, want %d", n, c.calls)
 			}
+		})
+	}
+}
+
+// A job whose transport read its notification's cancel mark
+// (Known.Cancelled: the db transport's claim) ends SUPPRESSED(CANCELLED)
+// before the rules and the rate limit: no rule sees it, none may park it
+// (a PARKED alert) or defer it, and no token is spent. The same job
+// without the mark meets the rule, which parks it.
+func TestACancelledJobEndsBeforeTheRules(t *testing.T) {
+	t.Parallel()
+	for _, marked := range []bool{true, false} {
+		t.Run(fmt.Sprint("marked=", marked), func(t *testing.T) {
+			t.Parallel()
+			snd, b := setup(t, sender.Hooks{})
+			lim := &fakeLimiter{}
+			snd.Limiter = lim
+			var ruled int
+			snd.Checks = []sender.Check{checkFunc(func(context.Context, sender.Subject) sender.Ruling {
+				ruled++
+				return sender.ParkFor("TEXT_TOO_LONG")
+			})}
+			j := job("n1", heraldtype.ChannelWebhook)
+			j.Known = &heraldtype.Known{ProfileRead: true, Cancelled: marked}
+			res := snd.Send(b.ctx, j)
+			d := delivery(t, b, j.MessageID)
+			if !marked {
+				if res.Verdict != sender.Park || d.State != heraldtype.DeliveryParked || ruled != 1 {
+					t.Fatalf("unmarked: Send = %+v, row %s, ruled %d times; want the rule's PARKED", res, d.State, ruled)
+				}
+				wantAlerts(t, b, j, alert.Parked)
+				return
+			}
+			want := sender.Result{Verdict: sender.Done, State: heraldtype.DeliverySuppressed, Reason: heraldtype.ReasonCancelled}
+			if res.Verdict != want.Verdict || res.State != want.State || res.Reason != want.Reason {
+				t.Fatalf("Send = %+v, want %+v", res, want)
+			}
+			if d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonCancelled || d.Attempts != 0 {
+				t.Fatalf("row %+v, want SUPPRESSED(CANCELLED) without an attempt", d)
+			}
+			if ruled != 0 || len(lim.waits) != 0 || b.sims[heraldtype.ChannelWebhook].Total() != 0 {
+				t.Fatalf("ruled %d times, %d rate-limit waits, %d calls; want none", ruled, len(lim.waits), b.sims[heraldtype.ChannelWebhook].Total())
+			}
+			wantAlerts(t, b, j)
 		})
 	}
 }

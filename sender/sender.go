@@ -12,7 +12,13 @@
 //     statement, and a broker message that was never delivered before and
 //     never came back from the retry queue is not worth a read. The claim
 //     in step 3 refuses a duplicate either way.
-//  2. Pre-checks, none of which writes a claim: expiry, the kind, the
+//  2. Pre-checks, none of which writes a claim. First the cancel mark,
+//     when the transport read it (Job.Known.Cancelled; the db transport's
+//     claim does): a cancelled notification's send ends
+//     SUPPRESSED(CANCELLED) there, through the cancel's own decision
+//     write, before any rule may park it, defer it or spend a rate-limit
+//     token on it (without it, the claim in step 3 ends it). Then
+//     expiry, the kind, the
 //     recipient's profile read now (consent, address; for a push to one
 //     device, that device, read now: deleted or deactivated since intake
 //     it gets nothing), the provider, the template, the message_id length. A decision not to send is recorded as
@@ -378,7 +384,13 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 		h(ctx, job)
 	}
 
-	// 2. Pre-checks, then the policy's rules.
+	// 2. Pre-checks, then the policy's rules. A notification its
+	// transport found marked cancelled is ended before them: the mark is
+	// permanent and its claim would end the send anyway, and a rule must
+	// not park it (an alert), defer it or spend a rate-limit token on it.
+	if k := job.Known; k != nil && k.Cancelled {
+		return s.decide(ctx, job, decision{state: heraldtype.DeliverySuppressed, reason: heraldtype.ReasonCancelled})
+	}
 	msg, named, profile, decision := s.prepare(ctx, job)
 	if decision != nil {
 		return s.decide(ctx, job, *decision)

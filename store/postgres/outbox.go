@@ -60,7 +60,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		switch {
 		case !p.Publishing:
 			known = &heraldtype.Known{ProfileRead: true}
-			dest = append(dest, &known.Delivery, &known.Profile, &profileAt, &c.Fence.OffChain, &c.Fence.LazyChain)
+			dest = append(dest, &known.Delivery, &known.Profile, &profileAt, &c.Fence.OffChain, &c.Fence.LazyChain, &known.Cancelled)
 		case p.Profiles:
 			// For the relay's gate: whether a delivery row exists is not read.
 			known = &heraldtype.Known{ProfileRead: true, Delivery: true}

@@ -381,9 +381,10 @@ const (
 	// plan made once per connection of the claim pool (claimPoolConfig).
 	//
 	// The UPDATE bumps the fencing token; the outer SELECT joins the jobs
-	// and returns them oldest first, each with whether a delivery row exists
-	// and the recipient's profile (heraldtype.Known), which spares the sender
-	// two reads per job, whether the row is on no fallback chain
+	// and returns them oldest first, each with whether a delivery row exists,
+	// the recipient's profile and the notification's cancel mark
+	// (heraldtype.Known), which spares the sender two reads per job and its
+	// rules on a cancelled one, whether the row is on no fallback chain
 	// (Fence.OffChain), and whether it is the only send of a lazy chain's
 	// unwritten first step (Fence.LazyChain, fallback.go: a probe of the
 	// notification's rows, for a row with a plan only). Its joins
@@ -403,7 +404,8 @@ const (
        n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, c.scope,
        EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = c.message_id), p.data, p.updated_at, c.off_chain,
        CASE WHEN c.planned THEN NOT EXISTS (SELECT 1 FROM outbox s WHERE s.notification_id = c.notification_id AND s.fallback_step = 1
-                                                                     AND s.channel <> c.channel) ELSE false END
+                                                                     AND s.channel <> c.channel) ELSE false END,
+       n.cancelled_at IS NOT NULL
 FROM claimed c
 CROSS JOIN LATERAL (SELECT * FROM notifications n WHERE n.id = c.notification_id LIMIT 1) n
 LEFT JOIN LATERAL (SELECT p.data, p.updated_at FROM profiles p WHERE p.tenant = n.tenant AND p.recipient = n.recipient LIMIT 1) p ON true

@@ -149,7 +149,8 @@ func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idLi
 		var id, tenant, recipient, eventID, kind, params string
 		var expires, profileAt sql.NullInt64
 		var profile sql.NullString
-		if err := rows.Scan(&id, &tenant, &recipient, &eventID, &kind, &params, &expires, &profile, &profileAt); err != nil {
+		var cancelled bool
+		if err := rows.Scan(&id, &tenant, &recipient, &eventID, &kind, &params, &expires, &profile, &profileAt, &cancelled); err != nil {
 			return fmt.Errorf("scan claimed notification: %w", err)
 		}
 		for _, i := range byNotification[id] {
@@ -158,6 +159,7 @@ func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idLi
 			j.Params, j.ExpiresAt = json.RawMessage(params), fromNullMs(expires)
 			if known {
 				j.Known = knownProfile(profile, profileAt)
+				j.Known.Cancelled = cancelled
 			}
 		}
 	}

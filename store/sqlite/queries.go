@@ -174,10 +174,11 @@ WHERE id IN (
     ORDER BY turn, tenant <= ?10, tenant, available_at, id LIMIT ?8)
 RETURNING id, token, notification_id, message_id, channel, attempts, fallback_step IS NULL, fallback_plan IS NOT NULL, scope`
 	// qOutboxJobs reads the claimed rows' notifications, each with its
-	// recipient's profile; qOutboxDelivered which of the claimed messages
-	// already have a delivery row. Both feed heraldtype.Known, which spares
-	// the sender two reads per job.
-	qOutboxJobs = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, p.data, p.updated_at
+	// recipient's profile and its cancel mark; qOutboxDelivered which of
+	// the claimed messages already have a delivery row. Both feed
+	// heraldtype.Known, which spares the sender two reads per job and its
+	// rules on a cancelled one.
+	qOutboxJobs = `SELECT n.id, n.tenant, n.recipient, n.event_id, n.kind, n.params, n.expires_at, p.data, p.updated_at, n.cancelled_at IS NOT NULL
 FROM notifications n LEFT JOIN profiles p ON p.tenant = n.tenant AND p.recipient = n.recipient
 WHERE n.id IN (SELECT value FROM json_each(?))`
 	qOutboxDelivered = `SELECT message_id FROM deliveries WHERE message_id IN (SELECT value FROM json_each(?))`

@@ -289,6 +289,37 @@ func testCancel(t *testing.T, h Harness) {
 			}
 		}
 	})
+	t.Run("TheClaimerReadsTheMark", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		marked, _ := create(t, b, nil)
+		plain, _ := create(t, b, func(p *store.NotificationCreateParams) { p.Recipient, p.EventID = "r2", "e2" })
+		if err := b.s.NotificationCancelMark(b.ctx, "t1", marked.ID); err != nil {
+			t.Fatal(err)
+		}
+		wantMarks := func(rows []store.Claimed, want map[string]bool) {
+			t.Helper()
+			if len(rows) != len(want) {
+				t.Fatalf("claimed %d rows, want %d", len(rows), len(want))
+			}
+			for _, r := range rows {
+				if r.Known == nil || r.Known.Cancelled != want[r.NotificationID] {
+					t.Errorf("%s: known %+v, want Cancelled %v", r.NotificationID, r.Known, want[r.NotificationID])
+				}
+			}
+		}
+		wantMarks(claim(t, b, heraldtype.LaneTransactional, 10), map[string]bool{marked.ID: true, plain.ID: false})
+		// A mark made after a claim is read by the next one (the lease ran
+		// out).
+		if err := b.s.NotificationCancelMark(b.ctx, "t1", plain.ID); err != nil {
+			t.Fatal(err)
+		}
+		b.clk.Advance(2 * time.Minute)
+		if n, err := b.s.OutboxReclaimExpired(b.ctx); err != nil || n != 2 {
+			t.Fatalf("reclaimed %d (%v)", n, err)
+		}
+		wantMarks(claim(t, b, heraldtype.LaneTransactional, 10), map[string]bool{marked.ID: true, plain.ID: true})
+	})
 	t.Run("TheMarkIsTheTenantsOwn", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
