@@ -57,6 +57,9 @@ type FieldError struct {
 	// Missing names every param the kind's templates need that the request
 	// lacks ("amount", "card.last4"), sorted; nil for other errors.
 	Missing []string
+	// UnknownKind: the kind is not in the catalog (Param "kind"). Over
+	// HTTP the answer points at GET /v1/kinds.
+	UnknownKind bool
 }
 
 func (e *FieldError) Error() string { return e.Detail }
@@ -86,7 +89,7 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []
 	}
 	kind := c.Kind(r.Kind)
 	if kind == nil {
-		return bad("kind", "unknown kind %q", r.Kind)
+		return nil, nil, nil, &FieldError{Param: "kind", Detail: fmt.Sprintf("unknown kind %q", r.Kind), UnknownKind: true}
 	}
 	if r.SendAt != nil && r.SendAt.After(now.Add(c.sendAtHorizon())) {
 		return bad("send_at", "send_at is more than %s ahead (send_at_horizon)", c.sendAtHorizon())

@@ -14,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/campaign"
 	"github.com/heraldhq/herald/canonical"
 	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/validate"
@@ -103,7 +104,7 @@ func (a *campaignsAPI) fail(w http.ResponseWriter, r *http.Request, what string,
 	var ferr *catalog.FieldError
 	switch {
 	case errors.As(err, &ferr):
-		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: ferr.Detail, Param: ferr.Param, MissingParams: ferr.Missing})
+		intake.Unprocessable(w, ferr)
 	case errors.Is(err, campaign.ErrNotFound):
 		problem.New(w, http.StatusNotFound, "no such campaign")
 	case errors.Is(err, campaign.ErrState):

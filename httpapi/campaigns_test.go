@@ -175,6 +175,10 @@ func TestCampaignsRefuseWhatCannotBeSent(t *testing.T) {
 				if res.StatusCode != http.StatusUnprocessableEntity || p.Param != c.param {
 					t.Fatalf("%s = %d param %q; want 422 naming %s", c.body, res.StatusCode, p.Param, c.param)
 				}
+				// Only an unknown kind's answer points at the list of kinds.
+				if lists := strings.Contains(p.Detail, "GET /v1/kinds"); lists != (c.name == "UnknownKind") {
+					t.Fatalf("%s: detail %q; pointing at GET /v1/kinds: %v", c.name, p.Detail, lists)
+				}
 			})
 		}
 	})

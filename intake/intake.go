@@ -116,7 +116,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Params: req.Params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Scope: req.Scope,
 	})
 	if ferr != nil {
-		unprocessable(w, ferr)
+		Unprocessable(w, ferr)
 		return
 	}
 
@@ -192,8 +192,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(body)
 }
 
-// unprocessable answers 422 for a request catalog.Validate refused.
-func unprocessable(w http.ResponseWriter, ferr *catalog.FieldError) {
-	problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: ferr.Detail, Param: ferr.Param,
+// Unprocessable answers 422 for a request catalog.Validate refused; an
+// unknown kind's answer names the route that lists the known ones.
+func Unprocessable(w http.ResponseWriter, ferr *catalog.FieldError) {
+	detail := ferr.Detail
+	if ferr.UnknownKind {
+		detail += " (GET /v1/kinds lists the kinds this server knows)"
+	}
+	problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: detail, Param: ferr.Param,
 		MissingParams: ferr.Missing})
 }

@@ -50,9 +50,12 @@ func TestMissingParamsAreAllNamedAtOnce(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		r := b.post(t, keyA, "k-1", `{"recipient":"user-1","event_id":"evt-1","kind":"payment.refunded","params":{}}`)
-		wantProblem(t, r, http.StatusUnprocessableEntity)
+		p := wantProblem(t, r, http.StatusUnprocessableEntity)
 		if strings.Contains(string(r.body), "missing_params") {
 			t.Errorf("an unknown kind's 422 lists missing params: %s", r.body)
+		}
+		if p.Param != "kind" || p.Detail != `unknown kind "payment.refunded" (GET /v1/kinds lists the kinds this server knows)` {
+			t.Errorf("an unknown kind's 422: param %q, detail %q; want it to point at GET /v1/kinds", p.Param, p.Detail)
 		}
 	})
 }
