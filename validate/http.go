@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -152,6 +154,9 @@ func decodeError(err error, raw []byte, v any) error {
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &typ) && typ.Field != "":
+		if why := wholeNumber(typ); why != "" {
+			return fmt.Errorf("%s: %s", typ.Field, why)
+		}
 		return fmt.Errorf("%s: got %s where %s belongs", typ.Field, JSONValue(typ.Value), jsonKind(typ.Type))
 	case errors.As(err, &typ):
 		return fmt.Errorf("the body must be %s, not %s", jsonKind(typ.Type), JSONValue(typ.Value))
@@ -210,6 +215,25 @@ func timeField(raw []byte, v any) string {
 		if value, ok := fields[name]; ok && string(value) != "null" && tm.UnmarshalJSON(value) != nil {
 			return name
 		}
+	}
+	return ""
+}
+
+// wholeNumber says why a number a whole-number field refused is refused,
+// where "got a number where a whole number belongs" would puzzle: one
+// whose value is whole but written with a decimal point or an exponent
+// (2.0, 1e3), or one written in digits that is out of the field's range.
+// "" for anything else (1.5, a string).
+func wholeNumber(typ *json.UnmarshalTypeError) string {
+	n, ok := strings.CutPrefix(typ.Value, "number ")
+	if !ok || jsonKind(typ.Type) != "a whole number" {
+		return ""
+	}
+	if !strings.ContainsAny(n, ".eE") {
+		return n + " is out of range here"
+	}
+	if f, err := strconv.ParseFloat(n, 64); err == nil && f == math.Trunc(f) {
+		return n + " is a whole number, but it must be written in digits alone (no decimal point or exponent)"
 	}
 	return ""
 }
