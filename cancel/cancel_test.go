@@ -47,6 +47,8 @@ type bundle struct {
 	metrics *metrics.Metrics
 	logger  *slog.Logger
 	hooks   *sender.Hooks
+	// gate is the claimer's (dispatch.ClaimerConfig.Gate), when set.
+	gate func(ctx context.Context, job heraldtype.Job) (sender.Result, bool)
 	// catalog and providers are the sender's.
 	catalog   *catalog.Catalog
 	providers *provider.Registry
@@ -149,7 +151,7 @@ func (b *bundle) runClaimer(t *testing.T) {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	c := dispatch.NewClaimer(dispatch.ClaimerConfig{Lane: heraldtype.LaneTransactional, Store: b.st, Sender: b.sender,
-		Owner: "test", Concurrency: 4, Lease: 30 * time.Second, PollInterval: 10 * time.Millisecond, Logger: b.logger})
+		Owner: "test", Concurrency: 4, Lease: 30 * time.Second, PollInterval: 10 * time.Millisecond, Logger: b.logger, Gate: b.gate})
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(ctx) }()
 	t.Cleanup(func() {
@@ -459,9 +461,11 @@ func (r *parkingRule) Check(context.Context, sender.Subject) sender.Ruling {
 }
 
 // A send whose notification the claimer finds marked (a cancel failed
-// after its mark) meets none of the sender's rules: a rule that would
-// park it (raising a PARKED alert a person must answer) never sees it,
-// and it ends SUPPRESSED(CANCELLED), counted once.
+// after its mark) meets none of the send policy's rules: neither the
+// dispatcher's layer (the claimer's gate: quiet hours' early stop would
+// put it off until the window opens) nor the sender's (a rule that would
+// park it, raising a PARKED alert a person must answer) sees it, and it
+// ends SUPPRESSED(CANCELLED), counted once.
 func TestTheClaimersMarkedSendMeetsNoRule(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b *bundle) {
@@ -469,9 +473,14 @@ func TestTheClaimersMarkedSendMeetsNoRule(t *testing.T) {
 		b.cancelFailingAfterMark(t, ids)
 		rule := &parkingRule{}
 		b.sender.Checks = []sender.Check{rule}
+		var gated atomic.Int32
+		b.gate = func(ctx context.Context, job heraldtype.Job) (sender.Result, bool) {
+			gated.Add(1)
+			return b.sender.Apply(ctx, job, sender.DeferFor(time.Hour, "QUIET_HOURS")), true
+		}
 		b.drainCancelled(t, ids)
-		if n := rule.seen.Load(); n != 0 {
-			t.Errorf("the rule saw %d marked sends; want none", n)
+		if n, g := rule.seen.Load(), gated.Load(); n != 0 || g != 0 {
+			t.Errorf("the sender's rule saw %d marked sends, the claimer's gate %d; want none", n, g)
 		}
 		got := metricstest.Deliveries(t, b.metrics)
 		for _, st := range metrics.DeliveryStates {

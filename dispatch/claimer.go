@@ -295,7 +295,8 @@ type ClaimerConfig struct {
 	// the dispatcher's own layer of the send policy (quiet hours' early
 	// stop, the non-production allow-list). It returns the result of what
 	// it decided (sender.Sender.Apply) and true, or false to hand the job
-	// to the sender. The result is settled as the sender's would be.
+	// to the sender. The result is settled as the sender's would be. A
+	// job whose notification the claim found cancelled does not meet it.
 	Gate func(ctx context.Context, job heraldtype.Job) (sender.Result, bool)
 }
 
@@ -829,7 +830,9 @@ func (c *Claimer) process(ctx context.Context, row store.Claimed) {
 	job := row.Job
 	fence := row.Fence
 	job.Outbox = &fence
-	if c.Gate != nil {
+	// A job whose notification the claim found cancelled passes the gate:
+	// the sender ends it before any rule (heraldtype.Known.Cancelled).
+	if cancelled := job.Known != nil && job.Known.Cancelled; c.Gate != nil && !cancelled {
 		if res, decided := c.Gate(ctx, job); decided {
 			c.settle(ctx, row, res)
 			return

@@ -278,8 +278,9 @@ type Known struct {
 	// request, package cancel) when the transport read it. The mark is
 	// permanent, so the sender ends the send SUPPRESSED(CANCELLED) at
 	// once, before its rules (which might park it, defer it or spend a
-	// rate-limit token on it). False when not known: the delivery claim
-	// reads the mark itself.
+	// rate-limit token on it). Only a claimer's claim (db transport)
+	// reads it; false when not read (the relay's claim, a broker's copy,
+	// intake's hand-over): the delivery claim reads the mark itself.
 	Cancelled bool
 }
 

@@ -7,11 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
+	"math/big"
 	"net/http"
 	"net/url"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
@@ -219,23 +218,41 @@ func timeField(raw []byte, v any) string {
 	return ""
 }
 
-// wholeNumber says why a number a whole-number field refused is refused,
-// where "got a number where a whole number belongs" would puzzle: one
-// whose value is whole but written with a decimal point or an exponent
-// (2.0, 1e3), or one written in digits that is out of the field's range.
-// "" for anything else (1.5, a string).
+// wholeNumber says why a whole-number field refused a number, where "got
+// a number where a whole number belongs" would puzzle: one out of the
+// field's range (in digits or not: 1e30), or one whose value is whole and
+// in range but written with a decimal point or an exponent (2.0, 1e3).
+// "" for anything else (1.5, a string). The value is read exactly
+// (big.Rat), not through a float, so 1.0000000000000000001 is not whole.
 func wholeNumber(typ *json.UnmarshalTypeError) string {
 	n, ok := strings.CutPrefix(typ.Value, "number ")
 	if !ok || jsonKind(typ.Type) != "a whole number" {
 		return ""
 	}
-	if !strings.ContainsAny(n, ".eE") {
-		return n + " is out of range here"
+	r, ok := new(big.Rat).SetString(n)
+	if !ok || !r.IsInt() {
+		return ""
 	}
-	if f, err := strconv.ParseFloat(n, 64); err == nil && f == math.Trunc(f) {
-		return n + " is a whole number, but it must be written in digits alone (no decimal point or exponent)"
+	lo, hi := intRange(typ.Type)
+	if r.Num().Cmp(lo) < 0 || r.Num().Cmp(hi) > 0 {
+		return fmt.Sprintf("%s is out of range: a whole number from %s to %s belongs here", n, lo, hi)
 	}
-	return ""
+	return n + " is a whole number, but it must be written in digits alone (no decimal point or exponent)"
+}
+
+// intRange is the least and the greatest value of the integer type t (or
+// of what t points to).
+func intRange(t reflect.Type) (lo, hi *big.Int) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	bits := uint(t.Bits())
+	one := big.NewInt(1)
+	if t.Kind() >= reflect.Uint && t.Kind() <= reflect.Uintptr {
+		return new(big.Int), new(big.Int).Sub(new(big.Int).Lsh(one, bits), one)
+	}
+	hi = new(big.Int).Sub(new(big.Int).Lsh(one, bits-1), one)
+	return new(big.Int).Neg(new(big.Int).Add(hi, one)), hi
 }
 
 // JSONValue names, in a caller's words, the JSON value a decoder found

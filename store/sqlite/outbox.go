@@ -93,7 +93,7 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 			return nil
 		}
 		idList, _ := json.Marshal(ids)
-		if err := readJobs(tx, out, byNotification, string(idList), !p.Publishing || p.Profiles); err != nil {
+		if err := readJobs(tx, out, byNotification, string(idList), !p.Publishing || p.Profiles, !p.Publishing); err != nil {
 			return err
 		}
 		if p.Publishing {
@@ -138,8 +138,9 @@ func scopeMemory(m map[string]string) string {
 }
 
 // readJobs fills the claimed rows' jobs from their notifications; with
-// known, each also gets its recipient's profile as heraldtype.Known.
-func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idList string, known bool) error {
+// known, each also gets its recipient's profile as heraldtype.Known, and
+// with marks (a claimer's claim, not the relay's) the cancel mark.
+func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idList string, known, marks bool) error {
 	rows, err := tx.Query(qOutboxJobs, idList)
 	if err != nil {
 		return fmt.Errorf("read claimed notifications: %w", err)
@@ -159,7 +160,7 @@ func readJobs(tx wtx, out []store.Claimed, byNotification map[string][]int, idLi
 			j.Params, j.ExpiresAt = json.RawMessage(params), fromNullMs(expires)
 			if known {
 				j.Known = knownProfile(profile, profileAt)
-				j.Known.Cancelled = cancelled
+				j.Known.Cancelled = marks && cancelled
 			}
 		}
 	}

@@ -319,6 +319,22 @@ func testCancel(t *testing.T, h Harness) {
 			t.Fatalf("reclaimed %d (%v)", n, err)
 		}
 		wantMarks(claim(t, b, heraldtype.LaneTransactional, 10), map[string]bool{marked.ID: true, plain.ID: true})
+		// The relay's claim reads no mark, with profiles for its gate or
+		// without (a broker's copy carries none).
+		b.clk.Advance(2 * time.Minute)
+		if n, err := b.s.OutboxReclaimExpired(b.ctx); err != nil || n != 2 {
+			t.Fatalf("reclaimed %d (%v)", n, err)
+		}
+		pub, err := b.s.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "r", Limit: 10, Lease: time.Minute,
+			Publishing: true, Profiles: true})
+		if err != nil || len(pub) != 2 {
+			t.Fatalf("the relay claimed %d (%v), want 2", len(pub), err)
+		}
+		for _, r := range pub {
+			if r.Known != nil && r.Known.Cancelled {
+				t.Errorf("%s: the relay's claim read the mark: %+v", r.NotificationID, r.Known)
+			}
+		}
 	})
 	t.Run("TheMarkIsTheTenantsOwn", func(t *testing.T) {
 		t.Parallel()
