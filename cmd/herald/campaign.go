@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heraldhq/herald/campaign"
 )
@@ -60,6 +61,10 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if *params != "" {
 		req.Params = json.RawMessage(*params)
 		var v any
+		if !utf8.ValidString(*params) {
+			// encoding/json would read the bytes as U+FFFD, silently.
+			return usageErrorf(cmd, "%s: --params is not UTF-8 text (the terminal's encoding?)", cmd.path())
+		}
 		if err := json.Unmarshal(req.Params, &v); err != nil {
 			return usageErrorf(cmd, "%s: --params is not JSON: %v", cmd.path(), err)
 		}
@@ -75,10 +80,11 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read the recipients: %w", err)
 	}
-	recipients, err := readRecipients(raw)
+	list, err := readRecipients(raw)
 	if err != nil {
 		return &cliError{code: 2, cmd: cmd, err: fmt.Errorf("%s: %s: %w", cmd.path(), *file, err)}
 	}
+	recipients := list.recipients
 	c := &apiClient{base: strings.TrimRight(*url, "/"), key: *apiKey, http: &http.Client{Timeout: 2 * time.Minute}}
 	ctx := context.Background()
 
@@ -94,9 +100,16 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	req.Recipients = all[0]
 	var created struct{ ID string }
 	if err := c.do(ctx, http.MethodPost, "/v1/campaigns", "cli-"+hex.EncodeToString(sum[:16]), req, &created); err != nil {
-		return fmt.Errorf("create the campaign with recipients 1..%d: %w", first, err)
+		return fmt.Errorf("create the campaign with recipients 1..%d: %s%w", first, list.line(err, 0), err)
 	}
-	fmt.Fprintf(stdout, "campaign %s: %d recipients\n", created.ID, len(recipients))
+	repeated := ""
+	switch {
+	case list.repeated == 1:
+		repeated = " (1 row repeating an earlier row, recipient and params, left out)"
+	case list.repeated > 1:
+		repeated = fmt.Sprintf(" (%d rows repeating earlier rows, recipient and params, left out)", list.repeated)
+	}
+	fmt.Fprintf(stdout, "campaign %s: %d recipients%s\n", created.ID, len(recipients), repeated)
 	path := "/v1/campaigns/" + created.ID
 	from := first
 	for _, page := range all[1:] {
@@ -105,7 +118,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 			break // started already (an earlier run added the pages), or a draft past its deadline: the start says which
 		}
 		if err != nil {
-			err = fmt.Errorf("add recipients %d..%d: %w", from+1, from+len(page), err)
+			err = fmt.Errorf("add recipients %d..%d: %s%w", from+1, from+len(page), list.line(err, from), err)
 			switch {
 			case overCap(err):
 				// An operator can raise the cap; then the same command
@@ -231,23 +244,70 @@ func (c *apiClient) cancelDraft(ctx context.Context, id string) string {
 	return fmt.Sprintf("campaign %s cancelled before its start: nothing was sent", id)
 }
 
+// recipientFile is a recipients file as read: each recipient once, in
+// the file's order, with the line of the file it was read from (lines,
+// parallel), and how many rows repeated an earlier row.
+type recipientFile struct {
+	recipients []campaign.Recipient
+	lines      []int
+	repeated   int
+}
+
+// line is "line N of the file: " for a refusal of one recipient of a
+// page whose first is recipients[from] (the problem's param
+// "recipients[i]…"), or "" for any other error.
+func (f recipientFile) line(err error, from int) string {
+	he := asHTTP(err)
+	if he == nil {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(he.param, "recipients[")
+	if !ok {
+		return ""
+	}
+	i, err := strconv.Atoi(rest[:max(0, strings.IndexByte(rest, ']'))])
+	if err != nil || from+i >= len(f.lines) {
+		return ""
+	}
+	return fmt.Sprintf("line %d of the file: ", f.lines[from+i])
+}
+
 // readRecipients reads a recipients file (readRecipients' flag help). A
 // leading UTF-8 byte-order mark (Excel's "CSV UTF-8" writes one) is not
 // part of the first cell, and rows with nothing in any cell (a trailing
-// ",," a spreadsheet leaves) are skipped. An error names the file's line.
-func readRecipients(raw []byte) ([]campaign.Recipient, error) {
+// ",," a spreadsheet leaves) are skipped. Cells are trimmed of the spaces
+// around them. A recipient gets one notification: a row repeating an
+// earlier row's recipient with the same params is left out (counted in
+// repeated), with other params it is refused, since no choice between
+// them would be the sender's. A file that is not UTF-8 (Excel's plain
+// "CSV" in a Korean locale writes CP949) is refused, never read as
+// something else. An error names the file's line.
+func readRecipients(raw []byte) (recipientFile, error) {
+	var f recipientFile
+	if !utf8.Valid(raw) {
+		bad := 0
+		for bad < len(raw) {
+			r, n := utf8.DecodeRune(raw[bad:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			bad += n
+		}
+		return f, fmt.Errorf("line %d is not UTF-8 text: save the file as UTF-8 (in Excel, \"CSV UTF-8\"); its encoding is not guessed",
+			1+bytes.Count(raw[:bad], []byte("\n")))
+	}
 	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(raw, []byte("\xEF\xBB\xBF"))))
 	r.FieldsPerRecord = -1
 	r.TrimLeadingSpace = true
 	var header []string
-	var out []campaign.Recipient
+	seen := map[string]int{} // recipient → its index in f.recipients
 	for first := true; ; first = false {
 		row, err := r.Read()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, err
+			return f, err
 		}
 		line, _ := r.FieldPos(0)
 		for i := range row {
@@ -255,7 +315,7 @@ func readRecipients(raw []byte) ([]campaign.Recipient, error) {
 		}
 		if first && strings.EqualFold(row[0], "recipient") {
 			if err := checkHeader(row); err != nil {
-				return nil, fmt.Errorf("line %d: %w", line, err)
+				return f, fmt.Errorf("line %d: %w", line, err)
 			}
 			header = row
 			continue
@@ -266,11 +326,11 @@ func readRecipients(raw []byte) ([]campaign.Recipient, error) {
 		rc := campaign.Recipient{Recipient: row[0]}
 		switch {
 		case rc.Recipient == "":
-			return nil, fmt.Errorf("line %d: no recipient in the first column", line)
+			return f, fmt.Errorf("line %d: no recipient in the first column", line)
 		case len(row) > 1 && header == nil:
-			return nil, fmt.Errorf("line %d has %d columns; params columns need a header row (recipient,name,…) of as many", line, len(row))
+			return f, fmt.Errorf("line %d has %d columns; params columns need a header row (recipient,name,…) of as many", line, len(row))
 		case header != nil && len(row) != len(header):
-			return nil, fmt.Errorf("line %d has %d columns, the header %d", line, len(row), len(header))
+			return f, fmt.Errorf("line %d has %d columns, the header %d", line, len(row), len(header))
 		}
 		if len(row) > 1 {
 			// An empty cell is no param of the recipient's own: the
@@ -282,15 +342,24 @@ func readRecipients(raw []byte) ([]campaign.Recipient, error) {
 				}
 			}
 			if len(p) > 0 {
-				rc.Params, _ = json.Marshal(p)
+				rc.Params, _ = json.Marshal(p) // keys sorted: equal params marshal alike
 			}
 		}
-		out = append(out, rc)
+		if i, ok := seen[rc.Recipient]; ok {
+			if !bytes.Equal(f.recipients[i].Params, rc.Params) {
+				return f, fmt.Errorf("line %d repeats the recipient of line %d with other params: a recipient gets one notification; keep one of the rows",
+					line, f.lines[i])
+			}
+			f.repeated++
+			continue
+		}
+		seen[rc.Recipient] = len(f.recipients)
+		f.recipients, f.lines = append(f.recipients, rc), append(f.lines, line)
 	}
-	if len(out) == 0 {
-		return nil, errors.New("no recipients")
+	if len(f.recipients) == 0 {
+		return f, errors.New("no recipients")
 	}
-	return out, nil
+	return f, nil
 }
 
 // checkHeader refuses a header row whose params columns cannot name params:

@@ -52,6 +52,7 @@ func TestCampaignSend(t *testing.T) {
 	for i := range 25 {
 		b.WriteString("user-" + string(rune('a'+i)) + ",C" + string(rune('a'+i)) + "\n")
 	}
+	b.WriteString("user-b,Cb\n") // repeated: left out, and said so
 	if err := os.WriteFile(csvPath, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestCampaignSend(t *testing.T) {
 		return code, out.String(), errb.String()
 	}
 	code, out, errb := send()
-	if code != 0 || !strings.Contains(out, "DONE 25/25 enqueued") {
+	if code != 0 || !strings.Contains(out, "DONE 25/25 enqueued") || !strings.Contains(out, ": 25 recipients (1 row repeating an earlier row") {
 		t.Fatalf("campaign send: exit %d\n%s%s", code, out, errb)
 	}
 	first := strings.Fields(out)[1]
@@ -159,7 +160,7 @@ func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 	}
 
 	code, out := send(3, "", `{}`)
-	if code != 1 || !strings.Contains(out, `create the campaign with recipients 1..3: 422`) || !strings.Contains(out, `needs param`) {
+	if code != 1 || !strings.Contains(out, `create the campaign with recipients 1..3: line 1 of the file: 422`) || !strings.Contains(out, `needs param`) {
 		t.Fatalf("a file missing a param for everyone: exit %d\n%s", code, out)
 	}
 	if got := campaigns(); len(got) != 0 {
@@ -167,7 +168,9 @@ func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 	}
 
 	params := `{"date":"May 1","coupon":"C1"}`
-	refusedAt := fmt.Sprintf("add recipients %d..%d: 422", campaign.MaxPage+1, campaign.MaxPage+1)
+	// The refusal names the recipient's line of the file (no header: the
+	// line is its number), not only its index in the page.
+	refusedAt := fmt.Sprintf("add recipients %d..%d: line %d of the file: 422", campaign.MaxPage+1, campaign.MaxPage+1, campaign.MaxPage+1)
 	code, out = send(campaign.MaxPage+1, strings.Repeat("x", catalog.MaxRecipientLen+1), params)
 	if code != 1 || !strings.Contains(out, refusedAt) || !strings.Contains(out, "recipients[0].recipient") ||
 		!strings.Contains(out, "cancelled before its start: nothing was sent") {
@@ -182,8 +185,9 @@ func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 		t.Fatalf("the same refused file again: exit %d\n%s", code, out)
 	}
 
+	// Past the cap the whole page is refused (param "recipients"): no line.
 	code, out = send(campaign.MaxPage+1, "", params)
-	if code != 1 || !strings.Contains(out, refusedAt) || !strings.Contains(out, "stays DRAFT") {
+	if code != 1 || !strings.Contains(out, fmt.Sprintf("add recipients %d..%d: 422", campaign.MaxPage+1, campaign.MaxPage+1)) || !strings.Contains(out, "stays DRAFT") {
 		t.Fatalf("a file past the cap: exit %d\n%s", code, out)
 	}
 	if got := campaigns(); len(got) != 2 || !slices.Contains(got, "DRAFT") {
@@ -210,11 +214,13 @@ func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 
 func TestReadRecipients(t *testing.T) {
 	t.Parallel()
-	rs, err := readRecipients([]byte("u1\nu2\n\nu3\n"))
+	f, err := readRecipients([]byte("u1\nu2\n\nu3\n"))
+	rs := f.recipients
 	if err != nil || len(rs) != 3 || rs[2].Recipient != "u3" || rs[0].Params != nil {
 		t.Fatalf("plain list = %+v, %v", rs, err)
 	}
-	rs, err = readRecipients([]byte("recipient,name\nu1,Ann\n"))
+	f, err = readRecipients([]byte("recipient,name\nu1,Ann\n"))
+	rs = f.recipients
 	if err != nil || len(rs) != 1 || string(rs[0].Params) != `{"name":"Ann"}` {
 		t.Fatalf("with a header = %+v, %v", rs, err)
 	}
@@ -243,7 +249,8 @@ func TestReadRecipientsAsSpreadsheetsWriteThem(t *testing.T) {
 		// An empty cell leaves the campaign's param (--params) to apply.
 		{"empty cells", "recipient,coupon,date\nu1,VIP20,\nu2,,\n", []campaign.Recipient{{Recipient: "u1", Params: []byte(`{"coupon":"VIP20"}`)}, {Recipient: "u2"}}},
 	} {
-		got, err := readRecipients([]byte(c.file))
+		f, err := readRecipients([]byte(c.file))
+		got := f.recipients
 		if err != nil || len(got) != len(c.want) {
 			t.Fatalf("%s: %+v, %v; want %+v", c.name, got, err, c.want)
 		}
@@ -260,10 +267,33 @@ func TestReadRecipientsAsSpreadsheetsWriteThem(t *testing.T) {
 		{"a params column named twice", "recipient,coupon,coupon\nu1,A,B\n", `line 1: the header names "coupon" twice`},
 		{"params without a header", "u1\nu2,A\n", "line 2 has 2 columns; params columns need a header row"},
 		{"nothing but empty rows", bom + ",\n,,\n", "no recipients"},
+		// Excel's plain "CSV" in a Korean locale: 김 and 이 in CP949.
+		{"CP949, not UTF-8", "u1\n\xb1\xe8\n\xc0\xcc\n", "line 2 is not UTF-8 text"},
+		{"a CP949 param", "recipient,shop\nu1,cafe\nu2,\xc4\xab\xc6\xe4\n", "line 3 is not UTF-8 text"},
+		{"a recipient repeated with other params", "recipient,coupon\nu1,A\nu2,B\n u1 ,C\n", "line 4 repeats the recipient of line 2 with other params"},
 	} {
 		if _, err := readRecipients([]byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want an error with %q", c.name, err, c.want)
 		}
+	}
+}
+
+// A row that repeats an earlier row's recipient with the same params
+// (spaces around a cell are not part of it) is left out and counted: a
+// recipient gets one notification, and the command says how many rows it
+// left out.
+func TestReadRecipientsLeavesOutRepeatedRows(t *testing.T) {
+	t.Parallel()
+	f, err := readRecipients([]byte("recipient,coupon\nu1,A\nu2,\n  u1  ,A\nu2\t,\nu3,C\nu1,A\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, r := range f.recipients {
+		got = append(got, fmt.Sprintf("%s%s@%d", r.Recipient, r.Params, f.lines[i]))
+	}
+	if want := []string{`u1{"coupon":"A"}@2`, `u2@3`, `u3{"coupon":"C"}@6`}; !slices.Equal(got, want) || f.repeated != 3 {
+		t.Fatalf("recipients %q, %d left out; want %q, 3 left out", got, f.repeated, want)
 	}
 }
 
@@ -287,10 +317,11 @@ func TestCampaignSendCutsPagesBySize(t *testing.T) {
 	if err := os.WriteFile(csvPath, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := readRecipients([]byte(b.String()))
+	f, err := readRecipients([]byte(b.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs := f.recipients
 	ps := pages(rs, 0)
 	if withBase := pages(rs, 300); len(withBase) <= len(ps) {
 		t.Fatalf("%d pages counting the campaign's 300 bytes of params in each recipient's, %d without; want more with", len(withBase), len(ps))
