@@ -120,7 +120,11 @@ func (a *campaignsAPI) fail(w http.ResponseWriter, r *http.Request, what string,
 }
 
 func (a *campaignsAPI) create(w http.ResponseWriter, r *http.Request) {
-	key := r.Header.Get("Idempotency-Key")
+	key, err := validate.OneHeader(r, "Idempotency-Key")
+	if err != nil {
+		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Param: "Idempotency-Key", Detail: err.Error()})
+		return
+	}
 	if key == "" || len(key) > maxCampaignKeyLen || !catalog.Printable(key) {
 		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Param: "Idempotency-Key",
 			Detail: fmt.Sprintf("the Idempotency-Key header is required: 1..%d printable characters", maxCampaignKeyLen)})

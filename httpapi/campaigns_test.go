@@ -184,6 +184,42 @@ func TestCampaignsRefuseWhatCannotBeSent(t *testing.T) {
 	})
 }
 
+// Two Idempotency-Key headers are refused (400): the request cannot say
+// which one it meant, and nothing is created.
+func TestACampaignWithTwoIdempotencyKeysIsRefused(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, nil, func(t *testing.T, e *everyday) {
+		req, _ := http.NewRequest("POST", e.url+"/v1/campaigns", strings.NewReader(`{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"}}`))
+		req.Header.Set("Authorization", "Bearer "+keyA)
+		req.Header.Add("Idempotency-Key", "one")
+		req.Header.Add("Idempotency-Key", "two")
+		res, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var p problemBody
+		_ = json.NewDecoder(res.Body).Decode(&p)
+		if res.StatusCode != http.StatusBadRequest || p.Param != "Idempotency-Key" || p.Detail != "send one Idempotency-Key header, not 2" {
+			t.Fatalf("two keys = %d %+v; want 400 naming the two Idempotency-Key headers", res.StatusCode, p)
+		}
+		// Neither key names a campaign: each creates one afresh.
+		for _, key := range []string{"one", "two"} {
+			req, _ := http.NewRequest("POST", e.url+"/v1/campaigns", strings.NewReader(`{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"}}`))
+			req.Header.Set("Authorization", "Bearer "+keyA)
+			req.Header.Set("Idempotency-Key", key)
+			res, err := e.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusAccepted || res.Header.Get("Idempotent-Replayed") != "" {
+				t.Fatalf("key %s alone = %d (replayed %q); want a new campaign", key, res.StatusCode, res.Header.Get("Idempotent-Replayed"))
+			}
+		}
+	})
+}
+
 // TestADraftShowsWhenItExpiresAndWhyItEnded: GET shows a DRAFT
 // campaign's expires_at (its creation + campaign_draft_ttl, a week by
 // default); once the leader's round has ended it, the campaign is

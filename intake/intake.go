@@ -90,8 +90,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Problem{Status: status, Detail: detail, Param: param})
 	}
 	tenant := auth.Tenant(r.Context())
-	key := r.Header.Get("Idempotency-Key")
+	key, err := validate.OneHeader(r, "Idempotency-Key")
 	switch {
+	case err != nil:
+		fail(http.StatusBadRequest, err.Error(), "Idempotency-Key")
+		return
 	case key == "":
 		fail(http.StatusBadRequest, "the Idempotency-Key header is required", "Idempotency-Key")
 		return

@@ -80,8 +80,9 @@ func setup(t testing.TB) *bundle {
 // request is one API call.
 type request struct {
 	method, path string
-	apiKey       string // "" sends no Authorization header
-	idemKey      string // "" sends no Idempotency-Key header
+	apiKey       string   // "" sends no Authorization header
+	idemKey      string   // "" sends no Idempotency-Key header
+	moreKeys     []string // more Idempotency-Key headers, after idemKey's
 	body         string
 }
 
@@ -103,6 +104,9 @@ func (b *bundle) do(t *testing.T, r request) response {
 	}
 	if r.idemKey != "" {
 		req.Header.Set("Idempotency-Key", r.idemKey)
+	}
+	for _, k := range r.moreKeys {
+		req.Header.Add("Idempotency-Key", k)
 	}
 	if r.body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -400,6 +404,17 @@ func TestPostNotification(t *testing.T) {
 		if p.Param != "Idempotency-Key" {
 			t.Errorf("param = %q, want Idempotency-Key", p.Param)
 		}
+	})
+
+	t.Run("TwoIdempotencyKeysAre400", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		p := wantProblem(t, b.do(t, request{method: http.MethodPost, path: "/v1/notifications", apiKey: keyA, idemKey: "k-1",
+			moreKeys: []string{"k-2"}, body: payment}), http.StatusBadRequest)
+		if p.Param != "Idempotency-Key" || p.Detail != "send one Idempotency-Key header, not 2" {
+			t.Errorf("problem %+v, want one naming the two Idempotency-Key headers", p)
+		}
+		b.wantNothingWritten(t)
 	})
 
 	t.Run("OverlongIdempotencyKeyIs400", func(t *testing.T) {

@@ -218,6 +218,20 @@ func timeField(raw []byte, v any) string {
 	return ""
 }
 
+// OneHeader is the value of request header name ("" when absent), or an
+// error when the request sent it more than once: a request with two
+// Idempotency-Keys cannot say which one it meant.
+func OneHeader(r *http.Request, name string) (string, error) {
+	switch vs := r.Header.Values(name); len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	default:
+		return "", fmt.Errorf("send one %s header, not %d", name, len(vs))
+	}
+}
+
 // wholeNumber says why a whole-number field refused a number, where "got
 // a number where a whole number belongs" would puzzle: one out of the
 // field's range (in digits or not: 1e30), or one whose value is whole and
