@@ -196,7 +196,7 @@ type Intent struct {
 	// Scope names the tenant's part the notification belongs to (a clinic,
 	// a brand): inside the tenant, each scope's sends take their turn in a
 	// lane with the others', so one clinic's backlog does not hold up
-	// another's. Optional: at most 64 letters, digits and . _ : / -, as
+	// another's. Optional: at most 64 ASCII letters, digits and . _ : / -, as
 	// over HTTP ("scope").
 	Scope string
 	// Params fill the kind's templates; every param they reference must be

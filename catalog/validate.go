@@ -85,7 +85,7 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []
 	case r.Kind == "":
 		return bad("kind", "kind is required")
 	case !heraldtype.ValidScope(r.Scope):
-		return bad("scope", "scope must be at most %d letters, digits and . _ : / -", heraldtype.MaxScopeLen)
+		return bad("scope", "scope must be at most %d ASCII letters, digits and . _ : / -", heraldtype.MaxScopeLen)
 	}
 	kind := c.Kind(r.Kind)
 	if kind == nil {

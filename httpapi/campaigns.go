@@ -32,10 +32,10 @@ const maxCampaignKeyLen = 255
 //
 //	POST /v1/campaigns                   {kind, params, recipients?, send_at?, scope?} → 202 {"id"} (Idempotency-Key)
 //	POST /v1/campaigns/{id}/recipients   {"recipients": [{recipient, params?}]} → 200 {"added"}
-//	POST /v1/campaigns/{id}/start        → 202 the campaign
+//	POST /v1/campaigns/{id}/start        → 202 the campaign (started again: as it is, RUNNING or DONE)
 //	POST /v1/campaigns/{id}/cancel       → 200 the campaign when cancelled, with "cancelled" and "in_flight"
 //	GET  /v1/campaigns/{id}              → 200 {"id", "state", "total", "enqueued", "sent", "suppressed", "failed", "unknown"},
-//	                                           with "scope" when set, "expires_at" while DRAFT and "reason" once expired
+//	                                           with "scope" and "send_at" when set, "expires_at" while DRAFT and "reason" once expired
 type campaignsAPI struct {
 	svc    *campaign.Service
 	logger *slog.Logger
@@ -68,6 +68,8 @@ type campaignView struct {
 	Suppressed int64  `json:"suppressed"`
 	Failed     int64  `json:"failed"`
 	Unknown    int64  `json:"unknown"`
+	// SendAt is when the campaign's sends are due, when it was scheduled.
+	SendAt *time.Time `json:"send_at,omitempty"`
 	// ExpiresAt is when a DRAFT campaign not started by then is ended
 	// CANCELLED; Reason is DRAFT_EXPIRED on one that was.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
@@ -80,7 +82,7 @@ type campaignView struct {
 func viewOf(c store.Campaign) campaignView {
 	return campaignView{ID: c.ID, Scope: c.Scope, State: c.State, Total: c.Total, Enqueued: c.Enqueued,
 		Sent: c.Counts.Sent, Suppressed: c.Counts.Suppressed, Failed: c.Counts.Failed, Unknown: c.Counts.Unknown,
-		ExpiresAt: draftExpiresAt(c), Reason: c.Reason}
+		SendAt: c.SendAt, ExpiresAt: draftExpiresAt(c), Reason: c.Reason}
 }
 
 // draftExpiresAt is a DRAFT campaign's deadline; nil in any other state.
@@ -108,8 +110,7 @@ func (a *campaignsAPI) fail(w http.ResponseWriter, r *http.Request, what string,
 	case errors.Is(err, campaign.ErrNotFound):
 		problem.New(w, http.StatusNotFound, "no such campaign")
 	case errors.Is(err, campaign.ErrState):
-		problem.New(w, http.StatusConflict, "the campaign's state does not allow this (pages are added while it is DRAFT, before its expires_at; "+
-			"a cancelled campaign, or a draft past its expires_at, does not start)")
+		problem.New(w, http.StatusConflict, a.stateConflict(r))
 	case errors.Is(err, campaign.ErrConflict):
 		problem.Write(w, problem.Problem{Status: http.StatusConflict, Detail: err.Error(), Param: "Idempotency-Key"})
 	default:
@@ -117,6 +118,25 @@ func (a *campaignsAPI) fail(w http.ResponseWriter, r *http.Request, what string,
 		w.Header().Set("Retry-After", "1")
 		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable; retry")
 	}
+}
+
+// stateConflict says why the campaign r names refused a page or a start
+// (campaign.ErrState): the state it is in, read now, and what that state
+// allows.
+func (a *campaignsAPI) stateConflict(r *http.Request) string {
+	const rule = "pages are added while it is DRAFT, before its expires_at; a cancelled campaign, or a draft past its expires_at, does not start"
+	c, err := a.svc.Get(r.Context(), auth.Tenant(r.Context()), r.PathValue("id"))
+	switch {
+	case err != nil:
+		return "the campaign's state does not allow this (" + rule + ")"
+	case c.State == store.CampaignDraft:
+		return "the campaign is a DRAFT past its expires_at; it takes no pages and does not start (" + rule + ")"
+	case c.State == store.CampaignCancelled && c.Reason != "":
+		return fmt.Sprintf("the campaign is CANCELLED (%s); it takes no pages and does not start", c.Reason)
+	case c.State == store.CampaignCancelled:
+		return "the campaign is CANCELLED; it takes no pages and does not start"
+	}
+	return fmt.Sprintf("the campaign is %s: it has started, and takes no more pages (%s)", c.State, rule)
 }
 
 func (a *campaignsAPI) create(w http.ResponseWriter, r *http.Request) {

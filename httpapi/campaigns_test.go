@@ -38,6 +38,18 @@ func (e *everyday) campaignCall(t *testing.T, method, path, key, body string, ou
 	return res
 }
 
+// wantStateConflict sends a request the campaign's state refuses and
+// fails unless it is a 409 whose detail says the state: detail.
+func (e *everyday) wantStateConflict(t *testing.T, method, path, body, detail string) {
+	t.Helper()
+	res, raw := e.campaignDo(t, method, path, "", body)
+	var p problemBody
+	_ = json.Unmarshal(raw, &p)
+	if res.StatusCode != http.StatusConflict || !strings.HasPrefix(p.Detail, detail) {
+		t.Fatalf("%s %s = %d %q; want 409 saying %q", method, path, res.StatusCode, p.Detail, detail)
+	}
+}
+
 // campaignDo sends one request as tenant a and returns the answer with its
 // body read.
 func (e *everyday) campaignDo(t *testing.T, method, path, key, body string) (*http.Response, []byte) {
@@ -67,6 +79,7 @@ type campaignStatus struct {
 	Cancelled                                          *int64
 	InFlight                                           *int64     `json:"in_flight"`
 	ExpiresAt                                          *time.Time `json:"expires_at"`
+	SendAt                                             *time.Time `json:"send_at"`
 	Reason                                             string
 }
 
@@ -111,9 +124,7 @@ func TestCampaignsOverHTTP(t *testing.T) {
 		if res := e.campaignCall(t, "POST", path+"/start", "", "", &st); res.StatusCode != http.StatusAccepted || st.State != "RUNNING" {
 			t.Fatalf("start = %d %+v; want 202 RUNNING", res.StatusCode, st)
 		}
-		if res := e.campaignCall(t, "POST", path+"/recipients", "", page, nil); res.StatusCode != http.StatusConflict {
-			t.Fatalf("a page after start = %d; want 409", res.StatusCode)
-		}
+		e.wantStateConflict(t, "POST", path+"/recipients", page, "the campaign is RUNNING: it has started, and takes no more pages")
 		r := campaign.NewRunner(campaign.RunnerConfig{Store: e.st.(store.Campaigns), Batch: 3})
 		if n, err := r.Round(context.Background()); err != nil || n != 4 {
 			t.Fatalf("fan-out round = %d, %v; want 4 recipients", n, err)
@@ -144,6 +155,7 @@ func TestCampaignsOverHTTP(t *testing.T) {
 		if e.campaignCall(t, "GET", path, "", "", &st); st.State != "CANCELLED" || st.Suppressed != 8 {
 			t.Fatalf("GET after cancel = %+v; want CANCELLED, 8 suppressed", st)
 		}
+		e.wantStateConflict(t, "POST", path+"/recipients", page, "the campaign is CANCELLED; it takes no pages and does not start")
 		if res := e.campaignCall(t, "GET", "/v1/campaigns/cmp_nope", "", "", nil); res.StatusCode != http.StatusNotFound {
 			t.Fatalf("GET of no campaign = %d; want 404", res.StatusCode)
 		}
@@ -240,6 +252,8 @@ func TestADraftShowsWhenItExpiresAndWhyItEnded(t *testing.T) {
 			t.Fatalf("GET of a draft = %+v; want DRAFT, expires_at %v, no reason", st, want)
 		}
 		e.clock.Advance(campaign.DefaultDraftTTL)
+		// Past its deadline, before the leader has ended it.
+		e.wantStateConflict(t, "POST", path+"/start", "", "the campaign is a DRAFT past its expires_at; it takes no pages and does not start")
 		r := campaign.NewRunner(campaign.RunnerConfig{Store: e.st.(store.Campaigns), Logger: slog.New(slog.DiscardHandler)})
 		if _, err := r.Round(context.Background()); err != nil {
 			t.Fatal(err)
@@ -248,11 +262,31 @@ func TestADraftShowsWhenItExpiresAndWhyItEnded(t *testing.T) {
 		if e.campaignCall(t, "GET", path, "", "", &st); st.State != "CANCELLED" || st.Reason != "DRAFT_EXPIRED" || st.ExpiresAt != nil || st.Total != 2 {
 			t.Fatalf("GET of an expired draft = %+v; want CANCELLED, reason DRAFT_EXPIRED, no expires_at, its 2 recipients", st)
 		}
-		if res := e.campaignCall(t, "POST", path+"/start", "", "", nil); res.StatusCode != http.StatusConflict {
-			t.Fatalf("start of an expired draft = %d; want 409", res.StatusCode)
-		}
-		if res := e.campaignCall(t, "POST", path+"/recipients", "", `{"recipients":[{"recipient":"u9"}]}`, nil); res.StatusCode != http.StatusConflict {
-			t.Fatalf("a page for an expired draft = %d; want 409", res.StatusCode)
+		e.wantStateConflict(t, "POST", path+"/start", "", "the campaign is CANCELLED (DRAFT_EXPIRED); it takes no pages and does not start")
+		e.wantStateConflict(t, "POST", path+"/recipients", `{"recipients":[{"recipient":"u9"}]}`, "the campaign is CANCELLED (DRAFT_EXPIRED)")
+	})
+}
+
+// A scheduled campaign's GET shows when its sends are due (send_at), so
+// that whoever scheduled it can check; an unscheduled one shows none.
+func TestACampaignShowsItsSchedule(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, nil, func(t *testing.T, e *everyday) {
+		at := e.clock.Now().Add(3 * time.Hour).Truncate(time.Second).UTC()
+		for key, sendAt := range map[string]*time.Time{"scheduled": &at, "now": nil} {
+			body := `{"kind":"coupon.expiring","params":{"coupon":"C10","date":"May 1"}`
+			if sendAt != nil {
+				body += `,"send_at":"` + sendAt.Format(time.RFC3339) + `"`
+			}
+			var created struct{ ID string }
+			if res := e.campaignCall(t, "POST", "/v1/campaigns", key, body+"}", &created); res.StatusCode != http.StatusAccepted {
+				t.Fatalf("%s: create = %d; want 202", key, res.StatusCode)
+			}
+			var st campaignStatus
+			e.campaignCall(t, "GET", "/v1/campaigns/"+created.ID, "", "", &st)
+			if (st.SendAt == nil) != (sendAt == nil) || (sendAt != nil && !st.SendAt.Equal(*sendAt)) {
+				t.Fatalf("%s: GET shows send_at %v; want %v", key, st.SendAt, sendAt)
+			}
 		}
 	})
 }
