@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/catalog"
@@ -226,6 +230,16 @@ type Enqueued struct {
 	Created bool
 }
 
+// ErrNoTransaction is returned, wrapped, for an enqueue given a nil
+// transaction or database. Nothing was written.
+var ErrNoTransaction = errors.New("herald: enqueue: nil transaction or database")
+
+// ErrNotMigrated is returned, wrapped together with the database's own
+// error, when the transaction does not see herald's tables: the database
+// was not migrated (herald migrate), or herald's schema is not first on
+// the transaction's search_path. Nothing was written.
+var ErrNotMigrated = errors.New("herald's tables are not there: run herald migrate on this database, or put herald's schema on the search_path")
+
 // InvalidIntentError is an intent herald would refuse: what intake answers
 // with 422. Nothing was written.
 type InvalidIntentError struct {
@@ -259,7 +273,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, in Intent) (Enqueued,
 // EnqueueSQLiteTx.
 func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, in Intent) (Enqueued, error) {
 	if tx == nil {
-		return Enqueued{}, errors.New("herald: enqueue: nil transaction")
+		return Enqueued{}, ErrNoTransaction
 	}
 	return c.enqueuePostgres(ctx, sqlQuerier{tx}, in)
 }
@@ -270,7 +284,7 @@ func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, in Intent) (Enque
 // wake-up across processes: herald sends the rows at its next poll.
 func (c *Client) EnqueueSQLiteTx(ctx context.Context, tx *sql.Tx, in Intent) (Enqueued, error) {
 	if tx == nil {
-		return Enqueued{}, errors.New("herald: enqueue: nil transaction")
+		return Enqueued{}, ErrNoTransaction
 	}
 	p, err := c.params(in)
 	if err != nil {
@@ -296,6 +310,9 @@ var (
 // autocommitted statement, which is atomic on its own: no BEGIN and COMMIT
 // round trips around it.
 func (c *Client) Enqueue(ctx context.Context, db Beginner, in Intent) (Enqueued, error) {
+	if isNil(db) {
+		return Enqueued{}, ErrNoTransaction
+	}
 	p, err := c.params(in)
 	if err != nil {
 		return Enqueued{}, err
@@ -314,8 +331,8 @@ func (c *Client) Enqueue(ctx context.Context, db Beginner, in Intent) (Enqueued,
 }
 
 func (c *Client) enqueuePostgres(ctx context.Context, q postgres.Querier, in Intent) (Enqueued, error) {
-	if q == nil {
-		return Enqueued{}, errors.New("herald: enqueue: nil transaction")
+	if isNil(q) {
+		return Enqueued{}, ErrNoTransaction
 	}
 	p, err := c.params(in)
 	if err != nil {
@@ -345,7 +362,11 @@ func (c *Client) createTx(ctx context.Context, q postgres.Querier, p store.Notif
 }
 
 func enqueued(in Intent, res store.NotificationCreateResult, err error) (Enqueued, error) {
-	if err != nil {
+	var pg *pgconn.PgError
+	switch {
+	case errors.As(err, &pg) && pg.Code == "42P01": // undefined_table
+		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w: %w", in.Kind, in.DedupKey, ErrNotMigrated, err)
+	case err != nil:
 		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w", in.Kind, in.DedupKey, err)
 	}
 	return Enqueued{ID: res.ID, Created: res.Outcome == store.Created}, nil
@@ -385,6 +406,11 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 	}
 	var raw json.RawMessage
 	if in.Params != nil {
+		// encoding/json would store invalid UTF-8 as U+FFFD, silently;
+		// intake refuses such a body (400).
+		if at := invalidUTF8(reflect.ValueOf(in.Params), "params"); at != "" {
+			return bad(at, "%s is not valid UTF-8 text", at)
+		}
 		b, err := json.Marshal(in.Params)
 		if err != nil {
 			return bad("params", "params cannot be stored as JSON: %v", err)
@@ -405,6 +431,53 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 		Kind: in.Kind, Lane: kind.Lane, Scope: in.Scope, Params: c.seal.SealJSON(in.Tenant, stored), SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt),
 		Channels: kind.Channels, Inbox: inbox, Fallback: kind.Fallback,
 	}, nil
+}
+
+// isNil reports whether v is nil or a nil pointer (a *pgxpool.Pool that
+// was never opened), which would panic at its first use.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
+}
+
+// invalidUTF8 is the path of the first string in v (a param's value, or a
+// map's key) that is not valid UTF-8, or "" when every one is: v's strings,
+// maps, slices, arrays, and what its pointers and interfaces hold. A
+// struct's fields are its own to marshal and are not looked into.
+func invalidUTF8(v reflect.Value, path string) string {
+	switch v.Kind() {
+	case reflect.String:
+		if !utf8.ValidString(v.String()) {
+			return path
+		}
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			return invalidUTF8(v.Elem(), path)
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			k := it.Key()
+			if k.Kind() == reflect.String && !utf8.ValidString(k.String()) {
+				return path + " (a key)"
+			}
+			if at := invalidUTF8(it.Value(), path+"."+fmt.Sprint(k.Interface())); at != "" {
+				return at
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return "" // []byte: JSON holds it as base64
+		}
+		for i := range v.Len() {
+			if at := invalidUTF8(v.Index(i), path+"["+strconv.Itoa(i)+"]"); at != "" {
+				return at
+			}
+		}
+	}
+	return ""
 }
 
 func timePtr(t time.Time) *time.Time {

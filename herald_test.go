@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
@@ -509,5 +510,80 @@ func TestClientHoldsAnIntentToTheServersLimits(t *testing.T) {
 	}
 	if _, err := herald.NewClient(herald.Options{Kinds: kinds, Limits: herald.Limits{ParamsMax: -1}}); err == nil {
 		t.Fatal("a negative limit was accepted")
+	}
+}
+
+// Params holding a string that is not UTF-8 are refused, naming where, as
+// intake refuses such a body: encoding/json would store it as U+FFFD.
+func TestAnIntentsParamsMustBeUTF8(t *testing.T) {
+	t.Parallel()
+	kinds := []config.Kind{{Name: "note", Category: "transactional", Channels: []string{"webhook"},
+		Templates: map[string]config.Template{"webhook": {Title: "Note", Body: "{{.text}}"}}}}
+	client, err := herald.NewClient(herald.Options{Kinds: kinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := "\xff"
+	for _, c := range []struct {
+		want   string
+		params map[string]any
+	}{
+		{"params.text", map[string]any{"text": "caf\xe9"}},
+		{"params.text", map[string]any{"text": &bad}},
+		{"params.items[1].name", map[string]any{"text": "ok", "items": []any{map[string]any{"name": "a"}, map[string]any{"name": "\xb1\xe8"}}}},
+		{"params.tags[0]", map[string]any{"text": "ok", "tags": []string{"\xff"}}},
+		{"params.shop (a key)", map[string]any{"text": "ok", "shop": map[string]string{"\xffk": "x"}}},
+	} {
+		in := herald.Intent{Tenant: "t", Recipient: "r", EventID: "e", Kind: "note", DedupKey: "d", Params: c.params}
+		_, err := client.Enqueue(context.Background(), noDatabase{}, in)
+		var invalid *herald.InvalidIntentError
+		if !errors.As(err, &invalid) || invalid.Param != c.want || !strings.Contains(invalid.Detail, "not valid UTF-8") {
+			t.Errorf("params %q: %v; want an invalid intent at %s", c.params, err, c.want)
+		}
+	}
+	// Valid text, bytes (base64 in JSON) and numbers pass the check.
+	in := herald.Intent{Tenant: "t", Recipient: "r", EventID: "e", Kind: "note", DedupKey: "d",
+		Params: map[string]any{"text": "카페", "raw": []byte{0xff}, "n": 1}}
+	if _, err := client.Enqueue(context.Background(), noDatabase{}, in); err == nil || !strings.Contains(err.Error(), "no database here") {
+		t.Fatalf("valid params: %v; want them past the checks", err)
+	}
+}
+
+// An enqueue given no transaction or database (nil, or a pool never
+// opened) returns ErrNoTransaction rather than panicking; one on a
+// database herald's tables are not in returns ErrNotMigrated, with the
+// database's own error still there. Nothing is written either way.
+func TestAnEnqueueWithoutItsDatabaseSaysWhy(t *testing.T) {
+	t.Parallel()
+	client, err := herald.NewClient(herald.Options{KindsFile: clinicKindsFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := herald.Intent{Tenant: "clinic-7", Recipient: "patient-1", EventID: "b1", Kind: "booking.confirmed", DedupKey: "b1:confirmed",
+		Params: map[string]any{"at": "Jan 2 10:30"}}
+	ctx := context.Background()
+	for name, enqueue := range map[string]func() error{
+		"Enqueue(nil)":         func() error { _, err := client.Enqueue(ctx, nil, in); return err },
+		"Enqueue(nil pool)":    func() error { _, err := client.Enqueue(ctx, (*pgxpool.Pool)(nil), in); return err },
+		"Enqueue(nil conn)":    func() error { _, err := client.Enqueue(ctx, (*pgx.Conn)(nil), in); return err },
+		"EnqueueTx(nil)":       func() error { _, err := client.EnqueueTx(ctx, nil, in); return err },
+		"EnqueueSQLTx(nil)":    func() error { _, err := client.EnqueueSQLTx(ctx, nil, in); return err },
+		"EnqueueSQLiteTx(nil)": func() error { _, err := client.EnqueueSQLiteTx(ctx, nil, in); return err },
+	} {
+		if err := enqueue(); !errors.Is(err, herald.ErrNoTransaction) {
+			t.Errorf("%s = %v; want ErrNoTransaction", name, err)
+		}
+	}
+
+	url := testpg.Schema(t) // not migrated
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	_, err = client.Enqueue(ctx, pool, in)
+	var pg *pgconn.PgError
+	if !errors.Is(err, herald.ErrNotMigrated) || !errors.As(err, &pg) || pg.Code != "42P01" {
+		t.Fatalf("an enqueue before herald migrate = %v; want ErrNotMigrated with the database's 42P01", err)
 	}
 }

@@ -73,16 +73,16 @@ func CreateTxWake(ctx context.Context, q Querier, p store.NotificationCreatePara
 
 func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, wake bool) (res store.NotificationCreateResult, woke bool, err error) {
 	if p.IdempotencyKey != "" {
-		return store.NotificationCreateResult{}, false, errors.New("create notification in transaction: idempotency keys belong to intake; use a dedup key")
+		return store.NotificationCreateResult{}, false, errors.New("create notification: idempotency keys belong to intake; use a dedup key")
 	}
 	if len(p.Channels) == 0 {
-		return store.NotificationCreateResult{}, false, errors.New("create notification in transaction: no channels")
+		return store.NotificationCreateResult{}, false, errors.New("create notification: no channels")
 	}
 	c := newChainArgs(p) // a lazy chain's later steps get no rows (fallback.go)
 	channels, messageIDs := c.channels, c.messageIDs
 	for i, ch := range channels {
 		if strings.Contains(ch, ",") || strings.Contains(messageIDs[i], ",") {
-			return store.NotificationCreateResult{}, false, fmt.Errorf("create notification in transaction: %q is not a channel", ch)
+			return store.NotificationCreateResult{}, false, fmt.Errorf("create notification: %q is not a channel", ch)
 		}
 	}
 	params := p.Params
@@ -98,7 +98,7 @@ func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, 
 		var err error
 		// Read in the caller's transaction, as the statement after it.
 		if inbox, _, err = inboxForLanguage(ctx, q, p); err != nil {
-			return store.NotificationCreateResult{}, false, fmt.Errorf("create notification in transaction: %w", err)
+			return store.NotificationCreateResult{}, false, fmt.Errorf("create notification: %w", err)
 		}
 	}
 	var (
@@ -125,20 +125,20 @@ func createTx(ctx context.Context, q Querier, p store.NotificationCreateParams, 
 	}
 	err = q.QueryRow(ctx, stmt, args...).Scan(dest...)
 	if err != nil {
-		return store.NotificationCreateResult{}, false, fmt.Errorf("create notification in transaction: %w", err)
+		return store.NotificationCreateResult{}, false, fmt.Errorf("create notification: %w", err)
 	}
 	if createdID != nil {
 		return store.NotificationCreateResult{Outcome: store.Created, ID: *createdID}, notified > 0, nil
 	}
 	if dedup == nil {
-		return store.NotificationCreateResult{}, false, errors.New("create notification in transaction: no row written and no reason why")
+		return store.NotificationCreateResult{}, false, errors.New("create notification: no row written and no reason why")
 	}
 	if dupID == nil {
 		// Committed by a transaction this statement waited for: not in the
 		// statement's snapshot, but a new statement sees it (READ COMMITTED);
 		// or qEnqueuePlain, which leaves every duplicate to this read.
 		if err := q.QueryRow(ctx, qNotificationByDedup, p.Tenant, p.DedupKey).Scan(&dupID); err != nil {
-			return store.NotificationCreateResult{}, false, fmt.Errorf("create notification in transaction: read deduplicated notification: %w", err)
+			return store.NotificationCreateResult{}, false, fmt.Errorf("create notification: read deduplicated notification: %w", err)
 		}
 	}
 	return store.NotificationCreateResult{Outcome: store.Deduplicated, ID: *dupID}, false, nil

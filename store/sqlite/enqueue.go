@@ -30,26 +30,26 @@ func DSN(path string) string { return dsn(path, false) }
 // their next poll (poll_interval).
 func CreateTx(ctx context.Context, tx *sql.Tx, now time.Time, p store.NotificationCreateParams) (store.NotificationCreateResult, error) {
 	if p.IdempotencyKey != "" {
-		return store.NotificationCreateResult{}, errors.New("create notification in transaction: idempotency keys belong to intake; use a dedup key")
+		return store.NotificationCreateResult{}, errors.New("create notification: idempotency keys belong to intake; use a dedup key")
 	}
 	if len(p.Channels) == 0 {
-		return store.NotificationCreateResult{}, errors.New("create notification in transaction: no channels")
+		return store.NotificationCreateResult{}, errors.New("create notification: no channels")
 	}
 	at := now.UnixMilli()
 	q, args, err := notificationInsert(callerTx{ctx: ctx, tx: tx}, p, at)
 	if err != nil {
-		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
+		return store.NotificationCreateResult{}, fmt.Errorf("create notification: %w", err)
 	}
 	r, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
-		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
+		return store.NotificationCreateResult{}, fmt.Errorf("create notification: %w", err)
 	}
 	if n, err := r.RowsAffected(); err != nil {
-		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
+		return store.NotificationCreateResult{}, fmt.Errorf("create notification: %w", err)
 	} else if n == 0 {
 		var id string
 		if err := tx.QueryRowContext(ctx, qNotificationByDedup, p.Tenant, p.DedupKey).Scan(&id); err != nil {
-			return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: read deduplicated notification: %w", err)
+			return store.NotificationCreateResult{}, fmt.Errorf("create notification: read deduplicated notification: %w", err)
 		}
 		return store.NotificationCreateResult{Outcome: store.Deduplicated, ID: id}, nil
 	}
@@ -58,7 +58,7 @@ func CreateTx(ctx context.Context, tx *sql.Tx, now time.Time, p store.Notificati
 		available = p.SendAt.UnixMilli()
 	}
 	if _, err := insertPlanned(callerTx{ctx: ctx, tx: tx}, p, available, at); err != nil {
-		return store.NotificationCreateResult{}, fmt.Errorf("create notification in transaction: %w", err)
+		return store.NotificationCreateResult{}, fmt.Errorf("create notification: %w", err)
 	}
 	return store.NotificationCreateResult{Outcome: store.Created, ID: p.ID}, nil
 }
