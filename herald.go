@@ -3,11 +3,13 @@ package herald
 import (
 	"context"
 	"database/sql"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -237,7 +239,9 @@ var ErrNoTransaction = errors.New("herald: enqueue: nil transaction or database"
 // ErrNotMigrated is returned, wrapped together with the database's own
 // error, when the transaction does not see herald's tables: the database
 // was not migrated (herald migrate), or herald's schema is not first on
-// the transaction's search_path. Nothing was written.
+// the transaction's search_path (PostgreSQL through pgx or its
+// database/sql driver), or the SQLite file is not herald's. Nothing was
+// written.
 var ErrNotMigrated = errors.New("herald's tables are not there: run herald migrate on this database, or put herald's schema on the search_path")
 
 // InvalidIntentError is an intent herald would refuse: what intake answers
@@ -364,7 +368,8 @@ func (c *Client) createTx(ctx context.Context, q postgres.Querier, p store.Notif
 func enqueued(in Intent, res store.NotificationCreateResult, err error) (Enqueued, error) {
 	var pg *pgconn.PgError
 	switch {
-	case errors.As(err, &pg) && pg.Code == "42P01": // undefined_table
+	case errors.As(err, &pg) && pg.Code == "42P01", // undefined_table (pgx, and its database/sql driver)
+		err != nil && strings.Contains(err.Error(), "no such table"): // SQLite's
 		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w: %w", in.Kind, in.DedupKey, ErrNotMigrated, err)
 	case err != nil:
 		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w", in.Kind, in.DedupKey, err)
@@ -408,7 +413,7 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 	if in.Params != nil {
 		// encoding/json would store invalid UTF-8 as U+FFFD, silently;
 		// intake refuses such a body (400).
-		if at := invalidUTF8(reflect.ValueOf(in.Params), "params"); at != "" {
+		if at := invalidUTF8(reflect.ValueOf(in.Params), "params", 0, map[any]bool{}); at != "" {
 			return bad(at, "%s is not valid UTF-8 text", at)
 		}
 		b, err := json.Marshal(in.Params)
@@ -443,11 +448,42 @@ func isNil(v any) bool {
 	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
-// invalidUTF8 is the path of the first string in v (a param's value, or a
-// map's key) that is not valid UTF-8, or "" when every one is: v's strings,
-// maps, slices, arrays, and what its pointers and interfaces hold. A
-// struct's fields are its own to marshal and are not looked into.
-func invalidUTF8(v reflect.Value, path string) string {
+// invalidUTF8 is the path of the first string in v (a param's value, a
+// map's key, an exported struct field's value) that is not valid UTF-8,
+// or "" when every one is. It looks through pointers, interfaces, maps,
+// slices, arrays and structs as encoding/json would, but not into a value
+// that marshals itself (json.Marshaler, encoding.TextMarshaler): that
+// encoding is its own. A json.RawMessage is checked as the text it is.
+// Each map, slice and pointer is looked into once (seen), so a value
+// shared or referring to itself is not walked again, and past
+// maxWalkDepth the walk stops: json.Marshal then refuses a cycle.
+func invalidUTF8(v reflect.Value, path string, depth int, seen map[any]bool) string {
+	if depth > maxWalkDepth || !v.IsValid() {
+		return ""
+	}
+	if v.Type() == rawMessageType {
+		if !utf8.Valid(v.Bytes()) {
+			return path
+		}
+		return ""
+	}
+	if v.Kind() != reflect.Interface && (v.Type().Implements(marshalerType) || v.Type().Implements(textMarshalerType)) {
+		return ""
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice:
+		if v.IsNil() {
+			return ""
+		}
+		key := any(v.Pointer())
+		if v.Kind() == reflect.Slice {
+			key = [2]uintptr{v.Pointer(), uintptr(v.Len())}
+		}
+		if seen[key] {
+			return ""
+		}
+		seen[key] = true
+	}
 	switch v.Kind() {
 	case reflect.String:
 		if !utf8.ValidString(v.String()) {
@@ -455,7 +491,7 @@ func invalidUTF8(v reflect.Value, path string) string {
 		}
 	case reflect.Pointer, reflect.Interface:
 		if !v.IsNil() {
-			return invalidUTF8(v.Elem(), path)
+			return invalidUTF8(v.Elem(), path, depth+1, seen)
 		}
 	case reflect.Map:
 		for it := v.MapRange(); it.Next(); {
@@ -463,7 +499,7 @@ func invalidUTF8(v reflect.Value, path string) string {
 			if k.Kind() == reflect.String && !utf8.ValidString(k.String()) {
 				return path + " (a key)"
 			}
-			if at := invalidUTF8(it.Value(), path+"."+fmt.Sprint(k.Interface())); at != "" {
+			if at := invalidUTF8(it.Value(), path+"."+fmt.Sprint(k.Interface()), depth+1, seen); at != "" {
 				return at
 			}
 		}
@@ -472,13 +508,33 @@ func invalidUTF8(v reflect.Value, path string) string {
 			return "" // []byte: JSON holds it as base64
 		}
 		for i := range v.Len() {
-			if at := invalidUTF8(v.Index(i), path+"["+strconv.Itoa(i)+"]"); at != "" {
+			if at := invalidUTF8(v.Index(i), path+"["+strconv.Itoa(i)+"]", depth+1, seen); at != "" {
+				return at
+			}
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			if at := invalidUTF8(v.Field(i), path+"."+f.Name, depth+1, seen); at != "" {
 				return at
 			}
 		}
 	}
 	return ""
 }
+
+// maxWalkDepth bounds invalidUTF8's walk, far past what any kind's
+// params may nest (Limits.ParamsDepthMax).
+const maxWalkDepth = 64
+
+var (
+	rawMessageType    = reflect.TypeFor[json.RawMessage]()
+	marshalerType     = reflect.TypeFor[json.Marshaler]()
+	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+)
 
 func timePtr(t time.Time) *time.Time {
 	if t.IsZero() {

@@ -3,9 +3,11 @@ package herald_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/store/postgres"
+	"github.com/heraldhq/herald/store/sqlite"
 )
 
 // clinic is the booking service of the tests: its own table in herald's
@@ -533,6 +536,8 @@ func TestAnIntentsParamsMustBeUTF8(t *testing.T) {
 		{"params.items[1].name", map[string]any{"text": "ok", "items": []any{map[string]any{"name": "a"}, map[string]any{"name": "\xb1\xe8"}}}},
 		{"params.tags[0]", map[string]any{"text": "ok", "tags": []string{"\xff"}}},
 		{"params.shop (a key)", map[string]any{"text": "ok", "shop": map[string]string{"\xffk": "x"}}},
+		{"params.who.Name", map[string]any{"text": "ok", "who": struct{ Name string }{"\xff"}}},
+		{"params.raw", map[string]any{"text": "ok", "raw": json.RawMessage("\"\xff\"")}},
 	} {
 		in := herald.Intent{Tenant: "t", Recipient: "r", EventID: "e", Kind: "note", DedupKey: "d", Params: c.params}
 		_, err := client.Enqueue(context.Background(), noDatabase{}, in)
@@ -541,11 +546,26 @@ func TestAnIntentsParamsMustBeUTF8(t *testing.T) {
 			t.Errorf("params %q: %v; want an invalid intent at %s", c.params, err, c.want)
 		}
 	}
-	// Valid text, bytes (base64 in JSON) and numbers pass the check.
+	// Valid text, bytes (base64 in JSON), numbers, a value that marshals
+	// itself and a struct's unexported field pass the check.
 	in := herald.Intent{Tenant: "t", Recipient: "r", EventID: "e", Kind: "note", DedupKey: "d",
-		Params: map[string]any{"text": "카페", "raw": []byte{0xff}, "n": 1}}
+		Params: map[string]any{"text": "카페", "raw": []byte{0xff}, "n": 1, "at": time.Now(), "s": struct{ n string }{"\xff"}}}
 	if _, err := client.Enqueue(context.Background(), noDatabase{}, in); err == nil || !strings.Contains(err.Error(), "no database here") {
 		t.Fatalf("valid params: %v; want them past the checks", err)
+	}
+	// Params that refer to themselves, twice over, are refused as JSON
+	// cannot hold them: the check neither loops nor walks every path.
+	self := map[string]any{"text": "ok"}
+	self["a"], self["b"] = self, self
+	list := []any{nil, nil}
+	list[0], list[1] = list, list
+	for name, params := range map[string]map[string]any{"a map": self, "a slice": {"text": "ok", "l": list}} {
+		in.Params = params
+		_, err := client.Enqueue(context.Background(), noDatabase{}, in)
+		var invalid *herald.InvalidIntentError
+		if !errors.As(err, &invalid) || invalid.Param != "params" || !strings.Contains(invalid.Detail, "cannot be stored as JSON") {
+			t.Errorf("%s holding itself: %v; want it refused as JSON cannot hold it", name, err)
+		}
 	}
 }
 
@@ -573,6 +593,21 @@ func TestAnEnqueueWithoutItsDatabaseSaysWhy(t *testing.T) {
 		if err := enqueue(); !errors.Is(err, herald.ErrNoTransaction) {
 			t.Errorf("%s = %v; want ErrNoTransaction", name, err)
 		}
+	}
+
+	// An SQLite file herald never migrated.
+	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "not-herald.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := client.EnqueueSQLiteTx(ctx, tx, in); !errors.Is(err, herald.ErrNotMigrated) || !strings.Contains(err.Error(), "no such table") {
+		t.Fatalf("an enqueue into an SQLite file herald never migrated = %v; want ErrNotMigrated with SQLite's words", err)
 	}
 
 	url := testpg.Schema(t) // not migrated

@@ -415,6 +415,9 @@ func TestPostNotification(t *testing.T) {
 			t.Errorf("problem %+v, want one naming the two Idempotency-Key headers", p)
 		}
 		b.wantNothingWritten(t)
+		// The same key twice (a retry layer adding it again) is that key.
+		accepted(t, b.do(t, request{method: http.MethodPost, path: "/v1/notifications", apiKey: keyA, idemKey: "k-1",
+			moreKeys: []string{"k-1"}, body: payment}))
 	})
 
 	t.Run("OverlongIdempotencyKeyIs400", func(t *testing.T) {

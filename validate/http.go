@@ -219,17 +219,21 @@ func timeField(raw []byte, v any) string {
 }
 
 // OneHeader is the value of request header name ("" when absent), or an
-// error when the request sent it more than once: a request with two
-// Idempotency-Keys cannot say which one it meant.
+// error when the request sent it more than once with different values: a
+// request with two Idempotency-Keys cannot say which one it meant. The
+// same value repeated (a client's retry layer adding it again) is that
+// value.
 func OneHeader(r *http.Request, name string) (string, error) {
-	switch vs := r.Header.Values(name); len(vs) {
-	case 0:
+	vs := r.Header.Values(name)
+	if len(vs) == 0 {
 		return "", nil
-	case 1:
-		return vs[0], nil
-	default:
-		return "", fmt.Errorf("send one %s header, not %d", name, len(vs))
 	}
+	for _, v := range vs[1:] {
+		if v != vs[0] {
+			return "", fmt.Errorf("send one %s header, not %d", name, len(vs))
+		}
+	}
+	return vs[0], nil
 }
 
 // wholeNumber says why a whole-number field refused a number, where "got

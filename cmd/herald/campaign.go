@@ -62,7 +62,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		req.Params = json.RawMessage(*params)
 		var v any
 		if !utf8.ValidString(*params) {
-			// encoding/json would read the bytes as U+FFFD, silently.
+			// Said here, in the CLI's words, before herald's 400.
 			return usageErrorf(cmd, "%s: --params is not UTF-8 text (the terminal's encoding?)", cmd.path())
 		}
 		if err := json.Unmarshal(req.Params, &v); err != nil {
@@ -266,7 +266,7 @@ func (f recipientFile) line(err error, from int) string {
 		return ""
 	}
 	i, err := strconv.Atoi(rest[:max(0, strings.IndexByte(rest, ']'))])
-	if err != nil || from+i >= len(f.lines) {
+	if err != nil || i < 0 || from+i >= len(f.lines) {
 		return ""
 	}
 	return fmt.Sprintf("line %d of the file: ", f.lines[from+i])
@@ -293,8 +293,12 @@ func readRecipients(raw []byte) (recipientFile, error) {
 			}
 			bad += n
 		}
+		ends := []byte("\n")
+		if !bytes.Contains(raw, ends) {
+			ends = []byte("\r") // a file with old Mac line ends
+		}
 		return f, fmt.Errorf("line %d is not UTF-8 text: save the file as UTF-8 (in Excel, \"CSV UTF-8\"); its encoding is not guessed",
-			1+bytes.Count(raw[:bad], []byte("\n")))
+			1+bytes.Count(raw[:bad], ends))
 	}
 	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(raw, []byte("\xEF\xBB\xBF"))))
 	r.FieldsPerRecord = -1

@@ -93,6 +93,7 @@ func TestCampaignSend(t *testing.T) {
 	for _, c := range []struct{ flag, value, want string }{
 		{"--send-at", "tomorrow", `--send-at: "tomorrow" is not an RFC 3339 time such as 2030-03-14T09:00:00Z`},
 		{"--params", "{date:1}", "--params is not JSON: invalid character 'd' looking for beginning of object key string"},
+		{"--params", "{\"shop\":\"\xc4\xab\xc6\"}", "--params is not UTF-8 text"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run([]string{"campaign", "send", "--kind", "coupon.expiring", "--recipients", csvPath, c.flag, c.value, "--url", base,
@@ -270,6 +271,7 @@ func TestReadRecipientsAsSpreadsheetsWriteThem(t *testing.T) {
 		// Excel's plain "CSV" in a Korean locale: 김 and 이 in CP949.
 		{"CP949, not UTF-8", "u1\n\xb1\xe8\n\xc0\xcc\n", "line 2 is not UTF-8 text"},
 		{"a CP949 param", "recipient,shop\nu1,cafe\nu2,\xc4\xab\xc6\xe4\n", "line 3 is not UTF-8 text"},
+		{"CP949 with old Mac line ends", "u1\ru2\r\xb1\xe8\r", "line 3 is not UTF-8 text"},
 		{"a recipient repeated with other params", "recipient,coupon\nu1,A\nu2,B\n u1 ,C\n", "line 4 repeats the recipient of line 2 with other params"},
 	} {
 		if _, err := readRecipients([]byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
