@@ -179,6 +179,12 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (store.Campaign, e
 	return s.Store.CampaignGet(ctx, tenant, id)
 }
 
+// List returns a page of a tenant's campaigns with their counts, newest
+// first (store.Campaigns.CampaignList).
+func (s *Service) List(ctx context.Context, p store.CampaignListParams) ([]store.Campaign, error) {
+	return s.Store.CampaignList(ctx, p)
+}
+
 // checkCampaign checks what the campaign's notifications share: the
 // kind, its channels, send_at and the params as far as they go (a param
 // each recipient brings is not missing here).

@@ -8,13 +8,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/campaign"
 	"github.com/heraldhq/herald/canonical"
 	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/cursor"
 	"github.com/heraldhq/herald/intake"
+	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/validate"
@@ -36,6 +41,7 @@ const maxCampaignKeyLen = 255
 //	POST /v1/campaigns/{id}/cancel       → 200 the campaign when cancelled, with "cancelled" and "in_flight"
 //	GET  /v1/campaigns/{id}              → 200 {"id", "state", "total", "enqueued", "sent", "suppressed", "failed", "unknown"},
 //	                                           with "scope" and "send_at" when set, "expires_at" while DRAFT and "reason" once expired
+//	GET  /v1/campaigns?state=&limit=&cursor= → 200 {"campaigns": [as GET shows each], "next_cursor"}, newest first
 type campaignsAPI struct {
 	svc    *campaign.Service
 	logger *slog.Logger
@@ -55,6 +61,7 @@ func routeCampaigns(mux *router, cfg Config, authed func(http.Handler) http.Hand
 	mux.Handle("POST /v1/campaigns/{id}/start", authed(http.HandlerFunc(a.start)))
 	mux.Handle("POST /v1/campaigns/{id}/cancel", authed(http.HandlerFunc(a.cancel)))
 	mux.Handle("GET /v1/campaigns/{id}", authed(http.HandlerFunc(a.get)))
+	mux.Handle("GET /v1/campaigns", authed(http.HandlerFunc(a.list)))
 }
 
 // campaignView is a campaign as the API shows it.
@@ -208,6 +215,82 @@ func (a *campaignsAPI) cancel(w http.ResponseWriter, r *http.Request) {
 		v.Cancelled, v.InFlight = &res.Cancelled, &res.InFlight
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// campaignListDomain names the campaigns' listing in its cursors
+// (package cursor), which are bound to its tenant and state filter.
+const campaignListDomain = "herald/v1/campaigns cursor"
+
+// campaignStates are the states GET /v1/campaigns?state= takes.
+var campaignStates = []string{store.CampaignDraft, store.CampaignRunning, store.CampaignDone, store.CampaignCancelled}
+
+// list answers GET /v1/campaigns: the tenant's campaigns, newest first,
+// each as GET /v1/campaigns/{id} shows it. Query parameters, each
+// optional and given at most once: state (one of campaignStates), limit
+// (1..lookup.MaxListLimit, default lookup.DefaultListLimit), cursor (the
+// previous page's next_cursor, with the same state). Anything else is 400.
+func (a *campaignsAPI) list(w http.ResponseWriter, r *http.Request) {
+	bad := func(param, format string, args ...any) {
+		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Param: param, Detail: fmt.Sprintf(format, args...)})
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		bad("", "the query string is malformed: %v", err)
+		return
+	}
+	for name, vs := range q {
+		switch {
+		case name != "state" && name != "limit" && name != "cursor":
+			bad(name, "unknown query parameter %q; known: state, limit, cursor", name)
+			return
+		case len(vs) > 1:
+			bad(name, "query parameter %q is given %d times", name, len(vs))
+			return
+		}
+	}
+	tenant := auth.Tenant(r.Context())
+	p := store.CampaignListParams{Tenant: tenant, State: q.Get("state"), Limit: lookup.DefaultListLimit}
+	if p.State != "" && !slices.Contains(campaignStates, p.State) {
+		bad("state", "unknown state %q; one of %v", p.State, campaignStates)
+		return
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > lookup.MaxListLimit {
+			bad("limit", "limit must be an integer from 1 to %d", lookup.MaxListLimit)
+			return
+		}
+		p.Limit = n
+	}
+	bound := []string{tenant, p.State}
+	if s := q.Get("cursor"); s != "" {
+		pos, err := cursor.Decode(campaignListDomain, bound, s)
+		if err != nil {
+			bad("cursor", "the cursor is not valid for this listing: pass next_cursor unchanged, with the same state")
+			return
+		}
+		p.Before = &pos
+	}
+	// One more than the page tells whether there is a next page.
+	want := p.Limit
+	p.Limit++
+	cs, err := a.svc.List(r.Context(), p)
+	if err != nil {
+		a.fail(w, r, "list", err)
+		return
+	}
+	page := struct {
+		Campaigns  []campaignView `json:"campaigns"`
+		NextCursor *string        `json:"next_cursor"`
+	}{Campaigns: make([]campaignView, 0, min(len(cs), want))}
+	for _, c := range cs[:min(len(cs), want)] {
+		page.Campaigns = append(page.Campaigns, viewOf(c))
+	}
+	if len(cs) > want {
+		c := cursor.Encode(campaignListDomain, bound, cs[want-1].Position())
+		page.NextCursor = &c
+	}
+	writeJSON(w, http.StatusOK, page)
 }
 
 func (a *campaignsAPI) get(w http.ResponseWriter, r *http.Request) {

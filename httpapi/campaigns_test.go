@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -286,6 +287,90 @@ func TestACampaignShowsItsSchedule(t *testing.T) {
 			e.campaignCall(t, "GET", "/v1/campaigns/"+created.ID, "", "", &st)
 			if (st.SendAt == nil) != (sendAt == nil) || (sendAt != nil && !st.SendAt.Equal(*sendAt)) {
 				t.Fatalf("%s: GET shows send_at %v; want %v", key, st.SendAt, sendAt)
+			}
+		}
+	})
+}
+
+// GET /v1/campaigns lists the tenant's campaigns newest first, each as
+// GET /v1/campaigns/{id} shows it, in pages a cursor walks; state filters
+// it; another tenant's are never listed; a bad parameter or a cursor of
+// another listing is 400.
+func TestCampaignsAreListedNewestFirst(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, nil, func(t *testing.T, e *everyday) {
+		var ids []string // oldest first
+		for i := range 5 {
+			body := `{"kind":"coupon.expiring","params":{"coupon":"C10","date":"May 1"},"recipients":` + recipientsJSON(1, i+1) + `}`
+			var created struct{ ID string }
+			if res := e.campaignCall(t, "POST", "/v1/campaigns", fmt.Sprint("list-", i), body, &created); res.StatusCode != http.StatusAccepted {
+				t.Fatalf("create %d = %d", i, res.StatusCode)
+			}
+			ids = append(ids, created.ID)
+			e.clock.Advance(time.Second)
+		}
+		if res := e.campaignCall(t, "POST", "/v1/campaigns/"+ids[1]+"/start", "", "", nil); res.StatusCode != http.StatusAccepted {
+			t.Fatalf("start = %d", res.StatusCode)
+		}
+		type page struct {
+			Campaigns  []campaignStatus
+			NextCursor *string `json:"next_cursor"`
+		}
+		var got []string
+		path := "/v1/campaigns?limit=2"
+		for pages := 0; ; pages++ {
+			var p page
+			if res := e.campaignCall(t, "GET", path, "", "", &p); res.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s = %d", path, res.StatusCode)
+			}
+			for _, c := range p.Campaigns {
+				got = append(got, c.ID)
+				var one campaignStatus
+				e.campaignCall(t, "GET", "/v1/campaigns/"+c.ID, "", "", &one)
+				if fmt.Sprint(one) != fmt.Sprint(c) {
+					t.Fatalf("listed %+v; GET shows %+v", c, one)
+				}
+			}
+			if p.NextCursor == nil {
+				break
+			}
+			if pages > 5 {
+				t.Fatalf("paging does not end: %v", got)
+			}
+			path = "/v1/campaigns?limit=2&cursor=" + *p.NextCursor
+		}
+		if want := []string{ids[4], ids[3], ids[2], ids[1], ids[0]}; !slices.Equal(got, want) {
+			t.Fatalf("listed %v; want newest first %v", got, want)
+		}
+		var running page
+		if e.campaignCall(t, "GET", "/v1/campaigns?state=RUNNING", "", "", &running); len(running.Campaigns) != 1 ||
+			running.Campaigns[0].ID != ids[1] || running.Campaigns[0].Total != 2 || running.NextCursor != nil {
+			t.Fatalf("RUNNING = %+v; want the one started", running)
+		}
+		// Tenant b has none of them.
+		req, _ := http.NewRequest("GET", e.url+"/v1/campaigns", nil)
+		req.Header.Set("Authorization", "Bearer "+keyB)
+		res, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var other page
+		_ = json.NewDecoder(res.Body).Decode(&other)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || len(other.Campaigns) != 0 {
+			t.Fatalf("tenant b's listing = %d %+v; want none", res.StatusCode, other)
+		}
+		var first page
+		e.campaignCall(t, "GET", "/v1/campaigns?limit=1", "", "", &first)
+		for q, param := range map[string]string{
+			"state=SENT": "state", "limit=0": "limit", "limit=101": "limit", "kind=x": "kind", "limit=1&limit=2": "limit",
+			"state=DONE&cursor=" + *first.NextCursor: "cursor", "cursor=abc": "cursor",
+		} {
+			res, raw := e.campaignDo(t, "GET", "/v1/campaigns?"+q, "", "")
+			var p problemBody
+			_ = json.Unmarshal(raw, &p)
+			if res.StatusCode != http.StatusBadRequest || p.Param != param {
+				t.Errorf("GET /v1/campaigns?%s = %d %+v; want 400 naming %s", q, res.StatusCode, p, param)
 			}
 		}
 	})

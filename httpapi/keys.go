@@ -35,6 +35,7 @@ var routeScopes = map[string]apikeys.Scope{
 	"GET /v1/recipients/{recipient}/devices":         apikeys.ScopeRead,
 	"GET /v1/recipients/{recipient}/consent-history": apikeys.ScopeRead,
 	"GET /v1/campaigns/{id}":                         apikeys.ScopeRead,
+	"GET /v1/campaigns":                              apikeys.ScopeRead,
 
 	"DELETE /v1/recipients/{recipient}":    apikeys.ScopeAdmin,
 	"GET /v1/parked":                       apikeys.ScopeAdmin,

@@ -53,6 +53,10 @@ type Campaigns interface {
 	CampaignCancel(ctx context.Context, tenant, id string) (CampaignCancelResult, error)
 	// CampaignGet returns a tenant's campaign with its send counts.
 	CampaignGet(ctx context.Context, tenant, id string) (Campaign, error)
+	// CampaignList returns up to p.Limit of a tenant's campaigns with
+	// their send counts, newest first by (CreatedAt, ID), after p.Before
+	// when set, in p.State when set.
+	CampaignList(ctx context.Context, p CampaignListParams) ([]Campaign, error)
 	// CampaignsRunning returns up to limit RUNNING campaigns, the
 	// earliest started first, after after (nil: from the first): the
 	// fan-out's work, read a page at a time (CampaignRef.Started and ID
@@ -129,6 +133,20 @@ var ErrCampaignState = errors.New("store: the campaign's state does not allow th
 // campaign row's lock on PostgreSQL, the single writer on SQLite), so
 // neither can slip past the cap beside the other.
 var ErrCampaignFull = errors.New("store: the page would take the campaign past its most recipients")
+
+// CampaignListParams select a page of a tenant's campaigns (CampaignList).
+type CampaignListParams struct {
+	Tenant string
+	// State, when set, is the only state listed.
+	State string
+	// Before is the last campaign of the previous page: this page holds
+	// the campaigns that sort after it, (CreatedAt, ID) descending.
+	Before *ListPosition
+	Limit  int
+}
+
+// Position is c's place in a listing of campaigns (CampaignListParams.Before).
+func (c Campaign) Position() ListPosition { return ListPosition{CreatedAt: c.CreatedAt, ID: c.ID} }
 
 // Campaign states.
 const (

@@ -72,6 +72,19 @@ WHERE id = $2::text AND tenant || '' = $1::text AND state || '' = 'DRAFT'`
 FROM campaigns c, LATERAL (` + qCampaignCounts + `) k
 WHERE c.id = $2::text AND c.tenant || '' = $1::text`
 
+	// qCampaignList reads a page of a tenant's campaigns, newest first,
+	// each with its counts as qCampaignGet reads them, on
+	// campaigns_tenant_created (migration 38). $1 tenant, $2 the only state
+	// (NULL: any), $3 and $4 the previous page's last created_at and id
+	// (NULL: from the newest), $5 limit.
+	qCampaignList = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params::text, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
+       c.draft_expires_at, coalesce(c.ended_reason, ''), k.sent, k.suppressed, k.failed, k.unknown
+FROM campaigns c, LATERAL (` + qCampaignCounts + `) k
+WHERE c.tenant = $1::text AND ($2::text IS NULL OR c.state = $2::text)
+  AND ($3::timestamptz IS NULL OR (c.created_at, c.id) < ($3::timestamptz, $4::text))
+ORDER BY c.created_at DESC, c.id DESC
+LIMIT $5`
+
 	// qCampaignCounts sums the counter rows of the campaign c.
 	qCampaignCounts = `SELECT coalesce(sum(sent), 0)::bigint AS sent, coalesce(sum(suppressed), 0)::bigint AS suppressed,
     coalesce(sum(failed), 0)::bigint AS failed, coalesce(sum(unknown), 0)::bigint AS unknown
@@ -432,21 +445,59 @@ func (s *Store) CampaignGet(ctx context.Context, tenant, id string) (store.Campa
 }
 
 func readCampaign(ctx context.Context, q querier, tenant, id string) (store.Campaign, error) {
-	var c store.Campaign
-	var lane, params string
-	k := &c.Counts
-	err := q.QueryRow(ctx, qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.Scope, &c.State, &params, &c.Total, &c.Enqueued,
-		&c.SendAt, &c.CreatedAt, &c.StartedAt, &c.EndedAt, &c.DraftExpiresAt, &c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
+	c, err := scanCampaign(q.QueryRow(ctx, qCampaignGet, tenant, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, store.ErrNotFound
 	}
 	if err != nil {
 		return c, fmt.Errorf("read campaign: %w", err)
 	}
+	return c, nil
+}
+
+// scanCampaign reads a row of qCampaignGet's (or qCampaignList's) columns.
+func scanCampaign(row pgx.Row) (store.Campaign, error) {
+	var c store.Campaign
+	var lane, params string
+	k := &c.Counts
+	if err := row.Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.Scope, &c.State, &params, &c.Total, &c.Enqueued,
+		&c.SendAt, &c.CreatedAt, &c.StartedAt, &c.EndedAt, &c.DraftExpiresAt, &c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown); err != nil {
+		return c, err
+	}
 	c.Lane, c.Params = heraldtype.Lane(lane), json.RawMessage(params)
 	c.SendAt, c.StartedAt, c.EndedAt, c.DraftExpiresAt = utcPtr(c.SendAt), utcPtr(c.StartedAt), utcPtr(c.EndedAt), utcPtr(c.DraftExpiresAt)
 	c.CreatedAt = utc(c.CreatedAt)
 	return c, nil
+}
+
+// CampaignList reads a page of a tenant's campaigns (qCampaignList).
+func (s *Store) CampaignList(ctx context.Context, p store.CampaignListParams) ([]store.Campaign, error) {
+	var state *string
+	if p.State != "" {
+		state = &p.State
+	}
+	var at *time.Time
+	var id string
+	if p.Before != nil {
+		at, id = &p.Before.CreatedAt, p.Before.ID
+	}
+	rows, err := s.pool.Query(ctx, qCampaignList, p.Tenant, state, at, id, p.Limit)
+	if err != nil {
+		return nil, s.campaignFail("list campaigns", err)
+	}
+	defer rows.Close()
+	var out []store.Campaign
+	for rows.Next() {
+		c, err := scanCampaign(rows)
+		if err != nil {
+			return nil, s.campaignFail("list campaigns", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.campaignFail("list campaigns", err)
+	}
+	return out, nil
 }
 
 // CampaignsRunning lists RUNNING campaigns.

@@ -38,6 +38,17 @@ ON CONFLICT (campaign_id, recipient) DO NOTHING`
        c.draft_expires_at, coalesce(c.ended_reason, ''), coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
 FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
 WHERE c.tenant = ? AND c.id = ?`
+	// qCampaignList reads a page of a tenant's campaigns, newest first,
+	// each with its counts as qCampaignGet reads them, on
+	// campaigns_tenant_created (migration 34). ?1 tenant, ?2 the only state
+	// (NULL: any), ?3 and ?4 the previous page's last created_at and id
+	// (NULL: from the newest), ?5 limit.
+	qCampaignList = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
+       c.draft_expires_at, coalesce(c.ended_reason, ''), coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
+FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
+WHERE c.tenant = ?1 AND (?2 IS NULL OR c.state = ?2) AND (?3 IS NULL OR (c.created_at, c.id) < (?3, ?4))
+ORDER BY c.created_at DESC, c.id DESC
+LIMIT ?5`
 	// qCampaignsRunning pages through the RUNNING campaigns after (?2, ?3)
 	// (NULLs: from the first).
 	qCampaignsRunning = `SELECT tenant, id, lane, started_at FROM campaigns
@@ -323,22 +334,60 @@ func (s *Store) CampaignGet(ctx context.Context, tenant, id string) (store.Campa
 }
 
 func readCampaign(q rowQuerier, tenant, id string) (store.Campaign, error) {
-	var c store.Campaign
-	var lane, params string
-	var sendAt, started, ended, expires sql.NullInt64
-	var created int64
-	k := &c.Counts
-	err := q(qCampaignGet, tenant, id).Scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.Scope, &c.State, &params, &c.Total, &c.Enqueued, &sendAt, &created, &started, &ended,
-		&expires, &c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown)
+	c, err := scanCampaign(q(qCampaignGet, tenant, id).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, store.ErrNotFound
 	}
 	if err != nil {
 		return c, fmt.Errorf("read campaign: %w", err)
 	}
+	return c, nil
+}
+
+// scanCampaign reads a row of qCampaignGet's (or qCampaignList's)
+// columns with scan.
+func scanCampaign(scan func(dest ...any) error) (store.Campaign, error) {
+	var c store.Campaign
+	var lane, params string
+	var sendAt, started, ended, expires sql.NullInt64
+	var created int64
+	k := &c.Counts
+	if err := scan(&c.ID, &c.Tenant, &c.Kind, &lane, &c.Scope, &c.State, &params, &c.Total, &c.Enqueued, &sendAt, &created, &started, &ended,
+		&expires, &c.Reason, &k.Sent, &k.Suppressed, &k.Failed, &k.Unknown); err != nil {
+		return c, err
+	}
 	c.Lane, c.Params, c.CreatedAt = heraldtype.Lane(lane), json.RawMessage(params), fromMs(created)
 	c.SendAt, c.StartedAt, c.EndedAt, c.DraftExpiresAt = fromNullMs(sendAt), fromNullMs(started), fromNullMs(ended), fromNullMs(expires)
 	return c, nil
+}
+
+// CampaignList reads a page of a tenant's campaigns (qCampaignList).
+func (s *Store) CampaignList(ctx context.Context, p store.CampaignListParams) ([]store.Campaign, error) {
+	var state, at any
+	var id string
+	if p.State != "" {
+		state = p.State
+	}
+	if p.Before != nil {
+		at, id = ms(p.Before.CreatedAt), p.Before.ID
+	}
+	rows, err := s.rdb.QueryContext(ctx, qCampaignList, p.Tenant, state, at, id, p.Limit)
+	if err != nil {
+		return nil, campaignErr("list campaigns", err)
+	}
+	defer rows.Close()
+	var out []store.Campaign
+	for rows.Next() {
+		c, err := scanCampaign(rows.Scan)
+		if err != nil {
+			return nil, campaignErr("list campaigns", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, campaignErr("list campaigns", err)
+	}
+	return out, nil
 }
 
 // CampaignsRunning lists RUNNING campaigns.

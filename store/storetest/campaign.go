@@ -63,6 +63,46 @@ func newCampaign(t *testing.T, b campaignBundle, rs func(id string) []store.Camp
 	return p
 }
 
+// newestFirst is the ids of ps in a listing's order, (CreatedAt, ID)
+// descending: in one instant the greater id first.
+func newestFirst(ps []store.ListPosition) []string {
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(x, y store.ListPosition) int {
+		return cmp.Or(y.CreatedAt.Compare(x.CreatedAt), strings.Compare(y.ID, x.ID))
+	})
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.ID
+	}
+	return out
+}
+
+// walkPages walks a listing in pages of size, each read by next after the
+// last item of the page before (nil for the first), and returns each
+// item's id, in order; it fails the test when the walk does not end
+// within a few pages.
+func walkPages[T any](t *testing.T, size int, next func(last *T) ([]T, error), id func(T) string) []string {
+	t.Helper()
+	var got []string
+	var last *T
+	for pages := 0; ; pages++ {
+		page, err := next(last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, item := range page {
+			got = append(got, id(item))
+		}
+		if len(page) < size {
+			return got
+		}
+		if pages > 5 {
+			t.Fatalf("paging does not end: %v", got)
+		}
+		last = &page[len(page)-1]
+	}
+}
+
 // addPage adds rs to tenant's campaign id under the cap max (0: none).
 func addPage(b campaignBundle, tenant, id string, rs []store.CampaignRecipient, max int64) (int, error) {
 	return b.c.CampaignAddRecipients(b.ctx, store.CampaignAddParams{Tenant: tenant, ID: id, Recipients: rs, MaxRecipients: max})
@@ -605,26 +645,56 @@ func testCampaigns(t *testing.T, h Harness) {
 		for _, r := range started {
 			want = append(want, r.ID)
 		}
-		var got []string
-		var after *store.CampaignRef
-		for pages := 0; ; pages++ {
-			refs, err := b.c.CampaignsRunning(b.ctx, after, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range refs {
-				got = append(got, r.ID)
-			}
-			if len(refs) < 2 {
-				break
-			}
-			if pages > 5 {
-				t.Fatalf("paging does not end: %v", got)
-			}
-			after = &refs[len(refs)-1]
-		}
+		got := walkPages(t, 2, func(last *store.CampaignRef) ([]store.CampaignRef, error) {
+			return b.c.CampaignsRunning(b.ctx, last, 2)
+		}, func(r store.CampaignRef) string { return r.ID })
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("CampaignsRunning in pages of 2 = %v; want every one once, earliest started first: %v", got, want)
+		}
+	})
+
+	t.Run("ATenantsCampaignsArePagedNewestFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setupCampaigns(t, h)
+		var made []store.ListPosition
+		for i := range 7 {
+			p := newCampaign(t, b, func(id string) []store.CampaignRecipient { return recipients(id, 1, i+1) }, nil)
+			made = append(made, store.ListPosition{CreatedAt: b.clk.Now(), ID: p.ID})
+			if i == 2 {
+				startCampaign(t, b, p.ID)
+			}
+			if i%2 == 0 {
+				b.clk.Advance(time.Second) // the others two by two in one instant: their ids order them
+			}
+		}
+		// Another tenant's is never listed.
+		newCampaign(t, b, nil, func(p *store.CampaignCreateParams) { p.Tenant = "t2" })
+		want := newestFirst(made)
+		got := walkPages(t, 3, func(last *store.Campaign) ([]store.Campaign, error) {
+			p := store.CampaignListParams{Tenant: "t1", Limit: 3}
+			if last != nil {
+				pos := last.Position()
+				p.Before = &pos
+			}
+			return b.c.CampaignList(b.ctx, p)
+		}, func(c store.Campaign) string {
+			if c.Tenant != "t1" || c.Kind != "k" || c.Total == 0 || c.CreatedAt.IsZero() || c.State == "" {
+				t.Fatalf("listed %+v; want the campaign as CampaignGet reads it", c)
+			}
+			if one, err := b.c.CampaignGet(b.ctx, "t1", c.ID); err != nil || fmt.Sprint(one) != fmt.Sprint(c) {
+				t.Fatalf("listed %+v; CampaignGet reads %+v (%v)", c, one, err)
+			}
+			return c.ID
+		})
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("CampaignList in pages of 3 = %v; want every one of t1's once, newest first: %v", got, want)
+		}
+		running, err := b.c.CampaignList(b.ctx, store.CampaignListParams{Tenant: "t1", State: store.CampaignRunning, Limit: 10})
+		if err != nil || len(running) != 1 || running[0].State != store.CampaignRunning || running[0].Total != 3 {
+			t.Fatalf("RUNNING only = %+v, %v; want the one started", running, err)
+		}
+		if none, err := b.c.CampaignList(b.ctx, store.CampaignListParams{Tenant: "t3", Limit: 10}); err != nil || len(none) != 0 {
+			t.Fatalf("a tenant without campaigns lists %+v, %v", none, err)
 		}
 	})
 
