@@ -39,7 +39,7 @@ const maxCampaignKeyLen = 255
 //	POST /v1/campaigns/{id}/recipients   {"recipients": [{recipient, params?}]} → 200 {"added"}
 //	POST /v1/campaigns/{id}/start        → 202 the campaign (started again: as it is, RUNNING or DONE)
 //	POST /v1/campaigns/{id}/cancel       → 200 the campaign when cancelled, with "cancelled" and "in_flight"
-//	GET  /v1/campaigns/{id}              → 200 {"id", "state", "total", "enqueued", "sent", "suppressed", "failed", "unknown"},
+//	GET  /v1/campaigns/{id}              → 200 {"id", "kind", "created_at", "state", "total", "enqueued", "sent", "suppressed", "failed", "unknown"},
 //	                                           with "scope" and "send_at" when set, "expires_at" while DRAFT and "reason" once expired
 //	GET  /v1/campaigns?state=&limit=&cursor= → 200 {"campaigns": [as GET shows each], "next_cursor"}, newest first
 type campaignsAPI struct {
@@ -66,15 +66,17 @@ func routeCampaigns(mux *router, cfg Config, authed func(http.Handler) http.Hand
 
 // campaignView is a campaign as the API shows it.
 type campaignView struct {
-	ID         string `json:"id"`
-	Scope      string `json:"scope,omitempty"`
-	State      string `json:"state"`
-	Total      int64  `json:"total"`
-	Enqueued   int64  `json:"enqueued"`
-	Sent       int64  `json:"sent"`
-	Suppressed int64  `json:"suppressed"`
-	Failed     int64  `json:"failed"`
-	Unknown    int64  `json:"unknown"`
+	ID         string    `json:"id"`
+	Kind       string    `json:"kind"`
+	CreatedAt  time.Time `json:"created_at"`
+	Scope      string    `json:"scope,omitempty"`
+	State      string    `json:"state"`
+	Total      int64     `json:"total"`
+	Enqueued   int64     `json:"enqueued"`
+	Sent       int64     `json:"sent"`
+	Suppressed int64     `json:"suppressed"`
+	Failed     int64     `json:"failed"`
+	Unknown    int64     `json:"unknown"`
 	// SendAt is when the campaign's sends are due, when it was scheduled.
 	SendAt *time.Time `json:"send_at,omitempty"`
 	// ExpiresAt is when a DRAFT campaign not started by then is ended
@@ -87,7 +89,7 @@ type campaignView struct {
 }
 
 func viewOf(c store.Campaign) campaignView {
-	return campaignView{ID: c.ID, Scope: c.Scope, State: c.State, Total: c.Total, Enqueued: c.Enqueued,
+	return campaignView{ID: c.ID, Kind: c.Kind, CreatedAt: c.CreatedAt, Scope: c.Scope, State: c.State, Total: c.Total, Enqueued: c.Enqueued,
 		Sent: c.Counts.Sent, Suppressed: c.Counts.Suppressed, Failed: c.Counts.Failed, Unknown: c.Counts.Unknown,
 		SendAt: c.SendAt, ExpiresAt: draftExpiresAt(c), Reason: c.Reason}
 }

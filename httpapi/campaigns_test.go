@@ -74,6 +74,8 @@ func (e *everyday) campaignDo(t *testing.T, method, path, key, body string) (*ht
 
 type campaignStatus struct {
 	ID                                                 string
+	Kind                                               string
+	CreatedAt                                          time.Time `json:"created_at"`
 	State                                              string
 	Scope                                              string
 	Total, Enqueued, Sent, Suppressed, Failed, Unknown int64
@@ -325,6 +327,9 @@ func TestCampaignsAreListedNewestFirst(t *testing.T) {
 			}
 			for _, c := range p.Campaigns {
 				got = append(got, c.ID)
+				if c.Kind != "coupon.expiring" || c.CreatedAt.IsZero() {
+					t.Fatalf("listed %+v; want its kind and created_at", c)
+				}
 				var one campaignStatus
 				e.campaignCall(t, "GET", "/v1/campaigns/"+c.ID, "", "", &one)
 				if fmt.Sprint(one) != fmt.Sprint(c) {

@@ -82,7 +82,8 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	}
 	list, err := readRecipients(raw)
 	if err != nil {
-		return &cliError{code: 2, cmd: cmd, err: fmt.Errorf("%s: %s: %w", cmd.path(), *file, err)}
+		// The file is wrong, not the command line: no usage text.
+		return &cliError{code: 2, err: fmt.Errorf("%s: %s: %w", cmd.path(), *file, err)}
 	}
 	recipients := list.recipients
 	c := &apiClient{base: strings.TrimRight(*url, "/"), key: *apiKey, http: &http.Client{Timeout: 2 * time.Minute}}
@@ -284,6 +285,12 @@ func (f recipientFile) line(err error, from int) string {
 // something else. An error names the file's line.
 func readRecipients(raw []byte) (recipientFile, error) {
 	var f recipientFile
+	if nul := bytes.IndexByte(raw, 0); nul >= 0 {
+		// UTF-16 (Excel's "Unicode text") is valid UTF-8 byte by byte where
+		// it is ASCII, a NUL beside each letter.
+		return f, fmt.Errorf("line %d holds a NUL byte: is the file UTF-16? save it as UTF-8 (in Excel, \"CSV UTF-8\")",
+			1+bytes.Count(raw[:nul], []byte("\n")))
+	}
 	if !utf8.Valid(raw) {
 		bad := 0
 		for bad < len(raw) {

@@ -272,6 +272,7 @@ func TestReadRecipientsAsSpreadsheetsWriteThem(t *testing.T) {
 		{"CP949, not UTF-8", "u1\n\xb1\xe8\n\xc0\xcc\n", "line 2 is not UTF-8 text"},
 		{"a CP949 param", "recipient,shop\nu1,cafe\nu2,\xc4\xab\xc6\xe4\n", "line 3 is not UTF-8 text"},
 		{"CP949 with old Mac line ends", "u1\ru2\r\xb1\xe8\r", "line 3 is not UTF-8 text"},
+		{"UTF-16 without a byte-order mark", "u\x001\x00\n\x00u\x002\x00\n\x00", "line 1 holds a NUL byte: is the file UTF-16?"},
 		{"a recipient repeated with other params", "recipient,coupon\nu1,A\nu2,B\n u1 ,C\n", "line 4 repeats the recipient of line 2 with other params"},
 	} {
 		if _, err := readRecipients([]byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -73,15 +73,19 @@ FROM campaigns c, LATERAL (` + qCampaignCounts + `) k
 WHERE c.id = $2::text AND c.tenant || '' = $1::text`
 
 	// qCampaignList reads a page of a tenant's campaigns, newest first,
-	// each with its counts as qCampaignGet reads them, on
-	// campaigns_tenant_created (migration 38). $1 tenant, $2 the only state
-	// (NULL: any), $3 and $4 the previous page's last created_at and id
-	// (NULL: from the newest), $5 limit.
+	// each with its counts as qCampaignGet reads them, walking
+	// campaigns_tenant_created (migration 38) backwards from the cursor:
+	// the row value (created_at, id) bounds the index scan, as the
+	// notifications' listing's does, an 'infinity' on the first page (an
+	// "$3 IS NULL OR" would make it a filter, every page walking from the
+	// newest). $1 tenant, $2 the only state (NULL: any), $3 and $4 the
+	// previous page's last created_at and id (NULL and '': from the
+	// newest), $5 limit.
 	qCampaignList = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params::text, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
        c.draft_expires_at, coalesce(c.ended_reason, ''), k.sent, k.suppressed, k.failed, k.unknown
 FROM campaigns c, LATERAL (` + qCampaignCounts + `) k
 WHERE c.tenant = $1::text AND ($2::text IS NULL OR c.state = $2::text)
-  AND ($3::timestamptz IS NULL OR (c.created_at, c.id) < ($3::timestamptz, $4::text))
+  AND (c.created_at, c.id) < (coalesce($3::timestamptz, 'infinity'), $4::text)
 ORDER BY c.created_at DESC, c.id DESC
 LIMIT $5`
 

@@ -83,5 +83,10 @@ FROM generate_series(1, 20000) g`,
 			strings.Contains(text, "Sort") {
 			t.Errorf("%s does not walk campaigns_tenant_created backwards, unsorted:\n%s", name, text)
 		}
+		// The keyset bounds the walk from the cursor: an index condition,
+		// not a filter over the tenant's campaigns from the newest.
+		if !indexCondNames(text, "created_at") {
+			t.Errorf("%s: created_at does not bound the index scan:\n%s", name, text)
+		}
 	}
 }

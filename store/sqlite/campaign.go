@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/heraldhq/herald/heraldtype"
@@ -39,14 +40,17 @@ ON CONFLICT (campaign_id, recipient) DO NOTHING`
 FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
 WHERE c.tenant = ? AND c.id = ?`
 	// qCampaignList reads a page of a tenant's campaigns, newest first,
-	// each with its counts as qCampaignGet reads them, on
-	// campaigns_tenant_created (migration 34). ?1 tenant, ?2 the only state
-	// (NULL: any), ?3 and ?4 the previous page's last created_at and id
-	// (NULL: from the newest), ?5 limit.
+	// each with its counts as qCampaignGet reads them, walking
+	// campaigns_tenant_created (migration 34) backwards from the cursor:
+	// the row value (created_at, id) bounds the index scan, as the
+	// notifications' listing's does, the largest time on the first page
+	// (an "?3 IS NULL OR" would make it a filter, every page walking from
+	// the newest). ?1 tenant, ?2 the only state (NULL: any), ?3 and ?4 the
+	// previous page's last created_at and id, ?5 limit.
 	qCampaignList = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
        c.draft_expires_at, coalesce(c.ended_reason, ''), coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
 FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
-WHERE c.tenant = ?1 AND (?2 IS NULL OR c.state = ?2) AND (?3 IS NULL OR (c.created_at, c.id) < (?3, ?4))
+WHERE c.tenant = ?1 AND (?2 IS NULL OR c.state = ?2) AND (c.created_at, c.id) < (?3, ?4)
 ORDER BY c.created_at DESC, c.id DESC
 LIMIT ?5`
 	// qCampaignsRunning pages through the RUNNING campaigns after (?2, ?3)
@@ -363,8 +367,8 @@ func scanCampaign(scan func(dest ...any) error) (store.Campaign, error) {
 
 // CampaignList reads a page of a tenant's campaigns (qCampaignList).
 func (s *Store) CampaignList(ctx context.Context, p store.CampaignListParams) ([]store.Campaign, error) {
-	var state, at any
-	var id string
+	var state any
+	at, id := int64(math.MaxInt64), ""
 	if p.State != "" {
 		state = p.State
 	}

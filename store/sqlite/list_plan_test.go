@@ -45,3 +45,29 @@ FROM g`)
 		}
 	}
 }
+
+// Listing a tenant's campaigns (GET /v1/campaigns) searches
+// campaigns_tenant_created (migration 34) from its cursor: the keyset is a
+// range of the index search, not a filter over the tenant's campaigns
+// from the newest, and nothing is sorted.
+func TestCampaignListSearchesItsIndexFromTheCursor(t *testing.T) {
+	t.Parallel()
+	if testenv.WithoutRace(t) {
+		return
+	}
+	s := planStore(t, `WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 20000)
+INSERT INTO campaigns (id, tenant, kind, lane, channels, params, state, idempotency_key, request_hash, created_at)
+SELECT printf('cmp_%08d', i), 't' || (i % 20), 'k', 'marketing', '["webhook"]', '{}',
+       CASE WHEN i % 3 = 0 THEN 'DONE' ELSE 'CANCELLED' END, 'key' || i, 'h', 1000 * i
+FROM g`)
+	for name, args := range map[string][]any{
+		"FirstPage":      {"t7", nil, int64(math.MaxInt64), "", 51},
+		"NextPageOfDone": {"t7", "DONE", 9000000, "cmp_00009000", 51},
+	} {
+		text := queryPlan(t, s, qCampaignList, args...)
+		if !strings.Contains(text, "SEARCH c USING INDEX campaigns_tenant_created (tenant=? AND (created_at,id)<(?,?))") ||
+			strings.Contains(text, "USE TEMP B-TREE FOR ORDER BY") {
+			t.Errorf("%s does not search campaigns_tenant_created from its cursor, unsorted:\n%s", name, text)
+		}
+	}
+}
