@@ -597,6 +597,10 @@ func runParkedListAndRequeue(t *testing.T, database string, enqueue enqueueFunc)
 	if rows := listParked(t, dir, cfg, opened); len(rows) != 0 {
 		t.Fatalf("after requeueing all, herald parked list shows %+v", rows)
 	}
+	// Each requeue that moved a message is in the audit log, as the API's
+	// are; the one that found nothing is not.
+	cli := "cli:" + osUser(t)
+	wantAudited(t, database, cli+" parked.requeue "+all[0].id+".webhook", cli+" parked.requeue ", cli+" parked.requeue ")
 	// Once herald has exited nothing more can be sent: each message was
 	// sent exactly once, and nothing else was.
 	if code := srv.stop(60 * time.Second); code != 0 {

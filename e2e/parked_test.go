@@ -106,26 +106,54 @@ func discardAudit(t *testing.T, database string) []store.ParkedDiscardEntry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var st store.Store
-	if path, ok := strings.CutPrefix(database, "sqlite:"); ok {
-		s, err := sqlite.Open(ctx, path, sqlite.Options{MustExist: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	} else {
-		s, err := postgres.Open(ctx, database, postgres.Options{MustExist: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	}
+	st := openStore(t, ctx, database)
 	defer st.Close()
 	rows, err := st.ParkedDiscardList(ctx, store.ParkedDiscardListParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rows
+}
+
+// wantAudited checks that the audit log (herald audit list's, package
+// audit) holds the parked actions want, as "actor action target" in the
+// order they were done, whether done on the command line or over HTTP.
+func wantAudited(t *testing.T, database string, want ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := openStore(t, ctx, database)
+	defer st.Close()
+	entries, err := st.AuditList(ctx, store.AuditListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range slices.Backward(entries) { // newest first in the list
+		if strings.HasPrefix(e.Action, "parked.") {
+			got = append(got, e.ActorName+" "+e.Action+" "+e.Target)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the audit log's parked actions %q, want %q", got, want)
+	}
+}
+
+// openStore opens database (sqlite:… or a PostgreSQL URL), which exists.
+func openStore(t *testing.T, ctx context.Context, database string) store.Store {
+	t.Helper()
+	if path, ok := strings.CutPrefix(database, "sqlite:"); ok {
+		s, err := sqlite.Open(ctx, path, sqlite.Options{MustExist: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s, err := postgres.Open(ctx, database, postgres.Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // wantAuditRows checks the audit rows' who, what, whose, why (in order).
@@ -278,6 +306,9 @@ func runParkedDiscard(t *testing.T, database string, enqueue enqueueFunc) {
 		store.ParkedDiscardEntry{Actor: "cli:" + osUser(t), MessageID: m1, Tenant: "t1", ParkedReason: "UNKNOWN_KIND", Reason: "kind retired in March"},
 		store.ParkedDiscardEntry{Actor: "api:t2", MessageID: m2, Tenant: "t2", ParkedReason: "UNKNOWN_KIND", Reason: "no such visit"},
 	)
+	// The audit log has both discards, the command line's as the API's;
+	// the requeues that found nothing are not actions done.
+	wantAudited(t, database, "cli:"+osUser(t)+" parked.discard "+m1, "config parked.discard "+m2)
 	if code := srv.stop(60 * time.Second); code != 0 {
 		t.Fatalf("herald exited %d after SIGTERM:\n%s", code, srv.tail())
 	}

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -62,7 +65,7 @@ func keysCreate(cmd *command, args []string, stdout, stderr io.Writer) error {
 	case err != nil:
 		return fmt.Errorf("create the key: %w", err)
 	}
-	cliAudit(s, row.Tenant, audit.KeyCreate, row.ID)
+	cliAudit(s.ctx, s.store, s.logger, row.Tenant, audit.KeyCreate, row.ID, map[string]any{"name": row.Name, "scopes": row.Scopes})
 	fmt.Fprintf(stdout, "created key %s (tenant %s, scopes %s)\n", row.ID, row.Tenant, strings.Join(row.Scopes, ","))
 	fmt.Fprintf(stdout, "%s\n", key)
 	fmt.Fprintln(stdout, "the key is shown this once: herald keeps only its hash")
@@ -123,17 +126,24 @@ func keysRevoke(cmd *command, args []string, stdout, stderr io.Writer) error {
 	case err != nil:
 		return fmt.Errorf("revoke the key: %w", err)
 	}
-	cliAudit(s, row.Tenant, audit.KeyRevoke, row.ID)
+	cliAudit(s.ctx, s.store, s.logger, row.Tenant, audit.KeyRevoke, row.ID, nil)
 	fmt.Fprintf(stdout, "revoked key %s (tenant %s) at %s\n", row.ID, row.Tenant, row.RevokedAt.UTC().Format(time.RFC3339))
 	return nil
 }
 
-// cliAudit writes the audit entry of a CLI action; a failure is a warning
-// (the action is done).
-func cliAudit(s *session, tenant, action, target string) {
+// cliAudit writes the audit entry of a CLI action, as the API's admin
+// routes write theirs (package audit): the actor is "cli:" and the OS
+// user; detail, when not nil, is the entry's figures. A failure is a
+// warning (the action is done).
+func cliAudit(ctx context.Context, st store.Audit, logger *slog.Logger, tenant, action, target string, detail any) {
 	who := "cli:" + osUser()
-	if _, err := s.store.AuditAppend(s.ctx, store.AuditEntry{Tenant: tenant, ActorKey: who, ActorName: who,
-		Action: action, Target: target}); err != nil {
-		s.logger.Warn("keys: the audit entry was lost", "action", action, "error", err)
+	e := store.AuditEntry{Tenant: tenant, ActorKey: who, ActorName: who, Action: action, Target: target, Detail: "{}"}
+	if detail != nil {
+		if b, err := json.Marshal(detail); err == nil {
+			e.Detail = string(b)
+		}
+	}
+	if _, err := st.AuditAppend(ctx, e); err != nil {
+		logger.Warn("cli: the audit entry was lost", "action", action, "error", err)
 	}
 }

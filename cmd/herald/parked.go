@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/app"
+	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/parked"
 )
 
@@ -67,7 +68,7 @@ func parkedList(cmd *command, args []string, stdout, stderr io.Writer) error {
 		}
 		scope = parked.Untenanted()
 	}
-	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service) error {
+	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service, _ recorder) error {
 		entries, err := svc.List(ctx, scope, *limit)
 		if err != nil {
 			return fmt.Errorf("list parked: %w", err)
@@ -100,8 +101,11 @@ func parkedRequeue(cmd *command, args []string, stdout, stderr io.Writer) error 
 	if len(pos) == 1 {
 		messageID = pos[0]
 	}
-	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service) error {
+	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service, record recorder) error {
 		n, err := svc.Requeue(ctx, f.scope(), messageID)
+		if n > 0 {
+			record(audit.ParkedRequeue, messageID, map[string]int{"requeued": n})
+		}
 		switch {
 		case errors.Is(err, parked.ErrNotFound):
 			return fmt.Errorf("%s is not parked", messageID)
@@ -128,13 +132,16 @@ func parkedDiscard(cmd *command, args []string, stdout, stderr io.Writer) error 
 		detail, _ := strings.CutPrefix(err.Error(), parked.ErrReason.Error()+": ")
 		return usageErrorf(cmd, "%s: --reason: %s", cmd.path(), detail)
 	}
-	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service) error {
+	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service, record recorder) error {
 		switch err := svc.Discard(ctx, f.scope(), d); {
 		case errors.Is(err, parked.ErrNotFound):
 			return fmt.Errorf("%s is not parked", d.MessageID)
 		case err != nil:
 			return fmt.Errorf("discard: %w", err)
 		}
+		// The reason stays in the discards' record, which erasure can
+		// rewrite; the append-only audit log keeps none of a person's words.
+		record(audit.ParkedDiscard, d.MessageID, nil)
 		fmt.Fprintf(stdout, "discarded %s\n", d.MessageID)
 		return nil
 	})
@@ -149,11 +156,15 @@ func osUser() string {
 	return "uid-" + strconv.Itoa(os.Getuid())
 }
 
+// recorder writes the audit entry of a parked action done (cliAudit),
+// under the --tenant given ("" for the operator's own, every tenant's).
+type recorder func(action, target string, detail any)
+
 // withParked loads the configuration, opens its existing database and
 // prints which ("database …, transport …"), and runs fn with the
-// transport's parked-message service, within 5 minutes; it returns the
-// error of whichever failed.
-func withParked(f parkedFlags, stdout, stderr io.Writer, fn func(ctx context.Context, svc parked.Service) error) error {
+// transport's parked-message service and the audit's recorder, within 5
+// minutes; it returns the error of whichever failed.
+func withParked(f parkedFlags, stdout, stderr io.Writer, fn func(ctx context.Context, svc parked.Service, record recorder) error) error {
 	cfg, err := load(*f.config)
 	if err != nil {
 		return err
@@ -167,7 +178,10 @@ func withParked(f parkedFlags, stdout, stderr io.Writer, fn func(ctx context.Con
 	}
 	defer st.Close()
 	fmt.Fprintf(stdout, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
-	return fn(ctx, app.Parked(cfg, st, logger))
+	record := func(action, target string, detail any) {
+		cliAudit(ctx, st, logger, *f.tenant, action, target, detail)
+	}
+	return fn(ctx, app.Parked(cfg, st, logger), record)
 }
 
 func dash(s string) string {
