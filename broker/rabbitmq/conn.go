@@ -127,8 +127,11 @@ func session(ctx context.Context, logger *slog.Logger, rawURL, name string, lk *
 			}
 			lk.down(err)
 			wait = nextWait(wait)
-			logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: connect failed",
-				slog.String("component", name), slog.Duration("retry_in", wait), slog.Any("error", err))
+			level, msg := slog.LevelWarn, "rabbitmq: connect failed"
+			if refusedSetup(err) {
+				level, msg = slog.LevelError, refusedMessage
+			}
+			logger.LogAttrs(ctx, level, msg, slog.String("component", name), slog.Duration("retry_in", wait), slog.Any("error", err))
 			continue
 		}
 		started := time.Now()
@@ -142,9 +145,36 @@ func session(ctx context.Context, logger *slog.Logger, rawURL, name string, lk *
 			wait = 0 // it was up for a while: redial at once, then back off
 		}
 		wait = nextWait(wait)
-		logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: connection lost, reconnecting",
-			slog.String("component", name), slog.Duration("retry_in", wait), slog.Any("error", err))
+		level, msg := slog.LevelWarn, "rabbitmq: connection lost, reconnecting"
+		if refusedSetup(err) {
+			level, msg = slog.LevelError, refusedMessage
+		}
+		logger.LogAttrs(ctx, level, msg, slog.String("component", name), slog.Duration("retry_in", wait), slog.Any("error", err))
 	}
+}
+
+// refusedMessage is logged, at error level, for a connection or session
+// the broker refused for herald's own settings (refusedSetup): retrying
+// goes on, since an administrator may fix the broker's side, but nothing
+// will change by waiting alone.
+const refusedMessage = "rabbitmq: the broker refuses herald's settings (credentials, vhost, permissions, or a queue declared with other arguments); " +
+	"check rabbitmq_url and the rabbitmq settings against the broker; retrying"
+
+// refusedSetup reports whether err is the broker refusing what herald
+// asked for, not the connection failing: access refused (a wrong user or
+// password, or no permission on the vhost), not allowed (no such vhost),
+// or a precondition failed (a queue that exists with other arguments, as
+// after a change of delivery_limit).
+func refusedSetup(err error) bool {
+	var e *amqp.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Code {
+	case amqp.AccessRefused, amqp.NotAllowed, amqp.PreconditionFailed:
+		return true
+	}
+	return false
 }
 
 func nextWait(w time.Duration) time.Duration {
