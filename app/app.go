@@ -245,7 +245,7 @@ func openStore(ctx context.Context, cfg *config.Config, clk clock.Clock, logger 
 	}
 	switch driver {
 	case "sqlite":
-		return sqlite.Open(ctx, dsn, sqlite.Options{Clock: clk})
+		return sqlite.Open(ctx, dsn, sqlite.Options{Clock: clk, Logger: logger})
 	case "postgres":
 		// With clock.Real the store takes every ownership time from the
 		// database server's clock.

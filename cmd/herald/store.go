@@ -29,7 +29,7 @@ func openExisting(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	switch driver {
 	case "sqlite":
 		var s *sqlite.Store
-		if s, err = sqlite.Open(ctx, dsn, sqlite.Options{MustExist: true}); err == nil {
+		if s, err = sqlite.Open(ctx, dsn, sqlite.Options{MustExist: true, Logger: logger}); err == nil {
 			st = s
 		}
 	case "postgres":

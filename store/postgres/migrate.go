@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -362,6 +363,27 @@ const (
 
 // checkSchema fails, changing nothing, unless the current schema holds
 // herald's schema at this build's version or a later one.
+// warnNewerSchema logs a warning when the database's schema is at a
+// later version than this build's last migration: a newer herald migrated
+// it (a rollback, or this process beside newer ones during a deploy).
+// This herald runs on what it knows; the operator should know it is
+// behind.
+func warnNewerSchema(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) error {
+	list, err := migrationList()
+	if err != nil {
+		return err
+	}
+	var v int
+	if err := conn.QueryRow(ctx, qMigrationVersion).Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if latest := list[len(list)-1].version; v > latest && logger != nil {
+		logger.LogAttrs(ctx, slog.LevelWarn, "postgres: the database's schema is newer than this herald's: a newer herald migrated it; "+
+			"run that version, or this one only while the newer rolls out", slog.Int("schema_version", v), slog.Int("herald_schema_version", latest))
+	}
+	return nil
+}
+
 func checkSchema(ctx context.Context, conn *pgx.Conn) error {
 	list, err := migrationList()
 	if err != nil {

@@ -1,10 +1,11 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/heraldhq/herald/store/storetest"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/store/storetest"
 )
 
 // readmeParams are the URL parameters the README shows or names (sslmode,
@@ -346,4 +348,36 @@ func TestMigrationsBeforeTheBoundWaitWithoutLimit(t *testing.T) {
 		retryWait: 20 * time.Millisecond, attempts: 1, boundedFrom: 30})
 	waitingForLock(t, url, app, time.Second, done) // ten times the timeout it does not have
 	freeAndMigrated(t, holder, done)
+}
+
+// A schema a newer herald migrated (past this build's last migration: a
+// rollback, or this process beside newer ones during a deploy) is opened,
+// migrating or not, with a warning that names both versions; a schema at
+// this build's version opens without one.
+func TestANewerSchemaIsWarnedOf(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testpg.Schema(t)
+	open := func(mustExist bool) string {
+		t.Helper()
+		var logs bytes.Buffer
+		s, err := Open(ctx, url, Options{MustExist: mustExist, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		return logs.String()
+	}
+	if logs := open(false); strings.Contains(logs, "newer") {
+		t.Fatalf("a schema at this build's version warned: %s", logs)
+	}
+	latest := queryInt(t, url, qMigrationVersion)
+	testpg.Exec(t, url, fmt.Sprintf(`INSERT INTO schema_migrations (version, name) VALUES (%d, 'from a newer herald')`, latest+1))
+	for _, mustExist := range []bool{false, true} {
+		want := fmt.Sprintf("schema_version=%d herald_schema_version=%d", latest+1, latest)
+		if logs := open(mustExist); !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "schema is newer than this herald's") ||
+			!strings.Contains(logs, want) {
+			t.Fatalf("opening (MustExist %v) a schema at version %d: %q; want a warning with %q", mustExist, latest+1, logs, want)
+		}
+	}
 }

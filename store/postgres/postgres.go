@@ -420,6 +420,9 @@ func newStore(ctx context.Context, pool, claims *pgxpool.Pool, connCfg *pgx.Conn
 	if err != nil {
 		return nil, err
 	}
+	if err := warnNewerSchema(ctx, conn.Conn(), opts.Logger); err != nil {
+		return nil, err
+	}
 	db, schema, err := where(ctx, conn.Conn())
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"time"
 
@@ -144,6 +145,26 @@ func applyMigration(ctx context.Context, db *sql.DB, m migration.File) error {
 		return fmt.Errorf("migration %d: record: %w", m.Version, err)
 	}
 	return tx.Commit()
+}
+
+// warnNewerSchema, after checkSchema or a migration, logs a warning when
+// the schema is at a later version than this build's last migration: a
+// newer herald migrated the file (a rollback). This herald runs on what
+// it knows; the operator should know it is behind.
+func warnNewerSchema(ctx context.Context, db *sql.DB, path string, logger *slog.Logger) error {
+	list, err := migration.List(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	var v int
+	if err := db.QueryRowContext(ctx, qMigrationVersion).Scan(&v); err != nil {
+		return fmt.Errorf("read schema version of %s: %w", path, err)
+	}
+	if latest := list[len(list)-1].Version; v > latest && logger != nil {
+		logger.LogAttrs(ctx, slog.LevelWarn, "sqlite: the database's schema is newer than this herald's: a newer herald migrated it; "+
+			"run that version", slog.Int("schema_version", v), slog.Int("herald_schema_version", latest))
+	}
+	return nil
 }
 
 // checkSchema fails, changing nothing, unless the file at path holds

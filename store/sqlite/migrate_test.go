@@ -1,11 +1,13 @@
 package sqlite_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -432,5 +434,35 @@ func TestMigration32KeepsTheCampaignCountsAndPausesThemForACancel(t *testing.T) 
 	var paused int
 	if err := db.QueryRowContext(ctx, `SELECT paused FROM campaign_count_pause`).Scan(&paused); err != nil || paused != 0 {
 		t.Fatalf("the count is left paused: %d, %v", paused, err)
+	}
+}
+
+// A file a newer herald migrated (its schema past this build's last
+// migration: a rollback) is opened, migrating or not, with a warning that
+// names both versions; a file at this build's version opens without one.
+func TestANewerSchemaIsWarnedOf(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "herald.db")
+	open := func(mustExist bool) string {
+		t.Helper()
+		var logs bytes.Buffer
+		s, err := sqlite.Open(ctx, path, sqlite.Options{MustExist: mustExist, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		return logs.String()
+	}
+	if logs := open(false); strings.Contains(logs, "newer") {
+		t.Fatalf("a file at this build's version warned: %s", logs)
+	}
+	latest := queryInt(t, path, `SELECT max(version) FROM schema_migrations`)
+	exec(t, path, fmt.Sprintf(`INSERT INTO schema_migrations (version, applied_at) VALUES (%d, 0)`, latest+1))
+	for _, mustExist := range []bool{false, true} {
+		want := fmt.Sprintf("schema is newer than this herald's: a newer herald migrated it; run that version\" schema_version=%d herald_schema_version=%d", latest+1, latest)
+		if logs := open(mustExist); !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, want) {
+			t.Fatalf("opening (MustExist %v) a file at version %d: %q; want a warning with %q", mustExist, latest+1, logs, want)
+		}
 	}
 }

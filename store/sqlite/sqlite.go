@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"time"
@@ -29,6 +30,9 @@ import (
 type Options struct {
 	// Clock supplies "now". Defaults to the system clock.
 	Clock clock.Clock
+	// Logger receives the warning of a schema newer than this build's
+	// (warnNewerSchema). Nil logs nothing.
+	Logger *slog.Logger
 	// MaxBatch caps the operations committed together. Defaults to 256.
 	MaxBatch int
 	// Readers is the size of the read pool. Defaults to 8.
@@ -99,6 +103,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		err = checkSchema(ctx, wdb, path)
 	} else {
 		err = migrate(ctx, wdb)
+	}
+	if err == nil {
+		err = warnNewerSchema(ctx, wdb, path, opts.Logger)
 	}
 	if err != nil {
 		wdb.Close()
