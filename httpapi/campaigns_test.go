@@ -39,6 +39,26 @@ func (e *everyday) campaignCall(t *testing.T, method, path, key, body string, ou
 	return res
 }
 
+// createCampaign posts body to POST /v1/campaigns as tenant a with an
+// Idempotency-Key header for each of keys, and returns the answer with
+// its problem, if it is one.
+func (e *everyday) createCampaign(t *testing.T, body string, keys ...string) (*http.Response, problemBody) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", e.url+"/v1/campaigns", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	for _, k := range keys {
+		req.Header.Add("Idempotency-Key", k)
+	}
+	res, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var p problemBody
+	_ = json.NewDecoder(res.Body).Decode(&p)
+	return res, p
+}
+
 // wantStateConflict sends a request the campaign's state refuses and
 // fails unless it is a 409 whose detail says the state: detail.
 func (e *everyday) wantStateConflict(t *testing.T, method, path, body, detail string) {
@@ -177,16 +197,7 @@ func TestCampaignsRefuseWhatCannotBeSent(t *testing.T) {
 			{"ParamsNotAnObject", `{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"},"recipients":[{"recipient":"u1","params":[1]}]}`, "recipients[0].params"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
-				req, _ := http.NewRequest("POST", e.url+"/v1/campaigns", strings.NewReader(c.body))
-				req.Header.Set("Authorization", "Bearer "+keyA)
-				req.Header.Set("Idempotency-Key", c.name)
-				res, err := e.client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer res.Body.Close()
-				var p problemBody
-				_ = json.NewDecoder(res.Body).Decode(&p)
+				res, p := e.createCampaign(t, c.body, c.name)
 				if res.StatusCode != http.StatusUnprocessableEntity || p.Param != c.param {
 					t.Fatalf("%s = %d param %q; want 422 naming %s", c.body, res.StatusCode, p.Param, c.param)
 				}
@@ -204,30 +215,13 @@ func TestCampaignsRefuseWhatCannotBeSent(t *testing.T) {
 func TestACampaignWithTwoIdempotencyKeysIsRefused(t *testing.T) {
 	t.Parallel()
 	onEachStore(t, nil, func(t *testing.T, e *everyday) {
-		req, _ := http.NewRequest("POST", e.url+"/v1/campaigns", strings.NewReader(`{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"}}`))
-		req.Header.Set("Authorization", "Bearer "+keyA)
-		req.Header.Add("Idempotency-Key", "one")
-		req.Header.Add("Idempotency-Key", "two")
-		res, err := e.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var p problemBody
-		_ = json.NewDecoder(res.Body).Decode(&p)
+		res, p := e.createCampaign(t, `{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"}}`, "one", "two")
 		if res.StatusCode != http.StatusBadRequest || p.Param != "Idempotency-Key" || p.Detail != "send one Idempotency-Key header, not 2" {
 			t.Fatalf("two keys = %d %+v; want 400 naming the two Idempotency-Key headers", res.StatusCode, p)
 		}
 		// Neither key names a campaign: each creates one afresh.
 		for _, key := range []string{"one", "two"} {
-			req, _ := http.NewRequest("POST", e.url+"/v1/campaigns", strings.NewReader(`{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"}}`))
-			req.Header.Set("Authorization", "Bearer "+keyA)
-			req.Header.Set("Idempotency-Key", key)
-			res, err := e.client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Body.Close()
+			res, _ := e.createCampaign(t, `{"kind":"coupon.expiring","params":{"coupon":"C","date":"d"}}`, key)
 			if res.StatusCode != http.StatusAccepted || res.Header.Get("Idempotent-Replayed") != "" {
 				t.Fatalf("key %s alone = %d (replayed %q); want a new campaign", key, res.StatusCode, res.Header.Get("Idempotent-Replayed"))
 			}
