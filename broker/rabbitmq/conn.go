@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,16 +164,20 @@ const refusedMessage = "rabbitmq: the broker refuses herald's settings (credenti
 // refusedSetup reports whether err is the broker refusing what herald
 // asked for, not the connection failing: access refused (a wrong user or
 // password, or no permission on the vhost), not allowed (no such vhost),
-// or a precondition failed (a queue that exists with other arguments, as
-// after a change of delivery_limit).
+// or a precondition failed over a queue's arguments (one that exists with
+// others, as after a change of delivery_limit). Another failed
+// precondition, such as a consumer's acknowledgement timing out, is not
+// herald's settings.
 func refusedSetup(err error) bool {
 	var e *amqp.Error
 	if !errors.As(err, &e) {
 		return false
 	}
 	switch e.Code {
-	case amqp.AccessRefused, amqp.NotAllowed, amqp.PreconditionFailed:
+	case amqp.AccessRefused, amqp.NotAllowed:
 		return true
+	case amqp.PreconditionFailed:
+		return strings.Contains(e.Reason, "inequivalent arg")
 	}
 	return false
 }

@@ -62,4 +62,10 @@ func TestTheBrokersRefusalsAreToldApart(t *testing.T) {
 	if refusedSetup(errors.New("rabbitmq: connection closed")) {
 		t.Fatal("a closed connection was told a refusal")
 	}
+	// A consumer's acknowledgement that timed out is a failed
+	// precondition too, but not herald's settings.
+	ackTimeout := &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out"}
+	if refusedSetup(errClosed(ackTimeout)) {
+		t.Fatal("an acknowledgement's timeout was told a refusal of herald's settings")
+	}
 }

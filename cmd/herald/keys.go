@@ -143,7 +143,11 @@ func cliAudit(ctx context.Context, st store.Audit, logger *slog.Logger, tenant, 
 			e.Detail = string(b)
 		}
 	}
-	if _, err := st.AuditAppend(ctx, e); err != nil {
+	// The action is done even if the command's own time ran out: so is its
+	// entry, which gets a time of its own, as the API's entries do.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), audit.DefaultTimeout)
+	defer cancel()
+	if _, err := st.AuditAppend(actx, e); err != nil {
 		logger.Warn("cli: the audit entry was lost", "action", action, "error", err)
 	}
 }

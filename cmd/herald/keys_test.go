@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/apikeys"
+	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/sqlite"
 )
 
 func init() { apikeys.Iterations = 1000 } // the tests' keys: production's rounds take seconds under -race
@@ -77,5 +82,26 @@ func TestKeysCommands(t *testing.T) {
 				t.Errorf("revoke of an unknown key: exit %d, %q; want 1 and one line", code, errb)
 			}
 		})
+	}
+}
+
+// A CLI action's audit entry is written even when the command's own time
+// has run out (a long requeue --all that stopped part-way): the action
+// was done, so is its entry, as the API's are.
+func TestACLIAuditEntryOutlivesTheCommandsContext(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var logs bytes.Buffer
+	cliAudit(ctx, st, slog.New(slog.NewTextHandler(&logs, nil)), "t1", audit.ParkedRequeue, "", map[string]int{"requeued": 3})
+	entries, err := st.AuditList(context.Background(), store.AuditListParams{})
+	if err != nil || len(entries) != 1 || entries[0].Action != audit.ParkedRequeue || entries[0].Detail != `{"requeued":3}` ||
+		!strings.HasPrefix(entries[0].ActorKey, "cli:") {
+		t.Fatalf("entries %+v (%v), logged %q; want the requeue's entry", entries, err, logs.String())
 	}
 }

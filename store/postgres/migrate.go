@@ -361,8 +361,6 @@ const (
 	qMigrationRecordMany = `INSERT INTO schema_migrations (version, name) SELECT * FROM unnest($1::integer[], $2::text[])`
 )
 
-// checkSchema fails, changing nothing, unless the current schema holds
-// herald's schema at this build's version or a later one.
 // warnNewerSchema logs a warning when the database's schema is at a
 // later version than this build's last migration: a newer herald migrated
 // it (a rollback, or this process beside newer ones during a deploy).
@@ -384,6 +382,8 @@ func warnNewerSchema(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) e
 	return nil
 }
 
+// checkSchema fails, changing nothing, unless the current schema holds
+// herald's schema at this build's version or a later one.
 func checkSchema(ctx context.Context, conn *pgx.Conn) error {
 	list, err := migrationList()
 	if err != nil {
