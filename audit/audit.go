@@ -90,22 +90,33 @@ func (l *Log) Record(r *http.Request, action, target string, detail any) {
 	}
 	p, _ := apikeys.From(r.Context())
 	e := store.AuditEntry{Tenant: auth.Tenant(r.Context()), ActorKey: p.KeyID, ActorName: p.Name,
-		Action: action, Target: target, Remote: r.RemoteAddr, Detail: "{}"}
+		Action: action, Target: target, Remote: r.RemoteAddr}
 	if e.Tenant == "" {
 		e.Tenant = p.Tenant
 	}
+	l.Append(r.Context(), e, detail)
+}
+
+// Append writes e, with detail, when not nil, marshalled as its figures
+// ("{}" otherwise): Record's write, and the CLI's for its own actions. The
+// action is done even if its caller has gone (a client hung up, a
+// command's time ran out): so is its entry, whose write has a time of its
+// own; a failure is logged at error level, never the action's.
+func (l *Log) Append(ctx context.Context, e store.AuditEntry, detail any) {
+	if l == nil || l.Store == nil {
+		return
+	}
+	e.Detail = "{}"
 	if detail != nil {
 		if b, err := json.Marshal(detail); err == nil {
 			e.Detail = string(b)
 		}
 	}
-	// The action is done even if the client hung up: so is its entry; the
-	// timeout is what ends a write the store never answers.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.timeout())
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout())
 	defer cancel()
-	if _, err := l.Store.AuditAppend(ctx, e); err != nil {
-		l.Logger.LogAttrs(r.Context(), slog.LevelError, "audit: an entry was lost", slog.String("action", action),
-			slog.String("key_id", p.KeyID), slog.Any("error", err))
+	if _, err := l.Store.AuditAppend(wctx, e); err != nil {
+		l.Logger.LogAttrs(ctx, slog.LevelError, "audit: an entry was lost", slog.String("action", e.Action),
+			slog.String("key_id", e.ActorKey), slog.Any("error", err))
 	}
 }
 

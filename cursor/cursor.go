@@ -1,6 +1,7 @@
 // Package cursor makes the opaque cursors of herald's paged listings
 // (GET /v1/notifications, GET /v1/campaigns): where the next page of a
-// walk starts, newest first by (created_at, id).
+// walk starts, newest first by (created_at, id); and reads what every such
+// listing's query shares (Query, Limit).
 //
 // A cursor is base64url (no padding) of
 //
@@ -23,9 +24,16 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -81,4 +89,47 @@ func sum(domain string, parts []string, body []byte) []byte {
 	}
 	h.Write(body)
 	return h.Sum(nil)[:checkLen]
+}
+
+// Limits of a listing's page (limit=).
+const (
+	DefaultLimit = 50
+	MaxLimit     = 100
+)
+
+// Query reads a listing's query string: each parameter at most once and
+// one of known. A malformed query, an unknown or a repeated parameter is
+// a 400 problem naming it.
+func Query(r *http.Request, known ...string) (url.Values, *problem.Problem) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, bad("", "the query string is malformed: %v", err)
+	}
+	for name, vs := range q {
+		switch {
+		case !slices.Contains(known, name):
+			return nil, bad(name, "unknown query parameter %q; known: %s", name, strings.Join(known, ", "))
+		case len(vs) > 1:
+			return nil, bad(name, "query parameter %q is given %d times", name, len(vs))
+		}
+	}
+	return q, nil
+}
+
+// Limit is q's limit, DefaultLimit when not given; anything but an
+// integer from 1 to MaxLimit is a 400 problem.
+func Limit(q url.Values) (int, *problem.Problem) {
+	s := q.Get("limit")
+	if s == "" {
+		return DefaultLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxLimit {
+		return 0, bad("limit", "limit must be an integer from 1 to %d", MaxLimit)
+	}
+	return n, nil
+}
+
+func bad(param, format string, args ...any) *problem.Problem {
+	return &problem.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf(format, args...), Param: param}
 }

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/heraldhq/herald/auth"
@@ -19,7 +17,6 @@ import (
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/cursor"
 	"github.com/heraldhq/herald/intake"
-	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/validate"
@@ -229,40 +226,26 @@ var campaignStates = []string{store.CampaignDraft, store.CampaignRunning, store.
 // list answers GET /v1/campaigns: the tenant's campaigns, newest first,
 // each as GET /v1/campaigns/{id} shows it. Query parameters, each
 // optional and given at most once: state (one of campaignStates), limit
-// (1..lookup.MaxListLimit, default lookup.DefaultListLimit), cursor (the
+// (1..cursor.MaxLimit, default cursor.DefaultLimit), cursor (the
 // previous page's next_cursor, with the same state). Anything else is 400.
 func (a *campaignsAPI) list(w http.ResponseWriter, r *http.Request) {
 	bad := func(param, format string, args ...any) {
 		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Param: param, Detail: fmt.Sprintf(format, args...)})
 	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		bad("", "the query string is malformed: %v", err)
+	q, perr := cursor.Query(r, "state", "limit", "cursor")
+	var limit int
+	if perr == nil {
+		limit, perr = cursor.Limit(q)
+	}
+	if perr != nil {
+		problem.Write(w, *perr)
 		return
 	}
-	for name, vs := range q {
-		switch {
-		case name != "state" && name != "limit" && name != "cursor":
-			bad(name, "unknown query parameter %q; known: state, limit, cursor", name)
-			return
-		case len(vs) > 1:
-			bad(name, "query parameter %q is given %d times", name, len(vs))
-			return
-		}
-	}
 	tenant := auth.Tenant(r.Context())
-	p := store.CampaignListParams{Tenant: tenant, State: q.Get("state"), Limit: lookup.DefaultListLimit}
+	p := store.CampaignListParams{Tenant: tenant, State: q.Get("state"), Limit: limit}
 	if p.State != "" && !slices.Contains(campaignStates, p.State) {
 		bad("state", "unknown state %q; one of %v", p.State, campaignStates)
 		return
-	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > lookup.MaxListLimit {
-			bad("limit", "limit must be an integer from 1 to %d", lookup.MaxListLimit)
-			return
-		}
-		p.Limit = n
 	}
 	bound := []string{tenant, p.State}
 	if s := q.Get("cursor"); s != "" {

@@ -4,22 +4,21 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/cursor"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 )
 
-// Limits of GET /v1/notifications.
+// Limits of GET /v1/notifications, every listing's (package cursor).
 const (
-	DefaultListLimit = 50
-	MaxListLimit     = 100
+	DefaultListLimit = cursor.DefaultLimit
+	MaxListLimit     = cursor.MaxLimit
 )
 
 // maxKindLen bounds the kind filter.
@@ -106,17 +105,9 @@ func parseList(r *http.Request, tenant string) (store.NotificationListParams, fi
 			Status: http.StatusBadRequest, Detail: fmt.Sprintf(format, args...), Param: param,
 		}
 	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return bad("", "the query string is malformed: %v", err)
-	}
-	for name, vs := range q {
-		if !slices.Contains(listParams, name) {
-			return bad(name, "unknown query parameter %q; known: recipient, kind, state, since, limit, cursor", name)
-		}
-		if len(vs) > 1 {
-			return bad(name, "query parameter %q is given %d times", name, len(vs))
-		}
+	q, perr := cursor.Query(r, listParams...)
+	if perr != nil {
+		return store.NotificationListParams{}, filters{}, perr
 	}
 	p := store.NotificationListParams{Tenant: tenant, Recipient: q.Get("recipient"), Kind: q.Get("kind"),
 		State: q.Get("state"), Limit: DefaultListLimit}
@@ -136,12 +127,8 @@ func parseList(r *http.Request, tenant string) (store.NotificationListParams, fi
 		t = t.UTC()
 		p.Since = &t
 	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxListLimit {
-			return bad("limit", "limit must be an integer from 1 to %d", MaxListLimit)
-		}
-		p.Limit = n
+	if p.Limit, perr = cursor.Limit(q); perr != nil {
+		return store.NotificationListParams{}, filters{}, perr
 	}
 	f := filters{tenant: tenant, recipient: p.Recipient, kind: p.Kind, state: p.State, since: p.Since}
 	if s := q.Get("cursor"); s != "" {

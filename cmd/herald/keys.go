@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -131,23 +130,11 @@ func keysRevoke(cmd *command, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// cliAudit writes the audit entry of a CLI action, as the API's admin
-// routes write theirs (package audit): the actor is "cli:" and the OS
-// user; detail, when not nil, is the entry's figures. A failure is a
-// warning (the action is done).
+// cliAudit writes the audit entry of a CLI action through the audit log's
+// own write (audit.Log.Append): the actor is "cli:" and the OS user;
+// detail, when not nil, is the entry's figures.
 func cliAudit(ctx context.Context, st store.Audit, logger *slog.Logger, tenant, action, target string, detail any) {
 	who := "cli:" + osUser()
-	e := store.AuditEntry{Tenant: tenant, ActorKey: who, ActorName: who, Action: action, Target: target, Detail: "{}"}
-	if detail != nil {
-		if b, err := json.Marshal(detail); err == nil {
-			e.Detail = string(b)
-		}
-	}
-	// The action is done even if the command's own time ran out: so is its
-	// entry, which gets a time of its own, as the API's entries do.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), audit.DefaultTimeout)
-	defer cancel()
-	if _, err := st.AuditAppend(actx, e); err != nil {
-		logger.Warn("cli: the audit entry was lost", "action", action, "error", err)
-	}
+	(&audit.Log{Store: st, Logger: logger}).Append(ctx, store.AuditEntry{Tenant: tenant, ActorKey: who, ActorName: who,
+		Action: action, Target: target}, detail)
 }

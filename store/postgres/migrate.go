@@ -361,19 +361,15 @@ const (
 	qMigrationRecordMany = `INSERT INTO schema_migrations (version, name) SELECT * FROM unnest($1::integer[], $2::text[])`
 )
 
-// warnNewerSchema logs a warning when the database's schema is at a
-// later version than this build's last migration: a newer herald migrated
-// it (a rollback, or this process beside newer ones during a deploy).
-// This herald runs on what it knows; the operator should know it is
-// behind.
-func warnNewerSchema(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) error {
+// warnNewerSchema logs a warning when the database's schema, at version
+// v (as checkSchema or migrate read it), is past this build's last
+// migration: a newer herald migrated it (a rollback, or this process
+// beside newer ones during a deploy). This herald runs on what it knows;
+// the operator should know it is behind.
+func warnNewerSchema(ctx context.Context, logger *slog.Logger, v int) error {
 	list, err := migrationList()
 	if err != nil {
 		return err
-	}
-	var v int
-	if err := conn.QueryRow(ctx, qMigrationVersion).Scan(&v); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
 	}
 	if latest := list[len(list)-1].version; v > latest && logger != nil {
 		logger.LogAttrs(ctx, slog.LevelWarn, "postgres: the database's schema is newer than this herald's: a newer herald migrated it; "+
@@ -384,28 +380,28 @@ func warnNewerSchema(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) e
 
 // checkSchema fails, changing nothing, unless the current schema holds
 // herald's schema at this build's version or a later one.
-func checkSchema(ctx context.Context, conn *pgx.Conn) error {
+func checkSchema(ctx context.Context, conn *pgx.Conn) (int, error) {
 	list, err := migrationList()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	_, schema, err := where(ctx, conn)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var exists bool
 	if err := conn.QueryRow(ctx, qMigrationsExist).Scan(&exists); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+		return 0, fmt.Errorf("read schema version: %w", err)
 	}
 	if !exists {
-		return fmt.Errorf("no herald schema in schema %q: %w", schema, ErrNotMigrated)
+		return 0, fmt.Errorf("no herald schema in schema %q: %w", schema, ErrNotMigrated)
 	}
 	var v int
 	if err := conn.QueryRow(ctx, qMigrationVersion).Scan(&v); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+		return 0, fmt.Errorf("read schema version: %w", err)
 	}
 	if want := list[len(list)-1].version; v < want {
-		return fmt.Errorf("schema %q is at version %d, this herald needs %d: %w", schema, v, want, ErrNotMigrated)
+		return 0, fmt.Errorf("schema %q is at version %d, this herald needs %d: %w", schema, v, want, ErrNotMigrated)
 	}
-	return nil
+	return v, nil
 }

@@ -412,15 +412,16 @@ func newStore(ctx context.Context, pool, claims *pgxpool.Pool, connCfg *pgx.Conn
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Release()
+	var version int
 	if opts.MustExist {
-		err = checkSchema(ctx, conn.Conn())
+		version, err = checkSchema(ctx, conn.Conn())
 	} else {
-		_, err = migrate(ctx, conn.Conn())
+		version, err = migrate(ctx, conn.Conn())
+	}
+	if err == nil {
+		err = warnNewerSchema(ctx, opts.Logger, version)
 	}
 	if err != nil {
-		return nil, err
-	}
-	if err := warnNewerSchema(ctx, conn.Conn(), opts.Logger); err != nil {
 		return nil, err
 	}
 	db, schema, err := where(ctx, conn.Conn())

@@ -37,14 +37,7 @@ func Migrate(ctx context.Context, path string) (int, error) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	if err := migrate(ctx, db); err != nil {
-		return 0, err
-	}
-	var v int
-	if err := db.QueryRowContext(ctx, qMigrationVersion).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
-	}
-	return v, nil
+	return migrate(ctx, db)
 }
 
 // busyTimeout is how long a connection waits for another's lock (dsn's
@@ -100,17 +93,21 @@ const (
 
 // migrate applies the pending migrations on db, which must open its write
 // transactions with BEGIN IMMEDIATE (dsn does).
-func migrate(ctx context.Context, db *sql.DB) error {
+func migrate(ctx context.Context, db *sql.DB) (int, error) {
 	list, err := migration.List(migrations, "migrations")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, m := range list {
 		if err := applyMigration(ctx, db, m); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	var v int
+	if err := db.QueryRowContext(ctx, qMigrationVersion).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
 }
 
 // applyMigration applies m unless it is recorded, in one BEGIN IMMEDIATE
@@ -147,18 +144,14 @@ func applyMigration(ctx context.Context, db *sql.DB, m migration.File) error {
 	return tx.Commit()
 }
 
-// warnNewerSchema, after checkSchema or a migration, logs a warning when
-// the schema is at a later version than this build's last migration: a
+// warnNewerSchema logs a warning when the schema, at version v (as
+// checkSchema or migrate read it), is past this build's last migration: a
 // newer herald migrated the file (a rollback). This herald runs on what
 // it knows; the operator should know it is behind.
-func warnNewerSchema(ctx context.Context, db *sql.DB, path string, logger *slog.Logger) error {
+func warnNewerSchema(ctx context.Context, logger *slog.Logger, v int) error {
 	list, err := migration.List(migrations, "migrations")
 	if err != nil {
 		return err
-	}
-	var v int
-	if err := db.QueryRowContext(ctx, qMigrationVersion).Scan(&v); err != nil {
-		return fmt.Errorf("read schema version of %s: %w", path, err)
 	}
 	if latest := list[len(list)-1].Version; v > latest && logger != nil {
 		logger.LogAttrs(ctx, slog.LevelWarn, "sqlite: the database's schema is newer than this herald's: a newer herald migrated it; "+
@@ -169,23 +162,23 @@ func warnNewerSchema(ctx context.Context, db *sql.DB, path string, logger *slog.
 
 // checkSchema fails, changing nothing, unless the file at path holds
 // herald's schema at this build's version or a later one.
-func checkSchema(ctx context.Context, db *sql.DB, path string) error {
+func checkSchema(ctx context.Context, db *sql.DB, path string) (int, error) {
 	list, err := migration.List(migrations, "migrations")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var n, v int
 	if err := db.QueryRowContext(ctx, qMigrationsExist).Scan(&n); err != nil {
-		return fmt.Errorf("read schema version of %s: %w", path, err)
+		return 0, fmt.Errorf("read schema version of %s: %w", path, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("no herald schema in %s: %w", path, ErrNotMigrated)
+		return 0, fmt.Errorf("no herald schema in %s: %w", path, ErrNotMigrated)
 	}
 	if err := db.QueryRowContext(ctx, qMigrationVersion).Scan(&v); err != nil {
-		return fmt.Errorf("read schema version of %s: %w", path, err)
+		return 0, fmt.Errorf("read schema version of %s: %w", path, err)
 	}
 	if want := list[len(list)-1].Version; v < want {
-		return fmt.Errorf("%s is at schema version %d, this herald needs %d: %w", path, v, want, ErrNotMigrated)
+		return 0, fmt.Errorf("%s is at schema version %d, this herald needs %d: %w", path, v, want, ErrNotMigrated)
 	}
-	return nil
+	return v, nil
 }

@@ -99,13 +99,14 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
+	var version int
 	if opts.MustExist {
-		err = checkSchema(ctx, wdb, path)
+		version, err = checkSchema(ctx, wdb, path)
 	} else {
-		err = migrate(ctx, wdb)
+		version, err = migrate(ctx, wdb)
 	}
 	if err == nil {
-		err = warnNewerSchema(ctx, wdb, path, opts.Logger)
+		err = warnNewerSchema(ctx, opts.Logger, version)
 	}
 	if err != nil {
 		wdb.Close()
