@@ -175,7 +175,7 @@ func (a *Admin) Revoke(w http.ResponseWriter, r *http.Request) {
 		problem.New(w, http.StatusUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
 		return
 	}
-	row, err := a.Store.APIKeyRevoke(r.Context(), tenant, r.PathValue("id"))
+	row, revoked, err := a.Store.APIKeyRevoke(r.Context(), tenant, r.PathValue("id"))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		problem.New(w, http.StatusNotFound, "no such key")
@@ -185,7 +185,9 @@ func (a *Admin) Revoke(w http.ResponseWriter, r *http.Request) {
 		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
 		return
 	}
-	if a.Record != nil {
+	// A revoke of a key revoked before changes nothing and answers the
+	// key as it is, with no second audit entry.
+	if a.Record != nil && revoked {
 		a.Record(r, "key.revoke", row.ID, nil)
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -160,7 +160,7 @@ func TestVerifier(t *testing.T) {
 		if _, err := b.v.Verify(b.ctx, key); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.store.APIKeyRevoke(b.ctx, "t1", row.ID); err != nil {
+		if _, _, err := b.store.APIKeyRevoke(b.ctx, "t1", row.ID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.v.Verify(b.ctx, key); !errors.Is(err, apikeys.ErrRevoked) {
@@ -211,7 +211,7 @@ func TestVerifier(t *testing.T) {
 		if _, err := b.v.Verify(b.ctx, key); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.store.APIKeyRevoke(b.ctx, "t1", row.ID); err != nil {
+		if _, _, err := b.store.APIKeyRevoke(b.ctx, "t1", row.ID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.v.Verify(b.ctx, key); !errors.Is(err, apikeys.ErrRevoked) {
@@ -232,7 +232,7 @@ func TestVerifier(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer other.Close()
-		if _, err := other.APIKeyRevoke(b.ctx, "t1", row.ID); err != nil {
+		if _, _, err := other.APIKeyRevoke(b.ctx, "t1", row.ID); err != nil {
 			t.Fatal(err)
 		}
 		b.clk.Advance(999 * time.Millisecond)

@@ -199,6 +199,11 @@ func TestAuditLog(t *testing.T) {
 			if got, b := w.do(t, "POST", "/v1/admin/keys/"+made.ID+"/revoke", w.keyA, ""); got != http.StatusOK {
 				t.Fatalf("revoke: %d %s", got, b)
 			}
+			// Revoked again: the key as it is, and no second entry (page 2
+			// below holds the create only).
+			if got, b := w.do(t, "POST", "/v1/admin/keys/"+made.ID+"/revoke", w.keyA, ""); got != http.StatusOK || !strings.Contains(b, `"revoked_at"`) {
+				t.Fatalf("a second revoke: %d %s; want 200 with the key", got, b)
+			}
 			if got, b := w.do(t, "POST", "/v1/notifications", made.Key, `{}`); got != http.StatusUnauthorized || !strings.Contains(b, "revoked") {
 				t.Fatalf("the revoked key: %d %s, want 401 revoked", got, b)
 			}

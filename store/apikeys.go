@@ -24,9 +24,11 @@ type APIKeys interface {
 	APIKeyList(ctx context.Context, tenant string) ([]APIKey, error)
 	// APIKeyRevoke sets the key's RevokedAt to the store's now, unless it
 	// is set already (a revoked key stays revoked at its first time), and
-	// returns the row. A key of another tenant is ErrNotFound; tenant ""
-	// revokes a key of any tenant (the operator's CLI).
-	APIKeyRevoke(ctx context.Context, tenant, id string) (APIKey, error)
+	// returns the row and whether this call revoked it (false: it was
+	// revoked before, and nothing was written). A key of another tenant is
+	// ErrNotFound; tenant "" revokes a key of any tenant (the operator's
+	// CLI).
+	APIKeyRevoke(ctx context.Context, tenant, id string) (APIKey, bool, error)
 	// APIKeyRevision is the counter every create and revoke bumps.
 	APIKeyRevision(ctx context.Context) (int64, error)
 	// APIKeyChanges counts the key changes this process heard of: its own

@@ -118,12 +118,16 @@ func keysRevoke(cmd *command, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeSession()
-	row, err := s.store.APIKeyRevoke(s.ctx, *tenant, pos[0])
+	row, revoked, err := s.store.APIKeyRevoke(s.ctx, *tenant, pos[0])
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("no key %s", pos[0])
 	case err != nil:
 		return fmt.Errorf("revoke the key: %w", err)
+	}
+	if !revoked { // nothing changed: nothing to audit
+		fmt.Fprintf(stdout, "key %s (tenant %s) was already revoked at %s\n", row.ID, row.Tenant, row.RevokedAt.UTC().Format(time.RFC3339))
+		return nil
 	}
 	cliAudit(s.ctx, s.store, s.logger, row.Tenant, audit.KeyRevoke, row.ID, nil)
 	fmt.Fprintf(stdout, "revoked key %s (tenant %s) at %s\n", row.ID, row.Tenant, row.RevokedAt.UTC().Format(time.RFC3339))

@@ -56,6 +56,10 @@ func TestKeysCommands(t *testing.T) {
 			if code, out, errb = herald("keys", "revoke", id); code != 0 || !strings.Contains(out, "revoked key "+id) {
 				t.Fatalf("keys revoke: exit %d, %s %s", code, out, errb)
 			}
+			// Again: said so, and no second audit entry (counted below).
+			if code, out, errb = herald("keys", "revoke", id); code != 0 || !strings.Contains(out, "already revoked") {
+				t.Fatalf("keys revoke again: exit %d, %s %s", code, out, errb)
+			}
 			clk.Advance(apikeys.DefaultRecheck)
 			if _, err := v.Verify(ctx, key); !errors.Is(err, apikeys.ErrRevoked) {
 				t.Fatalf("after keys revoke: %v, want ErrRevoked", err)

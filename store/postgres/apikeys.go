@@ -101,14 +101,15 @@ func (s *Store) APIKeyList(ctx context.Context, tenant string) ([]store.APIKey, 
 }
 
 // APIKeyRevoke revokes a key, once, and announces it to every process.
-func (s *Store) APIKeyRevoke(ctx context.Context, tenant, id string) (store.APIKey, error) {
+func (s *Store) APIKeyRevoke(ctx context.Context, tenant, id string) (store.APIKey, bool, error) {
 	var k store.APIKey
+	var revoked bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, qAPIKeyRevoke, s.now(), tenant, id)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() > 0 {
+		if revoked = tag.RowsAffected() > 0; revoked {
 			if _, err := tx.Exec(ctx, qAPIKeyBump, s.keyChannel, id); err != nil {
 				return err
 			}
@@ -120,13 +121,13 @@ func (s *Store) APIKeyRevoke(ctx context.Context, tenant, id string) (store.APIK
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return store.APIKey{}, store.ErrNotFound
+		return store.APIKey{}, false, store.ErrNotFound
 	}
 	if err != nil {
-		return store.APIKey{}, s.fail("revoke api key", err)
+		return store.APIKey{}, false, s.fail("revoke api key", err)
 	}
 	s.keyChanges.Changed()
-	return k, nil
+	return k, revoked, nil
 }
 
 // APIKeyRevision reads the keys' revision counter.

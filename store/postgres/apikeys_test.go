@@ -31,7 +31,7 @@ func TestAPIKeyRevokeIsHeardByOtherProcesses(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "b hears the create", func() bool { return b.APIKeyChanges().Generation() > 0 })
 	before := b.APIKeyChanges().Generation()
-	if _, err := a.APIKeyRevoke(ctx, "t1", "k1"); err != nil {
+	if _, _, err := a.APIKeyRevoke(ctx, "t1", "k1"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "b hears the revoke", func() bool { return b.APIKeyChanges().Generation() > before })

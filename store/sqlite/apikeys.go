@@ -90,14 +90,16 @@ func (s *Store) APIKeyList(ctx context.Context, tenant string) ([]store.APIKey, 
 }
 
 // APIKeyRevoke revokes a key, once.
-func (s *Store) APIKeyRevoke(ctx context.Context, tenant, id string) (store.APIKey, error) {
+func (s *Store) APIKeyRevoke(ctx context.Context, tenant, id string) (store.APIKey, bool, error) {
 	var k store.APIKey
+	var revoked bool
 	err := s.w.do(ctx, func(tx wtx) error {
 		res, err := tx.Exec(qAPIKeyRevoke, s.now(), tenant, id)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
+			revoked = true
 			if _, err := tx.Exec(qAPIKeyBump); err != nil {
 				return err
 			}
@@ -109,13 +111,13 @@ func (s *Store) APIKeyRevoke(ctx context.Context, tenant, id string) (store.APIK
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.APIKey{}, store.ErrNotFound
+		return store.APIKey{}, false, store.ErrNotFound
 	}
 	if err != nil {
-		return store.APIKey{}, fmt.Errorf("revoke api key: %w", err)
+		return store.APIKey{}, false, fmt.Errorf("revoke api key: %w", err)
 	}
 	s.keyChanges.Changed()
-	return k, nil
+	return k, revoked, nil
 }
 
 // APIKeyRevision reads the keys' revision counter.

@@ -66,23 +66,32 @@ func testAPIKeys(t *testing.T, h Harness) {
 		t.Parallel()
 		b := setup(t, h)
 		create(t, b, key("k1", "t1"))
-		if _, err := b.s.APIKeyRevoke(b.ctx, "t2", "k1"); !errors.Is(err, store.ErrNotFound) {
+		if _, _, err := b.s.APIKeyRevoke(b.ctx, "t2", "k1"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("APIKeyRevoke by another tenant = %v, want ErrNotFound", err)
 		}
 		if got, err := b.s.APIKeyGet(b.ctx, "k1"); err != nil || !got.RevokedAt.IsZero() {
 			t.Fatalf("after another tenant's revoke: %+v, %v; want not revoked", got, err)
 		}
 		b.clk.Advance(time.Minute)
-		got, err := b.s.APIKeyRevoke(b.ctx, "t1", "k1")
-		if err != nil || !got.RevokedAt.Equal(Epoch.Add(time.Minute)) {
-			t.Fatalf("APIKeyRevoke = %+v, %v; want revoked at %s", got, err, Epoch.Add(time.Minute))
+		got, revoked, err := b.s.APIKeyRevoke(b.ctx, "t1", "k1")
+		if err != nil || !revoked || !got.RevokedAt.Equal(Epoch.Add(time.Minute)) {
+			t.Fatalf("APIKeyRevoke = %+v, %t, %v; want revoked now, at %s", got, revoked, err, Epoch.Add(time.Minute))
 		}
 		b.clk.Advance(time.Minute)
-		again, err := b.s.APIKeyRevoke(b.ctx, "", "k1")
-		if err != nil || !again.RevokedAt.Equal(got.RevokedAt) {
-			t.Fatalf("second APIKeyRevoke = %+v, %v; want the first time %s kept", again, err, got.RevokedAt)
+		r0, err := b.s.APIKeyRevision(b.ctx)
+		if err != nil {
+			t.Fatalf("APIKeyRevision: %v", err)
 		}
-		if _, err := b.s.APIKeyRevoke(b.ctx, "t1", "nope"); !errors.Is(err, store.ErrNotFound) {
+		// A second revoke changes nothing and says so: its caller writes
+		// no second audit entry, and no process hears of a change.
+		again, revoked, err := b.s.APIKeyRevoke(b.ctx, "", "k1")
+		if err != nil || revoked || !again.RevokedAt.Equal(got.RevokedAt) {
+			t.Fatalf("second APIKeyRevoke = %+v, %t, %v; want not revoked again, the first time %s kept", again, revoked, err, got.RevokedAt)
+		}
+		if r1, err := b.s.APIKeyRevision(b.ctx); err != nil || r1 != r0 {
+			t.Fatalf("revision after a second revoke %d, %v; want %d unchanged", r1, err, r0)
+		}
+		if _, _, err := b.s.APIKeyRevoke(b.ctx, "t1", "nope"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("APIKeyRevoke(missing) = %v, want ErrNotFound", err)
 		}
 	})
@@ -101,7 +110,7 @@ func testAPIKeys(t *testing.T, h Harness) {
 		r0 := rev()
 		create(t, b, key("k1", "t1"))
 		r1 := rev()
-		if _, err := b.s.APIKeyRevoke(b.ctx, "t1", "k1"); err != nil {
+		if _, _, err := b.s.APIKeyRevoke(b.ctx, "t1", "k1"); err != nil {
 			t.Fatalf("APIKeyRevoke: %v", err)
 		}
 		if r2 := rev(); r1 <= r0 || r2 <= r1 {
@@ -129,7 +138,7 @@ func testAPIKeys(t *testing.T, h Harness) {
 		if r1 <= r0 || b.s.APIKeyChanges().Generation() <= g0 {
 			t.Fatalf("after a create: revision %d → %d, own changes %d → %d; want both to grow", r0, r1, g0, b.s.APIKeyChanges().Generation())
 		}
-		if _, err := b.s.APIKeyRevoke(b.ctx, "t1", "k1"); err != nil {
+		if _, _, err := b.s.APIKeyRevoke(b.ctx, "t1", "k1"); err != nil {
 			t.Fatalf("APIKeyRevoke: %v", err)
 		}
 		if r2 := rev(t, other); r2 <= r1 {

@@ -28,9 +28,13 @@ func (e *erring) APIKeyList(ctx context.Context, tenant string) ([]store.APIKey,
 	return fail(e, "APIKeyList", v, err)
 }
 
-func (e *erring) APIKeyRevoke(ctx context.Context, tenant, id string) (store.APIKey, error) {
-	v, err := e.Store.APIKeyRevoke(ctx, tenant, id)
-	return fail(e, "APIKeyRevoke", v, err)
+func (e *erring) APIKeyRevoke(ctx context.Context, tenant, id string) (store.APIKey, bool, error) {
+	k, revoked, err := e.Store.APIKeyRevoke(ctx, tenant, id)
+	v, err := fail(e, "APIKeyRevoke", struct {
+		k       store.APIKey
+		revoked bool
+	}{k, revoked}, err)
+	return v.k, v.revoked, err
 }
 
 func (e *erring) APIKeyRevision(ctx context.Context) (int64, error) {
