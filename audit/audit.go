@@ -3,7 +3,8 @@
 //
 // # What is recorded
 //
-// An entry per admin action that succeeded (a 2xx answer): a key created
+// An entry per admin action that succeeded (a 2xx answer), or that took
+// effect in part before it failed (a handler says so with Took): a key created
 // or revoked (key.create, key.revoke), parked messages requeued or
 // discarded (parked.requeue, parked.discard), a recipient erased
 // (recipient.erase) and an inbox recount (ops.inbox_recount). Each says who
@@ -121,22 +122,44 @@ func (l *Log) Append(ctx context.Context, e store.AuditEntry, detail any) {
 }
 
 // Action is middleware that records action with the target target names
-// once next answered 2xx.
+// once next answered 2xx, or when next said with Took that the action took
+// effect though it answers an error (a requeue that failed after it moved
+// some messages). The entry's figures are the answer's status and those
+// next gave Took.
 func (l *Log) Action(action string, target func(*http.Request) string, next http.Handler) http.Handler {
 	if l == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
+		figures := map[string]int{}
+		r = r.WithContext(context.WithValue(r.Context(), tookKey{}, figures))
 		next.ServeHTTP(sw, r)
-		if sw.status == 0 || sw.status/100 == 2 {
+		if sw.status == 0 || sw.status/100 == 2 || len(figures) > 0 {
 			var t string
 			if target != nil {
 				t = target(r)
 			}
-			l.Record(r, action, t, map[string]int{"status": max(sw.status, http.StatusOK)})
+			figures["status"] = max(sw.status, http.StatusOK)
+			l.Record(r, action, t, figures)
 		}
 	})
+}
+
+type tookKey struct{}
+
+// Took tells the audit middleware (Action) around r's handler that its
+// action took effect, with these figures (at least one; none named "status"),
+// whatever it answers: an action that failed part-way is recorded for
+// what it did. Without the middleware it does nothing.
+func Took(r *http.Request, figures map[string]int) {
+	m, ok := r.Context().Value(tookKey{}).(map[string]int)
+	if !ok {
+		return
+	}
+	for k, v := range figures {
+		m[k] = v
+	}
 }
 
 // PathValue is a target: the request's path value of that name.

@@ -598,9 +598,10 @@ func runParkedListAndRequeue(t *testing.T, database string, enqueue enqueueFunc)
 		t.Fatalf("after requeueing all, herald parked list shows %+v", rows)
 	}
 	// Each requeue that moved a message is in the audit log, as the API's
-	// are; the one that found nothing is not.
+	// are, under the tenant of the messages it moved (the last was given
+	// no --tenant); the one that found nothing is not.
 	cli := "cli:" + osUser(t)
-	wantAudited(t, database, cli+" parked.requeue "+all[0].id+".webhook", cli+" parked.requeue ", cli+" parked.requeue ")
+	wantAudited(t, database, cli+" parked.requeue "+all[0].id+".webhook @t1", cli+" parked.requeue  @t1", cli+" parked.requeue  @t2")
 	// Once herald has exited nothing more can be sent: each message was
 	// sent exactly once, and nothing else was.
 	if code := srv.stop(60 * time.Second); code != 0 {

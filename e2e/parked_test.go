@@ -116,8 +116,10 @@ func discardAudit(t *testing.T, database string) []store.ParkedDiscardEntry {
 }
 
 // wantAudited checks that the audit log (herald audit list's, package
-// audit) holds the parked actions want, as "actor action target" in the
-// order they were done, whether done on the command line or over HTTP.
+// audit) holds the parked actions want, as "actor action target @tenant"
+// in the order they were done, whether done on the command line or over
+// HTTP. The tenant is the message's, where the tenant's admin reads it
+// (GET /v1/admin/audit), also for the operator's CLI.
 func wantAudited(t *testing.T, database string, want ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -131,7 +133,7 @@ func wantAudited(t *testing.T, database string, want ...string) {
 	var got []string
 	for _, e := range slices.Backward(entries) { // newest first in the list
 		if strings.HasPrefix(e.Action, "parked.") {
-			got = append(got, e.ActorName+" "+e.Action+" "+e.Target)
+			got = append(got, e.ActorName+" "+e.Action+" "+e.Target+" @"+e.Tenant)
 		}
 	}
 	if !slices.Equal(got, want) {
@@ -308,7 +310,7 @@ func runParkedDiscard(t *testing.T, database string, enqueue enqueueFunc) {
 	)
 	// The audit log has both discards, the command line's as the API's;
 	// the requeues that found nothing are not actions done.
-	wantAudited(t, database, "cli:"+osUser(t)+" parked.discard "+m1, "config parked.discard "+m2)
+	wantAudited(t, database, "cli:"+osUser(t)+" parked.discard "+m1+" @t1", "config parked.discard "+m2+" @t2")
 	if code := srv.stop(60 * time.Second); code != 0 {
 		t.Fatalf("herald exited %d after SIGTERM:\n%s", code, srv.tail())
 	}

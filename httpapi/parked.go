@@ -3,11 +3,13 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/problem"
@@ -63,14 +65,18 @@ func (p *parkedAPI) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *parkedAPI) requeue(w http.ResponseWriter, r *http.Request) {
-	n, err := p.svc.Requeue(r.Context(), parkedScope(r), r.PathValue("message_id"))
+	done, err := p.svc.Requeue(r.Context(), parkedScope(r), r.PathValue("message_id"))
+	n := done.Total()
+	if n > 0 {
+		audit.Took(r, map[string]int{"requeued": n}) // even if it failed after these
+	}
 	switch {
 	case errors.Is(err, parked.ErrNotFound):
 		problem.New(w, http.StatusNotFound, "no such parked message")
 		return
 	case err != nil:
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "parked: requeue failed", slog.Int("requeued", n), slog.Any("error", err))
-		problem.New(w, http.StatusServiceUnavailable, "requeue failed; retry it")
+		problem.New(w, http.StatusServiceUnavailable, fmt.Sprintf("requeue failed after %d were requeued; retry it", n))
 		return
 	}
 	answerParked(w, map[string]int{"requeued": n})
@@ -88,9 +94,13 @@ func (p *parkedAPI) discard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := auth.Tenant(r.Context())
-	err := p.svc.Discard(r.Context(), parked.Tenant(tenant), parked.Discard{
+	done, err := p.svc.Discard(r.Context(), parked.Tenant(tenant), parked.Discard{
 		MessageID: r.PathValue("message_id"), Reason: body.Reason, Actor: "api:" + tenant,
 	})
+	if done.Total() > 0 {
+		// Recorded, even if removing a parked copy failed after it.
+		audit.Took(r, map[string]int{"discarded": 1})
+	}
 	switch {
 	case errors.Is(err, parked.ErrReason):
 		detail, _ := strings.CutPrefix(err.Error(), parked.ErrReason.Error()+": ")
@@ -102,7 +112,11 @@ func (p *parkedAPI) discard(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "parked: discard failed",
 			slog.String("message_id", r.PathValue("message_id")), slog.Any("error", err))
-		problem.New(w, http.StatusServiceUnavailable, "discard failed; retry it")
+		detail := "discard failed; retry it"
+		if done.Total() > 0 {
+			detail = "the discard is recorded, but a parked copy could not be removed; discard it again to remove it"
+		}
+		problem.New(w, http.StatusServiceUnavailable, detail)
 		return
 	}
 	answerParked(w, map[string]int{"discarded": 1})

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,10 +17,13 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/broker/rabbitmq"
+	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/parked"
@@ -421,7 +425,12 @@ func TestParkedOverRabbitMQ(t *testing.T) {
 }
 
 // fakeParked holds parked entries per tenant, for the requeue endpoints.
-type fakeParked struct{ entries []parked.Entry }
+// With failAfter > 0 a requeue fails after requeueing that many, and a
+// discard fails after it recorded (a parked copy's ack lost).
+type fakeParked struct {
+	entries   []parked.Entry
+	failAfter int
+}
 
 func (f *fakeParked) List(_ context.Context, s parked.Scope, limit int) ([]parked.Entry, error) {
 	var out []parked.Entry
@@ -433,25 +442,38 @@ func (f *fakeParked) List(_ context.Context, s parked.Scope, limit int) ([]parke
 	return out, nil
 }
 
-func (f *fakeParked) Requeue(_ context.Context, s parked.Scope, id string) (int, error) {
-	n := 0
+func (f *fakeParked) Requeue(_ context.Context, s parked.Scope, id string) (parked.Done, error) {
+	done := parked.Done{}
 	kept := f.entries[:0]
+	var err error
 	for _, e := range f.entries {
-		if s.Sees(e.Tenant) && (id == "" || e.MessageID == id) {
-			n++
-			continue
+		if err == nil && s.Sees(e.Tenant) && (id == "" || e.MessageID == id) {
+			if f.failAfter > 0 && done.Total() == f.failAfter {
+				err = errors.New("fakeParked: the store went away")
+			} else {
+				done[e.Tenant]++
+				continue
+			}
 		}
 		kept = append(kept, e)
 	}
 	f.entries = kept
-	if id != "" && n == 0 {
-		return 0, parked.ErrNotFound
+	if id != "" && len(done) == 0 && err == nil {
+		return nil, parked.ErrNotFound
 	}
-	return n, nil
+	return done, err
 }
 
-func (f *fakeParked) Discard(context.Context, parked.Scope, parked.Discard) error {
-	return fmt.Errorf("fakeParked: discard is tested on the real services")
+func (f *fakeParked) Discard(_ context.Context, s parked.Scope, d parked.Discard) (parked.Done, error) {
+	if f.failAfter == 0 {
+		return nil, fmt.Errorf("fakeParked: discard is tested on the real services")
+	}
+	for _, e := range f.entries {
+		if e.MessageID == d.MessageID && s.Sees(e.Tenant) {
+			return parked.Done{e.Tenant: 1}, errors.New("fakeParked: the parked copy's ack was lost")
+		}
+	}
+	return nil, parked.ErrNotFound
 }
 
 func TestParkedRequeueIsTenantScoped(t *testing.T) {
@@ -499,5 +521,43 @@ func TestParkedRequeueIsTenantScoped(t *testing.T) {
 	})
 	if len(f.entries) != 1 || f.entries[0].MessageID != "m3" {
 		t.Fatalf("left %+v, want only the untenanted m3", f.entries)
+	}
+}
+
+// A requeue that fails after it moved some messages, and a discard whose
+// record committed before removing its parked copy failed, answer 503 and
+// are audited all the same, with what they did: the action took effect.
+func TestAPartlyDoneParkedActionIsAudited(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
+	st := testdb.Open(t, "sqlite", clk).Store
+	f := &fakeParked{failAfter: 2, entries: []parked.Entry{
+		{MessageID: "m1", Tenant: "a"}, {MessageID: "m2", Tenant: "a"}, {MessageID: "m3", Tenant: "a"},
+	}}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{
+		Keys: auth.NewKeys(map[string]string{keyA: "a"}), Parked: f, Logger: logger,
+		Audit: &audit.Log{Store: st, Logger: logger},
+	}))
+	defer srv.Close()
+	b := &bundle{url: srv.URL, client: srv.Client()}
+
+	r := b.do(t, http.MethodPost, "/v1/parked/requeue", "Bearer "+keyA, "")
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "after 2 were requeued") {
+		t.Fatalf("a requeue failing after 2: %d %s; want 503 naming the 2", r.status, r.body)
+	}
+	r = b.do(t, http.MethodPost, "/v1/parked/m3/discard", "Bearer "+keyA, `{"reason": "kind retired"}`)
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "discard is recorded") {
+		t.Fatalf("a discard whose copy stayed: %d %s; want 503 saying it is recorded", r.status, r.body)
+	}
+	entries, err := st.AuditList(context.Background(), store.AuditListParams{Tenant: "a"})
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("audit entries %+v, %v; want the requeue's and the discard's", entries, err)
+	}
+	if e := entries[1]; e.Action != audit.ParkedRequeue || !strings.Contains(e.Detail, `"requeued":2`) || !strings.Contains(e.Detail, `"status":503`) {
+		t.Errorf("requeue entry %+v %s; want parked.requeue with requeued 2 and status 503", e, e.Detail)
+	}
+	if e := entries[0]; e.Action != audit.ParkedDiscard || e.Target != "m3" || !strings.Contains(e.Detail, `"discarded":1`) {
+		t.Errorf("discard entry %+v %s; want parked.discard of m3", e, e.Detail)
 	}
 }

@@ -29,6 +29,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -115,14 +117,41 @@ type Service interface {
 	// in queue order (rabbitmq).
 	List(ctx context.Context, s Scope, limit int) ([]Entry, error)
 	// Requeue re-offers the parked message messageID, or every parked
-	// message in s when messageID is "", and returns how many.
-	Requeue(ctx context.Context, s Scope, messageID string) (int, error)
-	// Discard ends the parked message d.MessageID for good and audits it.
-	// A message that is not parked in s (never was, another tenant's,
-	// already discarded or requeued) is ErrNotFound; an invalid d is
-	// ErrReason.
-	Discard(ctx context.Context, s Scope, d Discard) error
+	// message in s when messageID is "", and returns how many, tenant by
+	// tenant: with an error too, what it requeued before the error.
+	Requeue(ctx context.Context, s Scope, messageID string) (Done, error)
+	// Discard ends the parked message d.MessageID for good and audits it,
+	// and returns its tenant's count of one. A message that is not parked
+	// in s (never was, another tenant's, already discarded or requeued) is
+	// ErrNotFound; an invalid d is ErrReason. With another error, a
+	// count of one says the discard was recorded and only removing a
+	// parked copy failed (rabbitmq): a second discard finishes it.
+	Discard(ctx context.Context, s Scope, d Discard) (Done, error)
 }
+
+// Done is what a requeue or a discard did: how many messages, under each
+// one's tenant ("" for a message that names none). It is what their audit
+// entries are written from, one a tenant, so that a tenant sees the
+// operator's actions on its own messages; a call that failed part-way
+// returns what it had done, whose entries are written all the same.
+type Done map[string]int
+
+// Total is how many messages, over every tenant.
+func (d Done) Total() int {
+	n := 0
+	for _, c := range d {
+		n += c
+	}
+	return n
+}
+
+// Tenants returns d's tenants, sorted.
+func (d Done) Tenants() []string {
+	return slices.Sorted(maps.Keys(d))
+}
+
+// one is a Done of one message of tenant.
+func one(tenant string) Done { return Done{tenant: 1} }
 
 // ErrNotFound is a requeue or discard of a message id that is not parked
 // (or belongs to another tenant).
@@ -192,19 +221,21 @@ func (d DB) List(ctx context.Context, s Scope, limit int) ([]Entry, error) {
 // page comes back short, and takes only what was parked before its first
 // page: a message whose cause is not fixed parks again at once, and
 // without that bound a requeue of more than a page would never end.
-func (d DB) Requeue(ctx context.Context, s Scope, messageID string) (int, error) {
+func (d DB) Requeue(ctx context.Context, s Scope, messageID string) (Done, error) {
 	tenant, ok := s.storeTenant()
 	if !ok {
-		return 0, notFoundIf(messageID != "")
+		return nil, notFoundIf(messageID != "")
 	}
 	p := store.ParkedRequeueParams{Tenant: tenant, MessageID: messageID, Outbox: true, Limit: d.PageSize}
-	total := 0
+	done := Done{}
 	for {
 		rows, err := d.Store.ParkedRequeue(ctx, p)
 		if err != nil {
-			return total, err
+			return done, err
 		}
-		total += len(rows)
+		for _, r := range rows {
+			done[r.Tenant]++
+		}
 		if messageID != "" || len(rows) < p.LimitOrDefault() {
 			break
 		}
@@ -212,33 +243,43 @@ func (d DB) Requeue(ctx context.Context, s Scope, messageID string) (int, error)
 			p.ParkedBefore = rows[0].ParkedAt // the store's time of the first page
 		}
 	}
-	if messageID != "" && total == 0 {
-		return 0, ErrNotFound
+	if messageID != "" && len(done) == 0 {
+		return nil, ErrNotFound
 	}
-	return total, nil
+	return done, nil
 }
 
 // Discard ends the PARKED delivery SUPPRESSED(DISCARDED), only while it is
 // still PARKED, settles its outbox row and writes the audit row, in one
 // transaction.
-func (d DB) Discard(ctx context.Context, s Scope, x Discard) error {
+func (d DB) Discard(ctx context.Context, s Scope, x Discard) (Done, error) {
 	if err := x.Validate(); err != nil {
-		return err
+		return nil, err
 	}
 	tenant, ok := s.storeTenant()
 	if !ok {
-		return ErrNotFound
+		return nil, ErrNotFound
 	}
 	done, err := d.Store.ParkedDiscard(ctx, store.ParkedDiscardParams{
 		Tenant: tenant, MessageID: x.MessageID, Reason: x.Reason, Actor: x.Actor,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !done {
-		return ErrNotFound
+		return nil, ErrNotFound
 	}
-	return nil
+	if tenant == "" {
+		// The operator's scope over every tenant: the discard's own
+		// record names the message's tenant (a message's tenant never
+		// changes, so any of its records does).
+		rows, err := d.Store.ParkedDiscardList(context.WithoutCancel(ctx), store.ParkedDiscardListParams{MessageID: x.MessageID, Limit: 1})
+		if err != nil || len(rows) == 0 {
+			return one(""), errors.Join(errors.New("discarded, but its tenant could not be read back"), err)
+		}
+		tenant = rows[0].Tenant
+	}
+	return one(tenant), nil
 }
 
 func notFoundIf(one bool) error {

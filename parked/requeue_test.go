@@ -61,9 +61,9 @@ func TestRequeueAllEndsWhenMessagesParkAgain(t *testing.T) {
 		}
 		c.clk.Advance(time.Second) // the requeue begins after they parked
 		st := &reparking{Store: c.st, t: t}
-		n, err := parked.DB{Store: st, PageSize: 2}.Requeue(c.ctx, parked.Tenant("a"), "")
-		if err != nil || n != 5 {
-			t.Fatalf("requeued %d (%v) in %d statements, want each of the 5 once", n, err, st.calls)
+		done, err := parked.DB{Store: st, PageSize: 2}.Requeue(c.ctx, parked.Tenant("a"), "")
+		if n := done.Total(); err != nil || n != 5 || done["a"] != 5 {
+			t.Fatalf("requeued %v (%v) in %d statements, want each of the 5 once", done, err, st.calls)
 		}
 		if st.calls != 3 {
 			t.Fatalf("%d requeue statements, want 3 pages of 2", st.calls)

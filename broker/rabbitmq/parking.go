@@ -56,6 +56,10 @@ type Parking struct {
 	Store          store.Parked
 	ConfirmTimeout time.Duration
 	Logger         *slog.Logger
+
+	// ackCopy removes a discarded copy from the parking queue (a test's
+	// seam for a lost ack; nil: the delivery's own ack).
+	ackCopy func(amqp.Delivery) error
 }
 
 var _ parked.Service = (*Parking)(nil)
@@ -77,21 +81,21 @@ func (p *Parking) List(ctx context.Context, s parked.Scope, limit int) ([]parked
 
 // Requeue moves parked messages in scope s back to their lanes: the one
 // with messageID (every copy of it), or all when messageID is "".
-func (p *Parking) Requeue(ctx context.Context, s parked.Scope, messageID string) (int, error) {
+func (p *Parking) Requeue(ctx context.Context, s parked.Scope, messageID string) (parked.Done, error) {
 	conn, _, err := dial(ctx, p.URL, "herald-parking")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer conn.Close()
 	pubCh, err := conn.Channel()
 	if err != nil {
-		return 0, fmt.Errorf("open channel: %w", err)
+		return nil, fmt.Errorf("open channel: %w", err)
 	}
 	conf, err := newConfirmer(pubCh, nil, ConfirmHooks{})
 	if err != nil {
-		return 0, fmt.Errorf("enable publisher confirms: %w", err)
+		return nil, fmt.Errorf("enable publisher confirms: %w", err)
 	}
-	n := 0
+	done := parked.Done{}
 	err = p.scanOn(ctx, conn, func(d amqp.Delivery, e parked.Entry) (bool, error) {
 		if !s.Sees(e.Tenant) || (messageID != "" && e.MessageID != messageID) {
 			return true, nil
@@ -104,15 +108,15 @@ func (p *Parking) Requeue(ctx context.Context, s parked.Scope, messageID string)
 		if err := p.requeue(ctx, conf, d, e); err != nil {
 			return false, err
 		}
-		n++
+		done[e.Tenant]++
 		p.logger().LogAttrs(ctx, slog.LevelInfo, "rabbitmq: requeued parked message",
 			slog.String("message_id", e.MessageID), slog.String("lane", string(e.Lane)), slog.String("reason", e.Reason))
 		return true, nil
 	})
-	if err == nil && messageID != "" && n == 0 {
+	if err == nil && messageID != "" && len(done) == 0 {
 		err = parked.ErrNotFound
 	}
-	return n, err
+	return done, err
 }
 
 // requeue moves one parked copy to its lane: the delivery becomes a due
@@ -171,14 +175,17 @@ func (p *Parking) restore(ctx context.Context, e parked.Entry, cause error) erro
 
 // Discard removes every parked copy of x.MessageID in scope s, after it
 // has recorded the discard (the delivery, when there is one to suppress,
-// and the audit row).
-func (p *Parking) Discard(ctx context.Context, s parked.Scope, x parked.Discard) error {
+// and the audit row). A copy that could not be removed after the record
+// answers the error with the discard done: the record stands, and a
+// second discard removes the copy.
+func (p *Parking) Discard(ctx context.Context, s parked.Scope, x parked.Discard) (parked.Done, error) {
 	if err := x.Validate(); err != nil {
-		return err
+		return nil, err
 	}
 	if p.Store == nil {
-		return errors.New("discard: no store to record it in")
+		return nil, errors.New("discard: no store to record it in")
 	}
+	var done parked.Done
 	recorded, removed := false, 0
 	err := p.scan(ctx, func(d amqp.Delivery, e parked.Entry) (bool, error) {
 		if e.MessageID != x.MessageID || !s.Sees(e.Tenant) {
@@ -191,9 +198,13 @@ func (p *Parking) Discard(ctx context.Context, s parked.Scope, x parked.Discard)
 			}); err != nil {
 				return false, fmt.Errorf("record discard of %s: %w", e.MessageID, err)
 			}
-			recorded = true
+			recorded, done = true, parked.Done{e.Tenant: 1}
 		}
-		if err := d.Ack(false); err != nil {
+		ack := func(d amqp.Delivery) error { return d.Ack(false) }
+		if p.ackCopy != nil {
+			ack = p.ackCopy
+		}
+		if err := ack(d); err != nil {
 			return false, fmt.Errorf("remove %s from parking: %w", e.MessageID, err)
 		}
 		removed++
@@ -206,7 +217,7 @@ func (p *Parking) Discard(ctx context.Context, s parked.Scope, x parked.Discard)
 	if err == nil && !recorded {
 		err = parked.ErrNotFound
 	}
-	return err
+	return done, err
 }
 
 func (p *Parking) logger() *slog.Logger {

@@ -98,8 +98,8 @@ func (e *env) requeueOnceTheLaneTakesIt(t *testing.T, p *rabbitmq.Parking, messa
 	t.Helper()
 	var n int
 	e.waitFor(t, "a requeue once the lane takes messages again", func() bool {
-		var err error
-		n, err = p.Requeue(e.ctx, parked.Tenant("t1"), messageID)
+		done, err := p.Requeue(e.ctx, parked.Tenant("t1"), messageID)
+		n = done.Total()
 		if err != nil && !errors.Is(err, rabbitmq.ErrNacked) {
 			t.Fatalf("requeue: %v", err)
 		}
@@ -220,13 +220,13 @@ func TestDiscardRecordsThenRemovesEveryCopy(t *testing.T) {
 	if list, err := parking.List(e.ctx, parked.Tenant("t1"), 10); err != nil || len(list) != 2 || list[0].Kind != "gone" {
 		t.Fatalf("listed %+v (%v), want two copies naming kind gone", list, err)
 	}
-	if err := parking.Discard(e.ctx, parked.Tenant("t2"), discard); !errors.Is(err, parked.ErrNotFound) {
+	if _, err := parking.Discard(e.ctx, parked.Tenant("t2"), discard); !errors.Is(err, parked.ErrNotFound) {
 		t.Fatalf("another tenant's discard: %v, want not found", err)
 	}
-	if err := parking.Discard(e.ctx, parked.Tenant("t1"), parked.Discard{MessageID: job.MessageID}); !errors.Is(err, parked.ErrReason) {
+	if _, err := parking.Discard(e.ctx, parked.Tenant("t1"), parked.Discard{MessageID: job.MessageID}); !errors.Is(err, parked.ErrReason) {
 		t.Fatalf("discard without a reason: %v, want %v", err, parked.ErrReason)
 	}
-	if err := e.parking(failingDiscard{e.store}).Discard(e.ctx, parked.Tenant("t1"), discard); err == nil {
+	if _, err := e.parking(failingDiscard{e.store}).Discard(e.ctx, parked.Tenant("t1"), discard); err == nil {
 		t.Fatal("a discard that could not be recorded succeeded")
 	}
 	if ids := e.parkedIDs(t, parked.Operator("")); len(ids) != 2 {
@@ -236,7 +236,7 @@ func TestDiscardRecordsThenRemovesEveryCopy(t *testing.T) {
 		t.Fatalf("delivery %s, want PARKED", d.State)
 	}
 
-	if err := parking.Discard(e.ctx, parked.Tenant("t1"), discard); err != nil {
+	if _, err := parking.Discard(e.ctx, parked.Tenant("t1"), discard); err != nil {
 		t.Fatalf("discard: %v", err)
 	}
 	if ids := e.parkedIDs(t, parked.Operator("")); len(ids) != 0 {
@@ -252,7 +252,7 @@ func TestDiscardRecordsThenRemovesEveryCopy(t *testing.T) {
 	if a := audit[0]; a.Actor != "api:t1" || a.Tenant != "t1" || a.ParkedReason != heraldtype.ReasonUnknownKind || a.Reason != "kind retired" {
 		t.Fatalf("audit row %+v", a)
 	}
-	if err := parking.Discard(e.ctx, parked.Tenant("t1"), discard); !errors.Is(err, parked.ErrNotFound) {
+	if _, err := parking.Discard(e.ctx, parked.Tenant("t1"), discard); !errors.Is(err, parked.ErrNotFound) {
 		t.Fatalf("second discard: %v, want not found", err)
 	}
 
@@ -261,8 +261,8 @@ func TestDiscardRecordsThenRemovesEveryCopy(t *testing.T) {
 	// delivery SUPPRESSED and acks it without a call.
 	e.parkCopy(t, msg, heraldtype.ReasonUnknownKind)
 	e.startConsumer(t, e.sender(t, "gone"), rabbitmq.ConsumerHooks{})
-	if n, err := parking.Requeue(e.ctx, parked.Tenant("t1"), job.MessageID); err != nil || n != 1 {
-		t.Fatalf("requeue of the left copy: %d %v", n, err)
+	if n, err := parking.Requeue(e.ctx, parked.Tenant("t1"), job.MessageID); err != nil || n.Total() != 1 {
+		t.Fatalf("requeue of the left copy: %v %v", n, err)
 	}
 	e.waitFor(t, "the requeued copy of a discarded message acked", func() bool {
 		return slices.Contains(e.actions(job.MessageID), "acked")
@@ -309,10 +309,10 @@ func TestUntenantedParkedMessagesAreTheOperatorsOnly(t *testing.T) {
 	}
 
 	discard := parked.Discard{MessageID: "garbage-1", Reason: "not ours", Actor: "cli:ops"}
-	if err := parking.Discard(e.ctx, parked.Tenant("t1"), discard); !errors.Is(err, parked.ErrNotFound) {
+	if _, err := parking.Discard(e.ctx, parked.Tenant("t1"), discard); !errors.Is(err, parked.ErrNotFound) {
 		t.Fatalf("a tenant discarded an untenanted message: %v", err)
 	}
-	if err := parking.Discard(e.ctx, parked.Operator(""), discard); err != nil {
+	if _, err := parking.Discard(e.ctx, parked.Operator(""), discard); err != nil {
 		t.Fatalf("operator discard: %v", err)
 	}
 	if got := e.parkedIDs(t, parked.Operator("")); !slices.Equal(got, []string{job.MessageID}) {

@@ -599,11 +599,11 @@ func TestFailingMessagesReachParkingWithReasonAndRequeueSendsOnce(t *testing.T) 
 	if _, err := parking.Requeue(e.ctx, parked.Tenant("t2"), unknown); !errors.Is(err, parked.ErrNotFound) {
 		t.Fatalf("another tenant's requeue: %v", err)
 	}
-	if n, err := parking.Requeue(e.ctx, parked.Tenant("t1"), unknown); err != nil || n != 1 {
-		t.Fatalf("requeue: %d %v", n, err)
+	if n, err := parking.Requeue(e.ctx, parked.Tenant("t1"), unknown); err != nil || n.Total() != 1 {
+		t.Fatalf("requeue: %v %v", n, err)
 	}
-	if n, err := parking.Requeue(e.ctx, parked.Tenant("t1"), dyingID); err != nil || n != 1 {
-		t.Fatalf("requeue: %d %v", n, err)
+	if n, err := parking.Requeue(e.ctx, parked.Tenant("t1"), dyingID); err != nil || n.Total() != 1 {
+		t.Fatalf("requeue: %v %v", n, err)
 	}
 	e.waitFor(t, "requeued message sent", func() bool { return e.delivery(t, unknown).State == heraldtype.DeliveryProviderAccepted })
 	e.waitFor(t, "requeued poison acked", func() bool {

@@ -102,10 +102,9 @@ func parkedRequeue(cmd *command, args []string, stdout, stderr io.Writer) error 
 		messageID = pos[0]
 	}
 	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service, record recorder) error {
-		n, err := svc.Requeue(ctx, f.scope(), messageID)
-		if n > 0 {
-			record(audit.ParkedRequeue, messageID, map[string]int{"requeued": n})
-		}
+		done, err := svc.Requeue(ctx, f.scope(), messageID)
+		record(audit.ParkedRequeue, messageID, done, "requeued")
+		n := done.Total()
 		switch {
 		case errors.Is(err, parked.ErrNotFound):
 			return fmt.Errorf("%s is not parked", messageID)
@@ -133,15 +132,19 @@ func parkedDiscard(cmd *command, args []string, stdout, stderr io.Writer) error 
 		return usageErrorf(cmd, "%s: --reason: %s", cmd.path(), detail)
 	}
 	return withParked(f, stdout, stderr, func(ctx context.Context, svc parked.Service, record recorder) error {
-		switch err := svc.Discard(ctx, f.scope(), d); {
+		done, err := svc.Discard(ctx, f.scope(), d)
+		// Recorded even when removing a parked copy failed after it. The
+		// reason stays in the discards' record, which erasure can rewrite;
+		// the append-only audit log keeps none of a person's words.
+		record(audit.ParkedDiscard, d.MessageID, done, "")
+		switch {
 		case errors.Is(err, parked.ErrNotFound):
 			return fmt.Errorf("%s is not parked", d.MessageID)
+		case err != nil && done.Total() > 0:
+			return fmt.Errorf("discard: recorded, but a parked copy could not be removed; run it again to remove it: %w", err)
 		case err != nil:
 			return fmt.Errorf("discard: %w", err)
 		}
-		// The reason stays in the discards' record, which erasure can
-		// rewrite; the append-only audit log keeps none of a person's words.
-		record(audit.ParkedDiscard, d.MessageID, nil)
 		fmt.Fprintf(stdout, "discarded %s\n", d.MessageID)
 		return nil
 	})
@@ -156,9 +159,11 @@ func osUser() string {
 	return "uid-" + strconv.Itoa(os.Getuid())
 }
 
-// recorder writes the audit entry of a parked action done (cliAudit),
-// under the --tenant given ("" for the operator's own, every tenant's).
-type recorder func(action, target string, detail any)
+// recorder writes the audit entries of a parked action done (cliAudit):
+// one for each tenant whose messages it moved, under that tenant, so
+// that the tenant's admin sees it too; with figure, the entry's detail is
+// that tenant's count under that name.
+type recorder func(action, target string, done parked.Done, figure string)
 
 // withParked loads the configuration, opens its existing database and
 // prints which ("database …, transport …"), and runs fn with the
@@ -178,8 +183,14 @@ func withParked(f parkedFlags, stdout, stderr io.Writer, fn func(ctx context.Con
 	}
 	defer st.Close()
 	fmt.Fprintf(stdout, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
-	record := func(action, target string, detail any) {
-		cliAudit(ctx, st, logger, *f.tenant, action, target, detail)
+	record := func(action, target string, done parked.Done, figure string) {
+		for _, tenant := range done.Tenants() {
+			var detail any
+			if figure != "" {
+				detail = map[string]int{figure: done[tenant]}
+			}
+			cliAudit(ctx, st, logger, tenant, action, target, detail)
+		}
 	}
 	return fn(ctx, app.Parked(cfg, st, logger), record)
 }
