@@ -77,17 +77,23 @@ WHERE c.id = $2::text AND c.tenant || '' = $1::text`
 	// campaigns_tenant_created (migration 38) backwards from the cursor:
 	// the row value (created_at, id) bounds the index scan, as the
 	// notifications' listing's does, an 'infinity' on the first page (an
-	// "$3 IS NULL OR" would make it a filter, every page walking from the
-	// newest). $1 tenant, $2 the only state (NULL: any), $3 and $4 the
-	// previous page's last created_at and id (NULL and '': from the
-	// newest), $5 limit.
-	qCampaignList = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params::text, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
+	// "$2 IS NULL OR" would make it a filter, every page walking from the
+	// newest). qCampaignListState is the page of one state's, on
+	// campaigns_tenant_state_created (migration 39), so that a page of the
+	// few running campaigns does not walk the many ended ones. $1 tenant,
+	// $2 and $3 the previous page's last created_at and id (NULL and '':
+	// from the newest), $4 limit, $5 the state (qCampaignListState).
+	qCampaignList = qCampaignListColumns + `WHERE c.tenant = $1::text
+  AND (c.created_at, c.id) < (coalesce($2::timestamptz, 'infinity'), $3::text)` + qCampaignListOrder
+	qCampaignListState = qCampaignListColumns + `WHERE c.tenant = $1::text AND c.state = $5::text
+  AND (c.created_at, c.id) < (coalesce($2::timestamptz, 'infinity'), $3::text)` + qCampaignListOrder
+	qCampaignListColumns = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params::text, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
        c.draft_expires_at, coalesce(c.ended_reason, ''), k.sent, k.suppressed, k.failed, k.unknown
 FROM campaigns c, LATERAL (` + qCampaignCounts + `) k
-WHERE c.tenant = $1::text AND ($2::text IS NULL OR c.state = $2::text)
-  AND (c.created_at, c.id) < (coalesce($3::timestamptz, 'infinity'), $4::text)
+`
+	qCampaignListOrder = `
 ORDER BY c.created_at DESC, c.id DESC
-LIMIT $5`
+LIMIT $4`
 
 	// qCampaignCounts sums the counter rows of the campaign c.
 	qCampaignCounts = `SELECT coalesce(sum(sent), 0)::bigint AS sent, coalesce(sum(suppressed), 0)::bigint AS suppressed,
@@ -476,16 +482,16 @@ func scanCampaign(row pgx.Row) (store.Campaign, error) {
 
 // CampaignList reads a page of a tenant's campaigns (qCampaignList).
 func (s *Store) CampaignList(ctx context.Context, p store.CampaignListParams) ([]store.Campaign, error) {
-	var state *string
-	if p.State != "" {
-		state = &p.State
-	}
 	var at *time.Time
 	var id string
 	if p.Before != nil {
 		at, id = &p.Before.CreatedAt, p.Before.ID
 	}
-	rows, err := s.pool.Query(ctx, qCampaignList, p.Tenant, state, at, id, p.Limit)
+	q, args := qCampaignList, []any{p.Tenant, at, id, p.Limit}
+	if p.State != "" {
+		q, args = qCampaignListState, append(args, p.State)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.campaignFail("list campaigns", err)
 	}

@@ -62,26 +62,32 @@ SELECT message_id, notification_id, tenant, channel, 'PROVIDER_ACCEPTED', 1, cre
 
 // Listing a tenant's campaigns (GET /v1/campaigns) walks
 // campaigns_tenant_created (migration 38) backwards from the cursor and
-// stops after the page, with or without a state, in the generic plan.
+// stops after the page, and one state's campaigns walk
+// campaigns_tenant_state_created (migration 39), in the generic plan.
 func TestCampaignListWalksItsIndex(t *testing.T) {
 	t.Parallel()
 	_, conn := planConn(t,
 		`INSERT INTO campaigns (id, tenant, kind, lane, channels, steps, params, state, idempotency_key, request_hash, created_at, draft_expires_at)
 SELECT 'cmp_' || lpad(g::text, 8, '0'), 't' || (g % 50), 'k', 'marketing', '{webhook}', '{0}', '{}',
-       CASE WHEN g % 3 = 0 THEN 'DONE' ELSE 'CANCELLED' END, 'key' || g, 'h', timestamptz '2030-01-01' + g * interval '1 min',
+       CASE WHEN g % 1000 = 0 THEN 'RUNNING' WHEN g % 3 = 0 THEN 'DONE' ELSE 'CANCELLED' END, 'key' || g, 'h', timestamptz '2030-01-01' + g * interval '1 min',
        timestamptz '2030-02-01'
 FROM generate_series(1, 20000) g`,
 		`ANALYZE campaigns`,
 	)
 	cursor := time.Date(2030, 1, 5, 0, 0, 0, 0, time.UTC)
-	for name, args := range map[string][]any{
-		"FirstPage":      {"t7", nil, nil, "", 51},
-		"NextPageOfDone": {"t7", "DONE", &cursor, "cmp_00005000", 51},
+	for name, c := range map[string]struct {
+		q, index string
+		args     []any
+	}{
+		"FirstPage":          {qCampaignList, "campaigns_tenant_created", []any{"t7", nil, "", 51}},
+		"NextPage":           {qCampaignList, "campaigns_tenant_created", []any{"t7", &cursor, "cmp_00005000", 51}},
+		"FirstPageOfRunning": {qCampaignListState, "campaigns_tenant_state_created", []any{"t0", nil, "", 51, "RUNNING"}},
+		"NextPageOfDone":     {qCampaignListState, "campaigns_tenant_state_created", []any{"t7", &cursor, "cmp_00005000", 51, "DONE"}},
 	} {
-		text := explainExecute(t, conn, "campaign_list_"+name, qCampaignList, args)
-		if !strings.Contains(text, "Index Scan Backward using campaigns_tenant_created on campaigns") || strings.Contains(text, "Seq Scan on campaigns") ||
+		text := explainExecute(t, conn, "campaign_list_"+name, c.q, c.args)
+		if !strings.Contains(text, "Index Scan Backward using "+c.index+" on campaigns") || strings.Contains(text, "Seq Scan on campaigns") ||
 			strings.Contains(text, "Sort") {
-			t.Errorf("%s does not walk campaigns_tenant_created backwards, unsorted:\n%s", name, text)
+			t.Errorf("%s does not walk %s backwards, unsorted:\n%s", name, c.index, text)
 		}
 		// The keyset bounds the walk from the cursor: an index condition,
 		// not a filter over the tenant's campaigns from the newest.

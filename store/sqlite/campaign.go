@@ -44,15 +44,21 @@ WHERE c.tenant = ? AND c.id = ?`
 	// campaigns_tenant_created (migration 34) backwards from the cursor:
 	// the row value (created_at, id) bounds the index scan, as the
 	// notifications' listing's does, the largest time on the first page
-	// (an "?3 IS NULL OR" would make it a filter, every page walking from
-	// the newest). ?1 tenant, ?2 the only state (NULL: any), ?3 and ?4 the
-	// previous page's last created_at and id, ?5 limit.
-	qCampaignList = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
+	// (an "?2 IS NULL OR" would make it a filter, every page walking from
+	// the newest). qCampaignListState is the page of one state's, on
+	// campaigns_tenant_state_created (migration 35), so that a page of the
+	// few running campaigns does not walk the many ended ones. ?1 tenant,
+	// ?2 and ?3 the previous page's last created_at and id, ?4 limit, ?5
+	// the state (qCampaignListState).
+	qCampaignList = qCampaignListColumns + `WHERE c.tenant = ?1 AND (c.created_at, c.id) < (?2, ?3)` + qCampaignListOrder
+	qCampaignListState = qCampaignListColumns + `WHERE c.tenant = ?1 AND c.state = ?5 AND (c.created_at, c.id) < (?2, ?3)` + qCampaignListOrder
+	qCampaignListColumns = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
        c.draft_expires_at, coalesce(c.ended_reason, ''), coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
 FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
-WHERE c.tenant = ?1 AND (?2 IS NULL OR c.state = ?2) AND (c.created_at, c.id) < (?3, ?4)
+`
+	qCampaignListOrder = `
 ORDER BY c.created_at DESC, c.id DESC
-LIMIT ?5`
+LIMIT ?4`
 	// qCampaignsRunning pages through the RUNNING campaigns after (?2, ?3)
 	// (NULLs: from the first).
 	qCampaignsRunning = `SELECT tenant, id, lane, started_at FROM campaigns
@@ -367,15 +373,15 @@ func scanCampaign(scan func(dest ...any) error) (store.Campaign, error) {
 
 // CampaignList reads a page of a tenant's campaigns (qCampaignList).
 func (s *Store) CampaignList(ctx context.Context, p store.CampaignListParams) ([]store.Campaign, error) {
-	var state any
 	at, id := int64(math.MaxInt64), ""
-	if p.State != "" {
-		state = p.State
-	}
 	if p.Before != nil {
 		at, id = ms(p.Before.CreatedAt), p.Before.ID
 	}
-	rows, err := s.rdb.QueryContext(ctx, qCampaignList, p.Tenant, state, at, id, p.Limit)
+	q, args := qCampaignList, []any{p.Tenant, at, id, p.Limit}
+	if p.State != "" {
+		q, args = qCampaignListState, append(args, p.State)
+	}
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, campaignErr("list campaigns", err)
 	}
