@@ -50,8 +50,8 @@ WHERE c.tenant = ? AND c.id = ?`
 	// few running campaigns does not walk the many ended ones. ?1 tenant,
 	// ?2 and ?3 the previous page's last created_at and id, ?4 limit, ?5
 	// the state (qCampaignListState).
-	qCampaignList = qCampaignListColumns + `WHERE c.tenant = ?1 AND (c.created_at, c.id) < (?2, ?3)` + qCampaignListOrder
-	qCampaignListState = qCampaignListColumns + `WHERE c.tenant = ?1 AND c.state = ?5 AND (c.created_at, c.id) < (?2, ?3)` + qCampaignListOrder
+	qCampaignList        = qCampaignListColumns + `WHERE c.tenant = ?1 AND (c.created_at, c.id) < (?2, ?3)` + qCampaignListOrder
+	qCampaignListState   = qCampaignListColumns + `WHERE c.tenant = ?1 AND c.state = ?5 AND (c.created_at, c.id) < (?2, ?3)` + qCampaignListOrder
 	qCampaignListColumns = `SELECT c.id, c.tenant, c.kind, c.lane, c.scope, c.state, c.params, c.total, c.enqueued, c.send_at, c.created_at, c.started_at, c.ended_at,
        c.draft_expires_at, coalesce(c.ended_reason, ''), coalesce(k.sent, 0), coalesce(k.suppressed, 0), coalesce(k.failed, 0), coalesce(k.unknown, 0)
 FROM campaigns c LEFT JOIN campaign_counts k ON k.campaign_id = c.id
