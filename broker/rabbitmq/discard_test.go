@@ -33,15 +33,7 @@ func TestADiscardWhoseAckIsLostSaysItWasRecorded(t *testing.T) {
 	t.Parallel()
 	url := testmq.VHost(t)
 	topo := Topology{Prefix: "herald"}.WithDefaults()
-	conn, _, err := dial(context.Background(), url, "discard-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testChannel(t, url, "discard-test")
 	if err := topo.Declare(ch); err != nil {
 		t.Fatal(err)
 	}
