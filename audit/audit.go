@@ -40,6 +40,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
 	"time"
 
@@ -122,43 +123,55 @@ func (l *Log) Append(ctx context.Context, e store.AuditEntry, detail any) {
 }
 
 // Action is middleware that records action with the target target names
-// once next answered 2xx, or when next said with Took that the action took
-// effect though it answers an error (a requeue that failed after it moved
-// some messages). The entry's figures are the answer's status and those
-// next gave Took.
+// once next answered 2xx, unless next said with Skip that it did nothing
+// to record, or when next said with Took that the action took effect
+// though it answers an error (a requeue that failed after it moved some
+// messages). The entry's figures are the answer's status and those next
+// gave Took.
 func (l *Log) Action(action string, target func(*http.Request) string, next http.Handler) http.Handler {
 	if l == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
-		figures := map[string]int{}
-		r = r.WithContext(context.WithValue(r.Context(), tookKey{}, figures))
+		n := &note{figures: map[string]int{}}
+		r = r.WithContext(context.WithValue(r.Context(), noteKey{}, n))
 		next.ServeHTTP(sw, r)
-		if sw.status == 0 || sw.status/100 == 2 || len(figures) > 0 {
+		if ((sw.status == 0 || sw.status/100 == 2) && !n.skip) || len(n.figures) > 0 {
 			var t string
 			if target != nil {
 				t = target(r)
 			}
-			figures["status"] = max(sw.status, http.StatusOK)
-			l.Record(r, action, t, figures)
+			n.figures["status"] = max(sw.status, http.StatusOK)
+			l.Record(r, action, t, n.figures)
 		}
 	})
 }
 
-type tookKey struct{}
+// note is what a handler tells Action about its action (Took, Skip).
+type note struct {
+	figures map[string]int
+	skip    bool
+}
+
+type noteKey struct{}
 
 // Took tells the audit middleware (Action) around r's handler that its
 // action took effect, with these figures (at least one; none named "status"),
 // whatever it answers: an action that failed part-way is recorded for
 // what it did. Without the middleware it does nothing.
 func Took(r *http.Request, figures map[string]int) {
-	m, ok := r.Context().Value(tookKey{}).(map[string]int)
-	if !ok {
-		return
+	if n, ok := r.Context().Value(noteKey{}).(*note); ok {
+		maps.Copy(n.figures, figures)
 	}
-	for k, v := range figures {
-		m[k] = v
+}
+
+// Skip tells the audit middleware around r's handler that its success did
+// nothing to record (a discard that only removed what an earlier one,
+// recorded, left). Without the middleware it does nothing.
+func Skip(r *http.Request) {
+	if n, ok := r.Context().Value(noteKey{}).(*note); ok {
+		n.skip = true
 	}
 }
 

@@ -97,9 +97,13 @@ func (p *parkedAPI) discard(w http.ResponseWriter, r *http.Request) {
 	done, err := p.svc.Discard(r.Context(), parked.Tenant(tenant), parked.Discard{
 		MessageID: r.PathValue("message_id"), Reason: body.Reason, Actor: "api:" + tenant,
 	})
-	if done.Total() > 0 {
+	switch {
+	case done.Total() > 0:
 		// Recorded, even if removing a parked copy failed after it.
 		audit.Took(r, map[string]int{"discarded": 1})
+	case err == nil:
+		// It removed what an earlier discard, audited, left.
+		audit.Skip(r)
 	}
 	switch {
 	case errors.Is(err, parked.ErrReason):
@@ -113,8 +117,8 @@ func (p *parkedAPI) discard(w http.ResponseWriter, r *http.Request) {
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "parked: discard failed",
 			slog.String("message_id", r.PathValue("message_id")), slog.Any("error", err))
 		detail := "discard failed; retry it"
-		if done.Total() > 0 {
-			detail = "the discard is recorded, but a parked copy could not be removed; discard it again to remove it"
+		if errors.Is(err, parked.ErrCopyLeft) {
+			detail = parked.ErrCopyLeft.Error()
 		}
 		problem.New(w, http.StatusServiceUnavailable, detail)
 		return

@@ -470,7 +470,7 @@ func (f *fakeParked) Discard(_ context.Context, s parked.Scope, d parked.Discard
 	}
 	for _, e := range f.entries {
 		if e.MessageID == d.MessageID && s.Sees(e.Tenant) {
-			return parked.Done{e.Tenant: 1}, errors.New("fakeParked: the parked copy's ack was lost")
+			return parked.Done{e.Tenant: 1}, fmt.Errorf("%w: fakeParked: the ack was lost", parked.ErrCopyLeft)
 		}
 	}
 	return nil, parked.ErrNotFound

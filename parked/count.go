@@ -64,12 +64,12 @@ func (c counted) ParkedRestore(ctx context.Context, p store.ParkedRestoreParams)
 	return ok, err
 }
 
-func (c counted) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (bool, error) {
-	ok, err := c.Store.ParkedDiscard(ctx, p)
-	if ok {
-		c.count(ctx, p.MessageID, heraldtype.DeliverySuppressed, p.Tenant, p.NotificationID, p.Channel)
+func (c counted) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (store.ParkedDiscarded, error) {
+	d, err := c.Store.ParkedDiscard(ctx, p)
+	if d.Discarded {
+		c.count(ctx, p.MessageID, heraldtype.DeliverySuppressed, d.Tenant, p.NotificationID, p.Channel)
 	}
-	return ok, err
+	return d, err
 }
 
 // count counts messageID's delivery entering state. The delivery's tenant,

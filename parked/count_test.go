@@ -203,12 +203,14 @@ func TestCountedBrokerWrites(t *testing.T) {
 		}
 		gone := c.park(t, "a", "ntf_1", heraldtype.LaneTransactional, heraldtype.ChannelWebhook)
 		for i, want := range []bool{true, false} {
-			if ok, err := c.counts.ParkedDiscard(c.ctx, copyOf(gone, "ntf_1")); err != nil || ok != want {
+			if res, err := c.counts.ParkedDiscard(c.ctx, copyOf(gone, "ntf_1")); err != nil || res.Discarded != want {
+				ok := res.Discarded
 				t.Fatalf("discard %d of a copy: %v (%v), want %v", i+1, ok, err, want)
 			}
 		}
-		if ok, err := c.counts.ParkedDiscard(c.ctx, store.ParkedDiscardParams{Broker: true, MessageID: "garbage-1",
-			ParkedReason: "MALFORMED_BODY", Reason: "junk", Actor: "cli:ops"}); err != nil || ok {
+		if res, err := c.counts.ParkedDiscard(c.ctx, store.ParkedDiscardParams{Broker: true, MessageID: "garbage-1",
+			ParkedReason: "MALFORMED_BODY", Reason: "junk", Actor: "cli:ops"}); err != nil || res.Discarded {
+			ok := res.Discarded
 			t.Fatalf("discard of a body that is not a job: %v (%v), want false", ok, err)
 		}
 		c.wantCounts(t, "copies discarded", map[string]float64{"transactional/webhook/SUPPRESSED": 1})

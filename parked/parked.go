@@ -157,6 +157,11 @@ func one(tenant string) Done { return Done{tenant: 1} }
 // (or belongs to another tenant).
 var ErrNotFound = errors.New("parked: no such parked message")
 
+// ErrCopyLeft is a discard that was recorded but left a parked copy
+// (rabbitmq: the copy's ack failed). A second discard removes it, without
+// a second record.
+var ErrCopyLeft = errors.New("the discard is recorded, but a parked copy could not be removed; discard it again to remove it")
+
 // ErrReason is a discard without a usable reason.
 var ErrReason = errors.New("parked: a discard needs a reason")
 
@@ -260,26 +265,16 @@ func (d DB) Discard(ctx context.Context, s Scope, x Discard) (Done, error) {
 	if !ok {
 		return nil, ErrNotFound
 	}
-	done, err := d.Store.ParkedDiscard(ctx, store.ParkedDiscardParams{
+	res, err := d.Store.ParkedDiscard(ctx, store.ParkedDiscardParams{
 		Tenant: tenant, MessageID: x.MessageID, Reason: x.Reason, Actor: x.Actor,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if !done {
+	if !res.Discarded {
 		return nil, ErrNotFound
 	}
-	if tenant == "" {
-		// The operator's scope over every tenant: the discard's own
-		// record names the message's tenant (a message's tenant never
-		// changes, so any of its records does).
-		rows, err := d.Store.ParkedDiscardList(context.WithoutCancel(ctx), store.ParkedDiscardListParams{MessageID: x.MessageID, Limit: 1})
-		if err != nil || len(rows) == 0 {
-			return one(""), errors.Join(errors.New("discarded, but its tenant could not be read back"), err)
-		}
-		tenant = rows[0].Tenant
-	}
-	return one(tenant), nil
+	return one(res.Tenant), nil // the delivery's tenant, also in the operator's scope over all
 }
 
 func notFoundIf(one bool) error {

@@ -28,9 +28,10 @@ type Parked interface {
 	// ParkedDiscard ends a parked message for good, a person's decision,
 	// and writes its audit row (ParkedDiscardEntry) in the same
 	// transaction. It reports whether its delivery entered
-	// SUPPRESSED(DISCARDED) by this call; see ParkedDiscardParams for what
-	// each transport's discard writes.
-	ParkedDiscard(ctx context.Context, p ParkedDiscardParams) (bool, error)
+	// SUPPRESSED(DISCARDED) by this call, and the tenant its audit row
+	// names (the delivery's, or p.Tenant for a broker copy); see
+	// ParkedDiscardParams for what each transport's discard writes.
+	ParkedDiscard(ctx context.Context, p ParkedDiscardParams) (ParkedDiscarded, error)
 	// ParkedDiscardList returns the discards' audit rows, oldest first.
 	ParkedDiscardList(ctx context.Context, p ParkedDiscardListParams) ([]ParkedDiscardEntry, error)
 }
@@ -67,6 +68,16 @@ type ParkedRestoreParams struct {
 	MessageID string
 	// Reason is the reason it was parked with before the requeue.
 	Reason string
+}
+
+// ParkedDiscarded is what a discard wrote.
+type ParkedDiscarded struct {
+	// Discarded: the delivery entered SUPPRESSED(DISCARDED) by this call.
+	Discarded bool
+	// Tenant is the tenant the audit row names: the delivery's (the db
+	// transport, where an operator's discard may name none), or the
+	// copy's.
+	Tenant string
 }
 
 // ParkedDiscardParams is one discard.

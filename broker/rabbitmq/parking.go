@@ -57,9 +57,17 @@ type Parking struct {
 	ConfirmTimeout time.Duration
 	Logger         *slog.Logger
 
-	// ackCopy removes a discarded copy from the parking queue (a test's
-	// seam for a lost ack; nil: the delivery's own ack).
+	// ackCopy removes a requeued or discarded copy from the parking queue
+	// (a test's seam for a lost ack; nil: the delivery's own ack).
 	ackCopy func(amqp.Delivery) error
+}
+
+// remove acks a parked copy, removing it from the parking queue.
+func (p *Parking) remove(d amqp.Delivery) error {
+	if p.ackCopy != nil {
+		return p.ackCopy(d)
+	}
+	return d.Ack(false)
 }
 
 var _ parked.Service = (*Parking)(nil)
@@ -105,10 +113,13 @@ func (p *Parking) Requeue(ctx context.Context, s parked.Scope, messageID string)
 				slog.String("message_id", e.MessageID), slog.String("reason", e.Reason))
 			return true, nil
 		}
-		if err := p.requeue(ctx, conf, d, e); err != nil {
+		moved, err := p.requeue(ctx, conf, d, e)
+		if moved { // on its lane, even if its parked copy's ack then failed
+			done[e.Tenant]++
+		}
+		if err != nil {
 			return false, err
 		}
-		done[e.Tenant]++
 		p.logger().LogAttrs(ctx, slog.LevelInfo, "rabbitmq: requeued parked message",
 			slog.String("message_id", e.MessageID), slog.String("lane", string(e.Lane)), slog.String("reason", e.Reason))
 		return true, nil
@@ -122,13 +133,14 @@ func (p *Parking) Requeue(ctx context.Context, s parked.Scope, messageID string)
 // requeue moves one parked copy to its lane: the delivery becomes a due
 // retry, the copy is published and confirmed, and only then is the parked
 // copy acked. A copy the lane refuses leaves the message parked, its
-// delivery PARKED again.
-func (p *Parking) requeue(ctx context.Context, conf *confirmer, d amqp.Delivery, e parked.Entry) error {
+// delivery PARKED again. moved reports that the copy reached its lane,
+// also when the parked copy's ack failed after it (the error).
+func (p *Parking) requeue(ctx context.Context, conf *confirmer, d amqp.Delivery, e parked.Entry) (moved bool, err error) {
 	flipped := false
 	if p.Store != nil && e.Tenant != "" {
 		rows, err := p.Store.ParkedRequeue(ctx, store.ParkedRequeueParams{Tenant: e.Tenant, MessageID: e.MessageID})
 		if err != nil {
-			return fmt.Errorf("requeue delivery %s: %w", e.MessageID, err)
+			return false, fmt.Errorf("requeue delivery %s: %w", e.MessageID, err)
 		}
 		flipped = len(rows) > 0
 	}
@@ -142,7 +154,7 @@ func (p *Parking) requeue(ctx context.Context, conf *confirmer, d amqp.Delivery,
 		timeout = 5 * time.Second
 	}
 	b := newBatch(1, timeout)
-	err := conf.publish(ctx, b, 0, p.Topology.WithDefaults().Exchange(), string(e.Lane), msg)
+	err = conf.publish(ctx, b, 0, p.Topology.WithDefaults().Exchange(), string(e.Lane), msg)
 	if err == nil {
 		err = b.Wait()[0]
 	}
@@ -151,12 +163,12 @@ func (p *Parking) requeue(ctx context.Context, conf *confirmer, d amqp.Delivery,
 		if flipped {
 			err = p.restore(ctx, e, err)
 		}
-		return err
+		return false, err
 	}
-	if err := d.Ack(false); err != nil {
-		return fmt.Errorf("remove %s from parking: %w", e.MessageID, err)
+	if err := p.remove(d); err != nil {
+		return true, fmt.Errorf("remove %s from parking: %w", e.MessageID, err)
 	}
-	return nil
+	return true, nil
 }
 
 // restore parks the delivery of a copy the lane refused again, so it does
@@ -176,8 +188,10 @@ func (p *Parking) restore(ctx context.Context, e parked.Entry, cause error) erro
 // Discard removes every parked copy of x.MessageID in scope s, after it
 // has recorded the discard (the delivery, when there is one to suppress,
 // and the audit row). A copy that could not be removed after the record
-// answers the error with the discard done: the record stands, and a
-// second discard removes the copy.
+// answers parked.ErrCopyLeft with the discard done: the record stands,
+// and a second discard removes the copy. A copy of a message whose
+// discard is recorded already (that second discard, or a copy parked
+// again since) is removed with no second record, and Done is empty.
 func (p *Parking) Discard(ctx context.Context, s parked.Scope, x parked.Discard) (parked.Done, error) {
 	if err := x.Validate(); err != nil {
 		return nil, err
@@ -192,20 +206,23 @@ func (p *Parking) Discard(ctx context.Context, s parked.Scope, x parked.Discard)
 			return true, nil
 		}
 		if !recorded {
-			if _, err := p.Store.ParkedDiscard(ctx, store.ParkedDiscardParams{
-				Broker: true, Tenant: e.Tenant, MessageID: e.MessageID, NotificationID: e.NotificationID,
-				Channel: e.Channel, ParkedReason: e.Reason, Reason: x.Reason, Actor: x.Actor,
-			}); err != nil {
-				return false, fmt.Errorf("record discard of %s: %w", e.MessageID, err)
+			before, err := p.Store.ParkedDiscardList(ctx, store.ParkedDiscardListParams{MessageID: e.MessageID, Limit: 1})
+			if err != nil {
+				return false, fmt.Errorf("read the discards of %s: %w", e.MessageID, err)
 			}
-			recorded, done = true, parked.Done{e.Tenant: 1}
+			if len(before) == 0 {
+				if _, err := p.Store.ParkedDiscard(ctx, store.ParkedDiscardParams{
+					Broker: true, Tenant: e.Tenant, MessageID: e.MessageID, NotificationID: e.NotificationID,
+					Channel: e.Channel, ParkedReason: e.Reason, Reason: x.Reason, Actor: x.Actor,
+				}); err != nil {
+					return false, fmt.Errorf("record discard of %s: %w", e.MessageID, err)
+				}
+				done = parked.Done{e.Tenant: 1}
+			}
+			recorded = true
 		}
-		ack := func(d amqp.Delivery) error { return d.Ack(false) }
-		if p.ackCopy != nil {
-			ack = p.ackCopy
-		}
-		if err := ack(d); err != nil {
-			return false, fmt.Errorf("remove %s from parking: %w", e.MessageID, err)
+		if err := p.remove(d); err != nil {
+			return false, fmt.Errorf("%w: remove %s from parking: %w", parked.ErrCopyLeft, e.MessageID, err)
 		}
 		removed++
 		return true, nil

@@ -201,8 +201,8 @@ func TestRequeueRefusedByTheLaneLeavesTheDeliveryParked(t *testing.T) {
 // failingDiscard is a store whose discards fail (after writing nothing).
 type failingDiscard struct{ store.Parked }
 
-func (failingDiscard) ParkedDiscard(context.Context, store.ParkedDiscardParams) (bool, error) {
-	return false, errors.New("store unavailable")
+func (failingDiscard) ParkedDiscard(context.Context, store.ParkedDiscardParams) (store.ParkedDiscarded, error) {
+	return store.ParkedDiscarded{}, errors.New("store unavailable")
 }
 
 // A discard records its decision (the delivery SUPPRESSED(DISCARDED), the

@@ -42,7 +42,7 @@ func TestTheBrokersRefusalsAreToldApart(t *testing.T) {
 	}
 	// A queue declared again with other arguments closes the channel with
 	// PRECONDITION_FAILED, which the session loop sees through errClosed.
-	ch := testChannel(t, good.String(), "refused-test")
+	ch := testmq.Channel(t, good.String())
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	if _, err := ch.QueueDeclare("refused-test", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
@@ -60,20 +60,4 @@ func TestTheBrokersRefusalsAreToldApart(t *testing.T) {
 	if refusedSetup(errClosed(ackTimeout)) {
 		t.Fatal("an acknowledgement's timeout was told a refusal of herald's settings")
 	}
-}
-
-// testChannel dials url as name and opens a channel, both closed when t
-// ends.
-func testChannel(t *testing.T, url, name string) *amqp.Channel {
-	t.Helper()
-	conn, _, err := dial(context.Background(), url, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch
 }

@@ -140,8 +140,6 @@ func parkedDiscard(cmd *command, args []string, stdout, stderr io.Writer) error 
 		switch {
 		case errors.Is(err, parked.ErrNotFound):
 			return fmt.Errorf("%s is not parked", d.MessageID)
-		case err != nil && done.Total() > 0:
-			return fmt.Errorf("discard: recorded, but a parked copy could not be removed; run it again to remove it: %w", err)
 		case err != nil:
 			return fmt.Errorf("discard: %w", err)
 		}

@@ -126,7 +126,9 @@ func (s *Store) APIKeyRevoke(ctx context.Context, tenant, id string) (store.APIK
 	if err != nil {
 		return store.APIKey{}, false, s.fail("revoke api key", err)
 	}
-	s.keyChanges.Changed()
+	if revoked {
+		s.keyChanges.Changed()
+	}
 	return k, revoked, nil
 }
 

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,7 +102,8 @@ o AS (
 ),
 u AS (SELECT notification_id, channel, 'SUPPRESSED'::text AS state, 'DISCARDED'::text AS reason FROM d)` + qFallbackMove + `
 INSERT INTO parked_discards (discarded_at, actor, message_id, tenant, parked_reason, reason)
-SELECT d.now, $4::text, d.message_id, d.tenant, d.reason, $5::text FROM d`
+SELECT d.now, $4::text, d.message_id, d.tenant, d.reason, $5::text FROM d
+RETURNING tenant`
 
 	// qParkedDiscardCopy, a broker copy's discard in one statement: the
 	// sender's decision write (no row yet, or a waiting one) with
@@ -186,21 +188,25 @@ func (s *Store) ParkedRestore(ctx context.Context, p store.ParkedRestoreParams) 
 
 // ParkedDiscard discards a parked message and writes its audit row, in one
 // statement.
-func (s *Store) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (bool, error) {
+func (s *Store) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (store.ParkedDiscarded, error) {
 	if p.Broker {
 		var n int
 		err := s.pool.QueryRow(ctx, qParkedDiscardCopy,
 			s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), p.Actor, p.ParkedReason, p.Reason).Scan(&n)
 		if err != nil {
-			return false, s.fail("discard parked message "+p.MessageID, err)
+			return store.ParkedDiscarded{}, s.fail("discard parked message "+p.MessageID, err)
 		}
-		return n == 1, nil
+		return store.ParkedDiscarded{Discarded: n == 1, Tenant: p.Tenant}, nil
 	}
-	tag, err := s.pool.Exec(ctx, qParkedDiscard, s.now(), p.MessageID, p.Tenant, p.Actor, p.Reason)
+	var tenant string
+	err := s.pool.QueryRow(ctx, qParkedDiscard, s.now(), p.MessageID, p.Tenant, p.Actor, p.Reason).Scan(&tenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ParkedDiscarded{}, nil // not parked: nothing to discard
+	}
 	if err != nil {
-		return false, s.fail("discard parked message "+p.MessageID, err)
+		return store.ParkedDiscarded{}, s.fail("discard parked message "+p.MessageID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return store.ParkedDiscarded{Discarded: true, Tenant: tenant}, nil
 }
 
 // ParkedDiscardList returns discard audit rows, oldest first.

@@ -116,7 +116,9 @@ func (s *Store) APIKeyRevoke(ctx context.Context, tenant, id string) (store.APIK
 	if err != nil {
 		return store.APIKey{}, false, fmt.Errorf("revoke api key: %w", err)
 	}
-	s.keyChanges.Changed()
+	if revoked {
+		s.keyChanges.Changed()
+	}
 	return k, revoked, nil
 }
 

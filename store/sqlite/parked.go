@@ -193,12 +193,14 @@ func (s *Store) ParkedRestore(ctx context.Context, p store.ParkedRestoreParams) 
 
 // ParkedDiscard discards a parked message and writes its audit row, in one
 // write transaction.
-func (s *Store) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (bool, error) {
+func (s *Store) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (store.ParkedDiscarded, error) {
 	var ok bool
+	var tenant string
 	err := s.w.do(ctx, func(tx wtx) error {
 		ok = false
 		now := s.now()
-		tenant, parkedReason := p.Tenant, p.ParkedReason
+		parkedReason := p.ParkedReason
+		tenant = p.Tenant
 		if p.Broker {
 			if p.NotificationID != "" {
 				r, err := tx.Exec(qParkedDiscardDecide, now, p.MessageID, p.NotificationID, p.Tenant, string(p.Channel))
@@ -236,9 +238,9 @@ func (s *Store) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) 
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("discard parked message %s: %w", p.MessageID, err)
+		return store.ParkedDiscarded{}, fmt.Errorf("discard parked message %s: %w", p.MessageID, err)
 	}
-	return ok, nil
+	return store.ParkedDiscarded{Discarded: ok, Tenant: tenant}, nil
 }
 
 // ParkedDiscardList returns discard audit rows, oldest first.

@@ -302,7 +302,7 @@ func (e *erring) ParkedRestore(ctx context.Context, p store.ParkedRestoreParams)
 	return fail(e, "ParkedRestore", v, err)
 }
 
-func (e *erring) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (bool, error) {
+func (e *erring) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (store.ParkedDiscarded, error) {
 	v, err := e.Store.ParkedDiscard(ctx, p)
 	return fail(e, "ParkedDiscard", v, err)
 }
