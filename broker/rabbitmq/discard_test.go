@@ -44,22 +44,8 @@ func (r *recordingDiscards) ParkedDiscardList(_ context.Context, p store.ParkedD
 // second record and nothing done to audit again.
 func TestADiscardWhoseAckIsLostSaysItWasRecorded(t *testing.T) {
 	t.Parallel()
-	url := testmq.VHost(t)
-	topo := Topology{Prefix: "herald"}.WithDefaults()
-	ch := testmq.Channel(t, url)
-	if err := topo.Declare(ch); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
-	if err := ch.PublishWithContext(context.Background(), topo.ParkingExchange(), ParkedKey, true, false, amqp.Publishing{
-		MessageId: "garbage-1", DeliveryMode: amqp.Persistent, Body: []byte("not json"),
-		Headers: amqp.Table{HeaderFailureReason: ReasonMalformed},
-	}); err != nil || !(<-confirms).Ack {
-		t.Fatalf("park garbage-1: %v", err)
-	}
+	url, topo := parkOne(t, amqp.Publishing{MessageId: "garbage-1", Body: []byte("not json"),
+		Headers: amqp.Table{HeaderFailureReason: ReasonMalformed}})
 
 	st := &recordingDiscards{}
 	p := &Parking{URL: url, Topology: topo, Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -83,6 +69,26 @@ func TestADiscardWhoseAckIsLostSaysItWasRecorded(t *testing.T) {
 // error: its caller audits the move.
 func TestARequeueWhoseAckIsLostCountsTheMove(t *testing.T) {
 	t.Parallel()
+	body, err := json.Marshal(heraldtype.Job{MessageID: "ntf_1.webhook", NotificationID: "ntf_1", Tenant: "t1",
+		Lane: heraldtype.LaneTransactional, Channel: heraldtype.ChannelWebhook, Kind: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, topo := parkOne(t, amqp.Publishing{MessageId: "ntf_1.webhook", Body: body,
+		Headers: amqp.Table{HeaderFailureReason: "UNKNOWN_KIND"}})
+	p := &Parking{URL: url, Topology: topo, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ackCopy: func(amqp.Delivery) error { return amqp.ErrClosed }}
+	done, err := p.Requeue(context.Background(), parked.Operator(""), "")
+	if err == nil || done.Total() != 1 || done["t1"] != 1 {
+		t.Fatalf("a requeue whose ack was lost: %v, %v; want the error with t1's message counted", done, err)
+	}
+}
+
+// parkOne declares herald's topology on a fresh vhost and parks msg
+// there, as a consumer parks a message; it returns the vhost's URL and
+// the topology.
+func parkOne(t *testing.T, msg amqp.Publishing) (string, Topology) {
+	t.Helper()
 	url := testmq.VHost(t)
 	topo := Topology{Prefix: "herald"}.WithDefaults()
 	ch := testmq.Channel(t, url)
@@ -93,21 +99,9 @@ func TestARequeueWhoseAckIsLostCountsTheMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
-	body, err := json.Marshal(heraldtype.Job{MessageID: "ntf_1.webhook", NotificationID: "ntf_1", Tenant: "t1",
-		Lane: heraldtype.LaneTransactional, Channel: heraldtype.ChannelWebhook, Kind: "k"})
-	if err != nil {
-		t.Fatal(err)
+	msg.DeliveryMode = amqp.Persistent
+	if err := ch.PublishWithContext(context.Background(), topo.ParkingExchange(), ParkedKey, true, false, msg); err != nil || !(<-confirms).Ack {
+		t.Fatalf("park %s: %v", msg.MessageId, err)
 	}
-	if err := ch.PublishWithContext(context.Background(), topo.ParkingExchange(), ParkedKey, true, false, amqp.Publishing{
-		MessageId: "ntf_1.webhook", DeliveryMode: amqp.Persistent, Body: body,
-		Headers: amqp.Table{HeaderFailureReason: "UNKNOWN_KIND"},
-	}); err != nil || !(<-confirms).Ack {
-		t.Fatalf("park ntf_1.webhook: %v", err)
-	}
-	p := &Parking{URL: url, Topology: topo, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		ackCopy: func(amqp.Delivery) error { return amqp.ErrClosed }}
-	done, err := p.Requeue(context.Background(), parked.Operator(""), "")
-	if err == nil || done.Total() != 1 || done["t1"] != 1 {
-		t.Fatalf("a requeue whose ack was lost: %v, %v; want the error with t1's message counted", done, err)
-	}
+	return url, topo
 }
