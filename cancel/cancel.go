@@ -24,9 +24,11 @@
 // (heraldtype.Known.Cancelled), and the sender ends such a send so before
 // its rules; with the rabbitmq transport the consumer's copy carries no
 // mark, so the sender's rules before the claim still run on it: one may
-// end it first, SUPPRESSED for another reason or PARKED, and its rate
-// limit's token is spent. The repeat the error asks for (503) decides them all at once
-// and answers what became of each.
+// end it first, SUPPRESSED for another reason, and its rate limit's token
+// is spent. A decision to park it reads the mark first and ends it
+// SUPPRESSED(CANCELLED) instead, so no PARKED alert asks a person about
+// it. The repeat the error asks for (503) decides them all at once and
+// answers what became of each.
 //
 // Race safety comes from the sender's own guard: a cancel is the decision
 // write the sender makes when it decides not to send (store DeliveryDecide),

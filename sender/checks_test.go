@@ -113,3 +113,49 @@ func TestACancelledJobEndsBeforeTheRules(t *testing.T) {
 		})
 	}
 }
+
+// A copy whose transport read no cancel mark (a broker's) that a rule, or a
+// pre-check, would park is ended SUPPRESSED(CANCELLED) if its notification
+// is marked: a cancel that failed after its mark raises no PARKED alert a
+// person would have to answer. Unmarked, it parks as before.
+func TestAParkOfACancelledNotificationEndsItCancelled(t *testing.T) {
+	t.Parallel()
+	for _, marked := range []bool{true, false} {
+		t.Run(fmt.Sprint("marked=", marked), func(t *testing.T) {
+			t.Parallel()
+			snd, b := setup(t, sender.Hooks{})
+			snd.Checks = []sender.Check{checkFunc(func(context.Context, sender.Subject) sender.Ruling {
+				return sender.ParkFor("TEXT_TOO_LONG")
+			})}
+			j := job("ntf_cancelled", heraldtype.ChannelWebhook)
+			if _, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
+				Tenant: "t1", ID: j.NotificationID, Recipient: "r1", EventID: "e1", Kind: "payment", Lane: j.Lane,
+				Params: j.Params, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if marked {
+				if err := b.store.NotificationCancelMark(b.ctx, "t1", j.NotificationID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			j.Known = &heraldtype.Known{Delivery: false} // a broker's first copy: no mark read
+			res := snd.Send(b.ctx, j)
+			d := delivery(t, b, j.MessageID)
+			if !marked {
+				if res.Verdict != sender.Park || d.State != heraldtype.DeliveryParked {
+					t.Fatalf("unmarked: Send = %+v, row %s; want the rule's PARKED", res, d.State)
+				}
+				wantAlerts(t, b, j, alert.Parked)
+				return
+			}
+			if res.Verdict != sender.Done || res.State != heraldtype.DeliverySuppressed || res.Reason != heraldtype.ReasonCancelled {
+				t.Fatalf("Send = %+v, want done, SUPPRESSED(CANCELLED)", res)
+			}
+			if d.State != heraldtype.DeliverySuppressed || d.Reason != heraldtype.ReasonCancelled || b.sims[heraldtype.ChannelWebhook].Total() != 0 {
+				t.Fatalf("row %+v, %d calls; want SUPPRESSED(CANCELLED) and no call", d, b.sims[heraldtype.ChannelWebhook].Total())
+			}
+			wantAlerts(t, b, j)
+		})
+	}
+}

@@ -17,7 +17,9 @@
 //     claim does): a cancelled notification's send ends
 //     SUPPRESSED(CANCELLED) there, through the cancel's own decision
 //     write, before any rule may park it, defer it or spend a rate-limit
-//     token on it (without it, the claim in step 3 ends it). Then
+//     token on it (without it, the claim in step 3 ends it, and a
+//     decision to park reads the mark first: a cancelled send is ended
+//     SUPPRESSED(CANCELLED), raising no PARKED alert). Then
 //     expiry, the kind, the
 //     recipient's profile read now (consent, address; for a push to one
 //     device, that device, read now: deleted or deactivated since intake
@@ -151,6 +153,9 @@ type Store interface {
 	store.Devices
 	// NotificationErased is store.Erasure's: asked before a retry's claim.
 	NotificationErased(ctx context.Context, notificationID string) (bool, error)
+	// NotificationCancelled is store.Cancels': asked before a decision to
+	// park, when the transport did not read the mark.
+	NotificationCancelled(ctx context.Context, notificationID string) (bool, error)
 }
 
 // Verdict tells the transport what to do with the message.
@@ -781,6 +786,22 @@ func (s *Sender) profile(ctx context.Context, job heraldtype.Job) (store.Profile
 func (s *Sender) decide(ctx context.Context, job heraldtype.Job, dec decision) Result {
 	if dec.err != nil {
 		return backoff(dec.err)
+	}
+	if dec.state == heraldtype.DeliveryParked {
+		// A park raises an alert a person must answer. A cancelled
+		// notification's send ends SUPPRESSED(CANCELLED) instead: a copy
+		// whose transport did not read the mark (a broker's; Known)
+		// comes here after a cancel that failed after its mark.
+		cancelled := job.Known != nil && job.Known.Cancelled
+		if !cancelled {
+			var err error
+			if cancelled, err = s.Store.NotificationCancelled(ctx, job.NotificationID); err != nil {
+				return backoff(fmt.Errorf("read the cancel mark before parking: %w", err))
+			}
+		}
+		if cancelled {
+			dec = decision{state: heraldtype.DeliverySuppressed, reason: heraldtype.ReasonCancelled}
+		}
 	}
 	var ok bool
 	err := s.retryStore(ctx, func(ctx context.Context) (err error) {

@@ -161,6 +161,9 @@ type Cancels interface {
 	// later), as it does for a cancelled campaign's retry. No such
 	// notification for the tenant: ErrNotFound.
 	NotificationCancelMark(ctx context.Context, tenant, id string) error
+	// NotificationCancelled reads the notification's cancel mark (false
+	// for none, and for no such notification).
+	NotificationCancelled(ctx context.Context, notificationID string) (bool, error)
 }
 
 // Outbox is the dispatcher's table.

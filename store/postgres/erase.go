@@ -238,3 +238,17 @@ func (s *Store) NotificationErased(ctx context.Context, notificationID string) (
 	}
 	return erased, nil
 }
+
+// NotificationCancelled reads the notification's cancel mark
+// (store.Cancels).
+func (s *Store) NotificationCancelled(ctx context.Context, notificationID string) (bool, error) {
+	var marked bool
+	err := s.pipe.QueryRow(ctx, qNotificationCancelled, notificationID).Scan(&marked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.fail("read the cancel mark", err)
+	}
+	return marked, nil
+}

@@ -257,3 +257,13 @@ func eraseSuppress(tx wtx, now int64, idList string) ([]store.ErasedSend, error)
 	}
 	return out, nil
 }
+
+// NotificationCancelled reads the notification's cancel mark
+// (store.Cancels).
+func (s *Store) NotificationCancelled(ctx context.Context, notificationID string) (bool, error) {
+	var marked bool
+	if err := s.queryRow(ctx, qNotificationCancelled, notificationID).Scan(&marked); err != nil {
+		return false, fmt.Errorf("read the cancel mark: %w", err)
+	}
+	return marked, nil
+}

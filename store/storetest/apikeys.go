@@ -82,15 +82,17 @@ func testAPIKeys(t *testing.T, h Harness) {
 		if err != nil {
 			t.Fatalf("APIKeyRevision: %v", err)
 		}
-		g0 := b.s.APIKeyChanges().Generation()
 		// A second revoke changes nothing and says so: its caller writes
-		// no second audit entry, and no process hears of a change.
+		// no second audit entry, and the revision every process reads
+		// stays.
 		again, revoked, err := b.s.APIKeyRevoke(b.ctx, "", "k1")
 		if err != nil || revoked || !again.RevokedAt.Equal(got.RevokedAt) {
 			t.Fatalf("second APIKeyRevoke = %+v, %t, %v; want not revoked again, the first time %s kept", again, revoked, err, got.RevokedAt)
 		}
-		if r1, err := b.s.APIKeyRevision(b.ctx); err != nil || r1 != r0 || b.s.APIKeyChanges().Generation() != g0 {
-			t.Fatalf("revision after a second revoke %d, %v, own changes %d → %d; want both unchanged", r1, err, g0, b.s.APIKeyChanges().Generation())
+		// (This process's change counter is not checked: on PostgreSQL
+		// its listener hears the first revoke's NOTIFY when it will.)
+		if r1, err := b.s.APIKeyRevision(b.ctx); err != nil || r1 != r0 {
+			t.Fatalf("revision after a second revoke %d, %v; want %d unchanged", r1, err, r0)
 		}
 		if _, _, err := b.s.APIKeyRevoke(b.ctx, "t1", "nope"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("APIKeyRevoke(missing) = %v, want ErrNotFound", err)

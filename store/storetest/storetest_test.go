@@ -38,7 +38,7 @@ import (
 // erringMethods are the methods the suite calls; a method the suite stops
 // calling fails the test, so the list cannot go stale unnoticed.
 var erringMethods = []string{
-	"NotificationCreate", "NotificationGet", "IdempotencyKeysSweep",
+	"NotificationCreate", "NotificationGet", "NotificationCancelled", "IdempotencyKeysSweep",
 	"OutboxClaim", "OutboxComplete", "OutboxRetry", "OutboxMarkPublished", "OutboxExtend", "OutboxReclaimExpired", "OutboxExpire", "OutboxBacklog",
 	"DeliveryGet", "DeliveryClaim", "DeliveryRecord", "DeliveryDecide", "DeliverySweepStale",
 	"ProfileGet", "ProfilePut", "ParkedList", "ParkedRequeue", "ParkedRestore", "ParkedDiscard", "ParkedDiscardList",
@@ -300,6 +300,11 @@ func (e *erring) ParkedRequeue(ctx context.Context, p store.ParkedRequeueParams)
 func (e *erring) ParkedRestore(ctx context.Context, p store.ParkedRestoreParams) (bool, error) {
 	v, err := e.Store.ParkedRestore(ctx, p)
 	return fail(e, "ParkedRestore", v, err)
+}
+
+func (e *erring) NotificationCancelled(ctx context.Context, id string) (bool, error) {
+	v, err := e.Store.NotificationCancelled(ctx, id)
+	return fail(e, "NotificationCancelled", v, err)
 }
 
 func (e *erring) ParkedDiscard(ctx context.Context, p store.ParkedDiscardParams) (store.ParkedDiscarded, error) {
