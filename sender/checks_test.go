@@ -128,12 +128,7 @@ func TestAParkOfACancelledNotificationEndsItCancelled(t *testing.T) {
 				return sender.ParkFor("TEXT_TOO_LONG")
 			})}
 			j := job("ntf_cancelled", heraldtype.ChannelWebhook)
-			if _, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
-				Tenant: "t1", ID: j.NotificationID, Recipient: "r1", EventID: "e1", Kind: "payment", Lane: j.Lane,
-				Params: j.Params, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
-			}); err != nil {
-				t.Fatal(err)
-			}
+			createNotification(t, b, j)
 			if marked {
 				if err := b.store.NotificationCancelMark(b.ctx, "t1", j.NotificationID); err != nil {
 					t.Fatal(err)

@@ -38,12 +38,7 @@ func TestRetryOfAnErasedNotificationIsSuppressed(t *testing.T) {
 			}})
 			putProfile(t, b, store.Profile{Tenant: "t1", Recipient: "r1"})
 			j := job("ntf_erased", heraldtype.ChannelWebhook)
-			if _, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
-				Tenant: "t1", ID: j.NotificationID, Recipient: "r1", EventID: "e1", Kind: "payment", Lane: j.Lane,
-				Params: j.Params, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook},
-			}); err != nil {
-				t.Fatal(err)
-			}
+			createNotification(t, b, j)
 			force(b.sims[heraldtype.ChannelWebhook], provider.NotSentOutcome("HTTP_429", 0))
 			if res := snd.Send(b.ctx, j); res.Verdict != sender.Retry || res.State != heraldtype.DeliveryRetryWait {
 				t.Fatalf("first attempt: %+v, want a retry", res)

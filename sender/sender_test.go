@@ -87,6 +87,18 @@ func job(id string, ch heraldtype.Channel) heraldtype.Job {
 	}
 }
 
+// createNotification stores j's notification, of its one channel, for
+// the tests that need it in the store (its erasure, its cancel mark).
+func createNotification(t *testing.T, b bundle, j heraldtype.Job) {
+	t.Helper()
+	if _, err := b.store.NotificationCreate(b.ctx, store.NotificationCreateParams{
+		Tenant: j.Tenant, ID: j.NotificationID, Recipient: j.Recipient, EventID: j.EventID, Kind: j.Kind, Lane: j.Lane,
+		Params: j.Params, Channels: []heraldtype.Channel{j.Channel},
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func delivery(t *testing.T, b bundle, id string) store.Delivery {
 	t.Helper()
 	d, err := b.store.DeliveryGet(b.ctx, id)
