@@ -463,6 +463,12 @@ func (c *conn) serve(ctx context.Context, expiresAt time.Time) {
 	h := c.h
 	now := time.Now()
 	expireAt := now.Add(expiresAt.Sub(h.cfg.Clock.Now()))
+	// The first heartbeat is due a Heartbeat after what the stream sent
+	// before serve (its first badge, a catch-up): that write is forgotten
+	// here, or it would put the first ping off by another Heartbeat, and a
+	// proxy timing out idle reads at a little more than one would cut the
+	// stream.
+	c.sent = false
 	pingAt := now.Add(h.cfg.Heartbeat)
 	resyncAt := now.Add(jitter(h.cfg.Resync))
 	timer := time.NewTimer(time.Until(earliest(expireAt, pingAt, resyncAt)))

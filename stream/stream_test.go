@@ -317,6 +317,22 @@ func TestHeartbeatsWhileIdle(t *testing.T) {
 	}
 }
 
+// The first heartbeat comes a Heartbeat after the stream's first badge,
+// not two (a proxy sized to one would cut every quiet stream). A bound of
+// 1.6 Heartbeats: the old fault took 2.
+func TestTheFirstHeartbeatIsOneHeartbeatAfterTheBadge(t *testing.T) {
+	t.Parallel()
+	const beat = 1500 * time.Millisecond
+	e := setup(t, drivers[0].open(t), stream.Config{Heartbeat: beat})
+	c := e.open(t, "t1", "alice")
+	c.WantBadge(t, 0)
+	badged := time.Now()
+	ev, ok := c.Recv(t, "the first heartbeat")
+	if took := time.Since(badged); !ok || ev.Comment != "ping" || took > beat*16/10 {
+		t.Fatalf("got %+v (open %v) %s after the badge; want the comment ping within 1.6 × %s", ev, ok, took, beat)
+	}
+}
+
 func TestCapRefusesWith503AndADisconnectFreesTheSlot(t *testing.T) {
 	t.Parallel()
 	e := setup(t, drivers[0].open(t), stream.Config{MaxStreams: 2})
