@@ -357,7 +357,7 @@ func TestSealedTokenWithoutItsKeyParks(t *testing.T) {
 	}
 	const token = "tok-c-333333333333"
 	dev := store.DeviceID(config.DevTenant, "carol", token)
-	if _, err := h.store.DevicePut(context.Background(), store.Device{Tenant: config.DevTenant, Recipient: "carol", DeviceID: dev,
+	if _, _, err := h.store.DevicePut(context.Background(), store.Device{Tenant: config.DevTenant, Recipient: "carol", DeviceID: dev,
 		Token: gone.Seal(seal.Device, config.DevTenant, token), Platform: store.PlatformFCM}); err != nil {
 		t.Fatal(err)
 	}

@@ -83,11 +83,18 @@ func (h *Handler) Put(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := store.Device{Tenant: tenant, Recipient: recipient, DeviceID: store.DeviceID(tenant, recipient, token),
-		Token: h.Seal.Seal(seal.Device, tenant, token), Platform: platform}
-	created, err := h.Store.DevicePut(r.Context(), d)
+		Token: h.Seal.Seal(seal.Device, tenant, token), Platform: platform, TokenDigest: store.TokenDigest(tenant, token)}
+	// The token is this recipient's alone from now on: the app install
+	// it names is logged in as them, and another recipient's row of it
+	// is deleted with this write, or their pushes would reach this phone.
+	created, moved, err := h.Store.DevicePut(r.Context(), d)
 	if err != nil {
 		h.unavailable(w, r, "put", err)
 		return
+	}
+	if moved > 0 && h.Logger != nil {
+		h.Logger.LogAttrs(r.Context(), slog.LevelInfo, "devices: a token registered for another recipient moved",
+			slog.String("tenant", tenant), slog.String("device_id", d.DeviceID), slog.Int("from_recipients", moved))
 	}
 	status := http.StatusOK
 	if created {

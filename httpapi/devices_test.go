@@ -63,6 +63,25 @@ func TestDevices(t *testing.T) {
 			t.Fatalf("stored device %+v, %v", d, err)
 		}
 	})
+	// A phone's token registered for another customer (a logout and a
+	// login on a shared phone) is theirs alone: the first one's row goes,
+	// so none of their pushes reaches it.
+	t.Run("ATokenRegisteredForAnotherRecipientMoves", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		const token = "fcm-token-shared-phone"
+		b.do(t, http.MethodPut, devicePath(token), authA, `{"platform":"fcm"}`)
+		r := b.do(t, http.MethodPut, "/v1/recipients/r2/devices/"+url.PathEscape(token), authA, `{"platform":"fcm"}`)
+		wantDevice(t, r, http.StatusCreated, devices.Device{DeviceID: store.DeviceID("a", "r2", token), Platform: "fcm", Active: true})
+		if list := listDevices(t, b, authA); len(list) != 0 {
+			t.Fatalf("r1 still has %+v, want the phone gone to r2", list)
+		}
+		// Another tenant registering the same token takes nothing of a's.
+		b.do(t, http.MethodPut, devicePath(token), "Bearer "+keyB, `{"platform":"fcm"}`)
+		if d, err := b.store.DeviceGet(t.Context(), "a", "r2", store.DeviceID("a", "r2", token)); err != nil || !d.Active {
+			t.Fatalf("a's r2 device after b's put: %+v, %v", d, err)
+		}
+	})
 	t.Run("EscapedTokenIsStoredUnescaped", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})

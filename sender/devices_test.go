@@ -34,7 +34,7 @@ func TestDeadDevice(t *testing.T) {
 	snd, b := setup(t, sender.Hooks{})
 	const token = "tok-dead"
 	dev := store.DeviceID("t1", "r1", token)
-	if _, err := b.store.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: dev, Token: token, Platform: store.PlatformFCM}); err != nil {
+	if _, _, err := b.store.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: dev, Token: token, Platform: store.PlatformFCM}); err != nil {
 		t.Fatal(err)
 	}
 	putProfile(t, b, store.Profile{Tenant: "t1", Recipient: "r1", Addresses: map[heraldtype.Channel]string{heraldtype.ChannelPush: token}})

@@ -283,7 +283,11 @@ type Devices interface {
 	// DevicePut registers d (by DeviceID of its token), or updates the
 	// row of that token: platform, active again (a deactivated token that
 	// is registered again is live again). It reports whether the row is new.
-	DevicePut(ctx context.Context, d Device) (created bool, err error)
+	// With d.TokenDigest, in the same transaction, it deletes the rows of
+	// that token under the tenant's other recipients and reports how many:
+	// a token is an app install's, now logged in as d.Recipient, and
+	// another recipient's pushes must not reach it.
+	DevicePut(ctx context.Context, d Device) (created bool, moved int, err error)
 	// DeviceDelete deletes a device; false when there was none.
 	DeviceDelete(ctx context.Context, tenant, recipient, deviceID string) (bool, error)
 	// DevicesList returns a recipient's devices, active or not, by device id.
@@ -317,6 +321,10 @@ type Device struct {
 	// DeviceID is DeviceID(Tenant, Recipient, Token).
 	DeviceID string
 	Token    string
+	// TokenDigest is TokenDigest(Tenant, the plain token), set by whoever
+	// registers it: the token is then this recipient's alone (DevicePut).
+	// Empty: not compared (not read back by the list reads).
+	TokenDigest string
 	Platform Platform
 	Active   bool
 	// CreatedAt is the first registration, UpdatedAt the last write.
@@ -340,6 +348,19 @@ func DeviceID(tenant, recipient, token string) string {
 		h.Write([]byte(s))
 	}
 	return "d" + hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// TokenDigest names a push token within its tenant, whoever it is
+// registered for: a token is an app install's, and DevicePut takes it
+// from the tenant's other recipients by it. The token may be stored
+// sealed, so it is the digest that is compared.
+func TokenDigest(tenant, token string) string {
+	h := sha256.New()
+	for _, s := range []string{"device-token", tenant, token} {
+		_ = binary.Write(h, binary.BigEndian, uint32(len(s)))
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // NotificationCreateParams is one accepted request.

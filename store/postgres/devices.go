@@ -17,11 +17,19 @@ const (
 	// qDevicePut registers a token, or writes it again: the platform, and
 	// active again whatever it was. xmax is 0 on a row this statement
 	// inserted and not on one it updated. $1 now.
-	qDevicePut = `INSERT INTO devices AS d (tenant, recipient, device_id, token, platform, active, created_at, updated_at)
-VALUES ($2::text, $3::text, $4::text, $5::text, $6::text, true, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()))
+	//
+	// With a digest ($7), it deletes the tenant's other recipients' rows
+	// of that token in the same statement (devices_token_digest,
+	// migration 40) and returns how many.
+	qDevicePut = `WITH moved AS (
+    DELETE FROM devices o WHERE $7::text <> '' AND o.tenant = $2::text AND o.token_digest = $7::text AND o.recipient <> $3::text
+    RETURNING 1
+)
+INSERT INTO devices AS d (tenant, recipient, device_id, token, platform, active, created_at, updated_at, token_digest)
+VALUES ($2::text, $3::text, $4::text, $5::text, $6::text, true, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), nullif($7::text, ''))
 ON CONFLICT (tenant, recipient, device_id) DO UPDATE SET token = excluded.token, platform = excluded.platform, active = true,
-    deactivated_at = NULL, deactivated_reason = '', updated_at = excluded.updated_at
-RETURNING d.xmax = 0`
+    deactivated_at = NULL, deactivated_reason = '', updated_at = excluded.updated_at, token_digest = coalesce(excluded.token_digest, d.token_digest)
+RETURNING d.xmax = 0, (SELECT count(*) FROM moved)`
 	qDeviceDelete = `DELETE FROM devices WHERE tenant = $1::text AND recipient = $2::text AND device_id = $3::text`
 	// $1 now, $5 reason.
 	qDeviceDeactivate = `UPDATE devices
@@ -33,13 +41,14 @@ WHERE tenant = $2::text AND recipient = $3::text AND device_id = $4::text AND ac
 )
 
 // DevicePut registers a device or writes its row again, active.
-func (s *Store) DevicePut(ctx context.Context, d store.Device) (bool, error) {
+func (s *Store) DevicePut(ctx context.Context, d store.Device) (bool, int, error) {
 	var created bool
-	err := s.pool.QueryRow(ctx, qDevicePut, s.now(), d.Tenant, d.Recipient, d.DeviceID, d.Token, string(d.Platform)).Scan(&created)
+	var moved int
+	err := s.pool.QueryRow(ctx, qDevicePut, s.now(), d.Tenant, d.Recipient, d.DeviceID, d.Token, string(d.Platform), d.TokenDigest).Scan(&created, &moved)
 	if err != nil {
-		return false, s.fail("put device", err)
+		return false, 0, s.fail("put device", err)
 	}
-	return created, nil
+	return created, moved, nil
 }
 
 // DeviceDelete deletes a device.

@@ -17,7 +17,7 @@ func putDevices(t *testing.T, s *Store, tenant, recipient string, tokens ...stri
 	var ids []string
 	for _, tok := range tokens {
 		id := store.DeviceID(tenant, recipient, tok)
-		if _, err := s.DevicePut(context.Background(), store.Device{Tenant: tenant, Recipient: recipient, DeviceID: id, Token: tok, Platform: store.PlatformFCM}); err != nil {
+		if _, _, err := s.DevicePut(context.Background(), store.Device{Tenant: tenant, Recipient: recipient, DeviceID: id, Token: tok, Platform: store.PlatformFCM}); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)

@@ -32,7 +32,7 @@ func lazyStore(t *testing.T, app string) (*Store, *clock.Fake, string) {
 func chain(t *testing.T, s *Store, recipient string, channels []heraldtype.Channel, tokens ...string) string {
 	t.Helper()
 	for _, tok := range tokens {
-		if _, err := s.DevicePut(context.Background(), store.Device{Tenant: "t1", Recipient: recipient,
+		if _, _, err := s.DevicePut(context.Background(), store.Device{Tenant: "t1", Recipient: recipient,
 			DeviceID: store.DeviceID("t1", recipient, tok), Token: tok, Platform: store.PlatformFCM}); err != nil {
 			t.Fatal(err)
 		}

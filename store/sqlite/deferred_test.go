@@ -80,7 +80,7 @@ func TestRowsDueBeyondTheHorizonAreWrittenDeferred(t *testing.T) {
 	clk, db, deferred := deferredRows(t, t0)
 	s := db.Store
 	tx := heraldtype.LaneTransactional
-	if _, err := s.DevicePut(ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: "d1", Token: "tok", Platform: store.PlatformFCM,
+	if _, _, err := s.DevicePut(ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: "d1", Token: "tok", Platform: store.PlatformFCM,
 		Active: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -19,10 +19,15 @@ const (
 	qDeviceExists = `SELECT count(*) FROM devices WHERE tenant = ?1 AND recipient = ?2 AND device_id = ?3`
 	// qDevicePut registers a token, or writes it again: the platform, and
 	// active again whatever it was. ?1 now.
-	qDevicePut = `INSERT INTO devices (tenant, recipient, device_id, token, platform, active, created_at, updated_at)
-VALUES (?2, ?3, ?4, ?5, ?6, 1, ?1, ?1)
+	qDevicePut = `INSERT INTO devices (tenant, recipient, device_id, token, platform, active, created_at, updated_at, token_digest)
+VALUES (?2, ?3, ?4, ?5, ?6, 1, ?1, ?1, nullif(?7, ''))
 ON CONFLICT (tenant, recipient, device_id) DO UPDATE SET token = excluded.token, platform = excluded.platform, active = 1,
-    deactivated_at = NULL, deactivated_reason = '', updated_at = excluded.updated_at`
+    deactivated_at = NULL, deactivated_reason = '', updated_at = excluded.updated_at,
+    token_digest = coalesce(excluded.token_digest, devices.token_digest)`
+	// qDeviceMove deletes the tenant's other recipients' rows of a token
+	// (its digest, ?3; devices_token_digest, migration 36): the token is
+	// ?2's now (store.Devices.DevicePut).
+	qDeviceMove = `DELETE FROM devices WHERE tenant = ?1 AND token_digest = ?3 AND recipient <> ?2`
 	qDeviceDelete = `DELETE FROM devices WHERE tenant = ?1 AND recipient = ?2 AND device_id = ?3`
 	// ?1 now, ?5 reason.
 	qDeviceDeactivate = `UPDATE devices SET active = 0, deactivated_at = ?1, deactivated_reason = ?5, updated_at = ?1
@@ -35,24 +40,34 @@ WHERE tenant = ?2 AND recipient = ?3 AND device_id = ?4 AND active = 1`
 // deviceQueries are the writer's device statements, cached by it
 // (writeQueries): the create's read of the active devices runs on every
 // push intake.
-var deviceQueries = []string{qDevicesActive, qDeviceExists, qDevicePut, qDeviceDelete, qDeviceDeactivate}
+var deviceQueries = []string{qDevicesActive, qDeviceExists, qDevicePut, qDeviceMove, qDeviceDelete, qDeviceDeactivate}
 
 // DevicePut registers a device or writes its row again, active.
-func (s *Store) DevicePut(ctx context.Context, d store.Device) (bool, error) {
+func (s *Store) DevicePut(ctx context.Context, d store.Device) (bool, int, error) {
 	var created bool
+	var moved int64
 	err := s.w.do(ctx, func(tx wtx) error {
 		var n int
 		if err := tx.QueryRow(qDeviceExists, d.Tenant, d.Recipient, d.DeviceID).Scan(&n); err != nil {
 			return err
 		}
-		created = n == 0
-		_, err := tx.Exec(qDevicePut, s.now(), d.Tenant, d.Recipient, d.DeviceID, d.Token, string(d.Platform))
+		created, moved = n == 0, 0
+		if d.TokenDigest != "" {
+			r, err := tx.Exec(qDeviceMove, d.Tenant, d.Recipient, d.TokenDigest)
+			if err != nil {
+				return err
+			}
+			if moved, err = r.RowsAffected(); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(qDevicePut, s.now(), d.Tenant, d.Recipient, d.DeviceID, d.Token, string(d.Platform), d.TokenDigest)
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("put device: %w", err)
+		return false, 0, fmt.Errorf("put device: %w", err)
 	}
-	return created, nil
+	return created, int(moved), nil
 }
 
 // DeviceDelete deletes a device.

@@ -16,7 +16,7 @@ import (
 func putDevice(t *testing.T, b bundle, recipient, token string, platform store.Platform) string {
 	t.Helper()
 	id := store.DeviceID("t1", recipient, token)
-	if _, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: recipient, DeviceID: id, Token: token, Platform: platform}); err != nil {
+	if _, _, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: recipient, DeviceID: id, Token: token, Platform: platform}); err != nil {
 		t.Fatalf("DevicePut: %v", err)
 	}
 	return id
@@ -45,11 +45,61 @@ func testDevices(t *testing.T, h Harness) {
 			}
 		}
 	})
+	t.Run("ATokenRegisteredForAnotherRecipientMoves", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		put := func(tenant, recipient, token string) (bool, int) {
+			t.Helper()
+			created, moved, err := b.s.DevicePut(b.ctx, store.Device{Tenant: tenant, Recipient: recipient,
+				DeviceID: store.DeviceID(tenant, recipient, token), Token: "sealed:" + recipient, Platform: store.PlatformFCM,
+				TokenDigest: store.TokenDigest(tenant, token)})
+			if err != nil {
+				t.Fatalf("DevicePut: %v", err)
+			}
+			return created, moved
+		}
+		put("t1", "user-42", "phone")
+		put("t1", "user-42", "tablet")
+		put("t2", "user-42", "phone") // another tenant's app: its own token space
+		if created, moved := put("t1", "user-42", "phone"); created || moved != 0 {
+			t.Fatalf("the same recipient again: created %v, moved %d; want neither", created, moved)
+		}
+		// user-43 logs in on user-42's phone: the phone is user-43's alone.
+		if created, moved := put("t1", "user-43", "phone"); !created || moved != 1 {
+			t.Fatalf("another recipient: created %v, moved %d; want created, one row moved", created, moved)
+		}
+		list := func(tenant, recipient string) []string {
+			t.Helper()
+			ds, err := b.s.DevicesList(b.ctx, tenant, recipient)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, d := range ds {
+				ids = append(ids, d.DeviceID)
+			}
+			return ids
+		}
+		if got := list("t1", "user-42"); len(got) != 1 || got[0] != store.DeviceID("t1", "user-42", "tablet") {
+			t.Fatalf("user-42's devices %v, want only the tablet", got)
+		}
+		if got := list("t1", "user-43"); len(got) != 1 {
+			t.Fatalf("user-43's devices %v, want the phone", got)
+		}
+		if got := list("t2", "user-42"); len(got) != 1 {
+			t.Fatalf("t2's user-42 devices %v, want its phone kept", got)
+		}
+		// A put without a digest (a row from before migration 40/36) moves nothing.
+		if _, moved, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "user-44",
+			DeviceID: store.DeviceID("t1", "user-44", "phone"), Token: "x", Platform: store.PlatformFCM}); err != nil || moved != 0 {
+			t.Fatalf("a put without a digest moved %d (%v), want none", moved, err)
+		}
+	})
 	t.Run("PutGetListDelete", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
 		id := store.DeviceID("t1", "r1", "tok-a")
-		created, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: id, Token: "tok-a", Platform: store.PlatformFCM})
+		created, _, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: id, Token: "tok-a", Platform: store.PlatformFCM})
 		if err != nil || !created {
 			t.Fatalf("DevicePut of a new token = %v, %v; want created", created, err)
 		}
@@ -60,7 +110,7 @@ func testDevices(t *testing.T, h Harness) {
 			t.Fatalf("DeviceGet = %+v, want %+v", d, want)
 		}
 		b.clk.Advance(time.Minute)
-		created, err = b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: id, Token: "tok-a", Platform: store.PlatformWeb})
+		created, _, err = b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: id, Token: "tok-a", Platform: store.PlatformWeb})
 		if err != nil || created {
 			t.Fatalf("DevicePut of a known token = %v, %v; want not created", created, err)
 		}
@@ -168,7 +218,7 @@ func testDevices(t *testing.T, h Harness) {
 			t.Fatalf("DeviceDeactivate of no device = %v, %v; want false", ok, err)
 		}
 		b.clk.Advance(time.Minute)
-		created, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: id, Token: "tok-a", Platform: store.PlatformFCM})
+		created, _, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: id, Token: "tok-a", Platform: store.PlatformFCM})
 		if err != nil || created {
 			t.Fatalf("DevicePut of a deactivated token = %v, %v; want not created", created, err)
 		}

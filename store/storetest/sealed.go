@@ -87,7 +87,7 @@ func testSealed(t *testing.T, h Harness) {
 		if err := b.s.ProfilePut(b.ctx, store.Profile{Tenant: "t1", Recipient: "r-no-address", Language: "en"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: store.DeviceID("t1", "r1", token),
+		if _, _, err := b.s.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: store.DeviceID("t1", "r1", token),
 			Token: token, Platform: store.PlatformFCM}); err != nil {
 			t.Fatal(err)
 		}
