@@ -325,8 +325,8 @@ type Device struct {
 	// registers it: the token is then this recipient's alone (DevicePut).
 	// Empty: not compared (not read back by the list reads).
 	TokenDigest string
-	Platform Platform
-	Active   bool
+	Platform    Platform
+	Active      bool
 	// CreatedAt is the first registration, UpdatedAt the last write.
 	CreatedAt time.Time
 	UpdatedAt time.Time

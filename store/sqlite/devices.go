@@ -27,7 +27,7 @@ ON CONFLICT (tenant, recipient, device_id) DO UPDATE SET token = excluded.token,
 	// qDeviceMove deletes the tenant's other recipients' rows of a token
 	// (its digest, ?3; devices_token_digest, migration 36): the token is
 	// ?2's now (store.Devices.DevicePut).
-	qDeviceMove = `DELETE FROM devices WHERE tenant = ?1 AND token_digest = ?3 AND recipient <> ?2`
+	qDeviceMove   = `DELETE FROM devices WHERE tenant = ?1 AND token_digest = ?3 AND recipient <> ?2`
 	qDeviceDelete = `DELETE FROM devices WHERE tenant = ?1 AND recipient = ?2 AND device_id = ?3`
 	// ?1 now, ?5 reason.
 	qDeviceDeactivate = `UPDATE devices SET active = 0, deactivated_at = ?1, deactivated_reason = ?5, updated_at = ?1
