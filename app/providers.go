@@ -51,7 +51,11 @@ func (a *App) buildProviders(cfg *config.Config, opts Options) error {
 			a.closers[p.Name] = c
 		}
 		// The non-production allow-list's own layer wraps the sends only.
-		a.registry.Register(heraldtype.Channel(p.Channel), p.Name, a.guardProvider(p, impl))
+		if platform := config.ProviderPlatform(p); platform != "" {
+			a.registry.RegisterPlatform(heraldtype.Channel(p.Channel), platform, p.Name, a.guardProvider(p, impl))
+		} else {
+			a.registry.Register(heraldtype.Channel(p.Channel), p.Name, a.guardProvider(p, impl))
+		}
 	}
 	return nil
 }

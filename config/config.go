@@ -1110,8 +1110,23 @@ func (c *Config) Validate() error {
 	return c.validateKinds()
 }
 
+// ProviderPlatform is the push device platform a provider entry serves on
+// its own: "fcm" for type fcm, "apns" for type apns on the push channel;
+// "" for every other entry, which serves its whole channel.
+func ProviderPlatform(p Provider) string {
+	if p.Channel != string(heraldtype.ChannelPush) {
+		return ""
+	}
+	switch p.Type {
+	case "fcm", "apns":
+		return p.Type
+	}
+	return ""
+}
+
 func (c *Config) validateProviders() error {
 	names := map[string]bool{}
+	channels := map[string]string{} // channel → the entry that serves it
 	for i, p := range c.Providers {
 		key := fmt.Sprintf("providers[%d]", i)
 		if p.Name == "" {
@@ -1124,6 +1139,17 @@ func (c *Config) validateProviders() error {
 		if !heraldtype.Channel(p.Channel).Valid() {
 			return fmt.Errorf("config: %s.channel: %q is not one of %s", key, p.Channel, channelList())
 		}
+		// A channel has one provider, and push one a device platform
+		// (ProviderPlatform): a second entry would be ignored, and a real
+		// provider listed after a simulator would never be called.
+		serves := p.Channel
+		if platform := ProviderPlatform(p); platform != "" {
+			serves = p.Channel + " (" + platform + " devices)"
+		}
+		if first, ok := channels[serves]; ok {
+			return fmt.Errorf("config: %s.channel: %s is served by %s already (a channel has one provider, push one for each device platform; remove one of them)", key, serves, first)
+		}
+		channels[serves] = fmt.Sprintf("%s (%q)", key, p.Name)
 		if p.Timeout <= 0 {
 			return fmt.Errorf("config: %s.timeout: must be positive", key)
 		}

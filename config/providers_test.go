@@ -92,6 +92,12 @@ func TestRealProviderErrorsNameTheKeyNeverTheSecret(t *testing.T) {
 		{"InlineCredential", "auth_token: {env: TW_TOKEN}", "auth_token: pw12345inline-secret", "auth_token: a credential may not be written in the config file"},
 		{"InlineInList", "secrets: [{env: WH_OLD}]", "secrets: [whsec_pw12345inline]", "a credential may not be written in the config file"},
 		{"UnknownSecretField", "secrets: [{env: WH_OLD}]", "secrets: [{envv: WH_OLD}]", "field envv not found"},
+		// A channel has one provider (push one a device platform): a second
+		// would be ignored, a real one after a simulator never called.
+		{"SecondOnAChannel", "name: tw, type: twilio, channel: sms", "name: tw, type: twilio, channel: alimtalk",
+			`providers[4].channel: alimtalk is served by providers[3] ("biz") already`},
+		{"SecondForAPlatform", "name: apns, type: apns", "name: apns, type: fcm",
+			`providers[1].channel: push (fcm devices) is served by providers[0] ("fcm") already`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

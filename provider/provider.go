@@ -144,9 +144,20 @@ type Provider interface {
 	Send(ctx context.Context, m Message) Outcome
 }
 
-// Registry maps channels to the provider serving them, built explicitly at start.
+// Registry maps channels to the provider serving them, built explicitly at
+// start. A push device's platform may have a provider of its own (FCM for
+// fcm devices, APNs for apns ones): ForPlatform.
 type Registry struct {
-	byChannel map[heraldtype.Channel]Named
+	byChannel  map[heraldtype.Channel]Named
+	byPlatform map[platformKey]Named
+	// firstOfPlatform is the first platform provider of a channel, its
+	// provider where no entry serves the whole channel.
+	firstOfPlatform map[heraldtype.Channel]Named
+}
+
+type platformKey struct {
+	ch       heraldtype.Channel
+	platform string
 }
 
 // Named is a provider and its configured name.
@@ -156,17 +167,48 @@ type Named struct {
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{byChannel: map[heraldtype.Channel]Named{}} }
+func NewRegistry() *Registry {
+	return &Registry{byChannel: map[heraldtype.Channel]Named{}, byPlatform: map[platformKey]Named{},
+		firstOfPlatform: map[heraldtype.Channel]Named{}}
+}
 
-// Register makes p serve ch. The first provider registered for a channel wins.
+// Register makes p serve ch. The first provider registered for a channel
+// wins (the configuration refuses a second: config.Config's check).
 func (r *Registry) Register(ch heraldtype.Channel, name string, p Provider) {
 	if _, ok := r.byChannel[ch]; !ok {
 		r.byChannel[ch] = Named{Name: name, Provider: p}
 	}
 }
 
+// RegisterPlatform makes p serve ch's devices of platform (push: "fcm",
+// "apns"). Where no provider serves the whole channel (Register), the
+// first platform provider registered stands for it in For: what needs a
+// provider whatever the device (the allow-list) and the devices of a
+// platform without one of its own.
+func (r *Registry) RegisterPlatform(ch heraldtype.Channel, platform, name string, p Provider) {
+	k := platformKey{ch, platform}
+	if _, ok := r.byPlatform[k]; !ok {
+		r.byPlatform[k] = Named{Name: name, Provider: p}
+	}
+	if _, ok := r.firstOfPlatform[ch]; !ok {
+		r.firstOfPlatform[ch] = Named{Name: name, Provider: p}
+	}
+}
+
+// ForPlatform returns the provider of ch's devices of platform, else the
+// channel's (For).
+func (r *Registry) ForPlatform(ch heraldtype.Channel, platform string) (Named, bool) {
+	if n, ok := r.byPlatform[platformKey{ch, platform}]; ok {
+		return n, true
+	}
+	return r.For(ch)
+}
+
 // For returns the provider serving ch.
 func (r *Registry) For(ch heraldtype.Channel) (Named, bool) {
-	n, ok := r.byChannel[ch]
+	if n, ok := r.byChannel[ch]; ok {
+		return n, true
+	}
+	n, ok := r.firstOfPlatform[ch]
 	return n, ok
 }

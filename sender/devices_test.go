@@ -2,10 +2,12 @@ package sender_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
@@ -92,5 +94,29 @@ func TestDeadDevice(t *testing.T) {
 	res = snd.Send(b.ctx, deviceJob("ntf_3"))
 	if res.State != heraldtype.DeliverySuppressed || res.Reason != heraldtype.ReasonDestinationUnavailable || b.sims[heraldtype.ChannelPush].Total() != calls {
 		t.Fatalf("push to an inactive device: %+v, %d calls more; want SUPPRESSED(DESTINATION_UNAVAILABLE) and no call", res, b.sims[heraldtype.ChannelPush].Total()-calls)
+	}
+}
+
+// A push to one device goes through its platform's provider: an APNs
+// token to APNs, an FCM one to FCM (both serving push), and a web one,
+// whose platform has none of its own, to the channel's.
+func TestAPushGoesThroughItsDevicesPlatformsProvider(t *testing.T) {
+	t.Parallel()
+	snd, b := setup(t, sender.Hooks{})
+	apns, fcm := sim.New(sim.Config{}), sim.New(sim.Config{})
+	snd.Providers.RegisterPlatform(heraldtype.ChannelPush, "apns", "apns", apns)
+	snd.Providers.RegisterPlatform(heraldtype.ChannelPush, "fcm", "fcm", fcm)
+	for i, p := range []store.Platform{store.PlatformAPNs, store.PlatformFCM, store.PlatformWeb} {
+		token := "tok-" + string(p)
+		dev := store.DeviceID("t1", "r1", token)
+		if _, _, err := b.store.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: dev, Token: token, Platform: p}); err != nil {
+			t.Fatal(err)
+		}
+		if res := snd.Send(b.ctx, job(fmt.Sprint("ntf_", i), heraldtype.DeviceSend(heraldtype.ChannelPush, dev))); res.State != heraldtype.DeliveryProviderAccepted {
+			t.Fatalf("%s push: %+v", p, res)
+		}
+	}
+	if a, f, whole := apns.Total(), fcm.Total(), b.sims[heraldtype.ChannelPush].Total(); a != 1 || f != 1 || whole != 1 {
+		t.Fatalf("calls: apns %d, fcm %d, the channel's %d; want one each", a, f, whole)
 	}
 }

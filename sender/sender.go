@@ -671,9 +671,14 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	if job.Lane == heraldtype.LaneMarketing && !profile.Consent[ch] {
 		return suppress(heraldtype.ReasonConsentDenied)
 	}
-	address, dec := s.address(ctx, job, profile)
+	address, platform, dec := s.address(ctx, job, profile)
 	if dec != nil {
 		return provider.Message{}, none, noProfile, dec
+	}
+	if platform != "" {
+		// A push to one device goes through its platform's provider (FCM
+		// for fcm devices, APNs for apns ones), the channel's otherwise.
+		named, _ = s.Providers.ForPlatform(ch, string(platform))
 	}
 	plain, err := s.Seal.OpenJSON(job.Tenant, job.Params)
 	if err != nil {
@@ -697,21 +702,21 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 }
 
 // address is job's destination: for a push to one device, that device's
-// token, read now; otherwise the profile's address for the channel. A
-// device deleted or deactivated since intake, or a channel that needs an
-// address the profile lacks, is a decision not to send.
-func (s *Sender) address(ctx context.Context, job heraldtype.Job, profile store.Profile) (string, *decision) {
+// token, read now, and its platform; otherwise the profile's address for
+// the channel. A device deleted or deactivated since intake, or a channel
+// that needs an address the profile lacks, is a decision not to send.
+func (s *Sender) address(ctx context.Context, job heraldtype.Job, profile store.Profile) (string, store.Platform, *decision) {
 	unavailable := &decision{state: heraldtype.DeliverySuppressed, reason: heraldtype.ReasonDestinationUnavailable}
 	device := job.Channel.Device()
 	if device == "" {
 		address, err := s.Seal.Open(seal.Address, job.Tenant, profile.Addresses[job.Channel])
 		if err != nil {
-			return "", &decision{state: heraldtype.DeliveryParked, reason: heraldtype.ReasonPersonalDataUnreadable}
+			return "", "", &decision{state: heraldtype.DeliveryParked, reason: heraldtype.ReasonPersonalDataUnreadable}
 		}
 		if job.Channel.NeedsAddress() && address == "" {
-			return "", unavailable
+			return "", "", unavailable
 		}
-		return address, nil
+		return address, "", nil
 	}
 	var d store.Device
 	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
@@ -720,17 +725,17 @@ func (s *Sender) address(ctx context.Context, job heraldtype.Job, profile store.
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return "", unavailable
+		return "", "", unavailable
 	case err != nil:
-		return "", &decision{err: fmt.Errorf("read device: %w", err)}
+		return "", "", &decision{err: fmt.Errorf("read device: %w", err)}
 	case !d.Active:
-		return "", unavailable
+		return "", "", unavailable
 	}
 	token, err := s.Seal.Open(seal.Device, job.Tenant, d.Token)
 	if err != nil {
-		return "", &decision{state: heraldtype.DeliveryParked, reason: heraldtype.ReasonPersonalDataUnreadable}
+		return "", "", &decision{state: heraldtype.DeliveryParked, reason: heraldtype.ReasonPersonalDataUnreadable}
 	}
-	return token, nil
+	return token, d.Platform, nil
 }
 
 // deactivate marks the device of a push the provider called dead inactive
