@@ -101,6 +101,7 @@ func New(cfg Config) http.Handler {
 	routeEveryday(mux, cfg, authed)
 	pr := &profiles{store: cfg.Store, logger: cfg.Logger, seal: cfg.Seal}
 	mux.Handle("PUT /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.put)))
+	mux.Handle("PATCH /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.patch)))
 	mux.Handle("GET /v1/recipients/{recipient}/profile", authed(http.HandlerFunc(pr.get)))
 	routeDevices(mux, cfg, authed)   // devices.go
 	routeErasure(mux, cfg, authed)   // erasure.go
@@ -198,34 +199,22 @@ func (p *profiles) put(w http.ResponseWriter, r *http.Request) {
 		Language: body.Language, TimeZone: body.TimeZone,
 	}
 	for ch, a := range body.Addresses {
-		if !heraldtype.Channel(ch).Valid() {
-			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "unknown channel " + ch, Param: "addresses." + ch})
-			return
-		}
-		if err := validate.Address(heraldtype.Channel(ch), a); err != nil {
-			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: ch + ": " + err.Error(), Param: "addresses." + ch})
+		if p := checkAddress(ch, a); p != nil {
+			problem.Write(w, *p)
 			return
 		}
 		prof.Addresses[heraldtype.Channel(ch)] = a
 	}
 	for ch, c := range body.Consent {
-		if !heraldtype.Channel(ch).Valid() {
-			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "unknown channel " + ch, Param: "consent." + ch})
+		if p := checkChannel("consent", ch); p != nil {
+			problem.Write(w, *p)
 			return
 		}
 		prof.Consent[heraldtype.Channel(ch)] = c
 	}
-	if body.Language != "" {
-		if err := validate.Language(body.Language); err != nil {
-			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: err.Error(), Param: "language"})
-			return
-		}
-	}
-	if tz := body.TimeZone; tz != "" {
-		if _, err := time.LoadLocation(tz); err != nil {
-			problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "unknown time zone", Param: "time_zone"})
-			return
-		}
+	if p := checkLanguageAndZone(body.Language, body.TimeZone); p != nil {
+		problem.Write(w, *p)
+		return
 	}
 	seal.SealMap(p.seal, seal.Address, prof.Tenant, prof.Addresses)
 	if err := p.store.ProfilePutBy(r.Context(), prof, consent.Actor(r)); err != nil {

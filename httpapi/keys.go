@@ -20,6 +20,7 @@ var routeScopes = map[string]apikeys.Scope{
 	"POST /v1/notifications":                            apikeys.ScopeSend,
 	"POST /v1/notifications/{id}/cancel":                apikeys.ScopeSend,
 	"PUT /v1/recipients/{recipient}/profile":            apikeys.ScopeSend,
+	"PATCH /v1/recipients/{recipient}/profile":          apikeys.ScopeSend,
 	"PUT /v1/recipients/{recipient}/devices/{token}":    apikeys.ScopeSend,
 	"DELETE /v1/recipients/{recipient}/devices/{token}": apikeys.ScopeSend,
 	"POST /v1/recipients/{recipient}/tokens":            apikeys.ScopeSend,

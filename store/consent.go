@@ -23,6 +23,15 @@ type ConsentHistory interface {
 	// nothing. Concurrent puts of one recipient are ordered: each compares
 	// with the profile the one before it wrote.
 	ProfilePutBy(ctx context.Context, p Profile, by ConsentActor) error
+	// ProfileChangeBy changes a recipient's profile in place: change gets
+	// the stored profile (one with no addresses or consent when there is
+	// none) while its row is held, and what it leaves is written, with its
+	// consent changes recorded as ProfilePutBy records them. Concurrent
+	// changes of one recipient are ordered, each seeing the one before it
+	// (PATCH /v1/recipients/{r}/profile: a consent change keeps the
+	// addresses). change may run more than once; it returns a non-nil
+	// error to write nothing, and that error is returned.
+	ProfileChangeBy(ctx context.Context, tenant, recipient string, by ConsentActor, change func(p *Profile) error) error
 	// ConsentHistoryList returns up to p.Limit of a recipient's consent
 	// changes, newest first (by ID, descending), those older than p.Before
 	// when it is set: the keyset of the next page.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -57,12 +58,18 @@ const profilePutTries = 3
 // ProfilePutBy creates or replaces a recipient's profile and records the
 // consent changes it makes, in one transaction.
 func (s *Store) ProfilePutBy(ctx context.Context, p store.Profile, by store.ConsentActor) error {
-	data, err := json.Marshal(p)
-	if err != nil {
-		return fmt.Errorf("encode profile: %w", err)
-	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		old, err := s.profileReplace(ctx, tx, p, data)
+	return s.ProfileChangeBy(ctx, p.Tenant, p.Recipient, by, func(old *store.Profile) error {
+		*old = p
+		return nil
+	})
+}
+
+// ProfileChangeBy changes a recipient's profile in place and records the
+// consent changes it makes, in one transaction.
+func (s *Store) ProfileChangeBy(ctx context.Context, tenant, recipient string, by store.ConsentActor, change func(*store.Profile) error) error {
+	var refused error
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		old, p, err := s.profileChange(ctx, tx, tenant, recipient, change)
 		if err != nil {
 			return err
 		}
@@ -75,47 +82,81 @@ func (s *Store) ProfilePutBy(ctx context.Context, p store.Profile, by store.Cons
 		for i, c := range changes {
 			channels[i], olds[i], news[i] = string(c.Channel), c.Old, c.New
 		}
-		if _, err := tx.Exec(ctx, qConsentInsert, s.now(), p.Tenant, p.Recipient, by.Tenant, by.Key, channels, olds, news); err != nil {
+		if _, err := tx.Exec(ctx, qConsentInsert, s.now(), tenant, recipient, by.Tenant, by.Key, channels, olds, news); err != nil {
 			return fmt.Errorf("record consent changes: %w", err)
 		}
 		return nil
 	})
-	if err != nil {
+	var c changeRefused
+	if errors.As(err, &c) {
+		refused = c.err
+	}
+	switch {
+	case refused != nil:
+		return refused
+	case err != nil:
 		return s.fail("write profile", err)
 	}
 	return nil
 }
 
-// profileReplace writes p's profile in tx, holding its row, and returns
-// the consent it replaced (nil when there was no profile).
-func (s *Store) profileReplace(ctx context.Context, tx pgx.Tx, p store.Profile, data []byte) (map[heraldtype.Channel]bool, error) {
+// changeRefused carries the error a profile change returned out of its
+// transaction, which it rolls back.
+type changeRefused struct{ err error }
+
+func (c changeRefused) Error() string { return c.err.Error() }
+
+// profileChange applies change to the recipient's profile in tx, holding
+// its row, writes the result, and returns the consent it replaced (nil
+// when there was no profile) and the profile written.
+func (s *Store) profileChange(ctx context.Context, tx pgx.Tx, tenant, recipient string, change func(*store.Profile) error) (map[heraldtype.Channel]bool, store.Profile, error) {
+	apply := func(p store.Profile) (store.Profile, []byte, error) {
+		if err := change(&p); err != nil {
+			return p, nil, changeRefused{err}
+		}
+		p.Tenant, p.Recipient = tenant, recipient
+		data, err := json.Marshal(p)
+		if err != nil {
+			return p, nil, fmt.Errorf("encode profile: %w", err)
+		}
+		return p, data, nil
+	}
 	for range profilePutTries {
 		var prev []byte
-		err := tx.QueryRow(ctx, qConsentProfileLock, p.Tenant, p.Recipient).Scan(&prev)
+		err := tx.QueryRow(ctx, qConsentProfileLock, tenant, recipient).Scan(&prev)
 		switch {
 		case err == nil:
-			old, err := store.DecodeProfile(p.Tenant, p.Recipient, prev, time.Time{})
+			old, err := store.DecodeProfile(tenant, recipient, prev, time.Time{})
 			if err != nil {
-				return nil, err
+				return nil, store.Profile{}, err
 			}
-			if _, err := tx.Exec(ctx, qConsentProfileUpdate, s.now(), p.Tenant, p.Recipient, string(data)); err != nil {
-				return nil, err
+			oldConsent := maps.Clone(old.Consent)
+			p, data, err := apply(old)
+			if err != nil {
+				return nil, p, err
 			}
-			return old.Consent, nil
+			if _, err := tx.Exec(ctx, qConsentProfileUpdate, s.now(), tenant, recipient, string(data)); err != nil {
+				return nil, p, err
+			}
+			return oldConsent, p, nil
 		case !errors.Is(err, pgx.ErrNoRows):
-			return nil, fmt.Errorf("lock profile: %w", err)
+			return nil, store.Profile{}, fmt.Errorf("lock profile: %w", err)
 		}
-		tag, err := tx.Exec(ctx, qConsentProfileInsert, s.now(), p.Tenant, p.Recipient, string(data))
+		p, data, err := apply(store.Profile{Tenant: tenant, Recipient: recipient})
 		if err != nil {
-			return nil, err
+			return nil, p, err
+		}
+		tag, err := tx.Exec(ctx, qConsentProfileInsert, s.now(), tenant, recipient, string(data))
+		if err != nil {
+			return nil, p, err
 		}
 		if tag.RowsAffected() == 1 {
-			return nil, nil
+			return nil, p, nil
 		}
 		// Another put inserted this recipient's profile and committed:
 		// lock that one and compare with it.
 	}
-	return nil, errors.New("the profile kept appearing and disappearing under the put")
+	return nil, store.Profile{}, errors.New("the profile kept appearing and disappearing under the put")
 }
 
 // ConsentHistoryList returns a page of a recipient's consent changes,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 
 	"github.com/heraldhq/herald/heraldtype"
@@ -37,35 +38,56 @@ func init() { writeQueries = append(writeQueries, qConsentProfileRead, qConsentI
 // ProfilePutBy creates or replaces a recipient's profile and records the
 // consent changes it makes, in one transaction.
 func (s *Store) ProfilePutBy(ctx context.Context, p store.Profile, by store.ConsentActor) error {
-	data, err := json.Marshal(p)
-	if err != nil {
-		return fmt.Errorf("encode profile: %w", err)
-	}
-	err = s.w.do(ctx, func(tx wtx) error {
-		var old store.Profile
+	return s.ProfileChangeBy(ctx, p.Tenant, p.Recipient, by, func(old *store.Profile) error {
+		*old = p
+		return nil
+	})
+}
+
+// ProfileChangeBy changes a recipient's profile in place and records the
+// consent changes it makes, in one transaction (the writer's: changes are
+// ordered).
+func (s *Store) ProfileChangeBy(ctx context.Context, tenant, recipient string, by store.ConsentActor, change func(*store.Profile) error) error {
+	var refused error
+	err := s.w.do(ctx, func(tx wtx) error {
+		refused = nil
+		p := store.Profile{Tenant: tenant, Recipient: recipient}
 		var prev string
-		switch err := tx.QueryRow(qConsentProfileRead, p.Tenant, p.Recipient).Scan(&prev); {
+		switch err := tx.QueryRow(qConsentProfileRead, tenant, recipient).Scan(&prev); {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
 			return fmt.Errorf("read profile: %w", err)
 		default:
-			if old, err = store.DecodeProfile(p.Tenant, p.Recipient, []byte(prev), fromMs(0)); err != nil {
+			var err error
+			if p, err = store.DecodeProfile(tenant, recipient, []byte(prev), fromMs(0)); err != nil {
 				return err
 			}
 		}
+		oldConsent := maps.Clone(p.Consent)
+		if refused = change(&p); refused != nil {
+			return refused
+		}
+		p.Tenant, p.Recipient = tenant, recipient
+		data, err := json.Marshal(p)
+		if err != nil {
+			return fmt.Errorf("encode profile: %w", err)
+		}
 		now := s.now()
-		if _, err := tx.Exec(qProfilePut, p.Tenant, p.Recipient, string(data), now); err != nil {
+		if _, err := tx.Exec(qProfilePut, tenant, recipient, string(data), now); err != nil {
 			return err
 		}
-		for _, c := range store.ConsentDiff(old.Consent, p.Consent) {
-			if _, err := tx.Exec(qConsentInsert, p.Tenant, p.Recipient, string(c.Channel),
+		for _, c := range store.ConsentDiff(oldConsent, p.Consent) {
+			if _, err := tx.Exec(qConsentInsert, tenant, recipient, string(c.Channel),
 				nullableBool(c.Old), nullableBool(c.New), now, by.Tenant, by.Key); err != nil {
 				return fmt.Errorf("record consent change: %w", err)
 			}
 		}
 		return nil
 	})
-	if err != nil {
+	switch {
+	case refused != nil:
+		return refused
+	case err != nil:
 		return fmt.Errorf("write profile: %w", err)
 	}
 	return nil

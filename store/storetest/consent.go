@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -198,6 +199,65 @@ func testConsentHistory(t *testing.T, h Harness) {
 			if last := state[ch]; (last == nil) == ok || (ok && *last != v) {
 				t.Fatalf("history ends at %v on %s, the profile holds %v (%v)", last, ch, v, ok)
 			}
+		}
+	})
+
+	// Changes in place of one recipient at once each see the one before:
+	// a consent change and an address change made together both land
+	// (a read-then-put of each would lose one), and a change that refuses
+	// writes nothing.
+	t.Run("ConcurrentChangesAllLand", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		const each = 12
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, 2*each)
+		for i := range 2 * each {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				errs <- b.s.ProfileChangeBy(b.ctx, "t1", "r1", by, func(p *store.Profile) error {
+					if i%2 == 0 {
+						if p.Consent == nil {
+							p.Consent = map[heraldtype.Channel]bool{}
+						}
+						p.Consent[heraldtype.Channel(fmt.Sprint("c", i))] = true
+						return nil
+					}
+					if p.Addresses == nil {
+						p.Addresses = map[heraldtype.Channel]string{}
+					}
+					p.Addresses[heraldtype.Channel(fmt.Sprint("a", i))] = "x"
+					return nil
+				})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("ProfileChangeBy: %v", err)
+			}
+		}
+		p, err := b.s.ProfileGet(b.ctx, "t1", "r1")
+		if err != nil || len(p.Consent) != each || len(p.Addresses) != each {
+			t.Fatalf("profile %+v (%v); want all %d consents and %d addresses", p, err, each, each)
+		}
+		if got := list(t, b, "t1", "r1", 0, 1000); len(got) != each {
+			t.Fatalf("%d consent changes recorded, want %d", len(got), each)
+		}
+		refused := errors.New("no")
+		if err := b.s.ProfileChangeBy(b.ctx, "t1", "r1", by, func(p *store.Profile) error {
+			p.Consent = nil
+			return refused
+		}); !errors.Is(err, refused) {
+			t.Fatalf("a refusing change: %v, want its own error", err)
+		}
+		if q, err := b.s.ProfileGet(b.ctx, "t1", "r1"); err != nil || len(q.Consent) != each {
+			t.Fatalf("after a refused change: %+v (%v); want it unchanged", q, err)
 		}
 	})
 
