@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/cursor"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 )
@@ -73,13 +74,19 @@ const (
 // paging never skips or repeats an item while new ones arrive (those
 // appear on a new first page). Listing never marks anything read; a
 // page's read_cursor marks read up to its newest item (Read).
-// A limit, archived or cursor that is not valid is 400 (param names it).
+// A limit, archived or cursor that is not valid is 400 (param names it),
+// and so is a parameter the feed does not know or one given twice (a
+// misspelt limit would otherwise be the default, silently).
 func (a *API) Feed(w http.ResponseWriter, r *http.Request) {
 	rc, ok := auth.RequiredRecipient(w, r)
 	if !ok {
 		return
 	}
-	q := r.URL.Query()
+	q, prob := cursor.Query(r, "limit", "cursor", "archived")
+	if prob != nil {
+		problem.Write(w, *prob)
+		return
+	}
 	limit := DefaultLimit
 	if q.Has("limit") {
 		n, err := strconv.Atoi(q.Get("limit"))

@@ -59,6 +59,13 @@ func TestFeed(t *testing.T) {
 				t.Fatalf("limit %q: param %q", l, p.Param)
 			}
 		}
+		// A misspelt or repeated parameter is refused, not read as the
+		// default or its first value.
+		for query, param := range map[string]string{"limt=5": "limt", "limit=1&limit=5": "limit", "archived=true&archived=false": "archived"} {
+			if p := wantProblem(t, b.do(t, http.MethodGet, "/v1/me/feed?"+query, tok, nil), http.StatusBadRequest); p.Param != param {
+				t.Fatalf("%s: param %q, want %q", query, p.Param, param)
+			}
+		}
 	})
 	t.Run("ATamperedCursorIs400", func(t *testing.T) {
 		t.Parallel()
