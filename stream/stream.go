@@ -386,13 +386,21 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	c := &conn{h: h, s: s, w: w, rc: http.NewResponseController(w), seq: after, unread: -1}
 	ctx := r.Context()
-	var first store.InboxBadge
+	first, err := h.readBadge(ctx, s.key)
+	if err != nil {
+		h.failed(ctx, err, "first badge")
+		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+		return
+	}
+	if resume && after > first.Seq {
+		// An id past this recipient's newest item is not one this
+		// recipient's stream sent (another account's, kept by the app
+		// across a switch; a database restored or an inbox erased since):
+		// resuming after it would hold back every item until the ids
+		// passed it. The stream starts at the newest item instead.
+		resume = false
+	}
 	if !resume {
-		if first, err = h.readBadge(ctx, s.key); err != nil {
-			h.failed(ctx, err, "first badge")
-			problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
-			return
-		}
 		c.seq = first.Seq
 	}
 	hdr := w.Header()

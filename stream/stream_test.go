@@ -283,6 +283,22 @@ func TestReconnectsWhileItemsArriveMissNothing(t *testing.T) {
 	})
 }
 
+// A Last-Event-ID past the recipient's newest item (another account's,
+// kept by the app across a switch) starts the stream at the newest item:
+// new items come at once, not once the ids pass it.
+func TestALastEventIDAheadOfTheInboxStartsAtTheNewest(t *testing.T) {
+	t.Parallel()
+	e := setup(t, drivers[0].open(t), stream.Config{})
+	e.add(t, "t1", "alice", "old")
+	c := e.open(t, "t1", "alice", "Last-Event-ID", "100000")
+	c.WantBadge(t, 1)
+	e.add(t, "t1", "alice", "new")
+	// An item comes before its badge: held back, only the badge would.
+	if ev := c.Next(t); ev.Name != "item" || ev.ID != "2" || !strings.Contains(ev.Data, "new") {
+		t.Fatalf("got %+v, want the new item, seq 2", ev)
+	}
+}
+
 func TestBadLastEventIDIs400(t *testing.T) {
 	t.Parallel()
 	e := setup(t, drivers[0].open(t), stream.Config{})
