@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/problem"
@@ -37,6 +38,9 @@ func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog
 			}
 			p, err := v.Verify(r.Context(), key)
 			switch {
+			case errors.Is(err, ErrUnknown) && looksLikeRecipientToken(key):
+				refuse(w, "invalid_token", "a recipient token is not accepted here: it serves /v1/me/… only; use an API key")
+				return
 			case errors.Is(err, ErrUnknown):
 				refuse(w, "invalid_token", "this API key is not known")
 				return
@@ -64,3 +68,10 @@ func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog
 
 // refuse answers 401 with the API realm's challenge.
 func refuse(w http.ResponseWriter, code, detail string) { auth.Refuse(w, "herald", code, detail) }
+
+// looksLikeRecipientToken reports whether a credential that is no API key
+// has a recipient token's shape (a JWT: three base64url parts, the first a
+// JSON header), so that the 401 names the mix-up.
+func looksLikeRecipientToken(cred string) bool {
+	return strings.HasPrefix(cred, "eyJ") && strings.Count(cred, ".") == 2
+}

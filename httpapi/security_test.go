@@ -336,3 +336,21 @@ func TestStoredKeyOnMeRoutesIsNamed(t *testing.T) {
 		t.Fatalf("GET /v1/me/feed with a stored key: %d %s; want 401 naming the mix-up", got, b)
 	}
 }
+
+// A recipient token on an API-key route is named in the 401, as an API
+// key on /v1/me/… is.
+func TestARecipientTokenOnAnAPIRouteIsNamed(t *testing.T) {
+	t.Parallel()
+	w := setupWalk(t, "sqlite")
+	got, b := w.do(t, "POST", "/v1/recipients/alice/tokens", w.keyA, `{}`)
+	var minted struct {
+		Token string `json:"token"`
+	}
+	if got != http.StatusCreated || json.Unmarshal([]byte(b), &minted) != nil || minted.Token == "" {
+		t.Fatalf("mint: %d %s", got, b)
+	}
+	got, b = w.do(t, "GET", "/v1/notifications", minted.Token, "")
+	if got != http.StatusUnauthorized || !strings.Contains(b, "a recipient token is not accepted here") {
+		t.Fatalf("GET /v1/notifications with a recipient token: %d %s; want 401 naming the mix-up", got, b)
+	}
+}
