@@ -6,5 +6,5 @@
 -- random nonce, so they cannot be compared), and DevicePut deletes the
 -- tenant's other recipients' rows of that digest. Rows registered before
 -- this migration have none until they are registered again.
-ALTER TABLE devices ADD COLUMN token_digest text;
+ALTER TABLE devices ADD COLUMN token_digest text COLLATE "C";
 CREATE INDEX devices_token_digest ON devices (tenant, token_digest) WHERE token_digest IS NOT NULL;
