@@ -77,8 +77,9 @@ type Metrics struct {
 	quota        *prometheus.CounterVec
 	handed       *prometheus.CounterVec
 	drafts       prometheus.Counter
-	inbox        *inbox   // inbox.go
-	reports      *reports // reports.go
+	inbox        *inbox      // inbox.go
+	reports      *reports    // reports.go
+	rateLimits   *rateLimits // ratelimit.go
 }
 
 // IntakeCodes are the status codes POST /v1/notifications answers with
@@ -175,6 +176,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.inbox = newInbox(m.Registry)
 	m.reports = newReports(m.Registry)
+	m.rateLimits = newRateLimits(m.Registry)
 	if backlog != nil {
 		m.Registry.MustRegister(&backlogCollector{read: backlog, desc: prometheus.NewDesc(
 			"herald_outbox_backlog", "Due outbox rows waiting for a claimer, by lane.", []string{"lane"}, nil)})

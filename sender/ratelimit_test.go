@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
@@ -175,5 +177,51 @@ func TestARefusalForTheRateSlowsTheLimit(t *testing.T) {
 				t.Fatalf("slows %+v, want %+v", lim.slows, c.want)
 			}
 		})
+	}
+}
+
+// What the rate limit did shows in the metrics: a send put back counts in
+// herald_rate_limit_deferrals_total, one that waited for its token and
+// went on is observed in herald_rate_limit_wait_seconds, by provider.
+func TestRateLimitWaitsAndDeferralsAreCounted(t *testing.T) {
+	t.Parallel()
+	lim := &fakeLimiter{}
+	snd, b := limited(t, lim)
+	m := metrics.New(nil)
+	snd.Metrics = m
+	defer_ := true
+	lim.wait = func(context.Context, string, heraldtype.Lane) (time.Duration, error) {
+		if defer_ {
+			return 5 * time.Second, nil
+		}
+		b.clk.Advance(2 * time.Second) // the wait for the token
+		return 0, nil
+	}
+	j := job("n1", heraldtype.ChannelWebhook)
+	if r := snd.Send(b.ctx, j); r.Verdict != sender.Retry || r.Reason != sender.ReasonRateLimited {
+		t.Fatalf("deferred send: %+v", r)
+	}
+	defer_ = false
+	if r := snd.Send(b.ctx, j); r.State != heraldtype.DeliveryProviderAccepted {
+		t.Fatalf("send after the wait: %+v", r)
+	}
+	if got := metricstest.Series(t, m, "herald_rate_limit_deferrals_total", "provider"); got["sim-webhook"] != 1 {
+		t.Errorf("deferrals %v, want sim-webhook 1", got)
+	}
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var count uint64
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() == "herald_rate_limit_wait_seconds" {
+			for _, s := range f.GetMetric() {
+				count, sum = count+s.GetHistogram().GetSampleCount(), sum+s.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	if count != 1 || sum != 2 {
+		t.Errorf("waits observed %d, %v s; want one of 2 s", count, sum)
 	}
 }

@@ -604,13 +604,17 @@ func (s *Sender) pace(ctx context.Context, job heraldtype.Job, name string) (Res
 	if s.Limiter == nil {
 		return Result{}, false
 	}
+	began := s.Clock.Now()
 	later, err := s.Limiter.Wait(ctx, name, job.Lane)
 	switch {
 	case err != nil:
 		return backoff(fmt.Errorf("rate limit: %w", err)), true
 	case later > 0:
+		s.Metrics.RateLimitDeferred(name)
 		return Result{Verdict: Retry, Reason: ReasonRateLimited, Delay: later}, true
-	case s.expired(job):
+	}
+	s.Metrics.RateLimitWaited(name, s.Clock.Now().Sub(began))
+	if s.expired(job) {
 		return s.Apply(ctx, job, Suppress(heraldtype.ReasonExpired)), true
 	}
 	return Result{}, false
