@@ -50,7 +50,7 @@ func (a *API) Mint(w http.ResponseWriter, r *http.Request) {
 	maxTTL := a.Tokens.MaxTTL()
 	if body.TTLSeconds < 0 || body.TTLSeconds > int64(maxTTL/time.Second) {
 		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Param: "ttl_seconds",
-			Detail: fmt.Sprintf("ttl_seconds must be 1..%d (or absent: %d)", int64(maxTTL/time.Second), int64(a.Tokens.TTL()/time.Second))})
+			Detail: fmt.Sprintf("ttl_seconds must be 1..%d, or 0 or absent for the default (%d)", int64(maxTTL/time.Second), int64(a.Tokens.TTL()/time.Second))})
 		return
 	}
 	if len(rcpt) > catalog.MaxRecipientLen || !catalog.Printable(rcpt) {
