@@ -516,7 +516,13 @@ func decodeStrict(raw []byte, v any, firstKey string) error {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	err := dec.Decode(v)
-	if err == nil || errors.Is(err, io.EOF) { // an empty file is an empty config
+	if errors.Is(err, io.EOF) { // an empty file is an empty config
+		return nil
+	}
+	if err == nil {
+		if msgs := wholeNumbers(raw, reflect.TypeOf(v).Elem()); len(msgs) > 0 {
+			return &ParseError{Problems: msgs}
+		}
 		return nil
 	}
 	msgs := []string{err.Error()}
