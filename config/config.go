@@ -442,6 +442,20 @@ const (
 // Load reads path (empty: the built-in development config), applies the
 // environment, fills defaults and validates.
 func Load(path string, getenv func(string) string) (*Config, error) {
+	return load(path, getenv, true)
+}
+
+// LoadForTools is Load for the commands that never call a provider (the
+// CLI's migrate, parked, reconcile, audit, keys…): it leaves the
+// providers' credentials unread, so an operator's shell needs only the
+// database's and the personal-data keys' secrets, not every provider's
+// (Provider.Read answers nil). Everything else is read and checked as
+// Load does.
+func LoadForTools(path string, getenv func(string) string) (*Config, error) {
+	return load(path, getenv, false)
+}
+
+func load(path string, getenv func(string) string, providerSecrets bool) (*Config, error) {
 	var c *Config
 	if path == "" {
 		c = Dev()
@@ -469,8 +483,10 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if err := c.readPersonalData(dir, getenv); err != nil {
 		return nil, err
 	}
-	if err := c.readProviderSecrets(dir, getenv); err != nil {
-		return nil, err
+	if providerSecrets {
+		if err := c.readProviderSecrets(dir, getenv); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.readHardening(dir, getenv); err != nil {
 		return nil, err

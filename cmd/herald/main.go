@@ -130,12 +130,33 @@ func loadConfig(cmd *command, args []string) (*config.Config, error) {
 	if err := parseNoArgs(cmd, fs, args); err != nil {
 		return nil, err
 	}
+	if cmd.name == "serve" {
+		return loadServe(*path)
+	}
 	return load(*path)
 }
 
-// load loads the configuration at path; a bad one is exit status 2.
-func load(path string) (*config.Config, error) {
+// loadServe loads the configuration at path with every provider's
+// credentials; a bad one is exit status 2.
+func loadServe(path string) (*config.Config, error) {
 	cfg, err := config.Load(path, os.Getenv)
+	if err != nil {
+		return nil, &cliError{code: 2, err: err}
+	}
+	return cfg, nil
+}
+
+// load loads the configuration at path for a command that calls no
+// provider: their credentials are not read (config.LoadForTools), so the
+// operator's shell needs none of them. A bad one is exit status 2.
+func load(path string) (*config.Config, error) {
+	if path == "" && os.Getenv("HERALD_DATABASE") != "" {
+		// A database named without its config: the kinds, graces and
+		// policies are the development defaults, which a reconcile, for
+		// one, judges that database's rows by.
+		fmt.Fprintln(os.Stderr, "herald: note: no --config: the development defaults (kinds, graces, policies) apply to HERALD_DATABASE; pass your config with --config FILE")
+	}
+	cfg, err := config.LoadForTools(path, os.Getenv)
 	if err != nil {
 		return nil, &cliError{code: 2, err: err}
 	}
