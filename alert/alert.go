@@ -45,8 +45,8 @@ const (
 	// configured, a failed repair); Reason is "<finding kind>:<why>".
 	Unaccounted = "UNACCOUNTED"
 	// UnknownUnsettled: deliveries in UNKNOWN nothing has settled: raised
-	// once per reconciliation run that finds any (reason NO_STATUS_LOOKUP:
-	// not settled by a look-up), and by the leader's look-up rounds once per
+	// once per reconciliation run that finds any (reason UNSETTLED, naming
+	// the one or counting them), and by the leader's look-up rounds once per
 	// delivery they leave for a person (LOOKUP_NOT_FOUND,
 	// LOOKUP_NO_REFERENCE; package settle).
 	UnknownUnsettled = "UNKNOWN_UNSETTLED"

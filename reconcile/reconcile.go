@@ -291,7 +291,15 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 		rep.Repaired += rep.RepairedByKind[k]
 	}
 	if rep.Unknown > 0 {
-		r.raise(ctx, alert.Alert{Kind: alert.UnknownUnsettled, Reason: "NO_STATUS_LOOKUP"})
+		// One alert a run, for every UNKNOWN left: it names the one, or
+		// counts them (the report's unknown_sample names the first).
+		a := alert.Alert{Kind: alert.UnknownUnsettled, Reason: "UNSETTLED"}
+		if rep.Unknown == 1 && len(rep.UnknownSample) == 1 {
+			a.MessageID = rep.UnknownSample[0]
+		} else {
+			a.Count = int(rep.Unknown)
+		}
+		r.raise(ctx, a)
 	}
 	rep.FinishedAt = r.Clock.Now().UTC()
 	r.keep(ctx, rep)

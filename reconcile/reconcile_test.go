@@ -163,8 +163,8 @@ func TestCountsAsTheReadAPIShowsAndListsUnknown(t *testing.T) {
 	if !rep.Accounted() {
 		t.Fatalf("an UNKNOWN delivery counted as unowned: %+v", rep)
 	}
-	if got := alertsOf(b, alert.UnknownUnsettled); len(got) != 1 {
-		t.Fatalf("UNKNOWN_UNSETTLED alerts %+v, want one per run", got)
+	if got := alertsOf(b, alert.UnknownUnsettled); len(got) != 1 || got[0].MessageID != store.MessageID(sent, heraldtype.ChannelWebhook) {
+		t.Fatalf("UNKNOWN_UNSETTLED alerts %+v, want one per run naming the message", got)
 	}
 }
 
