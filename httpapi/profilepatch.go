@@ -43,7 +43,7 @@ func (p *profiles) patch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	consents, clearConsent, prob := patchMap[bool](body.Consent, "consent", func(ch string, _ bool) *problem.Problem {
-		return checkChannel("consent", ch)
+		return checkChannel("consent", ch) // any bool is a consent
 	})
 	if prob != nil {
 		problem.Write(w, *prob)
@@ -63,16 +63,14 @@ func (p *profiles) patch(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, *prob)
 		return
 	}
-	sealed := map[heraldtype.Channel]string{}
-	for ch, a := range addresses {
+	for _, a := range addresses { // stored sealed, as PUT stores them
 		if a != nil {
-			sealed[ch] = *a
+			*a = p.seal.Seal(seal.Address, tenant, *a)
 		}
 	}
-	seal.SealMap(p.seal, seal.Address, tenant, sealed)
 	err := p.store.ProfileChangeBy(r.Context(), tenant, r.PathValue("recipient"), consent.Actor(r), func(prof *store.Profile) error {
-		prof.Addresses = mergeInto(prof.Addresses, clearAddresses, addresses, sealed)
-		prof.Consent = mergeInto(prof.Consent, clearConsent, consents, nil)
+		prof.Addresses = mergeInto(prof.Addresses, clearAddresses, addresses)
+		prof.Consent = mergeInto(prof.Consent, clearConsent, consents)
 		if setLanguage {
 			prof.Language = language
 		}
@@ -118,25 +116,20 @@ func patchMap[V any](raw json.RawMessage, field string, check func(ch string, v 
 }
 
 // mergeInto applies a map's patch to have: cleared first, then each key
-// set (from sealed, when given, for addresses) or removed.
-func mergeInto[V any](have map[heraldtype.Channel]V, clear bool, patch map[heraldtype.Channel]*V, sealed map[heraldtype.Channel]V) map[heraldtype.Channel]V {
+// set or removed.
+func mergeInto[V any](have map[heraldtype.Channel]V, clear bool, patch map[heraldtype.Channel]*V) map[heraldtype.Channel]V {
 	if clear {
 		have = nil
 	}
 	for ch, v := range patch {
-		switch {
-		case v == nil:
+		if v == nil {
 			delete(have, ch)
-		default:
-			if have == nil {
-				have = map[heraldtype.Channel]V{}
-			}
-			if s, ok := sealed[ch]; ok {
-				have[ch] = s
-			} else {
-				have[ch] = *v
-			}
+			continue
 		}
+		if have == nil {
+			have = map[heraldtype.Channel]V{}
+		}
+		have[ch] = *v
 	}
 	return have
 }

@@ -123,27 +123,21 @@ func dispatch(parent *command, args []string, stdout, stderr io.Writer) error {
 func isHelpFlag(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 // loadConfig parses the --config flag (the only flag of cmd) and loads the
-// configuration it names, or the development defaults.
-func loadConfig(cmd *command, args []string) (*config.Config, error) {
+// configuration it names, or the development defaults, with load (load or
+// loadServe).
+func loadConfig(cmd *command, args []string, load func(string) (*config.Config, error)) (*config.Config, error) {
 	fs := newFlags(cmd)
 	path := configFlag(fs)
 	if err := parseNoArgs(cmd, fs, args); err != nil {
 		return nil, err
 	}
-	if cmd.name == "serve" {
-		return loadServe(*path)
-	}
 	return load(*path)
 }
 
 // loadServe loads the configuration at path with every provider's
-// credentials; a bad one is exit status 2.
+// credentials, for serve; a bad one is exit status 2.
 func loadServe(path string) (*config.Config, error) {
-	cfg, err := config.Load(path, os.Getenv)
-	if err != nil {
-		return nil, &cliError{code: 2, err: err}
-	}
-	return cfg, nil
+	return configured(config.Load(path, os.Getenv))
 }
 
 // load loads the configuration at path for a command that calls no
@@ -156,7 +150,11 @@ func load(path string) (*config.Config, error) {
 		// one, judges that database's rows by.
 		fmt.Fprintln(os.Stderr, "herald: note: no --config: the development defaults (kinds, graces, policies) apply to HERALD_DATABASE; pass your config with --config FILE")
 	}
-	cfg, err := config.LoadForTools(path, os.Getenv)
+	return configured(config.LoadForTools(path, os.Getenv))
+}
+
+// configured makes a configuration that did not load exit status 2.
+func configured(cfg *config.Config, err error) (*config.Config, error) {
 	if err != nil {
 		return nil, &cliError{code: 2, err: err}
 	}
@@ -164,7 +162,7 @@ func load(path string) (*config.Config, error) {
 }
 
 func serve(cmd *command, args []string, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig(cmd, args)
+	cfg, err := loadConfig(cmd, args, loadServe)
 	if err != nil {
 		return err
 	}
@@ -198,7 +196,7 @@ func serve(cmd *command, args []string, stdout, stderr io.Writer) error {
 }
 
 func migrate(cmd *command, args []string, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig(cmd, args)
+	cfg, err := loadConfig(cmd, args, load)
 	if err != nil {
 		return err
 	}

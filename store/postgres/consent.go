@@ -67,9 +67,13 @@ func (s *Store) ProfilePutBy(ctx context.Context, p store.Profile, by store.Cons
 // ProfileChangeBy changes a recipient's profile in place and records the
 // consent changes it makes, in one transaction.
 func (s *Store) ProfileChangeBy(ctx context.Context, tenant, recipient string, by store.ConsentActor, change func(*store.Profile) error) error {
-	var refused error
+	var refused error // change's own error, returned as it is
+	guarded := func(p *store.Profile) error {
+		refused = change(p)
+		return refused
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		old, p, err := s.profileChange(ctx, tx, tenant, recipient, change)
+		old, p, err := s.profileChange(ctx, tx, tenant, recipient, guarded)
 		if err != nil {
 			return err
 		}
@@ -87,10 +91,6 @@ func (s *Store) ProfileChangeBy(ctx context.Context, tenant, recipient string, b
 		}
 		return nil
 	})
-	var c changeRefused
-	if errors.As(err, &c) {
-		refused = c.err
-	}
 	switch {
 	case refused != nil:
 		return refused
@@ -100,19 +100,13 @@ func (s *Store) ProfileChangeBy(ctx context.Context, tenant, recipient string, b
 	return nil
 }
 
-// changeRefused carries the error a profile change returned out of its
-// transaction, which it rolls back.
-type changeRefused struct{ err error }
-
-func (c changeRefused) Error() string { return c.err.Error() }
-
 // profileChange applies change to the recipient's profile in tx, holding
 // its row, writes the result, and returns the consent it replaced (nil
 // when there was no profile) and the profile written.
 func (s *Store) profileChange(ctx context.Context, tx pgx.Tx, tenant, recipient string, change func(*store.Profile) error) (map[heraldtype.Channel]bool, store.Profile, error) {
 	apply := func(p store.Profile) (store.Profile, []byte, error) {
 		if err := change(&p); err != nil {
-			return p, nil, changeRefused{err}
+			return p, nil, err
 		}
 		p.Tenant, p.Recipient = tenant, recipient
 		data, err := json.Marshal(p)
