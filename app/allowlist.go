@@ -104,43 +104,67 @@ func (a *App) allowListGates() []gate {
 	}
 	return []gate{func(ctx context.Context, job heraldtype.Job) sender.Ruling {
 		ch := job.Channel.Base()
-		named, ok := a.registry.For(ch)
-		if !ok || !ch.NeedsAddress() || g.exempt[named.Name] {
-			return sender.Ruling{} // no provider (the sender parks it), no address, or a simulator
+		if !ch.NeedsAddress() || !a.guardedChannel(g, ch) {
+			return sender.Ruling{} // no address, no provider (the sender parks it), or only simulators
 		}
-		address, err := a.destination(ctx, job)
+		d, err := a.destination(ctx, job)
 		switch {
 		case err != nil:
 			return sender.DeferFor(allowGateRetry, heraldtype.ReasonStoreUnavailable)
-		case address == "" || g.list.Allows(ch, address):
+		case d.address == "":
+			return sender.Ruling{}
+		}
+		// The provider the sender will call: for a push to one device, its
+		// platform's (a simulator serving the channel does not exempt an
+		// apns device that a real APNs entry serves).
+		if named, ok := a.registry.ForPlatform(ch, d.platform); !ok || g.exempt[named.Name] || g.list.Allows(ch, d.address) {
 			return sender.Ruling{}
 		}
 		return sender.Suppress(heraldtype.ReasonNotAllowlisted)
 	}}
 }
 
+// guardedChannel reports whether a provider of ch, for the whole channel
+// or for one push platform, is guarded: a channel served only by
+// simulators (or by none) needs no read.
+func (a *App) guardedChannel(g *allowGuard, ch heraldtype.Channel) bool {
+	for _, p := range a.cfg.Providers {
+		if heraldtype.Channel(p.Channel) == ch && !g.exempt[p.Name] {
+			return true
+		}
+	}
+	return false
+}
+
+// place is where a job goes as the dispatcher can know it: the address,
+// and for a push to one device its platform.
+type place struct {
+	address  string
+	platform string
+}
+
 // destination is job's address as the dispatcher can know it: the
 // device's token for a push to one device (none when it is gone or
 // inactive), else the profile's address for the channel ("" when there is
 // none).
-func (a *App) destination(ctx context.Context, job heraldtype.Job) (string, error) {
+func (a *App) destination(ctx context.Context, job heraldtype.Job) (place, error) {
 	if dev := job.Channel.Device(); dev != "" {
 		d, err := a.store.DeviceGet(ctx, job.Tenant, job.Recipient, dev)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return "", nil
+			return place{}, nil
 		case err != nil:
-			return "", err
+			return place{}, err
 		case !d.Active:
-			return "", nil
+			return place{}, nil
 		}
-		return a.openOrNone(seal.Device, job.Tenant, d.Token), nil
+		return place{a.openOrNone(seal.Device, job.Tenant, d.Token), string(d.Platform)}, nil
 	}
 	var p store.Profile
 	var err error
 	if k := job.Known; k != nil && k.ProfileRead {
 		if k.Profile == nil {
-			return "", nil
+			return place{}, nil
 		}
 		p, err = store.DecodeProfile(job.Tenant, job.Recipient, k.Profile, k.ProfileUpdatedAt)
 	} else {
@@ -148,11 +172,11 @@ func (a *App) destination(ctx context.Context, job heraldtype.Job) (string, erro
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return "", nil
+		return place{}, nil
 	case err != nil:
-		return "", err
+		return place{}, err
 	}
-	return a.openOrNone(seal.Address, job.Tenant, p.Addresses[job.Channel]), nil
+	return place{address: a.openOrNone(seal.Address, job.Tenant, p.Addresses[job.Channel])}, nil
 }
 
 // openOrNone is the sealed value v opened, or "" (no address: the

@@ -171,3 +171,35 @@ func TestTheDispatchersLayerFindsTheDestination(t *testing.T) {
 		}
 	}
 }
+
+// A simulator serving the push channel does not exempt a device whose
+// platform a real provider serves: the gate judges a push by the provider
+// the sender will call for that device.
+func TestTheDispatchersLayerJudgesAPushByItsPlatformsProvider(t *testing.T) {
+	t.Parallel()
+	st := &destinations{devices: map[string]store.Device{
+		"ios-real":     {Token: "tok-real", Platform: store.PlatformAPNs, Active: true},
+		"ios-qa":       {Token: "tok-qa", Platform: store.PlatformAPNs, Active: true},
+		"android-real": {Token: "tok-real", Platform: store.PlatformFCM, Active: true},
+	}}
+	a := guardApp(t, config.EnvStaging, st)
+	a.cfg.Providers = []config.Provider{
+		{Name: "push-sim", Type: "sim", Channel: "push"},
+		{Name: "apns", Type: "apns", Channel: "push"},
+	}
+	a.registry = provider.NewRegistry()
+	a.registry.Register(heraldtype.ChannelPush, "push-sim", acceptAll{})
+	a.registry.RegisterPlatform(heraldtype.ChannelPush, "apns", "apns", acceptAll{})
+	gate := a.allowListGates()[0]
+	blocked := sender.Suppress(heraldtype.ReasonNotAllowlisted)
+	for dev, want := range map[string]sender.Ruling{
+		"ios-real":     blocked,         // APNs reaches a person: checked
+		"ios-qa":       sender.Ruling{}, // on the list
+		"android-real": sender.Ruling{}, // the simulator's
+	} {
+		job := heraldtype.Job{Recipient: "r", Channel: heraldtype.DeviceSend(heraldtype.ChannelPush, dev)}
+		if got := gate(context.Background(), job); got != want {
+			t.Errorf("%s: gate = %+v, want %+v", dev, got, want)
+		}
+	}
+}
