@@ -55,8 +55,11 @@ type Options struct {
 	Providers map[string]provider.Provider
 	Alerts    alert.Sink
 	Hooks     sender.Hooks
-	// Listener, when set, is used instead of listening on cfg.Listen.
-	Listener net.Listener
+	// Listener, when set, is used instead of listening on cfg.Listen;
+	// MetricsListener instead of listening on cfg.Metrics.Listen (Bind
+	// makes both).
+	Listener        net.Listener
+	MetricsListener net.Listener
 }
 
 // App is a wired herald.
@@ -234,7 +237,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		CampaignMaxRecipients: cfg.Limits.CampaignCap(),
 		CampaignDraftTTL:      cfg.CampaignDraftTTL.D(),
 	})
-	a.listener = opts.Listener
+	a.listener, a.metricsListener = opts.Listener, opts.MetricsListener
 	return a, nil
 }
 
@@ -330,20 +333,45 @@ func (a *App) Handler() http.Handler { return a.handler }
 // metrics.listen's when it is set, and returns the first.
 func (a *App) Listen() (net.Addr, error) {
 	if a.listener == nil {
-		l, err := net.Listen("tcp", a.cfg.Listen)
+		l, err := bind("", a.cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+			return nil, err
 		}
 		a.listener = l
 	}
 	if a.cfg.Metrics.Listen != "" && a.metricsListener == nil {
-		l, err := net.Listen("tcp", a.cfg.Metrics.Listen)
+		l, err := bind("metrics.listen ", a.cfg.Metrics.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("listen on metrics.listen %s: %w", a.cfg.Metrics.Listen, err)
+			return nil, err
 		}
 		a.metricsListener = l
 	}
 	return a.listener.Addr(), nil
+}
+
+// Bind binds cfg's HTTP address and metrics.listen's when it is set, for
+// Options.Listener and Options.MetricsListener: herald serve binds before
+// New opens (and migrates) the database, so a port already taken stops it
+// with nothing written. The caller closes both when New fails.
+func Bind(cfg *config.Config) (http, metrics net.Listener, err error) {
+	if http, err = bind("", cfg.Listen); err != nil {
+		return nil, nil, err
+	}
+	if cfg.Metrics.Listen != "" {
+		if metrics, err = bind("metrics.listen ", cfg.Metrics.Listen); err != nil {
+			http.Close()
+			return nil, nil, err
+		}
+	}
+	return http, metrics, nil
+}
+
+func bind(what, addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s%s: %w", what, addr, err)
+	}
+	return l, nil
 }
 
 // MetricsAddr is metrics.listen's bound address once Listen ran; nil

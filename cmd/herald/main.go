@@ -170,8 +170,18 @@ func serve(cmd *command, args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	a, err := app.New(ctx, cfg, app.Options{Logger: logger})
+	// Bound first: a port already taken stops serve before the database
+	// is opened or migrated.
+	l, ml, err := app.Bind(cfg)
 	if err != nil {
+		return err
+	}
+	a, err := app.New(ctx, cfg, app.Options{Logger: logger, Listener: l, MetricsListener: ml})
+	if err != nil {
+		l.Close()
+		if ml != nil {
+			ml.Close()
+		}
 		return err
 	}
 	addr, err := a.Listen()
