@@ -15,7 +15,9 @@ import (
 // sets 2), so each is named by its line and path instead (3.0 and 1e2 are
 // whole, and decode as such). It walks the
 // document beside t, the type decoded into, and leaves alone what decodes
-// itself (Duration, Secret).
+// itself (Duration, Secret). An alias is followed to its anchor and a
+// merge key's mappings are walked as the mapping's own (a value anchored
+// once and reached through *x is judged where it is used).
 func wholeNumbers(raw []byte, t reflect.Type) []string {
 	var doc yaml.Node
 	if yaml.Unmarshal(raw, &doc) != nil || len(doc.Content) == 0 {
@@ -25,6 +27,9 @@ func wholeNumbers(raw []byte, t reflect.Type) []string {
 	self := reflect.TypeFor[yaml.Unmarshaler]()
 	var walk func(n *yaml.Node, t reflect.Type, path string)
 	walk = func(n *yaml.Node, t reflect.Type, path string) {
+		for n.Kind == yaml.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
 		for t.Kind() == reflect.Pointer {
 			t = t.Elem()
 		}
@@ -38,6 +43,10 @@ func wholeNumbers(raw []byte, t reflect.Type) []string {
 			}
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				key := n.Content[i].Value
+				if n.Content[i].ShortTag() == "!!merge" {
+					walkMerged(n.Content[i+1], func(m *yaml.Node) { walk(m, t, path) })
+					continue
+				}
 				if f, ok := yamlField(t, key); ok {
 					walk(n.Content[i+1], f.Type, joinPath(path, key))
 				}
@@ -68,6 +77,21 @@ func wholeNumbers(raw []byte, t reflect.Type) []string {
 	}
 	walk(doc.Content[0], t, "")
 	return out
+}
+
+// walkMerged calls f with each mapping a merge key's value names: one
+// mapping or alias, or a sequence of them.
+func walkMerged(v *yaml.Node, f func(*yaml.Node)) {
+	for v.Kind == yaml.AliasNode && v.Alias != nil {
+		v = v.Alias
+	}
+	if v.Kind == yaml.SequenceNode {
+		for _, c := range v.Content {
+			f(c)
+		}
+		return
+	}
+	f(v)
 }
 
 // yamlField is t's field the YAML key names, looking into inline fields.

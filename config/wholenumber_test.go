@@ -32,6 +32,21 @@ func TestAFractionForAWholeNumberIsRefused(t *testing.T) {
 		!strings.Contains(err.Error(), "line 1: limits.key_burst: 100.5 is not a whole number") {
 		t.Errorf("key_burst 100.5: %v", err)
 	}
+	// Reached through an alias or a merge key, the anchored value is judged
+	// where it is used.
+	for name, c := range map[string]struct{ doc, want string }{
+		"Alias": {`providers:
+  - {name: s, type: sim, channel: sms, rate_limit: {per_second: &b 2.7, burst: *b}}
+`, "providers[0].rate_limit.burst: 2.7 is not a whole number"},
+		"Merge": {`providers:
+  - {name: s, type: sim, channel: sms, rate_limit: &rl {per_second: 2.5, burst: 2.7}}
+  - {name: e, type: sim, channel: email, rate_limit: {<<: *rl}}
+`, "providers[1].rate_limit.burst: 2.7 is not a whole number"},
+	} {
+		if _, err := config.Load(writeFile(t, c.doc), noEnv); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Load = %v, want %q", name, err, c.want)
+		}
+	}
 	c, err := config.Load(writeFile(t, strings.Replace(good, "burst: 3", "burst: 3.0", 1)), noEnv)
 	if err != nil || c.Providers[0].RateLimit.Burst != 3 {
 		t.Errorf("burst 3.0: %v, want it read as 3", err)
