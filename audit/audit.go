@@ -6,7 +6,8 @@
 // An entry per admin action that succeeded (a 2xx answer), or that took
 // effect in part before it failed (a handler says so with Took): a key created
 // or revoked (key.create, key.revoke), parked messages requeued or
-// discarded (parked.requeue, parked.discard), a recipient erased
+// discarded (parked.requeue, parked.discard), an UNKNOWN delivery settled
+// by a person (delivery.settle), a recipient erased
 // (recipient.erase) and an inbox recount (ops.inbox_recount). Each says who
 // (the acting key's id and name: a stored key's id, "config:…" or
 // "operator:…" for a configured one, never the key), what (the action and
@@ -55,6 +56,7 @@ const (
 	KeyRevoke      = "key.revoke"
 	ParkedRequeue  = "parked.requeue"
 	ParkedDiscard  = "parked.discard"
+	DeliverySettle = "delivery.settle"
 	RecipientErase = "recipient.erase"
 	InboxRecount   = "ops.inbox_recount"
 )

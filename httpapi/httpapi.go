@@ -110,6 +110,7 @@ func New(cfg Config) http.Handler {
 	if cfg.Parked != nil {
 		routeParked(mux, cfg.Parked, cfg.Logger, authed) // parked.go
 	}
+	routeSettle(mux, cfg, authed) // settle.go
 	// The recipient token mint and /v1/me/… (me.go).
 	routeMe(mux, cfg, authed)
 	routeStream(mux, cfg)        // stream.go

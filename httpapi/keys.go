@@ -38,15 +38,16 @@ var routeScopes = map[string]apikeys.Scope{
 	"GET /v1/campaigns/{id}":                         apikeys.ScopeRead,
 	"GET /v1/campaigns":                              apikeys.ScopeRead,
 
-	"DELETE /v1/recipients/{recipient}":    apikeys.ScopeAdmin,
-	"GET /v1/parked":                       apikeys.ScopeAdmin,
-	"POST /v1/parked/requeue":              apikeys.ScopeAdmin,
-	"POST /v1/parked/{message_id}/requeue": apikeys.ScopeAdmin,
-	"POST /v1/parked/{message_id}/discard": apikeys.ScopeAdmin,
-	"POST /v1/admin/keys":                  apikeys.ScopeAdmin,
-	"GET /v1/admin/keys":                   apikeys.ScopeAdmin,
-	"POST /v1/admin/keys/{id}/revoke":      apikeys.ScopeAdmin,
-	"GET /v1/admin/audit":                  apikeys.ScopeAdmin,
+	"DELETE /v1/recipients/{recipient}":       apikeys.ScopeAdmin,
+	"GET /v1/parked":                          apikeys.ScopeAdmin,
+	"POST /v1/parked/requeue":                 apikeys.ScopeAdmin,
+	"POST /v1/parked/{message_id}/requeue":    apikeys.ScopeAdmin,
+	"POST /v1/parked/{message_id}/discard":    apikeys.ScopeAdmin,
+	"POST /v1/deliveries/{message_id}/settle": apikeys.ScopeAdmin,
+	"POST /v1/admin/keys":                     apikeys.ScopeAdmin,
+	"GET /v1/admin/keys":                      apikeys.ScopeAdmin,
+	"POST /v1/admin/keys/{id}/revoke":         apikeys.ScopeAdmin,
+	"GET /v1/admin/audit":                     apikeys.ScopeAdmin,
 }
 
 // routeAudits are the API-key routes whose success is an audit entry
@@ -56,10 +57,11 @@ var routeAudits = map[string]struct {
 	action string
 	target func(*http.Request) string
 }{
-	"DELETE /v1/recipients/{recipient}":    {audit.RecipientErase, audit.RecipientPath},
-	"POST /v1/parked/requeue":              {audit.ParkedRequeue, nil},
-	"POST /v1/parked/{message_id}/requeue": {audit.ParkedRequeue, audit.PathValue("message_id")},
-	"POST /v1/parked/{message_id}/discard": {audit.ParkedDiscard, audit.PathValue("message_id")},
+	"DELETE /v1/recipients/{recipient}":       {audit.RecipientErase, audit.RecipientPath},
+	"POST /v1/parked/requeue":                 {audit.ParkedRequeue, nil},
+	"POST /v1/parked/{message_id}/requeue":    {audit.ParkedRequeue, audit.PathValue("message_id")},
+	"POST /v1/parked/{message_id}/discard":    {audit.ParkedDiscard, audit.PathValue("message_id")},
+	"POST /v1/deliveries/{message_id}/settle": {audit.DeliverySettle, audit.PathValue("message_id")},
 }
 
 // RouteScope is the scope a route pattern needs; false for a route that

@@ -228,6 +228,8 @@ func (w *walk) request(pattern string) (method, path, body string) {
 		body = `{"name":"x","scopes":["read"]}`
 	case "POST /v1/parked/{message_id}/discard":
 		body = `{"reason":"walk"}`
+	case "POST /v1/deliveries/{message_id}/settle":
+		body = `{"result":"failed"}`
 	}
 	return method, path, body
 }

@@ -34,6 +34,29 @@
 // reconciliation report lists it among the UNKNOWN). A look-up that fails
 // (the provider unreachable or refusing) leaves the delivery as it was,
 // for a later round.
+//
+// # A person's word
+//
+// A provider with neither delivery reports nor a status look-up (a
+// webhook, FCM, APNs, SMTP) leaves an UNKNOWN for good: nothing in herald
+// can learn how it ended. A person can: the support desk asked the
+// customer, the vendor's console shows the message, the receiving
+// system's log has it. ByPerson records what they found, through the
+// same conditional write a report makes:
+//
+//	result     moves from   to                  reason
+//	delivered  UNKNOWN      DELIVERED           SETTLED_DELIVERED
+//	failed     UNKNOWN      PERMANENT_FAILURE   SETTLED_FAILED
+//
+// Only an UNKNOWN is settled this way (a report or a receipt that came
+// first wins, and a settled delivery is not settled again: ErrNotUnknown).
+// What follows from the new state is what follows from a report's:
+// DELIVERED keeps the event's key (package suppression), so a resend of
+// the event stays DUPLICATE_EVENT; PERMANENT_FAILURE holds it no more, so
+// once its lease has run out the producer may send the event again. A
+// fallback chain that the UNKNOWN ended (FALLBACK_NOT_NEEDED) stays
+// ended. The caller records who said so (the audit log): the API's
+// admin route and the CLI's herald unknown settle.
 package settle
 
 import (
@@ -104,6 +127,10 @@ func Move(providerName string, r provider.Report) (store.ReportParams, bool) {
 // one that finds the send in flight is ErrNotYet.
 func Apply(ctx context.Context, st Store, m *metrics.Metrics, providerName, source string, r provider.Report) (store.ReportOutcome, error) {
 	p, ok := Move(providerName, r)
+	if providerName == "" {
+		// "" is a person's word (ByPerson), which reaches any provider's.
+		return store.ReportOutcome{}, errors.New("settle: a report with no provider")
+	}
 	if !ok {
 		return store.ReportOutcome{}, errors.New("settle: a report with no result")
 	}

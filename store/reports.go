@@ -14,13 +14,16 @@ import (
 // exactly once.
 type Reports interface {
 	// DeliveryReport moves p.MessageID's delivery to p.To with p.Reason
-	// when it was made through p.Provider and is in one of p.From, through
+	// when it was made through p.Provider (any provider when p.Provider
+	// is "": a person's word, settle.ByPerson), is p.Tenant's (any
+	// tenant's when "") and is in one of p.From, through
 	// one write conditional on the state it read, so a report never
 	// writes over a result another write made meanwhile (a receipt, a
 	// second report), and nothing moves a delivery out of a state not in
 	// p.From. A message id that does not exist, or whose delivery another
-	// provider made, is ErrNotFound: a provider's report reaches only its
-	// own messages. The outcome says what the report found and whether it
+	// provider made or another tenant's, is ErrNotFound: a provider's
+	// report reaches only its own messages, a tenant's admin only the
+	// tenant's. The outcome says what the report found and whether it
 	// moved it.
 	DeliveryReport(ctx context.Context, p ReportParams) (ReportOutcome, error)
 	// DeliveryUnknownPage returns up to p.Limit UNKNOWN deliveries made
@@ -37,7 +40,11 @@ const ReasonLookupPrefix = "LOOKUP_"
 
 // ReportParams is one report's move.
 type ReportParams struct {
-	Provider  string
+	// Provider is the provider whose report it is; "" for a person's word,
+	// which may settle any provider's delivery.
+	Provider string
+	// Tenant, when set, is the only tenant whose delivery it may move.
+	Tenant    string
 	MessageID string
 	// From is the states the report may move the delivery out of.
 	From []heraldtype.DeliveryState
@@ -52,8 +59,9 @@ type ReportOutcome struct {
 	From heraldtype.DeliveryState
 	// Moved: the report wrote To over From.
 	Moved bool
-	// Channel is the delivery's.
+	// Channel and Tenant are the delivery's.
 	Channel heraldtype.Channel
+	Tenant  string
 }
 
 // UnknownPageParams pages through a provider's UNKNOWN deliveries.

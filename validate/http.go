@@ -81,7 +81,7 @@ func segment(segs []string, i int) (param string, status, max int) {
 		return "token", http.StatusBadRequest, MaxSegment
 	case i == 3 && at(1, "v1") && at(2, "notifications"):
 		return "id", http.StatusBadRequest, MaxSegment
-	case i == 3 && at(1, "v1") && at(2, "parked"):
+	case i == 3 && at(1, "v1") && (at(2, "parked") || at(2, "deliveries")):
 		return "message_id", http.StatusBadRequest, MaxSegment
 	case i == 4 && at(1, "v1") && at(2, "me") && at(3, "items"):
 		return "id", http.StatusBadRequest, MaxSegment

@@ -46,6 +46,7 @@ var commands = []*command{
 	{name: "serve", args: "[--config FILE]", summary: "run herald: the API, dispatchers, senders and sweeps", run: serve},
 	{name: "migrate", args: "[--config FILE]", summary: "apply the database migrations and exit", run: migrate},
 	{name: "parked", summary: "list, requeue or discard parked messages", sub: parkedCommands},
+	{name: "unknown", summary: "settle an UNKNOWN delivery as a person found it ended", sub: unknownCommands},
 	{name: "reconcile", args: "[--config FILE] [--json]",
 		summary: "account for every accepted notification: run one reconciliation, print its report; exit 1 if anything is unaccounted for",
 		run:     reconcileCmd},

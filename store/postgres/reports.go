@@ -20,10 +20,11 @@ const (
 	// reads again. A move of an ended first step's delivery records its
 	// end on a lazy chain first (qFallbackClose, fallback.go).
 	//
-	// $1 now, $2 message id, $3 provider, $4 the states it may move,
-	// $5 the state it writes, $6 the reason.
+	// $1 now, $2 message id, $3 provider ('' any), $4 the states it may
+	// move, $5 the state it writes, $6 the reason, $7 tenant ('' any).
 	qReport = `WITH cur AS (
-    SELECT message_id, state, reason, channel, notification_id FROM deliveries WHERE message_id = $2::text AND provider = $3::text
+    SELECT message_id, state, reason, channel, notification_id, tenant FROM deliveries
+    WHERE message_id = $2::text AND ($3::text = '' OR provider = $3::text) AND ($7::text = '' OR tenant = $7::text)
 ),
 u AS (
     UPDATE deliveries d
@@ -31,7 +32,7 @@ u AS (
     FROM cur
     WHERE d.message_id = cur.message_id AND d.state = cur.state AND cur.state = ANY($4::text[])
     RETURNING 1
-)` + qFallbackClose + `SELECT cur.state, cur.channel, (SELECT count(*) FROM u) FROM cur`
+)` + qFallbackClose + `SELECT cur.state, cur.channel, cur.tenant, (SELECT count(*) FROM u) FROM cur`
 	// qUnknownPage walks deliveries_unknown (provider, message_id);
 	// 'LOOKUP_' is store.ReasonLookupPrefix.
 	qUnknownPage = `SELECT message_id, coalesce(provider_ref, ''), coalesce(claimed_at, updated_at)
@@ -52,16 +53,16 @@ func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store
 		from[i] = string(st)
 	}
 	for range reportTries {
-		var state, ch string
+		var state, ch, tenant string
 		var moved int64
-		err := s.pool.QueryRow(ctx, qReport, s.now(), p.MessageID, p.Provider, from, string(p.To), p.Reason).Scan(&state, &ch, &moved)
+		err := s.pool.QueryRow(ctx, qReport, s.now(), p.MessageID, p.Provider, from, string(p.To), p.Reason, p.Tenant).Scan(&state, &ch, &tenant, &moved)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ReportOutcome{}, store.ErrNotFound
 		}
 		if err != nil {
 			return store.ReportOutcome{}, s.fail(what, err)
 		}
-		out := store.ReportOutcome{From: heraldtype.DeliveryState(state), Channel: heraldtype.Channel(ch), Moved: moved == 1}
+		out := store.ReportOutcome{From: heraldtype.DeliveryState(state), Channel: heraldtype.Channel(ch), Tenant: tenant, Moved: moved == 1}
 		if out.Moved || !store.ReportMoves(p, out.From) {
 			return out, nil
 		}

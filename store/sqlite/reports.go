@@ -13,8 +13,10 @@ import (
 // Provider reports (POST /v1/callbacks/{provider}, status look-ups). Rare
 // next to the sender's writes, so they run unprepared.
 const (
-	// qReportRead reads the message's delivery, only if the provider made it.
-	qReportRead = `SELECT state, reason, channel, notification_id FROM deliveries WHERE message_id = ? AND provider = ?`
+	// qReportRead reads the message's delivery, only if the provider made it
+	// (any provider for '') and it is the tenant's (any tenant's for '').
+	qReportRead = `SELECT state, reason, channel, notification_id, tenant FROM deliveries
+WHERE message_id = ?1 AND (?2 = '' OR provider = ?2) AND (?3 = '' OR tenant = ?3)`
 	// qReportMove is conditional on the state the report read.
 	qReportMove = `UPDATE deliveries SET state = ?, reason = ?, updated_at = ? WHERE message_id = ? AND state = ?`
 	// qUnknownPage walks deliveries_unknown (provider, message_id);
@@ -33,8 +35,8 @@ func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store
 	found := false
 	err := s.w.do(ctx, func(tx wtx) error {
 		out, found = store.ReportOutcome{}, false
-		var state, reason, ch, nid string
-		err := tx.QueryRow(qReportRead, p.MessageID, p.Provider).Scan(&state, &reason, &ch, &nid)
+		var state, reason, ch, nid, tenant string
+		err := tx.QueryRow(qReportRead, p.MessageID, p.Provider, p.Tenant).Scan(&state, &reason, &ch, &nid, &tenant)
 		if errors.Is(err, sql.ErrNoRows) {
 			// Not an error: an error would roll back the writer's whole batch.
 			return nil
@@ -43,7 +45,7 @@ func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store
 			return fmt.Errorf("read the delivery: %w", err)
 		}
 		found = true
-		out = store.ReportOutcome{From: heraldtype.DeliveryState(state), Channel: heraldtype.Channel(ch)}
+		out = store.ReportOutcome{From: heraldtype.DeliveryState(state), Channel: heraldtype.Channel(ch), Tenant: tenant}
 		if !store.ReportMoves(p, out.From) {
 			return nil
 		}

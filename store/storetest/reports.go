@@ -34,13 +34,13 @@ func testReports(t *testing.T, h Harness) {
 		mid := sentPush(t, b, "t1", "r1", heraldtype.DeliveryProviderAccepted)
 		b.clk.Advance(time.Minute)
 		at := b.clk.Now()
-		want := store.ReportOutcome{From: heraldtype.DeliveryProviderAccepted, Moved: true, Channel: heraldtype.ChannelPush}
+		want := store.ReportOutcome{From: heraldtype.DeliveryProviderAccepted, Moved: true, Channel: heraldtype.ChannelPush, Tenant: "t1"}
 		if got := report(t, b, delivered(mid)); got != want {
 			t.Fatalf("first report: %+v, want %+v", got, want)
 		}
 		wantRow(t, b, mid, heraldtype.DeliveryDelivered, "DLR", at)
 		b.clk.Advance(time.Minute)
-		want = store.ReportOutcome{From: heraldtype.DeliveryDelivered, Channel: heraldtype.ChannelPush}
+		want = store.ReportOutcome{From: heraldtype.DeliveryDelivered, Channel: heraldtype.ChannelPush, Tenant: "t1"}
 		if got := report(t, b, delivered(mid)); got != want {
 			t.Fatalf("second report: %+v, want %+v", got, want)
 		}
@@ -82,6 +82,33 @@ func testReports(t *testing.T, h Harness) {
 			}
 		}
 		wantRow(t, b, mid, heraldtype.DeliveryProviderAccepted, "", delivery(t, b, mid).UpdatedAt)
+	})
+	// A person's word (Provider "") settles any provider's delivery, and
+	// with Tenant only that tenant's: another tenant's message is not
+	// found, and nothing moves it.
+	t.Run("APersonsWordWithinItsTenant", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		mid := unknownPush(t, b)
+		before := delivery(t, b, mid)
+		person := store.ReportParams{MessageID: mid, Tenant: "t2", From: []heraldtype.DeliveryState{heraldtype.DeliveryUnknown},
+			To: heraldtype.DeliveryPermanentFailure, Reason: "SETTLED_FAILED"}
+		if _, err := b.s.DeliveryReport(b.ctx, person); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("another tenant's person: %v, want ErrNotFound", err)
+		}
+		wantRow(t, b, mid, heraldtype.DeliveryUnknown, before.Reason, before.UpdatedAt)
+		b.clk.Advance(time.Minute)
+		person.Tenant = "t1"
+		want := store.ReportOutcome{From: heraldtype.DeliveryUnknown, Moved: true, Channel: heraldtype.ChannelPush, Tenant: "t1"}
+		if got := report(t, b, person); got != want {
+			t.Fatalf("the tenant's person: %+v, want %+v", got, want)
+		}
+		wantRow(t, b, mid, heraldtype.DeliveryPermanentFailure, "SETTLED_FAILED", b.clk.Now())
+		// The operator (no tenant) finds it too, and moves nothing twice.
+		person.Tenant = ""
+		if got := report(t, b, person); got.Moved || got.From != heraldtype.DeliveryPermanentFailure || got.Tenant != "t1" {
+			t.Fatalf("the operator after it: %+v, want nothing moved", got)
+		}
 	})
 	t.Run("RacingReportsMoveOnce", func(t *testing.T) {
 		t.Parallel()
