@@ -52,8 +52,13 @@ func (sa *settleAPI) settle(w http.ResponseWriter, r *http.Request) {
 	if !validate.DecodeJSON(w, r, &body, 4<<10, false) {
 		return
 	}
-	mid := r.PathValue("message_id")
-	out, err := settle.ByPerson(r.Context(), sa.store, auth.Tenant(r.Context()), mid, body.Result)
+	mid, tenant := r.PathValue("message_id"), auth.Tenant(r.Context())
+	if tenant == "" {
+		// "" is the operator's reach (every tenant's): never an API key's.
+		problem.New(w, http.StatusNotFound, "no delivery of that message id")
+		return
+	}
+	out, err := settle.ByPerson(r.Context(), sa.store, tenant, mid, body.Result)
 	switch {
 	case errors.Is(err, settle.ErrResult):
 		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: `result must be "delivered" or "failed"`, Param: "result"})
