@@ -41,22 +41,18 @@ func wholeNumbers(raw []byte, t reflect.Type) []string {
 			if n.Kind != yaml.MappingNode {
 				return
 			}
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				key := n.Content[i].Value
-				if n.Content[i].ShortTag() == "!!merge" {
-					walkMerged(n.Content[i+1], func(m *yaml.Node) { walk(m, t, path) })
-					continue
-				}
+			for _, e := range entries(n) {
+				key := e[0].Value
 				if f, ok := yamlField(t, key); ok {
-					walk(n.Content[i+1], f.Type, joinPath(path, key))
+					walk(e[1], f.Type, joinPath(path, key))
 				}
 			}
 		case reflect.Map:
 			if n.Kind != yaml.MappingNode {
 				return
 			}
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				walk(n.Content[i+1], t.Elem(), joinPath(path, n.Content[i].Value))
+			for _, e := range entries(n) {
+				walk(e[1], t.Elem(), joinPath(path, e[0].Value))
 			}
 		case reflect.Slice, reflect.Array:
 			if n.Kind != yaml.SequenceNode {
@@ -79,19 +75,49 @@ func wholeNumbers(raw []byte, t reflect.Type) []string {
 	return out
 }
 
-// walkMerged calls f with each mapping a merge key's value names: one
-// mapping or alias, or a sequence of them.
-func walkMerged(v *yaml.Node, f func(*yaml.Node)) {
-	for v.Kind == yaml.AliasNode && v.Alias != nil {
-		v = v.Alias
-	}
-	if v.Kind == yaml.SequenceNode {
-		for _, c := range v.Content {
-			f(c)
+// entries is mapping n's keys and values as the decoder takes them: its
+// own, then those its merge keys (<<) bring that it does not set itself,
+// of a sequence of merged mappings the first's that sets a key.
+func entries(n *yaml.Node) [][2]*yaml.Node {
+	var out [][2]*yaml.Node
+	var merges []*yaml.Node
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.ShortTag() == "!!merge" {
+			merges = append(merges, v)
+			continue
 		}
-		return
+		out = append(out, [2]*yaml.Node{k, v})
+		seen[k.Value] = true
 	}
-	f(v)
+	merged := func(m *yaml.Node) {
+		for m.Kind == yaml.AliasNode && m.Alias != nil {
+			m = m.Alias
+		}
+		if m.Kind != yaml.MappingNode {
+			return
+		}
+		for _, e := range entries(m) {
+			if !seen[e[0].Value] {
+				seen[e[0].Value] = true
+				out = append(out, e)
+			}
+		}
+	}
+	for _, v := range merges {
+		for v.Kind == yaml.AliasNode && v.Alias != nil {
+			v = v.Alias
+		}
+		if v.Kind == yaml.SequenceNode {
+			for _, m := range v.Content {
+				merged(m)
+			}
+			continue
+		}
+		merged(v)
+	}
+	return out
 }
 
 // yamlField is t's field the YAML key names, looking into inline fields.

@@ -47,6 +47,14 @@ func TestAFractionForAWholeNumberIsRefused(t *testing.T) {
 			t.Errorf("%s: Load = %v, want %q", name, err, c.want)
 		}
 	}
+	// A mapping's own key wins over a merged one, as the decoder has it:
+	// the merged 2.7 is never read.
+	if c, err := config.Load(writeFile(t, `providers:
+  - {name: s, type: sim, channel: sms, rate_limit: {per_second: 2.5, burst: 3}}
+  - {name: e, type: sim, channel: email, rate_limit: {<<: [{burst: 4}, {burst: 2.7}], per_second: 2}}
+`), noEnv); err != nil || c.Providers[1].RateLimit.Burst != 4 {
+		t.Errorf("a merged 2.7 overridden: %v, want it loaded with burst 4", err)
+	}
 	c, err := config.Load(writeFile(t, strings.Replace(good, "burst: 3", "burst: 3.0", 1)), noEnv)
 	if err != nil || c.Providers[0].RateLimit.Burst != 3 {
 		t.Errorf("burst 3.0: %v, want it read as 3", err)
