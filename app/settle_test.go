@@ -56,8 +56,8 @@ func TestAPersonSettlesAnUnknown(t *testing.T) {
 					t.Errorf("%s: %d %s, want %d saying %q", c.name, code, body, c.status, c.says)
 				}
 			}
-			if got := webhookEntry(t, base, lost, "UNKNOWN"); got.Reason == "SETTLED_FAILED" {
-				t.Fatalf("a refused settle moved the delivery: %+v", got)
+			if _, body := call(t, base, http.MethodGet, "/v1/notifications/"+lost, key, ""); !strings.Contains(string(body), `"message_id":"`+lostMID+`","channel":"webhook","state":"UNKNOWN"`) {
+				t.Fatalf("after the refused settles: %s, want the webhook still UNKNOWN", body)
 			}
 
 			code, body := call(t, base, http.MethodPost, settlePath(lostMID), key, `{"result":"failed"}`)
@@ -65,6 +65,11 @@ func TestAPersonSettlesAnUnknown(t *testing.T) {
 				t.Fatalf("settle failed: %d %s", code, body)
 			}
 			webhookEntry(t, base, lost, "PERMANENT_FAILURE")
+			// A retry of it (its answer lost) is answered the same, and
+			// recorded once.
+			if code, again := call(t, base, http.MethodPost, settlePath(lostMID), key, `{"result":"failed"}`); code != http.StatusOK || string(again) != string(body) {
+				t.Fatalf("the same settle again: %d %s, want %s", code, again, body)
+			}
 			if code, body := call(t, base, http.MethodPost, settlePath(lostMID), key, `{"result":"delivered"}`); code != http.StatusConflict ||
 				!strings.Contains(string(body), "this one is PERMANENT_FAILURE") {
 				t.Fatalf("a second settle: %d %s, want 409 naming the state", code, body)

@@ -18,7 +18,8 @@ import (
 // settle, "A person's word"):
 //
 //	POST /v1/deliveries/{message_id}/settle  body {"result": "delivered" | "failed"}
-//	  → 200 {"message_id", "state", "reason"}: DELIVERED(SETTLED_DELIVERED) or PERMANENT_FAILURE(SETTLED_FAILED)
+//	  → 200 {"message_id", "state", "reason"}: DELIVERED(SETTLED_DELIVERED) or PERMANENT_FAILURE(SETTLED_FAILED);
+//	        also for a retry of a settle that took effect (the same result again), which records nothing more
 //	  → 404 no delivery of that message id is the tenant's
 //	  → 409 the delivery is not UNKNOWN (the problem names its state): a report, a receipt or
 //	        another person settled it first, or it never was UNKNOWN
@@ -55,6 +56,7 @@ func (sa *settleAPI) settle(w http.ResponseWriter, r *http.Request) {
 	mid, tenant := r.PathValue("message_id"), auth.Tenant(r.Context())
 	if tenant == "" {
 		// "" is the operator's reach (every tenant's): never an API key's.
+		sa.logger.LogAttrs(r.Context(), slog.LevelError, "settle: a request with no tenant reached the route")
 		problem.New(w, http.StatusNotFound, "no delivery of that message id")
 		return
 	}
@@ -76,7 +78,11 @@ func (sa *settleAPI) settle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	state, reason, _ := body.Result.Moves()
-	audit.Took(r, map[string]int{string(body.Result): 1})
+	if out.Moved {
+		audit.Took(r, map[string]int{string(body.Result): 1})
+	} else {
+		audit.Skip(r) // settled so by an earlier call, which was recorded
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(settled{MessageID: mid, State: string(state), Reason: reason})
 }

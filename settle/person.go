@@ -44,7 +44,9 @@ var ErrNotUnknown = errors.New("settle: the delivery is not UNKNOWN")
 
 // ByPerson moves tenant's UNKNOWN delivery messageID as r says (tenant ""
 // for the operator: any tenant's). A message id with no delivery, or
-// another tenant's, is store.ErrNotFound; a delivery in another state is
+// another tenant's, is store.ErrNotFound; a delivery a person settled the
+// same way already is no error, with Moved false (a retry whose answer
+// was lost: the caller records nothing again); one in any other state is
 // ErrNotUnknown, with nothing changed. The outcome names the delivery's
 // tenant.
 func ByPerson(ctx context.Context, st Store, tenant, messageID string, r Result) (store.ReportOutcome, error) {
@@ -52,7 +54,7 @@ func ByPerson(ctx context.Context, st Store, tenant, messageID string, r Result)
 	if !ok {
 		return store.ReportOutcome{}, ErrResult
 	}
-	p := store.ReportParams{Tenant: tenant, MessageID: messageID, From: onlyUnknown, To: to, Reason: reason}
+	p := store.ReportParams{AnyProvider: true, Tenant: tenant, MessageID: messageID, From: onlyUnknown, To: to, Reason: reason}
 	if messageID == "" {
 		return store.ReportOutcome{}, store.ErrNotFound
 	}
@@ -60,7 +62,11 @@ func ByPerson(ctx context.Context, st Store, tenant, messageID string, r Result)
 	if err != nil {
 		return out, err
 	}
-	if !out.Moved {
+	switch {
+	case out.Moved:
+	case out.From == to && out.Reason == reason:
+		// Settled so already: a retry whose first answer was lost.
+	default:
 		return out, fmt.Errorf("%w: it is %s", ErrNotUnknown, out.From)
 	}
 	return out, nil

@@ -49,14 +49,17 @@
 //	failed     UNKNOWN      PERMANENT_FAILURE   SETTLED_FAILED
 //
 // Only an UNKNOWN is settled this way (a report or a receipt that came
-// first wins, and a settled delivery is not settled again: ErrNotUnknown).
-// What follows from the new state is what follows from a report's:
-// DELIVERED keeps the event's key (package suppression), so a resend of
-// the event stays DUPLICATE_EVENT; PERMANENT_FAILURE holds it no more, so
-// once its lease has run out the producer may send the event again. A
-// fallback chain that the UNKNOWN ended (FALLBACK_NOT_NEEDED) stays
-// ended. The caller records who said so (the audit log): the API's
-// admin route and the CLI's herald unknown settle.
+// first wins, and a settled delivery is not settled otherwise:
+// ErrNotUnknown; the same result again is a retry, answered without a
+// move). A person's word is final: a report or a receipt after it finds a
+// state it may not move. What follows from the new state is what follows
+// from a report's: DELIVERED keeps the event's key (package suppression)
+// until it is purged, as any accepted send's; PERMANENT_FAILURE holds it
+// no more, and once the key's lease has run out (usually before anyone
+// settles) the producer may send the event again. A fallback chain that the
+// UNKNOWN ended (FALLBACK_NOT_NEEDED) stays ended. The caller records who
+// said so (the audit log): the API's admin route and the CLI's herald
+// unknown settle.
 package settle
 
 import (

@@ -290,3 +290,45 @@ func TestLookerSpendsFromTheSharedRateLimit(t *testing.T) {
 		t.Fatalf("asked %v with no budget (limiter asked %d times), want nothing asked", c.asked, lim.waits)
 	}
 }
+
+// A report with no provider reaches nothing: "" is not the person's
+// "any provider", at Apply and at the store; and a person's word settles
+// an UNKNOWN of any provider once, answers a retry of the same result
+// without moving anything, and refuses another result.
+func TestAPersonsWordAndAReportWithNoProvider(t *testing.T) {
+	t.Parallel()
+	for _, driver := range testdb.Drivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			st := testdb.Open(t, driver, nil).Store
+			ctx := context.Background()
+			mid := sent(t, st, "twilio", heraldtype.DeliveryUnknown)
+			if _, err := settle.Apply(ctx, st, nil, "", "callback", provider.Report{MessageID: mid, Result: provider.ReportFailed}); err == nil {
+				t.Fatal("Apply with no provider: no error")
+			}
+			if _, err := st.DeliveryReport(ctx, store.ReportParams{MessageID: mid, From: []heraldtype.DeliveryState{heraldtype.DeliveryUnknown},
+				To: heraldtype.DeliveryPermanentFailure, Reason: "X"}); !errors.Is(err, store.ErrNoProvider) {
+				t.Fatalf("DeliveryReport with no provider: %v, want ErrNoProvider", err)
+			}
+			if s, _ := stateOf(t, st, mid); s != heraldtype.DeliveryUnknown {
+				t.Fatalf("after the refused reports: %s", s)
+			}
+			if _, err := settle.ByPerson(ctx, st, "t1", mid, "maybe"); !errors.Is(err, settle.ErrResult) {
+				t.Fatalf("a result that is neither: %v", err)
+			}
+			out, err := settle.ByPerson(ctx, st, "t1", mid, settle.ResultFailed)
+			if err != nil || !out.Moved || out.Tenant != "t1" {
+				t.Fatalf("settle: %+v %v", out, err)
+			}
+			if s, r := stateOf(t, st, mid); s != heraldtype.DeliveryPermanentFailure || r != settle.ReasonSettledFailed {
+				t.Fatalf("settled: %s(%s)", s, r)
+			}
+			if out, err := settle.ByPerson(ctx, st, "", mid, settle.ResultFailed); err != nil || out.Moved {
+				t.Fatalf("the same result again: %+v %v, want no error and nothing moved", out, err)
+			}
+			if _, err := settle.ByPerson(ctx, st, "t1", mid, settle.ResultDelivered); !errors.Is(err, settle.ErrNotUnknown) {
+				t.Fatalf("another result after it: %v, want ErrNotUnknown", err)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/heraldhq/herald/heraldtype"
@@ -14,8 +15,8 @@ import (
 // exactly once.
 type Reports interface {
 	// DeliveryReport moves p.MessageID's delivery to p.To with p.Reason
-	// when it was made through p.Provider (any provider when p.Provider
-	// is "": a person's word, settle.ByPerson), is p.Tenant's (any
+	// when it was made through p.Provider (any provider with
+	// p.AnyProvider: a person's word, settle.ByPerson), is p.Tenant's (any
 	// tenant's when "") and is in one of p.From, through
 	// one write conditional on the state it read, so a report never
 	// writes over a result another write made meanwhile (a receipt, a
@@ -40,9 +41,11 @@ const ReasonLookupPrefix = "LOOKUP_"
 
 // ReportParams is one report's move.
 type ReportParams struct {
-	// Provider is the provider whose report it is; "" for a person's word,
-	// which may settle any provider's delivery.
-	Provider string
+	// Provider is the provider whose report it is. AnyProvider, for a
+	// person's word (settle.ByPerson), reaches every provider's delivery
+	// instead; a Provider "" without it is refused.
+	Provider    string
+	AnyProvider bool
 	// Tenant, when set, is the only tenant whose delivery it may move.
 	Tenant    string
 	MessageID string
@@ -59,9 +62,24 @@ type ReportOutcome struct {
 	From heraldtype.DeliveryState
 	// Moved: the report wrote To over From.
 	Moved bool
-	// Channel and Tenant are the delivery's.
+	// Channel, Tenant and Reason are the delivery's (Reason as the
+	// report found it).
 	Channel heraldtype.Channel
 	Tenant  string
+	Reason  string
+}
+
+// ErrNoProvider is a report that names no provider and is not a
+// person's word (ReportParams.AnyProvider).
+var ErrNoProvider = errors.New("store: a report names no provider")
+
+// Check refuses params that would reach every provider's deliveries by
+// mistake (a Provider "" without AnyProvider). Both drivers call it.
+func (p ReportParams) Check() error {
+	if p.Provider == "" && !p.AnyProvider {
+		return ErrNoProvider
+	}
+	return nil
 }
 
 // UnknownPageParams pages through a provider's UNKNOWN deliveries.

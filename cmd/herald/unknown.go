@@ -23,9 +23,10 @@ var unknownCommands = []*command{
 // /v1/deliveries/{message_id}/settle does for a tenant's admin, and writes
 // the audit entry under the delivery's tenant, so that the tenant's admin
 // sees it. --tenant makes sure the message is that tenant's. Exit status
-// 0 when it moved the delivery, 1 when there is no such delivery, it is
-// not UNKNOWN (the message names its state) or the store failed, 2 for a
-// usage mistake.
+// 0 when it moved the delivery or found it settled so already (then it
+// records nothing), 1 when there is no such delivery, it is not UNKNOWN
+// (the message names its state) or the store failed, 2 for a usage
+// mistake.
 func unknownSettle(cmd *command, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags(cmd)
 	path := configFlag(fs)
@@ -58,8 +59,12 @@ func unknownSettle(cmd *command, args []string, stdout, stderr io.Writer) error 
 	case err != nil:
 		return fmt.Errorf("settle %s: %w", pos[0], err)
 	}
-	cliAudit(s.ctx, s.store, s.logger, out.Tenant, audit.DeliverySettle, pos[0], map[string]int{string(result): 1})
 	state, reason, _ := result.Moves()
+	if !out.Moved {
+		fmt.Fprintf(stdout, "%s: already %s(%s) (tenant %s)\n", pos[0], state, reason, out.Tenant)
+		return nil
+	}
+	cliAudit(s.ctx, s.store, s.logger, out.Tenant, audit.DeliverySettle, pos[0], map[string]int{string(result): 1})
 	fmt.Fprintf(stdout, "%s: %s(%s), was UNKNOWN (tenant %s)\n", pos[0], state, reason, out.Tenant)
 	return nil
 }

@@ -70,6 +70,9 @@ func TestUnknownSettleCommand(t *testing.T) {
 			if err != nil || d.State != heraldtype.DeliveryPermanentFailure || d.Reason != "SETTLED_FAILED" {
 				t.Fatalf("delivery after the settle: %+v %v", d, err)
 			}
+			if code, out, _ := herald("unknown", "settle", mid, "--as", "failed"); code != 0 || !strings.Contains(out, mid+": already PERMANENT_FAILURE(SETTLED_FAILED)") {
+				t.Errorf("the same settle again: exit %d, %q", code, out)
+			}
 			if code, _, errb := herald("unknown", "settle", mid, "--as", "delivered"); code != 1 || !strings.Contains(errb, "this one is PERMANENT_FAILURE") {
 				t.Errorf("a second settle: exit %d, %q", code, errb)
 			}

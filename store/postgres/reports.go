@@ -32,7 +32,7 @@ u AS (
     FROM cur
     WHERE d.message_id = cur.message_id AND d.state = cur.state AND cur.state = ANY($4::text[])
     RETURNING 1
-)` + qFallbackClose + `SELECT cur.state, cur.channel, cur.tenant, (SELECT count(*) FROM u) FROM cur`
+)` + qFallbackClose + `SELECT cur.state, cur.channel, cur.tenant, cur.reason, (SELECT count(*) FROM u) FROM cur`
 	// qUnknownPage walks deliveries_unknown (provider, message_id);
 	// 'LOOKUP_' is store.ReasonLookupPrefix.
 	qUnknownPage = `SELECT message_id, coalesce(provider_ref, ''), coalesce(claimed_at, updated_at)
@@ -48,21 +48,26 @@ const reportTries = 3
 // DeliveryReport moves a provider's delivery as its report says.
 func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store.ReportOutcome, error) {
 	what := fmt.Sprintf("report for %s", p.MessageID)
+	if err := p.Check(); err != nil {
+		return store.ReportOutcome{}, err
+	}
 	from := make([]string, len(p.From))
 	for i, st := range p.From {
 		from[i] = string(st)
 	}
 	for range reportTries {
-		var state, ch, tenant string
+		var state, ch, tenant, reason string
 		var moved int64
-		err := s.pool.QueryRow(ctx, qReport, s.now(), p.MessageID, p.Provider, from, string(p.To), p.Reason, p.Tenant).Scan(&state, &ch, &tenant, &moved)
+		err := s.pool.QueryRow(ctx, qReport, s.now(), p.MessageID, p.Provider, from, string(p.To), p.Reason, p.Tenant).
+			Scan(&state, &ch, &tenant, &reason, &moved)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ReportOutcome{}, store.ErrNotFound
 		}
 		if err != nil {
 			return store.ReportOutcome{}, s.fail(what, err)
 		}
-		out := store.ReportOutcome{From: heraldtype.DeliveryState(state), Channel: heraldtype.Channel(ch), Tenant: tenant, Moved: moved == 1}
+		out := store.ReportOutcome{From: heraldtype.DeliveryState(state), Channel: heraldtype.Channel(ch), Tenant: tenant, Reason: reason,
+			Moved: moved == 1}
 		if out.Moved || !store.ReportMoves(p, out.From) {
 			return out, nil
 		}

@@ -31,6 +31,9 @@ ORDER BY provider, message_id LIMIT ?`
 // and the conditional write share the writer's transaction, so nothing
 // writes between them.
 func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store.ReportOutcome, error) {
+	if err := p.Check(); err != nil {
+		return store.ReportOutcome{}, err
+	}
 	var out store.ReportOutcome
 	found := false
 	err := s.w.do(ctx, func(tx wtx) error {
@@ -45,7 +48,7 @@ func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store
 			return fmt.Errorf("read the delivery: %w", err)
 		}
 		found = true
-		out = store.ReportOutcome{From: heraldtype.DeliveryState(state), Channel: heraldtype.Channel(ch), Tenant: tenant}
+		out = store.ReportOutcome{From: heraldtype.DeliveryState(state), Channel: heraldtype.Channel(ch), Tenant: tenant, Reason: reason}
 		if !store.ReportMoves(p, out.From) {
 			return nil
 		}

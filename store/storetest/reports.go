@@ -40,7 +40,7 @@ func testReports(t *testing.T, h Harness) {
 		}
 		wantRow(t, b, mid, heraldtype.DeliveryDelivered, "DLR", at)
 		b.clk.Advance(time.Minute)
-		want = store.ReportOutcome{From: heraldtype.DeliveryDelivered, Channel: heraldtype.ChannelPush, Tenant: "t1"}
+		want = store.ReportOutcome{From: heraldtype.DeliveryDelivered, Channel: heraldtype.ChannelPush, Tenant: "t1", Reason: "DLR"}
 		if got := report(t, b, delivered(mid)); got != want {
 			t.Fatalf("second report: %+v, want %+v", got, want)
 		}
@@ -91,7 +91,13 @@ func testReports(t *testing.T, h Harness) {
 		b := setup(t, h)
 		mid := unknownPush(t, b)
 		before := delivery(t, b, mid)
-		person := store.ReportParams{MessageID: mid, Tenant: "t2", From: []heraldtype.DeliveryState{heraldtype.DeliveryUnknown},
+		// A Provider "" without AnyProvider is refused, not read as any.
+		noProvider := delivered(mid)
+		noProvider.Provider = ""
+		if _, err := b.s.DeliveryReport(b.ctx, noProvider); !errors.Is(err, store.ErrNoProvider) {
+			t.Fatalf("a report with no provider: %v, want ErrNoProvider", err)
+		}
+		person := store.ReportParams{AnyProvider: true, MessageID: mid, Tenant: "t2", From: []heraldtype.DeliveryState{heraldtype.DeliveryUnknown},
 			To: heraldtype.DeliveryPermanentFailure, Reason: "SETTLED_FAILED"}
 		if _, err := b.s.DeliveryReport(b.ctx, person); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("another tenant's person: %v, want ErrNotFound", err)
@@ -99,14 +105,14 @@ func testReports(t *testing.T, h Harness) {
 		wantRow(t, b, mid, heraldtype.DeliveryUnknown, before.Reason, before.UpdatedAt)
 		b.clk.Advance(time.Minute)
 		person.Tenant = "t1"
-		want := store.ReportOutcome{From: heraldtype.DeliveryUnknown, Moved: true, Channel: heraldtype.ChannelPush, Tenant: "t1"}
+		want := store.ReportOutcome{From: heraldtype.DeliveryUnknown, Moved: true, Channel: heraldtype.ChannelPush, Tenant: "t1", Reason: before.Reason}
 		if got := report(t, b, person); got != want {
 			t.Fatalf("the tenant's person: %+v, want %+v", got, want)
 		}
 		wantRow(t, b, mid, heraldtype.DeliveryPermanentFailure, "SETTLED_FAILED", b.clk.Now())
 		// The operator (no tenant) finds it too, and moves nothing twice.
 		person.Tenant = ""
-		if got := report(t, b, person); got.Moved || got.From != heraldtype.DeliveryPermanentFailure || got.Tenant != "t1" {
+		if got := report(t, b, person); got.Moved || got.From != heraldtype.DeliveryPermanentFailure || got.Tenant != "t1" || got.Reason != "SETTLED_FAILED" {
 			t.Fatalf("the operator after it: %+v, want nothing moved", got)
 		}
 	})
