@@ -85,10 +85,10 @@ const DefaultWakeEvery = 10 * time.Millisecond
 // wake-up at most once per Options.WakeEvery and writes the rows enqueued
 // in between without one; the claimers, woken, look once more shortly
 // after (dispatch.ClaimAgainAfterWake) and take them. A row whose
-// transaction commits later than that, or whose wake-up was in a
-// transaction that rolled back, is taken at the claimers' next wake-up or
-// poll (poll_interval). A client enqueueing less often than WakeEvery
-// wakes the lane every time.
+// transaction commits later than that, or whose window's wake-up rode in
+// a transaction that rolled back or is still open when the row's commits,
+// is taken at the claimers' next wake-up or poll (poll_interval). A client
+// enqueueing less often than WakeEvery wakes the lane every time.
 type Client struct {
 	catalog *catalog.Catalog
 	clock   clock.Clock
@@ -312,7 +312,9 @@ var (
 // returns: for a notification that goes with no other write. On a pool or
 // a connection (both run statements themselves) the write is one
 // autocommitted statement, which is atomic on its own: no BEGIN and COMMIT
-// round trips around it.
+// round trips around it. Given a pgx.Tx (which is a Beginner too), or a
+// connection inside a BEGIN of yours, it writes in that transaction, as
+// EnqueueTx does, and commits or rolls back with it.
 func (c *Client) Enqueue(ctx context.Context, db Beginner, in Intent) (Enqueued, error) {
 	if isNil(db) {
 		return Enqueued{}, ErrNoTransaction
