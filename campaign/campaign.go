@@ -1,6 +1,7 @@
 package campaign
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -238,6 +239,7 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 	pageParams := 0 // bytes of the page's merged params, which the store keeps
 	out := make([]store.CampaignRecipient, len(page))
 	nids := ids.Ordered("ntf", now, len(page))
+	first := make(map[string]int, len(page)) // each recipient's first place in the page
 	for i, r := range page {
 		at := fmt.Sprintf("recipients[%d]", i)
 		rp := store.CampaignRecipient{Recipient: r.Recipient, NotificationID: nids[i]}
@@ -279,6 +281,15 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 		case r.Recipient == "" || len(r.Recipient) > catalog.MaxRecipientLen || !catalog.Printable(r.Recipient):
 			return nil, &catalog.FieldError{Param: at + ".recipient",
 				Detail: fmt.Sprintf("recipient must be 1..%d printable characters", catalog.MaxRecipientLen)}
+		}
+		// A recipient gets one notification: a repeat with the same params
+		// is the same one (the store keeps the first), with others it is
+		// a mistake, which the page would otherwise drop without a word.
+		if j, ok := first[r.Recipient]; ok && !bytes.Equal(out[j].Params, rp.Params) {
+			return nil, &catalog.FieldError{Param: at, Detail: fmt.Sprintf(
+				"%s repeats the recipient of recipients[%d] with other params: a recipient gets one notification", at, j)}
+		} else if !ok {
+			first[r.Recipient] = i
 		}
 		out[i] = rp
 	}

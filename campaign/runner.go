@@ -237,8 +237,10 @@ func (r *Runner) FanOut(ctx context.Context, c store.CampaignRef) (int, error) {
 		}
 		if res.Done {
 			if res.Recipients > 0 || total > 0 {
+				// total is this round's: a paced campaign, or one a new
+				// leader took over, fanned out the rest in earlier rounds.
 				r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "campaign: fan-out finished",
-					slog.String("tenant", tenant), slog.String("campaign", id), slog.Int("recipients", total))
+					slog.String("tenant", tenant), slog.String("campaign", id), slog.Int("recipients_this_round", total))
 			}
 			break
 		}

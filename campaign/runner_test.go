@@ -750,6 +750,16 @@ func TestCampaignParamsAreBounded(t *testing.T) {
 		}
 		_, err = svc.AddRecipients(ctx, "t1", id, page)
 		refused(err, "recipients")
+		// A recipient twice in a page: with the same params it is one
+		// notification; with others the page is refused, naming the repeat.
+		twice := []campaign.Recipient{{Recipient: "v1", Params: []byte(`{"coupon":"A"}`)}, {Recipient: "v2"},
+			{Recipient: "v1", Params: []byte(`{"coupon": "A"}`)}}
+		if n, err := svc.AddRecipients(ctx, "t1", id, twice); err != nil || n != 2 {
+			t.Fatalf("a recipient twice with the same params: added %d, %v; want 2", n, err)
+		}
+		twice[2].Params = []byte(`{"coupon":"B"}`)
+		_, err = svc.AddRecipients(ctx, "t1", id, twice)
+		refused(err, "recipients[2]")
 		if _, err := svc.AddRecipients(ctx, "t1", id, page[:1000]); err != nil {
 			t.Fatalf("a page of 1,000: %v", err)
 		}

@@ -97,12 +97,21 @@ func patchMap[V any](raw json.RawMessage, field string, check func(ch string, v 
 	if string(raw) == "null" {
 		return nil, true, nil
 	}
-	var m map[string]*V
+	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, false, &problem.Problem{Status: http.StatusBadRequest, Detail: field + " must be an object of channels (a value of null removes one)", Param: field}
 	}
 	out := make(map[heraldtype.Channel]*V, len(m))
-	for ch, v := range m {
+	for ch, rv := range m {
+		var v *V
+		if err := json.Unmarshal(rv, &v); err != nil {
+			// Each value on its own, so that the problem names it.
+			detail := validate.ValueError(err, field+"."+ch)
+			if detail == "" {
+				detail = field + "." + ch + ": " + err.Error()
+			}
+			return nil, false, &problem.Problem{Status: http.StatusBadRequest, Detail: detail, Param: field}
+		}
 		if v == nil {
 			if p := checkChannel(field, ch); p != nil {
 				return nil, false, p

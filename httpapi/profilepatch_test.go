@@ -75,6 +75,12 @@ func TestProfilePatchMergesAndKeepsTheRest(t *testing.T) {
 	if q := get(); q.Addresses["sms"] != "01099998888" || len(q.Addresses) != 1 || len(q.Consent) != 2 {
 		t.Fatalf("after the refused patches: %+v", q)
 	}
+	// A value of the wrong kind is named as PUT names it, not as a map
+	// that is not an object.
+	if r := b.do(t, http.MethodPatch, path, authA, `{"consent":{"sms":1}}`); r.status != http.StatusBadRequest ||
+		!strings.Contains(string(r.body), "consent.sms: got a number where true or false belongs") {
+		t.Fatalf("consent sms 1: %d %s", r.status, r.body)
+	}
 	// addresses: null clears them all.
 	do(http.MethodPatch, `{"addresses":null}`, http.StatusNoContent)
 	if q := get(); len(q.Addresses) != 0 || len(q.Consent) != 2 {

@@ -169,6 +169,20 @@ func decodeError(err error, raw []byte, v any) error {
 	return fmt.Errorf("the body is not valid JSON for this request: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
+// ValueError says, in decodeError's words, that a part of a body decoded
+// on its own (the value at path) has the wrong kind: "consent.sms: got a
+// number where true or false belongs". "" when err is not such an error.
+func ValueError(err error, path string) string {
+	var typ *json.UnmarshalTypeError
+	if !errors.As(err, &typ) {
+		return ""
+	}
+	if typ.Field != "" {
+		path += "." + typ.Field
+	}
+	return fmt.Sprintf("%s: got %s where %s belongs", path, JSONValue(typ.Value), jsonKind(typ.Type))
+}
+
 // timeError is err in a caller's words if it is a time's decoding error
 // (time.Time's UnmarshalJSON, or a parse in its layout), else "".
 func timeError(err error) string {

@@ -37,6 +37,72 @@ var campaignCommands = []*command{
 // campaignPoll is how often campaign send reads the progress.
 var campaignPoll = time.Second
 
+// progressOutage is how long the progress watch waits for a herald that
+// does not answer before it gives up (the campaign goes on regardless).
+var progressOutage = 2 * time.Minute
+
+// resumable adds to err, when herald was not reached or did not answer
+// (no HTTP answer at all, or a 5xx), that running the same command again
+// resumes: it names the same campaign.
+func resumable(err error) error {
+	if he := asHTTP(err); he != nil && he.status/100 != 5 {
+		return err
+	}
+	return fmt.Errorf("%w; run the same command again to resume (it names the same campaign and adds nobody twice)", err)
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// progress shows the campaign's progress line: rewritten in place (\r) on
+// a terminal; elsewhere (a file, a pipe) a line each time it changes.
+type progress struct {
+	w    io.Writer
+	tty  bool
+	last string
+}
+
+func newProgress(w io.Writer) *progress {
+	f, ok := w.(*os.File)
+	tty := false
+	if ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progress{w: w, tty: tty}
+}
+
+func (p *progress) show(line string) {
+	switch {
+	case p.tty:
+		fmt.Fprintf(p.w, "\r%s", line)
+	case line != p.last:
+		fmt.Fprintln(p.w, line)
+	}
+	p.last = line
+}
+
+// note prints a line of its own beside the progress.
+func (p *progress) note(s string) {
+	if p.tty {
+		fmt.Fprintln(p.w)
+	}
+	fmt.Fprintln(p.w, s)
+}
+
+// done ends the progress line on a terminal.
+func (p *progress) done() {
+	if p.tty {
+		fmt.Fprintln(p.w)
+	}
+}
+
 func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags(cmd)
 	kind := fs.String("kind", "", "the kind `K` to send (required)")
@@ -78,7 +144,8 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	}
 	raw, err := os.ReadFile(*file)
 	if err != nil {
-		return fmt.Errorf("read the recipients: %w", err)
+		// As a mistake in the file: exit 2, in the same words.
+		return &cliError{code: 2, err: fmt.Errorf("%s: %s: cannot read it: %w", cmd.path(), *file, errors.Unwrap(err))}
 	}
 	list, err := readRecipients(raw)
 	if err != nil {
@@ -101,7 +168,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	req.Recipients = all[0]
 	var created struct{ ID string }
 	if err := c.do(ctx, http.MethodPost, "/v1/campaigns", "cli-"+hex.EncodeToString(sum[:16]), req, &created); err != nil {
-		return fmt.Errorf("create the campaign with recipients 1..%d: %s%w", first, list.line(err, 0), err)
+		return resumable(fmt.Errorf("create the campaign with recipients 1..%d: %s%w", first, list.line(err, 0), err))
 	}
 	repeated := ""
 	switch {
@@ -110,7 +177,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	case list.repeated > 1:
 		repeated = fmt.Sprintf(" (%d rows repeating earlier rows, recipient and params, left out)", list.repeated)
 	}
-	fmt.Fprintf(stdout, "campaign %s: %d recipients%s\n", created.ID, len(recipients), repeated)
+	fmt.Fprintf(stdout, "campaign %s: %s%s\n", created.ID, plural(len(recipients), "recipient"), repeated)
 	path := "/v1/campaigns/" + created.ID
 	from := first
 	for _, page := range all[1:] {
@@ -130,6 +197,8 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 				// The same file would be refused again: running the command
 				// again cannot finish this draft, so it goes, unsent.
 				err = fmt.Errorf("%w; %s", err, c.cancelDraft(ctx, created.ID))
+			default:
+				err = resumable(err)
 			}
 			return err
 		}
@@ -152,27 +221,43 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("campaign %s, which this command names, was cancelled (%s); change the file or --params to send a new campaign",
 				created.ID, now.counts())
 		}
-		return fmt.Errorf("start the campaign: %w", err)
+		return resumable(fmt.Errorf("start the campaign: %w", err))
 	}
 	if *noWait {
 		fmt.Fprintf(stdout, "%s\n", st.line())
 		return nil
 	}
-	// The counts are computed when read (seconds for a million
-	// recipients): poll no more often than every four reads' time.
+	// The counts are counters (docs/campaigns.md), but a GET under load
+	// can still take a while: poll no more often than every four reads'
+	// time. herald out of reach (a restart) is waited for up to
+	// progressOutage; the campaign goes on in herald meanwhile.
 	wait := campaignPoll
+	bar := newProgress(stdout)
+	var unreachable time.Time
 	for st.State == "DRAFT" || st.State == "RUNNING" {
-		fmt.Fprintf(stdout, "\r%s", st.line())
+		bar.show(st.line())
 		time.Sleep(wait)
 		began := time.Now()
-		err := c.do(ctx, http.MethodGet, path, "", nil, &st)
+		var now campaignProgress
+		err := c.do(ctx, http.MethodGet, path, "", nil, &now)
 		wait = max(campaignPoll, 4*time.Since(began))
-		if err != nil {
-			fmt.Fprintln(stdout)
-			return fmt.Errorf("read the campaign's progress: %w", err)
+		switch {
+		case err == nil:
+			st, unreachable = now, time.Time{}
+			continue
+		case asHTTP(err) != nil && asHTTP(err).status/100 == 4:
+		case unreachable.IsZero():
+			unreachable = time.Now()
+			bar.note(fmt.Sprintf("herald did not answer (%v); trying again for %s", err, progressOutage))
+			continue
+		case time.Since(unreachable) < progressOutage:
+			continue
 		}
+		bar.done()
+		return fmt.Errorf("read the campaign's progress: %w; campaign %s goes on in herald: run the same command again to watch it", err, created.ID)
 	}
-	fmt.Fprintf(stdout, "\r%s\n", st.line())
+	bar.show(st.line())
+	bar.done()
 	if st.State != "DONE" {
 		return fmt.Errorf("the campaign ended %s", st.State)
 	}

@@ -387,3 +387,70 @@ func TestAPIClientWaitsWhenHeraldIsBusy(t *testing.T) {
 		t.Fatalf("refused every time: %v after %d calls; want the 429 after %d", err, calls.Load(), busyTries)
 	}
 }
+
+// herald out of reach while the command watches (a restart) is waited
+// for, and the watch goes on to DONE; one that stays away ends the
+// command saying the campaign goes on and how to watch it again. Output
+// that is not a terminal gets a line per change, no carriage returns.
+func TestCampaignSendWatchesThroughAnOutage(t *testing.T) {
+	campaignPoll = time.Millisecond
+	var gets, down atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/campaigns":
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = w.Write([]byte(`{"id":"cmp_1"}`))
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/campaigns/cmp_1/start":
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = w.Write([]byte(`{"id":"cmp_1","state":"RUNNING","total":1}`))
+		case r.Method == http.MethodGet:
+			if down.Add(-1) >= 0 {
+				hj, _ := w.(http.Hijacker)
+				conn, _, _ := hj.Hijack()
+				conn.Close() // no answer at all
+				return
+			}
+			state := "RUNNING"
+			if gets.Add(1) > 1 {
+				state = "DONE"
+			}
+			_, _ = w.Write([]byte(`{"id":"cmp_1","state":"` + state + `","total":1,"enqueued":1}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	csvPath := filepath.Join(t.TempDir(), "r.csv")
+	if err := os.WriteFile(csvPath, []byte("u1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	send := func() (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run([]string{"campaign", "send", "--kind", "k", "--recipients", csvPath, "--url", srv.URL, "--api-key", "key"}, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	down.Store(3)
+	if code, out, errb := send(); code != 0 || !strings.Contains(out, "herald did not answer") || !strings.Contains(out, "DONE") ||
+		strings.Contains(out, "\r") || !strings.Contains(out, "campaign cmp_1: 1 recipient\n") {
+		t.Fatalf("through an outage of three reads: exit %d\n%q\n%s", code, out, errb)
+	}
+	progressOutage = 10 * time.Millisecond
+	defer func() { progressOutage = 2 * time.Minute }()
+	gets.Store(-1 << 20)
+	down.Store(1 << 20)
+	if code, _, errb := send(); code != 1 || !strings.Contains(errb, "campaign cmp_1 goes on in herald: run the same command again to watch it") {
+		t.Fatalf("herald away for good: exit %d, %q", code, errb)
+	}
+	// herald not reached at all: the command says the same command resumes.
+	srv.Close()
+	if code, _, errb := send(); code != 1 || !strings.Contains(errb, "run the same command again to resume") {
+		t.Fatalf("herald down at the create: exit %d, %q", code, errb)
+	}
+	// A file that cannot be read is a mistake in the command: exit 2.
+	var out, errb bytes.Buffer
+	if code := run([]string{"campaign", "send", "--kind", "k", "--recipients", csvPath + ".missing", "--url", srv.URL, "--api-key", "key"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "cannot read it") {
+		t.Fatalf("a missing file: exit %d, %q", code, errb.String())
+	}
+}
