@@ -155,6 +155,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	recipients := list.recipients
 	c := &apiClient{base: strings.TrimRight(*url, "/"), key: *apiKey, http: &http.Client{Timeout: 2 * time.Minute}}
 	ctx := context.Background()
+	c.noteUnusedColumns(ctx, stderr, *kind, list.columns)
 
 	// The same command again (the same kind, params and file) names the
 	// same campaign: its key replays the create, and the pages add nobody
@@ -321,6 +322,48 @@ func asHTTP(err error) *httpError {
 	return nil
 }
 
+// noteUnusedColumns says on stderr which of the file's params columns no
+// template of the kind reads (GET /v1/kinds): a misspelt column (cupon for
+// coupon) is sent along and read by nothing, while the campaign's --params
+// fill the template instead. It is a note, not a refusal (a column may be
+// there for a template still to come); when the kinds cannot be read, or
+// the kind is not among them (the create says so), it says nothing.
+func (c *apiClient) noteUnusedColumns(ctx context.Context, stderr io.Writer, kind string, columns []string) {
+	if len(columns) == 0 {
+		return
+	}
+	var kinds struct {
+		Kinds []struct {
+			Name   string
+			Params []struct{ Name string }
+		}
+	}
+	if c.do(ctx, http.MethodGet, "/v1/kinds", "", nil, &kinds) != nil {
+		return
+	}
+	for _, k := range kinds.Kinds {
+		if k.Name != kind {
+			continue
+		}
+		read := map[string]bool{}
+		var names []string
+		for _, p := range k.Params {
+			top, _, _ := strings.Cut(p.Name, ".")
+			if !read[top] {
+				read[top] = true
+				names = append(names, top)
+			}
+		}
+		for _, col := range columns {
+			if !read[col] {
+				fmt.Fprintf(stderr, "herald: note: column %q is not a param of kind %s (its templates read: %s); its values are sent, and nothing reads them\n",
+					col, kind, strings.Join(names, ", "))
+			}
+		}
+		return
+	}
+}
+
 // cancelDraft cancels the never-started campaign id and says what became
 // of it.
 func (c *apiClient) cancelDraft(ctx context.Context, id string) string {
@@ -337,6 +380,8 @@ type recipientFile struct {
 	recipients []campaign.Recipient
 	lines      []int
 	repeated   int
+	// columns are the header's params columns (none without a header).
+	columns []string
 }
 
 // line is "line N of the file: " for a refusal of one recipient of a
@@ -414,6 +459,7 @@ func readRecipients(raw []byte) (recipientFile, error) {
 				return f, fmt.Errorf("line %d: %w", line, err)
 			}
 			header = row
+			f.columns = row[1:]
 			continue
 		}
 		if !slices.ContainsFunc(row, func(c string) bool { return c != "" }) {

@@ -454,3 +454,38 @@ func TestCampaignSendWatchesThroughAnOutage(t *testing.T) {
 		t.Fatalf("a missing file: exit %d, %q", code, errb.String())
 	}
 }
+
+// A params column no template of the kind reads (a misspelt cupon) is
+// named in a note on stderr; the campaign is sent as asked.
+func TestCampaignSendNotesAColumnNoTemplateReads(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/kinds":
+			_, _ = w.Write([]byte(`{"kinds":[{"name":"other","params":[{"name":"cupon"}]},` +
+				`{"name":"coupon.expiring","params":[{"name":"coupon","required":true},{"name":"date","required":true}]}]}`))
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/campaigns":
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = w.Write([]byte(`{"id":"cmp_2"}`))
+		case r.Method == http.MethodPost:
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = w.Write([]byte(`{"id":"cmp_2","state":"DONE","total":1,"enqueued":1}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	for file, note := range map[string]bool{"recipient,cupon\nu1,C1\n": true, "recipient,coupon\nu1,C1\n": false} {
+		csvPath := filepath.Join(t.TempDir(), "r.csv")
+		if err := os.WriteFile(csvPath, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		code := run([]string{"campaign", "send", "--kind", "coupon.expiring", "--recipients", csvPath, "--params", `{"coupon":"D","date":"May 1"}`,
+			"--url", srv.URL, "--api-key", "key"}, &out, &errb)
+		said := strings.Contains(errb.String(), `column "cupon" is not a param of kind coupon.expiring (its templates read: coupon, date)`)
+		if code != 0 || said != note || (!note && errb.Len() > 0) {
+			t.Errorf("%q: exit %d, note %v, stderr %q; want exit 0, note %v", file, code, said, errb.String(), note)
+		}
+	}
+}
