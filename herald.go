@@ -3,10 +3,13 @@ package herald
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"reflect"
 	"strconv"
 	"strings"
@@ -242,6 +245,16 @@ var ErrNoTransaction = errors.New("herald: enqueue: nil transaction or database"
 // the transaction's search_path (PostgreSQL through pgx or its
 // database/sql driver), or the SQLite file is not herald's. Nothing was
 // written.
+// ErrUnavailable is returned, wrapped beside the driver's own error, for
+// an enqueue whose database could not be reached or whose connection broke
+// (PostgreSQL through pgx or its database/sql driver: a refused or timed
+// out connect, a connection lost, the server shutting down). Whether the
+// write happened may be unknown: enqueue again with the same DedupKey, in
+// a new transaction (the one that failed is lost), and the notification is
+// written once. A context of the caller's that ended is not this error:
+// context.Canceled or context.DeadlineExceeded, as returned.
+var ErrUnavailable = errors.New("herald: the database is unavailable")
+
 var ErrNotMigrated = errors.New("herald's tables are not there: run herald migrate on this database, or put herald's schema on the search_path")
 
 // InvalidIntentError is an intent herald would refuse: what intake answers
@@ -373,10 +386,34 @@ func enqueued(in Intent, res store.NotificationCreateResult, err error) (Enqueue
 	case errors.As(err, &pg) && pg.Code == "42P01", // undefined_table (pgx, and its database/sql driver)
 		err != nil && strings.Contains(err.Error(), "no such table"): // SQLite's
 		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w: %w", in.Kind, in.DedupKey, ErrNotMigrated, err)
+	case unavailable(err):
+		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w: %w", in.Kind, in.DedupKey, ErrUnavailable, err)
 	case err != nil:
 		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w", in.Kind, in.DedupKey, err)
 	}
 	return Enqueued{ID: res.ID, Created: res.Outcome == store.Created}, nil
+}
+
+// unavailable reports whether err says the PostgreSQL server could not be
+// reached or the connection to it broke (ErrUnavailable), not that a
+// statement failed on a live connection, nor that the caller's context
+// ended.
+func unavailable(err error) bool {
+	var connect *pgconn.ConnectError
+	var pg *pgconn.PgError
+	var nerr net.Error
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	case errors.As(err, &pg):
+		// Class 08: connection exception; 57P01..57P03: the server is
+		// shutting down, crashed, or not yet accepting connections.
+		return strings.HasPrefix(pg.Code, "08") || pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03"
+	case errors.As(err, &connect), pgconn.SafeToRetry(err), errors.As(err, &nerr),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.Is(err, driver.ErrBadConn):
+		return true
+	}
+	return false
 }
 
 // sqlQuerier runs CreateTx's statement on a database/sql transaction.

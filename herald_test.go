@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -620,5 +621,32 @@ func TestAnEnqueueWithoutItsDatabaseSaysWhy(t *testing.T) {
 	var pg *pgconn.PgError
 	if !errors.Is(err, herald.ErrNotMigrated) || !errors.As(err, &pg) || pg.Code != "42P01" {
 		t.Fatalf("an enqueue before herald migrate = %v; want ErrNotMigrated with the database's 42P01", err)
+	}
+	if errors.Is(err, herald.ErrUnavailable) {
+		t.Fatalf("a statement refused on a live connection is ErrUnavailable: %v", err)
+	}
+
+	// A server nobody answers at: ErrUnavailable, the driver's error
+	// beside it; a context of the caller's that ended is that, not this.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	down, err := pgxpool.New(ctx, "postgres://postgres@"+addr+"/x?connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	_, err = client.Enqueue(ctx, down, in)
+	var connect *pgconn.ConnectError
+	if !errors.Is(err, herald.ErrUnavailable) || !errors.As(err, &connect) {
+		t.Fatalf("an enqueue to a server that is down = %v; want ErrUnavailable with the driver's ConnectError", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := client.Enqueue(cancelled, pool, in); !errors.Is(err, context.Canceled) || errors.Is(err, herald.ErrUnavailable) {
+		t.Fatalf("an enqueue with a cancelled context = %v; want context.Canceled, not ErrUnavailable", err)
 	}
 }
