@@ -82,6 +82,13 @@ func TestAPersonSettlesAnUnknown(t *testing.T) {
 				t.Fatalf("settled delivered: %+v", got)
 			}
 			lastReport(t, base, "a report with nothing unknown", func(r reconcile.Report) bool { return r.Unknown == 0 })
+			_, metrics := get(t, base, "/metrics", "")
+			for _, want := range []string{`herald_deliveries_settled_by_person_total{result="delivered"} 1`,
+				`herald_deliveries_settled_by_person_total{result="failed"} 1`} {
+				if !strings.Contains(string(metrics), want) {
+					t.Errorf("/metrics lacks %q (a retry counts nothing more)", want)
+				}
+			}
 
 			// Two entries, one per settle that moved a delivery, each with
 			// its message id and result; none for the refused ones.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/settle"
 	"github.com/heraldhq/herald/store"
@@ -28,12 +29,13 @@ import (
 // An admin key's route, audited (delivery.settle, the message id, the
 // result as a figure).
 type settleAPI struct {
-	store  settle.Store
-	logger *slog.Logger
+	store   settle.Store
+	metrics *metrics.Metrics
+	logger  *slog.Logger
 }
 
 func routeSettle(mux *router, cfg Config, authed func(http.Handler) http.Handler) {
-	sa := &settleAPI{store: cfg.Store, logger: cfg.Logger}
+	sa := &settleAPI{store: cfg.Store, metrics: cfg.Metrics, logger: cfg.Logger}
 	mux.Handle("POST /v1/deliveries/{message_id}/settle", authed(http.HandlerFunc(sa.settle)))
 }
 
@@ -80,6 +82,7 @@ func (sa *settleAPI) settle(w http.ResponseWriter, r *http.Request) {
 	state, reason, _ := body.Result.Moves()
 	if out.Moved {
 		audit.Took(r, map[string]int{string(body.Result): 1})
+		sa.metrics.SettledByPerson(string(body.Result))
 	} else {
 		audit.Skip(r) // settled so by an earlier call, which was recorded
 	}

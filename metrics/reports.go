@@ -16,6 +16,8 @@ const (
 type reports struct {
 	reports       *prometheus.CounterVec
 	lookupsFailed *prometheus.CounterVec
+	// byPerson counts UNKNOWN deliveries a person settled (settle.ByPerson).
+	byPerson *prometheus.CounterVec
 }
 
 func newReports(reg *prometheus.Registry) *reports {
@@ -30,9 +32,24 @@ func newReports(reg *prometheus.Registry) *reports {
 			Name: "herald_provider_lookups_failed_total",
 			Help: "Status look-ups that got no answer (the provider unreachable or refusing); the delivery stays UNKNOWN for a later round.",
 		}, []string{"provider"}),
+		byPerson: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_deliveries_settled_by_person_total",
+			Help: "UNKNOWN deliveries a person settled through the API (POST /v1/deliveries/{message_id}/settle), by result " +
+				"(delivered, failed); the CLI's are in the audit log.",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(r.reports, r.lookupsFailed)
+	for _, res := range []string{"delivered", "failed"} {
+		r.byPerson.WithLabelValues(res)
+	}
+	reg.MustRegister(r.reports, r.lookupsFailed, r.byPerson)
 	return r
+}
+
+// SettledByPerson counts an UNKNOWN delivery a person settled as result.
+func (m *Metrics) SettledByPerson(result string) {
+	if m != nil {
+		m.reports.byPerson.WithLabelValues(result).Inc()
+	}
 }
 
 // ProviderReport counts one report applied to a delivery.
