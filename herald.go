@@ -2,6 +2,8 @@ package herald
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"database/sql/driver"
 	"encoding"
@@ -245,17 +247,18 @@ var ErrNoTransaction = errors.New("herald: enqueue: nil transaction or database"
 // the transaction's search_path (PostgreSQL through pgx or its
 // database/sql driver), or the SQLite file is not herald's. Nothing was
 // written.
+var ErrNotMigrated = errors.New("herald's tables are not there: run herald migrate on this database, or put herald's schema on the search_path")
+
 // ErrUnavailable is returned, wrapped beside the driver's own error, for
 // an enqueue whose database could not be reached or whose connection broke
 // (PostgreSQL through pgx or its database/sql driver: a refused or timed
 // out connect, a connection lost, the server shutting down). Whether the
-// write happened may be unknown: enqueue again with the same DedupKey, in
-// a new transaction (the one that failed is lost), and the notification is
-// written once. A context of the caller's that ended is not this error:
-// context.Canceled or context.DeadlineExceeded, as returned.
+// write happened may be unknown: run your transaction again, the enqueue
+// with the same DedupKey, and the notification is written once (the
+// transaction that failed is lost, your other writes in it too). An enqueue
+// whose own context ended is not this error: context.Canceled or
+// context.DeadlineExceeded, as returned.
 var ErrUnavailable = errors.New("herald: the database is unavailable")
-
-var ErrNotMigrated = errors.New("herald's tables are not there: run herald migrate on this database, or put herald's schema on the search_path")
 
 // InvalidIntentError is an intent herald would refuse: what intake answers
 // with 422. Nothing was written.
@@ -308,7 +311,7 @@ func (c *Client) EnqueueSQLiteTx(ctx context.Context, tx *sql.Tx, in Intent) (En
 		return Enqueued{}, err
 	}
 	res, err := sqlite.CreateTx(ctx, tx, c.clock.Now(), p)
-	return enqueued(in, res, err)
+	return enqueued(ctx, in, res, err)
 }
 
 // Beginner starts pgx transactions: a *pgxpool.Pool or a *pgx.Conn.
@@ -338,7 +341,7 @@ func (c *Client) Enqueue(ctx context.Context, db Beginner, in Intent) (Enqueued,
 	}
 	if q, ok := db.(postgres.Querier); ok {
 		res, err := c.createTx(ctx, q, p)
-		return enqueued(in, res, err)
+		return enqueued(ctx, in, res, err)
 	}
 	var res store.NotificationCreateResult
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -346,7 +349,7 @@ func (c *Client) Enqueue(ctx context.Context, db Beginner, in Intent) (Enqueued,
 		res, err = c.createTx(ctx, tx, p)
 		return err
 	})
-	return enqueued(in, res, err)
+	return enqueued(ctx, in, res, err)
 }
 
 func (c *Client) enqueuePostgres(ctx context.Context, q postgres.Querier, in Intent) (Enqueued, error) {
@@ -358,7 +361,7 @@ func (c *Client) enqueuePostgres(ctx context.Context, q postgres.Querier, in Int
 		return Enqueued{}, err
 	}
 	res, err := c.createTx(ctx, q, p)
-	return enqueued(in, res, err)
+	return enqueued(ctx, in, res, err)
 }
 
 // createTx writes p with q, with the lane's wake-up when the throttle
@@ -380,13 +383,13 @@ func (c *Client) createTx(ctx context.Context, q postgres.Querier, p store.Notif
 	return res, err
 }
 
-func enqueued(in Intent, res store.NotificationCreateResult, err error) (Enqueued, error) {
+func enqueued(ctx context.Context, in Intent, res store.NotificationCreateResult, err error) (Enqueued, error) {
 	var pg *pgconn.PgError
 	switch {
 	case errors.As(err, &pg) && pg.Code == "42P01", // undefined_table (pgx, and its database/sql driver)
 		err != nil && strings.Contains(err.Error(), "no such table"): // SQLite's
 		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w: %w", in.Kind, in.DedupKey, ErrNotMigrated, err)
-	case unavailable(err):
+	case ctx.Err() == nil && unavailable(err):
 		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w: %w", in.Kind, in.DedupKey, ErrUnavailable, err)
 	case err != nil:
 		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w", in.Kind, in.DedupKey, err)
@@ -396,24 +399,42 @@ func enqueued(in Intent, res store.NotificationCreateResult, err error) (Enqueue
 
 // unavailable reports whether err says the PostgreSQL server could not be
 // reached or the connection to it broke (ErrUnavailable), not that a
-// statement failed on a live connection, nor that the caller's context
-// ended.
+// statement failed on a live connection (a PgError other than the
+// connection's, a caller's misuse such as a connection still busy with
+// unread rows), nor a TLS or authentication failure, which another try
+// would meet again. The caller leaves out an enqueue whose own context
+// ended: pgx's connect timeout is a context deadline too.
 func unavailable(err error) bool {
-	var connect *pgconn.ConnectError
 	var pg *pgconn.PgError
+	var connect *pgconn.ConnectError
 	var nerr net.Error
 	switch {
-	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case err == nil:
 		return false
 	case errors.As(err, &pg):
-		// Class 08: connection exception; 57P01..57P03: the server is
+		// Class 08, connection exception, but a protocol violation (a
+		// statement herald sent wrong); 57P01..57P03: the server is
 		// shutting down, crashed, or not yet accepting connections.
-		return strings.HasPrefix(pg.Code, "08") || pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03"
-	case errors.As(err, &connect), pgconn.SafeToRetry(err), errors.As(err, &nerr),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.Is(err, driver.ErrBadConn):
+		return (strings.HasPrefix(pg.Code, "08") && pg.Code != "08P01") || pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03"
+	case tlsFailure(err):
+		return false
+	case errors.As(err, &connect), errors.As(err, &nerr),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, net.ErrClosed), pgconn.Timeout(err):
 		return true
 	}
 	return false
+}
+
+// tlsFailure reports whether err is a TLS handshake's or a certificate's:
+// a configuration to fix, not an outage to wait out.
+func tlsFailure(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var record tls.RecordHeaderError
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &record) || errors.As(err, &authority) || errors.As(err, &host) || errors.As(err, &invalid)
 }
 
 // sqlQuerier runs CreateTx's statement on a database/sql transaction.

@@ -644,6 +644,46 @@ func TestAnEnqueueWithoutItsDatabaseSaysWhy(t *testing.T) {
 	if !errors.Is(err, herald.ErrUnavailable) || !errors.As(err, &connect) {
 		t.Fatalf("an enqueue to a server that is down = %v; want ErrUnavailable with the driver's ConnectError", err)
 	}
+	// A server that takes the connection and never answers: pgx's own
+	// connect timeout, a deadline of its own context, is the outage.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mute.Close() })
+	go func() {
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	silent, err := pgxpool.New(ctx, "postgres://postgres@"+mute.Addr().String()+"/x?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(silent.Close)
+	if _, err := client.Enqueue(ctx, silent, in); !errors.Is(err, herald.ErrUnavailable) {
+		t.Fatalf("an enqueue to a server that never answers = %v; want ErrUnavailable", err)
+	}
+	// A connection still busy with the caller's unread rows is the
+	// caller's to fix, not an outage to retry.
+	tx2, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx2.Rollback(ctx)
+	rows, err := tx2.Query(ctx, "SELECT generate_series(1, 3)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = client.EnqueueTx(ctx, tx2, in)
+	rows.Close()
+	if err == nil || errors.Is(err, herald.ErrUnavailable) {
+		t.Fatalf("an enqueue on a connection busy with unread rows = %v; want an error that is not ErrUnavailable", err)
+	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := client.Enqueue(cancelled, pool, in); !errors.Is(err, context.Canceled) || errors.Is(err, herald.ErrUnavailable) {

@@ -1,7 +1,6 @@
 package campaign
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -240,6 +239,16 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 	out := make([]store.CampaignRecipient, len(page))
 	nids := ids.Ordered("ntf", now, len(page))
 	first := make(map[string]int, len(page)) // each recipient's first place in the page
+	// sent is a recipient's params as its notification gets them, its own
+	// merged or the campaign's, in one spelling: read only for a repeat.
+	sent := func(own json.RawMessage) string {
+		m := baseMap
+		if own != nil {
+			m = nil
+			_ = json.Unmarshal(own, &m)
+		}
+		return canonicalParams(m)
+	}
 	for i, r := range page {
 		at := fmt.Sprintf("recipients[%d]", i)
 		rp := store.CampaignRecipient{Recipient: r.Recipient, NotificationID: nids[i]}
@@ -285,7 +294,7 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 		// A recipient gets one notification: a repeat with the same params
 		// is the same one (the store keeps the first), with others it is
 		// a mistake, which the page would otherwise drop without a word.
-		if j, ok := first[r.Recipient]; ok && !bytes.Equal(out[j].Params, rp.Params) {
+		if j, ok := first[r.Recipient]; ok && sent(out[j].Params) != sent(rp.Params) {
 			return nil, &catalog.FieldError{Param: at, Detail: fmt.Sprintf(
 				"%s repeats the recipient of recipients[%d] with other params: a recipient gets one notification", at, j)}
 		} else if !ok {
@@ -294,6 +303,16 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 		out[i] = rp
 	}
 	return out, nil
+}
+
+// canonicalParams is m as JSON with its keys sorted and its values compact
+// (json.Marshal of a RawMessage compacts it): equal params, equal strings.
+func canonicalParams(m map[string]json.RawMessage) string {
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
 }
 
 // objectParams returns raw if it is a JSON object (or "{}" for none).

@@ -757,6 +757,12 @@ func TestCampaignParamsAreBounded(t *testing.T) {
 		if n, err := svc.AddRecipients(ctx, "t1", id, twice); err != nil || n != 2 {
 			t.Fatalf("a recipient twice with the same params: added %d, %v; want 2", n, err)
 		}
+		// Own params equal to the campaign's are the campaign's: the same.
+		same := []campaign.Recipient{{Recipient: "v3"}, {Recipient: "v3", Params: []byte(`{}`)},
+			{Recipient: "v3", Params: []byte(`{"coupon":"C","date":"d","pad":` + pad(4<<10) + `}`)}}
+		if n, err := svc.AddRecipients(ctx, "t1", id, same); err != nil || n != 1 {
+			t.Fatalf("a recipient with no params, {} and the campaign's own: added %d, %v; want 1", n, err)
+		}
 		twice[2].Params = []byte(`{"coupon":"B"}`)
 		_, err = svc.AddRecipients(ctx, "t1", id, twice)
 		refused(err, "recipients[2]")

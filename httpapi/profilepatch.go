@@ -3,7 +3,9 @@ package httpapi
 import (
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/heraldhq/herald/auth"
@@ -102,22 +104,25 @@ func patchMap[V any](raw json.RawMessage, field string, check func(ch string, v 
 		return nil, false, &problem.Problem{Status: http.StatusBadRequest, Detail: field + " must be an object of channels (a value of null removes one)", Param: field}
 	}
 	out := make(map[heraldtype.Channel]*V, len(m))
-	for ch, rv := range m {
+	// In key order, so that a patch with several mistakes is answered the
+	// same every time.
+	for _, ch := range slices.Sorted(maps.Keys(m)) {
+		if p := checkChannel(field, ch); p != nil {
+			return nil, false, p
+		}
 		var v *V
-		if err := json.Unmarshal(rv, &v); err != nil {
+		if err := json.Unmarshal(m[ch], &v); err != nil {
 			// Each value on its own, so that the problem names it.
 			detail := validate.ValueError(err, field+"."+ch)
 			if detail == "" {
 				detail = field + "." + ch + ": " + err.Error()
 			}
-			return nil, false, &problem.Problem{Status: http.StatusBadRequest, Detail: detail, Param: field}
+			return nil, false, &problem.Problem{Status: http.StatusBadRequest, Detail: detail, Param: field + "." + ch}
 		}
-		if v == nil {
-			if p := checkChannel(field, ch); p != nil {
+		if v != nil {
+			if p := check(ch, *v); p != nil {
 				return nil, false, p
 			}
-		} else if p := check(ch, *v); p != nil {
-			return nil, false, p
 		}
 		out[heraldtype.Channel(ch)] = v
 	}

@@ -41,15 +41,26 @@ var campaignPoll = time.Second
 // does not answer before it gives up (the campaign goes on regardless).
 var progressOutage = 2 * time.Minute
 
-// resumable adds to err, when herald was not reached or did not answer
-// (no HTTP answer at all, or a 5xx), that running the same command again
-// resumes: it names the same campaign.
+// resumable adds to err, when herald was not reached or refused for now
+// (transient), that running the same command again resumes: it names the
+// same campaign.
 func resumable(err error) error {
-	if he := asHTTP(err); he != nil && he.status/100 != 5 {
+	if !transient(err) {
 		return err
 	}
 	return fmt.Errorf("%w; run the same command again to resume (it names the same campaign and adds nobody twice)", err)
 }
+
+// transient reports whether err is herald not reached or not answering
+// (no HTTP answer, a timeout, a 5xx) or refusing for now (408, 429): what
+// a later try may get past, as refused says the other 4xx are not.
+func transient(err error) bool {
+	he := asHTTP(err)
+	return he == nil || he.status/100 == 5 || he.status == http.StatusRequestTimeout || he.status == http.StatusTooManyRequests
+}
+
+// maxProgressWait caps the wait between two reads of the progress.
+const maxProgressWait = 30 * time.Second
 
 // plural is n and noun, with an s unless n is 1.
 func plural(n int, noun string) string {
@@ -230,8 +241,9 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	}
 	// The counts are counters (docs/campaigns.md), but a GET under load
 	// can still take a while: poll no more often than every four reads'
-	// time. herald out of reach (a restart) is waited for up to
-	// progressOutage; the campaign goes on in herald meanwhile.
+	// time (at most maxProgressWait apart). herald out of reach (a
+	// restart) or refusing for now is waited for up to progressOutage; the
+	// campaign goes on in herald meanwhile.
 	wait := campaignPoll
 	bar := newProgress(stdout)
 	var unreachable time.Time
@@ -241,12 +253,14 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		began := time.Now()
 		var now campaignProgress
 		err := c.do(ctx, http.MethodGet, path, "", nil, &now)
-		wait = max(campaignPoll, 4*time.Since(began))
 		switch {
 		case err == nil:
+			// Only a read that was answered sets the pace: one that timed
+			// out or waited through refusals says nothing of a read's cost.
+			wait = min(maxProgressWait, max(campaignPoll, 4*time.Since(began)))
 			st, unreachable = now, time.Time{}
 			continue
-		case asHTTP(err) != nil && asHTTP(err).status/100 == 4:
+		case !transient(err):
 		case unreachable.IsZero():
 			unreachable = time.Now()
 			bar.note(fmt.Sprintf("herald did not answer (%v); trying again for %s", err, progressOutage))
@@ -356,7 +370,7 @@ func (c *apiClient) noteUnusedColumns(ctx context.Context, stderr io.Writer, kin
 		}
 		for _, col := range columns {
 			if !read[col] {
-				fmt.Fprintf(stderr, "herald: note: column %q is not a param of kind %s (its templates read: %s); its values are sent, and nothing reads them\n",
+				fmt.Fprintf(stderr, "herald: note: column %q is not a param of kind %s (its templates read: %s); its values are sent, and no template reads it by name\n",
 					col, kind, strings.Join(names, ", "))
 			}
 		}

@@ -393,7 +393,9 @@ func TestAPIClientWaitsWhenHeraldIsBusy(t *testing.T) {
 // command saying the campaign goes on and how to watch it again. Output
 // that is not a terminal gets a line per change, no carriage returns.
 func TestCampaignSendWatchesThroughAnOutage(t *testing.T) {
+	poll := campaignPoll
 	campaignPoll = time.Millisecond
+	defer func() { campaignPoll = poll }()
 	var gets, down atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
