@@ -32,6 +32,44 @@ type Reports interface {
 	// leaving out those whose reason starts with ReasonLookupPrefix: a
 	// look-up already answered for them and left them for a person.
 	DeliveryUnknownPage(ctx context.Context, p UnknownPageParams) ([]UnknownDelivery, error)
+	// DeliveryUnknownList returns up to p.Limit UNKNOWN deliveries after
+	// p.After, by provider and message id, of p.Tenant ("" every tenant's)
+	// and p.Provider ("" every provider's), those a look-up left for a
+	// person included: what a person may settle (settle.ByPerson).
+	DeliveryUnknownList(ctx context.Context, p UnknownListParams) ([]UnknownEntry, error)
+}
+
+// UnknownListParams pages through UNKNOWN deliveries for a person.
+type UnknownListParams struct {
+	Tenant   string
+	Provider string
+	// After is the last entry of the page before (zero for the first).
+	After UnknownPosition
+	Limit int
+}
+
+// UnknownPosition is a place in DeliveryUnknownList's order.
+type UnknownPosition struct {
+	Provider  string
+	MessageID string
+}
+
+// UnknownEntry is one UNKNOWN delivery as a person looks at it.
+type UnknownEntry struct {
+	MessageID      string
+	NotificationID string
+	Tenant         string
+	Provider       string
+	Channel        heraldtype.Channel
+	Reason         string
+	Attempts       int
+	// Since is when it became UNKNOWN (or last changed, a look-up's mark).
+	Since time.Time
+}
+
+// Position is e's place in DeliveryUnknownList's order.
+func (e UnknownEntry) Position() UnknownPosition {
+	return UnknownPosition{Provider: e.Provider, MessageID: e.MessageID}
 }
 
 // ReasonLookupPrefix starts the reason of an UNKNOWN delivery a status

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"text/tabwriter"
+	"time"
 
 	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/settle"
@@ -14,8 +16,56 @@ import (
 // does about an UNKNOWN delivery that no report or look-up will settle
 // (package settle, "A person's word").
 var unknownCommands = []*command{
+	{name: "list", args: "[--config FILE] [--tenant T] [--provider P] [--limit N]",
+		summary: "list UNKNOWN deliveries, by provider and message id, those a look-up left for a person included", run: unknownList},
 	{name: "settle", args: "MESSAGE_ID --as delivered|failed [--config FILE] [--tenant T]",
 		summary: "record how an UNKNOWN delivery ended, as a person found out (audited)", run: unknownSettle},
+}
+
+// unknownList prints the UNKNOWN deliveries a person may settle: every
+// tenant's and provider's, or --tenant's and --provider's, at most
+// --limit, by provider and message id, with each one's reason (a
+// LOOKUP_… reason: a status look-up could not settle it) and since when.
+func unknownList(cmd *command, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags(cmd)
+	path := configFlag(fs)
+	tenant := fs.String("tenant", "", "only tenant `T`'s deliveries")
+	prov := fs.String("provider", "", "only provider `P`'s deliveries (its configured name)")
+	limit := fs.Int("limit", 100, "list at most `N`")
+	if err := parseNoArgs(cmd, fs, args); err != nil {
+		return err
+	}
+	if *limit < 1 {
+		return usageErrorf(cmd, "%s: --limit must be at least 1, not %d", cmd.path(), *limit)
+	}
+	s, closeSession, err := openSession(*path, false, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeSession()
+	// One more than asked says whether there are more.
+	entries, err := s.store.DeliveryUnknownList(s.ctx, store.UnknownListParams{Tenant: *tenant, Provider: *prov, Limit: *limit + 1})
+	if err != nil {
+		return err
+	}
+	more := len(entries) > *limit
+	entries = entries[:min(len(entries), *limit)]
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MESSAGE_ID\tTENANT\tPROVIDER\tCHANNEL\tREASON\tATTEMPTS\tSINCE")
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.MessageID, e.Tenant, dash(e.Provider), e.Channel, dash(e.Reason), e.Attempts,
+			e.Since.UTC().Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case more:
+		fmt.Fprintf(stdout, "%d unknown shown; there are more (raise --limit, or narrow with --tenant or --provider)\n", len(entries))
+	default:
+		fmt.Fprintf(stdout, "%d unknown\n", len(entries))
+	}
+	return nil
 }
 
 // unknownSettle moves one UNKNOWN delivery to DELIVERED(SETTLED_DELIVERED)

@@ -47,6 +47,18 @@ func TestUnknownSettleCommand(t *testing.T) {
 			db := openRecountDB(t, driver)
 			herald := func(args ...string) (int, string, string) { return cli(append(args, "--config", db.config)...) }
 			mid := db.unknownDelivery(t, "t1")
+			other := db.unknownDelivery(t, "t2")
+			if code, out, errb := herald("unknown", "list"); code != 0 || !strings.Contains(out, mid+"  t1") ||
+				!strings.Contains(out, other+"  t2") || !strings.Contains(out, "TIMEOUT_AFTER_WRITE") || !strings.Contains(out, "2 unknown\n") {
+				t.Fatalf("unknown list: exit %d\n%s%s", code, out, errb)
+			}
+			if code, out, _ := herald("unknown", "list", "--tenant", "t2", "--limit", "1"); code != 0 || strings.Contains(out, mid) ||
+				!strings.Contains(out, other) || !strings.Contains(out, "1 unknown\n") {
+				t.Fatalf("t2's: exit %d\n%s", code, out)
+			}
+			if code, out, _ := herald("unknown", "list", "--limit", "1"); code != 0 || !strings.Contains(out, "there are more") {
+				t.Fatalf("a page short of them: exit %d\n%s", code, out)
+			}
 			for _, c := range []struct {
 				args []string
 				code int
@@ -75,6 +87,9 @@ func TestUnknownSettleCommand(t *testing.T) {
 			}
 			if code, _, errb := herald("unknown", "settle", mid, "--as", "delivered"); code != 1 || !strings.Contains(errb, "this one is PERMANENT_FAILURE") {
 				t.Errorf("a second settle: exit %d, %q", code, errb)
+			}
+			if code, out, _ := herald("unknown", "list", "--tenant", "t1"); code != 0 || strings.Contains(out, mid) || !strings.Contains(out, "0 unknown\n") {
+				t.Fatalf("t1's after the settle: exit %d\n%s", code, out)
 			}
 			entries, err := db.Store.AuditList(context.Background(), store.AuditListParams{Tenant: "t1", Limit: 10})
 			if err != nil || len(entries) != 1 || entries[0].Action != "delivery.settle" || entries[0].Target != mid ||

@@ -39,7 +39,32 @@ u AS (
 FROM deliveries
 WHERE provider = $1::text AND state = 'UNKNOWN' AND message_id > $2::text AND substr(reason, 1, 7) <> 'LOOKUP_'
 ORDER BY provider, message_id LIMIT $3::integer`
+	// qUnknownList walks deliveries_unknown (provider, message_id) after
+	// ($1, $2); $3 provider ('' any), $4 tenant ('' any), $5 limit.
+	qUnknownList = `SELECT message_id, notification_id, tenant, provider, channel, reason, attempts, updated_at
+FROM deliveries
+WHERE state = 'UNKNOWN' AND (provider, message_id) > ($1::text, $2::text)
+  AND ($3::text = '' OR provider = $3::text) AND ($4::text = '' OR tenant = $4::text)
+ORDER BY provider, message_id LIMIT $5::integer`
 )
+
+// DeliveryUnknownList lists UNKNOWN deliveries for a person.
+func (s *Store) DeliveryUnknownList(ctx context.Context, p store.UnknownListParams) ([]store.UnknownEntry, error) {
+	rows, err := s.pool.Query(ctx, qUnknownList, p.After.Provider, p.After.MessageID, p.Provider, p.Tenant, p.Limit)
+	if err != nil {
+		return nil, s.fail("list unknown deliveries", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.UnknownEntry, error) {
+		var e store.UnknownEntry
+		err := row.Scan(&e.MessageID, &e.NotificationID, &e.Tenant, &e.Provider, &e.Channel, &e.Reason, &e.Attempts, &e.Since)
+		e.Since = e.Since.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, s.fail("list unknown deliveries", err)
+	}
+	return out, nil
+}
 
 // reportTries bounds how often a report reads again after a concurrent
 // write changed the row between its read and its write.

@@ -25,7 +25,37 @@ WHERE message_id = ?1 AND (?2 = '' OR provider = ?2) AND (?3 = '' OR tenant = ?3
 FROM deliveries
 WHERE provider = ? AND state = 'UNKNOWN' AND message_id > ? AND substr(reason, 1, 7) <> 'LOOKUP_'
 ORDER BY provider, message_id LIMIT ?`
+	// qUnknownList walks deliveries_unknown (provider, message_id) after
+	// (?1, ?2); ?3 provider ('' any), ?4 tenant ('' any), ?5 limit.
+	qUnknownList = `SELECT message_id, notification_id, tenant, provider, channel, reason, attempts, updated_at
+FROM deliveries
+WHERE state = 'UNKNOWN' AND (provider, message_id) > (?1, ?2)
+  AND (?3 = '' OR provider = ?3) AND (?4 = '' OR tenant = ?4)
+ORDER BY provider, message_id LIMIT ?5`
 )
+
+// DeliveryUnknownList lists UNKNOWN deliveries for a person.
+func (s *Store) DeliveryUnknownList(ctx context.Context, p store.UnknownListParams) ([]store.UnknownEntry, error) {
+	rows, err := s.rdb.QueryContext(ctx, qUnknownList, p.After.Provider, p.After.MessageID, p.Provider, p.Tenant, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list unknown deliveries: %w", err)
+	}
+	defer rows.Close()
+	var out []store.UnknownEntry
+	for rows.Next() {
+		var e store.UnknownEntry
+		var since int64
+		if err := rows.Scan(&e.MessageID, &e.NotificationID, &e.Tenant, &e.Provider, &e.Channel, &e.Reason, &e.Attempts, &since); err != nil {
+			return nil, fmt.Errorf("list unknown deliveries: %w", err)
+		}
+		e.Since = fromMs(since)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list unknown deliveries: %w", err)
+	}
+	return out, nil
+}
 
 // DeliveryReport moves a provider's delivery as its report says. The read
 // and the conditional write share the writer's transaction, so nothing

@@ -116,6 +116,72 @@ func testReports(t *testing.T, h Harness) {
 			t.Fatalf("the operator after it: %+v, want nothing moved", got)
 		}
 	})
+	// A person's list of UNKNOWN deliveries: every provider's and tenant's,
+	// or one's, by provider and message id, in pages; a look-up's mark
+	// (LOOKUP_…) is listed too, a settled one no more.
+	t.Run("UnknownListForAPerson", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		unknownVia := func(tenant, prov string) string {
+			nid, mid := pushFor(t, b, tenant, "r1")
+			if res := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: mid, NotificationID: nid, Tenant: tenant,
+				Channel: heraldtype.ChannelPush, Provider: prov, Owner: "w"}); !res.Claimed {
+				t.Fatalf("claim %s: %+v", mid, res)
+			}
+			if !record(t, b, mid, 1, heraldtype.DeliveryUnknown, 0) {
+				t.Fatalf("record UNKNOWN for %s", mid)
+			}
+			return mid
+		}
+		p1, q1, p2 := unknownVia("t1", "p"), unknownVia("t1", "q"), unknownVia("t2", "p")
+		sentPush(t, b, "t1", "r1", heraldtype.DeliveryProviderAccepted)
+		looked := store.ReportParams{Provider: "p", MessageID: p2, From: []heraldtype.DeliveryState{heraldtype.DeliveryUnknown},
+			To: heraldtype.DeliveryUnknown, Reason: store.ReasonLookupPrefix + "NOT_FOUND"}
+		report(t, b, looked)
+		list := func(p store.UnknownListParams) []string {
+			t.Helper()
+			got, err := b.s.DeliveryUnknownList(b.ctx, p)
+			if err != nil {
+				t.Fatalf("DeliveryUnknownList %+v: %v", p, err)
+			}
+			var mids []string
+			for _, e := range got {
+				mids = append(mids, e.Tenant+"/"+e.Provider+"/"+e.MessageID)
+				if e.Channel != heraldtype.ChannelPush || e.NotificationID == "" || e.Since.IsZero() || e.Attempts != 1 {
+					t.Fatalf("entry %+v lacks what a person reads", e)
+				}
+			}
+			return mids
+		}
+		// By provider, then message id: p's two (in message id order), q's.
+		pFirst, pSecond := "t1/p/"+p1, "t2/p/"+p2
+		if p2 < p1 {
+			pFirst, pSecond = pSecond, pFirst
+		}
+		want := []string{pFirst, pSecond, "t1/q/" + q1}
+		if got := list(store.UnknownListParams{Limit: 10}); !slices.Equal(got, want) {
+			t.Fatalf("all: %v, want %v", got, want)
+		}
+		first, err := b.s.DeliveryUnknownList(b.ctx, store.UnknownListParams{Limit: 2})
+		if err != nil || len(first) != 2 {
+			t.Fatalf("a page of 2: %d, %v", len(first), err)
+		}
+		if got := list(store.UnknownListParams{Limit: 2, After: first[1].Position()}); !slices.Equal(got, want[2:]) {
+			t.Fatalf("the page after: %v, want %v", got, want[2:])
+		}
+		if got := list(store.UnknownListParams{Tenant: "t1", Limit: 10}); len(got) != 2 || slices.Contains(got, "t2/p/"+p2) {
+			t.Fatalf("t1's: %v", got)
+		}
+		if got := list(store.UnknownListParams{Provider: "q", Limit: 10}); !slices.Equal(got, []string{"t1/q/" + q1}) {
+			t.Fatalf("q's: %v", got)
+		}
+		settled := store.ReportParams{AnyProvider: true, MessageID: q1, From: []heraldtype.DeliveryState{heraldtype.DeliveryUnknown},
+			To: heraldtype.DeliveryDelivered, Reason: "SETTLED_DELIVERED"}
+		report(t, b, settled)
+		if got := list(store.UnknownListParams{Provider: "q", Limit: 10}); len(got) != 0 {
+			t.Fatalf("q's after the settle: %v, want none", got)
+		}
+	})
 	t.Run("RacingReportsMoveOnce", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
