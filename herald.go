@@ -28,6 +28,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
@@ -259,6 +260,40 @@ var ErrNotMigrated = errors.New("herald's tables are not there: run herald migra
 // whose own context ended is not this error: context.Canceled or
 // context.DeadlineExceeded, as returned.
 var ErrUnavailable = errors.New("herald: the database is unavailable")
+
+// ErrNotFound is returned, wrapped, by Get for a notification the tenant
+// does not have (or that the reading transaction does not see yet).
+var ErrNotFound = store.ErrNotFound
+
+// Reader reads rows: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Reader = postgres.RowsQuerier
+
+// Get returns tenant's notification id as GET /v1/notifications/{id}
+// shows it, each planned send with its state and reason (the README's
+// table), without the attempt log: for the application that enqueued it
+// to read how it went without an API key. db is a pool, a connection, or
+// a transaction of yours, which sees its own enqueues before they commit.
+// PostgreSQL only. ErrNotFound when there is no such notification; the
+// errors of Enqueue otherwise (ErrNotMigrated, ErrUnavailable, the
+// driver's).
+func (c *Client) Get(ctx context.Context, db Reader, tenant, id string) (lookup.Notification, error) {
+	if isNil(db) {
+		return lookup.Notification{}, ErrNoTransaction
+	}
+	v, err := postgres.ViewTx(ctx, db, tenant, id)
+	var pg *pgconn.PgError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return lookup.Notification{}, fmt.Errorf("herald: get %s: %w", id, err)
+	case errors.As(err, &pg) && pg.Code == "42P01":
+		return lookup.Notification{}, fmt.Errorf("herald: get %s: %w: %w", id, ErrNotMigrated, err)
+	case err != nil && ctx.Err() == nil && unavailable(err):
+		return lookup.Notification{}, fmt.Errorf("herald: get %s: %w: %w", id, ErrUnavailable, err)
+	case err != nil:
+		return lookup.Notification{}, fmt.Errorf("herald: get %s: %w", id, err)
+	}
+	return lookup.View(v), nil
+}
 
 // InvalidIntentError is an intent herald would refuse: what intake answers
 // with 422. Nothing was written.

@@ -24,7 +24,6 @@ import (
 	"github.com/heraldhq/herald/internal/testapp"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
-	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/store/postgres"
 	"github.com/heraldhq/herald/store/sqlite"
 )
@@ -232,6 +231,37 @@ func TestEnqueueInTransaction(t *testing.T) {
 
 	// An intent's scope is kept on the notification and its outbox rows,
 	// where the claim shares the tenant's turns between its scopes.
+	// Get reads a notification back as the read API shows it: in the
+	// transaction that enqueued it before it commits, nowhere else until
+	// then, and not at all after a rollback; another tenant's is not found.
+	t.Run("GetReadsItBack", func(t *testing.T) {
+		tx, err := c.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		e, err := c.client.EnqueueTx(ctx, tx, c.intents("booking-49")[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.client.Get(ctx, tx, "clinic-7", e.ID)
+		if err != nil || n.ID != e.ID || n.Kind != "booking.reminder" || len(n.Deliveries) == 0 || n.Deliveries[0].State != "SCHEDULED" {
+			t.Fatalf("in its transaction: %+v, %v; want it SCHEDULED", n, err)
+		}
+		if _, err := c.client.Get(ctx, c.pool, "clinic-7", e.ID); !errors.Is(err, herald.ErrNotFound) {
+			t.Fatalf("outside it before the commit: %v, want ErrNotFound", err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.client.Get(ctx, c.pool, "clinic-7", e.ID); !errors.Is(err, herald.ErrNotFound) {
+			t.Fatalf("after the rollback: %v, want ErrNotFound", err)
+		}
+		if _, err := c.client.Get(ctx, c.pool, "clinic-8", first[0].ID); !errors.Is(err, herald.ErrNotFound) {
+			t.Fatalf("another tenant's: %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("AScopeIsKept", func(t *testing.T) {
 		in := c.intents("booking-48")[0]
 		in.Scope = "ward-3"
@@ -293,12 +323,13 @@ WHERE n.id = $1 GROUP BY n.scope`, e.ID).Scan(&n, &o); err != nil || n != "ward-
 	t.Run("HeraldSendsTheConfirmationAndSchedulesTheReminders", func(t *testing.T) {
 		name := "herald_app_" + strings.ToLower(strings.TrimPrefix(first[0].ID, "ntf_"))
 		h, _ := testapp.Start(t, clinicConfig(t, testpg.WithParams(c.url, "application_name", name)))
+		// Read back through the library, as the application would.
 		state := func(id string) string {
-			v, err := h.Store().NotificationGet(ctx, "clinic-7", id)
+			n, err := c.client.Get(ctx, c.pool, "clinic-7", id)
 			if err != nil {
 				return err.Error()
 			}
-			return lookup.View(v).Deliveries[0].State
+			return n.Deliveries[0].State
 		}
 		waitState := func(id, want string) {
 			t.Helper()
@@ -625,6 +656,12 @@ func TestAnEnqueueWithoutItsDatabaseSaysWhy(t *testing.T) {
 	if errors.Is(err, herald.ErrUnavailable) {
 		t.Fatalf("a statement refused on a live connection is ErrUnavailable: %v", err)
 	}
+	if _, err := client.Get(ctx, pool, "clinic-7", "ntf_x"); !errors.Is(err, herald.ErrNotMigrated) {
+		t.Fatalf("a Get before herald migrate = %v; want ErrNotMigrated", err)
+	}
+	if _, err := client.Get(ctx, nil, "clinic-7", "ntf_x"); !errors.Is(err, herald.ErrNoTransaction) {
+		t.Fatalf("a Get with no database = %v; want ErrNoTransaction", err)
+	}
 
 	// A server nobody answers at: ErrUnavailable, the driver's error
 	// beside it; a context of the caller's that ended is that, not this.
@@ -643,6 +680,9 @@ func TestAnEnqueueWithoutItsDatabaseSaysWhy(t *testing.T) {
 	var connect *pgconn.ConnectError
 	if !errors.Is(err, herald.ErrUnavailable) || !errors.As(err, &connect) {
 		t.Fatalf("an enqueue to a server that is down = %v; want ErrUnavailable with the driver's ConnectError", err)
+	}
+	if _, err := client.Get(ctx, down, "clinic-7", "ntf_x"); !errors.Is(err, herald.ErrUnavailable) {
+		t.Fatalf("a Get from a server that is down = %v; want ErrUnavailable", err)
 	}
 	// A server that takes the connection and never answers: pgx's own
 	// connect timeout, a deadline of its own context, is the outage.

@@ -304,9 +304,32 @@ func (s *Store) readKey(ctx context.Context, p store.NotificationCreateParams) (
 // NotificationGet reads a tenant's notification with its planned sends, in
 // one statement.
 func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.NotificationView, error) {
-	rows, err := s.pool.Query(ctx, qNotificationGet, id, tenant, s.now())
-	if err != nil {
+	v, err := viewWith(ctx, s.pool, s.now(), tenant, id)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return store.NotificationView{}, s.fail("read notification", err)
+	}
+	return v, err
+}
+
+// RowsQuerier runs a statement that returns rows: a pgx.Tx, a
+// *pgxpool.Pool or a *pgx.Conn.
+type RowsQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ViewTx reads tenant's notification id with q, as NotificationGet does:
+// the library's read (herald.Client.Get), on the caller's pool,
+// connection or transaction, which sees its own uncommitted enqueues.
+func ViewTx(ctx context.Context, q RowsQuerier, tenant, id string) (store.NotificationView, error) {
+	return viewWith(ctx, q, nil, tenant, id)
+}
+
+// viewWith reads the notification's view with q; now nil is the
+// database's clock. store.ErrNotFound when there is none.
+func viewWith(ctx context.Context, q RowsQuerier, now any, tenant, id string) (store.NotificationView, error) {
+	rows, err := q.Query(ctx, qNotificationGet, id, tenant, now)
+	if err != nil {
+		return store.NotificationView{}, err
 	}
 	defer rows.Close()
 	var v store.NotificationView
@@ -315,7 +338,7 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 	for rows.Next() {
 		dv, ok, err := scanViewRow(rows, &v, &inboxAt)
 		if err != nil {
-			return store.NotificationView{}, s.fail("scan notification", err)
+			return store.NotificationView{}, fmt.Errorf("scan: %w", err)
 		}
 		found = true
 		if ok {
@@ -323,7 +346,7 @@ func (s *Store) NotificationGet(ctx context.Context, tenant, id string) (store.N
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return store.NotificationView{}, s.fail("read notification", err)
+		return store.NotificationView{}, err
 	}
 	if !found {
 		return store.NotificationView{}, store.ErrNotFound
