@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -88,7 +89,19 @@ func linkCheck(name string, s rabbitmq.Status) Check {
 // an error quoted one (the broker's dial errors already hide it).
 func (a *App) redact(s string) string {
 	for _, raw := range []string{a.cfg.Database, a.cfg.RabbitMQURL} {
+		user := ""
+		if u, err := url.Parse(raw); err == nil && u.User != nil {
+			user = u.User.Username()
+		}
 		for _, pw := range config.URLSecrets(raw) {
+			if pw == user {
+				// A password that is the user's name (guest/guest) hides
+				// only where it stands as the password: elsewhere it is
+				// the name, which the error needs and which tells nothing
+				// the name does not.
+				s = strings.ReplaceAll(s, ":"+pw+"@", ":xxxxx@")
+				continue
+			}
 			s = strings.ReplaceAll(s, pw, "xxxxx")
 		}
 	}

@@ -124,7 +124,16 @@ func tenantGuard(cfg Config) func(http.Handler) http.Handler {
 			}
 			next.ServeHTTP(w, r)
 		})
-		return guard(cfg.Limits.Keys(keyID, audited))
+		guarded := guard(cfg.Limits.Keys(keyID, audited))
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// An operator key maps to no tenant: say so, rather than that
+			// the key is not known.
+			if _, ok := cfg.Operators.Lookup(r.Header.Get("Authorization")); ok {
+				auth.Refuse(w, "herald", "invalid_token", "an operator key opens /v1/ops/… only; this route takes a tenant's API key")
+				return
+			}
+			guarded.ServeHTTP(w, r)
+		})
 	}
 }
 

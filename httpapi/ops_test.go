@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,8 +105,8 @@ func TestOpsRoutesTakeOnlyAnOperatorKey(t *testing.T) {
 				{http.MethodGet, "/v1/recipients/u1/profile", ""},
 			} {
 				r := b.do(t, route.method, route.path, "Bearer "+keyOps, route.body)
-				if r.status != http.StatusUnauthorized {
-					t.Errorf("%s %s with the operator key: %d %s, want 401", route.method, route.path, r.status, r.body)
+				if r.status != http.StatusUnauthorized || !strings.Contains(string(r.body), "an operator key opens /v1/ops/") {
+					t.Errorf("%s %s with the operator key: %d %s, want 401 saying what an operator key opens", route.method, route.path, r.status, r.body)
 				}
 			}
 		})

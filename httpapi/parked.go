@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/cursor"
 	"github.com/heraldhq/herald/parked"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/validate"
@@ -43,8 +44,13 @@ func routeParked(mux *router, svc parked.Service, logger *slog.Logger, authed fu
 func parkedScope(r *http.Request) parked.Scope { return parked.Tenant(auth.Tenant(r.Context())) }
 
 func (p *parkedAPI) list(w http.ResponseWriter, r *http.Request) {
+	q, perr := cursor.Query(r, "limit") // an unknown or repeated parameter is 400
+	if perr != nil {
+		problem.Write(w, *perr)
+		return
+	}
 	limit := 100
-	if s := r.URL.Query().Get("limit"); s != "" {
+	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
 			problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Detail: "limit must be 1..1000", Param: "limit"})
@@ -55,7 +61,7 @@ func (p *parkedAPI) list(w http.ResponseWriter, r *http.Request) {
 	entries, err := p.svc.List(r.Context(), parkedScope(r), limit)
 	if err != nil {
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "parked: list failed", slog.Any("error", err))
-		problem.New(w, http.StatusServiceUnavailable, "parked messages are unavailable")
+		unavailable(w, "parked messages are unavailable (the database or the broker did not answer); retry it")
 		return
 	}
 	if entries == nil {
@@ -65,6 +71,12 @@ func (p *parkedAPI) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *parkedAPI) requeue(w http.ResponseWriter, r *http.Request) {
+	// The requeue takes no body: one that holds anything (a list of ids,
+	// say) is refused, so that it cannot requeue everything by mistake.
+	var none struct{}
+	if !validate.DecodeJSON(w, r, &none, 4<<10, true) {
+		return
+	}
 	done, err := p.svc.Requeue(r.Context(), parkedScope(r), r.PathValue("message_id"))
 	n := done.Total()
 	if n > 0 {
@@ -76,7 +88,7 @@ func (p *parkedAPI) requeue(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "parked: requeue failed", slog.Int("requeued", n), slog.Any("error", err))
-		problem.New(w, http.StatusServiceUnavailable, fmt.Sprintf("requeue failed after %d were requeued; retry it", n))
+		unavailable(w, fmt.Sprintf("requeue failed after %d were requeued; retry it", n))
 		return
 	}
 	answerParked(w, map[string]int{"requeued": n})
@@ -120,10 +132,17 @@ func (p *parkedAPI) discard(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, parked.ErrCopyLeft) {
 			detail = parked.ErrCopyLeft.Error()
 		}
-		problem.New(w, http.StatusServiceUnavailable, detail)
+		unavailable(w, detail)
 		return
 	}
 	answerParked(w, map[string]int{"discarded": 1})
+}
+
+// unavailable answers 503 with Retry-After: 1, as intake answers a store
+// that did not answer.
+func unavailable(w http.ResponseWriter, detail string) {
+	w.Header().Set("Retry-After", "1")
+	problem.New(w, http.StatusServiceUnavailable, detail)
 }
 
 func answerParked(w http.ResponseWriter, v any) {

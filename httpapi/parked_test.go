@@ -504,6 +504,15 @@ func TestParkedRequeueIsTenantScoped(t *testing.T) {
 		}
 		return *body.Requeued
 	}
+	// A body (a client that thought it could name ids) is refused, not
+	// read as "all"; so is a listing parameter the route does not know.
+	t.Run("ABodyOrAnUnknownParameterIsRefused", func(t *testing.T) {
+		wantProblem(t, b.do(t, http.MethodPost, "/v1/parked/requeue", "Bearer "+keyA, `{"message_ids":["m1"]}`), http.StatusBadRequest)
+		wantProblem(t, b.do(t, http.MethodGet, "/v1/parked?foo=1", "Bearer "+keyA, ""), http.StatusBadRequest)
+		if len(f.entries) != 3 {
+			t.Fatalf("left %d entries after the refusals, want 3", len(f.entries))
+		}
+	})
 	t.Run("RequeueOfAnotherTenantsMessageIs404", func(t *testing.T) {
 		wantProblem(t, b.do(t, http.MethodPost, "/v1/parked/m2/requeue", "Bearer "+keyA, ""), http.StatusNotFound)
 		wantProblem(t, b.do(t, http.MethodPost, "/v1/parked/m3/requeue", "Bearer "+keyA, ""), http.StatusNotFound)

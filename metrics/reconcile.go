@@ -20,8 +20,10 @@ type ReconcileFigures struct {
 }
 
 // WatchReconcile exports the reconciliation gauges, read with last when
-// scraped, so every herald process of a database shows the last run
-// whichever process (or `herald reconcile`) ran it:
+// scraped, the last run whichever process (or `herald reconcile`) ran it.
+// herald's last serves the leader's figures (app's storeGauges): a
+// process that does not lead answers ErrNoValue and its scrape leaves them
+// out.
 //
 //	herald_reconcile_unowned{kind}                 what the last run left without an owner
 //	herald_reconcile_repaired{kind}                what it repaired

@@ -176,7 +176,7 @@ func (l *Looker) roundOf(ctx context.Context, name string, rep *RoundReport) {
 			l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "settle: cannot apply a status look-up",
 				slog.String("provider", name), slog.String("message_id", u.MessageID), slog.Any("error", err))
 		case out.Moved && r.Result == provider.ReportNotFound:
-			l.left(ctx, name, u.MessageID, ReasonLookupNotFound, rep)
+			l.left(ctx, name, u.MessageID, out.Tenant, ReasonLookupNotFound, rep)
 		case out.Moved:
 			rep.Settled[name]++
 			l.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "settle: status look-up settled an UNKNOWN delivery",
@@ -200,17 +200,17 @@ func (l *Looker) leaveForAPerson(ctx context.Context, name, messageID string, re
 		l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "settle: cannot mark a delivery the provider cannot be asked about",
 			slog.String("provider", name), slog.String("message_id", messageID), slog.Any("error", err))
 	case out.Moved:
-		l.left(ctx, name, messageID, ReasonLookupNoReference, rep)
+		l.left(ctx, name, messageID, out.Tenant, ReasonLookupNoReference, rep)
 	}
 }
 
 // left counts and alerts a delivery just left UNKNOWN for a person, with
 // its message id and the reason it was left (later rounds skip it; the
 // reconciliation runs keep alerting while any UNKNOWN remains).
-func (l *Looker) left(ctx context.Context, name, messageID, reason string, rep *RoundReport) {
+func (l *Looker) left(ctx context.Context, name, messageID, tenant, reason string, rep *RoundReport) {
 	rep.NotFound[name]++
 	l.cfg.Metrics.Alert(alert.UnknownUnsettled)
 	if l.cfg.Alerts != nil {
-		l.cfg.Alerts.Alert(ctx, alert.Alert{Kind: alert.UnknownUnsettled, MessageID: messageID, Reason: reason})
+		l.cfg.Alerts.Alert(ctx, alert.Alert{Kind: alert.UnknownUnsettled, MessageID: messageID, Tenant: tenant, Reason: reason})
 	}
 }

@@ -215,8 +215,8 @@ func TestLookerSettlesWhatTheAnswerProves(t *testing.T) {
 			if r1.NotFound["x"]+r2.NotFound["x"] != 1 || r1.Failed["x"]+r2.Failed["x"] != 1 {
 				t.Errorf("not found %v %v, failed %v %v; want one each", r1.NotFound, r2.NotFound, r1.Failed, r2.Failed)
 			}
-			if got := rec.Alerts(); len(got) != 1 || got[0].Kind != alert.UnknownUnsettled || got[0].Reason != settle.ReasonLookupNotFound {
-				t.Errorf("alerts %+v, want one UNKNOWN_UNSETTLED(LOOKUP_NOT_FOUND)", got)
+			if got := rec.Alerts(); len(got) != 1 || got[0].Kind != alert.UnknownUnsettled || got[0].Reason != settle.ReasonLookupNotFound || got[0].Tenant != "t1" {
+				t.Errorf("alerts %+v, want one UNKNOWN_UNSETTLED(LOOKUP_NOT_FOUND) naming tenant t1", got)
 			}
 			// The next round asks only about the one whose look-up failed:
 			// the settled left UNKNOWN, the not-found is a person's now.

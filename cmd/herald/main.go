@@ -149,7 +149,8 @@ func load(path string) (*config.Config, error) {
 		// A database named without its config: the kinds, graces and
 		// policies are the development defaults, which a reconcile, for
 		// one, judges that database's rows by.
-		fmt.Fprintln(os.Stderr, "herald: note: no --config: the development defaults (kinds, graces, policies) apply to HERALD_DATABASE; pass your config with --config FILE")
+		fmt.Fprintln(os.Stderr, "herald: note: no --config: the development defaults (transport db, kinds, graces, policies) apply to HERALD_DATABASE; "+
+			"pass your config with --config FILE (on a rabbitmq deployment the parked messages are in the broker: without it, herald parked acts on the database alone)")
 	}
 	return configured(config.LoadForTools(path, os.Getenv))
 }

@@ -136,7 +136,7 @@ func parkedDiscard(cmd *command, args []string, stdout, stderr io.Writer) error 
 		// Recorded even when removing a parked copy failed after it. The
 		// reason stays in the discards' record, which erasure can rewrite;
 		// the append-only audit log keeps none of a person's words.
-		record(audit.ParkedDiscard, d.MessageID, done, "")
+		record(audit.ParkedDiscard, d.MessageID, done, "discarded")
 		switch {
 		case errors.Is(err, parked.ErrNotFound):
 			return fmt.Errorf("%s is not parked", d.MessageID)

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
 	"github.com/heraldhq/herald/audit"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/settle"
 	"github.com/heraldhq/herald/store"
 )
@@ -43,6 +45,11 @@ func unknownList(cmd *command, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeSession()
+	if *prov != "" && !slices.ContainsFunc(s.cfg.Providers, func(p config.Provider) bool { return p.Name == *prov }) {
+		// Listed all the same: a provider since removed from the config
+		// may have left UNKNOWNs.
+		fmt.Fprintf(stderr, "herald: note: no provider %q is configured; listing its deliveries all the same\n", *prov)
+	}
 	// One more than asked says whether there are more.
 	entries, err := s.store.DeliveryUnknownList(s.ctx, store.UnknownListParams{Tenant: *tenant, Provider: *prov, Limit: *limit + 1})
 	if err != nil {
