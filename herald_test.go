@@ -229,8 +229,6 @@ func TestEnqueueInTransaction(t *testing.T) {
 		}
 	})
 
-	// An intent's scope is kept on the notification and its outbox rows,
-	// where the claim shares the tenant's turns between its scopes.
 	// Get reads a notification back as the read API shows it: in the
 	// transaction that enqueued it before it commits, nowhere else until
 	// then, and not at all after a rollback; another tenant's is not found.
@@ -262,6 +260,8 @@ func TestEnqueueInTransaction(t *testing.T) {
 		}
 	})
 
+	// An intent's scope is kept on the notification and its outbox rows,
+	// where the claim shares the tenant's turns between its scopes.
 	t.Run("AScopeIsKept", func(t *testing.T) {
 		in := c.intents("booking-48")[0]
 		in.Scope = "ward-3"

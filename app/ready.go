@@ -89,20 +89,21 @@ func linkCheck(name string, s rabbitmq.Status) Check {
 // an error quoted one (the broker's dial errors already hide it).
 func (a *App) redact(s string) string {
 	for _, raw := range []string{a.cfg.Database, a.cfg.RabbitMQURL} {
-		user := ""
+		// The userinfo's password when it is the user's name (guest/guest)
+		// hides only where it stands as the password: elsewhere it is the
+		// name, which the error needs and which tells nothing the name
+		// does not. Every other secret hides wherever it appears.
+		nameAsPassword := ""
 		if u, err := url.Parse(raw); err == nil && u.User != nil {
-			user = u.User.Username()
+			if pw, ok := u.User.Password(); ok && pw == u.User.Username() {
+				nameAsPassword = pw
+				s = strings.ReplaceAll(s, ":"+pw+"@", ":xxxxx@")
+			}
 		}
 		for _, pw := range config.URLSecrets(raw) {
-			if pw == user {
-				// A password that is the user's name (guest/guest) hides
-				// only where it stands as the password: elsewhere it is
-				// the name, which the error needs and which tells nothing
-				// the name does not.
-				s = strings.ReplaceAll(s, ":"+pw+"@", ":xxxxx@")
-				continue
+			if pw != nameAsPassword {
+				s = strings.ReplaceAll(s, pw, "xxxxx")
 			}
-			s = strings.ReplaceAll(s, pw, "xxxxx")
 		}
 	}
 	return s

@@ -19,4 +19,10 @@ func TestRedactHidesPasswordsNotNames(t *testing.T) {
 	if got != want {
 		t.Fatalf("redact:\n got %s\nwant %s", got, want)
 	}
+	// Only the userinfo's password is spared where it is the name: an
+	// sslpassword equal to the user's name is hidden as any secret.
+	b := &App{cfg: &config.Config{Database: "postgres://herald@db/x?sslpassword=herald"}}
+	if got := b.redact("connect: sslpassword=herald refused"); got != "connect: sslpassword=xxxxx refused" {
+		t.Fatalf("redact of an sslpassword that is the user's name: %s", got)
+	}
 }

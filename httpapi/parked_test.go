@@ -509,6 +509,7 @@ func TestParkedRequeueIsTenantScoped(t *testing.T) {
 	t.Run("ABodyOrAnUnknownParameterIsRefused", func(t *testing.T) {
 		wantProblem(t, b.do(t, http.MethodPost, "/v1/parked/requeue", "Bearer "+keyA, `{"message_ids":["m1"]}`), http.StatusBadRequest)
 		wantProblem(t, b.do(t, http.MethodGet, "/v1/parked?foo=1", "Bearer "+keyA, ""), http.StatusBadRequest)
+		wantProblem(t, b.do(t, http.MethodPost, "/v1/parked/m1/requeue", "Bearer "+keyA, `{"all":true}`), http.StatusBadRequest)
 		if len(f.entries) != 3 {
 			t.Fatalf("left %d entries after the refusals, want 3", len(f.entries))
 		}
@@ -526,6 +527,12 @@ func TestParkedRequeueIsTenantScoped(t *testing.T) {
 		}
 		if n := requeued("/v1/parked/requeue", keyA); n != 0 {
 			t.Fatalf("requeued %d after everything was, want 0", n)
+		}
+		// An empty object or null is no body: accepted.
+		for _, body := range []string{`{}`, `null`} {
+			if r := b.do(t, http.MethodPost, "/v1/parked/requeue", "Bearer "+keyA, body); r.status != http.StatusOK {
+				t.Fatalf("requeue all with %s: %d %s, want 200", body, r.status, r.body)
+			}
 		}
 	})
 	if len(f.entries) != 1 || f.entries[0].MessageID != "m3" {

@@ -145,14 +145,15 @@ func loadServe(path string) (*config.Config, error) {
 // provider: their credentials are not read (config.LoadForTools), so the
 // operator's shell needs none of them. A bad one is exit status 2.
 func load(path string) (*config.Config, error) {
-	if path == "" && os.Getenv("HERALD_DATABASE") != "" {
+	cfg, err := configured(config.LoadForTools(path, os.Getenv))
+	if err == nil && path == "" && os.Getenv("HERALD_DATABASE") != "" {
 		// A database named without its config: the kinds, graces and
 		// policies are the development defaults, which a reconcile, for
 		// one, judges that database's rows by.
-		fmt.Fprintln(os.Stderr, "herald: note: no --config: the development defaults (transport db, kinds, graces, policies) apply to HERALD_DATABASE; "+
-			"pass your config with --config FILE (on a rabbitmq deployment the parked messages are in the broker: without it, herald parked acts on the database alone)")
+		fmt.Fprintf(os.Stderr, "herald: note: no --config: the development defaults (kinds, graces, policies) apply to HERALD_DATABASE, "+
+			"with transport %s; pass your config with --config FILE\n", cfg.Transport)
 	}
-	return configured(config.LoadForTools(path, os.Getenv))
+	return cfg, err
 }
 
 // configured makes a configuration that did not load exit status 2.

@@ -181,6 +181,11 @@ func withParked(f parkedFlags, stdout, stderr io.Writer, fn func(ctx context.Con
 	}
 	defer st.Close()
 	fmt.Fprintf(stdout, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
+	if *f.config == "" && cfg.Transport == "db" {
+		// The development default, not a deployment's word.
+		fmt.Fprintln(stderr, "herald: note: transport db: parked messages are read from the database alone; "+
+			"on a rabbitmq deployment they are in the broker: pass --config FILE (or HERALD_TRANSPORT=rabbitmq)")
+	}
 	record := func(action, target string, done parked.Done, figure string) {
 		for _, tenant := range done.Tenants() {
 			var detail any

@@ -27,7 +27,8 @@ var unknownCommands = []*command{
 // unknownList prints the UNKNOWN deliveries a person may settle: every
 // tenant's and provider's, or --tenant's and --provider's, at most
 // --limit, by provider and message id, with each one's reason (a
-// LOOKUP_… reason: a status look-up could not settle it) and since when.
+// LOOKUP_… reason: a status look-up could not settle it) and when it last
+// changed (it became UNKNOWN, or a look-up marked it).
 func unknownList(cmd *command, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags(cmd)
 	path := configFlag(fs)
@@ -37,8 +38,8 @@ func unknownList(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if err := parseNoArgs(cmd, fs, args); err != nil {
 		return err
 	}
-	if *limit < 1 {
-		return usageErrorf(cmd, "%s: --limit must be at least 1, not %d", cmd.path(), *limit)
+	if *limit < 1 || *limit > 10000 {
+		return usageErrorf(cmd, "%s: --limit must be 1..10000, not %d", cmd.path(), *limit)
 	}
 	s, closeSession, err := openSession(*path, false, stdout, stderr)
 	if err != nil {
@@ -58,7 +59,7 @@ func unknownList(cmd *command, args []string, stdout, stderr io.Writer) error {
 	more := len(entries) > *limit
 	entries = entries[:min(len(entries), *limit)]
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MESSAGE_ID\tTENANT\tPROVIDER\tCHANNEL\tREASON\tATTEMPTS\tSINCE")
+	fmt.Fprintln(tw, "MESSAGE_ID\tTENANT\tPROVIDER\tCHANNEL\tREASON\tATTEMPTS\tUPDATED_AT")
 	for _, e := range entries {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.MessageID, e.Tenant, dash(e.Provider), e.Channel, dash(e.Reason), e.Attempts,
 			e.Since.UTC().Format(time.RFC3339))
