@@ -181,8 +181,9 @@ func withParked(f parkedFlags, stdout, stderr io.Writer, fn func(ctx context.Con
 	}
 	defer st.Close()
 	fmt.Fprintf(stdout, "database %s, transport %s\n", databaseLabel(cfg.Database), cfg.Transport)
-	if *f.config == "" && cfg.Transport == "db" {
-		// The development default, not a deployment's word.
+	if *f.config == "" && os.Getenv("HERALD_DATABASE") != "" && os.Getenv("HERALD_TRANSPORT") == "" {
+		// A deployment's database with the development default's
+		// transport, which no one chose.
 		fmt.Fprintln(stderr, "herald: note: transport db: parked messages are read from the database alone; "+
 			"on a rabbitmq deployment they are in the broker: pass --config FILE (or HERALD_TRANSPORT=rabbitmq)")
 	}

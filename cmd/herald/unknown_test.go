@@ -99,3 +99,18 @@ func TestUnknownSettleCommand(t *testing.T) {
 		})
 	}
 }
+
+// A database named by HERALD_DATABASE without --config or
+// HERALD_TRANSPORT: herald parked, on the default transport db, says what
+// it cannot see on a rabbitmq deployment; with --config it does not.
+func TestParkedWithoutConfigSaysWhatDBMeans(t *testing.T) {
+	db := openRecountDB(t, "sqlite")
+	t.Setenv("HERALD_DATABASE", db.Database)
+	const note = "on a rabbitmq deployment they are in the broker"
+	if code, _, errb := cli("parked", "list"); code != 0 || !strings.Contains(errb, note) {
+		t.Fatalf("parked list without --config: exit %d, %q", code, errb)
+	}
+	if code, _, errb := cli("parked", "list", "--config", db.config); code != 0 || strings.Contains(errb, note) {
+		t.Fatalf("parked list with --config: exit %d, %q", code, errb)
+	}
+}
