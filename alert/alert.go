@@ -74,7 +74,7 @@ type Log struct{ Logger *slog.Logger }
 func (l Log) Alert(ctx context.Context, a Alert) {
 	attrs := []slog.Attr{slog.String("alert", a.Kind), slog.String("message_id", a.MessageID),
 		slog.String("tenant", a.Tenant), slog.String("reason", a.Reason)}
-	if a.Count > 1 {
+	if a.Count > 1 || (a.Count == 1 && a.MessageID == "") {
 		attrs = append(attrs, slog.Int("count", a.Count))
 	}
 	l.Logger.LogAttrs(ctx, slog.LevelError, "alert", attrs...)

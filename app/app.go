@@ -47,6 +47,13 @@ import (
 	"github.com/heraldhq/herald/watchdog"
 )
 
+// The alerts herald logs itself: at most alertBurst of one kind and reason
+// a window of alertWindow, then one line counting the rest (alert.Coalesce).
+const (
+	alertWindow = time.Minute
+	alertBurst  = 10
+)
+
 // Options are the seams tests use; production leaves them zero.
 type Options struct {
 	Logger *slog.Logger
@@ -95,6 +102,8 @@ type App struct {
 	owner    string
 	draining atomic.Bool
 	alerts   alert.Sink
+	// coalesce is alerts when herald logs them itself (no Options.Alerts).
+	coalesce *alert.Coalesce
 	clock    clock.Clock
 	parked   parked.Service
 	// metricsListener serves /metrics alone (config metrics.listen).
@@ -126,7 +135,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	}
 	a.alerts = opts.Alerts
 	if a.alerts == nil {
-		a.alerts = alert.Log{Logger: a.logger}
+		// A flood of one cause logs its first alerts and then a count a
+		// minute (alert.Coalesce); herald_alerts_total counts every one.
+		a.coalesce = &alert.Coalesce{Next: alert.Log{Logger: a.logger}, Every: alertWindow, Burst: alertBurst}
+		a.alerts = a.coalesce
 	}
 	host, _ := os.Hostname()
 	a.owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano()%1e6, 36))
@@ -424,6 +436,10 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); a.gauges.run(work, a.cfg.Metrics.RefreshInterval.D(), isLeader) }()
+	if a.coalesce != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.coalesce.Run(work) }()
+	}
 	sw := sweep.New(sweep.Config{
 		Store: a.store, StaleClaimAfter: a.cfg.StaleClaimAfter.D(), Interval: a.cfg.SweepInterval.D(),
 		IsLeader: isLeader, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics,
