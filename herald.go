@@ -281,16 +281,8 @@ func (c *Client) Get(ctx context.Context, db Reader, tenant, id string) (lookup.
 		return lookup.Notification{}, ErrNoTransaction
 	}
 	v, err := postgres.ViewTx(ctx, db, tenant, id)
-	var pg *pgconn.PgError
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return lookup.Notification{}, fmt.Errorf("herald: get %s: %w", id, err)
-	case errors.As(err, &pg) && pg.Code == "42P01":
-		return lookup.Notification{}, fmt.Errorf("herald: get %s: %w: %w", id, ErrNotMigrated, err)
-	case err != nil && ctx.Err() == nil && unavailable(err):
-		return lookup.Notification{}, fmt.Errorf("herald: get %s: %w: %w", id, ErrUnavailable, err)
-	case err != nil:
-		return lookup.Notification{}, fmt.Errorf("herald: get %s: %w", id, err)
+	if err != nil {
+		return lookup.Notification{}, dbError(ctx, "get "+id, err)
 	}
 	return lookup.View(v), nil
 }
@@ -419,17 +411,26 @@ func (c *Client) createTx(ctx context.Context, q postgres.Querier, p store.Notif
 }
 
 func enqueued(ctx context.Context, in Intent, res store.NotificationCreateResult, err error) (Enqueued, error) {
+	if err != nil {
+		return Enqueued{}, dbError(ctx, fmt.Sprintf("enqueue %s for %s", in.Kind, in.DedupKey), err)
+	}
+	return Enqueued{ID: res.ID, Created: res.Outcome == store.Created}, nil
+}
+
+// dbError wraps the database's err of what (an enqueue, a read) with the
+// herald error a caller branches on, beside it: ErrNotMigrated for tables
+// that are not there, ErrUnavailable for a database out of reach while
+// ctx is live (unavailable); the rest as it is.
+func dbError(ctx context.Context, what string, err error) error {
 	var pg *pgconn.PgError
 	switch {
 	case errors.As(err, &pg) && pg.Code == "42P01", // undefined_table (pgx, and its database/sql driver)
-		err != nil && strings.Contains(err.Error(), "no such table"): // SQLite's
-		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w: %w", in.Kind, in.DedupKey, ErrNotMigrated, err)
+		strings.Contains(err.Error(), "no such table"): // SQLite's
+		return fmt.Errorf("herald: %s: %w: %w", what, ErrNotMigrated, err)
 	case ctx.Err() == nil && unavailable(err):
-		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w: %w", in.Kind, in.DedupKey, ErrUnavailable, err)
-	case err != nil:
-		return Enqueued{}, fmt.Errorf("herald: enqueue %s for %s: %w", in.Kind, in.DedupKey, err)
+		return fmt.Errorf("herald: %s: %w: %w", what, ErrUnavailable, err)
 	}
-	return Enqueued{ID: res.ID, Created: res.Outcome == store.Created}, nil
+	return fmt.Errorf("herald: %s: %w", what, err)
 }
 
 // unavailable reports whether err says the PostgreSQL server could not be
@@ -444,8 +445,6 @@ func unavailable(err error) bool {
 	var connect *pgconn.ConnectError
 	var nerr net.Error
 	switch {
-	case err == nil:
-		return false
 	case errors.As(err, &pg):
 		// Class 08, connection exception, but a protocol violation (a
 		// statement herald sent wrong); 57P01..57P03: the server is

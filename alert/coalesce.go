@@ -16,8 +16,9 @@ import (
 // never hide each other. Count what herald raised from
 // herald_alerts_total, which counts every alert.
 //
-// Run emits the windows' counts as they end; without it they go out with
-// the next alert after the window, or at Flush.
+// Run emits the windows' counts as they end (within a window more); without
+// it they go out with the next alert after the window, or at Flush, which
+// the owner calls last, once nothing raises alerts any more.
 type Coalesce struct {
 	Next  Sink
 	Every time.Duration
@@ -66,14 +67,13 @@ func (c *Coalesce) Flush(ctx context.Context) {
 	c.emit(ctx, held)
 }
 
-// Run ends each window as its time comes, until ctx is done, then flushes.
+// Run ends each window as its time comes, until ctx is done.
 func (c *Coalesce) Run(ctx context.Context) {
 	t := time.NewTicker(c.Every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			c.Flush(context.WithoutCancel(ctx))
 			return
 		case <-t.C:
 			c.mu.Lock()

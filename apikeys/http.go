@@ -16,8 +16,10 @@ import (
 // principal (From) in its context. It answers 401 for no key or one that
 // is unknown, revoked or expired; 403 for a key without the scope; 503
 // when the store cannot say; 500 for a route scopeOf does not know (a
-// route added without its scope fails closed).
-func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog.Logger) func(http.Handler) http.Handler {
+// route added without its scope fails closed). elsewhere, when not nil,
+// names an unknown key that is another credential of the caller's (an
+// operator key): its detail is the 401's.
+func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog.Logger, elsewhere func(cred string) (detail string, ok bool)) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scope, ok := scopeOf(r)
@@ -42,7 +44,13 @@ func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog
 				refuse(w, "invalid_token", "a recipient token is not accepted here: it serves /v1/me/… only; use an API key")
 				return
 			case errors.Is(err, ErrUnknown):
-				refuse(w, "invalid_token", "this API key is not known")
+				detail := "this API key is not known"
+				if elsewhere != nil {
+					if d, ok := elsewhere(key); ok {
+						detail = d
+					}
+				}
+				refuse(w, "invalid_token", detail)
 				return
 			case errors.Is(err, ErrRevoked):
 				refuse(w, "invalid_token", "this API key was revoked")

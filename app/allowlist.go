@@ -32,15 +32,22 @@ type allowGuard struct {
 	// exempt are the providers the guard leaves alone (simulators); a
 	// name not here is checked.
 	exempt map[string]bool
+	// guarded are the channels a provider serves that is checked (for the
+	// whole channel or one push platform): a channel served only by
+	// simulators, or by none, needs no read at the gate.
+	guarded map[heraldtype.Channel]bool
 }
 
 func (a *App) allowGuard() *allowGuard {
 	if a.cfg.Environment == config.EnvProduction {
 		return nil
 	}
-	g := &allowGuard{list: a.allowList(), exempt: map[string]bool{}}
+	g := &allowGuard{list: a.allowList(), exempt: map[string]bool{}, guarded: map[heraldtype.Channel]bool{}}
 	for _, p := range a.cfg.Providers {
 		g.exempt[p.Name] = !a.cfg.Guarded(p)
+		if a.cfg.Guarded(p) {
+			g.guarded[heraldtype.Channel(p.Channel)] = true
+		}
 	}
 	return g
 }
@@ -104,7 +111,7 @@ func (a *App) allowListGates() []gate {
 	}
 	return []gate{func(ctx context.Context, job heraldtype.Job) sender.Ruling {
 		ch := job.Channel.Base()
-		if !ch.NeedsAddress() || !a.guardedChannel(g, ch) {
+		if !ch.NeedsAddress() || !g.guarded[ch] {
 			return sender.Ruling{} // no address, no provider (the sender parks it), or only simulators
 		}
 		d, err := a.destination(ctx, job)
@@ -122,18 +129,6 @@ func (a *App) allowListGates() []gate {
 		}
 		return sender.Suppress(heraldtype.ReasonNotAllowlisted)
 	}}
-}
-
-// guardedChannel reports whether a provider of ch, for the whole channel
-// or for one push platform, is guarded: a channel served only by
-// simulators (or by none) needs no read.
-func (a *App) guardedChannel(g *allowGuard, ch heraldtype.Channel) bool {
-	for _, p := range a.cfg.Providers {
-		if heraldtype.Channel(p.Channel) == ch && !g.exempt[p.Name] {
-			return true
-		}
-	}
-	return false
 }
 
 // place is where a job goes as the dispatcher can know it: the address,

@@ -510,6 +510,10 @@ func (a *App) Run(ctx context.Context) error {
 		a.logger.Error("herald: drain timed out; sends still in flight are abandoned and become UNKNOWN after stale_claim_after",
 			slog.Duration("shutdown_timeout", a.cfg.ShutdownTimeout.D()))
 	}
+	if a.coalesce != nil {
+		// What the drain raised after the windows' goroutine stopped.
+		a.coalesce.Flush(context.Background())
+	}
 	a.closeProviders()
 	if err := a.store.Close(); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("close store: %w", err))

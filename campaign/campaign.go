@@ -239,15 +239,15 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 	out := make([]store.CampaignRecipient, len(page))
 	nids := ids.Ordered("ntf", now, len(page))
 	first := make(map[string]int, len(page)) // each recipient's first place in the page
-	// sent is a recipient's params as its notification gets them, its own
-	// merged or the campaign's, in one spelling: read only for a repeat.
+	// A recipient's params as its notification gets them, in one
+	// spelling: its own merged (json.Marshal of a map: keys sorted,
+	// compact), or the campaign's, spelt alike.
+	campaignParams := canonicalParams(baseMap)
 	sent := func(own json.RawMessage) string {
-		m := baseMap
-		if own != nil {
-			m = nil
-			_ = json.Unmarshal(own, &m)
+		if own == nil {
+			return campaignParams
 		}
-		return canonicalParams(m)
+		return string(own)
 	}
 	for i, r := range page {
 		at := fmt.Sprintf("recipients[%d]", i)

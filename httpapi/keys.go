@@ -111,7 +111,15 @@ func tenantGuard(cfg Config) func(http.Handler) http.Handler {
 			return apikeys.Principal{KeyID: apikeys.StaticID(key), Name: "config", Tenant: tenant, Scopes: apikeys.Scopes}, ok
 		}})
 	}
-	guard := keys.Guard(func(r *http.Request) (apikeys.Scope, bool) { return RouteScope(r.Pattern) }, cfg.Logger)
+	// An operator key maps to no tenant: a route of the tenants' says so,
+	// rather than that the key is not known.
+	operatorKey := func(key string) (string, bool) {
+		if _, ok := cfg.Operators.Lookup("Bearer " + key); ok {
+			return "an operator key opens /v1/ops/… only; this route takes a tenant's API key", true
+		}
+		return "", false
+	}
+	guard := keys.Guard(func(r *http.Request) (apikeys.Scope, bool) { return RouteScope(r.Pattern) }, cfg.Logger, operatorKey)
 	keyID := func(r *http.Request) string {
 		p, _ := apikeys.From(r.Context())
 		return p.KeyID
@@ -124,16 +132,7 @@ func tenantGuard(cfg Config) func(http.Handler) http.Handler {
 			}
 			next.ServeHTTP(w, r)
 		})
-		guarded := guard(cfg.Limits.Keys(keyID, audited))
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			// An operator key maps to no tenant: say so, rather than that
-			// the key is not known.
-			if _, ok := cfg.Operators.Lookup(r.Header.Get("Authorization")); ok {
-				auth.Refuse(w, "herald", "invalid_token", "an operator key opens /v1/ops/… only; this route takes a tenant's API key")
-				return
-			}
-			guarded.ServeHTTP(w, r)
-		})
+		return guard(cfg.Limits.Keys(keyID, audited))
 	}
 }
 

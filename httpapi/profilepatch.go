@@ -44,9 +44,7 @@ func (p *profiles) patch(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, *prob)
 		return
 	}
-	consents, clearConsent, prob := patchMap[bool](body.Consent, "consent", func(ch string, _ bool) *problem.Problem {
-		return checkChannel("consent", ch) // any bool is a consent
-	})
+	consents, clearConsent, prob := patchMap[bool](body.Consent, "consent", nil) // any bool is a consent
 	if prob != nil {
 		problem.Write(w, *prob)
 		return
@@ -91,7 +89,7 @@ func (p *profiles) patch(w http.ResponseWriter, r *http.Request) {
 
 // patchMap reads a merge patch's map field: the values set (nil for a
 // key set to null, to remove) and whether the whole map is null (clear
-// it). check refuses a key or value.
+// it). Every key must be a channel; check, when not nil, refuses a value.
 func patchMap[V any](raw json.RawMessage, field string, check func(ch string, v V) *problem.Problem) (map[heraldtype.Channel]*V, bool, *problem.Problem) {
 	if len(raw) == 0 {
 		return nil, false, nil
@@ -119,7 +117,7 @@ func patchMap[V any](raw json.RawMessage, field string, check func(ch string, v 
 			}
 			return nil, false, &problem.Problem{Status: http.StatusBadRequest, Detail: detail, Param: field + "." + ch}
 		}
-		if v != nil {
+		if v != nil && check != nil {
 			if p := check(ch, *v); p != nil {
 				return nil, false, p
 			}

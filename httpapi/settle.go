@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -86,6 +85,5 @@ func (sa *settleAPI) settle(w http.ResponseWriter, r *http.Request) {
 	} else {
 		audit.Skip(r) // settled so by an earlier call, which was recorded
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(settled{MessageID: mid, State: string(state), Reason: reason})
+	writeJSON(w, http.StatusOK, settled{MessageID: mid, State: string(state), Reason: reason})
 }

@@ -421,7 +421,7 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	// SENDING row and loses; the stale sweep settles that row as UNKNOWN,
 	// never a second call.
 	paced := s.Clock.Now()
-	if r, stop := s.pace(ctx, job, named.Name); stop {
+	if r, stop := s.pace(ctx, job, named.Name, paced); stop {
 		return r
 	}
 	// A wait for the rate limit may cross a rule's boundary (quiet hours'
@@ -599,12 +599,12 @@ func (s *Sender) blocked(d store.Delivery) Result {
 // pace waits for the provider's rate limit (Config.Limiter), before the
 // claim; stop is true with the result when the send does not go on now.
 // The wait may be long (the limiter's bound): a job that expired
-// meanwhile is suppressed, not sent late.
-func (s *Sender) pace(ctx context.Context, job heraldtype.Job, name string) (Result, bool) {
+// meanwhile is suppressed, not sent late. began is when the send came to
+// it, for the wait's metric.
+func (s *Sender) pace(ctx context.Context, job heraldtype.Job, name string, began time.Time) (Result, bool) {
 	if s.Limiter == nil {
 		return Result{}, false
 	}
-	began := s.Clock.Now()
 	later, err := s.Limiter.Wait(ctx, name, job.Lane)
 	switch {
 	case err != nil:

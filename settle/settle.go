@@ -130,10 +130,6 @@ func Move(providerName string, r provider.Report) (store.ReportParams, bool) {
 // one that finds the send in flight is ErrNotYet.
 func Apply(ctx context.Context, st Store, m *metrics.Metrics, providerName, source string, r provider.Report) (store.ReportOutcome, error) {
 	p, ok := Move(providerName, r)
-	if providerName == "" {
-		// "" is a person's word (ByPerson), which reaches any provider's.
-		return store.ReportOutcome{}, errors.New("settle: a report with no provider")
-	}
 	if !ok {
 		return store.ReportOutcome{}, errors.New("settle: a report with no result")
 	}

@@ -386,21 +386,13 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	c := &conn{h: h, s: s, w: w, rc: http.NewResponseController(w), seq: after, unread: -1}
 	ctx := r.Context()
-	first, err := h.readBadge(ctx, s.key)
-	if err != nil {
-		h.failed(ctx, err, "first badge")
-		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
-		return
-	}
-	if resume && after > first.Seq {
-		// An id past this recipient's newest item is not one this
-		// recipient's stream sent (another account's, kept by the app
-		// across a switch; a database restored or an inbox erased since):
-		// resuming after it would hold back every item until the ids
-		// passed it. The stream starts at the newest item instead.
-		resume = false
-	}
+	var first store.InboxBadge
 	if !resume {
+		if first, err = h.readBadge(ctx, s.key); err != nil {
+			h.failed(ctx, err, "first badge")
+			problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+			return
+		}
 		c.seq = first.Seq
 	}
 	hdr := w.Header()
@@ -546,6 +538,15 @@ func (c *conn) catchUp(ctx context.Context, shared bool) error {
 	// new item came with it; reads and archives change the count alone;
 	// only more than one new item takes another read.
 	b := hd.badge
+	if c.unread < 0 && c.seq > b.Seq {
+		// A resume's first catch-up (no badge sent yet; its head read is
+		// its own): an id past this recipient's newest item is not one
+		// this recipient's stream sent (another account's, kept by the app
+		// across a switch; a database restored or an inbox erased since).
+		// Resuming after it would hold back every item until the ids
+		// passed it: the stream starts at the newest item instead.
+		c.seq = b.Seq
+	}
 	if hd.newest != nil && hd.before <= c.seq && c.seq < b.Seq {
 		c.seq = b.Seq
 		if err := c.write(hd.newest.event); err != nil {

@@ -253,20 +253,22 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		began := time.Now()
 		var now campaignProgress
 		err := c.do(ctx, http.MethodGet, path, "", nil, &now)
-		switch {
-		case err == nil:
+		if err == nil {
 			// Only a read that was answered sets the pace: one that timed
 			// out or waited through refusals says nothing of a read's cost.
 			wait = min(maxProgressWait, max(campaignPoll, 4*time.Since(began)))
 			st, unreachable = now, time.Time{}
 			continue
-		case !transient(err):
-		case unreachable.IsZero():
-			unreachable = time.Now()
-			bar.note(fmt.Sprintf("herald did not answer (%v); trying again for %s", err, progressOutage))
-			continue
-		case time.Since(unreachable) < progressOutage:
-			continue
+		}
+		if transient(err) {
+			if unreachable.IsZero() {
+				unreachable = time.Now()
+				bar.note(fmt.Sprintf("herald did not answer (%v); trying again for %s", err, progressOutage))
+				continue
+			}
+			if time.Since(unreachable) < progressOutage {
+				continue
+			}
 		}
 		bar.done()
 		return fmt.Errorf("read the campaign's progress: %w; campaign %s goes on in herald: run the same command again to watch it", err, created.ID)
