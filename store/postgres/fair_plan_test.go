@@ -146,9 +146,14 @@ func TestTheClaimsCountOfRowsInFlightStepsOverSettledRows(t *testing.T) {
 			t.Fatalf("the claim counts its rows in flight with %v, want one index scan of outbox_leased:\n%s", busy, raw)
 		}
 		// The first claim after the drain marks the dead entries it meets
-		// (fetching their heap pages once); the next reads only the index.
-		if i == 1 && busy[0].pages() > 150 {
-			t.Fatalf("the count of rows in flight read %d pages, want at most 150:\n%s", busy[0].pages(), raw)
+		// (fetching their heap pages once); the next reads only the index:
+		// 44 pages alone. Stepping over every settled row's heap page, as
+		// a count that marks nothing does, reads 400 and more. The bound
+		// sits between: an entry is marked only once no snapshot can see
+		// its row, and a parallel test's open transaction can hold some
+		// back (167 pages seen in a CI run).
+		if i == 1 && busy[0].pages() > 300 {
+			t.Fatalf("the count of rows in flight read %d pages, want at most 300:\n%s", busy[0].pages(), raw)
 		}
 	}
 }
