@@ -37,9 +37,14 @@ const maxMessageID = 256
 //	     retry. Send the receipt again after Retry-After seconds; it
 //	     settles once the provider's answer is recorded.
 //	409  without Retry-After: the delivery ended without a send a receipt
-//	     can confirm (PERMANENT_FAILURE, RETRY_EXHAUSTED, SUPPRESSED,
-//	     STORED); a delivery never goes back. Do not send it again.
-//	422  no message_id, or one over 256 characters
+//	     can confirm (PERMANENT_FAILURE, RETRY_EXHAUSTED, SUPPRESSED); a
+//	     delivery never goes back. Do not send it again.
+//	422  no message_id, or one over 256 characters, or the message is
+//	     this recipient's but not a push (an SMS, an e-mail, a webhook,
+//	     the inbox item): the app's receipt is its word that it showed a
+//	     push, and a send key can mint a recipient token, so a receipt
+//	     must never settle another channel (an UNKNOWN SMS is a person's
+//	     to settle: package settle, admin scope, audited)
 func (a *API) Receipt(w http.ResponseWriter, r *http.Request) {
 	rc, ok := auth.RequiredRecipient(w, r)
 	if !ok {
@@ -68,6 +73,10 @@ func (a *API) Receipt(w http.ResponseWriter, r *http.Request) {
 		a.Metrics.Receipt(out.From)
 		a.Metrics.Delivery(out.Lane, out.Channel, heraldtype.DeliveryDelivered)
 	case store.ReceiptAlready:
+	case store.ReceiptNotPush:
+		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Param: "message_id",
+			Detail: "message_id names this recipient's " + string(out.Channel.Base()) + " send: a receipt confirms a push the app showed, and no other channel"})
+		return
 	case store.ReceiptNotYet:
 		w.Header().Set("Retry-After", strconv.Itoa(ReceiptRetryAfter))
 		problem.New(w, http.StatusConflict, "the push is not settled yet (its provider call may still be in flight): send the receipt again after Retry-After seconds")

@@ -155,8 +155,7 @@ func testReceipts(t *testing.T, open opener) {
 		b.sendPush(t, ids[0], heraldtype.DeliveryPermanentFailure)
 		b.sendPush(t, ids[1], heraldtype.DeliveryRetryExhausted)
 		tok := b.mint(t, keyA, "user-1")
-		// The inbox item's own message (STORED) too.
-		for _, mid := range []string{pushOf(ids[0]), pushOf(ids[1]), itemID(ids[0])} {
+		for _, mid := range []string{pushOf(ids[0]), pushOf(ids[1])} {
 			res := b.receipt(t, tok, mid)
 			wantProblem(t, res, http.StatusConflict)
 			if ra := res.header.Get("Retry-After"); ra != "" {
@@ -165,6 +164,22 @@ func testReceipts(t *testing.T, open opener) {
 		}
 		if s, _ := b.pushState(t, ids[0]); s != string(heraldtype.DeliveryPermanentFailure) {
 			t.Fatalf("push %s", s)
+		}
+		if got := b.receipts(t); got["PROVIDER_ACCEPTED"]+got["UNKNOWN"] != 0 {
+			t.Fatalf("herald_receipts_total %v", got)
+		}
+	})
+	t.Run("AnotherChannelIs422", func(t *testing.T) {
+		t.Parallel()
+		b := fresh(t)
+		ids := b.notify(t, keyA, "user-1", 1)
+		tok := b.mint(t, keyA, "user-1")
+		// The inbox item's own message (STORED): the recipient's, but no
+		// push (the store's conformance suite has SMS, e-mail, webhook).
+		res := b.receipt(t, tok, itemID(ids[0]))
+		if p := wantProblem(t, res, http.StatusUnprocessableEntity); p.Param != "message_id" ||
+			p.Detail != "message_id names this recipient's inbox send: a receipt confirms a push the app showed, and no other channel" {
+			t.Fatalf("problem %+v", p)
 		}
 		if got := b.receipts(t); got["PROVIDER_ACCEPTED"]+got["UNKNOWN"] != 0 {
 			t.Fatalf("herald_receipts_total %v", got)

@@ -54,6 +54,12 @@ const (
 	// ReceiptRefused: the delivery ended without a send a receipt could
 	// confirm; nothing changed, ever.
 	ReceiptRefused
+	// ReceiptNotPush: the message is the recipient's, but not a push: a
+	// receipt is the app's word that it showed a push, and says nothing
+	// of an SMS, an e-mail, a webhook or the inbox. Nothing changed.
+	// (Settling another channel's UNKNOWN is a person's, with the admin
+	// scope and an audit entry: package settle.)
+	ReceiptNotPush
 )
 
 // ReceiptOutcome is the answer to DeliveryReceipt.
@@ -67,10 +73,14 @@ type ReceiptOutcome struct {
 	Channel heraldtype.Channel
 }
 
-// ReceiptFrom classifies a delivery state found by a receipt: whether the
-// receipt may settle it, and what it answers otherwise. Both drivers
-// decide through it.
-func ReceiptFrom(s heraldtype.DeliveryState) ReceiptResult {
+// ReceiptFor classifies what a receipt found, the send's channel and its
+// delivery state ("" before any row): whether the receipt may settle it,
+// and what it answers otherwise. Only a push is settled by a receipt. Both
+// drivers decide through it.
+func ReceiptFor(ch heraldtype.Channel, s heraldtype.DeliveryState) ReceiptResult {
+	if ch.Base() != heraldtype.ChannelPush {
+		return ReceiptNotPush
+	}
 	switch s {
 	case heraldtype.DeliveryProviderAccepted, heraldtype.DeliveryUnknown:
 		return ReceiptDelivered

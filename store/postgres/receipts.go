@@ -20,7 +20,8 @@ import (
 const (
 	// qReceipt reads the message's delivery, only if its notification is
 	// the tenant's and the recipient's, and settles it DELIVERED in the
-	// same statement when it was PROVIDER_ACCEPTED or UNKNOWN, conditional
+	// same statement when it is a push (store.ReceiptFor) and was
+	// PROVIDER_ACCEPTED or UNKNOWN, conditional
 	// on the state it read: a write that committed in between (another
 	// receipt) leaves the row changed, the update takes nothing, and the
 	// caller reads again. Settling an ended first step's delivery records
@@ -39,6 +40,7 @@ u AS (
         updated_at = coalesce($1::timestamptz, clock_timestamp())
     FROM cur
     WHERE d.message_id = cur.message_id AND d.state = cur.state AND cur.state IN ('PROVIDER_ACCEPTED', 'UNKNOWN')
+      AND split_part(cur.channel, '.', 1) = 'push'
     RETURNING 1
 )` + qFallbackClose + `SELECT cur.state, cur.lane, cur.channel, (SELECT count(*) FROM u) FROM cur`
 	// qReceiptPlanned finds a planned send with no delivery row yet, by
@@ -78,7 +80,7 @@ func (s *Store) DeliveryReceipt(ctx context.Context, tenant, recipient, messageI
 			return store.ReceiptOutcome{}, s.fail(what, err)
 		}
 		out := store.ReceiptOutcome{From: heraldtype.DeliveryState(state), Lane: heraldtype.Lane(lane), Channel: heraldtype.Channel(ch)}
-		out.Result = store.ReceiptFrom(out.From)
+		out.Result = store.ReceiptFor(out.Channel, out.From)
 		if out.Result != store.ReceiptDelivered || settled == 1 {
 			return out, nil
 		}
@@ -88,8 +90,9 @@ func (s *Store) DeliveryReceipt(ctx context.Context, tenant, recipient, messageI
 }
 
 // receiptPlanned answers a receipt for a message with no delivery row:
-// ReceiptRefused if it is the recipient's inbox send (STORED), ReceiptNotYet
-// if it is a planned send of the recipient's, else ErrNotFound.
+// ReceiptNotPush if it is the recipient's inbox send (STORED) or a planned
+// send of another channel, ReceiptNotYet if it is a planned push of the
+// recipient's, else ErrNotFound.
 func (s *Store) receiptPlanned(ctx context.Context, tenant, recipient, messageID string) (store.ReceiptOutcome, error) {
 	var lane, ch string
 	if id, ok := store.InboxNotificationID(messageID); ok {
@@ -97,7 +100,7 @@ func (s *Store) receiptPlanned(ctx context.Context, tenant, recipient, messageID
 		switch {
 		case err == nil:
 			out := store.ReceiptOutcome{From: heraldtype.DeliveryStored, Lane: heraldtype.Lane(lane), Channel: heraldtype.ChannelInbox}
-			out.Result = store.ReceiptFrom(out.From)
+			out.Result = store.ReceiptFor(out.Channel, out.From)
 			return out, nil
 		case !errors.Is(err, pgx.ErrNoRows):
 			return store.ReceiptOutcome{}, s.fail(fmt.Sprintf("receipt for %s: read the inbox send", messageID), err)
@@ -110,5 +113,7 @@ func (s *Store) receiptPlanned(ctx context.Context, tenant, recipient, messageID
 	case err != nil:
 		return store.ReceiptOutcome{}, s.fail(fmt.Sprintf("receipt for %s: read the planned send", messageID), err)
 	}
-	return store.ReceiptOutcome{Result: store.ReceiptNotYet, Lane: heraldtype.Lane(lane), Channel: heraldtype.Channel(ch)}, nil
+	out := store.ReceiptOutcome{Lane: heraldtype.Lane(lane), Channel: heraldtype.Channel(ch)}
+	out.Result = store.ReceiptFor(out.Channel, "")
+	return out, nil
 }

@@ -60,7 +60,7 @@ func (s *Store) DeliveryReceipt(ctx context.Context, tenant, recipient, messageI
 		}
 		found = true
 		out = store.ReceiptOutcome{From: heraldtype.DeliveryState(state), Lane: heraldtype.Lane(lane), Channel: heraldtype.Channel(ch)}
-		out.Result = store.ReceiptFrom(out.From)
+		out.Result = store.ReceiptFor(out.Channel, out.From)
 		if out.Result != store.ReceiptDelivered {
 			return nil
 		}

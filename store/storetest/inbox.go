@@ -285,9 +285,9 @@ func testInbox(t *testing.T, h Harness) {
 		if _, err := b.s.DeliveryGet(b.ctx, plain.ID+".inbox"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("the inbox send of a notification without one: %v, want ErrNotFound", err)
 		}
-		if out, err := b.s.DeliveryReceipt(b.ctx, "t1", "r1", only.ID+".inbox"); err != nil || out.Result != store.ReceiptRefused ||
+		if out, err := b.s.DeliveryReceipt(b.ctx, "t1", "r1", only.ID+".inbox"); err != nil || out.Result != store.ReceiptNotPush ||
 			out.From != heraldtype.DeliveryStored || out.Channel != heraldtype.ChannelInbox {
-			t.Errorf("receipt for the inbox send: %+v (%v), want refused, STORED", out, err)
+			t.Errorf("receipt for the inbox send: %+v (%v), want not a push, STORED", out, err)
 		}
 		if _, err := b.s.DeliveryReceipt(b.ctx, "t1", "r2", only.ID+".inbox"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("another recipient's receipt for it: %v, want ErrNotFound", err)

@@ -163,6 +163,60 @@ func testReceipts(t *testing.T, h Harness) {
 			t.Fatalf("the receipt wrote a delivery row: %v", err)
 		}
 	})
+	t.Run("OnlyAPush", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		// A receipt is the app's word that it showed a push. A send key
+		// can mint a recipient token, so a receipt that settled an SMS's
+		// or a webhook's UNKNOWN would be a settle without the admin
+		// scope or an audit entry: whatever their state, nothing moves.
+		p, _ := create(t, b, func(p *store.NotificationCreateParams) {
+			p.Lane, p.Channels = heraldtype.LaneAlert, []heraldtype.Channel{heraldtype.ChannelSMS, heraldtype.ChannelWebhook, heraldtype.ChannelEmail}
+		})
+		sms, hook, mail := store.MessageID(p.ID, heraldtype.ChannelSMS), store.MessageID(p.ID, heraldtype.ChannelWebhook), store.MessageID(p.ID, heraldtype.ChannelEmail)
+		for _, c := range []struct {
+			mid string
+			ch  heraldtype.Channel
+		}{{sms, heraldtype.ChannelSMS}, {hook, heraldtype.ChannelWebhook}} {
+			if res := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: c.mid, NotificationID: p.ID, Tenant: "t1",
+				Channel: c.ch, Provider: "p", Owner: "w"}); !res.Claimed {
+				t.Fatalf("claim %s: %+v", c.mid, res)
+			}
+		}
+		if !record(t, b, hook, 1, heraldtype.DeliveryProviderAccepted, 0) {
+			t.Fatal("record the webhook")
+		}
+		b.clk.Advance(11 * time.Minute)
+		if stale, err := b.s.DeliverySweepStale(b.ctx, 10*time.Minute); err != nil || len(stale) != 1 || stale[0].MessageID != sms {
+			t.Fatalf("stale sweep: %+v (%v), want the SMS", stale, err)
+		}
+		for _, c := range []struct {
+			mid  string
+			ch   heraldtype.Channel
+			from heraldtype.DeliveryState
+		}{
+			{sms, heraldtype.ChannelSMS, heraldtype.DeliveryUnknown},
+			{hook, heraldtype.ChannelWebhook, heraldtype.DeliveryProviderAccepted},
+			{mail, heraldtype.ChannelEmail, ""}, // planned, no delivery row yet
+		} {
+			var was store.Delivery
+			if c.from != "" {
+				was = delivery(t, b, c.mid)
+			}
+			got := receipt(t, b, c.mid)
+			if got.Result != store.ReceiptNotPush || got.From != c.from || got.Channel != c.ch || got.Lane != heraldtype.LaneAlert {
+				t.Fatalf("receipt for the %s send: %+v, want not a push from %q", c.ch, got, c.from)
+			}
+			if c.from != "" {
+				wantRow(t, b, c.mid, c.from, was.Reason, was.UpdatedAt)
+			} else if _, err := b.s.DeliveryGet(b.ctx, c.mid); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("the receipt wrote a delivery row for the planned %s: %v", c.ch, err)
+			}
+		}
+		if _, err := b.s.DeliveryReceipt(b.ctx, "t1", "r2", sms); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("another recipient's receipt for the SMS: %v, want ErrNotFound", err)
+		}
+	})
 	t.Run("OnlyTheRecipientsOwnMessages", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
