@@ -214,7 +214,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	a.streams = stream.New(stream.Config{
-		Store: a.store, Signals: a.store.InboxSignals(), MaxStreams: cfg.Inbox.StreamsMax,
+		Store: a.store, Signals: a.store.InboxSignals(), MaxStreams: cfg.Inbox.StreamsMax, MaxPerRecipient: cfg.Inbox.StreamsPerRecipient,
 		Heartbeat: cfg.Inbox.StreamHeartbeat.D(), Resync: cfg.Inbox.StreamResync.D(),
 		Clock: a.clock, Logger: a.logger, Metrics: a.metrics,
 	})

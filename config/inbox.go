@@ -23,8 +23,17 @@ type Inbox struct {
 	// Defaults to 1,000.
 	PurgeBatch int `yaml:"purge_batch"`
 	// StreamsMax caps the open /v1/me/stream connections of one herald
-	// process; one more is refused with 503. Defaults to 10,000.
+	// process; one more is refused with 503. It must stay below
+	// server.max_connections, which counts streams too: at that cap the
+	// listener accepts nothing else, health checks included. Defaults to
+	// half of server.max_connections, at most 10,000.
 	StreamsMax int `yaml:"streams_max"`
+	// StreamsPerRecipient caps the streams one recipient (one tenant's
+	// recipient id) has open on one process; one more is refused with
+	// 429. A recipient token is in an end user's hands: without this cap
+	// one token could hold every stream slot. Defaults to 8 (a phone, a
+	// tablet and a few browser tabs), or streams_max if lower.
+	StreamsPerRecipient int `yaml:"streams_per_recipient"`
 	// StreamHeartbeat is how often an idle stream sends a comment line so
 	// proxies keep it open. Defaults to 25 seconds.
 	StreamHeartbeat Duration `yaml:"stream_heartbeat"`
@@ -32,6 +41,8 @@ type Inbox struct {
 	// whether or not a change was signalled: what a lost signal can cost.
 	// Defaults to 30 seconds.
 	StreamResync Duration `yaml:"stream_resync"`
+
+	streamsMaxSet bool // StreamsMax was given, not defaulted
 }
 
 // RetentionFor returns tenant's retention.
@@ -147,8 +158,13 @@ func (c *Config) inboxDefaults() {
 	if c.Inbox.PurgeBatch == 0 {
 		c.Inbox.PurgeBatch = 1000
 	}
+	c.Inbox.streamsMaxSet = c.Inbox.streamsMaxSet || c.Inbox.StreamsMax != 0
 	if c.Inbox.StreamsMax == 0 {
-		c.Inbox.StreamsMax = 10000
+		// Filled after server.max_connections (hardeningDefaults).
+		c.Inbox.StreamsMax = max(1, min(10000, c.Server.MaxConnections/2))
+	}
+	if c.Inbox.StreamsPerRecipient == 0 {
+		c.Inbox.StreamsPerRecipient = min(8, c.Inbox.StreamsMax)
 	}
 	def(&c.RecipientTokens.TTL, time.Hour)
 	def(&c.RecipientTokens.MaxTTL, MaxRecipientTokenTTL)
@@ -172,6 +188,14 @@ func (c *Config) validateInbox() error {
 	}
 	if c.Inbox.StreamsMax < 1 {
 		return fmt.Errorf("config: inbox.streams_max: must be at least 1, got %d", c.Inbox.StreamsMax)
+	}
+	if c.Inbox.streamsMaxSet && c.Inbox.StreamsMax >= c.Server.MaxConnections {
+		return fmt.Errorf("config: inbox.streams_max: %d must be below server.max_connections (%d), which counts streams too: "+
+			"at that many the API answers nothing else; raise max_connections or lower streams_max",
+			c.Inbox.StreamsMax, c.Server.MaxConnections)
+	}
+	if c.Inbox.StreamsPerRecipient < 1 || c.Inbox.StreamsPerRecipient > c.Inbox.StreamsMax {
+		return fmt.Errorf("config: inbox.streams_per_recipient: must be 1..streams_max (%d), got %d", c.Inbox.StreamsMax, c.Inbox.StreamsPerRecipient)
 	}
 	rt := c.RecipientTokens
 	if rt.MaxTTL.D() > MaxRecipientTokenTTL {

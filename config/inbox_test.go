@@ -69,7 +69,7 @@ func TestInboxDefaults(t *testing.T) {
 	}
 	in := c.Inbox
 	if in.Retention.D() != 365*24*time.Hour || in.PurgeInterval.D() != time.Hour || in.PurgeBatch != 1000 ||
-		in.StreamsMax != 10000 || in.StreamHeartbeat.D() != 25*time.Second || in.StreamResync.D() != 30*time.Second {
+		in.StreamsMax != 2048 || in.StreamsPerRecipient != 8 || in.StreamHeartbeat.D() != 25*time.Second || in.StreamResync.D() != 30*time.Second {
 		t.Fatalf("inbox defaults = %+v", in)
 	}
 	if rt := c.RecipientTokens; rt.TTL.D() != time.Hour || rt.MaxTTL.D() != 24*time.Hour || len(c.RecipientTokenKeys()) != 0 {
@@ -81,6 +81,42 @@ func TestInboxDefaults(t *testing.T) {
 	}
 	if c2.Inbox.RetentionFor("t1") != 720*time.Hour || c2.Inbox.RetentionFor("t2") != 365*24*time.Hour {
 		t.Fatalf("RetentionFor: t1 %s, t2 %s", c2.Inbox.RetentionFor("t1"), c2.Inbox.RetentionFor("t2"))
+	}
+}
+
+// The streams must leave the listener room for everything else: the
+// default is half of server.max_connections (at most 10,000), and a
+// streams_max at or above it is refused, as is a per-recipient cap above
+// streams_max.
+func TestStreamCaps(t *testing.T) {
+	for _, c := range []struct {
+		name, text string
+		max, per   int
+		err        string
+	}{
+		{"HalfTheConnections", "server: {max_connections: 100}\n", 50, 8, ""},
+		{"AtMostTenThousand", "server: {max_connections: 50000}\n", 10000, 8, ""},
+		{"Set", "server: {max_connections: 100}\ninbox: {streams_max: 99, streams_per_recipient: 3}\n", 99, 3, ""},
+		{"AtTheConnections", "inbox: {streams_max: 4096}\n", 0, 0, "inbox.streams_max: 4096 must be below server.max_connections (4096)"},
+		{"AboveTheConnections", "inbox: {streams_max: 10000}\n", 0, 0, "raise max_connections or lower streams_max"},
+		{"PerRecipientAboveTheMax", "inbox: {streams_max: 10, streams_per_recipient: 11}\n", 0, 0, "inbox.streams_per_recipient: must be 1..streams_max (10), got 11"},
+		{"PerRecipientNegative", "inbox: {streams_per_recipient: -1}\n", 0, 0, "inbox.streams_per_recipient: must be 1..streams_max"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := config.Load(writeFile(t, base+c.text), noEnv)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("Load = %v, want an error with %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Inbox.StreamsMax != c.max || got.Inbox.StreamsPerRecipient != c.per {
+				t.Fatalf("streams_max %d, streams_per_recipient %d; want %d, %d", got.Inbox.StreamsMax, got.Inbox.StreamsPerRecipient, c.max, c.per)
+			}
+		})
 	}
 }
 

@@ -5,33 +5,48 @@ import "github.com/prometheus/client_golang/prometheus"
 // Streams are the metrics of the live inbox streams (package stream,
 // GET /v1/me/stream). Its methods are safe on nil.
 type Streams struct {
-	refused prometheus.Counter
+	refused *prometheus.CounterVec
 }
+
+// Why a stream was refused: the label reason of herald_streams_refused_total.
+const (
+	// StreamRefusedServer: streams_max streams were open, or herald was
+	// stopping (503).
+	StreamRefusedServer = "streams_max"
+	// StreamRefusedRecipient: the recipient had streams_per_recipient
+	// streams open (429).
+	StreamRefusedRecipient = "per_recipient"
+)
 
 // WatchStreams exports the stream metrics of this process, with open read
 // when scraped:
 //
 //	herald_streams_open             streams open now
-//	herald_streams_refused_total    streams refused because streams_max were open (503)
+//	herald_streams_refused_total{reason}  streams refused: streams_max were open (503),
+//	                                      or per_recipient: the recipient's were (429)
 //
 // and returns the counter side. Call it once per Metrics.
 func (m *Metrics) WatchStreams(open func() float64) *Streams {
 	if m == nil {
 		return nil
 	}
-	s := &Streams{refused: prometheus.NewCounter(prometheus.CounterOpts{
+	s := &Streams{refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_streams_refused_total",
-		Help: "GET /v1/me/stream requests refused with 503 because inbox.streams_max streams were open (or herald was stopping).",
-	})}
+		Help: "GET /v1/me/stream requests refused: reason streams_max, 503, inbox.streams_max streams were open (or herald was stopping); " +
+			"per_recipient, 429, the recipient had inbox.streams_per_recipient open.",
+	}, []string{"reason"})}
+	for _, r := range []string{StreamRefusedServer, StreamRefusedRecipient} {
+		s.refused.WithLabelValues(r)
+	}
 	m.Registry.MustRegister(s.refused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "herald_streams_open", Help: "Live inbox streams (GET /v1/me/stream) open on this process.",
 	}, open))
 	return s
 }
 
-// Refused counts a stream refused over the cap.
-func (s *Streams) Refused() {
+// Refused counts a stream refused, for reason (StreamRefused…).
+func (s *Streams) Refused(reason string) {
 	if s != nil {
-		s.refused.Inc()
+		s.refused.WithLabelValues(reason).Inc()
 	}
 }

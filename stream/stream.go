@@ -51,6 +51,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -71,10 +72,12 @@ import (
 // Defaults of Config.
 const (
 	DefaultMaxStreams = 10_000
-	DefaultHeartbeat  = 25 * time.Second
-	DefaultResync     = 30 * time.Second
-	DefaultPage       = 100
-	DefaultReads      = 16
+	// DefaultMaxPerRecipient is Config.MaxPerRecipient's default.
+	DefaultMaxPerRecipient = 8
+	DefaultHeartbeat       = 25 * time.Second
+	DefaultResync          = 30 * time.Second
+	DefaultPage            = 100
+	DefaultReads           = 16
 )
 
 // headFlights caps the head statements (store.InboxHeads) under way at
@@ -111,6 +114,11 @@ type Config struct {
 	// MaxStreams caps the streams open at once; one more is refused with
 	// 503 and Retry-After. Defaults to 10,000.
 	MaxStreams int
+	// MaxPerRecipient caps the streams of one recipient (tenant and id)
+	// open at once; one more is refused with 429 and Retry-After. A
+	// recipient token is in an end user's hands, and without it one token
+	// could take every slot of MaxStreams. Defaults to 8.
+	MaxPerRecipient int
 	// Heartbeat is how long a stream stays silent before it sends a
 	// comment line. Defaults to 25 seconds.
 	Heartbeat time.Duration
@@ -232,6 +240,9 @@ func New(cfg Config) *Hub {
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
+	if cfg.MaxPerRecipient <= 0 {
+		cfg.MaxPerRecipient = DefaultMaxPerRecipient
+	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
 	}
@@ -336,11 +347,15 @@ func (h *Hub) acquire() bool {
 	return true
 }
 
-// add registers s.
-func (h *Hub) add(s *stream) {
+// add registers s, or reports that its recipient has MaxPerRecipient
+// streams open already.
+func (h *Hub) add(s *stream) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.groups[s.key]
+	if g != nil && len(g.streams) >= h.cfg.MaxPerRecipient {
+		return false
+	}
 	if g == nil {
 		g = &group{streams: map[*stream]struct{}{}}
 		h.groups[s.key] = g
@@ -348,6 +363,7 @@ func (h *Hub) add(s *stream) {
 	g.streams[s] = struct{}{}
 	g.n.Add(1)
 	s.g = g
+	return true
 }
 
 func (h *Hub) remove(s *stream) {
@@ -372,7 +388,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !h.acquire() {
-		h.metrics.Refused()
+		h.metrics.Refused(metrics.StreamRefusedServer)
 		w.Header().Set("Retry-After", retryAfter)
 		problem.New(w, http.StatusServiceUnavailable, "too many open streams on this server: retry later")
 		return
@@ -381,7 +397,13 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := &stream{key: store.InboxKey{Tenant: rcpt.Tenant, Recipient: rcpt.ID}, wake: make(chan struct{}, 1)}
 	// Registered before the first read: a change that commits after that
 	// read began wakes s.
-	h.add(s)
+	if !h.add(s) {
+		h.metrics.Refused(metrics.StreamRefusedRecipient)
+		w.Header().Set("Retry-After", retryAfter)
+		problem.New(w, http.StatusTooManyRequests, fmt.Sprintf(
+			"this recipient has %d streams open on this server, the most it may: close one, or retry later", h.cfg.MaxPerRecipient))
+		return
+	}
 	defer h.remove(s)
 
 	c := &conn{h: h, s: s, w: w, rc: http.NewResponseController(w), seq: after, unread: -1}

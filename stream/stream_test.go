@@ -21,6 +21,7 @@ import (
 	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/stream"
 )
@@ -363,13 +364,47 @@ func TestCapRefusesWith503AndADisconnectFreesTheSlot(t *testing.T) {
 		resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("third stream: %s %v %s", resp.Status, resp.Header, body)
 	}
-	if got := gauges(t, e.metrics); got["herald_streams_open"] != 2 || got["herald_streams_refused_total"] != 1 {
-		t.Fatalf("metrics %v, want 2 open and 1 refused", got)
+	refused := metricstest.Series(t, e.metrics, "herald_streams_refused_total", "reason")
+	if got := gauges(t, e.metrics); got["herald_streams_open"] != 2 || refused["streams_max"] != 1 || refused["per_recipient"] != 0 {
+		t.Fatalf("metrics %v, refused %v; want 2 open and 1 refused over streams_max", got, refused)
 	}
 	a.Close()
 	testenv.WaitFor(t, "the closed stream's slot", testenv.Patience, func() bool { return e.hub.Open() == 1 })
 	c := e.open(t, "t1", "carol")
 	c.WantBadge(t, 0)
+}
+
+// One recipient token must not take every slot of the server: its
+// recipient's streams past MaxPerRecipient are 429, the same recipient id
+// of another tenant and other recipients still get theirs, and a closed
+// stream frees its recipient's slot.
+func TestARecipientsStreamsAreCapped(t *testing.T) {
+	t.Parallel()
+	e := setup(t, drivers[0].open(t), stream.Config{MaxStreams: 10, MaxPerRecipient: 2})
+	a := e.open(t, "t1", "alice")
+	e.open(t, "t1", "alice").WantBadge(t, 0)
+	a.WantBadge(t, 0)
+	resp, cancel := e.get(t, e.token(t, "t1", "alice"), "")
+	if resp.StatusCode != http.StatusTooManyRequests {
+		cancel() // an open stream's body never ends
+		t.Fatalf("alice's third stream: %s, want 429", resp.Status)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cancel()
+	if resp.Header.Get("Content-Type") != "application/problem+json" ||
+		resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "this recipient has 2 streams open") {
+		t.Fatalf("alice's third stream: %s %v %s", resp.Status, resp.Header, body)
+	}
+	e.open(t, "t2", "alice").WantBadge(t, 0)
+	e.open(t, "t1", "bob").WantBadge(t, 0)
+	refused := metricstest.Series(t, e.metrics, "herald_streams_refused_total", "reason")
+	if e.hub.Open() != 4 || refused["per_recipient"] != 1 || refused["streams_max"] != 0 {
+		t.Fatalf("open %d, refused %v; want 4 open and 1 refused per recipient", e.hub.Open(), refused)
+	}
+	a.Close()
+	testenv.WaitFor(t, "alice's closed stream's slot", testenv.Patience, func() bool { return e.hub.Open() == 3 })
+	e.open(t, "t1", "alice").WantBadge(t, 0)
 }
 
 // gauges reads every unlabelled gauge and counter of m.
@@ -577,8 +612,8 @@ func TestStreamsOfOneInboxShareReads(t *testing.T) {
 		// Only the test signals: each round's items are all committed
 		// before its one signal.
 		sig := &store.InboxSignals{}
-		e := setup(t, st, stream.Config{Store: g, Signals: sig})
 		const n = 50
+		e := setup(t, st, stream.Config{Store: g, Signals: sig, MaxPerRecipient: n})
 		clients := make([]*ssetest.Client, n)
 		for i := range clients {
 			clients[i] = e.open(t, "t1", "alice")
