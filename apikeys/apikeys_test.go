@@ -3,6 +3,11 @@ package apikeys_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -149,6 +154,72 @@ func TestVerifier(t *testing.T) {
 			t.Errorf("a wrong secret: %v, want ErrUnknown", err)
 		}
 	})
+	t.Run("WrongSecretsThrottleTheirIDNotOthers", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, used := b.create(t, apikeys.CreateParams{})
+		_, fresh := b.create(t, apikeys.CreateParams{Name: "fresh"})
+		if _, err := b.v.Verify(b.ctx, used); err != nil {
+			t.Fatal(err)
+		}
+		id, secret, _ := apikeys.Parse(used)
+		guess := func(i int) string { return "hk_" + id + "_" + fmt.Sprintf("%0*d", len(secret), i) }
+		for i := range apikeys.MaxFailures {
+			if _, err := b.v.Verify(b.ctx, guess(i)); !errors.Is(err, apikeys.ErrUnknown) {
+				t.Fatalf("guess %d: %v, want ErrUnknown", i, err)
+			}
+		}
+		runs := b.v.KDFRuns()
+		var throttled *apikeys.ThrottledError
+		if _, err := b.v.Verify(b.ctx, guess(99)); !errors.As(err, &throttled) || !throttled.Until.Equal(b.clk.Now().Add(apikeys.FailureWindow)) {
+			t.Fatalf("guess past the limit: %v, want throttled until %s", err, b.clk.Now().Add(apikeys.FailureWindow))
+		}
+		if b.v.KDFRuns() != runs {
+			t.Fatal("a throttled guess ran the KDF")
+		}
+		// The key verified before is cached and keeps working; another
+		// id's first check runs as ever.
+		if _, err := b.v.Verify(b.ctx, used); err != nil {
+			t.Fatalf("the cached key while its id is throttled: %v", err)
+		}
+		if _, err := b.v.Verify(b.ctx, fresh); err != nil {
+			t.Fatalf("another key's first check: %v", err)
+		}
+		b.clk.Advance(apikeys.FailureWindow)
+		if _, err := b.v.Verify(b.ctx, guess(100)); !errors.Is(err, apikeys.ErrUnknown) {
+			t.Fatalf("a guess once the window ended: %v, want ErrUnknown (checked again)", err)
+		}
+	})
+	t.Run("GuessesQueuedBehindTheLimitRunNoKDF", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, key := b.create(t, apikeys.CreateParams{})
+		id, secret, _ := apikeys.Parse(key)
+		const n = 60
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				_, err := b.v.Verify(b.ctx, "hk_"+id+"_"+fmt.Sprintf("%0*d", len(secret), i))
+				errs <- err
+			}()
+		}
+		unknown, throttled := 0, 0
+		for range n {
+			var te *apikeys.ThrottledError
+			switch err := <-errs; {
+			case errors.Is(err, apikeys.ErrUnknown):
+				unknown++
+			case errors.As(err, &te):
+				throttled++
+			default:
+				t.Fatalf("a guess: %v", err)
+			}
+		}
+		if unknown != apikeys.MaxFailures || throttled != n-apikeys.MaxFailures || b.v.KDFRuns() != apikeys.MaxFailures {
+			t.Fatalf("%d guesses at once: %d unknown, %d throttled, %d KDF runs; want %d, %d, %d",
+				n, unknown, throttled, b.v.KDFRuns(), apikeys.MaxFailures, n-apikeys.MaxFailures, apikeys.MaxFailures)
+		}
+	})
 	t.Run("AChangeRereadsTheRowButRunsNoKDF", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -272,4 +343,54 @@ func TestVerifier(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestGuardAnswersThrottledAndBusy: an id throttled after wrong secrets is
+// 429 with Retry-After until its window ends; no KDF slot in time is 503
+// naming the load, not the store.
+func TestGuardAnswersThrottledAndBusy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	v := apikeys.NewVerifier(apikeys.Config{Store: b.store, Clock: b.clk, StoreTimeout: 50 * time.Millisecond})
+	guard := v.Guard(func(*http.Request) (apikeys.Scope, bool) { return apikeys.ScopeSend, true }, slog.New(slog.DiscardHandler), nil)
+	srv := httptest.NewServer(guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })))
+	t.Cleanup(srv.Close)
+	call := func(key string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(body)
+	}
+	_, key := b.create(t, apikeys.CreateParams{})
+	release := v.HoldKDF()
+	resp, body := call(key)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" ||
+		!strings.Contains(body, "too many API keys are being checked at once") {
+		t.Fatalf("a check with no KDF slot: %s %v %s", resp.Status, resp.Header, body)
+	}
+	release()
+	if resp, body := call(key); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("the key once a slot is free: %s %s", resp.Status, body)
+	}
+	id, secret, _ := apikeys.Parse(key)
+	for i := range apikeys.MaxFailures {
+		if resp, _ := call("hk_" + id + "_" + fmt.Sprintf("%0*d", len(secret), i)); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %s", i, resp.Status)
+		}
+	}
+	b.clk.Advance(15 * time.Second)
+	resp, body = call("hk_" + id + "_" + strings.Repeat("x", len(secret)))
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "45" ||
+		!strings.Contains(body, "wrong secrets within 1m0s: it is checked again in 45 s") {
+		t.Fatalf("a guess past the limit: %s %v %s", resp.Status, resp.Header, body)
+	}
+	if resp, body := call(key); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("the verified key while its id is throttled: %s %s", resp.Status, body)
+	}
 }

@@ -48,9 +48,16 @@
 // no store: a cached entry carries its key's expiry and is refused once it
 // has passed.
 //
-// A wrong secret for an existing id costs a KDF run each time; at most
+// A wrong secret for an existing id costs a KDF run; at most
 // KDFConcurrency of them run at once, so a flood of guesses queues rather
 // than taking every core (a check that has no KDF slot within StoreTimeout
-// answers 503). A guess is hopeless (256 bits), so this guards
-// only the CPU.
+// is ErrBusy, 503). A guess is hopeless (256 bits), so this guards only
+// the CPU, and the slots: an id that had MaxFailures wrong secrets within
+// FailureWindow runs no KDF until the window ends (ThrottledError, 429),
+// checked again once a slot is free so the guesses queued behind the
+// limit run none either. Without it, anyone who knows one key's id (every
+// tenant knows its own, and the audit log shows them) could keep the
+// slots busy and every other tenant's first request with a key would wait
+// and fail. The throttle is per process and per id; a key already
+// verified is cached and never meets it.
 package apikeys

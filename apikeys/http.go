@@ -2,8 +2,11 @@ package apikeys
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/heraldhq/herald/auth"
@@ -14,8 +17,9 @@ import (
 // bearer key, requires the scope scopeOf names for the request's route,
 // and passes the request on with the key's tenant (auth.Tenant) and
 // principal (From) in its context. It answers 401 for no key or one that
-// is unknown, revoked or expired; 403 for a key without the scope; 503
-// when the store cannot say; 500 for a route scopeOf does not know (a
+// is unknown, revoked or expired; 403 for a key without the scope; 429
+// for an id throttled after wrong secrets (ThrottledError); 503 when the
+// store cannot say or no KDF slot came free (ErrBusy); 500 for a route scopeOf does not know (a
 // route added without its scope fails closed). elsewhere, when not nil,
 // names an unknown key that is another credential of the caller's (an
 // operator key): its detail is the 401's.
@@ -39,6 +43,7 @@ func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog
 				return
 			}
 			p, err := v.Verify(r.Context(), key)
+			var throttled *ThrottledError
 			switch {
 			case errors.Is(err, ErrUnknown) && looksLikeRecipientToken(key):
 				refuse(w, "invalid_token", "a recipient token is not accepted here: it serves /v1/me/… only; use an API key")
@@ -57,6 +62,19 @@ func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog
 				return
 			case errors.Is(err, ErrExpired):
 				refuse(w, "invalid_token", "this API key has expired")
+				return
+			case errors.As(err, &throttled):
+				retry := max(1, int(math.Ceil(throttled.Until.Sub(v.clock.Now()).Seconds())))
+				w.Header().Set("Retry-After", strconv.Itoa(retry))
+				problem.New(w, http.StatusTooManyRequests, fmt.Sprintf(
+					"this API key's id had %d wrong secrets within %s: it is checked again in %d s (a key in use before then still works)",
+					MaxFailures, FailureWindow, retry))
+				return
+			case errors.Is(err, ErrBusy):
+				// Load, not a fault: no log line a request, which a flood
+				// of checks would turn into a flood of lines.
+				w.Header().Set("Retry-After", "1")
+				problem.New(w, http.StatusServiceUnavailable, "too many API keys are being checked at once: retry")
 				return
 			case err != nil:
 				logger.LogAttrs(r.Context(), slog.LevelError, "apikeys: verifying a key failed", slog.Any("error", err))

@@ -21,6 +21,27 @@ var (
 	ErrUnknown = errors.New("apikeys: unknown key")
 	ErrRevoked = errors.New("apikeys: key revoked")
 	ErrExpired = errors.New("apikeys: key expired")
+	// ErrBusy: no KDF slot came free within StoreTimeout (answer 503):
+	// too many keys are being checked at once, the store is fine.
+	ErrBusy = errors.New("apikeys: too many key checks at once")
+)
+
+// ThrottledError: the key's id had MaxFailures wrong secrets presented
+// within FailureWindow, so no KDF runs for it until Until (answer 429).
+// A key verified before, and so cached, is not affected.
+type ThrottledError struct{ Until time.Time }
+
+func (e *ThrottledError) Error() string {
+	return "apikeys: too many wrong secrets for this key's id until " + e.Until.UTC().Format(time.RFC3339)
+}
+
+// The failed checks a key id may have in a window before its checks stop
+// (ThrottledError): enough for a client rolled out with a stale secret to
+// see its 401s, few enough that guesses at a known id cannot keep the KDF
+// slots from every other tenant's first request.
+const (
+	MaxFailures   = 5
+	FailureWindow = time.Minute
 )
 
 // Principal is who a verified key speaks for and what it may do.
@@ -104,6 +125,9 @@ type Verifier struct {
 	kdf     chan struct{}
 	kdfRuns atomic.Int64
 
+	failMu   sync.Mutex
+	failures map[string]failures // by key id; only ids of stored keys
+
 	mu       sync.Mutex
 	cache    map[[32]byte]cached
 	flights  map[[32]byte]*flight
@@ -111,6 +135,12 @@ type Verifier struct {
 	heard    uint64    // the store's change count when gen was set
 	rev      int64     // the revision read last
 	polledAt time.Time // zero: poll at the next request
+}
+
+// failures are the wrong secrets one key id had in the window from start.
+type failures struct {
+	start time.Time
+	n     int
 }
 
 type cached struct {
@@ -126,7 +156,8 @@ type cached struct {
 // NewVerifier returns a verifier of cfg's keys.
 func NewVerifier(cfg Config) *Verifier {
 	v := &Verifier{store: cfg.Store, static: map[[32]byte]Principal{}, lookup: cfg.Lookup, recheck: cfg.Recheck, timeout: cfg.StoreTimeout, clock: cfg.Clock,
-		kdf: make(chan struct{}, KDFConcurrency), cache: map[[32]byte]cached{}, flights: map[[32]byte]*flight{}}
+		kdf: make(chan struct{}, KDFConcurrency), cache: map[[32]byte]cached{}, flights: map[[32]byte]*flight{},
+		failures: map[string]failures{}}
 	if v.recheck <= 0 {
 		v.recheck = DefaultRecheck
 	}
@@ -233,13 +264,15 @@ func (v *Verifier) verify(ctx context.Context, digest [32]byte, id, secret, prov
 	case err != nil:
 		return Principal{}, fmt.Errorf("verify api key: %w", err)
 	}
-	if (proven == "" || row.Hash != proven) && !v.check(ctx, row.Hash, secret) {
-		if err := ctx.Err(); err != nil {
-			// No KDF slot in time: the store's side, not a wrong key.
-			return Principal{}, fmt.Errorf("verify api key: %w", err)
+	if proven == "" || row.Hash != proven {
+		ok, err := v.check(ctx, id, row.Hash, secret)
+		if err != nil {
+			return Principal{}, err
 		}
-		v.forget(digest)
-		return Principal{}, ErrUnknown
+		if !ok {
+			v.forget(digest)
+			return Principal{}, ErrUnknown
+		}
 	}
 	switch {
 	case !row.RevokedAt.IsZero():
@@ -270,16 +303,58 @@ func (v *Verifier) forget(digest [32]byte) {
 	v.mu.Unlock()
 }
 
-// check runs the KDF, at most KDFConcurrency at once.
-func (v *Verifier) check(ctx context.Context, hash, secret string) bool {
+// check runs the KDF for key id's secret, at most KDFConcurrency at once,
+// unless the id is throttled (ThrottledError), asked again once a slot is
+// free: the guesses queued behind the one that tripped the limit run no
+// KDF. No slot within ctx is ErrBusy.
+func (v *Verifier) check(ctx context.Context, id, hash, secret string) (bool, error) {
+	if err := v.throttled(id); err != nil {
+		return false, err
+	}
 	select {
 	case v.kdf <- struct{}{}:
 	case <-ctx.Done():
-		return false
+		return false, fmt.Errorf("verify api key: %w (%w)", ErrBusy, ctx.Err())
 	}
 	defer func() { <-v.kdf }()
+	if err := v.throttled(id); err != nil {
+		return false, err
+	}
 	v.kdfRuns.Add(1)
-	return Check(hash, secret)
+	if Check(hash, secret) {
+		return true, nil
+	}
+	now := v.clock.Now()
+	v.failMu.Lock()
+	f := v.failures[id]
+	if f.n == 0 || !now.Before(f.start.Add(FailureWindow)) || now.Before(f.start) {
+		f = failures{start: now}
+	}
+	f.n++
+	v.failures[id] = f
+	v.failMu.Unlock()
+	return false, nil
+}
+
+// throttled returns a ThrottledError while id has MaxFailures failures
+// in its window, and forgets a window that has ended.
+func (v *Verifier) throttled(id string) error {
+	now := v.clock.Now()
+	v.failMu.Lock()
+	defer v.failMu.Unlock()
+	f, ok := v.failures[id]
+	if !ok {
+		return nil
+	}
+	end := f.start.Add(FailureWindow)
+	if !now.Before(end) || now.Before(f.start) {
+		delete(v.failures, id)
+		return nil
+	}
+	if f.n >= MaxFailures {
+		return &ThrottledError{Until: end}
+	}
+	return nil
 }
 
 // KDFRuns is how many KDF runs the verifier made (tests, benchmarks).
