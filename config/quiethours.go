@@ -8,6 +8,8 @@ import (
 	"time"
 
 	_ "time/tzdata" // the default Asia/Seoul loads on a machine with no zoneinfo
+
+	"github.com/heraldhq/herald/validate"
 )
 
 // QuietHours is when marketing may be sent: a window of the day on the
@@ -154,8 +156,8 @@ func (q QuietHours) resolve(key string, over QuietHoursWindow) (QuietHoursRule, 
 	if r.Start == r.End || (r.Start == 0 && r.End == 24*time.Hour) {
 		return QuietHoursRule{}, fmt.Errorf("config: %s: start %s and end %s leave no quiet hours (to send at any hour, set enabled: false)", key, w.Start, w.End)
 	}
-	if r.Zone, err = time.LoadLocation(w.TimeZone); err != nil || w.TimeZone == "Local" {
-		return QuietHoursRule{}, fmt.Errorf("config: %s.time_zone: %q is not an IANA time zone (try Asia/Seoul)", key, w.TimeZone)
+	if r.Zone, err = validate.TimeZone(w.TimeZone); err != nil {
+		return QuietHoursRule{}, fmt.Errorf("config: %s.time_zone: %w", key, err)
 	}
 	if w.StopReleaseBefore != nil {
 		r.StopReleaseBefore = w.StopReleaseBefore.D()

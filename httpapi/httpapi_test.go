@@ -250,6 +250,12 @@ func TestProfiles(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})
 		wantProblem(t, b.do(t, http.MethodPut, "/v1/recipients/user-1/profile", "Bearer "+keyA, `{"time_zone":"Mars/Olympus"}`), http.StatusUnprocessableEntity)
+		// Go's name for the server's own zone: quiet hours would follow
+		// wherever herald runs.
+		if p := wantProblem(t, b.do(t, http.MethodPut, "/v1/recipients/user-1/profile", "Bearer "+keyA, `{"time_zone":"Local"}`),
+			http.StatusUnprocessableEntity); p.Param != "time_zone" || !strings.Contains(p.Detail, `"Local" is not an IANA time zone`) {
+			t.Fatalf("time_zone Local: %+v", p)
+		}
 	})
 
 	t.Run("UnknownFieldIs400", func(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/consent"
@@ -190,8 +189,8 @@ func checkLanguageAndZone(language, zone string) *problem.Problem {
 		}
 	}
 	if zone != "" {
-		if _, err := time.LoadLocation(zone); err != nil {
-			return &problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "unknown time zone", Param: "time_zone"}
+		if _, err := validate.TimeZone(zone); err != nil {
+			return &problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "time_zone: " + err.Error(), Param: "time_zone"}
 		}
 	}
 	return nil

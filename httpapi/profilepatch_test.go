@@ -67,6 +67,7 @@ func TestProfilePatchMergesAndKeepsTheRest(t *testing.T) {
 		`{"consent":{"sms":"no"}}`:               http.StatusBadRequest,
 		`{"language":5}`:                         http.StatusBadRequest,
 		`{"time_zone":"Mars/Olympus"}`:           http.StatusUnprocessableEntity,
+		`{"time_zone":"Local"}`:                  http.StatusUnprocessableEntity,
 		`{"phone":"0101"}`:                       http.StatusBadRequest,
 		`[]`:                                     http.StatusBadRequest,
 	} {

@@ -79,6 +79,7 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/validate"
 )
 
 // Config configures the rule.
@@ -195,7 +196,7 @@ func (r *Rule) zone(name string, w *Window) *time.Location {
 	if z, ok := r.zones.Load(name); ok {
 		return z.(*time.Location)
 	}
-	z, err := time.LoadLocation(name)
+	z, err := validate.TimeZone(name)
 	if err != nil {
 		return w.Zone
 	}

@@ -102,6 +102,7 @@ func TestRulings(t *testing.T) {
 		{"ProfileBeforeTenant", 15, 0, subject("ny", "Asia/Seoul", heraldtype.LaneMarketing), 0, 0},
 		// A zone that cannot be loaded is the tenant's.
 		{"UnreadableProfileZone", 15, 0, subject("ny", "Mars/Olympus", heraldtype.LaneMarketing), 6 * time.Hour, 6 * time.Hour},
+		{"ServerZoneInAProfile", 15, 0, subject("ny", "Local", heraldtype.LaneMarketing), 6 * time.Hour, 6 * time.Hour},
 		{"TenantWithoutQuietHours", 23, 0, subject("always", "", heraldtype.LaneMarketing), 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -120,7 +120,12 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any, max int64, emptyOK 
 		return raw // io.ReadAll's slice is never nil
 	}
 	if err := Body(raw, v); err != nil {
-		problem.New(w, http.StatusBadRequest, err.Error())
+		p := problem.Problem{Status: http.StatusBadRequest, Detail: err.Error()}
+		var f *FieldError
+		if errors.As(err, &f) {
+			p.Param = f.Field
+		}
+		problem.Write(w, p)
 		return nil
 	}
 	return raw
@@ -145,6 +150,12 @@ func Body(raw []byte, v any) error {
 	return nil
 }
 
+// FieldError is a body's value that does not decode as its field's kind:
+// the problem's param is Field.
+type FieldError struct{ Field, Why string }
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Why }
+
 // decodeError says what the decoder refused, decoding raw into v, in a
 // caller's words: the field and the kind of JSON value it takes, or the
 // time format, never Go's type names. Anything else (bad syntax, an
@@ -154,15 +165,15 @@ func decodeError(err error, raw []byte, v any) error {
 	switch {
 	case errors.As(err, &typ) && typ.Field != "":
 		if why := wholeNumber(typ); why != "" {
-			return fmt.Errorf("%s: %s", typ.Field, why)
+			return &FieldError{typ.Field, why}
 		}
-		return fmt.Errorf("%s: got %s where %s belongs", typ.Field, JSONValue(typ.Value), jsonKind(typ.Type))
+		return &FieldError{typ.Field, fmt.Sprintf("got %s where %s belongs", JSONValue(typ.Value), jsonKind(typ.Type))}
 	case errors.As(err, &typ):
 		return fmt.Errorf("the body must be %s, not %s", jsonKind(typ.Type), JSONValue(typ.Value))
 	}
 	if t := timeError(err); t != "" {
 		if f := timeField(raw, v); f != "" {
-			t = f + ": " + t
+			return &FieldError{f, t}
 		}
 		return errors.New(t)
 	}

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net/mail"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"golang.org/x/text/language"
@@ -113,6 +114,21 @@ func Language(tag string) error {
 		return errors.New("language must be a BCP 47 tag such as ko or en-US")
 	}
 	return nil
+}
+
+// TimeZone returns the IANA time zone named ("Asia/Seoul", "UTC"), or an
+// error for a name the time zone database does not hold, and for "" and
+// "Local", which time.LoadLocation takes as the zone of the machine herald
+// runs on: a recipient's quiet hours must not move with the server.
+func TimeZone(name string) (*time.Location, error) {
+	if name == "" || name == "Local" {
+		return nil, fmt.Errorf("%q is not an IANA time zone (such as Asia/Seoul)", name)
+	}
+	z, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not an IANA time zone (such as Asia/Seoul)", name)
+	}
+	return z, nil
 }
 
 // Address checks a profile's address for channel ch:

@@ -3,6 +3,8 @@ package validate_test
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -188,6 +190,16 @@ func TestBodyErrorsNameTheFieldAndTheValue(t *testing.T) {
 		}
 		if err != nil && (strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "2006")) {
 			t.Errorf("Body(%s) = %v: Go's words", raw, err)
+		}
+		// Over HTTP the field the detail names is the problem's param.
+		rec := httptest.NewRecorder()
+		validate.DecodeJSON(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(raw)), &b, 1<<16, false)
+		var p struct{ Detail, Param string }
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != http.StatusBadRequest || p.Detail != want {
+			t.Errorf("DecodeJSON(%s): %d %s", raw, rec.Code, rec.Body)
+		}
+		if field, _, named := strings.Cut(want, ": "); named && !strings.Contains(field, " ") && p.Param != field {
+			t.Errorf("DecodeJSON(%s): param %q, want %q", raw, p.Param, field)
 		}
 	}
 }
