@@ -116,6 +116,11 @@ func TestHostileInputIsRefusedAtTheEdge(t *testing.T) {
 		{"InvalidUTF8InADeviceToken", "PUT", "/v1/recipients/user-1/devices/%FF", `{"platform":"fcm"}`, 400},
 		{"InvalidUTF8InAnErasure", "DELETE", "/v1/recipients/%FF", "", 422},
 		{"InvalidUTF8InConsentHistory", "GET", "/v1/recipients/%FF/consent-history", "", 422},
+		// The mux would redirect these to their cleaned paths (another
+		// endpoint, and no problem+json).
+		{"EmptyIDInACancel", "POST", "/v1/notifications//cancel", "", 404},
+		{"DotDotInAPath", "GET", "/v1/notifications/../kinds", "", 404},
+		{"EscapedDotInAPath", "GET", "/v1/notifications/%2E", "", 404},
 	}
 	onEachStoreHostile(t, func(t *testing.T, b *bundle, watch *statementWatch) {
 		var before int

@@ -17,7 +17,8 @@ import (
 func FuzzEdge(f *testing.F) {
 	for _, s := range []string{"/v1/notifications/ntf_1", "/v1/notifications/%FF", "/v1/recipients/a%00b/profile",
 		"/v1/parked/%E2%82/requeue", "/v1/notifications?recipient=%FF", "/v1/recipients/" + strings.Repeat("r", 201) + "/profile",
-		"/v1/recipients/r/devices/a%2Fb", "/v1/me/feed?cursor=abc&limit=%0A"} {
+		"/v1/recipients/r/devices/a%2Fb", "/v1/me/feed?cursor=abc&limit=%0A", "/v1/notifications//cancel", "/v1/../healthz",
+		"/v1/notifications/%2E%2E/cancel"} {
 		f.Add(s)
 	}
 	reached := false
@@ -33,14 +34,19 @@ func FuzzEdge(f *testing.F) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)
 		if !reached {
-			if rec.Code != http.StatusBadRequest && rec.Code != http.StatusUnprocessableEntity || rec.Header().Get("Content-Type") != "application/problem+json" {
+			if rec.Code != http.StatusBadRequest && rec.Code != http.StatusUnprocessableEntity && rec.Code != http.StatusNotFound ||
+				rec.Header().Get("Content-Type") != "application/problem+json" {
 				t.Fatalf("%q refused with %d %s", target, rec.Code, rec.Header().Get("Content-Type"))
 			}
 			return
 		}
-		for _, seg := range strings.Split(u.Path, "/") {
+		segs := strings.Split(u.Path, "/")
+		for i, seg := range segs {
 			if !validate.Printable(seg) || len(seg) > validate.MaxSegment {
 				t.Fatalf("%q reached the handler with path segment %q", target, seg)
+			}
+			if seg == "." || seg == ".." || (seg == "" && i > 0 && i < len(segs)-1) {
+				t.Fatalf("%q reached the handler with a path the mux would redirect (segment %d %q)", target, i, seg)
 			}
 		}
 		if segs := strings.Split(u.EscapedPath(), "/"); len(segs) > 3 && segs[1] == "v1" && segs[2] == "recipients" {

@@ -45,6 +45,11 @@ func checkURL(u *url.URL) *problem.Problem {
 			return bad(status, param, "a path segment (%s) is longer than %d bytes", cmp.Or(param, "segment"), max)
 		case !Printable(s):
 			return bad(status, param, "the path (%s) must be printable UTF-8: no control characters, no NUL", cmp.Or(param, "segment"))
+		case s == "." || s == ".." || (s == "" && i > 0 && i < len(segs)-1):
+			// The mux would answer such a path with a redirect to its
+			// cleaned form (…//cancel to …/cancel): another endpoint, and
+			// no problem+json. An id left out is no endpoint.
+			return bad(http.StatusNotFound, param, "no such endpoint: the path has an empty, . or .. segment")
 		}
 	}
 	if len(u.RawQuery) > MaxQuery {
