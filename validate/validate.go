@@ -12,12 +12,14 @@
 //     segment at most MaxSegment bytes: otherwise 400 naming the route's
 //     wildcard (token, id, message_id). The recipient of
 //     /v1/recipients/{recipient}/… is a field like intake's: 1..MaxRecipient
-//     bytes of printable UTF-8, else 422 naming "recipient".
+//     bytes of printable UTF-8, else 422 naming "recipient". A path with an
+//     empty segment inside it, or a . or .. segment, is 404: the mux would
+//     redirect it to its cleaned form, another endpoint.
 //   - DecodeJSON (every JSON-body route) and JSON (intake, which keeps the
 //     raw body): the body must be UTF-8 with no \u0000 and no lone
 //     surrogate escape (400), at most its route's size (413), one JSON
 //     value with nothing after it but white space (400).
-//   - Text, ID, Language, Address: the fields a handler stores.
+//   - Text, ID, Language, Address, TimeZone: the fields a handler stores.
 //
 // docs/hardening.md lists every limit for users.
 package validate
