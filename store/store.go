@@ -640,6 +640,13 @@ type Expired struct {
 	DeliveryEnded bool
 }
 
+// StaleSweepOwner is the owner of the attempt the stale sweep logs for
+// each claim it turns UNKNOWN: a call that may have gone out (a crash
+// between the claim and the result leaves no other trace), logged class
+// unknown, reason STALE_CLAIM, from the claim to the sweep. A sender's own
+// late result for that attempt finds it logged and adds nothing.
+const StaleSweepOwner = "stale-sweep"
+
 // StaleClaim is a SENDING claim that the stale sweep turned UNKNOWN.
 type StaleClaim struct {
 	MessageID string

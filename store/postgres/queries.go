@@ -928,14 +928,22 @@ u AS (
 )` + qFallbackMove + `SELECT (SELECT count(*) FROM u), ` + qFallbackReleased + `, (SELECT unwritten FROM lz)`
 
 	// qDeliverySweepStale returns each claim it turned with its channel
-	// and its notification's lane (the labels the sweep counts it under).
+	// and its notification's lane (the labels the sweep counts it under),
+	// and logs the claim's attempt as store.StaleSweepOwner ('stale-sweep').
 	// An UNKNOWN ends a fallback chain: qFallbackMove skips its rest.
 	//
 	// $1 now, $2 age.
 	qDeliverySweepStale = `WITH u AS (
     UPDATE deliveries d SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = coalesce($1::timestamptz, clock_timestamp())
     WHERE d.state = 'SENDING' AND d.claimed_at < (SELECT coalesce($1::timestamptz, clock_timestamp())) - $2::interval
-    RETURNING d.message_id, d.tenant, d.notification_id, d.channel, d.state, d.reason
+    RETURNING d.message_id, d.tenant, d.notification_id, d.channel, d.state, d.reason, d.attempts, d.claimed_at, d.updated_at
+),
+sa AS (
+    INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
+    SELECT u.message_id, u.attempts, 'stale-sweep', u.claimed_at, u.updated_at, 'unknown', 'STALE_CLAIM',
+           floor(extract(epoch FROM u.updated_at - u.claimed_at) * 1000)::bigint
+    FROM u
+    ON CONFLICT (message_id, attempt) DO NOTHING
 )` + qFallbackMove + `SELECT u.message_id, u.tenant, coalesce((SELECT n.lane FROM notifications n WHERE n.id = u.notification_id), ''), u.channel FROM u`
 )
 

@@ -248,17 +248,29 @@ func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration)
 			return err
 		}
 		defer rows.Close()
+		type claim struct {
+			attempt int
+			at      int64
+		}
+		var claims []claim
 		for rows.Next() {
 			var c store.StaleClaim
 			var lane, ch string
-			if err := rows.Scan(&c.MessageID, &c.Tenant, &lane, &ch); err != nil {
+			var cl claim
+			if err := rows.Scan(&c.MessageID, &c.Tenant, &lane, &ch, &cl.attempt, &cl.at); err != nil {
 				return err
 			}
 			c.Lane, c.Channel = heraldtype.Lane(lane), heraldtype.Channel(ch)
-			stale = append(stale, c)
+			stale, claims = append(stale, c), append(claims, cl)
 		}
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return err
+		}
+		for i, c := range stale {
+			if _, err := tx.Exec(qAttemptInsert, c.MessageID, claims[i].attempt, store.StaleSweepOwner, claims[i].at, now,
+				"unknown", heraldtype.ReasonStaleClaim, now-claims[i].at); err != nil {
+				return fmt.Errorf("log the attempt of %s: %w", c.MessageID, err)
+			}
 		}
 		return fallbackStale(tx, now, stale)
 	})

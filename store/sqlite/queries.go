@@ -297,10 +297,13 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, reason = excluded.reason, next_attempt_at = NULL, updated_at = excluded.updated_at
 WHERE deliveries.state = 'RETRY_WAIT' OR (deliveries.state = 'PARKED' AND excluded.state <> 'PARKED')`
 	// qDeliverySweepStale returns each claim it turned with its channel
-	// and its notification's lane (the labels the sweep counts it under).
+	// and its notification's lane (the labels the sweep counts it under),
+	// its attempt and when it was claimed (the attempt the sweep logs,
+	// store.StaleSweepOwner).
 	qDeliverySweepStale = `UPDATE deliveries SET state = 'UNKNOWN', reason = 'STALE_CLAIM', claimed_by = NULL, updated_at = ?
 WHERE state = 'SENDING' AND claimed_at < ?
-RETURNING message_id, tenant, coalesce((SELECT n.lane FROM notifications n WHERE n.id = deliveries.notification_id), ''), channel`
+RETURNING message_id, tenant, coalesce((SELECT n.lane FROM notifications n WHERE n.id = deliveries.notification_id), ''), channel,
+          attempts, claimed_at`
 )
 
 // Profiles.

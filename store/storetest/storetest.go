@@ -1032,6 +1032,14 @@ func testDeliveries(t *testing.T, h Harness) {
 		if record(t, b, "old", 1, heraldtype.DeliveryProviderAccepted, 0) {
 			t.Fatal("late record overwrote UNKNOWN")
 		}
+		// The claim's attempt is logged, whatever became of its call: the
+		// one trace a crash between the claim and the result leaves.
+		log, err := b.s.AttemptList(b.ctx, []string{"old", "young"})
+		claimed := b.clk.Now().Add(-10*time.Minute - time.Second)
+		if err != nil || len(log) != 1 || log[0].MessageID != "old" || log[0].Attempt != 1 || log[0].Class != "unknown" ||
+			log[0].Reason != heraldtype.ReasonStaleClaim || !log[0].StartedAt.Equal(claimed) || log[0].Duration != 10*time.Minute+time.Second {
+			t.Fatalf("attempt log %+v (%v); want old's attempt 1, unknown STALE_CLAIM, from its claim at %s to the sweep", log, err, claimed)
+		}
 	})
 	t.Run("GetMissingIsNotFound", func(t *testing.T) {
 		t.Parallel()

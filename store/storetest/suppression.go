@@ -79,7 +79,7 @@ func owning(t *testing.T, b bundle, chs []heraldtype.Channel, state func(heraldt
 }
 
 // moveTo writes planned send d of notification id into state as the
-// sender (and a receipt, for DELIVERED) would.
+// sender (and its provider's report, for DELIVERED) would.
 func moveTo(t *testing.T, b bundle, id string, d store.DeliveryView, state heraldtype.DeliveryState) {
 	t.Helper()
 	switch state {
@@ -104,8 +104,12 @@ func moveTo(t *testing.T, b bundle, id string, d store.DeliveryView, state heral
 	if state != heraldtype.DeliverySending && !record(t, b, d.MessageID, 1, recorded, time.Minute) {
 		t.Fatalf("record %s for %s", recorded, d.MessageID)
 	}
-	if state == heraldtype.DeliveryDelivered && receipt(t, b, d.MessageID).Result != store.ReceiptDelivered {
-		t.Fatalf("receipt for %s did not settle it", d.MessageID)
+	if state == heraldtype.DeliveryDelivered {
+		out, err := b.s.DeliveryReport(b.ctx, store.ReportParams{Provider: "p", MessageID: d.MessageID,
+			From: []heraldtype.DeliveryState{heraldtype.DeliveryProviderAccepted}, To: heraldtype.DeliveryDelivered, Reason: "REPORT"})
+		if err != nil || !out.Moved {
+			t.Fatalf("the provider's report for %s did not settle it: %+v, %v", d.MessageID, out, err)
+		}
 	}
 }
 
