@@ -1,6 +1,7 @@
 // Package devices serves a recipient's push devices over HTTP (API key):
 //
 //	PUT    /v1/recipients/{recipient}/devices/{token}  {"platform": "fcm" | "apns" | "web"}
+//	       (an apns token must be hex: apns.WellFormedToken, else 422)
 //	       → 201 (new) or 200 (known) {"device_id", "platform", "active"}
 //	DELETE /v1/recipients/{recipient}/devices/{token}  → 204, 404 when unknown
 //	GET    /v1/recipients/{recipient}/devices          → 200 {"devices": [...]}
@@ -30,6 +31,7 @@ import (
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/provider/apns"
 	"github.com/heraldhq/herald/seal"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/validate"
@@ -80,6 +82,13 @@ func (h *Handler) Put(w http.ResponseWriter, r *http.Request) {
 	if !platform.Valid() {
 		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity,
 			Detail: fmt.Sprintf("platform must be %s, %s or %s", store.PlatformFCM, store.PlatformAPNs, store.PlatformWeb), Param: "platform"})
+		return
+	}
+	if platform == store.PlatformAPNs && !apns.WellFormedToken(token) {
+		// The adapter would refuse it at the first push and deactivate
+		// the device: say so while the app that sent it is listening.
+		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Param: "token",
+			Detail: "an APNs device token is hexadecimal, at most 200 digits: the app's device token as hex, not base64 or an FCM token"})
 		return
 	}
 	d := store.Device{Tenant: tenant, Recipient: recipient, DeviceID: store.DeviceID(tenant, recipient, token),

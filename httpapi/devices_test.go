@@ -110,6 +110,10 @@ func TestDevices(t *testing.T) {
 			"TokenTooLong":      {devicePath(strings.Repeat("t", devices.MaxTokenLen+1)), `{"platform":"fcm"}`, http.StatusBadRequest, "token"},
 			"TokenNotPrintable": {devicePath("tok\x01en"), `{"platform":"fcm"}`, http.StatusBadRequest, "token"},
 			"TokenNotUTF8":      {"/v1/recipients/r1/devices/tok%FFen", `{"platform":"fcm"}`, http.StatusBadRequest, "token"},
+			// APNs' tokens are hex: another would be refused at the first
+			// push and its device deactivated.
+			"APNsTokenNotHex":  {devicePath("fcm-like:APA91b"), `{"platform":"apns"}`, http.StatusUnprocessableEntity, "token"},
+			"APNsTokenTooLong": {devicePath(strings.Repeat("a", 201)), `{"platform":"apns"}`, http.StatusUnprocessableEntity, "token"},
 		} {
 			p := wantProblem(t, b.do(t, http.MethodPut, c.path, authA, c.body), c.status)
 			if p.Param != c.param {
@@ -118,7 +122,7 @@ func TestDevices(t *testing.T) {
 		}
 		// The longest token is fine.
 		long := strings.Repeat("t", devices.MaxTokenLen)
-		if r := b.do(t, http.MethodPut, devicePath(long), authA, `{"platform":"apns"}`); r.status != http.StatusCreated {
+		if r := b.do(t, http.MethodPut, devicePath(long), authA, `{"platform":"fcm"}`); r.status != http.StatusCreated {
 			t.Fatalf("a token of %d bytes: %d %s", devices.MaxTokenLen, r.status, r.body)
 		}
 		if list := listDevices(t, b, authA); len(list) != 1 {
@@ -139,7 +143,7 @@ func TestDevices(t *testing.T) {
 	t.Run("ListMasksTokensAndShowsDeactivation", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})
-		const live, dead = "live-token-ABCD1234", "dead-token-WXYZ9876"
+		const live, dead = "live-token-ABCD1234", "0dead0beef0c0ffee9876"
 		b.do(t, http.MethodPut, devicePath(live), authA, `{"platform":"fcm"}`)
 		b.do(t, http.MethodPut, devicePath(dead), authA, `{"platform":"apns"}`)
 		b.do(t, http.MethodPut, devicePath("short"), authA, `{"platform":"web"}`)

@@ -350,7 +350,7 @@ func (a *APNs) Send(ctx context.Context, m provider.Message) provider.Outcome {
 	if m.Address == "" {
 		return provider.PermanentOutcome("MISSING_DEVICE_TOKEN")
 	}
-	if !isHex(m.Address) {
+	if !WellFormedToken(m.Address) {
 		return provider.DeadDestinationOutcome("APNS_MALFORMED_DEVICE_TOKEN")
 	}
 	body, err := json.Marshal(payload{APS: aps{Alert: alert{Title: m.Title, Body: m.Body}}, MessageID: m.MessageID})
@@ -443,10 +443,10 @@ func (a *APNs) collapse(kind string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// isHex reports whether s has a device token's shape: hex digits, at most
+// WellFormedToken reports whether s has a device token's shape: hex digits, at most
 // 200 of them (APNs issues 32-byte tokens today and reserves the right to
 // lengthen them; 100 bytes leaves room).
-func isHex(s string) bool {
+func WellFormedToken(s string) bool {
 	if len(s) > 200 {
 		return false
 	}
