@@ -11,8 +11,10 @@
 // is handled (accepted); 401 for a missing, stale or wrong signature (not
 // sent: herald retries later with a fresh timestamp, so a receiver whose
 // secret is being fixed loses nothing); 400 for a body that is no
-// notification (a permanent failure); 500 if handling failed (unknown:
-// herald does not resend it).
+// notification (a permanent failure); 429 with Retry-After if handling
+// failed with nothing done (ErrNotProcessed: herald tries again later);
+// 500 if handling failed and whether it took effect is not known (herald
+// records UNKNOWN and does not resend it). docs/consumer.md has the rules.
 package main
 
 import (
@@ -80,6 +82,12 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	return nil
 }
 
+// ErrNotProcessed is what a handler returns when it did nothing (its
+// database unreachable before the transaction began, or the transaction
+// rolled back): herald may send the notification again. Any other error
+// means the outcome is not known.
+var ErrNotProcessed = errors.New("not processed")
+
 // Notification is the JSON body herald posts.
 type Notification struct {
 	MessageID string `json:"message_id"`
@@ -95,7 +103,8 @@ type Notification struct {
 // sends one message id once by its own choice, but a request can be
 // replayed by a third party within the tolerance, and herald retries a
 // 401/403/429 answer, so record the id in the same transaction as the
-// effect and skip an id you have seen.
+// effect and skip an id you have seen (package consumer does both on
+// PostgreSQL: docs/consumer.md).
 func logNotification(log *slog.Logger) func(context.Context, Notification) error {
 	return func(ctx context.Context, n Notification) error {
 		log.InfoContext(ctx, "webhook-receiver: notification",
@@ -128,7 +137,14 @@ func Handler(keys [][]byte, now func() time.Time, handle func(context.Context, N
 			http.Error(w, "not a notification", http.StatusBadRequest)
 			return
 		}
-		if err := handle(r.Context(), n); err != nil {
+		switch err := handle(r.Context(), n); {
+		case errors.Is(err, ErrNotProcessed):
+			// A short wait: with a rate_limit on herald's provider, a
+			// Retry-After pauses every send to this receiver that long.
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, "not processed: send it again", http.StatusTooManyRequests)
+			return
+		case err != nil:
 			http.Error(w, "handling failed", http.StatusInternalServerError)
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -293,6 +294,27 @@ func TestHandlerAnswers(t *testing.T) {
 	h.Set("webhook-signature", webhook.Sign(keys(t, newSecret), h.Get("webhook-id"), signedAt, []byte("[]")))
 	if got := post(h, "[]"); got != http.StatusBadRequest {
 		t.Errorf("signed non-notification: %d, want 400", got)
+	}
+	// A handler that did nothing asks for the notification again (429,
+	// which herald retries); one that cannot say what it did answers 500
+	// (herald's UNKNOWN, never resent by itself).
+	for handleErr, want := range map[error]int{
+		fmt.Errorf("database unreachable: %w", ErrNotProcessed): http.StatusTooManyRequests,
+		errors.New("commit outcome unknown"):                    http.StatusInternalServerError,
+	} {
+		failing := httptest.NewServer(Handler(keys(t, newSecret), func() time.Time { return signedAt.Add(42 * time.Second) },
+			func(context.Context, Notification) error { return handleErr }))
+		r, _ := http.NewRequest(http.MethodPost, failing.URL, strings.NewReader(string(req.body)))
+		r.Header = req.header.Clone()
+		resp, err := http.DefaultClient.Do(r)
+		failing.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == http.StatusTooManyRequests) != (resp.Header.Get("Retry-After") != "") {
+			t.Errorf("handler error %q: %d (Retry-After %q), want %d", handleErr, resp.StatusCode, resp.Header.Get("Retry-After"), want)
+		}
 	}
 }
 
