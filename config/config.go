@@ -1182,7 +1182,9 @@ func (c *Config) validateProviders() error {
 		case "webhook":
 			u, err := url.Parse(p.URL)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return fmt.Errorf("config: %s.url: %q is not an http(s) URL", key, p.URL)
+				// The value is not quoted: a webhook URL may carry a
+				// secret (a password, a token in its path or query).
+				return fmt.Errorf("config: %s.url: not an http(s) URL with a host (the value is not shown: a webhook URL may hold a secret)", key)
 			}
 		case "sim":
 			f := p.Faults

@@ -301,6 +301,11 @@ func TestLoadRefusesBadValues(t *testing.T) {
 			want: []string{"providers[0].url"},
 		},
 		{
+			name: "WebhookURLNotHTTP",
+			text: edit(t, "    url: http://127.0.0.1:9999/hook\n", "    url: ftp://user:S3CRETPW@exa mple.com/hook?token=T0KEN\n"),
+			want: []string{"providers[0].url", "not an http(s) URL", "the value is not shown"},
+		},
+		{
 			name: "ProviderTypeUnknown",
 			text: edit(t, "    type: sim", "    type: carrier-pigeon"),
 			want: []string{"providers[1].type", `"carrier-pigeon"`},
@@ -355,6 +360,11 @@ func TestLoadRefusesBadValues(t *testing.T) {
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			for _, secret := range []string{"S3CRETPW", "T0KEN"} {
+				if strings.Contains(err.Error(), secret) {
+					t.Errorf("error %q shows a secret of the file", err)
 				}
 			}
 		})
