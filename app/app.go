@@ -154,6 +154,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if a.seal == nil && cfg.Environment == config.EnvProduction {
 		a.logger.LogAttrs(ctx, slog.LevelWarn, "app: no personal_data keys: addresses, device tokens and params are stored as plain text")
 	}
+	for _, w := range cfg.ProductionWarnings() {
+		a.logger.LogAttrs(ctx, slog.LevelWarn, "app: "+w)
+	}
 	if err := a.buildProviders(cfg, opts); err != nil {
 		return nil, err
 	}
@@ -186,6 +189,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 			Slow: cfg.Retry.Slow, SlowDelay: cfg.Retry.SlowDelay.D(),
 		},
 		Owner: a.owner, Logger: a.logger, Alerts: a.alerts, Metrics: a.metrics, Hooks: opts.Hooks,
+		RecordTimeout: RecordTimeout(cfg),
 	})
 	a.parked = Parked(cfg, parked.Counted(a.store, a.metrics, a.logger), a.logger)
 	keys := map[string]string{}
@@ -633,4 +637,18 @@ func (a *App) newClaimers() map[heraldtype.Lane]*dispatch.Claimer {
 		})
 	}
 	return lanes
+}
+
+// RecordTimeout is how long a sender keeps trying to write a provider's
+// answer before it gives up (RECORD_FAILED): half of stale_claim_after,
+// at least 30 s. The answer is in the sender's memory alone, and the
+// claim stays SENDING until the stale sweep makes it UNKNOWN at
+// stale_claim_after; a database failover of a minute or two must not turn
+// answers herald holds into UNKNOWNs a person settles (an SRE's walk cut
+// the database for 40 s: 50 accepted sends ended UNKNOWN at the old 30 s).
+// Half leaves the provider call its timeout and the write its last tries
+// before the sweep. A send's slot stays taken meanwhile, which costs
+// nothing while the database is away.
+func RecordTimeout(cfg *config.Config) time.Duration {
+	return max(30*time.Second, cfg.StaleClaimAfter.D()/2)
 }

@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,4 +220,28 @@ func checkProvider(key string, p *Provider) error {
 		}
 	}
 	return nil
+}
+
+// ProductionWarnings are what a production config allows but a reader of
+// its start-up log should hear about: a webhook provider that signs
+// nothing (its receiver cannot tell herald's requests from anyone's), or
+// that posts over plain http to a host that is not this machine. Nil
+// outside production.
+func (c *Config) ProductionWarnings() []string {
+	if c.Environment != EnvProduction {
+		return nil
+	}
+	var out []string
+	for i, p := range c.Providers {
+		if p.Type != "webhook" {
+			continue
+		}
+		if p.Secret == "" && len(p.Secrets) == 0 {
+			out = append(out, fmt.Sprintf("providers[%d] (%s): a webhook provider with no secret sends unsigned requests, which its receiver cannot tell from anyone's", i, p.Name))
+		}
+		if u, err := url.Parse(p.URL); err == nil && u.Scheme == "http" && !Loopback(net.JoinHostPort(u.Hostname(), "0")) {
+			out = append(out, fmt.Sprintf("providers[%d] (%s): a webhook provider posts over plain http, readable on the way", i, p.Name))
+		}
+	}
+	return out
 }
