@@ -130,3 +130,31 @@ func mapValues(m map[string]string) []string {
 	}
 	return v
 }
+
+// A production webhook provider that signs nothing or posts over plain
+// http to another host is named at start; outside production, and for a
+// signed https or loopback receiver, nothing is.
+func TestProductionWarnings(t *testing.T) {
+	hook := func(name, url, secret string) config.Provider {
+		p := config.Provider{Name: name, Type: "webhook", Channel: "webhook", URL: url}
+		p.Secret = secret
+		return p
+	}
+	const whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	c := &config.Config{Environment: config.EnvProduction, Providers: []config.Provider{
+		hook("signed", "https://hooks.example.com/h", whsec),
+		hook("unsigned", "https://hooks.example.com/h", ""),
+		hook("plain", "http://hooks.example.com/h", whsec),
+		hook("local", "http://127.0.0.1:9000/h", whsec),
+		{Name: "sim", Type: "sim", Channel: "sms"},
+	}}
+	got := c.ProductionWarnings()
+	if len(got) != 2 || !strings.Contains(got[0], "providers[1] (unsigned)") || !strings.Contains(got[0], "unsigned requests") ||
+		!strings.Contains(got[1], "providers[2] (plain)") || !strings.Contains(got[1], "plain http") {
+		t.Fatalf("warnings %q", got)
+	}
+	c.Environment = config.EnvStaging
+	if got := c.ProductionWarnings(); got != nil {
+		t.Fatalf("staging: %q", got)
+	}
+}
