@@ -168,7 +168,7 @@ func migrateWith(ctx context.Context, conn *pgx.Conn, limits migrateLimits) (int
 			continue
 		}
 		if err := applyPatiently(ctx, conn, key, m, limits); err != nil {
-			return 0, err
+			return 0, notOwner(err, applied, list[len(list)-1].version)
 		}
 	}
 	var v int
@@ -404,4 +404,21 @@ func checkSchema(ctx context.Context, conn *pgx.Conn) (int, error) {
 		return 0, fmt.Errorf("schema %q is at version %d, this herald needs %d: %w", schema, v, want, ErrNotMigrated)
 	}
 	return v, nil
+}
+
+// notOwner explains a migration the database refused for want of
+// privilege (42501): a runtime role without the right to change the
+// schema, started on a schema behind this herald. A plain "permission
+// denied for schema public" sent operators looking for the wrong fault.
+func notOwner(err error, applied map[int]bool, want int) error {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || pg.Code != "42501" {
+		return err
+	}
+	at := 0
+	for v := range applied {
+		at = max(at, v)
+	}
+	return fmt.Errorf("the schema is at version %d and this herald needs %d, and this database role may not change it: "+
+		"run `herald migrate` as the schema's owner first (docs/postgresql.md, \"A role for running, a role for migrating\"): %w", at, want, err)
 }
