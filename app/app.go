@@ -101,6 +101,7 @@ type App struct {
 	listener net.Listener
 	owner    string
 	draining atomic.Bool
+	stopping atomic.Bool // SIGTERM came: /readyz says so through shutdown_delay
 	alerts   alert.Sink
 	// coalesce is alerts when herald logs them itself (no Options.Alerts).
 	coalesce *alert.Coalesce
@@ -477,6 +478,17 @@ func (a *App) Run(ctx context.Context) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
+		if d := a.cfg.ShutdownDelay.D(); d > 0 {
+			// Not ready, still serving: a load balancer polling /readyz
+			// takes this process out before its listener closes.
+			a.stopping.Store(true)
+			a.logger.Info("herald: stopping; /readyz answers 503 until the drain begins", slog.Duration("shutdown_delay", d))
+			select {
+			case <-time.After(d):
+			case err := <-serveErr:
+				runErr = fmt.Errorf("http server: %w", err)
+			}
+		}
 	case err := <-serveErr:
 		runErr = fmt.Errorf("http server: %w", err)
 	}

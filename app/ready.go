@@ -48,7 +48,7 @@ const storePingTimeout = 2 * time.Second
 
 // Ready runs every readiness check and reports whether all pass.
 func (a *App) Ready(ctx context.Context) ([]Check, bool) {
-	if a.draining.Load() {
+	if a.draining.Load() || a.stopping.Load() {
 		return []Check{{Name: "shutdown", Status: "failing", Reason: "herald is shutting down"}}, false
 	}
 	checks := []Check{a.storeCheck(ctx)}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // newApp builds an app on testConfig(t, "", edit) and serves its handler;
@@ -143,4 +144,39 @@ func TestReadyz(t *testing.T) {
 			t.Errorf("healthz = %d with the store closed, want 200", resp.StatusCode)
 		}
 	})
+}
+
+// With shutdown_delay, SIGTERM first makes /readyz answer 503 (shutdown)
+// while herald goes on serving, so a load balancer polling it stops
+// sending before the listener closes; the drain begins after the delay.
+func TestShutdownDelayServesWhileNotReady(t *testing.T) {
+	t.Parallel()
+	const delay = time.Second
+	a, base := newHerald(t, testConfig(t, "", func(c *config.Config) { c.ShutdownDelay = config.Duration(delay) }), app.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	testenv.WaitFor(t, "herald ready", testenv.Patience, func() bool { return readyz(t, base).code == http.StatusOK })
+	began := time.Now()
+	cancel()
+	testenv.WaitFor(t, "readyz saying shutdown", testenv.Patience, func() bool {
+		r := readyz(t, base)
+		return r.code == http.StatusServiceUnavailable && r.Detail == "not ready: shutdown"
+	})
+	if code, body := call(t, base, http.MethodPost, "/v1/notifications", config.DevAPIKey,
+		`{"recipient":"r1","event_id":"e1","kind":"payment.approved","params":{"amount":1,"merchant":"m"}}`); code != http.StatusAccepted {
+		t.Fatalf("a notification during the delay: %d %s, want 202", code, body)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * testenv.Patience):
+		t.Fatal("Run still running after the delay")
+	}
+	if took := time.Since(began); took < delay {
+		t.Fatalf("Run ended %s after the stop, before the %s delay", took, delay)
+	}
 }

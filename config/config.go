@@ -108,6 +108,11 @@ type Config struct {
 	DispatchMaxAttempts int `yaml:"dispatch_max_attempts"`
 	// ShutdownTimeout bounds the drain on SIGTERM. Defaults to 25 seconds.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// ShutdownDelay is how long herald goes on serving after SIGTERM, with
+	// /readyz answering 503 (shutdown), before the drain closes the
+	// listener: the time a load balancer takes to see it and send no more.
+	// Defaults to 0 (the listener closes at once); at most 1 minute.
+	ShutdownDelay Duration `yaml:"shutdown_delay"`
 	// ReconcileInterval is how often the leader runs a reconciliation
 	// (package reconcile): it runs one when the newest kept report, from
 	// the leader or from `herald reconcile`, is this old. Defaults to 1 hour.
@@ -1044,6 +1049,9 @@ func (c *Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("config: transport: %q is not db or rabbitmq", c.Transport)
+	}
+	if c.ShutdownDelay < 0 || c.ShutdownDelay.D() > time.Minute {
+		return fmt.Errorf("config: shutdown_delay: must be 0..1m, got %s", c.ShutdownDelay.D())
 	}
 	if err := positive([]setting{
 		{"stale_claim_after", c.StaleClaimAfter}, {"lease", c.Lease}, {"poll_interval", c.PollInterval},

@@ -331,6 +331,11 @@ func TestLoadRefusesBadValues(t *testing.T) {
 			want: []string{"operator_keys[1]", "duplicate"},
 		},
 		{
+			name: "ShutdownDelayOverAMinute",
+			text: base + "shutdown_delay: 2m\n",
+			want: []string{"shutdown_delay", "0..1m", "2m0s"},
+		},
+		{
 			name: "ReconcileIntervalNegative",
 			text: base + "reconcile_interval: -1h\n",
 			want: []string{"reconcile_interval", "positive"},
