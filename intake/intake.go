@@ -27,6 +27,7 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/ids"
+	"github.com/heraldhq/herald/internal/lograte"
 	"github.com/heraldhq/herald/limits"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/problem"
@@ -62,6 +63,10 @@ type Handler struct {
 	// relay when that has a place free (package dispatch, "Rows handed
 	// over at intake"). Nil: every row waits in the outbox for a claim.
 	Handoff dispatch.Lanes
+
+	// unavailable passes one "store unavailable" line a second: each
+	// request of an outage answers 503 and needs no line of its own.
+	unavailable lograte.Limiter
 }
 
 // Request is the body of POST /v1/notifications.
@@ -170,7 +175,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		undo()
 	}
 	if err != nil {
-		h.Logger.LogAttrs(r.Context(), slog.LevelError, "intake: store unavailable", slog.String("tenant", tenant), slog.Any("error", err))
+		if ok, held := h.unavailable.Allow(time.Now()); ok {
+			h.Logger.LogAttrs(r.Context(), slog.LevelError, "intake: store unavailable", slog.String("tenant", tenant),
+				slog.Int("more_since_last_line", held), slog.Any("error", err))
+		}
 		w.Header().Set("Retry-After", "1")
 		fail(http.StatusServiceUnavailable, "the store is unavailable; retry with the same Idempotency-Key", "")
 		return

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -49,6 +50,12 @@ type bundle struct {
 // sends: the app is never Run, so every delivery stays as intake left it.
 func setup(t testing.TB) *bundle {
 	t.Helper()
+	return setupLogging(t, t.Output())
+}
+
+// setupLogging is setup with the app's log written to log.
+func setupLogging(t testing.TB, log io.Writer) *bundle {
+	t.Helper()
 	dbPath := filepath.Join(t.TempDir(), "herald.db")
 	cfg := config.Dev()
 	cfg.Database = "sqlite:" + dbPath
@@ -59,7 +66,7 @@ func setup(t testing.TB) *bundle {
 	}
 	clk := clock.NewFake(now)
 	a, err := app.New(context.Background(), cfg, app.Options{
-		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Logger: slog.New(slog.NewTextHandler(log, nil)),
 		Clock:  clk,
 	})
 	if err != nil {
@@ -778,6 +785,42 @@ func TestIdempotencyKeyIsRememberedForItsTTL(t *testing.T) {
 		t.Errorf("the key's new answer: id %s, want %s", got, newID)
 	}
 	wantProblem(t, b.post(t, keyA, "k-1", payment), http.StatusConflict)
+}
+
+// An outage answers every request 503, and the log says so once a second
+// with a count, not once a request.
+func TestStoreUnavailableIsOneLogLineASecond(t *testing.T) {
+	t.Parallel()
+	var log syncBuffer
+	b := setupLogging(t, &log)
+	if err := b.app.Store().Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		wantProblem(t, b.post(t, keyA, fmt.Sprintf("k-%d", i), payment), http.StatusServiceUnavailable)
+	}
+	if n := strings.Count(log.String(), "intake: store unavailable"); n < 1 || n > 2 {
+		t.Fatalf("20 requests of an outage logged %d lines:\n%s", n, log.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger that handlers write from
+// their own goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestStoreUnavailable(t *testing.T) {

@@ -959,8 +959,15 @@ func (s *Sender) recordWithRetry(ctx context.Context, p store.DeliveryRecordPara
 		if left <= 0 {
 			return store.RecordResult{}, err
 		}
-		s.Logger.LogAttrs(ctx, slog.LevelWarn, "sender: record failed, retrying",
-			slog.String("message_id", p.MessageID), slog.Any("error", err))
+		// The first failure is a warning; the tries after it (every 2 s
+		// for up to RecordTimeout, minutes) are debug lines, or a database
+		// outage would write one line a send every two seconds.
+		level := slog.LevelWarn
+		if wait > 50*time.Millisecond {
+			level = slog.LevelDebug
+		}
+		s.Logger.LogAttrs(ctx, level, "sender: record failed, retrying",
+			slog.String("message_id", p.MessageID), slog.Duration("for_at_most", left), slog.Any("error", err))
 		if !s.RetryClock.Sleep(ctx, min(wait, left)) {
 			return store.RecordResult{}, err
 		}
