@@ -127,6 +127,15 @@ type Config struct {
 	// operator's; no key may be both. Defaults to none: the operator's
 	// routes then refuse every request.
 	OperatorKeys []string `yaml:"operator_keys"`
+	// OperatorKeysFile is a file (relative to the config file's
+	// directory) of more operator keys, kept out of this file: one per
+	// line, or separated by white space. Load adds them to OperatorKeys.
+	// Defaults to none.
+	OperatorKeysFile string `yaml:"operator_keys_file"`
+	// OperatorKeysEnv is an environment variable holding more operator
+	// keys, separated by white space. Load adds them to OperatorKeys.
+	// Defaults to none.
+	OperatorKeysEnv string `yaml:"operator_keys_env"`
 	// Inbox configures the recipient inbox's retention and live streams
 	// (config/inbox.go). Defaults are listed per field.
 	Inbox Inbox `yaml:"inbox"`

@@ -506,6 +506,49 @@ func TestLoadFillsDefaults(t *testing.T) {
 	})
 }
 
+// Operator keys may come from a file beside the config and from the
+// environment, added to those the file lists, and checked as they are: a
+// named file or variable with no key, or a key that is also an API key,
+// stops the start.
+func TestOperatorKeysFromAFileAndTheEnvironment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ops.keys"), []byte("ops-file-1\n  ops-file-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "empty.keys"), []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	load := func(extra string, vars map[string]string) (*config.Config, error) {
+		path := filepath.Join(dir, "herald.yaml")
+		if err := os.WriteFile(path, []byte(base+extra), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return config.Load(path, env(vars))
+	}
+	c, err := load("operator_keys: [ops-1]\noperator_keys_file: ops.keys\noperator_keys_env: OPS\n", map[string]string{"OPS": "ops-env-1 ops-env-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.OperatorKeys, ","); got != "ops-1,ops-file-1,ops-file-2,ops-env-1,ops-env-2" {
+		t.Fatalf("operator keys %s", got)
+	}
+	for _, bad := range []struct {
+		extra string
+		vars  map[string]string
+		want  string
+	}{
+		{"operator_keys_file: empty.keys\n", nil, "operator_keys_file: the file holds no key"},
+		{"operator_keys_file: missing.keys\n", nil, "operator_keys_file:"},
+		{"operator_keys_env: OPS\n", nil, "operator_keys_env: OPS is not set or empty"},
+		{"operator_keys_env: OPS\n", map[string]string{"OPS": "k1"}, "also an API key"},
+	} {
+		if _, err := load(bad.extra, bad.vars); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: %v, want an error with %q", bad.extra, err, bad.want)
+		}
+	}
+}
+
 func TestLoadDev(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load("", noEnv)

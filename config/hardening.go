@@ -146,6 +146,9 @@ func (c *Config) readHardening(dir string, getenv func(string) string) error {
 		getenv = os.Getenv
 	}
 	c.devAllowRemote = getenv(EnvDevAllowRemote) == "1"
+	if err := c.readOperatorKeys(dir, getenv); err != nil {
+		return err
+	}
 	m := &c.Metrics
 	switch {
 	case m.TokenFile != "" && m.TokenEnv != "":
@@ -225,4 +228,34 @@ func RedactURL(database string) string {
 	}
 	u.RawQuery = strings.Join(pairs, "&")
 	return u.Redacted()
+}
+
+// readOperatorKeys adds the keys in operator_keys_file and
+// operator_keys_env to OperatorKeys. A file or variable named but empty
+// is an error: a deployment that meant to give keys would otherwise start
+// with none and refuse its operator.
+func (c *Config) readOperatorKeys(dir string, getenv func(string) string) error {
+	if c.OperatorKeysFile != "" {
+		path := c.OperatorKeysFile
+		if !filepath.IsAbs(path) && dir != "" {
+			path = filepath.Join(dir, path)
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("config: operator_keys_file: %w", err)
+		}
+		keys := strings.Fields(string(raw))
+		if len(keys) == 0 {
+			return errors.New("config: operator_keys_file: the file holds no key")
+		}
+		c.OperatorKeys = append(c.OperatorKeys, keys...)
+	}
+	if c.OperatorKeysEnv != "" {
+		keys := strings.Fields(getenv(c.OperatorKeysEnv))
+		if len(keys) == 0 {
+			return fmt.Errorf("config: operator_keys_env: %s is not set or empty", c.OperatorKeysEnv)
+		}
+		c.OperatorKeys = append(c.OperatorKeys, keys...)
+	}
+	return nil
 }
