@@ -55,12 +55,19 @@ const (
 	// raised once per such stretch by the leader's runner, which goes on
 	// retrying. Reason is "<campaign id>:<FAILING|BUSY>".
 	CampaignStalled = "CAMPAIGN_STALLED"
+	// FallbackUnsent: a delivery report or a status look-up turned a send
+	// of a fallback chain into a definite failure after the chain had
+	// skipped its later steps on that send's first word (PROVIDER_ACCEPTED,
+	// UNKNOWN): every send of the chain has now failed and herald sends no
+	// other channel by itself, so the recipient was told nothing. Raised by
+	// package settle, once per such report; Reason is the report's.
+	FallbackUnsent = "FALLBACK_UNSENT"
 )
 
 // Kinds is every alert kind herald raises, for the metrics that count them
 // from the start.
 var Kinds = []string{UnknownOutcome, StaleClaim, OutboxExpired, OutboxFailed, DispatchSlow, RecordFailed, RetryExhausted, Parked, Redriven,
-	Unaccounted, UnknownUnsettled, CampaignStalled}
+	Unaccounted, UnknownUnsettled, CampaignStalled, FallbackUnsent}
 
 // Sink receives alerts.
 type Sink interface {

@@ -239,7 +239,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		},
 		Lookup: &lookup.Handler{Store: a.store, Logger: a.logger},
 		Callbacks: &settle.CallbackHandler{
-			Store: a.store, Receivers: a.receivers, Metrics: a.metrics, Logger: a.logger,
+			Store: a.store, Receivers: a.receivers, Metrics: a.metrics, Logger: a.logger, Alerts: a.alerts,
 		},
 		Parked:  a.parked,
 		Store:   a.store,

@@ -195,7 +195,7 @@ func (a *App) wireSimReports() {
 				if ctx.Err() != nil {
 					return
 				}
-				_, err := settle.Apply(ctx, a.store, a.metrics, name, metrics.ReportCallback, r)
+				_, err := settle.Apply(ctx, a.store, a.metrics, a.alerts, name, metrics.ReportCallback, r)
 				if !errors.Is(err, settle.ErrNotYet) {
 					if err != nil && ctx.Err() == nil {
 						a.logger.LogAttrs(ctx, slog.LevelWarn, "sim: delivery report not applied",

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testdb"
@@ -197,6 +198,74 @@ func TestSimulatorReportsAndLookups(t *testing.T) {
 			}
 			if n := a.Sim("sim-webhook").CallCount(webhookEntry(t, base, id, "DELIVERED").MessageID); n != 1 {
 				t.Fatalf("%d calls, want 1: a look-up never sends again", n)
+			}
+		})
+	}
+}
+
+// A chain that skipped its later steps on its first send's acceptance,
+// whose send a delivery report then says failed, has told the recipient
+// nothing: herald does not send the next channel by itself, and says so
+// with FALLBACK_UNSENT. A delivered report, and a failed report of a send
+// off a chain, raise nothing.
+func TestAFailedReportOnAChainThatSkippedRaisesFallbackUnsent(t *testing.T) {
+	for _, driver := range testdb.Drivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig(t, driverDatabase(t, driver), func(c *config.Config) {
+				for i := range c.Kinds {
+					if c.Kinds[i].Name == "payment.approved" {
+						c.Kinds[i].Policy = "first" // webhook, then push
+					}
+				}
+			})
+			rec := &alert.Recorder{}
+			a, base := newHerald(t, cfg, app.Options{Providers: map[string]provider.Provider{"sim-webhook": dlrProvider{}}, Alerts: rec})
+			runHerald(t, a)
+			report := func(mid, status string) {
+				t.Helper()
+				if code, detail := postCallback(t, base, "sim-webhook", "good", `{"message_id":"`+mid+`","status":"`+status+`"}`); code != http.StatusNoContent {
+					t.Fatalf("report %s: %d %s", status, code, detail)
+				}
+			}
+			unsent := func() (n int) {
+				for _, al := range rec.Alerts() {
+					if al.Kind == alert.FallbackUnsent {
+						n++
+					}
+				}
+				return n
+			}
+
+			delivered := notifyPayment(t, base, "e-delivered")
+			report(webhookEntry(t, base, delivered, "PROVIDER_ACCEPTED").MessageID, "delivered")
+			webhookEntry(t, base, delivered, "DELIVERED")
+
+			failed := notifyPayment(t, base, "e-failed")
+			mid := webhookEntry(t, base, failed, "PROVIDER_ACCEPTED").MessageID
+			if push := waitEntry(t, base, config.DevAPIKey, failed, "push", "SKIPPED"); push.Fallback == nil || push.Fallback.After != "PROVIDER_ACCEPTED" {
+				t.Fatalf("push before the report: %+v, want skipped after PROVIDER_ACCEPTED", push)
+			}
+			if n := unsent(); n != 0 {
+				t.Fatalf("%d FALLBACK_UNSENT before any failed report", n)
+			}
+			report(mid, "failed")
+			if got := webhookEntry(t, base, failed, "PERMANENT_FAILURE"); got.Reason != "TEST_FAILED" {
+				t.Fatalf("after the failed report: %+v", got)
+			}
+			var got []alert.Alert
+			for _, al := range rec.Alerts() {
+				if al.Kind == alert.FallbackUnsent {
+					got = append(got, al)
+				}
+			}
+			if len(got) != 1 || got[0].MessageID != mid || got[0].Tenant != "dev" || got[0].Reason != "TEST_FAILED" {
+				t.Fatalf("FALLBACK_UNSENT alerts %+v, want one for %s", got, mid)
+			}
+			waitEntry(t, base, config.DevAPIKey, failed, "push", "SKIPPED") // not moved
+			report(mid, "failed")                                           // repeated: moves nothing, raises nothing
+			if n := unsent(); n != 1 {
+				t.Fatalf("%d FALLBACK_UNSENT after a repeated report, want 1", n)
 			}
 		})
 	}

@@ -154,6 +154,26 @@ func (s Send) end() (ended, definite bool, cause string) {
 	return false, false, ""
 }
 
+// LeftUnsent reports whether a chain has ended with nothing sent: every
+// send of it has ended in a definite failure, and some were skipped
+// (SKIPPED, never sent). A chain skips its later steps when a send ends in
+// anything but a definite failure; a later word that turns that end into
+// one (a delivery report, a status look-up) leaves the chain so, and
+// nothing in herald moves it again (package settle alerts it).
+func LeftUnsent(sends []Send) bool {
+	skipped := false
+	for _, s := range sends {
+		if s.Delivery == "" && s.Outbox == heraldtype.OutboxSkipped {
+			skipped = true
+			continue
+		}
+		if ended, definite, _ := s.end(); !ended || !definite {
+			return false
+		}
+	}
+	return skipped
+}
+
 // Verdict is what Decide says to do with a chain's WAITING rows.
 type Verdict int
 

@@ -78,3 +78,35 @@ func TestDecide(t *testing.T) {
 		}
 	}
 }
+
+// LeftUnsent: every send ended in a definite failure and some step was
+// skipped; anything that reached the recipient, might have (UNKNOWN), or
+// is still under way, and a chain with nothing skipped, is not.
+func TestLeftUnsent(t *testing.T) {
+	failed := func(step int) fallback.Send {
+		return fallback.Send{Step: step, Outbox: heraldtype.OutboxDone, Delivery: heraldtype.DeliveryPermanentFailure}
+	}
+	skipped := func(step int) fallback.Send { return fallback.Send{Step: step, Outbox: heraldtype.OutboxSkipped} }
+	with := func(step int, state heraldtype.DeliveryState, reason string) fallback.Send {
+		return fallback.Send{Step: step, Outbox: heraldtype.OutboxDone, Delivery: state, Reason: reason}
+	}
+	for name, c := range map[string]struct {
+		sends []fallback.Send
+		want  bool
+	}{
+		"FailedLateAfterSkipping":  {[]fallback.Send{failed(1), skipped(2), skipped(3)}, true},
+		"TwoDevicesBothFailedLate": {[]fallback.Send{failed(1), failed(1), skipped(2)}, true},
+		"OneDeviceStillAccepted":   {[]fallback.Send{failed(1), with(1, heraldtype.DeliveryProviderAccepted, ""), skipped(2)}, false},
+		"StillUnknown":             {[]fallback.Send{with(1, heraldtype.DeliveryUnknown, "TIMEOUT"), skipped(2)}, false},
+		"ASecondStepDelivered":     {[]fallback.Send{failed(1), with(2, heraldtype.DeliveryDelivered, ""), skipped(3)}, false},
+		"EveryStepTriedAndFailed":  {[]fallback.Send{failed(1), failed(2)}, false},
+		"CancelledNotFailed":       {[]fallback.Send{failed(1), with(2, heraldtype.DeliverySuppressed, heraldtype.ReasonCancelled), skipped(3)}, false},
+		"NoAddressCountsAsFailed":  {[]fallback.Send{with(1, heraldtype.DeliverySuppressed, heraldtype.ReasonDestinationUnavailable), failed(2), skipped(3)}, true},
+		"AStepStillWaiting":        {[]fallback.Send{failed(1), {Step: 2, Outbox: heraldtype.OutboxWaiting}}, false},
+		"NoSends":                  {nil, false},
+	} {
+		if got := fallback.LeftUnsent(c.sends); got != c.want {
+			t.Errorf("%s: %v, want %v", name, got, c.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/provider"
@@ -43,6 +44,8 @@ type CallbackHandler struct {
 	Receivers map[string]provider.CallbackReceiver
 	Metrics   *metrics.Metrics
 	Logger    *slog.Logger
+	// Alerts receives FALLBACK_UNSENT (Apply); nil raises none.
+	Alerts alert.Sink
 }
 
 func (h *CallbackHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +77,7 @@ func (h *CallbackHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	notYet := false
 	for _, rep := range reports {
-		_, err := Apply(r.Context(), h.Store, h.Metrics, name, metrics.ReportCallback, rep)
+		_, err := Apply(r.Context(), h.Store, h.Metrics, h.Alerts, name, metrics.ReportCallback, rep)
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrNotYet):

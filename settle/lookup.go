@@ -169,7 +169,7 @@ func (l *Looker) roundOf(ctx context.Context, name string, rep *RoundReport) {
 			continue
 		}
 		r.MessageID = u.MessageID // the look-up was about this message, whatever the answer echoes
-		out, err := Apply(ctx, l.cfg.Store, l.cfg.Metrics, name, metrics.ReportLookup, r)
+		out, err := Apply(ctx, l.cfg.Store, l.cfg.Metrics, l.cfg.Alerts, name, metrics.ReportLookup, r)
 		switch {
 		case err != nil && !errors.Is(err, ErrNotYet):
 			rep.Failed[name]++

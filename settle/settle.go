@@ -11,6 +11,11 @@
 //	pending     UNKNOWN                        PROVIDER_ACCEPTED   the report's: the call went out after all
 //	not_found   UNKNOWN                        UNKNOWN             LOOKUP_NOT_FOUND: left for a person
 //
+// A failed report never moves a fallback chain on: the chain was decided
+// on the send's first word. When it leaves a chain that skipped its later
+// channels with every send failed (fallback.LeftUnsent), Apply raises
+// FALLBACK_UNSENT, so a person hears the recipient was told nothing.
+//
 // Anything else changes nothing: a report never moves a delivery back
 // (a late "sent" after "delivered"), never ends a send that is still in
 // flight or waiting (SENDING, RETRY_WAIT: the sender owns those), and never
@@ -65,7 +70,10 @@ package settle
 import (
 	"context"
 	"errors"
+	"strings"
 
+	"github.com/heraldhq/herald/alert"
+	"github.com/heraldhq/herald/fallback"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/provider"
@@ -76,6 +84,9 @@ import (
 type Store interface {
 	DeliveryReport(ctx context.Context, p store.ReportParams) (store.ReportOutcome, error)
 	DeliveryUnknownPage(ctx context.Context, p store.UnknownPageParams) ([]store.UnknownDelivery, error)
+	// NotificationGet reads a failed send's notification, to see its
+	// fallback chain (chainUnsent).
+	NotificationGet(ctx context.Context, tenant, id string) (store.NotificationView, error)
 }
 
 // Reasons written when a report carries none.
@@ -127,8 +138,10 @@ func Move(providerName string, r provider.Report) (store.ReportParams, bool) {
 // Apply applies r, which providerName sent (source: metrics.ReportCallback
 // or metrics.ReportLookup), to its delivery. A report that names no
 // message, or a message that is not the provider's, is store.ErrNotFound;
-// one that finds the send in flight is ErrNotYet.
-func Apply(ctx context.Context, st Store, m *metrics.Metrics, providerName, source string, r provider.Report) (store.ReportOutcome, error) {
+// one that finds the send in flight is ErrNotYet. A failure report that
+// leaves its notification's fallback chain with nothing sent raises
+// FALLBACK_UNSENT to alerts (nil: none).
+func Apply(ctx context.Context, st Store, m *metrics.Metrics, alerts alert.Sink, providerName, source string, r provider.Report) (store.ReportOutcome, error) {
 	p, ok := Move(providerName, r)
 	if !ok {
 		return store.ReportOutcome{}, errors.New("settle: a report with no result")
@@ -144,5 +157,46 @@ func Apply(ctx context.Context, st Store, m *metrics.Metrics, providerName, sour
 	if !out.Moved && out.From == heraldtype.DeliverySending {
 		return out, ErrNotYet
 	}
+	if out.Moved && p.To == heraldtype.DeliveryPermanentFailure {
+		// The move is made; a failed read only costs the alert, which the
+		// report's own metric and the read API still show.
+		if unsent, err := chainUnsent(ctx, st, out.Tenant, p.MessageID); err == nil && unsent {
+			m.Alert(alert.FallbackUnsent)
+			if alerts != nil {
+				alerts.Alert(ctx, alert.Alert{Kind: alert.FallbackUnsent, MessageID: p.MessageID, Tenant: out.Tenant, Reason: p.Reason})
+			}
+		}
+	}
 	return out, nil
+}
+
+// chainUnsent reports whether the send messageID, just failed by a
+// report, is on a fallback chain that has now ended with nothing sent
+// (fallback.LeftUnsent): the chain skipped its later steps on the send's
+// first word, and herald moves no chain again. Off a chain: false. The
+// notification is the message id's part before its first dot (herald's
+// ids have none), and only the send with that exact message id counts.
+func chainUnsent(ctx context.Context, st Store, tenant, messageID string) (bool, error) {
+	nid, _, ok := strings.Cut(messageID, ".")
+	if !ok {
+		return false, nil
+	}
+	v, err := st.NotificationGet(ctx, tenant, nid)
+	if err != nil {
+		return false, err
+	}
+	var sends []fallback.Send
+	onChain := false
+	for _, dv := range v.Deliveries {
+		if dv.Fallback == nil {
+			continue
+		}
+		s := fallback.Send{Step: dv.Fallback.Step, Outbox: dv.OutboxState}
+		if dv.Delivery != nil {
+			s.Delivery, s.Reason = dv.Delivery.State, dv.Delivery.Reason
+		}
+		sends = append(sends, s)
+		onChain = onChain || dv.MessageID == messageID
+	}
+	return onChain && fallback.LeftUnsent(sends), nil
 }

@@ -102,13 +102,13 @@ func TestApplyWalksTheTable(t *testing.T) {
 				t.Run(fmt.Sprintf("%s_on_%s", r.result, r.from), func(t *testing.T) {
 					mid := sent(t, st, "x", r.from)
 					if r.from == DEL {
-						if _, err := settle.Apply(context.Background(), st, nil, "x", "callback",
+						if _, err := settle.Apply(context.Background(), st, nil, nil, "x", "callback",
 							provider.Report{MessageID: mid, Result: provider.ReportDelivered, Reason: "FIRST"}); err != nil {
 							t.Fatal(err)
 						}
 					}
 					_, beforeReason := stateOf(t, st, mid)
-					_, err := settle.Apply(context.Background(), st, nil, "x", "callback",
+					_, err := settle.Apply(context.Background(), st, nil, nil, "x", "callback",
 						provider.Report{MessageID: mid, Result: r.result, Reason: "X_DELIVERED"})
 					if !errors.Is(err, r.err) {
 						t.Fatalf("Apply: %v, want %v", err, r.err)
@@ -125,7 +125,7 @@ func TestApplyWalksTheTable(t *testing.T) {
 			}
 			t.Run("AnotherProvidersMessage", func(t *testing.T) {
 				mid := sent(t, st, "x", PA)
-				if _, err := settle.Apply(context.Background(), st, nil, "y", "callback",
+				if _, err := settle.Apply(context.Background(), st, nil, nil, "y", "callback",
 					provider.Report{MessageID: mid, Result: provider.ReportDelivered}); !errors.Is(err, store.ErrNotFound) {
 					t.Fatalf("Apply by another provider: %v, want ErrNotFound", err)
 				}
@@ -135,7 +135,7 @@ func TestApplyWalksTheTable(t *testing.T) {
 			})
 			t.Run("NoReasonGivenWritesTheDefault", func(t *testing.T) {
 				mid := sent(t, st, "x", PA)
-				if _, err := settle.Apply(context.Background(), st, nil, "x", "callback",
+				if _, err := settle.Apply(context.Background(), st, nil, nil, "x", "callback",
 					provider.Report{MessageID: mid, Result: provider.ReportFailed}); err != nil {
 					t.Fatal(err)
 				}
@@ -303,7 +303,7 @@ func TestAPersonsWordAndAReportWithNoProvider(t *testing.T) {
 			st := testdb.Open(t, driver, nil).Store
 			ctx := context.Background()
 			mid := sent(t, st, "twilio", heraldtype.DeliveryUnknown)
-			if _, err := settle.Apply(ctx, st, nil, "", "callback", provider.Report{MessageID: mid, Result: provider.ReportFailed}); err == nil {
+			if _, err := settle.Apply(ctx, st, nil, nil, "", "callback", provider.Report{MessageID: mid, Result: provider.ReportFailed}); err == nil {
 				t.Fatal("Apply with no provider: no error")
 			}
 			if _, err := st.DeliveryReport(ctx, store.ReportParams{MessageID: mid, From: []heraldtype.DeliveryState{heraldtype.DeliveryUnknown},
