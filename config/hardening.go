@@ -154,11 +154,7 @@ func (c *Config) readHardening(dir string, getenv func(string) string) error {
 	case m.TokenFile != "" && m.TokenEnv != "":
 		return errors.New("config: metrics: at most one of token_file and token_env")
 	case m.TokenFile != "":
-		path := m.TokenFile
-		if !filepath.IsAbs(path) && dir != "" {
-			path = filepath.Join(dir, path)
-		}
-		raw, err := os.ReadFile(path)
+		raw, err := readBeside(dir, m.TokenFile)
 		if err != nil {
 			return fmt.Errorf("config: metrics.token_file: %w", err)
 		}
@@ -236,11 +232,7 @@ func RedactURL(database string) string {
 // with none and refuse its operator.
 func (c *Config) readOperatorKeys(dir string, getenv func(string) string) error {
 	if c.OperatorKeysFile != "" {
-		path := c.OperatorKeysFile
-		if !filepath.IsAbs(path) && dir != "" {
-			path = filepath.Join(dir, path)
-		}
-		raw, err := os.ReadFile(path)
+		raw, err := readBeside(dir, c.OperatorKeysFile)
 		if err != nil {
 			return fmt.Errorf("config: operator_keys_file: %w", err)
 		}
@@ -258,4 +250,13 @@ func (c *Config) readOperatorKeys(dir string, getenv func(string) string) error 
 		c.OperatorKeys = append(c.OperatorKeys, keys...)
 	}
 	return nil
+}
+
+// readBeside reads the file at path, relative to dir (the config file's
+// directory; "" for the working directory) unless absolute.
+func readBeside(dir, path string) ([]byte, error) {
+	if !filepath.IsAbs(path) && dir != "" {
+		path = filepath.Join(dir, path)
+	}
+	return os.ReadFile(path)
 }

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -130,11 +129,7 @@ func readSecret(key string, k RecipientKey, dir string, getenv func(string) stri
 	secret := k.Secret
 	switch {
 	case k.SecretFile != "":
-		path := k.SecretFile
-		if !filepath.IsAbs(path) && dir != "" {
-			path = filepath.Join(dir, path)
-		}
-		raw, err := os.ReadFile(path)
+		raw, err := readBeside(dir, k.SecretFile)
 		if err != nil {
 			// The path is the operator's own; the error of ReadFile
 			// holds no secret.

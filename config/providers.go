@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -132,11 +131,7 @@ func (p *Provider) readSecret(entry, key string, s Secret, dir string, getenv fu
 	case s.File != "" && s.Env != "":
 		return fmt.Errorf("config: %s.%s: give file or env, not both", entry, key)
 	case s.File != "":
-		path := s.File
-		if !filepath.IsAbs(path) {
-			path = filepath.Join(dir, path)
-		}
-		b, err := os.ReadFile(path)
+		b, err := readBeside(dir, s.File)
 		if err != nil {
 			return fmt.Errorf("config: %s.%s.file: %w", entry, key, err)
 		}

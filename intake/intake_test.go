@@ -24,6 +24,7 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/intake"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // The two tenants of every test app.
@@ -791,7 +792,7 @@ func TestIdempotencyKeyIsRememberedForItsTTL(t *testing.T) {
 // with a count, not once a request.
 func TestStoreUnavailableIsOneLogLineASecond(t *testing.T) {
 	t.Parallel()
-	var log syncBuffer
+	var log testenv.Buffer
 	b := setupLogging(t, &log)
 	if err := b.app.Store().Close(); err != nil {
 		t.Fatal(err)
@@ -802,25 +803,6 @@ func TestStoreUnavailableIsOneLogLineASecond(t *testing.T) {
 	if n := strings.Count(log.String(), "intake: store unavailable"); n < 1 || n > 2 {
 		t.Fatalf("20 requests of an outage logged %d lines:\n%s", n, log.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger that handlers write from
-// their own goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestStoreUnavailable(t *testing.T) {
