@@ -142,7 +142,7 @@ func (c *Canceller) Cancel(ctx context.Context, tenant, id string) (Result, erro
 		// exists or the row is waiting, so never over a claim or a result.
 		ok, err := c.Store.DeliveryDecide(ctx, store.DeliveryDecideParams{
 			MessageID: dv.MessageID, NotificationID: v.ID, Tenant: v.Tenant, Channel: dv.Channel,
-			State: heraldtype.DeliverySuppressed, Reason: ReasonCancelled,
+			State: heraldtype.DeliverySuppressed, Reason: ReasonCancelled, Lane: v.Lane,
 		})
 		if err != nil {
 			return Result{}, fmt.Errorf("cancel %s: %w", dv.MessageID, err)

@@ -816,7 +816,7 @@ func (s *Sender) decide(ctx context.Context, job heraldtype.Job, dec decision) R
 	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
 		ok, err = s.Store.DeliveryDecide(ctx, store.DeliveryDecideParams{
 			MessageID: job.MessageID, NotificationID: job.NotificationID, Tenant: job.Tenant,
-			Channel: job.Channel, State: dec.state, Reason: dec.reason,
+			Channel: job.Channel, State: dec.state, Reason: dec.reason, Lane: job.Lane,
 		})
 		return err
 	})
@@ -874,7 +874,7 @@ func (s *Sender) record(ctx context.Context, job heraldtype.Job, attempt int, ou
 	params := store.DeliveryRecordParams{
 		MessageID: job.MessageID, Attempt: attempt, State: res.State, Reason: res.Reason, RetryDelay: res.Delay,
 		ProviderRef: out.ProviderRef, Owner: s.Owner, Class: out.Class.String(), StartedAt: started, Duration: took, Outbox: job.Outbox,
-		OffChain: job.OffChain,
+		OffChain: job.OffChain, Lane: job.Lane,
 	}
 	rec, err := s.recordWithRetry(ctx, params)
 	if err != nil {

@@ -726,6 +726,8 @@ type DeliveryRecordParams struct {
 	// fallback chain (heraldtype.Job.OffChain): the write moves no chain
 	// and need not look for one. False when not known.
 	OffChain bool
+	// Lane is the notification's, when known (DeliveryDecideParams.Lane).
+	Lane heraldtype.Lane
 
 	// Outbox, when set, is the claimed outbox row the job came from. The
 	// same write then settles it, fenced, if the result itself was
@@ -757,6 +759,10 @@ type DeliveryDecideParams struct {
 	Channel        heraldtype.Channel
 	State          heraldtype.DeliveryState // SUPPRESSED or PARKED
 	Reason         string
+	// Lane is the notification's, when known: PostgreSQL runs a marketing
+	// lane's writes after the rest of their pipeline batch, so a
+	// campaign's lock waits never hold another lane's statements.
+	Lane heraldtype.Lane
 }
 
 // DecodeProfile turns a stored profile document into a Profile. Every

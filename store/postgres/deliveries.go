@@ -238,7 +238,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 	}
 	var recorded, settled int64
 	var wake *string // a fallback step it released (fallback.go)
-	if err := s.pipe.QueryRowMerged(ctx, m, &recordArgs{now: args[0], p: p}, q, args...).Scan(&recorded, &settled, &wake); err != nil {
+	if err := laterRow(s.pipe.QueryRowMerged(ctx, m, &recordArgs{now: args[0], p: p}, q, args...), p.Lane).Scan(&recorded, &settled, &wake); err != nil {
 		return store.RecordResult{}, s.fail(fmt.Sprintf("record delivery %s", p.MessageID), err)
 	}
 	if lazy && recorded == 1 && settled == 0 {
@@ -261,7 +261,7 @@ func (s *Store) DeliveryDecide(ctx context.Context, p store.DeliveryDecideParams
 	var wake *string // a fallback step it released (fallback.go)
 	for try := 0; ; try++ {
 		var unwritten bool
-		err := s.pipe.QueryRow(ctx, qDeliveryDecide, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason).
+		err := laterRow(s.pipe.QueryRow(ctx, qDeliveryDecide, s.now(), p.MessageID, p.NotificationID, p.Tenant, string(p.Channel), string(p.State), p.Reason), p.Lane).
 			Scan(&written, &wake, &unwritten)
 		if err != nil {
 			return false, s.fail(fmt.Sprintf("decide delivery %s", p.MessageID), err)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -58,7 +59,8 @@ import (
 // result writes are marked later: in a batch with other statements they
 // run after those committed, in a transaction of their own (splitLater),
 // so a send's delivery claim, which its slot waits for, never waits for
-// them.
+// them. So do the marketing lane's result and decision writes on either
+// transport (laterRow): a campaign's can wait on a lock for a second.
 type pipeline struct {
 	pool     *pgxpool.Pool
 	ops      chan *pipeOp
@@ -89,6 +91,9 @@ type pipeOp struct {
 	// batch that name it; in is this op's input for it.
 	merge *merge
 	in    any
+	// later, as a merge's later: run after the batch's other statements
+	// committed (a campaign's writes, laterRow).
+	later bool
 	dest  []any             // QueryRow: where to scan
 	tag   pgconn.CommandTag // Exec: the command tag
 	err   error
@@ -127,10 +132,27 @@ type pipeRow struct {
 	args  []any
 	merge *merge
 	in    any
+	later bool
 }
 
 func (r *pipeRow) Scan(dest ...any) error {
-	return r.p.do(&pipeOp{ctx: r.ctx, sql: r.sql, args: r.args, dest: dest, merge: r.merge, in: r.in})
+	return r.p.do(&pipeOp{ctx: r.ctx, sql: r.sql, args: r.args, dest: dest, merge: r.merge, in: r.in, later: r.later})
+}
+
+// laterRow marks row, one of the pipeline's, to run after its batch's other
+// statements committed when lane is marketing. A campaign's delivery
+// writes lock their outbox rows still PUBLISHING (migration 36's triggers)
+// and can meet the relay's mark of those rows in a cycle; PostgreSQL ends
+// it after deadlock_timeout (a second), and every statement of the batch
+// waited for it: a marketing campaign held a payment's delivery claim,
+// and so its provider call, for up to a second (a shop's walk on
+// RabbitMQ). Run after the others, such a wait holds only marketing's own
+// writes.
+func laterRow(row pgx.Row, lane heraldtype.Lane) pgx.Row {
+	if r, ok := row.(*pipeRow); ok && lane == heraldtype.LaneMarketing {
+		r.later = true
+	}
+	return row
 }
 
 // merge runs several single-row statements of one kind as one statement.
@@ -303,7 +325,7 @@ func (p *pipeline) run(batch []*pipeOp) {
 // one batch's statements is as correct as another: they come from callers
 // that are each waiting, so none depends on another's write.
 func splitLater(batch []*pipeOp) (first, later []*pipeOp) {
-	isLater := func(op *pipeOp) bool { return op.merge != nil && op.merge.later }
+	isLater := func(op *pipeOp) bool { return op.later || (op.merge != nil && op.merge.later) }
 	n := 0
 	for _, op := range batch {
 		if isLater(op) {

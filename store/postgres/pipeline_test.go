@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/store/storetest"
 )
@@ -259,6 +260,50 @@ func TestPipelineLaterStatementsCommitAfterTheOthers(t *testing.T) {
 	}
 	if xids[0] != xids[1] || xids[2] != xids[3] || xids[2] <= xids[0] {
 		t.Fatalf("transactions %v: want the first two in one, the later two in one after it", xids)
+	}
+}
+
+// A marketing write that waits on a lock (a campaign's delivery write
+// meeting the relay's mark of its outbox row) holds no other lane's
+// statement of its batch: laterRow runs it after the others committed.
+func TestPipelineAMarketingWriteWaitingOnALockHoldsNoOtherStatement(t *testing.T) {
+	t.Parallel()
+	p, pool, queued, release := heldPipeline(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO kv VALUES ('locked', 'v')`); err != nil {
+		t.Fatal(err)
+	}
+	locker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(ctx)
+	if _, err := locker.Exec(ctx, `SELECT 1 FROM kv WHERE k = 'locked' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	other, marketing := make(chan error, 1), make(chan error, 1)
+	queue(t, queued, 2, func(i int) {
+		var x int64
+		if i == 0 {
+			other <- p.QueryRow(ctx, `INSERT INTO kv VALUES ('payment', 'v') RETURNING txid_current()`).Scan(&x)
+			return
+		}
+		marketing <- laterRow(p.QueryRow(ctx, `UPDATE kv SET v = 'x' WHERE k = 'locked' RETURNING txid_current()`), heraldtype.LaneMarketing).Scan(&x)
+	})
+	release()
+	if err := storetest.Receive(t, other, "the other lane's statement returned while the marketing write waited"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-marketing:
+		t.Fatalf("the marketing write returned (%v) while the row was locked", err)
+	default:
+	}
+	if err := locker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := storetest.Receive(t, marketing, "the marketing write returned once the lock was gone"); err != nil {
+		t.Fatal(err)
 	}
 }
 
