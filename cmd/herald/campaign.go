@@ -278,6 +278,16 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if st.State != "DONE" {
 		return fmt.Errorf("the campaign ended %s", st.State)
 	}
+	if waiting := st.Enqueued - (st.Sent + st.Suppressed + st.Failed + st.Unknown); waiting > 0 {
+		// DONE is the fan-out's end, not the sends'; counts are of sends,
+		// so with several a recipient this is a floor.
+		verb := "have"
+		if waiting == 1 {
+			verb = "has"
+		}
+		fmt.Fprintf(stderr, "herald: note: at least %s %s not ended yet (held by quiet hours, retrying or parked); "+
+			"GET /v1/campaigns/%s shows the counts as they end\n", plural(int(waiting), "send"), verb, created.ID)
+	}
 	return nil
 }
 
