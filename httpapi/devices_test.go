@@ -105,7 +105,7 @@ func TestDevices(t *testing.T) {
 		}{
 			"UnknownPlatform":   {devicePath("tok"), `{"platform":"sms"}`, http.StatusUnprocessableEntity, "platform"},
 			"NoPlatform":        {devicePath("tok"), `{}`, http.StatusUnprocessableEntity, "platform"},
-			"UnknownField":      {devicePath("tok"), `{"platform":"fcm","x":1}`, http.StatusBadRequest, ""},
+			"UnknownField":      {devicePath("tok"), `{"platform":"fcm","x":1}`, http.StatusBadRequest, "x"},
 			"NotJSON":           {devicePath("tok"), `fcm`, http.StatusBadRequest, ""},
 			"TokenTooLong":      {devicePath(strings.Repeat("t", devices.MaxTokenLen+1)), `{"platform":"fcm"}`, http.StatusBadRequest, "token"},
 			"TokenNotPrintable": {devicePath("tok\x01en"), `{"platform":"fcm"}`, http.StatusBadRequest, "token"},

@@ -126,9 +126,9 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any, max int64, emptyOK 
 	}
 	if err := Body(raw, v); err != nil {
 		p := problem.Problem{Status: http.StatusBadRequest, Detail: err.Error()}
-		var f *FieldError
+		var f interface{ Param() string }
 		if errors.As(err, &f) {
-			p.Param = f.Field
+			p.Param = f.Param()
 		}
 		problem.Write(w, p)
 		return nil
@@ -161,6 +161,18 @@ type FieldError struct{ Field, Why string }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Why }
 
+// Param is the field, the problem's param.
+func (e *FieldError) Param() string { return e.Field }
+
+// unknownField is the decoder's refusal of a field the request does not
+// have, in its own words, with that field as the problem's param.
+type unknownField struct {
+	error
+	field string
+}
+
+func (e unknownField) Param() string { return e.field }
+
 // decodeError says what the decoder refused, decoding raw into v, in a
 // caller's words: the field and the kind of JSON value it takes, or the
 // time format, never Go's type names. Anything else (bad syntax, an
@@ -182,7 +194,13 @@ func decodeError(err error, raw []byte, v any) error {
 		}
 		return errors.New(t)
 	}
-	return fmt.Errorf("the body is not valid JSON for this request: %s", strings.TrimPrefix(err.Error(), "json: "))
+	msg := fmt.Errorf("the body is not valid JSON for this request: %s", strings.TrimPrefix(err.Error(), "json: "))
+	if rest, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+		if field, ok := strings.CutSuffix(rest, `"`); ok {
+			return unknownField{msg, field}
+		}
+	}
+	return msg
 }
 
 // ValueError says, in decodeError's words, that a part of a body decoded

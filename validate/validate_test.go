@@ -201,5 +201,8 @@ func TestBodyErrorsNameTheFieldAndTheValue(t *testing.T) {
 		if field, _, named := strings.Cut(want, ": "); named && !strings.Contains(field, " ") && p.Param != field {
 			t.Errorf("DecodeJSON(%s): param %q, want %q", raw, p.Param, field)
 		}
+		if strings.Contains(want, `unknown field "x"`) && p.Param != "x" {
+			t.Errorf("DecodeJSON(%s): param %q, want the unknown field x", raw, p.Param)
+		}
 	}
 }
