@@ -73,13 +73,11 @@ func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog
 			case errors.Is(err, ErrBusy):
 				// Load, not a fault: no log line a request, which a flood
 				// of checks would turn into a flood of lines.
-				w.Header().Set("Retry-After", "1")
-				problem.New(w, http.StatusServiceUnavailable, "too many API keys are being checked at once: retry")
+				problem.Unavailable(w, "too many API keys are being checked at once: retry")
 				return
 			case err != nil:
 				logger.LogAttrs(r.Context(), slog.LevelError, "apikeys: verifying a key failed", slog.Any("error", err))
-				w.Header().Set("Retry-After", "1")
-				problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
+				problem.Unavailable(w, "the store is unavailable")
 				return
 			}
 			if !p.Has(scope) {

@@ -143,6 +143,12 @@ type failures struct {
 	n     int
 }
 
+// over reports whether f's window has ended at now (or the clock went
+// back past its start).
+func (f failures) over(now time.Time) bool {
+	return !now.Before(f.start.Add(FailureWindow)) || now.Before(f.start)
+}
+
 type cached struct {
 	p       Principal
 	expires time.Time
@@ -327,7 +333,7 @@ func (v *Verifier) check(ctx context.Context, id, hash, secret string) (bool, er
 	now := v.clock.Now()
 	v.failMu.Lock()
 	f := v.failures[id]
-	if f.n == 0 || !now.Before(f.start.Add(FailureWindow)) || now.Before(f.start) {
+	if f.n == 0 || f.over(now) {
 		f = failures{start: now}
 	}
 	f.n++
@@ -346,13 +352,12 @@ func (v *Verifier) throttled(id string) error {
 	if !ok {
 		return nil
 	}
-	end := f.start.Add(FailureWindow)
-	if !now.Before(end) || now.Before(f.start) {
+	if f.over(now) {
 		delete(v.failures, id)
 		return nil
 	}
 	if f.n >= MaxFailures {
-		return &ThrottledError{Until: end}
+		return &ThrottledError{Until: f.start.Add(FailureWindow)}
 	}
 	return nil
 }

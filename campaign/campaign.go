@@ -242,7 +242,8 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 	// A recipient's params as its notification gets them, in one
 	// spelling: its own merged (json.Marshal of a map: keys sorted,
 	// compact), or the campaign's, spelt alike.
-	campaignParams := canonicalParams(baseMap)
+	campaignJSON, _ := mergedParams(baseMap, nil) // decoded from JSON: it encodes again
+	campaignParams := string(campaignJSON)
 	sent := func(own json.RawMessage) string {
 		if own == nil {
 			return campaignParams
@@ -260,12 +261,7 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 			}
 			var m map[string]json.RawMessage
 			_ = json.Unmarshal(o, &m)
-			all := maps.Clone(baseMap)
-			if all == nil {
-				all = map[string]json.RawMessage{}
-			}
-			maps.Copy(all, m)
-			b, err := json.Marshal(all)
+			b, err := mergedParams(baseMap, m)
 			if err != nil {
 				return nil, &catalog.FieldError{Param: at + ".params", Detail: "params must be a JSON object"}
 			}
@@ -305,14 +301,16 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 	return out, nil
 }
 
-// canonicalParams is m as JSON with its keys sorted and its values compact
-// (json.Marshal of a RawMessage compacts it): equal params, equal strings.
-func canonicalParams(m map[string]json.RawMessage) string {
-	if m == nil {
-		m = map[string]json.RawMessage{}
+// mergedParams is own merged over base, as JSON with its keys sorted and
+// its values compact (json.Marshal of a map of RawMessage): the params a
+// recipient's notification gets, and equal params are equal bytes.
+func mergedParams(base, own map[string]json.RawMessage) ([]byte, error) {
+	all := maps.Clone(base)
+	if all == nil {
+		all = map[string]json.RawMessage{}
 	}
-	b, _ := json.Marshal(m)
-	return string(b)
+	maps.Copy(all, own)
+	return json.Marshal(all)
 }
 
 // objectParams returns raw if it is a JSON object (or "{}" for none).

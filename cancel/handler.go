@@ -25,8 +25,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		h.Canceller.logger().LogAttrs(r.Context(), slog.LevelError, "cancel: store unavailable", slog.Any("error", err))
-		w.Header().Set("Retry-After", "1")
-		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable; retry the cancel")
+		problem.Unavailable(w, "the store is unavailable; retry the cancel")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -27,9 +27,7 @@ func wholeNumbers(raw []byte, t reflect.Type) []string {
 	self := reflect.TypeFor[yaml.Unmarshaler]()
 	var walk func(n *yaml.Node, t reflect.Type, path string)
 	walk = func(n *yaml.Node, t reflect.Type, path string) {
-		for n.Kind == yaml.AliasNode && n.Alias != nil {
-			n = n.Alias
-		}
+		n = unalias(n)
 		for t.Kind() == reflect.Pointer {
 			t = t.Elem()
 		}
@@ -92,10 +90,7 @@ func entries(n *yaml.Node) [][2]*yaml.Node {
 		seen[k.Value] = true
 	}
 	merged := func(m *yaml.Node) {
-		for m.Kind == yaml.AliasNode && m.Alias != nil {
-			m = m.Alias
-		}
-		if m.Kind != yaml.MappingNode {
+		if m = unalias(m); m.Kind != yaml.MappingNode {
 			return
 		}
 		for _, e := range entries(m) {
@@ -106,10 +101,7 @@ func entries(n *yaml.Node) [][2]*yaml.Node {
 		}
 	}
 	for _, v := range merges {
-		for v.Kind == yaml.AliasNode && v.Alias != nil {
-			v = v.Alias
-		}
-		if v.Kind == yaml.SequenceNode {
+		if v = unalias(v); v.Kind == yaml.SequenceNode {
 			for _, m := range v.Content {
 				merged(m)
 			}
@@ -149,4 +141,12 @@ func joinPath(path, key string) string {
 		return key
 	}
 	return path + "." + key
+}
+
+// unalias is the node an alias (*name) stands for, n itself otherwise.
+func unalias(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
 }

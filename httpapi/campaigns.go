@@ -121,8 +121,7 @@ func (a *campaignsAPI) fail(w http.ResponseWriter, r *http.Request, what string,
 		problem.Write(w, problem.Problem{Status: http.StatusConflict, Detail: err.Error(), Param: "Idempotency-Key"})
 	default:
 		a.logger.LogAttrs(r.Context(), slog.LevelError, "campaigns: "+what+" failed", slog.String("tenant", auth.Tenant(r.Context())), slog.Any("error", err))
-		w.Header().Set("Retry-After", "1")
-		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable; retry")
+		problem.Unavailable(w, "the store is unavailable; retry")
 	}
 }
 

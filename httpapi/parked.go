@@ -61,7 +61,7 @@ func (p *parkedAPI) list(w http.ResponseWriter, r *http.Request) {
 	entries, err := p.svc.List(r.Context(), parkedScope(r), limit)
 	if err != nil {
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "parked: list failed", slog.Any("error", err))
-		unavailable(w, "parked messages are unavailable (the database or the broker did not answer); retry it")
+		problem.Unavailable(w, "parked messages are unavailable (the database or the broker did not answer); retry it")
 		return
 	}
 	if entries == nil {
@@ -88,7 +88,7 @@ func (p *parkedAPI) requeue(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "parked: requeue failed", slog.Int("requeued", n), slog.Any("error", err))
-		unavailable(w, fmt.Sprintf("requeue failed after %d were requeued; retry it", n))
+		problem.Unavailable(w, fmt.Sprintf("requeue failed after %d were requeued; retry it", n))
 		return
 	}
 	answerParked(w, map[string]int{"requeued": n})
@@ -132,17 +132,10 @@ func (p *parkedAPI) discard(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, parked.ErrCopyLeft) {
 			detail = parked.ErrCopyLeft.Error()
 		}
-		unavailable(w, detail)
+		problem.Unavailable(w, detail)
 		return
 	}
 	answerParked(w, map[string]int{"discarded": 1})
-}
-
-// unavailable answers 503 with Retry-After: 1, as intake answers a store
-// that did not answer.
-func unavailable(w http.ResponseWriter, detail string) {
-	w.Header().Set("Retry-After", "1")
-	problem.New(w, http.StatusServiceUnavailable, detail)
 }
 
 func answerParked(w http.ResponseWriter, v any) {

@@ -38,3 +38,11 @@ func Write(w http.ResponseWriter, p Problem) {
 func New(w http.ResponseWriter, status int, detail string) {
 	Write(w, Problem{Status: status, Detail: detail})
 }
+
+// Unavailable writes 503 with Retry-After: 1 and detail: what herald
+// answers for a store (or a broker) that did not answer, or a load that
+// will pass; the client retries the same request.
+func Unavailable(w http.ResponseWriter, detail string) {
+	w.Header().Set("Retry-After", "1")
+	New(w, http.StatusServiceUnavailable, detail)
+}

@@ -184,7 +184,7 @@ func decodeError(err error, raw []byte, v any) error {
 		if why := wholeNumber(typ); why != "" {
 			return &FieldError{typ.Field, why}
 		}
-		return &FieldError{typ.Field, fmt.Sprintf("got %s where %s belongs", JSONValue(typ.Value), jsonKind(typ.Type))}
+		return &FieldError{typ.Field, wrongKind(typ)}
 	case errors.As(err, &typ):
 		return fmt.Errorf("the body must be %s, not %s", jsonKind(typ.Type), JSONValue(typ.Value))
 	}
@@ -214,7 +214,13 @@ func ValueError(err error, path string) string {
 	if typ.Field != "" {
 		path += "." + typ.Field
 	}
-	return fmt.Sprintf("%s: got %s where %s belongs", path, JSONValue(typ.Value), jsonKind(typ.Type))
+	return path + ": " + wrongKind(typ)
+}
+
+// wrongKind is a type error in a caller's words: "got a number where true
+// or false belongs".
+func wrongKind(typ *json.UnmarshalTypeError) string {
+	return fmt.Sprintf("got %s where %s belongs", JSONValue(typ.Value), jsonKind(typ.Type))
 }
 
 // timeError is err in a caller's words if it is a time's decoding error

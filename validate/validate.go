@@ -123,11 +123,8 @@ func Language(tag string) error {
 // "Local", which time.LoadLocation takes as the zone of the machine herald
 // runs on: a recipient's quiet hours must not move with the server.
 func TimeZone(name string) (*time.Location, error) {
-	if name == "" || name == "Local" {
-		return nil, fmt.Errorf("%q is not an IANA time zone (such as Asia/Seoul)", name)
-	}
 	z, err := time.LoadLocation(name)
-	if err != nil {
+	if err != nil || name == "" || name == "Local" {
 		return nil, fmt.Errorf("%q is not an IANA time zone (such as Asia/Seoul)", name)
 	}
 	return z, nil

@@ -1,5 +1,7 @@
 package postgres
 
+import "github.com/heraldhq/herald/store"
+
 // SQL run by the PostgreSQL driver, grouped by table. Every statement that
 // needs "now" reads it as coalesce($1::timestamptz, now()): $1 is NULL in
 // production, so the database server's clock decides, and the fake clock's
@@ -929,7 +931,7 @@ u AS (
 
 	// qDeliverySweepStale returns each claim it turned with its channel
 	// and its notification's lane (the labels the sweep counts it under),
-	// and logs the claim's attempt as store.StaleSweepOwner ('stale-sweep').
+	// and logs the claim's attempt as store.StaleSweepOwner's.
 	// An UNKNOWN ends a fallback chain: qFallbackMove skips its rest.
 	//
 	// $1 now, $2 age.
@@ -940,7 +942,7 @@ u AS (
 ),
 sa AS (
     INSERT INTO delivery_attempts (message_id, attempt, owner, started_at, finished_at, class, reason, duration_ms)
-    SELECT u.message_id, u.attempts, 'stale-sweep', u.claimed_at, u.updated_at, 'unknown', 'STALE_CLAIM',
+    SELECT u.message_id, u.attempts, '` + store.StaleSweepOwner + `', u.claimed_at, u.updated_at, 'unknown', 'STALE_CLAIM',
            floor(extract(epoch FROM u.updated_at - u.claimed_at) * 1000)::bigint
     FROM u
     ON CONFLICT (message_id, attempt) DO NOTHING
