@@ -1,5 +1,7 @@
 package dispatch
 
+import "time"
+
 // FreeSlots is how many slots an offer may take now: those free beyond a
 // claim's pledge.
 func FreeSlots(c *Claimer) int {
@@ -15,3 +17,7 @@ func Pledged(c *Claimer) int {
 	defer c.mu.Unlock()
 	return c.pledged
 }
+
+// SetMarkClock gives r's backlog marks the clock now; call it before r
+// runs.
+func SetMarkClock(r *Relay, now func() time.Time) { r.now = now }

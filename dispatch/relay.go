@@ -294,6 +294,8 @@ type Relay struct {
 	// when the last full claim was larger or a claim came back short),
 	// under backlogMu.
 	lastOne *scopeOf
+	// now is the backlog marks' clock (time.Now; a test's seam).
+	now func() time.Time
 	// depthFailing: the last depth read failed (logged once per outage).
 	depthFailing atomic.Bool
 	// unconfirmed counts the messages published and not yet confirmed,
@@ -356,7 +358,7 @@ func NewRelay(cfg RelayConfig) *Relay {
 	}
 	return &Relay{RelayConfig: cfg, settler: settler{who: "relay", lane: cfg.Lane, store: cfg.Store,
 		maxAttempts: cfg.MaxAttempts, logger: cfg.Logger, alerts: cfg.Alerts, metrics: cfg.Metrics},
-		backlogged: map[scopeOf]time.Time{}}
+		backlogged: map[scopeOf]time.Time{}, now: time.Now}
 }
 
 // DefaultExpressHold is RelayConfig.ExpressHold's default.
@@ -465,7 +467,7 @@ func (r *Relay) backlogs(now time.Time, rows []store.Claimed, limit int) map[sco
 func (r *Relay) besideBacklog(tenant, scope string) bool {
 	r.backlogMu.Lock()
 	defer r.backlogMu.Unlock()
-	now := time.Now()
+	now := r.now()
 	if now.Before(r.backlogged[scopeOf{tenant, scope}]) {
 		return false
 	}
@@ -485,7 +487,7 @@ func (r *Relay) markedNow() map[scopeOf]bool {
 	}
 	r.backlogMu.Lock()
 	defer r.backlogMu.Unlock()
-	return r.markedLocked(time.Now())
+	return r.markedLocked(r.now())
 }
 
 // markedLocked is markedNow at now, under backlogMu; it forgets the marks
@@ -601,7 +603,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 			// already (the one that ended the last wait, or one the
 			// cooldown took) or come while the window is full.
 			if r.Express && woke {
-				skip, skipScope = r.onlyBacklogged(time.Now())
+				skip, skipScope = r.onlyBacklogged(r.now())
 			}
 			if skip == "" {
 				var wake <-chan struct{}
@@ -614,7 +616,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 				case <-time.After(r.WindowPoll):
 					continue
 				case <-wake:
-					if skip, skipScope = r.onlyBacklogged(time.Now()); skip == "" {
+					if skip, skipScope = r.onlyBacklogged(r.now()); skip == "" {
 						continue
 					}
 				}
@@ -647,7 +649,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		if len(rows) == 0 {
 			r.claimedNone()
 		} else {
-			marked := r.backlogs(time.Now(), rows, limit)
+			marked := r.backlogs(r.now(), rows, limit)
 			b := r.gate(ctx, rows)
 			r.unconfirmed.Add(int64(len(b.rows)))
 			b.rows, b.confirms = r.publish(ctx, b.rows, marked)

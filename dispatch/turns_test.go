@@ -116,12 +116,14 @@ func TestAClaimerOfOneSlotTakesTheTenantsInTurn(t *testing.T) {
 // wake-up, leaving the big tenant's rows. Without the renewal the mark
 // lapsed: the big tenant's rows went to the express queue, and with nobody
 // marked the small tenant's wake-up took nothing past the window. The test
-// gives the wake-ups itself; the consumer takes a message every
-// ExpressHold/10 (a pace, not a race: each step waits for the top-up).
+// gives the wake-ups itself, and the marks' clock: each top-up comes half
+// an ExpressHold after the last, six of them, however slow the machine
+// (on the wall clock, a loaded CI host once took longer than the hold
+// between two top-ups, and the mark rightly lapsed).
 func TestRelayExpressOneRowTopUpsKeepABacklogsMark(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b bundle) {
-		const window, hold = 4, 200 * time.Millisecond
+		const window, hold = 4, time.Minute
 		for range 60 {
 			b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
 		}
@@ -133,15 +135,18 @@ func TestRelayExpressOneRowTopUpsKeepABacklogsMark(t *testing.T) {
 			MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Hour,
 			Express: true, ExpressHold: hold,
 		})
+		var clock atomic.Int64 // the marks' clock, in nanoseconds past start
+		start := time.Now()
+		dispatch.SetMarkClock(r, func() time.Time { return start.Add(time.Duration(clock.Load())) })
 		defer runRelay(t, r)()
 		// A full claim of the window's four rows marks the big tenant.
 		testenv.WaitFor(t, "the window filled", testenv.Patience, func() bool { return q.depth() == window })
-		topUps := 0
-		for began := time.Now(); time.Since(began) < 2*hold; topUps++ {
+		const topUps = 6 // three holds past the mark
+		for range topUps {
+			clock.Add(int64(hold / 2))
 			q.consume(1)
 			wake <- struct{}{}
 			testenv.WaitFor(t, "the window topped up", testenv.Patience, func() bool { return q.depth() == window })
-			time.Sleep(hold / 10)
 		}
 		if x := q.tenants(dispatch.ExpressQueue); len(x) != 0 {
 			t.Fatalf("after %d one-row top-ups the express queue holds %v, want the big tenant's rows in the lane queue", topUps, x)
