@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldhq/herald/bench/chart"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 )
@@ -35,7 +36,17 @@ import (
 // With HERALD_BENCH_CHART_DIR it draws each transactional send and the
 // campaign's recipients not yet sent (on PostgreSQL) over time in
 // isolation-<store>.svg there.
-func BenchmarkIsolation(b *testing.B) {
+func BenchmarkIsolation(b *testing.B) { isolation(b, false) }
+
+// BenchmarkIsolationRabbitMQ is BenchmarkIsolation on the rabbitmq
+// transport (PostgreSQL and the machine's RabbitMQ, a fresh vhost): the
+// marketing lane's sends go through the broker while the transactional
+// lane's do too, and the relays' marks meet the campaign's delivery
+// writes (the postgres pipeline's later part). Its chart is
+// isolation-<store>-rabbitmq.svg.
+func BenchmarkIsolationRabbitMQ(b *testing.B) { isolation(b, true) }
+
+func isolation(b *testing.B, rabbit bool) {
 	n := envInt("HERALD_BENCH_ISOLATION_RECIPIENTS", 1_000_000)
 	seconds := envInt("HERALD_BENCH_ISOLATION_SECONDS", 60)
 	lat := &fairLatencies{begun: map[string]time.Time{}, ended: map[string]time.Time{}}
@@ -55,7 +66,14 @@ func BenchmarkIsolation(b *testing.B) {
 		cfg.Kinds = append(cfg.Kinds, config.Kind{Name: "coupon", Category: "marketing", Channels: []string{"webhook"},
 			Templates: map[string]config.Template{"webhook": {Title: "Coupon", Body: "{{.coupon}} is yours"}}})
 		cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}, "marketing": {Concurrency: 64}}
+		if rabbit {
+			cfg.Transport, cfg.RabbitMQURL = "rabbitmq", testmq.VHost(b)
+		}
 	})
+	store := storeName()
+	if rabbit {
+		store += " + RabbitMQ"
+	}
 	base := e.bases[0]
 	// Marketing goes only with consent: on PostgreSQL every member of the
 	// campaign gets a profile consenting to webhook, written in one
@@ -139,7 +157,7 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 		if chartDir() != "" {
 			c := &chart.Chart{
 				Title: fmt.Sprintf("Isolation: 100 transactional/s beside a %s-recipient marketing campaign — %s, %s",
-					chart.Thousands(int64(n)), storeName(), started.UTC().Format("2006-01-02")),
+					chart.Thousands(int64(n)), store, started.UTC().Format("2006-01-02")),
 				Subtitle: fmt.Sprintf("100 ms provider, 64 in flight per lane. %s transactional posted in %s: p50 %s, p99 %s, max %s. %s marketing calls by the end",
 					chart.Thousands(int64(len(ids))), msText(postingEnded.Sub(started)), msText(d[len(d)/2]), msText(d[len(d)*99/100]), msText(d[len(d)-1]),
 					chart.Thousands(marketing.Load()-calledBefore)),
@@ -154,7 +172,11 @@ ON CONFLICT DO NOTHING`, config.DevTenant, n); err != nil {
 			if backlogs != nil {
 				c.Backlog, c.BacklogLabel = backlogs.Stop(), "campaign recipients not yet sent"
 			}
-			writeChart(b, "isolation-"+strings.ToLower(storeName()), c)
+			name := "isolation-" + strings.ToLower(storeName())
+			if rabbit {
+				name += "-rabbitmq"
+			}
+			writeChart(b, name, c)
 		}
 	}
 }

@@ -160,6 +160,8 @@ var scenarios = map[string][]run{
 	"isolation": {
 		{Name: "isolation, campaign of HERALD_BENCH_ISOLATION_RECIPIENTS (1,000,000), PostgreSQL", Dir: "bench", Bench: "^BenchmarkIsolation$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql",
 			Aims: map[string]aim{"tx-p99-ms": {Max: 250}}},
+		{Name: "isolation, campaign of HERALD_BENCH_ISOLATION_RECIPIENTS (1,000,000), PostgreSQL+RabbitMQ", Dir: "bench", Bench: "^BenchmarkIsolationRabbitMQ$", Benchtime: "1x", Postgres: true, Chart: "isolation-postgresql-rabbitmq",
+			Aims: map[string]aim{"tx-p99-ms": {Max: 250}}},
 	},
 	// The fan-out of a million alone; then a campaign's drain (fan-out and
 	// sends, db transport, 0 ms provider) against River working as many
