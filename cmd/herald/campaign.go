@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -125,6 +126,8 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	url := fs.String("url", envOr(envURL, "http://127.0.0.1:8080"), "herald's base `URL` (or "+envURL+")")
 	apiKey := fs.String("api-key", os.Getenv(envAPIKey), "an API key with the send and read scopes (or "+envAPIKey+")")
 	noWait := fs.Bool("no-wait", false, "start the campaign and return without waiting for it to be DONE")
+	overlap := fs.Bool("allow-overlap", false, "start the campaign even when another campaign of the same kind and scope "+
+		"was created in the "+overlapWindow.String()+" before it (without it, such a campaign is left DRAFT, unsent)")
 	if err := parseNoArgs(cmd, fs, args); err != nil {
 		return err
 	}
@@ -191,6 +194,11 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "campaign %s: %s%s\n", created.ID, plural(len(recipients), "recipient"), repeated)
 	path := "/v1/campaigns/" + created.ID
+	if !*overlap {
+		if err := c.refuseOverlap(ctx, created.ID); err != nil {
+			return err
+		}
+	}
 	from := first
 	for _, page := range all[1:] {
 		err := c.do(ctx, http.MethodPost, path+"/recipients", "", map[string]any{"recipients": page}, nil)
@@ -390,6 +398,74 @@ func (c *apiClient) noteUnusedColumns(ctx context.Context, stderr io.Writer, kin
 	}
 }
 
+// overlapWindow is how far back refuseOverlap looks for another campaign
+// of the same kind and scope.
+const overlapWindow = 24 * time.Hour
+
+// refuseOverlap refuses to start the draft id when another campaign of its
+// kind and scope, not cancelled, was created in the overlapWindow before it:
+// a file changed by a row after a send (or other --params) is a new
+// campaign, and everyone in both files would get the kind twice. Only a
+// draft is held back: a campaign started already (the same command run
+// again after an interruption) is watched as before. The draft is left,
+// not cancelled, so the same command with --allow-overlap starts it; left
+// alone, it expires unsent (campaign_draft_ttl).
+func (c *apiClient) refuseOverlap(ctx context.Context, id string) error {
+	// Newest first, a few pages at most: the draft is among the first (an
+	// older one is not looked for), then the campaigns before it by
+	// herald's clock (its created_at).
+	var self *campaignView
+	next := ""
+	for range 10 {
+		var page struct {
+			Campaigns  []campaignView `json:"campaigns"`
+			NextCursor *string        `json:"next_cursor"`
+		}
+		q := "/v1/campaigns?limit=100"
+		if next != "" {
+			q += "&cursor=" + neturl.QueryEscape(next)
+		}
+		if err := c.do(ctx, http.MethodGet, q, "", nil, &page); err != nil {
+			return resumable(fmt.Errorf("look for other campaigns of the kind: %w", err))
+		}
+		for _, o := range page.Campaigns {
+			switch {
+			case o.ID == id:
+				if o.State != "DRAFT" {
+					return nil
+				}
+				self = &o
+				continue
+			case self == nil:
+				continue
+			case o.CreatedAt.Before(self.CreatedAt.Add(-overlapWindow)):
+				return nil
+			case o.Kind != self.Kind || o.Scope != self.Scope || o.State == "CANCELLED":
+				continue
+			}
+			ago := self.CreatedAt.Sub(o.CreatedAt).Round(time.Second)
+			return fmt.Errorf("campaign %s of kind %s%s, created %s before this one (%s), is not cancelled: "+
+				"everyone in both would get %s twice (a changed file or --params is a new campaign). "+
+				"Campaign %s is left DRAFT, not started, nothing sent: the same command with --allow-overlap starts it; "+
+				"to add recipients to %s, send a file of the new ones alone with --allow-overlap",
+				o.ID, self.Kind, scopeText(self.Scope), ago, o.counts(), self.Kind, id, o.ID)
+		}
+		if page.NextCursor == nil {
+			return nil
+		}
+		next = *page.NextCursor
+	}
+	return nil
+}
+
+// scopeText is " in scope S", or "" for no scope.
+func scopeText(scope string) string {
+	if scope == "" {
+		return ""
+	}
+	return " in scope " + scope
+}
+
 // cancelDraft cancels the never-started campaign id and says what became
 // of it.
 func (c *apiClient) cancelDraft(ctx context.Context, id string) string {
@@ -553,6 +629,15 @@ type campaignProgress struct {
 	Total, Enqueued, Sent, Suppressed, Failed, Unknown int64
 	// Reason is DRAFT_EXPIRED on a draft the leader ended.
 	Reason string
+}
+
+// campaignView is a campaign as GET /v1/campaigns lists it: its progress,
+// and what refuseOverlap compares.
+type campaignView struct {
+	campaignProgress
+	Kind      string
+	Scope     string
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // line is the progress line: a bar of the recipients fanned out, then the

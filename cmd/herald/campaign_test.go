@@ -56,10 +56,10 @@ func TestCampaignSend(t *testing.T) {
 	if err := os.WriteFile(csvPath, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	send := func() (int, string, string) {
+	send := func(flags ...string) (int, string, string) {
 		var out, errb bytes.Buffer
-		code := run([]string{"campaign", "send", "--kind", "coupon.expiring", "--recipients", csvPath, "--params", `{"date":"May 1"}`,
-			"--url", base, "--api-key", config.DevAPIKey}, &out, &errb)
+		code := run(append([]string{"campaign", "send", "--kind", "coupon.expiring", "--recipients", csvPath, "--params", `{"date":"May 1"}`,
+			"--url", base, "--api-key", config.DevAPIKey}, flags...), &out, &errb)
 		return code, out.String(), errb.String()
 	}
 	code, out, errb := send()
@@ -82,6 +82,28 @@ func TestCampaignSend(t *testing.T) {
 	code, out, errb = send()
 	if code != 0 || strings.Fields(out)[1] != first || !strings.Contains(out, "DONE 25/25 enqueued") {
 		t.Fatalf("campaign send again: exit %d\n%s%s; want campaign %s again, DONE", code, out, errb, first)
+	}
+
+	// The file changed by a row is another campaign, to everyone in it:
+	// while the first is not cancelled, it is left DRAFT, unsent, until
+	// --allow-overlap starts it.
+	b.WriteString("user-z,Cz\n")
+	if err := os.WriteFile(csvPath, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errb = send()
+	second := strings.TrimSuffix(strings.Fields(out + " x x")[1], ":")
+	if code != 1 || second == strings.TrimSuffix(first, ":") ||
+		!strings.Contains(errb, "campaign "+strings.TrimSuffix(first, ":")+" of kind coupon.expiring, created ") ||
+		!strings.Contains(errb, "Campaign "+second+" is left DRAFT, not started, nothing sent: the same command with --allow-overlap starts it") {
+		t.Fatalf("campaign send of a changed file: exit %d\n%s%s; want exit 1, a new campaign left DRAFT", code, out, errb)
+	}
+	if err := api.do(context.Background(), http.MethodGet, "/v1/campaigns/"+second, "", nil, &p); err != nil || p.State != "DRAFT" || p.Enqueued != 0 {
+		t.Fatalf("the changed file's campaign: %+v, %v; want DRAFT, none enqueued", p, err)
+	}
+	code, out, errb = send("--allow-overlap")
+	if code != 0 || strings.Fields(out)[1] != second+":" || !strings.Contains(out, "DONE 26/26 enqueued") {
+		t.Fatalf("campaign send --allow-overlap: exit %d\n%s%s; want campaign %s, DONE", code, out, errb, second)
 	}
 
 	var out2, errb2 bytes.Buffer
@@ -403,6 +425,8 @@ func TestCampaignSendWatchesThroughAnOutage(t *testing.T) {
 		case r.Method == http.MethodPost && r.URL.Path == "/v1/campaigns":
 			w.WriteHeader(http.StatusAccepted)
 			_, _ = w.Write([]byte(`{"id":"cmp_1"}`))
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/campaigns":
+			_, _ = w.Write([]byte(`{"campaigns":[{"id":"cmp_1","state":"DRAFT","kind":"k"}],"next_cursor":null}`))
 		case r.Method == http.MethodPost && r.URL.Path == "/v1/campaigns/cmp_1/start":
 			w.WriteHeader(http.StatusAccepted)
 			_, _ = w.Write([]byte(`{"id":"cmp_1","state":"RUNNING","total":1}`))
@@ -468,6 +492,8 @@ func TestCampaignSendNotesAColumnNoTemplateReads(t *testing.T) {
 		case r.Method == http.MethodGet && r.URL.Path == "/v1/kinds":
 			_, _ = w.Write([]byte(`{"kinds":[{"name":"other","params":[{"name":"cupon"}]},` +
 				`{"name":"coupon.expiring","params":[{"name":"coupon","required":true},{"name":"date","required":true}]}]}`))
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/campaigns":
+			_, _ = w.Write([]byte(`{"campaigns":[],"next_cursor":null}`))
 		case r.Method == http.MethodPost && r.URL.Path == "/v1/campaigns":
 			w.WriteHeader(http.StatusAccepted)
 			_, _ = w.Write([]byte(`{"id":"cmp_2"}`))
