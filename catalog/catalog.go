@@ -96,7 +96,7 @@ func New(kinds []config.Kind) (*Catalog, error) {
 }
 
 func parse(name, text string) (*template.Template, error) {
-	return template.New(name).Option("missingkey=error").Parse(text)
+	return template.New(name).Option("missingkey=error").Funcs(funcs).Parse(text)
 }
 
 // Kind returns the named kind, or nil.
