@@ -25,12 +25,28 @@
 //	                                                                        is kept as a stable
 //	                                                                        code, never its body)
 //	delivery_attempts owner (a herald process), class, reason code, times   kept
+//	campaign_         the recipient's row in a DRAFT or RUNNING campaign    deleted, off the
+//	recipients        that has not fanned it out yet (recipient, params)    campaign's total: no
+//	                                                                        notification is ever
+//	                                                                        written for it
+//	                  params of a row fanned out already                    set to NULL (the row
+//	                                                                        stays: accounting)
+//	campaigns         params (the campaign's own, the same for everyone)    kept: no one person's
 //	parked_discards   reason (what a person wrote when discarding)          set to ERASED
 //	                  actor, parked_reason (a code), times                  kept
-//	idempotency_keys  request_hash (SHA-256 of the request), response       kept until they expire
-//	                  ({"id": …})                                           (idempotency_ttl)
+//	idempotency_keys  idempotency_key (the caller's), request_hash          kept until they expire
+//	                  (SHA-256 of the request), response ({"id": …})        (idempotency_ttl)
 //	reconcile_runs,   counts, message ids, times                            kept
 //	watchdog_checkpoints
+//
+// A campaign that has not reached the recipient (a draft, or a running
+// fan-out whose cursor is before it) loses it: the person asked to be
+// forgotten before that notification existed. On PostgreSQL the erasure
+// locks those campaigns first, so a fan-out batch under way commits before
+// the erasure reads the cursor, and a ranged batch that read the
+// recipient before the erasure writes nothing (the total it read changed)
+// and is written again without it. A page added after the erasure is a
+// new request and adds the recipient again.
 //
 // The idempotency keys stay on purpose: a hash is not the words, and a key
 // deleted early would let a client's retry of the very request create the

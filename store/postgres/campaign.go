@@ -38,7 +38,7 @@ RETURNING id`
 	// The third column says whether the campaign is a draft past its
 	// deadline by $3 (now): then a start or a page is refused, as after its
 	// expiry.
-	qCampaignLock = `SELECT state, fanout_seq, coalesce(state = 'DRAFT' AND draft_expires_at <= coalesce($3::timestamptz, now()), false)
+	qCampaignLock = `SELECT state, fanout_seq, coalesce(state = 'DRAFT' AND draft_expires_at <= coalesce($3::timestamptz, now()), false), total
 FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text FOR UPDATE`
 
 	// qCampaignRecipientsAdd adds a page ($2 recipients, $3 notification
@@ -111,7 +111,7 @@ ORDER BY started_at, id LIMIT $1`
 	// ranged batch takes the lock later (fanOutRange), so it is written
 	// while the batch before it still holds the lock.
 	qCampaignFanOutHead = qCampaignFanOutPeek + ` FOR UPDATE`
-	qCampaignFanOutPeek = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq, scope
+	qCampaignFanOutPeek = `SELECT kind, lane, channels, steps, params::text, send_at, state, fanout_seq, scope, total
 FROM campaigns WHERE id = $2::text AND tenant || '' = $1::text`
 
 	// qCampaignFanOut writes the notifications and outbox rows of the next
@@ -344,14 +344,15 @@ type lockedCampaign struct {
 	cursor int64 // the fan-out's
 	// due: a DRAFT past its deadline, not started nor added to from then
 	// on, though the runner may not have ended it yet.
-	due bool
+	due   bool
+	total int64
 }
 
 // lockCampaign locks the campaign's row for tx and returns what it holds
 // as of now (nil: the database's clock), or store.ErrNotFound.
 func lockCampaign(ctx context.Context, tx pgx.Tx, tenant, id string, now any) (lockedCampaign, error) {
 	var c lockedCampaign
-	err := tx.QueryRow(ctx, qCampaignLock, tenant, id, now).Scan(&c.state, &c.cursor, &c.due)
+	err := tx.QueryRow(ctx, qCampaignLock, tenant, id, now).Scan(&c.state, &c.cursor, &c.due, &c.total)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, store.ErrNotFound
 	}
@@ -580,7 +581,7 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 			q = qCampaignFanOutPeek
 		}
 		var h fanOutHead
-		err := tx.QueryRow(ctx, q, p.Tenant, p.ID).Scan(&h.kind, &h.lane, &h.channels, &h.steps, &h.params, &h.sendAt, &h.state, &h.cursor, &h.scope)
+		err := tx.QueryRow(ctx, q, p.Tenant, p.ID).Scan(&h.kind, &h.lane, &h.channels, &h.steps, &h.params, &h.sendAt, &h.state, &h.cursor, &h.scope, &h.total)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrNotFound
 		}
@@ -615,7 +616,7 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 		return store.CampaignFanOutResult{Lane: res.Lane, Done: true}, nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == pgLockNotAvailable || pgErr.Code == pgDeadlockDetected) {
+	if errors.Is(err, errCampaignErased) || errors.As(err, &pgErr) && (pgErr.Code == pgLockNotAvailable || pgErr.Code == pgDeadlockDetected) {
 		// Waited past fanOutLockTimeout, or was the one PostgreSQL chose to
 		// end a deadlock it saw: a retry from the cursor, not a failure.
 		err = fmt.Errorf("%w: %w", store.ErrCampaignBusy, err)
@@ -638,6 +639,9 @@ type fanOutHead struct {
 	steps                     []int32
 	sendAt                    *time.Time
 	cursor                    int64
+	// total is the campaign's recipients as the batch began: an erasure
+	// takes a recipient not yet fanned out off it (qEraseCampaignRecipients).
+	total int64
 }
 
 // write runs q, qCampaignFanOut (bound: the limit) or qCampaignFanOutRange
@@ -679,6 +683,11 @@ func fanOutRange(ctx context.Context, tx pgx.Tx, p store.CampaignFanOutParams, h
 			return errCampaignStopped
 		case c.cursor != p.Range.After:
 			return store.ErrCampaignBehind
+		case c.total != h.total:
+			// A recipient was erased since the batch's rows were read
+			// (qEraseCampaignRecipients): written again from a fresh
+			// read, without it.
+			return errCampaignErased
 		}
 		return nil
 	}
@@ -712,6 +721,11 @@ const (
 	pgLockNotAvailable = "55P03" // lock_timeout
 	pgDeadlockDetected = "40P01"
 )
+
+// errCampaignErased rolls back a ranged batch whose campaign lost a
+// recipient to an erasure after the batch read its recipients: a retry
+// (store.ErrCampaignBusy) writes it again without them.
+var errCampaignErased = errors.New("a recipient of the batch was erased meanwhile")
 
 // errCampaignStopped rolls back a ranged batch whose campaign is no longer
 // RUNNING once the batch before it has ended.

@@ -32,6 +32,29 @@ const (
 	qEraseCampaignParams = `UPDATE campaign_recipients SET params = NULL
 WHERE recipient = $2::text AND params IS NOT NULL AND campaign_id IN (SELECT id FROM campaigns WHERE tenant = $1::text)`
 
+	// qEraseCampaignsLock locks the tenant's campaigns not yet fanned
+	// out (DRAFT, RUNNING) that hold the recipient, so that a fan-out
+	// batch holding one commits first, and returns their ids; the next
+	// statement then sees the cursor that batch left. $1 tenant, $2
+	// recipient.
+	qEraseCampaignsLock = `SELECT c.id FROM campaigns c
+WHERE c.tenant = $1::text AND c.state IN ('DRAFT', 'RUNNING')
+  AND EXISTS (SELECT 1 FROM campaign_recipients cr WHERE cr.campaign_id = c.id AND cr.recipient = $2::text)
+ORDER BY c.id FOR UPDATE OF c`
+
+	// qEraseCampaignRecipients deletes the recipient from the locked
+	// campaigns ($3) that have not fanned it out yet (its seq past the
+	// cursor) and takes it off their total: no notification is ever
+	// written for it. A ranged fan-out batch that read it before the
+	// delete finds the total changed once it takes the campaign's lock,
+	// and writes nothing (fanOutRange). $1 tenant, $2 recipient.
+	qEraseCampaignRecipients = `WITH gone AS (
+    DELETE FROM campaign_recipients cr USING campaigns c
+    WHERE c.id = ANY($3::text[]) AND c.tenant = $1::text AND cr.campaign_id = c.id AND cr.recipient = $2::text AND cr.seq > c.fanout_seq
+    RETURNING cr.campaign_id
+)
+UPDATE campaigns c SET total = c.total - 1 FROM gone WHERE c.id = gone.campaign_id`
+
 	// qEraseInboxLock locks the recipient's counter row, first, the order
 	// every inbox write takes (store.Inbox), so an intake of a new item
 	// waits for the erasure instead of deadlocking with it. $1 tenant,
@@ -144,7 +167,7 @@ func (s *Store) RecipientErase(ctx context.Context, p store.RecipientEraseParams
 				return err
 			}
 			res.Devices = int(tag.RowsAffected())
-			if _, err := tx.Exec(ctx, qEraseCampaignParams, p.Tenant, p.Recipient); err != nil {
+			if err := eraseFromCampaigns(ctx, tx, p); err != nil {
 				return err
 			}
 		}
@@ -251,4 +274,25 @@ func (s *Store) NotificationCancelled(ctx context.Context, notificationID string
 		return false, s.fail("read the cancel mark", err)
 	}
 	return marked, nil
+}
+
+// eraseFromCampaigns takes the recipient out of the campaigns that have
+// not fanned it out yet (qEraseCampaignsLock, qEraseCampaignRecipients)
+// and clears its own params in the rest (qEraseCampaignParams).
+func eraseFromCampaigns(ctx context.Context, tx pgx.Tx, p store.RecipientEraseParams) error {
+	rows, err := tx.Query(ctx, qEraseCampaignsLock, p.Tenant, p.Recipient)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if len(ids) > 0 {
+		if _, err := tx.Exec(ctx, qEraseCampaignRecipients, p.Tenant, p.Recipient, ids); err != nil {
+			return err
+		}
+	}
+	_, err = tx.Exec(ctx, qEraseCampaignParams, p.Tenant, p.Recipient)
+	return err
 }

@@ -26,6 +26,18 @@ const (
 
 	// ?1 tenant, ?2 recipient.
 	qEraseDevices = `DELETE FROM devices WHERE tenant = ?1 AND recipient = ?2`
+	// qEraseCampaignTotals and qEraseCampaignRecipients take the recipient
+	// out of the tenant's campaigns that have not fanned it out yet (its
+	// seq past the cursor of a DRAFT or RUNNING campaign), off their total
+	// first: no notification is ever written for it. The writer is the
+	// file's only writer, so no fan-out batch interleaves (PostgreSQL locks
+	// the campaigns first). ?1 tenant, ?2 recipient.
+	qEraseCampaignTotals = `UPDATE campaigns SET total = total - 1
+WHERE tenant = ?1 AND state IN ('DRAFT', 'RUNNING')
+  AND EXISTS (SELECT 1 FROM campaign_recipients cr WHERE cr.campaign_id = campaigns.id AND cr.recipient = ?2 AND cr.seq > campaigns.fanout_seq)`
+	qEraseCampaignRecipients = `DELETE FROM campaign_recipients
+WHERE campaign_id IN (SELECT id FROM campaigns WHERE tenant = ?1 AND state IN ('DRAFT', 'RUNNING')) AND recipient = ?2
+  AND seq > (SELECT c.fanout_seq FROM campaigns c WHERE c.id = campaign_recipients.campaign_id)`
 	// qEraseCampaignParams clears the recipient's own params in the
 	// tenant's campaigns, as PostgreSQL's twin.
 	qEraseCampaignParams = `UPDATE campaign_recipients SET params = NULL
@@ -132,7 +144,8 @@ func (s *Store) RecipientErase(ctx context.Context, p store.RecipientEraseParams
 }
 
 // eraseContacts deletes the profile, its consent history and the devices,
-// and clears the recipient's own campaign params (the first batch).
+// takes the recipient out of the campaigns that have not fanned it out,
+// and clears its own params in the others (the first batch).
 func eraseContacts(tx wtx, p store.RecipientEraseParams, res *store.RecipientEraseResult) error {
 	r, err := tx.Exec(qEraseProfile, p.Tenant, p.Recipient)
 	if err != nil {
@@ -148,6 +161,11 @@ func eraseContacts(tx wtx, p store.RecipientEraseParams, res *store.RecipientEra
 	}
 	n, _ = r.RowsAffected()
 	res.Devices = int(n)
+	for _, q := range []string{qEraseCampaignTotals, qEraseCampaignRecipients} {
+		if _, err := tx.Exec(q, p.Tenant, p.Recipient); err != nil {
+			return fmt.Errorf("take the recipient out of campaigns not fanned out: %w", err)
+		}
+	}
 	if _, err := tx.Exec(qEraseCampaignParams, p.Tenant, p.Recipient); err != nil {
 		return fmt.Errorf("clear campaign params: %w", err)
 	}
