@@ -242,12 +242,18 @@ type Enqueued struct {
 // transaction or database. Nothing was written.
 var ErrNoTransaction = errors.New("herald: enqueue: nil transaction or database")
 
+// ErrNoClient is returned for a call on a nil Client or one not made by
+// NewClient (a zero value). Nothing was written.
+var ErrNoClient = errors.New("herald: the Client is nil or was not made by NewClient")
+
 // ErrNotMigrated is returned, wrapped together with the database's own
 // error, when the transaction does not see herald's tables: the database
 // was not migrated (herald migrate), or herald's schema is not first on
 // the transaction's search_path (PostgreSQL through pgx or its
-// database/sql driver), or the SQLite file is not herald's. Nothing was
-// written.
+// database/sql driver), or a table of that name is not herald's (an
+// application's own notifications table, earlier on the search_path:
+// give herald a schema of its own, docs/enqueue.md), or the SQLite file
+// is not herald's. Nothing was written.
 var ErrNotMigrated = errors.New("herald's tables are not there: run herald migrate on this database, or put herald's schema on the search_path")
 
 // ErrUnavailable is returned, wrapped beside the driver's own error, for
@@ -277,6 +283,9 @@ type Reader = postgres.RowsQuerier
 // errors of Enqueue otherwise (ErrNotMigrated, ErrUnavailable, the
 // driver's).
 func (c *Client) Get(ctx context.Context, db Reader, tenant, id string) (lookup.Notification, error) {
+	if c == nil || c.catalog == nil {
+		return lookup.Notification{}, ErrNoClient
+	}
 	if isNil(db) {
 		return lookup.Notification{}, ErrNoTransaction
 	}
@@ -424,7 +433,7 @@ func enqueued(ctx context.Context, in Intent, res store.NotificationCreateResult
 func dbError(ctx context.Context, what string, err error) error {
 	var pg *pgconn.PgError
 	switch {
-	case errors.As(err, &pg) && pg.Code == "42P01", // undefined_table (pgx, and its database/sql driver)
+	case errors.As(err, &pg) && (pg.Code == "42P01" || pg.Code == "42703"), // undefined_table, undefined_column: another table of the name (pgx, and its database/sql driver)
 		strings.Contains(err.Error(), "no such table"): // SQLite's
 		return fmt.Errorf("herald: %s: %w: %w", what, ErrNotMigrated, err)
 	case ctx.Err() == nil && unavailable(err):
@@ -489,6 +498,9 @@ const (
 // params checks the intent as intake checks a request (catalog.Validate)
 // and turns it into the store's create parameters.
 func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
+	if c == nil || c.catalog == nil {
+		return store.NotificationCreateParams{}, ErrNoClient
+	}
 	bad := func(param, format string, args ...any) (store.NotificationCreateParams, error) {
 		return store.NotificationCreateParams{}, &InvalidIntentError{Param: param, Detail: fmt.Sprintf(format, args...)}
 	}

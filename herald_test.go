@@ -662,6 +662,24 @@ func TestAnEnqueueWithoutItsDatabaseSaysWhy(t *testing.T) {
 	if _, err := client.Get(ctx, nil, "clinic-7", "ntf_x"); !errors.Is(err, herald.ErrNoTransaction) {
 		t.Fatalf("a Get with no database = %v; want ErrNoTransaction", err)
 	}
+	// An application's own table of one of herald's names, first on the
+	// search_path: not herald's tables, so ErrNotMigrated (with the
+	// database's 42703), not a write into the application's table.
+	if _, err := pool.Exec(ctx, `CREATE TABLE notifications (id text PRIMARY KEY, customer text, body text)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(ctx, pool, in); !errors.Is(err, herald.ErrNotMigrated) || !errors.As(err, &pg) || pg.Code != "42703" {
+		t.Fatalf("an enqueue beside the application's own notifications table = %v; want ErrNotMigrated with the database's 42703", err)
+	}
+	// A nil Client, or one not made by NewClient: an error, not a panic.
+	for name, c := range map[string]*herald.Client{"nil": nil, "zero": {}} {
+		if _, err := c.Enqueue(ctx, pool, in); !errors.Is(err, herald.ErrNoClient) {
+			t.Errorf("Enqueue on a %s Client = %v; want ErrNoClient", name, err)
+		}
+		if _, err := c.Get(ctx, pool, "clinic-7", "ntf_x"); !errors.Is(err, herald.ErrNoClient) {
+			t.Errorf("Get on a %s Client = %v; want ErrNoClient", name, err)
+		}
+	}
 
 	// A server nobody answers at: ErrUnavailable, the driver's error
 	// beside it; a context of the caller's that ended is that, not this.

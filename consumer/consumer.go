@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/canonical"
+	"github.com/heraldhq/herald/validate"
 )
 
 // Event is one delivery of an event to one consumer.
@@ -36,21 +38,49 @@ type Event struct {
 	Payload []byte
 }
 
-// ErrNoEventID is the error (under errors.Is) for an event with no ID.
-// Nothing was written. Such an event can never be processed, so delivering
-// it again cannot help: reject it without requeueing (to a dead-letter
-// queue), and fix the producer or derive the ID from its key for the fact.
+// ErrNoEventID is the error (under errors.Is) for an event with no usable
+// ID: none, or one no database can record (MaxEventIDBytes and
+// Event.ID's rules). Nothing was written. Such an event can never be
+// processed, so delivering it again cannot help: reject it without
+// requeueing (to a dead-letter queue), and fix the producer or derive the
+// ID from its key for the fact. Requeued, it came back at once, for ever.
 var ErrNoEventID = errors.New("event has no ID (Event.ID is required): it can never be processed; dead-letter it, do not requeue")
+
+// MaxEventIDBytes bounds Event.ID: with the consumer's name it stays under
+// the size PostgreSQL's index on the table of processed events takes.
+const MaxEventIDBytes = 1000
+
+// badEventIDError is an ID that can never be recorded; it is ErrNoEventID
+// under errors.Is. It does not repeat the ID (a producer's bug may put
+// anything there).
+type badEventIDError struct{ consumer, why string }
+
+func (e *badEventIDError) Error() string {
+	return fmt.Sprintf("consumer %s: the event's ID %s: it can never be processed; dead-letter it, do not requeue", e.consumer, e.why)
+}
+
+func (e *badEventIDError) Is(target error) bool { return target == ErrNoEventID }
 
 func (ev Event) validate() error {
 	switch {
-	case ev.Consumer == "":
-		return errors.New("consumer: Event.Consumer is required")
+	case ev.Consumer == "" || !validate.Printable(ev.Consumer) || len(ev.Consumer) > 200:
+		return errors.New("consumer: Event.Consumer is required: 1..200 bytes of UTF-8 text without control characters")
 	case ev.ID == "":
 		return fmt.Errorf("consumer %s: %w", ev.Consumer, ErrNoEventID)
+	case !utf8.ValidString(ev.ID):
+		return &badEventIDError{ev.Consumer, "is not UTF-8 text"}
+	case !validate.Printable(ev.ID):
+		return &badEventIDError{ev.Consumer, "holds a control character (NUL, a newline…)"}
+	case strings.TrimSpace(ev.ID) == "":
+		return &badEventIDError{ev.Consumer, "is only spaces"}
+	case len(ev.ID) > MaxEventIDBytes:
+		return &badEventIDError{ev.Consumer, fmt.Sprintf("is %d bytes long, over %d", len(ev.ID), MaxEventIDBytes)}
 	}
 	return nil
 }
+
+// errNoDB is a nil database or transaction given to the package.
+var errNoDB = errors.New("consumer: nil database or transaction")
 
 // Outcome says what a delivery did.
 type Outcome int
@@ -134,12 +164,24 @@ func PayloadHash(payload []byte) string {
 //     the rest of tx's work, unless err says tx must be rolled back. Do not
 //     ack.
 func HandlePgx(ctx context.Context, tx pgx.Tx, ev Event, effect func(context.Context) error) (Outcome, error) {
+	if err := ev.validate(); err != nil {
+		return None, err
+	}
+	if tx == nil {
+		return None, errNoDB
+	}
 	return handle(ctx, pgxTx{tx}, ev, effect)
 }
 
 // HandleSQL is HandlePgx for database/sql on PostgreSQL (the pgx driver,
 // github.com/jackc/pgx/v5/stdlib).
 func HandleSQL(ctx context.Context, tx *sql.Tx, ev Event, effect func(context.Context) error) (Outcome, error) {
+	if err := ev.validate(); err != nil {
+		return None, err
+	}
+	if tx == nil {
+		return None, errNoDB
+	}
 	return handle(ctx, sqlTx{tx}, ev, effect)
 }
 
@@ -167,6 +209,9 @@ func Process(ctx context.Context, db Beginner, ev Event, effect func(context.Con
 	if effect == nil {
 		return None, errors.New("consumer: Process needs an effect")
 	}
+	if db == nil {
+		return None, errNoDB
+	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return None, fmt.Errorf("consumer %s: event %s: begin: %w", ev.Consumer, ev.ID, err)
@@ -183,6 +228,9 @@ func ProcessSQL(ctx context.Context, db *sql.DB, ev Event, effect func(context.C
 	}
 	if effect == nil {
 		return None, errors.New("consumer: ProcessSQL needs an effect")
+	}
+	if db == nil {
+		return None, errNoDB
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

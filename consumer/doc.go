@@ -53,8 +53,9 @@
 // corrected copy a second event. Derive it always or never: a consumer that
 // falls back to a derived id only when the producer's is missing counts a
 // copy with and a copy without the producer's id as two events. An event
-// with no ID is refused before anything is written with an error that is
-// ErrNoEventID: it can never be processed, so reject it without requeueing
+// with no ID, or one no database can record (not UTF-8, a control
+// character, only spaces, over MaxEventIDBytes), is refused before
+// anything is written with an error that is ErrNoEventID: it can never be processed, so reject it without requeueing
 // (to a dead-letter queue) instead of letting it come back for ever.
 //
 // # The payload hash

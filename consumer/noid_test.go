@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -43,5 +44,40 @@ func TestEventWithoutIDIsRefusedBeforeAnyWrite(t *testing.T) {
 	}
 	if ran {
 		t.Error("the effect ran for an event without an ID")
+	}
+}
+
+// TestEventWithAnIDNoDatabaseTakesIsRefusedAsHavingNone: an ID that can
+// never be recorded (not UTF-8, a NUL, only spaces, longer than the
+// index takes) failed at the database on every delivery, an error the
+// documented handler requeued, so the message came back at once for ever
+// (a walk's consumer sat at 44% CPU). It is refused before any write as
+// ErrNoEventID, which the handler dead-letters, and the error does not
+// repeat the ID. A nil database is an error, not a panic.
+func TestEventWithAnIDNoDatabaseTakesIsRefusedAsHavingNone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	effect := func(context.Context, pgx.Tx) error { t.Error("the effect ran"); return nil }
+	for name, id := range map[string]string{
+		"NotUTF8": "bad\xff", "NUL": "nul\x00x", "Newline": "a\nb", "Spaces": "   ",
+		"TooLong": strings.Repeat("x", consumer.MaxEventIDBytes+1),
+	} {
+		out, err := consumer.Process(ctx, nil, consumer.Event{Consumer: "points", ID: id, Payload: []byte(`{}`)}, effect)
+		if !errors.Is(err, consumer.ErrNoEventID) || out != consumer.None {
+			t.Errorf("%s: Process = %v, %v; want None and ErrNoEventID", name, out, err)
+		}
+		if err != nil && len(id) > 3 && strings.Contains(err.Error(), id) {
+			t.Errorf("%s: the error repeats the ID: %v", name, err)
+		}
+	}
+	ok := consumer.Event{Consumer: "points", ID: strings.Repeat("é", consumer.MaxEventIDBytes/2), Payload: []byte(`{}`)}
+	if _, err := consumer.Process(ctx, nil, ok, effect); errors.Is(err, consumer.ErrNoEventID) || err == nil {
+		t.Errorf("an ID of %d bytes with no database = %v; want the nil database's error", len(ok.ID), err)
+	}
+	if err := consumer.Migrate(ctx, nil); err == nil {
+		t.Error("Migrate(nil) = nil; want an error")
+	}
+	if _, err := consumer.HandleSQL(ctx, nil, ok, func(context.Context) error { return nil }); err == nil || errors.Is(err, consumer.ErrNoEventID) {
+		t.Errorf("HandleSQL(nil tx) = %v; want the nil database's error", err)
 	}
 }

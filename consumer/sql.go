@@ -88,6 +88,9 @@ WHERE (consumer, event_id) IN (
 // connection's search_path, if they do not exist. It is safe to run at every
 // start-up and from several processes at once.
 func Migrate(ctx context.Context, db Beginner) error {
+	if db == nil {
+		return errNoDB
+	}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, qMigrateLock); err != nil {
 			return fmt.Errorf("lock: %w", err)
