@@ -131,9 +131,11 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if err := parseNoArgs(cmd, fs, args); err != nil {
 		return err
 	}
-	switch {
+	switch u, err := neturl.Parse(*url); {
 	case *kind == "" || *file == "":
 		return usageErrorf(cmd, "%s: --kind and --recipients are required", cmd.path())
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return usageErrorf(cmd, "%s: --url (or %s) %q is not herald's base URL, such as http://127.0.0.1:8080", cmd.path(), envURL, *url)
 	case *apiKey == "":
 		return usageErrorf(cmd, "%s: an API key is required: --api-key or %s", cmd.path(), envAPIKey)
 	}

@@ -125,6 +125,23 @@ func TestCampaignSend(t *testing.T) {
 	}
 }
 
+// A --url without a scheme is a mistake in the command (exit 2), said as
+// one; it was an interruption to resume ("run the same command again"),
+// which could never help.
+func TestCampaignSendRefusesAURLWithoutAScheme(t *testing.T) {
+	csvPath := filepath.Join(t.TempDir(), "r.csv")
+	if err := os.WriteFile(csvPath, []byte("u1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"127.0.0.1:17081", "ftp://h", "http://"} {
+		var out, errb bytes.Buffer
+		code := run([]string{"campaign", "send", "--kind", "k", "--recipients", csvPath, "--url", u, "--api-key", "key"}, &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "is not herald's base URL, such as http://127.0.0.1:8080") || strings.Contains(errb.String(), "resume") {
+			t.Errorf("--url %s: exit %d, %q; want exit 2 naming the URL", u, code, errb.String())
+		}
+	}
+}
+
 // A file herald refuses leaves no draft behind: refused with the first page
 // (a param the kind needs is missing for everyone), nothing is created;
 // refused at a later page (a recipient no store can hold), the draft the
