@@ -33,7 +33,7 @@ func (s *Store) OutboxDefer(ctx context.Context, p store.OutboxDeferParams) (sto
 	err := s.w.do(ctx, func(tx wtx) error {
 		res, lane = store.OutboxDeferResult{}, ""
 		now := s.now()
-		at := now + p.Delay.Milliseconds()
+		at := s.after(p.Delay)
 		err := tx.QueryRow(qOutboxDefer, at, deferredAt(at, now), p.Reason, now, p.Fence.ID, p.Fence.Token).Scan(&lane)
 		if err == nil {
 			res.Deferred = true

@@ -145,7 +145,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, p store.DeliveryRecordParams
 		now := s.now()
 		var next any
 		if p.State == heraldtype.DeliveryRetryWait {
-			next = now + p.RetryDelay.Milliseconds()
+			next = s.after(p.RetryDelay)
 		}
 		r, err := tx.Exec(qDeliveryRecord, string(p.State), p.Reason, next, now, p.ProviderRef, p.MessageID, p.Attempt)
 		if err != nil {

@@ -253,7 +253,7 @@ func (s *Store) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) (boo
 		failed = 1
 	}
 	ok, err := s.fenced(ctx, qOutboxRetry, func(now int64) []any {
-		at := now + p.Delay.Milliseconds()
+		at := s.after(p.Delay)
 		return []any{at, deferredAt(at, now), p.Reason, failed, now, p.Fence.ID, p.Fence.Token, now}
 	})
 	if err != nil {

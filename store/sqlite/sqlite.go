@@ -164,6 +164,19 @@ func (s *Store) Ping(ctx context.Context) error {
 
 func (s *Store) now() int64 { return s.clock.Now().UnixMilli() }
 
+// after is the store's time d from now, in milliseconds rounded up: a
+// wait (a deferral to the end of quiet hours, a retry's delay) never ends
+// before its instant. Both terms rounded down made a send deferred to
+// 08:00 due at 07:59:59.999.
+func (s *Store) after(d time.Duration) int64 {
+	t := s.clock.Now().Add(d)
+	ms := t.UnixMilli()
+	if t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
+}
+
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
 func msPtr(t *time.Time) any {

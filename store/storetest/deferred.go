@@ -69,6 +69,25 @@ func testDeferrals(t *testing.T, h Harness) {
 		}
 	})
 
+	// A deferral's end is never before its instant, whatever the store's
+	// time resolution: deferred at 400 µs past a second until the end of
+	// quiet hours, the row is due at that instant or a little after (on
+	// SQLite's milliseconds, rounded up), never at 07:59:59.999 for 08:00.
+	t.Run("NeverDueBeforeItsInstant", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		row := published(t, b)
+		b.clk.Advance(400 * time.Microsecond)
+		end := b.clk.Now().Add(night - 400*time.Microsecond) // a whole second
+		if res := deferFor(t, b, row.Fence, night-400*time.Microsecond); !res.Deferred {
+			t.Fatalf("OutboxDefer: %+v, want deferred", res)
+		}
+		e := entry(t, b, row.NotificationID)
+		if e.AvailableAt.Before(end) || e.AvailableAt.After(end.Add(time.Millisecond)) {
+			t.Fatalf("deferred until %s, want %s (or within the store's millisecond after it)", e.AvailableAt, end)
+		}
+	})
+
 	// The write is the publication's: only a row PUBLISHED under the
 	// copy's own token moves. Every other row is left as it is, and the
 	// result says how it was found, which tells the copy whether to keep
