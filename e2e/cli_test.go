@@ -336,10 +336,19 @@ func checkBanner(t *testing.T, srv *server, database string, dev bool) {
 	if regexp.MustCompile(`\bdev listening\b`).MatchString(out) {
 		t.Errorf("herald serve's banner reads as a dev mode:\n%s", out)
 	}
-	for _, w := range []string{"no --config: development defaults, simulated providers on every channel", "API key: dev-key (tenant dev)", "kinds: "} {
+	for _, w := range []string{"no --config: development defaults, simulated providers on every channel", "API key: dev-key (tenant dev)"} {
 		if said := slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, w) }); said != dev {
 			t.Errorf("herald serve (development defaults: %v) says %q: %v\n%s", dev, w, said, out)
 		}
+	}
+	// The kinds as loaded, with a config file too (this test's config
+	// has none: it says so, and what that means).
+	want := "kinds: none: every notification is refused"
+	if dev {
+		want = "kinds: appointment.reminder (transactional: sms); "
+	}
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want) }) {
+		t.Errorf("herald serve does not list its kinds (want a line starting %q):\n%s", want, out)
 	}
 }
 

@@ -197,11 +197,17 @@ func serve(cmd *command, args []string, stdout, stderr io.Writer) error {
 	if cfg.Dev {
 		fmt.Fprintf(stdout, "no --config: development defaults, simulated providers on every channel\n")
 		fmt.Fprintf(stdout, "API key: %s (tenant %s)\n", config.DevAPIKey, config.DevTenant)
-		names := make([]string, 0, len(cfg.Kinds))
-		for _, k := range cfg.Kinds {
-			names = append(names, fmt.Sprintf("%s (%s: %s)", k.Name, k.Category, strings.Join(k.Channels, ", ")))
-		}
-		sort.Strings(names)
+	}
+	// The kinds as loaded, with a config file too: a kinds_file that is
+	// not the one meant, or a config with none, shows here.
+	names := make([]string, 0, len(cfg.Kinds))
+	for _, k := range cfg.Kinds {
+		names = append(names, fmt.Sprintf("%s (%s: %s)", k.Name, k.Category, strings.Join(k.Channels, ", ")))
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		fmt.Fprintf(stdout, "kinds: none: every notification is refused (422 unknown kind) until the config lists some (kinds: or kinds_file:)\n")
+	} else {
 		fmt.Fprintf(stdout, "kinds: %s\n", strings.Join(names, "; "))
 	}
 	a.WarmUp(ctx)
