@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/erasure"
 	"github.com/heraldhq/herald/problem"
@@ -23,6 +24,12 @@ import (
 // It is synchronous: the answer comes once the last batch committed. A
 // client that hangs up does not stop it (an erasure half done is finished
 // rather than left).
+//
+// Its audit entry (recipient.erase, the recipient as its digest) has the
+// answer's figures and the batches that committed; one that failed after
+// a batch committed is recorded too, with what it erased before the
+// failure (and status 503). One that failed before is not: it erased
+// nothing.
 type erasureAPI struct {
 	eraser *erasure.Eraser
 	logger *slog.Logger
@@ -37,6 +44,10 @@ func routeErasure(mux *router, cfg Config, authed func(http.Handler) http.Handle
 func (e *erasureAPI) erase(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithoutCancel(r.Context())
 	sum, err := e.eraser.Erase(ctx, auth.Tenant(ctx), r.PathValue("recipient"))
+	if sum.Batches > 0 {
+		// Even if a later batch failed: the batches before it committed.
+		audit.Took(r, erasureFigures(sum))
+	}
 	if err != nil {
 		// The eraser logged it, without the recipient.
 		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable; what was erased stays erased: send the request again")
@@ -44,4 +55,16 @@ func (e *erasureAPI) erase(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(sum)
+}
+
+// erasureFigures are an erasure's audit figures: the answer's counts (the
+// profile as 0 or 1) and the batches that committed. Counts only: nothing
+// that names the person.
+func erasureFigures(sum erasure.Summary) map[string]int {
+	profile := 0
+	if sum.Profile {
+		profile = 1
+	}
+	return map[string]int{"profile": profile, "devices": sum.Devices, "notifications": sum.Notifications,
+		"inbox_items": sum.InboxItems, "suppressed": sum.Suppressed, "batches": sum.Batches}
 }

@@ -4,10 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/heraldhq/herald/audit"
+	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/internal/storefault"
+	"github.com/heraldhq/herald/internal/testdb"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -128,4 +140,175 @@ func countDevices(t *testing.T, body []byte) int {
 		return len(list)
 	}
 	return len(v.Devices)
+}
+
+// An erasure's audit entry carries what it erased, and one that failed
+// part-way is recorded too, with what its committed batches erased, on both
+// stores. Batches of 2 (erasureFault) make three notifications take two.
+func TestErasureAuditEntryHasItsFigures(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
+			st := &erasureFault{Store: testdb.Open(t, driver, clk).Store, limit: 2}
+			srv := httptest.NewServer(httpapi.New(fullConfig(t, st, clk)))
+			t.Cleanup(srv.Close)
+			w := &walk{url: srv.URL, client: srv.Client()}
+			key := mustKey(t, st, clk, "a")
+			// A recipient id that is personal data, as the audit log must not show.
+			const who = "erin@example.com"
+			path := "/v1/recipients/" + who
+			if got, b := w.do(t, http.MethodPut, path+"/profile", key, `{"addresses":{"sms":"+821012345678"},"consent":{"push":true}}`); got != http.StatusNoContent {
+				t.Fatalf("PUT profile: %d %s", got, b)
+			}
+			if got, b := w.do(t, http.MethodPut, path+"/devices/fcm-token-of-erin", key, `{"platform":"fcm"}`); got/100 != 2 {
+				t.Fatalf("PUT device: %d %s", got, b)
+			}
+			var ids []string
+			for i := range 3 {
+				resp, b := w.send(t, http.MethodPost, "/v1/notifications", key, fmt.Sprint("erase-audit-", i),
+					fmt.Sprintf(`{"recipient":%q,"event_id":"e%d","kind":"order.shipped","params":{"item":"Mori mug","tracking":"CJ-%d"}}`, who, i, i))
+				var a struct{ ID string }
+				if resp.StatusCode != http.StatusAccepted || json.Unmarshal([]byte(b), &a) != nil {
+					t.Fatalf("POST /v1/notifications: %d %s", resp.StatusCode, b)
+				}
+				ids = append(ids, a.ID)
+			}
+			// erasures are a's recipient.erase entries, oldest first; none
+			// names the recipient.
+			erasures := func() []map[string]int {
+				t.Helper()
+				entries, err := st.AuditList(ctx, store.AuditListParams{Tenant: "a"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []map[string]int
+				for _, e := range slices.Backward(entries) {
+					if e.Action != audit.RecipientErase {
+						continue
+					}
+					if e.Target != audit.Recipient("a", who) || strings.Contains(e.Target+e.Detail, "erin") {
+						t.Errorf("entry target %q detail %s: want the recipient's digest and no trace of its id", e.Target, e.Detail)
+					}
+					var figures map[string]int
+					if err := json.Unmarshal([]byte(e.Detail), &figures); err != nil {
+						t.Fatalf("entry detail %s: %v", e.Detail, err)
+					}
+					out = append(out, figures)
+				}
+				return out
+			}
+			// suppressed counts the sends of the erased notifications that
+			// ended SUPPRESSED(ERASED).
+			suppressed := func() int {
+				t.Helper()
+				n := 0
+				for _, id := range ids {
+					if erased, err := st.NotificationErased(ctx, id); err != nil || !erased {
+						continue
+					}
+					v, err := st.NotificationGet(ctx, "a", id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, dv := range v.Deliveries {
+						if state, reason, _ := v.EntryState(dv); state == string(heraldtype.DeliverySuppressed) && reason == store.ReasonErased {
+							n++
+						}
+					}
+				}
+				return n
+			}
+
+			// The store fails on the first batch: nothing erased, no entry,
+			// as for any action that failed without effect.
+			st.failBatch(1)
+			if got, b := w.do(t, http.MethodDelete, path, key, ""); got != http.StatusServiceUnavailable {
+				t.Fatalf("erasure failing on its first batch: %d %s, want 503", got, b)
+			}
+			if got := erasures(); len(got) != 0 {
+				t.Fatalf("entries after an erasure that erased nothing: %v, want none", got)
+			}
+			if _, err := st.ProfileGet(ctx, "a", who); err != nil {
+				t.Fatalf("the profile after an erasure that failed at once: %v, want it still there", err)
+			}
+
+			// The store fails on the second batch: the first one's erasure
+			// stays, and its entry says so.
+			st.failBatch(2)
+			if got, b := w.do(t, http.MethodDelete, path, key, ""); got != http.StatusServiceUnavailable {
+				t.Fatalf("erasure failing on its second batch: %d %s, want 503", got, b)
+			}
+			got := erasures()
+			want := map[string]int{"status": http.StatusServiceUnavailable, "batches": 1, "profile": 1, "devices": 1,
+				"notifications": 2, "inbox_items": 2, "suppressed": suppressed()}
+			if len(got) != 1 || !maps.Equal(got[0], want) || want["suppressed"] == 0 {
+				t.Fatalf("entries after an erasure failing part-way: %v, want one with %v (and sends suppressed)", got, want)
+			}
+			partial := got[0]
+
+			// Sent again, it finishes: its entry has the answer's figures.
+			st.failBatch(0)
+			status, b := w.do(t, http.MethodDelete, path, key, "")
+			var answer struct {
+				Profile                            bool
+				Devices, Notifications, Suppressed int
+				InboxItems                         int `json:"inbox_items"`
+			}
+			if status != http.StatusOK || json.Unmarshal([]byte(b), &answer) != nil {
+				t.Fatalf("erasure sent again: %d %s, want 200", status, b)
+			}
+			got = erasures()
+			if len(got) != 2 || got[1]["batches"] < 1 {
+				t.Fatalf("entries after the erasure sent again: %v, want a second one, with its batches", got)
+			}
+			want = map[string]int{"status": http.StatusOK, "batches": got[1]["batches"], "profile": 0, "devices": answer.Devices,
+				"notifications": answer.Notifications, "inbox_items": answer.InboxItems, "suppressed": answer.Suppressed}
+			if answer.Profile {
+				want["profile"] = 1
+			}
+			if !maps.Equal(got[1], want) {
+				t.Errorf("the second entry %v, want the answer's figures %v", got[1], want)
+			}
+			// Together the two entries account for everything erased.
+			if n, i := partial["notifications"]+got[1]["notifications"], partial["inbox_items"]+got[1]["inbox_items"]; n != 3 || i != 3 ||
+				partial["suppressed"]+got[1]["suppressed"] != suppressed() {
+				t.Errorf("the entries %v and %v count %d notifications and %d inbox items, want 3 and 3, and %d sends suppressed",
+					partial, got[1], n, i, suppressed())
+			}
+		})
+	}
+}
+
+// erasureFault is a store whose erasure batches erase limit notifications
+// (and inbox items) at most, and whose batch number failOn of an erasure
+// (counted from 1 since failBatch; 0: none) fails without running, as
+// when the store goes away between two batches.
+type erasureFault struct {
+	store.Store
+	limit int
+
+	mu            sync.Mutex
+	calls, failOn int
+}
+
+func (f *erasureFault) RecipientErase(ctx context.Context, p store.RecipientEraseParams) (store.RecipientEraseResult, error) {
+	f.mu.Lock()
+	f.calls++
+	fail := f.calls == f.failOn
+	f.mu.Unlock()
+	if fail {
+		return store.RecipientEraseResult{}, storefault.ErrConnReset
+	}
+	p.Limit = f.limit
+	return f.Store.RecipientErase(ctx, p)
+}
+
+// failBatch makes batch n of the next erasure fail (0: none).
+func (f *erasureFault) failBatch(n int) {
+	f.mu.Lock()
+	f.calls, f.failOn = 0, n
+	f.mu.Unlock()
 }
