@@ -8,7 +8,8 @@
 // or revoked (key.create, key.revoke), parked messages requeued or
 // discarded (parked.requeue, parked.discard), an UNKNOWN delivery settled
 // by a person (delivery.settle), a recipient erased
-// (recipient.erase) and an inbox recount (ops.inbox_recount). Each says who
+// (recipient.erase: with what its committed batches erased, also when a
+// later batch failed) and an inbox recount (ops.inbox_recount). Each says who
 // (the acting key's id and name: a stored key's id, "config:…" or
 // "operator:…" for a configured one, never the key), what (the action and
 // its target), when (the store's time), from where (the request's remote
