@@ -9,7 +9,7 @@
 // with HTTP basic auth (the account SID and auth token, or an API key SID and
 // its secret) and a form body:
 //
-//	To                   the message's Address, an E.164 number
+//	To                   the message's Address in E.164 (below: Numbers)
 //	From                 Config.From, when set
 //	MessagingServiceSid  Config.MessagingServiceSID, when set
 //	Body                 Title and Body on two lines (either alone when the other is empty)
@@ -20,6 +20,27 @@
 // message. Twilio's answer is the Message resource (201, its "sid" becomes
 // Outcome.ProviderRef) or an error object {"code", "message", "more_info",
 // "status"} whose code is Twilio's error code.
+//
+// # Numbers
+//
+// Twilio takes To only in E.164 (+14155550000) and answers anything else
+// with 21211, which reads as a dead number. A profile may hold the number
+// as people write it, so Send normalizes it with allowlist.NormalizePhone,
+// the function the non-production guard compares numbers with (the number
+// sent is the number the guard allowed): spaces, hyphens, dots and
+// parentheses are dropped, and so is a trunk "(0)" or a Korean 0 written
+// after +82 ("+44 (0)20 7946 0000" → +442079460000, "+82 010-1234-5678" →
+// +821012345678).
+//
+// A number must carry its country code: it starts with +. Twilio is
+// herald's international SMS and a national number ("010-1234-5678",
+// "(415) 555-0000") says nothing of its country; guessing one would send a
+// person's text to a stranger abroad. Such a number, a 00 prefix, letters,
+// or fewer than 8 or more than 15 digits is refused before any call:
+// Permanent INVALID_NUMBER (not a dead destination: the number may be
+// right, only its spelling is not), as the Bizppurio adapter refuses a
+// number that is not Korean. Store profile numbers with their +country
+// code.
 //
 // # Classification
 //
@@ -51,6 +72,7 @@
 //	deadline / cancel while it was being written        Unknown          TIMEOUT_WHILE_WRITING, CANCELED_WHILE_WRITING
 //	timeout / reset / EOF after the request was written Unknown          TIMEOUT, CONNECTION_RESET, TRANSPORT_ERROR
 //	message without an Address (no call is made)        Permanent        ADDRESS_MISSING
+//	Address not a +country number (no call is made)     Permanent        INVALID_NUMBER
 //
 // Decisions: 21610 (the recipient opted out) is not a dead destination: the
 // number works and the person may text START again; consent is herald's to
@@ -117,6 +139,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldhq/herald/allowlist"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/httpcall"
 )
@@ -256,13 +279,29 @@ func smsText(m provider.Message) string {
 	return m.Title + "\n" + m.Body
 }
 
+// e164 is addr as Twilio's To takes it, or false for a number without its
+// country code or one that is not a phone number (the package comment's
+// Numbers). allowlist.NormalizePhone reads a national number starting with
+// 0 as Korean; only numbers written with + are taken here, so that reading
+// never applies.
+func e164(addr string) (string, bool) {
+	if !strings.HasPrefix(strings.TrimSpace(addr), "+") {
+		return "", false
+	}
+	return allowlist.NormalizePhone(addr)
+}
+
 // Send creates one Message resource and classifies the answer.
 func (t *Twilio) Send(ctx context.Context, m provider.Message) provider.Outcome {
 	if m.Address == "" {
 		return provider.PermanentOutcome("ADDRESS_MISSING")
 	}
+	to, ok := e164(m.Address)
+	if !ok {
+		return provider.PermanentOutcome("INVALID_NUMBER")
+	}
 	form := url.Values{}
-	form.Set("To", m.Address)
+	form.Set("To", to)
 	if t.from != "" {
 		form.Set("From", t.from)
 	}

@@ -297,6 +297,77 @@ func TestMessageWithoutAddressMakesNoCall(t *testing.T) {
 	}
 }
 
+// e164Only answers as Twilio does: a To that is not E.164 (+, then 8 to 15
+// digits, the first not 0) is refused with 21211, anything else created.
+func e164Only(w http.ResponseWriter, r *http.Request) {
+	to := r.PostForm.Get("To")
+	ok := len(to) >= 9 && len(to) <= 16 && to[0] == '+' && to[1] != '0'
+	for i := 1; ok && i < len(to); i++ {
+		ok = to[i] >= '0' && to[i] <= '9'
+	}
+	if !ok {
+		refused(400, 21211)(w, r)
+		return
+	}
+	created(201)(w, r)
+}
+
+// TestNumbersGoAsE164: a profile's number reaches Twilio in E.164 however it
+// was spelled, and one without its country code is refused before any call
+// (the package comment's Numbers).
+func TestNumbersGoAsE164(t *testing.T) {
+	t.Parallel()
+	sent := []struct{ name, address, to string }{
+		{"Spaces", "+1 415 555 0000", "+14155550000"},
+		{"ParenthesesAndHyphen", "+1 (415) 555-0000", "+14155550000"},
+		{"Dots", "+1.415.555.0000", "+14155550000"},
+		{"AlreadyE164", "+14155550000", "+14155550000"},
+		{"KoreanMobileWithHyphens", "+82 10-1234-0000", "+821012340000"},
+		{"KoreanTrunkZeroAfterTheCountryCode", "+82 010-1234-0000", "+821012340000"},
+		{"TrunkZeroInParentheses", "+44 (0)20 7946 0000", "+442079460000"},
+	}
+	for _, row := range sent {
+		t.Run("Sends"+row.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t, e164Only)
+			m := message("msg-number")
+			m.Address = row.address
+			if out := newTwilio(t, config(f.URL)).Send(context.Background(), m); out.Class != provider.Accepted {
+				t.Fatalf("%q: outcome = %+v, want accepted", row.address, out)
+			}
+			if got := f.only(t).form.Get("To"); got != row.to {
+				t.Fatalf("%q went as To %q, want %q", row.address, got, row.to)
+			}
+		})
+	}
+	refused := []struct{ name, address string }{
+		{"KoreanNationalWithoutCountry", "010-1234-0000"},
+		{"USNationalWithoutCountry", "(415) 555-0000"},
+		{"DigitsWithoutPlus", "14155550000"},
+		{"InternationalPrefix00", "00 1 415 555 0000"},
+		{"Letters", "+1 415 CALL NOW"},
+		{"TooShort", "+1 234"},
+		{"TooLong", "+1 234 567 890 123 456"},
+		{"CountryCodeZero", "+0 415 555 0000"},
+		{"PlusNotFirst", "1+4155550000"},
+	}
+	for _, row := range refused {
+		t.Run("Refuses"+row.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t, e164Only)
+			m := message("msg-number")
+			m.Address = row.address
+			out := newTwilio(t, config(f.URL)).Send(context.Background(), m)
+			if out.Class != provider.Permanent || out.Reason != "INVALID_NUMBER" || out.DeadDestination {
+				t.Fatalf("%q: outcome = %+v, want permanent INVALID_NUMBER, not dead", row.address, out)
+			}
+			if n := f.count(); n != 0 {
+				t.Fatalf("%q: fake saw %d requests, want none", row.address, n)
+			}
+		})
+	}
+}
+
 func TestTransportFailures(t *testing.T) {
 	t.Parallel()
 	t.Run("ConnectionRefusedIsNotSent", func(t *testing.T) {
