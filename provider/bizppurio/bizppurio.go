@@ -19,10 +19,15 @@
 // "yyyyMMddHHmmss"}. A token lives 24 hours; it is cached, renewed an hour
 // before it expires by one caller while the others keep using the old one,
 // and fetched by exactly one request when there is none (the others wait
-// for that request). A token the vendor calls invalid (3002, 3005) is
-// dropped, so the next send fetches a new one. Time comes from
-// Config.Clock. A failed token request means the message was never sent:
-// NotSent, reason TOKEN_<why>.
+// for that request). A valid token is renewed at most once a minute: a
+// renewal that failed, or that the vendor answered with a token expiring
+// no later (the same expiry re-issued), is tried again a minute after it
+// ended, and the current token serves every send until then, so sends do
+// not each cost a token request (the vendor's rate limit counts those
+// too). An expired token is replaced at once, by one request. A token the
+// vendor calls invalid (3002, 3005) is dropped, so the next send fetches
+// a new one. Time comes from Config.Clock. A failed token request means
+// the message was never sent: NotSent, reason TOKEN_<why>.
 //
 // Then POST {BaseURL}/v3/message with "Authorization: Bearer <token>" and
 //

@@ -37,9 +37,14 @@ type vendor struct {
 	srv *httptest.Server
 
 	mu       sync.Mutex
-	minted   int           // tokens issued
-	valid    string        // the last token issued
-	expired  time.Time     // the expiry the next token is answered with
+	asked    int       // token requests, answered or not
+	minted   int       // tokens issued
+	valid    string    // the last token issued
+	validExp time.Time // the expiry valid was issued with
+	expired  time.Time // the expiry the next token is answered with
+	// reissue makes a token request answer the last token again, not a
+	// new one, while expired has not changed since it was issued.
+	reissue  bool
 	messages []sentMessage // every /v3/message request
 	// tokenAnswer and messageAnswer replace the normal answers when set.
 	tokenAnswer   http.HandlerFunc
@@ -73,6 +78,7 @@ func writeJSON(w http.ResponseWriter, status int, body string) {
 
 func (v *vendor) token(w http.ResponseWriter, r *http.Request) {
 	v.mu.Lock()
+	v.asked++
 	override := v.tokenAnswer
 	v.mu.Unlock()
 	if override != nil {
@@ -90,8 +96,10 @@ func (v *vendor) issue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.mu.Lock()
-	v.minted++
-	v.valid = fmt.Sprintf("%s%d", tokenPrefix, v.minted)
+	if !v.reissue || v.valid == "" || !v.expired.Equal(v.validExp) {
+		v.minted++
+		v.valid, v.validExp = fmt.Sprintf("%s%d", tokenPrefix, v.minted), v.expired
+	}
 	tok, exp := v.valid, v.expired.In(kst).Format("20060102150405")
 	v.mu.Unlock()
 	writeJSON(w, http.StatusOK, fmt.Sprintf(`{"accesstoken":%q,"type":"Bearer","expired":%q}`, tok, exp))
@@ -135,6 +143,14 @@ func (v *vendor) counts() (tokens, messages int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.minted, len(v.messages)
+}
+
+// tokenRequests is how many token requests the vendor received, refused
+// ones included.
+func (v *vendor) tokenRequests() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.asked
 }
 
 func (v *vendor) lastMessage(t *testing.T) sentMessage {

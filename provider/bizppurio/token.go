@@ -22,6 +22,15 @@ const (
 	// that window one caller renews it and the others go on with the old
 	// one, which is still valid, so a renewal never stalls sends.
 	refreshBefore = time.Hour
+	// renewEvery is the least time between the end of one token request
+	// and a renewal of a token that is still valid. The vendor may answer
+	// a renewal with a token that expires no later than the one it
+	// replaces (the same expiry, re-issued); the cache then stays in the
+	// renewal window, and without this pause every send would ask for a
+	// token again, against a rate limit that counts token requests too. A
+	// failed renewal waits as long. A token that has expired, or none, is
+	// fetched at once whatever this says.
+	renewEvery = time.Minute
 )
 
 // kst is the vendor's time zone: its "expired" is a wall-clock time in
@@ -51,7 +60,8 @@ type refresh struct {
 }
 
 // tokenSource caches the vendor's access token and renews it with one
-// request in flight at a time.
+// request in flight at a time, and a valid token at most once every
+// renewEvery.
 type tokenSource struct {
 	client  *http.Client
 	url     string
@@ -62,6 +72,9 @@ type tokenSource struct {
 	mu     sync.Mutex
 	tok    token
 	flight *refresh
+	// renewAfter is when a valid token in its renewal window may be
+	// renewed again: renewEvery after the last token request ended.
+	renewAfter time.Time
 
 	// onWait, when set, runs when a caller starts waiting for a refresh
 	// another caller makes (tests count the waiters with it).
@@ -75,7 +88,7 @@ func (s *tokenSource) get(ctx context.Context) (string, error) {
 	now := s.clock.Now()
 	if s.tok.header != "" && now.Before(s.tok.expires) {
 		cur := s.tok.header
-		if now.Before(s.tok.expires.Add(-refreshBefore)) || s.flight != nil {
+		if now.Before(s.tok.expires.Add(-refreshBefore)) || s.flight != nil || now.Before(s.renewAfter) {
 			s.mu.Unlock()
 			return cur, nil
 		}
@@ -127,6 +140,7 @@ func (s *tokenSource) run(ctx context.Context, r *refresh) {
 	}
 	r.tok, r.err = tok, err
 	s.flight = nil
+	s.renewAfter = s.clock.Now().Add(renewEvery)
 	s.mu.Unlock()
 	close(r.done)
 }

@@ -2,6 +2,7 @@ package bizppurio
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,109 @@ func TestTokenCache(t *testing.T) {
 		}
 		mustAccept(t, b)
 		wantCounts(t, v, 2, 3)
+	})
+}
+
+func wantTokenRequests(t *testing.T, v *vendor, want int) {
+	t.Helper()
+	if got := v.tokenRequests(); got != want {
+		t.Fatalf("vendor saw %d token requests, want %d", got, want)
+	}
+}
+
+func wantSentWith(t *testing.T, v *vendor, token int) {
+	t.Helper()
+	if got, want := v.lastMessage(t).Auth, fmt.Sprintf("Bearer %s%d", tokenPrefix, token); got != want {
+		t.Fatalf("sent with %q, want %q", got, want)
+	}
+}
+
+// TestTokenRenewalAtMostOnceAMinute: inside the renewal window a valid
+// token is renewed once, then not again for renewEvery, whatever the
+// renewal brought: a vendor that re-issues the same expiry (or refuses)
+// must not cost every send a token request. An expired token is replaced
+// at once.
+func TestTokenRenewalAtMostOnceAMinute(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReissuedWithTheSameExpiry", func(t *testing.T) {
+		t.Parallel()
+		b, v, clk := setup(t)
+		mustAccept(t, b)
+		// In the window; the vendor keeps answering the first token's
+		// expiry.
+		clk.Advance(23*time.Hour + 10*time.Minute)
+		for range 20 {
+			mustAccept(t, b)
+		}
+		wantTokenRequests(t, v, 2)
+		wantSentWith(t, v, 2)
+		clk.Advance(renewEvery - time.Second)
+		mustAccept(t, b)
+		wantTokenRequests(t, v, 2)
+		clk.Advance(time.Second)
+		mustAccept(t, b)
+		wantTokenRequests(t, v, 3)
+		wantCounts(t, v, 3, 23)
+	})
+
+	t.Run("FailedRenewal", func(t *testing.T) {
+		t.Parallel()
+		b, v, clk := setup(t)
+		mustAccept(t, b)
+		clk.Advance(23*time.Hour + 10*time.Minute)
+		v.setToken(answerWith(429, map[string]string{"RateLimit-Reset": "1"}, `{"code":5002}`))
+		for range 10 {
+			mustAccept(t, b)
+		}
+		wantTokenRequests(t, v, 2)
+		wantSentWith(t, v, 1)
+		clk.Advance(renewEvery)
+		mustAccept(t, b)
+		wantTokenRequests(t, v, 3)
+	})
+
+	t.Run("ExpiredTokenIsReplacedAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b, v, clk := setup(t)
+		mustAccept(t, b)
+		clk.Advance(24*time.Hour - 30*time.Second)
+		mustAccept(t, b) // renewed, to the same expiry
+		wantTokenRequests(t, v, 2)
+		clk.Advance(30 * time.Second) // expired, well within renewEvery
+		v.mu.Lock()
+		v.expired = clk.Now().Add(24 * time.Hour)
+		v.mu.Unlock()
+		mustAccept(t, b)
+		wantTokenRequests(t, v, 3)
+		wantSentWith(t, v, 3)
+	})
+
+	t.Run("ConcurrentSends", func(t *testing.T) {
+		t.Parallel()
+		b, v, clk := setup(t)
+		// The same token again: sends still using it while the renewal
+		// is under way are not refused.
+		v.reissue = true
+		mustAccept(t, b)
+		clk.Advance(23*time.Hour + 10*time.Minute)
+		const senders, each = 8, 5
+		var wg sync.WaitGroup
+		outcomes := make([]provider.Outcome, senders*each)
+		for i := range senders {
+			wg.Go(func() {
+				for j := range each {
+					outcomes[i*each+j] = b.Send(context.Background(), smsMessage("hello"))
+				}
+			})
+		}
+		wg.Wait()
+		for i, o := range outcomes {
+			if o.Class != provider.Accepted {
+				t.Fatalf("send %d = %+v", i, o)
+			}
+		}
+		wantTokenRequests(t, v, 2)
 	})
 }
 
