@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/provider/webhook"
 )
 
 // Config is everything `herald serve` needs. Each field's comment ends with
@@ -1202,6 +1203,20 @@ func (c *Config) validateProviders() error {
 				// The value is not quoted: a webhook URL may carry a
 				// secret (a password, a token in its path or query).
 				return fmt.Errorf("config: %s.url: not an http(s) URL with a host (the value is not shown: a webhook URL may hold a secret)", key)
+			}
+			// A signing key that is not one is a mistake in the config,
+			// found here (exit 2), not when the adapter is built.
+			if p.Secret != "" {
+				if _, err := webhook.ParseSecret(p.Secret); err != nil {
+					return fmt.Errorf("config: %s.secret: %w", key, err)
+				}
+			}
+			for j := range p.Secrets {
+				if raw := p.Read(fmt.Sprintf("secrets[%d]", j)); raw != nil {
+					if _, err := webhook.ParseSecret(string(raw)); err != nil {
+						return fmt.Errorf("config: %s.secrets[%d]: %w", key, j, err)
+					}
+				}
 			}
 		case "sim":
 			f := p.Faults

@@ -92,6 +92,9 @@ func TestRealProviderErrorsNameTheKeyNeverTheSecret(t *testing.T) {
 		{"InlineCredential", "auth_token: {env: TW_TOKEN}", "auth_token: pw12345inline-secret", "auth_token: a credential may not be written in the config file"},
 		{"InlineInList", "secrets: [{env: WH_OLD}]", "secrets: [whsec_pw12345inline]", "a credential may not be written in the config file"},
 		{"UnknownSecretField", "secrets: [{env: WH_OLD}]", "secrets: [{envv: WH_OLD}]", "field envv not found"},
+		// A signing key that is not one: a mistake in the config (exit 2),
+		// found at load, not when the adapter is built.
+		{"WebhookSecretNotOne", "secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "secret: notasecret", "providers[5].secret: webhook secret: does not start with whsec_"},
 		// A channel has one provider (push one a device platform): a second
 		// would be ignored, a real one after a simulator never called.
 		{"SecondOnAChannel", "name: tw, type: twilio, channel: sms", "name: tw, type: twilio, channel: alimtalk",
