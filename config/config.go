@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -114,6 +115,11 @@ type Config struct {
 	// listener: the time a load balancer takes to see it and send no more.
 	// Defaults to 0 (the listener closes at once); at most 1 minute.
 	ShutdownDelay Duration `yaml:"shutdown_delay"`
+	// LogLevel is the least level logged: debug, info, warn or error.
+	// Debug adds the lines of retries that end well (a result written on
+	// its second try, a lease no longer held); no level logs personal
+	// data. Defaults to info.
+	LogLevel string `yaml:"log_level"`
 	// ReconcileInterval is how often the leader runs a reconciliation
 	// (package reconcile): it runs one when the newest kept report, from
 	// the leader or from `herald reconcile`, is this old. Defaults to 1 hour.
@@ -1060,6 +1066,9 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("config: transport: %q is not db or rabbitmq", c.Transport)
 	}
+	if _, err := c.SlogLevel(); err != nil {
+		return err
+	}
 	if c.ShutdownDelay < 0 || c.ShutdownDelay.D() > time.Minute {
 		return fmt.Errorf("config: shutdown_delay: must be 0..1m, got %s", c.ShutdownDelay.D())
 	}
@@ -1271,4 +1280,19 @@ func channelList() string {
 		s[i] = string(c)
 	}
 	return strings.Join(s, ", ")
+}
+
+// SlogLevel is LogLevel as a slog level (info when unset).
+func (c *Config) SlogLevel() (slog.Level, error) {
+	switch c.LogLevel {
+	case "", "info":
+		return slog.LevelInfo, nil
+	case "debug":
+		return slog.LevelDebug, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("config: log_level: %q is not one of debug, info, warn, error", c.LogLevel)
 }

@@ -331,6 +331,11 @@ func TestLoadRefusesBadValues(t *testing.T) {
 			want: []string{"operator_keys[1]", "duplicate"},
 		},
 		{
+			name: "LogLevelUnknown",
+			text: base + "log_level: verbose\n",
+			want: []string{"log_level", "verbose", "debug, info, warn, error"},
+		},
+		{
 			name: "ShutdownDelayOverAMinute",
 			text: base + "shutdown_delay: 2m\n",
 			want: []string{"shutdown_delay", "0..1m", "2m0s"},
