@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -1250,6 +1251,11 @@ func (c *Config) validateProviders() error {
 			if err := checkProvider(key, &p); err != nil {
 				return err
 			}
+			if p.Type == "bizppurio" && p.Channel == "alimtalk" {
+				if err := c.checkAlimTalkTemplates(key, p); err != nil {
+					return err
+				}
+			}
 		default:
 			return fmt.Errorf("config: %s.type: %q is not one of %s", key, p.Type, strings.Join(ProviderTypes, ", "))
 		}
@@ -1295,4 +1301,17 @@ func (c *Config) SlogLevel() (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return 0, fmt.Errorf("config: log_level: %q is not one of debug, info, warn, error", c.LogLevel)
+}
+
+// checkAlimTalkTemplates refuses an AlimTalk provider without a template
+// code for a kind that goes by alimtalk: every such send would end
+// PERMANENT_FAILURE (NO_TEMPLATE) at its first call, quietly, the chain
+// paying an SMS each time.
+func (c *Config) checkAlimTalkTemplates(key string, p Provider) error {
+	for _, k := range c.Kinds {
+		if slices.Contains(k.Channels, "alimtalk") && p.Templates[k.Name] == "" {
+			return fmt.Errorf("config: %s.templates: kind %s goes by alimtalk and has no template code here (the code Kakao approved for it)", key, k.Name)
+		}
+	}
+	return nil
 }

@@ -161,3 +161,28 @@ func TestProductionWarnings(t *testing.T) {
 		t.Fatalf("staging: %q", got)
 	}
 }
+
+// A kind that goes by alimtalk needs its template code in the AlimTalk
+// provider's templates: without one every send ended
+// PERMANENT_FAILURE(NO_TEMPLATE) at its first call, no alert, the chain
+// paying an SMS each time. It is refused at load, naming the kind.
+func TestAlimTalkKindWithoutATemplateCodeIsRefused(t *testing.T) {
+	t.Parallel()
+	kinds := `kinds:
+  - {name: payment.approved, category: transactional, channels: [alimtalk], templates: {alimtalk: {title: Paid, body: "{{.amount}}"}}}
+  - {name: ship.notice, category: transactional, channels: [alimtalk, sms], policy: first,
+     templates: {alimtalk: {title: Shipped, body: "{{.order}}"}, sms: {title: Shipped, body: "{{.order}}"}}}
+`
+	path := writeFile(t, realProviders+kinds)
+	writeSecrets(t, path)
+	_, err := config.Load(path, func(k string) string { return secretEnv[k] })
+	if err == nil || !strings.Contains(err.Error(), "providers[3].templates: kind ship.notice goes by alimtalk and has no template code here") {
+		t.Fatalf("Load = %v; want ship.notice's missing template code named", err)
+	}
+	fixed := strings.Replace(realProviders, "templates: {payment.approved: T001}", "templates: {payment.approved: T001, ship.notice: T002}", 1)
+	path = writeFile(t, fixed+kinds)
+	writeSecrets(t, path)
+	if _, err := config.Load(path, func(k string) string { return secretEnv[k] }); err != nil {
+		t.Fatalf("Load with both codes = %v", err)
+	}
+}
