@@ -1041,6 +1041,18 @@ func (c *Config) MaxProviderTimeout() time.Duration {
 	return m
 }
 
+// longestTimeout is the longest provider timeout and the first provider
+// with it ("10s, providers[2] (sms)"): one set by default is named too.
+func (c *Config) longestTimeout() string {
+	m := c.MaxProviderTimeout()
+	for i, p := range c.Providers {
+		if p.Timeout.D() == m {
+			return fmt.Sprintf("%s, providers[%d] (%s)", m, i, p.Name)
+		}
+	}
+	return m.String()
+}
+
 // Validate returns the first problem found, naming the key.
 func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
@@ -1151,11 +1163,11 @@ func (c *Config) Validate() error {
 	// A lease must outlive the one provider call made under it, or a second
 	// claimer could take the row while the first is still calling.
 	if c.Lease.D() <= c.MaxProviderTimeout() {
-		return fmt.Errorf("config: lease: %s must be longer than the longest provider timeout (%s)", c.Lease.D(), c.MaxProviderTimeout())
+		return fmt.Errorf("config: lease: %s must be longer than the longest provider timeout (%s)", c.Lease.D(), c.longestTimeout())
 	}
 	// The stale sweep must not turn a call that is still in flight into UNKNOWN.
 	if c.StaleClaimAfter.D() <= c.MaxProviderTimeout() {
-		return fmt.Errorf("config: stale_claim_after: %s must be longer than the longest provider timeout (%s)", c.StaleClaimAfter.D(), c.MaxProviderTimeout())
+		return fmt.Errorf("config: stale_claim_after: %s must be longer than the longest provider timeout (%s)", c.StaleClaimAfter.D(), c.longestTimeout())
 	}
 	return c.validateKinds()
 }

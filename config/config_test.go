@@ -253,7 +253,7 @@ func TestLoadRefusesBadValues(t *testing.T) {
 			name: "LeaseShorterThanProviderTimeout",
 			// sim-sms has the default timeout of 10s, the longest.
 			text: base + "lease: 8s\n",
-			want: []string{"lease:", "8s", "10s"},
+			want: []string{"lease:", "8s", "10s, providers[", "(sim-sms)"},
 		},
 		{
 			name: "LeaseEqualToProviderTimeout",
