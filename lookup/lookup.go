@@ -99,9 +99,19 @@ type Deferred struct {
 // row waits PENDING with a reason (a deferral's, a rate limit's, a
 // backoff's) for a due time still ahead, with no delivery row. A row due
 // by its send_at (SCHEDULED) has no reason, and one due already no wait.
+//
+// A retry (RETRY_WAIT) whose next attempt was put back further (quiet
+// hours began before it was due) shows its deferral too: its outbox row
+// waits past next_attempt_at, which alone would read as overdue.
 func deferredOf(v store.NotificationView, dv store.DeliveryView, state string) *Deferred {
-	if state != heraldtype.ViewPending || dv.Delivery != nil || dv.OutboxState != heraldtype.OutboxPending ||
-		dv.OutboxReason == "" || !dv.AvailableAt.After(v.Now) {
+	if dv.OutboxState != heraldtype.OutboxPending || dv.OutboxReason == "" || !dv.AvailableAt.After(v.Now) {
+		return nil
+	}
+	switch {
+	case state == heraldtype.ViewPending && dv.Delivery == nil:
+	case state == string(heraldtype.DeliveryRetryWait) && dv.Delivery != nil && dv.Delivery.NextAttemptAt != nil &&
+		dv.AvailableAt.After(*dv.Delivery.NextAttemptAt):
+	default:
 		return nil
 	}
 	return &Deferred{Reason: dv.OutboxReason, Until: dv.AvailableAt}

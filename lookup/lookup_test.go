@@ -178,4 +178,20 @@ func TestDeferredShowsWhyAndUntilWhenWhilePending(t *testing.T) {
 			t.Errorf("%s: %s entry deferred %+v, want none", name, e.State, e.Deferred)
 		}
 	}
+	// A retry whose attempt quiet hours put back past its
+	// next_attempt_at (already passed, read alone it looks overdue) shows
+	// the deferral; a retry waiting for its own next_attempt_at does not.
+	passed := now.Add(-time.Minute)
+	held := delivery(heraldtype.DeliveryRetryWait, "BIZPPURIO_3001", 1)
+	held.NextAttemptAt = &passed
+	e := lookup.View(at(one(nil, heraldtype.OutboxPending, heraldtype.ReasonQuietHours, held), morning)).Deliveries[0]
+	if e.State != string(heraldtype.DeliveryRetryWait) || e.Deferred == nil ||
+		*e.Deferred != (lookup.Deferred{Reason: heraldtype.ReasonQuietHours, Until: morning}) {
+		t.Errorf("a retry held by quiet hours: %s, deferred %+v; want RETRY_WAIT deferred for QUIET_HOURS until %s", e.State, e.Deferred, morning)
+	}
+	own := delivery(heraldtype.DeliveryRetryWait, "HTTP_429", 1)
+	own.NextAttemptAt = &future
+	if e := lookup.View(at(one(nil, heraldtype.OutboxPending, "HTTP_429", own), future)).Deliveries[0]; e.Deferred != nil {
+		t.Errorf("a retry waiting for its own next_attempt_at: deferred %+v, want none", e.Deferred)
+	}
 }
