@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/auth"
@@ -243,7 +244,7 @@ func (a *campaignsAPI) list(w http.ResponseWriter, r *http.Request) {
 	tenant := auth.Tenant(r.Context())
 	p := store.CampaignListParams{Tenant: tenant, State: q.Get("state"), Limit: limit}
 	if p.State != "" && !slices.Contains(campaignStates, p.State) {
-		bad("state", "unknown state %q; one of %v", p.State, campaignStates)
+		bad("state", "unknown state %q; one of %s", p.State, strings.Join(campaignStates, ", "))
 		return
 	}
 	bound := []string{tenant, p.State}

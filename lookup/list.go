@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/auth"
@@ -117,7 +118,7 @@ func parseList(r *http.Request, tenant string) (store.NotificationListParams, fi
 	case len(p.Kind) > maxKindLen || !catalog.Printable(p.Kind):
 		return bad("kind", "kind must be at most %d printable characters", maxKindLen)
 	case p.State != "" && !slices.Contains(ListStates, p.State):
-		return bad("state", "unknown state %q; one of %v", p.State, ListStates)
+		return bad("state", "unknown state %q; one of %s", p.State, strings.Join(ListStates, ", "))
 	}
 	if s := q.Get("since"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)

@@ -31,7 +31,10 @@ func Write(w http.ResponseWriter, p Problem) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
+	// A detail is read by people: "Bearer <key>", not "Bearer \u003ckey\u003e".
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(p)
 }
 
 // New writes a problem of the given status with a detail message.

@@ -194,13 +194,13 @@ func decodeError(err error, raw []byte, v any) error {
 		}
 		return errors.New(t)
 	}
-	msg := fmt.Errorf("the body is not valid JSON for this request: %s", strings.TrimPrefix(err.Error(), "json: "))
 	if rest, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
 		if field, ok := strings.CutSuffix(rest, `"`); ok {
-			return unknownField{msg, field}
+			// Valid JSON with a field this request does not take (a typo).
+			return unknownField{fmt.Errorf("the body has a field this request does not take: %q", field), field}
 		}
 	}
-	return msg
+	return fmt.Errorf("the body is not valid JSON for this request: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
 // ValueError says, in decodeError's words, that a part of a body decoded
