@@ -513,6 +513,10 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 			return bad(f.param, "%s is required", f.param)
 		case len(f.value) > f.max || !catalog.Printable(f.value):
 			return bad(f.param, "%s must be 1..%d printable characters", f.param, f.max)
+		case f.param == "tenant" && strings.TrimSpace(f.value) != f.value:
+			// " pay " is a tenant no API key reads: its notifications
+			// would be sent and never seen.
+			return bad(f.param, "tenant has spaces around it")
 		}
 	}
 	var raw json.RawMessage

@@ -295,6 +295,7 @@ WHERE n.id = $1 GROUP BY n.scope`, e.ID).Scan(&n, &o); err != nil || n != "ward-
 			{"MissingParam", "params.at", func(in *herald.Intent) { in.Params = map[string]any{"when": "soon"} }},
 			{"UnknownKind", "kind", func(in *herald.Intent) { in.Kind = "booking.cancelled" }},
 			{"NoDedupKey", "dedup_key", func(in *herald.Intent) { in.DedupKey = "" }},
+			{"TenantWithSpacesAround", "tenant", func(in *herald.Intent) { in.Tenant = " " + in.Tenant + " " }},
 			{"NoRecipient", "recipient", func(in *herald.Intent) { in.Recipient = "" }},
 			{"ExpiresBeforeItIsSent", "expires_at", func(in *herald.Intent) { in.ExpiresAt = in.SendAt.Add(-time.Minute) }},
 			// PostgreSQL's jsonb refuses \u0000: the caller's transaction

@@ -39,8 +39,12 @@ func keysCreate(cmd *command, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	switch {
-	case *tenant == "" || *name == "":
+	case *tenant == "" && *name == "":
 		return usageErrorf(cmd, "%s: --tenant and --name are required", cmd.path())
+	case *tenant == "":
+		return usageErrorf(cmd, "%s: --tenant is required", cmd.path())
+	case *name == "":
+		return usageErrorf(cmd, "%s: --name is required", cmd.path())
 	case *expiresIn < 0:
 		return usageErrorf(cmd, "%s: --expires-in must not be negative", cmd.path())
 	}

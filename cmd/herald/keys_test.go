@@ -81,6 +81,9 @@ func TestKeysCommands(t *testing.T) {
 				if code != 2 || !strings.HasPrefix(errb, "herald: ") {
 					t.Errorf("%v: exit %d, stderr %q; want 2 and one line", bad, code, errb)
 				}
+				if len(bad) == 4 && bad[2] == "--name" && !strings.Contains(errb, "--tenant is required") {
+					t.Errorf("%v: %q; want the missing flag named", bad, errb)
+				}
 			}
 			if code, _, errb := herald("keys", "revoke", "nosuchkey"); code != 1 || strings.Count(strings.TrimSpace(errb), "\n") != 0 {
 				t.Errorf("revoke of an unknown key: exit %d, %q; want 1 and one line", code, errb)
