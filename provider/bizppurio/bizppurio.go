@@ -25,8 +25,9 @@
 // ended, and the current token serves every send until then, so sends do
 // not each cost a token request (the vendor's rate limit counts those
 // too). An expired token is replaced at once, by one request. A token the
-// vendor calls invalid (3002, 3005) is dropped, so the next send fetches
-// a new one. Time comes from Config.Clock. A failed token request means
+// vendor calls invalid (3002, 3005) is dropped and the message sent once
+// more at once with a new one (the vendor took nothing); refused again,
+// the send ends NotSent with that code. Time comes from Config.Clock. A failed token request means
 // the message was never sent: NotSent, reason TOKEN_<why>.
 //
 // Then POST {BaseURL}/v3/message with "Authorization: Bearer <token>" and
@@ -93,7 +94,8 @@
 //	400, code 2000 message invalid (format, number, content) Permanent  BIZPPURIO_2000
 //	400, code 3000-3007, 3009, 3010: the account, its        NotSent    BIZPPURIO_<code>
 //	     password, IP allow-list, token (3002, 3005: the
-//	     token is dropped), account suspended
+//	     token is dropped, the send tried once more with a
+//	     new one), account suspended
 //	400, code 3008 too many connections                      NotSent    BIZPPURIO_3008, hint
 //	429, code 5002 too many requests                         NotSent    BIZPPURIO_5002, hint
 //	400, code 5001 no such URI (BaseURL is wrong)            NotSent    BIZPPURIO_5001
@@ -454,31 +456,40 @@ func (b *Bizppurio) Send(ctx context.Context, m provider.Message) provider.Outco
 	if err != nil {
 		return provider.PermanentOutcome("ENCODE_FAILED")
 	}
-	auth, err := b.tokens.get(ctx)
-	if err != nil {
-		var te *tokenError
-		if errors.As(err, &te) {
-			return provider.NotSentOutcome(te.reason, te.retryAfter)
-		}
-		return provider.NotSentOutcome("TOKEN_FAILED", 0)
-	}
-
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	hr, err := newRequest(ctx, b.messageURL, body)
-	if err != nil {
-		return provider.PermanentOutcome("BAD_URL")
-	}
-	hr.Header.Set("Authorization", auth)
-	resp, failed, ok := httpcall.Do(b.client.Do, hr)
-	if !ok {
-		return failed
-	}
-	o := classify(resp.StatusCode, resp.Header, httpcall.ReadBody(resp), b.clock.Now())
-	if o.Reason == "BIZPPURIO_3002" || o.Reason == "BIZPPURIO_3005" {
+	// A token the vendor calls invalid (3002, 3005) is dropped and the
+	// message sent once more at once with a fresh one: the vendor took
+	// nothing, so nothing can be doubled, and the send does not spend one
+	// of its attempts and a retry's wait (10 minutes in the slow phase) on
+	// a token.
+	for try := 1; ; try++ {
+		auth, err := b.tokens.get(ctx)
+		if err != nil {
+			var te *tokenError
+			if errors.As(err, &te) {
+				return provider.NotSentOutcome(te.reason, te.retryAfter)
+			}
+			return provider.NotSentOutcome("TOKEN_FAILED", 0)
+		}
+		hr, err := newRequest(ctx, b.messageURL, body)
+		if err != nil {
+			return provider.PermanentOutcome("BAD_URL")
+		}
+		hr.Header.Set("Authorization", auth)
+		resp, failed, ok := httpcall.Do(b.client.Do, hr)
+		if !ok {
+			return failed
+		}
+		o := classify(resp.StatusCode, resp.Header, httpcall.ReadBody(resp), b.clock.Now())
+		if o.Reason != "BIZPPURIO_3002" && o.Reason != "BIZPPURIO_3005" {
+			return o
+		}
 		b.tokens.drop(auth)
+		if try == 2 {
+			return o
+		}
 	}
-	return o
 }
 
 // answer is the vendor's JSON answer: {"code", "description", "refkey",

@@ -146,7 +146,7 @@ func (s *tokenSource) run(ctx context.Context, r *refresh) {
 }
 
 // drop forgets header if it is still the cached one: the vendor refused
-// it (3002, 3005), so the next send asks for a new token.
+// it (3002, 3005), so the next get asks for a new token.
 func (s *tokenSource) drop(header string) {
 	s.mu.Lock()
 	if s.tok.header == header {

@@ -80,17 +80,35 @@ func TestTokenCache(t *testing.T) {
 		wantCounts(t, v, 1, 1)
 	})
 
-	t.Run("RefusedTokenIsDropped", func(t *testing.T) {
+	// A token the vendor refuses (3002) is dropped and the send goes
+	// again at once with a fresh token: accepted by the one call, no
+	// attempt and retry wait spent on the token (the vendor took nothing).
+	t.Run("RefusedTokenIsDroppedAndTheSendGoesAgain", func(t *testing.T) {
 		t.Parallel()
 		b, v, _ := setup(t)
 		mustAccept(t, b)
 		v.mu.Lock()
 		v.valid = "revoked" // the vendor no longer takes token 1
 		v.mu.Unlock()
+		if o := b.Send(context.Background(), smsMessage("hello")); o.Class != provider.Accepted {
+			t.Fatalf("send = %+v, want accepted with a fresh token", o)
+		}
+		wantCounts(t, v, 2, 3)
+		wantSentWith(t, v, 2)
+	})
+
+	// A fresh token refused too: the send ends not sent (3002), after one
+	// more try, not a loop.
+	t.Run("RefusedFreshTokenEndsNotSent", func(t *testing.T) {
+		t.Parallel()
+		b, v, _ := setup(t)
+		mustAccept(t, b)
+		v.setMessage(func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusBadRequest, `{"code":3002,"description":"invalid token"}`)
+		})
 		if o := b.Send(context.Background(), smsMessage("hello")); o.Class != provider.NotSent || o.Reason != "BIZPPURIO_3002" {
 			t.Fatalf("send = %+v, want NotSent BIZPPURIO_3002", o)
 		}
-		mustAccept(t, b)
 		wantCounts(t, v, 2, 3)
 	})
 }
