@@ -15,17 +15,18 @@ import (
 // exactly once.
 type Reports interface {
 	// DeliveryReport moves p.MessageID's delivery to p.To with p.Reason
-	// when it was made through p.Provider (any provider with
-	// p.AnyProvider: a person's word, settle.ByPerson), is p.Tenant's (any
-	// tenant's when "") and is in one of p.From, through
+	// when it was made through p.Provider or one of p.AlsoProviders (any
+	// provider with p.AnyProvider: a person's word, settle.ByPerson), is
+	// p.Tenant's (any tenant's when "") and is in one of p.From, through
 	// one write conditional on the state it read, so a report never
 	// writes over a result another write made meanwhile (a receipt, a
 	// second report), and nothing moves a delivery out of a state not in
 	// p.From. A message id that does not exist, or whose delivery another
-	// provider made or another tenant's, is ErrNotFound: a provider's
-	// report reaches only its own messages, a tenant's admin only the
-	// tenant's. The outcome says what the report found and whether it
-	// moved it.
+	// provider made (neither p.Provider nor one of p.AlsoProviders) or
+	// another tenant's, is ErrNotFound: a provider's report reaches only
+	// its own messages (and its account's: AlsoProviders), a tenant's
+	// admin only the tenant's. The outcome says what the report found and
+	// whether it moved it.
 	DeliveryReport(ctx context.Context, p ReportParams) (ReportOutcome, error)
 	// DeliveryUnknownPage returns up to p.Limit UNKNOWN deliveries made
 	// through p.Provider with a message id after p.After, by message id,
@@ -84,6 +85,13 @@ type ReportParams struct {
 	// instead; a Provider "" without it is refused.
 	Provider    string
 	AnyProvider bool
+	// AlsoProviders are other providers whose deliveries the report
+	// reaches as well as Provider's: the entries of one vendor account,
+	// whose reports all come to one URL (Bizppurio registers one report
+	// URL per account, whichever entry sent the message). Defaults to
+	// none: Provider's deliveries only. A "" among them is refused;
+	// with AnyProvider they add nothing.
+	AlsoProviders []string
 	// Tenant, when set, is the only tenant whose delivery it may move.
 	Tenant    string
 	MessageID string
@@ -108,14 +116,21 @@ type ReportOutcome struct {
 }
 
 // ErrNoProvider is a report that names no provider and is not a
-// person's word (ReportParams.AnyProvider).
+// person's word (ReportParams.AnyProvider), or that names "" among
+// ReportParams.AlsoProviders.
 var ErrNoProvider = errors.New("store: a report names no provider")
 
 // Check refuses params that would reach every provider's deliveries by
-// mistake (a Provider "" without AnyProvider). Both drivers call it.
+// mistake (a Provider "" without AnyProvider), or the deliveries made
+// through no provider (a "" in AlsoProviders). Both drivers call it.
 func (p ReportParams) Check() error {
 	if p.Provider == "" && !p.AnyProvider {
 		return ErrNoProvider
+	}
+	for _, name := range p.AlsoProviders {
+		if name == "" {
+			return ErrNoProvider
+		}
 	}
 	return nil
 }

@@ -21,10 +21,13 @@ const (
 	// end on a lazy chain first (qFallbackClose, fallback.go).
 	//
 	// $1 now, $2 message id, $3 provider ('' any), $4 the states it may
-	// move, $5 the state it writes, $6 the reason, $7 tenant ('' any).
+	// move, $5 the state it writes, $6 the reason, $7 tenant ('' any), $8
+	// the other providers it reaches (its account's,
+	// store.ReportParams.AlsoProviders; empty for none).
 	qReport = `WITH cur AS (
     SELECT message_id, state, reason, channel, notification_id, tenant FROM deliveries
-    WHERE message_id = $2::text AND ($3::text = '' OR provider = $3::text) AND ($7::text = '' OR tenant = $7::text)
+    WHERE message_id = $2::text AND ($3::text = '' OR provider = $3::text OR provider = ANY($8::text[]))
+      AND ($7::text = '' OR tenant = $7::text)
 ),
 u AS (
     UPDATE deliveries d
@@ -80,10 +83,11 @@ func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store
 	for i, st := range p.From {
 		from[i] = string(st)
 	}
+	also := append([]string{}, p.AlsoProviders...) // an empty array, never NULL
 	for range reportTries {
 		var state, ch, tenant, reason string
 		var moved int64
-		err := s.pool.QueryRow(ctx, qReport, s.now(), p.MessageID, p.Provider, from, string(p.To), p.Reason, p.Tenant).
+		err := s.pool.QueryRow(ctx, qReport, s.now(), p.MessageID, p.Provider, from, string(p.To), p.Reason, p.Tenant, also).
 			Scan(&state, &ch, &tenant, &reason, &moved)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ReportOutcome{}, store.ErrNotFound

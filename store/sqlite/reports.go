@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -14,9 +15,12 @@ import (
 // next to the sender's writes, so they run unprepared.
 const (
 	// qReportRead reads the message's delivery, only if the provider made it
-	// (any provider for '') and it is the tenant's (any tenant's for '').
+	// (any provider for '') or one of the providers of ?4 (a JSON array: the
+	// provider's account, store.ReportParams.AlsoProviders), and it is the
+	// tenant's (any tenant's for '').
 	qReportRead = `SELECT state, reason, channel, notification_id, tenant FROM deliveries
-WHERE message_id = ?1 AND (?2 = '' OR provider = ?2) AND (?3 = '' OR tenant = ?3)`
+WHERE message_id = ?1 AND (?2 = '' OR provider = ?2 OR provider IN (SELECT value FROM json_each(?4)))
+  AND (?3 = '' OR tenant = ?3)`
 	// qReportMove is conditional on the state the report read.
 	qReportMove = `UPDATE deliveries SET state = ?, reason = ?, updated_at = ? WHERE message_id = ? AND state = ?`
 	// qUnknownPage walks deliveries_unknown (provider, message_id);
@@ -64,12 +68,16 @@ func (s *Store) DeliveryReport(ctx context.Context, p store.ReportParams) (store
 	if err := p.Check(); err != nil {
 		return store.ReportOutcome{}, err
 	}
+	also, err := json.Marshal(append([]string{}, p.AlsoProviders...)) // [] for none, never null
+	if err != nil {
+		return store.ReportOutcome{}, fmt.Errorf("report for %s: %w", p.MessageID, err)
+	}
 	var out store.ReportOutcome
 	found := false
-	err := s.w.do(ctx, func(tx wtx) error {
+	err = s.w.do(ctx, func(tx wtx) error {
 		out, found = store.ReportOutcome{}, false
 		var state, reason, ch, nid, tenant string
-		err := tx.QueryRow(qReportRead, p.MessageID, p.Provider, p.Tenant).Scan(&state, &reason, &ch, &nid, &tenant)
+		err := tx.QueryRow(qReportRead, p.MessageID, p.Provider, p.Tenant, string(also)).Scan(&state, &reason, &ch, &nid, &tenant)
 		if errors.Is(err, sql.ErrNoRows) {
 			// Not an error: an error would roll back the writer's whole batch.
 			return nil

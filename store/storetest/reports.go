@@ -83,6 +83,85 @@ func testReports(t *testing.T, h Harness) {
 		}
 		wantRow(t, b, mid, heraldtype.DeliveryProviderAccepted, "", delivery(t, b, mid).UpdatedAt)
 	})
+	// A vendor that pushes a whole account's reports to one URL (Bizppurio):
+	// a report taken at p's URL reaches the deliveries of p and of its
+	// AlsoProviders (the account's other entries) with the same fencing —
+	// once, never back, never while SENDING — and still no other
+	// provider's, nor, with Tenant, another tenant's.
+	t.Run("AReportReachesItsAccountsOtherProviders", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		via := func(tenant, prov string, state heraldtype.DeliveryState) string {
+			t.Helper()
+			nid, mid := pushFor(t, b, tenant, "r1")
+			if res := claimDelivery(t, b, store.DeliveryClaimParams{MessageID: mid, NotificationID: nid, Tenant: tenant,
+				Channel: heraldtype.ChannelPush, Provider: prov, Owner: "w"}); !res.Claimed {
+				t.Fatalf("claim %s: %+v", mid, res)
+			}
+			if state != heraldtype.DeliverySending && !record(t, b, mid, 1, state, time.Minute) {
+				t.Fatalf("record %s for %s", state, mid)
+			}
+			return mid
+		}
+		account := func(mid string) store.ReportParams {
+			p := delivered(mid)
+			p.AlsoProviders = []string{"q"}
+			return p
+		}
+		sibling := via("t1", "q", heraldtype.DeliveryUnknown)
+		before := delivery(t, b, sibling)
+		// Without the account, p's report does not reach q's message.
+		if _, err := b.s.DeliveryReport(b.ctx, delivered(sibling)); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("p's report on q's message: %v, want ErrNotFound", err)
+		}
+		wantRow(t, b, sibling, heraldtype.DeliveryUnknown, before.Reason, before.UpdatedAt)
+		b.clk.Advance(time.Minute)
+		at := b.clk.Now()
+		want := store.ReportOutcome{From: heraldtype.DeliveryUnknown, Moved: true, Channel: heraldtype.ChannelPush, Tenant: "t1", Reason: before.Reason}
+		if got := report(t, b, account(sibling)); got != want {
+			t.Fatalf("the account's report on q's message: %+v, want %+v", got, want)
+		}
+		wantRow(t, b, sibling, heraldtype.DeliveryDelivered, "DLR", at)
+		// Repeated, and a late failure: found, nothing moves.
+		b.clk.Advance(time.Minute)
+		failed := account(sibling)
+		failed.To, failed.Reason = heraldtype.DeliveryPermanentFailure, "DLR_FAILED"
+		for _, p := range []store.ReportParams{account(sibling), failed} {
+			if got := report(t, b, p); got.Moved || got.From != heraldtype.DeliveryDelivered {
+				t.Fatalf("%s after DELIVERED: %+v, want nothing moved", p.Reason, got)
+			}
+		}
+		wantRow(t, b, sibling, heraldtype.DeliveryDelivered, "DLR", at)
+		// p's own messages are reached as before.
+		own := via("t1", "p", heraldtype.DeliveryProviderAccepted)
+		if got := report(t, b, account(own)); !got.Moved {
+			t.Fatalf("the account's report on p's own message: %+v, want moved", got)
+		}
+		// A send of the account still in flight: found, not moved.
+		inFlight := via("t1", "q", heraldtype.DeliverySending)
+		if got := report(t, b, account(inFlight)); got.Moved || got.From != heraldtype.DeliverySending {
+			t.Fatalf("the account's report on q's SENDING: %+v, want nothing moved", got)
+		}
+		// Another account's message (provider r), and a tenant's report on
+		// another tenant's message of the account: not found, untouched.
+		other := via("t1", "r", heraldtype.DeliveryProviderAccepted)
+		theirs := via("t2", "q", heraldtype.DeliveryProviderAccepted)
+		t1Only := account(theirs)
+		t1Only.Tenant = "t1"
+		for name, p := range map[string]store.ReportParams{"AnotherAccount": account(other), "AnotherTenant": t1Only} {
+			before := delivery(t, b, p.MessageID)
+			if _, err := b.s.DeliveryReport(b.ctx, p); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("%s: %v, want ErrNotFound", name, err)
+			}
+			wantRow(t, b, p.MessageID, before.State, before.Reason, before.UpdatedAt)
+		}
+		// "" names the deliveries made through no provider: refused.
+		blank := account(other)
+		blank.AlsoProviders = []string{"q", ""}
+		if _, err := b.s.DeliveryReport(b.ctx, blank); !errors.Is(err, store.ErrNoProvider) {
+			t.Fatalf("AlsoProviders with \"\": %v, want ErrNoProvider", err)
+		}
+	})
 	// A person's word (Provider "") settles any provider's delivery, and
 	// with Tenant only that tenant's: another tenant's message is not
 	// found, and nothing moves it.
