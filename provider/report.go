@@ -103,6 +103,22 @@ type CallbackReceiver interface {
 	ParseCallback(r *http.Request, body []byte) ([]Report, error)
 }
 
+// AccountReceiver is a CallbackReceiver whose provider sends every report
+// of an account to one URL, whichever entry of the config sent the
+// message: Bizppurio registers one report URL per account, and herald
+// runs an account as one provider entry per channel. Entries with the
+// same CallbackAccount (not "") take each other's reports: a report taken
+// at one entry's POST /v1/callbacks/{name} settles a message that any of
+// them sent, and still no message of another account.
+type AccountReceiver interface {
+	CallbackReceiver
+	// CallbackAccount names the account the provider's reports come from,
+	// equal only for the same account of the same vendor (the vendor, its
+	// API, the account's id); "" shares with no other entry. Never a
+	// secret: it may be compared and logged.
+	CallbackAccount() string
+}
+
 // CallbackResponder is a CallbackReceiver that must answer its provider
 // in a set shape (a vendor that retries a report until it reads a given
 // body). Without it a processed callback is answered 204.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/heraldhq/herald/alert"
@@ -25,7 +26,9 @@ const CallbackRetryAfter = 5
 // CallbackHandler serves POST /v1/callbacks/{provider}: a provider's
 // delivery reports. It takes no API key; each provider's own check
 // (provider.CallbackReceiver: a signature, a shared token) says who sent
-// it.
+// it. A report reaches the messages its provider sent and, for a vendor
+// that pushes a whole account's reports to one URL
+// (provider.AccountReceiver), those the account's other entries sent.
 //
 //	204 (or the provider's own reply shape)  every report was applied, or
 //	     changed nothing (repeated, late, or about a message herald does not
@@ -76,14 +79,15 @@ func (h *CallbackHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	notYet := false
+	also := h.sameAccount(name, recv)
 	for _, rep := range reports {
-		_, err := Apply(r.Context(), h.Store, h.Metrics, h.Alerts, name, metrics.ReportCallback, rep)
+		_, err := apply(r.Context(), h.Store, h.Metrics, h.Alerts, name, also, metrics.ReportCallback, rep)
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrNotYet):
 			notYet = true
 		case errors.Is(err, store.ErrNotFound):
-			h.Logger.LogAttrs(r.Context(), slog.LevelInfo, "callback: a report about no message of this provider; ignored",
+			h.Logger.LogAttrs(r.Context(), slog.LevelInfo, "callback: a report about no message of this provider or its account; ignored",
 				slog.String("provider", name), slog.String("message_id", rep.MessageID))
 		default:
 			h.Logger.LogAttrs(r.Context(), slog.LevelError, "callback: cannot apply a report",
@@ -103,4 +107,23 @@ func (h *CallbackHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// sameAccount is the other receivers on recv's vendor account
+// (provider.AccountReceiver), by name: the providers whose messages a
+// report taken at name's URL may settle too. Nil for a receiver that
+// shares its account with none.
+func (h *CallbackHandler) sameAccount(name string, recv provider.CallbackReceiver) []string {
+	ar, ok := recv.(provider.AccountReceiver)
+	if !ok || ar.CallbackAccount() == "" {
+		return nil
+	}
+	var out []string
+	for other, r := range h.Receivers {
+		if o, ok := r.(provider.AccountReceiver); ok && other != name && o.CallbackAccount() == ar.CallbackAccount() {
+			out = append(out, other)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -19,7 +19,11 @@
 // Anything else changes nothing: a report never moves a delivery back
 // (a late "sent" after "delivered"), never ends a send that is still in
 // flight or waiting (SENDING, RETRY_WAIT: the sender owns those), and never
-// touches another provider's messages (the store answers ErrNotFound). A
+// touches another provider's messages (the store answers ErrNotFound),
+// save those of the same vendor account: a vendor that pushes an
+// account's every report to one URL (provider.AccountReceiver: Bizppurio,
+// run as one entry per channel) has the report taken at any of the
+// account's entries settle a message whichever of them sent it. A
 // report repeated changes nothing the second time. A report that finds the
 // send still SENDING — a provider can call back before the sender has
 // written what the call answered — is ErrNotYet, which the callback
@@ -142,10 +146,18 @@ func Move(providerName string, r provider.Report) (store.ReportParams, bool) {
 // leaves its notification's fallback chain with nothing sent raises
 // FALLBACK_UNSENT to alerts (nil: none).
 func Apply(ctx context.Context, st Store, m *metrics.Metrics, alerts alert.Sink, providerName, source string, r provider.Report) (store.ReportOutcome, error) {
+	return apply(ctx, st, m, alerts, providerName, nil, source, r)
+}
+
+// apply is Apply for a report that may also be about a message one of
+// sameAccount sent: the other entries of providerName's vendor account,
+// whose reports all come to one URL (provider.AccountReceiver).
+func apply(ctx context.Context, st Store, m *metrics.Metrics, alerts alert.Sink, providerName string, sameAccount []string, source string, r provider.Report) (store.ReportOutcome, error) {
 	p, ok := Move(providerName, r)
 	if !ok {
 		return store.ReportOutcome{}, errors.New("settle: a report with no result")
 	}
+	p.AlsoProviders = sameAccount
 	if p.MessageID == "" {
 		return store.ReportOutcome{}, store.ErrNotFound
 	}

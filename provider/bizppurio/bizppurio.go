@@ -153,6 +153,15 @@
 // registers the URL by IP and port, and a firewall may admit only its
 // addresses on top of this.
 //
+// The vendor keeps one report URL per account ("고객사에서 사전에 등록 요청한
+// URL") and pushes the report of every message of the account there,
+// whichever adapter sent it, while herald runs an account as one provider
+// entry per channel (sms, alimtalk). So the adapter is a
+// provider.AccountReceiver: CallbackAccount names the API and the account
+// id, and a report taken at any entry of the account settles a message
+// that any of them sent (package settle). Register one entry's URL, with
+// that entry's token.
+//
 // The result code decides (status-code/sms.md, lms-mms.md, at-ai-ft.md):
 //
 //	RESULT                                            Report
@@ -301,6 +310,8 @@ type Bizppurio struct {
 	senderKey     string
 	templates     map[string]string
 	callbackToken string
+	// reportAccount is CallbackAccount: the API and the account id.
+	reportAccount string
 	messageURL    string
 	timeout       time.Duration
 	clock         clock.Clock
@@ -311,6 +322,7 @@ type Bizppurio struct {
 var (
 	_ provider.Provider         = (*Bizppurio)(nil)
 	_ provider.CallbackReceiver = (*Bizppurio)(nil)
+	_ provider.AccountReceiver  = (*Bizppurio)(nil)
 )
 
 // New returns the adapter, or an error naming the field that is wrong.
@@ -328,7 +340,7 @@ func New(cfg Config) (*Bizppurio, error) {
 	client := newClient(cfg.Client)
 	return &Bizppurio{
 		account: cfg.Account, from: from, senderKey: cfg.SenderKey, templates: templates,
-		callbackToken: cfg.CallbackToken, messageURL: base + "/v3/message",
+		callbackToken: cfg.CallbackToken, reportAccount: reportAccount(base, cfg.Account), messageURL: base + "/v3/message",
 		timeout: cfg.Timeout, clock: cfg.Clock, client: client,
 		tokens: &tokenSource{
 			client: client, url: base + "/v1/token", clock: cfg.Clock, timeout: cfg.Timeout,

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -84,6 +85,26 @@ func (b *Bizppurio) ParseCallback(r *http.Request, body []byte) ([]provider.Repo
 		out = append(out, rep)
 	}
 	return out, nil
+}
+
+// CallbackAccount names the vendor account whose reports reach this
+// adapter's URL (provider.AccountReceiver): the API it sends through and
+// the account id. The vendor pushes every report of an account to the one
+// URL registered for it, so the entries of one account (one per channel)
+// take each other's reports. The test API ("검수") and production are
+// kept apart: a report taken by an adapter of one never settles a message
+// sent through the other.
+func (b *Bizppurio) CallbackAccount() string { return b.reportAccount }
+
+// reportAccount is CallbackAccount for an adapter of account on the API at
+// base (validated): its scheme and host in lower case and its path, never
+// a user or password the URL might carry.
+func reportAccount(base, account string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return ""
+	}
+	return "bizppurio " + strings.ToLower(u.Scheme+"://"+u.Host) + strings.TrimRight(u.Path, "/") + " " + account
 }
 
 // callbackAuthentic compares the request's token with the configured one

@@ -189,3 +189,54 @@ func FuzzParseCallback(f *testing.F) {
 		}
 	})
 }
+
+// The vendor pushes every report of an account to one registered URL, so
+// the adapters of one account (one per channel) name the same
+// CallbackAccount, whatever else differs between them, and those of
+// another account or of the other API (test or production) do not.
+func TestCallbackAccountNamesTheVendorAccount(t *testing.T) {
+	t.Parallel()
+	account := func(edit func(*Config)) string {
+		t.Helper()
+		cfg := Config{BaseURL: "https://api.bizppurio.com", Account: testAccount, Password: testPassword, From: testFrom,
+			CallbackToken: testCBToken}
+		if edit != nil {
+			edit(&cfg)
+		}
+		b, err := New(cfg)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return b.CallbackAccount()
+	}
+	base := account(nil)
+	if base == "" || strings.Contains(base, testPassword) || strings.Contains(base, testCBToken) {
+		t.Fatalf("CallbackAccount %q: want the account named, and no secret", base)
+	}
+	same := map[string]func(*Config){
+		"TheDefaultAPI":        func(c *Config) { c.BaseURL = "" },
+		"TrailingSlashAndCase": func(c *Config) { c.BaseURL = "HTTPS://API.Bizppurio.com/" },
+		"AnotherChannelsEntry": func(c *Config) {
+			c.SenderKey, c.Templates, c.From = testSender, map[string]string{"order_paid": "TPL_PAID"}, "010-1234-5678"
+		},
+		"AnotherCallbackToken": func(c *Config) { c.CallbackToken = "cb-SECRET-another-token-0001" },
+		"NoCallbackToken":      func(c *Config) { c.CallbackToken = "" },
+	}
+	for name, edit := range same {
+		if got := account(edit); got != base {
+			t.Errorf("%s: %q, want %q (the same account)", name, got, base)
+		}
+	}
+	other := map[string]func(*Config){
+		"AnotherAccount": func(c *Config) { c.Account = "herald_api2" },
+		"TheTestAPI":     func(c *Config) { c.BaseURL = "https://dev-api.bizppurio.com" },
+	}
+	for name, edit := range other {
+		if got := account(edit); got == base {
+			t.Errorf("%s: %q, the same as the first account's", name, got)
+		}
+	}
+	if got := account(func(c *Config) { c.BaseURL = "https://user:pw-SECRET-7f3a9c@api.bizppurio.com" }); strings.Contains(got, "SECRET") {
+		t.Errorf("a base URL's password shows in %q", got)
+	}
+}
