@@ -16,7 +16,8 @@
 // The list never shows a token whole: a push token is a credential of
 // sorts (with the app's provider key it reaches the device), and the
 // caller that registered it has it already. Each entry carries the token's
-// last four characters (token_hint) to tell devices apart, and its state:
+// last four characters (token_hint, left out for a token of 8 characters
+// or fewer) to tell devices apart, and its state:
 // active, or deactivated with the time and the reason code (UNREGISTERED:
 // the provider said the token is dead).
 package devices
