@@ -17,15 +17,18 @@
 // where there are any. Consent changes are not here: the consent history
 // (package consent) records each one with the key that made it.
 //
-// # No personal data
+// # Recipients by digest
 //
 // A recipient id is the tenant's own name for a person, often an account
 // number or an e-mail address, and an erasure must not leave it behind in
 // a log nobody can delete from. So an entry names a recipient by a digest,
 // "rcpt:" and the first 16 hex digits of SHA-256(tenant, 0x00, recipient)
-// (Recipient): whoever holds the id can find its entries, the log alone
-// does not give it back. Message ids and key ids are herald's own and
-// carry nothing personal.
+// (Recipient): whoever holds the id can find its entries. The digest is
+// unsalted and unkeyed, so it pseudonymises rather than anonymises: an id
+// that can be guessed (a sequential number, a phone number, an e-mail
+// address) is recovered by hashing candidates with the tenant. Tenants
+// should use opaque recipient ids. Message ids and key ids are herald's own
+// and carry nothing personal.
 //
 // # Append-only
 //
