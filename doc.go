@@ -73,7 +73,9 @@
 // store/sqlite.CreateTx. EnqueueTx takes a pgx.Tx, EnqueueSQLTx a
 // database/sql transaction on PostgreSQL (github.com/jackc/pgx/v5/stdlib),
 // EnqueueSQLiteTx one on herald's SQLite file (opened with sqlite.DSN), and
-// Enqueue opens and commits a pgx transaction of its own.
+// Enqueue, for a notification that goes with no other write, takes a pool
+// or a connection and writes with one autocommitted statement (no BEGIN or
+// COMMIT), or takes a pgx.Tx and writes in it, as EnqueueTx does.
 //
 // A notification enqueued this way carries no HTTP idempotency key; it is
 // read back like any other with GET /v1/notifications/{id} under its

@@ -360,13 +360,14 @@ var (
 	_ Beginner = (*pgx.Conn)(nil)
 )
 
-// Enqueue is EnqueueTx in a transaction of its own, committed before it
-// returns: for a notification that goes with no other write. On a pool or
-// a connection (both run statements themselves) the write is one
-// autocommitted statement, which is atomic on its own: no BEGIN and COMMIT
-// round trips around it. Given a pgx.Tx (which is a Beginner too), or a
-// connection inside a BEGIN of yours, it writes in that transaction, as
-// EnqueueTx does, and commits or rolls back with it.
+// Enqueue writes a notification that goes with no other write. On a pool
+// or a connection (both run statements themselves) the write is one
+// autocommitted statement, atomic on its own and committed before Enqueue
+// returns: no BEGIN and COMMIT round trips around it. Given a pgx.Tx (which
+// is a Beginner too), or a connection inside a BEGIN of yours, it writes in
+// that transaction, as EnqueueTx does, and commits or rolls back with it. A
+// Beginner that runs no statements itself gets a transaction of its own,
+// committed before Enqueue returns.
 func (c *Client) Enqueue(ctx context.Context, db Beginner, in Intent) (Enqueued, error) {
 	if isNil(db) {
 		return Enqueued{}, ErrNoTransaction

@@ -185,7 +185,11 @@ func HandleSQL(ctx context.Context, tx *sql.Tx, ev Event, effect func(context.Co
 	return handle(ctx, sqlTx{tx}, ev, effect)
 }
 
-// Beginner starts transactions: a *pgxpool.Pool or a *pgx.Conn.
+// Beginner starts transactions: a *pgxpool.Pool or a *pgx.Conn, each
+// beginning a transaction of its own. A pgx.Tx is a Beginner too: its Begin
+// opens a savepoint inside it, so Process's commit only releases that
+// savepoint, and the caller's own commit (or rollback) of the pgx.Tx
+// decides.
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
@@ -202,6 +206,10 @@ var (
 // nothing was written; reject it without requeueing. Any other error means
 // nothing was committed, or that the commit's outcome is unknown; do not
 // ack, and the next delivery settles it.
+//
+// Given a pgx.Tx as db, Process works inside it (see Beginner): "committed"
+// above then means kept in that transaction, which commits or rolls back
+// with the caller's. Ack only after the caller's commit returned.
 func Process(ctx context.Context, db Beginner, ev Event, effect func(context.Context, pgx.Tx) error) (Outcome, error) {
 	if err := ev.validate(); err != nil {
 		return None, err

@@ -128,8 +128,9 @@
 //		return err
 //	}
 //	…
+//	// msg is an amqp.Delivery (github.com/rabbitmq/amqp091-go)
 //	_, err := consumer.Process(ctx, pool, consumer.Event{
-//		Consumer: "points", ID: msg.ID, Payload: msg.Body,
+//		Consumer: "points", ID: msg.MessageId, Payload: msg.Body,
 //	}, func(ctx context.Context, tx pgx.Tx) error {
 //		_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + $2 WHERE id = $1`, acct, amount)
 //		return err
@@ -137,16 +138,18 @@
 //	var mismatch *consumer.MismatchError
 //	switch {
 //	case err == nil: // Applied or Duplicate: committed
-//		msg.Ack()
+//		return msg.Ack(false)
 //	case errors.As(err, &mismatch): // quarantined and committed, never applied
-//		msg.Ack()
+//		return msg.Ack(false)
 //	case errors.Is(err, consumer.ErrNoEventID): // can never be processed
-//		msg.Reject() // to a dead-letter queue, not back to the queue
+//		return msg.Reject(false) // to a dead-letter queue, not back to the queue
 //	default: // nothing committed, or not known: let it come again
-//		msg.Nack()
+//		return msg.Nack(false, true)
 //	}
 //
-// Ack only after the commit returned. If the commit's outcome is unknown (the
+// examples/consumer is the whole service. With Process on a pool, as here,
+// the commit is Process's own; given a pgx.Tx (see Beginner) it is the
+// caller's. Ack only after the commit returned. If the commit's outcome is unknown (the
 // connection broke during COMMIT), do not ack: the redelivery finds either
 // the record (Duplicate) or nothing (Applied).
 package consumer
