@@ -14,11 +14,13 @@ import (
 	"github.com/heraldhq/herald/store/sqlite"
 )
 
-// An erased person's words do not stay readable in the file: after the
-// erasure and a clean close, neither the params nor the inbox texts are
-// in its bytes (secure_delete: a rewritten row's old bytes are zeroed in
-// the pages the write touches). Without it a privacy review found the
-// erased inbox text with grep, though SQL read NULL.
+// An erased person's words are zeroed in the pages the erasure rewrites:
+// after the erasure of a few notifications and a clean close, neither the
+// params nor the inbox texts are in the file's bytes (secure_delete FAST).
+// Without it a privacy review found the erased inbox text with grep,
+// though SQL read NULL. FAST adds no I/O, so pages an erasure frees whole
+// (many long texts) keep their bytes until reused or VACUUM: docs/inbox.md
+// says what an operator runs.
 func TestAnErasedPersonsWordsAreNotLeftInTheFile(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -145,7 +145,8 @@ func dsn(path string, readOnly bool) string {
 		q.Set("_txlock", "immediate")
 		// A deleted or rewritten row's old bytes are zeroed in the pages
 		// the write touches anyway (no I/O added): an erased person's
-		// words do not stay readable in the file's free space.
+		// words do not stay in those pages' free space. Pages freed whole
+		// keep theirs until reused or VACUUM (docs/inbox.md, Erasure).
 		q.Add("_pragma", "secure_delete(FAST)")
 	}
 	return "file:" + path + "?" + q.Encode()
