@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/heraldhq/herald/heraldtype"
-	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -21,27 +19,8 @@ import (
 func TestARangedBatchWritesNothingForARecipientErasedMeanwhile(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, testpg.Schema(t), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	rs := make([]store.CampaignRecipient, 20)
-	for i := range rs {
-		rs[i] = store.CampaignRecipient{Recipient: fmt.Sprint("r", i), NotificationID: fmt.Sprint("ntf_e", i)}
-	}
-	if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: "cmp_e", Tenant: "t", IdempotencyKey: "k", RequestHash: "h",
-		Kind: "k", Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Params: []byte(`{}`),
-		Recipients: rs}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CampaignStart(ctx, "t", "cmp_e"); err != nil {
-		t.Fatal(err)
-	}
-	ranges, err := s.CampaignBatches(ctx, "t", "cmp_e", nil, 10, 2)
-	if err != nil || len(ranges) != 2 {
-		t.Fatalf("CampaignBatches = %v, %v; want two", ranges, err)
-	}
+	s, ranges := twoBatchCampaign(t, "cmp_e")
+	var err error
 	// The second batch has written its rows (r15's among them) when its
 	// turn comes: r15 is erased then, and the first batch written, before
 	// the second takes the lock.

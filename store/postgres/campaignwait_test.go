@@ -14,6 +14,35 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
+// twoBatchCampaign opens a store on a fresh schema with campaign id of
+// tenant t started, its 20 recipients r0..r19 in two ranged batches of 10.
+func twoBatchCampaign(t *testing.T, id string) (*Store, []store.CampaignRange) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, testpg.Schema(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	rs := make([]store.CampaignRecipient, 20)
+	for i := range rs {
+		rs[i] = store.CampaignRecipient{Recipient: fmt.Sprint("r", i), NotificationID: fmt.Sprintf("ntf_%s_%d", id, i)}
+	}
+	if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: id, Tenant: "t", IdempotencyKey: id, RequestHash: "h",
+		Kind: "k", Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Params: []byte(`{}`),
+		Recipients: rs}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CampaignStart(ctx, "t", id); err != nil {
+		t.Fatal(err)
+	}
+	ranges, err := s.CampaignBatches(ctx, "t", id, nil, 10, 2)
+	if err != nil || len(ranges) != 2 {
+		t.Fatalf("CampaignBatches = %v, %v; want two", ranges, err)
+	}
+	return s, ranges
+}
+
 // A ranged batch written beside the one before it waits, at its cursor
 // move, for that one to end, and then reads the cursor it left: moved to
 // its start (the batch commits), or not (it writes nothing). The
@@ -28,27 +57,8 @@ func TestARangedBatchWaitsForTheBatchBeforeIt(t *testing.T) {
 		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s, err := Open(ctx, testpg.Schema(t), Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			rs := make([]store.CampaignRecipient, 20)
-			for i := range rs {
-				rs[i] = store.CampaignRecipient{Recipient: fmt.Sprint("r", i), NotificationID: fmt.Sprint("ntf_w", i)}
-			}
-			if _, err := s.CampaignCreate(ctx, store.CampaignCreateParams{ID: "cmp_w", Tenant: "t", IdempotencyKey: "k", RequestHash: "h",
-				Kind: "k", Lane: heraldtype.LaneMarketing, Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}, Params: []byte(`{}`),
-				Recipients: rs}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.CampaignStart(ctx, "t", "cmp_w"); err != nil {
-				t.Fatal(err)
-			}
-			ranges, err := s.CampaignBatches(ctx, "t", "cmp_w", nil, 10, 2)
-			if err != nil || len(ranges) != 2 {
-				t.Fatalf("CampaignBatches = %v, %v; want two", ranges, err)
-			}
+			s, ranges := twoBatchCampaign(t, "cmp_w")
+			var err error
 			batch := func(r store.CampaignRange, hook func() error) (store.CampaignFanOutResult, error) {
 				return s.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t", ID: "cmp_w", Limit: 10, Range: &r, BeforeCommit: hook})
 			}
