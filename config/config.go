@@ -533,7 +533,47 @@ var (
 	// A message about a block value (a mapping or a sequence where one
 	// value belongs).
 	blockValue = regexp.MustCompile(`^(cannot unmarshal )?!!(seq|map)\b`)
+	// wrongType is the decoder's words for a value of the wrong type:
+	// its YAML tag, the value it quotes (a scalar's), the Go type.
+	wrongType = regexp.MustCompile("^cannot unmarshal !!(\\w+)( `[^`]*`)? into (.+)$")
 )
+
+// plainType says a wrongType message in a config's words: "want a list,
+// not the text `sms`", where the decoder said "cannot unmarshal !!str
+// `sms` into []string". Any other message is returned as it is.
+func plainType(msg string) string {
+	m := wrongType.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	var want string
+	switch t := m[3]; {
+	case strings.HasPrefix(t, "[]"):
+		want = "a list"
+	case strings.HasPrefix(t, "map["):
+		want = "a mapping of keys to values"
+	case t == "config.Duration":
+		want = "a duration such as 30s or 10m"
+	case strings.HasPrefix(t, "config."):
+		want = "a mapping of keys to values"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		want = "a whole number"
+	case strings.HasPrefix(t, "float"):
+		want = "a number"
+	case t == "bool":
+		want = "true or false"
+	case t == "string":
+		want = "text"
+	default:
+		return msg
+	}
+	got := map[string]string{"str": "the text", "int": "the number", "float": "the number", "bool": "the value",
+		"null": "nothing", "seq": "a list", "map": "a mapping", "timestamp": "the time"}[m[1]]
+	if got == "" {
+		got = "!!" + m[1]
+	}
+	return "want " + want + ", not " + got + m[2]
+}
 
 // Parse decodes YAML strictly: an unknown key or a bad value is an error
 // naming the key by its path (providers[0].url) and line.
@@ -770,9 +810,9 @@ func (ix keyIndex) name(msg, firstKey string, known map[string]bool) string {
 		switch {
 		case found == nil:
 		case found.aliased:
-			return fmt.Sprintf("line %d: %s: %s (the alias's value, at line %d)", found.line, found.path, rest, line)
+			return fmt.Sprintf("line %d: %s: %s (the alias's value, at line %d)", found.line, found.path, plainType(rest), line)
 		default:
-			return fmt.Sprintf("line %d: %s: %s", line, found.path, rest)
+			return fmt.Sprintf("line %d: %s: %s", line, found.path, plainType(rest))
 		}
 	}
 	return msg

@@ -159,8 +159,10 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 	for _, tc := range []struct{ name, text, want string }{
 		{"BadDurationInAFlowMapping", "retry: {quick_delay: 1s, slow_delay: soon}\n", `line 1: retry.slow_delay: "soon" is not a duration`},
 		{"DurationGivenAsASequence", "providers:\n  - name: p\n    timeout: [1s]\n", "line 3: providers[0].timeout: !!seq is not a duration"},
-		{"StringGivenAsAMapping", "listen: {a: b}\n", "line 1: listen: cannot unmarshal !!map into string"},
-		{"SequenceItemOfTheWrongType", "kinds:\n  - name: a\n  - 5\n", "line 3: kinds[1]: cannot unmarshal !!int `5` into config.Kind"},
+		{"StringGivenAsAMapping", "listen: {a: b}\n", "line 1: listen: want text, not a mapping"},
+		{"SequenceItemOfTheWrongType", "kinds:\n  - name: a\n  - 5\n", "line 3: kinds[1]: want a mapping of keys to values, not the number `5`"},
+		{"MappingGivenAsText", "api_keys:\n  - acme-key\n", "line 2: api_keys[0]: want a mapping of keys to values, not the text `acme-key`"},
+		{"NumberGivenAsText", "dispatch_max_attempts: many\n", "line 1: dispatch_max_attempts: want a whole number, not the text `many`"},
 		{"FileThatIsASequence", "- a\n- b\n", "line 1: the file must be a mapping of keys to values"},
 		{"KeyThatIsASequence", "lanes:\n  [a]: {concurrency: 1}\n", "line 2: lanes: a key must be a name, not !!seq"},
 		{"KeyThatIsAMapping", "{{}}\n", "line 1: a key must be a name, not !!map"},

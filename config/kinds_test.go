@@ -119,7 +119,7 @@ func TestKindsFileErrorsNameFileAndKey(t *testing.T) {
 			[]string{`line 3: unknown key "kinds[0].lane"`}},
 		{"UnknownTopLevelKey", kindsText + "api_keys: []\n", []string{`line 8: unknown key "api_keys"`}},
 		{"ChannelsNotAListFlow", "kinds:\n  - {name: a, category: alert, channels: sms}\n",
-			[]string{"line 2: kinds[0].channels: cannot unmarshal !!str `sms` into []string"}},
+			[]string{"line 2: kinds[0].channels: want a list, not the text `sms`"}},
 		{"MissingTemplate", strings.Replace(kindsText, "      sms: {title: \"Paid\", body: \"Paid {{.amount}} won\"}\n", "", 1),
 			[]string{"kinds[0].templates.sms: missing (every channel needs a template)"}},
 		{"TemplateThatDoesNotParse", strings.Replace(kindsText, `body: "Paid {{.amount}} won"}`, `body: "Paid {{.amount"}`, 1),
