@@ -57,9 +57,10 @@ func (c *Config) readKindsFile(dir string) error {
 	if c.KindsFile == "" {
 		return nil
 	}
-	if len(c.Kinds) > 0 {
+	if c.Kinds != nil {
 		// One place for the kinds: with two, herald and the applications
-		// that read only the file could know different kinds.
+		// that read only the file could know different kinds. An empty
+		// list beside the file is refused too: it reads as "no kinds".
 		return errors.New("config: kinds_file: not together with kinds (keep every kind in the kinds file)")
 	}
 	path := c.KindsFile

@@ -181,6 +181,11 @@ func TestKindsFileNotTogetherWithKinds(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "config: kinds_file: not together with kinds") {
 		t.Fatalf("Load = %v, want kinds_file refused next to kinds", err)
 	}
+	// An empty list beside the file too.
+	configPath, _ = writeKinds(t, "kinds: []\nkinds_file: kinds.yaml\n", "kinds.yaml", kindsText)
+	if _, err := config.Load(configPath, noEnv); err == nil || !strings.Contains(err.Error(), "config: kinds_file: not together with kinds") {
+		t.Fatalf("Load of kinds: [] beside kinds_file = %v, want it refused", err)
+	}
 }
 
 // TestKindsFileUnreadIsRefused: a Config built in code with KindsFile set
