@@ -41,19 +41,43 @@ func InvalidDetail(err error) string {
 	return strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
 }
 
+// invalidField is an ErrInvalid naming the request's field at fault (a
+// problem's param).
+type invalidField struct {
+	field string
+	err   error
+}
+
+func (e *invalidField) Error() string { return e.err.Error() }
+func (e *invalidField) Unwrap() error { return e.err }
+
+// invalid is ErrInvalid for field, as format says.
+func invalid(field, format string, args ...any) error {
+	return &invalidField{field, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)}
+}
+
+// InvalidField is the request field an ErrInvalid names ("" for none).
+func InvalidField(err error) string {
+	var f *invalidField
+	if errors.As(err, &f) {
+		return f.field
+	}
+	return ""
+}
+
 // Create makes and stores a key; key is the whole key, to show once.
 func Create(ctx context.Context, st store.APIKeys, p CreateParams) (row store.APIKey, key string, err error) {
 	switch {
 	case p.Tenant == "" || len(p.Tenant) > 200 || !catalog.Printable(p.Tenant):
-		return store.APIKey{}, "", fmt.Errorf("%w: tenant must be 1..200 printable characters", ErrInvalid)
+		return store.APIKey{}, "", invalid("tenant", "tenant must be 1..200 printable characters")
 	case p.Name == "" || len(p.Name) > MaxNameLen || !catalog.Printable(p.Name):
-		return store.APIKey{}, "", fmt.Errorf("%w: name must be 1..%d printable characters", ErrInvalid, MaxNameLen)
+		return store.APIKey{}, "", invalid("name", "name must be 1..%d printable characters", MaxNameLen)
 	case !p.ExpiresAt.IsZero() && !p.ExpiresAt.After(p.Now):
-		return store.APIKey{}, "", fmt.Errorf("%w: expires_at is already past", ErrInvalid)
+		return store.APIKey{}, "", invalid("expires_at", "expires_at is already past")
 	}
 	scopes, err := ParseScopes(p.Scopes)
 	if err != nil {
-		return store.APIKey{}, "", fmt.Errorf("%w: %v", ErrInvalid, err)
+		return store.APIKey{}, "", invalid("scopes", "%v", err)
 	}
 	id, key, hash, err := New()
 	if err != nil {
@@ -134,7 +158,7 @@ func (a *Admin) Create(w http.ResponseWriter, r *http.Request) {
 	row, key, err := Create(r.Context(), a.Store, p)
 	switch {
 	case errors.Is(err, ErrInvalid):
-		problem.New(w, http.StatusUnprocessableEntity, InvalidDetail(err))
+		problem.Write(w, problem.Problem{Status: http.StatusUnprocessableEntity, Detail: InvalidDetail(err), Param: InvalidField(err)})
 		return
 	case err != nil:
 		a.Logger.LogAttrs(r.Context(), slog.LevelError, "apikeys: create failed", slog.Any("error", err))

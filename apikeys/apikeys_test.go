@@ -330,11 +330,20 @@ func TestVerifier(t *testing.T) {
 	t.Run("CreateChecksItsParams", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		// Each names its field, the problem's param over HTTP.
+		for field, p := range map[string]apikeys.CreateParams{
+			"name":       {Tenant: "t1", Name: "", Scopes: []string{"send"}},
+			"scopes":     {Tenant: "t1", Name: "x", Scopes: []string{"root"}},
+			"expires_at": {Tenant: "t1", Name: "x", Scopes: []string{"send"}, ExpiresAt: b.clk.Now()},
+			"tenant":     {Tenant: "", Name: "x", Scopes: []string{"send"}},
+		} {
+			p.Now = b.clk.Now()
+			if _, _, err := apikeys.Create(b.ctx, b.store, p); !errors.Is(err, apikeys.ErrInvalid) || apikeys.InvalidField(err) != field {
+				t.Errorf("Create(%+v) = %v (field %q), want ErrInvalid naming %s", p, err, apikeys.InvalidField(err), field)
+			}
+		}
 		for _, p := range []apikeys.CreateParams{
-			{Tenant: "t1", Name: "", Scopes: []string{"send"}},
 			{Tenant: "t1", Name: "x", Scopes: nil},
-			{Tenant: "t1", Name: "x", Scopes: []string{"root"}},
-			{Tenant: "t1", Name: "x", Scopes: []string{"send"}, ExpiresAt: b.clk.Now()},
 			{Tenant: "t1", Name: "a\x00b", Scopes: []string{"send"}},
 		} {
 			p.Now = b.clk.Now()
