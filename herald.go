@@ -536,7 +536,7 @@ func (c *Client) params(in Intent) (store.NotificationCreateParams, error) {
 	now := c.clock.Now()
 	// The params are checked as stored and read back: what the sender renders.
 	kind, stored, inbox, ferr := c.catalog.Validate(now, catalog.Request{
-		Recipient: in.Recipient, EventID: in.EventID, Kind: in.Kind, Params: raw,
+		Tenant: in.Tenant, Recipient: in.Recipient, EventID: in.EventID, Kind: in.Kind, Params: raw,
 		SendAt: timePtr(in.SendAt), ExpiresAt: timePtr(in.ExpiresAt), Scope: in.Scope,
 	})
 	if ferr != nil {

@@ -86,12 +86,12 @@ const DefaultDraftTTL = store.DefaultCampaignDraftTTL
 // is a *catalog.FieldError.
 func (s *Service) Create(ctx context.Context, tenant, key, hash string, req Request) (id string, replayed bool, err error) {
 	now := s.Clock.Now()
-	kind, params, ferr := s.checkCampaign(now, req)
+	kind, params, ferr := s.checkCampaign(now, tenant, req)
 	if ferr != nil {
 		return "", false, ferr
 	}
 	id = ids.New("cmp", now)
-	rs, ferr := s.recipients(now, kind, params, id, req.Recipients)
+	rs, ferr := s.recipients(now, tenant, kind, params, id, req.Recipients)
 	if ferr != nil {
 		return "", false, ferr
 	}
@@ -134,7 +134,7 @@ func (s *Service) AddRecipients(ctx context.Context, tenant, id string, page []R
 	if err != nil {
 		return 0, fmt.Errorf("open the campaign's params: %w", err)
 	}
-	rs, ferr := s.recipients(s.Clock.Now(), kind, params, id, page)
+	rs, ferr := s.recipients(s.Clock.Now(), tenant, kind, params, id, page)
 	if ferr != nil {
 		return 0, ferr
 	}
@@ -188,9 +188,9 @@ func (s *Service) List(ctx context.Context, p store.CampaignListParams) ([]store
 // checkCampaign checks what the campaign's notifications share: the
 // kind, its channels, send_at and the params as far as they go (a param
 // each recipient brings is not missing here).
-func (s *Service) checkCampaign(now time.Time, req Request) (*catalog.Kind, json.RawMessage, *catalog.FieldError) {
+func (s *Service) checkCampaign(now time.Time, tenant string, req Request) (*catalog.Kind, json.RawMessage, *catalog.FieldError) {
 	kind, params, _, ferr := s.Catalog.Validate(now, catalog.Request{
-		Recipient: "campaign", EventID: "campaign", Kind: req.Kind, Params: req.Params, SendAt: req.SendAt, Scope: req.Scope,
+		Tenant: tenant, Recipient: "campaign", EventID: "campaign", Kind: req.Kind, Params: req.Params, SendAt: req.SendAt, Scope: req.Scope,
 	})
 	if ferr != nil && len(ferr.Missing) == 0 {
 		return nil, nil, ferr
@@ -224,7 +224,7 @@ func (s *Service) checkCampaign(now time.Time, req Request) (*catalog.Kind, json
 // dropped with the recipient's repeat), and every write of its
 // notification uses that one. Every recipient's notification must render: the
 // campaign's params are rendered once, a recipient's own merge each time.
-func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawMessage, id string, page []Recipient) ([]store.CampaignRecipient, *catalog.FieldError) {
+func (s *Service) recipients(now time.Time, tenant string, kind *catalog.Kind, params json.RawMessage, id string, page []Recipient) ([]store.CampaignRecipient, *catalog.FieldError) {
 	if len(page) > MaxPage {
 		return nil, &catalog.FieldError{Param: "recipients", Detail: fmt.Sprintf("a page holds at most %d recipients", MaxPage)}
 	}
@@ -273,7 +273,7 @@ func (s *Service) recipients(now time.Time, kind *catalog.Kind, params json.RawM
 		}
 		switch {
 		case rp.Params != nil || !baseChecked:
-			_, p, _, ferr := s.Catalog.Validate(now, catalog.Request{Recipient: r.Recipient, EventID: id, Kind: kind.Name, Params: merged})
+			_, p, _, ferr := s.Catalog.Validate(now, catalog.Request{Tenant: tenant, Recipient: r.Recipient, EventID: id, Kind: kind.Name, Params: merged})
 			if ferr != nil {
 				ferr.Param = at + "." + ferr.Param
 				return nil, ferr

@@ -37,7 +37,14 @@ type Kind struct {
 	// renderedMax caps each rendered text (Catalog.Limit); 0 is the
 	// process's cap.
 	renderedMax int
+	// tenants are the only tenants that may send it (config.Kind.Tenants);
+	// nil: every tenant.
+	tenants map[string]bool
 }
+
+// For reports whether tenant may send the kind: to any other it does not
+// exist.
+func (k *Kind) For(tenant string) bool { return k.tenants == nil || k.tenants[tenant] }
 
 // texts are a channel's compiled pairs, one per locale key ("" for a
 // template without locales), in key order.
@@ -64,6 +71,12 @@ func New(kinds []config.Kind) (*Catalog, error) {
 	c := &Catalog{kinds: make(map[string]*Kind, len(kinds))}
 	for _, k := range kinds {
 		ck := &Kind{Name: k.Name, Lane: heraldtype.Lane(k.Category), Fallback: k.FirstAvailable(), tmpl: map[heraldtype.Channel]*texts{}}
+		if len(k.Tenants) > 0 {
+			ck.tenants = make(map[string]bool, len(k.Tenants))
+			for _, t := range k.Tenants {
+				ck.tenants[t] = true
+			}
+		}
 		var all []*template.Template
 		for _, ch := range k.Channels {
 			tx := &texts{}

@@ -38,6 +38,9 @@ func (c *Catalog) sendAtHorizon() time.Duration {
 // Request is a notification as a caller asks for it, through the HTTP API
 // or the Go API: both check it with Validate.
 type Request struct {
+	// Tenant sends it: a kind kept for other tenants (Kind.For) is
+	// unknown to it.
+	Tenant    string
 	Recipient string
 	EventID   string
 	Kind      string
@@ -88,6 +91,9 @@ func (c *Catalog) Validate(now time.Time, r Request) (*Kind, json.RawMessage, []
 		return bad("scope", "scope must be at most %d ASCII letters, digits and . _ : / -", heraldtype.MaxScopeLen)
 	}
 	kind := c.Kind(r.Kind)
+	if kind != nil && !kind.For(r.Tenant) {
+		kind = nil // another tenant's: as if there were none
+	}
 	if kind == nil {
 		return nil, nil, nil, &FieldError{Param: "kind", Detail: fmt.Sprintf("unknown kind %q", r.Kind), UnknownKind: true}
 	}

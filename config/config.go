@@ -272,6 +272,10 @@ type Kind struct {
 	// first the recipient can receive on, the next only after a definite
 	// failure; channelpolicy.go). Defaults to all.
 	Policy string `yaml:"policy"`
+	// Tenants are the tenants that may send the kind (a brand's texts,
+	// its receiver): to any other it does not exist (unknown kind, not
+	// listed by GET /v1/kinds). Defaults to every tenant.
+	Tenants []string `yaml:"tenants"`
 }
 
 // Template is a Go text/template pair over the request's params: one

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/heraldhq/herald/validate"
 	"maps"
 	"os"
 	"path/filepath"
@@ -138,6 +139,16 @@ func ValidateKinds(kinds []Kind, served func(channel string) bool) error {
 			if !seen[ch] {
 				return fmt.Errorf("%s.templates.%s: channel %q is not in channels", key, ch, ch)
 			}
+		}
+		tenants := map[string]bool{}
+		for j, t := range k.Tenants {
+			switch {
+			case t == "" || strings.TrimSpace(t) != t || !validate.Printable(t):
+				return fmt.Errorf("%s.tenants[%d]: a tenant name, without spaces around it", key, j)
+			case tenants[t]:
+				return fmt.Errorf("%s.tenants[%d]: %q is listed twice", key, j, t)
+			}
+			tenants[t] = true
 		}
 	}
 	return nil

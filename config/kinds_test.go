@@ -212,3 +212,27 @@ func TestInlineTemplateThatDoesNotParseNamesTheKey(t *testing.T) {
 		t.Fatalf("Load = %v, want %q", err, want)
 	}
 }
+
+// A kind's tenants are names, each once.
+func TestKindTenantsAreNamesEachOnce(t *testing.T) {
+	t.Parallel()
+	kind := func(tenants ...string) []config.Kind {
+		return []config.Kind{{Name: "a.receipt", Category: "transactional", Channels: []string{"webhook"}, Tenants: tenants,
+			Templates: map[string]config.Template{"webhook": {Title: "t", Body: "b"}}}}
+	}
+	for _, c := range []struct {
+		tenants []string
+		want    string
+	}{
+		{[]string{"acme"}, ""},
+		{nil, ""},
+		{[]string{"acme", " globex"}, "kinds[0].tenants[1]: a tenant name, without spaces around it"},
+		{[]string{""}, "kinds[0].tenants[0]: a tenant name"},
+		{[]string{"acme", "acme"}, `kinds[0].tenants[1]: "acme" is listed twice`},
+	} {
+		err := config.ValidateKinds(kind(c.tenants...), nil)
+		if (c.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("tenants %q: %v; want %q", c.tenants, err, c.want)
+		}
+	}
+}

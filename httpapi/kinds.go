@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"github.com/heraldhq/herald/auth"
 	"net/http"
 
 	"github.com/heraldhq/herald/catalog"
@@ -26,7 +27,11 @@ type kindBody struct {
 func (k *kindsAPI) list(w http.ResponseWriter, r *http.Request) {
 	kinds := k.catalog.Kinds()
 	out := make([]kindBody, 0, len(kinds))
+	tenant := auth.Tenant(r.Context())
 	for _, kd := range kinds {
+		if !kd.For(tenant) {
+			continue // another tenant's
+		}
 		b := kindBody{Name: kd.Name, Category: string(kd.Lane), Channels: make([]string, len(kd.Channels)), Params: kd.Params()}
 		for i, ch := range kd.Channels {
 			b.Channels[i] = string(ch)

@@ -84,7 +84,10 @@ func fullConfig(t testing.TB, st store.Store, clk clock.Clock) httpapi.Config {
 	// walk.amplify renders its text once per element of list: a body
 	// under 64 KiB can ask for more than the rendered cap.
 	kinds := append(config.Dev().Kinds, config.Kind{Name: "walk.amplify", Category: "transactional", Channels: []string{"webhook"},
-		Templates: map[string]config.Template{"webhook": {Title: "t", Body: "{{range .list}}{{$.text}}{{end}}"}}})
+		Templates: map[string]config.Template{"webhook": {Title: "t", Body: "{{range .list}}{{$.text}}{{end}}"}}},
+		// a.receipt is tenant a's own (TestAKindKeptForATenant).
+		config.Kind{Name: "a.receipt", Category: "transactional", Channels: []string{"webhook"}, Tenants: []string{"a"},
+			Templates: map[string]config.Template{"webhook": {Title: "[A] Receipt", Body: "{{.total}}"}}})
 	cat, err := catalog.New(kinds)
 	if err != nil {
 		t.Fatal(err)

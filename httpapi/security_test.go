@@ -354,3 +354,35 @@ func TestARecipientTokenOnAnAPIRouteIsNamed(t *testing.T) {
 		t.Fatalf("GET /v1/notifications with a recipient token: %d %s; want 401 naming the mix-up", got, b)
 	}
 }
+
+// A kind kept for one tenant (config.Kind.Tenants) does not exist for the
+// others: not listed, and unknown to their notifications and campaigns,
+// so tenant b cannot send tenant a's branded text to a's receiver. Tenant
+// a sends it as any kind.
+func TestAKindKeptForATenant(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			w, _ := setupLimited(t, driver, limits.Config{})
+			for key, listed := range map[string]bool{w.keyA: true, w.keyB: false} {
+				got, b := w.do(t, "GET", "/v1/kinds", key, "")
+				if got != http.StatusOK || strings.Contains(b, `"a.receipt"`) != listed {
+					t.Errorf("GET /v1/kinds: %d, lists a.receipt %v; want %v", got, strings.Contains(b, `"a.receipt"`), listed)
+				}
+			}
+			body := `{"recipient":"r1","event_id":"e1","kind":"a.receipt","params":{"total":1}}`
+			if got, b := w.send(t, "POST", "/v1/notifications", w.keyB, "k-b", body); got.StatusCode != http.StatusUnprocessableEntity ||
+				!strings.Contains(b, `unknown kind \"a.receipt\"`) {
+				t.Errorf("tenant b sends a.receipt: %d %s; want 422 unknown kind", got.StatusCode, b)
+			}
+			if got, b := w.send(t, "POST", "/v1/campaigns", w.keyB, "c-b", `{"kind":"a.receipt","params":{"total":1}}`); got.StatusCode != http.StatusUnprocessableEntity ||
+				!strings.Contains(b, "unknown kind") {
+				t.Errorf("tenant b's campaign of a.receipt: %d %s; want 422 unknown kind", got.StatusCode, b)
+			}
+			if got, b := w.send(t, "POST", "/v1/notifications", w.keyA, "k-a", body); got.StatusCode != http.StatusAccepted {
+				t.Errorf("tenant a sends a.receipt: %d %s; want 202", got.StatusCode, b)
+			}
+		})
+	}
+}
