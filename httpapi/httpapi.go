@@ -238,7 +238,13 @@ func (p *profiles) get(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := seal.OpenMap(p.seal, seal.Address, prof.Tenant, prof.Addresses); err != nil {
 		p.logger.LogAttrs(r.Context(), slog.LevelError, "profiles: an address does not open", slog.Any("error", err))
-		problem.New(w, http.StatusInternalServerError, "the profile's addresses are sealed with a key this herald does not hold (personal_data.keys)")
+		detail := "the profile's addresses are sealed with a key this herald does not hold (personal_data.keys)"
+		if errors.Is(err, seal.ErrCorrupt) {
+			// The key is held: the value was changed, or sealed for
+			// another tenant (a row copied between tenants).
+			detail = "the profile's addresses do not open with this herald's keys: changed, or sealed for another tenant"
+		}
+		problem.New(w, http.StatusInternalServerError, detail)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

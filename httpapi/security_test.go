@@ -386,3 +386,31 @@ func TestAKindKeptForATenant(t *testing.T) {
 		})
 	}
 }
+
+// A profile row copied from one tenant to another does not open for the
+// second (the seal binds each value to its tenant), and the answer says
+// so, not that the key is missing: the key is held.
+func TestASealedValueCopiedToAnotherTenantSaysSo(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))
+	st := testdb.Open(t, "sqlite", clk).Store
+	srv := httptest.NewServer(httpapi.New(fullConfig(t, st, clk)))
+	t.Cleanup(srv.Close)
+	w := &walk{url: srv.URL, client: srv.Client()}
+	w.keyA, w.keyB = mustKey(t, st, clk, "a"), mustKey(t, st, clk, "b")
+	if got, b := w.do(t, "PUT", "/v1/recipients/r1/profile", w.keyA, `{"addresses":{"sms":"+821012345678"}}`); got/100 != 2 {
+		t.Fatalf("PUT profile: %d %s", got, b)
+	}
+	sealed, err := st.ProfileGet(context.Background(), "a", "r1")
+	if err != nil || sealed.Addresses[heraldtype.ChannelSMS] == "+821012345678" {
+		t.Fatalf("a's stored profile %+v, %v; want its address sealed", sealed, err)
+	}
+	sealed.Tenant = "b"
+	if err := st.ProfilePut(context.Background(), sealed); err != nil {
+		t.Fatal(err)
+	}
+	got, b := w.do(t, "GET", "/v1/recipients/r1/profile", w.keyB, "")
+	if got != http.StatusInternalServerError || !strings.Contains(b, "sealed for another tenant") || strings.Contains(b, "does not hold") {
+		t.Fatalf("b reads the copied row: %d %s; want 500 saying it is sealed for another tenant", got, b)
+	}
+}
