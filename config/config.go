@@ -1243,7 +1243,7 @@ func (c *Config) validateProviders() error {
 		}
 		names[p.Name] = true
 		if !heraldtype.Channel(p.Channel).Valid() {
-			return fmt.Errorf("config: %s.channel: %q is not one of %s", key, p.Channel, channelList())
+			return fmt.Errorf("config: %s.channel: %q is not one of %s", key, p.Channel, heraldtype.ChannelNames())
 		}
 		// A channel has one provider, and push one a device platform
 		// (ProviderPlatform): a second entry would be ignored, and a real
@@ -1334,14 +1334,6 @@ func (c *Config) DatabaseDriver() (driver, dsn string, err error) {
 	}
 	// The setting may hold a password: it is printed redacted.
 	return "", "", fmt.Errorf("config: database: %q is neither sqlite:PATH nor a postgres:// URL", RedactURL(c.Database))
-}
-
-func channelList() string {
-	s := make([]string, len(heraldtype.Channels))
-	for i, c := range heraldtype.Channels {
-		s[i] = string(c)
-	}
-	return strings.Join(s, ", ")
 }
 
 // SlogLevel is LogLevel as a slog level (info when unset).

@@ -117,7 +117,7 @@ func ValidateKinds(kinds []Kind, served func(channel string) bool) error {
 		seen := map[string]bool{}
 		for j, ch := range k.Channels {
 			if !heraldtype.Channel(ch).KindChannel() {
-				return fmt.Errorf("%s.channels[%d]: %q is not one of %s, inbox", key, j, ch, channelList())
+				return fmt.Errorf("%s.channels[%d]: %q is not one of %s, inbox", key, j, ch, heraldtype.ChannelNames())
 			}
 			if seen[ch] {
 				return fmt.Errorf("%s.channels[%d]: %q is listed twice", key, j, ch)

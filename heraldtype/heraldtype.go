@@ -53,6 +53,15 @@ const (
 // Channels lists the channels a provider serves (every channel but the inbox).
 var Channels = []Channel{ChannelPush, ChannelSMS, ChannelAlimTalk, ChannelEmail, ChannelWebhook}
 
+// ChannelNames is Channels as a reader's list: "push, sms, …".
+func ChannelNames() string {
+	s := make([]string, len(Channels))
+	for i, c := range Channels {
+		s[i] = string(c)
+	}
+	return strings.Join(s, ", ")
+}
+
 // Valid reports whether c is a channel a provider serves (ChannelInbox is
 // not: see KindChannel).
 func (c Channel) Valid() bool {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/heraldhq/herald/auth"
 	"github.com/heraldhq/herald/consent"
@@ -162,19 +161,10 @@ func patchString(raw json.RawMessage, field string) (string, bool, *problem.Prob
 	return s, true, nil
 }
 
-// channelList names the channels a profile's fields take.
-var channelList = func() string {
-	names := make([]string, len(heraldtype.Channels))
-	for i, c := range heraldtype.Channels {
-		names[i] = string(c)
-	}
-	return strings.Join(names, ", ")
-}()
-
 // checkChannel refuses a field's key that is not a channel.
 func checkChannel(field, ch string) *problem.Problem {
 	if !heraldtype.Channel(ch).Valid() {
-		return &problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "unknown channel " + ch + "; one of " + channelList, Param: field + "." + ch}
+		return &problem.Problem{Status: http.StatusUnprocessableEntity, Detail: "unknown channel " + ch + "; one of " + heraldtype.ChannelNames(), Param: field + "." + ch}
 	}
 	return nil
 }
