@@ -82,6 +82,16 @@ func (ev Event) validate() error {
 // errNoDB is a nil database or transaction given to the package.
 var errNoDB = errors.New("consumer: nil database or transaction")
 
+// noTx is the error for ev given with no transaction: what is wrong with
+// ev first (an event without a usable ID is dead-lettered whatever else
+// is wrong), else errNoDB.
+func noTx(ev Event) error {
+	if err := ev.validate(); err != nil {
+		return err
+	}
+	return errNoDB
+}
+
 // Outcome says what a delivery did.
 type Outcome int
 
@@ -164,11 +174,8 @@ func PayloadHash(payload []byte) string {
 //     the rest of tx's work, unless err says tx must be rolled back. Do not
 //     ack.
 func HandlePgx(ctx context.Context, tx pgx.Tx, ev Event, effect func(context.Context) error) (Outcome, error) {
-	if err := ev.validate(); err != nil {
-		return None, err
-	}
 	if tx == nil {
-		return None, errNoDB
+		return None, noTx(ev)
 	}
 	return handle(ctx, pgxTx{tx}, ev, effect)
 }
@@ -176,11 +183,8 @@ func HandlePgx(ctx context.Context, tx pgx.Tx, ev Event, effect func(context.Con
 // HandleSQL is HandlePgx for database/sql on PostgreSQL (the pgx driver,
 // github.com/jackc/pgx/v5/stdlib).
 func HandleSQL(ctx context.Context, tx *sql.Tx, ev Event, effect func(context.Context) error) (Outcome, error) {
-	if err := ev.validate(); err != nil {
-		return None, err
-	}
 	if tx == nil {
-		return None, errNoDB
+		return None, noTx(ev)
 	}
 	return handle(ctx, sqlTx{tx}, ev, effect)
 }
