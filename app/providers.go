@@ -101,6 +101,13 @@ func (a *App) newProvider(i int, p config.Provider) (provider.Provider, error) {
 			keys = append(keys, k)
 		}
 		wc := webhook.Config{URL: p.URL, Timeout: timeout, Secrets: keys}
+		if p.CAFile != "" {
+			pool, err := readCAFile(key, p.CAFile)
+			if err != nil {
+				return nil, err
+			}
+			wc.RootCAs = pool
+		}
 		if err := wc.Validate(); err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
@@ -135,10 +142,9 @@ func (a *App) newProvider(i int, p config.Provider) (provider.Provider, error) {
 		}
 		tlsCfg := smtp.TLS{InsecurePlaintext: p.Plaintext}
 		if p.CAFile != "" {
-			pool := x509.NewCertPool()
-			pem, err := os.ReadFile(p.CAFile)
-			if err != nil || !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("%s.ca_file: no PEM certificate could be read from %s", key, p.CAFile)
+			pool, err := readCAFile(key, p.CAFile)
+			if err != nil {
+				return nil, err
 			}
 			tlsCfg.RootCAs = pool
 		}
@@ -211,4 +217,15 @@ func (a *App) wireSimReports() {
 			}
 		})
 	}
+}
+
+// readCAFile reads the PEM certificates of an entry's ca_file (key names
+// the entry in the error) into a pool that replaces the system's roots.
+func readCAFile(key, path string) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	pem, err := os.ReadFile(path)
+	if err != nil || !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s.ca_file: no PEM certificate could be read from %s", key, path)
+	}
+	return pool, nil
 }

@@ -49,9 +49,10 @@ type ProviderOptions struct {
 	From      string `yaml:"from"`
 	Domain    string `yaml:"domain"`
 	Plaintext bool   `yaml:"plaintext"`
-	// CAFile is a PEM file of the certificates a private SMTP server's is
-	// verified against (relative to the config file), instead of the
-	// system's roots.
+	// smtp and webhook: CAFile is a PEM file of the certificates a
+	// private server's is verified against (relative to the config file),
+	// instead of the system's roots: a private CA's, or a self-signed
+	// certificate itself. Defaults to none: the system's roots.
 	CAFile string `yaml:"ca_file"`
 
 	// bizppurio: the account (Password above), the sender number (From

@@ -59,6 +59,8 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -80,6 +82,11 @@ type Config struct {
 	// Client overrides the HTTP client (tests use it for TLS). Its redirect
 	// policy is replaced: a redirect is answered, never followed.
 	Client *http.Client
+	// RootCAs are the certificates the receiver's is verified against
+	// instead of the system's roots: a private CA's, or a self-signed
+	// certificate itself. Unused with Client. Defaults to nil: the
+	// system's roots.
+	RootCAs *x509.CertPool
 	// Secrets are the raw Standard Webhooks keys (ParseSecret decodes a
 	// "whsec_…" secret) each request is signed with, one signature per
 	// key: the new and the old one while a rotation's grace period lasts.
@@ -146,6 +153,7 @@ func New(cfg Config) *Webhook {
 			// close is seen.
 			IdleConnTimeout:     4 * time.Second,
 			TLSHandshakeTimeout: 5 * time.Second,
+			TLSClientConfig:     &tls.Config{RootCAs: cfg.RootCAs},
 		}}
 	}
 	c = httpcall.NoRedirects(c)

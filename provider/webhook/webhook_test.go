@@ -14,6 +14,7 @@ package webhook_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -432,6 +433,27 @@ func TestTransportFailures(t *testing.T) {
 		if client.CheckRedirect != nil {
 			t.Error("New changed the caller's client (CheckRedirect set)")
 		}
+	})
+
+	// RootCAs trust a receiver's self-signed certificate on the adapter's
+	// own client (config: ca_file).
+	t.Run("TLSWithRootCAsIsAccepted", func(t *testing.T) {
+		t.Parallel()
+		var rec recorder
+		ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec.record(r)
+			w.WriteHeader(http.StatusOK)
+		}))
+		ts.Config.ErrorLog = quiet
+		ts.StartTLS()
+		t.Cleanup(ts.Close)
+
+		pool := x509.NewCertPool()
+		pool.AddCert(ts.Certificate())
+		m := message("msg-tls-rootcas")
+		out := webhook.New(webhook.Config{URL: ts.URL, Timeout: callTimeout, RootCAs: pool}).Send(context.Background(), m)
+		wantOutcome(t, out, provider.Accepted)
+		assertWireFormat(t, rec.only(t), m)
 	})
 
 	// The deadline passes the moment the whole request has been written,
