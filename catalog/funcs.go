@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -26,6 +27,25 @@ var funcs = template.FuncMap{
 	"le":     func(a, b any) (bool, error) { return compare(a, b, "le", func(c int) bool { return c <= 0 }) },
 	"gt":     func(a, b any) (bool, error) { return compare(a, b, "gt", func(c int) bool { return c > 0 }) },
 	"ge":     func(a, b any) (bool, error) { return compare(a, b, "ge", func(c int) bool { return c >= 0 }) },
+	"json":   jsonText,
+}
+
+// jsonText is the json function: v written as JSON, so a template that
+// builds a JSON document (a webhook body a receiver parses) stays one
+// whatever a param holds. A text param is quoted and escaped (a quote, a
+// backslash, a line break cannot end the string and add fields), a number
+// is its text as sent, an object or list is written whole. <, > and & are
+// kept as they are: the document is not HTML. config's template check
+// knows the name (config/kinds.go).
+func jsonText(v any) (string, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Not wrapped: encoding/json's error may quote the value.
+		return "", fmt.Errorf("json cannot write %s", describe(v))
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
 }
 
 // printf is text/template's printf (fmt.Sprintf) with json.Number

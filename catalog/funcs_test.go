@@ -1,6 +1,7 @@
 package catalog_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -116,5 +117,44 @@ func TestIfOfANumberIsItsText(t *testing.T) {
 	got, err := renderBody(t, `{{if .n}}set{{end}} {{if gt .n 0}}positive{{else}}none{{end}}`, `{"n":0}`)
 	if err != nil || got != "set none" {
 		t.Errorf("= %q, %v; want %q", got, err, "set none")
+	}
+}
+
+// json writes a param as JSON, so a webhook body built as a JSON document
+// stays one, with the fields the template wrote, whatever a text param
+// holds; numbers keep their text as sent.
+func TestJSONKeepsABodyADocument(t *testing.T) {
+	t.Parallel()
+	const body = `{"order_id":{{json .order_id}},"name":{{json .name}},"amount":{{.amount | json}},"card":{{json .card}}}`
+	for _, c := range []struct{ name, params, want string }{
+		{"QuoteAndBackslash", `{"order_id":1,"name":"He said \"hi\" \\ back","amount":1,"card":{}}`,
+			`{"order_id":1,"name":"He said \"hi\" \\ back","amount":1,"card":{}}`},
+		{"LineBreakAndControl", `{"order_id":1,"name":"a\nb\u0007","amount":1,"card":""}`,
+			`{"order_id":1,"name":"a\nb\u0007","amount":1,"card":""}`},
+		{"InjectionStaysText", `{"order_id":1,"name":"x\",\"amount\":999999,\"y\":\"","amount":5,"card":[]}`,
+			`{"order_id":1,"name":"x\",\"amount\":999999,\"y\":\"","amount":5,"card":[]}`},
+		{"NumbersAsSentKoreanAsIs", `{"order_id":9007199254740993,"name":"결제 <완료> & 김","amount":12000.50,"card":{"last4":"1234","n":1e21}}`,
+			`{"order_id":9007199254740993,"name":"결제 <완료> & 김","amount":12000.50,"card":{"last4":"1234","n":1e21}}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := renderBody(t, body, c.params)
+			if err != nil || got != c.want {
+				t.Fatalf("rendered %q, %v; want %q", got, err, c.want)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal([]byte(got), &doc); err != nil || len(doc) != 4 {
+				t.Fatalf("rendered body is not the template's document (%d fields): %v", len(doc), err)
+			}
+		})
+	}
+}
+
+// A number written as text for a receiver whose parser would round it
+// (docs/consumer.md).
+func TestJSONOfANumberAsText(t *testing.T) {
+	t.Parallel()
+	got, err := renderBody(t, `{"order_id":{{json (printf "%s" .order_id)}}}`, `{"order_id":9007199254740993}`)
+	if want := `{"order_id":"9007199254740993"}`; err != nil || got != want {
+		t.Fatalf("rendered %q, %v; want %q", got, err, want)
 	}
 }

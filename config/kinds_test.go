@@ -236,3 +236,18 @@ func TestKindTenantsAreNamesEachOnce(t *testing.T) {
 		}
 	}
 }
+
+// A template may call catalog's own functions (json): the start-up check
+// parses it as the catalog will, and refuses a function neither knows.
+func TestTemplateMayCallCatalogFunctions(t *testing.T) {
+	t.Parallel()
+	ok := `webhook: {title: "Paid", body: '{"amount":{{json .amount}}}'}`
+	if _, err := config.Load(writeFile(t, edit(t, `webhook: {title: "Paid", body: "Paid {{.amount}} won"}`, ok)), noEnv); err != nil {
+		t.Fatalf("Load with json = %v, want it loaded", err)
+	}
+	bad := `webhook: {title: "Paid", body: '{{nosuch .amount}}'}`
+	_, err := config.Load(writeFile(t, edit(t, `webhook: {title: "Paid", body: "Paid {{.amount}} won"}`, bad)), noEnv)
+	if err == nil || !strings.Contains(err.Error(), `kinds[0].templates.webhook.body: not a Go template`) {
+		t.Fatalf("Load with nosuch = %v, want the template refused", err)
+	}
+}
