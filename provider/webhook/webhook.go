@@ -66,6 +66,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -82,6 +83,12 @@ type Config struct {
 	// Client overrides the HTTP client (tests use it for TLS). Its redirect
 	// policy is replaced: a redirect is answered, never followed.
 	Client *http.Client
+	// Proxy picks the proxy each request goes through; one that returns
+	// a nil URL sends it directly. Unused with Client. Defaults to
+	// http.ProxyFromEnvironment: HTTPS_PROXY, HTTP_PROXY and NO_PROXY, as
+	// the FCM and Twilio adapters read them (never for a loopback
+	// receiver).
+	Proxy func(*http.Request) (*url.URL, error)
 	// RootCAs are the certificates the receiver's is verified against
 	// instead of the system's roots: a private CA's, or a self-signed
 	// certificate itself. Unused with Client. Defaults to nil: the
@@ -130,10 +137,17 @@ func New(cfg Config) *Webhook {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
+	if cfg.Proxy == nil {
+		cfg.Proxy = http.ProxyFromEnvironment
+	}
 	c := cfg.Client
 	if c == nil {
 		c = &http.Client{Transport: &http.Transport{
-			Proxy:       nil,
+			// Through a proxy the stages hold as they are: an https
+			// request's tunnel is set up before the connection is held
+			// (a refused CONNECT is NotSent), and a proxy's own error
+			// answer (502, 504) is a status like any other: Unknown.
+			Proxy:       cfg.Proxy,
 			DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			// Every connection that ends a call goes back to the pool: an
 			// idle limit below the calls in flight closes the surplus after
