@@ -181,6 +181,10 @@ func New(cfg Config) *Webhook {
 	return &Webhook{url: cfg.URL, timeout: cfg.Timeout, client: c, keys: keys, now: cfg.Now}
 }
 
+// drainGrace is how long a call reads an answer's body after its status
+// (Send), to reuse the connection.
+const drainGrace = 100 * time.Millisecond
+
 type payload struct {
 	MessageID string `json:"message_id"`
 	Recipient string `json:"recipient"`
@@ -220,8 +224,14 @@ func (w *Webhook) Send(ctx context.Context, m provider.Message) provider.Outcome
 	if !ok {
 		return failed
 	}
-	// Drain a little so the connection can be reused; the status decides.
+	// The status decides. Drain a little so the connection can be
+	// reused, but for at most drainGrace: a receiver that answers 2xx and
+	// then stalls its body would hold the send's slot until the timeout
+	// for an outcome already known. Cut short, the connection is closed
+	// instead of reused.
+	stop := time.AfterFunc(drainGrace, cancel)
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	stop.Stop()
 	resp.Body.Close()
 	return ClassifyStatus(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
 }

@@ -868,3 +868,36 @@ func FuzzRetryAfter(f *testing.F) {
 		}
 	})
 }
+
+// A receiver that answers 2xx and then stalls its body does not hold the
+// send until the adapter's timeout: the status decided the outcome, and
+// the body is read only briefly, for the connection's reuse.
+func TestAStalledBodyAfterTheStatusDoesNotHoldTheSend(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100000")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("{"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	w := webhook.New(webhook.Config{URL: srv.URL, Timeout: time.Hour})
+	done := make(chan provider.Outcome, 1)
+	go func() {
+		done <- w.Send(context.Background(), provider.Message{MessageID: "m1", Channel: heraldtype.ChannelWebhook})
+	}()
+	select {
+	case o := <-done:
+		if o.Class != provider.Accepted {
+			t.Fatalf("outcome %+v, want accepted", o)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the send waited for the stalled body")
+	}
+}
