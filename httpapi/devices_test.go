@@ -148,7 +148,7 @@ func TestDevices(t *testing.T) {
 		b.do(t, http.MethodPut, devicePath(dead), authA, `{"platform":"apns"}`)
 		b.do(t, http.MethodPut, devicePath("short"), authA, `{"platform":"web"}`)
 		deadID := store.DeviceID("a", "r1", dead)
-		if ok, err := b.store.DeviceDeactivate(t.Context(), "a", "r1", deadID, heraldtype.ReasonUnregistered); err != nil || !ok {
+		if ok, err := b.store.DeviceDeactivate(t.Context(), store.DeviceDeactivateParams{Tenant: "a", Recipient: "r1", DeviceID: deadID, Reason: heraldtype.ReasonUnregistered}); err != nil || !ok {
 			t.Fatalf("deactivate: %v %v", ok, err)
 		}
 		r := b.do(t, http.MethodGet, "/v1/recipients/r1/devices", authA, "")

@@ -20,7 +20,7 @@ type lostDeactivation struct {
 	tries int
 }
 
-func (l *lostDeactivation) DeviceDeactivate(context.Context, string, string, string, string) (bool, error) {
+func (l *lostDeactivation) DeviceDeactivate(context.Context, store.DeviceDeactivateParams) (bool, error) {
 	l.tries++
 	return false, store.ErrClosed
 }
@@ -94,6 +94,37 @@ func TestDeadDevice(t *testing.T) {
 	res = snd.Send(b.ctx, deviceJob("ntf_3"))
 	if res.State != heraldtype.DeliverySuppressed || res.Reason != heraldtype.ReasonDestinationUnavailable || b.sims[heraldtype.ChannelPush].Total() != calls {
 		t.Fatalf("push to an inactive device: %+v, %d calls more; want SUPPRESSED(DESTINATION_UNAVAILABLE) and no call", res, b.sims[heraldtype.ChannelPush].Total()-calls)
+	}
+}
+
+// A dead answer about a token that the app registered again while the
+// call was in flight leaves the device active: the answer is about the
+// token as the send read it, and the registration is newer (APNs: stop
+// pushing until the device registers a token with a later timestamp).
+// The push itself still ends PERMANENT_FAILURE.
+func TestDeadAnswerSparesATokenRegisteredDuringTheCall(t *testing.T) {
+	t.Parallel()
+	snd, b := setup(t, sender.Hooks{})
+	const token = "tok-reinstalled"
+	dev := store.DeviceID("t1", "r1", token)
+	put := func() {
+		t.Helper()
+		if _, _, err := b.store.DevicePut(b.ctx, store.Device{Tenant: "t1", Recipient: "r1", DeviceID: dev, Token: token, Platform: store.PlatformFCM}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put()
+	b.sims[heraldtype.ChannelPush].OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
+		put() // the app registers the token again, during the call
+		return provider.DeadDestinationOutcome(heraldtype.ReasonUnregistered)
+	})
+	res := snd.Send(b.ctx, job("ntf_1", heraldtype.DeviceSend(heraldtype.ChannelPush, dev)))
+	if res.State != heraldtype.DeliveryPermanentFailure || res.Reason != heraldtype.ReasonUnregistered {
+		t.Fatalf("push: %+v, want PERMANENT_FAILURE(UNREGISTERED)", res)
+	}
+	d, err := b.store.DeviceGet(b.ctx, "t1", "r1", dev)
+	if err != nil || !d.Active {
+		t.Fatalf("device %+v, %v; want it active: it was registered after the call went out", d, err)
 	}
 }
 

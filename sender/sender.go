@@ -122,7 +122,9 @@
 // push to it gets the same answer from the provider, and that send
 // deactivates it. A failed deactivation is retried like the other store
 // steps and then logged, with the same fallback. Registering the token
-// again makes the device active again.
+// again makes the device active again, and a registration made while the
+// call was in flight keeps it so: the deactivation only applies to the
+// device as the send read it (store.DeviceDeactivateParams.UpdatedAt).
 package sender
 
 import (
@@ -396,10 +398,11 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	if k := job.Known; k != nil && k.Cancelled {
 		return s.decide(ctx, job, decision{state: heraldtype.DeliverySuppressed, reason: heraldtype.ReasonCancelled})
 	}
-	msg, named, profile, decision := s.prepare(ctx, job)
+	prep, decision := s.prepare(ctx, job)
 	if decision != nil {
 		return s.decide(ctx, job, *decision)
 	}
+	msg, named, profile := prep.msg, prep.named, prep.profile
 	var sub Subject
 	var take ClaimTake
 	if len(s.Checks) > 0 {
@@ -481,7 +484,7 @@ func (s *Sender) Send(ctx context.Context, job heraldtype.Job) Result {
 	res := s.record(work, job, claim.Attempt, out, started, took)
 	s.slow(work, named.Name, out)
 	if out.Class == provider.Permanent && out.DeadDestination {
-		s.deactivate(work, job, out.Reason)
+		s.deactivate(work, job, out.Reason, prep.deviceUpdatedAt)
 	}
 	if h := s.Hooks.AfterRecord; h != nil {
 		h(work, job, res)
@@ -640,16 +643,26 @@ type decision struct {
 	err    error // a transient failure: decide nothing, back off
 }
 
-// prepare runs the pre-checks and builds the provider message; it returns
-// the recipient's profile as it read it, for the policy's rules.
-func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Message, provider.Named, store.Profile, *decision) {
-	var none provider.Named
-	var noProfile store.Profile
-	suppress := func(reason string) (provider.Message, provider.Named, store.Profile, *decision) {
-		return provider.Message{}, none, noProfile, &decision{state: heraldtype.DeliverySuppressed, reason: reason}
+// prepared is what prepare read and built for one send.
+type prepared struct {
+	msg   provider.Message
+	named provider.Named
+	// profile is the recipient's profile as prepare read it, for the
+	// policy's rules.
+	profile store.Profile
+	// deviceUpdatedAt is, for a push to one device, the device's UpdatedAt
+	// as read before the call: a dead answer deactivates the device only
+	// if nothing registered it again since (see deactivate).
+	deviceUpdatedAt time.Time
+}
+
+// prepare runs the pre-checks and builds the provider message.
+func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (prepared, *decision) {
+	suppress := func(reason string) (prepared, *decision) {
+		return prepared{}, &decision{state: heraldtype.DeliverySuppressed, reason: reason}
 	}
-	park := func(reason string) (provider.Message, provider.Named, store.Profile, *decision) {
-		return provider.Message{}, none, noProfile, &decision{state: heraldtype.DeliveryParked, reason: reason}
+	park := func(reason string) (prepared, *decision) {
+		return prepared{}, &decision{state: heraldtype.DeliveryParked, reason: reason}
 	}
 	if len(job.MessageID) > heraldtype.MaxMessageIDLen {
 		return park(heraldtype.ReasonMessageIDTooLong)
@@ -670,14 +683,14 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	}
 	profile, err := s.profile(ctx, job)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return provider.Message{}, none, noProfile, &decision{err: fmt.Errorf("read profile: %w", err)}
+		return prepared{}, &decision{err: fmt.Errorf("read profile: %w", err)}
 	}
 	if job.Lane == heraldtype.LaneMarketing && !profile.Consent[ch] {
 		return suppress(heraldtype.ReasonConsentDenied)
 	}
-	address, platform, dec := s.address(ctx, job, profile)
+	address, platform, deviceUpdatedAt, dec := s.address(ctx, job, profile)
 	if dec != nil {
-		return provider.Message{}, none, noProfile, dec
+		return prepared{}, dec
 	}
 	if platform != "" {
 		// A push to one device goes through its platform's provider (FCM
@@ -699,28 +712,29 @@ func (s *Sender) prepare(ctx context.Context, job heraldtype.Job) (provider.Mess
 	case err != nil:
 		return park(heraldtype.ReasonTemplateFailed)
 	}
-	return provider.Message{
+	msg := provider.Message{
 		MessageID: job.MessageID, Tenant: job.Tenant, Recipient: job.Recipient, Kind: job.Kind,
 		Channel: ch, Address: address, Title: title, Body: body,
-	}, named, profile, nil
+	}
+	return prepared{msg: msg, named: named, profile: profile, deviceUpdatedAt: deviceUpdatedAt}, nil
 }
 
 // address is job's destination: for a push to one device, that device's
-// token, read now, and its platform; otherwise the profile's address for
-// the channel. A device deleted or deactivated since intake, or a channel
+// token, read now, its platform and its UpdatedAt; otherwise the profile's
+// address for the channel. A device deleted or deactivated since intake, or a channel
 // that needs an address the profile lacks, is a decision not to send.
-func (s *Sender) address(ctx context.Context, job heraldtype.Job, profile store.Profile) (string, store.Platform, *decision) {
+func (s *Sender) address(ctx context.Context, job heraldtype.Job, profile store.Profile) (string, store.Platform, time.Time, *decision) {
 	unavailable := &decision{state: heraldtype.DeliverySuppressed, reason: heraldtype.ReasonDestinationUnavailable}
 	device := job.Channel.Device()
 	if device == "" {
 		address, err := s.Seal.Open(seal.Address, job.Tenant, profile.Addresses[job.Channel])
 		if err != nil {
-			return "", "", &decision{state: heraldtype.DeliveryParked, reason: heraldtype.ReasonPersonalDataUnreadable}
+			return "", "", time.Time{}, &decision{state: heraldtype.DeliveryParked, reason: heraldtype.ReasonPersonalDataUnreadable}
 		}
 		if job.Channel.NeedsAddress() && address == "" {
-			return "", "", unavailable
+			return "", "", time.Time{}, unavailable
 		}
-		return address, "", nil
+		return address, "", time.Time{}, nil
 	}
 	var d store.Device
 	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
@@ -729,23 +743,27 @@ func (s *Sender) address(ctx context.Context, job heraldtype.Job, profile store.
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return "", "", unavailable
+		return "", "", time.Time{}, unavailable
 	case err != nil:
-		return "", "", &decision{err: fmt.Errorf("read device: %w", err)}
+		return "", "", time.Time{}, &decision{err: fmt.Errorf("read device: %w", err)}
 	case !d.Active:
-		return "", "", unavailable
+		return "", "", time.Time{}, unavailable
 	}
 	token, err := s.Seal.Open(seal.Device, job.Tenant, d.Token)
 	if err != nil {
-		return "", "", &decision{state: heraldtype.DeliveryParked, reason: heraldtype.ReasonPersonalDataUnreadable}
+		return "", "", time.Time{}, &decision{state: heraldtype.DeliveryParked, reason: heraldtype.ReasonPersonalDataUnreadable}
 	}
-	return token, d.Platform, nil
+	return token, d.Platform, d.UpdatedAt, nil
 }
 
 // deactivate marks the device of a push the provider called dead inactive
-// (see "Dead devices" in the package doc). Nothing else waits on it: a
-// failure is logged, and the next push to the device tries again.
-func (s *Sender) deactivate(ctx context.Context, job heraldtype.Job, reason string) {
+// (see "Dead devices" in the package doc), unless it was written since
+// the send read it at updatedAt: the provider's answer is about the token
+// as it was when the call went out, and a registration of it during the
+// call is newer (APNs: "stop pushing until the device registers a token
+// with a later timestamp"). Nothing else waits on it: a failure is
+// logged, and the next push to the device tries again.
+func (s *Sender) deactivate(ctx context.Context, job heraldtype.Job, reason string, updatedAt time.Time) {
 	device := job.Channel.Device()
 	if device == "" {
 		return
@@ -755,7 +773,9 @@ func (s *Sender) deactivate(ctx context.Context, job heraldtype.Job, reason stri
 	}
 	var changed bool
 	err := s.retryStore(ctx, func(ctx context.Context) (err error) {
-		changed, err = s.Store.DeviceDeactivate(ctx, job.Tenant, job.Recipient, device, reason)
+		changed, err = s.Store.DeviceDeactivate(ctx, store.DeviceDeactivateParams{
+			Tenant: job.Tenant, Recipient: job.Recipient, DeviceID: device, Reason: reason, UpdatedAt: updatedAt,
+		})
 		return err
 	})
 	if err != nil {

@@ -283,6 +283,8 @@ type Devices interface {
 	// DevicePut registers d (by DeviceID of its token), or updates the
 	// row of that token: platform, active again (a deactivated token that
 	// is registered again is live again). It reports whether the row is new.
+	// Every write moves UpdatedAt forward, by the store's smallest step
+	// when the clock has not (DeviceDeactivateParams.UpdatedAt compares it).
 	// With d.TokenDigest, in the same transaction, it deletes the rows of
 	// that token under the tenant's other recipients and reports how many:
 	// a token is an app install's, now logged in as d.Recipient, and
@@ -295,9 +297,22 @@ type Devices interface {
 	// DeviceGet returns one device, or ErrNotFound.
 	DeviceGet(ctx context.Context, tenant, recipient, deviceID string) (Device, error)
 	// DeviceDeactivate marks an active device inactive with a reason code
-	// (a provider said its token is dead); false when it is gone or
-	// inactive already.
-	DeviceDeactivate(ctx context.Context, tenant, recipient, deviceID, reason string) (bool, error)
+	// (a provider said its token is dead); false when it is gone, inactive
+	// already, or written since p.UpdatedAt.
+	DeviceDeactivate(ctx context.Context, p DeviceDeactivateParams) (bool, error)
+}
+
+// DeviceDeactivateParams names the device DeviceDeactivate ends and why.
+type DeviceDeactivateParams struct {
+	Tenant, Recipient, DeviceID string
+	// Reason is the provider's reason code.
+	Reason string
+	// UpdatedAt is the device's UpdatedAt as read before the provider
+	// call that called it dead. A device written since (its token
+	// registered again while the call was in flight) is left active: the
+	// answer was about the token as it stood before. Zero: whatever its
+	// UpdatedAt.
+	UpdatedAt time.Time
 }
 
 // Platform is the push service a device token belongs to.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,7 +17,9 @@ import (
 const (
 	// qDevicePut registers a token, or writes it again: the platform, and
 	// active again whatever it was. xmax is 0 on a row this statement
-	// inserted and not on one it updated. $1 now.
+	// inserted and not on one it updated. $1 now; updated_at moves forward
+	// by a microsecond at least, so a write in the same microsecond as the
+	// read a deactivation compares with still counts (qDeviceDeactivate).
 	//
 	// With a digest ($7), it deletes the tenant's other recipients' rows
 	// of that token in the same statement (devices_token_digest,
@@ -28,13 +31,15 @@ const (
 INSERT INTO devices AS d (tenant, recipient, device_id, token, platform, active, created_at, updated_at, token_digest)
 VALUES ($2::text, $3::text, $4::text, $5::text, $6::text, true, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), nullif($7::text, ''))
 ON CONFLICT (tenant, recipient, device_id) DO UPDATE SET token = excluded.token, platform = excluded.platform, active = true,
-    deactivated_at = NULL, deactivated_reason = '', updated_at = excluded.updated_at, token_digest = coalesce(excluded.token_digest, d.token_digest)
+    deactivated_at = NULL, deactivated_reason = '',
+    updated_at = greatest(excluded.updated_at, d.updated_at + interval '1 microsecond'), token_digest = coalesce(excluded.token_digest, d.token_digest)
 RETURNING d.xmax = 0, (SELECT count(*) FROM moved)`
 	qDeviceDelete = `DELETE FROM devices WHERE tenant = $1::text AND recipient = $2::text AND device_id = $3::text`
-	// $1 now, $5 reason.
+	// $1 now, $5 reason, $6 the updated_at the caller read (NULL: any).
 	qDeviceDeactivate = `UPDATE devices
 SET active = false, deactivated_at = coalesce($1::timestamptz, now()), deactivated_reason = $5::text, updated_at = coalesce($1::timestamptz, now())
-WHERE tenant = $2::text AND recipient = $3::text AND device_id = $4::text AND active`
+WHERE tenant = $2::text AND recipient = $3::text AND device_id = $4::text AND active
+    AND ($6::timestamptz IS NULL OR updated_at = $6::timestamptz)`
 	qDeviceColumns = `tenant, recipient, device_id, token, platform, active, created_at, updated_at, deactivated_at, deactivated_reason`
 	qDeviceGet     = `SELECT ` + qDeviceColumns + ` FROM devices WHERE tenant = $1::text AND recipient = $2::text AND device_id = $3::text`
 	qDevicesList   = `SELECT ` + qDeviceColumns + ` FROM devices WHERE tenant = $1::text AND recipient = $2::text ORDER BY device_id`
@@ -60,9 +65,14 @@ func (s *Store) DeviceDelete(ctx context.Context, tenant, recipient, deviceID st
 	return tag.RowsAffected() == 1, nil
 }
 
-// DeviceDeactivate marks an active device inactive.
-func (s *Store) DeviceDeactivate(ctx context.Context, tenant, recipient, deviceID, reason string) (bool, error) {
-	tag, err := s.pipe.Exec(ctx, qDeviceDeactivate, s.now(), tenant, recipient, deviceID, reason)
+// DeviceDeactivate marks an active device inactive, unless it was written
+// since p.UpdatedAt.
+func (s *Store) DeviceDeactivate(ctx context.Context, p store.DeviceDeactivateParams) (bool, error) {
+	var read *time.Time
+	if !p.UpdatedAt.IsZero() {
+		read = &p.UpdatedAt
+	}
+	tag, err := s.pipe.Exec(ctx, qDeviceDeactivate, s.now(), p.Tenant, p.Recipient, p.DeviceID, p.Reason, read)
 	if err != nil {
 		return false, s.fail("deactivate device", err)
 	}

@@ -63,7 +63,7 @@ func TestMergedCreatesFanOutToDevices(t *testing.T) {
 	s := setup(t, "", Options{PipelineWorkers: 1})
 	r1 := putDevices(t, s, "t1", "r1", "tok-a", "tok-b")
 	dead := putDevices(t, s, "t1", "r2", "tok-dead")
-	if ok, err := s.DeviceDeactivate(ctx, "t1", "r2", dead[0], heraldtype.ReasonUnregistered); err != nil || !ok {
+	if ok, err := s.DeviceDeactivate(ctx, store.DeviceDeactivateParams{Tenant: "t1", Recipient: "r2", DeviceID: dead[0], Reason: heraldtype.ReasonUnregistered}); err != nil || !ok {
 		t.Fatalf("deactivate: %v %v", ok, err)
 	}
 	batch := []store.NotificationCreateParams{

@@ -18,20 +18,22 @@ import (
 const (
 	qDeviceExists = `SELECT count(*) FROM devices WHERE tenant = ?1 AND recipient = ?2 AND device_id = ?3`
 	// qDevicePut registers a token, or writes it again: the platform, and
-	// active again whatever it was. ?1 now.
+	// active again whatever it was. ?1 now; updated_at moves forward by a
+	// millisecond at least, so a write in the same millisecond as the
+	// read a deactivation compares with still counts (qDeviceDeactivate).
 	qDevicePut = `INSERT INTO devices (tenant, recipient, device_id, token, platform, active, created_at, updated_at, token_digest)
 VALUES (?2, ?3, ?4, ?5, ?6, 1, ?1, ?1, nullif(?7, ''))
 ON CONFLICT (tenant, recipient, device_id) DO UPDATE SET token = excluded.token, platform = excluded.platform, active = 1,
-    deactivated_at = NULL, deactivated_reason = '', updated_at = excluded.updated_at,
+    deactivated_at = NULL, deactivated_reason = '', updated_at = max(excluded.updated_at, devices.updated_at + 1),
     token_digest = coalesce(excluded.token_digest, devices.token_digest)`
 	// qDeviceMove deletes the tenant's other recipients' rows of a token
 	// (its digest, ?3; devices_token_digest, migration 36): the token is
 	// ?2's now (store.Devices.DevicePut).
 	qDeviceMove   = `DELETE FROM devices WHERE tenant = ?1 AND token_digest = ?3 AND recipient <> ?2`
 	qDeviceDelete = `DELETE FROM devices WHERE tenant = ?1 AND recipient = ?2 AND device_id = ?3`
-	// ?1 now, ?5 reason.
+	// ?1 now, ?5 reason, ?6 the updated_at the caller read (0: any).
 	qDeviceDeactivate = `UPDATE devices SET active = 0, deactivated_at = ?1, deactivated_reason = ?5, updated_at = ?1
-WHERE tenant = ?2 AND recipient = ?3 AND device_id = ?4 AND active = 1`
+WHERE tenant = ?2 AND recipient = ?3 AND device_id = ?4 AND active = 1 AND (?6 = 0 OR updated_at = ?6)`
 	qDeviceColumns = `tenant, recipient, device_id, token, platform, active, created_at, updated_at, deactivated_at, deactivated_reason`
 	qDeviceGet     = `SELECT ` + qDeviceColumns + ` FROM devices WHERE tenant = ?1 AND recipient = ?2 AND device_id = ?3`
 	qDevicesList   = `SELECT ` + qDeviceColumns + ` FROM devices WHERE tenant = ?1 AND recipient = ?2 ORDER BY device_id`
@@ -75,9 +77,14 @@ func (s *Store) DeviceDelete(ctx context.Context, tenant, recipient, deviceID st
 	return s.deviceWrite(ctx, "delete device", qDeviceDelete, tenant, recipient, deviceID)
 }
 
-// DeviceDeactivate marks an active device inactive.
-func (s *Store) DeviceDeactivate(ctx context.Context, tenant, recipient, deviceID, reason string) (bool, error) {
-	return s.deviceWrite(ctx, "deactivate device", qDeviceDeactivate, s.now(), tenant, recipient, deviceID, reason)
+// DeviceDeactivate marks an active device inactive, unless it was written
+// since p.UpdatedAt.
+func (s *Store) DeviceDeactivate(ctx context.Context, p store.DeviceDeactivateParams) (bool, error) {
+	var read int64
+	if !p.UpdatedAt.IsZero() {
+		read = p.UpdatedAt.UnixMilli()
+	}
+	return s.deviceWrite(ctx, "deactivate device", qDeviceDeactivate, s.now(), p.Tenant, p.Recipient, p.DeviceID, p.Reason, read)
 }
 
 // deviceWrite runs one write and reports whether it changed a row.

@@ -151,7 +151,7 @@ func testDevices(t *testing.T, h Harness) {
 		c := putDevice(t, b, "r1", "tok-c", store.PlatformAPNs)
 		dead := putDevice(t, b, "r1", "tok-dead", store.PlatformFCM)
 		putDevice(t, b, "r2", "tok-other", store.PlatformFCM)
-		if ok, err := b.s.DeviceDeactivate(b.ctx, "t1", "r1", dead, heraldtype.ReasonUnregistered); err != nil || !ok {
+		if ok, err := b.s.DeviceDeactivate(b.ctx, store.DeviceDeactivateParams{Tenant: "t1", Recipient: "r1", DeviceID: dead, Reason: heraldtype.ReasonUnregistered}); err != nil || !ok {
 			t.Fatalf("DeviceDeactivate = %v, %v", ok, err)
 		}
 		pushAndWebhook := func(p *store.NotificationCreateParams) {
@@ -192,13 +192,38 @@ func testDevices(t *testing.T, h Harness) {
 			t.Fatalf("without devices: %+v, %v; want one push send %s", v.Deliveries, err, store.MessageID(p.ID, heraldtype.ChannelPush))
 		}
 	})
+	t.Run("DeactivateLeavesADeviceRegisteredSinceItWasRead", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, h)
+		id := putDevice(t, b, "r1", "tok-a", store.PlatformAPNs)
+		read := getDevice(t, b, "r1", id).UpdatedAt
+		// The app registers the token again while the call that will call
+		// it dead is in flight, within the same clock tick: the answer is
+		// about the token as it was read, and the registration is newer.
+		putDevice(t, b, "r1", "tok-a", store.PlatformAPNs)
+		p := store.DeviceDeactivateParams{Tenant: "t1", Recipient: "r1", DeviceID: id, Reason: heraldtype.ReasonUnregistered, UpdatedAt: read}
+		if ok, err := b.s.DeviceDeactivate(b.ctx, p); err != nil || ok {
+			t.Fatalf("DeviceDeactivate with the UpdatedAt read before a registration = %v, %v; want false", ok, err)
+		}
+		d := getDevice(t, b, "r1", id)
+		if !d.Active || !d.UpdatedAt.After(read) {
+			t.Fatalf("device %+v, want active with UpdatedAt after %v", d, read)
+		}
+		p.UpdatedAt = d.UpdatedAt
+		if ok, err := b.s.DeviceDeactivate(b.ctx, p); err != nil || !ok {
+			t.Fatalf("DeviceDeactivate with the current UpdatedAt = %v, %v; want true", ok, err)
+		}
+		if d := getDevice(t, b, "r1", id); d.Active || d.DeactivatedReason != heraldtype.ReasonUnregistered {
+			t.Fatalf("device %+v, want inactive, UNREGISTERED", d)
+		}
+	})
 	t.Run("DeactivateThenPutReactivates", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, h)
 		id := putDevice(t, b, "r1", "tok-a", store.PlatformFCM)
 		keep := putDevice(t, b, "r1", "tok-b", store.PlatformFCM)
 		b.clk.Advance(time.Minute)
-		if ok, err := b.s.DeviceDeactivate(b.ctx, "t1", "r1", id, heraldtype.ReasonUnregistered); err != nil || !ok {
+		if ok, err := b.s.DeviceDeactivate(b.ctx, store.DeviceDeactivateParams{Tenant: "t1", Recipient: "r1", DeviceID: id, Reason: heraldtype.ReasonUnregistered}); err != nil || !ok {
 			t.Fatalf("DeviceDeactivate = %v, %v; want true", ok, err)
 		}
 		d := getDevice(t, b, "r1", id)
@@ -208,13 +233,13 @@ func testDevices(t *testing.T, h Harness) {
 		if d := getDevice(t, b, "r1", keep); !d.Active {
 			t.Fatalf("the other device was deactivated too: %+v", d)
 		}
-		if ok, err := b.s.DeviceDeactivate(b.ctx, "t1", "r1", id, "OTHER"); err != nil || ok {
+		if ok, err := b.s.DeviceDeactivate(b.ctx, store.DeviceDeactivateParams{Tenant: "t1", Recipient: "r1", DeviceID: id, Reason: "OTHER"}); err != nil || ok {
 			t.Fatalf("DeviceDeactivate again = %v, %v; want false", ok, err)
 		}
 		if d := getDevice(t, b, "r1", id); d.DeactivatedReason != heraldtype.ReasonUnregistered {
 			t.Fatalf("a second deactivation changed the reason: %+v", d)
 		}
-		if ok, err := b.s.DeviceDeactivate(b.ctx, "t1", "r1", "dmissing", "X"); err != nil || ok {
+		if ok, err := b.s.DeviceDeactivate(b.ctx, store.DeviceDeactivateParams{Tenant: "t1", Recipient: "r1", DeviceID: "dmissing", Reason: "X"}); err != nil || ok {
 			t.Fatalf("DeviceDeactivate of no device = %v, %v; want false", ok, err)
 		}
 		b.clk.Advance(time.Minute)
