@@ -3,6 +3,7 @@ package smtp
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"mime"
 	"mime/quotedprintable"
 	"net/mail"
@@ -78,7 +79,11 @@ func (x *Mailer) compose(m provider.Message, to string, now time.Time) []byte {
 	header := func(name, value string) { b.WriteString(fold(name+": "+value) + "\r\n") }
 	header("From", x.from.String())
 	header("To", (&mail.Address{Address: to}).String())
-	header("Subject", mime.QEncoding.Encode("utf-8", title))
+	subject := mime.QEncoding.Encode("utf-8", title)
+	if !foldable(subject) {
+		subject = encodeWords(title)
+	}
+	header("Subject", subject)
 	header("Date", now.Format(time.RFC1123Z))
 	header("Message-ID", "<"+m.MessageID+"@"+x.domain+">")
 	header("MIME-Version", "1.0")
@@ -161,6 +166,60 @@ func fold(line string) string {
 		width += len(w)
 	}
 	return b.String()
+}
+
+// foldable reports whether fold can keep a header value within foldWidth:
+// no word of it is longer than a continuation line holds. Encoded words
+// always are; a long run of printable ASCII (a tracking URL, a code) is not,
+// and mime's encoder leaves such text as it is, however long: unfolded, a
+// title of 1,000 such characters would break SMTP's 998-byte line limit.
+func foldable(value string) bool {
+	for _, w := range strings.Split(value, " ") {
+		if len(w) > foldWidth-1 {
+			return false
+		}
+	}
+	return true
+}
+
+// encodeWords encodes s whole as RFC 2047 Q-encoded words of at most 75
+// characters, separated by spaces, which fold breaks between and a reader
+// joins back without them (RFC 2047 §6.2). A character is never split
+// across two words.
+func encodeWords(s string) string {
+	const prefix, suffix = "=?utf-8?q?", "?="
+	const room = 75 - len(prefix) - len(suffix)
+	var words []string
+	var w strings.Builder
+	for _, r := range s {
+		var enc string
+		switch {
+		case r == ' ':
+			enc = "_"
+		case r < utf8.RuneSelf && qSafe(byte(r)):
+			enc = string(r)
+		default:
+			var buf [utf8.UTFMax]byte
+			for _, c := range buf[:utf8.EncodeRune(buf[:], r)] {
+				enc += fmt.Sprintf("=%02X", c)
+			}
+		}
+		if w.Len()+len(enc) > room {
+			words = append(words, prefix+w.String()+suffix)
+			w.Reset()
+		}
+		w.WriteString(enc)
+	}
+	if w.Len() > 0 {
+		words = append(words, prefix+w.String()+suffix)
+	}
+	return strings.Join(words, " ")
+}
+
+// qSafe reports whether c may stand for itself in a Q-encoded word of
+// any header (RFC 2047 §5 (3), the strictest of its three rules).
+func qSafe(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!*+-/", c) >= 0
 }
 
 // dotStuff prepares a message for DATA (RFC 5321 §4.5.2): a line starting

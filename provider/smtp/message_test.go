@@ -140,6 +140,28 @@ func TestMessageHeaders(t *testing.T) {
 		}
 	})
 
+	t.Run("LongUnbrokenASCIIInTitleIsEncodedWithinTheLineLimit", func(t *testing.T) {
+		t.Parallel()
+		for _, title := range []string{
+			"Track your order: " + strings.Repeat("x", 1200),
+			"배송 조회 https://example.com/t?id=" + strings.Repeat("7", 300) + "&x=_=? 끝",
+		} {
+			m := message("n3.email")
+			m.Title = title
+			got, msg := deliver(t, m)
+			lines(t, got.data)
+			header, _, _ := bytes.Cut(got.data, []byte("\r\n\r\n"))
+			for _, line := range strings.Split(string(header), "\r\n") {
+				if len(line) > 78 {
+					t.Errorf("header line is %d characters, over 78: %.80q…", len(line), line)
+				}
+			}
+			if dec, err := new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject")); err != nil || dec != title {
+				t.Errorf("Subject decodes to %.60q… (%v), want %.60q…", dec, err, title)
+			}
+		}
+	})
+
 	t.Run("LongTitleIsFoldedAndLineBreaksInItAreSpaces", func(t *testing.T) {
 		t.Parallel()
 		m := message("n2.email")
