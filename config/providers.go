@@ -221,14 +221,20 @@ func checkProvider(key string, p *Provider) error {
 // ProductionWarnings are what a production config allows but a reader of
 // its start-up log should hear about: a webhook provider that signs
 // nothing (its receiver cannot tell herald's requests from anyone's), or
-// that posts over plain http to a host that is not this machine. Nil
-// outside production.
+// that posts over plain http to a host that is not this machine; an smtp
+// provider allowed to go on without STARTTLS (plaintext) to a host that is
+// not this machine, where the mail and its password cross the network in
+// clear. Nil outside production.
 func (c *Config) ProductionWarnings() []string {
 	if c.Environment != EnvProduction {
 		return nil
 	}
 	var out []string
 	for i, p := range c.Providers {
+		if p.Type == "smtp" && p.Plaintext && !Loopback(p.Addr) {
+			out = append(out, fmt.Sprintf("providers[%d] (%s): an smtp provider with plaintext: true talks to a host that is not this machine: "+
+				"a server without STARTTLS (or anyone on the way who strips it) gets the mail and the password in clear", i, p.Name))
+		}
 		if p.Type != "webhook" {
 			continue
 		}

@@ -143,6 +143,11 @@ func TestProductionWarnings(t *testing.T) {
 		p.Secret = secret
 		return p
 	}
+	mail := func(name, addr string, plaintext bool) config.Provider {
+		p := config.Provider{Name: name, Type: "smtp", Channel: "email"}
+		p.Addr, p.Plaintext = addr, plaintext
+		return p
+	}
 	const whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	c := &config.Config{Environment: config.EnvProduction, Providers: []config.Provider{
 		hook("signed", "https://hooks.example.com/h", whsec),
@@ -150,11 +155,20 @@ func TestProductionWarnings(t *testing.T) {
 		hook("plain", "http://hooks.example.com/h", whsec),
 		hook("local", "http://127.0.0.1:9000/h", whsec),
 		{Name: "sim", Type: "sim", Channel: "sms"},
+		mail("relay", "127.0.0.1:25", true),
+		mail("tls", "smtp.example.com:587", false),
+		mail("mail", "smtp.example.com:587", true),
 	}}
 	got := c.ProductionWarnings()
-	if len(got) != 2 || !strings.Contains(got[0], "providers[1] (unsigned)") || !strings.Contains(got[0], "unsigned requests") ||
-		!strings.Contains(got[1], "providers[2] (plain)") || !strings.Contains(got[1], "plain http") {
+	if len(got) != 3 || !strings.Contains(got[0], "providers[1] (unsigned)") || !strings.Contains(got[0], "unsigned requests") ||
+		!strings.Contains(got[1], "providers[2] (plain)") || !strings.Contains(got[1], "plain http") ||
+		!strings.Contains(got[2], "providers[7] (mail)") || !strings.Contains(got[2], "password in clear") {
 		t.Fatalf("warnings %q", got)
+	}
+	for _, w := range got {
+		if strings.Contains(w, "smtp.example.com") {
+			t.Errorf("a warning quotes the address: %q", w)
+		}
 	}
 	c.Environment = config.EnvStaging
 	if got := c.ProductionWarnings(); got != nil {
