@@ -80,10 +80,23 @@ func New(c Config) (*List, error) {
 	return l, nil
 }
 
-// normalizeToken returns a device token as it is, or false when it is
-// empty or has white space around it.
+// normalizeToken returns a device token as it is, a hex one (an APNs
+// token) in lower case, or false when it is empty or has white space
+// around it.
 func normalizeToken(token string) (string, bool) {
-	return token, token != "" && strings.TrimSpace(token) == token
+	return hexLower(token), token != "" && strings.TrimSpace(token) == token
+}
+
+// hexLower returns a token of hex digits alone in lower case, any other
+// as it is: APNs reads a hex token in either case, and herald stores it
+// in lower case (package devices), while other tokens are case-sensitive.
+func hexLower(token string) string {
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return token
+		}
+	}
+	return strings.ToLower(token)
 }
 
 // Len is the number of entries on the list.
@@ -111,7 +124,7 @@ func (l *List) Allows(ch heraldtype.Channel, address string) bool {
 		_, domain, _ := strings.Cut(n, "@")
 		return l.emails[n] || l.domains[domain]
 	case heraldtype.ChannelPush:
-		return address != "" && l != nil && l.tokens[address]
+		return address != "" && l != nil && l.tokens[hexLower(address)]
 	}
 	return false
 }

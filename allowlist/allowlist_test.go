@@ -82,7 +82,7 @@ func testList(t *testing.T) *allowlist.List {
 		Phones:       []string{"010-1234-5678", "+1 415 555 0100"},
 		Emails:       []string{"Lead@Partner.example"},
 		EmailDomains: []string{"Example.com"},
-		DeviceTokens: []string{"tok-qa-1"},
+		DeviceTokens: []string{"tok-qa-1", "AB01CD23EF45"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -93,8 +93,8 @@ func testList(t *testing.T) *allowlist.List {
 func TestAllows(t *testing.T) {
 	t.Parallel()
 	l := testList(t)
-	if l.Len() != 5 {
-		t.Fatalf("Len = %d, want 5", l.Len())
+	if l.Len() != 6 {
+		t.Fatalf("Len = %d, want 6", l.Len())
 	}
 	push1 := heraldtype.DeviceSend(heraldtype.ChannelPush, "d1")
 	for _, tc := range []struct {
@@ -121,6 +121,11 @@ func TestAllows(t *testing.T) {
 		{"TokenExact", heraldtype.ChannelPush, "tok-qa-1", true},
 		{"TokenOnDeviceSend", push1, "tok-qa-1", true},
 		{"TokenOtherCase", heraldtype.ChannelPush, "TOK-QA-1", false},
+		// An APNs token is hex, one device in either case, and herald
+		// stores it in lower case (package devices).
+		{"HexTokenOtherCase", push1, "ab01cd23ef45", true},
+		{"HexTokenSameCase", push1, "AB01CD23EF45", true},
+		{"HexTokenOther", push1, "ab01cd23ef46", false},
 		{"TokenOther", push1, "tok-real", false},
 		{"TokenEmpty", heraldtype.ChannelPush, "", false},
 		{"PhoneIsNoToken", heraldtype.ChannelPush, "+821012345678", false},

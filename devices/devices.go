@@ -1,7 +1,8 @@
 // Package devices serves a recipient's push devices over HTTP (API key):
 //
 //	PUT    /v1/recipients/{recipient}/devices/{token}  {"platform": "fcm" | "apns" | "web"}
-//	       (an apns token must be hex: apns.WellFormedToken, else 422)
+//	       (an apns token must be hex: apns.WellFormedToken, else 422;
+//	       it is kept in lower case, the same device however it is spelt)
 //	       → 201 (new) or 200 (known) {"device_id", "platform", "active"}
 //	DELETE /v1/recipients/{recipient}/devices/{token}  → 204, 404 when unknown
 //	GET    /v1/recipients/{recipient}/devices          → 200 {"devices": [...]}
@@ -27,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/auth"
@@ -92,6 +94,12 @@ func (h *Handler) Put(w http.ResponseWriter, r *http.Request) {
 			Detail: "an APNs device token is hexadecimal, at most 200 digits: the app's device token as hex, not base64 or an FCM token"})
 		return
 	}
+	sent := token
+	if platform == store.PlatformAPNs {
+		// APNs reads the token as hex in either case: "AB12…" and "ab12…"
+		// are one phone, and as two devices every push would reach it twice.
+		token = strings.ToLower(token)
+	}
 	d := store.Device{Tenant: tenant, Recipient: recipient, DeviceID: store.DeviceID(tenant, recipient, token),
 		Token: h.Seal.Seal(seal.Device, tenant, token), Platform: platform, TokenDigest: store.TokenDigest(tenant, token)}
 	// The token is this recipient's alone from now on: the app install
@@ -101,6 +109,15 @@ func (h *Handler) Put(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.unavailable(w, r, "put", err)
 		return
+	}
+	if sent != token {
+		// The same token registered as sent, before herald wrote APNs
+		// tokens in lower case, is this device too: it goes, or both rows
+		// would be pushed to. A failure is a 503: the app registers again.
+		if _, err := h.Store.DeviceDelete(r.Context(), tenant, recipient, store.DeviceID(tenant, recipient, sent)); err != nil {
+			h.unavailable(w, r, "put", err)
+			return
+		}
 	}
 	if moved > 0 && h.Logger != nil {
 		h.Logger.LogAttrs(r.Context(), slog.LevelInfo, "devices: a token registered for another recipient moved",
@@ -124,6 +141,16 @@ func (h *Handler) Delete(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.unavailable(w, r, "delete", err)
 		return
+	}
+	if lower := strings.ToLower(token); lower != token && apns.WellFormedToken(token) {
+		// An APNs token is registered in lower case (Put): deleting it in
+		// upper case names the same device.
+		ok, err := h.Store.DeviceDelete(r.Context(), tenant, recipient, store.DeviceID(tenant, recipient, lower))
+		if err != nil {
+			h.unavailable(w, r, "delete", err)
+			return
+		}
+		found = found || ok
 	}
 	if !found {
 		problem.New(w, http.StatusNotFound, "no such device for this recipient")

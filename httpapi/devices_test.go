@@ -82,6 +82,45 @@ func TestDevices(t *testing.T) {
 			t.Fatalf("a's r2 device after b's put: %+v, %v", d, err)
 		}
 	})
+	// APNs reads a device token as hex in either case: an app that sends
+	// it in upper case once and lower case another time (an update that
+	// changed how it prints the token) has one device, pushed to once.
+	t.Run("APNsTokenIsOneDeviceInEitherCase", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		lower := strings.Repeat("ab01", 16)
+		upper := strings.ToUpper(lower)
+		id := store.DeviceID("a", "r1", lower)
+		wantDevice(t, b.do(t, http.MethodPut, devicePath(lower), authA, `{"platform":"apns"}`), http.StatusCreated,
+			devices.Device{DeviceID: id, Platform: "apns", Active: true})
+		wantDevice(t, b.do(t, http.MethodPut, devicePath(upper), authA, `{"platform":"apns"}`), http.StatusOK,
+			devices.Device{DeviceID: id, Platform: "apns", Active: true})
+		if list := listDevices(t, b, authA); len(list) != 1 || list[0].DeviceID != id {
+			t.Fatalf("devices %+v, want the one device %s", list, id)
+		}
+		if d, err := b.store.DeviceGet(t.Context(), "a", "r1", id); err != nil || d.Token != lower {
+			t.Fatalf("stored device %+v, %v; want the token in lower case", d, err)
+		}
+		// The shared-phone rule holds across spellings too.
+		b.do(t, http.MethodPut, "/v1/recipients/r2/devices/"+upper, authA, `{"platform":"apns"}`)
+		if list := listDevices(t, b, authA); len(list) != 0 {
+			t.Fatalf("r1 still has %+v, want the phone gone to r2", list)
+		}
+		if r := b.do(t, http.MethodDelete, "/v1/recipients/r2/devices/"+upper, authA, ""); r.status != http.StatusNoContent {
+			t.Fatalf("delete in upper case: %d %s", r.status, r.body)
+		}
+
+		// A row written as sent, before herald kept APNs tokens in lower
+		// case, goes when the token is registered again.
+		if _, _, err := b.store.DevicePut(t.Context(), store.Device{Tenant: "a", Recipient: "r1", DeviceID: store.DeviceID("a", "r1", upper),
+			Token: upper, Platform: store.PlatformAPNs, TokenDigest: store.TokenDigest("a", upper)}); err != nil {
+			t.Fatal(err)
+		}
+		b.do(t, http.MethodPut, devicePath(upper), authA, `{"platform":"apns"}`)
+		if list := listDevices(t, b, authA); len(list) != 1 || list[0].DeviceID != id {
+			t.Fatalf("devices %+v, want the legacy row gone and the one device %s", list, id)
+		}
+	})
 	t.Run("EscapedTokenIsStoredUnescaped", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{})
