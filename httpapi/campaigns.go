@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -30,6 +32,18 @@ const maxCampaignBody = 16 << 20
 // maxCampaignKeyLen bounds an Idempotency-Key, as intake does.
 const maxCampaignKeyLen = 255
 
+// DefaultCampaignBodies is how many campaign requests with a body (a create
+// or a page) one router reads and writes at once (Config.CampaignBodies).
+// A page of up to maxCampaignBody costs several times its size in memory
+// while it is decoded, sealed and written (a page of 15 MiB: about 125 MB),
+// so without a bound a few clients posting pages at once can take the
+// process's memory, and every tenant's intake with it.
+const DefaultCampaignBodies = 4
+
+// DefaultCampaignBodyWait is how long a campaign request waits for one of
+// the CampaignBodies slots before it is answered 503 (Config.CampaignBodyWait).
+const DefaultCampaignBodyWait = 5 * time.Second
+
 // campaignsAPI serves the campaigns (DESIGN §8; the logic is package
 // campaign's):
 //
@@ -43,6 +57,38 @@ const maxCampaignKeyLen = 255
 type campaignsAPI struct {
 	svc    *campaign.Service
 	logger *slog.Logger
+	// bodies holds a token for each campaign request with a body being
+	// read and written (DefaultCampaignBodies); bodyWait bounds the wait
+	// for one.
+	bodies   chan struct{}
+	bodyWait time.Duration
+}
+
+// body takes one of the slots of the campaign requests with a body,
+// waiting at most bodyWait for one. When none comes free it answers 503
+// with Retry-After (the body read past and dropped: nothing was accepted,
+// and the same request may be sent again) and ok is false; otherwise release gives the
+// slot back.
+func (a *campaignsAPI) body(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	select {
+	case a.bodies <- struct{}{}:
+		return func() { <-a.bodies }, true
+	default:
+	}
+	t := time.NewTimer(a.bodyWait)
+	defer t.Stop()
+	select {
+	case a.bodies <- struct{}{}:
+		return func() { <-a.bodies }, true
+	case <-t.C:
+		// Read the body past, unkept (a small buffer at a time), so the
+		// client, still sending it, gets the 503 rather than a reset.
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxCampaignBody))
+		problem.Unavailable(w, fmt.Sprintf("%d campaign requests with a body are being read at once on this server: retry", cap(a.bodies)))
+	case <-r.Context().Done():
+		problem.Unavailable(w, "the request ended while it waited for its turn: retry")
+	}
+	return nil, false
 }
 
 // routeCampaigns adds the campaign endpoints when the store keeps
@@ -53,7 +99,9 @@ func routeCampaigns(mux *router, cfg Config, authed func(http.Handler) http.Hand
 		return
 	}
 	a := &campaignsAPI{svc: &campaign.Service{Store: cs, Catalog: cfg.Intake.Catalog, Clock: cfg.Intake.Clock, Seal: cfg.Seal,
-		MaxRecipients: cfg.CampaignMaxRecipients, DraftTTL: cfg.CampaignDraftTTL}, logger: cfg.Logger}
+		MaxRecipients: cfg.CampaignMaxRecipients, DraftTTL: cfg.CampaignDraftTTL}, logger: cfg.Logger,
+		bodies:   make(chan struct{}, cmp.Or(max(cfg.CampaignBodies, 0), DefaultCampaignBodies)),
+		bodyWait: cmp.Or(max(cfg.CampaignBodyWait, 0), DefaultCampaignBodyWait)}
 	mux.Handle("POST /v1/campaigns", authed(http.HandlerFunc(a.create)))
 	mux.Handle("POST /v1/campaigns/{id}/recipients", authed(http.HandlerFunc(a.add)))
 	mux.Handle("POST /v1/campaigns/{id}/start", authed(http.HandlerFunc(a.start)))
@@ -156,6 +204,11 @@ func (a *campaignsAPI) create(w http.ResponseWriter, r *http.Request) {
 			Detail: fmt.Sprintf("the Idempotency-Key header is required: 1..%d printable characters", maxCampaignKeyLen)})
 		return
 	}
+	release, ok := a.body(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	var req campaign.Request
 	raw := validate.ReadJSON(w, r, &req, maxCampaignBody)
 	if raw == nil {
@@ -180,6 +233,11 @@ func (a *campaignsAPI) create(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *campaignsAPI) add(w http.ResponseWriter, r *http.Request) {
+	release, ok := a.body(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	var page struct {
 		Recipients []campaign.Recipient `json:"recipients"`
 	}

@@ -440,3 +440,71 @@ func TestCampaignSizeIsCapped(t *testing.T) {
 		}
 	})
 }
+
+// A campaign request carries up to 16 MiB, which costs several times that
+// in memory while it is decoded and written: only CampaignBodies of them
+// are read at once, and one more waits CampaignBodyWait, then is 503 with
+// Retry-After, its body unread. A slot comes free when its request ends.
+func TestCampaignBodiesAreReadAFewAtATime(t *testing.T) {
+	t.Parallel()
+	e := setupEveryday(t, "sqlite", nil)
+	cat, err := catalog.New(config.Dev().Kinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{
+		Keys:   auth.NewKeys(map[string]string{keyA: "a", keyB: "b"}),
+		Intake: &intake.Handler{Store: e.st, Catalog: cat, Clock: e.clock, IdempotencyTTL: time.Hour, Logger: logger},
+		Store:  e.st, Logger: logger, CampaignBodies: 1, CampaignBodyWait: 20 * time.Millisecond,
+	}))
+	t.Cleanup(srv.Close)
+	e = &everyday{bundle: &bundle{url: srv.URL, client: srv.Client(), clock: e.clock}, st: e.st}
+
+	// A create whose body trickles in holds the one slot while it is read.
+	body, send := io.Pipe()
+	t.Cleanup(func() { send.Close() }) // before srv.Close, which waits for the create
+	slow := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", e.url+"/v1/campaigns", body)
+		req.Header.Set("Authorization", "Bearer "+keyA)
+		req.Header.Set("Idempotency-Key", "slow")
+		res, err := e.client.Do(req)
+		if err != nil {
+			slow <- 0
+			return
+		}
+		res.Body.Close()
+		slow <- res.StatusCode
+	}()
+	go func() { _, _ = send.Write([]byte(`{"kind":"coupon.expiring",`)) }()
+
+	page := func() (*http.Response, problemBody) {
+		res, raw := e.campaignDo(t, "POST", "/v1/campaigns/cmp_none/recipients", "", `{"recipients":[{"recipient":"r1"}]}`)
+		var p problemBody
+		_ = json.Unmarshal(raw, &p)
+		return res, p
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, p := page()
+		if res.StatusCode == http.StatusServiceUnavailable {
+			if res.Header.Get("Retry-After") != "1" || res.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(p.Detail, "retry") {
+				t.Fatalf("page while the slot is held = 503 Retry-After %q %q %+v; want Retry-After 1, problem+json saying retry",
+					res.Header.Get("Retry-After"), res.Header.Get("Content-Type"), p)
+			}
+			break
+		}
+		if res.StatusCode != http.StatusNotFound || time.Now().After(deadline) {
+			t.Fatalf("page while a create's body is read = %d %+v; want 503 once the create holds the only slot", res.StatusCode, p)
+		}
+	}
+
+	send.Close() // the create's body ends, cut short: 400, and its slot is free
+	if code := <-slow; code != http.StatusBadRequest {
+		t.Fatalf("the cut-short create = %d; want 400", code)
+	}
+	if res, p := page(); res.StatusCode != http.StatusNotFound {
+		t.Fatalf("page after the create ended = %d %+v; want 404 (no such campaign): the slot is free again", res.StatusCode, p)
+	}
+}

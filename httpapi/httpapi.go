@@ -88,6 +88,14 @@ type Config struct {
 	// campaign_draft_ttl; campaign.Service.DraftTTL). 0 is
 	// campaign.DefaultDraftTTL.
 	CampaignDraftTTL time.Duration
+	// CampaignBodies bounds the campaign requests with a body (a create or
+	// a page, campaigns.go) read and written at once; one that finds none
+	// free within CampaignBodyWait is 503 with Retry-After. Defaults to
+	// DefaultCampaignBodies (4).
+	CampaignBodies int
+	// CampaignBodyWait is how long a campaign request waits for a free
+	// CampaignBodies slot. Defaults to DefaultCampaignBodyWait (5 seconds).
+	CampaignBodyWait time.Duration
 }
 
 // New returns the router.

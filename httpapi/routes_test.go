@@ -57,7 +57,7 @@ var routesWithoutAPIKey = map[string]int{
 // the router can serve.
 var walkConfigOptional = map[string]bool{"Keys": true, "Operators": true, "Limits": true, "Audit": true,
 	"Now": true, "MetricsToken": true, "MetricsApart": true, "CampaignMaxRecipients": true,
-	"CampaignDraftTTL": true}
+	"CampaignDraftTTL": true, "CampaignBodies": true, "CampaignBodyWait": true}
 
 type walk struct {
 	url    string
