@@ -32,7 +32,10 @@ func (v *Verifier) Guard(scopeOf func(*http.Request) (Scope, bool), logger *slog
 				problem.New(w, http.StatusInternalServerError, "this route has no scope")
 				return
 			}
-			header := r.Header.Get("Authorization")
+			header, ok := auth.Authorization(w, r)
+			if !ok {
+				return
+			}
 			key, ok := auth.Bearer(header)
 			switch {
 			case !ok && header == "":

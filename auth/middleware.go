@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/heraldhq/herald/problem"
+	"github.com/heraldhq/herald/validate"
 )
 
 // RequireRecipient returns the middleware of /v1/me/…: it lets through a
@@ -18,7 +19,10 @@ import (
 func RequireRecipient(tokens *RecipientTokens, apiKeys *Keys) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			authz := r.Header.Get("Authorization")
+			authz, ok := Authorization(w, r)
+			if !ok {
+				return
+			}
 			cred, ok := bearer(authz)
 			if !ok {
 				refuseRecipient(w, "", detailNoToken)
@@ -74,4 +78,19 @@ func Refuse(w http.ResponseWriter, realm, code, detail string) {
 	}
 	w.Header().Set("WWW-Authenticate", challenge)
 	problem.New(w, http.StatusUnauthorized, detail)
+}
+
+// Authorization returns the request's Authorization header ("" when it has
+// none). A request that sends the header twice with different values is
+// answered 400 naming it, and ok is false: HTTP allows one (RFC 9110
+// §11.6.2), and with two, which credential counts would depend on which one
+// each hop in front of herald reads (a proxy that checks the last, herald
+// the first).
+func Authorization(w http.ResponseWriter, r *http.Request) (header string, ok bool) {
+	header, err := validate.OneHeader(r, "Authorization")
+	if err != nil {
+		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Param: "Authorization", Detail: err.Error()})
+		return "", false
+	}
+	return header, true
 }

@@ -26,7 +26,11 @@ func MetricsHandler(m *metrics.Metrics, token string, logger *slog.Logger) http.
 	}
 	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		header, ok := auth.Authorization(w, r)
+		if !ok {
+			return
+		}
+		got, ok := strings.CutPrefix(header, "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			auth.Refuse(w, "herald metrics", "", "a valid metrics token is required: Authorization: Bearer <token>")
 			return

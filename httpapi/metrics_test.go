@@ -36,3 +36,36 @@ func TestFailedScrapeAnswersNoErrorText(t *testing.T) {
 		t.Fatalf("scrape with a failing collector: %d\n%s", res.StatusCode, body)
 	}
 }
+
+// TestMetricsTokenIsSentOnce: with a token, a scrape that sends two
+// Authorization headers, a wrong one and the token, is 400, as every other
+// route answers it: which one counts would depend on who reads it.
+func TestMetricsTokenIsSentOnce(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(func(context.Context) (map[heraldtype.Lane]int, error) { return nil, nil })
+	srv := httptest.NewServer(httpapi.MetricsHandler(m, "scrape-token", slog.New(slog.NewTextHandler(io.Discard, nil))))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		name    string
+		headers []string
+		want    int
+	}{
+		{"Once", []string{"Bearer scrape-token"}, http.StatusOK},
+		{"TwiceTheSame", []string{"Bearer scrape-token", "Bearer scrape-token"}, http.StatusOK},
+		{"AnotherFirst", []string{"Bearer wrong", "Bearer scrape-token"}, http.StatusBadRequest},
+		{"AnotherLast", []string{"Bearer scrape-token", "Bearer wrong"}, http.StatusBadRequest},
+	} {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		for _, h := range tc.headers {
+			req.Header.Add("Authorization", h)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, res.StatusCode, tc.want)
+		}
+	}
+}

@@ -60,7 +60,10 @@ func routeOps(mux *router, cfg Config) {
 // 401.
 func requireOperator(operators *auth.Keys, isAPIKey func(*http.Request) bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		authz := r.Header.Get("Authorization")
+		authz, ok := auth.Authorization(w, r)
+		if !ok {
+			return
+		}
 		if operators != nil {
 			if _, ok := operators.Lookup(authz); ok {
 				// Who acts, for the audit log: the key's digest, not the key.

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -328,4 +329,49 @@ func mustKey(t testing.TB, st store.Store, clk clock.Clock, tenant string) strin
 		t.Fatal(err)
 	}
 	return key
+}
+
+// TestTwoAuthorizationHeadersAreRefused walks every route that takes a
+// credential with two Authorization headers, tenant b's key then a's: HTTP
+// allows one, and with two, which one counts would depend on which one each
+// hop reads (a proxy in front that checks the last, herald the first). Each
+// is 400 naming the header, before any key is looked at.
+func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
+	t.Parallel()
+	w := setupWalk(t, "sqlite")
+	for _, pattern := range w.routes {
+		method, path, body := w.request(pattern)
+		if _, hasScope := httpapi.RouteScope(pattern); !hasScope && routesWithoutAPIKey[pattern] == 0 {
+			continue // no credential: nothing to choose between
+		}
+		req, err := http.NewRequest(method, w.url+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Add("Authorization", "Bearer "+w.keyB)
+		req.Header.Add("Authorization", "Bearer "+w.keyA)
+		req.Header.Set("Idempotency-Key", "two-"+method+path)
+		resp, err := w.client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		var p problemBody
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || p.Param != "Authorization" {
+			t.Errorf("%s with two Authorization headers: %d %+v, want 400 naming Authorization", pattern, resp.StatusCode, p)
+		}
+	}
+	// The same key twice (a retry layer adding it again) is that key.
+	req, _ := http.NewRequest("GET", w.url+"/v1/notifications/"+w.notificationID, nil)
+	req.Header.Add("Authorization", "Bearer "+w.keyA)
+	req.Header.Add("Authorization", "Bearer "+w.keyA)
+	resp, err := w.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a's notification with a's key twice: %d, want 200", resp.StatusCode)
+	}
 }
