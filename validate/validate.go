@@ -79,14 +79,17 @@ func Text(s string) error {
 }
 
 // Printable reports whether s is valid UTF-8 without control characters
-// (C0 and DEL): the rule of every identifier herald takes, in a body
-// (catalog.Printable) or a path.
+// (C0, DEL and C1: U+0000..U+001F, U+007F..U+009F): the rule of every
+// identifier herald takes, in a body (catalog.Printable) or a path. C1
+// counts as C0 does: U+0085 is a line break to some readers, and U+009B
+// starts an escape sequence in a terminal that shows a key's name or a
+// recipient id (herald keys list, herald audit list).
 func Printable(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || 0x7f <= r && r <= 0x9f {
 			return false
 		}
 	}
