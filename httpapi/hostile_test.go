@@ -1,15 +1,25 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/internal/testdb"
+	"github.com/heraldhq/herald/store"
 )
 
 // Hostile input (issue 13): bytes a store cannot hold are a 400 or 422 at
@@ -228,5 +238,40 @@ func TestAdminKeyBodyGoesThroughTheEdge(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// panickyProfiles is a store whose profile read panics, as a bug would.
+type panickyProfiles struct{ store.Store }
+
+func (panickyProfiles) ProfileGet(context.Context, string, string) (store.Profile, error) {
+	panic("profile read went wrong")
+}
+
+// TestAPanicLogsTheRouteNotThePath: a handler that panics is answered 500
+// and logged with its route; the path, which names the recipient (here an
+// e-mail address) and a device token, stays out of the log.
+func TestAPanicLogsTheRouteNotThePath(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	st := panickyProfiles{testdb.Open(t, "sqlite", clock.NewFake(time.Date(2030, 3, 14, 9, 0, 0, 0, time.UTC))).Store}
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{
+		Keys: auth.NewKeys(map[string]string{keyA: "a"}), Store: st, Logger: logger,
+	}))
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/recipients/alice@example.com/profile", nil)
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("GET a profile whose read panics = %d, want 500", res.StatusCode)
+	}
+	if out := logs.String(); strings.Contains(out, "alice@example.com") || !strings.Contains(out, "handler panicked") ||
+		!strings.Contains(out, `route="GET /v1/recipients/{recipient}/profile"`) {
+		t.Fatalf("the panic's log line names the recipient, or not the route:\n%s", out)
 	}
 }

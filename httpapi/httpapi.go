@@ -172,7 +172,9 @@ func recoverer(logger *slog.Logger, next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				logger.LogAttrs(r.Context(), slog.LevelError, "http: handler panicked", slog.String("path", r.URL.Path), slog.Any("panic", v))
+				// The route, not the path: a path names a recipient (often
+				// an e-mail address or a phone number) or a device token.
+				logger.LogAttrs(r.Context(), slog.LevelError, "http: handler panicked", slog.String("route", r.Pattern), slog.Any("panic", v))
 				problem.New(w, http.StatusInternalServerError, "internal error")
 			}
 		}()
