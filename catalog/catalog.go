@@ -232,14 +232,71 @@ func execute(ch heraldtype.Channel, t *template.Template, params map[string]any,
 		max = int(renderedMax.Load())
 	}
 	b := capped{max: max}
-	if err := t.Execute(&b, params); err != nil {
+	if err := t.Execute(&b, wrap(params)); err != nil {
 		if m := noEntry.FindStringSubmatch(err.Error()); m != nil {
 			path, hasFields := missingPath(m[1], m[2], params)
 			return "", &MissingParamError{Channel: ch, Param: path, hasFields: hasFields}
 		}
 		return "", &RenderError{Channel: ch, Err: err}
 	}
+	if bytes.Contains(b.b, []byte(printedWhole)) {
+		return "", &RenderError{Channel: ch, Err: errPrintedWhole}
+	}
 	return string(b.b), nil
+}
+
+// object and list are a param's JSON object and array while a template
+// runs (wrap): text/template reads their fields, indexes, ranges over and
+// measures them as it does a map[string]any and an []any, but printing
+// one whole ({{.card}}, {{.}}, print) writes printedWhole, which execute
+// refuses (errPrintedWhole), rather than sending Go's map[last4:1234].
+type (
+	object map[string]any
+	list   []any
+)
+
+// printedWhole is what an object or a list prints: no param can hold a
+// NUL (validate refuses it at the edge), so a rendered text holding it
+// printed one whole.
+const printedWhole = "\x00herald: printed whole\x00"
+
+var errPrintedWhole = errors.New("an object or list printed whole (print its fields, or range over it)")
+
+func (object) String() string { return printedWhole }
+func (list) String() string   { return printedWhole }
+
+// wrap returns v with every JSON object in it an object and every array a
+// list; a value with none is not copied.
+func wrap(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if !nested(x) {
+			return object(x)
+		}
+		out := make(object, len(x))
+		for k, e := range x {
+			out[k] = wrap(e)
+		}
+		return out
+	case []any:
+		out := make(list, len(x))
+		for i, e := range x {
+			out[i] = wrap(e)
+		}
+		return out
+	}
+	return v
+}
+
+// nested reports whether m holds an object or an array.
+func nested(m map[string]any) bool {
+	for _, e := range m {
+		switch e.(type) {
+		case map[string]any, []any:
+			return true
+		}
+	}
+	return false
 }
 
 // DecodeParams decodes a JSON object of params, keeping numbers exact.

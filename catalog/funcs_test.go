@@ -75,6 +75,12 @@ func TestTemplateMisfitsAreRenderErrors(t *testing.T) {
 		{`{{printf "%z" .a}}`, `{"a":1}`, "%z does not print a number"},
 		{`{{if gt .points "100"}}x{{end}}`, `{"points":5}`, "gt: cannot compare a number with text"},
 		{`{{if lt .name 3}}x{{end}}`, `{"name":"KIM"}`, "lt: "},
+		{`Card {{.card}}`, `{"card":{"last4":"1234","holder":"KIM"}}`, "printed whole"},
+		{`{{.items}}`, `{"items":["KIM"]}`, "printed whole"},
+		{`{{.}}`, `{"name":"KIM"}`, "printed whole"},
+		{`{{print .card}}`, `{"card":{"holder":"KIM"}}`, "printed whole"},
+		{`{{range .rows}}{{.}}{{end}}`, `{"rows":[{"holder":"KIM"}]}`, "printed whole"},
+		{`{{with .card}}{{.}}{{end}}`, `{"card":{"holder":"KIM"}}`, "printed whole"},
 	} {
 		got, err := renderBody(t, c.body, c.params)
 		var re *catalog.RenderError
@@ -156,5 +162,26 @@ func TestJSONOfANumberAsText(t *testing.T) {
 	got, err := renderBody(t, `{"order_id":{{json (printf "%s" .order_id)}}}`, `{"order_id":9007199254740993}`)
 	if want := `{"order_id":"9007199254740993"}`; err != nil || got != want {
 		t.Fatalf("rendered %q, %v; want %q", got, err, want)
+	}
+}
+
+// An object's fields, a list's elements and their counts print as the
+// docs say; only an object or a list printed whole is refused.
+func TestObjectsAndListsAreReadPartByPart(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ body, params, want string }{
+		{`{{.card.last4}}`, `{"card":{"last4":"1234"}}`, "1234"},
+		{`{{with .card}}{{.last4}}{{end}}`, `{"card":{"last4":"1234"}}`, "1234"},
+		{`{{range .items}}[{{.}}]{{end}} {{len .items}}`, `{"items":["a","b"]}`, "[a][b] 2"},
+		{`{{index .items 1}}`, `{"items":["a","b"]}`, "b"},
+		{`{{range $k, $v := .card}}{{$k}}={{$v}};{{end}}`, `{"card":{"a":1,"b":2}}`, "a=1;b=2;"},
+		{`{{range .rows}}{{.name}},{{end}}`, `{"rows":[{"name":"x"},{"name":"y"}]}`, "x,y,"},
+		{`{{with index . "coupon"}}{{.code}}{{end}}`, `{"coupon":{"code":"C10"}}`, "C10"},
+		{`{{if .items}}some{{end}}{{if .none}}x{{else}}none{{end}}`, `{"items":[1],"none":[]}`, "somenone"},
+	} {
+		got, err := renderBody(t, c.body, c.params)
+		if err != nil || got != c.want {
+			t.Errorf("%s with %s = %q, %v; want %q", c.body, c.params, got, err, c.want)
+		}
 	}
 }
