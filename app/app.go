@@ -220,7 +220,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	}
 	a.streams = stream.New(stream.Config{
 		Store: a.store, Signals: a.store.InboxSignals(), MaxStreams: cfg.Inbox.StreamsMax, MaxPerRecipient: cfg.Inbox.StreamsPerRecipient,
-		Heartbeat: cfg.Inbox.StreamHeartbeat.D(), Resync: cfg.Inbox.StreamResync.D(),
+		MaxPerTenant: cfg.Inbox.StreamsPerTenant,
+		Heartbeat:    cfg.Inbox.StreamHeartbeat.D(), Resync: cfg.Inbox.StreamResync.D(),
 		Clock: a.clock, Logger: a.logger, Metrics: a.metrics,
 	})
 	apiKeys, lim, auditLog := a.security(cfg) // keys.go

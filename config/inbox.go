@@ -33,6 +33,12 @@ type Inbox struct {
 	// one token could hold every stream slot. Defaults to 8 (a phone, a
 	// tablet and a few browser tabs), or streams_max if lower.
 	StreamsPerRecipient int `yaml:"streams_per_recipient"`
+	// StreamsPerTenant caps the streams one tenant's recipients have open
+	// on one process together; one more is refused with 429. A tenant
+	// with a send key can mint a token for any number of recipients, so
+	// where several tenants share a herald this keeps one from holding
+	// every slot of streams_max. Defaults to streams_max: no cap of its own.
+	StreamsPerTenant int `yaml:"streams_per_tenant"`
 	// StreamHeartbeat is how often an idle stream sends a comment line so
 	// proxies keep it open. Defaults to 25 seconds.
 	StreamHeartbeat Duration `yaml:"stream_heartbeat"`
@@ -161,6 +167,9 @@ func (c *Config) inboxDefaults() {
 	if c.Inbox.StreamsPerRecipient == 0 {
 		c.Inbox.StreamsPerRecipient = min(8, c.Inbox.StreamsMax)
 	}
+	if c.Inbox.StreamsPerTenant == 0 {
+		c.Inbox.StreamsPerTenant = c.Inbox.StreamsMax
+	}
 	def(&c.RecipientTokens.TTL, time.Hour)
 	def(&c.RecipientTokens.MaxTTL, MaxRecipientTokenTTL)
 }
@@ -191,6 +200,10 @@ func (c *Config) validateInbox() error {
 	}
 	if c.Inbox.StreamsPerRecipient < 1 || c.Inbox.StreamsPerRecipient > c.Inbox.StreamsMax {
 		return fmt.Errorf("config: inbox.streams_per_recipient: must be 1..streams_max (%d), got %d", c.Inbox.StreamsMax, c.Inbox.StreamsPerRecipient)
+	}
+	if c.Inbox.StreamsPerTenant < c.Inbox.StreamsPerRecipient || c.Inbox.StreamsPerTenant > c.Inbox.StreamsMax {
+		return fmt.Errorf("config: inbox.streams_per_tenant: must be streams_per_recipient (%d)..streams_max (%d), got %d",
+			c.Inbox.StreamsPerRecipient, c.Inbox.StreamsMax, c.Inbox.StreamsPerTenant)
 	}
 	rt := c.RecipientTokens
 	if rt.MaxTTL.D() > MaxRecipientTokenTTL {

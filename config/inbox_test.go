@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,15 +93,20 @@ func TestStreamCaps(t *testing.T) {
 	for _, c := range []struct {
 		name, text string
 		max, per   int
+		tenant     int // 0: streams_max
 		err        string
 	}{
-		{"HalfTheConnections", "server: {max_connections: 100}\n", 50, 8, ""},
-		{"AtMostTenThousand", "server: {max_connections: 50000}\n", 10000, 8, ""},
-		{"Set", "server: {max_connections: 100}\ninbox: {streams_max: 99, streams_per_recipient: 3}\n", 99, 3, ""},
-		{"AtTheConnections", "inbox: {streams_max: 4096}\n", 0, 0, "inbox.streams_max: 4096 must be below server.max_connections (4096)"},
-		{"AboveTheConnections", "inbox: {streams_max: 10000}\n", 0, 0, "raise max_connections or lower streams_max"},
-		{"PerRecipientAboveTheMax", "inbox: {streams_max: 10, streams_per_recipient: 11}\n", 0, 0, "inbox.streams_per_recipient: must be 1..streams_max (10), got 11"},
-		{"PerRecipientNegative", "inbox: {streams_per_recipient: -1}\n", 0, 0, "inbox.streams_per_recipient: must be 1..streams_max"},
+		{"HalfTheConnections", "server: {max_connections: 100}\n", 50, 8, 0, ""},
+		{"AtMostTenThousand", "server: {max_connections: 50000}\n", 10000, 8, 0, ""},
+		{"Set", "server: {max_connections: 100}\ninbox: {streams_max: 99, streams_per_recipient: 3}\n", 99, 3, 0, ""},
+		{"AtTheConnections", "inbox: {streams_max: 4096}\n", 0, 0, 0, "inbox.streams_max: 4096 must be below server.max_connections (4096)"},
+		{"AboveTheConnections", "inbox: {streams_max: 10000}\n", 0, 0, 0, "raise max_connections or lower streams_max"},
+		{"PerRecipientAboveTheMax", "inbox: {streams_max: 10, streams_per_recipient: 11}\n", 0, 0, 0, "inbox.streams_per_recipient: must be 1..streams_max (10), got 11"},
+		{"PerRecipientNegative", "inbox: {streams_per_recipient: -1}\n", 0, 0, 0, "inbox.streams_per_recipient: must be 1..streams_max"},
+		{"PerTenantSet", "server: {max_connections: 100}\ninbox: {streams_per_tenant: 20}\n", 50, 8, 20, ""},
+		{"PerTenantBelowPerRecipient", "inbox: {streams_per_recipient: 8, streams_per_tenant: 4}\n", 0, 0, 0,
+			"inbox.streams_per_tenant: must be streams_per_recipient (8)..streams_max (2048), got 4"},
+		{"PerTenantAboveTheMax", "inbox: {streams_max: 10, streams_per_tenant: 11}\n", 0, 0, 0, "inbox.streams_per_tenant: must be streams_per_recipient (8)..streams_max (10), got 11"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := config.Load(writeFile(t, base+c.text), noEnv)
@@ -115,6 +121,9 @@ func TestStreamCaps(t *testing.T) {
 			}
 			if got.Inbox.StreamsMax != c.max || got.Inbox.StreamsPerRecipient != c.per {
 				t.Fatalf("streams_max %d, streams_per_recipient %d; want %d, %d", got.Inbox.StreamsMax, got.Inbox.StreamsPerRecipient, c.max, c.per)
+			}
+			if want := cmp.Or(c.tenant, c.max); got.Inbox.StreamsPerTenant != want {
+				t.Fatalf("streams_per_tenant %d, want %d", got.Inbox.StreamsPerTenant, want)
 			}
 		})
 	}

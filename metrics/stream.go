@@ -16,6 +16,9 @@ const (
 	// StreamRefusedRecipient: the recipient had streams_per_recipient
 	// streams open (429).
 	StreamRefusedRecipient = "per_recipient"
+	// StreamRefusedTenant: the recipient's tenant had streams_per_tenant
+	// streams open (429).
+	StreamRefusedTenant = "per_tenant"
 )
 
 // WatchStreams exports the stream metrics of this process, with open read
@@ -23,7 +26,8 @@ const (
 //
 //	herald_streams_open             streams open now
 //	herald_streams_refused_total{reason}  streams refused: streams_max were open (503),
-//	                                      or per_recipient: the recipient's were (429)
+//	                                      per_recipient: the recipient's were (429),
+//	                                      or per_tenant: its tenant's were (429)
 //
 // and returns the counter side. Call it once per Metrics.
 func (m *Metrics) WatchStreams(open func() float64) *Streams {
@@ -33,9 +37,9 @@ func (m *Metrics) WatchStreams(open func() float64) *Streams {
 	s := &Streams{refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_streams_refused_total",
 		Help: "GET /v1/me/stream requests refused: reason streams_max, 503, inbox.streams_max streams were open (or herald was stopping); " +
-			"per_recipient, 429, the recipient had inbox.streams_per_recipient open.",
+			"per_recipient, 429, the recipient had inbox.streams_per_recipient open; per_tenant, 429, its tenant had inbox.streams_per_tenant open.",
 	}, []string{"reason"})}
-	for _, r := range []string{StreamRefusedServer, StreamRefusedRecipient} {
+	for _, r := range []string{StreamRefusedServer, StreamRefusedRecipient, StreamRefusedTenant} {
 		s.refused.WithLabelValues(r)
 	}
 	m.Registry.MustRegister(s.refused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{

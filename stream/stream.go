@@ -119,6 +119,12 @@ type Config struct {
 	// recipient token is in an end user's hands, and without it one token
 	// could take every slot of MaxStreams. Defaults to 8.
 	MaxPerRecipient int
+	// MaxPerTenant caps the streams of one tenant's recipients together;
+	// one more is refused with 429 and Retry-After. A tenant's send key
+	// mints tokens for any recipient, so where tenants share a server
+	// this keeps one from taking every slot of MaxStreams. Defaults to
+	// MaxStreams.
+	MaxPerTenant int
 	// Heartbeat is how long a stream stays silent before it sends a
 	// comment line. Defaults to 25 seconds.
 	Heartbeat time.Duration
@@ -164,8 +170,9 @@ type Hub struct {
 	headsAsked  chan struct{}
 	headFlights chan struct{}
 
-	mu     sync.Mutex
-	groups map[store.InboxKey]*group
+	mu      sync.Mutex
+	groups  map[store.InboxKey]*group
+	tenants map[string]int // streams open per tenant
 }
 
 // group is the streams of one inbox and the reads they share. It lives as
@@ -243,6 +250,9 @@ func New(cfg Config) *Hub {
 	if cfg.MaxPerRecipient <= 0 {
 		cfg.MaxPerRecipient = DefaultMaxPerRecipient
 	}
+	if cfg.MaxPerTenant <= 0 {
+		cfg.MaxPerTenant = cfg.MaxStreams
+	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
 	}
@@ -260,7 +270,7 @@ func New(cfg Config) *Hub {
 	}
 	h := &Hub{cfg: cfg, logger: cfg.Logger, reads: make(chan struct{}, cfg.Reads),
 		headsAsked: make(chan struct{}, 1), headFlights: make(chan struct{}, headFlights),
-		groups: map[store.InboxKey]*group{}}
+		groups: map[store.InboxKey]*group{}, tenants: map[string]int{}}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	go h.batchHeads()
 	if h.logger == nil {
@@ -347,15 +357,20 @@ func (h *Hub) acquire() bool {
 	return true
 }
 
-// add registers s, or reports that its recipient has MaxPerRecipient
-// streams open already.
-func (h *Hub) add(s *stream) bool {
+// add registers s, or reports why not: its recipient has MaxPerRecipient
+// streams open already (metrics.StreamRefusedRecipient), or its tenant
+// MaxPerTenant (metrics.StreamRefusedTenant).
+func (h *Hub) add(s *stream) (refused string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.groups[s.key]
 	if g != nil && len(g.streams) >= h.cfg.MaxPerRecipient {
-		return false
+		return metrics.StreamRefusedRecipient
 	}
+	if h.tenants[s.key.Tenant] >= h.cfg.MaxPerTenant {
+		return metrics.StreamRefusedTenant
+	}
+	h.tenants[s.key.Tenant]++
 	if g == nil {
 		g = &group{streams: map[*stream]struct{}{}}
 		h.groups[s.key] = g
@@ -363,7 +378,7 @@ func (h *Hub) add(s *stream) bool {
 	g.streams[s] = struct{}{}
 	g.n.Add(1)
 	s.g = g
-	return true
+	return ""
 }
 
 func (h *Hub) remove(s *stream) {
@@ -373,6 +388,9 @@ func (h *Hub) remove(s *stream) {
 	delete(g.streams, s)
 	if g.n.Add(-1) == 0 {
 		delete(h.groups, s.key)
+	}
+	if h.tenants[s.key.Tenant]--; h.tenants[s.key.Tenant] == 0 {
+		delete(h.tenants, s.key.Tenant)
 	}
 }
 
@@ -397,11 +415,14 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := &stream{key: store.InboxKey{Tenant: rcpt.Tenant, Recipient: rcpt.ID}, wake: make(chan struct{}, 1)}
 	// Registered before the first read: a change that commits after that
 	// read began wakes s.
-	if !h.add(s) {
-		h.metrics.Refused(metrics.StreamRefusedRecipient)
+	if refused := h.add(s); refused != "" {
+		h.metrics.Refused(refused)
 		w.Header().Set("Retry-After", retryAfter)
-		problem.New(w, http.StatusTooManyRequests, fmt.Sprintf(
-			"this recipient has %d streams open on this server, the most it may: close one, or retry later", h.cfg.MaxPerRecipient))
+		detail := fmt.Sprintf("this recipient has %d streams open on this server, the most it may: close one, or retry later", h.cfg.MaxPerRecipient)
+		if refused == metrics.StreamRefusedTenant {
+			detail = fmt.Sprintf("this tenant's recipients have %d streams open on this server, the most they may: retry later", h.cfg.MaxPerTenant)
+		}
+		problem.New(w, http.StatusTooManyRequests, detail)
 		return
 	}
 	defer h.remove(s)

@@ -407,6 +407,38 @@ func TestARecipientsStreamsAreCapped(t *testing.T) {
 	e.open(t, "t1", "alice").WantBadge(t, 0)
 }
 
+// A tenant's recipients together hold at most MaxPerTenant streams, so one
+// tenant minting tokens for many recipients cannot take every slot; other
+// tenants still get theirs.
+func TestATenantsStreamsAreCapped(t *testing.T) {
+	t.Parallel()
+	e := setup(t, drivers[0].open(t), stream.Config{MaxStreams: 10, MaxPerRecipient: 2, MaxPerTenant: 3})
+	a := e.open(t, "t1", "alice")
+	a.WantBadge(t, 0)
+	e.open(t, "t1", "alice").WantBadge(t, 0)
+	e.open(t, "t1", "bob").WantBadge(t, 0)
+	resp, cancel := e.get(t, e.token(t, "t1", "carol"), "")
+	if resp.StatusCode != http.StatusTooManyRequests {
+		cancel()
+		t.Fatalf("t1's fourth stream: %s, want 429", resp.Status)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cancel()
+	if resp.Header.Get("Content-Type") != "application/problem+json" ||
+		resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "this tenant's recipients have 3 streams open") {
+		t.Fatalf("t1's fourth stream: %s %v %s", resp.Status, resp.Header, body)
+	}
+	e.open(t, "t2", "carol").WantBadge(t, 0)
+	refused := metricstest.Series(t, e.metrics, "herald_streams_refused_total", "reason")
+	if e.hub.Open() != 4 || refused["per_tenant"] != 1 || refused["per_recipient"] != 0 || refused["streams_max"] != 0 {
+		t.Fatalf("open %d, refused %v; want 4 open and 1 refused per tenant", e.hub.Open(), refused)
+	}
+	a.Close()
+	testenv.WaitFor(t, "alice's closed stream's slot", testenv.Patience, func() bool { return e.hub.Open() == 3 })
+	e.open(t, "t1", "carol").WantBadge(t, 0)
+}
+
 // gauges reads every unlabelled gauge and counter of m.
 func gauges(t *testing.T, m *metrics.Metrics) map[string]float64 {
 	t.Helper()
