@@ -2,11 +2,14 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldhq/herald/clock"
 )
@@ -58,6 +61,10 @@ func (s *Store) campaign(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := s.boundLeaderSession(ctx, conn); err != nil {
+		closeConn(conn)
+		return err
+	}
 	defer func() {
 		// Stop claiming leadership before the lock can pass to anyone else.
 		if s.leader.Swap(false) {
@@ -76,7 +83,9 @@ func (s *Store) campaign(ctx context.Context) (err error) {
 	tick := time.NewTicker(s.leaderInterval)
 	defer tick.Stop()
 	for {
-		if s.leader.Load() {
+		if s.leaderFrozen.Load() {
+			// A frozen process (tests): nothing goes out on the session.
+		} else if s.leader.Load() {
 			if err := pingTimeout(ctx, conn); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -103,6 +112,27 @@ func (s *Store) campaign(ctx context.Context) (err error) {
 		case <-tick.C:
 		}
 	}
+}
+
+// boundLeaderSession sets the session's idle_session_timeout to
+// LeaderIdleTimeout, so that PostgreSQL ends the session, releasing the
+// lock, when its process stops checking it every LeaderInterval (frozen,
+// not dead: a dead process's session ends with its connection). A server
+// before PostgreSQL 14 has no such setting: the session is left as it is,
+// and a frozen leader keeps the lock until it thaws, as before.
+func (s *Store) boundLeaderSession(ctx context.Context, conn *pgx.Conn) error {
+	err := execTimeout(ctx, conn, qLeaderIdleTimeout, strconv.FormatInt(s.leaderIdle.Milliseconds(), 10))
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42704" { // undefined_object
+		s.leaderIdleOld.Do(func() {
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "postgres: the server has no idle_session_timeout (PostgreSQL 14 and later); "+
+				"a frozen leader keeps the leader lock until it thaws")
+		})
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("bound the leader session: %w", err)
+	}
+	return nil
 }
 
 func tryLock(ctx context.Context, conn *pgx.Conn, key int64) (bool, error) {

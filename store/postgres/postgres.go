@@ -99,7 +99,9 @@
 // it on its next try. IsLeader reports whether this store holds it; it turns
 // false as soon as the store sees its connection fail (a check every
 // LeaderInterval), so for at most that long two processes may both run the
-// leader-only sweeps, which are conditional writes and harmless twice.
+// leader-only sweeps, which are conditional writes and harmless twice. A
+// process that is frozen, not dead, keeps its connection; the session's
+// idle_session_timeout (LeaderIdleTimeout) ends it, and the lock with it.
 package postgres
 
 import (
@@ -134,6 +136,15 @@ type Options struct {
 	// LeaderInterval is how often leader election retries the lock and
 	// checks the connection that holds it. Defaults to 5 seconds.
 	LeaderInterval time.Duration
+	// LeaderIdleTimeout is how long the leader's session may hear nothing
+	// from its process before PostgreSQL ends it (idle_session_timeout, on
+	// PostgreSQL 14 and later), and with it the lock: a process that is
+	// frozen (SIGSTOP, a paused container) while its host still answers TCP
+	// keepalives would otherwise keep the lock, and no process would run
+	// the sweeps, the watchdog or any other leader-only loop, for as long
+	// as it stays frozen. A process that is alive checks its session every
+	// LeaderInterval. At least 3 × LeaderInterval. Defaults to 30 seconds.
+	LeaderIdleTimeout time.Duration
 	// NotifyInterval is the least time between two NOTIFYs of one lane from
 	// this store: creates inside it share one trailing NOTIFY at its end
 	// instead of each sending its own (see notifier). Defaults to 10
@@ -186,15 +197,21 @@ type Store struct {
 	languageRead   func()
 	leaderKey      int64
 	leaderInterval time.Duration
-	promotions     store.Promotions // of deferred outbox rows, per lane (outbox.go)
+	leaderIdle     time.Duration
+	// leaderIdleOld warns once that the server has no idle_session_timeout.
+	leaderIdleOld sync.Once
+	promotions    store.Promotions // of deferred outbox rows, per lane (outbox.go)
 	// promoting, when set (tests), runs before each promotion's statement.
 	promoting func()
 
 	leader      atomic.Bool
 	leaderLost  atomic.Int64 // times leadership was lost (tests)
 	leaderTries atomic.Int64 // answered tries of the leader lock (tests)
-	listenConns atomic.Int64 // successful listener (re)connects (tests)
-	listening   atomic.Bool
+	// leaderFrozen, when set (tests), makes the leader election send
+	// nothing on its session, as a frozen process would not.
+	leaderFrozen atomic.Bool
+	listenConns  atomic.Int64 // successful listener (re)connects (tests)
+	listening    atomic.Bool
 
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -392,6 +409,11 @@ func newStore(ctx context.Context, pool, claims *pgxpool.Pool, connCfg *pgx.Conn
 	if s.leaderInterval <= 0 {
 		s.leaderInterval = 5 * time.Second
 	}
+	s.leaderIdle = opts.LeaderIdleTimeout
+	if s.leaderIdle <= 0 {
+		s.leaderIdle = 30 * time.Second
+	}
+	s.leaderIdle = max(s.leaderIdle, 3*s.leaderInterval)
 	if opts.NotifyInterval <= 0 {
 		opts.NotifyInterval = 10 * time.Millisecond
 	}

@@ -982,6 +982,10 @@ const (
 	// dedicated connection, and PostgreSQL drops it when that session ends.
 	qLeaderTry    = `SELECT pg_try_advisory_lock($1::bigint)`
 	qLeaderUnlock = `SELECT pg_advisory_unlock($1::bigint)`
+	// qLeaderIdleTimeout bounds how long the leader's session may wait for
+	// its process (idle_session_timeout, PostgreSQL 14 and later; $1 in
+	// milliseconds): a frozen process's session ends, and its lock with it.
+	qLeaderIdleTimeout = `SELECT set_config('idle_session_timeout', $1::text, false)`
 
 	// qNotify is the trailing wake-up after creates that sent none (notifier).
 	qNotify = `SELECT pg_notify($1::text, '')`

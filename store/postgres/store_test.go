@@ -378,6 +378,47 @@ func TestLeaderElection(t *testing.T) {
 		waitFor(t, 10*time.Second, "a noticed its lost connection", func() bool { return a.leaderLost.Load() == 1 })
 		waitFor(t, 10*time.Second, "exactly one leader again", func() bool { return a.IsLeader() != b.IsLeader() })
 	})
+	t.Run("AFrozenLeaderLosesTheLock", func(t *testing.T) {
+		t.Parallel()
+		// A frozen process (SIGSTOP, a paused container) keeps its
+		// connection: its host answers TCP keepalives, so nothing but the
+		// session's idle_session_timeout gives the lock to another.
+		url := testpg.Schema(t)
+		opts := Options{LeaderInterval: 50 * time.Millisecond, LeaderIdleTimeout: time.Second}
+		a := setup(t, url, opts)
+		b := setup(t, url, opts)
+		go a.RunLeaderElection(t.Context())
+		waitFor(t, 10*time.Second, "a leads", a.IsLeader)
+		go b.RunLeaderElection(t.Context())
+		a.leaderFrozen.Store(true)
+		waitFor(t, 10*time.Second, "b took the lock of the frozen a", b.IsLeader)
+		a.leaderFrozen.Store(false) // a thaws: its session is gone
+		waitFor(t, 10*time.Second, "a noticed it lost the lock", func() bool { return a.leaderLost.Load() == 1 })
+		waitFor(t, 10*time.Second, "exactly one leader again", func() bool { return a.IsLeader() != b.IsLeader() })
+		if !b.IsLeader() {
+			t.Fatal("the lock went back to a, want b to keep it")
+		}
+	})
+	t.Run("AnAliveLeaderKeepsTheLock", func(t *testing.T) {
+		t.Parallel()
+		url := testpg.Schema(t)
+		opts := Options{LeaderInterval: 50 * time.Millisecond, LeaderIdleTimeout: 300 * time.Millisecond}
+		a := setup(t, url, opts)
+		b := setup(t, url, opts)
+		go a.RunLeaderElection(t.Context())
+		waitFor(t, 10*time.Second, "a leads", a.IsLeader)
+		go b.RunLeaderElection(t.Context())
+		tries := b.leaderTries.Load()
+		waitFor(t, 10*time.Second, "b tried the lock for several idle timeouts", func() bool {
+			if !a.IsLeader() || b.IsLeader() {
+				t.Fatalf("leaders: a %v, b %v; want a to keep the lock while it checks its session", a.IsLeader(), b.IsLeader())
+			}
+			return b.leaderTries.Load() >= tries+40 // 2 s: six idle timeouts
+		})
+		if n := a.leaderLost.Load(); n != 0 {
+			t.Fatalf("a lost the lock %d times, want 0", n)
+		}
+	})
 	t.Run("ClosedStoreRefusesToCampaign", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, "", Options{})
