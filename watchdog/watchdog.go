@@ -357,7 +357,10 @@ func (w *Watchdog) report(ctx context.Context, u store.Unowned) {
 		w.cfg.Metrics.Delivery(u.Lane, u.Channel, heraldtype.DeliveryUnknown)
 		w.raise(ctx, alert.Alert{Kind: alert.StaleClaim, MessageID: u.MessageID, Tenant: u.Tenant, Reason: heraldtype.ReasonStaleClaim})
 	}
-	w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "watchdog: moved on a row that had no owner",
+	// Debug: the round's one warning counts the rows, and each row's alert
+	// names it (held to the alert sink's flood limit: a lost queue's
+	// thousands of copies are not thousands of lines).
+	w.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "watchdog: moved on a row that had no owner",
 		slog.String("message_id", u.MessageID), slog.String("kind", string(u.Kind)), slog.String("lane", string(u.Lane)),
 		slog.String("outbox_state", string(u.OutboxState)), slog.Time("deadline", u.At))
 	w.raise(ctx, alert.Alert{Kind: alert.Redriven, MessageID: u.MessageID, Tenant: u.Tenant, Reason: reasons[u.Kind]})

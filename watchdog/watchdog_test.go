@@ -1,6 +1,7 @@
 package watchdog_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -281,6 +283,32 @@ func TestRoundRedrivesCountsAndAlertsEachKind(t *testing.T) {
 	}
 	if r := round(t, wd, w.ctx); len(r.Found) != 0 {
 		t.Fatalf("second round found %v, want nothing", r.Found)
+	}
+}
+
+// A round that moves on many rows (a broker that lost a queue's copies)
+// logs one warning with the counts, not one a row: each row's alert is
+// already held to the alert sink's flood limit, and its own line is
+// debug.
+func TestARoundLogsOneWarningNotOneARow(t *testing.T) {
+	t.Parallel()
+	w := open(t, "sqlite", time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
+	const rows = 5
+	for range rows {
+		w.strand(t, w.notify(t), heraldtype.OutboxDone)
+	}
+	var logs bytes.Buffer
+	wd := watchdog.New(watchdog.Config{Store: w.store, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Alerts: w.alerts, Metrics: w.metrics})
+	w.clk.Advance(wd.Config().RetryGrace + time.Second)
+	if r := round(t, wd, w.ctx); r.Redriven[store.UnownedRetryWait] != rows {
+		t.Fatalf("round %+v, want %d retry_wait rows moved on", r, rows)
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "retry_wait=5") {
+		t.Fatalf("the round logged %d warnings, want one with retry_wait=5:\n%s", n, logs.String())
+	}
+	if n := len(w.alerts.Alerts()); n != rows {
+		t.Errorf("%d alerts, want one REDRIVEN a row (%d)", n, rows)
 	}
 }
 
