@@ -378,17 +378,25 @@ func TestCampaignsAreListedNewestFirst(t *testing.T) {
 // cappedCampaigns is e's store behind a router whose campaigns hold at
 // most max recipients (limits.campaign_max_recipients).
 func cappedCampaigns(t *testing.T, e *everyday, max int64) *everyday {
+	return campaignRouter(t, e, func(c *httpapi.Config) { c.CampaignMaxRecipients = max })
+}
+
+// campaignRouter is e's store behind a router of the two test tenants'
+// keys, configured further by set.
+func campaignRouter(t *testing.T, e *everyday, set func(*httpapi.Config)) *everyday {
 	t.Helper()
 	cat, err := catalog.New(config.Dev().Kinds)
 	if err != nil {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{
+	cfg := httpapi.Config{
 		Keys:   auth.NewKeys(map[string]string{keyA: "a", keyB: "b"}),
 		Intake: &intake.Handler{Store: e.st, Catalog: cat, Clock: e.clock, IdempotencyTTL: time.Hour, Logger: logger},
-		Store:  e.st, Logger: logger, CampaignMaxRecipients: max,
-	}))
+		Store:  e.st, Logger: logger,
+	}
+	set(&cfg)
+	srv := httptest.NewServer(httpapi.New(cfg))
 	t.Cleanup(srv.Close)
 	return &everyday{bundle: &bundle{url: srv.URL, client: srv.Client(), clock: e.clock}, st: e.st}
 }
@@ -447,19 +455,9 @@ func TestCampaignSizeIsCapped(t *testing.T) {
 // Retry-After, its body unread. A slot comes free when its request ends.
 func TestCampaignBodiesAreReadAFewAtATime(t *testing.T) {
 	t.Parallel()
-	e := setupEveryday(t, "sqlite", nil)
-	cat, err := catalog.New(config.Dev().Kinds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{
-		Keys:   auth.NewKeys(map[string]string{keyA: "a", keyB: "b"}),
-		Intake: &intake.Handler{Store: e.st, Catalog: cat, Clock: e.clock, IdempotencyTTL: time.Hour, Logger: logger},
-		Store:  e.st, Logger: logger, CampaignBodies: 1, CampaignBodyWait: 20 * time.Millisecond,
-	}))
-	t.Cleanup(srv.Close)
-	e = &everyday{bundle: &bundle{url: srv.URL, client: srv.Client(), clock: e.clock}, st: e.st}
+	e := campaignRouter(t, setupEveryday(t, "sqlite", nil), func(c *httpapi.Config) {
+		c.CampaignBodies, c.CampaignBodyWait = 1, 20*time.Millisecond
+	})
 
 	// A create whose body trickles in holds the one slot while it is read.
 	body, send := io.Pipe()

@@ -384,18 +384,7 @@ func TestARecipientsStreamsAreCapped(t *testing.T) {
 	a := e.open(t, "t1", "alice")
 	e.open(t, "t1", "alice").WantBadge(t, 0)
 	a.WantBadge(t, 0)
-	resp, cancel := e.get(t, e.token(t, "t1", "alice"), "")
-	if resp.StatusCode != http.StatusTooManyRequests {
-		cancel() // an open stream's body never ends
-		t.Fatalf("alice's third stream: %s, want 429", resp.Status)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	cancel()
-	if resp.Header.Get("Content-Type") != "application/problem+json" ||
-		resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "this recipient has 2 streams open") {
-		t.Fatalf("alice's third stream: %s %v %s", resp.Status, resp.Header, body)
-	}
+	wantTooMany(t, e, "t1", "alice", "this recipient has 2 streams open")
 	e.open(t, "t2", "alice").WantBadge(t, 0)
 	e.open(t, "t1", "bob").WantBadge(t, 0)
 	refused := metricstest.Series(t, e.metrics, "herald_streams_refused_total", "reason")
@@ -405,6 +394,23 @@ func TestARecipientsStreamsAreCapped(t *testing.T) {
 	a.Close()
 	testenv.WaitFor(t, "alice's closed stream's slot", testenv.Patience, func() bool { return e.hub.Open() == 3 })
 	e.open(t, "t1", "alice").WantBadge(t, 0)
+}
+
+// wantTooMany asks for one more stream of recipient and wants it refused:
+// 429, a problem whose detail holds detail, and Retry-After.
+func wantTooMany(t *testing.T, e *env, tenant, recipient, detail string) {
+	t.Helper()
+	resp, cancel := e.get(t, e.token(t, tenant, recipient), "")
+	defer cancel() // an open stream's body never ends
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("%s's stream: %s, want 429", recipient, resp.Status)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "application/problem+json" ||
+		resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), detail) {
+		t.Fatalf("%s's stream: %s %v %s", recipient, resp.Status, resp.Header, body)
+	}
 }
 
 // A tenant's recipients together hold at most MaxPerTenant streams, so one
@@ -417,18 +423,7 @@ func TestATenantsStreamsAreCapped(t *testing.T) {
 	a.WantBadge(t, 0)
 	e.open(t, "t1", "alice").WantBadge(t, 0)
 	e.open(t, "t1", "bob").WantBadge(t, 0)
-	resp, cancel := e.get(t, e.token(t, "t1", "carol"), "")
-	if resp.StatusCode != http.StatusTooManyRequests {
-		cancel()
-		t.Fatalf("t1's fourth stream: %s, want 429", resp.Status)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	cancel()
-	if resp.Header.Get("Content-Type") != "application/problem+json" ||
-		resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "this tenant's recipients have 3 streams open") {
-		t.Fatalf("t1's fourth stream: %s %v %s", resp.Status, resp.Header, body)
-	}
+	wantTooMany(t, e, "t1", "carol", "this tenant's recipients have 3 streams open")
 	e.open(t, "t2", "carol").WantBadge(t, 0)
 	refused := metricstest.Series(t, e.metrics, "herald_streams_refused_total", "reason")
 	if e.hub.Open() != 4 || refused["per_tenant"] != 1 || refused["per_recipient"] != 0 || refused["streams_max"] != 0 {

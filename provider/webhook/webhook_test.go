@@ -107,6 +107,21 @@ func newServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
 	return ts
 }
 
+// newTLSServer starts an httptest TLS server, with its own certificate,
+// that records each request in rec and answers status; closed at the end
+// of the test.
+func newTLSServer(t *testing.T, rec *recorder, status int) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.record(r)
+		w.WriteHeader(status)
+	}))
+	ts.Config.ErrorLog = quiet
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	return ts
+}
+
 // send makes one call through a fresh adapter with its default client.
 func send(t *testing.T, rawURL string, timeout time.Duration, m provider.Message) provider.Outcome {
 	t.Helper()
@@ -398,13 +413,7 @@ func TestTransportFailures(t *testing.T) {
 	t.Run("TLSFailureBeforeWriteIsNotSent", func(t *testing.T) {
 		t.Parallel()
 		var rec recorder
-		ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			rec.record(r)
-			w.WriteHeader(http.StatusOK)
-		}))
-		ts.Config.ErrorLog = quiet
-		ts.StartTLS()
-		t.Cleanup(ts.Close)
+		ts := newTLSServer(t, &rec, http.StatusOK)
 
 		// The default client does not trust httptest's certificate.
 		out := send(t, ts.URL, callTimeout, message("msg-tls"))
@@ -417,13 +426,7 @@ func TestTransportFailures(t *testing.T) {
 	t.Run("TLSWithTrustedClientIsAccepted", func(t *testing.T) {
 		t.Parallel()
 		var rec recorder
-		ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			rec.record(r)
-			w.WriteHeader(http.StatusAccepted)
-		}))
-		ts.Config.ErrorLog = quiet
-		ts.StartTLS()
-		t.Cleanup(ts.Close)
+		ts := newTLSServer(t, &rec, http.StatusAccepted)
 
 		client := ts.Client()
 		m := message("msg-tls-trusted")
@@ -440,13 +443,7 @@ func TestTransportFailures(t *testing.T) {
 	t.Run("TLSWithRootCAsIsAccepted", func(t *testing.T) {
 		t.Parallel()
 		var rec recorder
-		ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			rec.record(r)
-			w.WriteHeader(http.StatusOK)
-		}))
-		ts.Config.ErrorLog = quiet
-		ts.StartTLS()
-		t.Cleanup(ts.Close)
+		ts := newTLSServer(t, &rec, http.StatusOK)
 
 		pool := x509.NewCertPool()
 		pool.AddCert(ts.Certificate())
