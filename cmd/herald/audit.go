@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -52,8 +53,8 @@ func auditList(cmd *command, args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tAT\tTENANT\tACTOR\tACTION\tTARGET\tREMOTE\tDETAIL")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s\n", e.ID, e.At.UTC().Format(time.RFC3339), dash(e.Tenant),
-			e.ActorKey, e.ActorName, e.Action, dash(e.Target), dash(e.Remote), e.Detail)
+		row(tw, strconv.FormatInt(e.ID, 10), e.At.UTC().Format(time.RFC3339), dash(e.Tenant),
+			e.ActorKey+" ("+e.ActorName+")", e.Action, dash(e.Target), dash(e.Remote), e.Detail)
 	}
 	return tw.Flush()
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/heraldhq/herald/config"
 )
@@ -194,4 +196,45 @@ func databaseLabel(database string) string {
 		return fmt.Sprintf("%s (%s)", database, abs)
 	}
 	return config.RedactURL(database)
+}
+
+// row writes one line of a table to tw: its columns, each shown (a tab
+// in a value would move the columns after it).
+func row(tw io.Writer, cols ...string) {
+	for i, c := range cols {
+		cols[i] = shown(c)
+	}
+	fmt.Fprintln(tw, strings.Join(cols, "\t"))
+}
+
+// shown is s as a table prints it: a control or format character (a tab,
+// an escape that starts a terminal sequence, a right-to-left override that
+// makes "x\u202egnp.exe" read as "xexe.png") as its \u escape, and a byte
+// that is not UTF-8 as its \x escape, so a name or an id in the store
+// cannot rewrite what an operator reads.
+func shown(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

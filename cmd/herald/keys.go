@@ -100,8 +100,7 @@ func keysList(cmd *command, args []string, stdout, stderr io.Writer) error {
 		return t.UTC().Format(time.RFC3339)
 	}
 	for _, k := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, k.Name, strings.Join(k.Scopes, ","),
-			at(k.CreatedAt), at(k.ExpiresAt), at(k.RevokedAt))
+		row(tw, k.ID, k.Tenant, k.Name, strings.Join(k.Scopes, ","), at(k.CreatedAt), at(k.ExpiresAt), at(k.RevokedAt))
 	}
 	return tw.Flush()
 }

@@ -112,3 +112,26 @@ func TestACLIAuditEntryOutlivesTheCommandsContext(t *testing.T) {
 		t.Fatalf("entries %+v (%v), logged %q; want the requeue's entry", entries, err, logs.String())
 	}
 }
+
+// A name or an id in the store cannot rewrite what an operator reads in a
+// table: a right-to-left override (x‮gnp.exe reads as xexe.png) and other
+// format and control characters are printed as escapes.
+func TestTablesShowFormatCharactersAsEscapes(t *testing.T) {
+	t.Parallel()
+	db := openRecountDB(t, "sqlite")
+	code, out, errb := cli("keys", "create", "--tenant", "t1", "--name", "x\u202egnp.exe\u200b", "--scopes", "send", "--config", db.config)
+	if code != 0 {
+		t.Fatalf("keys create: exit %d, %s %s", code, out, errb)
+	}
+	code, out, _ = cli("keys", "list", "--tenant", "t1", "--config", db.config)
+	if code != 0 || !strings.Contains(out, `x\u202egnp.exe\u200b`) || strings.ContainsRune(out, '\u202e') {
+		t.Fatalf("keys list: exit %d\n%s", code, out)
+	}
+	for in, want := range map[string]string{
+		"plain 결제": "plain 결제", "a\tb": `a\u0009b`, "\x1b[31mred": `\u001b[31mred`, "\u009b31m": `\u009b31m`, "bad\xff": `bad\xff`,
+	} {
+		if got := shown(in); got != want {
+			t.Errorf("shown(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

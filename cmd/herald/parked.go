@@ -76,8 +76,8 @@ func parkedList(cmd *command, args []string, stdout, stderr io.Writer) error {
 		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "MESSAGE_ID\tTENANT\tKIND\tLANE\tCHANNEL\tREASON\tPARKED_AT")
 		for _, e := range entries {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.MessageID, dash(e.Tenant), dash(e.Kind), dash(string(e.Lane)),
-				dash(string(e.Channel)), e.Reason, e.ParkedAt.UTC().Format(time.RFC3339))
+			row(tw, e.MessageID, dash(e.Tenant), dash(e.Kind), dash(string(e.Lane)), dash(string(e.Channel)), e.Reason,
+				e.ParkedAt.UTC().Format(time.RFC3339))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -61,7 +62,7 @@ func unknownList(cmd *command, args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MESSAGE_ID\tTENANT\tPROVIDER\tCHANNEL\tREASON\tATTEMPTS\tUPDATED_AT")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.MessageID, e.Tenant, dash(e.Provider), e.Channel, dash(e.Reason), e.Attempts,
+		row(tw, e.MessageID, e.Tenant, dash(e.Provider), string(e.Channel), dash(e.Reason), strconv.Itoa(e.Attempts),
 			e.Since.UTC().Format(time.RFC3339))
 	}
 	if err := tw.Flush(); err != nil {
