@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/cursor"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 )
@@ -20,7 +21,9 @@ import (
 //	{"entries": [{"id", "at", "actor_key", "actor_name", "action", "target", "remote", "detail"}], "next_cursor"}
 //
 // next_cursor is null on the last page; limit is 1..500 (default 100); a
-// cursor that is not one herald gave is 400.
+// cursor that is not one herald gave, or an unknown or repeated query
+// parameter, is 400 (as on every other listing: a filter this listing does
+// not have, since= say, is refused, not ignored).
 type Handler struct {
 	Store  store.Audit
 	Logger *slog.Logger
@@ -44,7 +47,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.New(w, http.StatusUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
 		return
 	}
-	q := r.URL.Query()
+	q, perr := cursor.Query(r, "limit", "cursor")
+	if perr != nil {
+		problem.Write(w, *perr)
+		return
+	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 500 {
@@ -61,6 +68,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.Before = before
 	}
+	// One more than the page tells whether another page follows.
+	limit := p.Limit
+	p.Limit++
 	entries, err := h.Store.AuditList(r.Context(), p)
 	if err != nil {
 		h.Logger.LogAttrs(r.Context(), slog.LevelError, "audit: listing failed", slog.Any("error", err))
@@ -70,12 +80,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Entries    []EntryBody `json:"entries"`
 		NextCursor *string     `json:"next_cursor"`
-	}{Entries: make([]EntryBody, 0, len(entries))}
+	}{Entries: make([]EntryBody, 0, min(len(entries), limit))}
+	more := len(entries) > limit
+	entries = entries[:min(len(entries), limit)]
 	for _, e := range entries {
 		out.Entries = append(out.Entries, EntryBody{ID: e.ID, At: e.At, ActorKey: e.ActorKey, ActorName: e.ActorName,
 			Action: e.Action, Target: e.Target, Remote: e.Remote, Detail: json.RawMessage(e.Detail)})
 	}
-	if len(entries) == p.Limit {
+	if more {
 		c := encodeCursor(entries[len(entries)-1].ID)
 		out.NextCursor = &c
 	}
