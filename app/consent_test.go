@@ -120,7 +120,9 @@ func TestConsentHistory(t *testing.T) {
 			// Bad requests are problem+json 400s; no key is 401.
 			first := consentHistory(t, base, key, "r-c", "?limit=1")
 			consentPut(t, base, key, "r-other", `{"consent":{"push":true}}`)
-			for _, q := range []string{"?limit=0", "?limit=201", "?limit=x", "?cursor=nope",
+			// A parameter the history does not know (a filter it does not
+			// have) or one given twice is refused, not ignored.
+			for _, q := range []string{"?limit=0", "?limit=201", "?limit=x", "?cursor=nope", "?since=2030-01-01T00:00:00Z", "?limit=1&limit=2",
 				"?cursor=" + url.QueryEscape(*first.NextCursor) + "A"} {
 				consentProblem(t, base, key, "/v1/recipients/r-c/consent-history"+q, http.StatusBadRequest)
 			}

@@ -8,8 +8,9 @@
 // page. old and new are true, false or null (the profile held no consent
 // for the channel: no profile yet, or the channel left out), and null
 // reads as no consent. A recipient with no history (or unknown) has an
-// empty list. A bad limit or cursor is 400, a store failure 503, all
-// application/problem+json.
+// empty list. A bad limit or cursor, or an unknown or repeated query
+// parameter (the history has no filter: since= is refused, not ignored),
+// is 400, a store failure 503, all application/problem+json.
 //
 // # What consent is
 //
@@ -49,6 +50,7 @@ import (
 
 	"github.com/heraldhq/herald/apikeys"
 	"github.com/heraldhq/herald/auth"
+	"github.com/heraldhq/herald/cursor"
 	"github.com/heraldhq/herald/problem"
 	"github.com/heraldhq/herald/store"
 )
@@ -93,7 +95,11 @@ type Page struct {
 
 func (h *History) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tenant, recipient := auth.Tenant(r.Context()), r.PathValue("recipient")
-	q := r.URL.Query()
+	q, perr := cursor.Query(r, "limit", "cursor")
+	if perr != nil {
+		problem.Write(w, *perr)
+		return
+	}
 	limit := DefaultLimit
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
