@@ -84,44 +84,52 @@ func timeOfDay(t time.Time) time.Duration {
 // NextOpening is the first instant after t at which zone's wall clock
 // reaches Start: when a send deferred at t may go. A Start the clocks skip
 // (set forward across it) opens when they jump past it; a Start they pass
-// twice (set back) opens the first time.
+// twice (set back) opens the first time, and again the second time, as
+// Open reads the wall clock: a send deferred during the repeated hour,
+// between the two, goes at the second, not a day later.
 func (w Window) NextOpening(t time.Time, zone *time.Location) time.Time {
 	y, m, d := t.In(zone).Date()
 	// Today's opening, or tomorrow's; the third day is only reached if a
 	// zone's rules moved a whole day (Samoa skipped 30 December 2011).
 	for i := range 3 {
-		if u := wallInstant(y, m, d+i, w.Start, zone); u.After(t) {
+		if u, ok := wallInstant(y, m, d+i, w.Start, zone, t); ok {
 			return u
 		}
 	}
-	return wallInstant(y, m, d+3, w.Start, zone)
+	u, _ := wallInstant(y, m, d+3, w.Start, zone, time.Time{})
+	return u
 }
 
-// wallInstant is the first instant at which zone's wall clock shows the
-// date y-m-d (normalised as time.Date does) at time of day tod, or, when
-// the clocks skip that time, the instant they jump past it. time.Date
-// leaves both cases to chance ("the choice of time zone, and therefore
-// the time, is not guaranteed"); this does not.
-func wallInstant(y int, m time.Month, d int, tod time.Duration, zone *time.Location) time.Time {
+// wallInstant is the first instant after after at which zone's wall clock
+// shows the date y-m-d (normalised as time.Date does) at time of day tod,
+// or, when the clocks skip that time, the instant they jump past it; false
+// when that date shows it only at or before after. time.Date leaves both
+// cases to chance ("the choice of time zone, and therefore the time, is not
+// guaranteed"); this does not.
+func wallInstant(y int, m time.Month, d int, tod time.Duration, zone *time.Location, after time.Time) (time.Time, bool) {
 	naive := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Add(tod)
 	// The offsets in force a day either side: any change of offset near
 	// the wall time lies between them.
 	_, before := naive.Add(-day).In(zone).Zone()
-	_, after := naive.Add(day).In(zone).Zone()
+	_, later := naive.Add(day).In(zone).Zone()
 	var first time.Time
-	found := false
-	for _, off := range []int{before, after} {
+	found, shown := false, false
+	for _, off := range []int{before, later} {
 		u := naive.Add(-time.Duration(off) * time.Second)
-		if _, o := u.In(zone).Zone(); o == off && (!found || u.Before(first)) {
+		if _, o := u.In(zone).Zone(); o != off {
+			continue
+		}
+		shown = true
+		if u.After(after) && (!found || u.Before(first)) {
 			first, found = u, true
 		}
 	}
-	if found {
-		return first
+	if shown {
+		return first, found
 	}
 	// Neither offset shows that wall time: the clocks jumped over it. Read
 	// with the earlier offset it lies past the jump, in the zone period
 	// that begins there.
 	start, _ := naive.Add(-time.Duration(before) * time.Second).In(zone).ZoneBounds()
-	return start
+	return start, start.After(after)
 }

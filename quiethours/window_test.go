@@ -170,3 +170,63 @@ func TestWindowValidate(t *testing.T) {
 		t.Errorf("the seed's window: %v", err)
 	}
 }
+
+// Los Angeles and Berlin on their 2026 clock changes: the morning opening
+// at 08:00 local lands on the UTC instant of that day's offset.
+func TestLosAngelesAndBerlinAcrossDaylightSavingChanges(t *testing.T) {
+	t.Parallel()
+	utc := func(mo time.Month, d, h, m int) time.Time { return time.Date(2026, mo, d, h, m, 0, 0, time.UTC) }
+	la, berlin := zone(t, "America/Los_Angeles"), zone(t, "Europe/Berlin")
+	checkWindow(t, seed000(la), []windowCase{
+		// 21:00 PST on 7 March → 08:00 PDT on 8 March (15:00 UTC).
+		{"LASpringForwardNight", utc(3, 8, 5, 0), false, false, utc(3, 8, 15, 0)},
+		{"LASpringForwardJustBefore", utc(3, 8, 14, 59), false, false, utc(3, 8, 15, 0)},
+		{"LASpringForwardOpening", utc(3, 8, 15, 0), true, true, time.Time{}},
+		// 21:00 PDT on 31 October → 08:00 PST on 1 November (16:00 UTC).
+		{"LAFallBackNight", utc(11, 1, 4, 0), false, false, utc(11, 1, 16, 0)},
+		{"LAFallBackAtOldOpening", utc(11, 1, 15, 0), false, false, utc(11, 1, 16, 0)},
+		{"LAFallBackOpening", utc(11, 1, 16, 0), true, true, time.Time{}},
+	})
+	checkWindow(t, seed000(berlin), []windowCase{
+		// 21:00 CET on 28 March → 08:00 CEST on 29 March (06:00 UTC).
+		{"BerlinSpringForwardNight", utc(3, 28, 20, 0), false, false, utc(3, 29, 6, 0)},
+		{"BerlinSpringForwardOpening", utc(3, 29, 6, 0), true, true, time.Time{}},
+		// 21:00 CEST on 24 October → 08:00 CET on 25 October (07:00 UTC).
+		{"BerlinFallBackNight", utc(10, 24, 19, 0), false, false, utc(10, 25, 7, 0)},
+		{"BerlinFallBackAtOldOpening", utc(10, 25, 6, 0), false, false, utc(10, 25, 7, 0)},
+		{"BerlinFallBackOpening", utc(10, 25, 7, 0), true, true, time.Time{}},
+	})
+}
+
+// A window that opens at a time the clocks show twice is closed again
+// during the repeated hour until the second showing; a send deferred then
+// waits for that second showing, not for the next day.
+func TestTheSecondShowingOfARepeatedOpening(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		zone       string
+		at, opened time.Time
+	}{
+		// 01:30 PDT opened at 08:30 UTC; 01:10 PST (09:10 UTC) shows a closed wall clock until 01:30 PST (09:30 UTC).
+		{"America/Los_Angeles", time.Date(2026, 11, 1, 9, 10, 0, 0, time.UTC), time.Date(2026, 11, 1, 9, 30, 0, 0, time.UTC)},
+		// 02:30 CEST opened at 00:30 UTC; 02:10 CET (01:10 UTC) until 02:30 CET (01:30 UTC).
+		{"Europe/Berlin", time.Date(2026, 10, 25, 1, 10, 0, 0, time.UTC), time.Date(2026, 10, 25, 1, 30, 0, 0, time.UTC)},
+	} {
+		z := zone(t, c.zone)
+		start := clockTime(1, 30)
+		if c.zone == "Europe/Berlin" {
+			start = clockTime(2, 30)
+		}
+		w := seed000(z)
+		w.Start = start
+		if w.Open(c.at, z) {
+			t.Fatalf("%s: open at %s", c.zone, c.at.In(z))
+		}
+		if !w.Open(c.opened, z) {
+			t.Fatalf("%s: closed at %s", c.zone, c.opened.In(z))
+		}
+		if got := w.NextOpening(c.at, z); !got.Equal(c.opened) {
+			t.Errorf("%s at %s: opens %s, want %s", c.zone, c.at.In(z), got.In(z), c.opened.In(z))
+		}
+	}
+}
