@@ -95,6 +95,12 @@ type Deferred struct {
 	Until  time.Time `json:"until"`
 }
 
+// retrySlack is how much later than its delivery's next_attempt_at a
+// retry's outbox row may be due and still be the retry's own wait, not a
+// deferral: far more than two writes of one record apart, far less than
+// any rule puts a send back by.
+const retrySlack = time.Second
+
 // deferredOf is the deferral of a send shown in state: one whose outbox
 // row waits PENDING with a reason (a deferral's, a rate limit's, a
 // backoff's) for a due time still ahead, with no delivery row. A row due
@@ -102,7 +108,11 @@ type Deferred struct {
 //
 // A retry (RETRY_WAIT) whose next attempt was put back further (quiet
 // hours began before it was due) shows its deferral too: its outbox row
-// waits past next_attempt_at, which alone would read as overdue.
+// waits past next_attempt_at, which alone would read as overdue. The
+// retry's own row is due a little after next_attempt_at, not at it: the
+// store reads its clock for each of the two writes (PostgreSQL's
+// clock_timestamp(), microseconds apart), so only a row due more than
+// retrySlack later was put back.
 func deferredOf(v store.NotificationView, dv store.DeliveryView, state string) *Deferred {
 	if dv.OutboxState != heraldtype.OutboxPending || dv.OutboxReason == "" || !dv.AvailableAt.After(v.Now) {
 		return nil
@@ -110,7 +120,7 @@ func deferredOf(v store.NotificationView, dv store.DeliveryView, state string) *
 	switch {
 	case state == heraldtype.ViewPending && dv.Delivery == nil:
 	case state == string(heraldtype.DeliveryRetryWait) && dv.Delivery != nil && dv.Delivery.NextAttemptAt != nil &&
-		dv.AvailableAt.After(*dv.Delivery.NextAttemptAt):
+		dv.AvailableAt.Sub(*dv.Delivery.NextAttemptAt) > retrySlack:
 	default:
 		return nil
 	}

@@ -194,4 +194,10 @@ func TestDeferredShowsWhyAndUntilWhenWhilePending(t *testing.T) {
 	if e := lookup.View(at(one(nil, heraldtype.OutboxPending, "HTTP_429", own), future)).Deliveries[0]; e.Deferred != nil {
 		t.Errorf("a retry waiting for its own next_attempt_at: deferred %+v, want none", e.Deferred)
 	}
+	// PostgreSQL writes the row's due time a few microseconds after the
+	// delivery's next_attempt_at (clock_timestamp() read twice): still the
+	// retry's own wait.
+	if e := lookup.View(at(one(nil, heraldtype.OutboxPending, "HTTP_429", own), future.Add(58*time.Microsecond))).Deliveries[0]; e.Deferred != nil {
+		t.Errorf("a retry due 58µs after its next_attempt_at: deferred %+v, want none", e.Deferred)
+	}
 }
