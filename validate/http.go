@@ -152,7 +152,58 @@ func Body(raw []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("the body must hold exactly one JSON value, with nothing after it")
 	}
+	return timeOffsets(raw, v)
+}
+
+// timeOffsets refuses a time field of the struct v points to whose UTC
+// offset RFC 3339 does not allow: time's decoder takes hours up to 24 and
+// minutes up to 60 ("+24:00" is read as a day ahead of "+00:00"), so a
+// send_at written with such an offset would be scheduled a day off rather
+// than refused. Like timeField it reads the top-level fields alone.
+func timeOffsets(raw []byte, v any) error {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return nil
+	}
+	timeType := reflect.TypeFor[time.Time]()
+	for f := range t.Fields() {
+		if f.Type != timeType && f.Type != reflect.PointerTo(timeType) {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		var value string
+		if raw, ok := fields[name]; !ok || string(raw) == "null" || json.Unmarshal(raw, &value) != nil || validOffset(value) {
+			continue
+		}
+		return &FieldError{name, fmt.Sprintf(`%q is not a time (its UTC offset must be Z or from -23:59 to +23:59): a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`, value)}
+	}
 	return nil
+}
+
+// validOffset reports whether the time s ends in Z or in an
+// offset ±hh:mm with hh at most 23 and mm at most 59.
+func validOffset(s string) bool {
+	if strings.HasSuffix(s, "Z") {
+		return true
+	}
+	if len(s) < 6 {
+		return false
+	}
+	off := s[len(s)-6:]
+	if (off[0] != '+' && off[0] != '-') || off[3] != ':' {
+		return false
+	}
+	return off[1:3] <= "23" && off[4:6] <= "59"
 }
 
 // FieldError is a body's value that does not decode as its field's kind:

@@ -182,6 +182,8 @@ func TestBodyErrorsNameTheFieldAndTheValue(t *testing.T) {
 		`{"send_at":"2030-03-14T09:00:00Z","expires_at":"soon"}`: `expires_at: "soon" is not a time: a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
 		`{"send_at":"2030-02-30T09:00:00Z"}`:                     `send_at: "2030-02-30T09:00:00Z" is not a time (day out of range): a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
 		`{"recipient":"r","x":1}`:                                `the body has a field this request does not take: "x"`,
+		`{"send_at":"2030-03-14T09:00:00+24:00"}`:                `send_at: "2030-03-14T09:00:00+24:00" is not a time (its UTC offset must be Z or from -23:59 to +23:59): a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
+		`{"expires_at":"2030-03-14T09:00:00-05:60"}`:             `expires_at: "2030-03-14T09:00:00-05:60" is not a time (its UTC offset must be Z or from -23:59 to +23:59): a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`,
 	} {
 		var b body
 		err := validate.Body([]byte(raw), &b)
@@ -204,5 +206,22 @@ func TestBodyErrorsNameTheFieldAndTheValue(t *testing.T) {
 		if strings.Contains(want, `does not take: "x"`) && p.Param != "x" {
 			t.Errorf("DecodeJSON(%s): param %q, want the unknown field x", raw, p.Param)
 		}
+	}
+}
+
+// Every offset RFC 3339 allows still decodes: Z, ±00:00 to ±23:59.
+func TestBodyTakesEveryRFC3339Offset(t *testing.T) {
+	t.Parallel()
+	var b struct {
+		SendAt *time.Time `json:"send_at"`
+	}
+	for _, at := range []string{"2030-03-14T09:00:00Z", "2030-03-14T09:00:00+09:00",
+		"2030-03-14T09:00:00-08:00", "2030-03-14T09:00:00.5+23:59", "2030-03-14T09:00:00-23:59", "2030-03-14T09:00:00-00:00"} {
+		if err := validate.Body([]byte(`{"send_at":"`+at+`"}`), &b); err != nil {
+			t.Errorf("%s: %v", at, err)
+		}
+	}
+	if err := validate.Body([]byte(`{"send_at":null}`), &b); err != nil {
+		t.Errorf("null: %v", err)
 	}
 }
