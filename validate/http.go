@@ -182,7 +182,7 @@ func timeOffsets(raw []byte, v any) error {
 			name = f.Name
 		}
 		var value string
-		if raw, ok := fields[name]; !ok || string(raw) == "null" || json.Unmarshal(raw, &value) != nil || validOffset(value) {
+		if raw, ok := fields[name]; !ok || string(raw) == "null" || json.Unmarshal(raw, &value) != nil || ValidOffset(value) {
 			continue
 		}
 		return &FieldError{name, fmt.Sprintf(`%q is not a time (its UTC offset must be Z or from -23:59 to +23:59): a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`, value)}
@@ -190,9 +190,10 @@ func timeOffsets(raw []byte, v any) error {
 	return nil
 }
 
-// validOffset reports whether the time s ends in Z or in an
-// offset ±hh:mm with hh at most 23 and mm at most 59.
-func validOffset(s string) bool {
+// ValidOffset reports whether the time s ends in Z or in an offset ±hh:mm
+// with hh at most 23 and mm at most 59, as RFC 3339 allows; time.Parse
+// takes up to +24:60, which Time.MarshalJSON then refuses.
+func ValidOffset(s string) bool {
 	if strings.HasSuffix(s, "Z") {
 		return true
 	}

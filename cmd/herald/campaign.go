@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/campaign"
+	"github.com/heraldhq/herald/validate"
 )
 
 // Environment of the commands that talk to a running herald over HTTP.
@@ -153,7 +154,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	}
 	if *sendAt != "" {
 		t, err := time.Parse(time.RFC3339, *sendAt)
-		if err != nil {
+		if err != nil || !validate.ValidOffset(*sendAt) {
 			return usageErrorf(cmd, "%s: --send-at: %q is not an RFC 3339 time such as 2030-03-14T09:00:00Z", cmd.path(), *sendAt)
 		}
 		req.SendAt = &t

@@ -114,6 +114,7 @@ func TestCampaignSend(t *testing.T) {
 	// Bad flags say what is wrong with them, in a line.
 	for _, c := range []struct{ flag, value, want string }{
 		{"--send-at", "tomorrow", `--send-at: "tomorrow" is not an RFC 3339 time such as 2030-03-14T09:00:00Z`},
+		{"--send-at", "2030-03-14T09:00:00+24:00", `--send-at: "2030-03-14T09:00:00+24:00" is not an RFC 3339 time such as 2030-03-14T09:00:00Z`},
 		{"--params", "{date:1}", "--params is not JSON: invalid character 'd' looking for beginning of object key string"},
 		{"--params", "{\"shop\":\"\xc4\xab\xc6\"}", "--params is not UTF-8 text"},
 	} {
