@@ -155,7 +155,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if a.seal == nil && cfg.Environment == config.EnvProduction {
 		a.logger.LogAttrs(ctx, slog.LevelWarn, "app: no personal_data keys: addresses, device tokens and params are stored as plain text")
 	}
-	for _, w := range cfg.ProductionWarnings() {
+	for _, w := range append(cfg.ProductionWarnings(), cfg.QuietHoursWarnings()...) {
 		a.logger.LogAttrs(ctx, slog.LevelWarn, "app: "+w)
 	}
 	if err := a.buildProviders(cfg, opts); err != nil {

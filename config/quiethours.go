@@ -123,6 +123,50 @@ func (c *Config) QuietHoursRules() (QuietHoursRule, map[string]QuietHoursRule, e
 	return def, tenants, nil
 }
 
+// QuietHoursWarnings name each window (the top level's, then each tenant's
+// of quiet_hours.tenants) that lets marketing go at night, 21:00 to 08:00
+// on the recipient's clock, when Korean law (and the US TCPA) keeps
+// advertising quiet: start and end bound when marketing may go, so a
+// reader who wrote the quiet hours themselves (start 21:00, end 08:00)
+// sends marketing only at night. Call it on a config that validated.
+func (c *Config) QuietHoursWarnings() []string {
+	var out []string
+	check := func(key string, over QuietHoursWindow) {
+		r, err := c.QuietHours.resolve(key, over)
+		if err != nil || !r.Enabled || !r.atNight() {
+			return
+		}
+		out = append(out, fmt.Sprintf("%s: marketing may go from %s to %s on the recipient's clock, which includes the night "+
+			"(21:00 to 08:00, when the law keeps advertising quiet): start and end bound when marketing may go, "+
+			"so quiet hours of 21:00 to 08:00 are start: \"08:00\", end: \"21:00\"", key, clockOf(r.Start), clockOf(r.End)))
+	}
+	check("quiet_hours", QuietHoursWindow{})
+	tenants := make([]string, 0, len(c.QuietHours.Tenants))
+	for t := range c.QuietHours.Tenants {
+		tenants = append(tenants, t)
+	}
+	sort.Strings(tenants)
+	for _, t := range tenants {
+		check("quiet_hours.tenants."+t, c.QuietHours.Tenants[t])
+	}
+	return out
+}
+
+// atNight reports whether the window lets marketing go at some time of
+// the night, 21:00 to 08:00.
+func (r QuietHoursRule) atNight() bool {
+	const morning, evening = 8 * time.Hour, 21 * time.Hour
+	if r.End <= r.Start { // across midnight
+		return true
+	}
+	return r.Start < morning || r.End > evening
+}
+
+// clockOf writes a time of day as "HH:MM".
+func clockOf(d time.Duration) string {
+	return fmt.Sprintf("%02d:%02d", int(d.Hours()), int(d.Minutes())%60)
+}
+
 // resolve parses the window made of over's keys, the top level's for the
 // keys over leaves out; key names it in errors.
 func (q QuietHours) resolve(key string, over QuietHoursWindow) (QuietHoursRule, error) {

@@ -102,3 +102,41 @@ func TestQuietHoursRefusesBadValues(t *testing.T) {
 		t.Errorf("quiet hours turned off: %v", err)
 	}
 }
+
+// start and end bound when marketing may go: a window that lets it go
+// at night (21:00–08:00), as one written as the quiet hours themselves
+// does, is named at start; the default window and one ending at 21:00 are
+// not.
+func TestQuietHoursWarnOfAWindowAtNight(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(writeFile(t, minimal+`quiet_hours:
+  tenants:
+    clinic: {start: "21:00", end: "08:00"}
+    early: {start: "07:30"}
+    shop-us: {time_zone: America/New_York, end: "21:00"}
+    late: {end: "00:00"}
+    tools: {enabled: false}
+`), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(c.QuietHoursWarnings(), "\n")
+	for _, want := range []string{
+		"quiet_hours.tenants.clinic: marketing may go from 21:00 to 08:00",
+		"quiet_hours.tenants.early: marketing may go from 07:30 to 20:50",
+		"quiet_hours.tenants.late: marketing may go from 08:00 to 24:00",
+		`quiet hours of 21:00 to 08:00 are start: "08:00", end: "21:00"`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings %q, want one with %q", got, want)
+		}
+	}
+	for _, not := range []string{"quiet_hours:", "shop-us", "tools"} {
+		if strings.Contains(got, not) {
+			t.Errorf("warnings %q name %s", got, not)
+		}
+	}
+	if n := len(c.QuietHoursWarnings()); n != 3 {
+		t.Errorf("%d warnings, want 3", n)
+	}
+}
