@@ -250,7 +250,7 @@ func New(cfg Config) (*APNs, error) {
 	}
 	switch {
 	case len(cfg.KeyP8) == 0:
-		return nil, errors.New("apns: key_p8 is empty")
+		return nil, errors.New("apns: key is empty")
 	case cfg.KeyID == "":
 		return nil, errors.New("apns: key_id is empty")
 	case cfg.TeamID == "":
@@ -268,11 +268,11 @@ func New(cfg Config) (*APNs, error) {
 	}
 	key, err := parseKey(cfg.KeyP8)
 	if err != nil {
-		return nil, fmt.Errorf("apns: key_p8: %w", err)
+		return nil, fmt.Errorf("apns: key: %w", err)
 	}
 	tokens := &tokenSource{key: key, keyID: cfg.KeyID, teamID: cfg.TeamID, clock: cfg.Clock}
 	if _, err := tokens.get(); err != nil {
-		return nil, fmt.Errorf("apns: key_p8: %w", err)
+		return nil, fmt.Errorf("apns: key: %w", err)
 	}
 
 	port := u.Port()

@@ -580,11 +580,11 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		edit func(*apns.Config)
 		want string
 	}{
-		{"NoKey", func(c *apns.Config) { c.KeyP8 = nil }, "key_p8"},
-		{"NotPEM", func(c *apns.Config) { c.KeyP8 = []byte("MIGTAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBHkwdwIBAQQg") }, "key_p8"},
-		{"WrongPEMType", func(c *apns.Config) { c.KeyP8 = wrongType }, "key_p8"},
-		{"Truncated", func(c *apns.Config) { c.KeyP8 = truncated }, "key_p8"},
-		{"CorruptPKCS8", func(c *apns.Config) { c.KeyP8 = corrupt }, "key_p8"},
+		{"NoKey", func(c *apns.Config) { c.KeyP8 = nil }, "apns: key is empty"},
+		{"NotPEM", func(c *apns.Config) { c.KeyP8 = []byte("MIGTAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBHkwdwIBAQQg") }, "apns: key: "},
+		{"WrongPEMType", func(c *apns.Config) { c.KeyP8 = wrongType }, "apns: key: "},
+		{"Truncated", func(c *apns.Config) { c.KeyP8 = truncated }, "apns: key: "},
+		{"CorruptPKCS8", func(c *apns.Config) { c.KeyP8 = corrupt }, "apns: key: "},
 		{"NotAnECKey", func(c *apns.Config) { c.KeyP8 = notEC }, "EC"},
 		{"P384", func(c *apns.Config) { c.KeyP8 = p8P384 }, "P-256"},
 		{"NoKeyID", func(c *apns.Config) { c.KeyID = "" }, "key_id"},
