@@ -313,9 +313,16 @@ const (
 ON CONFLICT (tenant, recipient) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`
 )
 
+// Readiness.
+const (
+	// qPing moves the probe row on (Store.Ping): a page to write.
+	qPing = `UPDATE store_probe SET checks = checks + 1 WHERE id = 1`
+)
+
 // writeQueries are prepared on the writer's connection after their first
 // run (stmts).
 var writeQueries = append([]string{
+	qPing,
 	qIdemInsert, qIdemGet, qIdemReplace, qIdemSweep,
 	qNotificationInsert, qNotificationByDedup, qOutboxInsert,
 	qOutboxPromote, qOutboxLaneTenants, qOutboxClaim, qOutboxClaimOneTenant, qOutboxJobs, qOutboxDelivered, qOutboxComplete, qOutboxCompleteLazy, qOutboxRetry, qOutboxPublished, qOutboxExtend, qOutboxReclaim, qOutboxExpire, qOutboxExpireDeliveries,

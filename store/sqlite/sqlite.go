@@ -162,9 +162,18 @@ func (s *Store) Close() error {
 // Wakeups returns the in-process wake-up signals.
 func (s *Store) Wakeups() *store.Wakeups { return s.wakeups }
 
-// Ping runs an empty write transaction through the writer.
+// Ping writes the probe row through the writer: a page written and
+// committed, which fails as intake's writes do when the disk is full (an
+// empty transaction writes nothing and commits even then).
 func (s *Store) Ping(ctx context.Context) error {
-	return s.w.do(ctx, func(tx wtx) error { return nil })
+	err := s.w.do(ctx, func(tx wtx) error {
+		_, err := tx.Exec(qPing)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write probe row: %w", err)
+	}
+	return nil
 }
 
 func (s *Store) now() int64 { return s.clock.Now().UnixMilli() }
