@@ -5,6 +5,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,6 +68,9 @@ type Options struct {
 	// makes both).
 	Listener        net.Listener
 	MetricsListener net.Listener
+	// OpenFiles stands for the process's open files limit (tests); 0 reads
+	// it (RLIMIT_NOFILE). See listenerConns.
+	OpenFiles uint64
 }
 
 // App is a wired herald.
@@ -123,6 +127,9 @@ type App struct {
 	handoff dispatch.Lanes
 	// streams are the live inbox streams of GET /v1/me/stream.
 	streams *stream.Hub
+	// listenConns caps each listener's open connections: max_connections,
+	// or less under a low open files limit (listenerConns).
+	listenConns int
 }
 
 // New opens the store and wires every component. It does not start anything.
@@ -140,6 +147,16 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		// minute (alert.Coalesce); herald_alerts_total counts every one.
 		a.coalesce = &alert.Coalesce{Next: alert.Log{Logger: a.logger}, Every: alertWindow, Burst: alertBurst}
 		a.alerts = a.coalesce
+	}
+	files := cmp.Or(opts.OpenFiles, openFilesLimit())
+	conns, lowered, err := listenerConns(cfg, files)
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	a.listenConns = conns
+	if lowered {
+		a.logger.LogAttrs(ctx, slog.LevelWarn, "app: the open files limit leaves the API listener fewer connections than server.max_connections; more wait in the accept queue",
+			slog.Uint64("open_files", files), slog.Int("max_connections", cfg.Server.MaxConnections), slog.Int("connections", conns))
 	}
 	host, _ := os.Hostname()
 	a.owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano()%1e6, 36))
@@ -413,11 +430,11 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	srv := httpServer(a.cfg.Server, a.refuseWhileDraining(a.handler), a.logger) // server.go: timeouts and limits
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- srv.Serve(limitConns(a.listener, a.cfg.Server.MaxConnections)) }()
+	go func() { serveErr <- srv.Serve(limitConns(a.listener, a.listenConns)) }()
 	var metricsSrv *http.Server
 	if a.metricsListener != nil {
 		metricsSrv = a.metricsServer()
-		go func() { serveErr <- metricsSrv.Serve(limitConns(a.metricsListener, a.cfg.Server.MaxConnections)) }()
+		go func() { serveErr <- metricsSrv.Serve(limitConns(a.metricsListener, a.listenConns)) }()
 	}
 
 	work, stopWork := context.WithCancel(context.Background())

@@ -2,10 +2,13 @@ package app_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/ssetest"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // The HTTP server's timeouts and limits (config server; issue 13). These
@@ -201,6 +205,66 @@ func TestMetricsTokenAndListener(t *testing.T) {
 		}
 		if got := scrape(t, "http://"+a.MetricsAddr().String()+"/metrics", ""); got != http.StatusOK {
 			t.Errorf("GET /metrics on metrics.listen: %d, want 200", got)
+		}
+	})
+}
+
+// TestOpenFilesLimitCapsConnections: under an open files limit that
+// server.max_connections does not fit in, the listener takes what the limit
+// leaves after the lanes' sends and the store, so a burst of clients waits
+// in the accept queue instead of taking the descriptors the store and the
+// providers' connections need; a limit that leaves too few is refused at
+// start, naming it.
+func TestOpenFilesLimitCapsConnections(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, "", nil)
+	sends := 0
+	for _, l := range cfg.Lanes {
+		sends += l.Concurrency
+	}
+	t.Run("TooFewIsRefused", func(t *testing.T) {
+		t.Parallel()
+		_, err := app.New(context.Background(), testConfig(t, "", nil), app.Options{OpenFiles: 64, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err == nil || !strings.Contains(err.Error(), "open files limit (64)") {
+			t.Fatalf("New under an open files limit of 64: %v, want the limit named", err)
+		}
+	})
+	t.Run("ListenerTakesWhatIsLeft", func(t *testing.T) {
+		t.Parallel()
+		const left = 16
+		var logs testenv.Buffer
+		a, base := newHerald(t, cfg, app.Options{OpenFiles: uint64(sends + 64 + left), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		runHerald(t, a)
+		if !strings.Contains(logs.String(), "connections="+strconv.Itoa(left)) {
+			t.Errorf("no warning of the lowered cap in the log:\n%s", logs.String())
+		}
+		held := make([]net.Conn, left)
+		for i := range held {
+			held[i] = dial(t, base)
+			if _, err := io.WriteString(held[i], "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := http.ReadResponse(bufio.NewReader(held[i]), nil); err != nil || res.StatusCode != http.StatusOK {
+				t.Fatalf("connection %d: %v %v", i, res, err)
+			}
+		}
+		extra := dial(t, base)
+		if _, err := io.WriteString(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		if err := extra.SetReadDeadline(time.Now().Add(300 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(extra)
+		if _, err := br.Peek(1); err == nil {
+			t.Fatalf("connection %d was served with %d open under the open files limit", left+1, left)
+		}
+		held[0].Close()
+		if err := extra.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("the waiting connection once one closed: %v %v", res, err)
 		}
 	})
 }
