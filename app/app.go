@@ -270,7 +270,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		MetricsToken: cfg.Metrics.Token(), MetricsApart: cfg.Metrics.Listen != "",
 		// A page past it is refused whole (campaign.Service.MaxRecipients).
 		CampaignMaxRecipients: cfg.Limits.CampaignCap(),
-		CampaignDraftTTL:      cfg.CampaignDraftTTL.D(),
+		// Each costs up to about 150 MB while it is read (hardening.md).
+		CampaignBodies:   cfg.Limits.CampaignBodies,
+		CampaignDraftTTL: cfg.CampaignDraftTTL.D(),
 	})
 	a.listener, a.metricsListener = opts.Listener, opts.MetricsListener
 	return a, nil

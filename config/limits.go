@@ -43,6 +43,12 @@ type Limits struct {
 	// tenant: a page that would take a campaign past it is refused whole
 	// (422, param "recipients"); 0 is no cap. Defaults to 1,000,000.
 	CampaignMaxRecipients *int64 `yaml:"campaign_max_recipients"`
+	// CampaignBodies is how many campaign requests with a body (a create
+	// with recipients, a page: up to 16 MiB each) one process reads and
+	// writes at once; one more waits 5 s for its turn, then is 503. Each
+	// costs up to about 150 MB of memory while it is decoded, sealed and
+	// written: lower it on a host with little memory. Defaults to 4.
+	CampaignBodies int `yaml:"campaign_bodies"`
 	// LaneQuotas are the tenants' send quotas per lane (package limits,
 	// Quota): an entry without a tenant is every tenant's quota in its
 	// lane, each tenant with a bucket of its own; one with a tenant
@@ -64,6 +70,9 @@ type LaneQuota struct {
 	// Burst is the most at once. Defaults to twice rate (at least 1).
 	Burst int `yaml:"burst"`
 }
+
+// DefaultCampaignBodies is limits.campaign_bodies' default.
+const DefaultCampaignBodies = 4
 
 // DefaultCampaignMaxRecipients is limits.campaign_max_recipients' default.
 const DefaultCampaignMaxRecipients = 1_000_000
@@ -93,6 +102,9 @@ func (c *Config) limitsDefaults() {
 	if l.KeyRecheck == 0 {
 		l.KeyRecheck = Duration(time.Second)
 	}
+	if l.CampaignBodies == 0 {
+		l.CampaignBodies = DefaultCampaignBodies
+	}
 	if l.CampaignMaxRecipients == nil {
 		n := int64(DefaultCampaignMaxRecipients)
 		l.CampaignMaxRecipients = &n
@@ -110,6 +122,8 @@ func (c *Config) validateLimits() error {
 		return fmt.Errorf("config: limits: params_max, params_depth_max and rendered_max_bytes must be positive")
 	case l.KeyRecheck <= 0 || l.KeyRecheck.D() > time.Minute:
 		return fmt.Errorf("config: limits.key_recheck: must be more than 0 and at most 1m, got %s", l.KeyRecheck.D())
+	case l.CampaignBodies < 1:
+		return fmt.Errorf("config: limits.campaign_bodies: must be at least 1, got %d", l.CampaignBodies)
 	case l.CampaignCap() < 0:
 		return fmt.Errorf("config: limits.campaign_max_recipients: must not be negative (0 is no cap), got %d", l.CampaignCap())
 	}

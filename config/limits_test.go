@@ -52,6 +52,21 @@ func TestLimitsAndKeyScopes(t *testing.T) {
 			}
 		}
 	})
+	t.Run("CampaignBodies", func(t *testing.T) {
+		t.Parallel()
+		for text, want := range map[string]int{"": config.DefaultCampaignBodies, "limits: {campaign_bodies: 1}\n": 1} {
+			c, err := config.Load(writeFile(t, base+text), noEnv)
+			if err != nil {
+				t.Fatalf("%q: %v", text, err)
+			}
+			if c.Limits.CampaignBodies != want {
+				t.Errorf("%q: campaign_bodies %d; want %d", text, c.Limits.CampaignBodies, want)
+			}
+		}
+		if _, err := config.Load(writeFile(t, base+"limits: {campaign_bodies: -1}\n"), noEnv); err == nil || !strings.Contains(err.Error(), "limits.campaign_bodies") {
+			t.Errorf("campaign_bodies -1: %v; want an error naming limits.campaign_bodies", err)
+		}
+	})
 	t.Run("LaneQuotas", func(t *testing.T) {
 		t.Parallel()
 		text := base + "limits:\n  lane_quotas:\n    - {lane: marketing, rate: 50, burst: 100}\n" +
