@@ -39,6 +39,11 @@ import (
 // MaxBody is the largest request body accepted.
 const MaxBody = 64 << 10
 
+// StatusClientClosed is the status intake records for a request whose
+// client went away before its write ended (nginx's 499): it reaches no
+// client, and herald_intake_responses_total keeps it apart from a 503.
+const StatusClientClosed = 499
+
 // maxKeyLen bounds an Idempotency-Key (the request's own identifiers are
 // bounded by catalog.Validate).
 const maxKeyLen = 255
@@ -173,6 +178,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if res.Outcome != store.Created {
 		undo()
+	}
+	if err != nil && r.Context().Err() != nil {
+		// The client went away (or the server is stopping) while the write
+		// was under way: whether it committed is not known here, the client
+		// hears no answer either way, and its retry with the same key
+		// finds out. Not a store outage: 499, as proxies count a request
+		// the client closed, and no error line.
+		h.Logger.LogAttrs(r.Context(), slog.LevelDebug, "intake: the request ended before its write did", slog.String("tenant", tenant),
+			slog.Any("error", err))
+		w.WriteHeader(StatusClientClosed)
+		return
 	}
 	if err != nil {
 		if ok, held := h.unavailable.Allow(time.Now()); ok {
