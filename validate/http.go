@@ -161,16 +161,32 @@ func Body(raw []byte, v any) error {
 // send_at written with such an offset would be scheduled a day off rather
 // than refused. Like timeField it reads the top-level fields alone.
 func timeOffsets(raw []byte, v any) error {
+	var bad error
+	timeFields(raw, v, func(name string, value json.RawMessage) bool {
+		var text string
+		if string(value) == "null" || json.Unmarshal(value, &text) != nil || ValidOffset(text) {
+			return true
+		}
+		bad = &FieldError{name, fmt.Sprintf(`%q is not a time (its UTC offset must be Z or from -23:59 to +23:59): a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`, text)}
+		return false
+	})
+	return bad
+}
+
+// timeFields calls each, until it returns false, with the name and the
+// value in raw of each top-level field of the struct v points to that is
+// a time (time.Time or *time.Time) and that raw holds.
+func timeFields(raw []byte, v any, each func(name string, value json.RawMessage) bool) {
 	t := reflect.TypeOf(v)
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if t == nil || t.Kind() != reflect.Struct {
-		return nil
+		return
 	}
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(raw, &fields) != nil {
-		return nil
+		return
 	}
 	timeType := reflect.TypeFor[time.Time]()
 	for f := range t.Fields() {
@@ -181,13 +197,10 @@ func timeOffsets(raw []byte, v any) error {
 		if name == "" {
 			name = f.Name
 		}
-		var value string
-		if raw, ok := fields[name]; !ok || string(raw) == "null" || json.Unmarshal(raw, &value) != nil || ValidOffset(value) {
-			continue
+		if value, ok := fields[name]; ok && !each(name, value) {
+			return
 		}
-		return &FieldError{name, fmt.Sprintf(`%q is not a time (its UTC offset must be Z or from -23:59 to +23:59): a time is an RFC 3339 string such as "2030-03-14T09:00:00Z"`, value)}
 	}
-	return nil
 }
 
 // ValidOffset reports whether the time s ends in Z or in an offset ±hh:mm
@@ -296,32 +309,16 @@ func timeError(err error) string {
 // one: encoding/json names the field of a type error but not of an error
 // from time's own decoder. "" when there is none (a time nested deeper).
 func timeField(raw []byte, v any) string {
-	t := reflect.TypeOf(v)
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil || t.Kind() != reflect.Struct {
-		return ""
-	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(raw, &fields) != nil {
-		return ""
-	}
-	timeType := reflect.TypeFor[time.Time]()
-	for f := range t.Fields() {
-		if f.Type != timeType && f.Type != reflect.PointerTo(timeType) {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "" {
-			name = f.Name
-		}
+	found := ""
+	timeFields(raw, v, func(name string, value json.RawMessage) bool {
 		var tm time.Time
-		if value, ok := fields[name]; ok && string(value) != "null" && tm.UnmarshalJSON(value) != nil {
-			return name
+		if string(value) != "null" && tm.UnmarshalJSON(value) != nil {
+			found = name
+			return false
 		}
-	}
-	return ""
+		return true
+	})
+	return found
 }
 
 // OneHeader is the value of request header name ("" when absent), or an
