@@ -80,8 +80,13 @@ func (x *Mailer) compose(m provider.Message, to string, now time.Time) []byte {
 	header("From", x.from.String())
 	header("To", (&mail.Address{Address: to}).String())
 	subject := mime.QEncoding.Encode("utf-8", title)
-	if !foldable(subject) {
-		subject = encodeWords(title)
+	if first, _, _ := strings.Cut(subject, " "); !foldable(subject) || len(subjectName)+len(first) > foldWidth {
+		// The first word must share the line with "Subject: ": folded
+		// onto a line of its own, the header's first line is "Subject:"
+		// alone, which readers such as Python's email package (policy
+		// default) read back with a leading space. Encoded words sized so
+		// the first fits there always fold within the limit.
+		subject = encodeWords(title, foldWidth-len(subjectName))
 	}
 	header("Subject", subject)
 	header("Date", now.Format(time.RFC1123Z))
@@ -182,13 +187,16 @@ func foldable(value string) bool {
 	return true
 }
 
+// subjectName is what precedes a subject's first word on its line.
+const subjectName = "Subject: "
+
 // encodeWords encodes s whole as RFC 2047 Q-encoded words of at most 75
-// characters, separated by spaces, which fold breaks between and a reader
-// joins back without them (RFC 2047 §6.2). A character is never split
-// across two words.
-func encodeWords(s string) string {
+// characters (the first at most first), separated by spaces, which fold
+// breaks between and a reader joins back without them (RFC 2047 §6.2). A
+// character is never split across two words.
+func encodeWords(s string, first int) string {
 	const prefix, suffix = "=?utf-8?q?", "?="
-	const room = 75 - len(prefix) - len(suffix)
+	room := min(first, 75) - len(prefix) - len(suffix)
 	var words []string
 	var w strings.Builder
 	for _, r := range s {
@@ -207,6 +215,7 @@ func encodeWords(s string) string {
 		if w.Len()+len(enc) > room {
 			words = append(words, prefix+w.String()+suffix)
 			w.Reset()
+			room = 75 - len(prefix) - len(suffix)
 		}
 		w.WriteString(enc)
 	}

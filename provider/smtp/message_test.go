@@ -185,3 +185,48 @@ func TestMessageHeaders(t *testing.T) {
 		}
 	})
 }
+
+// TestSubjectFirstWordOnTheSubjectLine reads the Subject as Python's email
+// package (policy default) does: the first line's text after "Subject:"
+// with its leading blanks dropped, then each continuation line with its
+// own. A first word folded onto a line of its own reads back with a
+// leading space, as Japanese, Thai or Arabic titles with no space early
+// on did.
+func TestSubjectFirstWordOnTheSubjectLine(t *testing.T) {
+	t.Parallel()
+	for name, title := range map[string]string{
+		"Japanese":           "ご予約B-1が確定しました（Kim様）",
+		"Thai":               "การจองของคุณB-1ได้รับการยืนยันแล้วขอบคุณที่ใช้บริการของเรา",
+		"Arabic":             "تم تأكيد حجزك B-1 يا Kim",
+		"Korean":             "예약 확정 B-1 — Kim님 🎉",
+		"LongFirstASCIIWord": "https://example.com/booking/" + strings.Repeat("7", 45) + " is confirmed",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			m := message("n4.email")
+			m.Title = title
+			got, _ := deliver(t, m)
+			lines(t, got.data)
+			header, _, _ := bytes.Cut(got.data, []byte("\r\n\r\n"))
+			var value string
+			in := false
+			for _, line := range strings.Split(string(header), "\r\n") {
+				switch {
+				case strings.HasPrefix(line, "Subject:"):
+					in = true
+					value = strings.TrimLeft(strings.TrimPrefix(line, "Subject:"), " \t")
+				case in && (strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t")):
+					value += line
+				default:
+					in = false
+				}
+				if len(line) > 76 {
+					t.Errorf("header line is %d characters, over 76: %q", len(line), line)
+				}
+			}
+			if dec, err := new(mime.WordDecoder).DecodeHeader(value); err != nil || dec != title {
+				t.Errorf("Subject reads back as %q (%v), want %q", dec, err, title)
+			}
+		})
+	}
+}
