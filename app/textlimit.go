@@ -2,7 +2,10 @@ package app
 
 import (
 	"context"
+	"unicode/utf8"
 
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/provider/twilio"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/smstext"
 )
@@ -20,34 +23,52 @@ import (
 // bizppurio, and sim, which stands in for it in development so that
 // development parks what production would. Twilio counts its own units
 // (GSM-7 and UCS-2 segments; an emoji is fine there) and a webhook
-// receiver sets its own limits, so their sends are not measured.
+// receiver sets its own limits, so their sends are not measured in EUC-KR.
+// Twilio does have one limit of its own that the same text breaks every
+// time: a Body over 1,600 characters (its error 21617). Such a text is
+// PARKED (TEXT_TOO_LONG) before the call, as a too long text for a Korean
+// carrier is, rather than ending PERMANENT_FAILURE after a call Twilio was
+// bound to refuse. Characters are counted as code points, so nothing
+// Twilio would take is parked.
 var euckrProviderTypes = map[string]bool{"bizppurio": true, "sim": true}
 
 // textLimitChecks is the rule's sender check, over the configured
 // providers whose type is measured in EUC-KR; none when there is none.
 func (a *App) textLimitChecks() []sender.Check {
-	measured := map[string]bool{}
+	measured, twilios := map[string]bool{}, map[string]bool{}
 	for _, p := range a.cfg.Providers {
-		if euckrProviderTypes[p.Type] {
+		switch {
+		case euckrProviderTypes[p.Type]:
 			measured[p.Name] = true
+		case p.Type == "twilio":
+			twilios[p.Name] = true
 		}
 	}
-	if len(measured) == 0 {
+	if len(measured) == 0 && len(twilios) == 0 {
 		return nil
 	}
-	return []sender.Check{textLimit{providers: measured}}
+	return []sender.Check{textLimit{providers: measured, twilio: twilios}}
 }
 
 // textLimit parks the carrier texts of its providers that no carrier would
 // take, and sets the kind of the others.
 type textLimit struct {
-	// providers are the names of the providers measured.
+	// providers are the names of the providers measured in EUC-KR.
 	providers map[string]bool
+	// twilio are the names of the Twilio providers, held to
+	// twilio.MaxBodyChars.
+	twilio map[string]bool
 }
 
 var _ sender.Check = textLimit{}
 
 func (r textLimit) Check(_ context.Context, s sender.Subject) sender.Ruling {
+	if r.twilio[s.Provider] {
+		if utf8.RuneCountInString(twilio.Text(*s.Message)) > twilio.MaxBodyChars {
+			return sender.ParkFor(heraldtype.ReasonTextTooLong)
+		}
+		return sender.Ruling{}
+	}
 	if !r.providers[s.Provider] {
 		return sender.Ruling{}
 	}

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heraldhq/herald/alert"
 	"github.com/heraldhq/herald/app"
@@ -171,5 +174,88 @@ func TestTextLimitsLeaveOtherSMSProvidersAlone(t *testing.T) {
 	waitEntry(t, base, config.DevAPIKey, id, "sms", "PROVIDER_ACCEPTED")
 	if body := <-got; body != text {
 		t.Fatalf("the webhook got %d bytes, want the text of %d", len(body), len(text))
+	}
+}
+
+// Twilio refuses a Body over 1,600 characters (error 21617) every time: such
+// a text is PARKED (TEXT_TOO_LONG) with no call, while one of exactly 1,600
+// characters, Korean or with emoji, reaches Twilio as it is (Twilio, unlike
+// a Korean carrier, takes them).
+func TestTextLimitsTwilioBodyOver1600Characters(t *testing.T) {
+	t.Parallel()
+	bodies := make(chan string, 8)
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		body := r.PostForm.Get("Body")
+		bodies <- body
+		w.Header().Set("Content-Type", "application/json")
+		if utf8.RuneCountInString(body) > 1600 {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"code":21617,"message":"The concatenated message body exceeds the 1600 character limit.","status":400}`))
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"sid":"SM0123456789abcdef0123456789abcdef","status":"queued"}`))
+	}))
+	t.Cleanup(fake.Close)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tw.token"), []byte("twilio-auth-token-for-the-test"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	text := `environment: production
+database: sqlite:` + filepath.Join(dir, "herald.db") + `
+api_keys: [{key: ` + config.DevAPIKey + `, tenant: shop}]
+providers:
+  - {name: tw, type: twilio, channel: sms, account_sid: AC00000000000000000000000000000000, auth_token: {file: tw.token},
+     from: "+15005550006", endpoint: "` + fake.URL + `"}
+kinds:
+  - {name: text.sms, category: transactional, channels: [sms], templates: {sms: {title: "{{.title}}", body: "{{.text}}"}}}
+`
+	path := filepath.Join(dir, "herald.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := &alert.Recorder{}
+	a, base := newHerald(t, cfg, app.Options{Alerts: alerts})
+	runHerald(t, a)
+	if code, body := call(t, base, http.MethodPut, "/v1/recipients/r-text/profile", config.DevAPIKey,
+		`{"addresses":{"sms":"+14155550100"}}`); code != http.StatusNoContent {
+		t.Fatalf("profile: %d %s", code, body)
+	}
+	for _, row := range []struct {
+		name, title, text string
+		state             string
+	}{
+		{"Korean1600", "", strings.Repeat("가", 1600), "PROVIDER_ACCEPTED"},
+		{"Emoji1600", "", strings.Repeat("🎉", 1600), "PROVIDER_ACCEPTED"},
+		{"TitleAndBody1600", strings.Repeat("t", 99), strings.Repeat("b", 1500), "PROVIDER_ACCEPTED"},
+		{"ASCII2000", "", strings.Repeat("a", 2000), "PARKED"},
+		{"TitleAndBody1601", strings.Repeat("t", 100), strings.Repeat("b", 1500), "PARKED"},
+	} {
+		id := sendText(t, base, "text.sms", row.name, row.title, row.text)
+		d := waitEntry(t, base, config.DevAPIKey, id, "sms", row.state)
+		if row.state == "PARKED" {
+			if d.Reason != heraldtype.ReasonTextTooLong {
+				t.Errorf("%s: PARKED(%s), want PARKED(%s)", row.name, d.Reason, heraldtype.ReasonTextTooLong)
+			}
+			if !parkedAlert(alerts, d.MessageID, heraldtype.ReasonTextTooLong) {
+				t.Errorf("%s: no PARKED alert", row.name)
+			}
+			continue
+		}
+		want := row.text
+		if row.title != "" {
+			want = row.title + "\n" + row.text
+		}
+		if got := <-bodies; got != want {
+			t.Errorf("%s: Twilio got a Body of %d characters, want the %d sent", row.name, utf8.RuneCountInString(got), utf8.RuneCountInString(want))
+		}
+	}
+	if n := len(bodies); n != 0 {
+		t.Errorf("Twilio was called %d more times, want none for the parked texts", n)
 	}
 }

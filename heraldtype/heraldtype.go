@@ -206,7 +206,7 @@ const (
 	ReasonPersonalDataUnreadable = "PERSONAL_DATA_UNREADABLE"
 
 	// The text limits (package smstext): PARKED before any provider call.
-	ReasonTextTooLong      = "TEXT_TOO_LONG"     // an SMS or AlimTalk fallback text over 2,000 EUC-KR bytes
+	ReasonTextTooLong      = "TEXT_TOO_LONG"     // an SMS or AlimTalk fallback text over 2,000 EUC-KR bytes; a Twilio text over 1,600 characters
 	ReasonEUCKRUnencodable = "EUCKR_UNENCODABLE" // an SMS or AlimTalk fallback text EUC-KR cannot encode (an emoji)
 )
 

@@ -268,6 +268,13 @@ func (t *Twilio) statusCallback(id string) string {
 	return t.callback + "?" + q
 }
 
+// MaxBodyChars is the longest Body Twilio takes, in characters: a longer
+// one is refused with error 21617 every time.
+const MaxBodyChars = 1600
+
+// Text is the Body Send would give Twilio for m: what the handset shows.
+func Text(m provider.Message) string { return smsText(m) }
+
 // smsText is what the handset shows: SMS has no title line of its own.
 func smsText(m provider.Message) string {
 	switch {
