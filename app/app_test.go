@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -98,4 +99,19 @@ func runHerald(t *testing.T, a *app.App) (stop func()) {
 			t.Errorf("herald: %v", err)
 		}
 	})
+}
+
+// loadConfigFile writes text as dir's herald.yaml and loads it, with no
+// environment.
+func loadConfigFile(t *testing.T, dir, text string) *config.Config {
+	t.Helper()
+	path := filepath.Join(dir, "herald.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/app"
-	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/lookup"
 )
 
@@ -82,14 +81,7 @@ kinds:
       alimtalk: {title: "", body: "Paid {{.amount}} won"}
       sms: {title: "", body: "Paid {{.amount}} won"}
 `
-	path := filepath.Join(dir, "herald.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path, func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := loadConfigFile(t, dir, text)
 	a, base := newHerald(t, cfg, app.Options{})
 	runHerald(t, a)
 	if code, body := call(t, base, http.MethodPut, "/v1/recipients/r1/profile", "k1",

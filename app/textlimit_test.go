@@ -211,14 +211,7 @@ providers:
 kinds:
   - {name: text.sms, category: transactional, channels: [sms], templates: {sms: {title: "{{.title}}", body: "{{.text}}"}}}
 `
-	path := filepath.Join(dir, "herald.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path, func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := loadConfigFile(t, dir, text)
 	alerts := &alert.Recorder{}
 	a, base := newHerald(t, cfg, app.Options{Alerts: alerts})
 	runHerald(t, a)

@@ -16,7 +16,6 @@ import (
 	"testing"
 
 	"github.com/heraldhq/herald/app"
-	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/lookup"
 )
 
@@ -72,14 +71,7 @@ providers:
 kinds:
   - {name: reminder, category: transactional, channels: [sms], templates: {sms: {title: "", body: "See you at {{.time}}"}}}
 `
-	path := filepath.Join(dir, "herald.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path, func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := loadConfigFile(t, dir, text)
 	a, base := newHerald(t, cfg, app.Options{})
 	runHerald(t, a)
 	if code, body := call(t, base, http.MethodPut, "/v1/recipients/r1/profile", "k1", `{"addresses":{"sms":"+821012345678"}}`); code != http.StatusNoContent {
