@@ -455,8 +455,13 @@ func TestCampaignSizeIsCapped(t *testing.T) {
 // Retry-After, its body unread. A slot comes free when its request ends.
 func TestCampaignBodiesAreReadAFewAtATime(t *testing.T) {
 	t.Parallel()
+	// The wait is long beside a page's few milliseconds: the create, queued
+	// for the slot while pages come and go, takes it at the next release
+	// (a channel hands it to the sender waiting longest) rather than
+	// giving up (with 20 ms a CI run's loaded pages held the slot past the
+	// create's wait, and it was refused before it could hold it).
 	e := campaignRouter(t, setupEveryday(t, "sqlite", nil), func(c *httpapi.Config) {
-		c.CampaignBodies, c.CampaignBodyWait = 1, 20*time.Millisecond
+		c.CampaignBodies, c.CampaignBodyWait = 1, 2*time.Second
 	})
 
 	// A create whose body trickles in holds the one slot while it is read.
@@ -483,7 +488,7 @@ func TestCampaignBodiesAreReadAFewAtATime(t *testing.T) {
 		_ = json.Unmarshal(raw, &p)
 		return res, p
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res, p := page()
 		if res.StatusCode == http.StatusServiceUnavailable {
