@@ -33,7 +33,8 @@ import (
 var euckrProviderTypes = map[string]bool{"bizppurio": true, "sim": true}
 
 // textLimitChecks is the rule's sender check, over the configured
-// providers whose type is measured in EUC-KR; none when there is none.
+// providers whose type is measured in EUC-KR and the Twilio ones; none
+// when there is neither.
 func (a *App) textLimitChecks() []sender.Check {
 	measured, twilios := map[string]bool{}, map[string]bool{}
 	for _, p := range a.cfg.Providers {

@@ -68,9 +68,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.Before = before
 	}
-	// One more than the page tells whether another page follows.
 	limit := p.Limit
-	p.Limit++
+	p.Limit++ // cursor.Page
 	entries, err := h.Store.AuditList(r.Context(), p)
 	if err != nil {
 		h.Logger.LogAttrs(r.Context(), slog.LevelError, "audit: listing failed", slog.Any("error", err))
@@ -80,9 +79,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Entries    []EntryBody `json:"entries"`
 		NextCursor *string     `json:"next_cursor"`
-	}{Entries: make([]EntryBody, 0, min(len(entries), limit))}
-	more := len(entries) > limit
-	entries = entries[:min(len(entries), limit)]
+	}{}
+	entries, more := cursor.Page(entries, limit)
+	out.Entries = make([]EntryBody, 0, len(entries))
 	for _, e := range entries {
 		out.Entries = append(out.Entries, EntryBody{ID: e.ID, At: e.At, ActorKey: e.ActorKey, ActorName: e.ActorName,
 			Action: e.Action, Target: e.Target, Remote: e.Remote, Detail: json.RawMessage(e.Detail)})

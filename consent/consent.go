@@ -120,18 +120,17 @@ func (h *History) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		before = id
 	}
-	// One more than the page tells whether another page follows.
 	got, err := h.Store.ConsentHistoryList(r.Context(), store.ConsentHistoryListParams{
-		Tenant: tenant, Recipient: recipient, Before: before, Limit: limit + 1})
+		Tenant: tenant, Recipient: recipient, Before: before, Limit: limit + 1}) // cursor.Page
 	if err != nil {
 		h.Logger.LogAttrs(r.Context(), slog.LevelError, "consent: store unavailable", slog.String("tenant", tenant), slog.Any("error", err))
 		problem.New(w, http.StatusServiceUnavailable, "the store is unavailable")
 		return
 	}
 	page := Page{Changes: []Change{}}
-	if len(got) > limit {
-		got = got[:limit]
-		next := encodeCursor(tenant, recipient, got[limit-1].ID)
+	got, more := cursor.Page(got, limit)
+	if more {
+		next := encodeCursor(tenant, recipient, got[len(got)-1].ID)
 		page.NextCursor = &next
 	}
 	for _, c := range got {

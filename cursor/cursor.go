@@ -130,6 +130,16 @@ func Limit(q url.Values) (int, *problem.Problem) {
 	return n, nil
 }
 
+// Page cuts rows, read with a limit one above limit (one more than the
+// page tells whether another page follows), to the page, and reports
+// whether another follows; its last row is then where the next begins.
+func Page[T any](rows []T, limit int) (page []T, more bool) {
+	if len(rows) > limit {
+		return rows[:limit], true
+	}
+	return rows, false
+}
+
 func bad(param, format string, args ...any) *problem.Problem {
 	return &problem.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf(format, args...), Param: param}
 }

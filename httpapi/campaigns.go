@@ -18,6 +18,7 @@ import (
 	"github.com/heraldhq/herald/campaign"
 	"github.com/heraldhq/herald/canonical"
 	"github.com/heraldhq/herald/catalog"
+	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/cursor"
 	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/problem"
@@ -38,7 +39,8 @@ const maxCampaignKeyLen = 255
 // while it is decoded, sealed and written (a page of 15 MiB: about 125 MB),
 // so without a bound a few clients posting pages at once can take the
 // process's memory, and every tenant's intake with it.
-const DefaultCampaignBodies = 4
+// It is limits.campaign_bodies' default.
+const DefaultCampaignBodies = config.DefaultCampaignBodies
 
 // DefaultCampaignBodyWait is how long a campaign request waits for one of
 // the CampaignBodies slots before it is answered 503 (Config.CampaignBodyWait).
@@ -314,23 +316,23 @@ func (a *campaignsAPI) list(w http.ResponseWriter, r *http.Request) {
 		}
 		p.Before = &pos
 	}
-	// One more than the page tells whether there is a next page.
 	want := p.Limit
-	p.Limit++
+	p.Limit++ // cursor.Page
 	cs, err := a.svc.List(r.Context(), p)
 	if err != nil {
 		a.fail(w, r, "list", err)
 		return
 	}
+	cs, more := cursor.Page(cs, want)
 	page := struct {
 		Campaigns  []campaignView `json:"campaigns"`
 		NextCursor *string        `json:"next_cursor"`
-	}{Campaigns: make([]campaignView, 0, min(len(cs), want))}
-	for _, c := range cs[:min(len(cs), want)] {
+	}{Campaigns: make([]campaignView, 0, len(cs))}
+	for _, c := range cs {
 		page.Campaigns = append(page.Campaigns, viewOf(c))
 	}
-	if len(cs) > want {
-		c := cursor.Encode(campaignListDomain, bound, cs[want-1].Position())
+	if more {
+		c := cursor.Encode(campaignListDomain, bound, cs[len(cs)-1].Position())
 		page.NextCursor = &c
 	}
 	writeJSON(w, http.StatusOK, page)

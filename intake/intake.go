@@ -125,7 +125,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kind, params, inbox, ferr := h.Catalog.Validate(h.Clock.Now(), catalog.Request{
-		Tenant: auth.Tenant(r.Context()), Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
+		Tenant: tenant, Recipient: req.Recipient, EventID: req.EventID, Kind: req.Kind,
 		Params: req.Params, SendAt: req.SendAt, ExpiresAt: req.ExpiresAt, Scope: req.Scope,
 	})
 	if ferr != nil {

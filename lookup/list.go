@@ -80,20 +80,20 @@ func (h *ListHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, *perr)
 		return
 	}
-	// One more than the page tells whether there is a next page.
 	want := p.Limit
-	p.Limit++
+	p.Limit++ // cursor.Page
 	views, err := h.Store.NotificationList(r.Context(), p)
 	if err != nil {
 		storeFailed(w, r, h.Logger, "lookup: list", err)
 		return
 	}
-	page := Page{Notifications: make([]Notification, 0, min(len(views), want))}
-	for _, v := range views[:min(len(views), want)] {
+	views, more := cursor.Page(views, want)
+	page := Page{Notifications: make([]Notification, 0, len(views))}
+	for _, v := range views {
 		page.Notifications = append(page.Notifications, View(v))
 	}
-	if len(views) > want {
-		c := encodeCursor(f, views[want-1].Position())
+	if more {
+		c := encodeCursor(f, views[len(views)-1].Position())
 		page.NextCursor = &c
 	}
 	writeJSON(w, page)

@@ -159,8 +159,13 @@ func Body(raw []byte, v any) error {
 // offset RFC 3339 does not allow: time's decoder takes hours up to 24 and
 // minutes up to 60 ("+24:00" is read as a day ahead of "+00:00"), so a
 // send_at written with such an offset would be scheduled a day off rather
-// than refused. Like timeField it reads the top-level fields alone.
+// than refused. Like timeField it reads the top-level fields alone. The
+// body is read again only when v decoded one of them (a send_at, an
+// expires_at), so a notification without one costs no second parse.
 func timeOffsets(raw []byte, v any) error {
+	if !anyTimeSet(v) {
+		return nil
+	}
 	var bad error
 	timeFields(raw, v, func(name string, value json.RawMessage) bool {
 		var text string
@@ -171,6 +176,33 @@ func timeOffsets(raw []byte, v any) error {
 		return false
 	})
 	return bad
+}
+
+// anyTimeSet reports whether a top-level time field of the struct v
+// points to holds a time (a *time.Time not nil, a time.Time not zero).
+func anyTimeSet(v any) bool {
+	rv := reflect.ValueOf(v)
+	for rv.Kind() == reflect.Pointer {
+		if rv.IsNil() {
+			return false
+		}
+		rv = rv.Elem()
+	}
+	if rv.Kind() != reflect.Struct {
+		return false
+	}
+	timeType := reflect.TypeFor[time.Time]()
+	for i := range rv.NumField() {
+		f := rv.Field(i)
+		switch {
+		case !f.CanInterface(): // unexported: JSON decodes nothing into it
+		case f.Type() == timeType && !f.Interface().(time.Time).IsZero():
+			return true
+		case f.Type() == reflect.PointerTo(timeType) && !f.IsNil():
+			return true
+		}
+	}
+	return false
 }
 
 // timeFields calls each, until it returns false, with the name and the

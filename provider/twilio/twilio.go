@@ -272,11 +272,9 @@ func (t *Twilio) statusCallback(id string) string {
 // one is refused with error 21617 every time.
 const MaxBodyChars = 1600
 
-// Text is the Body Send would give Twilio for m: what the handset shows.
-func Text(m provider.Message) string { return smsText(m) }
-
-// smsText is what the handset shows: SMS has no title line of its own.
-func smsText(m provider.Message) string {
+// Text is the Body Send gives Twilio for m: what the handset shows (SMS
+// has no title line of its own).
+func Text(m provider.Message) string {
 	switch {
 	case m.Title == "":
 		return m.Body
@@ -315,7 +313,7 @@ func (t *Twilio) Send(ctx context.Context, m provider.Message) provider.Outcome 
 	if t.service != "" {
 		form.Set("MessagingServiceSid", t.service)
 	}
-	form.Set("Body", smsText(m))
+	form.Set("Body", Text(m))
 	if t.hasCallback {
 		form.Set("StatusCallback", t.statusCallback(m.MessageID))
 	}
