@@ -297,7 +297,7 @@ func (s *Store) DeliverySweepStale(ctx context.Context, olderThan time.Duration)
 func (s *Store) ProfileGet(ctx context.Context, tenant, recipient string) (store.Profile, error) {
 	var data []byte
 	var updated time.Time
-	err := s.pipe.QueryRow(ctx, qProfileGet, tenant, recipient).Scan(&data, &updated)
+	err := s.pipe.QueryRowMerged(ctx, profileMerge, profileKey{tenant, recipient}, qProfileGet, tenant, recipient).Scan(&data, &updated)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Profile{}, store.ErrNotFound
 	}
