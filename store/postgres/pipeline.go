@@ -54,8 +54,9 @@ import (
 // (nor they on it); each caller keeps its single statement, which runs
 // alone if the batch is rerun. Merged are intake's creates (createMerge),
 // the sender's delivery claims (claimMerge; claimTakeMerge under an event
-// key) and its result writes of sends on no chain (recordMerge;
-// recordNoChainMerge for jobs that came as messages). The db transport's
+// key), its result writes of sends on no chain (recordMerge;
+// recordNoChainMerge for jobs that came as messages) and its profile
+// reads (profileMerge). The db transport's
 // result writes are marked later: in a batch with other statements they
 // run after those committed, in a transaction of their own (splitLater),
 // so a send's delivery claim, which its slot waits for, never waits for
