@@ -12,6 +12,7 @@ import (
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/sender"
 	"github.com/heraldhq/herald/store"
 )
@@ -204,6 +205,11 @@ func publishedTwice(t *testing.T, e *env, _ string) *heraldtype.Fence {
 	if ok, err := e.store.OutboxRetry(e.ctx, store.OutboxRetryParams{Fence: first.Fence, Reason: "PUBLISH_FAILED"}); err != nil || !ok {
 		t.Fatalf("OutboxRetry: %v (%v)", ok, err)
 	}
+	// SQLite keeps due times in whole milliseconds, rounded up so that no
+	// row falls due early: the row put back "now" is due at the next one.
+	testenv.WaitFor(t, "the row put back to fall due", testenv.Patience, func() bool {
+		return !e.view(t, first.MessageID).AvailableAt.After(time.Now())
+	})
 	publishedOnce(t, e, "")
 	return &first.Fence
 }
