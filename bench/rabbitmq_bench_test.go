@@ -4,6 +4,8 @@ package bench
 // and RabbitMQ (a fresh database and vhost each):
 //
 //	go test ./bench -run '^$' -bench RelayDrain -benchtime 100000x          # relay rows/s, confirms on
+//	                                                                        # HERALD_BENCH_RELAY_IN_FLIGHT, _CLAIMERS: the relay's batches
+//	                                                                        # awaiting confirms (4) and claim loops (1)
 //	go test ./bench -run '^$' -bench EndToEndRabbitMQ -benchtime 50000x     # notifications/s end to end
 //	go test ./bench -run '^$' -bench BrokerCeiling -benchtime 100000x       # the broker alone, RelayDrain's ceiling
 //	go test ./bench -run '^$' -bench BrokerRoundTrip -benchtime 20000x      # the broker alone at EndToEndRabbitMQ's rate
@@ -84,7 +86,7 @@ func BenchmarkRelayDrain(b *testing.B) {
 	done := make(chan struct{})
 	relay := dispatch.NewRelay(dispatch.RelayConfig{
 		Lane: heraldtype.LaneTransactional, Store: st, Wake: st.Wakeups().C(heraldtype.LaneTransactional), Publisher: pub,
-		Owner: "bench", BatchSize: 500, InFlight: 4, Lease: time.Minute, PollInterval: 100 * time.Millisecond, Logger: quiet,
+		Owner: "bench", BatchSize: 500, InFlight: relayInFlight(), Claimers: relayClaimers(), Lease: time.Minute, PollInterval: 100 * time.Millisecond, Logger: quiet,
 		Hooks: dispatch.RelayHooks{AfterSettle: func(p, _ int) {
 			if published.Add(int64(p)) == int64(b.N) {
 				close(done)
@@ -291,4 +293,22 @@ func BenchmarkBrokerRoundTrip(b *testing.B) {
 	b.StopTimer()
 	cpu.report(b.N, "msg")
 	b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
+}
+
+// relayInFlight is BenchmarkRelayDrain's batches awaiting confirms at once:
+// the relay's default, 4, or HERALD_BENCH_RELAY_IN_FLIGHT.
+func relayInFlight() int {
+	if n, err := strconv.Atoi(os.Getenv("HERALD_BENCH_RELAY_IN_FLIGHT")); err == nil && n > 0 {
+		return n
+	}
+	return 4
+}
+
+// relayClaimers is BenchmarkRelayDrain's claim loops: the relay's
+// default, 1, or HERALD_BENCH_RELAY_CLAIMERS.
+func relayClaimers() int {
+	if n, err := strconv.Atoi(os.Getenv("HERALD_BENCH_RELAY_CLAIMERS")); err == nil && n > 0 {
+		return n
+	}
+	return 1
 }

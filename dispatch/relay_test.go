@@ -69,7 +69,10 @@ func runRelay(t *testing.T, r *dispatch.Relay) (stop func()) {
 
 func TestRelayMarksConfirmedRowsPublished(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	eachStore(t, testRelayMarksConfirmedRowsPublished)
+}
+
+func testRelayMarksConfirmedRowsPublished(t *testing.T, b bundle) {
 	pub := &fakePublisher{published: map[string]int{}}
 	stop := runRelay(t, b.relay(pub, dispatch.RelayHooks{}))
 	defer stop()
@@ -104,50 +107,53 @@ func TestRelayReturnsUnconfirmedRowsToPending(t *testing.T) {
 		{"NackedBacksOffAndCounts", errors.New("nacked"), dispatch.Backoff(1), 1},
 		{"ConnectionLostIsDueAtOnceAndNotCounted", dispatch.ErrConnectionLost, 0, 0},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			settled := make(chan struct{}, 1)
-			pub := &fakePublisher{published: map[string]int{}, outcome: func(heraldtype.Job) error { return c.err }}
-			stop := runRelay(t, b.relay(pub, dispatch.RelayHooks{AfterSettle: func(published, retried int) {
-				if retried > 0 {
-					select {
-					case settled <- struct{}{}:
-					default:
+		eachStore(t, func(t *testing.T, b bundle) {
+			t.Run(c.name, func(t *testing.T) {
+				settled := make(chan struct{}, 1)
+				pub := &fakePublisher{published: map[string]int{}, outcome: func(heraldtype.Job) error { return c.err }}
+				stop := runRelay(t, b.relay(pub, dispatch.RelayHooks{AfterSettle: func(published, retried int) {
+					if retried > 0 {
+						select {
+						case settled <- struct{}{}:
+						default:
+						}
 					}
+				}}))
+				id := b.notify(t, "pay", heraldtype.LaneTransactional)
+				testenv.Recv(t, settled, "the unconfirmed batch to be settled")
+				stop()
+				e := b.entry(t, id)
+				if e.OutboxState != heraldtype.OutboxPending || !e.AvailableAt.Equal(b.clk.Now().Add(c.wantDelay)) {
+					t.Fatalf("outbox %s due %s, want PENDING due in %s", e.OutboxState, e.AvailableAt, c.wantDelay)
 				}
-			}}))
-			id := b.notify(t, "pay", heraldtype.LaneTransactional)
-			testenv.Recv(t, settled, "the unconfirmed batch to be settled")
-			stop()
-			e := b.entry(t, id)
-			if e.OutboxState != heraldtype.OutboxPending || !e.AvailableAt.Equal(b.clk.Now().Add(c.wantDelay)) {
-				t.Fatalf("outbox %s due %s, want PENDING due in %s", e.OutboxState, e.AvailableAt, c.wantDelay)
-			}
-			claim := func() []store.Claimed {
-				t.Helper()
-				rows, err := b.store.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "x", Limit: 1, Lease: time.Minute})
-				if err != nil {
-					t.Fatal(err)
+				claim := func() []store.Claimed {
+					t.Helper()
+					rows, err := b.store.OutboxClaim(b.ctx, store.OutboxClaimParams{Lane: heraldtype.LaneTransactional, Owner: "x", Limit: 1, Lease: time.Minute})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return rows
 				}
-				return rows
-			}
-			if c.wantDelay > 0 {
-				if rows := claim(); len(rows) != 0 {
-					t.Fatalf("claimed %+v before its backoff of %s passed", rows, c.wantDelay)
+				if c.wantDelay > 0 {
+					if rows := claim(); len(rows) != 0 {
+						t.Fatalf("claimed %+v before its backoff of %s passed", rows, c.wantDelay)
+					}
+					b.clk.Advance(c.wantDelay)
 				}
-				b.clk.Advance(c.wantDelay)
-			}
-			if rows := claim(); len(rows) != 1 || rows[0].Attempts != c.wantAttempts {
-				t.Fatalf("claimed %+v, want one row with attempts %d", rows, c.wantAttempts)
-			}
+				if rows := claim(); len(rows) != 1 || rows[0].Attempts != c.wantAttempts {
+					t.Fatalf("claimed %+v, want one row with attempts %d", rows, c.wantAttempts)
+				}
+			})
 		})
 	}
 }
 
 func TestTwoRelaysPublishDisjointRows(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	eachStore(t, testTwoRelaysPublishDisjointRows)
+}
+
+func testTwoRelaysPublishDisjointRows(t *testing.T, b bundle) {
 	pub1 := &fakePublisher{published: map[string]int{}}
 	pub2 := &fakePublisher{published: map[string]int{}}
 	var idsN []string
@@ -254,40 +260,40 @@ func TestRelayKeepsInFlightBatchesAwaitingConfirmsAtOnce(t *testing.T) {
 		{"Configured", 2, 2},
 		{"Default", 0, 4},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			total := 3 * c.expect
-			var idsN []string
-			for range total {
-				idsN = append(idsN, b.notify(t, "pay", heraldtype.LaneTransactional))
-			}
-			pub := newGatedPublisher()
-			runRelay(t, dispatch.NewRelay(dispatch.RelayConfig{
-				Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
-				Publisher: pub, Owner: "relay", BatchSize: 1, InFlight: c.inFlight, Lease: time.Minute,
-				PollInterval: 5 * time.Millisecond, Alerts: b.alerts,
-			}))
-			t.Cleanup(pub.unblock) // runs before the relay is stopped, so a failed test still stops it
-			// Release one batch's confirms at a time; each time, the relay
-			// fills its window again and publishes the next batch ahead.
-			for released := 0; released < total; released++ {
-				pub.await(t, min(c.expect+1+released, total), min(c.expect, total-released))
-				select {
-				case pub.release <- struct{}{}:
-				case <-time.After(testenv.Patience):
-					t.Fatalf("no batch awaiting its confirms after %d released", released)
+		eachStore(t, func(t *testing.T, b bundle) {
+			t.Run(c.name, func(t *testing.T) {
+				total := 3 * c.expect
+				var idsN []string
+				for range total {
+					idsN = append(idsN, b.notify(t, "pay", heraldtype.LaneTransactional))
 				}
-			}
-			for _, id := range idsN {
-				testenv.WaitFor(t, "PUBLISHED", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
-			}
-			pub.mu.Lock()
-			defer pub.mu.Unlock()
-			if pub.maxWaits != c.expect || pub.published != total {
-				t.Fatalf("%d batches published, at most %d awaiting confirms at once; want %d and %d",
-					pub.published, pub.maxWaits, total, c.expect)
-			}
+				pub := newGatedPublisher()
+				runRelay(t, dispatch.NewRelay(dispatch.RelayConfig{
+					Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
+					Publisher: pub, Owner: "relay", BatchSize: 1, InFlight: c.inFlight, Lease: time.Minute,
+					PollInterval: 5 * time.Millisecond, Alerts: b.alerts,
+				}))
+				t.Cleanup(pub.unblock) // runs before the relay is stopped, so a failed test still stops it
+				// Release one batch's confirms at a time; each time, the relay
+				// fills its window again and publishes the next batch ahead.
+				for released := 0; released < total; released++ {
+					pub.await(t, min(c.expect+1+released, total), min(c.expect, total-released))
+					select {
+					case pub.release <- struct{}{}:
+					case <-time.After(testenv.Patience):
+						t.Fatalf("no batch awaiting its confirms after %d released", released)
+					}
+				}
+				for _, id := range idsN {
+					testenv.WaitFor(t, "PUBLISHED", testenv.Patience, func() bool { return b.entry(t, id).OutboxState == heraldtype.OutboxPublished })
+				}
+				pub.mu.Lock()
+				defer pub.mu.Unlock()
+				if pub.maxWaits != c.expect || pub.published != total {
+					t.Fatalf("%d batches published, at most %d awaiting confirms at once; want %d and %d",
+						pub.published, pub.maxWaits, total, c.expect)
+				}
+			})
 		})
 	}
 }
