@@ -289,7 +289,11 @@ func openStore(ctx context.Context, cfg *config.Config, clk clock.Clock, logger 
 	case "postgres":
 		// With clock.Real the store takes every ownership time from the
 		// database server's clock.
-		return postgres.Open(ctx, dsn, postgres.Options{Clock: clk, Logger: logger})
+		// A relay's held claim (store.OutboxHolder) is given up as a lease
+		// runs out, when its process stops without dying; two lanes' relays
+		// hold claims at full pace before a third waits for a connection.
+		return postgres.Open(ctx, dsn, postgres.Options{Clock: clk, Logger: logger, HoldTimeout: cfg.Lease.D(),
+			HoldConns: 2 * (cfg.RabbitMQ.RelayInFlight + 2)})
 	}
 	return nil, fmt.Errorf("database driver %q is not available in this build", driver)
 }

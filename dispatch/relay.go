@@ -156,6 +156,21 @@ type RelayConfig struct {
 // the second copy without a provider call. Two relays (or two processes)
 // take disjoint rows: the claim skips locked rows and fences every write.
 //
+// # Held claims
+//
+// A store that can hold a claim open (store.OutboxHolder: PostgreSQL) saves
+// steps 1 and 4 a row version each: the claim writes its rows PUBLISHED at
+// once in a transaction it keeps open through the publish and the
+// confirms, and the settling commits it, leaving the rows not confirmed
+// PUBLISHING (then retried or failed, fenced, as above) and those the gate
+// deferred PENDING. Until the commit every other transaction sees the rows
+// PENDING with their old token; a relay that dies, or whose commit fails,
+// leaves them PENDING and due at once, and they are published again as
+// after a lapsed lease. Each claim starts each tenant's scope past the
+// rows this relay holds in it (store.HeldPast: passing them one by one
+// cost what the second row version had cost), and at least every
+// HoldRecheck it claims without that, for a row that fell due behind them.
+//
 // # Deferred rows stay in the outbox
 //
 // With a Gate (quiet hours), a claimed row the gate defers is not
@@ -322,6 +337,13 @@ type Relay struct {
 	handHeld  int
 	hands     chan store.Claimed
 	handing   sync.WaitGroup // offers made and not yet taken or dropped
+
+	// Held claims (store.OutboxHolder), under heldMu: the rows of each
+	// tenant's scope held in claims not yet settled, and when a claim last
+	// passed them (HoldRecheck).
+	heldMu      sync.Mutex
+	heldRows    map[scopeOf]*heldScope
+	heldRecheck time.Time
 }
 
 // NewRelay returns a relay.
@@ -516,6 +538,9 @@ func (r *Relay) claimedNone() {
 // inflight is one claimed batch: the rows published, awaiting their
 // confirms (nil when none was), and the rows the gate held back.
 type inflight struct {
+	// hold is the batch's held claim (store.OutboxHolder), nil when its
+	// rows were claimed PUBLISHING or handed over at intake.
+	hold     store.Hold
 	rows     []store.Claimed
 	confirms Confirms
 	held     []heldRow
@@ -635,7 +660,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		}
 		woke = false
 		began := time.Now()
-		rows, err := r.Store.OutboxClaim(ctx, store.OutboxClaimParams{
+		rows, hold, err := r.claim(ctx, store.OutboxClaimParams{
 			Lane: r.Lane, Owner: r.Owner, Limit: limit, Lease: r.Lease, Publishing: true, Profiles: r.Gate != nil, Skip: skip,
 			SkipScope: skipScope, After: served.after, Scopes: served.scopes,
 		})
@@ -661,6 +686,7 @@ func (r *Relay) claimLoop(ctx context.Context, batches chan<- inflight) {
 		} else {
 			marked := r.backlogs(r.now(), rows, limit)
 			b := r.gate(ctx, rows)
+			b.hold = hold
 			r.unconfirmed.Add(int64(len(b.rows)))
 			sending <- struct{}{}
 			sent.Go(func() {
@@ -828,6 +854,10 @@ func (r *Relay) putBack(ctx, wctx context.Context, held []heldRow) {
 func (r *Relay) settle(ctx context.Context, b inflight) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.SettleTimeout)
 	defer cancel()
+	if b.hold != nil {
+		r.settleHeld(ctx, wctx, b)
+		return
+	}
 	r.putBack(ctx, wctx, b.held)
 	if b.confirms == nil {
 		if h := r.Hooks.AfterSettle; h != nil {
@@ -835,23 +865,7 @@ func (r *Relay) settle(ctx context.Context, b inflight) {
 		}
 		return
 	}
-	errs := b.confirms.Wait()
-	confirmed := make([]store.Claimed, 0, len(b.rows))
-	var failed []int
-	for i, err := range errs {
-		if err == nil {
-			confirmed = append(confirmed, b.rows[i])
-		} else {
-			failed = append(failed, i)
-		}
-	}
-	// The confirmed are in the queue: the depth last read counts them
-	// until the next read (an offer's window; Offer).
-	r.depth.Add(int64(len(confirmed)))
-	if len(confirmed) > 0 {
-		r.disconnected.Store(false) // the broker confirms again: offers may resume
-	}
-	r.unconfirmed.Add(-int64(len(b.rows)))
+	errs, confirmed, failed := r.confirmed(b)
 	published := 0
 	if len(confirmed) > 0 {
 		if h := r.Hooks.BeforeMark; h != nil && !h(confirmed) {
@@ -884,6 +898,75 @@ func (r *Relay) settle(ctx context.Context, b inflight) {
 	}
 }
 
+// confirmed waits for a batch's confirms and splits its rows into the
+// confirmed and the places of the others, with each row's outcome.
+func (r *Relay) confirmed(b inflight) (errs []error, confirmed []store.Claimed, failed []int) {
+	if b.confirms == nil {
+		return nil, nil, nil
+	}
+	errs = b.confirms.Wait()
+	confirmed = make([]store.Claimed, 0, len(b.rows))
+	for i, err := range errs {
+		if err == nil {
+			confirmed = append(confirmed, b.rows[i])
+		} else {
+			failed = append(failed, i)
+		}
+	}
+	// The confirmed are in the queue: the depth last read counts them
+	// until the next read (an offer's window; Offer).
+	r.depth.Add(int64(len(confirmed)))
+	if len(confirmed) > 0 {
+		r.disconnected.Store(false) // the broker confirms again: offers may resume
+	}
+	r.unconfirmed.Add(-int64(len(b.rows)))
+	return errs, confirmed, failed
+}
+
+// settleHeld settles a batch of a held claim: its transaction commits with
+// the confirmed rows PUBLISHED, those the gate held back PENDING until
+// their deferral ends, and the others (not confirmed) PUBLISHING, which
+// then take the fenced writes a batch claimed PUBLISHING takes (retry,
+// fail).
+func (r *Relay) settleHeld(ctx, wctx context.Context, b inflight) {
+	errs, confirmed, failed := r.confirmed(b)
+	defer r.heldDone(b)
+	if h := r.Hooks.BeforeMark; h != nil && len(confirmed) > 0 && !h(confirmed) {
+		b.hold.Rollback(wctx) // as if the process died: the rows are PENDING again
+		return
+	}
+	unpublished := make([]store.Fence, 0, len(failed))
+	for _, i := range failed {
+		unpublished = append(unpublished, b.rows[i].Fence)
+	}
+	putBack := make([]store.OutboxRetryParams, len(b.held))
+	for i, h := range b.held {
+		putBack[i] = store.OutboxRetryParams{Fence: h.row.Fence, Delay: h.ruling.Defer, Reason: h.ruling.Reason}
+	}
+	if err := b.hold.Commit(wctx, unpublished, putBack); err != nil {
+		// The rows are PENDING again, or the commit took and those not
+		// published wait for their lease; either way a row published is
+		// published again, and the consumer's claim acks the second copy
+		// without a call.
+		r.Logger.LogAttrs(ctx, slog.LevelWarn, "relay: could not commit a held claim; its rows are published again",
+			slog.String("lane", string(r.Lane)), slog.Int("rows", len(b.rows)+len(b.held)), slog.Any("error", err))
+		if h := r.Hooks.AfterSettle; h != nil {
+			h(0, 0)
+		}
+		return
+	}
+	r.Metrics.DispatchN(r.Lane, ResultPublished, len(confirmed))
+	for _, h := range b.held {
+		r.settler.report(ctx, h.row, ResultDeferred, true, nil)
+	}
+	for _, i := range failed {
+		r.retry(wctx, b.rows[i], errs[i])
+	}
+	if h := r.Hooks.AfterSettle; h != nil {
+		h(len(confirmed), len(failed))
+	}
+}
+
 // retry returns a row whose publish was not confirmed to PENDING.
 func (r *Relay) retry(ctx context.Context, row store.Claimed, cause error) {
 	var (
@@ -902,4 +985,92 @@ func (r *Relay) retry(ctx context.Context, row store.Claimed, cause error) {
 		result, ok, err = r.settler.backOff(ctx, row, "PUBLISH_FAILED", cause)
 	}
 	r.settler.report(ctx, row, result, ok, err)
+}
+
+// claim claims the lane's next rows: held until their confirms when the
+// store can hold a claim (store.OutboxHolder), each scope past the rows
+// this relay already holds in it but at least once every HoldRecheck.
+func (r *Relay) claim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, store.Hold, error) {
+	holder, ok := r.Store.(store.OutboxHolder)
+	if !ok {
+		rows, err := r.Store.OutboxClaim(ctx, p)
+		return rows, nil, err
+	}
+	rows, hold, err := holder.OutboxClaimHold(ctx, p, r.heldPast())
+	if err == nil && len(rows) > 0 {
+		r.heldAdd(rows)
+	}
+	return rows, hold, err
+}
+
+// HoldRecheck is how often at most a relay's held claims pass the rows
+// it holds (store.OutboxHolder's HeldPast): a row that fell due behind
+// them, whose claim would otherwise wait for the scope's held rows to
+// settle (under a steady backlog, for the backlog's end), waits at most
+// this long.
+const HoldRecheck = time.Second
+
+// heldScope is a tenant's scope's rows this relay holds in claims not yet
+// settled: how many, and the last by due time and id.
+type heldScope struct {
+	n    int
+	last store.HeldPast
+}
+
+// heldPast is the HeldPast of every scope with rows held, or nil for a
+// claim that passes them (every HoldRecheck, or nothing held).
+func (r *Relay) heldPast() []store.HeldPast {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	now := time.Now()
+	if len(r.heldRows) == 0 || now.Sub(r.heldRecheck) >= HoldRecheck {
+		r.heldRecheck = now
+		return nil
+	}
+	past := make([]store.HeldPast, 0, len(r.heldRows))
+	for _, h := range r.heldRows {
+		past = append(past, h.last)
+	}
+	return past
+}
+
+// heldAdd counts a held claim's rows.
+func (r *Relay) heldAdd(rows []store.Claimed) {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	if r.heldRows == nil {
+		r.heldRows = map[scopeOf]*heldScope{}
+	}
+	for _, row := range rows {
+		k := scopeOf{row.Tenant, row.Scope}
+		h := r.heldRows[k]
+		if h == nil {
+			h = &heldScope{last: store.HeldPast{Tenant: row.Tenant, Scope: row.Scope}}
+			r.heldRows[k] = h
+		}
+		h.n++
+		if at := row.AvailableAt; at.After(h.last.AvailableAt) || (at.Equal(h.last.AvailableAt) && row.Fence.ID > h.last.ID) {
+			h.last.AvailableAt, h.last.ID = at, row.Fence.ID
+		}
+	}
+}
+
+// heldDone uncounts a settled held claim's rows.
+func (r *Relay) heldDone(b inflight) {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	done := func(row store.Claimed) {
+		k := scopeOf{row.Tenant, row.Scope}
+		if h := r.heldRows[k]; h != nil {
+			if h.n--; h.n <= 0 {
+				delete(r.heldRows, k)
+			}
+		}
+	}
+	for _, row := range b.rows {
+		done(row)
+	}
+	for _, h := range b.held {
+		done(h.row)
+	}
 }

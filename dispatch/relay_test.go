@@ -67,6 +67,9 @@ func runRelay(t *testing.T, r *dispatch.Relay) (stop func()) {
 	return testenv.Start(t, r.Run)
 }
 
+// On PostgreSQL the relay holds its claims until their confirms
+// (store.OutboxHolder): one row version a row; SQLite claims PUBLISHING
+// and marks.
 func TestRelayMarksConfirmedRowsPublished(t *testing.T) {
 	t.Parallel()
 	eachStore(t, testRelayMarksConfirmedRowsPublished)

@@ -629,6 +629,54 @@ type Claimed struct {
 	Fence Fence
 	// Attempts counts the dispatcher's earlier failed attempts on the row.
 	Attempts int
+	// AvailableAt is when the row fell due (read by a held claim,
+	// OutboxHolder, for its HeldPast; zero otherwise).
+	AvailableAt time.Time
+}
+
+// OutboxHolder is an outbox whose relay claims can be held in a
+// transaction until the broker has confirmed them (PostgreSQL; SQLite's
+// one writer cannot hold a transaction open beside the others). A held
+// claim writes each row PUBLISHED at once, its one row version, instead of
+// PUBLISHING and then PUBLISHED: every other transaction still sees the
+// rows PENDING with their old token until the claim commits, and a claim
+// that rolls back, or whose process or connection dies, leaves them
+// PENDING, due at once, for the next claim. Writes fenced by the new token
+// (a consumer putting a row back, store.Deferrals) wait for the commit.
+type OutboxHolder interface {
+	// OutboxClaimHold claims as OutboxClaim does with Publishing, in a
+	// transaction it leaves open (no rows: nothing held, and a nil Hold).
+	// Each Past entry is a tenant's scope whose rows this relay already
+	// holds: the claim starts past Past's row in it, as the rows up to it
+	// are held (skipping them one by one costs what the held claim
+	// saves). A row that falls due behind it is found by a claim without
+	// Past.
+	OutboxClaimHold(ctx context.Context, p OutboxClaimParams, past []HeldPast) ([]Claimed, Hold, error)
+}
+
+// HeldPast is the last row (by due time and id) a relay holds in a
+// tenant's scope (OutboxHolder).
+type HeldPast struct {
+	Tenant, Scope string
+	AvailableAt   time.Time
+	ID            int64
+}
+
+// Hold is an open held claim (OutboxHolder).
+type Hold interface {
+	// Commit ends the claim: its rows are PUBLISHED, but for those named
+	// in unpublished (not confirmed by the broker), which are left
+	// PUBLISHING under the claim's owner and lease, as a claim that did
+	// not hold leaves its rows, for the relay's fenced writes (retry,
+	// fail) to follow, and those in putBack (not published: the relay's
+	// gate deferred them), PENDING again as OutboxRetry leaves a row (Failed
+	// is ignored: a put back is no failed attempt). An error leaves it
+	// unknown whether the commit took (a lost connection): the rows are
+	// then either committed or PENDING again.
+	Commit(ctx context.Context, unpublished []Fence, putBack []OutboxRetryParams) error
+	// Rollback ends the claim with nothing written: the rows are PENDING
+	// again with their old token.
+	Rollback(ctx context.Context)
 }
 
 // OutboxRetryParams puts a claimed row back.

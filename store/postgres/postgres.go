@@ -145,6 +145,21 @@ type Options struct {
 	// as it stays frozen. A process that is alive checks its session every
 	// LeaderInterval. At least 3 × LeaderInterval. Defaults to 30 seconds.
 	LeaderIdleTimeout time.Duration
+	// HoldTimeout ends the session of a relay's held claim
+	// (store.OutboxHolder) that stays idle in its transaction this long
+	// (idle_in_transaction_session_timeout): a process stopped without
+	// dying (SIGSTOP, a paused container) would otherwise hold its rows
+	// for as long as it stays stopped. It must outlast a publish and its
+	// confirm timeout, as a lease must. Defaults to 1 minute.
+	HoldTimeout time.Duration
+	// HoldConns caps the connections of the relays' held claims, opened as
+	// they are needed: each batch a relay has in flight holds one until its
+	// confirms, as do the batch being published and the next claim. A
+	// claim past it waits for a batch to settle, as a relay past its
+	// InFlight does. Defaults to 12: a lane's four batches awaiting
+	// confirms, one being published and its next claim, for two lanes at
+	// full pace.
+	HoldConns int
 	// NotifyInterval is the least time between two NOTIFYs of one lane from
 	// this store: creates inside it share one trailing NOTIFY at its end
 	// instead of each sending its own (see notifier). Defaults to 10
@@ -176,13 +191,20 @@ const DefaultMaxConns = 16
 
 // Store is the PostgreSQL driver.
 type Store struct {
-	pool    *pgxpool.Pool
-	claims  *pgxpool.Pool   // the claim's own connections (claimPoolConfig)
-	pipe    *pipeline       // group commit for the hot single statements
-	connCfg *pgx.ConnConfig // for the dedicated listener and leader connections
-	clock   clock.Clock     // nil: the database server's clock
-	logger  *slog.Logger
-	wakeups *store.Wakeups
+	pool   *pgxpool.Pool
+	claims *pgxpool.Pool // the claim's own connections (claimPoolConfig)
+	// holdPool is the relay's held claims' connections (hold.go), opened
+	// on first use, under holdMu; holdTimeout ends a held claim's session
+	// that stays idle in its transaction (Options.HoldTimeout).
+	holdMu      sync.Mutex
+	holdPool    *pgxpool.Pool
+	holdTimeout time.Duration
+	holdConns   int32
+	pipe        *pipeline       // group commit for the hot single statements
+	connCfg     *pgx.ConnConfig // for the dedicated listener and leader connections
+	clock       clock.Clock     // nil: the database server's clock
+	logger      *slog.Logger
+	wakeups     *store.Wakeups
 
 	channels     map[heraldtype.Lane]string
 	lanes        map[string]heraldtype.Lane
@@ -414,6 +436,14 @@ func newStore(ctx context.Context, pool, claims *pgxpool.Pool, connCfg *pgx.Conn
 		s.leaderIdle = 30 * time.Second
 	}
 	s.leaderIdle = max(s.leaderIdle, 3*s.leaderInterval)
+	s.holdTimeout = opts.HoldTimeout
+	if s.holdTimeout <= 0 {
+		s.holdTimeout = time.Minute
+	}
+	s.holdConns = int32(opts.HoldConns)
+	if s.holdConns <= 0 {
+		s.holdConns = defaultHoldConns
+	}
 	if opts.NotifyInterval <= 0 {
 		opts.NotifyInterval = 10 * time.Millisecond
 	}
@@ -506,6 +536,11 @@ func (s *Store) Close() error {
 	s.wg.Wait()
 	s.pipe.close()
 	s.claims.Close()
+	s.holdMu.Lock()
+	if s.holdPool != nil {
+		s.holdPool.Close()
+	}
+	s.holdMu.Unlock()
 	s.pool.Close()
 	return nil
 }
