@@ -160,56 +160,24 @@ func (s *Store) OutboxClaimHold(ctx context.Context, p store.OutboxClaimParams, 
 }
 
 func (s *Store) claimHeld(ctx context.Context, tx pgx.Tx, p store.OutboxClaimParams, past []store.HeldPast) ([]store.Claimed, error) {
-	var skip *string
-	if p.Skip != "" {
-		skip = &p.Skip
-	}
-	memTenants, memScopes := make([]string, 0, len(p.Scopes)), make([]string, 0, len(p.Scopes))
-	for t, sc := range p.Scopes {
-		memTenants, memScopes = append(memTenants, t), append(memScopes, sc)
-	}
-	pastTenants, pastScopes := make([]string, len(past)), make([]string, len(past))
-	pastAt, pastID := make([]time.Time, len(past)), make([]int64, len(past))
-	for i, h := range past {
-		pastTenants[i], pastScopes[i], pastAt[i], pastID[i] = h.Tenant, h.Scope, h.AvailableAt, h.ID
-	}
 	q := qOutboxClaimHold
 	if p.Profiles {
 		q = qOutboxClaimHoldProfiles
 	}
-	rows, err := tx.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(heraldtype.OutboxPublished),
-		skip, p.After, memTenants, memScopes, p.SkipScope, nullInt(p.SkipCapped()), pastTenants, pastScopes, pastAt, pastID)
-	if err != nil {
-		return nil, s.fail("held claim of outbox batch", err)
+	if past == nil {
+		past = []store.HeldPast{} // a held claim's, with no scope to start past
 	}
-	defer rows.Close()
-	var out []store.Claimed
-	for rows.Next() {
-		var c store.Claimed
-		var ch, params string
-		var expires, profileAt *time.Time
-		dest := []any{&c.Fence.ID, &c.Fence.Token, &c.NotificationID, &c.MessageID, &ch, &c.Attempts,
-			&c.Tenant, &c.Recipient, &c.EventID, &c.Kind, &params, &expires, &c.Scope, &c.Fence.OffChain}
-		if p.Profiles {
-			// For the relay's gate, as OutboxClaim reads them.
-			c.Known = &heraldtype.Known{ProfileRead: true, Delivery: true}
-			dest = append(dest, &c.Known.Profile, &profileAt)
-		}
-		if err := rows.Scan(append(dest, &c.AvailableAt)...); err != nil {
-			return nil, s.fail("held claim of outbox batch: scan", err)
-		}
-		if profileAt != nil {
-			c.Known.ProfileUpdatedAt = *profileAt
-		}
-		c.OutboxID, c.Lane, c.Channel = c.Fence.ID, p.Lane, heraldtype.Channel(ch)
-		c.Fence.NotificationID, c.Fence.Channel = c.NotificationID, c.Channel
-		c.Params, c.ExpiresAt = []byte(params), utcPtr(expires)
-		out = append(out, c)
+	return s.runClaim(ctx, tx, q, p, heraldtype.OutboxPublished, past)
+}
+
+// heldPastArrays is past as the held claim's $13..$16.
+func heldPastArrays(past []store.HeldPast) []any {
+	tenants, scopes := make([]string, len(past)), make([]string, len(past))
+	at, id := make([]time.Time, len(past)), make([]int64, len(past))
+	for i, h := range past {
+		tenants[i], scopes[i], at[i], id[i] = h.Tenant, h.Scope, h.AvailableAt, h.ID
 	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail("held claim of outbox batch", err)
-	}
-	return out, nil
+	return []any{tenants, scopes, at, id}
 }
 
 // heldClaim is an open held claim (store.Hold).

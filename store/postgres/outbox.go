@@ -35,6 +35,19 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	}
 	// On the claim's own connections, prepared and planned once each
 	// (claimPoolConfig).
+	return s.runClaim(ctx, s.claims, q, p, p.State(), nil)
+}
+
+// runClaim runs the claim statement q on db with p's arguments, and, for a
+// held claim (past not nil, hold.go), past's, and reads the claimed rows.
+func (s *Store) runClaim(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, q string, p store.OutboxClaimParams, state heraldtype.OutboxState, past []store.HeldPast) ([]store.Claimed, error) {
+	held := past != nil
+	what := "claim outbox batch"
+	if held {
+		what = "held claim of outbox batch"
+	}
 	var skip *string
 	if p.Skip != "" {
 		skip = &p.Skip
@@ -43,10 +56,14 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	for t, sc := range p.Scopes {
 		memTenants, memScopes = append(memTenants, t), append(memScopes, sc)
 	}
-	rows, err := s.claims.Query(ctx, q, s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(p.State()), skip, p.After,
-		memTenants, memScopes, p.SkipScope, nullInt(p.SkipCapped()))
+	args := []any{s.now(), string(p.Lane), p.Limit, p.Owner, p.Lease, string(state), skip, p.After,
+		memTenants, memScopes, p.SkipScope, nullInt(p.SkipCapped())}
+	if held {
+		args = append(args, heldPastArrays(past)...)
+	}
+	rows, err := db.Query(ctx, q, args...)
 	if err != nil {
-		return nil, s.fail("claim outbox batch", err)
+		return nil, s.fail(what, err)
 	}
 	defer rows.Close()
 	var out []store.Claimed
@@ -68,8 +85,11 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 		default:
 			dest = append(dest, &c.Fence.OffChain)
 		}
+		if held {
+			dest = append(dest, &c.AvailableAt)
+		}
 		if err := rows.Scan(dest...); err != nil {
-			return nil, s.fail("claim outbox batch: scan", err)
+			return nil, s.fail(what+": scan", err)
 		}
 		c.OutboxID, c.Lane, c.Channel = c.Fence.ID, p.Lane, heraldtype.Channel(ch)
 		c.Fence.NotificationID, c.Fence.Channel = c.NotificationID, c.Channel
@@ -82,8 +102,9 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	}
 	if err := rows.Err(); err != nil {
 		// The statement may have committed before the connection failed;
-		// those rows come back when their lease runs out.
-		return nil, s.fail("claim outbox batch", err)
+		// those rows come back when their lease runs out (a held claim's
+		// are PENDING again if it did not).
+		return nil, s.fail(what, err)
 	}
 	return out, nil
 }
