@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,24 +132,22 @@ func (c *Config) QuietHoursRules() (QuietHoursRule, map[string]QuietHoursRule, e
 // reader who wrote the quiet hours themselves (start 21:00, end 08:00)
 // sends marketing only at night. Call it on a config that validated.
 func (c *Config) QuietHoursWarnings() []string {
+	def, tenants, err := c.QuietHoursRules()
+	if err != nil {
+		return nil
+	}
 	var out []string
-	check := func(key string, over QuietHoursWindow) {
-		r, err := c.QuietHours.resolve(key, over)
-		if err != nil || !r.Enabled || !r.atNight() {
+	check := func(key string, r QuietHoursRule) {
+		if !r.Enabled || !r.atNight() {
 			return
 		}
 		out = append(out, fmt.Sprintf("%s: marketing may go from %s to %s on the recipient's clock, which includes the night "+
 			"(21:00 to 08:00, when the law keeps advertising quiet): start and end bound when marketing may go, "+
 			"so quiet hours of 21:00 to 08:00 are start: \"08:00\", end: \"21:00\"", key, clockOf(r.Start), clockOf(r.End)))
 	}
-	check("quiet_hours", QuietHoursWindow{})
-	tenants := make([]string, 0, len(c.QuietHours.Tenants))
-	for t := range c.QuietHours.Tenants {
-		tenants = append(tenants, t)
-	}
-	sort.Strings(tenants)
-	for _, t := range tenants {
-		check("quiet_hours.tenants."+t, c.QuietHours.Tenants[t])
+	check("quiet_hours", def)
+	for _, t := range slices.Sorted(maps.Keys(tenants)) {
+		check("quiet_hours.tenants."+t, tenants[t])
 	}
 	return out
 }

@@ -164,10 +164,7 @@ func (s *Store) claimHeld(ctx context.Context, tx pgx.Tx, p store.OutboxClaimPar
 	if p.Profiles {
 		q = qOutboxClaimHoldProfiles
 	}
-	if past == nil {
-		past = []store.HeldPast{} // a held claim's, with no scope to start past
-	}
-	return s.runClaim(ctx, tx, q, p, heraldtype.OutboxPublished, past)
+	return s.runClaim(ctx, tx, q, p, heraldtype.OutboxPublished, true, past)
 }
 
 // heldPastArrays is past as the held claim's $13..$16.

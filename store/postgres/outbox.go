@@ -35,15 +35,14 @@ func (s *Store) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]s
 	}
 	// On the claim's own connections, prepared and planned once each
 	// (claimPoolConfig).
-	return s.runClaim(ctx, s.claims, q, p, p.State(), nil)
+	return s.runClaim(ctx, s.claims, q, p, p.State(), false, nil)
 }
 
 // runClaim runs the claim statement q on db with p's arguments, and, for a
-// held claim (past not nil, hold.go), past's, and reads the claimed rows.
+// held claim (hold.go), past's, and reads the claimed rows.
 func (s *Store) runClaim(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, q string, p store.OutboxClaimParams, state heraldtype.OutboxState, past []store.HeldPast) ([]store.Claimed, error) {
-	held := past != nil
+}, q string, p store.OutboxClaimParams, state heraldtype.OutboxState, held bool, past []store.HeldPast) ([]store.Claimed, error) {
 	what := "claim outbox batch"
 	if held {
 		what = "held claim of outbox batch"

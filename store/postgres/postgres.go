@@ -191,20 +191,22 @@ const DefaultMaxConns = 16
 
 // Store is the PostgreSQL driver.
 type Store struct {
-	pool   *pgxpool.Pool
-	claims *pgxpool.Pool // the claim's own connections (claimPoolConfig)
+	pool    *pgxpool.Pool
+	claims  *pgxpool.Pool   // the claim's own connections (claimPoolConfig)
+	pipe    *pipeline       // group commit for the hot single statements
+	connCfg *pgx.ConnConfig // for the dedicated listener and leader connections
+	clock   clock.Clock     // nil: the database server's clock
+	logger  *slog.Logger
+	wakeups *store.Wakeups
+
 	// holdPool is the relay's held claims' connections (hold.go), opened
-	// on first use, under holdMu; holdTimeout ends a held claim's session
-	// that stays idle in its transaction (Options.HoldTimeout).
+	// on first use (holdConns at most), under holdMu; holdTimeout ends a
+	// held claim's session that stays idle in its transaction
+	// (Options.HoldTimeout).
 	holdMu      sync.Mutex
 	holdPool    *pgxpool.Pool
 	holdTimeout time.Duration
 	holdConns   int32
-	pipe        *pipeline       // group commit for the hot single statements
-	connCfg     *pgx.ConnConfig // for the dedicated listener and leader connections
-	clock       clock.Clock     // nil: the database server's clock
-	logger      *slog.Logger
-	wakeups     *store.Wakeups
 
 	channels     map[heraldtype.Lane]string
 	lanes        map[string]heraldtype.Lane
