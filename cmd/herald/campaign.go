@@ -299,6 +299,13 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "herald: note: at least %s %s not ended yet (held by quiet hours, retrying or parked); "+
 			"GET /v1/campaigns/%s shows the counts as they end\n", plural(int(waiting), "send"), verb, created.ID)
 	}
+	if st.Suppressed > 0 {
+		// All of a first campaign's sends suppressed, for want of consent
+		// to marketing, reads like a failure: say why it may be so.
+		fmt.Fprintf(stderr, "herald: note: %s suppressed, not sent: no consent to the kind's category, the recipient suppressed, or no address "+
+			"or device for the channel; GET /v1/notifications?kind=%s&state=SUPPRESSED gives each one's reason\n",
+			plural(int(st.Suppressed), "send"), neturl.QueryEscape(*kind))
+	}
 	return nil
 }
 

@@ -83,6 +83,11 @@ func TestCampaignSend(t *testing.T) {
 	if code != 0 || strings.Fields(out)[1] != first || !strings.Contains(out, "DONE 25/25 enqueued") {
 		t.Fatalf("campaign send again: exit %d\n%s%s; want campaign %s again, DONE", code, out, errb, first)
 	}
+	// The suppressed sends are said to be so, and where to read why.
+	if want := "herald: note: 49 sends suppressed, not sent: no consent to the kind's category, the recipient suppressed, or no address or device " +
+		"for the channel; GET /v1/notifications?kind=coupon.expiring&state=SUPPRESSED gives each one's reason\n"; !strings.Contains(errb, want) {
+		t.Fatalf("campaign send again: stderr %q, want the note %q", errb, want)
+	}
 
 	// The file changed by a row is another campaign, to everyone in it:
 	// while the first is not cancelled, it is left DRAFT, unsent, until
