@@ -446,11 +446,14 @@ func TestFifthFailedAttemptAlertsWithTheTenant(t *testing.T) {
 }
 
 // claimLog wraps the outbox to record each claim: when it began, its
-// limit and how many rows it took.
+// limit and how many rows it took. after, when set before the claimer
+// starts, runs after each claim's statement and before the claimer sees
+// its rows.
 type claimLog struct {
 	store.Outbox
 	mu     sync.Mutex
 	claims []loggedClaim
+	after  func(began time.Time)
 }
 
 type loggedClaim struct {
@@ -461,6 +464,9 @@ type loggedClaim struct {
 func (c *claimLog) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]store.Claimed, error) {
 	began := time.Now()
 	rows, err := c.Outbox.OutboxClaim(ctx, p)
+	if c.after != nil {
+		c.after(began)
+	}
 	c.mu.Lock()
 	c.claims = append(c.claims, loggedClaim{began: began, limit: p.Limit, took: len(rows)})
 	c.mu.Unlock()
@@ -488,11 +494,32 @@ func (c *claimLog) limits() []int {
 // TestAWokenClaimerLooksAgain: rows that commit just after the claim a
 // wake-up caused, with no wake-up of their own (herald.Client throttles
 // them), are taken by the claimer's second look, not at its next poll (an
-// hour here).
+// hour here). The row commits inside the woken claim, after its
+// statement: committed by the test once that claim had returned, it missed
+// the second look whenever the commit took longer than ClaimAgainAfterWake
+// (a loaded machine, under -race).
 func TestAWokenClaimerLooksAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	out := &claimLog{Outbox: b.store}
+	var wokeAt atomic.Int64 // when the wake-up was sent, in Unix nanoseconds
+	ready, committed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	out.after = func(began time.Time) {
+		if w := wokeAt.Load(); w == 0 || began.UnixNano() <= w {
+			return
+		}
+		once.Do(func() {
+			select {
+			case ready <- struct{}{}:
+				select {
+				case <-committed:
+				case <-time.After(testenv.Patience):
+				}
+			case <-time.After(testenv.Patience):
+			}
+		})
+	}
 	wake := make(chan struct{}, 1)
 	c := dispatch.NewClaimer(dispatch.ClaimerConfig{
 		Lane: heraldtype.LaneTransactional, Store: out, Wake: wake, Sender: b.sender(sender.Hooks{}), Owner: "c",
@@ -500,10 +527,19 @@ func TestAWokenClaimerLooksAgain(t *testing.T) {
 	})
 	stop := run(t, c)
 	defer stop()
-	testenv.WaitFor(t, "the first claim", testenv.Patience, func() bool { return out.count() == 1 })
+	// The first claim, at the start, found the lane drained and looked
+	// once more after ClaimAgainAfterWake; after that only a wake-up starts
+	// a claim (or the poll, an hour away).
+	testenv.WaitFor(t, "the first claim and its second look", testenv.Patience, func() bool { return out.count() == 2 })
+	wokeAt.Store(time.Now().UnixNano())
 	wake <- struct{}{}
-	testenv.WaitFor(t, "the woken claim", testenv.Patience, func() bool { return out.count() == 2 })
+	select {
+	case <-ready:
+	case <-time.After(testenv.Patience):
+		t.Fatal("no claim began after the wake-up")
+	}
 	id := b.notify(t, "pay", heraldtype.LaneTransactional)
+	close(committed)
 	testenv.WaitFor(t, "the row taken by the second look", testenv.Patience, func() bool {
 		return b.entry(t, id).OutboxState == heraldtype.OutboxDone
 	})
