@@ -42,7 +42,10 @@ import (
 // or qOutboxClaimPublishingProfiles for the relay's gate) with three
 // changes, spliced in at init (holdSplice panics if the claim's text no
 // longer has a place, which every test of the package would show):
-// the rows go to PUBLISHED with no owner or lease; each scope's candidates
+// the rows go to PUBLISHED with no owner or lease (written as a CASE on
+// the state, always PUBLISHED here, so that the statement still uses $4
+// and $5, the owner and lease every claim binds: PostgreSQL refuses to
+// prepare a statement with a parameter it cannot type); each scope's candidates
 // start at the later of its first due row and the row after its HeldPast
 // ($13..$16: tenants, scopes, due times, ids; "after" is the same due time
 // and the next id, an index bound where "> HeldPast" would be a filter);
@@ -189,14 +192,22 @@ type heldClaim struct {
 func (h *heldClaim) Commit(ctx context.Context, unpublished []store.Fence, putBack []store.OutboxRetryParams) error {
 	err := store.ErrClosed
 	h.once.Do(func() {
+		// write runs one of the claim's own writes before its commit; a
+		// failed one ends the claim with nothing written.
+		write := func(what, q string, args ...any) bool {
+			if _, err = h.tx.Exec(ctx, q, args...); err != nil {
+				_ = h.tx.Rollback(context.WithoutCancel(ctx))
+				err = h.s.fail(what, err)
+				return false
+			}
+			return true
+		}
 		if len(unpublished) > 0 {
 			ids, tokens := make([]int64, len(unpublished)), make([]int64, len(unpublished))
 			for i, f := range unpublished {
 				ids[i], tokens[i] = f.ID, f.Token
 			}
-			if _, err = h.tx.Exec(ctx, qOutboxHoldUnpublished, h.s.now(), h.owner, h.lease, ids, tokens); err != nil {
-				_ = h.tx.Rollback(context.WithoutCancel(ctx))
-				err = h.s.fail("leave unpublished held rows PUBLISHING", err)
+			if !write("leave unpublished held rows PUBLISHING", qOutboxHoldUnpublished, h.s.now(), h.owner, h.lease, ids, tokens) {
 				return
 			}
 		}
@@ -206,9 +217,7 @@ func (h *heldClaim) Commit(ctx context.Context, unpublished []store.Fence, putBa
 			for i, p := range putBack {
 				ids[i], tokens[i], delays[i], reasons[i] = p.Fence.ID, p.Fence.Token, p.Delay.Microseconds(), p.Reason
 			}
-			if _, err = h.tx.Exec(ctx, qOutboxHoldPutBack, h.s.now(), ids, tokens, delays, reasons); err != nil {
-				_ = h.tx.Rollback(context.WithoutCancel(ctx))
-				err = h.s.fail("put held rows back", err)
+			if !write("put held rows back", qOutboxHoldPutBack, h.s.now(), ids, tokens, delays, reasons) {
 				return
 			}
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
-	"github.com/heraldhq/herald/store/storetest"
 )
 
 // Profile reads waiting in one batch run as one merged statement, and each
@@ -39,15 +38,9 @@ func TestMergedProfileReadsMatchSingleOnes(t *testing.T) {
 	queued, release := hold(t, s.pipe, s.pool, 4344)
 	got := make([]store.Profile, len(reads))
 	errs := make([]error, len(reads))
-	done := make(chan struct{}, len(reads))
-	for i, r := range reads {
-		go func() { got[i], errs[i] = s.ProfileGet(ctx, r.tenant, r.recipient); done <- struct{}{} }()
-		storetest.Receive(t, queued, fmt.Sprintf("read %d was queued", i))
-	}
+	wait := queue(t, queued, len(reads), func(i int) { got[i], errs[i] = s.ProfileGet(ctx, reads[i].tenant, reads[i].recipient) })
 	release()
-	for i := range reads {
-		storetest.Receive(t, done, fmt.Sprintf("read %d returned", i))
-	}
+	wait()
 	mu.Lock()
 	if len(merged) != 1 || merged[0] != len(reads) {
 		t.Fatalf("merged statements stood for %v reads, want one for %d", merged, len(reads))
