@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldhq/herald/apikeys"
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 )
@@ -368,7 +369,7 @@ func TestGuardAnswersThrottledAndBusy(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testenv.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/app"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/lookup"
 )
 
@@ -95,7 +96,7 @@ kinds:
 // registered for the account, /v1/callbacks/{name}?token=…
 func bizppurioReport(t *testing.T, base, name, token, body string) int {
 	t.Helper()
-	resp, err := http.Post(base+"/v1/callbacks/"+name+"?token="+url.QueryEscape(token), "application/json", strings.NewReader(body))
+	resp, err := testenv.HTTP.Post(base+"/v1/callbacks/"+name+"?token="+url.QueryEscape(token), "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestStoreGaugesAreServedFromMemory(t *testing.T) {
 	t.Cleanup(srv.Close)
 	scrape := func() string {
 		t.Helper()
-		res, err := http.Get(srv.URL)
+		res, err := testenv.HTTP.Get(srv.URL)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldhq/herald/apikeys"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 func init() { apikeys.Iterations = 1000 } // the tests' stored keys
@@ -30,7 +31,7 @@ func TestKeysScopesAndLimitsFromConfig(t *testing.T) {
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(`{}`))
 		req.Header.Set("Authorization", "Bearer "+key)
 		req.Header.Set("Idempotency-Key", "k")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testenv.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -230,7 +230,7 @@ func TestQuietHoursOverHTTP(t *testing.T) {
 // /metrics prints them, in the order it prints them), "" when absent.
 func metric(t *testing.T, base, series string) string {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	resp, err := testenv.HTTP.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,7 +135,7 @@ func TestReadyz(t *testing.T) {
 		if err := a.Close(); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.Get(base + "/healthz")
+		resp, err := testenv.HTTP.Get(base + "/healthz")
 		if err != nil {
 			t.Fatal(err)
 		}

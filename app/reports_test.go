@@ -13,6 +13,7 @@ import (
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testdb"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/provider"
 )
@@ -90,7 +91,7 @@ func postCallback(t *testing.T, base, name, sig, body string) (int, string) {
 	if sig != "" {
 		req.Header.Set("X-Test-Signature", sig)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testenv.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

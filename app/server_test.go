@@ -99,7 +99,7 @@ func TestServerRefusesOversizedHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("X-Filler", strings.Repeat("x", 16<<10)) // net/http allows 4 KiB over the limit
-	res, err := http.DefaultClient.Do(req)
+	res, err := testenv.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestMetricsTokenAndListener(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		res, err := http.DefaultClient.Do(req)
+		res, err := testenv.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

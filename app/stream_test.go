@@ -10,6 +10,7 @@ import (
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/ssetest"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // mintToken mints a recipient token through herald's API.
@@ -20,7 +21,7 @@ func mintToken(t *testing.T, base, recipient string) string {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+config.DevAPIKey)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testenv.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func postShipped(t *testing.T, base, recipient, key string) string {
 	}
 	req.Header.Set("Authorization", "Bearer "+config.DevAPIKey)
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testenv.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func postEvent(t *testing.T, base, key, recipient, event, kind, params string) s
 	}
 	req.Header.Set("Authorization", "Bearer "+config.DevAPIKey)
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testenv.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/heraldhq/herald/app"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/lookup"
 )
 
@@ -104,7 +105,7 @@ kinds:
 		req, _ := http.NewRequest(http.MethodPost, base+u.Path+"?"+u.RawQuery, strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("X-Twilio-Signature", sig)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testenv.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 func TestRequireRecipient(t *testing.T) {
@@ -37,7 +38,7 @@ func TestRequireRecipient(t *testing.T) {
 		if authz != "" {
 			req.Header.Set("Authorization", authz)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testenv.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +87,7 @@ func TestRequireRecipient(t *testing.T) {
 	// Without tokens configured every request is refused.
 	none := httptest.NewServer(RequireRecipient(nil, keys)(h))
 	t.Cleanup(none.Close)
-	resp, err := http.Get(none.URL)
+	resp, err := testenv.HTTP.Get(none.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestRequiredRecipientWithoutMiddleware(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	resp, err := http.Get(srv.URL)
+	resp, err := testenv.HTTP.Get(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -267,7 +267,7 @@ func (s *server) start() {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		resp, err := http.Get("http://" + s.addr + "/healthz")
+		resp, err := testenv.HTTP.Get("http://" + s.addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

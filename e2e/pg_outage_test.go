@@ -215,7 +215,7 @@ func outage(t *testing.T, dbName, app string, srv *server) (cut, string) {
 	terminateHerald(t, app)
 	c := srv.client("crash-key")
 	status := func(path string) int {
-		resp, err := http.Get(c.base() + path)
+		resp, err := testenv.HTTP.Get(c.base() + path)
 		if err != nil {
 			return 0
 		}

@@ -75,7 +75,7 @@ func TestPostgresRestart(t *testing.T) {
 	srv.start()
 	c := srv.client("crash-key")
 	status := func(path string) int {
-		resp, err := http.Get(c.base() + path)
+		resp, err := testenv.HTTP.Get(c.base() + path)
 		if err != nil {
 			return 0
 		}

@@ -58,7 +58,7 @@ type readyz struct {
 
 func getReadyz(t *testing.T, addr string) readyz {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/readyz")
+	resp, err := testenv.HTTP.Get("http://" + addr + "/readyz")
 	if err != nil {
 		t.Fatalf("GET /readyz: %v", err)
 	}
@@ -130,7 +130,7 @@ func TestReadyzReflectsRabbitMQ(t *testing.T) {
 	}
 	healthy := func(t *testing.T, srv *server) {
 		t.Helper()
-		resp, err := http.Get("http://" + srv.addr + "/healthz")
+		resp, err := testenv.HTTP.Get("http://" + srv.addr + "/healthz")
 		if err != nil {
 			t.Fatalf("GET /healthz: %v", err)
 		}

@@ -30,6 +30,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // sinkCall is the body herald's webhook provider POSTs.
@@ -140,7 +142,7 @@ func apiDo(t *testing.T, method, addr, apiKey, path, idemKey string, body any) (
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testenv.HTTP.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -295,7 +297,7 @@ func scrapeMetrics(t *testing.T, addr string) map[string]*dto.MetricFamily {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testenv.HTTP.Do(req)
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
 	}

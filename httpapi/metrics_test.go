@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/httpapi"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/metrics"
 )
 
@@ -25,7 +26,7 @@ func TestFailedScrapeAnswersNoErrorText(t *testing.T) {
 	})
 	srv := httptest.NewServer(httpapi.MetricsHandler(m, "", slog.New(slog.NewTextHandler(io.Discard, nil))))
 	t.Cleanup(srv.Close)
-	res, err := http.Get(srv.URL)
+	res, err := testenv.HTTP.Get(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestMetricsTokenIsSentOnce(t *testing.T) {
 		for _, h := range tc.headers {
 			req.Header.Add("Authorization", h)
 		}
-		res, err := http.DefaultClient.Do(req)
+		res, err := testenv.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -127,7 +127,7 @@ func (h *handing) post(t *testing.T, key, event string) int {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(`{"recipient":"r1","event_id":"`+event+`","kind":"pay","params":{}}`))
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testenv.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestIntakeHandsItsRowsToItsClaimer(t *testing.T) {
 	h.panics.Store(true)
 	req, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(`{"recipient":"r1","event_id":"p","kind":"pay","params":{}}`))
 	req.Header.Set("Idempotency-Key", "panics")
-	if resp, err := http.DefaultClient.Do(req); err == nil { // the server drops the connection
+	if resp, err := testenv.HTTP.Do(req); err == nil { // the server drops the connection
 		resp.Body.Close()
 		t.Fatalf("a panicking create answered %d", resp.StatusCode)
 	}

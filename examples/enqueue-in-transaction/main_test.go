@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testapp"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testpg"
 )
 
@@ -80,7 +81,7 @@ func TestExample(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testenv.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -270,7 +270,7 @@ func TestHandlerAnswers(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.Header = h
-		resp, err := http.DefaultClient.Do(r)
+		resp, err := ts.Client().Do(r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,7 +306,7 @@ func TestHandlerAnswers(t *testing.T) {
 			func(context.Context, Notification) error { return handleErr }))
 		r, _ := http.NewRequest(http.MethodPost, failing.URL, strings.NewReader(string(req.body)))
 		r.Header = req.header.Clone()
-		resp, err := http.DefaultClient.Do(r)
+		resp, err := failing.Client().Do(r)
 		failing.Close()
 		if err != nil {
 			t.Fatal(err)

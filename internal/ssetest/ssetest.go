@@ -45,7 +45,7 @@ func Get(t testing.TB, url, token string, headers ...string) (*http.Response, co
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testenv.HTTP.Do(req)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/twilio"
 )
@@ -275,7 +276,7 @@ func TestFakeTwilioCallsBackTheURLItWasGiven(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, herald.URL+u.Path+"?"+u.RawQuery, strings.NewReader(params.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set(twilio.SignatureHeader, sign(authToken, statusCallback, params))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testenv.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
