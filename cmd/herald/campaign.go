@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,7 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
-	"slices"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +59,10 @@ func transient(err error) bool {
 	he := asHTTP(err)
 	return he == nil || he.status/100 == 5 || he.status == http.StatusRequestTimeout || he.status == http.StatusTooManyRequests
 }
+
+// betweenReadings runs between the two readings of the recipients file
+// (recipients.go): a test's seam for a file changed in between.
+var betweenReadings = func() {}
 
 // maxProgressWait caps the wait between two reads of the progress.
 const maxProgressWait = 30 * time.Second
@@ -159,57 +162,78 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		}
 		req.SendAt = &t
 	}
-	raw, err := os.ReadFile(*file)
-	if err != nil {
-		// As a mistake in the file: exit 2, in the same words.
-		return &cliError{code: 2, err: fmt.Errorf("%s: %s: cannot read it: %w", cmd.path(), *file, errors.Unwrap(err))}
-	}
-	list, err := readRecipients(raw)
-	if err != nil {
-		// The file is wrong, not the command line: no usage text.
-		return &cliError{code: 2, err: fmt.Errorf("%s: %s: %w", cmd.path(), *file, err)}
-	}
-	recipients := list.recipients
-	c := &apiClient{base: strings.TrimRight(*url, "/"), key: *apiKey, http: &http.Client{Timeout: 2 * time.Minute}}
-	ctx := context.Background()
-	c.noteUnusedColumns(ctx, stderr, *kind, list.columns)
-
 	// The same command again (the same kind, params and file) names the
 	// same campaign: its key replays the create, and the pages add nobody
 	// twice, so a send that was interrupted is resumed by running it again.
 	body, _ := json.Marshal(req)
-	sum := sha256.Sum256(append(append(body, 0), raw...))
+	key := sha256.New()
+	key.Write(append(body, 0))
+	f, err := os.Open(*file)
+	if err != nil {
+		// As a mistake in the file: exit 2, in the same words.
+		return &cliError{code: 2, err: fmt.Errorf("%s: %s: cannot read it: %w", cmd.path(), *file, errors.Unwrap(err))}
+	}
+	defer f.Close()
+	// The survey's memory is its rows (28 bytes each, recipients.go): a
+	// tighter GC target keeps the garbage of parsing them from doubling it
+	// (a file of five million: 444 MB at the default, 329 MB).
+	gc := debug.SetGCPercent(25)
+	list, err := surveyRecipients(f, key)
+	debug.SetGCPercent(gc)
+	if err != nil {
+		// The file is wrong, not the command line: no usage text.
+		return &cliError{code: 2, err: fmt.Errorf("%s: %s: %w", cmd.path(), *file, err)}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		// It is read twice (recipients.go): a pipe cannot be.
+		return &cliError{code: 2, err: fmt.Errorf("%s: %s: cannot read it a second time (a pipe?): give a file", cmd.path(), *file)}
+	}
+	betweenReadings()
+	c := &apiClient{base: strings.TrimRight(*url, "/"), key: *apiKey, http: &http.Client{Timeout: 2 * time.Minute}}
+	ctx := context.Background()
+	c.noteUnusedColumns(ctx, stderr, *kind, list.columns)
+
 	// The first page goes with the create, so a file the kind refuses
 	// (a param missing for every recipient, say) creates nothing.
-	all := pages(recipients, len(req.Params))
-	first := len(all[0])
-	req.Recipients = all[0]
+	pages := newPageReader(f, list, len(req.Params))
+	first, err := pages.page()
+	if err != nil {
+		return fmt.Errorf("%s: %w; nothing was sent", *file, err)
+	}
+	req.Recipients = first.recipients
 	var created struct{ ID string }
-	if err := c.do(ctx, http.MethodPost, "/v1/campaigns", "cli-"+hex.EncodeToString(sum[:16]), req, &created); err != nil {
-		return resumable(fmt.Errorf("create the campaign with recipients 1..%d: %s%w", first, list.line(err, 0), err))
+	if err := c.do(ctx, http.MethodPost, "/v1/campaigns", "cli-"+hex.EncodeToString(key.Sum(nil)[:16]), req, &created); err != nil {
+		return resumable(fmt.Errorf("create the campaign with recipients 1..%d: %s%w", len(first.recipients), first.line(err), err))
 	}
 	repeated := ""
 	switch {
-	case list.repeated == 1:
+	case len(list.repeated) == 1:
 		repeated = " (1 row repeating an earlier row, recipient and params, left out)"
-	case list.repeated > 1:
-		repeated = fmt.Sprintf(" (%d rows repeating earlier rows, recipient and params, left out)", list.repeated)
+	case len(list.repeated) > 1:
+		repeated = fmt.Sprintf(" (%d rows repeating earlier rows, recipient and params, left out)", len(list.repeated))
 	}
-	fmt.Fprintf(stdout, "campaign %s: %s%s\n", created.ID, plural(len(recipients), "recipient"), repeated)
+	fmt.Fprintf(stdout, "campaign %s: %s%s\n", created.ID, plural(list.count, "recipient"), repeated)
 	path := "/v1/campaigns/" + created.ID
 	if !*overlap {
 		if err := c.refuseOverlap(ctx, created.ID); err != nil {
 			return err
 		}
 	}
-	from := first
-	for _, page := range all[1:] {
-		err := c.do(ctx, http.MethodPost, path+"/recipients", "", map[string]any{"recipients": page}, nil)
+	for {
+		page, err := pages.page()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			// Pages read from another file may be in the draft: it goes.
+			return fmt.Errorf("%s: %w; %s", *file, err, c.endChangedDraft(ctx, created.ID))
+		}
+		err = c.do(ctx, http.MethodPost, path+"/recipients", "", map[string]any{"recipients": page.recipients}, nil)
 		if he := asHTTP(err); he != nil && he.status == http.StatusConflict {
 			break // started already (an earlier run added the pages), or a draft past its deadline: the start says which
 		}
 		if err != nil {
-			err = fmt.Errorf("add recipients %d..%d: %s%w", from+1, from+len(page), list.line(err, from), err)
+			err = fmt.Errorf("add recipients %d..%d: %s%w", page.from+1, page.from+len(page.recipients), page.line(err), err)
 			switch {
 			case overCap(err):
 				// An operator can raise the cap; then the same command
@@ -225,7 +249,6 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 			}
 			return err
 		}
-		from += len(page)
 	}
 	var st campaignProgress
 	if err := c.do(ctx, http.MethodPost, path+"/start", "", nil, &st); err != nil {
@@ -313,30 +336,6 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 // server's limit on a campaign request's body (16 MiB) with room for the
 // rest of the create.
 var maxPageBytes = 8 << 20
-
-// pages cuts the recipients into pages of at most campaign.MaxPage
-// recipients and maxPageBytes of JSON (each at least one recipient), so
-// recipients with long params go in smaller pages. A recipient with params
-// of its own counts the campaign's too (base bytes): the server keeps its
-// params merged over them, and bounds a page's merged params
-// (campaign.MaxPageParams). The same file always gives the same pages.
-func pages(rs []campaign.Recipient, base int) [][]campaign.Recipient {
-	var out [][]campaign.Recipient
-	start, size := 0, 0
-	for i, r := range rs {
-		b, _ := json.Marshal(r)
-		n := len(b) + 1 // and its comma
-		if r.Params != nil {
-			n += base
-		}
-		if i > start && (i-start == campaign.MaxPage || size+n > maxPageBytes) {
-			out = append(out, rs[start:i])
-			start, size = i, 0
-		}
-		size += n
-	}
-	return append(out, rs[start:])
-}
 
 // refused reports whether err is herald's definite refusal of a request
 // (a 4xx that the same request would get again), not an interruption the
@@ -476,6 +475,20 @@ func scopeText(scope string) string {
 	return " in scope " + scope
 }
 
+// endChangedDraft cancels the campaign id, created by this command from a
+// file that changed while it was read, unless an earlier run of the
+// command (the file as it was) started it; it says which.
+func (c *apiClient) endChangedDraft(ctx context.Context, id string) string {
+	var now campaignProgress
+	if err := c.do(ctx, http.MethodGet, "/v1/campaigns/"+id, "", nil, &now); err != nil {
+		return fmt.Sprintf("campaign %s may hold recipients of the changed file (reading its state: %v): cancel it unless an earlier run started it", id, err)
+	}
+	if now.State != "DRAFT" {
+		return fmt.Sprintf("campaign %s, started by an earlier run of the command with the file as it was, goes on (%s)", id, now.counts())
+	}
+	return c.cancelDraft(ctx, id)
+}
+
 // cancelDraft cancels the never-started campaign id and says what became
 // of it.
 func (c *apiClient) cancelDraft(ctx context.Context, id string) string {
@@ -483,137 +496,6 @@ func (c *apiClient) cancelDraft(ctx context.Context, id string) string {
 		return fmt.Sprintf("campaign %s is left DRAFT, never started (cancelling it: %v)", id, err)
 	}
 	return fmt.Sprintf("campaign %s cancelled before its start: nothing was sent", id)
-}
-
-// recipientFile is a recipients file as read: each recipient once, in
-// the file's order, with the line of the file it was read from (lines,
-// parallel), and how many rows repeated an earlier row.
-type recipientFile struct {
-	recipients []campaign.Recipient
-	lines      []int
-	repeated   int
-	// columns are the header's params columns (none without a header).
-	columns []string
-}
-
-// line is "line N of the file: " for a refusal of one recipient of a
-// page whose first is recipients[from] (the problem's param
-// "recipients[i]…"), or "" for any other error.
-func (f recipientFile) line(err error, from int) string {
-	he := asHTTP(err)
-	if he == nil {
-		return ""
-	}
-	rest, ok := strings.CutPrefix(he.param, "recipients[")
-	if !ok {
-		return ""
-	}
-	i, err := strconv.Atoi(rest[:max(0, strings.IndexByte(rest, ']'))])
-	if err != nil || i < 0 || from+i >= len(f.lines) {
-		return ""
-	}
-	return fmt.Sprintf("line %d of the file: ", f.lines[from+i])
-}
-
-// readRecipients reads a recipients file (readRecipients' flag help). A
-// leading UTF-8 byte-order mark (Excel's "CSV UTF-8" writes one) is not
-// part of the first cell, and rows with nothing in any cell (a trailing
-// ",," a spreadsheet leaves) are skipped. Cells are trimmed of the spaces
-// around them. A recipient gets one notification: a row repeating an
-// earlier row's recipient with the same params is left out (counted in
-// repeated), with other params it is refused, since no choice between
-// them would be the sender's. A file that is not UTF-8 (Excel's plain
-// "CSV" in a Korean locale writes CP949) is refused, never read as
-// something else. An error names the file's line.
-func readRecipients(raw []byte) (recipientFile, error) {
-	var f recipientFile
-	if nul := bytes.IndexByte(raw, 0); nul >= 0 {
-		// UTF-16 (Excel's "Unicode text") is valid UTF-8 byte by byte where
-		// it is ASCII, a NUL beside each letter.
-		return f, fmt.Errorf("line %d holds a NUL byte: is the file UTF-16? save it as UTF-8 (in Excel, \"CSV UTF-8\")",
-			1+bytes.Count(raw[:nul], []byte("\n")))
-	}
-	if !utf8.Valid(raw) {
-		bad := 0
-		for bad < len(raw) {
-			r, n := utf8.DecodeRune(raw[bad:])
-			if r == utf8.RuneError && n <= 1 {
-				break
-			}
-			bad += n
-		}
-		ends := []byte("\n")
-		if !bytes.Contains(raw, ends) {
-			ends = []byte("\r") // a file with old Mac line ends
-		}
-		return f, fmt.Errorf("line %d is not UTF-8 text: save the file as UTF-8 (in Excel, \"CSV UTF-8\"); its encoding is not guessed",
-			1+bytes.Count(raw[:bad], ends))
-	}
-	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(raw, []byte("\xEF\xBB\xBF"))))
-	r.FieldsPerRecord = -1
-	r.TrimLeadingSpace = true
-	var header []string
-	seen := map[string]int{} // recipient → its index in f.recipients
-	for first := true; ; first = false {
-		row, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return f, err
-		}
-		line, _ := r.FieldPos(0)
-		for i := range row {
-			row[i] = strings.TrimSpace(row[i])
-		}
-		if first && strings.EqualFold(row[0], "recipient") {
-			if err := checkHeader(row); err != nil {
-				return f, fmt.Errorf("line %d: %w", line, err)
-			}
-			header = row
-			f.columns = row[1:]
-			continue
-		}
-		if !slices.ContainsFunc(row, func(c string) bool { return c != "" }) {
-			continue
-		}
-		rc := campaign.Recipient{Recipient: row[0]}
-		switch {
-		case rc.Recipient == "":
-			return f, fmt.Errorf("line %d: no recipient in the first column", line)
-		case len(row) > 1 && header == nil:
-			return f, fmt.Errorf("line %d has %d columns; params columns need a header row (recipient,name,…) of as many", line, len(row))
-		case header != nil && len(row) != len(header):
-			return f, fmt.Errorf("line %d has %d columns, the header %d", line, len(row), len(header))
-		}
-		if len(row) > 1 {
-			// An empty cell is no param of the recipient's own: the
-			// campaign's (--params) applies, as a sheet's blank reads.
-			p := make(map[string]string, len(row)-1)
-			for j := 1; j < len(row); j++ {
-				if row[j] != "" {
-					p[header[j]] = row[j]
-				}
-			}
-			if len(p) > 0 {
-				rc.Params, _ = json.Marshal(p) // keys sorted: equal params marshal alike
-			}
-		}
-		if i, ok := seen[rc.Recipient]; ok {
-			if !bytes.Equal(f.recipients[i].Params, rc.Params) {
-				return f, fmt.Errorf("line %d repeats the recipient of line %d with other params: a recipient gets one notification; keep one of the rows",
-					line, f.lines[i])
-			}
-			f.repeated++
-			continue
-		}
-		seen[rc.Recipient] = len(f.recipients)
-		f.recipients, f.lines = append(f.recipients, rc), append(f.lines, line)
-	}
-	if len(f.recipients) == 0 {
-		return f, errors.New("no recipients")
-	}
-	return f, nil
 }
 
 // checkHeader refuses a header row whose params columns cannot name params:

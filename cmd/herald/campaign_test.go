@@ -260,17 +260,17 @@ func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 
 func TestReadRecipients(t *testing.T) {
 	t.Parallel()
-	f, err := readRecipients([]byte("u1\nu2\n\nu3\n"))
+	f, err := readRecipients([]byte("u1\nu2\n\nu3\n"), 0)
 	rs := f.recipients
 	if err != nil || len(rs) != 3 || rs[2].Recipient != "u3" || rs[0].Params != nil {
 		t.Fatalf("plain list = %+v, %v", rs, err)
 	}
-	f, err = readRecipients([]byte("recipient,name\nu1,Ann\n"))
+	f, err = readRecipients([]byte("recipient,name\nu1,Ann\n"), 0)
 	rs = f.recipients
 	if err != nil || len(rs) != 1 || string(rs[0].Params) != `{"name":"Ann"}` {
 		t.Fatalf("with a header = %+v, %v", rs, err)
 	}
-	if _, err := readRecipients([]byte("u1,Ann\n")); err == nil {
+	if _, err := readRecipients([]byte("u1,Ann\n"), 0); err == nil {
 		t.Fatal("params columns without a header were accepted")
 	}
 }
@@ -295,7 +295,7 @@ func TestReadRecipientsAsSpreadsheetsWriteThem(t *testing.T) {
 		// An empty cell leaves the campaign's param (--params) to apply.
 		{"empty cells", "recipient,coupon,date\nu1,VIP20,\nu2,,\n", []campaign.Recipient{{Recipient: "u1", Params: []byte(`{"coupon":"VIP20"}`)}, {Recipient: "u2"}}},
 	} {
-		f, err := readRecipients([]byte(c.file))
+		f, err := readRecipients([]byte(c.file), 0)
 		got := f.recipients
 		if err != nil || len(got) != len(c.want) {
 			t.Fatalf("%s: %+v, %v; want %+v", c.name, got, err, c.want)
@@ -320,7 +320,7 @@ func TestReadRecipientsAsSpreadsheetsWriteThem(t *testing.T) {
 		{"UTF-16 without a byte-order mark", "u\x001\x00\n\x00u\x002\x00\n\x00", "line 1 holds a NUL byte: is the file UTF-16?"},
 		{"a recipient repeated with other params", "recipient,coupon\nu1,A\nu2,B\n u1 ,C\n", "line 4 repeats the recipient of line 2 with other params"},
 	} {
-		if _, err := readRecipients([]byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := readRecipients([]byte(c.file), 0); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want an error with %q", c.name, err, c.want)
 		}
 	}
@@ -332,7 +332,7 @@ func TestReadRecipientsAsSpreadsheetsWriteThem(t *testing.T) {
 // left out.
 func TestReadRecipientsLeavesOutRepeatedRows(t *testing.T) {
 	t.Parallel()
-	f, err := readRecipients([]byte("recipient,coupon\nu1,A\nu2,\n  u1  ,A\nu2\t,\nu3,C\nu1,A\n"))
+	f, err := readRecipients([]byte("recipient,coupon\nu1,A\nu2,\n  u1  ,A\nu2\t,\nu3,C\nu1,A\n"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,14 +365,13 @@ func TestCampaignSendCutsPagesBySize(t *testing.T) {
 	if err := os.WriteFile(csvPath, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f, err := readRecipients([]byte(b.String()))
+	f, err := readRecipients([]byte(b.String()), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := f.recipients
-	ps := pages(rs, 0)
-	if withBase := pages(rs, 300); len(withBase) <= len(ps) {
-		t.Fatalf("%d pages counting the campaign's 300 bytes of params in each recipient's, %d without; want more with", len(withBase), len(ps))
+	rs, ps := f.recipients, f.pages
+	if withBase, err := readRecipients([]byte(b.String()), 300); err != nil || len(withBase.pages) <= len(ps) {
+		t.Fatalf("%d pages counting the campaign's 300 bytes of params in each recipient's (%v), %d without; want more with", len(withBase.pages), err, len(ps))
 	}
 	if len(ps) < 10 {
 		t.Fatalf("%d pages of 120 recipients of 340 bytes each; want one per 4 KiB at most", len(ps))
