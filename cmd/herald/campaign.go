@@ -78,9 +78,10 @@ func plural(n int, noun string) string {
 // progress shows the campaign's progress line: rewritten in place (\r) on
 // a terminal; elsewhere (a file, a pipe) a line each time it changes.
 type progress struct {
-	w    io.Writer
-	tty  bool
-	last string
+	w     io.Writer
+	tty   bool
+	last  string
+	tenth int // of the recipients added, as last shown off a terminal
 }
 
 func newProgress(w io.Writer) *progress {
@@ -104,6 +105,30 @@ func (p *progress) show(line string) {
 	p.last = line
 }
 
+// adding shows how many of the file's recipients have been added to the
+// draft: on a terminal after each page, elsewhere at each tenth of them (a
+// file of a million is a hundred pages).
+func (p *progress) adding(added, total int) {
+	if !p.tty {
+		tenth := added * 10 / total
+		if tenth == p.tenth {
+			return
+		}
+		p.tenth = tenth
+	}
+	p.show(fmt.Sprintf("[%s] DRAFT %d/%d recipients added", progressBar(added, total), added, total))
+}
+
+// progressBar is a bar of done out of total, 30 characters wide.
+func progressBar(done, total int) string {
+	const width = 30
+	n := 0
+	if total > 0 {
+		n = done * width / total
+	}
+	return strings.Repeat("#", n) + strings.Repeat(".", width-n)
+}
+
 // note prints a line of its own beside the progress.
 func (p *progress) note(s string) {
 	if p.tty {
@@ -112,10 +137,11 @@ func (p *progress) note(s string) {
 	fmt.Fprintln(p.w, s)
 }
 
-// done ends the progress line on a terminal.
+// done ends the progress line on a terminal, if one is shown.
 func (p *progress) done() {
-	if p.tty {
+	if p.tty && p.last != "" {
 		fmt.Fprintln(p.w)
+		p.last = ""
 	}
 }
 
@@ -219,6 +245,11 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	// The pages take a while for a large file (a million recipients, a
+	// hundred pages: half a minute on SQLite), so they are shown too.
+	bar := newProgress(stdout)
+	defer bar.done() // before the command's error, if it ends in one
+	added := len(first.recipients)
 	for {
 		page, err := pages.page()
 		if errors.Is(err, io.EOF) {
@@ -249,6 +280,8 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 			}
 			return err
 		}
+		added += len(page.recipients)
+		bar.adding(added, list.count)
 	}
 	var st campaignProgress
 	if err := c.do(ctx, http.MethodPost, path+"/start", "", nil, &st); err != nil {
@@ -270,6 +303,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		return resumable(fmt.Errorf("start the campaign: %w", err))
 	}
 	if *noWait {
+		bar.done()
 		fmt.Fprintf(stdout, "%s\n", st.line())
 		return nil
 	}
@@ -279,7 +313,6 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 	// restart) or refusing for now is waited for up to progressOutage; the
 	// campaign goes on in herald meanwhile.
 	wait := campaignPoll
-	bar := newProgress(stdout)
 	var unreachable time.Time
 	for st.State == "DRAFT" || st.State == "RUNNING" {
 		bar.show(st.line())
@@ -535,12 +568,7 @@ type campaignView struct {
 // line is the progress line: a bar of the recipients fanned out, then the
 // sends by outcome.
 func (p campaignProgress) line() string {
-	const width = 30
-	done := 0
-	if p.Total > 0 {
-		done = int(p.Enqueued * width / p.Total)
-	}
-	return fmt.Sprintf("[%s%s] %s", strings.Repeat("#", done), strings.Repeat(".", width-done), p.counts())
+	return fmt.Sprintf("[%s] %s", progressBar(int(p.Enqueued), int(p.Total)), p.counts())
 }
 
 // counts is the state and the counts, as the progress line shows them.

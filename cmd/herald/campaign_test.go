@@ -392,6 +392,12 @@ func TestCampaignSendCutsPagesBySize(t *testing.T) {
 		"--url", base, "--api-key", config.DevAPIKey}, &out, &errb); code != 0 || !strings.Contains(out.String(), "DONE 120/120 enqueued") {
 		t.Fatalf("campaign send: exit %d\n%s%s", code, out.String(), errb.String())
 	}
+	// The pages are shown as they are added: off a terminal, at each tenth
+	// of the recipients, the last when all are.
+	if added := strings.Count(out.String(), " recipients added\n"); added < 2 || added > 10 ||
+		!strings.Contains(out.String(), "[##############################] DRAFT 120/120 recipients added\n") {
+		t.Fatalf("campaign send of %d pages: %d lines of recipients added; want 2..10, the last of 120/120\n%s", len(ps), added, out.String())
+	}
 }
 
 // A request herald refuses for now (429, 503) is sent again, body and
