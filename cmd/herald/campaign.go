@@ -200,19 +200,31 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		return &cliError{code: 2, err: fmt.Errorf("%s: %s: cannot read it: %w", cmd.path(), *file, errors.Unwrap(err))}
 	}
 	defer f.Close()
+	// The file is read twice (recipients.go). A pipe (--recipients
+	// <(command), /dev/stdin) cannot be: what the first reading reads of
+	// it is kept in a temporary file for the second.
+	again, copied := f, io.Discard
+	if _, err := f.Seek(0, io.SeekCurrent); err != nil {
+		tmp, err := os.CreateTemp("", "herald-recipients-*.csv")
+		if err != nil {
+			return fmt.Errorf("%s: %s is a pipe, read twice through a temporary file, and that cannot be made: %w", cmd.path(), *file, err)
+		}
+		defer os.Remove(tmp.Name())
+		defer tmp.Close()
+		again, copied = tmp, tmp
+	}
 	// The survey's memory is its rows (28 bytes each, recipients.go): a
 	// tighter GC target keeps the garbage of parsing them from doubling it
 	// (a file of five million: 444 MB at the default, 329 MB).
 	gc := debug.SetGCPercent(25)
-	list, err := surveyRecipients(f, key)
+	list, err := surveyRecipients(f, io.MultiWriter(key, copied))
 	debug.SetGCPercent(gc)
 	if err != nil {
 		// The file is wrong, not the command line: no usage text.
 		return &cliError{code: 2, err: fmt.Errorf("%s: %s: %w", cmd.path(), *file, err)}
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		// It is read twice (recipients.go): a pipe cannot be.
-		return &cliError{code: 2, err: fmt.Errorf("%s: %s: cannot read it a second time (a pipe?): give a file", cmd.path(), *file)}
+	if _, err := again.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("%s: %s: cannot read it a second time: %w", cmd.path(), *file, err)
 	}
 	betweenReadings()
 	c := &apiClient{base: strings.TrimRight(*url, "/"), key: *apiKey, http: &http.Client{Timeout: 2 * time.Minute}}
@@ -221,7 +233,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 
 	// The first page goes with the create, so a file the kind refuses
 	// (a param missing for every recipient, say) creates nothing.
-	pages := newPageReader(f, list, len(req.Params))
+	pages := newPageReader(again, list, len(req.Params))
 	first, err := pages.page()
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing was sent", *file, err)

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"math"
 	"slices"
 	"strconv"
@@ -70,11 +71,18 @@ func (rr *recipientRows) next() (campaign.Recipient, int, error) {
 	for {
 		row, err := rr.csv.Read()
 		var bad *textError
+		var parse *csv.ParseError
+		var path *fs.PathError
 		switch {
+		case err == nil:
 		case errors.As(err, &bad):
 			return campaign.Recipient{}, 0, bad
-		case err != nil:
+		case errors.Is(err, io.EOF), errors.As(err, &parse):
 			return campaign.Recipient{}, 0, err
+		case errors.As(err, &path):
+			return campaign.Recipient{}, 0, fmt.Errorf("cannot read it: %w", path.Err) // the path is in the command's error
+		default:
+			return campaign.Recipient{}, 0, fmt.Errorf("cannot read it: %w", err)
 		}
 		line, _ := rr.csv.FieldPos(0)
 		for i := range row {

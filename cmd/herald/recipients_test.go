@@ -198,3 +198,46 @@ func TestCampaignSendFileChangedBetweenReadings(t *testing.T) {
 		t.Fatalf("notifications = %d, %v; want none", notifications, err)
 	}
 }
+
+// A pipe (--recipients <(command), /dev/stdin) cannot be read twice: what
+// the first reading read of it is kept in a temporary file for the second,
+// and the campaign goes out whole. A directory cannot be read at all.
+func TestCampaignSendReadsAPipe(t *testing.T) {
+	campaignPoll, maxPageBytes = 20*time.Millisecond, 4<<10
+	t.Cleanup(func() { maxPageBytes = 8 << 20 })
+	cfg := config.Dev()
+	cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
+	off := false
+	cfg.QuietHours.Enabled = &off
+	_, base := testapp.Start(t, cfg.WithDefaults())
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	go func() {
+		defer w.Close()
+		fmt.Fprintln(w, "recipient,coupon")
+		for i := range 300 {
+			fmt.Fprintf(w, "user-%d,C%d\n", i, i)
+		}
+	}()
+	t.Setenv("TMPDIR", t.TempDir()) // os.CreateTemp's folder, to see it emptied
+	var out, errb bytes.Buffer
+	code := run([]string{"campaign", "send", "--kind", "coupon.expiring", "--recipients", fmt.Sprintf("/dev/fd/%d", r.Fd()), "--params", `{"date":"May 1"}`,
+		"--url", base, "--api-key", config.DevAPIKey}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "DONE 300/300 enqueued") || !strings.Contains(out.String(), "DRAFT 300/300 recipients added") {
+		t.Fatalf("campaign send from a pipe: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if left, _ := os.ReadDir(os.Getenv("TMPDIR")); len(left) != 0 {
+		t.Fatalf("left in the temporary folder: %v", left)
+	}
+
+	out.Reset()
+	errb.Reset()
+	dir := t.TempDir()
+	code = run([]string{"campaign", "send", "--kind", "coupon.expiring", "--recipients", dir, "--url", base, "--api-key", config.DevAPIKey}, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), dir+": cannot read it: is a directory") {
+		t.Fatalf("campaign send of a directory: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
