@@ -6,10 +6,11 @@ package main
 // every row before anything is sent, as a file refused halfway would leave
 // a draft behind, and keeps of each row only digests (surveyRow): its
 // recipient's, to leave out a row repeating an earlier one, and its
-// params', to tell a repeat from a clash. The second reading (pageReader) cuts the rows the survey kept
-// into pages, one page in memory at a time, and ends by comparing the
-// file's digest with the first reading's: a file changed in between would
-// have its pages added under the key of what it was.
+// params', to tell a repeat from a clash. The second reading (pageReader)
+// cuts the rows the survey kept into pages, one page in memory at a time,
+// and ends by comparing the file's digest with the first reading's: a file
+// changed in between would have its pages added under the key of what it
+// was. A pipe is copied to a temporary file by the first (campaignSend).
 
 import (
 	"bufio"
