@@ -345,16 +345,27 @@ func TestReadRecipientsLeavesOutRepeatedRows(t *testing.T) {
 	}
 }
 
-// Recipients with long params go in pages cut by size, not only by count
-// (the server refuses a body over 16 MiB), and the command finishes.
-func TestCampaignSendCutsPagesBySize(t *testing.T) {
+// smallPagesHerald starts herald on a SQLite file of its own and returns
+// its base URL and the file's path, for campaign send with pages cut at 4
+// KiB and its progress read every 20 ms. Quiet hours are off: the kind is
+// marketing, and a test run at night in Seoul would wait for the morning.
+func smallPagesHerald(t *testing.T) (base, dbPath string) {
+	t.Helper()
 	campaignPoll, maxPageBytes = 20*time.Millisecond, 4<<10
 	t.Cleanup(func() { maxPageBytes = 8 << 20 })
 	cfg := config.Dev()
-	cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
+	dbPath = filepath.Join(t.TempDir(), "herald.db")
+	cfg.Database = "sqlite:" + dbPath
 	off := false
 	cfg.QuietHours.Enabled = &off
-	_, base := testapp.Start(t, cfg.WithDefaults())
+	_, base = testapp.Start(t, cfg.WithDefaults())
+	return base, dbPath
+}
+
+// Recipients with long params go in pages cut by size, not only by count
+// (the server refuses a body over 16 MiB), and the command finishes.
+func TestCampaignSendCutsPagesBySize(t *testing.T) {
+	base, _ := smallPagesHerald(t)
 	csvPath := filepath.Join(t.TempDir(), "recipients.csv")
 	var b strings.Builder
 	b.WriteString("recipient,coupon\n")

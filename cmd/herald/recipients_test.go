@@ -11,11 +11,9 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
-	"time"
 
 	"github.com/heraldhq/herald/campaign"
 	"github.com/heraldhq/herald/config"
-	"github.com/heraldhq/herald/internal/testapp"
 	"github.com/heraldhq/herald/store/sqlite"
 )
 
@@ -127,14 +125,8 @@ func TestPagesOfAChangedFile(t *testing.T) {
 // page, before the create; on several, its draft, which may hold pages of
 // the changed file, is cancelled before its start.
 func TestCampaignSendFileChangedBetweenReadings(t *testing.T) {
-	campaignPoll, maxPageBytes = 20*time.Millisecond, 4<<10
-	t.Cleanup(func() { maxPageBytes, betweenReadings = 8<<20, func() {} })
-	cfg := config.Dev()
-	dbPath := filepath.Join(t.TempDir(), "herald.db")
-	cfg.Database = "sqlite:" + dbPath
-	off := false
-	cfg.QuietHours.Enabled = &off
-	_, base := testapp.Start(t, cfg.WithDefaults())
+	base, dbPath := smallPagesHerald(t)
+	t.Cleanup(func() { betweenReadings = func() {} })
 	db, err := sql.Open("sqlite", sqlite.DSN(dbPath))
 	if err != nil {
 		t.Fatal(err)
@@ -203,13 +195,7 @@ func TestCampaignSendFileChangedBetweenReadings(t *testing.T) {
 // the first reading read of it is kept in a temporary file for the second,
 // and the campaign goes out whole. A directory cannot be read at all.
 func TestCampaignSendReadsAPipe(t *testing.T) {
-	campaignPoll, maxPageBytes = 20*time.Millisecond, 4<<10
-	t.Cleanup(func() { maxPageBytes = 8 << 20 })
-	cfg := config.Dev()
-	cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
-	off := false
-	cfg.QuietHours.Enabled = &off
-	_, base := testapp.Start(t, cfg.WithDefaults())
+	base, _ := smallPagesHerald(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
