@@ -76,9 +76,7 @@ func (rr *recipientRows) next() (campaign.Recipient, int, error) {
 		var path *fs.PathError
 		switch {
 		case err == nil:
-		case errors.As(err, &bad):
-			return campaign.Recipient{}, 0, bad
-		case errors.Is(err, io.EOF), errors.As(err, &parse):
+		case errors.Is(err, io.EOF), errors.As(err, &bad), errors.As(err, &parse):
 			return campaign.Recipient{}, 0, err
 		case errors.As(err, &path):
 			return campaign.Recipient{}, 0, fmt.Errorf("cannot read it: %w", path.Err) // the path is in the command's error
