@@ -614,7 +614,7 @@ func (a *App) newRabbitMQ() []rabbitLane {
 	for _, lane := range heraldtype.Lanes {
 		pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{
 			URL: a.cfg.RabbitMQURL, Name: fmt.Sprintf("herald-relay-%s-%s", lane, a.owner), Topology: topo,
-			ConfirmTimeout: a.cfg.RabbitMQ.ConfirmTimeout.D(), Logger: a.logger,
+			ConfirmTimeout: a.cfg.RabbitMQ.ConfirmTimeout.D(), Bundle: a.cfg.RabbitMQ.RelayBundle, Logger: a.logger,
 		})
 		relay := dispatch.NewRelay(dispatch.RelayConfig{
 			Lane: lane, Store: a.store, Wake: a.store.Wakeups().C(lane), Publisher: pub, Owner: a.owner,

@@ -397,7 +397,12 @@ type RabbitMQ struct {
 	// RelayInFlight is how many claimed batches one lane's relay keeps
 	// awaiting confirms at once. Defaults to 4.
 	RelayInFlight int `yaml:"relay_in_flight"`
-	// PublishWindow is the most messages a lane's queue holds ready before
+	// RelayBundle is the most jobs the relay puts in one message: the
+	// broker's work is mostly per message, so a claim's rows go out in
+	// bundles (broker/rabbitmq, "Bundles"). 1 publishes a message a job.
+	// Defaults to 16.
+	RelayBundle int `yaml:"relay_bundle"`
+	// PublishWindow is the most jobs a lane's queue holds ready before
 	// the relays stop publishing to it: the rest of a backlog waits in the
 	// outbox, whose claims share the lane between tenants, instead of in the
 	// queue's one FIFO (dispatch.RelayConfig.Window). Defaults to four times
@@ -961,6 +966,9 @@ func (c *Config) WithDefaults() *Config {
 }
 
 func (r *RabbitMQ) withDefaults() {
+	if r.RelayBundle == 0 {
+		r.RelayBundle = 16
+	}
 	if r.RelayBatch == 0 {
 		r.RelayBatch = 500
 	}
@@ -1038,6 +1046,9 @@ func (c *Config) validateRabbitMQ() error {
 	}
 	if r.PublishWindow < -1 || r.PublishWindow > 1000000 {
 		return fmt.Errorf("config: rabbitmq.publish_window: must be -1 (none) or 0..1000000, got %d", r.PublishWindow)
+	}
+	if r.RelayBundle < 1 || r.RelayBundle > 500 {
+		return fmt.Errorf("config: rabbitmq.relay_bundle: must be 1..500, got %d", r.RelayBundle)
 	}
 	if r.RelayBatch < 1 || r.RelayBatch > 10000 {
 		return fmt.Errorf("config: rabbitmq.relay_batch: must be 1..10000, got %d", r.RelayBatch)

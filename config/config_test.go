@@ -283,6 +283,11 @@ func TestLoadRefusesBadValues(t *testing.T) {
 			want: []string{"rabbitmq_url", "amqp"},
 		},
 		{
+			name: "RabbitMQRelayBundleTooLarge",
+			text: base + "rabbitmq:\n  relay_bundle: 501\n",
+			want: []string{"rabbitmq.relay_bundle", "1..500", "501"},
+		},
+		{
 			name: "DatabaseMySQL",
 			text: edit(t, "database: sqlite:./test.db", "database: mysql://db/herald"),
 			want: []string{"database:", `"mysql://db/herald"`},

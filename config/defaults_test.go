@@ -129,6 +129,7 @@ func TestDefaultsAreDocumented(t *testing.T) {
 		{"RabbitMQ.Prefetch", c.RabbitMQ.Prefetch, prefetch, "Defaults per lane to the lane's concurrency.", []string{"default: the lane's concurrency"}},
 		{"RabbitMQ.RelayBatch", c.RabbitMQ.RelayBatch, 500, "Defaults to 500.", []string{"relay_batch: 500"}},
 		{"RabbitMQ.RelayInFlight", c.RabbitMQ.RelayInFlight, 4, "Defaults to 4.", []string{"relay_in_flight: 4"}},
+		{"RabbitMQ.RelayBundle", c.RabbitMQ.RelayBundle, 16, "Defaults to 16.", []string{"relay_bundle: 16"}},
 		{"RabbitMQ.ConfirmTimeout", c.RabbitMQ.ConfirmTimeout.D(), 5 * time.Second, "Defaults to 5 seconds.", []string{"confirm_timeout: 5s"}},
 		{"RabbitMQ.SingleActiveConsumer", c.RabbitMQ.SingleActiveConsumer, false, "Defaults to false.", []string{"single_active_consumer: false"}},
 		{"RabbitMQ.DeliveryLimit", c.RabbitMQ.DeliveryLimit, 20, "Defaults to 20.", []string{"delivery_limit: 20"}},

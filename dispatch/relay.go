@@ -100,8 +100,8 @@ type RelayConfig struct {
 	Hooks       RelayHooks
 	// SettleTimeout bounds the fenced writes after a batch. Defaults to 30 seconds.
 	SettleTimeout time.Duration
-	// Window, with Backlog, is the most messages the relay lets wait ready
-	// in the lane's queue: it claims only Window less what waits there, and
+	// Window, with Backlog, is the most jobs the relay lets wait ready in
+	// the lane's queue (a message may carry several, a bundle): it claims only Window less what waits there, and
 	// claims nothing while the queue holds Window or more (looking again
 	// every WindowPoll). The rest of a backlog stays in the outbox, where
 	// each claim shares the lane between tenants (store.OutboxClaim): a
@@ -111,7 +111,7 @@ type RelayConfig struct {
 	// counts a message a moment after confirming it, so on a loaded broker
 	// the queue may briefly hold more (the rabbitmq tests allow twice).
 	Window int
-	// Backlog reads how many messages wait ready in the lane's queue. An
+	// Backlog reads how many jobs wait ready in the lane's queue. An
 	// error is logged and that claim goes without the window: a relay that
 	// cannot read the depth publishes rather than stops.
 	Backlog func(ctx context.Context) (int, error)

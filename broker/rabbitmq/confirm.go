@@ -28,9 +28,10 @@ const maxInFlight = 8192
 
 // ConfirmHooks are test seams on a confirming channel. Each may be nil.
 type ConfirmHooks struct {
-	// OnConfirm runs for every confirm the broker sends; returning false
-	// drops it, as if it never arrived (a lost confirm: the publish then
-	// times out although the broker has the message).
+	// OnConfirm runs for every confirm the broker sends, with the
+	// message's id (a bundle's: once with each of its jobs' ids); returning
+	// false drops it, as if it never arrived (a lost confirm: the publish
+	// then times out although the broker has the message).
 	OnConfirm func(messageID string, ack bool) bool
 }
 
@@ -59,11 +60,38 @@ type confirmer struct {
 	pending map[uint64]*entry
 }
 
+// entry is one published message awaiting its confirm: entry i of b, or
+// for a bundle entries i to i+len(ids)-1, ids being its jobs' message ids.
 type entry struct {
 	b        *Batch
 	i        int
 	id       string
+	ids      []string
 	returned bool
+}
+
+// kept reports whether the OnConfirm hook lets e's confirm through: for a
+// bundle, only if it lets every job's through.
+func (e *entry) kept(h func(messageID string, ack bool) bool, ack bool) bool {
+	if h == nil {
+		return true
+	}
+	if e.ids == nil {
+		return h(e.id, ack)
+	}
+	keep := true
+	for _, id := range e.ids {
+		keep = h(id, ack) && keep
+	}
+	return keep
+}
+
+// set settles e's entries in its batch.
+func (e *entry) set(err error) {
+	e.b.set(e.i, err)
+	for k := 1; k < len(e.ids); k++ {
+		e.b.set(e.i+k, err)
+	}
 }
 
 func newConfirmer(ch *amqp.Channel, out *coalescer, hooks ConfirmHooks) (*confirmer, error) {
@@ -137,7 +165,7 @@ func (c *confirmer) resolve(conf amqp.Confirmation) {
 		c.mu.Unlock()
 		return
 	}
-	if h := c.hooks.OnConfirm; h != nil && !h(e.id, conf.Ack) {
+	if !e.kept(c.hooks.OnConfirm, conf.Ack) {
 		c.mu.Unlock()
 		return
 	}
@@ -151,7 +179,7 @@ func (c *confirmer) resolve(conf amqp.Confirmation) {
 	case e.returned:
 		err = ErrReturned
 	}
-	e.b.set(e.i, err)
+	e.set(err)
 }
 
 // fail settles everything still pending once the channel is gone.
@@ -165,7 +193,7 @@ func (c *confirmer) fail() {
 		<-c.slots
 	}
 	for _, e := range pending {
-		e.b.set(e.i, dispatch.ErrConnectionLost)
+		e.set(dispatch.ErrConnectionLost)
 	}
 }
 
@@ -176,6 +204,12 @@ func (c *confirmer) fail() {
 // hold gathered may be the very messages the confirms are for, and the
 // connection's heartbeats must go out meanwhile.
 func (c *confirmer) publish(ctx context.Context, b *Batch, i int, exchange, key string, msg amqp.Publishing) error {
+	return c.publishJobs(ctx, b, i, nil, exchange, key, msg)
+}
+
+// publishJobs is publish for a message that carries len(ids) jobs (a
+// bundle; ids nil for one), entries i onwards of b, settled together.
+func (c *confirmer) publishJobs(ctx context.Context, b *Batch, i int, ids []string, exchange, key string, msg amqp.Publishing) error {
 	select {
 	case c.slots <- struct{}{}:
 	default:
@@ -193,7 +227,7 @@ func (c *confirmer) publish(ctx context.Context, b *Batch, i int, exchange, key 
 		return dispatch.ErrConnectionLost
 	}
 	seq := c.ch.GetNextPublishSeqNo()
-	c.pending[seq] = &entry{b: b, i: i, id: msg.MessageId}
+	c.pending[seq] = &entry{b: b, i: i, id: msg.MessageId, ids: ids}
 	msg.CorrelationId = strconv.FormatUint(seq, 10)
 	err := c.ch.PublishWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {

@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,7 +23,9 @@ import (
 // ConsumerHooks are test seams. Each may be nil.
 type ConsumerHooks struct {
 	// BeforeAck runs once the sender's verdict was acted on (a retry or
-	// parking copy published and confirmed), right before the ack or nack.
+	// parking copy published and confirmed), right before the ack or nack
+	// (for a job of a bundle, before the bundle's, which waits for its
+	// other jobs).
 	// kill closes the consumer's connection as a crash would at that point:
 	// the ack is lost and the broker redelivers the message.
 	BeforeAck func(job heraldtype.Job, res sender.Result, kill func())
@@ -76,13 +79,15 @@ const (
 	ActionRequeued    = "requeued"     // given back to its queue (shutdown, a copy not confirmed)
 	ActionBackoff     = "backoff"      // nothing was decided; a copy waits for the dispatcher's backoff
 	ActionAckLost     = "ack_lost"     // the ack did not reach the broker; it redelivers
+	ActionSplit       = "split"        // a bundle delivered again, republished a job a message
 )
 
 // ConsumerResults are the results a consumer counts, exported at 0 from
 // the start.
-var ConsumerResults = []string{ActionAcked, ActionRetryQueued, ActionDeferred, ActionParked, ActionRequeued, ActionBackoff, ActionAckLost}
+var ConsumerResults = []string{ActionAcked, ActionRetryQueued, ActionDeferred, ActionParked, ActionRequeued, ActionBackoff, ActionAckLost, ActionSplit}
 
-// Consumer reads one lane's queue and hands every message to the sender.
+// Consumer reads one lane's queue and hands every job to the sender (a
+// bundle's one by one, bundle.go).
 // It acks a message only after the sender returned (so after the delivery's
 // result is written) and after any copy it had to publish (retry, parking)
 // was confirmed; acks are gathered into few frames (acker). A message
@@ -189,14 +194,12 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 		slog.String("component", c.cfg.Name), slog.String("lane", string(c.cfg.Lane)))
 
 	kill := func() { _ = conn.Close() }
-	// Concurrency long-lived workers take the deliveries: a goroutine per
-	// message would grow a fresh stack for every send. A lane queue's
-	// message holds one of its lane slots from its receipt to its end, so
-	// Reserve workers are always left for the express queue.
-	type item struct {
-		d    amqp.Delivery
-		lane bool
-	}
+	// Concurrency long-lived workers take the sends: a goroutine per
+	// message would grow a fresh stack for every send. A lane queue's job
+	// holds one of its lane slots from its receipt to its end, so Reserve
+	// workers are always left for the express queue. A bundle's jobs each
+	// take a slot of their own: the rest of a lane bundle waits here
+	// (pending) for slots before the lane queue is read again.
 	work := make(chan item)
 	slots := make(chan struct{}, lane)
 	acks := newAcker(ch, lanePrefetch)
@@ -206,7 +209,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 		go func() {
 			defer wg.Done()
 			for it := range work {
-				c.handle(ctx, acks, conf, it.d, kill)
+				c.work(ctx, acks, conf, it, kill)
 				if it.lane {
 					<-slots
 				}
@@ -214,14 +217,33 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 		}()
 	}
 	defer func() { close(work); wg.Wait(); acks.stop() }()
-	held := false // a lane slot taken for the next lane message
+	// hand gives it to a worker; false if ctx ended first (it was not
+	// started: its message goes back to its queue with the channel).
+	hand := func(it item) bool {
+		select {
+		case work <- it:
+			return true
+		case <-ctx.Done():
+			if it.lane {
+				<-slots
+			}
+			return false
+		}
+	}
+	held := false // a lane slot taken for the next lane job
+	var pending []item
 	for {
+		if held && len(pending) > 0 {
+			it := pending[0]
+			pending, held = pending[1:], false
+			hand(it)
+			continue
+		}
 		var fromLane <-chan amqp.Delivery
 		take := slots
 		if held {
 			fromLane, take = deliveries, nil
 		}
-		var it item
 		select {
 		case <-ctx.Done():
 			_ = ch.Cancel(c.cfg.Name, false)
@@ -231,35 +253,170 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 			return errClosed(e)
 		case take <- struct{}{}:
 			held = true
-			continue
 		case d, ok := <-fromLane:
 			if !ok {
 				return errClosed(nil)
 			}
 			held = false
-			it = item{d: d, lane: true}
+			acks.seen(d.DeliveryTag)
+			its := c.items(d, true)
+			pending = its[1:]
+			hand(its[0])
 		case d, ok := <-express:
 			if !ok {
 				return errClosed(nil)
 			}
-			it = item{d: d}
-		}
-		acks.seen(it.d.DeliveryTag)
-		select {
-		case work <- it:
-		case <-ctx.Done():
-			// Not started: it goes back to its queue with the channel.
-			if it.lane {
-				<-slots
+			acks.seen(d.DeliveryTag)
+			for _, it := range c.items(d, false) {
+				if !hand(it) {
+					break
+				}
 			}
 		}
+	}
+}
+
+// item is one send for a worker: a message, or one job of a bundle (run
+// set), or a bundle delivered again, to be split (split set).
+type item struct {
+	d     amqp.Delivery
+	lane  bool
+	run   *bundleRun
+	split bool
+}
+
+// bundleRun is a bundle being sent: settled once its last job is.
+type bundleRun struct {
+	d        amqp.Delivery
+	mu       sync.Mutex
+	left     int
+	outcomes []outcome
+}
+
+// items are the sends a delivery makes: itself, or each job of a bundle
+// delivered for the first time, or the split of a bundle delivered again.
+// A bundle whose body cannot be read is one item, parked as malformed.
+func (c *Consumer) items(d amqp.Delivery, lane bool) []item {
+	if d.Type != TypeBundle {
+		return []item{{d: d, lane: lane}}
+	}
+	jobs, err := bundleJobs(d)
+	switch {
+	case err != nil:
+		return []item{{d: d, lane: lane}}
+	case d.Redelivered:
+		return []item{{d: d, lane: lane, split: true}}
+	}
+	run := &bundleRun{d: d, left: len(jobs), outcomes: make([]outcome, 0, len(jobs))}
+	its := make([]item, len(jobs))
+	for i, j := range jobs {
+		its[i] = item{d: j, lane: lane, run: run}
+	}
+	return its
+}
+
+// work carries out one item.
+func (c *Consumer) work(ctx context.Context, acks *acker, conf *confirmer, it item, kill func()) {
+	switch {
+	case it.split:
+		c.split(ctx, acks, conf, it.d)
+	case it.run != nil:
+		c.bundled(ctx, acks, it.run, c.decide(ctx, conf, it.d, kill))
+	default:
+		c.handle(ctx, acks, conf, it.d, kill)
 	}
 }
 
 // expressTag is the consumer tag of the express queue's consumer.
 func (c *Consumer) expressTag() string { return c.cfg.Name + ".express" }
 
+// outcome is what became of one job: the sender's result, what the
+// consumer did about it (the action counted), and whether its message
+// goes back to its queue.
+type outcome struct {
+	job     heraldtype.Job
+	res     sender.Result
+	action  string
+	requeue bool
+}
+
 func (c *Consumer) handle(ctx context.Context, acks *acker, conf *confirmer, d amqp.Delivery, kill func()) {
+	o := c.decide(ctx, conf, d, kill)
+	wctx := context.WithoutCancel(ctx)
+	if o.requeue {
+		c.settled(wctx, o, acks.nack(d.DeliveryTag, true))
+		return
+	}
+	acks.ack(d.DeliveryTag, func(err error) { c.settled(wctx, o, err) })
+}
+
+// bundled records one job's outcome in its bundle; the last one settles
+// the bundle: an ack, or a nack back to its queue if any job's copy could
+// not be published (the broker delivers it again and it is split).
+func (c *Consumer) bundled(ctx context.Context, acks *acker, run *bundleRun, o outcome) {
+	run.mu.Lock()
+	run.outcomes = append(run.outcomes, o)
+	run.left--
+	last := run.left == 0
+	run.mu.Unlock()
+	if !last {
+		return
+	}
+	wctx := context.WithoutCancel(ctx)
+	settle := func(err error) {
+		for _, o := range run.outcomes {
+			c.settled(wctx, o, err)
+		}
+	}
+	for _, o := range run.outcomes {
+		if o.requeue {
+			settle(acks.nack(run.d.DeliveryTag, true))
+			return
+		}
+	}
+	acks.ack(run.d.DeliveryTag, settle)
+}
+
+// split republishes each job of a bundle the broker delivered again as a
+// message of its own, marked HeaderRedelivered, to the queue the bundle
+// came from, and acks the bundle once every copy is confirmed; if one is
+// not, it nacks the bundle back to its queue, to be split again.
+func (c *Consumer) split(ctx context.Context, acks *acker, conf *confirmer, d amqp.Delivery) {
+	wctx := context.WithoutCancel(ctx)
+	jobs, _ := bundleJobs(d) // read once already (items)
+	b := newBatch(len(jobs), c.cfg.ConfirmTimeout)
+	for i, j := range jobs {
+		if err := conf.publish(wctx, b, i, d.Exchange, d.RoutingKey, copyOf(j, amqp.Table{HeaderRedelivered: true})); err != nil {
+			b.set(i, err)
+		}
+	}
+	var failed error
+	for _, err := range b.Wait() {
+		failed = cmp.Or(failed, err)
+	}
+	if failed != nil {
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: could not split a redelivered bundle; returning it to its queue",
+			slog.String("message_id", d.MessageId), slog.Int("jobs", len(jobs)), slog.Any("error", failed))
+		err := acks.nack(d.DeliveryTag, true)
+		c.cfg.Metrics.Dispatch(c.cfg.Lane, cmp.Or(ackLost(err), ActionRequeued))
+		return
+	}
+	acks.ack(d.DeliveryTag, func(err error) {
+		c.cfg.Metrics.Dispatch(c.cfg.Lane, cmp.Or(ackLost(err), ActionSplit))
+	})
+}
+
+// ackLost is ActionAckLost if err is an ack's or nack's error, else "".
+func ackLost(err error) string {
+	if err != nil {
+		return ActionAckLost
+	}
+	return ""
+}
+
+// decide hands d's job to the sender and acts on its verdict (a retry,
+// parking or backoff copy published and confirmed), short of the ack.
+func (c *Consumer) decide(ctx context.Context, conf *confirmer, d amqp.Delivery, kill func()) outcome {
 	var job heraldtype.Job
 	var res sender.Result
 	malformed := false
@@ -323,24 +480,21 @@ func (c *Consumer) handle(ctx context.Context, acks *acker, conf *confirmer, d a
 	if h := c.cfg.Hooks.BeforeAck; h != nil {
 		h(job, res, kill)
 	}
-	if requeue {
-		c.settled(wctx, job, res, action, acks.nack(d.DeliveryTag, true))
-		return
-	}
-	acks.ack(d.DeliveryTag, func(err error) { c.settled(wctx, job, res, action, err) })
+	return outcome{job: job, res: res, action: action, requeue: requeue}
 }
 
 // settled counts what was done with a message once its ack or nack was
 // written (err: it was not; the broker redelivers).
-func (c *Consumer) settled(ctx context.Context, job heraldtype.Job, res sender.Result, action string, err error) {
+func (c *Consumer) settled(ctx context.Context, o outcome, err error) {
+	action := o.action
 	if err != nil {
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq: ack failed; the broker will redeliver",
-			slog.String("message_id", job.MessageID), slog.Any("error", err))
+			slog.String("message_id", o.job.MessageID), slog.Any("error", err))
 		action = ActionAckLost
 	}
 	c.cfg.Metrics.Dispatch(c.cfg.Lane, action)
 	if h := c.cfg.Hooks.AfterSettle; h != nil {
-		h(job, res, action)
+		h(o.job, o.res, action)
 	}
 }
 
@@ -352,7 +506,8 @@ func (c *Consumer) settled(ctx context.Context, job heraldtype.Job, res sender.R
 func known(d amqp.Delivery) *heraldtype.Known {
 	_, retried := d.Headers["x-death"]
 	_, backedOff := d.Headers[HeaderBackoffs]
-	return &heraldtype.Known{Delivery: d.Redelivered || retried || backedOff}
+	_, split := d.Headers[HeaderRedelivered]
+	return &heraldtype.Known{Delivery: d.Redelivered || retried || backedOff || split}
 }
 
 // republish publishes a copy of d (same body, same message id) and waits for

@@ -17,6 +17,7 @@ func TestKnownPeeksOnlyAtCopiesThatMayHaveBeenSeen(t *testing.T) {
 		{"redelivered after a consumer died", amqp.Delivery{Redelivered: true}, true},
 		{"back from the retry queue", amqp.Delivery{Headers: amqp.Table{"x-death": []any{amqp.Table{"count": int64(1)}}}}, true},
 		{"back after a backoff", amqp.Delivery{Headers: amqp.Table{HeaderBackoffs: int64(1)}}, true},
+		{"split from a redelivered bundle", amqp.Delivery{Headers: amqp.Table{HeaderRedelivered: true}}, true},
 	} {
 		k := known(c.d)
 		if k == nil || k.Delivery != c.peek || k.ProfileRead {

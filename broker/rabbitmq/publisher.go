@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -22,8 +23,11 @@ type PublisherConfig struct {
 	Topology Topology
 	// ConfirmTimeout bounds the wait for a publisher confirm. Defaults to 5 seconds.
 	ConfirmTimeout time.Duration
-	Logger         *slog.Logger
-	Hooks          ConfirmHooks
+	// Bundle is the most jobs one message carries (bundle.go). Defaults
+	// to DefaultBundle; 1 publishes every job as a message of its own.
+	Bundle int
+	Logger *slog.Logger
+	Hooks  ConfirmHooks
 }
 
 // Publisher is the relay's side of the broker: one connection and one
@@ -46,6 +50,9 @@ type Publisher struct {
 	// loop read at once, and amqp091 does not pair a channel's replies
 	// with its concurrent requests.
 	reading sync.Mutex
+	// jobs and messages count what was published, so Backlog can count a
+	// queue's ready messages in jobs.
+	jobs, messages atomic.Int64
 }
 
 var _ dispatch.Publisher = (*Publisher)(nil)
@@ -60,6 +67,9 @@ func NewPublisher(cfg PublisherConfig) *Publisher {
 	}
 	if cfg.Name == "" {
 		cfg.Name = "herald-relay"
+	}
+	if cfg.Bundle < 1 {
+		cfg.Bundle = DefaultBundle
 	}
 	cfg.Topology = cfg.Topology.WithDefaults()
 	return &Publisher{cfg: cfg, ready: make(chan struct{})}
@@ -125,9 +135,11 @@ func (p *Publisher) Ready(ctx context.Context) error {
 	}
 }
 
-// Backlog is how many messages wait ready in lane's queue and its express
-// queue (not counting those consumers hold unacknowledged): the relay's
-// publish window (dispatch.RelayConfig.Backlog). It reads the queues with
+// Backlog is about how many jobs wait ready in lane's queue and its
+// express queue (not counting those consumers hold unacknowledged): the
+// relay's publish window (dispatch.RelayConfig.Backlog). The broker counts
+// messages; a bundle carries several jobs, so the count is scaled by the
+// jobs a message this publisher has published (inJobs). It reads the queues with
 // passive declares on the publisher's connection.
 func (p *Publisher) Backlog(ctx context.Context, lane heraldtype.Lane) (int, error) {
 	p.reading.Lock()
@@ -151,7 +163,17 @@ func (p *Publisher) Backlog(ctx context.Context, lane heraldtype.Lane) (int, err
 		}
 		n += q.Messages
 	}
-	return n, nil
+	return p.inJobs(n), nil
+}
+
+// inJobs is about how many jobs n ready messages carry: n times the jobs
+// a message this publisher has published so far, rounded up.
+func (p *Publisher) inJobs(n int) int {
+	msgs := p.messages.Load()
+	if n == 0 || msgs == 0 {
+		return n
+	}
+	return int((int64(n)*p.jobs.Load() + msgs - 1) / msgs)
 }
 
 // reopenInspect replaces the inspect channel old, after a read on it
@@ -184,10 +206,12 @@ func (p *Publisher) reopenInspect(old *amqp.Channel) {
 	_ = old.Close() // closed by the broker already, as a rule
 }
 
-// Publish sends each job to one of the lane's queues (q) as a persistent,
-// mandatory message with the job's message id, and returns at once; Wait
-// on the result gives each job's confirm. The batch goes out in a few
-// writes, not one a message (coalescer).
+// Publish sends the jobs to one of the lane's queues (q) as persistent,
+// mandatory messages, up to PublisherConfig.Bundle jobs a message (a
+// bundle, bundle.go; a message of one job has the job's message id), and
+// returns at once; Wait on the result gives each job's confirm, a
+// bundle's for each of its jobs. The batch goes out in a few writes, not
+// one a message (coalescer).
 func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, q dispatch.Queue, jobs []heraldtype.Job) dispatch.Confirms {
 	b := newBatch(len(jobs), p.cfg.ConfirmTimeout)
 	p.mu.Lock()
@@ -197,19 +221,34 @@ func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, q dispatc
 		c.out.hold()
 		defer c.out.release()
 	}
-	now := time.Now()
-	for i := range jobs {
+	cut := bundler{max: p.cfg.Bundle, now: time.Now()}
+	for i := 0; i < len(jobs); {
 		if c == nil {
 			b.set(i, dispatch.ErrConnectionLost)
+			i++
 			continue
 		}
-		msg, err := JobMessage(jobs[i], now)
+		msg, n, err := cut.next(jobs[i:])
 		if err == nil {
-			err = c.publish(ctx, b, i, p.cfg.Topology.Exchange(), p.cfg.Topology.Key(lane, q), msg)
+			var ids []string
+			if n > 1 {
+				ids = make([]string, n)
+				for k := range n {
+					ids[k] = jobs[i+k].MessageID
+				}
+			}
+			err = c.publishJobs(ctx, b, i, ids, p.cfg.Topology.Exchange(), p.cfg.Topology.Key(lane, q), msg)
 		}
 		if err != nil {
-			b.set(i, err)
+			for k := range n {
+				b.set(i+k, err)
+			}
 		}
+		if err == nil {
+			p.jobs.Add(int64(n))
+			p.messages.Add(1)
+		}
+		i += n
 	}
 	return b
 }
@@ -220,6 +259,12 @@ func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, q dispatc
 // (HeaderOutboxToken).
 func JobMessage(job heraldtype.Job, now time.Time) (amqp.Publishing, error) {
 	body, err := json.Marshal(job)
+	return jobMessage(job, body, err, now)
+}
+
+// jobMessage is JobMessage with the job's JSON (body) and its encoding's
+// error given.
+func jobMessage(job heraldtype.Job, body []byte, err error, now time.Time) (amqp.Publishing, error) {
 	if err != nil {
 		return amqp.Publishing{}, fmt.Errorf("encode job %s: %w", job.MessageID, err)
 	}
@@ -233,7 +278,7 @@ func JobMessage(job heraldtype.Job, now time.Time) (amqp.Publishing, error) {
 		DeliveryMode: amqp.Persistent,
 		MessageId:    job.MessageID,
 		Timestamp:    now,
-		Type:         "herald.job",
+		Type:         TypeJob,
 		Body:         body,
 	}, nil
 }

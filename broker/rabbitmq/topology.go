@@ -108,6 +108,14 @@
 //
 // Only the sender decides whether to send: the row's next publication
 // meets the sender's checks and its claim again.
+//
+// # Bundles
+//
+// The relay publishes a batch's rows several to a message (bundle.go has
+// the format and the rules): the consumer sends each job on its own, acks
+// the bundle once all are settled, and splits a bundle delivered again
+// into a message a job, so redeliveries, retries, parking and the delivery
+// limit only ever meet single jobs.
 package rabbitmq
 
 import (
@@ -136,6 +144,16 @@ const (
 	// published the message: the publication whose outbox row a long
 	// deferral puts back (consumer.go, "Long deferrals wait in the outbox").
 	HeaderOutboxToken = "x-herald-outbox-token"
+	// HeaderRedelivered marks a job's copy that a consumer republished
+	// from a bundle the broker delivered again: the job may have met a
+	// sender before, as a redelivered message's may (bundle.go).
+	HeaderRedelivered = "x-herald-redelivered"
+)
+
+// Message types (amqp type property): one job, or a bundle of several.
+const (
+	TypeJob    = "herald.job"
+	TypeBundle = "herald.jobs"
 )
 
 // ParkedKey is the routing key of the parking exchange.

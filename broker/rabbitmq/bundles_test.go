@@ -1,0 +1,210 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/broker/rabbitmq"
+	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/metrics/metricstest"
+	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/sender"
+)
+
+// notifyAll creates n notifications and returns their message ids.
+func (e *env) notifyAll(t *testing.T, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = e.notify(t, "pay")
+	}
+	return ids
+}
+
+// publishedBeforeConsuming starts a relay with no consumer, waits until it
+// has published every one of ids, and returns how many messages the lane's
+// queue holds then.
+func (e *env) publishedBeforeConsuming(t *testing.T, ids []string) int {
+	t.Helper()
+	e.startRelay(t, relayOpts{})
+	for _, id := range ids {
+		e.waitFor(t, "PUBLISHED", func() bool { return e.outboxState(t, id) == heraldtype.OutboxPublished })
+	}
+	conn, err := amqp.Dial(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A quorum queue counts a message a moment after confirming it.
+	var q amqp.Queue
+	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(20 * time.Millisecond) {
+		if q, err = ch.QueueDeclarePassive(e.topo.Queue(lane), true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if q.Messages > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	return q.Messages
+}
+
+// A claim's rows go out sixteen to a message; the consumer sends each job
+// once and acks each bundle once all of its jobs are done.
+func TestRelayBundlesAClaimAndTheConsumerSendsEachJobOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	ids := e.notifyAll(t, 40)
+	if n := e.publishedBeforeConsuming(t, ids); n != 3 {
+		t.Fatalf("the queue holds %d messages for 40 rows, want 3 bundles (16, 16, 8)", n)
+	}
+	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
+	for _, id := range ids {
+		e.waitFor(t, "delivery of "+id, func() bool { return e.delivery(t, id).State == heraldtype.DeliveryProviderAccepted })
+		e.waitFor(t, "the ack of "+id, func() bool { return len(e.actions(id)) == 1 })
+		if a := e.actions(id); a[0] != rabbitmq.ActionAcked {
+			t.Fatalf("%s: actions %v", id, a)
+		}
+		if n := e.sim.CallCount(id); n != 1 {
+			t.Fatalf("%s called %d times", id, n)
+		}
+	}
+}
+
+// The consumer dies holding a bundle, some of its jobs sent and some not:
+// the broker delivers the bundle again, the next consumer splits it into
+// a message a job, and each job is sent once in all.
+func TestRedeliveredBundleIsSplitAndEachJobSentOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	ids := e.notifyAll(t, 16)
+	if n := e.publishedBeforeConsuming(t, ids); n != 1 {
+		t.Fatalf("the queue holds %d messages for 16 rows, want one bundle", n)
+	}
+	var kills atomic.Int32
+	m := metrics.New(nil)
+	e.consumer(t, rabbitmq.ConsumerConfig{Sender: e.sender(t), Concurrency: 4, Metrics: m, Hooks: rabbitmq.ConsumerHooks{
+		BeforeAck: func(job heraldtype.Job, res sender.Result, kill func()) {
+			if kills.Add(1) == 3 {
+				kill() // three jobs decided, the rest of the bundle in flight or waiting
+			}
+		},
+	}})
+	for _, id := range ids {
+		e.waitFor(t, "delivery of "+id, func() bool { return e.delivery(t, id).State == heraldtype.DeliveryProviderAccepted })
+		e.waitFor(t, "the ack of "+id, func() bool {
+			a := e.actions(id)
+			return len(a) > 0 && a[len(a)-1] == rabbitmq.ActionAcked
+		})
+		if n := e.sim.CallCount(id); n != 1 {
+			t.Fatalf("%s called %d times", id, n)
+		}
+		// The first delivery was never acked: what was acked is a copy.
+		if a := e.actions(id); len(a) != 1 {
+			t.Errorf("%s: actions %v, want one ack of its split copy", id, a)
+		}
+	}
+	if n := metricstest.Series(t, m, "herald_dispatch_total", "result")[rabbitmq.ActionSplit]; n != 1 {
+		t.Errorf("bundles split: %v, want 1", n)
+	}
+	if d := e.sim.Duplicates(); len(d) > 0 {
+		t.Fatalf("duplicates: %v", d)
+	}
+}
+
+// One job of a bundle is not sent: its copy alone goes through the retry
+// queue; the bundle is acked with the other jobs sent once.
+func TestOneJobOfABundleRetriesAlone(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	ids := e.notifyAll(t, 16)
+	failing := ids[5]
+	var failed atomic.Bool
+	e.sim.OnCall(func(_ context.Context, m provider.Message) provider.Outcome {
+		if m.MessageID == failing && failed.CompareAndSwap(false, true) {
+			return provider.NotSentOutcome("CONNECTION_REFUSED", 0)
+		}
+		return provider.Outcome{}
+	})
+	if n := e.publishedBeforeConsuming(t, ids); n != 1 {
+		t.Fatalf("the queue holds %d messages for 16 rows, want one bundle", n)
+	}
+	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
+	e.waitFor(t, "sent after a retry", func() bool { return e.delivery(t, failing).State == heraldtype.DeliveryProviderAccepted })
+	e.waitFor(t, "the copy acked", func() bool { return len(e.actions(failing)) == 2 })
+	if a := e.actions(failing); a[0] != rabbitmq.ActionRetryQueued || a[1] != rabbitmq.ActionAcked {
+		t.Fatalf("the failing job's actions %v, want [retry_queued acked]", a)
+	}
+	for _, id := range ids {
+		e.waitFor(t, "delivery of "+id, func() bool { return e.delivery(t, id).State == heraldtype.DeliveryProviderAccepted })
+		want := 1
+		if id == failing {
+			want = 2
+		}
+		if n := e.sim.CallCount(id); n != want {
+			t.Errorf("%s called %d times, want %d", id, n, want)
+		}
+		if id != failing {
+			if a := e.actions(id); len(a) != 1 || a[0] != rabbitmq.ActionAcked {
+				t.Errorf("%s: actions %v, want [acked]", id, a)
+			}
+		}
+	}
+}
+
+// A lost confirm of a bundle is lost for all of its jobs: the relay offers
+// every one again, and each is sent once.
+func TestBundleWhoseConfirmIsLostIsOfferedAgainWhole(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	e := setup(t, options{clk: clk})
+	ids := e.notifyAll(t, 10)
+	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
+	failed := make(chan int, 1)
+	_, stop := e.startRelay(t, relayOpts{
+		// The confirm naming ids[3] is lost (a bundle's names each of its
+		// jobs), so the wait for the bundle's times out.
+		timeout: 300 * time.Millisecond,
+		confirmHooks: rabbitmq.ConfirmHooks{OnConfirm: func(messageID string, ack bool) bool {
+			return messageID != ids[3]
+		}},
+		hooks: dispatch.RelayHooks{AfterSettle: func(published, n int) {
+			if n > 0 {
+				select {
+				case failed <- n:
+				default:
+				}
+			}
+		}},
+	})
+	if n := testenv.Recv(t, failed, "the publish to time out"); n != len(ids) {
+		t.Fatalf("%d rows failed, want all %d of the bundle", n, len(ids))
+	}
+	stop()
+	for _, id := range ids {
+		if s := e.outboxState(t, id); s != heraldtype.OutboxPending {
+			t.Fatalf("%s: outbox %s after the timeout, want PENDING", id, s)
+		}
+		e.waitFor(t, "first copy sent", func() bool { return len(e.actions(id)) == 1 })
+	}
+	clk.Advance(dispatch.Backoff(1) + time.Second)
+	e.startRelay(t, relayOpts{})
+	for _, id := range ids {
+		e.waitFor(t, "second copy settled", func() bool { return len(e.actions(id)) == 2 })
+		e.waitFor(t, "PUBLISHED", func() bool { return e.outboxState(t, id) == heraldtype.OutboxPublished })
+		if n := e.sim.CallCount(id); n != 1 {
+			t.Fatalf("%s called %d times, want 1", id, n)
+		}
+	}
+}
