@@ -91,6 +91,7 @@ func fairness(b *testing.B, rabbit, scoped bool) {
 		cfg.Lanes = map[string]config.Lane{"transactional": {Concurrency: 64}}
 		if rabbit {
 			cfg.Transport, cfg.RabbitMQURL = "rabbitmq", testmq.VHost(b)
+			cfg.RabbitMQ.RelayBundle = relayBundle()
 			// HERALD_BENCH_PUBLISH_WINDOW=-1 runs it without the window,
 			// as the relay published before it had one.
 			if w, err := strconv.Atoi(os.Getenv("HERALD_BENCH_PUBLISH_WINDOW")); err == nil {

@@ -75,7 +75,7 @@ func BenchmarkRelayDrain(b *testing.B) {
 	defer st.Close()
 	fillOutbox(b, db, b.N)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: mq, Topology: rabbitmq.Topology{}, Logger: quiet})
+	pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: mq, Topology: rabbitmq.Topology{}, Bundle: relayBundle(), Logger: quiet})
 	pctx, stopPub := context.WithCancel(ctx)
 	defer stopPub()
 	go pub.Run(pctx)
@@ -117,12 +117,14 @@ func BenchmarkRelayDrain(b *testing.B) {
 // provider (HERALD_BENCH_PROVIDER_MS sets another); timed from the first
 // POST until the last delivery is recorded, with the CPU per notification
 // of each process (cpuSplit). HERALD_BENCH_PUBLISH_WINDOW sets the
-// relays' publish window, as for BenchmarkFairnessRabbitMQ.
+// relays' publish window, as for BenchmarkFairnessRabbitMQ, and
+// HERALD_BENCH_RELAY_BUNDLE their jobs a message (also BenchmarkRelayDrain's).
 func BenchmarkEndToEndRabbitMQ(b *testing.B) {
 	db := testpg.Database(b)
 	mq := testmq.VHost(b)
 	cfg := benchConfig(b, db, func(c *config.Config) {
 		c.Transport, c.RabbitMQURL = "rabbitmq", mq
+		c.RabbitMQ.RelayBundle = relayBundle()
 		if w, err := strconv.Atoi(os.Getenv("HERALD_BENCH_PUBLISH_WINDOW")); err == nil {
 			c.RabbitMQ.PublishWindow = w
 		}
@@ -293,6 +295,13 @@ func BenchmarkBrokerRoundTrip(b *testing.B) {
 	b.StopTimer()
 	cpu.report(b.N, "msg")
 	b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
+}
+
+// relayBundle is the relay's jobs a message in the RabbitMQ benchmarks:
+// HERALD_BENCH_RELAY_BUNDLE, or 0 for the default (rabbitmq.DefaultBundle).
+func relayBundle() int {
+	n, _ := strconv.Atoi(os.Getenv("HERALD_BENCH_RELAY_BUNDLE"))
+	return max(n, 0)
 }
 
 // relayInFlight is BenchmarkRelayDrain's batches awaiting confirms at once:
