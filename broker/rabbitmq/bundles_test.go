@@ -13,6 +13,7 @@ import (
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/provider"
@@ -30,25 +31,18 @@ func (e *env) notifyAll(t *testing.T, n int) []string {
 }
 
 // publishedBeforeConsuming starts a relay with no consumer, waits until it
-// has published every one of ids, and returns how many messages the lane's
-// queue holds then.
-func (e *env) publishedBeforeConsuming(t *testing.T, ids []string) int {
+// has published every one of ids, and fails the test unless the lane's
+// queue then holds want messages (what is, said why).
+func (e *env) publishedBeforeConsuming(t *testing.T, ids []string, want int, what string) {
 	t.Helper()
 	e.startRelay(t, relayOpts{})
 	for _, id := range ids {
 		e.waitFor(t, "PUBLISHED", func() bool { return e.outboxState(t, id) == heraldtype.OutboxPublished })
 	}
-	conn, err := amqp.Dial(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testmq.Channel(t, e.url)
 	// A quorum queue counts a message a moment after confirming it.
 	var q amqp.Queue
+	var err error
 	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(20 * time.Millisecond) {
 		if q, err = ch.QueueDeclarePassive(e.topo.Queue(lane), true, false, false, false, nil); err != nil {
 			t.Fatal(err)
@@ -57,7 +51,9 @@ func (e *env) publishedBeforeConsuming(t *testing.T, ids []string) int {
 			break
 		}
 	}
-	return q.Messages
+	if q.Messages != want {
+		t.Fatalf("the queue holds %d messages for %d rows, want %s", q.Messages, len(ids), what)
+	}
 }
 
 // A claim's rows go out sixteen to a message; the consumer sends each job
@@ -66,9 +62,7 @@ func TestRelayBundlesAClaimAndTheConsumerSendsEachJobOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{})
 	ids := e.notifyAll(t, 40)
-	if n := e.publishedBeforeConsuming(t, ids); n != 3 {
-		t.Fatalf("the queue holds %d messages for 40 rows, want 3 bundles (16, 16, 8)", n)
-	}
+	e.publishedBeforeConsuming(t, ids, 3, "3 bundles (16, 16, 8)")
 	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
 	for _, id := range ids {
 		e.waitFor(t, "delivery of "+id, func() bool { return e.delivery(t, id).State == heraldtype.DeliveryProviderAccepted })
@@ -89,9 +83,7 @@ func TestRedeliveredBundleIsSplitAndEachJobSentOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{})
 	ids := e.notifyAll(t, 16)
-	if n := e.publishedBeforeConsuming(t, ids); n != 1 {
-		t.Fatalf("the queue holds %d messages for 16 rows, want one bundle", n)
-	}
+	e.publishedBeforeConsuming(t, ids, 1, "one bundle")
 	var kills atomic.Int32
 	m := metrics.New(nil)
 	e.consumer(t, rabbitmq.ConsumerConfig{Sender: e.sender(t), Concurrency: 4, Metrics: m, Hooks: rabbitmq.ConsumerHooks{
@@ -137,9 +129,7 @@ func TestOneJobOfABundleRetriesAlone(t *testing.T) {
 		}
 		return provider.Outcome{}
 	})
-	if n := e.publishedBeforeConsuming(t, ids); n != 1 {
-		t.Fatalf("the queue holds %d messages for 16 rows, want one bundle", n)
-	}
+	e.publishedBeforeConsuming(t, ids, 1, "one bundle")
 	e.startConsumer(t, e.sender(t), rabbitmq.ConsumerHooks{})
 	e.waitFor(t, "sent after a retry", func() bool { return e.delivery(t, failing).State == heraldtype.DeliveryProviderAccepted })
 	e.waitFor(t, "the copy acked", func() bool { return len(e.actions(failing)) == 2 })
