@@ -101,10 +101,11 @@ type RelayConfig struct {
 	// SettleTimeout bounds the fenced writes after a batch. Defaults to 30 seconds.
 	SettleTimeout time.Duration
 	// Window, with Backlog, is the most jobs the relay lets wait ready in
-	// the lane's queue (a message may carry several, a bundle): it claims only Window less what waits there, and
-	// claims nothing while the queue holds Window or more (looking again
-	// every WindowPoll). The rest of a backlog stays in the outbox, where
-	// each claim shares the lane between tenants (store.OutboxClaim): a
+	// the lane's queue (a message may carry several, a bundle): it claims
+	// only Window less what waits there, and claims nothing while the
+	// queue holds Window or more (looking again every WindowPoll). The
+	// rest of a backlog stays in the outbox, where each claim shares the
+	// lane between tenants (store.OutboxClaim): a
 	// broker queue is one FIFO, so a tenant's row published behind another
 	// tenant's 20,000 waits for all of them. 0 publishes without a window.
 	// The window is kept as well as the depth is known: a quorum queue

@@ -83,17 +83,18 @@ func (b bundler) next(jobs []heraldtype.Job) (amqp.Publishing, int, error) {
 	body = append(body, `{"jobs":[`...)
 	n := 0
 	for i := range min(len(jobs), b.max) {
-		raw := first
+		raw, before := first, len(body)
 		if i > 0 {
 			if raw, err = json.Marshal(jobs[i]); err != nil {
 				break // this job goes alone, in the next message
 			}
-			if len(body)+len(raw)+96 > maxBundleBytes {
-				break
-			}
 			body = append(body, ',')
 		}
 		body = appendEntry(body, jobs[i], raw)
+		if i > 0 && len(body)+2 > maxBundleBytes {
+			body = body[:before] // it starts the next message
+			break
+		}
 		n++
 	}
 	body = append(body, "]}"...)
@@ -115,9 +116,9 @@ func (b bundler) next(jobs []heraldtype.Job) (amqp.Publishing, int, error) {
 // appendEntry appends job's bundle entry, raw being its JSON.
 func appendEntry(body []byte, job heraldtype.Job, raw []byte) []byte {
 	body = append(body, `{"message_id":`...)
-	body = strconv.AppendQuote(body, job.MessageID)
+	body = appendString(body, job.MessageID)
 	body = append(body, `,"tenant":`...)
-	body = strconv.AppendQuote(body, job.Tenant)
+	body = appendString(body, job.Tenant)
 	if job.Outbox != nil && job.Outbox.Token > 0 {
 		body = append(body, `,"outbox_token":`...)
 		body = strconv.AppendInt(body, job.Outbox.Token, 10)
@@ -125,6 +126,12 @@ func appendEntry(body []byte, job heraldtype.Job, raw []byte) []byte {
 	body = append(body, `,"job":`...)
 	body = append(body, raw...)
 	return append(body, '}')
+}
+
+// appendString appends s as a JSON string, as encoding/json writes it.
+func appendString(body []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always encodes
+	return append(body, q...)
 }
 
 // bundleJobs returns a bundle's jobs as the deliveries a message of one

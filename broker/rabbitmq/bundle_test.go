@@ -46,6 +46,7 @@ func cut(t *testing.T, b bundler, jobs []heraldtype.Job) (msgs []amqp.Publishing
 // other properties.
 func TestBundleCarriesEachJobAsItsOwnMessageWould(t *testing.T) {
 	jobs := bundleTestJobs(40, `{"amount":"1,000 원"}`)
+	jobs[1].Tenant = "clinic \"서울\"\x01\u2028" // quotes, a control character: still JSON
 	now := time.Now()
 	msgs, counts, errs := cut(t, bundler{max: 16, now: now}, jobs)
 	if fmt.Sprint(counts) != "[16 16 8]" {

@@ -137,10 +137,10 @@ func (p *Publisher) Ready(ctx context.Context) error {
 
 // Backlog is about how many jobs wait ready in lane's queue and its
 // express queue (not counting those consumers hold unacknowledged): the
-// relay's publish window (dispatch.RelayConfig.Backlog). The broker counts
-// messages; a bundle carries several jobs, so the count is scaled by the
-// jobs a message this publisher has published (inJobs). It reads the queues with
-// passive declares on the publisher's connection.
+// relay's publish window (dispatch.RelayConfig.Backlog). It reads the
+// queues with passive declares on the publisher's connection. The broker
+// counts messages and a bundle carries several jobs, so the count is
+// scaled by the jobs a message this publisher has published (inJobs).
 func (p *Publisher) Backlog(ctx context.Context, lane heraldtype.Lane) (int, error) {
 	p.reading.Lock()
 	defer p.reading.Unlock()
@@ -243,8 +243,7 @@ func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, q dispatc
 			for k := range n {
 				b.set(i+k, err)
 			}
-		}
-		if err == nil {
+		} else {
 			p.jobs.Add(int64(n))
 			p.messages.Add(1)
 		}
