@@ -41,14 +41,18 @@ func (e *env) publishedBeforeConsuming(t *testing.T, ids []string, want int, wha
 		e.waitFor(t, "PUBLISHED", func() bool { return e.outboxState(t, id) == heraldtype.OutboxPublished })
 	}
 	ch := testmq.Channel(t, e.url)
-	// A quorum queue counts a message a moment after confirming it.
+	// A quorum queue counts a message a moment after confirming it: the
+	// count is read until it has held for 200 ms.
 	var q amqp.Queue
 	var err error
-	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(20 * time.Millisecond) {
+	last, since := -1, time.Now()
+	for deadline := time.Now().Add(testenv.Patience); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if q, err = ch.QueueDeclarePassive(e.topo.Queue(lane), true, false, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
-		if q.Messages > 0 || time.Now().After(deadline) {
+		if q.Messages != last {
+			last, since = q.Messages, time.Now()
+		} else if q.Messages > 0 && time.Since(since) >= 200*time.Millisecond {
 			break
 		}
 	}
