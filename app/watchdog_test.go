@@ -19,6 +19,7 @@ import (
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/sqlite"
 	"github.com/heraldhq/herald/watchdog"
 )
 
@@ -49,7 +50,7 @@ func TestServerWatchdogRedrivesAStrandedRetry(t *testing.T) {
 		Params: json.RawMessage(`{"amount":1000,"merchant":"m"}`), Channels: []heraldtype.Channel{heraldtype.ChannelWebhook}}); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	db, err := sql.Open("sqlite", sqlite.DSN(path))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/store/sqlite"
 )
 
 // unmovedChain leaves a fallback chain (webhook, then SMS) whose first
@@ -30,7 +31,7 @@ func (w *world) unmovedChain(t *testing.T) string {
 		t.Fatalf("fail the first step: %v (%v)", ok, err)
 	}
 	sms := store.MessageID(id, heraldtype.ChannelSMS)
-	db, err := sql.Open("sqlite", "file:"+w.dsn+"?_pragma=busy_timeout(10000)")
+	db, err := sql.Open("sqlite", sqlite.DSN(w.dsn))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func (w *world) strand(t *testing.T, messageID string, outboxState heraldtype.Ou
 	id := messageID[:len(messageID)-len(".webhook")]
 	switch w.driver {
 	case "sqlite":
-		db, err := sql.Open("sqlite", "file:"+w.dsn+"?_pragma=busy_timeout(10000)")
+		db, err := sql.Open("sqlite", sqlite.DSN(w.dsn))
 		if err != nil {
 			t.Fatal(err)
 		}

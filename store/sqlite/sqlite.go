@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -149,8 +150,14 @@ func dsn(path string, readOnly bool) string {
 		// keep theirs until reused or VACUUM (docs/inbox.md, Erasure).
 		q.Add("_pragma", "secure_delete(FAST)")
 	}
-	return "file:" + path + "?" + q.Encode()
+	return "file:" + uriPath.Replace(path) + "?" + q.Encode()
 }
+
+// uriPath escapes what a file: URI would read otherwise in a path: '?'
+// (the driver takes its parameters from the first one), '#' (SQLite ends
+// the path at a fragment) and '%' (SQLite decodes escapes in the path). A
+// database at "/data/herald#2.db" was opened as "/data/herald".
+var uriPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
 
 // Close stops the writer and closes the database.
 func (s *Store) Close() error {
