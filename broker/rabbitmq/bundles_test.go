@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -204,4 +205,64 @@ func TestBundleWhoseConfirmIsLostIsOfferedAgainWhole(t *testing.T) {
 			t.Fatalf("%s called %d times, want 1", id, n)
 		}
 	}
+}
+
+// A lane bundle's jobs each take a lane slot, so the express queue keeps
+// its reserve: with two lane slots of three, two jobs of a bundle of four
+// start and two wait, and an express bundle's jobs start meanwhile.
+func TestBundleJobsTakeLaneSlotsAndLeaveTheReserve(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	started, release := e.reserveConsumer(t)
+	pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: e.url, Name: "test-bundles", Topology: e.topo, Logger: quiet})
+	testenv.Start(t, pub.Run)
+	waitConnected(t, pub)
+	publish := func(tenant string, n int, q dispatch.Queue) []string {
+		t.Helper()
+		var jobs []heraldtype.Job
+		var ids []string
+		for i := range n {
+			id := fmt.Sprintf("%s-%d", tenant, i)
+			ids = append(ids, id)
+			jobs = append(jobs, heraldtype.Job{MessageID: id, NotificationID: id, Tenant: tenant, Kind: "pay",
+				Lane: lane, Channel: heraldtype.ChannelWebhook})
+		}
+		for i, err := range pub.Publish(e.ctx, lane, q, jobs).Wait() {
+			if err != nil {
+				t.Fatalf("publish %s: %v", ids[i], err)
+			}
+		}
+		return ids
+	}
+	big := publish("big", 4, dispatch.LaneQueue)
+	seen := map[string]bool{}
+	for range 2 {
+		seen[testenv.Recv(t, started, "a job of the lane bundle to start")] = true
+	}
+	select {
+	case id := <-started:
+		t.Fatalf("%s started while two of the bundle's jobs held both lane slots (seen %v)", id, seen)
+	case <-time.After(200 * time.Millisecond):
+	}
+	small := publish("small", 2, dispatch.ExpressQueue)
+	for range 2 {
+		if id := testenv.Recv(t, started, "the express bundle's jobs to start"); !slices.Contains(small, id) {
+			t.Fatalf("%s started, want the express bundle's jobs in the reserved slot", id)
+		}
+	}
+	close(release)
+	for range 2 {
+		seen[testenv.Recv(t, started, "the waiting jobs of the lane bundle to start")] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("started %v, want the lane bundle's four jobs", seen)
+	}
+	e.waitFor(t, "every job acked", func() bool {
+		for _, id := range append(big, small...) {
+			if !slices.Equal(e.actions(id), []string{rabbitmq.ActionAcked}) {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -102,17 +102,12 @@ func TestShutdownBeforeAClaimNacksTheMessageBackToItsQueue(t *testing.T) {
 	}
 }
 
-// With a reserve, the lane queue's messages take at most Concurrency −
-// Reserve of the consumer's slots: while they fill those, a message in the
-// express queue (a tenant without a backlog: dispatch.ExpressQueue) is
-// sent at once, and the lane queue's next message waits for a lane slot
-// although a worker is free and the broker has delivered it (a prefetch
-// above the concurrency: the slots, not the prefetch, hold it back).
-func TestConsumerKeepsItsReserveForTheExpressQueue(t *testing.T) {
-	t.Parallel()
-	e := setup(t, options{})
-	started := make(chan string, 8)
-	release := make(chan struct{})
+// reserveConsumer runs a consumer of three slots, one of them reserved for
+// the express queue (a prefetch of six), whose sender says on started
+// which job it began and holds tenant "big"'s jobs until release closes.
+func (e *env) reserveConsumer(t *testing.T) (started chan string, release chan struct{}) {
+	t.Helper()
+	started, release = make(chan string, 8), make(chan struct{})
 	e.consumer(t, rabbitmq.ConsumerConfig{Lane: lane, Topology: e.topo, Concurrency: 3, Reserve: 1, Prefetch: 6,
 		Sender: senderFunc(func(ctx context.Context, job heraldtype.Job) sender.Result {
 			started <- job.MessageID
@@ -124,6 +119,19 @@ func TestConsumerKeepsItsReserveForTheExpressQueue(t *testing.T) {
 			}
 			return sender.Result{Verdict: sender.Done}
 		})})
+	return started, release
+}
+
+// With a reserve, the lane queue's messages take at most Concurrency −
+// Reserve of the consumer's slots: while they fill those, a message in the
+// express queue (a tenant without a backlog: dispatch.ExpressQueue) is
+// sent at once, and the lane queue's next message waits for a lane slot
+// although a worker is free and the broker has delivered it (a prefetch
+// above the concurrency: the slots, not the prefetch, hold it back).
+func TestConsumerKeepsItsReserveForTheExpressQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	started, release := e.reserveConsumer(t)
 	publish := func(id, tenant string, q dispatch.Queue) {
 		t.Helper()
 		msg, err := rabbitmq.JobMessage(heraldtype.Job{MessageID: id, NotificationID: id, Tenant: tenant, Kind: "pay",
