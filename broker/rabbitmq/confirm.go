@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
 )
 
 // Why a publish was not confirmed. A message that got one of these may
@@ -61,12 +62,12 @@ type confirmer struct {
 }
 
 // entry is one published message awaiting its confirm: entry i of b, or
-// for a bundle entries i to i+len(ids)-1, ids being its jobs' message ids.
+// for a bundle entries i to i+len(jobs)-1, jobs being what it carries.
 type entry struct {
 	b        *Batch
 	i        int
 	id       string
-	ids      []string
+	jobs     []heraldtype.Job
 	returned bool
 }
 
@@ -76,12 +77,12 @@ func (e *entry) kept(h func(messageID string, ack bool) bool, ack bool) bool {
 	if h == nil {
 		return true
 	}
-	if e.ids == nil {
+	if e.jobs == nil {
 		return h(e.id, ack)
 	}
 	keep := true
-	for _, id := range e.ids {
-		keep = h(id, ack) && keep
+	for _, j := range e.jobs {
+		keep = h(j.MessageID, ack) && keep
 	}
 	return keep
 }
@@ -89,7 +90,7 @@ func (e *entry) kept(h func(messageID string, ack bool) bool, ack bool) bool {
 // set settles e's entries in its batch.
 func (e *entry) set(err error) {
 	e.b.set(e.i, err)
-	for k := 1; k < len(e.ids); k++ {
+	for k := 1; k < len(e.jobs); k++ {
 		e.b.set(e.i+k, err)
 	}
 }
@@ -207,9 +208,9 @@ func (c *confirmer) publish(ctx context.Context, b *Batch, i int, exchange, key 
 	return c.publishJobs(ctx, b, i, nil, exchange, key, msg)
 }
 
-// publishJobs is publish for a message that carries len(ids) jobs (a
-// bundle; ids nil for one), entries i onwards of b, settled together.
-func (c *confirmer) publishJobs(ctx context.Context, b *Batch, i int, ids []string, exchange, key string, msg amqp.Publishing) error {
+// publishJobs is publish for a message that carries jobs (a bundle; nil
+// for a message of one), entries i onwards of b, settled together.
+func (c *confirmer) publishJobs(ctx context.Context, b *Batch, i int, jobs []heraldtype.Job, exchange, key string, msg amqp.Publishing) error {
 	select {
 	case c.slots <- struct{}{}:
 	default:
@@ -227,7 +228,7 @@ func (c *confirmer) publishJobs(ctx context.Context, b *Batch, i int, ids []stri
 		return dispatch.ErrConnectionLost
 	}
 	seq := c.ch.GetNextPublishSeqNo()
-	c.pending[seq] = &entry{b: b, i: i, id: msg.MessageId, ids: ids}
+	c.pending[seq] = &entry{b: b, i: i, id: msg.MessageId, jobs: jobs}
 	msg.CorrelationId = strconv.FormatUint(seq, 10)
 	err := c.ch.PublishWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {

@@ -276,55 +276,54 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 	}
 }
 
-// item is one send for a worker: a message, or one job of a bundle (run
-// set), or a bundle delivered again, to be split (split set).
+// item is one send for a worker: one job of a delivered message (a
+// message of one job, or one job of a bundle), or a bundle delivered
+// again, to be split (split holds its jobs).
 type item struct {
 	d     amqp.Delivery
 	lane  bool
-	run   *bundleRun
-	split bool
+	msg   *delivered
+	split []amqp.Delivery
 }
 
-// bundleRun is a bundle being sent: settled once its last job is.
-type bundleRun struct {
+// delivered is a delivered message being sent: settled once its last job
+// is (a message of one job, or every job of a bundle).
+type delivered struct {
 	d        amqp.Delivery
 	mu       sync.Mutex
 	left     int
 	outcomes []outcome
 }
 
-// items are the sends a delivery makes: itself, or each job of a bundle
-// delivered for the first time, or the split of a bundle delivered again.
-// A bundle whose body cannot be read is one item, parked as malformed.
+// items are the sends a delivery makes: its one job, or each job of a
+// bundle delivered for the first time, or the split of a bundle delivered
+// again. A bundle whose body cannot be read is one item, parked as
+// malformed.
 func (c *Consumer) items(d amqp.Delivery, lane bool) []item {
-	if d.Type != TypeBundle {
-		return []item{{d: d, lane: lane}}
+	jobs := []amqp.Delivery{d}
+	if d.Type == TypeBundle {
+		if bundled, err := bundleJobs(d); err == nil {
+			if d.Redelivered {
+				return []item{{d: d, lane: lane, split: bundled}}
+			}
+			jobs = bundled
+		}
 	}
-	jobs, err := bundleJobs(d)
-	switch {
-	case err != nil:
-		return []item{{d: d, lane: lane}}
-	case d.Redelivered:
-		return []item{{d: d, lane: lane, split: true}}
-	}
-	run := &bundleRun{d: d, left: len(jobs), outcomes: make([]outcome, 0, len(jobs))}
+	msg := &delivered{d: d, left: len(jobs), outcomes: make([]outcome, 0, len(jobs))}
 	its := make([]item, len(jobs))
 	for i, j := range jobs {
-		its[i] = item{d: j, lane: lane, run: run}
+		its[i] = item{d: j, lane: lane, msg: msg}
 	}
 	return its
 }
 
 // work carries out one item.
 func (c *Consumer) work(ctx context.Context, acks *acker, conf *confirmer, it item, kill func()) {
-	switch {
-	case it.split:
-		c.split(ctx, acks, conf, it.d)
-	case it.run != nil:
-		c.bundled(ctx, acks, it.run, c.decide(ctx, conf, it.d, kill))
-	default:
-		c.handle(ctx, acks, conf, it.d, kill)
+	if it.split != nil {
+		c.split(ctx, acks, conf, it.d, it.split)
+		return
 	}
+	c.settle(ctx, acks, it.msg, c.decide(ctx, conf, it.d, kill))
 }
 
 // expressTag is the consumer tag of the express queue's consumer.
@@ -340,50 +339,39 @@ type outcome struct {
 	requeue bool
 }
 
-func (c *Consumer) handle(ctx context.Context, acks *acker, conf *confirmer, d amqp.Delivery, kill func()) {
-	o := c.decide(ctx, conf, d, kill)
-	wctx := context.WithoutCancel(ctx)
-	if o.requeue {
-		c.settled(wctx, o, acks.nack(d.DeliveryTag, true))
-		return
-	}
-	acks.ack(d.DeliveryTag, func(err error) { c.settled(wctx, o, err) })
-}
-
-// bundled records one job's outcome in its bundle; the last one settles
-// the bundle: an ack, or a nack back to its queue if any job's copy could
-// not be published (the broker delivers it again and it is split).
-func (c *Consumer) bundled(ctx context.Context, acks *acker, run *bundleRun, o outcome) {
-	run.mu.Lock()
-	run.outcomes = append(run.outcomes, o)
-	run.left--
-	last := run.left == 0
-	run.mu.Unlock()
+// settle records one job's outcome in its message; the last one settles
+// the message: an ack, or a nack back to its queue if any job's copy could
+// not be published (a bundle is then delivered again and split).
+func (c *Consumer) settle(ctx context.Context, acks *acker, msg *delivered, o outcome) {
+	msg.mu.Lock()
+	msg.outcomes = append(msg.outcomes, o)
+	msg.left--
+	last := msg.left == 0
+	msg.mu.Unlock()
 	if !last {
 		return
 	}
 	wctx := context.WithoutCancel(ctx)
-	settle := func(err error) {
-		for _, o := range run.outcomes {
+	settled := func(err error) {
+		for _, o := range msg.outcomes {
 			c.settled(wctx, o, err)
 		}
 	}
-	for _, o := range run.outcomes {
+	for _, o := range msg.outcomes {
 		if o.requeue {
-			settle(acks.nack(run.d.DeliveryTag, true))
+			settled(acks.nack(msg.d.DeliveryTag, true))
 			return
 		}
 	}
-	acks.ack(run.d.DeliveryTag, settle)
+	acks.ack(msg.d.DeliveryTag, settled)
 }
 
 // split republishes each job of a bundle the broker delivered again as a
 // message of its own, marked HeaderRedelivered, to the queue the bundle
 // came from, and acks the bundle once every copy is confirmed; if one is
 // not, it nacks the bundle back to its queue, to be split again.
-func (c *Consumer) split(ctx context.Context, acks *acker, conf *confirmer, d amqp.Delivery) {
+func (c *Consumer) split(ctx context.Context, acks *acker, conf *confirmer, d amqp.Delivery, jobs []amqp.Delivery) {
 	wctx := context.WithoutCancel(ctx)
-	jobs, _ := bundleJobs(d) // read once already (items)
 	b := newBatch(len(jobs), c.cfg.ConfirmTimeout)
 	for i, j := range jobs {
 		if err := conf.publish(wctx, b, i, d.Exchange, d.RoutingKey, copyOf(j, amqp.Table{HeaderRedelivered: true})); err != nil {

@@ -230,14 +230,11 @@ func (p *Publisher) Publish(ctx context.Context, lane heraldtype.Lane, q dispatc
 		}
 		msg, n, err := cut.next(jobs[i:])
 		if err == nil {
-			var ids []string
+			var carried []heraldtype.Job // a bundle's jobs; nil for a message of one
 			if n > 1 {
-				ids = make([]string, n)
-				for k := range n {
-					ids[k] = jobs[i+k].MessageID
-				}
+				carried = jobs[i : i+n]
 			}
-			err = c.publishJobs(ctx, b, i, ids, p.cfg.Topology.Exchange(), p.cfg.Topology.Key(lane, q), msg)
+			err = c.publishJobs(ctx, b, i, carried, p.cfg.Topology.Exchange(), p.cfg.Topology.Key(lane, q), msg)
 		}
 		if err != nil {
 			for k := range n {

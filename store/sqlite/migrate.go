@@ -56,7 +56,7 @@ func setWAL(ctx context.Context, path string, mustExist bool) error {
 	if mustExist {
 		q.Set("mode", "rw")
 	}
-	db, err := sql.Open("sqlite", "file:"+uriPath.Replace(path)+"?"+q.Encode())
+	db, err := sql.Open("sqlite", fileURI(path, q))
 	if err != nil {
 		return fmt.Errorf("open sqlite %s: %w", path, err)
 	}

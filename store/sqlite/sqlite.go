@@ -150,13 +150,18 @@ func dsn(path string, readOnly bool) string {
 		// keep theirs until reused or VACUUM (docs/inbox.md, Erasure).
 		q.Add("_pragma", "secure_delete(FAST)")
 	}
+	return fileURI(path, q)
+}
+
+// fileURI is the file: URI the driver opens for the database at path with
+// the parameters q. The path is escaped where the URI would read it
+// otherwise: '?' (the driver takes its parameters from the first one), '#'
+// (SQLite ends the path at a fragment) and '%' (SQLite decodes escapes in
+// the path). A database at "/data/herald#2.db" was opened as "/data/herald".
+func fileURI(path string, q url.Values) string {
 	return "file:" + uriPath.Replace(path) + "?" + q.Encode()
 }
 
-// uriPath escapes what a file: URI would read otherwise in a path: '?'
-// (the driver takes its parameters from the first one), '#' (SQLite ends
-// the path at a fragment) and '%' (SQLite decodes escapes in the path). A
-// database at "/data/herald#2.db" was opened as "/data/herald".
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
 
 // Close stops the writer and closes the database.
