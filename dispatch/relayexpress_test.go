@@ -177,7 +177,9 @@ func TestRelayWithoutExpressPublishesToTheLaneQueue(t *testing.T) {
 // the window full: by the wait after a short claim that ended it, and the
 // cooldown after. It still sends the row to the express queue at once,
 // not at the window's next look (an hour here). The test gives the wake-ups
-// itself, and fills the window as another process's relay would.
+// itself, and fills the window as another process's relay would. The
+// window's rows are consumed once they are settled (a published row counts
+// against the window until then, and nothing would look again).
 func TestRelayExpressUsesAWakeUpTakenBeforeTheWindowFilled(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -186,16 +188,20 @@ func TestRelayExpressUsesAWakeUpTakenBeforeTheWindowFilled(t *testing.T) {
 		b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
 	}
 	wake := make(chan struct{}, 1)
+	var settled atomic.Int64
 	q := &queuePublisher{}
 	r := dispatch.NewRelay(dispatch.RelayConfig{
 		Lane: heraldtype.LaneTransactional, Store: b.store, Wake: wake,
 		Publisher: q, Owner: "relay", BatchSize: window, Lease: time.Minute, PollInterval: time.Hour,
 		MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Hour,
 		Express: true, ExpressHold: time.Hour, Cooldown: 200 * time.Millisecond,
+		Hooks: dispatch.RelayHooks{AfterSettle: func(published, retried int) { settled.Add(int64(published + retried)) }},
 	})
 	defer runRelay(t, r)()
 	// A full claim marks the big tenant and fills the window.
-	testenv.WaitFor(t, "the window filled", testenv.Patience, func() bool { return q.depth() == window })
+	testenv.WaitFor(t, "the window filled and settled", testenv.Patience, func() bool {
+		return q.depth() == window && settled.Load() == window
+	})
 	q.consume(window)
 	// Its last two rows: a claim that comes back short (a cooldown), and
 	// the loop waits for a wake-up with the window open.

@@ -119,7 +119,11 @@ func TestAClaimerOfOneSlotTakesTheTenantsInTurn(t *testing.T) {
 // gives the wake-ups itself, and the marks' clock: each top-up comes half
 // an ExpressHold after the last, six of them, however slow the machine
 // (on the wall clock, a loaded CI host once took longer than the hold
-// between two top-ups, and the mark rightly lapsed).
+// between two top-ups, and the mark rightly lapsed). A row is consumed
+// only once every row published is settled: a published row counts
+// against the window until its settle, so a consumption taken before it
+// could leave the window full at the wake-up's look, with no poll (an
+// hour) to look again.
 func TestRelayExpressOneRowTopUpsKeepABacklogsMark(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b bundle) {
@@ -128,25 +132,31 @@ func TestRelayExpressOneRowTopUpsKeepABacklogsMark(t *testing.T) {
 			b.notifyAs(t, "big", "pay", heraldtype.LaneTransactional)
 		}
 		wake := make(chan struct{}, 1)
+		var settled atomic.Int64
 		q := &queuePublisher{}
 		r := dispatch.NewRelay(dispatch.RelayConfig{
 			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: wake,
 			Publisher: q, Owner: "relay", BatchSize: window, Lease: time.Minute, PollInterval: time.Hour,
 			MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Hour,
 			Express: true, ExpressHold: hold,
+			Hooks: dispatch.RelayHooks{AfterSettle: func(published, retried int) { settled.Add(int64(published + retried)) }},
 		})
 		var clock atomic.Int64 // the marks' clock, in nanoseconds past start
 		start := time.Now()
 		dispatch.SetMarkClock(r, func() time.Time { return start.Add(time.Duration(clock.Load())) })
 		defer runRelay(t, r)()
 		// A full claim of the window's four rows marks the big tenant.
-		testenv.WaitFor(t, "the window filled", testenv.Patience, func() bool { return q.depth() == window })
+		testenv.WaitFor(t, "the window filled and settled", testenv.Patience, func() bool {
+			return q.depth() == window && settled.Load() == window
+		})
 		const topUps = 6 // three holds past the mark
-		for range topUps {
+		for i := range topUps {
 			clock.Add(int64(hold / 2))
 			q.consume(1)
 			wake <- struct{}{}
-			testenv.WaitFor(t, "the window topped up", testenv.Patience, func() bool { return q.depth() == window })
+			testenv.WaitFor(t, "the window topped up and settled", testenv.Patience, func() bool {
+				return q.depth() == window && settled.Load() == int64(window+i+1)
+			})
 		}
 		if x := q.tenants(dispatch.ExpressQueue); len(x) != 0 {
 			t.Fatalf("after %d one-row top-ups the express queue holds %v, want the big tenant's rows in the lane queue", topUps, x)
