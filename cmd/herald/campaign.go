@@ -364,7 +364,7 @@ func campaignSend(cmd *command, args []string, stdout, stderr io.Writer) error {
 		if waiting == 1 {
 			verb = "has"
 		}
-		fmt.Fprintf(stderr, "herald: note: at least %s %s not ended yet (held by quiet hours, retrying or parked); "+
+		fmt.Fprintf(stderr, "herald: note: at least %s %s not ended yet (still queued or sending, or held by quiet hours, retrying or parked); "+
 			"GET /v1/campaigns/%s shows the counts as they end\n", plural(int(waiting), "send"), verb, created.ID)
 	}
 	if st.Suppressed > 0 {
