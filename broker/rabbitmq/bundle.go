@@ -128,10 +128,20 @@ func appendEntry(body []byte, job heraldtype.Job, raw []byte) []byte {
 	return append(body, '}')
 }
 
-// appendString appends s as a JSON string, as encoding/json writes it.
+// appendString appends s as a JSON string, as encoding/json writes it: a
+// string of printable ASCII that needs no escape (message ids and tenants
+// as herald makes them) is copied between quotes, without json.Marshal's
+// allocation; anything else is left to json.Marshal.
 func appendString(body []byte, s string) []byte {
-	q, _ := json.Marshal(s) // a string always encodes
-	return append(body, q...)
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(body, q...)
+		}
+	}
+	body = append(body, '"')
+	body = append(body, s...)
+	return append(body, '"')
 }
 
 // bundleJobs returns a bundle's jobs as the deliveries a message of one

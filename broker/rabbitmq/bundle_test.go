@@ -123,3 +123,15 @@ func TestBundleJobsRefusesWhatIsNotABundle(t *testing.T) {
 		}
 	}
 }
+
+// appendString's copy of a plain string is what json.Marshal writes, and
+// a string that needs escapes (or HTML's) is json.Marshal's own.
+func TestAppendStringWritesWhatJSONDoes(t *testing.T) {
+	for _, s := range []string{"", "ntf_01M98.webhook", "tenant-1", "a b~", `q"uote`, `back\slash`, "<a>&b", "\x01\x1f\x7f",
+		"서울", "\u2028", "\xff"} {
+		want, _ := json.Marshal(s)
+		if got := appendString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Errorf("appendString(%q) = %s, want x%s", s, got, want)
+		}
+	}
+}
