@@ -105,9 +105,9 @@ type RelayConfig struct {
 	// only Window less what waits there, and claims nothing while the
 	// queue holds Window or more (looking again every WindowPoll). The
 	// rest of a backlog stays in the outbox, where each claim shares the
-	// lane between tenants (store.OutboxClaim): a
-	// broker queue is one FIFO, so a tenant's row published behind another
-	// tenant's 20,000 waits for all of them. 0 publishes without a window.
+	// lane between tenants (store.OutboxClaim): a broker queue is one FIFO,
+	// so a tenant's row published behind another tenant's 20,000 waits for
+	// all of them. 0 publishes without a window.
 	// The window is kept as well as the depth is known: a quorum queue
 	// counts a message a moment after confirming it, so on a loaded broker
 	// the queue may briefly hold more (the rabbitmq tests allow twice).

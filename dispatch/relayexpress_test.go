@@ -195,7 +195,7 @@ func TestRelayExpressUsesAWakeUpTakenBeforeTheWindowFilled(t *testing.T) {
 		Publisher: q, Owner: "relay", BatchSize: window, Lease: time.Minute, PollInterval: time.Hour,
 		MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Hour,
 		Express: true, ExpressHold: time.Hour, Cooldown: 200 * time.Millisecond,
-		Hooks: dispatch.RelayHooks{AfterSettle: func(published, retried int) { settled.Add(int64(published + retried)) }},
+		Hooks: countSettled(&settled),
 	})
 	defer runRelay(t, r)()
 	// A full claim marks the big tenant and fills the window.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,12 @@ func (q *queuePublisher) Backlog(context.Context) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.queue) + len(q.express), nil
+}
+
+// countSettled has a relay add to n the rows each of its settles
+// published or retried.
+func countSettled(n *atomic.Int64) dispatch.RelayHooks {
+	return dispatch.RelayHooks{AfterSettle: func(published, retried int) { n.Add(int64(published + retried)) }}
 }
 
 // party is who sends: a tenant, and a scope of it.

@@ -43,7 +43,7 @@ func TestRelayWindowToppedUpOneRowAtATimeTakesTheTenantsInTurn(t *testing.T) {
 			Lane: heraldtype.LaneTransactional, Store: b.store, Wake: b.store.Wakeups().C(heraldtype.LaneTransactional),
 			Publisher: q, Owner: "relay", BatchSize: 7, Lease: time.Minute, PollInterval: 5 * time.Millisecond,
 			MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Millisecond,
-			Hooks: dispatch.RelayHooks{AfterSettle: func(published, retried int) { settled.Add(int64(published + retried)) }},
+			Hooks: countSettled(&settled),
 		})
 		defer runRelay(t, r)()
 
@@ -139,7 +139,7 @@ func TestRelayExpressOneRowTopUpsKeepABacklogsMark(t *testing.T) {
 			Publisher: q, Owner: "relay", BatchSize: window, Lease: time.Minute, PollInterval: time.Hour,
 			MaxAttempts: 3, Alerts: b.alerts, Window: window, Backlog: q.Backlog, WindowPoll: time.Hour,
 			Express: true, ExpressHold: hold,
-			Hooks: dispatch.RelayHooks{AfterSettle: func(published, retried int) { settled.Add(int64(published + retried)) }},
+			Hooks: countSettled(&settled),
 		})
 		var clock atomic.Int64 // the marks' clock, in nanoseconds past start
 		start := time.Now()

@@ -235,34 +235,5 @@ func TestBundleJobsTakeLaneSlotsAndLeaveTheReserve(t *testing.T) {
 		return ids
 	}
 	big := publish("big", 4, dispatch.LaneQueue)
-	seen := map[string]bool{}
-	for range 2 {
-		seen[testenv.Recv(t, started, "a job of the lane bundle to start")] = true
-	}
-	select {
-	case id := <-started:
-		t.Fatalf("%s started while two of the bundle's jobs held both lane slots (seen %v)", id, seen)
-	case <-time.After(200 * time.Millisecond):
-	}
-	small := publish("small", 2, dispatch.ExpressQueue)
-	for range 2 {
-		if id := testenv.Recv(t, started, "the express bundle's jobs to start"); !slices.Contains(small, id) {
-			t.Fatalf("%s started, want the express bundle's jobs in the reserved slot", id)
-		}
-	}
-	close(release)
-	for range 2 {
-		seen[testenv.Recv(t, started, "the waiting jobs of the lane bundle to start")] = true
-	}
-	if len(seen) != 4 {
-		t.Fatalf("started %v, want the lane bundle's four jobs", seen)
-	}
-	e.waitFor(t, "every job acked", func() bool {
-		for _, id := range append(big, small...) {
-			if !slices.Equal(e.actions(id), []string{rabbitmq.ActionAcked}) {
-				return false
-			}
-		}
-		return true
-	})
+	e.wantReserveKept(t, started, release, big, func() []string { return publish("small", 2, dispatch.ExpressQueue) })
 }

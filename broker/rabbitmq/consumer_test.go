@@ -146,30 +146,44 @@ func TestConsumerKeepsItsReserveForTheExpressQueue(t *testing.T) {
 	for i := range 4 {
 		publish(fmt.Sprintf("big-%d", i), "big", dispatch.LaneQueue)
 	}
-	// Two lane slots of three: two of the four start, the others wait.
+	e.wantReserveKept(t, started, release, []string{"big-0", "big-1", "big-2", "big-3"}, func() []string {
+		publish("small-0", "small", dispatch.ExpressQueue)
+		return []string{"small-0"}
+	})
+}
+
+// wantReserveKept follows a reserveConsumer whose lane queue holds the
+// four jobs of lane: two start and hold both lane slots and no third
+// starts; the express jobs publishExpress then publishes start in the
+// reserved slot meanwhile; once release closes, the lane's other two
+// start; and every job is acked once.
+func (e *env) wantReserveKept(t *testing.T, started chan string, release chan struct{}, lane []string, publishExpress func() []string) {
+	t.Helper()
 	seen := map[string]bool{}
 	for range 2 {
-		seen[testenv.Recv(t, started, "a lane message to start")] = true
+		seen[testenv.Recv(t, started, "a lane job to start")] = true
 	}
 	select {
 	case id := <-started:
-		t.Fatalf("%s started while two lane messages held both lane slots (seen %v)", id, seen)
+		t.Fatalf("%s started while two lane jobs held both lane slots (seen %v)", id, seen)
 	case <-time.After(200 * time.Millisecond):
 	}
-	publish("small-0", "small", dispatch.ExpressQueue)
-	if id := testenv.Recv(t, started, "the express message to start"); id != "small-0" {
-		t.Fatalf("%s started, want small-0 from the express queue in the reserved slot", id)
+	express := publishExpress()
+	for range express {
+		if id := testenv.Recv(t, started, "an express job to start"); !slices.Contains(express, id) {
+			t.Fatalf("%s started, want the express jobs %v in the reserved slot", id, express)
+		}
 	}
 	close(release)
 	for range 2 {
-		seen[testenv.Recv(t, started, "the waiting lane messages to start")] = true
+		seen[testenv.Recv(t, started, "the waiting lane jobs to start")] = true
 	}
 	if len(seen) != 4 {
-		t.Fatalf("started %v, want the four lane messages", seen)
+		t.Fatalf("started %v, want the lane's four jobs %v", seen, lane)
 	}
-	e.waitFor(t, "every message acked", func() bool {
-		for _, id := range []string{"big-0", "big-1", "big-2", "big-3", "small-0"} {
-			if !slices.Equal(e.actions(id), []string{"acked"}) {
+	e.waitFor(t, "every job acked once", func() bool {
+		for _, id := range append(slices.Clone(lane), express...) {
+			if !slices.Equal(e.actions(id), []string{rabbitmq.ActionAcked}) {
 				return false
 			}
 		}
