@@ -224,7 +224,8 @@ RETURNING ended_at`
 	// flight always add up to the campaign's sends.
 	//
 	// The decisions are inserted in the order of their rows' keys: each
-	// locks its outbox row while a relay holds it (migration 36), as the
+	// locks its outbox row while a relay holds it (migrations 36 and 41:
+	// CLAIMED, PUBLISHING, or PENDING as a held claim's rows read), as the
 	// relay's mark locks its rows, in that order.
 	//
 	// $1 campaign id, $2 tenant, $3 now.

@@ -151,10 +151,7 @@ func TestACancelOfManyWaitingSendsAfterOneResultTakesLinearTime(t *testing.T) {
 	ctx := context.Background()
 	s := setup(t, "", Options{MaxConns: 1, PipelineWorkers: 1})
 	const n = 20000
-	id, rs := runningCampaign(t, s, n)
-	if res, err := s.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: n + 1}); err != nil || res.Recipients != n {
-		t.Fatalf("CampaignFanOut: %+v, %v", res, err)
-	}
+	id, rs := fannedOutCampaign(t, s, n)
 	// Every send claimed and tried once, as the sender leaves them: the
 	// first one in flight, the others waiting for a retry.
 	first := store.MessageID(rs[0].NotificationID, heraldtype.ChannelWebhook)
@@ -202,10 +199,7 @@ func TestALateCopyBesideItsRowsFailIsCountedOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := setup(t, "", Options{})
-	id, rs := runningCampaign(t, s, 3)
-	if _, err := s.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: 10}); err != nil {
-		t.Fatal(err)
-	}
+	id, rs := fannedOutCampaign(t, s, 3)
 	claimed, err := s.OutboxClaim(ctx, store.OutboxClaimParams{Lane: heraldtype.LaneMarketing, Owner: "relay", Limit: 10, Lease: time.Hour, Publishing: true})
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("OutboxClaim: %d rows, %v; want 3", len(claimed), err)
@@ -296,10 +290,7 @@ func TestACancelMovesTheCountsOncePerStatement(t *testing.T) {
 	ctx := context.Background()
 	s := setup(t, "", Options{})
 	const n = 2000
-	id, _ := runningCampaign(t, s, n)
-	if res, err := s.CampaignFanOut(ctx, store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: n + 1}); err != nil || res.Recipients != n {
-		t.Fatalf("CampaignFanOut: %+v, %v", res, err)
-	}
+	id, _ := fannedOutCampaign(t, s, n)
 	res, err := s.CampaignCancel(ctx, "t1", id)
 	if err != nil || res.Cancelled != n {
 		t.Fatalf("CampaignCancel: %+v, %v; want %d cancelled", res, err, n)
@@ -315,4 +306,108 @@ func TestACancelMovesTheCountsOncePerStatement(t *testing.T) {
 	if rows != 1 || where != "(0,1)" {
 		t.Fatalf("%d counter rows, the first at %s; want one, written once at (0,1)", rows, where)
 	}
+}
+
+// TestADecisionBesideAHeldRowsFailIsCountedOnce: a relay's held claim
+// (hold.go) shows its rows PENDING to every other transaction until it
+// commits, so migration 36's lock, which took rows CLAIMED or PUBLISHING,
+// let a copy's decision pass a held row unlocked. If the broker did not
+// confirm the row, the relay fails it after the hold commits, and a
+// decision still open then was counted twice: the fail saw no delivery
+// (not committed), the decision no mark (not yet written). Migration 41
+// has the decision lock a PENDING row too: it waits for the hold, takes
+// the row as the hold leaves it (PUBLISHING), and the fail waits for the
+// decision and then counts nothing.
+func TestADecisionBesideAHeldRowsFailIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "", Options{})
+	id, rs := fannedOutCampaign(t, s, 1)
+	p := holdParams(10)
+	p.Lane = heraldtype.LaneMarketing
+	held, h, err := claimHold(t, s, p, nil)
+	if err != nil || len(held) != 1 {
+		t.Fatalf("held claim: %d rows, %v; want 1", len(held), err)
+	}
+	f := held[0].Fence
+
+	// The copy's decision, in a transaction left open.
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	decided := make(chan error, 1)
+	go func() {
+		_, err := tx.Exec(ctx, qDeliveryDecide, nil, store.MessageID(rs[0].NotificationID, heraldtype.ChannelWebhook),
+			rs[0].NotificationID, "t1", "webhook", "SUPPRESSED", "CONSENT_DENIED")
+		decided <- err
+	}()
+	// returnsOrWaits waits until done has a result or pid waits for a
+	// lock (the fix), and keeps the result.
+	returnsOrWaits := func(what string, pid int, done chan error) {
+		waitFor(t, 10*time.Second, what+" returns or waits", func() bool {
+			select {
+			case err := <-done:
+				done <- err
+				return true
+			default:
+			}
+			var n int
+			if err := s.pool.QueryRow(ctx, `SELECT cardinality(pg_blocking_pids($1::int))`, pid).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		})
+	}
+	returnsOrWaits("the decision", pid, decided)
+
+	// The hold commits with the row not confirmed, the decision goes on,
+	// and the relay's fail (its own connection) waits for the decision.
+	if err := h.Commit(ctx, []store.Fence{f}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := storetest.Receive(t, decided, "the decision"); err != nil {
+		t.Fatalf("decision: %v", err)
+	}
+	failed := make(chan error, 1)
+	var failPid int
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&failPid); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := conn.Exec(ctx, qOutboxFail, nil, "FAILED", "NO_CONFIRM", f.NotificationID, "webhook", f.Token)
+		failed <- err
+	}()
+	returnsOrWaits("the fail", failPid, failed)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := storetest.Receive(t, failed, "the fail"); err != nil {
+		t.Fatalf("fail: %v", err)
+	}
+
+	if got, err := s.CampaignGet(ctx, "t1", id); err != nil || got.Counts != (store.CampaignCounts{Suppressed: 1}) {
+		t.Fatalf("counts %+v, %v; want the one send suppressed, once", got.Counts, err)
+	}
+}
+
+// fannedOutCampaign is a running campaign of n recipients (runningCampaign)
+// whose sends are all written: notifications and PENDING outbox rows.
+func fannedOutCampaign(t *testing.T, s *Store, n int) (string, []store.CampaignRecipient) {
+	t.Helper()
+	id, rs := runningCampaign(t, s, n)
+	if res, err := s.CampaignFanOut(context.Background(), store.CampaignFanOutParams{Tenant: "t1", ID: id, Limit: n + 1}); err != nil || res.Recipients != n {
+		t.Fatalf("CampaignFanOut: %+v, %v", res, err)
+	}
+	return id, rs
 }
