@@ -21,9 +21,10 @@
 -- a decision's lock (claims skip locked rows; a hold's commit writes only
 -- its own), so the wait ends with the hold.
 --
--- A send's result needs no such lock: its delivery was inserted SENDING
--- and committed before the call, so a fail always finds it and counts
--- nothing.
+-- A send's result needs no such lock: it reads a row PENDING only while
+-- the hold is open, the fail comes after the hold's commit, and by then
+-- the send's delivery, inserted SENDING before the call, is committed: the
+-- fail finds it and counts nothing.
 
 CREATE OR REPLACE FUNCTION campaign_count_deliveries_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
