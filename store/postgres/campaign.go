@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -754,7 +755,38 @@ func (s *Store) CampaignBatches(ctx context.Context, tenant, id string, after *i
 
 // CampaignCancel ends a campaign CANCELLED and its sends that have not
 // begun, reporting what had gone before.
+//
+// A cancel that PostgreSQL ends to break a deadlock is run again, up to
+// cancelAttempts in all: its decisions lock their rows in the order of the
+// rows' keys, a pipeline batch of several decisions in the batch's order,
+// and the two can wait for each other in a cycle
+// (TestACancelThatADeadlockEndsIsRunAgain). The cancel wrote nothing, and
+// run again it reads the sends as the other transaction left them.
 func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.CampaignCancelResult, error) {
+	var (
+		res store.CampaignCancelResult
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		res, err = s.campaignCancel(ctx, tenant, id)
+		var pgErr *pgconn.PgError
+		if err == nil || attempt == cancelAttempts || !errors.As(err, &pgErr) || pgErr.Code != pgDeadlockDetected || ctx.Err() != nil {
+			break
+		}
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "campaign: cancel ended by a deadlock, running it again",
+			slog.String("tenant", tenant), slog.String("campaign", id), slog.Int("attempt", attempt))
+	}
+	if err != nil {
+		return store.CampaignCancelResult{}, s.campaignFail("cancel campaign", err)
+	}
+	return res, nil
+}
+
+// cancelAttempts is how many times CampaignCancel runs a cancel that
+// deadlocks.
+const cancelAttempts = 3
+
+func (s *Store) campaignCancel(ctx context.Context, tenant, id string) (store.CampaignCancelResult, error) {
 	var res store.CampaignCancelResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res = store.CampaignCancelResult{}
@@ -783,10 +815,7 @@ func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.Ca
 		}
 		return nil
 	})
-	if err != nil {
-		return store.CampaignCancelResult{}, s.campaignFail("cancel campaign", err)
-	}
-	return res, nil
+	return res, err
 }
 
 // CampaignsExpireDrafts ends DRAFT campaigns past their time CANCELLED.

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -410,4 +411,81 @@ func fannedOutCampaign(t *testing.T, s *Store, n int) (string, []store.CampaignR
 		t.Fatalf("CampaignFanOut: %+v, %v", res, err)
 	}
 	return id, rs
+}
+
+// TestACancelThatADeadlockEndsIsRunAgain: a cancel inserts its decisions
+// in the order of their rows' keys, but a pipeline batch of several
+// decisions writes them in the batch's order, so the two can wait for
+// each other in a cycle: the cancel holds the first send's decision and
+// waits for the batch's on the second, which then waits for the cancel's
+// on the first. PostgreSQL ends one of them after deadlock_timeout; the
+// batch would run again statement by statement, and the cancel, ended
+// here (the batch's session waits longer before it looks), runs again
+// too, instead of failing the caller's request; run again beside the
+// still open batch, it reports both sends in flight.
+func TestACancelThatADeadlockEndsIsRunAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, "", Options{})
+	id, rs := fannedOutCampaign(t, s, 2)
+	slices.SortFunc(rs, func(a, b store.CampaignRecipient) int { return strings.Compare(a.NotificationID, b.NotificationID) })
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL deadlock_timeout = '30s'`); err != nil {
+		t.Fatal(err)
+	}
+	decide := func(r store.CampaignRecipient) error {
+		_, err := tx.Exec(ctx, qDeliveryDecide, nil, store.MessageID(r.NotificationID, heraldtype.ChannelWebhook),
+			r.NotificationID, "t1", "webhook", "SUPPRESSED", "CONSENT_DENIED")
+		return err
+	}
+	if err := decide(rs[1]); err != nil {
+		t.Fatal(err)
+	}
+	type cancelled struct {
+		res store.CampaignCancelResult
+		err error
+	}
+	done := make(chan cancelled, 1)
+	go func() {
+		res, err := s.CampaignCancel(ctx, "t1", id)
+		done <- cancelled{res, err}
+	}()
+	cancelWaits := func(what string) {
+		waitFor(t, 10*time.Second, what, func() bool {
+			var n int
+			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		})
+	}
+	cancelWaits("the cancel waits for the batch's decision")
+	if err := decide(rs[0]); err != nil { // waits for the cancel until PostgreSQL ends it
+		t.Fatalf("the batch's second decision: %v", err)
+	}
+	cancelWaits("the cancel, run again, waits for the batch")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := storetest.Receive(t, done, "the cancel")
+	if c.err != nil {
+		t.Fatalf("CampaignCancel: %v; want it run again after the deadlock", c.err)
+	}
+	// Run again beside the open batch, the cancel found both sends ending
+	// under way: in flight, neither its own.
+	if c.res.Cancelled != 0 || c.res.InFlight != 2 || c.res.Campaign.Counts != (store.CampaignCounts{}) {
+		t.Fatalf("CampaignCancel: %d cancelled, %d in flight, counts %+v; want both sends in flight, the batch's",
+			c.res.Cancelled, c.res.InFlight, c.res.Campaign.Counts)
+	}
+	if got, err := s.CampaignGet(ctx, "t1", id); err != nil || got.Counts != (store.CampaignCounts{Suppressed: 2}) {
+		t.Fatalf("counts %+v, %v; want both sends suppressed, once", got.Counts, err)
+	}
 }
