@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testpg"
 	"github.com/heraldhq/herald/store"
@@ -333,21 +335,9 @@ func TestADecisionBesideAHeldRowsFailIsCountedOnce(t *testing.T) {
 	f := held[0].Fence
 
 	// The copy's decision, in a transaction left open.
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	var pid int
-	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
+	tx, pid := openTx(t, s)
 	decided := make(chan error, 1)
-	go func() {
-		_, err := tx.Exec(ctx, qDeliveryDecide, nil, store.MessageID(rs[0].NotificationID, heraldtype.ChannelWebhook),
-			rs[0].NotificationID, "t1", "webhook", "SUPPRESSED", "CONSENT_DENIED")
-		decided <- err
-	}()
+	go func() { decided <- decideIn(ctx, tx, rs[0]) }()
 	// returnsOrWaits waits until done has a result or pid waits for a
 	// lock (the fix), and keeps the result.
 	returnsOrWaits := func(what string, pid int, done chan error) {
@@ -429,23 +419,11 @@ func TestACancelThatADeadlockEndsIsRunAgain(t *testing.T) {
 	s := setup(t, "", Options{})
 	id, rs := fannedOutCampaign(t, s, 2)
 	slices.SortFunc(rs, func(a, b store.CampaignRecipient) int { return strings.Compare(a.NotificationID, b.NotificationID) })
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	var pid int
-	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
+	tx, pid := openTx(t, s)
 	if _, err := tx.Exec(ctx, `SET LOCAL deadlock_timeout = '30s'`); err != nil {
 		t.Fatal(err)
 	}
-	decide := func(r store.CampaignRecipient) error {
-		_, err := tx.Exec(ctx, qDeliveryDecide, nil, store.MessageID(r.NotificationID, heraldtype.ChannelWebhook),
-			r.NotificationID, "t1", "webhook", "SUPPRESSED", "CONSENT_DENIED")
-		return err
-	}
+	decide := func(r store.CampaignRecipient) error { return decideIn(ctx, tx, r) }
 	if err := decide(rs[1]); err != nil {
 		t.Fatal(err)
 	}
@@ -488,4 +466,29 @@ func TestACancelThatADeadlockEndsIsRunAgain(t *testing.T) {
 	if got, err := s.CampaignGet(ctx, "t1", id); err != nil || got.Counts != (store.CampaignCounts{Suppressed: 2}) {
 		t.Fatalf("counts %+v, %v; want both sends suppressed, once", got.Counts, err)
 	}
+}
+
+// openTx begins a transaction on s's pool, rolled back at the test's end
+// unless committed, and returns it with its session's pid.
+func openTx(t *testing.T, s *Store) (pgx.Tx, int) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return tx, pid
+}
+
+// decideIn writes, in tx, a copy's decision on r's webhook send:
+// SUPPRESSED for want of consent.
+func decideIn(ctx context.Context, tx pgx.Tx, r store.CampaignRecipient) error {
+	_, err := tx.Exec(ctx, qDeliveryDecide, nil, store.MessageID(r.NotificationID, heraldtype.ChannelWebhook),
+		r.NotificationID, "t1", "webhook", "SUPPRESSED", "CONSENT_DENIED")
+	return err
 }
