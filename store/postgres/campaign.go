@@ -225,9 +225,9 @@ RETURNING ended_at`
 	// flight always add up to the campaign's sends.
 	//
 	// The decisions are inserted in the order of their rows' keys: each
-	// locks its outbox row while a relay holds it (migrations 36 and 41:
-	// CLAIMED, PUBLISHING, or PENDING as a held claim's rows read), as the
-	// relay's mark locks its rows, in that order.
+	// locks its outbox row while a relay holds it (migration 36: CLAIMED,
+	// PUBLISHING), as the relay's mark locks its rows, in that order, and
+	// shares a PENDING one (migration 41: a held claim's rows read so).
 	//
 	// $1 campaign id, $2 tenant, $3 now.
 	qCampaignCancelSends = `WITH m AS MATERIALIZED (

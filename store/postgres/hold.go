@@ -22,10 +22,10 @@ import (
 // then. Until it commits, every other transaction sees the rows PENDING
 // with their old token: a claim of another relay (or of this one's next
 // batch) skips them (SKIP LOCKED), a fenced write naming the new token
-// waits for the commit (a consumer putting its row back), as does a
-// campaign copy's decision, whose counts lock the row (migration 41), and
-// anything else reads them as not yet sent, which they are not known to
-// be. A rollback, a lost connection or a dead process leaves them PENDING
+// waits for the commit (a consumer putting its row back), a campaign
+// copy's decision shares the row without waiting (its counts' lock,
+// migration 41), and anything else reads them as not yet sent, which they
+// are not known to be. A rollback, a lost connection or a dead process leaves them PENDING
 // and due, for the next claim: no lease to wait out. A process that stops
 // without dying (SIGSTOP, a paused container) holds them until
 // idle_in_transaction_session_timeout (Options.HoldTimeout) ends its
