@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/store"
@@ -617,8 +616,7 @@ func (s *Store) CampaignFanOut(ctx context.Context, p store.CampaignFanOutParams
 		// Cancelled (or ended) while the batch was written: it wrote nothing.
 		return store.CampaignFanOutResult{Lane: res.Lane, Done: true}, nil
 	}
-	var pgErr *pgconn.PgError
-	if errors.Is(err, errCampaignErased) || errors.As(err, &pgErr) && (pgErr.Code == pgLockNotAvailable || pgErr.Code == pgDeadlockDetected) {
+	if code := sqlState(err); errors.Is(err, errCampaignErased) || code == pgLockNotAvailable || code == pgDeadlockDetected {
 		// Waited past fanOutLockTimeout, or was the one PostgreSQL chose to
 		// end a deadlock it saw: a retry from the cursor, not a failure.
 		err = fmt.Errorf("%w: %w", store.ErrCampaignBusy, err)
@@ -718,12 +716,6 @@ func fanOutRange(ctx context.Context, tx pgx.Tx, p store.CampaignFanOutParams, h
 	return nil
 }
 
-// SQLSTATEs of a fan-out batch that gave up waiting (store.ErrCampaignBusy).
-const (
-	pgLockNotAvailable = "55P03" // lock_timeout
-	pgDeadlockDetected = "40P01"
-)
-
 // errCampaignErased rolls back a ranged batch whose campaign lost a
 // recipient to an erasure after the batch read its recipients: a retry
 // (store.ErrCampaignBusy) writes it again without them.
@@ -769,8 +761,7 @@ func (s *Store) CampaignCancel(ctx context.Context, tenant, id string) (store.Ca
 	)
 	for attempt := 1; ; attempt++ {
 		res, err = s.campaignCancel(ctx, tenant, id)
-		var pgErr *pgconn.PgError
-		if err == nil || attempt == cancelAttempts || !errors.As(err, &pgErr) || pgErr.Code != pgDeadlockDetected || ctx.Err() != nil {
+		if err == nil || attempt == cancelAttempts || sqlState(err) != pgDeadlockDetected || ctx.Err() != nil {
 			break
 		}
 		s.logger.LogAttrs(ctx, slog.LevelWarn, "campaign: cancel ended by a deadlock, running it again",

@@ -235,11 +235,7 @@ func TestALateCopyBesideItsRowsFailIsCountedOnce(t *testing.T) {
 				return true
 			default:
 			}
-			var n int
-			if qerr := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).Scan(&n); qerr != nil {
-				t.Fatal(qerr)
-			}
-			return n > 0
+			return waitsFor(t, s, pid)
 		})
 		commit(true)
 		if !finished {
@@ -318,9 +314,10 @@ func TestACancelMovesTheCountsOncePerStatement(t *testing.T) {
 // confirm the row, the relay fails it after the hold commits, and a
 // decision still open then was counted twice: the fail saw no delivery
 // (not committed), the decision no mark (not yet written). Migration 41
-// has the decision lock a PENDING row too: it waits for the hold, takes
-// the row as the hold leaves it (PUBLISHING), and the fail waits for the
-// decision and then counts nothing.
+// has the decision share a PENDING row (FOR KEY SHARE), which does not
+// wait for the hold, and the fail lock its row FOR UPDATE first, which
+// waits for the share: the fail then finds the decision and counts
+// nothing.
 func TestADecisionBesideAHeldRowsFailIsCountedOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -339,7 +336,7 @@ func TestADecisionBesideAHeldRowsFailIsCountedOnce(t *testing.T) {
 	decided := make(chan error, 1)
 	go func() { decided <- decideIn(ctx, tx, rs[0]) }()
 	// returnsOrWaits waits until done has a result or pid waits for a
-	// lock (the fix), and keeps the result.
+	// lock, and keeps the result.
 	returnsOrWaits := func(what string, pid int, done chan error) {
 		waitFor(t, 10*time.Second, what+" returns or waits", func() bool {
 			select {
@@ -348,17 +345,13 @@ func TestADecisionBesideAHeldRowsFailIsCountedOnce(t *testing.T) {
 				return true
 			default:
 			}
-			var n int
-			if err := s.pool.QueryRow(ctx, `SELECT cardinality(pg_blocking_pids($1::int))`, pid).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			return n > 0
+			return waiting(t, s, pid)
 		})
 	}
 	returnsOrWaits("the decision", pid, decided)
 
-	// The hold commits with the row not confirmed, the decision goes on,
-	// and the relay's fail (its own connection) waits for the decision.
+	// The hold commits with the row not confirmed, and the relay's fail
+	// (its own connection) waits for the decision.
 	if err := h.Commit(ctx, []store.Fence{f}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -437,13 +430,7 @@ func TestACancelThatADeadlockEndsIsRunAgain(t *testing.T) {
 		done <- cancelled{res, err}
 	}()
 	cancelWaits := func(what string) {
-		waitFor(t, 10*time.Second, what, func() bool {
-			var n int
-			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			return n > 0
-		})
+		waitFor(t, 10*time.Second, what, func() bool { return waitsFor(t, s, pid) })
 	}
 	cancelWaits("the cancel waits for the batch's decision")
 	if err := decide(rs[0]); err != nil { // waits for the cancel until PostgreSQL ends it

@@ -25,11 +25,11 @@ import (
 // waits for the commit (a consumer putting its row back), a campaign
 // copy's decision shares the row without waiting (its counts' lock,
 // migration 41), and anything else reads them as not yet sent, which they
-// are not known to be. A rollback, a lost connection or a dead process leaves them PENDING
-// and due, for the next claim: no lease to wait out. A process that stops
-// without dying (SIGSTOP, a paused container) holds them until
-// idle_in_transaction_session_timeout (Options.HoldTimeout) ends its
-// session.
+// are not known to be. A rollback, a lost connection or a dead process
+// leaves them PENDING and due, for the next claim: no lease to wait out.
+// A process that stops without dying (SIGSTOP, a paused container) holds
+// them until idle_in_transaction_session_timeout (Options.HoldTimeout)
+// ends its session.
 //
 // The relay keeps several batches in flight, so each claim would find the
 // rows of the batches before it first in its tenant's scope, all locked:

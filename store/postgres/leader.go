@@ -2,14 +2,12 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldhq/herald/clock"
 )
@@ -122,7 +120,7 @@ func (s *Store) campaign(ctx context.Context) (err error) {
 // and a frozen leader keeps the lock until it thaws, as before.
 func (s *Store) boundLeaderSession(ctx context.Context, conn *pgx.Conn) error {
 	err := execTimeout(ctx, conn, qLeaderIdleTimeout, strconv.FormatInt(s.leaderIdle.Milliseconds(), 10))
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42704" { // undefined_object
+	if sqlState(err) == pgUndefinedObject {
 		s.leaderIdleOld.Do(func() {
 			s.logger.LogAttrs(ctx, slog.LevelWarn, "postgres: the server has no idle_session_timeout (PostgreSQL 14 and later); "+
 				"a frozen leader keeps the leader lock until it thaws")

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	migrationfile "github.com/heraldhq/herald/store/internal/migration"
@@ -186,8 +185,7 @@ func applyPatiently(ctx context.Context, conn *pgx.Conn, key int64, m migration,
 	}
 	for attempt := 1; ; attempt++ {
 		err := applyMigration(ctx, conn, key, m, limits.lockTimeout)
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != pgLockNotAvailable && pgErr.Code != pgDeadlockDetected) {
+		if code := sqlState(err); err == nil || (code != pgLockNotAvailable && code != pgDeadlockDetected) {
 			return err
 		}
 		if attempt >= limits.attempts {
@@ -324,8 +322,7 @@ func applyBaseline(ctx context.Context, conn *pgx.Conn, key int64, list []migrat
 		}
 		// No arguments: pgx sends it as a simple query, several statements.
 		if _, err := tx.Exec(ctx, b.body); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) {
+			if sqlState(err) != "" { // the server's refusal
 				return fmt.Errorf("baseline %d: %w: %w", b.version, errBaselineRefused, err)
 			}
 			return fmt.Errorf("baseline %d: %w", b.version, err)
@@ -411,8 +408,7 @@ func checkSchema(ctx context.Context, conn *pgx.Conn) (int, error) {
 // schema, started on a schema behind this herald. A plain "permission
 // denied for schema public" sent operators looking for the wrong fault.
 func notOwner(err error, applied map[int]bool, want int) error {
-	var pg *pgconn.PgError
-	if !errors.As(err, &pg) || pg.Code != "42501" {
+	if sqlState(err) != pgInsufficientPrivilege {
 		return err
 	}
 	at := 0

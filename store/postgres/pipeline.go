@@ -407,8 +407,7 @@ func (p *pipeline) send(ops []*pipeOp) {
 	var pre pgx.ErrPreprocessingBatch
 	aborted := err != nil && (pgconn.SafeToRetry(err) || errors.As(err, &pre))
 	for _, op := range live {
-		var pgErr *pgconn.PgError
-		if errors.As(op.err, &pgErr) {
+		if sqlState(op.err) != "" { // the server refused it
 			aborted = true
 			break
 		}

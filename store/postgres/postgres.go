@@ -118,6 +118,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/clock"
@@ -571,6 +572,24 @@ func (s *Store) fail(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
+
+// sqlState is the SQLSTATE of the server's error in err's chain, "" for
+// an error the server did not send.
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// The SQLSTATEs herald branches on.
+const (
+	pgLockNotAvailable      = "55P03" // lock_timeout
+	pgDeadlockDetected      = "40P01"
+	pgUndefinedObject       = "42704"
+	pgInsufficientPrivilege = "42501"
+)
 
 // Wakeups returns the wake-up signals: local ones and, through LISTEN, those
 // of every process on this database and schema.

@@ -535,6 +535,28 @@ func holdPid(t *testing.T, s *Store, sql string, args ...any) (func(commit bool)
 	}, pid
 }
 
+// waitsFor reports whether a session waits for a lock the session pid
+// holds.
+func waitsFor(t *testing.T, s *Store, pid int) bool {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).
+		Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// waiting reports whether the session pid waits for a lock.
+func waiting(t *testing.T, s *Store, pid int) bool {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(context.Background(), `SELECT cardinality(pg_blocking_pids($1::int))`, pid).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
 // waitBlocked waits until a session of app waits for a lock: the barrier
 // that orders "the call is blocked" before "the holder commits".
 func waitBlocked(t *testing.T, s *Store, app string) {
