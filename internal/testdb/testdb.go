@@ -6,6 +6,7 @@ package testdb
 import (
 	"context"
 	"database/sql"
+	"sync"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -29,6 +30,9 @@ type DB struct {
 	Database string
 	driver   string
 	dsn      string
+
+	mu sync.Mutex
+	db *sql.DB // Exec's and Count's, opened at their first use
 }
 
 // Open opens a store of driver ("sqlite": a file in t.TempDir();
@@ -56,27 +60,40 @@ func Open(t testing.TB, driver string, clk clock.Clock) *DB {
 	default:
 		t.Fatalf("testdb: no driver %q", driver)
 	}
-	t.Cleanup(func() { d.Store.Close() })
+	t.Cleanup(func() {
+		d.mu.Lock()
+		if d.db != nil {
+			d.db.Close()
+		}
+		d.mu.Unlock()
+		d.Store.Close()
+	})
 	return d
 }
 
-// conn opens a database/sql connection of its own.
+// conn returns the database/sql handle of d's own that Exec and Count use,
+// opened at the first call and closed with the store. One for the test,
+// not one a call: on PostgreSQL each new session costs the server tens of
+// milliseconds of CPU (package testpg says more).
 func (d *DB) conn(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open(d.driver, d.dsn)
-	if err != nil {
-		t.Fatal(err)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.db == nil {
+		db, err := sql.Open(d.driver, d.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.db = db
 	}
-	return db
+	return d.db
 }
 
 // Exec runs query (no parameters; SQL both drivers accept) on the
 // database; an error fails the test.
 func (d *DB) Exec(t testing.TB, query string) {
 	t.Helper()
-	db := d.conn(t)
-	defer db.Close()
-	if _, err := db.Exec(query); err != nil {
+	if _, err := d.conn(t).Exec(query); err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}
 }
@@ -84,10 +101,8 @@ func (d *DB) Exec(t testing.TB, query string) {
 // Count runs a query that answers one number.
 func (d *DB) Count(t testing.TB, query string) int {
 	t.Helper()
-	db := d.conn(t)
-	defer db.Close()
 	var n int
-	if err := db.QueryRow(query).Scan(&n); err != nil {
+	if err := d.conn(t).QueryRow(query).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return n

@@ -125,3 +125,28 @@ func TestDroppedSchemasVacuumTheCatalogs(t *testing.T) {
 		t.Fatalf("pg_attribute vacuumed %d times before %d schemas were dropped, %d after", before, vacuumEvery, after)
 	}
 }
+
+// TestSchemasShareTheProcesssSessions: the DDL of schemas made and dropped
+// one after another runs on the process's pool, not on a new session each
+// (every session costs the server tens of milliseconds of CPU to start).
+func TestSchemasShareTheProcesssSessions(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	pool, err := adminPool(Require(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := pool.Stat()
+	for i := range n {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { Schema(t) })
+	}
+	after := pool.Stat()
+	if got := after.AcquireCount() - before.AcquireCount(); got < 2*n {
+		t.Fatalf("%d sessions taken from the pool for %d schemas made and dropped, want at least %d", got, n, 2*n)
+	}
+	// Other tests of this process may make schemas meanwhile: the pool
+	// still starts at most its size in sessions.
+	if got := after.NewConnsCount() - before.NewConnsCount(); got > int64(after.MaxConns()) {
+		t.Fatalf("%d sessions started for %d schemas, want at most the pool's %d", got, n, after.MaxConns())
+	}
+}
