@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/apikeys"
 	"github.com/heraldhq/herald/clock"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 )
@@ -88,7 +88,7 @@ type bundle struct {
 func setup(t testing.TB) bundle {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	path := filepath.Join(t.TempDir(), "herald.db")
+	path := testsqlite.Path(t)
 	st, err := sqlite.Open(context.Background(), path, sqlite.Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testsqlite"
 )
 
 // testConfig is config.Dev() on database (a fresh SQLite file when it is
@@ -24,7 +25,7 @@ func testConfig(t *testing.T, database string, edit func(*config.Config)) *confi
 	cfg := config.Dev()
 	cfg.Database = database
 	if database == "" {
-		cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
+		cfg.Database = "sqlite:" + testsqlite.Path(t)
 	}
 	if edit != nil {
 		edit(cfg)

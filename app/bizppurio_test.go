@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/lookup"
 )
 
@@ -67,7 +68,7 @@ func bizppurioHerald(t *testing.T, smsAccount string) (base, token string) {
 		}
 	}
 	text := `environment: production
-database: sqlite:` + filepath.Join(dir, "herald.db") + `
+database: sqlite:` + testsqlite.Path(t) + `
 api_keys: [{key: k1, tenant: shop}]
 providers:
   - {name: biz-at, type: bizppurio, channel: alimtalk, account: herald_api, password: {file: biz.pw}, from: "0212345678",

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testmq"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/lookup"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/seal"
@@ -55,7 +55,7 @@ func (h *devicesHerald) holdSends(suffix string) (release func()) {
 
 func startDevicesHerald(t *testing.T, driver string) *devicesHerald {
 	t.Helper()
-	database, mq := "sqlite:"+filepath.Join(t.TempDir(), "herald.db"), ""
+	database, mq := "sqlite:"+testsqlite.Path(t), ""
 	switch driver {
 	case "postgres":
 		database = testpg.Schema(t)

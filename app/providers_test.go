@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testsqlite"
 )
 
 // realConfig writes a config with one provider of each real type, its
@@ -52,7 +53,7 @@ func realConfig(t *testing.T, replace ...string) string {
 		}
 	}
 	text := `environment: production
-database: sqlite:` + filepath.Join(dir, "herald.db") + `
+database: sqlite:` + testsqlite.Path(t) + `
 api_keys: [{key: k1, tenant: shop}]
 providers:
   - {name: fcm, type: fcm, channel: push, credentials: {file: fcm.json}}

@@ -2,11 +2,11 @@ package app
 
 import (
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/config"
+	"github.com/heraldhq/herald/internal/testsqlite"
 )
 
 // A provider's answer is written for half of stale_claim_after, at least
@@ -26,7 +26,7 @@ func TestRecordTimeoutIsHalfTheStaleClaimAfter(t *testing.T) {
 
 func TestTheSenderWritesAnswersForRecordTimeout(t *testing.T) {
 	cfg := config.Dev()
-	cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
+	cfg.Database = "sqlite:" + testsqlite.Path(t)
 	cfg.StaleClaimAfter = config.Duration(8 * time.Minute)
 	cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {

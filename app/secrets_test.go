@@ -22,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testsqlite"
 )
 
 // No provider credential reaches a log line, an API answer or a metric,
@@ -70,7 +71,7 @@ func TestProviderSecretsNeverReachLogsOrAnswers(t *testing.T) {
 	}
 	path := filepath.Join(dir, "herald.yaml")
 	text := `environment: production
-database: sqlite:` + filepath.Join(dir, "herald.db") + `
+database: sqlite:` + testsqlite.Path(t) + `
 api_keys: [{key: k1, tenant: shop}]
 retry: {quick: 2, quick_delay: 10ms, slow: 0}
 providers:

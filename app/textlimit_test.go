@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testdb"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 )
@@ -203,7 +204,7 @@ func TestTextLimitsTwilioBodyOver1600Characters(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := `environment: production
-database: sqlite:` + filepath.Join(dir, "herald.db") + `
+database: sqlite:` + testsqlite.Path(t) + `
 api_keys: [{key: ` + config.DevAPIKey + `, tenant: shop}]
 providers:
   - {name: tw, type: twilio, channel: sms, account_sid: AC00000000000000000000000000000000, auth_token: {file: tw.token},

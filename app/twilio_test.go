@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldhq/herald/app"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/lookup"
 )
 
@@ -64,7 +65,7 @@ func TestTwilioStatusCallbacksSettleTheSMS(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := `environment: production
-database: sqlite:` + filepath.Join(dir, "herald.db") + `
+database: sqlite:` + testsqlite.Path(t) + `
 api_keys: [{key: k1, tenant: shop}]
 providers:
   - {name: tw, type: twilio, channel: sms, account_sid: AC00000000000000000000000000000000, auth_token: {file: tw.token},

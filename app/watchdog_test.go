@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/provider/sim"
 	"github.com/heraldhq/herald/store"
@@ -29,7 +29,7 @@ import (
 // provider call, PROVIDER_ACCEPTED, one REDRIVEN alert.
 func TestServerWatchdogRedrivesAStrandedRetry(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "herald.db")
+	path := testsqlite.Path(t)
 	cfg := testConfig(t, "sqlite:"+path, func(c *config.Config) {
 		c.WatchdogInterval = config.Duration(20 * time.Millisecond)
 		c.PollInterval = config.Duration(20 * time.Millisecond)

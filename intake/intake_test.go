@@ -11,7 +11,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +24,7 @@ import (
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/intake"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testsqlite"
 )
 
 // The two tenants of every test app.
@@ -57,7 +57,7 @@ func setup(t testing.TB) *bundle {
 // setupLogging is setup with the app's log written to log.
 func setupLogging(t testing.TB, log io.Writer) *bundle {
 	t.Helper()
-	dbPath := filepath.Join(t.TempDir(), "herald.db")
+	dbPath := testsqlite.Path(t)
 	cfg := config.Dev()
 	cfg.Database = "sqlite:" + dbPath
 	cfg.APIKeys = append(cfg.APIKeys, config.APIKey{Key: keyB, Tenant: "other"})

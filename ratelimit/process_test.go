@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/ratelimit"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/postgres"
@@ -67,7 +67,7 @@ func TestTwoProcessesShareTheLimit(t *testing.T) {
 			return url
 		}},
 		{"sqlite", func(t *testing.T) string {
-			path := filepath.Join(t.TempDir(), "herald.db")
+			path := testsqlite.Path(t)
 			s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 			if err != nil {
 				t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/ids"
 	"github.com/heraldhq/herald/internal/testpg"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/provider"
@@ -60,7 +60,7 @@ func open(t *testing.T, driver string, start time.Time) *world {
 	var err error
 	switch driver {
 	case "sqlite":
-		w.dsn = filepath.Join(t.TempDir(), "herald.db")
+		w.dsn = testsqlite.Path(t)
 		w.store, err = sqlite.Open(w.ctx, w.dsn, sqlite.Options{Clock: w.clk})
 	case "postgres":
 		w.dsn = testpg.Schema(t)

@@ -21,6 +21,7 @@ import (
 	"github.com/heraldhq/herald/catalog"
 	"github.com/heraldhq/herald/config"
 	"github.com/heraldhq/herald/internal/testapp"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/store/sqlite"
 )
 
@@ -31,7 +32,7 @@ import (
 func TestCampaignSend(t *testing.T) {
 	campaignPoll = 20 * time.Millisecond
 	cfg := config.Dev()
-	cfg.Database = "sqlite:" + filepath.Join(t.TempDir(), "herald.db")
+	cfg.Database = "sqlite:" + testsqlite.Path(t)
 	// The kind is marketing: with the default quiet hours (08:00–20:50 in
 	// Seoul) the test would wait for the morning whenever it ran at night
 	// there, on the real clock.
@@ -157,7 +158,7 @@ func TestCampaignSendRefusesAURLWithoutAScheme(t *testing.T) {
 // can raise the cap, so that draft stays, for the same command to resume.
 func TestCampaignSendRefusedLeavesNoDraft(t *testing.T) {
 	cfg := config.Dev()
-	dbPath := filepath.Join(t.TempDir(), "herald.db")
+	dbPath := testsqlite.Path(t)
 	cfg.Database = "sqlite:" + dbPath
 	off := false
 	cfg.QuietHours.Enabled = &off
@@ -354,7 +355,7 @@ func smallPagesHerald(t *testing.T) (base, dbPath string) {
 	campaignPoll, maxPageBytes = 20*time.Millisecond, 4<<10
 	t.Cleanup(func() { maxPageBytes = 8 << 20 })
 	cfg := config.Dev()
-	dbPath = filepath.Join(t.TempDir(), "herald.db")
+	dbPath = testsqlite.Path(t)
 	cfg.Database = "sqlite:" + dbPath
 	off := false
 	cfg.QuietHours.Enabled = &off

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/heraldhq/herald/apikeys"
 	"github.com/heraldhq/herald/audit"
 	"github.com/heraldhq/herald/clock"
+	"github.com/heraldhq/herald/internal/testsqlite"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/store/sqlite"
 )
@@ -97,7 +97,7 @@ func TestKeysCommands(t *testing.T) {
 // was done, so is its entry, as the API's are.
 func TestACLIAuditEntryOutlivesTheCommandsContext(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Options{})
+	st, err := sqlite.Open(context.Background(), testsqlite.Path(t), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
