@@ -6,7 +6,6 @@ package testdb
 import (
 	"context"
 	"database/sql"
-	"sync"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -28,11 +27,11 @@ type DB struct {
 	// Database names it as the config's database does: sqlite:PATH, or a
 	// postgres URL (of a fresh schema).
 	Database string
-	driver   string
-	dsn      string
-
-	mu sync.Mutex
-	db *sql.DB // Exec's and Count's, opened at their first use
+	// db is Exec's and Count's handle, of its own beside the store's:
+	// sql.Open connects at the first query, and its idle connections are
+	// kept for the test's next call (on PostgreSQL each new session costs
+	// the server tens of milliseconds of CPU; package testpg says more).
+	db *sql.DB
 }
 
 // Open opens a store of driver ("sqlite": a file in t.TempDir();
@@ -41,7 +40,8 @@ type DB struct {
 func Open(t testing.TB, driver string, clk clock.Clock) *DB {
 	t.Helper()
 	ctx := context.Background()
-	d := &DB{driver: driver}
+	d := &DB{}
+	var sqlDriver, dsn string
 	switch driver {
 	case "sqlite":
 		path := testsqlite.Path(t)
@@ -49,51 +49,32 @@ func Open(t testing.TB, driver string, clk clock.Clock) *DB {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.Store, d.Database, d.dsn = s, "sqlite:"+path, sqlite.DSN(path)
+		d.Store, d.Database, sqlDriver, dsn = s, "sqlite:"+path, "sqlite", sqlite.DSN(path)
 	case "postgres":
 		url := testpg.Schema(t)
 		s, err := postgres.Open(ctx, url, postgres.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.Store, d.Database, d.dsn, d.driver = s, url, url, "pgx"
+		d.Store, d.Database, sqlDriver, dsn = s, url, "pgx", url
 	default:
 		t.Fatalf("testdb: no driver %q", driver)
 	}
-	t.Cleanup(func() {
-		d.mu.Lock()
-		if d.db != nil {
-			d.db.Close()
-		}
-		d.mu.Unlock()
-		d.Store.Close()
-	})
-	return d
-}
-
-// conn returns the database/sql handle of d's own that Exec and Count use,
-// opened at the first call and closed with the store. One for the test,
-// not one a call: on PostgreSQL each new session costs the server tens of
-// milliseconds of CPU (package testpg says more).
-func (d *DB) conn(t testing.TB) *sql.DB {
-	t.Helper()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.db == nil {
-		db, err := sql.Open(d.driver, d.dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.db = db
+	t.Cleanup(func() { d.Store.Close() })
+	db, err := sql.Open(sqlDriver, dsn)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return d.db
+	t.Cleanup(func() { db.Close() }) // before the store's
+	d.db = db
+	return d
 }
 
 // Exec runs query (no parameters; SQL both drivers accept) on the
 // database; an error fails the test.
 func (d *DB) Exec(t testing.TB, query string) {
 	t.Helper()
-	if _, err := d.conn(t).Exec(query); err != nil {
+	if _, err := d.db.Exec(query); err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}
 }
@@ -102,7 +83,7 @@ func (d *DB) Exec(t testing.TB, query string) {
 func (d *DB) Count(t testing.TB, query string) int {
 	t.Helper()
 	var n int
-	if err := d.conn(t).QueryRow(query).Scan(&n); err != nil {
+	if err := d.db.QueryRow(query).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return n

@@ -61,10 +61,10 @@ func Schema(t testing.TB) string {
 	t.Helper()
 	base := Require(t)
 	name := "h_" + testenv.RandomSuffix()
-	adminExec(t, base, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
+	adminExec(t, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
 	t.Cleanup(func() {
-		adminCleanup(t, base, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
-		if dropped.Add(1)%vacuumEvery == 0 && adminCleanup(t, base, vacuumCatalogs) {
+		adminCleanup(t, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+		if dropped.Add(1)%vacuumEvery == 0 && adminCleanup(t, vacuumCatalogs) {
 			vacuumed.Add(1)
 		}
 	})
@@ -99,9 +99,9 @@ func Database(t testing.TB) string {
 	t.Helper()
 	base := Require(t)
 	name := "herald_test_" + testenv.RandomSuffix()
-	adminExec(t, base, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	adminExec(t, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	t.Cleanup(func() {
-		adminCleanup(t, base, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		adminCleanup(t, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	})
 	u, err := url.Parse(base)
 	if err != nil {
@@ -184,11 +184,10 @@ var admin struct {
 	err  error
 }
 
-// adminPool returns the process's pool on base (the server's URL, the
-// same for every call in a process).
-func adminPool(base string) (*pgxpool.Pool, error) {
+// adminPool returns the process's pool on the server's URL (BaseURL).
+func adminPool() (*pgxpool.Pool, error) {
 	admin.once.Do(func() {
-		cfg, err := pgxpool.ParseConfig(base)
+		cfg, err := pgxpool.ParseConfig(BaseURL())
 		if err != nil {
 			admin.err = err
 			return
@@ -204,8 +203,8 @@ func adminPool(base string) (*pgxpool.Pool, error) {
 
 // adminSQL runs sql (no parameters; one or more statements, each outside a
 // transaction block, as Exec's short-lived connection does) on the pool.
-func adminSQL(base, sql string) error {
-	pool, err := adminPool(base)
+func adminSQL(sql string) error {
+	pool, err := adminPool()
 	if err != nil {
 		return err
 	}
@@ -217,17 +216,17 @@ func adminSQL(base, sql string) error {
 	return err
 }
 
-func adminExec(t testing.TB, base, sql string) {
+func adminExec(t testing.TB, sql string) {
 	t.Helper()
-	if err := adminSQL(base, sql); err != nil {
+	if err := adminSQL(sql); err != nil {
 		t.Fatalf("testpg: %s: %v", sql, err)
 	}
 }
 
 // adminCleanup runs sql as adminSQL does, and reports whether it did; a
 // failure fails the test without ending it.
-func adminCleanup(t testing.TB, base, sql string) bool {
-	if err := adminSQL(base, sql); err != nil {
+func adminCleanup(t testing.TB, sql string) bool {
+	if err := adminSQL(sql); err != nil {
 		t.Errorf("testpg: cleanup: %s: %v", sql, err)
 		return false
 	}

@@ -132,7 +132,8 @@ func TestDroppedSchemasVacuumTheCatalogs(t *testing.T) {
 func TestSchemasShareTheProcesssSessions(t *testing.T) {
 	t.Parallel()
 	const n = 8
-	pool, err := adminPool(Require(t))
+	Require(t)
+	pool, err := adminPool()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,24 +18,19 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testpg.Require(t)
-	var urls sync.Map // store → its schema's URL, for Reopen
-	var dbs sync.Map  // store → a connection pool of its own on the schema, for Exec and Query
-	// db returns s's second pool, opened at its first use and closed with
-	// s (before its schema is dropped). One pool a store, not one a
-	// statement: a new session costs the server tens of milliseconds of
-	// CPU (testpg's admin pool says more).
-	db := func(t *testing.T, s store.Store) *sql.DB {
-		t.Helper()
-		if db, ok := dbs.Load(s); ok {
-			return db.(*sql.DB)
-		}
-		url, _ := urls.Load(s)
-		db, err := sql.Open("pgx", url.(string))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dbs.Store(s, db)
-		return db
+	// schemas: store → its schema's URL (for Reopen) and a database/sql
+	// pool of its own on it (for Exec and Query), closed with the store,
+	// before its schema is dropped: one pool a store, not one a statement,
+	// since a new session costs the server tens of milliseconds of CPU
+	// (testpg's admin pool says more).
+	type schema struct {
+		url string
+		db  *sql.DB
+	}
+	var schemas sync.Map
+	of := func(s store.Store) schema {
+		sc, _ := schemas.Load(s)
+		return sc.(schema)
 	}
 	storetest.Run(t, storetest.Harness{Open: func(t *testing.T, clk clock.Clock) store.Store {
 		// A fresh schema per test; it is dropped after the store closes.
@@ -44,31 +39,29 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		urls.Store(s, url)
-		t.Cleanup(func() {
-			if db, ok := dbs.LoadAndDelete(s); ok {
-				db.(*sql.DB).Close()
-			}
-			s.Close()
-			urls.Delete(s)
-		})
+		t.Cleanup(func() { s.Close() })
+		db, err := sql.Open("pgx", url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close(); schemas.Delete(s) }) // before the store's
+		schemas.Store(s, schema{url, db})
 		return s
 	}, Exec: func(t *testing.T, s store.Store, query string) {
 		t.Helper()
-		if _, err := db(t, s).Exec(query); err != nil {
+		if _, err := of(s).db.Exec(query); err != nil {
 			t.Fatalf("%s: %v", query, err)
 		}
 	}, Query: func(t *testing.T, s store.Store, query string) [][]string {
 		t.Helper()
-		return storetest.TextRows(t, db(t, s), query)
+		return storetest.TextRows(t, of(s).db, query)
 	}, TryExec: func(t *testing.T, s store.Store, query string) error {
 		t.Helper()
-		_, err := db(t, s).Exec(query)
+		_, err := of(s).db.Exec(query)
 		return err
 	}, Reopen: func(t *testing.T, s store.Store, clk clock.Clock) store.Store {
 		t.Helper()
-		url, _ := urls.Load(s)
-		s2, err := postgres.Open(context.Background(), url.(string), postgres.Options{Clock: clk})
+		s2, err := postgres.Open(context.Background(), of(s).url, postgres.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}

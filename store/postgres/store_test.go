@@ -538,23 +538,12 @@ func holdPid(t *testing.T, s *Store, sql string, args ...any) (func(commit bool)
 // waitsFor reports whether a session waits for a lock the session pid
 // holds.
 func waitsFor(t *testing.T, s *Store, pid int) bool {
-	t.Helper()
-	var n int
-	if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).
-		Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n > 0
+	return anyRow(t, s, `SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid)
 }
 
 // waiting reports whether the session pid waits for a lock.
 func waiting(t *testing.T, s *Store, pid int) bool {
-	t.Helper()
-	var n int
-	if err := s.pool.QueryRow(context.Background(), `SELECT cardinality(pg_blocking_pids($1::int))`, pid).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n > 0
+	return anyRow(t, s, `SELECT 1 WHERE cardinality(pg_blocking_pids($1::int)) > 0`, pid)
 }
 
 // waitBlocked waits until a session of app waits for a lock: the barrier
@@ -562,14 +551,18 @@ func waiting(t *testing.T, s *Store, pid int) bool {
 func waitBlocked(t *testing.T, s *Store, app string) {
 	t.Helper()
 	waitFor(t, 10*time.Second, "the call blocks on the held row", func() bool {
-		var n int
-		err := s.pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
+		return anyRow(t, s, `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app)
 	})
+}
+
+// anyRow reports whether query, run on s's pool, returns a row.
+func anyRow(t *testing.T, s *Store, query string, args ...any) bool {
+	t.Helper()
+	var found bool
+	if err := s.pool.QueryRow(context.Background(), `SELECT EXISTS (`+query+`)`, args...).Scan(&found); err != nil {
+		t.Fatal(err)
+	}
+	return found
 }
 
 // async runs f in a goroutine and returns a function that waits for it.
