@@ -627,7 +627,7 @@ func (a *App) newRabbitMQ() []rabbitLane {
 		cons := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{
 			URL: a.cfg.RabbitMQURL, Name: fmt.Sprintf("herald-consumer-%s-%s", lane, a.owner), Lane: lane, Topology: topo,
 			Sender: a.sender, Concurrency: a.cfg.LaneConcurrency(lane), Prefetch: a.cfg.LanePrefetch(lane),
-			Reserve:        a.cfg.LaneReserve(lane),
+			Bundle: a.cfg.RabbitMQ.RelayBundle, Reserve: a.cfg.LaneReserve(lane),
 			ConfirmTimeout: a.cfg.RabbitMQ.ConfirmTimeout.D(), Logger: a.logger, Metrics: a.metrics, Alerts: a.alerts,
 			Outbox: a.store,
 		})

@@ -387,8 +387,11 @@ type Lane struct {
 
 // RabbitMQ tunes the rabbitmq transport (relay, queues, consumers).
 type RabbitMQ struct {
-	// Prefetch is each lane consumer's prefetch count (unacknowledged
-	// messages the broker hands it at once). Defaults per lane to the lane's
+	// Prefetch is the most jobs each lane consumer holds unacknowledged,
+	// those it is sending included. The broker's prefetch counts messages,
+	// so the consumer sets it to the messages that hold this many jobs,
+	// following the jobs its messages carry (relay_bundle; broker/rabbitmq,
+	// "Prefetch follows the bundles"). Defaults per lane to the lane's
 	// concurrency.
 	Prefetch map[string]int `yaml:"prefetch"`
 	// RelayBatch is how many outbox rows the relay claims and publishes at

@@ -90,6 +90,14 @@ func newGatheringAcker(ch ackChannel, gather int, wait time.Duration) *acker {
 	return a
 }
 
+// setGather changes how many acks a round waits for (gatherFor of the
+// lane queue's prefetch in messages, which follows the bundles).
+func (a *acker) setGather(n int) {
+	a.mu.Lock()
+	a.gather = n
+	a.mu.Unlock()
+}
+
 // seen registers a delivery the consumer has read, before it is handed on.
 func (a *acker) seen(tag uint64) {
 	a.mu.Lock()

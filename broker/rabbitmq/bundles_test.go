@@ -37,18 +37,33 @@ func (e *env) notifyAll(t *testing.T, n int) []string {
 // queue then holds want messages (what is, said why).
 func (e *env) publishedBeforeConsuming(t *testing.T, ids []string, want int, what string) {
 	t.Helper()
-	e.startRelay(t, relayOpts{})
+	e.publishedBeforeConsumingBy(t, relayOpts{}, ids, want, what)
+}
+
+// publishedBeforeConsumingBy is publishedBeforeConsuming with a relay
+// started with o.
+func (e *env) publishedBeforeConsumingBy(t *testing.T, o relayOpts, ids []string, want int, what string) {
+	t.Helper()
+	e.startRelay(t, o)
 	for _, id := range ids {
 		e.waitFor(t, "PUBLISHED", func() bool { return e.outboxState(t, id) == heraldtype.OutboxPublished })
 	}
+	if n := e.steadyReady(t, e.topo.Queue(lane)); n != want {
+		t.Fatalf("the queue holds %d messages for %d rows, want %s", n, len(ids), what)
+	}
+}
+
+// steadyReady is the count of messages ready in queue once it has held
+// for 200 ms (a quorum queue counts a message a moment after confirming
+// it), and not 0.
+func (e *env) steadyReady(t *testing.T, queue string) int {
+	t.Helper()
 	ch := testmq.Channel(t, e.url)
-	// A quorum queue counts a message a moment after confirming it: the
-	// count is read until it has held for 200 ms.
 	var q amqp.Queue
 	var err error
 	last, since := -1, time.Now()
 	for deadline := time.Now().Add(testenv.Patience); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if q, err = ch.QueueDeclarePassive(e.topo.Queue(lane), true, false, false, false, nil); err != nil {
+		if q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
 		if q.Messages != last {
@@ -57,9 +72,7 @@ func (e *env) publishedBeforeConsuming(t *testing.T, ids []string, want int, wha
 			break
 		}
 	}
-	if q.Messages != want {
-		t.Fatalf("the queue holds %d messages for %d rows, want %s", q.Messages, len(ids), what)
-	}
+	return q.Messages
 }
 
 // A claim's rows go out sixteen to a message; the consumer sends each job

@@ -31,6 +31,10 @@ type ConsumerHooks struct {
 	BeforeAck func(job heraldtype.Job, res sender.Result, kill func())
 	// AfterSettle runs after the ack or nack, with what was done.
 	AfterSettle func(job heraldtype.Job, res sender.Result, action string)
+	// Resubscribe runs when a queue's consumer was cancelled to change its
+	// prefetch (to prefetch messages), before the new one starts; kill
+	// closes the connection as a crash would at that point.
+	Resubscribe func(queue string, prefetch int, kill func())
 }
 
 // ConsumerConfig configures one lane's consumer.
@@ -44,8 +48,16 @@ type ConsumerConfig struct {
 	Sender dispatch.Sender
 	// Concurrency is the sends in flight at once. Defaults to 1.
 	Concurrency int
-	// Prefetch is the broker's window of unacked messages. Defaults to Concurrency.
+	// Prefetch is the most jobs the consumer holds unacked, those in its
+	// slots included. The broker's window counts messages, so each queue's
+	// is set to the messages that hold Prefetch jobs, following the jobs
+	// its messages carry ("Prefetch follows the bundles" in prefetch.go).
+	// Defaults to Concurrency.
 	Prefetch int
+	// Bundle is the most jobs the relays put in a message (their
+	// PublisherConfig.Bundle): the consumer's prefetch starts from messages
+	// of that many jobs. Defaults to 1.
+	Bundle int
 	// Reserve is the slots kept for the lane's express queue: the lane
 	// queue's messages take at most Concurrency − Reserve of them at once
 	// (and its prefetch is Prefetch − Reserve), so a tenant without a
@@ -167,33 +179,30 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 	if err != nil {
 		return fmt.Errorf("enable publisher confirms: %w", err)
 	}
-	// Two consumers on one channel, each with its own prefetch (RabbitMQ
-	// applies a non-global basic.qos to the consumers started after it).
-	consume := func(queue, tag string, prefetch int) (<-chan amqp.Delivery, error) {
-		if err := ch.Qos(prefetch, 0, false); err != nil {
-			return nil, fmt.Errorf("set prefetch: %w", err)
-		}
-		d, err := ch.Consume(queue, tag, false, false, false, false, nil)
-		if err != nil {
-			return nil, fmt.Errorf("consume %s: %w", queue, err)
-		}
-		return d, nil
-	}
+	// Two consumers on one channel, each with its own prefetch in messages,
+	// which follows the jobs its messages carry (prefetch.go).
+	fixed := c.cfg.Topology.SingleActiveConsumer
 	lane := c.cfg.Concurrency - c.cfg.Reserve
 	lanePrefetch := max(1, c.cfg.Prefetch-c.cfg.Reserve)
-	deliveries, err := consume(c.cfg.Topology.Queue(c.cfg.Lane), c.cfg.Name, lanePrefetch)
-	if err != nil {
+	laneSub := &subscription{ch: ch, queue: c.cfg.Topology.Queue(c.cfg.Lane), base: c.cfg.Name,
+		f: newFollower(lanePrefetch, c.cfg.Bundle, fixed)}
+	if err := laneSub.start(); err != nil {
 		return err
 	}
-	express, err := consume(c.cfg.Topology.ExpressQueue(c.cfg.Lane), c.expressTag(), c.cfg.Prefetch)
-	if err != nil {
+	expressSub := &subscription{ch: ch, queue: c.cfg.Topology.ExpressQueue(c.cfg.Lane), base: c.expressTag(),
+		f: newFollower(c.cfg.Prefetch, c.cfg.Bundle, fixed)}
+	if err := expressSub.start(); err != nil {
 		return err
+	}
+	kill := func() { _ = conn.Close() }
+	if h := c.cfg.Hooks.Resubscribe; h != nil {
+		between := func(queue string, prefetch int) { h(queue, prefetch, kill) }
+		laneSub.between, expressSub.between = between, between
 	}
 	c.link.up()
 	c.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rabbitmq: consumer connected",
 		slog.String("component", c.cfg.Name), slog.String("lane", string(c.cfg.Lane)))
 
-	kill := func() { _ = conn.Close() }
 	// Concurrency long-lived workers take the sends: a goroutine per
 	// message would grow a fresh stack for every send. A lane queue's job
 	// holds one of its lane slots from its receipt to its end, so Reserve
@@ -202,7 +211,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 	// (pending) for slots before the lane queue is read again.
 	work := make(chan item)
 	slots := make(chan struct{}, lane)
-	acks := newAcker(ch, lanePrefetch)
+	acks := newAcker(ch, laneSub.f.cur)
 	var wg sync.WaitGroup
 	for range c.cfg.Concurrency {
 		wg.Add(1)
@@ -230,8 +239,43 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 			return false
 		}
 	}
-	held := false // a lane slot taken for the next lane job
 	var pending []item
+	// observed counts a message's jobs in its queue's follower, which may
+	// re-subscribe with another prefetch.
+	observed := func(s *subscription, its []item) error {
+		jobs := len(its)
+		if its[0].split != nil {
+			jobs = len(its[0].split)
+		}
+		resized, err := s.observe(jobs)
+		if resized {
+			if s == laneSub {
+				acks.setGather(gatherFor(s.f.cur))
+			}
+			c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "rabbitmq: consumer prefetch follows the bundles",
+				slog.String("component", c.cfg.Name), slog.String("queue", s.queue), slog.Int("prefetch", s.f.cur),
+				slog.Float64("jobs_a_message", s.f.mean))
+		}
+		return err
+	}
+	fromLane := func(d amqp.Delivery) error {
+		acks.seen(d.DeliveryTag)
+		its := c.items(d, true)
+		pending = its[1:]
+		hand(its[0])
+		return observed(laneSub, its)
+	}
+	fromExpress := func(d amqp.Delivery) error {
+		acks.seen(d.DeliveryTag)
+		its := c.items(d, false)
+		for _, it := range its {
+			if !hand(it) {
+				break
+			}
+		}
+		return observed(expressSub, its)
+	}
+	held := false // a lane slot taken for the next lane job
 	for {
 		if held && len(pending) > 0 {
 			it := pending[0]
@@ -239,39 +283,51 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 			hand(it)
 			continue
 		}
-		var fromLane <-chan amqp.Delivery
+		// A lane message is read only with a lane slot held: from the
+		// queue's consumer, or from one cancelled to change its prefetch
+		// until what the broker had sent it ends.
+		var laneNow, laneOld <-chan amqp.Delivery
 		take := slots
 		if held {
-			fromLane, take = deliveries, nil
+			laneNow, laneOld, take = laneSub.d, laneSub.old, nil
 		}
+		var err error
 		select {
 		case <-ctx.Done():
-			_ = ch.Cancel(c.cfg.Name, false)
-			_ = ch.Cancel(c.expressTag(), false)
+			_ = ch.Cancel(laneSub.tag, false)
+			_ = ch.Cancel(expressSub.tag, false)
 			return nil
 		case e := <-closed:
 			return errClosed(e)
 		case take <- struct{}{}:
 			held = true
-		case d, ok := <-fromLane:
+		case d, ok := <-laneOld:
+			if !ok {
+				laneSub.drained()
+				continue
+			}
+			held = false
+			err = fromLane(d)
+		case d, ok := <-laneNow:
 			if !ok {
 				return errClosed(nil)
 			}
 			held = false
-			acks.seen(d.DeliveryTag)
-			its := c.items(d, true)
-			pending = its[1:]
-			hand(its[0])
-		case d, ok := <-express:
+			err = fromLane(d)
+		case d, ok := <-expressSub.old:
+			if !ok {
+				expressSub.drained()
+				continue
+			}
+			err = fromExpress(d)
+		case d, ok := <-expressSub.d:
 			if !ok {
 				return errClosed(nil)
 			}
-			acks.seen(d.DeliveryTag)
-			for _, it := range c.items(d, false) {
-				if !hand(it) {
-					break
-				}
-			}
+			err = fromExpress(d)
+		}
+		if err != nil {
+			return err
 		}
 	}
 }

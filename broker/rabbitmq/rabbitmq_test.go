@@ -139,6 +139,10 @@ type relayOpts struct {
 	// window, when set, is the relay's publish window, kept with the
 	// publisher's Backlog.
 	window int
+	// bundle is the publisher's Bundle. Defaults to its default (16).
+	bundle int
+	// batch is the relay's BatchSize. Defaults to 50.
+	batch int
 }
 
 // startRelay runs a publisher and a relay for the lane.
@@ -150,8 +154,12 @@ func (e *env) startRelay(t *testing.T, o relayOpts) (*rabbitmq.Publisher, func()
 	if o.maxAttempts == 0 {
 		o.maxAttempts = 5
 	}
+	if o.batch == 0 {
+		o.batch = 50
+	}
 	pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{
 		URL: e.url, Name: "test-relay", Topology: e.topo, ConfirmTimeout: o.timeout, Logger: quiet, Hooks: o.confirmHooks,
+		Bundle: o.bundle,
 	})
 	stopPub := testenv.Start(t, pub.Run)
 	var p dispatch.Publisher = pub
@@ -160,7 +168,7 @@ func (e *env) startRelay(t *testing.T, o relayOpts) (*rabbitmq.Publisher, func()
 	}
 	relay := dispatch.NewRelay(dispatch.RelayConfig{
 		Lane: lane, Store: e.store, Wake: e.store.Wakeups().C(lane), Publisher: p, Owner: "relay",
-		BatchSize: 50, Lease: time.Minute, PollInterval: 20 * time.Millisecond, MaxAttempts: o.maxAttempts,
+		BatchSize: o.batch, Lease: time.Minute, PollInterval: 20 * time.Millisecond, MaxAttempts: o.maxAttempts,
 		Logger: quiet, Alerts: o.alerts, Hooks: o.hooks,
 		Window: o.window, Backlog: func(ctx context.Context) (int, error) { return pub.Backlog(ctx, lane) },
 	})

@@ -176,10 +176,12 @@ func TestSingleActiveConsumerFeedsOneConsumerAtATime(t *testing.T) {
 	}
 }
 
-// The broker hands each lane's consumer rabbitmq.prefetch.<lane> unacked
-// messages at once; by default, the lane's concurrency. Of the lane queue's,
-// less the lane's reserve: those slots are kept for the express queue,
-// whose consumer takes the whole prefetch.
+// Each lane's consumer holds rabbitmq.prefetch.<lane> jobs unacked; by
+// default, the lane's concurrency. Of the lane queue's, less the lane's
+// reserve: those slots are kept for the express queue, whose consumer takes
+// the whole prefetch. The broker's prefetch counts messages: wired as app
+// wires it, a consumer starts from relay_bundle's bundles (prefetch.go),
+// its jobs' messages and two more, at most its jobs.
 func TestPrefetchIsPerLaneAndDefaultsToTheLaneConcurrency(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{})
@@ -191,12 +193,13 @@ func TestPrefetchIsPerLaneAndDefaultsToTheLaneConcurrency(t *testing.T) {
 	for _, l := range []heraldtype.Lane{heraldtype.LaneTransactional, heraldtype.LaneAlert} {
 		// As app wires it.
 		e.consumer(t, rabbitmq.ConsumerConfig{Lane: l, Sender: e.sender(t), Concurrency: cfg.LaneConcurrency(l), Prefetch: cfg.LanePrefetch(l),
-			Reserve: cfg.LaneReserve(l)})
-		want[e.topo.Queue(l)] = map[heraldtype.Lane]int{heraldtype.LaneTransactional: 3, heraldtype.LaneAlert: 7}[l]
-		want[e.topo.ExpressQueue(l)] = want[e.topo.Queue(l)]
+			Bundle: cfg.RabbitMQ.RelayBundle, Reserve: cfg.LaneReserve(l)})
+		// 3 jobs: at most 3 messages; 7 jobs in bundles of 16: 1 and 2 more.
+		want[e.topo.Queue(l)] = 3
+		want[e.topo.ExpressQueue(l)] = 3
 	}
 	// A consumer given no prefetch takes its concurrency, less its reserve
-	// on the lane queue.
+	// on the lane queue; given no bundle size, in messages of one job.
 	e.consumer(t, rabbitmq.ConsumerConfig{Lane: heraldtype.LaneMarketing, Sender: e.sender(t), Concurrency: 5, Reserve: 2})
 	want[e.topo.Queue(heraldtype.LaneMarketing)] = 3
 	want[e.topo.ExpressQueue(heraldtype.LaneMarketing)] = 5
