@@ -248,7 +248,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 			jobs = len(its[0].split)
 		}
 		resized, err := s.observe(jobs)
-		if resized {
+		if resized && err == nil {
 			if s == laneSub {
 				acks.setGather(gatherFor(s.f.cur))
 			}
