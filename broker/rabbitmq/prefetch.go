@@ -36,7 +36,9 @@ import (
 // broker had already sent the cancelled consumer still arrives, on its own
 // Go channel, which the consumer reads to its end before it may re-subscribe
 // again; those messages stay unacked on the channel and are acked on it as
-// any other (delivery tags are the channel's). The prefetch changes only
+// any other (delivery tags are the channel's). Until they are, they count
+// beside the new consumer's prefetch: a consumer that shrinks its prefetch
+// after messages of one job briefly holds those and the new bundles. The prefetch changes only
 // when the wanted one is half as much again as the one in force, or a third
 // less (or the whole of Prefetch), so a lane that mixes bundles and single
 // jobs does not re-subscribe on every message. Under single active consumer

@@ -9,7 +9,10 @@ import (
 	"testing"
 
 	"github.com/heraldhq/herald/broker/rabbitmq"
+	"github.com/heraldhq/herald/dispatch"
+	"github.com/heraldhq/herald/heraldtype"
 	"github.com/heraldhq/herald/provider"
+	"github.com/heraldhq/herald/sender"
 )
 
 // blockCalls makes every provider call wait until the returned release is
@@ -87,6 +90,45 @@ func TestConsumerHoldsItsPrefetchInJobsNotBundles(t *testing.T) {
 	if n := inCall.Load(); n != 8 {
 		t.Fatalf("%d sends in flight, want the consumer's 8", n)
 	}
+	release()
+	e.sentOnceAndAcked(t, ids)
+}
+
+// gatedSender holds every job at its gate before the sender sees it.
+type gatedSender struct {
+	dispatch.Sender
+	gate  <-chan struct{}
+	taken *atomic.Int32 // jobs begun
+}
+
+func (g gatedSender) Send(ctx context.Context, job heraldtype.Job) sender.Result {
+	g.taken.Add(1)
+	<-g.gate
+	return g.Sender.Send(ctx, job)
+}
+
+// Two processes share a lane: one is stuck (its provider hangs, say) with
+// a backlog of bundles in the queue. It holds only its jobs' worth and two
+// bundles more, so the other process sends the rest meanwhile: seven of
+// ten bundles, where the stuck one used to hold eight of them.
+func TestAStuckConsumerLeavesTheRestOfABacklogToAnother(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	ids := e.notifyAll(t, 160)
+	e.publishedBeforeConsumingBy(t, relayOpts{batch: 160}, ids, 10, "10 bundles of 16 (one claim)")
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	stuck := gatedSender{Sender: e.sender(t), gate: gate, taken: new(atomic.Int32)}
+	e.consumer(t, rabbitmq.ConsumerConfig{Name: "stuck", Sender: stuck, Concurrency: 8, Bundle: 16})
+	e.waitFor(t, "the stuck consumer's 8 slots taken", func() bool { return stuck.taken.Load() == 8 })
+	e.awaitConsumers(t, 1, e.topo.Queue(lane))
+	if n := e.steadyReady(t, e.topo.Queue(lane)); n != 7 {
+		t.Fatalf("%d bundles ready beside the stuck consumer, want 7", n)
+	}
+	e.consumer(t, rabbitmq.ConsumerConfig{Name: "other", Sender: e.sender(t), Concurrency: 8, Bundle: 16})
+	e.waitFor(t, "the other consumer's 112 sends", func() bool { return e.sim.Total() == 112 })
 	release()
 	e.sentOnceAndAcked(t, ids)
 }
