@@ -80,6 +80,7 @@ type Metrics struct {
 	inbox        *inbox      // inbox.go
 	reports      *reports    // reports.go
 	rateLimits   *rateLimits // ratelimit.go
+	consumers    *consumers  // consumer.go
 }
 
 // IntakeCodes are the status codes POST /v1/notifications answers with
@@ -177,6 +178,7 @@ func New(backlog func(ctx context.Context) (map[heraldtype.Lane]int, error)) *Me
 	m.inbox = newInbox(m.Registry)
 	m.reports = newReports(m.Registry)
 	m.rateLimits = newRateLimits(m.Registry)
+	m.consumers = newConsumers(m.Registry)
 	if backlog != nil {
 		m.Registry.MustRegister(&backlogCollector{read: backlog, desc: prometheus.NewDesc(
 			"herald_outbox_backlog", "Due outbox rows waiting for a claimer, by lane.", []string{"lane"}, nil)})

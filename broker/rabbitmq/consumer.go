@@ -194,6 +194,8 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 	if err := expressSub.start(); err != nil {
 		return err
 	}
+	c.cfg.Metrics.ConsumerPrefetch(c.cfg.Lane, "lane", laneSub.f.cur)
+	c.cfg.Metrics.ConsumerPrefetch(c.cfg.Lane, "express", expressSub.f.cur)
 	kill := func() { _ = conn.Close() }
 	if h := c.cfg.Hooks.Resubscribe; h != nil {
 		between := func(queue string, prefetch int) { h(queue, prefetch, kill) }
@@ -249,9 +251,12 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 		}
 		resized, err := s.observe(jobs)
 		if resized && err == nil {
+			which := "express"
 			if s == laneSub {
+				which = "lane"
 				acks.setGather(gatherFor(s.f.cur))
 			}
+			c.cfg.Metrics.ConsumerPrefetch(c.cfg.Lane, which, s.f.cur)
 			c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "rabbitmq: consumer prefetch follows the bundles",
 				slog.String("component", c.cfg.Name), slog.String("queue", s.queue), slog.Int("prefetch", s.f.cur),
 				slog.Float64("jobs_a_message", s.f.mean))

@@ -11,6 +11,8 @@ import (
 	"github.com/heraldhq/herald/broker/rabbitmq"
 	"github.com/heraldhq/herald/dispatch"
 	"github.com/heraldhq/herald/heraldtype"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/metrics/metricstest"
 	"github.com/heraldhq/herald/provider"
 	"github.com/heraldhq/herald/sender"
 )
@@ -135,13 +137,13 @@ func TestAStuckConsumerLeavesTheRestOfABacklogToAnother(t *testing.T) {
 
 // singleJobsFromBundles publishes 40 notifications a message each
 // (relay_bundle: 1) and starts a consumer of 8 that assumes bundles of 16,
-// with resubscribe as its Resubscribe hook.
-func singleJobsFromBundles(t *testing.T, resubscribe func(queue string, prefetch int, kill func())) (*env, []string) {
+// with resubscribe as its Resubscribe hook and m as its metrics.
+func singleJobsFromBundles(t *testing.T, m *metrics.Metrics, resubscribe func(queue string, prefetch int, kill func())) (*env, []string) {
 	t.Helper()
 	e := setup(t, options{})
 	ids := e.notifyAll(t, 40)
 	e.publishedBeforeConsumingBy(t, relayOpts{bundle: 1}, ids, 40, "a message a job")
-	e.consumer(t, rabbitmq.ConsumerConfig{Sender: e.sender(t), Concurrency: 8, Bundle: 16,
+	e.consumer(t, rabbitmq.ConsumerConfig{Sender: e.sender(t), Concurrency: 8, Bundle: 16, Metrics: m,
 		Hooks: rabbitmq.ConsumerHooks{Resubscribe: resubscribe}})
 	return e, ids
 }
@@ -154,13 +156,20 @@ func TestConsumerPrefetchGrowsBackForMessagesOfOneJob(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	steps := map[string][]int{} // queue → its prefetch at each re-subscription
-	e, ids := singleJobsFromBundles(t, func(queue string, prefetch int, _ func()) {
+	m := metrics.New(nil)
+	prefetchGauge := func() float64 {
+		return metricstest.Series(t, m, "herald_consumer_prefetch_messages", "lane", "queue")[string(lane)+"/lane"]
+	}
+	e, ids := singleJobsFromBundles(t, m, func(queue string, prefetch int, _ func()) {
 		mu.Lock()
 		defer mu.Unlock()
 		steps[queue] = append(steps[queue], prefetch)
 	})
 	e.sentOnceAndAcked(t, ids)
 	e.waitFor(t, "the lane consumer at its whole prefetch", func() bool { return e.prefetchOf(t, e.topo.Queue(lane)) == 8 })
+	// The gauge is set once the new consumer started, a moment after the
+	// broker lists it.
+	e.waitFor(t, "herald_consumer_prefetch_messages of the lane queue at 8", func() bool { return prefetchGauge() == 8 })
 	mu.Lock()
 	defer mu.Unlock()
 	if steps := steps[e.topo.Queue(lane)]; len(steps) == 0 || steps[len(steps)-1] != 8 || !slices.IsSorted(steps) {
@@ -175,7 +184,7 @@ func TestConsumerPrefetchGrowsBackForMessagesOfOneJob(t *testing.T) {
 func TestConsumerKilledWhileChangingItsPrefetchSendsEachJobOnce(t *testing.T) {
 	t.Parallel()
 	var kills atomic.Int32
-	e, ids := singleJobsFromBundles(t, func(_ string, _ int, kill func()) {
+	e, ids := singleJobsFromBundles(t, nil, func(_ string, _ int, kill func()) {
 		if kills.Add(1) == 1 {
 			kill()
 		}

@@ -8,8 +8,9 @@ import (
 	"github.com/heraldhq/herald/metrics"
 )
 
-// Series reads the counter name from m's registry as the values of its
-// labels keys, joined by "/", → value. A series not exported is absent.
+// Series reads the counter or gauge name from m's registry as the values
+// of its labels keys, joined by "/", → value. A series not exported is
+// absent.
 func Series(t testing.TB, m *metrics.Metrics, name string, keys ...string) map[string]float64 {
 	t.Helper()
 	fams, err := m.Registry.Gather()
@@ -30,7 +31,11 @@ func Series(t testing.TB, m *metrics.Metrics, name string, keys ...string) map[s
 			for i, k := range keys {
 				vals[i] = l[k]
 			}
-			out[strings.Join(vals, "/")] = s.GetCounter().GetValue()
+			v := s.GetCounter().GetValue()
+			if g := s.GetGauge(); g != nil {
+				v = g.GetValue()
+			}
+			out[strings.Join(vals, "/")] = v
 		}
 	}
 	return out
