@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -651,12 +652,35 @@ func publishRaw(t *testing.T, e *env, id string, body []byte) {
 // topology declared; its connection closes when the test ends.
 func (e *env) channel(t *testing.T) *amqp.Channel {
 	t.Helper()
-	ch, closeConn := e.dial(t)
-	t.Cleanup(closeConn)
-	if err := e.topo.Declare(ch); err != nil {
+	ch, closeConn, err := e.declared(t, e.topo)
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(closeConn)
 	return ch
+}
+
+// declared opens a connection and a channel on the test's vhost and
+// declares topo on it; closeConn closes them (nil with an error).
+// RabbitMQ 3.10 answers a declare that races another connection's declare
+// of the same quorum queue, while that queue starts, with 404 "home node …
+// is down or inaccessible" and closes the channel; a test's consumers and
+// relays declare the topology as they connect, beside the test's own
+// declares. Such a declare is made again on a new connection.
+func (e *env) declared(t *testing.T, topo rabbitmq.Topology) (ch *amqp.Channel, closeConn func(), err error) {
+	t.Helper()
+	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(50 * time.Millisecond) {
+		ch, closeConn = e.dial(t)
+		if err = topo.Declare(ch); err == nil {
+			return ch, closeConn, nil
+		}
+		closeConn()
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.NotFound || !strings.Contains(ae.Reason, "down or inaccessible") ||
+			time.Now().After(deadline) {
+			return nil, nil, err
+		}
+	}
 }
 
 // dial opens a connection and a channel on the test's vhost; closeConn
@@ -678,11 +702,11 @@ func (e *env) dial(t *testing.T) (ch *amqp.Channel, closeConn func()) {
 // whether the broker acked it.
 func (e *env) publish(t *testing.T, exchange, key string, msg amqp.Publishing) bool {
 	t.Helper()
-	ch, closeConn := e.dial(t)
-	defer closeConn()
-	if err := e.topo.Declare(ch); err != nil {
+	ch, closeConn, err := e.declared(t, e.topo)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer closeConn()
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
@@ -821,8 +845,10 @@ func TestBacklogReadsAgainAfterAQueueWasDeleted(t *testing.T) {
 	if _, err := pub.Backlog(e.ctx, lane); err == nil {
 		t.Fatal("the depth of a deleted queue was read")
 	}
-	if err := e.topo.Declare(ch); err != nil {
+	if _, closeDeclared, err := e.declared(t, e.topo); err != nil {
 		t.Fatal(err)
+	} else {
+		closeDeclared()
 	}
 	if d, err := pub.Backlog(e.ctx, lane); err != nil || d != 0 {
 		t.Fatalf("Backlog once the queue is back = %d, %v; want 0", d, err)

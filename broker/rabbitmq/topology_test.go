@@ -18,9 +18,11 @@ import (
 // declare declares topo on the test's vhost.
 func (e *env) declare(t *testing.T, topo rabbitmq.Topology) error {
 	t.Helper()
-	ch, closeConn := e.dial(t)
-	defer closeConn()
-	return topo.Declare(ch)
+	_, closeConn, err := e.declared(t, topo)
+	if err == nil {
+		closeConn()
+	}
+	return err
 }
 
 // The README: one durable quorum queue per lane; every dead-lettering queue
