@@ -121,9 +121,13 @@ func TestRedeliveredBundleIsSplitAndEachJobSentOnce(t *testing.T) {
 		if n := e.sim.CallCount(id); n != 1 {
 			t.Fatalf("%s called %d times", id, n)
 		}
-		// The first delivery was never acked: what was acked is a copy.
-		if a := e.actions(id); len(a) != 1 {
-			t.Errorf("%s: actions %v, want one ack of its split copy", id, a)
+		// The first delivery was never acked: what was acked is a copy. If
+		// every job of the bundle was decided before the connection's close
+		// had ended (the loop hands a bundle's jobs on until it sees the
+		// close), the bundle's ack was tried and lost first.
+		a := e.actions(id)
+		if acked := slices.DeleteFunc(slices.Clone(a), func(s string) bool { return s == rabbitmq.ActionAckLost }); !slices.Equal(acked, []string{rabbitmq.ActionAcked}) {
+			t.Errorf("%s: actions %v, want one ack of its split copy (after a lost one, if any)", id, a)
 		}
 	}
 	if n := metricstest.Series(t, m, "herald_dispatch_total", "result")[rabbitmq.ActionSplit]; n != 1 {
