@@ -184,18 +184,16 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 	fixed := c.cfg.Topology.SingleActiveConsumer
 	lane := c.cfg.Concurrency - c.cfg.Reserve
 	lanePrefetch := max(1, c.cfg.Prefetch-c.cfg.Reserve)
-	laneSub := &subscription{ch: ch, queue: c.cfg.Topology.Queue(c.cfg.Lane), base: c.cfg.Name,
+	laneSub := &subscription{ch: ch, name: "lane", queue: c.cfg.Topology.Queue(c.cfg.Lane), base: c.cfg.Name,
 		f: newFollower(lanePrefetch, c.cfg.Bundle, fixed)}
-	if err := laneSub.start(); err != nil {
-		return err
-	}
-	expressSub := &subscription{ch: ch, queue: c.cfg.Topology.ExpressQueue(c.cfg.Lane), base: c.expressTag(),
+	expressSub := &subscription{ch: ch, name: "express", queue: c.cfg.Topology.ExpressQueue(c.cfg.Lane), base: c.expressTag(),
 		f: newFollower(c.cfg.Prefetch, c.cfg.Bundle, fixed)}
-	if err := expressSub.start(); err != nil {
-		return err
+	for _, s := range []*subscription{laneSub, expressSub} {
+		if err := s.start(); err != nil {
+			return err
+		}
+		c.cfg.Metrics.ConsumerPrefetch(c.cfg.Lane, s.name, s.f.cur)
 	}
-	c.cfg.Metrics.ConsumerPrefetch(c.cfg.Lane, "lane", laneSub.f.cur)
-	c.cfg.Metrics.ConsumerPrefetch(c.cfg.Lane, "express", expressSub.f.cur)
 	kill := func() { _ = conn.Close() }
 	if h := c.cfg.Hooks.Resubscribe; h != nil {
 		between := func(queue string, prefetch int) { h(queue, prefetch, kill) }
@@ -251,12 +249,10 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, _ *coales
 		}
 		resized, err := s.observe(jobs)
 		if resized && err == nil {
-			which := "express"
 			if s == laneSub {
-				which = "lane"
 				acks.setGather(gatherFor(s.f.cur))
 			}
-			c.cfg.Metrics.ConsumerPrefetch(c.cfg.Lane, which, s.f.cur)
+			c.cfg.Metrics.ConsumerPrefetch(c.cfg.Lane, s.name, s.f.cur)
 			c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "rabbitmq: consumer prefetch follows the bundles",
 				slog.String("component", c.cfg.Name), slog.String("queue", s.queue), slog.Int("prefetch", s.f.cur),
 				slog.Float64("jobs_a_message", s.f.mean))

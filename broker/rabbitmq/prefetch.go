@@ -97,6 +97,7 @@ func (f *follower) observe(jobs int) bool {
 // again with another prefetch when its follower asks.
 type subscription struct {
 	ch    *amqp.Channel
+	name  string // "lane" or "express": its metrics label
 	queue string
 	base  string // the consumer tag; a re-subscription's gets a suffix
 	n     int    // re-subscriptions so far

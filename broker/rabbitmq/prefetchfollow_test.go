@@ -17,15 +17,22 @@ import (
 	"github.com/heraldhq/herald/sender"
 )
 
+// closedLater returns a channel that release closes (once, and at the
+// test's end if not before).
+func closedLater(t *testing.T) (gate <-chan struct{}, release func()) {
+	c := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(c) }) }
+	t.Cleanup(release)
+	return c, release
+}
+
 // blockCalls makes every provider call wait until the returned release is
 // called (also at the test's end); inCall counts the calls begun.
 func (e *env) blockCalls(t *testing.T) (inCall *atomic.Int32, release func()) {
 	t.Helper()
 	inCall = new(atomic.Int32)
-	gate := make(chan struct{})
-	var once sync.Once
-	release = func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(release)
+	gate, release := closedLater(t)
 	e.sim.OnCall(func(ctx context.Context, _ provider.Message) provider.Outcome {
 		inCall.Add(1)
 		<-gate
@@ -118,10 +125,7 @@ func TestAStuckConsumerLeavesTheRestOfABacklogToAnother(t *testing.T) {
 	e := setup(t, options{})
 	ids := e.notifyAll(t, 160)
 	e.publishedBeforeConsumingBy(t, relayOpts{batch: 160}, ids, 10, "10 bundles of 16 (one claim)")
-	gate := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(release)
+	gate, release := closedLater(t)
 	stuck := gatedSender{Sender: e.sender(t), gate: gate, taken: new(atomic.Int32)}
 	e.consumer(t, rabbitmq.ConsumerConfig{Name: "stuck", Sender: stuck, Concurrency: 8, Bundle: 16})
 	e.waitFor(t, "the stuck consumer's 8 slots taken", func() bool { return stuck.taken.Load() == 8 })

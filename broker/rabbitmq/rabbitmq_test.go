@@ -845,10 +845,8 @@ func TestBacklogReadsAgainAfterAQueueWasDeleted(t *testing.T) {
 	if _, err := pub.Backlog(e.ctx, lane); err == nil {
 		t.Fatal("the depth of a deleted queue was read")
 	}
-	if _, closeDeclared, err := e.declared(t, e.topo); err != nil {
+	if err := e.declare(t, e.topo); err != nil {
 		t.Fatal(err)
-	} else {
-		closeDeclared()
 	}
 	if d, err := pub.Backlog(e.ctx, lane); err != nil || d != 0 {
 		t.Fatalf("Backlog once the queue is back = %d, %v; want 0", d, err)
